@@ -1,0 +1,210 @@
+//! Fixture programs: building the C sources in `tests/fixtures/` once per test binary, and driving
+//! a running fixture over its stdin/stdout (`ready`, `tid N` lines, the `go` line).
+//!
+//! Binaries go to `<target>/xtrace-fixtures/` and are rebuilt when a source is newer than its
+//! output; each is compiled to a temporary name and renamed, so concurrent test binaries never see
+//! a half-written file.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::{
+        mpsc::{self, Receiver, RecvTimeoutError},
+        OnceLock,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{target_dir, SAFETY_TIMEOUT};
+
+const CFLAGS: &[&str] = &["-O0", "-g", "-fno-omit-frame-pointer", "-pthread"];
+
+/// Paths of the built fixtures.
+#[derive(Debug)]
+pub struct Fixtures {
+    /// `spans`: modes `threads T N`, `nested K`, `exit CODE`, `spin`.
+    pub spans: PathBuf,
+    /// `libxtfix.so`, exporting `lib_work(int)`.
+    pub libxtfix: PathBuf,
+    /// `uselib`: linked against libxtfix.so; calls `lib_work` 7 times after the go line.
+    pub uselib: PathBuf,
+}
+
+/// Builds the fixtures on first use (once per test binary) and returns their paths.
+pub fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(build)
+}
+
+fn build() -> Fixtures {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let out = target_dir().join("xtrace-fixtures");
+    std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+    let fixtures = Fixtures {
+        spans: out.join("spans"),
+        libxtfix: out.join("libxtfix.so"),
+        uselib: out.join("uselib"),
+    };
+    compile(&[src.join("spans.c")], &fixtures.spans, &[]);
+    compile(
+        &[src.join("libxtfix.c")],
+        &fixtures.libxtfix,
+        &["-shared", "-fPIC"],
+    );
+    let dir = out.to_str().expect("target dir is UTF-8");
+    compile(
+        &[src.join("uselib.c"), fixtures.libxtfix.clone()],
+        &fixtures.uselib,
+        &[&format!("-L{dir}"), "-lxtfix", &format!("-Wl,-rpath,{dir}")],
+    );
+    fixtures
+}
+
+/// Compiles `inputs[0]` into `output` (with `extra` flags after the source, where linker inputs
+/// belong) unless `output` is newer than every input.
+fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
+    let built = output.metadata().and_then(|m| m.modified()).ok();
+    let stale = inputs.iter().any(|input| {
+        let modified = input
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|e| panic!("fixture input {}: {e}", input.display()));
+        built.is_none_or(|built| built < modified)
+    });
+    if !stale {
+        return;
+    }
+    let tmp = output.with_extension(format!("tmp{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let result = Command::new(&cc)
+        .args(CFLAGS)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&inputs[0])
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc} (a C compiler is needed for the fixtures): {e}"));
+    assert!(
+        result.status.success(),
+        "compiling {} failed ({}):\n{}",
+        inputs[0].display(),
+        result.status,
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&tmp, output)
+        .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), output.display()));
+}
+
+/// A running fixture with piped stdin/stdout; killed and reaped on drop.
+pub struct Fixture {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    name: String,
+}
+
+impl Fixture {
+    /// Starts `program args...` with stdin and stdout piped (stderr inherited).
+    pub fn spawn(program: &Path, args: &[&str]) -> Fixture {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Fixture {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            name: format!("{} {}", program.display(), args.join(" ")),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Reads stdout until the `ready` line and returns the lines before it.
+    pub fn wait_ready(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + SAFETY_TIMEOUT;
+        let mut before = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line == "ready" => return before,
+                Ok(line) => before.push(line),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("fixture `{}` printed no `ready` line in time", self.name)
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "fixture `{}` closed stdout before `ready` (status {:?})",
+                    self.name,
+                    self.child.try_wait()
+                ),
+            }
+        }
+    }
+
+    /// The thread ids the fixture printed as `tid N` lines before `ready`.
+    pub fn wait_ready_tids(&mut self) -> Vec<u32> {
+        self.wait_ready()
+            .iter()
+            .filter_map(|line| line.strip_prefix("tid "))
+            .map(|tid| tid.parse().expect("tid line holds a number"))
+            .collect()
+    }
+
+    /// Writes the `go` line that releases the fixture's calls.
+    pub fn go(&mut self) {
+        let stdin = self.stdin.as_mut().expect("go() is called once");
+        stdin.write_all(b"go\n").expect("writing go to the fixture");
+        stdin.flush().expect("flushing the fixture's stdin");
+        self.stdin = None;
+    }
+
+    /// Waits (with the safety timeout) for the fixture to exit.
+    pub fn wait(&mut self) -> ExitStatus {
+        wait_child(&mut self.child, SAFETY_TIMEOUT)
+            .unwrap_or_else(|| panic!("fixture `{}` did not exit in time", self.name))
+    }
+
+    /// Whether the fixture is still running (not yet exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait on the fixture").is_none()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `child` until it exits or `timeout` passes (then returns None and leaves it running).
+pub fn wait_child(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}

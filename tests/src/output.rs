@@ -1,0 +1,170 @@
+//! Reading what xtrace writes into its `-o` directory: `trace.json` (Chrome trace events: `X` spans
+//! and `M` metadata), `summary.json` (per-probe statistics, stop reason, losses, command, targets)
+//! and `summary.txt`. Parsing panics with the file name and the offending event, so a malformed
+//! output fails the test with a readable message.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// One `"ph":"X"` event of trace.json.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    pub name: String,
+    pub cat: String,
+    /// Start in µs.
+    pub ts: f64,
+    /// Duration in µs.
+    pub dur: f64,
+    pub pid: u64,
+    pub tid: u64,
+    pub depth: u64,
+}
+
+impl Span {
+    /// Start in ns, from the µs float (3 decimals).
+    pub fn start_ns(&self) -> i64 {
+        us_to_ns(self.ts)
+    }
+
+    /// Duration in ns, from the µs float (3 decimals).
+    pub fn dur_ns(&self) -> i64 {
+        us_to_ns(self.dur)
+    }
+
+    pub fn end_ns(&self) -> i64 {
+        self.start_ns() + self.dur_ns()
+    }
+}
+
+/// Converts µs with 3 decimals back to integer ns.
+pub fn us_to_ns(us: f64) -> i64 {
+    (us * 1000.0).round() as i64
+}
+
+/// All outputs of one run.
+#[derive(Debug)]
+pub struct Outputs {
+    pub dir: PathBuf,
+    pub events: Vec<Value>,
+    pub summary: Value,
+    pub summary_txt: String,
+}
+
+impl Outputs {
+    /// Reads and parses trace.json, summary.json and summary.txt from `dir`.
+    pub fn read(dir: &Path) -> Outputs {
+        let trace = read_json(&dir.join("trace.json"));
+        let events = trace
+            .get("traceEvents")
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("trace.json in {} has no traceEvents array", dir.display()))
+            .clone();
+        let summary = read_json(&dir.join("summary.json"));
+        let txt = dir.join("summary.txt");
+        let summary_txt =
+            std::fs::read_to_string(&txt).unwrap_or_else(|e| panic!("reading {}: {e}", txt.display()));
+        Outputs {
+            dir: dir.to_path_buf(),
+            events,
+            summary,
+            summary_txt,
+        }
+    }
+
+    /// Every `X` event, parsed.
+    pub fn spans(&self) -> Vec<Span> {
+        self.events
+            .iter()
+            .filter(|e| e.get("ph").and_then(Value::as_str) == Some("X"))
+            .map(parse_span)
+            .collect()
+    }
+
+    /// `X` events named `name`.
+    pub fn spans_named(&self, name: &str) -> Vec<Span> {
+        self.spans().into_iter().filter(|s| s.name == name).collect()
+    }
+
+    /// `M` events whose name is `kind` (`process_name` or `thread_name`).
+    pub fn metadata(&self, kind: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| {
+                e.get("ph").and_then(Value::as_str) == Some("M")
+                    && e.get("name").and_then(Value::as_str) == Some(kind)
+            })
+            .collect()
+    }
+
+    /// summary.json's `stop_reason`.
+    pub fn stop_reason(&self) -> &str {
+        self.summary["stop_reason"]
+            .as_str()
+            .unwrap_or_else(|| panic!("summary.json has no string stop_reason: {}", self.summary))
+    }
+
+    /// summary.json's `lost_events`.
+    pub fn lost_events(&self) -> u64 {
+        u64_field(&self.summary, "lost_events")
+    }
+
+    /// The entry of summary.json's `probes` named `name` (exactly one must exist).
+    pub fn probe(&self, name: &str) -> &Value {
+        let probes = self.summary["probes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("summary.json has no probes array: {}", self.summary));
+        let matching: Vec<&Value> = probes
+            .iter()
+            .filter(|p| p["name"].as_str() == Some(name))
+            .collect();
+        assert_eq!(
+            matching.len(),
+            1,
+            "expected exactly one probe named {name:?} in summary.json, got {probes:?}"
+        );
+        matching[0]
+    }
+
+    /// `count` of the summary probe `name`.
+    pub fn probe_count(&self, name: &str) -> u64 {
+        u64_field(self.probe(name), "count")
+    }
+}
+
+/// `value[key]` as u64, panicking with the value when it is missing or not an integer.
+pub fn u64_field(value: &Value, key: &str) -> u64 {
+    value[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("field {key:?} is not an unsigned integer in {value}"))
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
+}
+
+fn parse_span(event: &Value) -> Span {
+    let str_field = |key: &str| {
+        event[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("X event without string {key:?}: {event}"))
+            .to_owned()
+    };
+    let f64_field = |key: &str| {
+        event[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("X event without numeric {key:?}: {event}"))
+    };
+    Span {
+        name: str_field("name"),
+        cat: str_field("cat"),
+        ts: f64_field("ts"),
+        dur: f64_field("dur"),
+        pid: u64_field(event, "pid"),
+        tid: u64_field(event, "tid"),
+        depth: event["args"]["depth"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("X event without args.depth: {event}")),
+    }
+}

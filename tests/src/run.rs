@@ -1,0 +1,256 @@
+//! Running the xtrace binary: spawn it in its own process group, drain stdout and stderr in
+//! threads (so it never blocks on a full pipe), wait for the `xtrace: attached ` line, signal it,
+//! and wait for it to exit, all bounded by [`SAFETY_TIMEOUT`]. On drop a still-running xtrace and
+//! everything in its process group (a launched command) is killed.
+
+use std::{
+    ffi::OsStr,
+    io::{BufRead, BufReader, Read},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        mpsc::{self, Receiver, RecvTimeoutError},
+        Arc, Mutex,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use crate::{fixtures::wait_child, xtrace_bin, SAFETY_TIMEOUT};
+
+/// The stderr prefix xtrace prints once every probe is attached.
+pub const ATTACHED_PREFIX: &str = "xtrace: attached ";
+
+/// A running xtrace process.
+pub struct Xtrace {
+    child: Child,
+    stderr_lines: Receiver<String>,
+    stderr_all: Arc<Mutex<Vec<String>>>,
+    stdout: Receiver<String>,
+    args: String,
+}
+
+/// How an xtrace run ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: Vec<String>,
+    /// Whether processes of xtrace's process group (a launched command, its children) were still
+    /// alive 1 s after xtrace exited; they are killed before `wait` returns.
+    pub left_processes: bool,
+}
+
+impl Finished {
+    /// Asserts exit code 0, showing stderr otherwise.
+    pub fn assert_success(&self) {
+        assert_eq!(
+            self.status.code(),
+            Some(0),
+            "xtrace did not exit 0 ({}); stderr:\n{}",
+            self.status,
+            self.stderr.join("\n")
+        );
+    }
+}
+
+impl Xtrace {
+    /// Starts xtrace with `args` (stdin null; environment inherited except `RUST_LOG`, so that
+    /// stderr holds only what the CLI prints).
+    pub fn spawn<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::spawn_command(Command::new(xtrace_bin()), args)
+    }
+
+    /// Like [`Xtrace::spawn`] but through `setpriv` as uid/gid 65534 with no groups (no capabilities).
+    pub fn spawn_unprivileged<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut setpriv = Command::new("setpriv");
+        setpriv
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(xtrace_bin());
+        Self::spawn_command(setpriv, args)
+    }
+
+    fn spawn_command<I, S>(mut command: Command, args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use std::os::unix::process::CommandExt;
+
+        command.args(args);
+        let shown = format!("{command:?}");
+        let mut child = command
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {shown}: {e}"));
+
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let (stdout_tx, stdout_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            let _ = stdout_tx.send(text);
+        });
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let stderr_all = Arc::new(Mutex::new(Vec::new()));
+        let (tx, stderr_lines) = mpsc::channel();
+        let all = Arc::clone(&stderr_all);
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                all.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        Xtrace {
+            child,
+            stderr_lines,
+            stderr_all,
+            stdout: stdout_rx,
+            args: shown,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the `xtrace: attached ` line on stderr and returns it. Panics (with stderr) if
+    /// xtrace exits first or the safety timeout passes.
+    pub fn wait_attached(&mut self) -> String {
+        let deadline = Instant::now() + SAFETY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(ATTACHED_PREFIX) => return line,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "`{}` printed no `{ATTACHED_PREFIX}` line within {SAFETY_TIMEOUT:?}; stderr:\n{}",
+                    self.args,
+                    self.stderr_text()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = wait_child(&mut self.child, SAFETY_TIMEOUT);
+                    panic!(
+                        "`{}` closed stderr before attaching (status {status:?}); stderr:\n{}",
+                        self.args,
+                        self.stderr_text()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGINT`) to the xtrace process itself.
+    pub fn signal(&self, signal: i32) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: kill has no memory-safety preconditions; the child is not reaped yet, so the
+        // pid still names it.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Waits (with the safety timeout) for xtrace to exit and collects its output.
+    pub fn wait(mut self) -> Finished {
+        let Some(status) = wait_child(&mut self.child, SAFETY_TIMEOUT) else {
+            self.kill_group();
+            panic!(
+                "`{}` did not exit within {SAFETY_TIMEOUT:?}; stderr:\n{}",
+                self.args,
+                self.stderr_text()
+            );
+        };
+        // The reader threads end at EOF. A launched command that outlives xtrace may keep the
+        // pipes open, so wait for EOF only briefly.
+        let stdout = self
+            .stdout
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| "(xtrace's stdout was still open after it exited)".to_owned());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match self.stderr_lines.recv_timeout(deadline - Instant::now()) {
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let left_processes = self.group_alive_after(Duration::from_secs(1));
+        self.kill_group();
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr_all.lock().unwrap().clone(),
+            left_processes,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        self.stderr_all.lock().unwrap().join("\n")
+    }
+
+    /// Polls until xtrace's process group is empty or `grace` passes; true if it is not empty.
+    fn group_alive_after(&self, grace: Duration) -> bool {
+        let pgid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        let deadline = Instant::now() + grace;
+        loop {
+            // SAFETY: signal 0 only checks for existence.
+            if unsafe { libc::kill(-pgid, 0) } != 0 {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill_group(&mut self) {
+        let pgid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: kill has no memory-safety preconditions. The group was created by
+        // `process_group(0)` at spawn and lives while any member does; ESRCH is fine.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Xtrace {
+    /// Kills xtrace and whatever is left in its process group (a launched command).
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// The common `--pid` scenario: with `fixture` waiting after its `ready` line, run
+/// `xtrace -p PID -u PROBE... -o OUT`, wait for the attached line, release the fixture with `go`,
+/// and expect the fixture to exit 0 and xtrace to stop on its own with exit 0 and no program left.
+pub fn trace_fixture_to_exit(
+    fixture: &mut crate::fixtures::Fixture,
+    uprobes: &[&str],
+    out: &std::path::Path,
+) -> Finished {
+    let before = crate::bpf::Programs::snapshot();
+    let mut args = crate::args!["-p", fixture.pid().to_string()];
+    for probe in uprobes {
+        args.extend(crate::args!["-u", *probe]);
+    }
+    args.extend(crate::args!["-o", out]);
+    let mut xtrace = Xtrace::spawn(&args);
+    xtrace.wait_attached();
+    fixture.go();
+    let status = fixture.wait();
+    assert!(status.success(), "fixture failed: {status}");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    finished
+}

@@ -1,0 +1,194 @@
+//! Bad input: each case must print exactly one stderr line starting `xtrace: error: ` that names
+//! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
+//! reaped pids, a non-ELF and a directory as TARGET, an unknown symbol (with a close-name
+//! suggestion), running without root, and invalid flag combinations.
+
+use std::{os::unix::fs::PermissionsExt, process::Command};
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    require_bpf,
+    run::{Finished, Xtrace},
+    TempDir,
+};
+
+/// Waits for `xtrace` (started after `before` was taken) and checks the user-error contract.
+/// Returns the error line.
+fn expect_user_error(before: &Programs, xtrace: Xtrace) -> String {
+    let Finished { status, stderr, .. } = xtrace.wait();
+    before.assert_none_left();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "exit status {status}; stderr:\n{}",
+        stderr.join("\n")
+    );
+    assert_eq!(
+        stderr.len(),
+        1,
+        "exactly one stderr line, got:\n{}",
+        stderr.join("\n")
+    );
+    let line = stderr[0].clone();
+    assert!(line.starts_with("xtrace: error: "), "error line: {line:?}");
+    line
+}
+
+/// A running `spans spin` fixture to point valid `-p` arguments at.
+fn spin() -> Fixture {
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
+    fixture.wait_ready();
+    fixture
+}
+
+fn run_error(args: Vec<std::ffi::OsString>) -> String {
+    let before = Programs::snapshot();
+    expect_user_error(&before, Xtrace::spawn(args))
+}
+
+#[test]
+fn nonexistent_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("bad-pid");
+    let line = run_error(args!["-p", "999999999", "-u", "work", "-o", tmp.join("out")]);
+    assert!(line.contains("999999999"), "names the pid: {line}");
+}
+
+#[test]
+fn reaped_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let mut child = Command::new("true").spawn().expect("spawning true");
+    let pid = child.id().to_string();
+    child.wait().expect("reaping true");
+    let tmp = TempDir::new("reaped-pid");
+    let line = run_error(args!["-p", &pid, "-u", "work", "-o", tmp.join("out")]);
+    assert!(line.contains(&pid), "names the pid {pid}: {line}");
+}
+
+#[test]
+fn target_not_elf() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = spin();
+    let tmp = TempDir::new("not-elf");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "/etc/passwd:foo",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("not an ELF"), "says not an ELF: {line}");
+    assert!(fixture.is_running(), "the traced process survives the error");
+}
+
+#[test]
+fn target_is_directory() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = spin();
+    let tmp = TempDir::new("dir-target");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "/tmp:foo",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("directory"), "says directory: {line}");
+    assert!(fixture.is_running(), "the traced process survives the error");
+}
+
+#[test]
+fn unknown_symbol_suggests_close_names() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = spin();
+    let tmp = TempDir::new("bad-symbol");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "wrok",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("wrok"), "names the missing symbol: {line}");
+    // The fixture's path may contain "work" (e.g. /work/...): look only outside of it.
+    let dir = fixtures().spans.parent().unwrap().to_str().unwrap().to_owned();
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    let without_paths = line
+        .replace(&dir, "<fixtures>")
+        .replace(canonical.to_str().unwrap(), "<fixtures>");
+    let suggests_work = without_paths
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| word == "work");
+    assert!(suggests_work, "suggests `work`: {line}");
+    assert!(fixture.is_running(), "the traced process survives the error");
+}
+
+#[test]
+fn without_root_needs_cap_bpf() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = spin();
+    let tmp = TempDir::new("no-root");
+    // uid 65534 must be able to create the output directory, so that only the missing
+    // capability can be the error.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let before = Programs::snapshot();
+    let xtrace = Xtrace::spawn_unprivileged(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "-o",
+        tmp.join("out")
+    ]);
+    let line = expect_user_error(&before, xtrace);
+    assert!(line.contains("CAP_BPF"), "mentions CAP_BPF: {line}");
+    assert!(fixture.is_running(), "the traced process survives the error");
+}
+
+#[test]
+fn pid_and_command_together() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = spin();
+    let tmp = TempDir::new("pid-and-cmd");
+    run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "-o",
+        tmp.join("out"),
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+}
+
+#[test]
+fn no_uprobe() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = spin();
+    let tmp = TempDir::new("no-uprobe");
+    run_error(args!["-p", fixture.pid().to_string(), "-o", tmp.join("out")]);
+}

@@ -1,0 +1,128 @@
+//! Launching a command under xtrace (`-- COMMAND ARGS...`): nested spans with depths and
+//! containment, stop when the command exits, and the command's exit status in summary.json.
+//! Fixture: `spans nested 10` (outer() ×10, each calling inner() twice) and `spans exit 3`.
+
+use std::collections::BTreeMap;
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::fixtures,
+    output::{u64_field, Outputs, Span},
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+/// Runs `xtrace <args>` to completion, expecting the attached line and exit 0 with no program
+/// left, and returns its outputs.
+fn run_to_exit(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path) -> Outputs {
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args);
+    xtrace.wait_attached();
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert!(!finished.left_processes, "the command outlived xtrace");
+    before.assert_none_left();
+    Outputs::read(out_dir)
+}
+
+#[test]
+fn nested_spans_have_depth_and_containment() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("nested");
+    let out_dir = tmp.join("out");
+    let out = run_to_exit(
+        args![
+            "-u",
+            "outer",
+            "-u",
+            "inner",
+            "-o",
+            &out_dir,
+            "--",
+            &fixtures().spans,
+            "nested",
+            "10"
+        ],
+        &out_dir,
+    );
+
+    let outer = out.spans_named("outer");
+    let inner = out.spans_named("inner");
+    assert_eq!(outer.len(), 10, "outer spans");
+    assert_eq!(inner.len(), 20, "inner spans");
+    assert_eq!(out.spans().len(), 30, "no other spans");
+    assert_eq!(out.probe_count("outer"), 10);
+    assert_eq!(out.probe_count("inner"), 20);
+    assert_eq!(out.stop_reason(), "targets_exited");
+    assert_eq!(out.lost_events(), 0);
+
+    let command_pid = u64_field(&out.summary["command"], "pid");
+    for span in outer.iter().chain(&inner) {
+        assert_eq!(span.pid, command_pid, "span pid is the command's: {span:?}");
+    }
+    for span in &outer {
+        assert_eq!(span.depth, 0, "outer depth: {span:?}");
+    }
+    for span in &inner {
+        assert_eq!(span.depth, 1, "inner depth: {span:?}");
+    }
+
+    let contains =
+        |o: &Span, i: &Span| o.tid == i.tid && o.start_ns() <= i.start_ns() && i.end_ns() <= o.end_ns();
+    for i in &inner {
+        assert!(
+            outer.iter().any(|o| contains(o, i)),
+            "inner span {i:?} lies within no outer span on its thread"
+        );
+    }
+    let mut per_outer: BTreeMap<usize, usize> = BTreeMap::new();
+    for (n, o) in outer.iter().enumerate() {
+        per_outer.insert(n, inner.iter().filter(|i| contains(o, i)).count());
+    }
+    assert!(
+        per_outer.values().all(|&n| n == 2),
+        "every outer span contains exactly two inner spans: {per_outer:?}"
+    );
+}
+
+#[test]
+fn launched_command_exit_status() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("exit3");
+    let out_dir = tmp.join("out");
+    let spans_path = &fixtures().spans;
+    let out = run_to_exit(
+        args!["record", "-u", "work", "-o", &out_dir, "--", spans_path, "exit", "3"],
+        &out_dir,
+    );
+
+    let spans = out.spans_named("work");
+    assert_eq!(spans.len(), 3, "work spans");
+    assert_eq!(out.probe_count("work"), 3);
+    assert_eq!(out.stop_reason(), "targets_exited");
+
+    let command = &out.summary["command"];
+    assert!(command.is_object(), "summary.json command: {command}");
+    assert_eq!(command["exit_code"].as_i64(), Some(3), "command: {command}");
+    assert!(command["signal"].is_null(), "command: {command}");
+    let argv: Vec<&str> = command["argv"]
+        .as_array()
+        .expect("command.argv is an array")
+        .iter()
+        .map(|a| a.as_str().expect("argv entries are strings"))
+        .collect();
+    assert_eq!(argv.len(), 3, "argv: {argv:?}");
+    assert!(argv[0].ends_with("spans"), "argv[0]: {argv:?}");
+    assert_eq!(&argv[1..], ["exit", "3"], "argv: {argv:?}");
+    let pid = u64_field(command, "pid");
+    assert!(
+        spans.iter().all(|s| s.pid == pid),
+        "spans carry the command pid {pid}"
+    );
+}

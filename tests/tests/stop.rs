@@ -1,0 +1,145 @@
+//! Stop paths: `-d` expiry, SIGINT and SIGTERM while tracing `spans spin` (calls `work` forever,
+//! ~100 per ms) under `--pid`, and `-d` expiry with a launched command (which then gets SIGTERM).
+//! On every path xtrace exits 0, writes valid outputs whose span count matches the summary, records
+//! the stop reason, and leaves no BPF program loaded.
+
+use std::{thread, time::Duration};
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+/// How xtrace is told to stop.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Duration,
+    Signal(i32),
+}
+
+/// Checks shared by every stop path: spans == summary count > 0, all on `pid`, expected reason.
+fn check_outputs(out: &Outputs, pid: u64, reason: &str) {
+    assert_eq!(out.stop_reason(), reason, "stop_reason in {}", out.summary);
+    let spans = out.spans();
+    assert!(!spans.is_empty(), "no spans recorded");
+    assert!(spans.iter().all(|s| s.name == "work"), "only work spans");
+    assert!(
+        spans.iter().all(|s| s.pid == pid && s.tid == pid),
+        "spans belong to the single-threaded fixture {pid}"
+    );
+    assert_eq!(
+        out.probe_count("work"),
+        spans.len() as u64,
+        "summary count == number of X spans in trace.json"
+    );
+    assert!(
+        u64_field(&out.summary, "duration_ns") > 0,
+        "duration_ns: {}",
+        out.summary
+    );
+}
+
+fn stop_spin_under_pid(stop: Stop, reason: &str) {
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
+    fixture.wait_ready();
+    let pid = fixture.pid();
+    let tmp = TempDir::new("stop");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+
+    let mut args = args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir];
+    if let Stop::Duration = stop {
+        args.extend(args!["-d", "0.5"]);
+    }
+    let mut xtrace = Xtrace::spawn(&args);
+    xtrace.wait_attached();
+    // Proves that the leak check below can see xtrace's programs at all.
+    assert!(
+        !Programs::snapshot().new_since(&before).is_empty(),
+        "no span_enter/span_exit program is loaded while xtrace is attached"
+    );
+    if let Stop::Signal(signal) = stop {
+        thread::sleep(Duration::from_millis(300));
+        xtrace.signal(signal);
+    }
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    assert!(
+        fixture.is_running(),
+        "a --pid target must survive xtrace stopping ({stop:?})"
+    );
+
+    let out = Outputs::read(&out_dir);
+    check_outputs(&out, u64::from(pid), reason);
+    assert!(out.summary["command"].is_null(), "no command under --pid");
+}
+
+#[test]
+fn duration_expiry_stops() {
+    if !require_bpf() {
+        return;
+    }
+    stop_spin_under_pid(Stop::Duration, "duration");
+}
+
+#[test]
+fn sigint_stops() {
+    if !require_bpf() {
+        return;
+    }
+    stop_spin_under_pid(Stop::Signal(libc::SIGINT), "interrupted");
+}
+
+#[test]
+fn sigterm_stops() {
+    if !require_bpf() {
+        return;
+    }
+    stop_spin_under_pid(Stop::Signal(libc::SIGTERM), "terminated");
+}
+
+#[test]
+fn duration_expiry_terminates_launched_command() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("stop-launch");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-u",
+        "work",
+        "-d",
+        "0.5",
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().spans,
+        "spin"
+    ]);
+    xtrace.wait_attached();
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+
+    let out = Outputs::read(&out_dir);
+    let command = &out.summary["command"];
+    let pid = u64_field(command, "pid");
+    check_outputs(&out, pid, "duration");
+    assert_eq!(
+        command["signal"].as_i64(),
+        Some(i64::from(libc::SIGTERM)),
+        "the command was ended by SIGTERM: {command}"
+    );
+    assert!(command["exit_code"].is_null(), "command: {command}");
+    assert!(
+        !finished.left_processes,
+        "the launched command {pid} outlived xtrace"
+    );
+}

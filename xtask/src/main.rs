@@ -1,0 +1,51 @@
+//! `cargo xtask`: orchestration for xtrace — toolchain setup, builds, the test run and the demo.
+//! Owns only the command line and dispatch; each subcommand lives in its own module.
+mod build;
+mod demo;
+mod setup;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Development tasks for xtrace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what the build and the tests need (nightly rust-src, bpf-linker 0.10.0, Debian packages).
+    Setup,
+    /// Check the setup, then build the xtrace binary.
+    Build(build::BuildArgs),
+    /// Check the setup, then run the unit tests and the root integration tests.
+    Test(test::TestArgs),
+    /// Trace a bundled fake training loop for 3 seconds and write a Perfetto/Chrome trace.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run(setup::Verbosity::EveryStep),
+        Command::Build(args) => build::run(&args),
+        Command::Test(args) => test::run(&args),
+        Command::Demo => demo::run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! `cargo xtask setup`: makes a fresh Debian 12 machine able to build and test xtrace, idempotently.
+//! Owns the checks (cheap when everything is present) and the installs: Debian packages, the
+//! `nightly` toolchain with rust-src, and bpf-linker 0.10.0. Other subcommands call it first.
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Result};
+
+use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout_of};
+
+/// Debian packages the fixtures and tests need: cc, sys/sdt.h, bpftool, setpriv.
+const PACKAGES: &[&str] = &["gcc", "systemtap-sdt-dev", "bpftool", "util-linux"];
+const BPF_LINKER_VERSION: &str = "0.10.0";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    /// One line per step (the `setup` subcommand).
+    EveryStep,
+    /// Only steps that installed something (build, test, demo).
+    ChangesOnly,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Present,
+    Installed,
+}
+
+/// A setup step: checks, installs when missing, says which it did.
+type Step = fn() -> Result<State>;
+
+pub fn run(verbosity: Verbosity) -> Result<()> {
+    let steps: [(&str, Step); 4] = [
+        (
+            "Debian packages (gcc systemtap-sdt-dev bpftool util-linux)",
+            debian_packages,
+        ),
+        ("nightly toolchain", nightly_toolchain),
+        ("rust-src for nightly", rust_src),
+        ("bpf-linker 0.10.0", bpf_linker),
+    ];
+    for (what, step) in steps {
+        let state = step()?;
+        if verbosity == Verbosity::EveryStep || state == State::Installed {
+            let state = if state == State::Present {
+                "present"
+            } else {
+                "installed"
+            };
+            println!("setup: {what}: {state}");
+        }
+    }
+    Ok(())
+}
+
+/// Runs an install command; on failure, one message naming `what` and the command to try by hand.
+fn install(what: &str, cmd: &mut Command) -> Result<()> {
+    // `cargo install ...`, not `/root/.rustup/toolchains/.../bin/cargo install ...`.
+    let program = Path::new(cmd.get_program())
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy();
+    let args: Vec<_> = cmd.get_args().map(|arg| arg.to_string_lossy()).collect();
+    let hint = format!("{program} {}", args.join(" "));
+    match cmd.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => bail!("could not install {what} ({status}); try by hand: {hint}"),
+        Err(err) => bail!("could not install {what} ({err}); try by hand: {hint}"),
+    }
+}
+
+fn debian_packages() -> Result<State> {
+    if stdout_of(Command::new("dpkg-query").arg("--version")).is_none() {
+        bail!("dpkg-query not found: this is not a Debian system; install the equivalents of {PACKAGES:?}");
+    }
+    let installed = |pkg: &&str| {
+        stdout_of(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
+            .is_some_and(|status| status.trim() == "install ok installed")
+    };
+    let missing: Vec<&str> = PACKAGES.iter().filter(|pkg| !installed(pkg)).copied().collect();
+    if missing.is_empty() {
+        return Ok(State::Present);
+    }
+    let list = missing.join(" ");
+    let hint = format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {list}");
+    if !is_root() {
+        bail!("Debian packages {list} are missing and installing them needs root; run as root: {hint}");
+    }
+    let apt = || {
+        let mut cmd = Command::new("apt-get");
+        cmd.env("DEBIAN_FRONTEND", "noninteractive").stdin(Stdio::null());
+        cmd
+    };
+    let (mut update, mut add) = (apt(), apt());
+    update.arg("update");
+    add.args(["install", "-y"]).args(&missing);
+    for cmd in [&mut update, &mut add] {
+        if !cmd.status().is_ok_and(|status| status.success()) {
+            bail!(
+                "could not install Debian packages {list} (`{}` failed); try by hand: {hint}",
+                display(cmd)
+            );
+        }
+    }
+    let still: Vec<&str> = missing.iter().filter(|pkg| !installed(pkg)).copied().collect();
+    if !still.is_empty() {
+        bail!(
+            "Debian packages {} are still missing after apt-get install; try by hand: {hint}",
+            still.join(" ")
+        );
+    }
+    Ok(State::Installed)
+}
+
+fn nightly_toolchain() -> Result<State> {
+    let Some(list) = stdout_of(Command::new("rustup").args(["toolchain", "list"])) else {
+        bail!("`rustup toolchain list` failed: rustup is needed; install it from https://rustup.rs");
+    };
+    // `nightly-<host>`, not a dated `nightly-2025-01-01-<host>`.
+    let is_nightly = |line: &str| {
+        line.strip_prefix("nightly-")
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+    };
+    if list.lines().any(is_nightly) {
+        return Ok(State::Present);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args([
+        "toolchain",
+        "install",
+        "nightly",
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src",
+    ]);
+    install("the nightly toolchain", &mut cmd)?;
+    Ok(State::Installed)
+}
+
+fn rust_src() -> Result<State> {
+    let has_src = || {
+        stdout_of(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+            .is_some_and(|list| list.lines().any(|line| line.trim().starts_with("rust-src")))
+    };
+    if has_src() {
+        return Ok(State::Present);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["component", "add", "rust-src", "--toolchain", "nightly"]);
+    install("rust-src for the nightly toolchain", &mut cmd)?;
+    Ok(State::Installed)
+}
+
+/// Whether `bin --version` reports bpf-linker 0.10.0.
+fn bpf_linker_ok(bin: &Path) -> bool {
+    stdout_of(Command::new(bin).arg("--version"))
+        .is_some_and(|out| out.split_whitespace().nth(1) == Some(BPF_LINKER_VERSION))
+}
+
+fn bpf_linker() -> Result<State> {
+    if bpf_linker_ok(Path::new("bpf-linker")) {
+        return Ok(State::Present);
+    }
+    let Some(bin_dir) = cargo_bin_dir() else {
+        bail!("neither $CARGO_HOME nor $HOME is set, so bpf-linker cannot be located");
+    };
+    // Installed by cargo but not (first) on PATH: children find it once its directory leads PATH.
+    let state = if bpf_linker_ok(&bin_dir.join("bpf-linker")) {
+        State::Present
+    } else {
+        let mut cmd = util::cargo();
+        cmd.args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked"]);
+        install("bpf-linker 0.10.0", &mut cmd)?;
+        if !bpf_linker_ok(&bin_dir.join("bpf-linker")) {
+            bail!(
+                "bpf-linker {BPF_LINKER_VERSION} is not in {} after installing; try by hand: {}",
+                bin_dir.display(),
+                display(&cmd)
+            );
+        }
+        State::Installed
+    };
+    prepend_to_path(&bin_dir)?;
+    Ok(state)
+}

@@ -1,0 +1,63 @@
+//! Ring-buffer records. Layout changes must keep `EventHeader` first and sizes multiples of 8.
+
+/// `EventHeader::kind` of a [`SpanEvent`].
+pub const KIND_SPAN: u32 = 1;
+/// `EventHeader::kind` of a [`ThreadEvent`].
+pub const KIND_THREAD: u32 = 2;
+
+/// Length of a task's command name (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+
+/// First field of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// Which payload follows (`KIND_*`).
+    pub kind: u32,
+    /// CPU the record was written on.
+    pub cpu: u32,
+    /// Process id (tgid) of the thread that hit the probe.
+    pub pid: u32,
+    /// Thread id of the thread that hit the probe.
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when the record was written.
+    pub ts_ns: u64,
+}
+
+/// A completed call of a uprobe'd function: written by the return probe, `header.ts_ns` is the return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanEvent {
+    pub header: EventHeader,
+    /// When the matching entry probe fired.
+    pub start_ns: u64,
+    /// Index of the probe in user space's probe table (the BPF attach cookie).
+    pub probe_id: u32,
+    /// Nesting depth on this thread among traced functions (0 = outermost).
+    pub depth: u32,
+}
+
+/// A thread's first traced call: its name at that moment (threads may be gone when the recording
+/// ends, so user space cannot rely on /proc). Written once per thread, before its first span.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadEvent {
+    pub header: EventHeader,
+    /// NUL-padded `comm` of the thread.
+    pub comm: [u8; COMM_LEN],
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain-old-data records: repr(C), integer fields only, no padding.
+    unsafe impl aya::Pod for super::EventHeader {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SpanEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadEvent {}
+}
+
+// Both sides rely on these sizes; a change here is a format change.
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
+const _: () = assert!(core::mem::size_of::<SpanEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);

@@ -1,0 +1,19 @@
+//! xtrace kernel programs: one object, one module per probe family. Needs Linux 5.15 (ring buffer,
+//! BPF attach cookies on uprobes).
+#![no_std]
+#![no_main]
+
+mod lifecycle;
+mod maps;
+mod uprobe;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the verifier rejects any program that could reach a panic, so this is never executed.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

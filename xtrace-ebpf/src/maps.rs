@@ -1,0 +1,47 @@
+//! Maps shared by all probe families: the event ring buffer, per-CPU loss counters, and the
+//! per-thread stacks of open calls. User space sizes `EVENTS` at load time (`--buffer-size`).
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    macros::map,
+    maps::{HashMap, PerCpuArray, RingBuf},
+};
+use xtrace_common::probe::{counter, EntryStack, DEFAULT_RING_BYTES, MAX_THREADS};
+
+/// Every record for user space.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// Per-CPU counters indexed by `xtrace_common::probe::counter`.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
+#[map]
+pub static STACKS: HashMap<u64, EntryStack> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// One zeroed `EntryStack` per CPU: the source for inserting a new thread's stack, which is too large
+/// for the 512-byte BPF stack.
+#[map]
+pub static EMPTY_STACK: PerCpuArray<EntryStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Adds one to a per-CPU counter.
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Flags for submitting a record: no wake-up (user space polls) unless a quarter of the ring is
+/// unread, so a burst is drained before the ring fills.
+#[inline(always)]
+pub fn submit_flags() -> u64 {
+    let unread = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
+    if unread > size / 4 {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}

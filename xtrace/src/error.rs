@@ -1,0 +1,76 @@
+//! The library's error type. Every variant renders as one line saying what failed, on which input,
+//! and what to do; `exit_code` separates bad input (2) from internal failures (1).
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no process with pid {pid}: check the pid with `ps -p {pid}`")]
+    NoSuchProcess { pid: u32 },
+    #[error("pid {pid} is a thread of process {tgid}: pass --pid {tgid}")]
+    ThreadNotProcess { pid: u32, tgid: u32 },
+    #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
+    SelfTrace { pid: u32 },
+    #[error("{path}: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
+    #[error("{path}: is a directory; give an executable or shared library as TARGET")]
+    IsDirectory { path: PathBuf },
+    #[error("{path}: not an ELF file ({reason}); give an executable or shared library as TARGET")]
+    NotElf { path: PathBuf, reason: String },
+    #[error("symbol `{symbol}` not found in {path}{suggestions}")]
+    SymbolNotFound {
+        symbol: String,
+        path: PathBuf,
+        suggestions: String,
+    },
+    #[error(
+        "library `{name}` is not loaded by pid {pid}: check `grep {name} /proc/{pid}/maps` or give its path"
+    )]
+    LibraryNotMapped { name: String, pid: u32 },
+    #[error("library `{name}` not found in the linker cache (ldconfig -p): give its path as TARGET")]
+    LibraryNotFound { name: String },
+    #[error("invalid probe `{spec}`: {reason}")]
+    BadProbe { spec: String, reason: String },
+    #[error("command `{command}` not found in PATH: check the name or give its path")]
+    CommandNotFound { command: String },
+    #[error("cannot start `{command}`: {source}")]
+    Launch { command: String, source: std::io::Error },
+    #[error(
+        "missing capability {missing} (xtrace needs CAP_BPF and CAP_PERFMON, or root): run it with sudo"
+    )]
+    MissingCapability { missing: String },
+    #[error("output directory {path}: {source}; choose another with -o DIR")]
+    Output { path: PathBuf, source: std::io::Error },
+    #[error("attaching {what}: {source}")]
+    Attach {
+        what: String,
+        source: aya::programs::ProgramError,
+    },
+    #[error("loading the kernel programs: {0}; is BPF enabled in this kernel (CONFIG_BPF_SYSCALL)?")]
+    Load(#[from] aya::EbpfError),
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+impl Error {
+    /// Exit status for this error: 2 for bad input or environment the user can fix, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Attach { .. } | Error::Load(_) | Error::Map { .. } | Error::Io { .. } => 1,
+            _ => 2,
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,128 @@
+//! Chrome Trace Event format (trace.json), streamed: events are written as they arrive, metadata
+//! naming processes and threads at the end, so memory does not grow with the trace.
+//! Object form `{"traceEvents":[...]}`; spans are complete events (`"ph":"X"`), times in µs.
+use std::io::{self, Write};
+
+use super::micros;
+
+pub struct ChromeWriter<W: Write> {
+    out: W,
+    /// Per probe id: the JSON-quoted name and category, prepared once.
+    names: Vec<(String, String)>,
+    first: bool,
+}
+
+fn quote(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"?\"".into())
+}
+
+impl<W: Write> ChromeWriter<W> {
+    /// Starts the trace; `probes` are (name, category) by probe id.
+    pub fn new(mut out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
+        out.write_all(b"{\"traceEvents\":[\n")?;
+        let names = probes
+            .iter()
+            .map(|(name, cat)| (quote(name), quote(cat)))
+            .collect();
+        Ok(ChromeWriter {
+            out,
+            names,
+            first: true,
+        })
+    }
+
+    fn separator(&mut self) -> io::Result<()> {
+        if self.first {
+            self.first = false;
+            Ok(())
+        } else {
+            self.out.write_all(b",\n")
+        }
+    }
+
+    /// A completed call of probe `id`.
+    pub fn span(
+        &mut self,
+        id: usize,
+        pid: u32,
+        tid: u32,
+        start_ns: u64,
+        dur_ns: u64,
+        depth: u32,
+    ) -> io::Result<()> {
+        self.separator()?;
+        let (name, cat) = &self.names[id];
+        write!(
+            self.out,
+            "{{\"ph\":\"X\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{depth}}}}}",
+            micros(start_ns),
+            micros(dur_ns)
+        )
+    }
+
+    fn metadata(&mut self, what: &str, pid: u32, tid: u32, name: &str) -> io::Result<()> {
+        self.separator()?;
+        write!(
+            self.out,
+            "{{\"ph\":\"M\",\"name\":\"{what}\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
+            quote(name)
+        )
+    }
+
+    pub fn process_name(&mut self, pid: u32, name: &str) -> io::Result<()> {
+        self.metadata("process_name", pid, pid, name)
+    }
+
+    pub fn thread_name(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
+        self.metadata("thread_name", pid, tid, name)
+    }
+
+    /// Closes the JSON document and returns the writer, flushed.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(b"\n],\"displayTimeUnit\":\"ns\"}\n")?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_valid_chrome_json() {
+        let probes = [("outer(int)", "uprobe"), ("in\"ner", "uprobe")];
+        let mut w = ChromeWriter::new(Vec::new(), &probes).unwrap();
+        w.span(0, 10, 11, 1_000_000, 5_000, 0).unwrap();
+        w.span(1, 10, 11, 1_001_000, 1_234, 1).unwrap();
+        w.process_name(10, "app").unwrap();
+        w.thread_name(10, 11, "worker").unwrap();
+        let bytes = w.finish().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap();
+        assert_eq!(events.len(), 4);
+        assert_eq!(events[0]["ph"], "X");
+        assert_eq!(events[0]["name"], "outer(int)");
+        assert_eq!(events[0]["cat"], "uprobe");
+        assert_eq!(events[0]["ts"].as_f64(), Some(1000.0));
+        assert_eq!(events[0]["dur"].as_f64(), Some(5.0));
+        assert_eq!(events[1]["name"], "in\"ner");
+        assert_eq!(events[1]["dur"].as_f64(), Some(1.234));
+        assert_eq!(events[1]["args"]["depth"], 1);
+        assert_eq!(
+            (events[1]["pid"].as_u64(), events[1]["tid"].as_u64()),
+            (Some(10), Some(11))
+        );
+        assert_eq!(events[2]["name"], "process_name");
+        assert_eq!(events[2]["args"]["name"], "app");
+        assert_eq!(events[3]["name"], "thread_name");
+        assert_eq!(events[3]["tid"], 11);
+    }
+
+    #[test]
+    fn empty_trace_is_valid() {
+        let bytes = ChromeWriter::new(Vec::new(), &[]).unwrap().finish().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(doc["traceEvents"].as_array().unwrap().len(), 0);
+    }
+}

@@ -1,0 +1,224 @@
+//! The recording summary: summary.json and the readable table (stdout and summary.txt).
+use serde::Serialize;
+
+use crate::pipeline::stats::Distribution;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeSummary {
+    pub name: String,
+    pub kind: &'static str,
+    pub target: String,
+    #[serde(flatten)]
+    pub stats: Distribution,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Lost {
+    /// Records dropped because the ring buffer was full.
+    pub ring_full: u64,
+    /// Calls nested deeper than the per-thread stack (no span recorded).
+    pub too_deep: u64,
+    /// Calls on threads beyond the thread table's capacity (no span recorded).
+    pub no_thread_slot: u64,
+}
+
+impl Lost {
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.too_deep + self.no_thread_slot
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CommandSummary {
+    pub argv: Vec<String>,
+    pub pid: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetSummary {
+    pub pid: u32,
+    pub comm: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub duration_ns: u64,
+    pub stop_reason: &'static str,
+    pub lost_events: u64,
+    pub lost: Lost,
+    /// Sorted by total time, largest first.
+    pub probes: Vec<ProbeSummary>,
+    pub command: Option<CommandSummary>,
+    pub targets: Vec<TargetSummary>,
+}
+
+/// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s.
+pub fn human(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns}ns"),
+        1_000..1_000_000 => format!("{:.1}µs", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2}ms", ns as f64 / 1e6),
+        _ => format!("{:.3}s", ns as f64 / 1e9),
+    }
+}
+
+impl Summary {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    pub fn table(&self) -> String {
+        let spans: u64 = self.probes.iter().map(|p| p.stats.count).sum();
+        let mut out = format!(
+            "{} spans from {} probe{} in {} ({}), {} lost\n",
+            spans,
+            self.probes.len(),
+            if self.probes.len() == 1 { "" } else { "s" },
+            human(self.duration_ns),
+            self.stop_reason.replace('_', " "),
+            self.lost_events
+        );
+        if let Some(command) = &self.command {
+            let status = match (command.exit_code, command.signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(signal)) => format!("killed by signal {signal}"),
+                (None, None) => "still running when xtrace stopped".into(),
+            };
+            out += &format!(
+                "command `{}` (pid {}) {status}\n",
+                command.argv.join(" "),
+                command.pid
+            );
+        }
+        let header = [
+            "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
+        ];
+        let rows: Vec<[String; 9]> = self
+            .probes
+            .iter()
+            .map(|p| {
+                let s = &p.stats;
+                [
+                    p.name.clone(),
+                    s.count.to_string(),
+                    human(s.total_ns),
+                    human(s.min_ns),
+                    human(s.mean_ns),
+                    human(s.p50_ns),
+                    human(s.p90_ns),
+                    human(s.p99_ns),
+                    human(s.max_ns),
+                ]
+            })
+            .collect();
+        let mut widths = header.map(|h| h.chars().count());
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let mut text = String::new();
+            for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+                let pad = width - cell.chars().count();
+                if i == 0 {
+                    text += &format!("{cell}{}  ", " ".repeat(pad));
+                } else {
+                    text += &format!("{}{cell}  ", " ".repeat(pad));
+                }
+            }
+            text.trim_end().to_string() + "\n"
+        };
+        out += &line(header.to_vec());
+        for row in &rows {
+            out += &line(row.iter().map(String::as_str).collect());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> Summary {
+        Summary {
+            duration_ns: 1_500_000_000,
+            stop_reason: "targets_exited",
+            lost_events: 0,
+            lost: Lost::default(),
+            probes: vec![ProbeSummary {
+                name: "work".into(),
+                kind: "uprobe",
+                target: "/bin/app".into(),
+                stats: Distribution {
+                    count: 4,
+                    total_ns: 4_000,
+                    min_ns: 500,
+                    mean_ns: 1_000,
+                    p50_ns: 900,
+                    p90_ns: 1_600,
+                    p99_ns: 1_600,
+                    max_ns: 1_600,
+                },
+            }],
+            command: Some(CommandSummary {
+                argv: vec!["app".into(), "-x".into()],
+                pid: 42,
+                exit_code: Some(3),
+                signal: None,
+            }),
+            targets: vec![TargetSummary {
+                pid: 42,
+                comm: "app".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn json_fields() {
+        let v: serde_json::Value = serde_json::from_str(&summary().to_json()).unwrap();
+        assert_eq!(v["duration_ns"], 1_500_000_000u64);
+        assert_eq!(v["lost_events"], 0);
+        assert_eq!(v["stop_reason"], "targets_exited");
+        let p = &v["probes"][0];
+        for (key, value) in [
+            ("count", 4),
+            ("total_ns", 4000),
+            ("min_ns", 500),
+            ("mean_ns", 1000),
+            ("p50_ns", 900),
+            ("p90_ns", 1600),
+            ("p99_ns", 1600),
+            ("max_ns", 1600),
+        ] {
+            assert_eq!(p[key], value, "{key}");
+        }
+        assert_eq!(p["name"], "work");
+        assert_eq!(p["kind"], "uprobe");
+        assert_eq!(v["command"]["exit_code"], 3);
+        assert!(v["command"]["signal"].is_null());
+    }
+
+    #[test]
+    fn table() {
+        let text = summary().table();
+        assert_eq!(
+            text,
+            "4 spans from 1 probe in 1.500s (targets exited), 0 lost\n\
+             command `app -x` (pid 42) exited with status 3\n\
+             PROBE  COUNT  TOTAL    MIN   MEAN    P50    P90    P99    MAX\n\
+             work       4  4.0µs  500ns  1.0µs  900ns  1.6µs  1.6µs  1.6µs\n"
+        );
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human(999), "999ns");
+        assert_eq!(human(1_500), "1.5µs");
+        assert_eq!(human(2_500_000), "2.50ms");
+        assert_eq!(human(3_000_000_000), "3.000s");
+    }
+}

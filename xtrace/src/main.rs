@@ -1,0 +1,59 @@
+//! The xtrace command: parse arguments, run, print the summary or one line of error.
+use std::process::ExitCode;
+
+use clap::{error::ErrorKind, Parser};
+use xtrace::{cli::Cli, session};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!(
+                "xtrace: error: {}; see `xtrace --help`",
+                one_line(&e.render().to_string())
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let args = cli.into_record();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("xtrace: error: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let quiet = args.quiet;
+    let result = runtime.block_on(session::record(&args, |notice| {
+        if !quiet {
+            eprintln!("xtrace: {notice}");
+        }
+    }));
+    match result {
+        Ok(recording) => {
+            if !quiet {
+                print!("{}", recording.summary.table());
+                eprintln!(
+                    "xtrace: wrote {}/{{trace.json,summary.json,summary.txt}}",
+                    recording.output.display()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// A clap error as one line: its message without the "error:" prefix and the usage block.
+fn one_line(rendered: &str) -> String {
+    let message = rendered.split("\n\n").next().unwrap_or(rendered);
+    let message = message.trim().trim_start_matches("error:").trim();
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

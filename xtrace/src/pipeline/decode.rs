@@ -1,0 +1,119 @@
+//! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
+//! before a read, and records are read unaligned.
+use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, KIND_SPAN, KIND_THREAD};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Span(SpanEvent),
+    Thread(ThreadEvent),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("record of {len} bytes is shorter than the {need} its kind needs")]
+    Short { len: usize, need: usize },
+    #[error("unknown record kind {kind}")]
+    UnknownKind { kind: u32 },
+}
+
+fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let need = std::mem::size_of::<T>();
+    if bytes.len() < need {
+        return Err(DecodeError::Short {
+            len: bytes.len(),
+            need,
+        });
+    }
+    // SAFETY: the length is checked above; T is a plain repr(C) record valid for any bit pattern.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    let header: EventHeader = read(bytes)?;
+    match header.kind {
+        KIND_SPAN => Ok(Event::Span(read(bytes)?)),
+        KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
+        kind => Err(DecodeError::UnknownKind { kind }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span_bytes(span: &SpanEvent) -> Vec<u8> {
+        // SAFETY: SpanEvent is repr(C) without padding.
+        unsafe {
+            std::slice::from_raw_parts(
+                (span as *const SpanEvent).cast::<u8>(),
+                std::mem::size_of::<SpanEvent>(),
+            )
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn decodes_spans_at_any_alignment() {
+        let span = SpanEvent {
+            header: EventHeader {
+                kind: KIND_SPAN,
+                cpu: 1,
+                pid: 100,
+                tid: 101,
+                ts_ns: 5_000,
+            },
+            start_ns: 4_000,
+            probe_id: 3,
+            depth: 2,
+        };
+        let mut bytes = vec![0u8];
+        bytes.extend(span_bytes(&span));
+        assert_eq!(decode(&bytes[1..]), Ok(Event::Span(span)));
+    }
+
+    #[test]
+    fn decodes_threads() {
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"worker");
+        let thread = ThreadEvent {
+            header: EventHeader {
+                kind: KIND_THREAD,
+                pid: 7,
+                tid: 8,
+                ..Default::default()
+            },
+            comm,
+        };
+        // SAFETY: ThreadEvent is repr(C) without padding.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&thread as *const ThreadEvent).cast::<u8>(),
+                std::mem::size_of::<ThreadEvent>(),
+            )
+        };
+        assert_eq!(decode(bytes), Ok(Event::Thread(thread)));
+    }
+
+    #[test]
+    fn rejects_short_and_unknown_records() {
+        let span = SpanEvent {
+            header: EventHeader {
+                kind: KIND_SPAN,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let bytes = span_bytes(&span);
+        assert_eq!(
+            decode(&bytes[..39]),
+            Err(DecodeError::Short { len: 39, need: 40 })
+        );
+        assert_eq!(
+            decode(&bytes[..10]),
+            Err(DecodeError::Short { len: 10, need: 24 })
+        );
+        let mut unknown = bytes.clone();
+        unknown[0] = 99;
+        assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind { kind: 99 }));
+    }
+}

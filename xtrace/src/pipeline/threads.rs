@@ -1,0 +1,35 @@
+//! Names of the processes and threads seen in records: from the kernel's thread records (taken at a
+//! thread's first traced call), else from /proc when first seen (a thread may be gone by the time
+//! the recording ends).
+use std::collections::{BTreeMap, HashSet};
+
+use crate::target::thread_comm;
+
+#[derive(Debug, Default)]
+pub struct Names {
+    seen: HashSet<u32>,
+    /// (pid, tid) → thread name, in order; the name is None when the thread was already gone.
+    pub threads: BTreeMap<(u32, u32), Option<String>>,
+}
+
+impl Names {
+    /// A thread's name as the kernel reported it.
+    pub fn named(&mut self, pid: u32, tid: u32, name: String) {
+        self.seen.insert(tid);
+        self.threads.insert((pid, tid), Some(name));
+    }
+
+    /// A thread seen in a record; its name is read from /proc unless already known.
+    pub fn saw(&mut self, pid: u32, tid: u32) {
+        if self.seen.insert(tid) {
+            self.threads.insert((pid, tid), thread_comm(pid, tid));
+        }
+    }
+
+    /// The pids seen, in order.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.threads.keys().map(|(pid, _)| *pid).collect();
+        pids.dedup();
+        pids
+    }
+}

@@ -1,0 +1,216 @@
+//! Function symbols of an ELF file (`.symtab` and `.dynsym`) with their file offsets, for attaching
+//! uprobes by name and for suggesting close names when a name is not found.
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::{
+    demangle::demangle,
+    error::{Error, Result},
+};
+
+/// A defined function symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionSymbol {
+    /// The name as stored (possibly mangled).
+    pub name: String,
+    /// The readable name.
+    pub demangled: String,
+    /// Offset of the first instruction in the file: what the kernel's uprobe interface takes.
+    pub file_offset: u64,
+}
+
+#[derive(Debug)]
+pub struct ElfSymbols {
+    pub path: PathBuf,
+    pub functions: Vec<FunctionSymbol>,
+}
+
+impl ElfSymbols {
+    /// Reads the function symbols of `path`. `shown` is the path to name in errors (the file may be
+    /// opened through /proc/PID/root or /proc/PID/exe).
+    pub fn read(path: &Path, shown: &Path) -> Result<Self> {
+        let unreadable = |reason: String| Error::Unreadable {
+            path: shown.to_path_buf(),
+            reason,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| unreadable(e.to_string()))?;
+        if meta.is_dir() {
+            return Err(Error::IsDirectory {
+                path: shown.to_path_buf(),
+            });
+        }
+        let data = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
+        let not_elf = |reason: String| Error::NotElf {
+            path: shown.to_path_buf(),
+            reason,
+        };
+        if !data.starts_with(b"\x7fELF") {
+            return Err(not_elf("no ELF magic number".into()));
+        }
+        let file = object::File::parse(&*data).map_err(|e| not_elf(e.to_string()))?;
+        let segments: Vec<(u64, u64, u64)> = file
+            .segments()
+            .map(|s| (s.address(), s.size(), s.file_range().0))
+            .collect();
+        let mut functions = Vec::new();
+        for symbol in file.symbols().chain(file.dynamic_symbols()) {
+            if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
+                continue;
+            }
+            let Ok(name) = symbol.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            let address = symbol.address();
+            let Some(file_offset) = segments
+                .iter()
+                .find(|(start, size, _)| address >= *start && address < start + size)
+                .map(|(start, _, offset)| address - start + offset)
+            else {
+                continue;
+            };
+            functions.push(FunctionSymbol {
+                name: name.to_string(),
+                demangled: demangle(name),
+                file_offset,
+            });
+        }
+        functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
+        functions.dedup_by(|a, b| a.name == b.name && a.file_offset == b.file_offset);
+        Ok(ElfSymbols {
+            path: shown.to_path_buf(),
+            functions,
+        })
+    }
+
+    /// Distinct file offsets of the functions named `symbol` (stored or demangled name), with the
+    /// readable name of each; an error listing up to five close names when there is none.
+    pub fn lookup(&self, symbol: &str) -> Result<Vec<(String, u64)>> {
+        let mut found: Vec<(String, u64)> = self
+            .functions
+            .iter()
+            .filter(|f| f.name == symbol || f.demangled == symbol || strip_args(&f.demangled) == symbol)
+            .map(|f| (f.demangled.clone(), f.file_offset))
+            .collect();
+        found.sort_by_key(|(_, offset)| *offset);
+        found.dedup_by_key(|(_, offset)| *offset);
+        if found.is_empty() {
+            return Err(Error::SymbolNotFound {
+                symbol: symbol.to_string(),
+                path: self.path.clone(),
+                suggestions: self.suggestions(symbol),
+            });
+        }
+        Ok(found)
+    }
+
+    fn suggestions(&self, symbol: &str) -> String {
+        let mut scored: Vec<(f64, &str)> = self
+            .functions
+            .iter()
+            .map(|f| {
+                let name = strip_args(&f.demangled);
+                let mut score = strsim::jaro_winkler(symbol, name);
+                if name.contains(symbol) || symbol.contains(name) {
+                    score += 0.5;
+                }
+                (score, name)
+            })
+            .filter(|(score, _)| *score > 0.7)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        let mut names: Vec<&str> = Vec::new();
+        for (_, name) in scored {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            if names.len() == 5 {
+                break;
+            }
+        }
+        if names.is_empty() {
+            "; list the functions with `nm -D --defined-only` or `nm --defined-only`".into()
+        } else {
+            format!("; did you mean: {}?", names.join(", "))
+        }
+    }
+}
+
+/// `outer(int)` → `outer`: C++ names can be given without their parameter list.
+fn strip_args(name: &str) -> &str {
+    match name.find('(') {
+        Some(at) if at > 0 => &name[..at],
+        _ => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn xtrace_elf_test_function(x: u64) -> u64 {
+        std::hint::black_box(x + 1)
+    }
+
+    fn own() -> ElfSymbols {
+        let exe = std::env::current_exe().unwrap();
+        ElfSymbols::read(&exe, &exe).unwrap()
+    }
+
+    #[test]
+    fn finds_own_function_at_its_file_offset() {
+        std::hint::black_box(xtrace_elf_test_function(1));
+        let symbols = own();
+        let found = symbols.lookup("xtrace_elf_test_function").unwrap();
+        assert_eq!(found.len(), 1);
+        let (name, offset) = &found[0];
+        assert_eq!(name, "xtrace_elf_test_function");
+        // The bytes at the offset are the function's machine code as loaded in memory.
+        let data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let code = xtrace_elf_test_function as *const u8;
+        // SAFETY: reading 8 bytes of our own function's code.
+        let in_memory = unsafe { std::slice::from_raw_parts(code, 8) };
+        assert_eq!(&data[*offset as usize..*offset as usize + 8], in_memory);
+    }
+
+    #[test]
+    fn suggests_close_names() {
+        let err = own().lookup("xtrace_elf_test_functoin").unwrap_err().to_string();
+        assert!(err.contains("did you mean: xtrace_elf_test_function"), "{err}");
+        assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn rejects_non_elf_and_directories() {
+        let dir = std::env::temp_dir().join(format!("xtrace-elf-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = dir.join("text");
+        std::fs::write(&text, "hello").unwrap();
+        assert!(matches!(
+            ElfSymbols::read(&text, &text),
+            Err(Error::NotElf { .. })
+        ));
+        let truncated = dir.join("truncated");
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        std::fs::write(&truncated, &exe[..100]).unwrap();
+        assert!(matches!(
+            ElfSymbols::read(&truncated, &truncated),
+            Err(Error::NotElf { .. })
+        ));
+        assert!(matches!(
+            ElfSymbols::read(&dir, &dir),
+            Err(Error::IsDirectory { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn strips_parameter_lists() {
+        assert_eq!(strip_args("outer(int)"), "outer");
+        assert_eq!(strip_args("plain"), "plain");
+        assert_eq!(strip_args("(anonymous namespace)::f"), "(anonymous namespace)::f");
+    }
+}

@@ -1,0 +1,18 @@
+//! Probe specifications and their attachment. `spec` parses what the user wrote, `elf` finds
+//! symbols in executables and libraries, `uprobe` resolves and attaches function spans.
+pub mod elf;
+pub mod spec;
+pub mod uprobe;
+
+/// One attached probe as user space knows it; its index in the probe table is the BPF cookie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// Demangled symbol name, as shown in traces and summaries.
+    pub name: String,
+    /// Probe family: "uprobe".
+    pub kind: &'static str,
+    /// The file the probe is in, as the traced process sees it.
+    pub target: String,
+    /// File offset of the probed instruction.
+    pub offset: u64,
+}

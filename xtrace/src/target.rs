@@ -1,0 +1,382 @@
+//! Traced processes: validating `--pid`, launching `-- COMMAND` held at a gate until the probes are
+//! attached, watching for exit through pidfds (Linux 5.3+), and resolving probe TARGETs to files.
+use std::{
+    io::{Read, Write},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::ExitStatus,
+};
+
+use crate::error::{Error, Result};
+
+/// A file to attach to: `open` is how xtrace reaches it (through /proc/PID/… where the process sees
+/// it), `shown` is its path as the traced process sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TargetFile {
+    pub open: PathBuf,
+    pub shown: PathBuf,
+}
+
+/// An existing process, held by a pidfd so its pid cannot be reused under us.
+#[derive(Debug)]
+pub struct Process {
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+}
+
+impl Process {
+    pub fn open(pid: u32) -> Result<Self> {
+        if pid == std::process::id() {
+            return Err(Error::SelfTrace { pid });
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|_| Error::NoSuchProcess { pid })?;
+        let tgid = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .ok_or(Error::NoSuchProcess { pid })?;
+        if tgid != pid {
+            return Err(Error::ThreadNotProcess { pid, tgid });
+        }
+        let pidfd = pidfd_open(pid).map_err(|_| Error::NoSuchProcess { pid })?;
+        Ok(Process { pid, pidfd })
+    }
+
+    /// The main executable of the process.
+    pub fn executable(&self) -> Result<TargetFile> {
+        let open = PathBuf::from(format!("/proc/{}/exe", self.pid));
+        let shown = std::fs::read_link(&open).map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+        Ok(TargetFile { open, shown })
+    }
+
+    /// A file of `TARGET` given as a path, reached through the process's root directory.
+    pub fn path(&self, path: &Path) -> TargetFile {
+        let absolute = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(path))
+                .unwrap_or_else(|_| path.to_path_buf())
+        };
+        let open = PathBuf::from(format!("/proc/{}/root", self.pid))
+            .join(absolute.strip_prefix("/").unwrap_or(&absolute));
+        TargetFile {
+            open,
+            shown: absolute,
+        }
+    }
+
+    /// The mapped library named `name` (`libc`, `libc.so.6`, ...).
+    pub fn library(&self, name: &str) -> Result<TargetFile> {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+        let shown = maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .filter(|path| path.starts_with('/'))
+            .find(|path| library_matches(path, name))
+            .ok_or_else(|| Error::LibraryNotMapped {
+                name: name.to_string(),
+                pid: self.pid,
+            })?;
+        Ok(self.path(Path::new(shown)))
+    }
+
+    /// The command name (`comm`) of the process, if it still exists.
+    pub fn comm(&self) -> Option<String> {
+        read_comm(&format!("/proc/{}/comm", self.pid))
+    }
+}
+
+/// Does the file at `path` provide library `name`? `libc` matches `libc.so.6` and `libc-2.36.so`;
+/// a name with ".so" in it must match the file name exactly.
+pub fn library_matches(path: &str, name: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    if name.contains(".so") {
+        return file == name;
+    }
+    file.strip_prefix(name)
+        .is_some_and(|rest| rest.starts_with(".so") || (rest.starts_with('-') && rest.contains(".so")))
+}
+
+/// Finds library `name` through the dynamic linker's cache, for a command that is not running yet.
+pub fn library_from_cache(name: &str) -> Result<TargetFile> {
+    let not_found = || Error::LibraryNotFound {
+        name: name.to_string(),
+    };
+    let output = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
+        .iter()
+        .find_map(|ldconfig| std::process::Command::new(ldconfig).arg("-p").output().ok())
+        .ok_or_else(not_found)?;
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let path = parse_ldconfig(&listing, name).ok_or_else(not_found)?;
+    Ok(TargetFile {
+        open: path.clone(),
+        shown: path,
+    })
+}
+
+/// The first path in `ldconfig -p` output whose library matches `name`, preferring this machine's
+/// word size (entries tagged x86-64 / AArch64 / 64bit over 32-bit ones).
+fn parse_ldconfig(listing: &str, name: &str) -> Option<PathBuf> {
+    let entries: Vec<(&str, &str)> = listing
+        .lines()
+        .filter_map(|line| {
+            let (left, path) = line.split_once(" => ")?;
+            let tags = left.trim();
+            library_matches(path.trim(), name).then_some((tags, path.trim()))
+        })
+        .collect();
+    let wide = |tags: &&str| tags.contains("x86-64") || tags.contains("64bit") || tags.contains("AArch64");
+    let chosen = entries
+        .iter()
+        .find(|(tags, _)| wide(tags))
+        .or_else(|| entries.first());
+    chosen.map(|(_, path)| PathBuf::from(path))
+}
+
+fn read_comm(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+/// Thread name of `tid` in process `pid`, if the thread still exists.
+pub fn thread_comm(pid: u32, tid: u32) -> Option<String> {
+    read_comm(&format!("/proc/{pid}/task/{tid}/comm"))
+}
+
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
+pub fn resolve_command(command: &str) -> Result<PathBuf> {
+    let not_found = || Error::CommandNotFound {
+        command: command.to_string(),
+    };
+    let is_exec = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        let path = PathBuf::from(command);
+        return if is_exec(&path) {
+            Ok(path)
+        } else {
+            Err(not_found())
+        };
+    }
+    let path = std::env::var_os("PATH").ok_or_else(not_found)?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(command))
+        .find(|p| is_exec(p))
+        .ok_or_else(not_found)
+}
+
+/// A launched command, stopped before `exec` until `release` is called. Dropping it unreleased
+/// makes the child exit without running the command.
+pub struct Launch {
+    pub process: Process,
+    pub argv: Vec<String>,
+    gate: std::io::PipeWriter,
+    spawned: std::sync::mpsc::Receiver<std::io::Result<()>>,
+    exited: Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>>,
+}
+
+impl Launch {
+    /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
+    pub fn start(program: &Path, argv: &[String]) -> Result<Self> {
+        let command = argv[0].clone();
+        let launch_err = |source| Error::Launch {
+            command: command.clone(),
+            source,
+        };
+        let (gate_read, gate) = std::io::pipe().map_err(launch_err)?;
+        let (mut pid_read, pid_write) = std::io::pipe().map_err(launch_err)?;
+        let mut cmd = std::process::Command::new(program);
+        cmd.arg0(&argv[0]).args(&argv[1..]);
+        let (gate_fd, gate_write_fd, pid_fd) =
+            (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
+        // SAFETY: the hook only calls async-signal-safe functions (close, getpid, write, read).
+        unsafe {
+            cmd.pre_exec(move || {
+                // Our copy of the gate's write end would keep the read below from ever seeing EOF.
+                libc::close(gate_write_fd);
+                let pid = libc::getpid().to_ne_bytes();
+                libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
+                let mut byte = 0u8;
+                if libc::read(gate_fd, (&raw mut byte).cast(), 1) == 1 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::from_raw_os_error(libc::ECANCELED))
+                }
+            });
+        }
+        let (spawned_tx, spawned) = std::sync::mpsc::channel();
+        let (exited_tx, exited) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("xtrace-launch".into())
+            .spawn(move || {
+                // The pipe ends stay open in this thread until the child has exec'd or failed.
+                let _ends = (gate_read, pid_write);
+                match cmd.spawn() {
+                    Ok(mut child) => {
+                        drop(_ends);
+                        let _ = spawned_tx.send(Ok(()));
+                        let _ = exited_tx.send(child.wait());
+                    }
+                    Err(e) => {
+                        let _ = spawned_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(launch_err)?;
+        let mut pid = [0u8; 4];
+        if pid_read.read_exact(&mut pid).is_err() {
+            let error = spawned
+                .recv()
+                .ok()
+                .and_then(|r| r.err())
+                .unwrap_or_else(|| std::io::Error::other("fork failed"));
+            return Err(launch_err(error));
+        }
+        let pid = i32::from_ne_bytes(pid) as u32;
+        let pidfd = pidfd_open(pid).map_err(launch_err)?;
+        Ok(Launch {
+            process: Process { pid, pidfd },
+            argv: argv.to_vec(),
+            gate,
+            spawned,
+            exited: Some(exited),
+        })
+    }
+
+    /// Lets the child exec the command; fails if the exec failed.
+    pub fn release(&mut self) -> Result<()> {
+        let command = self.argv[0].clone();
+        self.gate.write_all(&[1]).map_err(|source| Error::Launch {
+            command: command.clone(),
+            source,
+        })?;
+        match self.spawned.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(Error::Launch { command, source }),
+            Err(_) => Err(Error::Launch {
+                command,
+                source: std::io::Error::other("launcher thread died"),
+            }),
+        }
+    }
+
+    /// The receiver of the command's exit status (once).
+    pub fn take_exit(&mut self) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>> {
+        self.exited.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_names() {
+        assert!(library_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc"));
+        assert!(library_matches("/lib/libc-2.36.so", "libc"));
+        assert!(library_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6"));
+        assert!(!library_matches("/lib/x86_64-linux-gnu/libcap.so.2", "libc"));
+        assert!(!library_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc.so"));
+        assert!(library_matches("/opt/libxtfix.so", "libxtfix"));
+    }
+
+    #[test]
+    fn ldconfig_prefers_64_bit() {
+        let listing = "2 libs found in cache `/etc/ld.so.cache'\n\
+            \tlibc.so.6 (libc6) => /lib32/libc.so.6\n\
+            \tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n\
+            \tlibcap.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcap.so.2\n";
+        assert_eq!(
+            parse_ldconfig(listing, "libc"),
+            Some("/lib/x86_64-linux-gnu/libc.so.6".into())
+        );
+        assert_eq!(
+            parse_ldconfig(listing, "libcap"),
+            Some("/lib/x86_64-linux-gnu/libcap.so.2".into())
+        );
+        assert_eq!(parse_ldconfig(listing, "libfoo"), None);
+    }
+
+    #[test]
+    fn own_process_is_refused_and_missing_pid_reported() {
+        assert!(matches!(
+            Process::open(std::process::id()),
+            Err(Error::SelfTrace { .. })
+        ));
+        assert!(matches!(
+            Process::open(999_999_999),
+            Err(Error::NoSuchProcess { pid: 999_999_999 })
+        ));
+    }
+
+    #[test]
+    fn threads_are_not_processes() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let pid = std::process::id();
+        assert!(matches!(Process::open(tid), Err(Error::ThreadNotProcess { tgid, .. }) if tgid == pid));
+        done_tx.send(()).unwrap();
+        handle.join().unwrap();
+    }
+
+    #[test]
+    fn commands_resolve_through_path() {
+        assert!(resolve_command("sh").unwrap().ends_with("sh"));
+        assert!(matches!(
+            resolve_command("no-such-command-xtrace"),
+            Err(Error::CommandNotFound { .. })
+        ));
+        assert!(matches!(
+            resolve_command("/etc/passwd"),
+            Err(Error::CommandNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn launch_waits_at_the_gate_and_reports_exit() {
+        let program = resolve_command("sh").unwrap();
+        let argv = vec!["sh".to_string(), "-c".to_string(), "exit 7".to_string()];
+        let mut launch = Launch::start(&program, &argv).unwrap();
+        // Still held at the gate: it is our forked copy, not yet `sh`.
+        assert_ne!(launch.process.comm().as_deref(), Some("sh"));
+        launch.release().unwrap();
+        let status = launch.take_exit().unwrap().blocking_recv().unwrap().unwrap();
+        assert_eq!(status.code(), Some(7));
+    }
+
+    #[test]
+    fn unreleased_launch_never_runs_the_command() {
+        let marker = std::env::temp_dir().join(format!("xtrace-gate-{}", std::process::id()));
+        let program = resolve_command("touch").unwrap();
+        let argv = vec!["touch".to_string(), marker.display().to_string()];
+        let mut launch = Launch::start(&program, &argv).unwrap();
+        let exited = launch.take_exit().unwrap();
+        drop(launch);
+        assert!(exited.blocking_recv().is_err(), "the child must fail before exec");
+        assert!(!marker.exists());
+    }
+}
