@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 
+mod floor;
 mod lifecycle;
 mod maps;
 mod uprobe;
