@@ -77,6 +77,17 @@ impl Xtrace {
         Self::spawn_command(setpriv, args)
     }
 
+    /// Like [`Xtrace::spawn`] with extra environment variables.
+    pub fn spawn_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(xtrace_bin());
+        command.envs(env.iter().copied());
+        Self::spawn_command(command, args)
+    }
+
     fn spawn_command<I, S>(mut command: Command, args: I) -> Xtrace
     where
         I: IntoIterator<Item = S>,

@@ -1,7 +1,8 @@
 //! Bad input: each case must print exactly one stderr line starting `xtrace: error: ` that names
 //! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
 //! reaped pids, a non-ELF and a directory as TARGET, an unknown symbol (with a close-name
-//! suggestion), running without root, and invalid flag combinations.
+//! suggestion), running without root, invalid flag combinations, an unusable output directory
+//! and an invalid ring-buffer size.
 
 use std::{os::unix::fs::PermissionsExt, process::Command};
 
@@ -191,4 +192,45 @@ fn no_uprobe() {
     let fixture = spin();
     let tmp = TempDir::new("no-uprobe");
     run_error(args!["-p", fixture.pid().to_string(), "-o", tmp.join("out")]);
+}
+
+#[test]
+fn unusable_output_directory() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = spin();
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "-o",
+        "/proc/xtrace-no-such-dir"
+    ]);
+    assert!(
+        line.contains("cannot write /proc/xtrace-no-such-dir"),
+        "names the directory: {line}"
+    );
+}
+
+#[test]
+fn invalid_buffer_size() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = spin();
+    let tmp = TempDir::new("bad-buffer");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "--buffer-size",
+        "3M",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("power of two"), "says what a valid size is: {line}");
+    assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
 }

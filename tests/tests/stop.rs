@@ -1,4 +1,4 @@
-//! Stop paths: `-d` expiry, SIGINT and SIGTERM while tracing `spans spin` (calls `work` forever,
+//! Stop paths: `-d` expiry, SIGINT, SIGTERM and SIGHUP while tracing `spans spin` (calls `work` forever,
 //! ~100 per ms) under `--pid`, and `-d` expiry with a launched command (which then gets SIGTERM).
 //! On every path xtrace exits 0, writes valid outputs whose span count matches the summary, records
 //! the stop reason, and leaves no BPF program loaded.
@@ -102,6 +102,14 @@ fn sigterm_stops() {
         return;
     }
     stop_spin_under_pid(Stop::Signal(libc::SIGTERM), "terminated");
+}
+
+#[test]
+fn sighup_stops() {
+    if !require_bpf() {
+        return;
+    }
+    stop_spin_under_pid(Stop::Signal(libc::SIGHUP), "hangup");
 }
 
 #[test]

@@ -8,6 +8,8 @@ pub enum Error {
     NoSuchProcess { pid: u32 },
     #[error("pid {pid} is a thread of process {tgid}: pass --pid {tgid}")]
     ThreadNotProcess { pid: u32, tgid: u32 },
+    #[error("process {pid} exited while xtrace was attaching: trace a process that keeps running, or launch it with `xtrace -- COMMAND`")]
+    ExitedDuringAttach { pid: u32 },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
     #[error("{path}: {reason}")]
@@ -38,7 +40,7 @@ pub enum Error {
         "missing capability {missing} (xtrace needs CAP_BPF and CAP_PERFMON, or root): run it with sudo"
     )]
     MissingCapability { missing: String },
-    #[error("output directory {path}: {source}; choose another with -o DIR")]
+    #[error("cannot write {path}: {source}; choose another output directory with -o DIR")]
     Output { path: PathBuf, source: std::io::Error },
     #[error("attaching {what}: {source}")]
     Attach {

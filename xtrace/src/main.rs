@@ -2,7 +2,10 @@
 use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};
-use xtrace::{cli::Cli, session};
+use xtrace::{
+    cli::{status::Console, Cli},
+    session,
+};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -28,11 +31,8 @@ fn main() -> ExitCode {
         }
     };
     let quiet = args.quiet;
-    let result = runtime.block_on(session::record(&args, |notice| {
-        if !quiet {
-            eprintln!("xtrace: {notice}");
-        }
-    }));
+    let mut console = Console::new(quiet);
+    let result = runtime.block_on(session::record(&args, &mut console));
     match result {
         Ok(recording) => {
             if !quiet {

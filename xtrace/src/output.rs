@@ -1,7 +1,8 @@
 //! The output directory: its default name, creating it, and creating files in it without following
-//! symbolic links.
+//! symbolic links. Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
 use std::{
     fs::File,
+    io::Write,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
 };
@@ -28,14 +29,44 @@ pub fn default_dir() -> PathBuf {
     ))
 }
 
-/// Creates `dir` (and parents) if needed.
+/// The user who ran `sudo xtrace`, when xtrace runs as root under sudo.
+fn invoking_user() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let id = |name| std::env::var(name).ok()?.parse::<u32>().ok();
+    Some((id("SUDO_UID")?, id("SUDO_GID")?))
+}
+
+/// Hands `path` to the invoking user under sudo.
+fn give_to_invoking_user(path: &Path) -> std::io::Result<()> {
+    match invoking_user() {
+        Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+        None => Ok(()),
+    }
+}
+
+/// Creates `dir` if needed (its parents too); a directory xtrace creates belongs to the invoking
+/// user under sudo. Fails now, before anything is attached, if files cannot be created there.
 pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
     let err = |source| Error::Output {
         path: dir.clone(),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(err)?;
+    if !dir.is_dir() {
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        give_to_invoking_user(&dir).map_err(err)?;
+    }
+    let probe = dir.join(format!(".xtrace-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&probe)
+        .map_err(err)?;
+    let _ = std::fs::remove_file(&probe);
     Ok(dir)
 }
 
@@ -49,7 +80,22 @@ pub fn create(dir: &Path, name: &str) -> Result<File> {
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o644)
         .open(&path)
+        .and_then(|file| give_to_invoking_user(&path).map(|()| file))
         .map_err(|source| Error::Output { path, source })
+}
+
+/// Writes `dir/name` whole.
+pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let mut file = create(dir, name)?;
+    file.write_all(bytes).map_err(|source| Error::Output {
+        path: dir.join(name),
+        source,
+    })
+}
+
+/// Renames `dir/name` to `dir/name.partial` after a failed write, so no one mistakes it for whole.
+pub fn mark_partial(dir: &Path, name: &str) {
+    let _ = std::fs::rename(dir.join(name), dir.join(format!("{name}.partial")));
 }
 
 #[cfg(test)]
@@ -61,6 +107,34 @@ mod tests {
         let name = default_dir().display().to_string();
         assert_eq!(name.len(), "xtrace-20260101-120000".len(), "{name}");
         assert!(name.starts_with("xtrace-20"));
+    }
+
+    #[test]
+    fn unwritable_directories_fail_early() {
+        assert!(matches!(
+            prepare(Some(Path::new("/proc/xtrace-cannot-exist"))),
+            Err(Error::Output { .. })
+        ));
+        assert!(matches!(
+            prepare(Some(Path::new("/proc/self"))),
+            Err(Error::Output { .. })
+        ));
+    }
+
+    #[test]
+    fn partial_outputs_are_renamed() {
+        let dir = prepare(Some(
+            &std::env::temp_dir().join(format!("xtrace-partial-{}", std::process::id())),
+        ))
+        .unwrap();
+        write(&dir, "trace.json", b"{\"traceEvents\":[").unwrap();
+        mark_partial(&dir, "trace.json");
+        assert!(!dir.join("trace.json").exists());
+        assert_eq!(
+            std::fs::read(dir.join("trace.json.partial")).unwrap(),
+            b"{\"traceEvents\":["
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

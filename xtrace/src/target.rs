@@ -84,6 +84,17 @@ impl Process {
         Ok(self.path(Path::new(shown)))
     }
 
+    /// Whether the process has exited (its pidfd is readable).
+    pub fn has_exited(&self) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        unsafe { libc::poll(&mut poll, 1, 0) == 1 }
+    }
+
     /// The command name (`comm`) of the process, if it still exists.
     pub fn comm(&self) -> Option<String> {
         read_comm(&format!("/proc/{}/comm", self.pid))
@@ -354,6 +365,16 @@ mod tests {
             resolve_command("/etc/passwd"),
             Err(Error::CommandNotFound { .. })
         ));
+    }
+
+    #[test]
+    fn exit_is_seen_through_the_pidfd() {
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let process = Process::open(child.id()).unwrap();
+        assert!(!process.has_exited());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(process.has_exited());
     }
 
     #[test]

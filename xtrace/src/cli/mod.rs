@@ -1,5 +1,6 @@
 //! Command line: `xtrace [record] ...`. `record` is also what `xtrace` does without a subcommand.
 pub mod record;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 

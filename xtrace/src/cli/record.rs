@@ -24,7 +24,12 @@ pub struct RecordArgs {
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
 
-    /// Print nothing but errors (no attach notice, no summary table).
+    /// Size of the kernel ring buffer that carries events to xtrace: a power of two of at least
+    /// 4K, with an optional K, M or G suffix. A larger buffer rides out longer bursts.
+    #[arg(long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
+    pub buffer_size: u32,
+
+    /// Print nothing but errors (no attach notice, no live status, no summary table).
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
 
@@ -43,9 +48,38 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
+fn parse_buffer_size(text: &str) -> Result<u32, String> {
+    let (digits, unit) = match text.as_bytes().last() {
+        Some(b'K' | b'k') => (&text[..text.len() - 1], 1u64 << 10),
+        Some(b'M' | b'm') => (&text[..text.len() - 1], 1 << 20),
+        Some(b'G' | b'g') => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    let bytes = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("`{text}` is not a size in bytes (e.g. 65536, 256K, 16M)"))?;
+    if !bytes.is_power_of_two() || !(4096..=1 << 30).contains(&bytes) {
+        return Err(format!("`{text}` must be a power of two from 4K to 1G"));
+    }
+    Ok(bytes as u32)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_buffer_size, parse_duration};
+
+    #[test]
+    fn buffer_sizes() {
+        assert_eq!(parse_buffer_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_buffer_size("4096"), Ok(4096));
+        assert_eq!(parse_buffer_size("256k"), Ok(256 << 10));
+        assert_eq!(parse_buffer_size("1G"), Ok(1 << 30));
+        for bad in ["3M", "2048", "2G", "abc", "", "M", "99999999999999999999K"] {
+            assert!(parse_buffer_size(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -45,6 +45,10 @@ pub struct TargetSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub duration_ns: u64,
+    /// Loading the kernel programs and attaching every probe.
+    pub attach_ns: u64,
+    /// Detaching every probe and unloading the programs.
+    pub detach_ns: u64,
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
@@ -146,6 +150,8 @@ mod tests {
     fn summary() -> Summary {
         Summary {
             duration_ns: 1_500_000_000,
+            attach_ns: 2_000_000,
+            detach_ns: 3_000_000,
             stop_reason: "targets_exited",
             lost_events: 0,
             lost: Lost::default(),
@@ -182,6 +188,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&summary().to_json()).unwrap();
         assert_eq!(v["duration_ns"], 1_500_000_000u64);
         assert_eq!(v["lost_events"], 0);
+        assert_eq!(
+            (v["attach_ns"].as_u64(), v["detach_ns"].as_u64()),
+            (Some(2_000_000), Some(3_000_000))
+        );
         assert_eq!(v["stop_reason"], "targets_exited");
         let p = &v["probes"][0];
         for (key, value) in [

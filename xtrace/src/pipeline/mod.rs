@@ -4,20 +4,25 @@ pub mod decode;
 pub mod reader;
 pub mod stats;
 pub mod threads;
+pub mod writer;
 
 use std::io::Write;
 
 use crate::{
-    export::chrome::ChromeWriter,
-    pipeline::{decode::Event, stats::ProbeStats, threads::Names},
+    pipeline::{
+        decode::Event,
+        stats::ProbeStats,
+        threads::Names,
+        writer::{SpanOut, TraceWriter},
+    },
     probes::ProbeInfo,
 };
 
 /// Everything the records of one recording feed into.
-pub struct Pipeline<W: Write> {
+pub struct Pipeline<W: Write + Send + 'static> {
     pub probes: Vec<ProbeInfo>,
     pub stats: Vec<ProbeStats>,
-    pub trace: ChromeWriter<W>,
+    pub trace: TraceWriter<W>,
     pub names: Names,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     pub undecodable: u64,
@@ -26,8 +31,8 @@ pub struct Pipeline<W: Write> {
     pub events: u64,
 }
 
-impl<W: Write> Pipeline<W> {
-    pub fn new(probes: Vec<ProbeInfo>, trace: ChromeWriter<W>) -> Self {
+impl<W: Write + Send + 'static> Pipeline<W> {
+    pub fn new(probes: Vec<ProbeInfo>, trace: TraceWriter<W>) -> Self {
         let stats = probes.iter().map(|_| ProbeStats::default()).collect();
         Pipeline {
             probes,
@@ -53,14 +58,14 @@ impl<W: Write> Pipeline<W> {
                 let duration = span.header.ts_ns.saturating_sub(span.start_ns);
                 stats.add(duration);
                 self.names.saw(span.header.pid, span.header.tid);
-                self.trace.span(
-                    id,
-                    span.header.pid,
-                    span.header.tid,
-                    span.start_ns,
-                    duration,
-                    span.depth,
-                )
+                self.trace.span(SpanOut {
+                    probe: id,
+                    pid: span.header.pid,
+                    tid: span.header.tid,
+                    start_ns: span.start_ns,
+                    dur_ns: duration,
+                    depth: span.depth,
+                })
             }
             Ok(Event::Thread(thread)) => {
                 let len = thread

@@ -1,0 +1,95 @@
+//! The console side of a recording: the attach notice and, on a terminal, a one-line live status
+//! (elapsed, events, events/s, lost, trace.json size) drawn with indicatif. `-q` silences both.
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{
+    export::summary::human,
+    session::{Observer, Progress},
+};
+
+pub struct Console {
+    quiet: bool,
+    bar: Option<ProgressBar>,
+}
+
+impl Console {
+    pub fn new(quiet: bool) -> Self {
+        Console { quiet, bar: None }
+    }
+}
+
+/// 1234567 → "1.2 MB".
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1_000 => format!("{bytes} B"),
+        1_000..1_000_000 => format!("{:.1} kB", bytes as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", bytes as f64 / 1e6),
+        _ => format!("{:.2} GB", bytes as f64 / 1e9),
+    }
+}
+
+/// The status line's text.
+pub fn status_line(p: &Progress) -> String {
+    format!(
+        "{}  {} events  {:.0}/s  {} lost  trace.json {}",
+        human(p.elapsed.as_nanos() as u64),
+        p.events,
+        p.rate,
+        p.lost,
+        size(p.output_bytes)
+    )
+}
+
+impl Observer for Console {
+    fn attached(&mut self, notice: &str) {
+        if self.quiet {
+            return;
+        }
+        eprintln!("xtrace: {notice}");
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            self.bar = Some(bar);
+        }
+    }
+
+    fn progress(&mut self, progress: &Progress) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(status_line(progress));
+            bar.tick();
+        }
+    }
+
+    fn stopped(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn line() {
+        let p = Progress {
+            elapsed: Duration::from_millis(2500),
+            events: 12345,
+            rate: 4000.4,
+            lost: 2,
+            output_bytes: 1_500_000,
+        };
+        assert_eq!(
+            status_line(&p),
+            "2.500s  12345 events  4000/s  2 lost  trace.json 1.5 MB"
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! The trace writer thread: the reader hands it spans in batches over a bounded channel, so writing
+//! trace.json never stalls draining the ring buffer (back-pressure only when the disk is slower
+//! than the event stream for longer than the channel holds). Counts the bytes written for the live
+//! status line.
+use std::{
+    io::{self, Write},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc::{sync_channel, SyncSender},
+        Arc,
+    },
+    thread::JoinHandle,
+};
+
+use crate::export::chrome::ChromeWriter;
+
+/// One span for trace.json.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanOut {
+    pub probe: usize,
+    pub pid: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    pub depth: u32,
+}
+
+/// Spans per batch handed to the writer thread.
+const BATCH: usize = 4096;
+/// Batches in flight before the reader waits for the writer.
+const BATCHES_IN_FLIGHT: usize = 256;
+
+/// Counts bytes passing through to `W`.
+pub struct Counted<W> {
+    inner: W,
+    bytes: Arc<AtomicU64>,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+pub struct TraceWriter<W: Write + Send + 'static> {
+    /// None once finishing (closing the channel ends the writer thread's loop).
+    tx: Option<SyncSender<Vec<SpanOut>>>,
+    /// None once joined (after the thread stopped on an error).
+    thread: Option<JoinHandle<io::Result<ChromeWriter<Counted<W>>>>>,
+    batch: Vec<SpanOut>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl<W: Write + Send + 'static> TraceWriter<W> {
+    /// Starts the writer thread on `out`, writing the trace header for `probes` (name, category).
+    pub fn spawn(out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let mut chrome = ChromeWriter::new(
+            Counted {
+                inner: out,
+                bytes: bytes.clone(),
+            },
+            probes,
+        )?;
+        let (tx, rx) = sync_channel::<Vec<SpanOut>>(BATCHES_IN_FLIGHT);
+        let thread = std::thread::Builder::new()
+            .name("xtrace-writer".into())
+            .spawn(move || {
+                for batch in rx {
+                    for s in batch {
+                        chrome.span(s.probe, s.pid, s.tid, s.start_ns, s.dur_ns, s.depth)?;
+                    }
+                }
+                Ok(chrome)
+            })?;
+        Ok(TraceWriter {
+            tx: Some(tx),
+            thread: Some(thread),
+            batch: Vec::with_capacity(BATCH),
+            bytes,
+        })
+    }
+
+    pub fn span(&mut self, span: SpanOut) -> io::Result<()> {
+        self.batch.push(span);
+        if self.batch.len() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the pending batch to the writer thread.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        if self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok()) {
+            return Ok(());
+        }
+        // A closed channel means the writer thread stopped on an error: report that error.
+        match self.join() {
+            Err(e) => Err(e),
+            Ok(_) => Err(io::Error::other("the trace writer stopped")),
+        }
+    }
+
+    fn join(&mut self) -> io::Result<ChromeWriter<Counted<W>>> {
+        let thread = self
+            .thread
+            .take()
+            .ok_or_else(|| io::Error::other("the trace writer stopped"))?;
+        thread
+            .join()
+            .map_err(|_| io::Error::other("the trace writer panicked"))?
+    }
+
+    /// Bytes written to the output so far.
+    pub fn bytes(&self) -> Arc<AtomicU64> {
+        self.bytes.clone()
+    }
+
+    /// Sends what is pending, waits for the writer thread, and returns the trace for its metadata
+    /// and closing; the writer's own error, if it had one.
+    pub fn finish(mut self) -> io::Result<ChromeWriter<Counted<W>>> {
+        self.flush()?;
+        self.tx = None;
+        self.join()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_every_span_in_order_across_batches() {
+        let mut writer = TraceWriter::spawn(Vec::new(), &[("work", "uprobe")]).unwrap();
+        let bytes = writer.bytes();
+        let n = BATCH * 3 + 17;
+        for i in 0..n {
+            let span = SpanOut {
+                probe: 0,
+                pid: 1,
+                tid: 2,
+                start_ns: i as u64 * 1000,
+                dur_ns: 5,
+                depth: 0,
+            };
+            writer.span(span).unwrap();
+        }
+        let out = writer.finish().unwrap().finish().unwrap();
+        assert_eq!(bytes.load(Ordering::Relaxed), out.inner.len() as u64);
+        let doc: serde_json::Value = serde_json::from_slice(&out.inner).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap();
+        assert_eq!(events.len(), n);
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e["ts"].as_f64(), Some(i as f64), "span {i} out of order");
+        }
+    }
+
+    /// A writer that fails after `budget` bytes, like a full disk.
+    struct Full {
+        budget: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if buf.len() > self.budget {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.budget -= buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn reports_the_writers_error() {
+        let mut writer = TraceWriter::spawn(Full { budget: 1000 }, &[("work", "uprobe")]).unwrap();
+        let span = SpanOut {
+            probe: 0,
+            pid: 1,
+            tid: 2,
+            start_ns: 0,
+            dur_ns: 5,
+            depth: 0,
+        };
+        let mut first = None;
+        for _ in 0..100_000 {
+            if let Err(e) = writer.span(span) {
+                first = Some(e);
+                break;
+            }
+        }
+        assert_eq!(
+            first.expect("a full output must fail").raw_os_error(),
+            Some(libc::ENOSPC)
+        );
+        let err = writer
+            .finish()
+            .err()
+            .expect("finishing after a failure fails too");
+        assert_eq!(err.to_string(), "the trace writer stopped");
+    }
+}

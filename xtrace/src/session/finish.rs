@@ -1,0 +1,129 @@
+//! The end of a recording: the launched command's exit, trace metadata (process and thread names),
+//! and the summary files.
+use std::{io::Write, path::Path, time::Duration};
+
+use super::run::Stop;
+use crate::{
+    error::{Error, Result},
+    export::summary::{CommandSummary, Lost, ProbeSummary, Summary, TargetSummary},
+    output,
+    pipeline::Pipeline,
+    probes::uprobe::Plan,
+    target::{thread_comm, Launch},
+};
+
+pub struct Timing {
+    pub duration_ns: u64,
+    pub attach_ns: u64,
+    pub detach_ns: u64,
+}
+
+type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
+
+/// The launched command's exit; a command still running gets SIGTERM, then SIGKILL after 2 s.
+pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = launch.process.pid;
+    let mut status = exit.try_recv().ok();
+    if status.is_none() {
+        // SAFETY: plain kill(2); the child is unreaped (its waiter has not reported), so the pid is ours.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        status = match tokio::time::timeout(Duration::from_secs(2), &mut exit).await {
+            Ok(result) => result.ok(),
+            Err(_) => {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                exit.await.ok()
+            }
+        };
+    }
+    let status = status.and_then(|r| r.ok());
+    CommandSummary {
+        argv: launch.argv.clone(),
+        pid,
+        exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+    }
+}
+
+/// Closes trace.json with its metadata and writes summary.json and summary.txt.
+#[allow(clippy::too_many_arguments)]
+pub fn write<W: Write + Send + 'static>(
+    out: &Path,
+    plan: &Plan,
+    pipeline: Pipeline<W>,
+    mut comms: Vec<(u32, Option<String>)>,
+    target_pids: &[u32],
+    stop: Stop,
+    lost: Lost,
+    command: Option<CommandSummary>,
+    timing: Timing,
+) -> Result<Summary> {
+    let trace_err = |source| Error::Output {
+        path: out.join("trace.json"),
+        source,
+    };
+    let Pipeline {
+        mut stats,
+        trace,
+        names,
+        ..
+    } = pipeline;
+    let mut trace = trace.finish().map_err(trace_err)?;
+    // A launched command was read before exec; the kernel's name for its main thread is better.
+    for (pid, comm) in comms.iter_mut() {
+        if let Some(name) = names.threads.get(&(*pid, *pid)).cloned().flatten() {
+            *comm = Some(name);
+        }
+    }
+    for (pid, _) in names.threads.keys() {
+        if !comms.iter().any(|(p, _)| p == pid) {
+            comms.push((*pid, thread_comm(*pid, *pid)));
+        }
+    }
+    for (pid, comm) in &comms {
+        trace
+            .process_name(*pid, comm.as_deref().unwrap_or("?"))
+            .map_err(trace_err)?;
+    }
+    for ((pid, tid), name) in &names.threads {
+        if let Some(name) = name {
+            trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
+        }
+    }
+    trace.finish().map_err(trace_err)?;
+
+    let mut probes: Vec<ProbeSummary> = plan
+        .probes
+        .iter()
+        .zip(stats.iter_mut())
+        .map(|(p, s)| ProbeSummary {
+            name: p.name.clone(),
+            kind: p.kind,
+            target: p.target.clone(),
+            stats: s.distribution(),
+        })
+        .collect();
+    probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
+    let summary = Summary {
+        duration_ns: timing.duration_ns,
+        attach_ns: timing.attach_ns,
+        detach_ns: timing.detach_ns,
+        stop_reason: stop.reason(),
+        lost_events: lost.total(),
+        lost,
+        probes,
+        command,
+        targets: comms
+            .iter()
+            .filter(|(pid, _)| target_pids.contains(pid))
+            .map(|(pid, comm)| TargetSummary {
+                pid: *pid,
+                comm: comm.clone().unwrap_or_default(),
+            })
+            .collect(),
+    };
+    output::write(out, "summary.json", summary.to_json().as_bytes())?;
+    output::write(out, "summary.txt", summary.table().as_bytes())?;
+    Ok(summary)
+}

@@ -1,0 +1,202 @@
+//! One recording from start to stop: validate input, attach, read until a stop condition (`run`),
+//! detach, and write the outputs (`finish`). Every stop path ends with complete outputs; every error
+//! path drops the kernel attachments (they are fd-based), and a trace cut short by an output error
+//! is renamed `trace.json.partial`.
+mod finish;
+mod run;
+
+use std::{io::BufWriter, time::Instant};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+
+use crate::{
+    bpf,
+    cli::RecordArgs,
+    error::{Error, Result},
+    export::summary::Summary,
+    output,
+    pipeline::{reader::RingReader, writer::TraceWriter, Pipeline},
+    privilege,
+    probes::{
+        spec::UprobeSpec,
+        uprobe::{self, Plan, Scope},
+    },
+    target::{resolve_command, Launch, Process},
+};
+
+pub use run::Progress;
+
+/// What a finished recording hands back to the CLI.
+pub struct Recording {
+    pub summary: Summary,
+    pub output: std::path::PathBuf,
+}
+
+/// What the CLI shows while recording; the library itself prints nothing.
+pub trait Observer {
+    /// Every probe is attached and recording has started.
+    fn attached(&mut self, notice: &str);
+    /// A few times a second while recording.
+    fn progress(&mut self, progress: &Progress);
+    /// Recording stopped; outputs are being written.
+    fn stopped(&mut self) {}
+}
+
+/// The processes being traced: given by pid, or one launched command.
+enum Targets {
+    Pids(Vec<Process>),
+    Launched(Launch),
+}
+
+impl Targets {
+    fn processes(&self) -> Vec<&Process> {
+        match self {
+            Targets::Pids(processes) => processes.iter().collect(),
+            Targets::Launched(launch) => vec![&launch.process],
+        }
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.processes().iter().map(|p| p.pid).collect()
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Targets::Launched(l) => format!("`{}` (pid {})", l.argv.join(" "), l.process.pid),
+            Targets::Pids(_) => {
+                let pids: Vec<String> = self.pids().iter().map(u32::to_string).collect();
+                format!("pid {}", pids.join(", "))
+            }
+        }
+    }
+}
+
+/// Resolves targets and probes; a command is launched (held at its gate) only once everything
+/// else has been validated, the output directory included.
+fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, std::path::PathBuf)> {
+    if args.command.is_empty() {
+        let mut pids = args.pid.clone();
+        pids.sort_unstable();
+        pids.dedup();
+        let processes = pids.into_iter().map(Process::open).collect::<Result<Vec<_>>>()?;
+        let plan = uprobe::plan(specs, &processes.iter().map(Scope::Process).collect::<Vec<_>>())?;
+        let out = output::prepare(args.output.as_deref())?;
+        Ok((Targets::Pids(processes), plan, out))
+    } else {
+        let program = resolve_command(&args.command[0])?;
+        let plan = uprobe::plan(specs, &[Scope::Command(&program)])?;
+        let out = output::prepare(args.output.as_deref())?;
+        Ok((
+            Targets::Launched(Launch::start(&program, &args.command)?),
+            plan,
+            out,
+        ))
+    }
+}
+
+/// Records until a stop condition, telling `observer` what happens.
+pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
+    privilege::check()?;
+    let specs = args
+        .uprobe
+        .iter()
+        .map(|s| UprobeSpec::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    let (mut targets, plan, out) = resolve(args, &specs)?;
+
+    let attach_started = Instant::now();
+    let mut ebpf = bpf::load(args.buffer_size)?;
+    let uprobes = uprobe::attach(&mut ebpf, &plan, &targets.pids()).map_err(|e| {
+        // A process that exits while we attach makes the kernel refuse; say so plainly.
+        match targets.processes().iter().find(|p| p.has_exited()) {
+            Some(p) => Error::ExitedDuringAttach { pid: p.pid },
+            None => e,
+        }
+    })?;
+    let attach_ns = attach_started.elapsed().as_nanos() as u64;
+    let map_err = |name| move |source| Error::Map { name, source };
+    let ring = RingBuf::try_from(bpf::take_map(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
+    let counters: PerCpuArray<MapData, u64> =
+        PerCpuArray::try_from(bpf::take_map(&mut ebpf, "COUNTERS")?).map_err(map_err("COUNTERS"))?;
+    let mut reader = RingReader::new(ring)?;
+
+    let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
+    let trace_file = output::create(&out, "trace.json")?;
+    let writer =
+        TraceWriter::spawn(BufWriter::with_capacity(1 << 20, trace_file), &names).map_err(|source| {
+            Error::Output {
+                path: out.join("trace.json"),
+                source,
+            }
+        })?;
+    let mut exit = None;
+    if let Targets::Launched(launch) = &mut targets {
+        launch.release()?;
+        exit = launch.take_exit();
+    }
+    let plural = if plan.probes.len() == 1 { "" } else { "s" };
+    observer.attached(&format!(
+        "attached {} probe{plural} ({uprobes} uprobes) to {}; Ctrl-C to stop",
+        plan.probes.len(),
+        targets.describe()
+    ));
+
+    let started = Instant::now();
+    let mut pipeline = Pipeline::new(plan.probes.clone(), writer);
+    let comms: Vec<(u32, Option<String>)> = targets.processes().iter().map(|p| (p.pid, p.comm())).collect();
+    let stopped = run::run(
+        &mut reader,
+        &mut pipeline,
+        &counters,
+        &targets.processes(),
+        args.duration,
+        &out.join("trace.json"),
+        observer,
+    )
+    .await;
+    let duration_ns = started.elapsed().as_nanos() as u64;
+    observer.stopped();
+    // Detach first so nothing new arrives, then read what is left.
+    let detach_started = Instant::now();
+    uprobe::detach(&mut ebpf);
+    drop(ebpf);
+    let detach_ns = detach_started.elapsed().as_nanos() as u64;
+    let result = async {
+        let stop = stopped?;
+        reader
+            .drain(|bytes| pipeline.record(bytes))
+            .map_err(|source| Error::Output {
+                path: out.join("trace.json"),
+                source,
+            })?;
+        let lost = bpf::read_lost(&counters)?;
+        let command = match (&targets, exit) {
+            (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
+            _ => None,
+        };
+        let timing = finish::Timing {
+            duration_ns,
+            attach_ns,
+            detach_ns,
+        };
+        finish::write(
+            &out,
+            &plan,
+            pipeline,
+            comms,
+            &targets.pids(),
+            stop,
+            lost,
+            command,
+            timing,
+        )
+    }
+    .await;
+    if let Err(Error::Output { .. }) = &result {
+        output::mark_partial(&out, "trace.json");
+    }
+    Ok(Recording {
+        summary: result?,
+        output: out,
+    })
+}

@@ -1,0 +1,130 @@
+//! The recording loop: drain the ring buffer when the kernel signals or every poll interval, report
+//! progress, and return on the first stop condition (-d, SIGINT, SIGTERM, SIGHUP, targets exited).
+use std::{
+    io::Write,
+    os::fd::OwnedFd,
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, PerCpuArray};
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
+};
+
+use super::Observer;
+use crate::{
+    bpf,
+    error::{Error, Result},
+    pipeline::{reader::RingReader, Pipeline},
+    target::Process,
+};
+
+/// How often the observer hears about progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What the live status line shows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    pub elapsed: Duration,
+    pub events: u64,
+    /// Events per second over the last interval.
+    pub rate: f64,
+    pub lost: u64,
+    pub output_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Duration,
+    Interrupted,
+    Terminated,
+    HungUp,
+    TargetsExited,
+}
+
+impl Stop {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Stop::Duration => "duration",
+            Stop::Interrupted => "interrupted",
+            Stop::Terminated => "terminated",
+            Stop::HungUp => "hangup",
+            Stop::TargetsExited => "targets_exited",
+        }
+    }
+}
+
+/// Reads records until a stop condition.
+pub async fn run<W: Write + Send + 'static>(
+    reader: &mut RingReader,
+    pipeline: &mut Pipeline<W>,
+    counters: &PerCpuArray<MapData, u64>,
+    processes: &[&Process],
+    duration: Option<Duration>,
+    trace_path: &std::path::Path,
+    observer: &mut dyn Observer,
+) -> Result<Stop> {
+    let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
+    let (mut int, mut term, mut hup) = (
+        sig(SignalKind::interrupt())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::hangup())?,
+    );
+    let pidfds = processes
+        .iter()
+        .map(|p| p.pidfd.try_clone())
+        .collect::<std::io::Result<Vec<OwnedFd>>>()
+        .map_err(|e| Error::io("watching the traced processes", e))?;
+    let watched = pidfds
+        .into_iter()
+        // SAFETY: each OwnedFd is an open pidfd owned by its AsyncFd until the AsyncFd is dropped.
+        .map(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::io(
+                "watching the traced processes",
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+    let all_exited = async {
+        // A pidfd becomes readable when its process has exited.
+        for fd in &watched {
+            let _ = fd.readable().await;
+        }
+    };
+    tokio::pin!(all_exited);
+    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(deadline);
+    let started = Instant::now();
+    let output_bytes = pipeline.trace.bytes();
+    let (mut last_report, mut last_events) = (started, 0);
+    loop {
+        tokio::select! {
+            _ = reader.wait() => {
+                reader
+                    .drain(|bytes| pipeline.record(bytes))
+                    .and_then(|_| pipeline.trace.flush())
+                    .map_err(|source| Error::Output { path: trace_path.to_path_buf(), source })?;
+            }
+            _ = int.recv() => return Ok(Stop::Interrupted),
+            _ = term.recv() => return Ok(Stop::Terminated),
+            _ = hup.recv() => return Ok(Stop::HungUp),
+            _ = &mut deadline, if duration.is_some() => return Ok(Stop::Duration),
+            _ = &mut all_exited => return Ok(Stop::TargetsExited),
+        }
+        if last_report.elapsed() >= PROGRESS_INTERVAL {
+            let now = Instant::now();
+            let rate = (pipeline.events - last_events) as f64 / (now - last_report).as_secs_f64();
+            (last_report, last_events) = (now, pipeline.events);
+            observer.progress(&Progress {
+                elapsed: now - started,
+                events: pipeline.events,
+                rate,
+                lost: bpf::read_lost(counters).map(|l| l.total()).unwrap_or(0),
+                output_bytes: output_bytes.load(Ordering::Relaxed),
+            });
+        }
+    }
+}
