@@ -2,7 +2,7 @@
 //! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
 //! reaped pids, a non-ELF and a directory as TARGET, an unknown symbol (with a close-name
 //! suggestion), running without root, invalid flag combinations, an unusable output directory
-//! and an invalid ring-buffer size.
+//! and an invalid ring-buffer size, a zombie pid, and a truncated ELF.
 
 use std::{os::unix::fs::PermissionsExt, process::Command};
 
@@ -233,4 +233,58 @@ fn invalid_buffer_size() {
     ]);
     assert!(line.contains("power of two"), "says what a valid size is: {line}");
     assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
+}
+
+#[test]
+fn zombie_pid() {
+    if !require_bpf() {
+        return;
+    }
+    // An exited child that is not reaped yet stays a zombie.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .contains("zombie")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child {pid} never became a zombie"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let tmp = TempDir::new("bad-zombie");
+    let line = run_error(args!["-p", pid.to_string(), "-u", "work", "-o", tmp.join("out")]);
+    assert!(
+        line.contains(&format!("process {pid} has exited")),
+        "says the process exited: {line}"
+    );
+    child.wait().unwrap();
+}
+
+#[test]
+fn truncated_elf_target() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = spin();
+    let tmp = TempDir::new("bad-truncated");
+    let truncated = tmp.join("truncated");
+    let bytes = std::fs::read(&fixtures().spans).unwrap();
+    std::fs::write(&truncated, &bytes[..200]).unwrap();
+    let target = format!("{}:work", truncated.display());
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        target,
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(
+        line.contains("not an ELF file"),
+        "says the file is no usable ELF: {line}"
+    );
+    assert!(line.contains("truncated"), "names the file: {line}");
 }

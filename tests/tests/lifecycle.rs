@@ -1,7 +1,8 @@
 //! Lifecycle: nothing of xtrace survives it, however it ends. SIGKILL (no chance to clean up) must
 //! still leave no BPF program loaded, because every attachment is an fd the kernel closes. A full
 //! output disk stops the recording with one error line, detaches, and renames the cut-short trace
-//! to `trace.json.partial`. Under sudo, the outputs belong to the invoking user.
+//! to `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
+//! complete outputs. Under sudo, the outputs belong to the invoking user.
 
 use std::{os::unix::fs::MetadataExt, process::Command};
 
@@ -159,4 +160,38 @@ fn outputs_belong_to_the_sudo_user() {
             path.display()
         );
     }
+}
+
+#[test]
+fn target_crash_mid_capture_leaves_complete_outputs() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = spin();
+    let pid = fixture.pid();
+    let tmp = TempDir::new("crash");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir]);
+    xtrace.wait_attached();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSEGV) }, 0);
+    let status = fixture.wait();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGSEGV)
+    );
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.stop_reason(), "targets_exited");
+    let spans = out.spans();
+    assert!(!spans.is_empty(), "spans before the crash are kept");
+    assert_eq!(
+        out.probe_count("work"),
+        spans.len() as u64,
+        "summary count == spans in trace.json"
+    );
 }

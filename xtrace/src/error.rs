@@ -8,6 +8,8 @@ pub enum Error {
     NoSuchProcess { pid: u32 },
     #[error("pid {pid} is a thread of process {tgid}: pass --pid {tgid}")]
     ThreadNotProcess { pid: u32, tgid: u32 },
+    #[error("process {pid} has exited (a zombie waiting for its parent): trace a running process")]
+    Exited { pid: u32 },
     #[error("process {pid} exited while xtrace was attaching: trace a process that keeps running, or launch it with `xtrace -- COMMAND`")]
     ExitedDuringAttach { pid: u32 },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]

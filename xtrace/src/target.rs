@@ -40,6 +40,12 @@ impl Process {
         if tgid != pid {
             return Err(Error::ThreadNotProcess { pid, tgid });
         }
+        let zombie = status
+            .lines()
+            .any(|line| line.starts_with("State:") && line.contains("zombie"));
+        if zombie {
+            return Err(Error::Exited { pid });
+        }
         let pidfd = pidfd_open(pid).map_err(|_| Error::NoSuchProcess { pid })?;
         Ok(Process { pid, pidfd })
     }
