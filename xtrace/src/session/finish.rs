@@ -64,7 +64,7 @@ pub fn write<W: Write + Send + 'static>(
         source,
     };
     let Pipeline {
-        mut stats,
+        stats,
         trace,
         names,
         ..
@@ -96,7 +96,7 @@ pub fn write<W: Write + Send + 'static>(
     let mut probes: Vec<ProbeSummary> = plan
         .probes
         .iter()
-        .zip(stats.iter_mut())
+        .zip(stats.iter())
         .map(|(p, s)| ProbeSummary {
             name: p.name.clone(),
             kind: p.kind,
