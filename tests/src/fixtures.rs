@@ -132,6 +132,13 @@ impl Fixture {
         }
     }
 
+    /// `spans spin` (calls `work` forever), started and ready: a live target for `--pid`.
+    pub fn spin() -> Fixture {
+        let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
+        fixture.wait_ready();
+        fixture
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -37,13 +37,6 @@ fn expect_user_error(before: &Programs, xtrace: Xtrace) -> String {
     line
 }
 
-/// A running `spans spin` fixture to point valid `-p` arguments at.
-fn spin() -> Fixture {
-    let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
-    fixture.wait_ready();
-    fixture
-}
-
 fn run_error(args: Vec<std::ffi::OsString>) -> String {
     let before = Programs::snapshot();
     expect_user_error(&before, Xtrace::spawn(args))
@@ -77,7 +70,7 @@ fn target_not_elf() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("not-elf");
     let line = run_error(args![
         "-p",
@@ -96,7 +89,7 @@ fn target_is_directory() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("dir-target");
     let line = run_error(args![
         "-p",
@@ -115,7 +108,7 @@ fn unknown_symbol_suggests_close_names() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("bad-symbol");
     let line = run_error(args![
         "-p",
@@ -144,7 +137,7 @@ fn without_root_needs_cap_bpf() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("no-root");
     // uid 65534 must be able to create the output directory, so that only the missing
     // capability can be the error.
@@ -168,7 +161,7 @@ fn pid_and_command_together() {
     if !require_bpf() {
         return;
     }
-    let fixture = spin();
+    let fixture = Fixture::spin();
     let tmp = TempDir::new("pid-and-cmd");
     run_error(args![
         "-p",
@@ -189,7 +182,7 @@ fn no_uprobe() {
     if !require_bpf() {
         return;
     }
-    let fixture = spin();
+    let fixture = Fixture::spin();
     let tmp = TempDir::new("no-uprobe");
     run_error(args!["-p", fixture.pid().to_string(), "-o", tmp.join("out")]);
 }
@@ -199,7 +192,7 @@ fn unusable_output_directory() {
     if !require_bpf() {
         return;
     }
-    let fixture = spin();
+    let fixture = Fixture::spin();
     let line = run_error(args![
         "-p",
         fixture.pid().to_string(),
@@ -219,7 +212,7 @@ fn invalid_buffer_size() {
     if !require_bpf() {
         return;
     }
-    let fixture = spin();
+    let fixture = Fixture::spin();
     let tmp = TempDir::new("bad-buffer");
     let line = run_error(args![
         "-p",
@@ -268,7 +261,7 @@ fn truncated_elf_target() {
     if !require_bpf() {
         return;
     }
-    let fixture = spin();
+    let fixture = Fixture::spin();
     let tmp = TempDir::new("bad-truncated");
     let truncated = tmp.join("truncated");
     let bytes = std::fs::read(&fixtures().spans).unwrap();

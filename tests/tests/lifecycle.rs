@@ -16,18 +16,12 @@ use xtrace_tests::{
     TempDir,
 };
 
-fn spin() -> Fixture {
-    let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
-    fixture.wait_ready();
-    fixture
-}
-
 #[test]
 fn sigkill_leaves_nothing_attached() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("sigkill");
     let before = Programs::snapshot();
     let mut xtrace = Xtrace::spawn(args![
@@ -89,7 +83,7 @@ fn full_output_disk_marks_the_trace_partial() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("full-disk");
     let disk = TinyDisk::mount(tmp.join("disk"));
     let out_dir = disk.dir.join("out");
@@ -167,7 +161,7 @@ fn target_crash_mid_capture_leaves_complete_outputs() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = spin();
+    let mut fixture = Fixture::spin();
     let pid = fixture.pid();
     let tmp = TempDir::new("crash");
     let out_dir = tmp.join("out");

@@ -45,8 +45,7 @@ fn check_outputs(out: &Outputs, pid: u64, reason: &str) {
 }
 
 fn stop_spin_under_pid(stop: Stop, reason: &str) {
-    let mut fixture = Fixture::spawn(&fixtures().spans, &["spin"]);
-    fixture.wait_ready();
+    let mut fixture = Fixture::spin();
     let pid = fixture.pid();
     let tmp = TempDir::new("stop");
     let out_dir = tmp.join("out");
