@@ -1,5 +1,7 @@
-//! `cargo xtask`: orchestration for xtrace — toolchain setup, builds, the test run and the demo.
+//! `cargo xtask`: orchestration for xtrace — toolchain setup, builds, the test run, the demo and
+//! the benchmarks.
 //! Owns only the command line and dispatch; each subcommand lives in its own module.
+mod bench;
 mod build;
 mod demo;
 mod setup;
@@ -31,6 +33,8 @@ enum Command {
     Test(test::TestArgs),
     /// Trace a bundled fake training loop for 3 seconds and write a Perfetto/Chrome trace.
     Demo,
+    /// Measure xtrace against the bare uprobe floor and bpftrace; table + target/bench/bench.json.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         Command::Build(args) => build::run(&args),
         Command::Test(args) => test::run(&args),
         Command::Demo => demo::run(),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

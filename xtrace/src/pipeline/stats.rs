@@ -116,7 +116,10 @@ mod tests {
             last = index;
             let floor = bucket_floor(index);
             assert!(floor <= value, "floor {floor} above {value}");
-            assert!((value - floor) as f64 <= value as f64 / SUB as f64, "{value} too far from {floor}");
+            assert!(
+                (value - floor) as f64 <= value as f64 / SUB as f64,
+                "{value} too far from {floor}"
+            );
             assert_eq!(bucket(floor), index, "floor of bucket {index} is in it");
         }
         assert_eq!(bucket(127), 127);
@@ -151,9 +154,19 @@ mod tests {
             stats.add(d * 1_000);
         }
         let d = stats.distribution();
-        assert_eq!((d.count, d.min_ns, d.max_ns, d.total_ns), (10_000, 1_000, 10_000_000, 50_005_000_000));
-        for (got, exact) in [(d.p50_ns, 5_000_000u64), (d.p90_ns, 9_000_000), (d.p99_ns, 9_900_000)] {
-            assert!(got <= exact && (exact - got) as f64 <= exact as f64 / 128.0, "{got} vs {exact}");
+        assert_eq!(
+            (d.count, d.min_ns, d.max_ns, d.total_ns),
+            (10_000, 1_000, 10_000_000, 50_005_000_000)
+        );
+        for (got, exact) in [
+            (d.p50_ns, 5_000_000u64),
+            (d.p90_ns, 9_000_000),
+            (d.p99_ns, 9_900_000),
+        ] {
+            assert!(
+                got <= exact && (exact - got) as f64 <= exact as f64 / 128.0,
+                "{got} vs {exact}"
+            );
         }
     }
 
@@ -163,7 +176,10 @@ mod tests {
         assert_eq!(stats.distribution(), Distribution::default());
         stats.add(7);
         let d = stats.distribution();
-        assert_eq!((d.count, d.min_ns, d.p50_ns, d.p99_ns, d.max_ns, d.mean_ns), (1, 7, 7, 7, 7, 7));
+        assert_eq!(
+            (d.count, d.min_ns, d.p50_ns, d.p99_ns, d.max_ns, d.mean_ns),
+            (1, 7, 7, 7, 7, 7)
+        );
         stats.add(9);
         let d = stats.distribution();
         assert_eq!((d.p50_ns, d.p90_ns, d.mean_ns, d.total_ns), (7, 9, 8, 16));

@@ -64,10 +64,7 @@ pub fn write<W: Write + Send + 'static>(
         source,
     };
     let Pipeline {
-        stats,
-        trace,
-        names,
-        ..
+        stats, trace, names, ..
     } = pipeline;
     let mut trace = trace.finish().map_err(trace_err)?;
     // A launched command was read before exec; the kernel's name for its main thread is better.

@@ -1,0 +1,134 @@
+//! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
+//! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
+//! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
+//! One module per measurement: per_hit, throughput, attach, rss; the sampling row stays "n/a" until
+//! xtrace has a sampler. prep builds and installs what is needed; runs, bpftrace, tracer and
+//! workload run the processes; report holds the rows and writes the table and the JSON.
+mod attach;
+mod bpftrace;
+mod per_hit;
+mod prep;
+mod report;
+mod rss;
+mod runs;
+mod saturation;
+mod throughput;
+mod tracer;
+mod workload;
+
+use std::{fs, time::Instant};
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+
+use crate::{setup, util::Workspace};
+use report::{Report, Row, Verdict};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Runs per measurement; the table shows medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub runs: u32,
+    /// For iterating: a fifth of the calls per run, 1 M instead of 10 M events for the RSS run,
+    /// no 1,000-function attach; goals that need the full run are not judged.
+    #[arg(long)]
+    pub quick: bool,
+    /// Run only these measurements (comma-separated); the others' rows are left out.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Part>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    PerHit,
+    Throughput,
+    Attach,
+    Sampling,
+    Rss,
+}
+
+/// What every measurement needs to know about the invocation.
+pub struct Config {
+    pub runs: usize,
+    pub quick: bool,
+}
+
+impl Config {
+    /// Calls per run: `n`, or a fifth of it in quick mode.
+    pub fn scale(&self, n: u64) -> u64 {
+        if self.quick {
+            (n / 5).max(1)
+        } else {
+            n
+        }
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    setup::run(setup::Verbosity::ChangesOnly)?;
+    let ws = Workspace::locate()?;
+    let env = prep::prepare(&ws)?;
+    let cfg = Config {
+        runs: args.runs as usize,
+        quick: args.quick,
+    };
+    let mut report = Report::default();
+    report.machine = prep::machine(&ws, &env);
+    report.config = json!({"runs": cfg.runs, "quick": cfg.quick, "only": format!("{:?}", args.only)})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+
+    report.legend = vec![
+        format!(
+            "Medians of {} run(s) per measurement (throughput, attach: at most 3; RSS, 1,000 functions: 1).",
+            cfg.runs
+        ),
+        "Per-hit cost = ns per call under the tool - ns per call unprobed, same function, same binary."
+            .into(),
+        "floor / floor+ret = uprobe_floor: empty BPF programs on the entry uprobe / entry + uretprobe."
+            .into(),
+        "Spans (entry + return) are compared with floor+ret, bpftrace's entry probes with floor.".into(),
+    ];
+    let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);
+    if wanted(Part::PerHit) {
+        per_hit::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Throughput) {
+        throughput::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Attach) {
+        attach::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Sampling) {
+        report.row(
+            Row::new(
+                "sampling",
+                "sampling slowdown at 99 and 999 Hz (CPU-bound fixture)",
+                "n/a (no sampler yet, issue 6)",
+            )
+            .goal("", Verdict::NotApplicable),
+        );
+    }
+    if wanted(Part::Rss) {
+        rss::run(&env, &cfg, &mut report)?;
+    }
+
+    let _ = fs::remove_dir_all(&env.tmp);
+    let elapsed = started.elapsed().as_secs_f64();
+    report.config.insert("elapsed_s".into(), json!(elapsed));
+    let path = env.dir.join("bench.json");
+    report.write_json(&path)?;
+    println!();
+    report.print_table();
+    println!(
+        "\nbench: {} run(s) per measurement{}; took {:.0} s; wrote {}",
+        cfg.runs,
+        if cfg.quick { " (--quick)" } else { "" },
+        elapsed,
+        path.display()
+    );
+    Ok(())
+}

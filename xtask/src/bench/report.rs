@@ -1,0 +1,229 @@
+//! The bench's results: one `Row` per measurement (what, value, ratio, goal, verdict, note, data),
+//! the raw per-run numbers, the stdout table and `target/bench/bench.json`. Also the small number
+//! helpers (median, ns and rate formatting) every measurement uses.
+use std::{fs, path::Path};
+
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Fail,
+    NotApplicable,
+    /// A row without a goal of its own (a reference number).
+    Info,
+}
+
+impl Verdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Pass => "PASS",
+            Self::Fail => "FAIL",
+            Self::NotApplicable => "n/a",
+            Self::Info => "-",
+        }
+    }
+
+    pub fn from_bool(pass: bool) -> Self {
+        if pass {
+            Self::Pass
+        } else {
+            Self::Fail
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub id: String,
+    pub what: String,
+    pub value: String,
+    pub ratio: String,
+    pub goal: String,
+    pub verdict: Verdict,
+    pub note: String,
+    /// Machine-readable numbers behind `value` (medians, units spelled out).
+    pub data: Value,
+}
+
+impl Row {
+    pub fn new(id: &str, what: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            id: id.to_owned(),
+            what: what.into(),
+            value: value.into(),
+            ratio: String::new(),
+            goal: String::new(),
+            verdict: Verdict::Info,
+            note: String::new(),
+            data: Value::Null,
+        }
+    }
+
+    pub fn ratio(mut self, ratio: impl Into<String>) -> Self {
+        self.ratio = ratio.into();
+        self
+    }
+
+    pub fn goal(mut self, goal: impl Into<String>, verdict: Verdict) -> Self {
+        self.goal = goal.into();
+        self.verdict = verdict;
+        self
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = note.into();
+        self
+    }
+
+    pub fn data(mut self, data: Value) -> Self {
+        self.data = data;
+        self
+    }
+}
+
+#[derive(Default)]
+pub struct Report {
+    pub machine: Map<String, Value>,
+    pub config: Map<String, Value>,
+    /// Lines printed between the machine facts and the table: how to read it.
+    pub legend: Vec<String>,
+    rows: Vec<Row>,
+    raw: Map<String, Value>,
+}
+
+impl Report {
+    /// Adds a row and echoes it on stderr, so a long run shows progress.
+    pub fn row(&mut self, row: Row) {
+        eprintln!(
+            "bench: = {}: {} {} {}",
+            row.what,
+            row.value,
+            row.ratio,
+            row.verdict.label()
+        );
+        self.rows.push(row);
+    }
+
+    pub fn raw(&mut self, key: &str, value: Value) {
+        self.raw.insert(key.to_owned(), value);
+    }
+
+    pub fn print_table(&self) {
+        println!("xtrace bench");
+        for (key, value) in &self.machine {
+            let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+            println!("  {key:<10} {text}");
+        }
+        println!();
+        for line in &self.legend {
+            println!("{line}");
+        }
+        if !self.legend.is_empty() {
+            println!();
+        }
+        let header = ["MEASUREMENT", "VALUE", "RATIO", "GOAL", "VERDICT"];
+        let cells: Vec<[&str; 5]> = self
+            .rows
+            .iter()
+            .map(|r| [&*r.what, &*r.value, &*r.ratio, &*r.goal, r.verdict.label()])
+            .collect();
+        let mut widths = header.map(|h| h.chars().count());
+        for row in &cells {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: [&str; 5]| {
+            let mut text = String::new();
+            for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+                let pad = width - cell.chars().count();
+                text.push_str(cell);
+                if i + 1 < cells.len() {
+                    text.push_str(&" ".repeat(pad + 2));
+                }
+            }
+            text
+        };
+        println!("{}", line(header));
+        for (row, cell) in self.rows.iter().zip(&cells) {
+            println!("{}", line(*cell));
+            if !row.note.is_empty() {
+                println!("    {}", row.note);
+            }
+        }
+    }
+
+    pub fn write_json(&self, path: &Path) -> Result<()> {
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "id": r.id, "what": r.what, "value": r.value, "ratio": r.ratio, "goal": r.goal,
+                    "verdict": r.verdict.label(), "note": r.note, "data": r.data,
+                })
+            })
+            .collect();
+        let doc = json!({
+            "machine": self.machine, "config": self.config, "legend": self.legend, "rows": rows,
+            "raw": self.raw,
+        });
+        let text = serde_json::to_string_pretty(&doc).context("could not serialize bench.json")?;
+        fs::write(path, text + "\n").with_context(|| format!("could not write {}", path.display()))
+    }
+}
+
+/// The median of `values` (mean of the middle two for an even count); NaN when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+/// `1.4 ns`, `712 ns`, `9.81 µs`, `12.3 ms`, `1.20 s`.
+pub fn fmt_ns(ns: f64) -> String {
+    let abs = ns.abs();
+    if abs < 10.0 {
+        format!("{ns:.2} ns")
+    } else if abs < 1e3 {
+        format!("{ns:.0} ns")
+    } else if abs < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if abs < 1e9 {
+        format!("{:.1} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// Events per second: `512 k/s`, `1.02 M/s`.
+pub fn fmt_rate(per_sec: f64) -> String {
+    if per_sec >= 1e6 {
+        format!("{:.2} M/s", per_sec / 1e6)
+    } else {
+        format!("{:.0} k/s", per_sec / 1e3)
+    }
+}
+
+/// `12,345,678`.
+pub fn fmt_count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
