@@ -74,6 +74,12 @@ fn threads_exact_spans_per_thread() {
 
     assert_eq!(run.out.probe_count("work"), THREADS * CALLS, "summary count");
     assert_eq!(run.out.lost_events(), 0, "lost events: {}", run.out.summary);
+    assert_eq!(
+        u64_field(&run.out.summary, "decode_errors"),
+        0,
+        "every record decoded: {}",
+        run.out.summary
+    );
     for cause in ["ring_full", "too_deep", "no_thread_slot"] {
         assert_eq!(u64_field(&run.out.summary["lost"], cause), 0, "lost.{cause}");
     }

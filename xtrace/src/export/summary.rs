@@ -52,6 +52,8 @@ pub struct Summary {
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
+    /// Records user space could not use (wrong size, unknown kind or probe id); never expected.
+    pub decode_errors: u64,
     /// Sorted by total time, largest first.
     pub probes: Vec<ProbeSummary>,
     pub command: Option<CommandSummary>,
@@ -155,6 +157,7 @@ mod tests {
             stop_reason: "targets_exited",
             lost_events: 0,
             lost: Lost::default(),
+            decode_errors: 0,
             probes: vec![ProbeSummary {
                 name: "work".into(),
                 kind: "uprobe",
@@ -188,6 +191,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&summary().to_json()).unwrap();
         assert_eq!(v["duration_ns"], 1_500_000_000u64);
         assert_eq!(v["lost_events"], 0);
+        assert_eq!(v["decode_errors"], 0);
         assert_eq!(
             (v["attach_ns"].as_u64(), v["detach_ns"].as_u64()),
             (Some(2_000_000), Some(3_000_000))

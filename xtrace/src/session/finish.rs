@@ -64,7 +64,12 @@ pub fn write<W: Write + Send + 'static>(
         source,
     };
     let Pipeline {
-        stats, trace, names, ..
+        stats,
+        trace,
+        names,
+        undecodable,
+        unknown_probe,
+        ..
     } = pipeline;
     let mut trace = trace.finish().map_err(trace_err)?;
     // A launched command was read before exec; the kernel's name for its main thread is better.
@@ -108,6 +113,7 @@ pub fn write<W: Write + Send + 'static>(
         detach_ns: timing.detach_ns,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
+        decode_errors: undecodable + unknown_probe,
         lost,
         probes,
         command,
