@@ -8,19 +8,16 @@ pub mod writer;
 
 use std::io::Write;
 
-use crate::{
-    pipeline::{
-        decode::Event,
-        stats::ProbeStats,
-        threads::Names,
-        writer::{SpanOut, TraceWriter},
-    },
-    probes::ProbeInfo,
+use crate::pipeline::{
+    decode::Event,
+    stats::ProbeStats,
+    threads::Names,
+    writer::{SpanOut, TraceWriter},
 };
 
 /// Everything the records of one recording feed into.
 pub struct Pipeline<W: Write + Send + 'static> {
-    pub probes: Vec<ProbeInfo>,
+    /// Indexed by probe id.
     pub stats: Vec<ProbeStats>,
     pub trace: TraceWriter<W>,
     pub names: Names,
@@ -32,10 +29,9 @@ pub struct Pipeline<W: Write + Send + 'static> {
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
-    pub fn new(probes: Vec<ProbeInfo>, trace: TraceWriter<W>) -> Self {
-        let stats = probes.iter().map(|_| ProbeStats::default()).collect();
+    pub fn new(probes: usize, trace: TraceWriter<W>) -> Self {
+        let stats = vec![ProbeStats::default(); probes];
         Pipeline {
-            probes,
             stats,
             trace,
             names: Names::default(),

@@ -68,10 +68,6 @@ impl ProbeStats {
         self.total += u128::from(duration_ns);
     }
 
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     /// Nearest-rank percentile `p`: the bucket holding the value with rank ceil(p% × count),
     /// reported as the bucket's smallest value, clamped to [min, max].
     fn percentile(&self, p: u64) -> u64 {

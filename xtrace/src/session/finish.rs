@@ -2,9 +2,9 @@
 //! and the summary files.
 use std::{io::Write, path::Path, time::Duration};
 
-use super::run::Stop;
+use super::{output_error, run::Stop};
 use crate::{
-    error::{Error, Result},
+    error::Result,
     export::summary::{CommandSummary, Lost, ProbeSummary, Summary, TargetSummary},
     output,
     pipeline::Pipeline,
@@ -50,6 +50,7 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
 #[allow(clippy::too_many_arguments)]
 pub fn write<W: Write + Send + 'static>(
     out: &Path,
+    trace_path: &Path,
     plan: &Plan,
     pipeline: Pipeline<W>,
     mut comms: Vec<(u32, Option<String>)>,
@@ -59,10 +60,7 @@ pub fn write<W: Write + Send + 'static>(
     command: Option<CommandSummary>,
     timing: Timing,
 ) -> Result<Summary> {
-    let trace_err = |source| Error::Output {
-        path: out.join("trace.json"),
-        source,
-    };
+    let trace_err = output_error(trace_path);
     let Pipeline {
         stats,
         trace,

@@ -26,6 +26,17 @@ use crate::{
 
 pub use run::Progress;
 
+/// The trace's file name in the output directory.
+const TRACE_FILE: &str = "trace.json";
+
+/// Wraps an I/O error on output file `path`.
+fn output_error(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + Copy + '_ {
+    move |source| Error::Output {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// What a finished recording hands back to the CLI.
 pub struct Recording {
     pub summary: Summary,
@@ -121,14 +132,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let mut reader = RingReader::new(ring)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
-    let trace_file = output::create(&out, "trace.json")?;
-    let writer =
-        TraceWriter::spawn(BufWriter::with_capacity(1 << 20, trace_file), &names).map_err(|source| {
-            Error::Output {
-                path: out.join("trace.json"),
-                source,
-            }
-        })?;
+    let trace_path = out.join(TRACE_FILE);
+    let trace_file = output::create(&out, TRACE_FILE)?;
+    let writer = TraceWriter::spawn(BufWriter::with_capacity(1 << 20, trace_file), &names)
+        .map_err(output_error(&trace_path))?;
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
         launch.release()?;
@@ -142,7 +149,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     ));
 
     let started = Instant::now();
-    let mut pipeline = Pipeline::new(plan.probes.clone(), writer);
+    let mut pipeline = Pipeline::new(plan.probes.len(), writer);
     let comms: Vec<(u32, Option<String>)> = targets.processes().iter().map(|p| (p.pid, p.comm())).collect();
     let stopped = run::run(
         &mut reader,
@@ -150,7 +157,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         &counters,
         &targets.processes(),
         args.duration,
-        &out.join("trace.json"),
+        &trace_path,
         observer,
     )
     .await;
@@ -165,10 +172,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         let stop = stopped?;
         reader
             .drain(|bytes| pipeline.record(bytes))
-            .map_err(|source| Error::Output {
-                path: out.join("trace.json"),
-                source,
-            })?;
+            .map_err(output_error(&trace_path))?;
         let lost = bpf::read_lost(&counters)?;
         let command = match (&targets, exit) {
             (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
@@ -181,6 +185,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         };
         finish::write(
             &out,
+            &trace_path,
             &plan,
             pipeline,
             comms,
@@ -193,7 +198,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
     .await;
     if let Err(Error::Output { .. }) = &result {
-        output::mark_partial(&out, "trace.json");
+        output::mark_partial(&out, TRACE_FILE);
     }
     Ok(Recording {
         summary: result?,

@@ -13,7 +13,7 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 
-use super::Observer;
+use super::{output_error, Observer};
 use crate::{
     bpf,
     error::{Error, Result},
@@ -106,7 +106,7 @@ pub async fn run<W: Write + Send + 'static>(
                 reader
                     .drain(|bytes| pipeline.record(bytes))
                     .and_then(|_| pipeline.trace.flush())
-                    .map_err(|source| Error::Output { path: trace_path.to_path_buf(), source })?;
+                    .map_err(output_error(trace_path))?;
             }
             _ = int.recv() => return Ok(Stop::Interrupted),
             _ = term.recv() => return Ok(Stop::Terminated),
