@@ -56,6 +56,12 @@ pub enum Error {
         name: &'static str,
         source: aya::maps::MapError,
     },
+    #[error("environment variable {name}={value} is not understood: set it to {expected}, or unset it")]
+    BadEnvironment {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
 }

@@ -1,8 +1,9 @@
 //! Attach and detach time for many functions: a generated fixture with 1,000 small noinline
 //! functions f0..f999 (its main waits for a line, calls each once, exits) is traced with
 //! `xtrace --pid PID -u f0 ... -u fN-1` for N = 10, 100 and 1,000; attach_ns and detach_ns come from
-//! summary.json. Detaching is slow on some kernels (each perf-event uprobe waits for an RCU grace
-//! period), so the 1,000-function run is given a bounded time and reported as "> limit" past it.
+//! summary.json, which also says how xtrace attached (uprobe_multi links, or perf-event uprobes on
+//! kernels before 6.6). Detaching perf-event uprobes is slow (each waits for the kernel's uprobe
+//! grace periods), so the 1,000-function run is given a bounded time and reported as "> limit" past it.
 use std::{fmt::Write as _, fs, path::Path, time::Duration};
 
 use anyhow::{Context, Result};
@@ -44,9 +45,19 @@ fn source() -> String {
     c
 }
 
-/// One run with `n` functions: (attach_ns, detach_ns or None past the limit, spans, seconds from
-/// the workload's exit to xtrace's).
-fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<(u64, Option<u64>, u64, f64)> {
+/// One run with `n` functions.
+struct Once {
+    attach_ns: u64,
+    /// None past the limit.
+    detach_ns: Option<u64>,
+    spans: u64,
+    /// Seconds from the workload's exit to xtrace's.
+    exit_s: f64,
+    /// summary.json's attach_mechanism.
+    mechanism: String,
+}
+
+fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
     let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
     let symbols: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut spec = XtraceSpec::new(bin, &[], &symbols);
@@ -54,7 +65,13 @@ fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<(u64, Option
     let out = runs::xtrace(env, &spec)?;
     let exit_s = out.finished.waited.as_secs_f64();
     let Some(summary) = out.summary else {
-        return Ok((0, None, 0, exit_s));
+        return Ok(Once {
+            attach_ns: 0,
+            detach_ns: None,
+            spans: 0,
+            exit_s,
+            mechanism: String::new(),
+        });
     };
     let spans = summary["probes"]
         .as_array()
@@ -64,7 +81,13 @@ fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<(u64, Option
             .as_u64()
             .with_context(|| format!("summary.json has no {name}"))
     };
-    Ok((field("attach_ns")?, Some(field("detach_ns")?), spans, exit_s))
+    Ok(Once {
+        attach_ns: field("attach_ns")?,
+        detach_ns: Some(field("detach_ns")?),
+        spans,
+        exit_s,
+        mechanism: summary["attach_mechanism"].as_str().unwrap_or("?").to_string(),
+    })
 }
 
 /// The runs with one number of functions.
@@ -73,6 +96,7 @@ struct Size {
     attach: Vec<f64>,
     detach: Vec<f64>,
     timed_out: bool,
+    mechanism: String,
     notes: Vec<String>,
     per_run: Vec<Value>,
 }
@@ -82,8 +106,16 @@ fn measure(env: &Env, bin: &Path, n: usize, runs: usize) -> Size {
     for i in 0..runs {
         eprintln!("bench: attach/detach {n} functions, run {}/{runs}", i + 1);
         match once(env, bin, n, LIMIT) {
-            Ok((a, d, spans, exit_s)) => {
-                let run = json!({"attach_ns": a, "detach_ns": d, "spans": spans, "xtrace_exit_s": exit_s});
+            Ok(Once {
+                attach_ns: a,
+                detach_ns: d,
+                spans,
+                exit_s,
+                mechanism,
+            }) => {
+                let run = json!({"attach_ns": a, "detach_ns": d, "spans": spans,
+                    "xtrace_exit_s": exit_s, "attach_mechanism": mechanism});
+                size.mechanism = mechanism;
                 size.per_run.push(run);
                 match d {
                     Some(d) => {
@@ -109,7 +141,12 @@ fn rows(n: usize, size: &Size, report: &mut Report) {
     let (a, d) = (median(&size.attach), median(&size.detach));
     for (kind, ns) in [("attach", a), ("detach", d)] {
         let id = format!("attach.{kind}_{n}");
-        let what = format!("{kind} {} functions ({} uprobes)", fmt_count(n as u64), 2 * n);
+        let what = format!(
+            "{kind} {} functions ({} uprobes, {})",
+            fmt_count(n as u64),
+            2 * n,
+            size.mechanism
+        );
         let timed_out = kind == "detach" && size.timed_out;
         let mut row = if timed_out {
             let secs = LIMIT.as_secs();

@@ -49,6 +49,10 @@ pub struct Summary {
     pub attach_ns: u64,
     /// Detaching every probe and unloading the programs.
     pub detach_ns: u64,
+    /// How the uprobes were attached: "uprobe_multi" (Linux 6.6+) or "perf_event".
+    pub attach_mechanism: &'static str,
+    /// Kernel uprobes placed, entry and return.
+    pub uprobes: usize,
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
@@ -153,6 +157,8 @@ mod tests {
         Summary {
             duration_ns: 1_500_000_000,
             attach_ns: 2_000_000,
+            attach_mechanism: "uprobe_multi",
+            uprobes: 2,
             detach_ns: 3_000_000,
             stop_reason: "targets_exited",
             lost_events: 0,

@@ -16,6 +16,8 @@ pub struct Timing {
     pub duration_ns: u64,
     pub attach_ns: u64,
     pub detach_ns: u64,
+    pub attach_mechanism: &'static str,
+    pub uprobes: usize,
 }
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
@@ -109,6 +111,8 @@ pub fn write<W: Write + Send + 'static>(
         duration_ns: timing.duration_ns,
         attach_ns: timing.attach_ns,
         detach_ns: timing.detach_ns,
+        attach_mechanism: timing.attach_mechanism,
+        uprobes: timing.uprobes,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
         decode_errors: undecodable + unknown_probe,

@@ -117,7 +117,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
 
     let attach_started = Instant::now();
     let mut ebpf = bpf::load(args.buffer_size)?;
-    let uprobes = uprobe::attach(&mut ebpf, &plan, &targets.pids()).map_err(|e| {
+    let attached = uprobe::attach(&mut ebpf, &plan, &targets.pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.processes().iter().find(|p| p.has_exited()) {
             Some(p) => Error::ExitedDuringAttach { pid: p.pid },
@@ -143,8 +143,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
     let plural = if plan.probes.len() == 1 { "" } else { "s" };
     observer.attached(&format!(
-        "attached {} probe{plural} ({uprobes} uprobes) to {}; Ctrl-C to stop",
+        "attached {} probe{plural} ({} uprobes, {}) to {}; Ctrl-C to stop",
         plan.probes.len(),
+        attached.uprobes,
+        attached.mechanism.name(),
         targets.describe()
     ));
 
@@ -165,7 +167,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     observer.stopped();
     // Detach first so nothing new arrives, then read what is left.
     let detach_started = Instant::now();
-    uprobe::detach(&mut ebpf);
+    let (mechanism, uprobes) = (attached.mechanism, attached.uprobes);
+    attached.detach(&mut ebpf);
     drop(ebpf);
     let detach_ns = detach_started.elapsed().as_nanos() as u64;
     let result = async {
@@ -182,6 +185,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             duration_ns,
             attach_ns,
             detach_ns,
+            attach_mechanism: mechanism.name(),
+            uprobes,
         };
         finish::write(
             &out,

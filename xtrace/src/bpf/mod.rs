@@ -1,5 +1,7 @@
 //! The embedded kernel object (built from xtrace-ebpf by build.rs), loading it, and reading its
-//! per-CPU loss counters.
+//! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot.
+pub mod uprobe_multi;
+
 use aya::{
     include_bytes_aligned,
     maps::{MapData, PerCpuArray},

@@ -1,0 +1,101 @@
+//! How uprobes are attached: uprobe_multi links (one per file, process and program) by default on
+//! this kernel, perf-event uprobes when `XTRACE_UPROBE_ATTACH=perf_event`. Both record exactly the
+//! same spans; summary.json says which was used and how many uprobes were placed. Fixture: `uselib`,
+//! which calls `lib_work` exactly 7 times after `go`.
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+/// Traces `uselib` with `env` and returns its outputs.
+fn trace(env: &[(&str, &str)]) -> Outputs {
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("mechanism");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn_with_env(
+        args![
+            "-p",
+            fixture.pid().to_string(),
+            "-u",
+            "libxtfix:lib_work",
+            "-u",
+            "main",
+            "-o",
+            &out
+        ],
+        env,
+    );
+    xtrace.wait_attached();
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    Outputs::read(&out)
+}
+
+fn assert_spans(out: &Outputs, mechanism: &str) {
+    assert_eq!(out.summary["attach_mechanism"], mechanism);
+    // Two probes, an entry and a return uprobe each.
+    assert_eq!(u64_field(&out.summary, "uprobes"), 4);
+    assert_eq!(out.probe_count("lib_work"), 7);
+    assert_eq!(out.spans_named("lib_work").len(), 7);
+    // main was entered before attaching: its return is seen, its entry is not, so no span.
+    assert_eq!(out.probe_count("main"), 0);
+    assert_eq!(out.lost_events(), 0);
+}
+
+#[test]
+fn uprobe_multi_by_default() {
+    if !require_bpf() {
+        return;
+    }
+    assert_spans(&trace(&[]), "uprobe_multi");
+}
+
+#[test]
+fn perf_event_when_asked() {
+    if !require_bpf() {
+        return;
+    }
+    assert_spans(&trace(&[("XTRACE_UPROBE_ATTACH", "perf_event")]), "perf_event");
+}
+
+#[test]
+fn unknown_mechanism_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spin();
+    let tmp = TempDir::new("mechanism-bad");
+    let before = Programs::snapshot();
+    let finished = Xtrace::spawn_with_env(
+        args![
+            "-p",
+            fixture.pid().to_string(),
+            "-u",
+            "work",
+            "-o",
+            tmp.join("out")
+        ],
+        &[("XTRACE_UPROBE_ATTACH", "kprobe")],
+    )
+    .wait();
+    assert_eq!(finished.status.code(), Some(2), "{:?}", finished.stderr);
+    assert_eq!(finished.stderr.len(), 1, "{:?}", finished.stderr);
+    assert!(
+        finished.stderr[0].contains("XTRACE_UPROBE_ATTACH=kprobe")
+            && finished.stderr[0].contains("uprobe_multi or perf_event"),
+        "{:?}",
+        finished.stderr
+    );
+    before.assert_none_left();
+    assert!(fixture.is_running());
+}
