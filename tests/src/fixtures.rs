@@ -30,6 +30,10 @@ pub struct Fixtures {
     pub libxtfix: PathBuf,
     /// `uselib`: linked against libxtfix.so; calls `lib_work` 7 times after the go line.
     pub uselib: PathBuf,
+    /// `many`: glob_fn_000..glob_fn_299, glob_fn_K called (K % 5) + 1 times, other_fn 4 times.
+    pub many: PathBuf,
+    /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4.
+    pub matrix: PathBuf,
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -46,7 +50,11 @@ fn build() -> Fixtures {
         spans: out.join("spans"),
         libxtfix: out.join("libxtfix.so"),
         uselib: out.join("uselib"),
+        many: out.join("many"),
+        matrix: out.join("matrix"),
     };
+    compile(&[src.join("many.c")], &fixtures.many, &[]);
+    compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
     compile(&[src.join("spans.c")], &fixtures.spans, &[]);
     compile(
         &[src.join("libxtfix.c")],
@@ -77,7 +85,12 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         return;
     }
     let tmp = output.with_extension(format!("tmp{}", std::process::id()));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let (var, default) = if inputs[0].extension().is_some_and(|e| e == "cpp") {
+        ("CXX", "c++")
+    } else {
+        ("CC", "cc")
+    };
+    let cc = std::env::var(var).unwrap_or_else(|_| default.to_owned());
     let result = Command::new(&cc)
         .args(CFLAGS)
         .arg("-o")
@@ -85,7 +98,7 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         .arg(&inputs[0])
         .args(extra)
         .output()
-        .unwrap_or_else(|e| panic!("running {cc} (a C compiler is needed for the fixtures): {e}"));
+        .unwrap_or_else(|e| panic!("running {cc} (C and C++ compilers are needed for the fixtures): {e}"));
     assert!(
         result.status.success(),
         "compiling {} failed ({}):\n{}",

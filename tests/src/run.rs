@@ -265,3 +265,32 @@ pub fn trace_fixture_to_exit(
     before.assert_none_left();
     finished
 }
+
+/// Waits for `xtrace` (started after `before` was taken) and checks the user-error contract: exit
+/// code 2, exactly one stderr line starting `xtrace: error: `, no xtrace BPF program left.
+/// Returns the error line.
+pub fn expect_user_error(before: &crate::bpf::Programs, xtrace: Xtrace) -> String {
+    let Finished { status, stderr, .. } = xtrace.wait();
+    before.assert_none_left();
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "exit status {status}; stderr:\n{}",
+        stderr.join("\n")
+    );
+    assert_eq!(
+        stderr.len(),
+        1,
+        "exactly one stderr line, got:\n{}",
+        stderr.join("\n")
+    );
+    let line = stderr[0].clone();
+    assert!(line.starts_with("xtrace: error: "), "error line: {line:?}");
+    line
+}
+
+/// Runs xtrace with `args` and checks the user-error contract ([`expect_user_error`]).
+pub fn run_error(args: Vec<std::ffi::OsString>) -> String {
+    let before = crate::bpf::Programs::snapshot();
+    expect_user_error(&before, Xtrace::spawn(args))
+}

@@ -11,36 +11,9 @@ use xtrace_tests::{
     bpf::Programs,
     fixtures::{fixtures, Fixture},
     require_bpf,
-    run::{Finished, Xtrace},
+    run::{expect_user_error, run_error, Xtrace},
     TempDir,
 };
-
-/// Waits for `xtrace` (started after `before` was taken) and checks the user-error contract.
-/// Returns the error line.
-fn expect_user_error(before: &Programs, xtrace: Xtrace) -> String {
-    let Finished { status, stderr, .. } = xtrace.wait();
-    before.assert_none_left();
-    assert_eq!(
-        status.code(),
-        Some(2),
-        "exit status {status}; stderr:\n{}",
-        stderr.join("\n")
-    );
-    assert_eq!(
-        stderr.len(),
-        1,
-        "exactly one stderr line, got:\n{}",
-        stderr.join("\n")
-    );
-    let line = stderr[0].clone();
-    assert!(line.starts_with("xtrace: error: "), "error line: {line:?}");
-    line
-}
-
-fn run_error(args: Vec<std::ffi::OsString>) -> String {
-    let before = Programs::snapshot();
-    expect_user_error(&before, Xtrace::spawn(args))
-}
 
 #[test]
 fn nonexistent_pid() {

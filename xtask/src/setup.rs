@@ -10,8 +10,8 @@ use anyhow::{bail, Result};
 
 use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout_of};
 
-/// Debian packages the fixtures and tests need: cc, sys/sdt.h, bpftool, setpriv.
-const PACKAGES: &[&str] = &["gcc", "systemtap-sdt-dev", "bpftool", "util-linux"];
+/// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv.
+const PACKAGES: &[&str] = &["gcc", "g++", "systemtap-sdt-dev", "bpftool", "util-linux"];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ type Step = fn() -> Result<State>;
 pub fn run(verbosity: Verbosity) -> Result<()> {
     let steps: [(&str, Step); 4] = [
         (
-            "Debian packages (gcc systemtap-sdt-dev bpftool util-linux)",
+            "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux)",
             debian_packages,
         ),
         ("nightly toolchain", nightly_toolchain),

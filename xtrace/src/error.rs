@@ -32,6 +32,10 @@ pub enum Error {
     LibraryNotMapped { name: String, pid: u32 },
     #[error("library `{name}` not found in the linker cache (ldconfig -p): give its path as TARGET")]
     LibraryNotFound { name: String },
+    #[error("`{spec}` takes the probes past --max-probes {max}: narrow the pattern, or raise --max-probes if that many are meant")]
+    TooManyProbes { spec: String, max: usize },
+    #[error("{0}; see `xtrace --help`")]
+    Usage(String),
     #[error("invalid probe `{spec}`: {reason}")]
     BadProbe { spec: String, reason: String },
     #[error("command `{command}` not found in PATH: check the name or give its path")]

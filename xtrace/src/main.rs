@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{status::Console, Cli},
+    cli::{list, status::Console, Cli, Command},
     session,
 };
 
@@ -22,7 +22,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let args = cli.into_record();
+    let args = match cli.into_command() {
+        Command::Record(args) => args,
+        Command::List(args) => return list(&args),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -42,6 +45,21 @@ fn main() -> ExitCode {
                     recording.output.display()
                 );
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `xtrace list ...`: the listing on stdout, its count on stderr.
+fn list(args: &list::ListArgs) -> ExitCode {
+    match list::run(args) {
+        Ok((table, note)) => {
+            print!("{table}");
+            eprintln!("xtrace: {note}");
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -1,4 +1,6 @@
-//! Command line: `xtrace [record] ...`. `record` is also what `xtrace` does without a subcommand.
+//! Command line: `xtrace [record] ...` and `xtrace list ...`. `record` is also what `xtrace` does
+//! without a subcommand.
+pub mod list;
 pub mod record;
 pub mod status;
 
@@ -25,14 +27,13 @@ pub struct Cli {
 pub enum Command {
     /// Attach probes to processes and record spans (the default).
     Record(RecordArgs),
+    /// List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`.
+    List(list::ListArgs),
 }
 
 impl Cli {
-    /// The record arguments, whether given with or without the `record` subcommand.
-    pub fn into_record(self) -> RecordArgs {
-        match self.command {
-            Some(Command::Record(args)) => args,
-            None => self.record,
-        }
+    /// The subcommand, `record` when none was named.
+    pub fn into_command(self) -> Command {
+        self.command.unwrap_or(Command::Record(self.record))
     }
 }

@@ -12,9 +12,14 @@ pub struct RecordArgs {
 
     /// Attach a uprobe + uretprobe pair to SYMBOL, recording one span per call (repeatable).
     /// TARGET is a path, a library name such as `libc` found in the process's mappings, or omitted
-    /// for the main executable.
+    /// for the main executable. SYMBOL is a name (mangled or demangled) or a glob: `*`, `?`, `[a-z]`,
+    /// e.g. `'libfoo:ns::Matrix::*'`.
     #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL", required = true)]
     pub uprobe: Vec<String>,
+
+    /// Refuse to attach more than this many functions (globs can match whole libraries).
+    #[arg(long = "max-probes", value_name = "N", default_value_t = 10_000)]
+    pub max_probes: usize,
 
     /// Stop after this many seconds (fractions allowed).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]

@@ -43,6 +43,12 @@ pub fn status_line(p: &Progress) -> String {
 }
 
 impl Observer for Console {
+    fn warning(&mut self, text: &str) {
+        if !self.quiet {
+            eprintln!("xtrace: warning: {text}");
+        }
+    }
+
     fn attached(&mut self, notice: &str) {
         if self.quiet {
             return;

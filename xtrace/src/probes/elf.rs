@@ -18,12 +18,18 @@ pub struct FunctionSymbol {
     pub demangled: String,
     /// Offset of the first instruction in the file: what the kernel's uprobe interface takes.
     pub file_offset: u64,
+    /// The symbol's value (virtual address in the file's layout).
+    pub address: u64,
+    /// The symbol's size in bytes (0 when the symbol table does not say).
+    pub size: u64,
 }
 
 #[derive(Debug)]
 pub struct ElfSymbols {
     pub path: PathBuf,
     pub functions: Vec<FunctionSymbol>,
+    /// No `.symtab`: only the exported functions of `.dynsym` are known.
+    pub stripped: bool,
 }
 
 impl ElfSymbols {
@@ -74,6 +80,8 @@ impl ElfSymbols {
                 name: name.to_string(),
                 demangled: demangle(name),
                 file_offset,
+                address,
+                size: symbol.size(),
             });
         }
         functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
@@ -81,28 +89,57 @@ impl ElfSymbols {
         Ok(ElfSymbols {
             path: shown.to_path_buf(),
             functions,
+            stripped: file.symbols().next().is_none(),
         })
     }
 
-    /// Distinct file offsets of the functions named `symbol` (stored or demangled name), with the
-    /// readable name of each; an error listing up to five close names when there is none.
-    pub fn lookup(&self, symbol: &str) -> Result<Vec<(String, u64)>> {
-        let mut found: Vec<(String, u64)> = self
+    /// The functions that `pattern` names: an exact name, or a glob (see [`super::glob`]), matched
+    /// against the stored (mangled) name, the demangled name, and the demangled name without its
+    /// parameter list. One function per file offset: of several names at one address (aliases),
+    /// the one with the fewest leading underscores, then the shortest. Sorted by offset; an error
+    /// listing up to five close names when nothing matches.
+    pub fn find(&self, pattern: &str) -> Result<Vec<&FunctionSymbol>> {
+        let glob = super::glob::is_glob(pattern);
+        let hit = |name: &str| {
+            if glob {
+                super::glob::matches(pattern, name)
+            } else {
+                name == pattern
+            }
+        };
+        let mut found: Vec<&FunctionSymbol> = self
             .functions
             .iter()
-            .filter(|f| f.name == symbol || f.demangled == symbol || strip_args(&f.demangled) == symbol)
-            .map(|f| (f.demangled.clone(), f.file_offset))
+            .filter(|f| hit(&f.name) || hit(&f.demangled) || hit(strip_args(&f.demangled)))
             .collect();
-        found.sort_by_key(|(_, offset)| *offset);
-        found.dedup_by_key(|(_, offset)| *offset);
+        let underscores = |name: &str| name.len() - name.trim_start_matches('_').len();
+        found.sort_by(|a, b| {
+            (a.file_offset, underscores(&a.name), a.name.len(), &a.name).cmp(&(
+                b.file_offset,
+                underscores(&b.name),
+                b.name.len(),
+                &b.name,
+            ))
+        });
+        found.dedup_by_key(|f| f.file_offset);
         if found.is_empty() {
+            let query: String = pattern.chars().filter(|c| !matches!(c, '*' | '?')).collect();
             return Err(Error::SymbolNotFound {
-                symbol: symbol.to_string(),
+                symbol: pattern.to_string(),
                 path: self.path.clone(),
-                suggestions: self.suggestions(symbol),
+                suggestions: self.suggestions(&query),
             });
         }
         Ok(found)
+    }
+
+    /// [`ElfSymbols::find`] as (readable name, file offset) pairs.
+    pub fn lookup(&self, pattern: &str) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .find(pattern)?
+            .into_iter()
+            .map(|f| (f.demangled.clone(), f.file_offset))
+            .collect())
     }
 
     fn suggestions(&self, symbol: &str) -> String {
@@ -129,10 +166,15 @@ impl ElfSymbols {
                 break;
             }
         }
-        if names.is_empty() {
-            "; list the functions with `nm -D --defined-only` or `nm --defined-only`".into()
+        let stripped = if self.stripped {
+            " (the file is stripped: only its exported .dynsym functions are known)"
         } else {
-            format!("; did you mean: {}?", names.join(", "))
+            ""
+        };
+        if names.is_empty() {
+            format!("{stripped}; list the functions with `xtrace list symbols`")
+        } else {
+            format!("{stripped}; did you mean: {}?", names.join(", "))
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Probe specifications and their attachment. `spec` parses what the user wrote, `elf` finds
-//! symbols in executables and libraries, `uprobe` resolves and attaches function spans.
+//! symbols in executables and libraries (`glob` matches their names), `uprobe` resolves and
+//! attaches function spans.
 pub mod elf;
+pub mod glob;
 pub mod spec;
 pub mod uprobe;
 

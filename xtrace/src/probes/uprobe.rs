@@ -66,11 +66,13 @@ pub struct Plan {
     /// Indexed by probe id.
     pub probes: Vec<ProbeInfo>,
     pub attachments: Vec<Attachment>,
+    /// Warnings for the user (a stripped file), one line each.
+    pub notices: Vec<String>,
 }
 
-/// Resolves every spec in every scope; fails on the first spec that cannot be resolved, before
-/// anything is attached.
-pub fn plan(specs: &[UprobeSpec], scopes: &[Scope]) -> Result<Plan> {
+/// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
+/// more than `max_probes` functions match, before anything is attached.
+pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut elves: HashMap<(u64, u64), ElfSymbols> = HashMap::new();
     let mut ids: HashMap<(String, u64), u32> = HashMap::new();
@@ -84,7 +86,16 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope]) -> Result<Plan> {
             let key = (meta.dev(), meta.ino());
             let symbols = match elves.entry(key) {
                 Entry::Occupied(known) => known.into_mut(),
-                Entry::Vacant(new) => new.insert(ElfSymbols::read(&file.open, &file.shown)?),
+                Entry::Vacant(new) => {
+                    let symbols = ElfSymbols::read(&file.open, &file.shown)?;
+                    if symbols.stripped {
+                        plan.notices.push(format!(
+                            "{} is stripped (no .symtab): only its exported .dynsym functions can be traced",
+                            file.shown.display()
+                        ));
+                    }
+                    new.insert(symbols)
+                }
             };
             for (name, offset) in symbols.lookup(&spec.symbol)? {
                 let shown = file.shown.display().to_string();
@@ -104,9 +115,22 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope]) -> Result<Plan> {
                     scope: scope_index,
                 });
             }
+            if plan.probes.len() > max_probes {
+                return Err(Error::TooManyProbes {
+                    spec: spec.text.clone(),
+                    max: max_probes,
+                });
+            }
         }
     }
     Ok(plan)
+}
+
+/// The file `spec` names in `scope` and its function symbols (what `xtrace list symbols` shows).
+pub fn symbols_for(spec: &UprobeSpec, scope: &Scope) -> Result<(TargetFile, ElfSymbols)> {
+    let file = scope.resolve(&spec.target)?;
+    let symbols = ElfSymbols::read(&file.open, &file.shown)?;
+    Ok((file, symbols))
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {

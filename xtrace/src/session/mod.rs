@@ -45,6 +45,8 @@ pub struct Recording {
 
 /// What the CLI shows while recording; the library itself prints nothing.
 pub trait Observer {
+    /// Something the user should know that does not stop the recording (one line).
+    fn warning(&mut self, text: &str);
     /// Every probe is attached and recording has started.
     fn attached(&mut self, notice: &str);
     /// A few times a second while recording.
@@ -90,12 +92,13 @@ fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, st
         pids.sort_unstable();
         pids.dedup();
         let processes = pids.into_iter().map(Process::open).collect::<Result<Vec<_>>>()?;
-        let plan = uprobe::plan(specs, &processes.iter().map(Scope::Process).collect::<Vec<_>>())?;
+        let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
+        let plan = uprobe::plan(specs, &scopes, args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((Targets::Pids(processes), plan, out))
     } else {
         let program = resolve_command(&args.command[0])?;
-        let plan = uprobe::plan(specs, &[Scope::Command(&program)])?;
+        let plan = uprobe::plan(specs, &[Scope::Command(&program)], args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((
             Targets::Launched(Launch::start(&program, &args.command)?),
@@ -114,6 +117,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         .map(|s| UprobeSpec::parse(s))
         .collect::<Result<Vec<_>>>()?;
     let (mut targets, plan, out) = resolve(args, &specs)?;
+    for notice in &plan.notices {
+        observer.warning(notice);
+    }
 
     let attach_started = Instant::now();
     let mut ebpf = bpf::load(args.buffer_size)?;

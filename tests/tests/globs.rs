@@ -1,0 +1,206 @@
+//! Symbol globs: one `-u` pattern attaches hundreds of functions through one kernel program (told
+//! apart by the attach cookie), aliases attach once, demangled C++ names match, and
+//! `xtrace list symbols` prints exactly what `-u` attaches. Bad input: a glob matching nothing,
+//! more matches than --max-probes, a stripped file. Fixtures: `many` (glob_fn_K called K % 5 + 1
+//! times, other_fn 4 times, glob_fn_alias = glob_fn_000) and `matrix` (C++).
+
+use std::{path::Path, process::Command};
+
+use xtrace_tests::{
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::{run_error, trace_fixture_to_exit},
+    xtrace_bin, TempDir,
+};
+
+fn trace(program: &Path, probes: &[&str], label: &str) -> Outputs {
+    let mut fixture = Fixture::spawn(program, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new(label);
+    let out = tmp.join("out");
+    trace_fixture_to_exit(&mut fixture, probes, &out);
+    Outputs::read(&out)
+}
+
+/// `xtrace list symbols ARGS...`: (exit code, stdout rows without the header, stderr).
+fn list(args: &[&str]) -> (Option<i32>, Vec<String>, String) {
+    let output = Command::new(xtrace_bin())
+        .args(["list", "symbols"])
+        .args(args)
+        .output()
+        .expect("running xtrace list symbols");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rows = stdout.lines().skip(1).map(str::to_owned).collect();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), rows, stderr)
+}
+
+fn probe_names(out: &Outputs) -> Vec<String> {
+    let mut names: Vec<String> = out.summary["probes"]
+        .as_array()
+        .expect("probes array")
+        .iter()
+        .map(|p| p["name"].as_str().expect("probe name").to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn one_glob_attaches_every_function_with_exact_counts() {
+    if !require_bpf() {
+        return;
+    }
+    let out = trace(&fixtures().many, &["glob_fn_*"], "glob-many");
+    let expected: Vec<String> = (0..300).map(|k| format!("glob_fn_{k:03}")).collect();
+    assert_eq!(
+        probe_names(&out),
+        expected,
+        "one probe per function, the alias attached once"
+    );
+    for k in 0..300u64 {
+        assert_eq!(
+            out.probe_count(&format!("glob_fn_{k:03}")),
+            k % 5 + 1,
+            "glob_fn_{k:03}"
+        );
+    }
+    let total: u64 = (0..300u64).map(|k| k % 5 + 1).sum();
+    assert_eq!(out.spans().len() as u64, total);
+    assert_eq!(u64_field(&out.summary, "uprobes"), 600);
+    assert_eq!(out.summary["attach_mechanism"], "uprobe_multi");
+    assert_eq!(out.lost_events(), 0);
+}
+
+#[test]
+fn demangled_cpp_glob() {
+    if !require_bpf() {
+        return;
+    }
+    let out = trace(&fixtures().matrix, &["ns::Matrix::*"], "glob-cpp");
+    assert_eq!(
+        probe_names(&out),
+        [
+            "ns::Matrix::add(ns::Matrix const&)",
+            "ns::Matrix::scale(long)",
+            "ns::Matrix::trace() const"
+        ]
+    );
+    assert_eq!(out.probe_count("ns::Matrix::add(ns::Matrix const&)"), 3);
+    assert_eq!(out.probe_count("ns::Matrix::scale(long)"), 5);
+    assert_eq!(out.probe_count("ns::Matrix::trace() const"), 2);
+    assert_eq!(out.spans().len(), 10);
+}
+
+#[test]
+fn list_symbols_shows_what_uprobe_attaches() {
+    if !require_bpf() {
+        return;
+    }
+    let many = fixtures().many.to_str().expect("UTF-8 path").to_owned();
+    let (code, rows, stderr) = list(&[&many, "glob_fn_*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(rows.len(), 300, "{rows:?}");
+    assert_eq!(stderr.trim(), format!("xtrace: 300 functions in {many}"));
+    for (k, row) in rows.iter().enumerate() {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells.len(), 4, "OFFSET ADDRESS SIZE NAME: {row}");
+        assert_eq!(cells[3], format!("glob_fn_{k:03}"), "sorted by offset: {row}");
+        assert!(cells[0].starts_with("0x") && cells[1].starts_with("0x"), "{row}");
+        assert!(cells[2].parse::<u64>().is_ok_and(|size| size > 0), "{row}");
+    }
+    // The same spec through a process: `-u` syntax, resolved in the process's mappings.
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let (code, rows, stderr) = list(&["--pid", &pid, "libxtfix:lib_*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].ends_with(" lib_work"), "{rows:?}");
+}
+
+#[test]
+fn stripped_library_falls_back_to_dynsym() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("glob-stripped");
+    let lib = tmp.join("libxtfix-stripped.so");
+    std::fs::copy(&fixtures().libxtfix, &lib).expect("copying libxtfix.so");
+    let status = Command::new("strip").arg(&lib).status().expect("running strip");
+    assert!(status.success());
+    let lib = lib.to_str().expect("UTF-8 path");
+    let (code, rows, stderr) = list(&[lib, "lib_*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].ends_with(" lib_work"), "{rows:?}");
+    assert!(stderr.contains("(stripped: .dynsym only)"), "{stderr}");
+}
+
+#[test]
+fn glob_matching_nothing_suggests_names() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().many, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("glob-none");
+    let line = run_error(xtrace_tests::args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "glob_fn_9*",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("`glob_fn_9*` not found"), "{line}");
+    assert!(line.contains("did you mean: glob_fn_"), "{line}");
+}
+
+#[test]
+fn more_matches_than_max_probes_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().many, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("glob-max");
+    let line = run_error(xtrace_tests::args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "glob_fn_*",
+        "--max-probes",
+        "100",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(
+        line.contains("`glob_fn_*`") && line.contains("--max-probes 100"),
+        "{line}"
+    );
+    assert!(fixture.is_running());
+}
+
+#[test]
+fn stripped_executable_says_so() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("glob-stripped-exe");
+    let exe = tmp.join("many-stripped");
+    std::fs::copy(&fixtures().many, &exe).expect("copying many");
+    assert!(Command::new("strip").arg(&exe).status().expect("strip").success());
+    let mut fixture = Fixture::spawn(&exe, &[]);
+    fixture.wait_ready();
+    let line = run_error(xtrace_tests::args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "glob_fn_*",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(line.contains("stripped"), "{line}");
+}
