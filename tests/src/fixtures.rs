@@ -32,8 +32,11 @@ pub struct Fixtures {
     pub uselib: PathBuf,
     /// `many`: glob_fn_000..glob_fn_299, glob_fn_K called (K % 5) + 1 times, other_fn 4 times.
     pub many: PathBuf,
-    /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4.
+    /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4, then
+    /// catcher x4 calling thrower, which throws twice.
     pub matrix: PathBuf,
+    /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit` (see calls.c).
+    pub calls: PathBuf,
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -52,7 +55,9 @@ fn build() -> Fixtures {
         uselib: out.join("uselib"),
         many: out.join("many"),
         matrix: out.join("matrix"),
+        calls: out.join("calls"),
     };
+    compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(&[src.join("many.c")], &fixtures.many, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
     compile(&[src.join("spans.c")], &fixtures.spans, &[]);

@@ -4,6 +4,13 @@
 pub const KIND_SPAN: u32 = 1;
 /// `EventHeader::kind` of a [`ThreadEvent`].
 pub const KIND_THREAD: u32 = 2;
+/// `EventHeader::kind` of an [`ArgsEvent`].
+pub const KIND_ARGS: u32 = 3;
+
+/// Integer arguments a function probe can capture (the x86-64 SysV argument registers).
+pub const MAX_ARGS: usize = 6;
+/// Bytes kept of a string argument, its terminating NUL included.
+pub const ARG_STR_LEN: usize = 64;
 
 /// Length of a task's command name (`TASK_COMM_LEN`).
 pub const COMM_LEN: usize = 16;
@@ -35,6 +42,27 @@ pub struct SpanEvent {
     pub probe_id: u32,
     /// Nesting depth on this thread among traced functions (0 = outermost).
     pub depth: u32,
+    /// The return value register (rax), whether or not the function returns anything.
+    pub ret: u64,
+}
+
+/// A call's arguments, written at entry for probes whose spec asks for them; the span of the same
+/// call (same tid, `start_ns`) follows later.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgsEvent {
+    pub header: EventHeader,
+    /// The entry time, as in the call's `SpanEvent::start_ns`.
+    pub start_ns: u64,
+    pub probe_id: u32,
+    /// The probe's argument spec (`crate::probe::args`).
+    pub spec: u32,
+    /// The argument registers.
+    pub args: [u64; MAX_ARGS],
+    /// Bytes read into `strings[i]`, its NUL included (0: none or unreadable); 2 bytes of padding.
+    pub str_len: [u8; 8],
+    /// String arguments (where the spec says so), NUL-terminated.
+    pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
 }
 
 /// A thread's first traced call: its name at that moment (threads may be gone when the recording
@@ -55,9 +83,12 @@ mod pod {
     unsafe impl aya::Pod for super::SpanEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ThreadEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArgsEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
-const _: () = assert!(core::mem::size_of::<SpanEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 480);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);

@@ -1,13 +1,28 @@
 //! Limits and map layouts shared by the kernel programs and user space.
 
-/// Deepest nesting of traced calls tracked per thread; deeper calls are counted as dropped.
-pub const MAX_DEPTH: usize = 32;
+/// Deepest nesting of traced calls tracked per thread; deeper calls are counted as dropped. It is
+/// also the kernel's own limit of nested return probes per task (`MAX_URETPROBE_DEPTH`): deeper
+/// calls get no return probe.
+pub const MAX_DEPTH: usize = 64;
 
 /// Threads tracked at once by the per-thread entry stacks.
 pub const MAX_THREADS: u32 = 16_384;
 
 /// Default ring buffer size in bytes (a power of two, at least a page).
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+
+/// The per-probe argument spec in the `ARG_SPECS` map (indexed by probe id): which argument
+/// registers an entry captures, and which of them point at strings.
+pub mod args {
+    /// Capture argument register `i` (0..6).
+    pub const fn int(i: usize) -> u32 {
+        1 << i
+    }
+    /// Argument `i` is also read as a NUL-terminated string.
+    pub const fn string(i: usize) -> u32 {
+        1 << (8 + i)
+    }
+}
 
 /// Index into the per-CPU `COUNTERS` array.
 pub mod counter {
@@ -17,8 +32,11 @@ pub mod counter {
     pub const LOST_TOO_DEEP: u32 = 1;
     /// Threads beyond `MAX_THREADS` (their spans are not recorded).
     pub const LOST_NO_THREAD_SLOT: u32 = 2;
+    /// Entries left without a return (longjmp, C++ exceptions, a thread or process ending inside
+    /// a traced call): skipped over when an outer call returns, or dropped when the thread exits.
+    pub const UNMATCHED_ENTRIES: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Per-thread stack of open calls: entry timestamps and probe ids, innermost last.
@@ -33,5 +51,5 @@ pub struct EntryStack {
 }
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), integer fields only, no padding (8 + 256 + 128 bytes).
+// SAFETY: repr(C), integer fields only, no padding (8 + 512 + 256 bytes).
 unsafe impl aya::Pod for EntryStack {}

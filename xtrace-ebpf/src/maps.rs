@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::probe::{counter, EntryStack, DEFAULT_RING_BYTES, MAX_THREADS};
 
@@ -14,6 +14,23 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 /// Per-CPU counters indexed by `xtrace_common::probe::counter`.
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Argument spec per probe id (`xtrace_common::probe::args`); user space sizes and fills it
+/// before attaching, only when some probe asks for arguments.
+#[map]
+pub static ARG_SPECS: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Set to 1 at load time when some probe asks for arguments; when 0 the verifier drops the
+/// argument code, so spans without arguments pay nothing for it.
+#[unsafe(no_mangle)]
+static ARGS_ENABLED: u8 = 0;
+
+/// Whether any probe captures arguments (see `ARGS_ENABLED`).
+#[inline(always)]
+pub fn args_enabled() -> bool {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    unsafe { core::ptr::read_volatile(&ARGS_ENABLED) != 0 }
+}
 
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
 #[map]
@@ -27,9 +44,15 @@ pub static EMPTY_STACK: PerCpuArray<EntryStack> = PerCpuArray::with_max_entries(
 /// Adds one to a per-CPU counter.
 #[inline(always)]
 pub fn count(index: u32) {
+    count_n(index, 1);
+}
+
+/// Adds `n` to a per-CPU counter.
+#[inline(always)]
+pub fn count_n(index: u32, n: u64) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
-        unsafe { *slot += 1 };
+        unsafe { *slot += n };
     }
 }
 

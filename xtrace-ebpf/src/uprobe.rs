@@ -1,23 +1,27 @@
 //! Function spans: `span_enter` (uprobe) pushes the entry time on the thread's stack of open calls,
 //! `span_exit` (uretprobe) pops it and writes a `SpanEvent`. A thread's first traced call also
-//! writes a `ThreadEvent` with its name. The attach cookie is the probe id.
+//! writes a `ThreadEvent` with its name. The attach cookie is the probe id. Probes whose spec asks
+//! for arguments also write an `ArgsEvent` at entry; every span carries the return register.
 //! Linux 5.15+ (attach cookies).
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns,
+        bpf_ktime_get_ns, bpf_probe_read_user_str_bytes,
     },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
 use xtrace_common::{
-    event::{EventHeader, SpanEvent, ThreadEvent, KIND_SPAN, KIND_THREAD},
-    probe::{counter, EntryStack, MAX_DEPTH},
+    event::{
+        ArgsEvent, EventHeader, SpanEvent, ThreadEvent, ARG_STR_LEN, KIND_ARGS, KIND_SPAN, KIND_THREAD,
+        MAX_ARGS,
+    },
+    probe::{args, counter, EntryStack, MAX_DEPTH},
 };
 
-use crate::maps::{count, submit_flags, EMPTY_STACK, EVENTS, STACKS};
+use crate::maps::{args_enabled, count, count_n, submit_flags, ARG_SPECS, EMPTY_STACK, EVENTS, STACKS};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -59,15 +63,55 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     // SAFETY: map value of this thread; only this thread's probes touch it.
     let stack = unsafe { &mut *stack };
     let depth = stack.depth as usize;
-    if depth < MAX_DEPTH {
-        let slot = depth & (MAX_DEPTH - 1);
-        stack.start_ns[slot] = now;
-        stack.probe_id[slot] = probe_id;
-    } else {
+    if depth >= MAX_DEPTH {
+        // The kernel installs no return probe this deep (its uretprobe nesting limit is 64 per
+        // task), so this call is neither stacked nor expected back.
         count(counter::LOST_TOO_DEEP);
+        return Ok(0);
     }
-    stack.depth = stack.depth.saturating_add(1);
+    let slot = depth & (MAX_DEPTH - 1);
+    stack.start_ns[slot] = now;
+    stack.probe_id[slot] = probe_id;
+    stack.depth = (depth + 1) as u32;
+    if args_enabled() {
+        write_args(ctx, key, probe_id, now);
+    }
     Ok(0)
+}
+
+/// Writes the `ArgsEvent` of a call whose probe captures arguments.
+#[inline(always)]
+fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64) {
+    let spec = match ARG_SPECS.get(probe_id) {
+        Some(&spec) if spec != 0 => spec,
+        _ => return,
+    };
+    let Some(mut entry) = EVENTS.reserve::<ArgsEvent>(0) else {
+        count(counter::LOST_RING_FULL);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved ring-buffer record of ArgsEvent's size; every field is
+    // written below before it is submitted.
+    unsafe {
+        (*event).header = header(KIND_ARGS, pid_tgid, now);
+        (*event).start_ns = now;
+        (*event).probe_id = probe_id;
+        (*event).spec = spec;
+        (*event).str_len = [0; 8];
+        for i in 0..MAX_ARGS {
+            let value: u64 = ctx.arg(i).unwrap_or(0);
+            (*event).args[i] = value;
+            if spec & args::string(i) != 0 {
+                let dst = &mut (*event).strings[i];
+                if let Ok(read) = bpf_probe_read_user_str_bytes(value as *const u8, dst) {
+                    // The helper's count includes the NUL; the slice it returns does not.
+                    (*event).str_len[i] = (read.len() + 1).min(ARG_STR_LEN) as u8;
+                }
+            }
+        }
+    }
+    entry.submit(submit_flags());
 }
 
 /// Writes the `ThreadEvent` for a thread's first traced call.
@@ -97,17 +141,21 @@ fn header(kind: u32, pid_tgid: u64, ts_ns: u64) -> EventHeader {
 }
 
 /// Index of the innermost open call of `probe_id` below `depth`, if any. A call whose return was
-/// missed (longjmp, attach order) is skipped over rather than mispaired. Indexes are loop counters,
-/// which the verifier bounds exactly, never values read from the map.
+/// missed (longjmp, exceptions, attach order) is skipped over rather than mispaired. The scan goes
+/// from the innermost entry down and stops at the first match, so the verifier walks each step once;
+/// slots are masked loop counters, never unchecked values read from the map.
 #[inline(always)]
 fn find_open(stack: &EntryStack, depth: usize, probe_id: u32) -> Option<usize> {
-    let mut found = None;
-    for slot in 0..MAX_DEPTH {
-        if slot < depth && stack.probe_id[slot] == probe_id {
-            found = Some(slot);
+    for i in 0..MAX_DEPTH {
+        if i >= depth {
+            return None;
+        }
+        let slot = (depth - 1 - i) & (MAX_DEPTH - 1);
+        if stack.probe_id[slot] == probe_id {
+            return Some(slot);
         }
     }
-    found
+    None
 }
 
 fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
@@ -122,13 +170,15 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
     if depth == 0 {
         return Ok(0); // a return whose entry was not seen
     }
-    if depth > MAX_DEPTH {
-        stack.depth -= 1; // its entry was counted as too deep
-        return Ok(0);
-    }
+    let depth = depth.min(MAX_DEPTH);
     let Some(slot) = find_open(stack, depth, probe_id) else {
         return Ok(0);
     };
+    // Entries above the matched one were left without returning (longjmp, exceptions).
+    let abandoned = depth - 1 - slot;
+    if abandoned > 0 {
+        count_n(counter::UNMATCHED_ENTRIES, abandoned as u64);
+    }
     stack.depth = slot as u32;
     let start_ns = stack.start_ns[slot & (MAX_DEPTH - 1)];
     let Some(mut entry) = EVENTS.reserve::<SpanEvent>(0) else {
@@ -140,6 +190,7 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         start_ns,
         probe_id,
         depth: slot as u32,
+        ret: ctx.ret::<u64>(),
     });
     entry.submit(submit_flags());
     Ok(0)

@@ -47,6 +47,8 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
             TargetSpec::Library(target.to_string())
         },
         symbol: glob.to_string(),
+        args: Vec::new(),
+        ret: None,
     };
     match (args.pid, args.args.as_slice()) {
         (_, [target, glob]) => Ok(explicit(target, glob)),

@@ -4,6 +4,7 @@
 use std::io::{self, Write};
 
 use super::micros;
+use crate::pipeline::writer::SpanOut;
 
 pub struct ChromeWriter<W: Write> {
     out: W,
@@ -40,23 +41,17 @@ impl<W: Write> ChromeWriter<W> {
         }
     }
 
-    /// A completed call of probe `id`.
-    pub fn span(
-        &mut self,
-        id: usize,
-        pid: u32,
-        tid: u32,
-        start_ns: u64,
-        dur_ns: u64,
-        depth: u32,
-    ) -> io::Result<()> {
+    /// A completed call; its captured values join `depth` under `args`.
+    pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
         self.separator()?;
-        let (name, cat) = &self.names[id];
+        let (name, cat) = &self.names[span.probe];
+        let SpanOut { pid, tid, depth, .. } = span;
         write!(
             self.out,
-            "{{\"ph\":\"X\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{depth}}}}}",
-            micros(start_ns),
-            micros(dur_ns)
+            "{{\"ph\":\"X\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{depth}{}}}}}",
+            micros(span.start_ns),
+            micros(span.dur_ns),
+            span.values.as_deref().unwrap_or("")
         )
     }
 
@@ -93,8 +88,18 @@ mod tests {
     fn writes_valid_chrome_json() {
         let probes = [("outer(int)", "uprobe"), ("in\"ner", "uprobe")];
         let mut w = ChromeWriter::new(Vec::new(), &probes).unwrap();
-        w.span(0, 10, 11, 1_000_000, 5_000, 0).unwrap();
-        w.span(1, 10, 11, 1_001_000, 1_234, 1).unwrap();
+        let span = |probe, start_ns, dur_ns, depth, values: Option<&str>| SpanOut {
+            probe,
+            pid: 10,
+            tid: 11,
+            start_ns,
+            dur_ns,
+            depth,
+            values: values.map(Into::into),
+        };
+        w.span(&span(0, 1_000_000, 5_000, 0, None)).unwrap();
+        w.span(&span(1, 1_001_000, 1_234, 1, Some(r#","arg0":-1,"ret":"0x10""#)))
+            .unwrap();
         w.process_name(10, "app").unwrap();
         w.thread_name(10, 11, "worker").unwrap();
         let bytes = w.finish().unwrap();
@@ -109,6 +114,8 @@ mod tests {
         assert_eq!(events[1]["name"], "in\"ner");
         assert_eq!(events[1]["dur"].as_f64(), Some(1.234));
         assert_eq!(events[1]["args"]["depth"], 1);
+        assert_eq!(events[1]["args"]["arg0"], -1);
+        assert_eq!(events[1]["args"]["ret"], "0x10");
         assert_eq!(
             (events[1]["pid"].as_u64(), events[1]["tid"].as_u64()),
             (Some(10), Some(11))

@@ -1,7 +1,7 @@
 //! The recording summary: summary.json and the readable table (stdout and summary.txt).
 use serde::Serialize;
 
-use crate::pipeline::stats::Distribution;
+use crate::pipeline::{stats::Distribution, values::ValueSummary};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeSummary {
@@ -10,6 +10,9 @@ pub struct ProbeSummary {
     pub target: String,
     #[serde(flatten)]
     pub stats: Distribution,
+    /// Captured arguments and return value (only for probes whose spec asks for them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<ValueSummary>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -56,6 +59,11 @@ pub struct Summary {
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
+    /// Calls entered but left without a return (longjmp, C++ exceptions, a thread or process
+    /// ending inside the call): no span, never mis-paired with another return.
+    pub unmatched_entries: u64,
+    /// Captured arguments dropped because too many calls were waiting for their spans.
+    pub args_unpaired: u64,
     /// Records user space could not use (wrong size, unknown kind or probe id); never expected.
     pub decode_errors: u64,
     /// Sorted by total time, largest first.
@@ -163,6 +171,8 @@ mod tests {
             stop_reason: "targets_exited",
             lost_events: 0,
             lost: Lost::default(),
+            unmatched_entries: 0,
+            args_unpaired: 0,
             decode_errors: 0,
             probes: vec![ProbeSummary {
                 name: "work".into(),
@@ -178,6 +188,7 @@ mod tests {
                     p99_ns: 1_600,
                     max_ns: 1_600,
                 },
+                values: Vec::new(),
             }],
             command: Some(CommandSummary {
                 argv: vec!["app".into(), "-x".into()],

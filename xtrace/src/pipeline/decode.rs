@@ -1,11 +1,14 @@
 //! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
 //! before a read, and records are read unaligned.
-use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, KIND_SPAN, KIND_THREAD};
+use xtrace_common::event::{
+    ArgsEvent, EventHeader, SpanEvent, ThreadEvent, KIND_ARGS, KIND_SPAN, KIND_THREAD,
+};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     Span(SpanEvent),
     Thread(ThreadEvent),
+    Args(Box<ArgsEvent>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +36,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     match header.kind {
         KIND_SPAN => Ok(Event::Span(read(bytes)?)),
         KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
+        KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }
@@ -65,6 +69,7 @@ mod tests {
             start_ns: 4_000,
             probe_id: 3,
             depth: 2,
+            ret: u64::MAX,
         };
         let mut bytes = vec![0u8];
         bytes.extend(span_bytes(&span));
@@ -105,8 +110,8 @@ mod tests {
         };
         let bytes = span_bytes(&span);
         assert_eq!(
-            decode(&bytes[..39]),
-            Err(DecodeError::Short { len: 39, need: 40 })
+            decode(&bytes[..47]),
+            Err(DecodeError::Short { len: 47, need: 48 })
         );
         assert_eq!(
             decode(&bytes[..10]),

@@ -1,9 +1,11 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
-//! turns records into events, `stats` aggregates per probe, `threads` names pids and tids.
+//! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
+//! their spans, `threads` names pids and tids.
 pub mod decode;
 pub mod reader;
 pub mod stats;
 pub mod threads;
+pub mod values;
 pub mod writer;
 
 use std::io::Write;
@@ -12,6 +14,7 @@ use crate::pipeline::{
     decode::Event,
     stats::ProbeStats,
     threads::Names,
+    values::{Capture, Values},
     writer::{SpanOut, TraceWriter},
 };
 
@@ -21,6 +24,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub stats: Vec<ProbeStats>,
     pub trace: TraceWriter<W>,
     pub names: Names,
+    pub values: Values,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     pub undecodable: u64,
     /// Spans whose probe id is not in the probe table; never expected.
@@ -29,12 +33,14 @@ pub struct Pipeline<W: Write + Send + 'static> {
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
-    pub fn new(probes: usize, trace: TraceWriter<W>) -> Self {
-        let stats = vec![ProbeStats::default(); probes];
+    /// `captures` says, by probe id, which values each probe captures.
+    pub fn new(captures: Vec<Capture>, trace: TraceWriter<W>) -> Self {
+        let stats = vec![ProbeStats::default(); captures.len()];
         Pipeline {
             stats,
             trace,
             names: Names::default(),
+            values: Values::new(captures),
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
@@ -54,6 +60,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 let duration = span.header.ts_ns.saturating_sub(span.start_ns);
                 stats.add(duration);
                 self.names.saw(span.header.pid, span.header.tid);
+                let values = self
+                    .values
+                    .span(id, span.header.tid, span.start_ns, span.ret)
+                    .map(String::into_boxed_str);
                 self.trace.span(SpanOut {
                     probe: id,
                     pid: span.header.pid,
@@ -61,6 +71,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     start_ns: span.start_ns,
                     dur_ns: duration,
                     depth: span.depth,
+                    values,
                 })
             }
             Ok(Event::Thread(thread)) => {
@@ -71,6 +82,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     .unwrap_or(thread.comm.len());
                 let name = String::from_utf8_lossy(&thread.comm[..len]).into_owned();
                 self.names.named(thread.header.pid, thread.header.tid, name);
+                Ok(())
+            }
+            Ok(Event::Args(args)) => {
+                self.values.args(&args);
                 Ok(())
             }
             Err(_) => {

@@ -15,7 +15,7 @@ use std::{
 use crate::export::chrome::ChromeWriter;
 
 /// One span for trace.json.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpanOut {
     pub probe: usize,
     pub pid: u32,
@@ -23,6 +23,8 @@ pub struct SpanOut {
     pub start_ns: u64,
     pub dur_ns: u64,
     pub depth: u32,
+    /// Captured values as trace.json `args` members (`"arg0":1,"ret":0`), if the probe has any.
+    pub values: Option<Box<str>>,
 }
 
 /// Spans per batch handed to the writer thread.
@@ -74,7 +76,7 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
             .spawn(move || {
                 for batch in rx {
                     for s in batch {
-                        chrome.span(s.probe, s.pid, s.tid, s.start_ns, s.dur_ns, s.depth)?;
+                        chrome.span(&s)?;
                     }
                 }
                 Ok(chrome)
@@ -152,8 +154,9 @@ mod tests {
                 start_ns: i as u64 * 1000,
                 dur_ns: 5,
                 depth: 0,
+                values: None,
             };
-            writer.span(span).unwrap();
+            writer.span(span.clone()).unwrap();
         }
         let out = writer.finish().unwrap().finish().unwrap();
         assert_eq!(bytes.load(Ordering::Relaxed), out.inner.len() as u64);
@@ -193,10 +196,11 @@ mod tests {
             start_ns: 0,
             dur_ns: 5,
             depth: 0,
+            values: None,
         };
         let mut first = None;
         for _ in 0..100_000 {
-            if let Err(e) = writer.span(span) {
+            if let Err(e) = writer.span(span.clone()) {
                 first = Some(e);
                 break;
             }

@@ -30,6 +30,9 @@ pub struct ElfSymbols {
     pub functions: Vec<FunctionSymbol>,
     /// No `.symtab`: only the exported functions of `.dynsym` are known.
     pub stripped: bool,
+    /// Has C++ exception tables (`.gcc_except_table`): an exception unwinding through a function
+    /// with a return probe aborts the process, as the unwinder cannot walk the kernel's trampoline.
+    pub cxx_exceptions: bool,
 }
 
 impl ElfSymbols {
@@ -90,6 +93,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             functions,
             stripped: file.symbols().next().is_none(),
+            cxx_exceptions: file.section_by_name(".gcc_except_table").is_some(),
         })
     }
 

@@ -17,4 +17,6 @@ pub struct ProbeInfo {
     pub target: String,
     /// File offset of the probed instruction.
     pub offset: u64,
+    /// Arguments and return value captured (from the first spec that named this function).
+    pub capture: crate::pipeline::values::Capture,
 }

@@ -1,6 +1,55 @@
-//! `-u [TARGET:]SYMBOL` parsing. TARGET is a path (it contains '/'), a library name resolved through
-//! the traced process's mappings, or absent for the main executable.
+//! `-u [TARGET:]SYMBOL[(TYPE, ...)][ -> TYPE]` parsing. TARGET is a path (it contains '/'), a
+//! library name resolved through the traced process's mappings, or absent for the main executable.
+//! A trailing parenthesised list made only of argument types (u8..u64, i8..i64, ptr, str) asks for
+//! those arguments; `-> TYPE` asks for the return value. Any other parentheses belong to the name
+//! (demangled C++ such as `ns::f(int)`).
 use crate::error::{Error, Result};
+
+/// How a captured register is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    U8,
+    U16,
+    U32,
+    U64,
+    I8,
+    I16,
+    I32,
+    I64,
+    /// An address, shown in hex.
+    Ptr,
+    /// A pointer to a NUL-terminated string, read up to 63 bytes.
+    Str,
+}
+
+impl ArgType {
+    const ALL: [(&'static str, ArgType); 10] = [
+        ("u8", ArgType::U8),
+        ("u16", ArgType::U16),
+        ("u32", ArgType::U32),
+        ("u64", ArgType::U64),
+        ("i8", ArgType::I8),
+        ("i16", ArgType::I16),
+        ("i32", ArgType::I32),
+        ("i64", ArgType::I64),
+        ("ptr", ArgType::Ptr),
+        ("str", ArgType::Str),
+    ];
+
+    pub fn parse(word: &str) -> Option<ArgType> {
+        Self::ALL.iter().find(|(name, _)| *name == word).map(|(_, t)| *t)
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, t)| *t == self)
+            .map_or("?", |(name, _)| name)
+    }
+}
+
+/// Most arguments a spec may capture (the x86-64 SysV argument registers).
+pub const MAX_ARGS: usize = xtrace_common::event::MAX_ARGS;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetSpec {
@@ -18,6 +67,10 @@ pub struct UprobeSpec {
     pub text: String,
     pub target: TargetSpec,
     pub symbol: String,
+    /// Arguments to capture, in register order.
+    pub args: Vec<ArgType>,
+    /// The return value's type, when asked for.
+    pub ret: Option<ArgType>,
 }
 
 impl UprobeSpec {
@@ -28,15 +81,16 @@ impl UprobeSpec {
         };
         // C++ and Rust names contain "::", so split at the last ':' that is not part of a "::".
         let split = last_single_colon(text);
-        let (target, symbol) = match split {
-            Some(at) => (&text[..at], &text[at + 1..]),
-            None => ("", text),
+        let (target, rest, rest_at) = match split {
+            Some(at) => (&text[..at], &text[at + 1..], at + 1),
+            None => ("", text, 0),
         };
+        let (symbol, args, ret) = split_types(rest).map_err(|(at, reason)| Error::BadProbe {
+            spec: text.to_string(),
+            reason: format!("{reason} at column {}", rest_at + at + 1),
+        })?;
         if symbol.is_empty() {
             return Err(bad("no symbol after the ':'; write [TARGET:]SYMBOL"));
-        }
-        if symbol.chars().any(char::is_whitespace) {
-            return Err(bad("symbol names contain no spaces"));
         }
         let target = if split.is_none() {
             TargetSpec::MainExecutable
@@ -51,8 +105,58 @@ impl UprobeSpec {
             text: text.to_string(),
             target,
             symbol: symbol.to_string(),
+            args,
+            ret,
         })
     }
+}
+
+/// A spec's symbol part split into (name, argument types, return type). Errors carry the byte
+/// offset in `text` of the offending part.
+type Split<'a> = (&'a str, Vec<ArgType>, Option<ArgType>);
+
+fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
+    let types = "types are u8 u16 u32 u64 i8 i16 i32 i64 ptr str";
+    let mut name = text.trim_end();
+    let mut ret = None;
+    if let Some(arrow) = name.rfind("->") {
+        let word = name[arrow + 2..].trim();
+        // `operator->` is part of a C++ name, not a return type.
+        if !name[..arrow].ends_with("operator") {
+            ret = Some(ArgType::parse(word).ok_or_else(|| {
+                let at = arrow + 2 + (name[arrow + 2..].len() - name[arrow + 2..].trim_start().len());
+                (at, format!("unknown return type `{word}` ({types})"))
+            })?);
+            name = name[..arrow].trim_end();
+        }
+    }
+    let mut args = Vec::new();
+    if let (Some(open), true) = (name.rfind('('), name.ends_with(')')) {
+        let inner = &name[open + 1..name.len() - 1];
+        let items: Vec<(usize, &str)> = inner
+            .split(',')
+            .scan(open + 1, |at, item| {
+                let start = *at + (item.len() - item.trim_start().len());
+                *at += item.len() + 1;
+                Some((start, item.trim()))
+            })
+            .collect();
+        let known = items.iter().filter(|(_, w)| ArgType::parse(w).is_some()).count();
+        // A list of type words asks for arguments; a list without any is part of the name.
+        if known > 0 {
+            for (index, (at, word)) in items.iter().enumerate() {
+                let Some(t) = ArgType::parse(word) else {
+                    return Err((*at, format!("unknown argument type `{word}` ({types})")));
+                };
+                if index == MAX_ARGS {
+                    return Err((*at, format!("at most {MAX_ARGS} arguments can be captured")));
+                }
+                args.push(t);
+            }
+            name = name[..open].trim_end();
+        }
+    }
+    Ok((name, args, ret))
 }
 
 fn last_single_colon(text: &str) -> Option<usize> {
@@ -96,8 +200,50 @@ mod tests {
     }
 
     #[test]
+    fn argument_and_return_types() {
+        let spec = parse("app:fn(u64, i32, str)");
+        assert_eq!(spec.symbol, "fn");
+        assert_eq!(spec.target, TargetSpec::Library("app".into()));
+        assert_eq!(spec.args, [ArgType::U64, ArgType::I32, ArgType::Str]);
+        assert_eq!(spec.ret, None);
+        let spec = parse("fn(ptr) -> i64");
+        assert_eq!((spec.symbol.as_str(), spec.ret), ("fn", Some(ArgType::I64)));
+        assert_eq!(spec.args, [ArgType::Ptr]);
+        let spec = parse("libc:malloc->ptr");
+        assert_eq!((spec.symbol.as_str(), spec.args.len()), ("malloc", 0));
+        assert_eq!(spec.ret, Some(ArgType::Ptr));
+        // Parentheses without type words are part of a C++ name.
+        let spec = parse("ns::Matrix::add(ns::Matrix const&)");
+        assert_eq!(spec.symbol, "ns::Matrix::add(ns::Matrix const&)");
+        assert!(spec.args.is_empty());
+        assert_eq!(parse("ns::Ptr::operator->()").symbol, "ns::Ptr::operator->()");
+        assert_eq!(parse("f()").symbol, "f()");
+    }
+
+    #[test]
+    fn argument_errors_point_at_the_offending_part() {
+        let err = UprobeSpec::parse("app:fn(u64, i33)").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown argument type `i33`") && err.contains("column 13"),
+            "{err}"
+        );
+        let err = UprobeSpec::parse("fn -> int").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown return type `int`") && err.contains("column 7"),
+            "{err}"
+        );
+        let err = UprobeSpec::parse("fn(u8,u8,u8,u8,u8,u8,u8)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("at most 6 arguments") && err.contains("column 22"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn rejects() {
-        for text in ["libc:", ":malloc", "my func", ""] {
+        for text in ["libc:", ":malloc", ""] {
             assert!(UprobeSpec::parse(text).is_err(), "{text:?} should be rejected");
         }
     }

@@ -18,12 +18,13 @@ use aya::{
 
 use super::{
     elf::ElfSymbols,
-    spec::{TargetSpec, UprobeSpec},
+    spec::{ArgType, TargetSpec, UprobeSpec},
     ProbeInfo,
 };
 use crate::{
     bpf::uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
     error::{Error, Result},
+    pipeline::values::Capture,
     target::{library_from_cache, Process, TargetFile},
 };
 
@@ -94,6 +95,14 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result
                             file.shown.display()
                         ));
                     }
+                    if symbols.cxx_exceptions {
+                        plan.notices.push(format!(
+                            "{} throws C++ exceptions: one that unwinds through a traced function (thrown \
+                             inside, caught outside) aborts the process, because return probes replace \
+                             return addresses; trace functions that catch, not those thrown through",
+                            file.shown.display()
+                        ));
+                    }
                     new.insert(symbols)
                 }
             };
@@ -105,6 +114,10 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result
                         kind: "uprobe",
                         target: shown,
                         offset,
+                        capture: Capture {
+                            args: spec.args.clone(),
+                            ret: spec.ret,
+                        },
                     });
                     (plan.probes.len() - 1) as u32
                 });
@@ -320,6 +333,23 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[u32]) -> Result<Attac
         exit: Vec::new(),
         programs: Vec::new(),
     })
+}
+
+/// The `ARG_SPECS` entry of each probe that captures arguments, by probe id.
+pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
+    use xtrace_common::probe::args;
+    plan.probes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !p.capture.args.is_empty())
+        .map(|(id, p)| {
+            let spec = p.capture.args.iter().enumerate().fold(0, |spec, (i, t)| {
+                let string = if *t == ArgType::Str { args::string(i) } else { 0 };
+                spec | args::int(i) | string
+            });
+            (id as u32, spec)
+        })
+        .collect()
 }
 
 /// Loads the span programs and attaches every planned probe; `pids[scope]` is each scope's

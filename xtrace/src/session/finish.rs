@@ -58,7 +58,7 @@ pub fn write<W: Write + Send + 'static>(
     mut comms: Vec<(u32, Option<String>)>,
     target_pids: &[u32],
     stop: Stop,
-    lost: Lost,
+    (lost, unmatched_entries): (Lost, u64),
     command: Option<CommandSummary>,
     timing: Timing,
 ) -> Result<Summary> {
@@ -67,6 +67,7 @@ pub fn write<W: Write + Send + 'static>(
         stats,
         trace,
         names,
+        values,
         undecodable,
         unknown_probe,
         ..
@@ -99,11 +100,13 @@ pub fn write<W: Write + Send + 'static>(
         .probes
         .iter()
         .zip(stats.iter())
-        .map(|(p, s)| ProbeSummary {
+        .zip(values.summaries())
+        .map(|((p, s), values)| ProbeSummary {
             name: p.name.clone(),
             kind: p.kind,
             target: p.target.clone(),
             stats: s.distribution(),
+            values,
         })
         .collect();
     probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
@@ -117,6 +120,8 @@ pub fn write<W: Write + Send + 'static>(
         lost_events: lost.total(),
         decode_errors: undecodable + unknown_probe,
         lost,
+        unmatched_entries,
+        args_unpaired: values.dropped,
         probes,
         command,
         targets: comms

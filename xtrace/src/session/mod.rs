@@ -122,7 +122,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
 
     let attach_started = Instant::now();
-    let mut ebpf = bpf::load(args.buffer_size)?;
+    let mut ebpf = bpf::load(args.buffer_size, &uprobe::arg_specs(&plan))?;
     let attached = uprobe::attach(&mut ebpf, &plan, &targets.pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.processes().iter().find(|p| p.has_exited()) {
@@ -157,7 +157,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     ));
 
     let started = Instant::now();
-    let mut pipeline = Pipeline::new(plan.probes.len(), writer);
+    let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
+    let mut pipeline = Pipeline::new(captures, writer);
     let comms: Vec<(u32, Option<String>)> = targets.processes().iter().map(|p| (p.pid, p.comm())).collect();
     let stopped = run::run(
         &mut reader,
@@ -183,6 +184,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             .drain(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_path))?;
         let lost = bpf::read_lost(&counters)?;
+        let unmatched_entries = bpf::read_unmatched(&counters)?;
         let command = match (&targets, exit) {
             (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
             _ => None,
@@ -202,7 +204,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             comms,
             &targets.pids(),
             stop,
-            lost,
+            (lost, unmatched_entries),
             command,
             timing,
         )

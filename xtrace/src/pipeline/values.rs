@@ -1,0 +1,345 @@
+//! Captured argument and return values: each call's `ArgsEvent` (written at entry) waits here until
+//! the call's span arrives (same tid and entry time), then both are rendered for trace.json and
+//! counted per probe for summary.json (min/max of integers, the most frequent values).
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use xtrace_common::event::ArgsEvent;
+
+use crate::probes::spec::ArgType;
+
+/// Calls whose arguments wait for their span at most; past it new arguments are dropped (counted).
+const MAX_PENDING: usize = 1 << 16;
+/// Distinct values counted per argument; later new values only count as `other`.
+const MAX_DISTINCT: usize = 1024;
+/// Most frequent values listed per argument in summary.json.
+const TOP: usize = 10;
+
+/// One rendered value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Int(i128),
+    /// A pointer, shown in hex.
+    Ptr(u64),
+    /// A string argument; None when it could not be read.
+    Str(Option<String>),
+}
+
+impl Value {
+    /// The register `raw` as `ty`; `string` holds the bytes read for a `str`.
+    pub fn from_register(ty: ArgType, raw: u64, string: &[u8]) -> Value {
+        match ty {
+            ArgType::U8 => Value::Int(i128::from(raw as u8)),
+            ArgType::U16 => Value::Int(i128::from(raw as u16)),
+            ArgType::U32 => Value::Int(i128::from(raw as u32)),
+            ArgType::U64 => Value::Int(i128::from(raw)),
+            ArgType::I8 => Value::Int(i128::from(raw as i8)),
+            ArgType::I16 => Value::Int(i128::from(raw as i16)),
+            ArgType::I32 => Value::Int(i128::from(raw as i32)),
+            ArgType::I64 => Value::Int(i128::from(raw as i64)),
+            ArgType::Ptr => Value::Ptr(raw),
+            ArgType::Str => {
+                if string.is_empty() {
+                    return Value::Str(None);
+                }
+                let end = string.iter().position(|&b| b == 0).unwrap_or(string.len());
+                Value::Str(Some(String::from_utf8_lossy(&string[..end]).into_owned()))
+            }
+        }
+    }
+
+    /// The value as JSON text.
+    fn json(&self) -> String {
+        match self {
+            Value::Int(v) => v.to_string(),
+            Value::Ptr(p) => format!("\"{p:#x}\""),
+            Value::Str(Some(s)) => serde_json::to_string(s).unwrap_or_else(|_| "null".into()),
+            Value::Str(None) => "null".into(),
+        }
+    }
+
+    /// The value as a JSON value (for summary.json).
+    fn to_json_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.json()).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Statistics of one captured argument (or the return value) of one probe.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValueSummary {
+    /// `arg0`..`arg5`, or `ret`.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    /// Calls whose value was recorded.
+    pub count: u64,
+    /// Smallest and largest integer value (integers only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<serde_json::Value>,
+    /// The most frequent values, most frequent first: exact counts while at most 1,024 distinct
+    /// values were seen; values first seen after that are counted in `other` only.
+    pub top: Vec<TopValue>,
+    pub other: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopValue {
+    pub value: serde_json::Value,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug)]
+struct ValueStats {
+    name: String,
+    ty: ArgType,
+    count: u64,
+    min: Option<i128>,
+    max: Option<i128>,
+    counts: HashMap<String, (Value, u64)>,
+    other: u64,
+}
+
+impl ValueStats {
+    fn new(name: String, ty: ArgType) -> Self {
+        ValueStats {
+            name,
+            ty,
+            count: 0,
+            min: None,
+            max: None,
+            counts: HashMap::new(),
+            other: 0,
+        }
+    }
+
+    fn add(&mut self, value: &Value) {
+        self.count += 1;
+        if let Value::Int(v) = value {
+            self.min = Some(self.min.map_or(*v, |m| m.min(*v)));
+            self.max = Some(self.max.map_or(*v, |m| m.max(*v)));
+        }
+        let key = value.json();
+        if let Some((_, n)) = self.counts.get_mut(&key) {
+            *n += 1;
+        } else if self.counts.len() < MAX_DISTINCT {
+            self.counts.insert(key, (value.clone(), 1));
+        } else {
+            self.other += 1;
+        }
+    }
+
+    fn summary(&self) -> ValueSummary {
+        let mut top: Vec<&(Value, u64)> = self.counts.values().collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.json().cmp(&b.0.json())));
+        let number = |v: i128| serde_json::from_str(&v.to_string()).unwrap_or_default();
+        ValueSummary {
+            name: self.name.clone(),
+            ty: self.ty.name(),
+            count: self.count,
+            min: self.min.map(number),
+            max: self.max.map(number),
+            other: self.other + top.iter().skip(TOP).map(|(_, n)| n).sum::<u64>(),
+            top: top
+                .into_iter()
+                .take(TOP)
+                .map(|(value, count)| TopValue {
+                    value: value.to_json_value(),
+                    count: *count,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What each probe captures, by probe id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capture {
+    pub args: Vec<ArgType>,
+    pub ret: Option<ArgType>,
+}
+
+/// Pairs arguments with spans and aggregates values.
+#[derive(Debug, Default)]
+pub struct Values {
+    captures: Vec<Capture>,
+    /// (tid, entry time) → the call's rendered arguments.
+    pending: BTreeMap<(u32, u64), Vec<Value>>,
+    stats: Vec<Vec<ValueStats>>,
+    /// Argument records dropped because too many calls were waiting for their spans.
+    pub dropped: u64,
+}
+
+impl Values {
+    pub fn new(captures: Vec<Capture>) -> Self {
+        let stats = captures
+            .iter()
+            .map(|c| {
+                let mut s: Vec<ValueStats> = c
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| ValueStats::new(format!("arg{i}"), *t))
+                    .collect();
+                s.extend(c.ret.map(|t| ValueStats::new("ret".into(), t)));
+                s
+            })
+            .collect();
+        Values {
+            captures,
+            stats,
+            ..Default::default()
+        }
+    }
+
+    /// A call's arguments, to be paired with its span.
+    pub fn args(&mut self, event: &ArgsEvent) {
+        let Some(capture) = self.captures.get(event.probe_id as usize) else {
+            return;
+        };
+        if self.pending.len() >= MAX_PENDING {
+            self.dropped += 1;
+            return;
+        }
+        let values = capture
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let len = usize::from(event.str_len[i]).min(event.strings[i].len());
+                Value::from_register(*t, event.args[i], &event.strings[i][..len])
+            })
+            .collect();
+        self.pending.insert((event.header.tid, event.start_ns), values);
+    }
+
+    /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret`: its values
+    /// as trace.json `args` members (`"arg0":1,"ret":-2`), or None when the probe captures none.
+    /// Arguments still waiting on this thread from calls that entered at or after `start_ns` belong
+    /// to calls that ended without a span (longjmp, exceptions) and are dropped.
+    pub fn span(&mut self, probe: usize, tid: u32, start_ns: u64, ret: u64) -> Option<String> {
+        let capture = self.captures.get(probe)?;
+        if capture.args.is_empty() && capture.ret.is_none() {
+            return None;
+        }
+        let stale: Vec<(u32, u64)> = self
+            .pending
+            .range((tid, start_ns)..=(tid, u64::MAX))
+            .map(|(key, _)| *key)
+            .collect();
+        let mut mine = None;
+        for key in stale {
+            let values = self.pending.remove(&key);
+            if key.1 == start_ns {
+                mine = values;
+            }
+        }
+        let mut values = match mine {
+            Some(values) => values,
+            None if capture.args.is_empty() => Vec::new(),
+            // The arguments were not recorded (ring buffer full, too many pending): no values.
+            None => return Some(String::new()),
+        };
+        values.extend(capture.ret.map(|t| Value::from_register(t, ret, &[])));
+        let stats = &mut self.stats[probe];
+        let mut json = String::new();
+        for (stat, value) in stats.iter_mut().zip(&values) {
+            stat.add(value);
+            json += &format!(",\"{}\":{}", stat.name, value.json());
+        }
+        Some(json)
+    }
+
+    /// Per-probe value statistics, by probe id (empty for probes that capture nothing).
+    pub fn summaries(&self) -> Vec<Vec<ValueSummary>> {
+        self.stats
+            .iter()
+            .map(|s| s.iter().map(ValueStats::summary).collect())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xtrace_common::event::EventHeader;
+
+    use super::*;
+
+    fn args_event(probe_id: u32, tid: u32, start_ns: u64, regs: [u64; 6], text: &str) -> ArgsEvent {
+        let mut strings = [[0u8; 64]; 6];
+        strings[2][..text.len()].copy_from_slice(text.as_bytes());
+        let mut str_len = [0u8; 8];
+        str_len[2] = text.len() as u8 + 1;
+        ArgsEvent {
+            header: EventHeader {
+                tid,
+                ..Default::default()
+            },
+            start_ns,
+            probe_id,
+            spec: 0,
+            args: regs,
+            str_len,
+            strings,
+        }
+    }
+
+    fn values() -> Values {
+        Values::new(vec![
+            Capture {
+                args: vec![ArgType::U64, ArgType::I32, ArgType::Str],
+                ret: Some(ArgType::I32),
+            },
+            Capture::default(),
+        ])
+    }
+
+    #[test]
+    fn renders_typed_values_and_pairs_by_thread_and_entry() {
+        let mut v = values();
+        v.args(&args_event(
+            0,
+            7,
+            100,
+            [5, (-3i32) as u32 as u64, 0, 0, 0, 0],
+            "hello",
+        ));
+        v.args(&args_event(0, 8, 100, [6, 1, 0, 0, 0, 0], "other"));
+        let json = v.span(0, 7, 100, (-1i64) as u64).unwrap();
+        assert_eq!(json, r#","arg0":5,"arg1":-3,"arg2":"hello","ret":-1"#);
+        let json = v.span(0, 8, 100, 0).unwrap();
+        assert_eq!(json, r#","arg0":6,"arg1":1,"arg2":"other","ret":0"#);
+        assert_eq!(v.span(1, 7, 200, 0), None);
+        let summary = &v.summaries()[0];
+        assert_eq!(summary[1].min, Some(serde_json::json!(-3)));
+        assert_eq!(summary[1].max, Some(serde_json::json!(1)));
+        assert_eq!(summary[2].top.len(), 2);
+        assert_eq!(summary[3].name, "ret");
+        assert_eq!(summary[3].count, 2);
+    }
+
+    #[test]
+    fn drops_arguments_of_calls_that_never_returned() {
+        let mut v = values();
+        // Outer call at 100; an inner call at 150 left by longjmp; the outer call returns.
+        v.args(&args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"));
+        v.args(&args_event(0, 7, 150, [2, 0, 0, 0, 0, 0], "b"));
+        v.args(&args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"));
+        assert!(v.span(0, 7, 100, 0).unwrap().contains(r#""arg0":1"#));
+        assert_eq!(v.pending.len(), 1, "the other thread's call still waits");
+        assert!(v.span(0, 9, 120, 0).unwrap().contains(r#""arg0":3"#));
+        assert!(v.pending.is_empty());
+    }
+
+    #[test]
+    fn unreadable_strings_are_null_and_pointers_hex() {
+        assert_eq!(Value::from_register(ArgType::Str, 0, &[]).json(), "null");
+        assert_eq!(
+            Value::from_register(ArgType::Ptr, 0xdead, &[]).json(),
+            "\"0xdead\""
+        );
+        assert_eq!(Value::from_register(ArgType::U8, 0x1ff, &[]).json(), "255");
+        assert_eq!(Value::from_register(ArgType::I16, 0xffff, &[]).json(), "-1");
+    }
+}
