@@ -32,6 +32,25 @@ pub fn args_enabled() -> bool {
     unsafe { core::ptr::read_volatile(&ARGS_ENABLED) != 0 }
 }
 
+/// Thread ids to trace when `--tid` is given (values unused); sized by user space.
+#[map]
+pub static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
+
+/// Set to 1 at load time with `--tid`: calls on threads not in `TIDS` are ignored at entry.
+#[unsafe(no_mangle)]
+static TID_FILTER: u8 = 0;
+
+/// Whether the calling thread is traced (always, unless `--tid` restricts it).
+#[inline(always)]
+pub fn thread_traced(pid_tgid: u64) -> bool {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    if unsafe { core::ptr::read_volatile(&TID_FILTER) } == 0 {
+        return true;
+    }
+    // SAFETY: the value is not read.
+    unsafe { TIDS.get(&(pid_tgid as u32)).is_some() }
+}
+
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
 #[map]
 pub static STACKS: HashMap<u64, EntryStack> = HashMap::with_max_entries(MAX_THREADS, 0);

@@ -21,7 +21,9 @@ use xtrace_common::{
     probe::{args, counter, EntryStack, MAX_DEPTH},
 };
 
-use crate::maps::{args_enabled, count, count_n, submit_flags, ARG_SPECS, EMPTY_STACK, EVENTS, STACKS};
+use crate::maps::{
+    args_enabled, count, count_n, submit_flags, thread_traced, ARG_SPECS, EMPTY_STACK, EVENTS, STACKS,
+};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -40,6 +42,9 @@ pub fn span_exit(ctx: RetProbeContext) -> u32 {
 fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     let key = bpf_get_current_pid_tgid();
+    if !thread_traced(key) {
+        return Ok(0); // --tid: another thread; without an entry its return is ignored too
+    }
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let stack = match STACKS.get_ptr_mut(key) {

@@ -25,7 +25,10 @@ fn main() -> anyhow::Result<()> {
         .map(|(_, offset)| offset)
         .collect();
     let with_return = args.next().as_deref() == Some("--return");
-    let mut ebpf = xtrace::bpf::load(xtrace_common::probe::DEFAULT_RING_BYTES, &[])?;
+    let mut ebpf = xtrace::bpf::load(&xtrace::bpf::LoadOptions {
+        ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
+        ..Default::default()
+    })?;
     let programs: &[&str] = if with_return {
         &["noop_ret", "noop"]
     } else {

@@ -6,12 +6,18 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("no process with pid {pid}: check the pid with `ps -p {pid}`")]
     NoSuchProcess { pid: u32 },
-    #[error("pid {pid} is a thread of process {tgid}: pass --pid {tgid}")]
+    #[error(
+        "pid {pid} is a thread of process {tgid}: pass --pid {tgid} (add --tid {pid} for that thread only)"
+    )]
     ThreadNotProcess { pid: u32, tgid: u32 },
     #[error("process {pid} has exited (a zombie waiting for its parent): trace a running process")]
     Exited { pid: u32 },
     #[error("process {pid} exited while xtrace was attaching: trace a process that keeps running, or launch it with `xtrace -- COMMAND`")]
     ExitedDuringAttach { pid: u32 },
+    #[error(
+        "thread {tid} belongs to none of the --pid processes: list their threads with `ls /proc/PID/task`"
+    )]
+    NotATargetThread { tid: u32 },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
     #[error("{path}: {reason}")]

@@ -101,6 +101,11 @@ impl Process {
         unsafe { libc::poll(&mut poll, 1, 0) == 1 }
     }
 
+    /// Whether `tid` is one of the process's threads.
+    pub fn has_thread(&self, tid: u32) -> bool {
+        Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
+    }
+
     /// The command name (`comm`) of the process, if it still exists.
     pub fn comm(&self) -> Option<String> {
         read_comm(&format!("/proc/{}/comm", self.pid))

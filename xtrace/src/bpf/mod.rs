@@ -4,7 +4,7 @@ pub mod uprobe_multi;
 
 use aya::{
     include_bytes_aligned,
-    maps::{Array, MapData, PerCpuArray},
+    maps::{Array, HashMap, MapData, PerCpuArray},
     Ebpf, EbpfLoader,
 };
 use xtrace_common::probe::counter;
@@ -16,33 +16,53 @@ use crate::{
 
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xtrace"));
 
-/// Loads the object with a ring buffer of `ring_bytes` (a power of two, at least one page) and
-/// the argument spec of each probe that captures arguments ((probe id, spec) pairs; when there are
-/// none the kernel programs leave their argument code out).
-pub fn load(ring_bytes: u32, arg_specs: &[(u32, u32)]) -> Result<Ebpf> {
-    let probes = arg_specs.iter().map(|(id, _)| id + 1).max().unwrap_or(1);
-    let enabled = u8::from(!arg_specs.is_empty());
+/// What the kernel programs are configured with at load time.
+#[derive(Debug, Default)]
+pub struct LoadOptions {
+    /// Ring buffer size: a power of two, at least one page.
+    pub ring_bytes: u32,
+    /// (probe id, spec) of each probe that captures arguments; when empty the kernel programs
+    /// leave their argument code out.
+    pub arg_specs: Vec<(u32, u32)>,
+    /// `--tid`: trace only these threads (empty: all).
+    pub tids: Vec<u32>,
+}
+
+fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |source| Error::Map { name, source }
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map> {
+    ebpf.map_mut(name).ok_or(Error::Map {
+        name,
+        source: aya::maps::MapError::InvalidName { name: name.into() },
+    })
+}
+
+/// Loads the object configured by `options`.
+pub fn load(options: &LoadOptions) -> Result<Ebpf> {
+    let probes = options.arg_specs.iter().map(|(id, _)| id + 1).max().unwrap_or(1);
+    let args_enabled = u8::from(!options.arg_specs.is_empty());
+    let tid_filter = u8::from(!options.tids.is_empty());
     let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", ring_bytes)
+        .map_max_entries("EVENTS", options.ring_bytes)
         .map_max_entries("ARG_SPECS", probes)
-        .override_global("ARGS_ENABLED", &enabled, true)
+        .map_max_entries("TIDS", options.tids.len().max(1) as u32)
+        .override_global("ARGS_ENABLED", &args_enabled, true)
+        .override_global("TID_FILTER", &tid_filter, true)
         .load(OBJECT)?;
-    if !arg_specs.is_empty() {
-        let map = ebpf.map_mut("ARG_SPECS").ok_or(Error::Map {
-            name: "ARG_SPECS",
-            source: aya::maps::MapError::InvalidName {
-                name: "ARG_SPECS".into(),
-            },
-        })?;
-        let mut specs: Array<_, u32> = Array::try_from(map).map_err(|source| Error::Map {
-            name: "ARG_SPECS",
-            source,
-        })?;
-        for (id, spec) in arg_specs {
-            specs.set(*id, spec, 0).map_err(|source| Error::Map {
-                name: "ARG_SPECS",
-                source,
-            })?;
+    if !options.arg_specs.is_empty() {
+        let mut specs: Array<_, u32> =
+            Array::try_from(map_mut(&mut ebpf, "ARG_SPECS")?).map_err(map_error("ARG_SPECS"))?;
+        for (id, spec) in &options.arg_specs {
+            specs.set(*id, spec, 0).map_err(map_error("ARG_SPECS"))?;
+        }
+    }
+    if !options.tids.is_empty() {
+        let mut tids: HashMap<_, u32, u8> =
+            HashMap::try_from(map_mut(&mut ebpf, "TIDS")?).map_err(map_error("TIDS"))?;
+        for tid in &options.tids {
+            tids.insert(tid, 1, 0).map_err(map_error("TIDS"))?;
         }
     }
     Ok(ebpf)

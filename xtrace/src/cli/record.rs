@@ -4,11 +4,16 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["pid", "command"])))]
+#[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
 pub struct RecordArgs {
     /// Trace this running process, all its threads (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
     pub pid: Vec<u32>,
+
+    /// Trace every process that maps each probe's file, including processes started after attach
+    /// (each -u then needs a TARGET). Stops on Ctrl-C or -d.
+    #[arg(short = 'a', long = "system-wide", conflicts_with_all = ["pid", "command"])]
+    pub system_wide: bool,
 
     /// Attach a uprobe + uretprobe pair to SYMBOL, recording one span per call (repeatable).
     /// TARGET is a path, a library name such as `libc` found in the process's mappings, or omitted
@@ -16,6 +21,11 @@ pub struct RecordArgs {
     /// e.g. `'libfoo:ns::Matrix::*'`.
     #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL", required = true)]
     pub uprobe: Vec<String>,
+
+    /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
+    /// thread must belong to one of the processes.
+    #[arg(long = "tid", value_name = "TID")]
+    pub tid: Vec<u32>,
 
     /// Refuse to attach more than this many functions (globs can match whole libraries).
     #[arg(long = "max-probes", value_name = "N", default_value_t = 10_000)]

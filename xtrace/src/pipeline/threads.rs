@@ -1,6 +1,7 @@
 //! Names of the processes and threads seen in records: from the kernel's thread records (taken at a
 //! thread's first traced call), else from /proc when first seen (a thread may be gone by the time
-//! the recording ends).
+//! the recording ends). A process's name is read from /proc when its first record arrives, while it
+//! most likely still runs (system-wide captures see processes that come and go).
 use std::collections::{BTreeMap, HashSet};
 
 use crate::target::thread_comm;
@@ -10,20 +11,28 @@ pub struct Names {
     seen: HashSet<u32>,
     /// (pid, tid) → thread name, in order; the name is None when the thread was already gone.
     pub threads: BTreeMap<(u32, u32), Option<String>>,
+    /// pid → process name (its main thread's), read when the pid was first seen.
+    pub processes: BTreeMap<u32, Option<String>>,
 }
 
 impl Names {
     /// A thread's name as the kernel reported it.
     pub fn named(&mut self, pid: u32, tid: u32, name: String) {
         self.seen.insert(tid);
+        self.process(pid);
         self.threads.insert((pid, tid), Some(name));
     }
 
     /// A thread seen in a record; its name is read from /proc unless already known.
     pub fn saw(&mut self, pid: u32, tid: u32) {
         if self.seen.insert(tid) {
+            self.process(pid);
             self.threads.insert((pid, tid), thread_comm(pid, tid));
         }
+    }
+
+    fn process(&mut self, pid: u32) {
+        self.processes.entry(pid).or_insert_with(|| thread_comm(pid, pid));
     }
 
     /// The pids seen, in order.

@@ -28,10 +28,12 @@ use crate::{
     target::{library_from_cache, Process, TargetFile},
 };
 
-/// Where TARGETs are looked up: a running process, or a command about to be launched.
+/// Where TARGETs are looked up: a running process, a command about to be launched, or the whole
+/// system (`-a`: files by path or library name only).
 pub enum Scope<'a> {
     Process(&'a Process),
     Command(&'a Path),
+    SystemWide,
 }
 
 impl Scope<'_> {
@@ -49,6 +51,15 @@ impl Scope<'_> {
                 shown: path.clone(),
             }),
             (Scope::Command(_), TargetSpec::Library(name)) => library_from_cache(name),
+            (Scope::SystemWide, TargetSpec::MainExecutable) => Err(Error::Usage(
+                "with -a/--system-wide every -u needs a TARGET (a path or library name), as in -u libc:malloc"
+                    .into(),
+            )),
+            (Scope::SystemWide, TargetSpec::Path(path)) => Ok(TargetFile {
+                open: path.clone(),
+                shown: path.clone(),
+            }),
+            (Scope::SystemWide, TargetSpec::Library(name)) => library_from_cache(name),
         }
     }
 }
@@ -238,7 +249,7 @@ fn groups(plan: &Plan) -> Groups<'_> {
 }
 
 /// Attaches with uprobe_multi links; `Ok(None)` when the kernel does not support them.
-fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[u32]) -> Result<Option<Attached>> {
+fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option<Attached>> {
     let programs = match uprobe_multi::load(ebpf, &["span_exit", "span_enter"]) {
         Ok(programs) => programs,
         Err(Error::Io { source, .. }) if unsupported(&source) => return Ok(None),
@@ -259,23 +270,23 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[u32]) -> Result<Option<Attache
                 offsets: &offsets,
                 cookies: &cookies,
                 ref_ctr_offsets: None,
-                pid: Some(pids[scope]),
+                pid: pids[scope],
                 ret,
             };
             let link = match program.attach(&target) {
                 Ok(link) => link,
                 Err(e) if attached.uprobes == 0 && unsupported(&e) => return Ok(None),
                 Err(e) => {
+                    let whom = pids[scope].map_or("every process".into(), |pid| format!("pid {pid}"));
                     return Err(Error::io(
                         format!(
-                            "attaching {} to {} offsets in {} for pid {}",
+                            "attaching {} to {} offsets in {} for {whom}",
                             program.name(),
                             offsets.len(),
                             file.shown.display(),
-                            pids[scope]
                         ),
                         e,
-                    ))
+                    ));
                 }
             };
             attached.uprobes += offsets.len();
@@ -299,7 +310,7 @@ fn unsupported(e: &std::io::Error) -> bool {
 }
 
 /// Attaches with one perf-event uprobe per offset through aya.
-fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[u32]) -> Result<Attached> {
+fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
     let mut uprobes = 0;
     for name in ["span_exit", "span_enter"] {
         let program = program(ebpf, name)?;
@@ -308,16 +319,22 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[u32]) -> Result<Attac
             source,
         })?;
         for a in &plan.attachments {
-            let pid = NonZeroU32::new(pids[a.scope]).ok_or(Error::NoSuchProcess { pid: 0 })?;
+            let scope = match pids[a.scope] {
+                Some(pid) => {
+                    UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
+                }
+                None => UProbeScope::AllProcesses,
+            };
+            let whom = pids[a.scope].map_or("every process".into(), |pid| format!("pid {pid}"));
             let point = UProbeAttachPoint {
                 location: UProbeAttachLocation::AbsoluteOffset(a.offset),
                 cookie: Some(u64::from(a.probe_id)),
             };
             program
-                .attach(point, &a.file.open, UProbeScope::OneProcess(pid))
+                .attach(point, &a.file.open, scope)
                 .map_err(|source| Error::Attach {
                     what: format!(
-                        "{name} to {}:{} in pid {pid}",
+                        "{name} to {}:{} for {whom}",
                         a.file.shown.display(),
                         plan.probes[a.probe_id as usize].name
                     ),
@@ -353,10 +370,10 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
 }
 
 /// Loads the span programs and attaches every planned probe; `pids[scope]` is each scope's
-/// process. Return probes go first so that no entry is ever left without its return. uprobe_multi
+/// process (None: every process). Return probes go first so that no entry is ever left without its return. uprobe_multi
 /// links are used where the kernel has them, unless `XTRACE_UPROBE_ATTACH=perf_event`. The
 /// thread-exit tracepoint that keeps the per-thread map small is attached last.
-pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[u32]) -> Result<Attached> {
+pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
     let forced = std::env::var(ATTACH_ENV).ok();
     let attached = match forced.as_deref() {
         Some("perf_event") => attach_perf_event(ebpf, plan, pids)?,

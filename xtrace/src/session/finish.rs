@@ -9,7 +9,7 @@ use crate::{
     output,
     pipeline::Pipeline,
     probes::uprobe::Plan,
-    target::{thread_comm, Launch},
+    target::Launch,
 };
 
 pub struct Timing {
@@ -79,9 +79,9 @@ pub fn write<W: Write + Send + 'static>(
             *comm = Some(name);
         }
     }
-    for (pid, _) in names.threads.keys() {
+    for (pid, comm) in &names.processes {
         if !comms.iter().any(|(p, _)| p == pid) {
-            comms.push((*pid, thread_comm(*pid, *pid)));
+            comms.push((*pid, comm.clone()));
         }
     }
     for (pid, comm) in &comms {

@@ -55,10 +55,11 @@ pub trait Observer {
     fn stopped(&mut self) {}
 }
 
-/// The processes being traced: given by pid, or one launched command.
+/// The processes being traced: given by pid, one launched command, or every process (-a).
 enum Targets {
     Pids(Vec<Process>),
     Launched(Launch),
+    SystemWide,
 }
 
 impl Targets {
@@ -66,6 +67,15 @@ impl Targets {
         match self {
             Targets::Pids(processes) => processes.iter().collect(),
             Targets::Launched(launch) => vec![&launch.process],
+            Targets::SystemWide => Vec::new(),
+        }
+    }
+
+    /// The process of each probe scope; None for every process.
+    fn scope_pids(&self) -> Vec<Option<u32>> {
+        match self {
+            Targets::SystemWide => vec![None],
+            _ => self.pids().into_iter().map(Some).collect(),
         }
     }
 
@@ -76,6 +86,7 @@ impl Targets {
     fn describe(&self) -> String {
         match self {
             Targets::Launched(l) => format!("`{}` (pid {})", l.argv.join(" "), l.process.pid),
+            Targets::SystemWide => "every process".into(),
             Targets::Pids(_) => {
                 let pids: Vec<String> = self.pids().iter().map(u32::to_string).collect();
                 format!("pid {}", pids.join(", "))
@@ -87,11 +98,20 @@ impl Targets {
 /// Resolves targets and probes; a command is launched (held at its gate) only once everything
 /// else has been validated, the output directory included.
 fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, std::path::PathBuf)> {
-    if args.command.is_empty() {
+    if args.system_wide {
+        let plan = uprobe::plan(specs, &[Scope::SystemWide], args.max_probes)?;
+        let out = output::prepare(args.output.as_deref())?;
+        Ok((Targets::SystemWide, plan, out))
+    } else if args.command.is_empty() {
         let mut pids = args.pid.clone();
         pids.sort_unstable();
         pids.dedup();
         let processes = pids.into_iter().map(Process::open).collect::<Result<Vec<_>>>()?;
+        for tid in &args.tid {
+            if !processes.iter().any(|p| p.has_thread(*tid)) {
+                return Err(Error::NotATargetThread { tid: *tid });
+            }
+        }
         let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
         let plan = uprobe::plan(specs, &scopes, args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
@@ -122,8 +142,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
 
     let attach_started = Instant::now();
-    let mut ebpf = bpf::load(args.buffer_size, &uprobe::arg_specs(&plan))?;
-    let attached = uprobe::attach(&mut ebpf, &plan, &targets.pids()).map_err(|e| {
+    let mut ebpf = bpf::load(&bpf::LoadOptions {
+        ring_bytes: args.buffer_size,
+        arg_specs: uprobe::arg_specs(&plan),
+        tids: args.tid.clone(),
+    })?;
+    let attached = uprobe::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.processes().iter().find(|p| p.has_exited()) {
             Some(p) => Error::ExitedDuringAttach { pid: p.pid },

@@ -112,7 +112,7 @@ pub async fn run<W: Write + Send + 'static>(
             _ = term.recv() => return Ok(Stop::Terminated),
             _ = hup.recv() => return Ok(Stop::HungUp),
             _ = &mut deadline, if duration.is_some() => return Ok(Stop::Duration),
-            _ = &mut all_exited => return Ok(Stop::TargetsExited),
+            _ = &mut all_exited, if !processes.is_empty() => return Ok(Stop::TargetsExited),
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
             let now = Instant::now();

@@ -1,0 +1,75 @@
+//! System-wide (`-a`): probes on a file fire in every process that maps it, including processes
+//! started after xtrace attached; trace.json names each process. Fixture: `uselib` (lib_work x 7
+//! after `go`), two instances started after attach.
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::{run_error, Xtrace},
+    TempDir,
+};
+
+#[test]
+fn processes_started_after_attach_are_traced() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
+    let tmp = TempDir::new("system-wide");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-a", "-u", format!("{lib}:lib_work"), "-o", &out_dir]);
+    let notice = xtrace.wait_attached();
+    assert!(notice.contains("every process"), "{notice}");
+    let mut a = Fixture::spawn(&fixtures().uselib, &[]);
+    let mut b = Fixture::spawn(&fixtures().uselib, &[]);
+    a.wait_ready();
+    b.wait_ready();
+    a.go();
+    b.go();
+    assert!(a.wait().success() && b.wait().success());
+    // Nothing ends a system-wide capture but a signal or -d.
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.stop_reason(), "interrupted");
+    assert_eq!(out.probe_count("lib_work"), 14);
+    assert_eq!(
+        u64_field(&out.summary, "uprobes"),
+        2,
+        "one entry and one return uprobe"
+    );
+    let process_names = out.metadata("process_name");
+    for pid in [a.pid(), b.pid()] {
+        let spans = out
+            .spans()
+            .into_iter()
+            .filter(|s| s.pid == u64::from(pid))
+            .count();
+        assert_eq!(spans, 7, "spans of pid {pid}");
+        let named = process_names
+            .iter()
+            .any(|m| m["pid"] == pid && m["args"]["name"] == "uselib");
+        assert!(named, "pid {pid} is named uselib: {process_names:?}");
+    }
+}
+
+#[test]
+fn system_wide_needs_a_target_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("system-wide-bad");
+    let line = run_error(args!["-a", "-u", "lib_work", "-o", tmp.join("out")]);
+    assert!(
+        line.contains("-a/--system-wide") && line.contains("TARGET"),
+        "{line}"
+    );
+    let line = run_error(args!["-a", "-p", "1", "-u", "libc:malloc", "-o", tmp.join("out")]);
+    assert!(line.contains("--system-wide") && line.contains("--pid"), "{line}");
+}
