@@ -266,6 +266,22 @@ pub fn trace_fixture_to_exit(
     finished
 }
 
+/// Starts fixture `program` with `args`, waits for its ready line, traces it to its exit with
+/// `probes` ([`trace_fixture_to_exit`]) into a fresh temporary directory, and reads the outputs.
+pub fn trace_new_fixture(
+    program: &std::path::Path,
+    args: &[&str],
+    probes: &[&str],
+    label: &str,
+) -> (crate::output::Outputs, Finished) {
+    let mut fixture = crate::fixtures::Fixture::spawn(program, args);
+    fixture.wait_ready();
+    let tmp = crate::TempDir::new(label);
+    let out = tmp.join("out");
+    let finished = trace_fixture_to_exit(&mut fixture, probes, &out);
+    (crate::output::Outputs::read(&out), finished)
+}
+
 /// Waits for `xtrace` (started after `before` was taken) and checks the user-error contract: exit
 /// code 2, exactly one stderr line starting `xtrace: error: `, no xtrace BPF program left.
 /// Returns the error line.

@@ -5,9 +5,9 @@
 use serde_json::{json, Value};
 use xtrace_tests::{
     fixtures::{fixtures, Fixture},
-    output::{u64_field, Outputs},
+    output::u64_field,
     require_bpf,
-    run::trace_fixture_to_exit,
+    run::trace_new_fixture,
     TempDir,
 };
 
@@ -16,16 +16,8 @@ fn integer_string_and_return_values_exactly() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().calls, &["args"]);
-    fixture.wait_ready();
-    let tmp = TempDir::new("args");
-    let out_dir = tmp.join("out");
-    trace_fixture_to_exit(
-        &mut fixture,
-        &["argfn(u64, i32, str, i8, u16, i64) -> i32"],
-        &out_dir,
-    );
-    let out = Outputs::read(&out_dir);
+    let spec = "argfn(u64, i32, str, i8, u16, i64) -> i32";
+    let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &[spec], "args");
     let mut spans: Vec<&Value> = out
         .events
         .iter()
@@ -84,12 +76,7 @@ fn probes_without_a_spec_have_no_values() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().calls, &["args"]);
-    fixture.wait_ready();
-    let tmp = TempDir::new("args-none");
-    let out_dir = tmp.join("out");
-    trace_fixture_to_exit(&mut fixture, &["argfn"], &out_dir);
-    let out = Outputs::read(&out_dir);
+    let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &["argfn"], "args-none");
     let spans = out.spans_named("argfn");
     assert_eq!(spans.len(), 9);
     for event in out.events.iter().filter(|e| e["ph"] == "X") {

@@ -9,7 +9,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::Xtrace,
+    run::{expect_user_error, Xtrace},
     TempDir,
 };
 
@@ -76,26 +76,23 @@ fn unknown_mechanism_is_refused() {
     let mut fixture = Fixture::spin();
     let tmp = TempDir::new("mechanism-bad");
     let before = Programs::snapshot();
-    let finished = Xtrace::spawn_with_env(
-        args![
-            "-p",
-            fixture.pid().to_string(),
-            "-u",
-            "work",
-            "-o",
-            tmp.join("out")
-        ],
-        &[("XTRACE_UPROBE_ATTACH", "kprobe")],
-    )
-    .wait();
-    assert_eq!(finished.status.code(), Some(2), "{:?}", finished.stderr);
-    assert_eq!(finished.stderr.len(), 1, "{:?}", finished.stderr);
-    assert!(
-        finished.stderr[0].contains("XTRACE_UPROBE_ATTACH=kprobe")
-            && finished.stderr[0].contains("uprobe_multi or perf_event"),
-        "{:?}",
-        finished.stderr
+    let line = expect_user_error(
+        &before,
+        Xtrace::spawn_with_env(
+            args![
+                "-p",
+                fixture.pid().to_string(),
+                "-u",
+                "work",
+                "-o",
+                tmp.join("out")
+            ],
+            &[("XTRACE_UPROBE_ATTACH", "kprobe")],
+        ),
     );
-    before.assert_none_left();
+    assert!(
+        line.contains("XTRACE_UPROBE_ATTACH=kprobe") && line.contains("uprobe_multi or perf_event"),
+        "{line}"
+    );
     assert!(fixture.is_running());
 }

@@ -10,17 +10,12 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{run_error, trace_fixture_to_exit},
+    run::{run_error, trace_new_fixture},
     xtrace_bin, TempDir,
 };
 
 fn trace(program: &Path, probes: &[&str], label: &str) -> Outputs {
-    let mut fixture = Fixture::spawn(program, &[]);
-    fixture.wait_ready();
-    let tmp = TempDir::new(label);
-    let out = tmp.join("out");
-    trace_fixture_to_exit(&mut fixture, probes, &out);
-    Outputs::read(&out)
+    trace_new_fixture(program, &[], probes, label).0
 }
 
 /// `xtrace list symbols ARGS...`: (exit code, stdout rows without the header, stderr).

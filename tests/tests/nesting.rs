@@ -9,17 +9,12 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_fixture_to_exit, Xtrace},
+    run::{trace_new_fixture, Xtrace},
     TempDir,
 };
 
 fn trace(program: &std::path::Path, mode: &[&str], probes: &[&str]) -> Outputs {
-    let mut fixture = Fixture::spawn(program, mode);
-    fixture.wait_ready();
-    let tmp = TempDir::new("nesting");
-    let out = tmp.join("out");
-    trace_fixture_to_exit(&mut fixture, probes, &out);
-    Outputs::read(&out)
+    trace_new_fixture(program, mode, probes, "nesting").0
 }
 
 #[test]
@@ -73,12 +68,7 @@ fn cpp_exception_caught_in_a_traced_function() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().matrix, &[]);
-    fixture.wait_ready();
-    let tmp = TempDir::new("nesting-cpp");
-    let out_dir = tmp.join("out");
-    let finished = trace_fixture_to_exit(&mut fixture, &["catcher"], &out_dir);
-    let out = Outputs::read(&out_dir);
+    let (out, finished) = trace_new_fixture(&fixtures().matrix, &[], &["catcher"], "nesting-cpp");
     assert_eq!(out.probe_count("catcher(int)"), 4);
     assert!(out.spans_named("catcher(int)").iter().all(|s| s.depth == 0));
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
