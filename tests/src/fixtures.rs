@@ -35,7 +35,7 @@ pub struct Fixtures {
     /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4, then
     /// catcher x4 calling thrower, which throws twice.
     pub matrix: PathBuf,
-    /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit` (see calls.c).
+    /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit`, `durations` (see calls.c).
     pub calls: PathBuf,
 }
 

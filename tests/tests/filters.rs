@@ -1,16 +1,35 @@
 //! Kernel-side filters: `--tid` keeps exactly the calls of the named threads (the others never
-//! reach user space), and a thread outside the traced processes is refused. Fixture: `spans threads
-//! 4 500` (4 threads, each prints its tid, then calls work() exactly 500 times after `go`).
+//! reach user space), and a thread outside the traced processes is refused; `--min-duration` sends
+//! only long calls as spans while counts and totals stay exact. Fixtures: `spans threads 4 500`
+//! (4 threads, each prints its tid, then calls work() exactly 500 times after `go`) and
+//! `calls durations` (quick() x 100, slow() x 5 sleeping 3 ms each).
 
 use xtrace_tests::{
     args,
     bpf::Programs,
     fixtures::{fixtures, Fixture},
-    output::Outputs,
+    output::{u64_field, Outputs},
     require_bpf,
     run::{run_error, Xtrace},
     TempDir,
 };
+
+/// Traces the ready `fixture` with `-p PID ARGS... -o OUT` until it exits; returns the outputs.
+fn trace(fixture: &mut Fixture, args: Vec<std::ffi::OsString>, label: &str) -> Outputs {
+    let tmp = TempDir::new(label);
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut all = args!["-p", fixture.pid().to_string()];
+    all.extend(args);
+    all.extend(args!["-o", &out_dir]);
+    let mut xtrace = Xtrace::spawn(all);
+    xtrace.wait_attached();
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    Outputs::read(&out_dir)
+}
 
 #[test]
 fn tid_filter_keeps_exactly_that_threads_calls() {
@@ -21,28 +40,18 @@ fn tid_filter_keeps_exactly_that_threads_calls() {
     let tids = fixture.wait_ready_tids();
     assert_eq!(tids.len(), 4);
     let chosen = [tids[1], tids[3]];
-    let tmp = TempDir::new("tid-filter");
-    let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "--tid",
-        chosen[0].to_string(),
-        "--tid",
-        chosen[1].to_string(),
-        "-o",
-        &out_dir
-    ]);
-    xtrace.wait_attached();
-    fixture.go();
-    assert!(fixture.wait().success());
-    xtrace.wait().assert_success();
-    before.assert_none_left();
-
-    let out = Outputs::read(&out_dir);
+    let out = trace(
+        &mut fixture,
+        args![
+            "-u",
+            "work",
+            "--tid",
+            chosen[0].to_string(),
+            "--tid",
+            chosen[1].to_string()
+        ],
+        "tid-filter",
+    );
     let spans = out.spans();
     assert_eq!(spans.len(), 1000);
     for tid in chosen {
@@ -73,4 +82,38 @@ fn tid_of_another_process_is_refused() {
     ]);
     assert!(line.contains(&format!("thread {}", other.pid())), "{line}");
     assert!(fixture.is_running());
+}
+
+#[test]
+fn min_duration_sends_long_calls_and_counts_short_ones_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().calls, &["durations"]);
+    fixture.wait_ready();
+    let out = trace(
+        &mut fixture,
+        args!["-u", "quick(u64)", "-u", "slow", "--min-duration", "1ms"],
+        "min-duration",
+    );
+    assert_eq!(
+        out.spans_named("quick").len(),
+        0,
+        "no short call reaches trace.json"
+    );
+    let slow = out.spans_named("slow");
+    assert_eq!(slow.len(), 5);
+    assert!(slow.iter().all(|s| s.dur_ns() >= 3_000_000), "{slow:?}");
+    let quick = out.probe("quick");
+    assert_eq!(u64_field(quick, "count"), 100);
+    assert_eq!(u64_field(quick, "below_min_duration"), 100);
+    assert!(u64_field(quick, "total_ns") > 0);
+    assert!(u64_field(quick, "max_ns") < 1_000_000);
+    let slow = out.probe("slow");
+    assert_eq!(u64_field(slow, "count"), 5);
+    assert_eq!(u64_field(slow, "below_min_duration"), 0);
+    assert!(u64_field(slow, "min_ns") >= 3_000_000);
+    assert_eq!(u64_field(&out.summary, "min_duration_ns"), 1_000_000);
+    assert_eq!(u64_field(&out.summary, "args_unpaired"), 0);
+    assert_eq!(out.lost_events(), 0);
 }

@@ -59,8 +59,11 @@ pub struct ArgsEvent {
     pub spec: u32,
     /// The argument registers.
     pub args: [u64; MAX_ARGS],
-    /// Bytes read into `strings[i]`, its NUL included (0: none or unreadable); 2 bytes of padding.
-    pub str_len: [u8; 8],
+    /// Bytes read into `strings[i]`, its NUL included (0: none or unreadable).
+    pub str_len: [u8; MAX_ARGS],
+    /// Nesting depth of the call on its thread (as in its span).
+    pub depth: u8,
+    pub _pad: u8,
     /// String arguments (where the spec says so), NUL-terminated.
     pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
 }

@@ -11,6 +11,26 @@ pub const MAX_THREADS: u32 = 16_384;
 /// Default ring buffer size in bytes (a power of two, at least a page).
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 
+/// Buckets of the kernel's log2 histogram of short calls: bucket `i` holds durations in
+/// [2^(i-1), 2^i) ns (bucket 0: 0 ns).
+pub const LOG2_BUCKETS: usize = 64;
+
+/// Calls of one probe shorter than `--min-duration`, summarised in the kernel instead of sent as
+/// spans (one per probe and CPU). `min_ns` is meaningful only when `count > 0`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ShortCalls {
+    pub count: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub log2: [u64; LOG2_BUCKETS],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: repr(C), u64 fields only, no padding.
+unsafe impl aya::Pod for ShortCalls {}
+
 /// The per-probe argument spec in the `ARG_SPECS` map (indexed by probe id): which argument
 /// registers an entry captures, and which of them point at strings.
 pub mod args {

@@ -5,7 +5,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use xtrace_common::probe::{counter, EntryStack, DEFAULT_RING_BYTES, MAX_THREADS};
+use xtrace_common::probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS};
 
 /// Every record for user space.
 #[map]
@@ -31,6 +31,22 @@ pub fn args_enabled() -> bool {
     // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
     unsafe { core::ptr::read_volatile(&ARGS_ENABLED) != 0 }
 }
+
+/// `--min-duration` in ns (0: off), set at load time: shorter calls are summarised in
+/// `SHORT_CALLS` instead of sent as spans.
+#[unsafe(no_mangle)]
+static MIN_DURATION_NS: u64 = 0;
+
+/// The `--min-duration` threshold (0 when off).
+#[inline(always)]
+pub fn min_duration_ns() -> u64 {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    unsafe { core::ptr::read_volatile(&MIN_DURATION_NS) }
+}
+
+/// Calls below `--min-duration` per probe id (per CPU); sized by user space.
+#[map]
+pub static SHORT_CALLS: PerCpuArray<ShortCalls> = PerCpuArray::with_max_entries(1, 0);
 
 /// Thread ids to trace when `--tid` is given (values unused); sized by user space.
 #[map]

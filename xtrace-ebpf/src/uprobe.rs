@@ -18,11 +18,12 @@ use xtrace_common::{
         ArgsEvent, EventHeader, SpanEvent, ThreadEvent, ARG_STR_LEN, KIND_ARGS, KIND_SPAN, KIND_THREAD,
         MAX_ARGS,
     },
-    probe::{args, counter, EntryStack, MAX_DEPTH},
+    probe::{args, counter, EntryStack, LOG2_BUCKETS, MAX_DEPTH},
 };
 
 use crate::maps::{
-    args_enabled, count, count_n, submit_flags, thread_traced, ARG_SPECS, EMPTY_STACK, EVENTS, STACKS,
+    args_enabled, count, count_n, min_duration_ns, submit_flags, thread_traced, ARG_SPECS, EMPTY_STACK,
+    EVENTS, SHORT_CALLS, STACKS,
 };
 
 #[uprobe]
@@ -79,14 +80,14 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     stack.probe_id[slot] = probe_id;
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
-        write_args(ctx, key, probe_id, now);
+        write_args(ctx, key, probe_id, now, depth as u8);
     }
     Ok(0)
 }
 
 /// Writes the `ArgsEvent` of a call whose probe captures arguments.
 #[inline(always)]
-fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64) {
+fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8) {
     let spec = match ARG_SPECS.get(probe_id) {
         Some(&spec) if spec != 0 => spec,
         _ => return,
@@ -103,7 +104,9 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64) {
         (*event).start_ns = now;
         (*event).probe_id = probe_id;
         (*event).spec = spec;
-        (*event).str_len = [0; 8];
+        (*event).str_len = [0; MAX_ARGS];
+        (*event).depth = depth;
+        (*event)._pad = 0;
         for i in 0..MAX_ARGS {
             let value: u64 = ctx.arg(i).unwrap_or(0);
             (*event).args[i] = value;
@@ -163,6 +166,44 @@ fn find_open(stack: &EntryStack, depth: usize, probe_id: u32) -> Option<usize> {
     None
 }
 
+/// Adds a call shorter than `--min-duration` to its probe's per-CPU summary.
+#[inline(always)]
+fn count_short(probe_id: u32, duration: u64) {
+    let Some(short) = SHORT_CALLS.get_ptr_mut(probe_id) else {
+        return;
+    };
+    // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
+    let short = unsafe { &mut *short };
+    if short.count == 0 || duration < short.min_ns {
+        short.min_ns = duration;
+    }
+    if duration > short.max_ns {
+        short.max_ns = duration;
+    }
+    short.count += 1;
+    short.total_ns += duration;
+    short.log2[log2_bucket(duration) & (LOG2_BUCKETS - 1)] += 1;
+}
+
+/// 0 for 0, else 1 + floor(log2(value)): bucket i holds [2^(i-1), 2^i). Shifts only (no loop), so
+/// it verifies in a handful of instructions; values of 2^63 and above share the last bucket.
+#[inline(always)]
+fn log2_bucket(value: u64) -> usize {
+    let mut v = value;
+    let mut bits = 0;
+    for shift in [32u32, 16, 8, 4, 2, 1] {
+        if v >> shift != 0 {
+            v >>= shift;
+            bits += shift as usize;
+        }
+    }
+    if v == 0 {
+        0
+    } else {
+        (bits + 1).min(LOG2_BUCKETS - 1)
+    }
+}
+
 fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -186,6 +227,11 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
     }
     stack.depth = slot as u32;
     let start_ns = stack.start_ns[slot & (MAX_DEPTH - 1)];
+    let duration = now.saturating_sub(start_ns);
+    if duration < min_duration_ns() {
+        count_short(probe_id, duration);
+        return Ok(0);
+    }
     let Some(mut entry) = EVENTS.reserve::<SpanEvent>(0) else {
         count(counter::LOST_RING_FULL);
         return Ok(0);

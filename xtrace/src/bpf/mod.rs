@@ -7,7 +7,7 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
     Ebpf, EbpfLoader,
 };
-use xtrace_common::probe::counter;
+use xtrace_common::probe::{counter, ShortCalls, LOG2_BUCKETS};
 
 use crate::{
     error::{Error, Result},
@@ -26,6 +26,10 @@ pub struct LoadOptions {
     pub arg_specs: Vec<(u32, u32)>,
     /// `--tid`: trace only these threads (empty: all).
     pub tids: Vec<u32>,
+    /// `--min-duration` in ns (0: every call is sent as a span).
+    pub min_duration_ns: u64,
+    /// Number of probes (sizes the per-probe summaries of short calls).
+    pub probes: u32,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -44,12 +48,19 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let probes = options.arg_specs.iter().map(|(id, _)| id + 1).max().unwrap_or(1);
     let args_enabled = u8::from(!options.arg_specs.is_empty());
     let tid_filter = u8::from(!options.tids.is_empty());
+    let short_slots = if options.min_duration_ns > 0 {
+        options.probes.max(1)
+    } else {
+        1
+    };
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", options.ring_bytes)
         .map_max_entries("ARG_SPECS", probes)
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .override_global("ARGS_ENABLED", &args_enabled, true)
+        .map_max_entries("SHORT_CALLS", short_slots)
         .override_global("TID_FILTER", &tid_filter, true)
+        .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
         .load(OBJECT)?;
     if !options.arg_specs.is_empty() {
         let mut specs: Array<_, u32> =
@@ -92,6 +103,36 @@ pub fn read_lost(counters: &PerCpuArray<MapData, u64>) -> Result<Lost> {
         too_deep: counter_sum(counters, counter::LOST_TOO_DEEP)?,
         no_thread_slot: counter_sum(counters, counter::LOST_NO_THREAD_SLOT)?,
     })
+}
+
+/// Calls below `--min-duration` of each of `probes` probes, summed over CPUs.
+pub fn read_short_calls(map: &PerCpuArray<MapData, ShortCalls>, probes: usize) -> Result<Vec<ShortCalls>> {
+    (0..probes as u32)
+        .map(|id| {
+            let per_cpu = map.get(&id, 0).map_err(map_error("SHORT_CALLS"))?;
+            let mut sum = ShortCalls {
+                count: 0,
+                total_ns: 0,
+                min_ns: 0,
+                max_ns: 0,
+                log2: [0; LOG2_BUCKETS],
+            };
+            for cpu in per_cpu.iter().filter(|c| c.count > 0) {
+                sum.min_ns = if sum.count == 0 {
+                    cpu.min_ns
+                } else {
+                    sum.min_ns.min(cpu.min_ns)
+                };
+                sum.max_ns = sum.max_ns.max(cpu.max_ns);
+                sum.count += cpu.count;
+                sum.total_ns += cpu.total_ns;
+                for (total, n) in sum.log2.iter_mut().zip(cpu.log2) {
+                    *total += n;
+                }
+            }
+            Ok(sum)
+        })
+        .collect()
 }
 
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).

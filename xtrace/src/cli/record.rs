@@ -22,6 +22,11 @@ pub struct RecordArgs {
     #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL", required = true)]
     pub uprobe: Vec<String>,
 
+    /// Send only calls lasting at least this long as spans (e.g. 50us, 2ms, 1s). Shorter calls are
+    /// counted and timed in the kernel, so per-probe counts and totals stay exact.
+    #[arg(long = "min-duration", value_name = "DURATION", value_parser = parse_span_duration)]
+    pub min_duration: Option<u64>,
+
     /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
     /// thread must belong to one of the processes.
     #[arg(long = "tid", value_name = "TID")]
@@ -63,6 +68,22 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
+/// `50us` → 50,000 (ns). Units: ns, us (or µs), ms, s; fractions allowed.
+fn parse_span_duration(text: &str) -> Result<u64, String> {
+    let units = [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)];
+    let bad = || format!("`{text}` is not a duration such as 50us, 2ms or 1s (units: ns, us, ms, s)");
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n, *scale)))
+        .ok_or_else(bad)?;
+    let value: f64 = number.trim().parse().map_err(|_| bad())?;
+    let ns = value * scale;
+    if !(ns.is_finite() && (1.0..1e18).contains(&ns)) {
+        return Err(format!("`{text}` must be at least 1ns"));
+    }
+    Ok(ns.round() as u64)
+}
+
 fn parse_buffer_size(text: &str) -> Result<u32, String> {
     let (digits, unit) = match text.as_bytes().last() {
         Some(b'K' | b'k') => (&text[..text.len() - 1], 1u64 << 10),
@@ -83,7 +104,19 @@ fn parse_buffer_size(text: &str) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_buffer_size, parse_duration};
+    use super::{parse_buffer_size, parse_duration, parse_span_duration};
+
+    #[test]
+    fn span_durations() {
+        assert_eq!(parse_span_duration("50us"), Ok(50_000));
+        assert_eq!(parse_span_duration("50µs"), Ok(50_000));
+        assert_eq!(parse_span_duration("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_span_duration("2s"), Ok(2_000_000_000));
+        assert_eq!(parse_span_duration("100ns"), Ok(100));
+        for bad in ["50", "ms", "-1ms", "0ns", "1h", "abcms"] {
+            assert!(parse_span_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
 
     #[test]
     fn buffer_sizes() {

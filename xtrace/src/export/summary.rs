@@ -10,6 +10,10 @@ pub struct ProbeSummary {
     pub target: String,
     #[serde(flatten)]
     pub stats: Distribution,
+    /// With `--min-duration`: calls shorter than it, counted and timed in the kernel (included in
+    /// the statistics above, absent from trace.json).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub below_min_duration: Option<u64>,
     /// Captured arguments and return value (only for probes whose spec asks for them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<ValueSummary>,
@@ -56,6 +60,8 @@ pub struct Summary {
     pub attach_mechanism: &'static str,
     /// Kernel uprobes placed, entry and return.
     pub uprobes: usize,
+    /// `--min-duration` in ns; null when every call was sent as a span.
+    pub min_duration_ns: Option<u64>,
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
@@ -167,6 +173,7 @@ mod tests {
             attach_ns: 2_000_000,
             attach_mechanism: "uprobe_multi",
             uprobes: 2,
+            min_duration_ns: None,
             detach_ns: 3_000_000,
             stop_reason: "targets_exited",
             lost_events: 0,
@@ -188,6 +195,7 @@ mod tests {
                     p99_ns: 1_600,
                     max_ns: 1_600,
                 },
+                below_min_duration: None,
                 values: Vec::new(),
             }],
             command: Some(CommandSummary {

@@ -32,6 +32,8 @@ fn bucket_floor(index: usize) -> u64 {
 
 #[derive(Clone, Debug, Default)]
 pub struct ProbeStats {
+    /// Calls below `--min-duration`, merged from the kernel's summary.
+    pub short: u64,
     /// Counts per bucket, grown to the largest bucket seen.
     buckets: Vec<u64>,
     count: u64,
@@ -66,6 +68,29 @@ impl ProbeStats {
         self.max = self.max.max(duration_ns);
         self.count += 1;
         self.total += u128::from(duration_ns);
+    }
+
+    /// Merges calls summarised in the kernel (below `--min-duration`): count, total, min and max
+    /// exactly; each log2 bucket enters the histogram at its lower bound (within a factor of 2).
+    pub fn add_short(&mut self, short: &xtrace_common::probe::ShortCalls) {
+        if short.count == 0 {
+            return;
+        }
+        for (i, &n) in short.log2.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let floor = if i == 0 { 0 } else { 1u64 << (i - 1) };
+            let index = bucket(floor.clamp(short.min_ns, short.max_ns));
+            if index >= self.buckets.len() {
+                self.buckets.resize(index + 1, 0);
+            }
+            self.buckets[index] += n;
+        }
+        if self.count == 0 || short.min_ns < self.min {
+            self.min = short.min_ns;
+        }
+        self.max = self.max.max(short.max_ns);
+        self.count += short.count;
+        self.total += u128::from(short.total_ns);
+        self.short += short.count;
     }
 
     /// Nearest-rank percentile `p`: the bucket holding the value with rank ceil(p% × count),
@@ -120,6 +145,29 @@ mod tests {
         }
         assert_eq!(bucket(127), 127);
         assert_eq!(bucket_floor(bucket(128)), 128);
+    }
+
+    #[test]
+    fn kernel_summaries_merge_exact_totals() {
+        use xtrace_common::probe::{ShortCalls, LOG2_BUCKETS};
+        let mut stats = ProbeStats::default();
+        stats.add(5_000_000);
+        let mut log2 = [0; LOG2_BUCKETS];
+        log2[11] = 3; // [1024, 2048) ns
+        let short = ShortCalls {
+            count: 3,
+            total_ns: 4_000,
+            min_ns: 1_100,
+            max_ns: 1_500,
+            log2,
+        };
+        stats.add_short(&short);
+        let d = stats.distribution();
+        assert_eq!((d.count, d.total_ns), (4, 5_004_000));
+        assert_eq!((d.min_ns, d.max_ns), (1_100, 5_000_000));
+        // The bucket's lower bound (1024) is clamped to the exact minimum.
+        assert_eq!(d.p50_ns, 1_100);
+        assert_eq!(stats.short, 3);
     }
 
     #[test]

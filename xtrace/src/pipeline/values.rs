@@ -164,8 +164,8 @@ pub struct Capture {
 #[derive(Debug, Default)]
 pub struct Values {
     captures: Vec<Capture>,
-    /// (tid, entry time) → the call's rendered arguments.
-    pending: BTreeMap<(u32, u64), Vec<Value>>,
+    /// (tid, entry time) → the call's depth and rendered arguments.
+    pending: BTreeMap<(u32, u64), (u8, Vec<Value>)>,
     stats: Vec<Vec<ValueStats>>,
     /// Argument records dropped because too many calls were waiting for their spans.
     pub dropped: u64,
@@ -193,11 +193,23 @@ impl Values {
         }
     }
 
-    /// A call's arguments, to be paired with its span.
+    /// A call's arguments, to be paired with its span. Arguments still waiting on this thread at
+    /// the same or a greater depth belong to calls that have ended without a span (shorter than
+    /// `--min-duration`, or left without returning) and are dropped.
     pub fn args(&mut self, event: &ArgsEvent) {
         let Some(capture) = self.captures.get(event.probe_id as usize) else {
             return;
         };
+        let tid = event.header.tid;
+        let ended: Vec<(u32, u64)> = self
+            .pending
+            .range((tid, 0)..=(tid, u64::MAX))
+            .filter(|(_, (depth, _))| *depth >= event.depth)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in ended {
+            self.pending.remove(&key);
+        }
         if self.pending.len() >= MAX_PENDING {
             self.dropped += 1;
             return;
@@ -211,7 +223,7 @@ impl Values {
                 Value::from_register(*t, event.args[i], &event.strings[i][..len])
             })
             .collect();
-        self.pending.insert((event.header.tid, event.start_ns), values);
+        self.pending.insert((tid, event.start_ns), (event.depth, values));
     }
 
     /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret`: its values
@@ -232,7 +244,7 @@ impl Values {
         for key in stale {
             let values = self.pending.remove(&key);
             if key.1 == start_ns {
-                mine = values;
+                mine = values.map(|(_, values)| values);
             }
         }
         let mut values = match mine {
@@ -267,9 +279,13 @@ mod tests {
     use super::*;
 
     fn args_event(probe_id: u32, tid: u32, start_ns: u64, regs: [u64; 6], text: &str) -> ArgsEvent {
+        args_at(probe_id, tid, start_ns, 0, regs, text)
+    }
+
+    fn args_at(probe_id: u32, tid: u32, start_ns: u64, depth: u8, regs: [u64; 6], text: &str) -> ArgsEvent {
         let mut strings = [[0u8; 64]; 6];
         strings[2][..text.len()].copy_from_slice(text.as_bytes());
-        let mut str_len = [0u8; 8];
+        let mut str_len = [0u8; 6];
         str_len[2] = text.len() as u8 + 1;
         ArgsEvent {
             header: EventHeader {
@@ -281,6 +297,8 @@ mod tests {
             spec: 0,
             args: regs,
             str_len,
+            depth,
+            _pad: 0,
             strings,
         }
     }
@@ -324,11 +342,29 @@ mod tests {
         let mut v = values();
         // Outer call at 100; an inner call at 150 left by longjmp; the outer call returns.
         v.args(&args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"));
-        v.args(&args_event(0, 7, 150, [2, 0, 0, 0, 0, 0], "b"));
+        v.args(&args_at(0, 7, 150, 1, [2, 0, 0, 0, 0, 0], "b"));
         v.args(&args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"));
         assert!(v.span(0, 7, 100, 0).unwrap().contains(r#""arg0":1"#));
         assert_eq!(v.pending.len(), 1, "the other thread's call still waits");
         assert!(v.span(0, 9, 120, 0).unwrap().contains(r#""arg0":3"#));
+        assert!(v.pending.is_empty());
+    }
+
+    #[test]
+    fn a_new_call_at_the_same_depth_ends_earlier_ones() {
+        let mut v = values();
+        // Outer call at depth 0; two inner calls at depth 1 whose spans were filtered out.
+        v.args(&args_at(0, 7, 100, 0, [1, 0, 0, 0, 0, 0], "outer"));
+        v.args(&args_at(0, 7, 110, 1, [2, 0, 0, 0, 0, 0], "a"));
+        v.args(&args_at(0, 7, 120, 1, [3, 0, 0, 0, 0, 0], "b"));
+        assert_eq!(
+            v.pending.len(),
+            2,
+            "the call at 110 ended when the one at 120 began"
+        );
+        v.args(&args_at(0, 7, 130, 1, [4, 0, 0, 0, 0, 0], "c"));
+        assert_eq!(v.pending.len(), 2);
+        assert!(v.span(0, 7, 100, 0).unwrap().contains(r#""arg2":"outer""#));
         assert!(v.pending.is_empty());
     }
 

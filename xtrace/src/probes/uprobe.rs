@@ -78,7 +78,7 @@ pub struct Plan {
     /// Indexed by probe id.
     pub probes: Vec<ProbeInfo>,
     pub attachments: Vec<Attachment>,
-    /// Warnings for the user (a stripped file), one line each.
+    /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
 }
 

@@ -18,6 +18,8 @@ pub struct Timing {
     pub detach_ns: u64,
     pub attach_mechanism: &'static str,
     pub uprobes: usize,
+    /// `--min-duration`, if given.
+    pub min_duration_ns: Option<u64>,
 }
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
@@ -106,6 +108,7 @@ pub fn write<W: Write + Send + 'static>(
             kind: p.kind,
             target: p.target.clone(),
             stats: s.distribution(),
+            below_min_duration: timing.min_duration_ns.map(|_| s.short),
             values,
         })
         .collect();
@@ -116,6 +119,7 @@ pub fn write<W: Write + Send + 'static>(
         detach_ns: timing.detach_ns,
         attach_mechanism: timing.attach_mechanism,
         uprobes: timing.uprobes,
+        min_duration_ns: timing.min_duration_ns,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
         decode_errors: undecodable + unknown_probe,

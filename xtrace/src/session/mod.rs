@@ -8,6 +8,7 @@ mod run;
 use std::{io::BufWriter, time::Instant};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
+use xtrace_common::probe::ShortCalls;
 
 use crate::{
     bpf,
@@ -146,6 +147,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         ring_bytes: args.buffer_size,
         arg_specs: uprobe::arg_specs(&plan),
         tids: args.tid.clone(),
+        min_duration_ns: args.min_duration.unwrap_or(0),
+        probes: plan.probes.len() as u32,
     })?;
     let attached = uprobe::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
@@ -159,6 +162,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let ring = RingBuf::try_from(bpf::take_map(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
     let counters: PerCpuArray<MapData, u64> =
         PerCpuArray::try_from(bpf::take_map(&mut ebpf, "COUNTERS")?).map_err(map_err("COUNTERS"))?;
+    let short_calls: PerCpuArray<MapData, ShortCalls> =
+        PerCpuArray::try_from(bpf::take_map(&mut ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
     let mut reader = RingReader::new(ring)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
@@ -209,6 +214,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             .map_err(output_error(&trace_path))?;
         let lost = bpf::read_lost(&counters)?;
         let unmatched_entries = bpf::read_unmatched(&counters)?;
+        if args.min_duration.is_some() {
+            let short = bpf::read_short_calls(&short_calls, plan.probes.len())?;
+            for (stats, short) in pipeline.stats.iter_mut().zip(&short) {
+                stats.add_short(short);
+            }
+        }
         let command = match (&targets, exit) {
             (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
             _ => None,
@@ -218,6 +229,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             attach_ns,
             detach_ns,
             attach_mechanism: mechanism.name(),
+            min_duration_ns: args.min_duration,
             uprobes,
         };
         finish::write(
