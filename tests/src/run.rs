@@ -4,7 +4,7 @@
 //! everything in its process group (a launched command) is killed.
 
 use std::{
-    ffi::OsStr,
+    ffi::{OsStr, OsString},
     io::{BufRead, BufReader, Read},
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
@@ -249,13 +249,26 @@ pub fn trace_fixture_to_exit(
     uprobes: &[&str],
     out: &std::path::Path,
 ) -> Finished {
+    let mut flags = Vec::new();
+    for probe in uprobes {
+        flags.extend(crate::args!["-u", *probe]);
+    }
+    trace_fixture_with(fixture, flags, &[], out)
+}
+
+/// [`trace_fixture_to_exit`] with any flags (`xtrace -p PID FLAGS... -o OUT`) and extra
+/// environment variables for xtrace.
+pub fn trace_fixture_with(
+    fixture: &mut crate::fixtures::Fixture,
+    flags: Vec<OsString>,
+    env: &[(&str, &str)],
+    out: &std::path::Path,
+) -> Finished {
     let before = crate::bpf::Programs::snapshot();
     let mut args = crate::args!["-p", fixture.pid().to_string()];
-    for probe in uprobes {
-        args.extend(crate::args!["-u", *probe]);
-    }
+    args.extend(flags);
     args.extend(crate::args!["-o", out]);
-    let mut xtrace = Xtrace::spawn(&args);
+    let mut xtrace = Xtrace::spawn_with_env(&args, env);
     xtrace.wait_attached();
     fixture.go();
     let status = fixture.wait();
@@ -306,7 +319,7 @@ pub fn expect_user_error(before: &crate::bpf::Programs, xtrace: Xtrace) -> Strin
 }
 
 /// Runs xtrace with `args` and checks the user-error contract ([`expect_user_error`]).
-pub fn run_error(args: Vec<std::ffi::OsString>) -> String {
+pub fn run_error(args: Vec<OsString>) -> String {
     let before = crate::bpf::Programs::snapshot();
     expect_user_error(&before, Xtrace::spawn(args))
 }

@@ -9,7 +9,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{expect_user_error, Xtrace},
+    run::{expect_user_error, trace_fixture_with, Xtrace},
     TempDir,
 };
 
@@ -19,25 +19,12 @@ fn trace(env: &[(&str, &str)]) -> Outputs {
     fixture.wait_ready();
     let tmp = TempDir::new("mechanism");
     let out = tmp.join("out");
-    let before = Programs::snapshot();
-    let mut xtrace = Xtrace::spawn_with_env(
-        args![
-            "-p",
-            fixture.pid().to_string(),
-            "-u",
-            "libxtfix:lib_work",
-            "-u",
-            "main",
-            "-o",
-            &out
-        ],
+    trace_fixture_with(
+        &mut fixture,
+        args!["-u", "libxtfix:lib_work", "-u", "main"],
         env,
+        &out,
     );
-    xtrace.wait_attached();
-    fixture.go();
-    assert!(fixture.wait().success());
-    xtrace.wait().assert_success();
-    before.assert_none_left();
     Outputs::read(&out)
 }
 

@@ -6,28 +6,18 @@
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{run_error, Xtrace},
+    run::{run_error, trace_fixture_with},
     TempDir,
 };
 
-/// Traces the ready `fixture` with `-p PID ARGS... -o OUT` until it exits; returns the outputs.
-fn trace(fixture: &mut Fixture, args: Vec<std::ffi::OsString>, label: &str) -> Outputs {
+/// Traces the ready `fixture` with `-p PID FLAGS... -o OUT` until it exits; returns the outputs.
+fn trace(fixture: &mut Fixture, flags: Vec<std::ffi::OsString>, label: &str) -> Outputs {
     let tmp = TempDir::new(label);
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
-    let mut all = args!["-p", fixture.pid().to_string()];
-    all.extend(args);
-    all.extend(args!["-o", &out_dir]);
-    let mut xtrace = Xtrace::spawn(all);
-    xtrace.wait_attached();
-    fixture.go();
-    assert!(fixture.wait().success());
-    xtrace.wait().assert_success();
-    before.assert_none_left();
+    trace_fixture_with(fixture, flags, &[], &out_dir);
     Outputs::read(&out_dir)
 }
 

@@ -28,7 +28,7 @@ pub struct LoadOptions {
     pub tids: Vec<u32>,
     /// `--min-duration` in ns (0: every call is sent as a span).
     pub min_duration_ns: u64,
-    /// Number of probes (sizes the per-probe summaries of short calls).
+    /// Number of probes (sizes the per-probe maps that are in use).
     pub probes: u32,
 }
 
@@ -36,29 +36,30 @@ fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     move |source| Error::Map { name, source }
 }
 
-fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map> {
-    ebpf.map_mut(name).ok_or(Error::Map {
+/// A map missing from the object.
+fn missing_map(name: &'static str) -> Error {
+    Error::Map {
         name,
         source: aya::maps::MapError::InvalidName { name: name.into() },
-    })
+    }
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map> {
+    ebpf.map_mut(name).ok_or_else(|| missing_map(name))
 }
 
 /// Loads the object configured by `options`.
 pub fn load(options: &LoadOptions) -> Result<Ebpf> {
-    let probes = options.arg_specs.iter().map(|(id, _)| id + 1).max().unwrap_or(1);
     let args_enabled = u8::from(!options.arg_specs.is_empty());
     let tid_filter = u8::from(!options.tids.is_empty());
-    let short_slots = if options.min_duration_ns > 0 {
-        options.probes.max(1)
-    } else {
-        1
-    };
+    // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
+    let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("EVENTS", options.ring_bytes)
-        .map_max_entries("ARG_SPECS", probes)
+        .map_max_entries("ARG_SPECS", slots(args_enabled != 0))
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .override_global("ARGS_ENABLED", &args_enabled, true)
-        .map_max_entries("SHORT_CALLS", short_slots)
+        .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
         .load(OBJECT)?;
@@ -81,18 +82,12 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
 
 /// Takes map `name` out of the object so it outlives the programs (read after detaching).
 pub fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
-    ebpf.take_map(name).ok_or(Error::Map {
-        name,
-        source: aya::maps::MapError::InvalidName { name: name.into() },
-    })
+    ebpf.take_map(name).ok_or_else(|| missing_map(name))
 }
 
 /// One per-CPU counter summed over CPUs.
 fn counter_sum(counters: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64> {
-    let values = counters.get(&index, 0).map_err(|source| Error::Map {
-        name: "COUNTERS",
-        source,
-    })?;
+    let values = counters.get(&index, 0).map_err(map_error("COUNTERS"))?;
     Ok(values.iter().sum())
 }
 

@@ -41,11 +41,7 @@ pub struct SymbolsArgs {
 fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
     let explicit = |target: &str, glob: &str| UprobeSpec {
         text: format!("{target}:{glob}"),
-        target: if target.contains('/') {
-            TargetSpec::Path(target.into())
-        } else {
-            TargetSpec::Library(target.to_string())
-        },
+        target: TargetSpec::named(target),
         symbol: glob.to_string(),
         args: Vec::new(),
         ret: None,
@@ -67,7 +63,6 @@ pub fn run(args: &ListArgs) -> Result<(String, String)> {
     let ListCommand::Symbols(args) = &args.what;
     let mut spec = spec(args)?;
     let process = args.pid.map(Process::open).transpose()?;
-    let program;
     let scope = match &process {
         Some(process) => Scope::Process(process),
         None => {
@@ -79,8 +74,8 @@ pub fn run(args: &ListArgs) -> Result<(String, String)> {
                     }
                 }
             }
-            program = std::path::PathBuf::new();
-            Scope::Command(&program)
+            // Files by path or library name only, as with -a.
+            Scope::SystemWide
         }
     };
     let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;

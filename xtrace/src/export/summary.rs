@@ -49,8 +49,9 @@ pub struct TargetSummary {
     pub comm: String,
 }
 
+/// How the recording ran: the first fields of summary.json.
 #[derive(Clone, Debug, Serialize)]
-pub struct Summary {
+pub struct RunInfo {
     pub duration_ns: u64,
     /// Loading the kernel programs and attaching every probe.
     pub attach_ns: u64,
@@ -62,6 +63,12 @@ pub struct Summary {
     pub uprobes: usize,
     /// `--min-duration` in ns; null when every call was sent as a span.
     pub min_duration_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub stop_reason: &'static str,
     pub lost_events: u64,
     pub lost: Lost,
@@ -100,7 +107,7 @@ impl Summary {
             spans,
             self.probes.len(),
             if self.probes.len() == 1 { "" } else { "s" },
-            human(self.duration_ns),
+            human(self.run.duration_ns),
             self.stop_reason.replace('_', " "),
             self.lost_events
         );
@@ -169,12 +176,14 @@ mod tests {
 
     fn summary() -> Summary {
         Summary {
-            duration_ns: 1_500_000_000,
-            attach_ns: 2_000_000,
-            attach_mechanism: "uprobe_multi",
-            uprobes: 2,
-            min_duration_ns: None,
-            detach_ns: 3_000_000,
+            run: RunInfo {
+                duration_ns: 1_500_000_000,
+                attach_ns: 2_000_000,
+                detach_ns: 3_000_000,
+                attach_mechanism: "uprobe_multi",
+                uprobes: 2,
+                min_duration_ns: None,
+            },
             stop_reason: "targets_exited",
             lost_events: 0,
             lost: Lost::default(),

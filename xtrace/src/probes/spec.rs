@@ -61,6 +61,17 @@ pub enum TargetSpec {
     Library(String),
 }
 
+impl TargetSpec {
+    /// A TARGET the user named: a path when it contains '/', else a library name.
+    pub fn named(text: &str) -> TargetSpec {
+        if text.contains('/') {
+            TargetSpec::Path(text.into())
+        } else {
+            TargetSpec::Library(text.to_string())
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UprobeSpec {
     /// What the user wrote, for error messages.
@@ -96,10 +107,8 @@ impl UprobeSpec {
             TargetSpec::MainExecutable
         } else if target.is_empty() {
             return Err(bad("empty TARGET before ':'; omit it for the main executable"));
-        } else if target.contains('/') {
-            TargetSpec::Path(target.into())
         } else {
-            TargetSpec::Library(target.to_string())
+            TargetSpec::named(target)
         };
         Ok(UprobeSpec {
             text: text.to_string(),

@@ -46,20 +46,17 @@ impl Scope<'_> {
                 open: program.to_path_buf(),
                 shown: program.to_path_buf(),
             }),
-            (Scope::Command(_), TargetSpec::Path(path)) => Ok(TargetFile {
-                open: path.clone(),
-                shown: path.clone(),
-            }),
-            (Scope::Command(_), TargetSpec::Library(name)) => library_from_cache(name),
             (Scope::SystemWide, TargetSpec::MainExecutable) => Err(Error::Usage(
                 "with -a/--system-wide every -u needs a TARGET (a path or library name), as in -u libc:malloc"
                     .into(),
             )),
-            (Scope::SystemWide, TargetSpec::Path(path)) => Ok(TargetFile {
+            (Scope::Command(_) | Scope::SystemWide, TargetSpec::Path(path)) => Ok(TargetFile {
                 open: path.clone(),
                 shown: path.clone(),
             }),
-            (Scope::SystemWide, TargetSpec::Library(name)) => library_from_cache(name),
+            (Scope::Command(_) | Scope::SystemWide, TargetSpec::Library(name)) => {
+                library_from_cache(name)
+            }
         }
     }
 }

@@ -5,22 +5,12 @@ use std::{io::Write, path::Path, time::Duration};
 use super::{output_error, run::Stop};
 use crate::{
     error::Result,
-    export::summary::{CommandSummary, Lost, ProbeSummary, Summary, TargetSummary},
+    export::summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     output,
     pipeline::Pipeline,
     probes::uprobe::Plan,
     target::Launch,
 };
-
-pub struct Timing {
-    pub duration_ns: u64,
-    pub attach_ns: u64,
-    pub detach_ns: u64,
-    pub attach_mechanism: &'static str,
-    pub uprobes: usize,
-    /// `--min-duration`, if given.
-    pub min_duration_ns: Option<u64>,
-}
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
 
@@ -62,7 +52,7 @@ pub fn write<W: Write + Send + 'static>(
     stop: Stop,
     (lost, unmatched_entries): (Lost, u64),
     command: Option<CommandSummary>,
-    timing: Timing,
+    run: RunInfo,
 ) -> Result<Summary> {
     let trace_err = output_error(trace_path);
     let Pipeline {
@@ -108,18 +98,13 @@ pub fn write<W: Write + Send + 'static>(
             kind: p.kind,
             target: p.target.clone(),
             stats: s.distribution(),
-            below_min_duration: timing.min_duration_ns.map(|_| s.short),
+            below_min_duration: run.min_duration_ns.map(|_| s.short),
             values,
         })
         .collect();
     probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
     let summary = Summary {
-        duration_ns: timing.duration_ns,
-        attach_ns: timing.attach_ns,
-        detach_ns: timing.detach_ns,
-        attach_mechanism: timing.attach_mechanism,
-        uprobes: timing.uprobes,
-        min_duration_ns: timing.min_duration_ns,
+        run,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
         decode_errors: undecodable + unknown_probe,

@@ -14,7 +14,7 @@ use crate::{
     bpf,
     cli::RecordArgs,
     error::{Error, Result},
-    export::summary::Summary,
+    export::summary::{RunInfo, Summary},
     output,
     pipeline::{reader::RingReader, writer::TraceWriter, Pipeline},
     privilege,
@@ -224,7 +224,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
             _ => None,
         };
-        let timing = finish::Timing {
+        let run = RunInfo {
             duration_ns,
             attach_ns,
             detach_ns,
@@ -242,7 +242,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             stop,
             (lost, unmatched_entries),
             command,
-            timing,
+            run,
         )
     }
     .await;
