@@ -106,9 +106,49 @@ impl Process {
         Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()
     }
 
-    /// The command name (`comm`) of the process, if it still exists.
-    pub fn comm(&self) -> Option<String> {
-        read_comm(&format!("/proc/{}/comm", self.pid))
+    /// Name and namespace pid of the process, if it still exists.
+    pub fn info(&self) -> ProcessInfo {
+        ProcessInfo::read(self.pid)
+    }
+}
+
+/// What the trace reports about a process besides its (host) pid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// The command name (`comm`) of the main thread; None once the process is gone.
+    pub comm: Option<String>,
+    /// The pid inside the process's own PID namespace, when that is not xtrace's (a container).
+    pub ns_pid: Option<u32>,
+}
+
+impl ProcessInfo {
+    /// Reads /proc/PID/comm and the `NSpid:` line of /proc/PID/status.
+    pub fn read(pid: u32) -> ProcessInfo {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        ProcessInfo {
+            comm: read_comm(&format!("/proc/{pid}/comm")),
+            ns_pid: parse_ns_pid(&status),
+        }
+    }
+
+    /// The name shown in trace.json: `comm`, with the namespace pid when there is one.
+    pub fn label(&self) -> String {
+        let comm = self.comm.as_deref().unwrap_or("?");
+        match self.ns_pid {
+            Some(ns_pid) => format!("{comm} (pid {ns_pid} in its namespace)"),
+            None => comm.to_string(),
+        }
+    }
+}
+
+/// The innermost pid of an `NSpid:` line (`NSpid:\t4321\t7` → 7); None when the process lives in
+/// the reader's own PID namespace (one number) or the line is missing (kernels before 4.1).
+fn parse_ns_pid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+    let pids: Vec<&str> = line.split_whitespace().collect();
+    match pids.as_slice() {
+        [_, .., last] => last.parse().ok(),
+        _ => None,
     }
 }
 
@@ -311,6 +351,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ns_pid_is_the_innermost_of_several() {
+        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4321\t7\n"), Some(7));
+        assert_eq!(parse_ns_pid("NSpid:\t4321\t900\t1\n"), Some(1));
+        assert_eq!(parse_ns_pid("NSpid:\t4321\n"), None);
+        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
+        assert_eq!(parse_ns_pid("NSpid:\t4321\tx\n"), None);
+    }
+
+    #[test]
     fn library_names() {
         assert!(library_matches("/lib/x86_64-linux-gnu/libc.so.6", "libc"));
         assert!(library_matches("/lib/libc-2.36.so", "libc"));
@@ -394,7 +443,7 @@ mod tests {
         let argv = vec!["sh".to_string(), "-c".to_string(), "exit 7".to_string()];
         let mut launch = Launch::start(&program, &argv).unwrap();
         // Still held at the gate: it is our forked copy, not yet `sh`.
-        assert_ne!(launch.process.comm().as_deref(), Some("sh"));
+        assert_ne!(launch.process.info().comm.as_deref(), Some("sh"));
         launch.release().unwrap();
         let status = launch.take_exit().unwrap().blocking_recv().unwrap().unwrap();
         assert_eq!(status.code(), Some(7));

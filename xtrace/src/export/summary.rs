@@ -45,7 +45,10 @@ pub struct CommandSummary {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct TargetSummary {
+    /// The pid as xtrace (and the kernel's records) see it.
     pub pid: u32,
+    /// The pid inside the target's own PID namespace (a container); null when it shares xtrace's.
+    pub ns_pid: Option<u32>,
     pub comm: String,
 }
 
@@ -215,6 +218,7 @@ mod tests {
             }),
             targets: vec![TargetSummary {
                 pid: 42,
+                ns_pid: None,
                 comm: "app".into(),
             }],
         }

@@ -1,18 +1,18 @@
 //! Names of the processes and threads seen in records: from the kernel's thread records (taken at a
 //! thread's first traced call), else from /proc when first seen (a thread may be gone by the time
-//! the recording ends). A process's name is read from /proc when its first record arrives, while it
+//! the recording ends). A process's name and namespace pid are read from /proc when its first record arrives, while it
 //! most likely still runs (system-wide captures see processes that come and go).
 use std::collections::{BTreeMap, HashSet};
 
-use crate::target::thread_comm;
+use crate::target::{thread_comm, ProcessInfo};
 
 #[derive(Debug, Default)]
 pub struct Names {
     seen: HashSet<u32>,
     /// (pid, tid) → thread name, in order; the name is None when the thread was already gone.
     pub threads: BTreeMap<(u32, u32), Option<String>>,
-    /// pid → process name (its main thread's), read when the pid was first seen.
-    pub processes: BTreeMap<u32, Option<String>>,
+    /// pid → process name (its main thread's) and namespace pid, read when the pid was first seen.
+    pub processes: BTreeMap<u32, ProcessInfo>,
 }
 
 impl Names {
@@ -32,7 +32,9 @@ impl Names {
     }
 
     fn process(&mut self, pid: u32) {
-        self.processes.entry(pid).or_insert_with(|| thread_comm(pid, pid));
+        self.processes
+            .entry(pid)
+            .or_insert_with(|| ProcessInfo::read(pid));
     }
 
     /// The pids seen, in order.

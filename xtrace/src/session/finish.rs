@@ -9,7 +9,7 @@ use crate::{
     output,
     pipeline::Pipeline,
     probes::uprobe::Plan,
-    target::Launch,
+    target::{Launch, ProcessInfo},
 };
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
@@ -47,7 +47,7 @@ pub fn write<W: Write + Send + 'static>(
     trace_path: &Path,
     plan: &Plan,
     pipeline: Pipeline<W>,
-    mut comms: Vec<(u32, Option<String>)>,
+    mut infos: Vec<(u32, ProcessInfo)>,
     target_pids: &[u32],
     stop: Stop,
     (lost, unmatched_entries): (Lost, u64),
@@ -66,20 +66,18 @@ pub fn write<W: Write + Send + 'static>(
     } = pipeline;
     let mut trace = trace.finish().map_err(trace_err)?;
     // A launched command was read before exec; the kernel's name for its main thread is better.
-    for (pid, comm) in comms.iter_mut() {
+    for (pid, info) in infos.iter_mut() {
         if let Some(name) = names.threads.get(&(*pid, *pid)).cloned().flatten() {
-            *comm = Some(name);
+            info.comm = Some(name);
         }
     }
-    for (pid, comm) in &names.processes {
-        if !comms.iter().any(|(p, _)| p == pid) {
-            comms.push((*pid, comm.clone()));
+    for (pid, info) in &names.processes {
+        if !infos.iter().any(|(p, _)| p == pid) {
+            infos.push((*pid, info.clone()));
         }
     }
-    for (pid, comm) in &comms {
-        trace
-            .process_name(*pid, comm.as_deref().unwrap_or("?"))
-            .map_err(trace_err)?;
+    for (pid, info) in &infos {
+        trace.process_name(*pid, &info.label()).map_err(trace_err)?;
     }
     for ((pid, tid), name) in &names.threads {
         if let Some(name) = name {
@@ -113,12 +111,13 @@ pub fn write<W: Write + Send + 'static>(
         args_unpaired: values.dropped,
         probes,
         command,
-        targets: comms
+        targets: infos
             .iter()
             .filter(|(pid, _)| target_pids.contains(pid))
-            .map(|(pid, comm)| TargetSummary {
+            .map(|(pid, info)| TargetSummary {
                 pid: *pid,
-                comm: comm.clone().unwrap_or_default(),
+                ns_pid: info.ns_pid,
+                comm: info.comm.clone().unwrap_or_default(),
             })
             .collect(),
     };

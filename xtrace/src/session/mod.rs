@@ -22,7 +22,7 @@ use crate::{
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
     },
-    target::{resolve_command, Launch, Process},
+    target::{resolve_command, Launch, Process, ProcessInfo},
 };
 
 pub use run::Progress;
@@ -188,7 +188,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let started = Instant::now();
     let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
     let mut pipeline = Pipeline::new(captures, writer);
-    let comms: Vec<(u32, Option<String>)> = targets.processes().iter().map(|p| (p.pid, p.comm())).collect();
+    let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut reader,
         &mut pipeline,
@@ -237,7 +237,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             &trace_path,
             &plan,
             pipeline,
-            comms,
+            infos,
             &targets.pids(),
             stop,
             (lost, unmatched_entries),
