@@ -37,6 +37,8 @@ pub struct Fixtures {
     pub matrix: PathBuf,
     /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit`, `durations` (see calls.c).
     pub calls: PathBuf,
+    /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
+    pub usdt: PathBuf,
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -56,7 +58,9 @@ fn build() -> Fixtures {
         many: out.join("many"),
         matrix: out.join("matrix"),
         calls: out.join("calls"),
+        usdt: out.join("usdt"),
     };
+    compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(&[src.join("many.c")], &fixtures.many, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
@@ -197,6 +201,20 @@ impl Fixture {
         stdin.write_all(b"go\n").expect("writing go to the fixture");
         stdin.flush().expect("flushing the fixture's stdin");
         self.stdin = None;
+    }
+
+    /// Writes `line` to the fixture's stdin, keeping it open (unlike [`Fixture::go`]).
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is still open");
+        writeln!(stdin, "{line}").expect("writing to the fixture");
+        stdin.flush().expect("flushing the fixture's stdin");
+    }
+
+    /// The next line the fixture prints (with the safety timeout).
+    pub fn next_line(&mut self) -> String {
+        self.lines
+            .recv_timeout(SAFETY_TIMEOUT)
+            .unwrap_or_else(|e| panic!("fixture `{}` printed no line in time: {e}", self.name))
     }
 
     /// Waits (with the safety timeout) for the fixture to exit.

@@ -1,5 +1,5 @@
-//! Reading what xtrace writes into its `-o` directory: `trace.json` (Chrome trace events: `X` spans
-//! and `M` metadata), `summary.json` (per-probe statistics, stop reason, losses, command, targets)
+//! Reading what xtrace writes into its `-o` directory: `trace.json` (Chrome trace events: `X` spans,
+//! `i` instants and `M` metadata), `summary.json` (per-probe statistics, stop reason, losses, command, targets)
 //! and `summary.txt`. Parsing panics with the file name and the offending event, so a malformed
 //! output fails the test with a readable message.
 
@@ -19,6 +19,8 @@ pub struct Span {
     pub pid: u64,
     pub tid: u64,
     pub depth: u64,
+    /// The whole `args` object (depth and captured values).
+    pub args: Value,
 }
 
 impl Span {
@@ -84,6 +86,18 @@ impl Outputs {
     /// `X` events named `name`.
     pub fn spans_named(&self, name: &str) -> Vec<Span> {
         self.spans().into_iter().filter(|s| s.name == name).collect()
+    }
+
+    /// The `args` of every instant event (`"ph":"i"`) named `name`, in trace order.
+    pub fn instants(&self, name: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| {
+                e.get("ph").and_then(Value::as_str) == Some("i")
+                    && e.get("name").and_then(Value::as_str) == Some(name)
+            })
+            .map(|e| &e["args"])
+            .collect()
     }
 
     /// `M` events whose name is `kind` (`process_name` or `thread_name`).
@@ -166,5 +180,6 @@ fn parse_span(event: &Value) -> Span {
         depth: event["args"]["depth"]
             .as_u64()
             .unwrap_or_else(|| panic!("X event without args.depth: {event}")),
+        args: event["args"].clone(),
     }
 }

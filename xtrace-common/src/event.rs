@@ -6,6 +6,10 @@ pub const KIND_SPAN: u32 = 1;
 pub const KIND_THREAD: u32 = 2;
 /// `EventHeader::kind` of an [`ArgsEvent`].
 pub const KIND_ARGS: u32 = 3;
+/// `EventHeader::kind` of a [`UsdtEvent`].
+pub const KIND_USDT: u32 = 4;
+/// `EventHeader::kind` of a [`UsdtStrEvent`].
+pub const KIND_USDT_STR: u32 = 5;
 
 /// Integer arguments a function probe can capture (the x86-64 SysV argument registers).
 pub const MAX_ARGS: usize = 6;
@@ -68,6 +72,30 @@ pub struct ArgsEvent {
     pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
 }
 
+/// One hit of a USDT call site with its arguments, read as the site's note describes them
+/// (sign- or zero-extended to 64 bits). `header.ts_ns` is the hit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsdtEvent {
+    pub header: EventHeader,
+    /// The call site (the attach cookie, an index into user space's site table).
+    pub site: u32,
+    /// Arguments in `args`.
+    pub nargs: u32,
+    pub args: [u64; crate::usdt::MAX_USDT_ARGS],
+}
+
+/// A [`UsdtEvent`] of a site whose spec reads some arguments as strings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsdtStrEvent {
+    pub event: UsdtEvent,
+    /// Bytes read into `strings[i]`, its NUL included (0: not a string, or unreadable).
+    pub str_len: [u8; crate::usdt::MAX_USDT_ARGS],
+    pub _pad: [u8; 4],
+    pub strings: [[u8; ARG_STR_LEN]; crate::usdt::MAX_USDT_ARGS],
+}
+
 /// A thread's first traced call: its name at that moment (threads may be gone when the recording
 /// ends, so user space cannot rely on /proc). Written once per thread, before its first span.
 #[repr(C)]
@@ -88,6 +116,10 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ArgsEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::UsdtEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::UsdtStrEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
@@ -95,3 +127,5 @@ const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 480);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
+const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);

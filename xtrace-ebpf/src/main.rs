@@ -7,6 +7,7 @@ mod floor;
 mod lifecycle;
 mod maps;
 mod uprobe;
+mod usdt;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -5,7 +5,10 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
-use xtrace_common::probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS};
+use xtrace_common::{
+    probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS},
+    usdt::UsdtSite,
+};
 
 /// Every record for user space.
 #[map]
@@ -66,6 +69,10 @@ pub fn thread_traced(pid_tgid: u64) -> bool {
     // SAFETY: the value is not read.
     unsafe { TIDS.get(&(pid_tgid as u32)).is_some() }
 }
+
+/// USDT call sites by attach cookie; sized and filled by user space before attaching.
+#[map]
+pub static USDT_SITES: Array<UsdtSite> = Array::with_max_entries(1, 0);
 
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
 #[map]

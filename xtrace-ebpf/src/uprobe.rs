@@ -137,7 +137,7 @@ fn announce_thread(pid_tgid: u64, now: u64) {
 }
 
 #[inline(always)]
-fn header(kind: u32, pid_tgid: u64, ts_ns: u64) -> EventHeader {
+pub fn header(kind: u32, pid_tgid: u64, ts_ns: u64) -> EventHeader {
     EventHeader {
         kind,
         // SAFETY: no preconditions.

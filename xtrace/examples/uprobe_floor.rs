@@ -10,7 +10,7 @@ use std::io::Read;
 use aya::programs::{uprobe::UProbeScope, UProbe};
 use xtrace::{
     bpf::uprobe_multi::{self, MultiTarget},
-    probes::{elf::ElfSymbols, uprobe::ATTACH_ENV},
+    probes::{attach::ATTACH_ENV, elf::ElfSymbols},
 };
 
 fn main() -> anyhow::Result<()> {

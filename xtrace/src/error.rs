@@ -32,6 +32,12 @@ pub enum Error {
         path: PathBuf,
         suggestions: String,
     },
+    #[error("USDT probe `{spec}` matches no probe in {searched}{hint}")]
+    UsdtNotFound {
+        spec: String,
+        searched: String,
+        hint: String,
+    },
     #[error(
         "library `{name}` is not loaded by pid {pid}: check `grep {name} /proc/{pid}/maps` or give its path"
     )]

@@ -90,6 +90,22 @@ impl Process {
         Ok(self.path(Path::new(shown)))
     }
 
+    /// The main executable, then every other file the process maps (from /proc/PID/maps), each
+    /// once.
+    pub fn mapped_files(&self) -> Result<Vec<TargetFile>> {
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+        let exe = self.executable()?;
+        let mut files = vec![exe.clone()];
+        for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)) {
+            let path = Path::new(path);
+            if path.is_absolute() && path != exe.shown && !files.iter().any(|f| f.shown == path) {
+                files.push(self.path(path));
+            }
+        }
+        Ok(files)
+    }
+
     /// Whether the process has exited (its pidfd is readable).
     pub fn has_exited(&self) -> bool {
         let mut poll = libc::pollfd {

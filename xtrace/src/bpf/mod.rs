@@ -1,5 +1,6 @@
 //! The embedded kernel object (built from xtrace-ebpf by build.rs), loading it, and reading its
 //! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot.
+pub mod perf_uprobe;
 pub mod uprobe_multi;
 
 use aya::{
@@ -7,7 +8,10 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray},
     Ebpf, EbpfLoader,
 };
-use xtrace_common::probe::{counter, ShortCalls, LOG2_BUCKETS};
+use xtrace_common::{
+    probe::{counter, ShortCalls, LOG2_BUCKETS},
+    usdt::UsdtSite,
+};
 
 use crate::{
     error::{Error, Result},
@@ -30,6 +34,8 @@ pub struct LoadOptions {
     pub min_duration_ns: u64,
     /// Number of probes (sizes the per-probe maps that are in use).
     pub probes: u32,
+    /// USDT call sites, by attach cookie.
+    pub usdt_sites: Vec<UsdtSite>,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -58,6 +64,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("EVENTS", options.ring_bytes)
         .map_max_entries("ARG_SPECS", slots(args_enabled != 0))
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
+        .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
         .override_global("ARGS_ENABLED", &args_enabled, true)
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
@@ -68,6 +75,15 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
             Array::try_from(map_mut(&mut ebpf, "ARG_SPECS")?).map_err(map_error("ARG_SPECS"))?;
         for (id, spec) in &options.arg_specs {
             specs.set(*id, spec, 0).map_err(map_error("ARG_SPECS"))?;
+        }
+    }
+    if !options.usdt_sites.is_empty() {
+        let mut sites: Array<_, UsdtSite> =
+            Array::try_from(map_mut(&mut ebpf, "USDT_SITES")?).map_err(map_error("USDT_SITES"))?;
+        for (index, site) in options.usdt_sites.iter().enumerate() {
+            sites
+                .set(index as u32, site, 0)
+                .map_err(map_error("USDT_SITES"))?;
         }
     }
     if !options.tids.is_empty() {

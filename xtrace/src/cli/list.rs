@@ -1,4 +1,5 @@
-//! `xtrace list symbols`: the functions `-u` would attach, with file offsets, addresses and sizes.
+//! `xtrace list symbols`: the functions `-u` would attach, with file offsets, addresses and sizes;
+//! `xtrace list usdt`: the USDT probes `-U` can attach, with locations, semaphores and arguments.
 //!
 //! `xtrace list symbols TARGET [GLOB]` reads TARGET (a path, a library name found with
 //! `ldconfig -p`, or a command in PATH); `xtrace list symbols --pid PID ['[TARGET:]GLOB']` resolves
@@ -10,6 +11,7 @@ use crate::{
     probes::{
         spec::{TargetSpec, UprobeSpec},
         uprobe::{self, Scope},
+        usdt,
     },
     target::{resolve_command, Process},
 };
@@ -25,6 +27,19 @@ pub enum ListCommand {
     /// Functions that `-u` would attach: `list symbols TARGET [GLOB]` or
     /// `list symbols --pid PID ['[TARGET:]GLOB']`.
     Symbols(SymbolsArgs),
+    /// USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or
+    /// `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted).
+    Usdt(UsdtArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UsdtArgs {
+    /// List the modules this process maps (its main executable and every library).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
+    /// An executable or library: a path, a library name, or a command in PATH.
+    #[arg(value_name = "TARGET")]
+    pub target: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -58,22 +73,77 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
     }
 }
 
-/// Runs `xtrace list ...`: the table for stdout and a closing line for stderr.
+/// Runs `xtrace list ...`: the table for stdout and closing lines (notes, warnings) for stderr.
 pub fn run(args: &ListArgs) -> Result<(String, String)> {
-    let ListCommand::Symbols(args) = &args.what;
+    match &args.what {
+        ListCommand::Symbols(args) => symbols(args),
+        ListCommand::Usdt(args) => usdt(args),
+    }
+}
+
+/// A TARGET given without `--pid`: a bare name that is no library may be a command in PATH.
+fn standalone_target(target: &mut TargetSpec) {
+    if let TargetSpec::Library(name) = target {
+        if crate::target::library_from_cache(name).is_err() {
+            if let Ok(path) = resolve_command(name) {
+                *target = TargetSpec::Path(path);
+            }
+        }
+    }
+}
+
+fn usdt(args: &UsdtArgs) -> Result<(String, String)> {
+    let process = args.pid.map(Process::open).transpose()?;
+    let mut target = args.target.as_deref().map(TargetSpec::named);
+    let scope = match &process {
+        Some(process) => Scope::Process(process),
+        None => {
+            let target = target.as_mut().ok_or_else(|| {
+                Error::Usage("`xtrace list usdt` needs a TARGET (a path or library name) or --pid PID".into())
+            })?;
+            standalone_target(target);
+            // Files by path or library name only, as with -a.
+            Scope::SystemWide
+        }
+    };
+    let (files, warnings) = usdt::plan::list(&scope, target.as_ref())?;
+    let mut out = format!(
+        "{:<32} {:<18} {:<18}  ARGUMENTS\n",
+        "PROBE", "OFFSET", "SEMAPHORE"
+    );
+    let mut probes = 0;
+    for (file, notes) in &files {
+        out += &format!("{}:\n", file.shown.display());
+        for note in notes {
+            let semaphore = note
+                .semaphore_offset
+                .map_or("-".to_string(), |s| format!("{s:#x}"));
+            out += &format!(
+                "  {:<30} {:<18} {:<18}  {}\n",
+                format!("{}:{}", note.provider, note.name),
+                format!("{:#x}", note.offset),
+                semaphore,
+                note.args_text
+            );
+        }
+        probes += notes.len();
+    }
+    let plural = if probes == 1 { "" } else { "s" };
+    let modules = if files.len() == 1 { "file" } else { "files" };
+    let mut note = format!("{probes} USDT call site{plural} in {} {modules}", files.len());
+    for warning in warnings {
+        note = format!("warning: {warning}\n{note}");
+    }
+    Ok((out, note))
+}
+
+fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
     let mut spec = spec(args)?;
     let process = args.pid.map(Process::open).transpose()?;
     let scope = match &process {
         Some(process) => Scope::Process(process),
         None => {
-            // A bare name that is no library may be a command in PATH.
-            if let TargetSpec::Library(name) = &spec.target {
-                if crate::target::library_from_cache(name).is_err() {
-                    if let Ok(path) = resolve_command(name) {
-                        spec.target = TargetSpec::Path(path);
-                    }
-                }
-            }
+            standalone_target(&mut spec.target);
             // Files by path or library name only, as with -a.
             Scope::SystemWide
         }

@@ -5,6 +5,7 @@ use clap::{ArgGroup, Args};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
+#[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "usdt"])))]
 pub struct RecordArgs {
     /// Trace this running process, all its threads (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
@@ -19,8 +20,15 @@ pub struct RecordArgs {
     /// TARGET is a path, a library name such as `libc` found in the process's mappings, or omitted
     /// for the main executable. SYMBOL is a name (mangled or demangled) or a glob: `*`, `?`, `[a-z]`,
     /// e.g. `'libfoo:ns::Matrix::*'`.
-    #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL", required = true)]
+    #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL")]
     pub uprobe: Vec<String>,
+
+    /// Attach to every call site of a USDT probe (repeatable). PROVIDER and NAME may be globs;
+    /// TARGET is a path or library name, or omitted for every module of the process. Probes named
+    /// *_begin/*_end, *_start/*_end, *__entry/*__return pair into spans; others are instant
+    /// events. `(str,_,name)` reads arguments as strings (`name` names the span).
+    #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME")]
+    pub usdt: Vec<String>,
 
     /// Send only calls lasting at least this long as spans (e.g. 50us, 2ms, 1s). Shorter calls are
     /// counted and timed in the kernel, so per-probe counts and totals stay exact.

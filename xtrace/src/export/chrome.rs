@@ -41,11 +41,23 @@ impl<W: Write> ChromeWriter<W> {
         }
     }
 
-    /// A completed call; its captured values join `depth` under `args`.
+    /// A completed call; its captured values join `depth` under `args`. An instant event has
+    /// only its values under `args`.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
         self.separator()?;
-        let (name, cat) = &self.names[span.probe];
+        let (probe_name, cat) = &self.names[span.probe];
+        let renamed = span.name.as_deref().map(quote);
+        let name = renamed.as_ref().unwrap_or(probe_name);
         let SpanOut { pid, tid, depth, .. } = span;
+        if span.instant {
+            let values = span.values.as_deref().unwrap_or("");
+            return write!(
+                self.out,
+                "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{}}}}}",
+                micros(span.start_ns),
+                values.strip_prefix(',').unwrap_or(values)
+            );
+        }
         write!(
             self.out,
             "{{\"ph\":\"X\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{depth}{}}}}}",
@@ -96,16 +108,27 @@ mod tests {
             dur_ns,
             depth,
             values: values.map(Into::into),
+            ..Default::default()
         };
         w.span(&span(0, 1_000_000, 5_000, 0, None)).unwrap();
         w.span(&span(1, 1_001_000, 1_234, 1, Some(r#","arg0":-1,"ret":"0x10""#)))
             .unwrap();
+        w.span(&SpanOut {
+            name: Some("re\"named".into()),
+            ..span(0, 1_002_000, 10, 0, None)
+        })
+        .unwrap();
+        w.span(&SpanOut {
+            instant: true,
+            ..span(1, 1_003_000, 0, 0, Some(r#","arg0":7"#))
+        })
+        .unwrap();
         w.process_name(10, "app").unwrap();
         w.thread_name(10, 11, "worker").unwrap();
         let bytes = w.finish().unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         let events = doc["traceEvents"].as_array().unwrap();
-        assert_eq!(events.len(), 4);
+        assert_eq!(events.len(), 6);
         assert_eq!(events[0]["ph"], "X");
         assert_eq!(events[0]["name"], "outer(int)");
         assert_eq!(events[0]["cat"], "uprobe");
@@ -120,10 +143,17 @@ mod tests {
             (events[1]["pid"].as_u64(), events[1]["tid"].as_u64()),
             (Some(10), Some(11))
         );
-        assert_eq!(events[2]["name"], "process_name");
-        assert_eq!(events[2]["args"]["name"], "app");
-        assert_eq!(events[3]["name"], "thread_name");
-        assert_eq!(events[3]["tid"], 11);
+        assert_eq!(events[2]["name"], "re\"named");
+        assert_eq!(events[2]["cat"], "uprobe");
+        assert_eq!(events[3]["ph"], "i");
+        assert_eq!(events[3]["s"], "t");
+        assert_eq!(events[3]["ts"].as_f64(), Some(1003.0));
+        assert_eq!(events[3]["args"]["arg0"], 7);
+        assert!(events[3].get("dur").is_none());
+        assert_eq!(events[4]["name"], "process_name");
+        assert_eq!(events[4]["args"]["name"], "app");
+        assert_eq!(events[5]["name"], "thread_name");
+        assert_eq!(events[5]["tid"], 11);
     }
 
     #[test]

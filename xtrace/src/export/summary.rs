@@ -80,6 +80,9 @@ pub struct Summary {
     pub unmatched_entries: u64,
     /// Captured arguments dropped because too many calls were waiting for their spans.
     pub args_unpaired: u64,
+    /// USDT begin/end hits left without their other half: ends with no open span on their thread
+    /// (begun before the capture) and begins still open when it stopped.
+    pub usdt_unpaired: u64,
     /// Records user space could not use (wrong size, unknown kind or probe id); never expected.
     pub decode_errors: u64,
     /// Sorted by total time, largest first.
@@ -104,10 +107,21 @@ impl Summary {
     }
 
     pub fn table(&self) -> String {
-        let spans: u64 = self.probes.iter().map(|p| p.stats.count).sum();
+        let count = |usdt: bool| -> u64 {
+            self.probes
+                .iter()
+                .filter(|p| (p.kind == "usdt") == usdt)
+                .map(|p| p.stats.count)
+                .sum()
+        };
+        let hits = if self.probes.iter().any(|p| p.kind == "usdt") {
+            format!(" and {} USDT hits", count(true))
+        } else {
+            String::new()
+        };
         let mut out = format!(
-            "{} spans from {} probe{} in {} ({}), {} lost\n",
-            spans,
+            "{} spans{hits} from {} probe{} in {} ({}), {} lost\n",
+            count(false),
             self.probes.len(),
             if self.probes.len() == 1 { "" } else { "s" },
             human(self.run.duration_ns),
@@ -192,6 +206,7 @@ mod tests {
             lost: Lost::default(),
             unmatched_entries: 0,
             args_unpaired: 0,
+            usdt_unpaired: 0,
             decode_errors: 0,
             probes: vec![ProbeSummary {
                 name: "work".into(),

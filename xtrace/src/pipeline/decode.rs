@@ -1,7 +1,8 @@
 //! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
-    ArgsEvent, EventHeader, SpanEvent, ThreadEvent, KIND_ARGS, KIND_SPAN, KIND_THREAD,
+    ArgsEvent, EventHeader, SpanEvent, ThreadEvent, UsdtEvent, UsdtStrEvent, KIND_ARGS, KIND_SPAN,
+    KIND_THREAD, KIND_USDT, KIND_USDT_STR,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -9,6 +10,8 @@ pub enum Event {
     Span(SpanEvent),
     Thread(ThreadEvent),
     Args(Box<ArgsEvent>),
+    Usdt(UsdtEvent),
+    UsdtStr(Box<UsdtStrEvent>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +40,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_SPAN => Ok(Event::Span(read(bytes)?)),
         KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
         KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
+        KIND_USDT => Ok(Event::Usdt(read(bytes)?)),
+        KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read(bytes)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }

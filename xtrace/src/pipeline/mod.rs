@@ -1,10 +1,11 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
-//! their spans, `threads` names pids and tids.
+//! their spans, `usdt` turns USDT hits into instants and spans, `threads` names pids and tids.
 pub mod decode;
 pub mod reader;
 pub mod stats;
 pub mod threads;
+pub mod usdt;
 pub mod values;
 pub mod writer;
 
@@ -14,6 +15,7 @@ use crate::pipeline::{
     decode::Event,
     stats::ProbeStats,
     threads::Names,
+    usdt::{Hit, Usdt},
     values::{Capture, Values},
     writer::{SpanOut, TraceWriter},
 };
@@ -25,6 +27,9 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub trace: TraceWriter<W>,
     pub names: Names,
     pub values: Values,
+    pub usdt: Usdt,
+    /// USDT end probes that fired with no span of their pair open on their thread.
+    pub usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     pub undecodable: u64,
     /// Spans whose probe id is not in the probe table; never expected.
@@ -33,14 +38,17 @@ pub struct Pipeline<W: Write + Send + 'static> {
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
-    /// `captures` says, by probe id, which values each probe captures.
-    pub fn new(captures: Vec<Capture>, trace: TraceWriter<W>) -> Self {
+    /// `captures` says, by probe id, which values each probe captures; `usdt` knows the USDT call
+    /// sites.
+    pub fn new(captures: Vec<Capture>, usdt: Usdt, trace: TraceWriter<W>) -> Self {
         let stats = vec![ProbeStats::default(); captures.len()];
         Pipeline {
             stats,
             trace,
             names: Names::default(),
             values: Values::new(captures),
+            usdt,
+            usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
@@ -72,6 +80,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     dur_ns: duration,
                     depth: span.depth,
                     values,
+                    ..Default::default()
                 })
             }
             Ok(Event::Thread(thread)) => {
@@ -88,10 +97,82 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.values.args(&args);
                 Ok(())
             }
+            Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
+            Ok(Event::UsdtStr(event)) => {
+                let strings = usdt::strings(&event.str_len, &event.strings);
+                let strings: Vec<&[u8]> = strings.iter().map(Vec::as_slice).collect();
+                self.usdt_hit(&event.event, &strings)
+            }
             Err(_) => {
                 self.undecodable += 1;
                 Ok(())
             }
+        }
+    }
+
+    /// One USDT hit: counted for its probe, then written as an instant or a span.
+    fn usdt_hit(
+        &mut self,
+        event: &xtrace_common::event::UsdtEvent,
+        strings: &[&[u8]],
+    ) -> std::io::Result<()> {
+        let (pid, tid, ts_ns) = (event.header.pid, event.header.tid, event.header.ts_ns);
+        let hit = self.usdt.hit(event, strings);
+        let probe = match &hit {
+            Hit::Instant { probe, .. }
+            | Hit::Opened { probe }
+            | Hit::Closed { probe, .. }
+            | Hit::Unpaired { probe } => *probe as usize,
+            Hit::Unknown => {
+                self.unknown_probe += 1;
+                return Ok(());
+            }
+        };
+        let Some(stats) = self.stats.get_mut(probe) else {
+            self.unknown_probe += 1;
+            return Ok(());
+        };
+        stats.add(0);
+        self.names.saw(pid, tid);
+        match hit {
+            Hit::Instant { probe, args } => self.trace.span(SpanOut {
+                probe: probe as usize,
+                pid,
+                tid,
+                start_ns: ts_ns,
+                values: Some(args.into_boxed_str()),
+                instant: true,
+                ..Default::default()
+            }),
+            Hit::Closed {
+                span,
+                start_ns,
+                depth,
+                name,
+                args,
+                ..
+            } => {
+                let duration = ts_ns.saturating_sub(start_ns);
+                if let Some(stats) = self.stats.get_mut(span as usize) {
+                    stats.add(duration);
+                }
+                self.trace.span(SpanOut {
+                    probe: span as usize,
+                    pid,
+                    tid,
+                    start_ns,
+                    dur_ns: duration,
+                    depth,
+                    values: Some(args.into_boxed_str()),
+                    name: name.map(String::into_boxed_str),
+                    instant: false,
+                })
+            }
+            Hit::Unpaired { .. } => {
+                self.usdt_unpaired += 1;
+                Ok(())
+            }
+            Hit::Opened { .. } | Hit::Unknown => Ok(()),
         }
     }
 }

@@ -49,7 +49,7 @@ impl Value {
     }
 
     /// The value as JSON text.
-    fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         match self {
             Value::Int(v) => v.to_string(),
             Value::Ptr(p) => format!("\"{p:#x}\""),

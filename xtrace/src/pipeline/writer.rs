@@ -14,8 +14,8 @@ use std::{
 
 use crate::export::chrome::ChromeWriter;
 
-/// One span for trace.json.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One span (or instant event) for trace.json.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpanOut {
     pub probe: usize,
     pub pid: u32,
@@ -25,6 +25,10 @@ pub struct SpanOut {
     pub depth: u32,
     /// Captured values as trace.json `args` members (`"arg0":1,"ret":0`), if the probe has any.
     pub values: Option<Box<str>>,
+    /// A name that replaces the probe's (a USDT span named by an argument).
+    pub name: Option<Box<str>>,
+    /// An instant event (`"ph":"i"`) at `start_ns`; `dur_ns` and `depth` are unused.
+    pub instant: bool,
 }
 
 /// Spans per batch handed to the writer thread.
@@ -155,6 +159,7 @@ mod tests {
                 dur_ns: 5,
                 depth: 0,
                 values: None,
+                ..Default::default()
             };
             writer.span(span.clone()).unwrap();
         }
@@ -197,6 +202,7 @@ mod tests {
             dur_ns: 5,
             depth: 0,
             values: None,
+            ..Default::default()
         };
         let mut first = None;
         for _ in 0..100_000 {

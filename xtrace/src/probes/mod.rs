@@ -1,17 +1,19 @@
 //! Probe specifications and their attachment. `spec` parses what the user wrote, `elf` finds
-//! symbols in executables and libraries (`glob` matches their names), `uprobe` resolves and
-//! attaches function spans.
+//! symbols in executables and libraries (`glob` matches their names), `uprobe` resolves function
+//! spans, `usdt` resolves USDT call sites, `attach` attaches both.
+pub mod attach;
 pub mod elf;
 pub mod glob;
 pub mod spec;
 pub mod uprobe;
+pub mod usdt;
 
 /// One attached probe as user space knows it; its index in the probe table is the BPF cookie.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeInfo {
     /// Demangled symbol name, as shown in traces and summaries.
     pub name: String,
-    /// Probe family: "uprobe".
+    /// Probe family: "uprobe", "usdt" (a USDT probe's hits) or "usdt_span" (a begin/end pair).
     pub kind: &'static str,
     /// The file the probe is in, as the traced process sees it.
     pub target: String,

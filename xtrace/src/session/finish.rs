@@ -60,6 +60,8 @@ pub fn write<W: Write + Send + 'static>(
         trace,
         names,
         values,
+        usdt,
+        usdt_unpaired,
         undecodable,
         unknown_probe,
         ..
@@ -109,6 +111,7 @@ pub fn write<W: Write + Send + 'static>(
         lost,
         unmatched_entries,
         args_unpaired: values.dropped,
+        usdt_unpaired: usdt_unpaired + usdt.still_open(),
         probes,
         command,
         targets: infos

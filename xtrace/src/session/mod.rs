@@ -16,11 +16,18 @@ use crate::{
     error::{Error, Result},
     export::summary::{RunInfo, Summary},
     output,
-    pipeline::{reader::RingReader, writer::TraceWriter, Pipeline},
+    pipeline::{
+        reader::RingReader,
+        usdt::{SiteView, Usdt},
+        writer::TraceWriter,
+        Pipeline,
+    },
     privilege,
     probes::{
+        attach,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
+        usdt::{self, spec::UsdtSpec},
     },
     target::{resolve_command, Launch, Process, ProcessInfo},
 };
@@ -96,11 +103,40 @@ impl Targets {
     }
 }
 
+/// The probes asked for: `-u` and `-U`.
+struct Specs {
+    uprobes: Vec<UprobeSpec>,
+    usdt: Vec<UsdtSpec>,
+}
+
+impl Specs {
+    fn parse(args: &RecordArgs) -> Result<Self> {
+        Ok(Specs {
+            uprobes: args
+                .uprobe
+                .iter()
+                .map(|s| UprobeSpec::parse(s))
+                .collect::<Result<_>>()?,
+            usdt: args
+                .usdt
+                .iter()
+                .map(|s| UsdtSpec::parse(s))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
+        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes)?;
+        usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
+        Ok(plan)
+    }
+}
+
 /// Resolves targets and probes; a command is launched (held at its gate) only once everything
 /// else has been validated, the output directory included.
-fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, std::path::PathBuf)> {
+fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path::PathBuf)> {
     if args.system_wide {
-        let plan = uprobe::plan(specs, &[Scope::SystemWide], args.max_probes)?;
+        let plan = specs.plan(&[Scope::SystemWide], args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((Targets::SystemWide, plan, out))
     } else if args.command.is_empty() {
@@ -114,12 +150,12 @@ fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, st
             }
         }
         let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
-        let plan = uprobe::plan(specs, &scopes, args.max_probes)?;
+        let plan = specs.plan(&scopes, args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((Targets::Pids(processes), plan, out))
     } else {
         let program = resolve_command(&args.command[0])?;
-        let plan = uprobe::plan(specs, &[Scope::Command(&program)], args.max_probes)?;
+        let plan = specs.plan(&[Scope::Command(&program)], args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((
             Targets::Launched(Launch::start(&program, &args.command)?),
@@ -132,11 +168,7 @@ fn resolve(args: &RecordArgs, specs: &[UprobeSpec]) -> Result<(Targets, Plan, st
 /// Records until a stop condition, telling `observer` what happens.
 pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
     privilege::check()?;
-    let specs = args
-        .uprobe
-        .iter()
-        .map(|s| UprobeSpec::parse(s))
-        .collect::<Result<Vec<_>>>()?;
+    let specs = Specs::parse(args)?;
     let (mut targets, plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
@@ -149,8 +181,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         tids: args.tid.clone(),
         min_duration_ns: args.min_duration.unwrap_or(0),
         probes: plan.probes.len() as u32,
+        usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
     })?;
-    let attached = uprobe::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
+    let attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.processes().iter().find(|p| p.has_exited()) {
             Some(p) => Error::ExitedDuringAttach { pid: p.pid },
@@ -187,7 +220,16 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
 
     let started = Instant::now();
     let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
-    let mut pipeline = Pipeline::new(captures, writer);
+    let sites = plan
+        .usdt_sites
+        .iter()
+        .map(|s| SiteView {
+            probe_id: s.site.probe_id,
+            signed: s.signed.clone(),
+        })
+        .collect();
+    let usdt = Usdt::new(sites, plan.usdt_probes.clone());
+    let mut pipeline = Pipeline::new(captures, usdt, writer);
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut reader,

@@ -1,0 +1,338 @@
+//! USDT probes on the real kernel. Fixture `usdt run` (tests/fixtures/usdt.c) fires each probe a
+//! known number of times with known arguments, including a hand-written note holding every operand
+//! form, a semaphore-guarded probe and a note with an invalid argument string; `matrix` throws and
+//! catches exactly 2 C++ exceptions, which libstdc++'s own `libstdcxx:throw`/`catch` probes see.
+
+use std::ffi::OsString;
+
+use serde_json::{json, Value};
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{run_error, trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+/// What one traced `usdt run` printed and wrote.
+struct UsdtRun {
+    out: Outputs,
+    stderr: Vec<String>,
+    /// The semaphore before attach, times the guarded probe was enabled, the semaphore after
+    /// xtrace exited.
+    semaphore: (u32, u32, u32),
+    _tmp: TempDir,
+}
+
+fn number_after(line: &str, prefix: &str) -> u32 {
+    line.strip_prefix(prefix)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("expected `{prefix}N`, got {line:?}"))
+}
+
+/// The rest of a `usdt run` once it has its go line: `guarded K`, `fired`; then stop `xtrace`
+/// (SIGINT) and read the semaphore the fixture sees after xtrace exited.
+fn finish_run(mut fixture: Fixture, xtrace: Xtrace, before: &Programs) -> (u32, u32, Vec<String>) {
+    let guarded = number_after(&fixture.next_line(), "guarded ");
+    assert_eq!(fixture.next_line(), "fired");
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    fixture.send("after");
+    let after = number_after(&fixture.next_line(), "sem ");
+    assert!(fixture.wait().success(), "usdt fixture failed");
+    (guarded, after, finished.stderr)
+}
+
+/// Traces `usdt run` by `--pid` with `flags` (and `env` for xtrace).
+fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
+    let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
+    let early = fixture.wait_ready();
+    assert_eq!(early.len(), 1, "lines before ready: {early:?}");
+    let before_sem = number_after(&early[0], "sem ");
+    let tmp = TempDir::new("usdt");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut all = args!["-p", fixture.pid().to_string()];
+    all.extend(flags);
+    all.extend(args!["-o", &out]);
+    let mut xtrace = Xtrace::spawn_with_env(&all, env);
+    xtrace.wait_attached();
+    fixture.send("go");
+    let (guarded, after, stderr) = finish_run(fixture, xtrace, &before);
+    UsdtRun {
+        out: Outputs::read(&out),
+        stderr,
+        semaphore: (before_sem, guarded, after),
+        _tmp: tmp,
+    }
+}
+
+/// The 12 values of every `xtfix:forms` hit.
+fn forms_values() -> Value {
+    json!({
+        "arg0": -5, "arg1": 8589934590u64, "arg2": -2, "arg3": -16, "arg4": 9029,
+        "arg5": -123456789012i64, "arg6": 3735928559u64, "arg7": -7, "arg8": -32768, "arg9": -1,
+        "arg10": 255, "arg11": 777
+    })
+}
+
+#[test]
+fn every_probe_form_and_pair_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let run = trace_usdt(
+        args![
+            "-U",
+            "xtfix:message(str)",
+            "-U",
+            "xtfix:request_begin(_,name)",
+            "-U",
+            "xtfix:*"
+        ],
+        &[],
+    );
+    let out = &run.out;
+    assert_eq!(
+        run.semaphore,
+        (0, 3, 0),
+        "semaphore before, uses while attached, after"
+    );
+    assert!(
+        run.stderr.iter().any(
+            |l| l.starts_with("xtrace: warning: skipping USDT probe xtfix:broken") && l.contains("%xyz")
+        ),
+        "a warning names the skipped probe: {:?}",
+        run.stderr
+    );
+
+    let plain: Vec<(i64, i64)> = out
+        .instants("xtfix:plain")
+        .iter()
+        .map(|a| (a["arg0"].as_i64().unwrap(), a["arg1"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(plain, [(0, 0), (1, -1000), (2, -2000), (3, -3000), (4, -4000)]);
+    let guarded: Vec<&Value> = out.instants("xtfix:guarded");
+    assert_eq!(
+        guarded,
+        [&json!({"arg0": 0}), &json!({"arg0": 1}), &json!({"arg0": 2})]
+    );
+    assert_eq!(out.instants("xtfix:forms"), [&forms_values(), &forms_values()]);
+    let x63 = "x".repeat(63);
+    assert_eq!(
+        out.instants("xtfix:message"),
+        [
+            &json!({"arg0": "hello", "arg1": 5}),
+            &json!({"arg0": x63, "arg1": 100})
+        ]
+    );
+    assert_eq!(out.instants("xtfix:tick"), [&json!({}); 4]);
+    assert!(out.instants("xtfix:broken").is_empty());
+
+    // request_begin/_end pair per thread, innermost first, named by the begin's string argument.
+    let requests: Vec<(String, u32, i64, i64)> = out
+        .spans()
+        .into_iter()
+        .filter(|s| s.name.starts_with("req"))
+        .map(|s| {
+            (
+                s.name.clone(),
+                s.depth as u32,
+                s.args["arg0"].as_i64().unwrap(),
+                s.args["end_arg0"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            ("req1".into(), 1, 1, 1),
+            ("req0".into(), 0, 0, 0),
+            ("req2".into(), 0, 2, 2)
+        ]
+    );
+    let ops = out.spans_named("xtfix:op");
+    assert_eq!(ops.len(), 2, "op__entry/op__return spans: {ops:?}");
+    assert!(ops.iter().all(|s| s.depth == 0 && s.dur_ns() > 0));
+    assert_eq!(out.spans().len(), 5, "3 request and 2 op spans");
+
+    for (name, count) in [
+        ("xtfix:plain", 5),
+        ("xtfix:guarded", 3),
+        ("xtfix:forms", 2),
+        ("xtfix:message", 2),
+        ("xtfix:request_begin", 3),
+        ("xtfix:request_end", 3),
+        ("xtfix:op__entry", 2),
+        ("xtfix:op__return", 2),
+        ("xtfix:tick", 4),
+        ("xtfix:request", 3),
+        ("xtfix:op", 2),
+    ] {
+        assert_eq!(out.probe_count(name), count, "summary count of {name}");
+    }
+    assert_eq!(out.probe("xtfix:request")["kind"], "usdt_span");
+    assert_eq!(out.probe("xtfix:tick")["kind"], "usdt");
+    assert_eq!(out.summary["probes"].as_array().unwrap().len(), 11);
+    assert_eq!(out.summary["usdt_unpaired"], 0);
+    assert_eq!(out.lost_events(), 0);
+}
+
+#[test]
+fn semaphore_probe_through_perf_event_uprobes() {
+    if !require_bpf() {
+        return;
+    }
+    let run = trace_usdt(
+        args!["-U", "xtfix:guarded", "-U", "xtfix:forms"],
+        &[("XTRACE_UPROBE_ATTACH", "perf_event")],
+    );
+    assert_eq!(
+        run.semaphore,
+        (0, 3, 0),
+        "semaphore before, uses while attached, after"
+    );
+    assert_eq!(run.out.summary["attach_mechanism"], "perf_event");
+    assert_eq!(run.out.summary["uprobes"], 2);
+    assert_eq!(run.out.probe_count("xtfix:guarded"), 3);
+    assert_eq!(
+        run.out.instants("xtfix:forms"),
+        [&forms_values(), &forms_values()]
+    );
+}
+
+#[test]
+fn system_wide_semaphore_in_a_process_started_after_attach() {
+    if !require_bpf() {
+        return;
+    }
+    let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
+    let tmp = TempDir::new("usdt-a");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-a", "-U", format!("{usdt}:xtfix:guarded"), "-o", &out]);
+    xtrace.wait_attached();
+    let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
+    let pid = u64::from(fixture.pid());
+    assert_eq!(
+        fixture.wait_ready(),
+        ["sem 1"],
+        "the kernel raised the semaphore at exec"
+    );
+    fixture.send("go");
+    let (guarded, after, _) = finish_run(fixture, xtrace, &before);
+    assert_eq!(
+        (guarded, after),
+        (3, 0),
+        "uses while attached, semaphore after xtrace exited"
+    );
+    let out = Outputs::read(&out);
+    assert_eq!(out.probe_count("xtfix:guarded"), 3);
+    let pids: Vec<u64> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "i")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, [pid; 3]);
+}
+
+#[test]
+fn libstdcxx_throw_and_catch_probes_count_exceptions() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().matrix, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("usdt-cxx");
+    let out = tmp.join("out");
+    trace_fixture_with(
+        &mut fixture,
+        args!["-U", "libstdcxx:throw", "-U", "libstdcxx:catch"],
+        &[],
+        &out,
+    );
+    let out = Outputs::read(&out);
+    assert_eq!(out.probe_count("libstdcxx:throw"), 2);
+    assert_eq!(out.probe_count("libstdcxx:catch"), 2);
+    assert_eq!(out.instants("libstdcxx:throw").len(), 2);
+    let target = out.probe("libstdcxx:throw")["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        target.contains("libstdc++.so"),
+        "found in libstdc++ by scanning the modules: {target}"
+    );
+}
+
+#[test]
+fn list_usdt_shows_every_note() {
+    let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
+    let finished = Xtrace::spawn(args!["list", "usdt", &usdt]).wait();
+    finished.assert_success();
+    let rows: Vec<Vec<&str>> = finished
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        names,
+        [
+            "xtfix:guarded",
+            "xtfix:plain",
+            "xtfix:forms",
+            "xtfix:broken",
+            "xtfix:message",
+            "xtfix:request_begin",
+            "xtfix:request_end",
+            "xtfix:op__entry",
+            "xtfix:op__return",
+            "xtfix:tick"
+        ]
+    );
+    assert_ne!(rows[0][2], "-", "xtfix:guarded has a semaphore: {:?}", rows[0]);
+    assert!(
+        rows[1..].iter().all(|r| r[2] == "-"),
+        "only guarded has one: {rows:?}"
+    );
+    assert_eq!(rows[3][3..], ["8@%rdi", "-4@%xyz"]);
+    assert_eq!(rows[2].len(), 3 + 12, "forms lists 12 arguments: {:?}", rows[2]);
+    assert_eq!(finished.stderr, ["xtrace: 10 USDT call sites in 1 file"]);
+}
+
+#[test]
+fn bad_usdt_specs_are_one_line_errors() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
+    let cases: [(Vec<OsString>, &str); 5] = [
+        (args!["-p", &pid, "-U", "xtfix:nothing*"], "matches no probe in"),
+        (
+            args!["-p", &pid, "-U", format!("{usdt}:xtfix:broken")],
+            "1 matching site(s) skipped, first USDT probe xtfix:broken",
+        ),
+        (args!["-p", &pid, "-U", "xtfix"], "write [TARGET:]PROVIDER:NAME"),
+        (
+            args!["-p", &pid, "-U", "xtfix:tick(u64,int)"],
+            "unknown argument type `int` at column 16",
+        ),
+        (args!["-a", "-U", "xtfix:*"], "every -U needs a TARGET"),
+    ];
+    for (flags, expected) in cases {
+        let line = run_error(flags.clone());
+        assert!(line.contains(expected), "{flags:?}: {line}");
+    }
+    let line = run_error(args!["-p", &pid, "-U", "xtfix:nothing*"]);
+    assert!(line.contains("probes there include xtfix:guarded"), "{line}");
+}

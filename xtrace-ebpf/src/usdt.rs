@@ -1,0 +1,178 @@
+//! USDT call sites: `usdt_hit` (a uprobe on the site's `nop`) finds its site in `USDT_SITES` by the
+//! attach cookie, reads the site's arguments from the registers and user memory as its note says,
+//! and writes a `UsdtEvent` (a `UsdtStrEvent` when some argument is read as a string). Pairing
+//! begin/end probes into spans happens in user space.
+use aya_ebpf::{
+    helpers::{
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    },
+    macros::uprobe,
+    programs::ProbeContext,
+    EbpfContext,
+};
+use xtrace_common::{
+    event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR},
+    probe::counter,
+    usdt::{arg_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
+};
+
+use crate::{
+    maps::{count, submit_flags, thread_traced, EVENTS, USDT_SITES},
+    uprobe::header,
+};
+
+/// Size of the kernel's x86-64 `struct pt_regs`; register offsets beyond it are never read.
+const PT_REGS_SIZE: u16 = 168;
+
+#[uprobe]
+pub fn usdt_hit(ctx: ProbeContext) -> u32 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !thread_traced(pid_tgid) {
+        return 0;
+    }
+    // SAFETY: the helper only reads the program context.
+    let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let Some(site) = USDT_SITES.get(site_index) else {
+        return 0;
+    };
+    if site.strings != 0 {
+        write_with_strings(&ctx, site, site_index, pid_tgid, now);
+    } else {
+        write_plain(&ctx, site, site_index, pid_tgid, now);
+    }
+    0
+}
+
+#[inline(always)]
+fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
+    let Some(mut entry) = EVENTS.reserve::<UsdtEvent>(0) else {
+        count(counter::LOST_RING_FULL);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved record of UsdtEvent's size; every field is written
+    // before it is submitted.
+    unsafe { fill(ctx, &mut *event, site, site_index, pid_tgid, now, KIND_USDT) };
+    entry.submit(submit_flags());
+}
+
+#[inline(always)]
+fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
+    let Some(mut entry) = EVENTS.reserve::<UsdtStrEvent>(0) else {
+        count(counter::LOST_RING_FULL);
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: as in `write_plain`, for a UsdtStrEvent.
+    unsafe {
+        fill(
+            ctx,
+            &mut (*event).event,
+            site,
+            site_index,
+            pid_tgid,
+            now,
+            KIND_USDT_STR,
+        );
+        (*event).str_len = [0; MAX_USDT_ARGS];
+        (*event)._pad = [0; 4];
+        for i in 0..MAX_USDT_ARGS {
+            if i >= site.nargs as usize || site.args[i].string == 0 {
+                continue;
+            }
+            let pointer = (*event).event.args[i] as *const u8;
+            let dst = &mut (*event).strings[i];
+            if let Ok(read) = bpf_probe_read_user_str_bytes(pointer, dst) {
+                // The helper's count includes the NUL; the slice it returns does not.
+                (*event).str_len[i] = (read.len() + 1).min(ARG_STR_LEN) as u8;
+            }
+        }
+    }
+    entry.submit(submit_flags());
+}
+
+#[inline(always)]
+fn fill(
+    ctx: &ProbeContext,
+    event: &mut UsdtEvent,
+    site: &UsdtSite,
+    site_index: u32,
+    pid_tgid: u64,
+    now: u64,
+    kind: u32,
+) {
+    event.header = header(kind, pid_tgid, now);
+    event.site = site_index;
+    let nargs = (site.nargs as usize).min(MAX_USDT_ARGS);
+    event.nargs = nargs as u32;
+    let regs = ctx.as_ptr() as u64;
+    for i in 0..MAX_USDT_ARGS {
+        event.args[i] = if i < nargs {
+            read_arg(regs, &site.args[i])
+        } else {
+            0
+        };
+    }
+}
+
+/// The register at byte offset `offset` of `pt_regs` (0 when out of range or unreadable).
+#[inline(always)]
+fn register(regs: u64, offset: u16) -> u64 {
+    if offset > PT_REGS_SIZE - 8 {
+        return 0;
+    }
+    // SAFETY: `regs + offset` lies inside the program's pt_regs; the helper checks the read.
+    unsafe { bpf_probe_read_kernel((regs + u64::from(offset)) as *const u64) }.unwrap_or(0)
+}
+
+/// One argument as its spec says, sign- or zero-extended from its size (0 when unreadable).
+#[inline(always)]
+fn read_arg(regs: u64, arg: &UsdtArg) -> u64 {
+    let raw = match arg.kind {
+        arg_kind::CONST => arg.offset as u64,
+        arg_kind::REG => register(regs, arg.reg),
+        arg_kind::MEM => {
+            let mut address = register(regs, arg.reg).wrapping_add(arg.offset as u64);
+            if arg.index_reg != NO_REG {
+                let index = register(regs, arg.index_reg);
+                address = address.wrapping_add(index.wrapping_mul(u64::from(arg.scale)));
+            }
+            read_user(address, arg.size)
+        }
+        _ => 0,
+    };
+    extend(raw, arg.size, arg.signed != 0)
+}
+
+/// `size` bytes of user memory at `address` (0 when unreadable).
+#[inline(always)]
+fn read_user(address: u64, size: u8) -> u64 {
+    // SAFETY: the helper checks the user address; a fault yields an error, not a crash.
+    unsafe {
+        match size {
+            1 => bpf_probe_read_user(address as *const u8).map(u64::from),
+            2 => bpf_probe_read_user(address as *const u16).map(u64::from),
+            4 => bpf_probe_read_user(address as *const u32).map(u64::from),
+            _ => bpf_probe_read_user(address as *const u64),
+        }
+    }
+    .unwrap_or(0)
+}
+
+/// `raw` cut to `size` bytes, then sign- or zero-extended to 64 bits.
+#[inline(always)]
+fn extend(raw: u64, size: u8, signed: bool) -> u64 {
+    let shift = match size {
+        1 => 56,
+        2 => 48,
+        4 => 32,
+        _ => return raw,
+    };
+    if signed {
+        (((raw << shift) as i64) >> shift) as u64
+    } else {
+        (raw << shift) >> shift
+    }
+}

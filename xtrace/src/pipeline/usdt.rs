@@ -1,0 +1,252 @@
+//! USDT hits: each event names its call site, whose probe decides what the hit becomes: an instant
+//! event, the opening of a span (a begin probe), or the end of the innermost open span of its pair
+//! on that thread (an end probe). Arguments are rendered as the spec's types say, else as the
+//! note's signedness.
+use std::collections::{BTreeMap, HashMap};
+
+use xtrace_common::{
+    event::{UsdtEvent, ARG_STR_LEN},
+    usdt::MAX_USDT_ARGS,
+};
+
+use crate::{
+    pipeline::values::Value,
+    probes::usdt::{
+        plan::{Role, UsdtProbe},
+        spec::UsdtArgType,
+    },
+};
+
+/// What user space needs of a call site: its probe and which arguments the note marks signed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteView {
+    pub probe_id: u32,
+    pub signed: Vec<bool>,
+}
+
+/// A span opened by a begin probe.
+#[derive(Debug)]
+struct Open {
+    start_ns: u64,
+    name: Option<String>,
+    args: String,
+}
+
+/// What one hit becomes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// An instant event of `probe` with its arguments (trace.json `args` members).
+    Instant { probe: u32, args: String },
+    /// A begin probe's hit: the span is open.
+    Opened { probe: u32 },
+    /// An end probe's hit that closed a span of probe `span`.
+    Closed {
+        probe: u32,
+        span: u32,
+        start_ns: u64,
+        depth: u32,
+        name: Option<String>,
+        args: String,
+    },
+    /// An end probe's hit with no open span on its thread (begun before the capture).
+    Unpaired { probe: u32 },
+    /// A site not in the table; never expected.
+    Unknown,
+}
+
+#[derive(Debug, Default)]
+pub struct Usdt {
+    sites: Vec<SiteView>,
+    probes: BTreeMap<u32, UsdtProbe>,
+    /// Open spans per (tid, span probe), innermost last.
+    open: HashMap<(u32, u32), Vec<Open>>,
+}
+
+impl Usdt {
+    pub fn new(sites: Vec<SiteView>, probes: BTreeMap<u32, UsdtProbe>) -> Self {
+        Usdt {
+            sites,
+            probes,
+            open: HashMap::new(),
+        }
+    }
+
+    /// One hit; `strings[i]` holds the bytes read for argument i (empty when not a string).
+    pub fn hit(&mut self, event: &UsdtEvent, strings: &[&[u8]]) -> Hit {
+        let Some(site) = self.sites.get(event.site as usize) else {
+            return Hit::Unknown;
+        };
+        let probe = site.probe_id;
+        let Some(info) = self.probes.get(&probe) else {
+            return Hit::Unknown;
+        };
+        let mut args = String::new();
+        let mut name = None;
+        let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
+        for i in 0..nargs {
+            let raw = event.args[i];
+            let string = strings.get(i).copied().unwrap_or(&[]);
+            let value = match info.types.get(i).copied().unwrap_or(UsdtArgType::Note) {
+                UsdtArgType::Note if site.signed.get(i).copied().unwrap_or(false) => {
+                    Value::Int(i128::from(raw as i64))
+                }
+                UsdtArgType::Note => Value::Int(i128::from(raw)),
+                UsdtArgType::As(ty) => Value::from_register(ty, raw, string),
+                UsdtArgType::Name => {
+                    let value = Value::from_register(crate::probes::spec::ArgType::Str, raw, string);
+                    if let Value::Str(Some(text)) = &value {
+                        name = Some(text.clone());
+                    }
+                    value
+                }
+            };
+            args += &format!(",\"arg{i}\":{}", value.json());
+        }
+        let tid = event.header.tid;
+        let now = event.header.ts_ns;
+        match info.role {
+            Role::Instant => Hit::Instant { probe, args },
+            Role::Begin { span } => {
+                self.open.entry((tid, span)).or_default().push(Open {
+                    start_ns: now,
+                    name,
+                    args,
+                });
+                Hit::Opened { probe }
+            }
+            Role::End { span } => {
+                let stack = self.open.entry((tid, span)).or_default();
+                match stack.pop() {
+                    Some(open) => {
+                        let end_args = args.replace(",\"arg", ",\"end_arg");
+                        Hit::Closed {
+                            probe,
+                            span,
+                            start_ns: open.start_ns,
+                            depth: stack.len() as u32,
+                            name: open.name,
+                            args: open.args + &end_args,
+                        }
+                    }
+                    None => Hit::Unpaired { probe },
+                }
+            }
+        }
+    }
+
+    /// Spans still open (their end never came during the capture).
+    pub fn still_open(&self) -> u64 {
+        self.open.values().map(|v| v.len() as u64).sum()
+    }
+}
+
+/// The string bytes of a `UsdtStrEvent`'s arguments.
+pub fn strings(str_len: &[u8; MAX_USDT_ARGS], strings: &[[u8; ARG_STR_LEN]; MAX_USDT_ARGS]) -> Vec<Vec<u8>> {
+    str_len
+        .iter()
+        .zip(strings)
+        .map(|(len, s)| s[..usize::from(*len).min(ARG_STR_LEN)].to_vec())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xtrace_common::event::EventHeader;
+
+    fn event(site: u32, tid: u32, ts_ns: u64, args: &[u64]) -> UsdtEvent {
+        let mut e = UsdtEvent {
+            header: EventHeader {
+                kind: 4,
+                cpu: 0,
+                pid: tid,
+                tid,
+                ts_ns,
+            },
+            site,
+            nargs: args.len() as u32,
+            args: [0; MAX_USDT_ARGS],
+        };
+        e.args[..args.len()].copy_from_slice(args);
+        e
+    }
+
+    #[test]
+    fn begin_end_pairs_per_thread_innermost_first() {
+        let probes = BTreeMap::from([
+            (
+                0,
+                UsdtProbe {
+                    role: Role::Begin { span: 2 },
+                    types: vec![UsdtArgType::Note, UsdtArgType::Name],
+                },
+            ),
+            (
+                1,
+                UsdtProbe {
+                    role: Role::End { span: 2 },
+                    types: vec![],
+                },
+            ),
+            (
+                3,
+                UsdtProbe {
+                    role: Role::Instant,
+                    types: vec![],
+                },
+            ),
+        ]);
+        let sites = vec![
+            SiteView {
+                probe_id: 0,
+                signed: vec![true, false],
+            },
+            SiteView {
+                probe_id: 1,
+                signed: vec![true],
+            },
+            SiteView {
+                probe_id: 3,
+                signed: vec![true, false],
+            },
+        ];
+        let mut usdt = Usdt::new(sites, probes);
+        assert_eq!(usdt.hit(&event(1, 7, 5, &[9]), &[]), Hit::Unpaired { probe: 1 });
+        assert_eq!(
+            usdt.hit(&event(0, 7, 10, &[1, 0]), &[b"", b"outer\0"]),
+            Hit::Opened { probe: 0 }
+        );
+        assert_eq!(
+            usdt.hit(&event(0, 7, 20, &[2, 0]), &[b"", b"inner\0"]),
+            Hit::Opened { probe: 0 }
+        );
+        assert_eq!(
+            usdt.hit(&event(0, 8, 25, &[3, 0]), &[b"", b""]),
+            Hit::Opened { probe: 0 }
+        );
+        assert_eq!(
+            usdt.hit(&event(1, 7, 30, &[2]), &[]),
+            Hit::Closed {
+                probe: 1,
+                span: 2,
+                start_ns: 20,
+                depth: 1,
+                name: Some("inner".into()),
+                args: ",\"arg0\":2,\"arg1\":\"inner\",\"end_arg0\":2".into()
+            }
+        );
+        let Hit::Closed { start_ns, depth, .. } = usdt.hit(&event(1, 7, 40, &[1]), &[]) else {
+            panic!("the outer span closes")
+        };
+        assert_eq!((start_ns, depth), (10, 0));
+        assert_eq!(usdt.still_open(), 1, "thread 8's span is still open");
+        assert_eq!(
+            usdt.hit(&event(2, 7, 50, &[u64::MAX, u64::MAX]), &[]),
+            Hit::Instant {
+                probe: 3,
+                args: ",\"arg0\":-1,\"arg1\":18446744073709551615".into()
+            }
+        );
+        assert_eq!(usdt.hit(&event(9, 7, 60, &[]), &[]), Hit::Unknown);
+    }
+}

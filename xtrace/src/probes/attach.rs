@@ -1,0 +1,363 @@
+//! Attaching a plan: the span programs (`span_exit` uretprobe, `span_enter` uprobe; cookie = probe
+//! id) at every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
+//! site's semaphore as the uprobe's reference counter), scoped to the traced processes. uprobe_multi
+//! links where the kernel has them (6.6+), perf-event uprobes otherwise. Linux 5.15+.
+use std::{
+    num::NonZeroU32,
+    os::fd::{AsFd, OwnedFd},
+};
+
+use aya::{
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        UProbe,
+    },
+    Ebpf,
+};
+
+use super::uprobe::Plan;
+use crate::{
+    bpf::{
+        perf_uprobe,
+        uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
+    },
+    error::{Error, Result},
+    target::TargetFile,
+};
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+    let missing = || {
+        Error::io(
+            format!("program {name}"),
+            std::io::Error::other("missing from the object"),
+        )
+    };
+    ebpf.program_mut(name)
+        .ok_or_else(missing)?
+        .try_into()
+        .map_err(|source| Error::Attach {
+            what: name.to_string(),
+            source,
+        })
+}
+
+/// How the probes were attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    /// One uprobe_multi link per file, process and program (Linux 6.6+): detaching costs one
+    /// grace period per link.
+    UprobeMulti,
+    /// One perf-event uprobe per offset, process and program (older kernels, or
+    /// `XTRACE_UPROBE_ATTACH=perf_event`): detaching costs a grace period per uprobe.
+    PerfEvent,
+}
+
+impl Mechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::UprobeMulti => "uprobe_multi",
+            Mechanism::PerfEvent => "perf_event",
+        }
+    }
+}
+
+/// The environment variable that forces perf-event uprobes (for kernels whose uprobe_multi
+/// misbehaves, and for testing that path).
+pub const ATTACH_ENV: &str = "XTRACE_UPROBE_ATTACH";
+
+/// Attached probes. Dropping it detaches entry probes before return probes, so calls in flight
+/// still complete their spans and no entry is pushed without a return probe to pop it.
+#[derive(Debug)]
+pub struct Attached {
+    pub mechanism: Mechanism,
+    /// Kernel uprobes placed (entry, return and USDT).
+    pub uprobes: usize,
+    enter: Vec<MultiLink>,
+    exit: Vec<MultiLink>,
+    /// Perf-event USDT uprobes opened by hand: (event, link).
+    usdt_events: Vec<(OwnedFd, OwnedFd)>,
+    programs: Vec<MultiProgram>,
+}
+
+impl Attached {
+    fn new(mechanism: Mechanism) -> Self {
+        Attached {
+            mechanism,
+            uprobes: 0,
+            enter: Vec::new(),
+            exit: Vec::new(),
+            usdt_events: Vec::new(),
+            programs: Vec::new(),
+        }
+    }
+
+    /// Detaches every probe (see the type's documentation for the order).
+    pub fn detach(mut self, ebpf: &mut Ebpf) {
+        self.enter.clear();
+        self.usdt_events.clear();
+        self.exit.clear();
+        self.programs.clear();
+        if self.mechanism == Mechanism::PerfEvent {
+            for name in ["span_enter", "span_exit", "usdt_hit"] {
+                if let Ok(program) = program(ebpf, name) {
+                    let _ = program.unload();
+                }
+            }
+        }
+    }
+}
+
+/// One link's worth of probes: a scope's file, with offsets, cookies and reference counters.
+struct Group<'a> {
+    scope: usize,
+    file: &'a TargetFile,
+    offsets: Vec<u64>,
+    cookies: Vec<u64>,
+    ref_ctr_offsets: Vec<u64>,
+}
+
+/// Groups (scope, file, offset, cookie, reference counter) per (scope, file), in first-seen order.
+fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>) -> Vec<Group<'a>> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (scope, file, offset, cookie, ref_ctr) in items {
+        let index = match groups
+            .iter()
+            .position(|g| g.scope == scope && g.file.open == file.open)
+        {
+            Some(index) => index,
+            None => {
+                groups.push(Group {
+                    scope,
+                    file,
+                    offsets: Vec::new(),
+                    cookies: Vec::new(),
+                    ref_ctr_offsets: Vec::new(),
+                });
+                groups.len() - 1
+            }
+        };
+        groups[index].offsets.push(offset);
+        groups[index].cookies.push(cookie);
+        groups[index].ref_ctr_offsets.push(ref_ctr);
+    }
+    groups
+}
+
+fn function_groups(plan: &Plan) -> Vec<Group<'_>> {
+    group(
+        plan.attachments
+            .iter()
+            .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
+    )
+}
+
+fn usdt_groups(plan: &Plan) -> Vec<Group<'_>> {
+    group(
+        plan.usdt_sites
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.scope, &s.file, s.offset, i as u64, s.ref_ctr_offset)),
+    )
+}
+
+/// The programs a plan needs, return probes first so that no entry is left without its return.
+fn programs_for(plan: &Plan) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if !plan.attachments.is_empty() {
+        names.extend(["span_exit", "span_enter"]);
+    }
+    if !plan.usdt_sites.is_empty() {
+        names.push("usdt_hit");
+    }
+    names
+}
+
+fn whom(pid: Option<u32>) -> String {
+    pid.map_or("every process".into(), |pid| format!("pid {pid}"))
+}
+
+/// Attaches with uprobe_multi links; `Ok(None)` when the kernel does not support them.
+fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option<Attached>> {
+    let programs = match uprobe_multi::load(ebpf, &programs_for(plan)) {
+        Ok(programs) => programs,
+        Err(Error::Io { source, .. }) if unsupported(&source) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut attached = Attached::new(Mechanism::UprobeMulti);
+    for program in &programs {
+        let (groups, ret, usdt) = match program.name() {
+            "span_exit" => (function_groups(plan), true, false),
+            "span_enter" => (function_groups(plan), false, false),
+            _ => (usdt_groups(plan), false, true),
+        };
+        for g in groups {
+            let target = MultiTarget {
+                path: &g.file.open,
+                offsets: &g.offsets,
+                cookies: &g.cookies,
+                ref_ctr_offsets: usdt.then_some(g.ref_ctr_offsets.as_slice()),
+                pid: pids[g.scope],
+                ret,
+            };
+            let link = match program.attach(&target) {
+                Ok(link) => link,
+                Err(e) if attached.uprobes == 0 && unsupported(&e) => return Ok(None),
+                Err(e) => {
+                    return Err(Error::io(
+                        format!(
+                            "attaching {} to {} offsets in {} for {}",
+                            program.name(),
+                            g.offsets.len(),
+                            g.file.shown.display(),
+                            whom(pids[g.scope])
+                        ),
+                        e,
+                    ));
+                }
+            };
+            attached.uprobes += g.offsets.len();
+            if ret {
+                attached.exit.push(link);
+            } else {
+                attached.enter.push(link);
+            }
+        }
+    }
+    attached.programs = programs;
+    Ok(Some(attached))
+}
+
+/// The kernel's internal "operation not supported" (524), which reaches user space unchanged.
+const ENOTSUPP: i32 = 524;
+
+/// Errors with which a kernel older than 6.6 refuses uprobe_multi programs or links.
+fn unsupported(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP))
+}
+
+fn load(ebpf: &mut Ebpf, name: &str) -> Result<()> {
+    program(ebpf, name)?.load().map_err(|source| Error::Attach {
+        what: format!("loading {name}"),
+        source,
+    })
+}
+
+/// Attaches with one perf-event uprobe per offset: function probes through aya, USDT sites by hand
+/// (aya cannot pass a semaphore's reference-counter offset).
+fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
+    let mut attached = Attached::new(Mechanism::PerfEvent);
+    for name in programs_for(plan) {
+        load(ebpf, name)?;
+        if name == "usdt_hit" {
+            let program = program(ebpf, name)?;
+            let fd = program.fd().map_err(|source| Error::Attach {
+                what: name.into(),
+                source,
+            })?;
+            for g in usdt_groups(plan) {
+                for ((offset, cookie), ref_ctr) in g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets) {
+                    let event = perf_uprobe::attach(
+                        fd.as_fd(),
+                        &g.file.open,
+                        *offset,
+                        *ref_ctr,
+                        pids[g.scope],
+                        *cookie,
+                    )
+                    .map_err(|e| {
+                        let site = &plan.usdt_sites[*cookie as usize];
+                        let probe = &plan.probes[site.site.probe_id as usize].name;
+                        Error::io(
+                            format!(
+                                "attaching usdt_hit to {} {probe} at {offset:#x} for {}",
+                                g.file.shown.display(),
+                                whom(pids[g.scope])
+                            ),
+                            e,
+                        )
+                    })?;
+                    attached.usdt_events.push(event);
+                    attached.uprobes += 1;
+                }
+            }
+            continue;
+        }
+        let program = program(ebpf, name)?;
+        for a in &plan.attachments {
+            let scope = match pids[a.scope] {
+                Some(pid) => {
+                    UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
+                }
+                None => UProbeScope::AllProcesses,
+            };
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(a.offset),
+                cookie: Some(u64::from(a.probe_id)),
+            };
+            program
+                .attach(point, &a.file.open, scope)
+                .map_err(|source| Error::Attach {
+                    what: format!(
+                        "{name} to {}:{} for {}",
+                        a.file.shown.display(),
+                        plan.probes[a.probe_id as usize].name,
+                        whom(pids[a.scope])
+                    ),
+                    source,
+                })?;
+            attached.uprobes += 1;
+        }
+    }
+    Ok(attached)
+}
+
+/// Loads the programs and attaches every planned probe; `pids[scope]` is each scope's process
+/// (None: every process). uprobe_multi links are used where the kernel has them, unless
+/// `XTRACE_UPROBE_ATTACH=perf_event`. The thread-exit tracepoint that keeps the per-thread map
+/// small is attached last.
+pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
+    let forced = std::env::var(ATTACH_ENV).ok();
+    let attached = match forced.as_deref() {
+        Some("perf_event") => attach_perf_event(ebpf, plan, pids)?,
+        Some("uprobe_multi") => attach_multi(ebpf, plan, pids)?.ok_or_else(|| {
+            Error::io(
+                format!("{ATTACH_ENV}=uprobe_multi"),
+                std::io::Error::other("this kernel refuses uprobe_multi links (Linux 6.6+)"),
+            )
+        })?,
+        None | Some("") => match attach_multi(ebpf, plan, pids)? {
+            Some(attached) => attached,
+            None => attach_perf_event(ebpf, plan, pids)?,
+        },
+        Some(other) => {
+            return Err(Error::BadEnvironment {
+                name: ATTACH_ENV,
+                value: other.to_string(),
+                expected: "uprobe_multi or perf_event",
+            })
+        }
+    };
+    let exit: &mut aya::programs::RawTracePoint = ebpf
+        .program_mut("thread_exit")
+        .ok_or_else(|| {
+            Error::io(
+                "program thread_exit",
+                std::io::Error::other("missing from the object"),
+            )
+        })?
+        .try_into()
+        .map_err(|source| Error::Attach {
+            what: "thread_exit".into(),
+            source,
+        })?;
+    exit.load().map_err(|source| Error::Attach {
+        what: "loading thread_exit".into(),
+        source,
+    })?;
+    exit.attach("sched_process_exit")
+        .map_err(|source| Error::Attach {
+            what: "thread_exit to sched_process_exit".into(),
+            source,
+        })?;
+    Ok(attached)
+}

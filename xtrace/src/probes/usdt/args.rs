@@ -1,0 +1,453 @@
+//! x86-64 USDT argument specs, as `<sys/sdt.h>` writes them into `.note.stapsdt`: space-separated
+//! `[-]SIZE@OPERAND` where SIZE is 1, 2, 4 or 8 bytes (negative: signed) and OPERAND is in AT&T
+//! syntax: `$-5` (a constant), `%edi` (a register, sub-registers included), `-16(%rbp)` (memory),
+//! `-96(%rbp,%rax,8)` (memory with an index and scale). Operands with a symbol
+//! (`counter(%rip)`) are parsed but not supported for reading.
+use xtrace_common::usdt::{arg_kind, UsdtArg, MAX_USDT_ARGS, NO_REG};
+
+/// An x86-64 general-purpose register: its byte offset in the kernel's `struct pt_regs` and the
+/// width of the name used (`%al` is 1 byte of `rax`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Register {
+    pub pt_regs_offset: u16,
+    pub width: u8,
+}
+
+/// Byte offsets in x86-64 `struct pt_regs` of each 64-bit register, with its 32/16/8-bit names.
+const REGISTERS: &[(u16, [&str; 4])] = &[
+    (0, ["r15", "r15d", "r15w", "r15b"]),
+    (8, ["r14", "r14d", "r14w", "r14b"]),
+    (16, ["r13", "r13d", "r13w", "r13b"]),
+    (24, ["r12", "r12d", "r12w", "r12b"]),
+    (32, ["rbp", "ebp", "bp", "bpl"]),
+    (40, ["rbx", "ebx", "bx", "bl"]),
+    (48, ["r11", "r11d", "r11w", "r11b"]),
+    (56, ["r10", "r10d", "r10w", "r10b"]),
+    (64, ["r9", "r9d", "r9w", "r9b"]),
+    (72, ["r8", "r8d", "r8w", "r8b"]),
+    (80, ["rax", "eax", "ax", "al"]),
+    (88, ["rcx", "ecx", "cx", "cl"]),
+    (96, ["rdx", "edx", "dx", "dl"]),
+    (104, ["rsi", "esi", "si", "sil"]),
+    (112, ["rdi", "edi", "di", "dil"]),
+    (128, ["rip", "eip", "ip", ""]),
+    (152, ["rsp", "esp", "sp", "spl"]),
+];
+
+impl Register {
+    /// A register by its AT&T name without the `%`; `None` for unknown names and for the
+    /// high-byte registers (`%ah`), which have no offset of their own.
+    pub fn parse(name: &str) -> Option<Register> {
+        // `%r10l` is another spelling of `%r10b`.
+        let spelled;
+        let name = match name.strip_suffix('l') {
+            Some(number) if number.len() > 1 && number[1..].bytes().all(|b| b.is_ascii_digit()) => {
+                spelled = format!("{number}b");
+                spelled.as_str()
+            }
+            _ => name,
+        };
+        REGISTERS.iter().find_map(|(offset, names)| {
+            let index = names.iter().position(|n| !n.is_empty() && *n == name)?;
+            Some(Register {
+                pt_regs_offset: *offset,
+                width: [8, 4, 2, 1][index],
+            })
+        })
+    }
+}
+
+/// Where an argument's value is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operand {
+    Constant(i64),
+    Register(Register),
+    Memory {
+        base: Register,
+        /// Index register and scale (1, 2, 4 or 8).
+        index: Option<(Register, u8)>,
+        displacement: i64,
+        /// A symbol the displacement is relative to (`counter+8(%rip)`); not readable yet.
+        symbol: Option<String>,
+    },
+}
+
+/// One parsed argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgSpec {
+    /// 1, 2, 4 or 8.
+    pub size: u8,
+    pub signed: bool,
+    pub operand: Operand,
+}
+
+/// Why an argument string does not parse: the byte column (from 1) and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgError {
+    pub column: usize,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ArgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at column {}", self.reason, self.column)
+    }
+}
+
+/// Parses a whole argument string (empty: no arguments).
+pub fn parse_args(text: &str) -> Result<Vec<ArgSpec>, ArgError> {
+    let mut specs = Vec::new();
+    let mut at = 0;
+    for word in text.split(' ') {
+        if !word.is_empty() {
+            if specs.len() == MAX_USDT_ARGS {
+                return Err(ArgError {
+                    column: at + 1,
+                    reason: format!("more than {MAX_USDT_ARGS} arguments"),
+                });
+            }
+            specs.push(parse_arg(word).map_err(|(offset, reason)| ArgError {
+                column: at + offset + 1,
+                reason,
+            })?);
+        }
+        at += word.len() + 1;
+    }
+    Ok(specs)
+}
+
+type Failure = (usize, String);
+
+/// Parses one `[-]SIZE@OPERAND`; errors carry the byte offset in `word`.
+pub fn parse_arg(word: &str) -> Result<ArgSpec, Failure> {
+    let (size_text, operand_text, operand_at) = match word.find('@') {
+        Some(at) => (&word[..at], &word[at + 1..], at + 1),
+        // Old notes have no size: a 64-bit unsigned value.
+        None => ("8", word, 0),
+    };
+    let (signed, digits) = match size_text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, size_text),
+    };
+    let size = match digits {
+        "1" => 1,
+        "2" => 2,
+        "4" => 4,
+        "8" => 8,
+        _ => {
+            return Err((
+                0,
+                format!("argument size `{size_text}` is not 1, 2, 4 or 8 (negative: signed)"),
+            ))
+        }
+    };
+    let operand = parse_operand(operand_text).map_err(|(at, reason)| (operand_at + at, reason))?;
+    Ok(ArgSpec {
+        size,
+        signed,
+        operand,
+    })
+}
+
+fn parse_operand(text: &str) -> Result<Operand, Failure> {
+    if let Some(number) = text.strip_prefix('$') {
+        return parse_int(number)
+            .map(Operand::Constant)
+            .ok_or((1, format!("constant `{number}` is not an integer")));
+    }
+    if let Some(name) = text.strip_prefix('%') {
+        return register(name, 0).map(Operand::Register);
+    }
+    let open = text.find('(').ok_or((
+        0,
+        format!("operand `{text}` is not $CONST, %REG or DISP(%BASE[,%INDEX,SCALE])"),
+    ))?;
+    if !text.ends_with(')') {
+        return Err((text.len(), "memory operand does not end with `)`".into()));
+    }
+    let (displacement, symbol) = parse_displacement(&text[..open])?;
+    let inner = &text[open + 1..text.len() - 1];
+    let mut parts = inner.split(',');
+    let base_text = parts.next().unwrap_or("");
+    let base_at = open + 1;
+    let base = match base_text.strip_prefix('%') {
+        Some(name) => register(name, base_at)?,
+        None => return Err((base_at, format!("base `{base_text}` is not a %register"))),
+    };
+    let index = match parts.next() {
+        None => None,
+        Some(index_text) => {
+            let index_at = base_at + base_text.len() + 1;
+            let index = match index_text.strip_prefix('%') {
+                Some(name) => register(name, index_at)?,
+                None => return Err((index_at, format!("index `{index_text}` is not a %register"))),
+            };
+            let scale_at = index_at + index_text.len() + 1;
+            let scale = match parts.next() {
+                None => 1,
+                Some("1") => 1,
+                Some("2") => 2,
+                Some("4") => 4,
+                Some("8") => 8,
+                Some(other) => return Err((scale_at, format!("scale `{other}` is not 1, 2, 4 or 8"))),
+            };
+            Some((index, scale))
+        }
+    };
+    if parts.next().is_some() {
+        return Err((open, "memory operand has more than base, index and scale".into()));
+    }
+    Ok(Operand::Memory {
+        base,
+        index,
+        displacement,
+        symbol,
+    })
+}
+
+/// `-16` → (-16, None); `counter+8` → (8, Some("counter")); `` → (0, None).
+fn parse_displacement(text: &str) -> Result<(i64, Option<String>), Failure> {
+    if text.is_empty() {
+        return Ok((0, None));
+    }
+    if let Some(value) = parse_int(text) {
+        return Ok((value, None));
+    }
+    let symbol_end = text[1..].find(['+', '-']).map_or(text.len(), |i| i + 1);
+    let (symbol, addend) = text.split_at(symbol_end);
+    let valid_symbol = symbol
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$' | '@'))
+        && !symbol.starts_with(|c: char| c.is_ascii_digit());
+    if !valid_symbol {
+        return Err((0, format!("displacement `{text}` is not a number or symbol")));
+    }
+    let addend = match addend {
+        "" => 0,
+        _ => parse_int(addend.strip_prefix('+').unwrap_or(addend))
+            .ok_or((symbol_end, format!("offset `{addend}` is not an integer")))?,
+    };
+    Ok((addend, Some(symbol.to_string())))
+}
+
+/// Register `name` (written after a `%` at byte `at`).
+fn register(name: &str, at: usize) -> Result<Register, Failure> {
+    Register::parse(name).ok_or_else(|| (at, format!("unknown or unsupported register `%{name}`")))
+}
+
+/// A decimal or `0x` hexadecimal integer with an optional sign.
+fn parse_int(text: &str) -> Option<i64> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let magnitude = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok()?,
+        None => digits.parse::<u64>().ok()?,
+    };
+    if negative {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        // Unsigned 64-bit constants keep their bits.
+        Some(magnitude as i64)
+    }
+}
+
+impl ArgSpec {
+    /// The kernel's form of this argument; `string` asks for the value to be read as a string too.
+    /// Errors when it cannot be read (a symbol-relative operand).
+    pub fn to_kernel(&self, string: bool) -> Result<UsdtArg, String> {
+        let mut arg = UsdtArg {
+            size: self.size,
+            signed: u8::from(self.signed),
+            string: u8::from(string),
+            index_reg: NO_REG,
+            scale: 1,
+            ..UsdtArg::default()
+        };
+        match &self.operand {
+            Operand::Constant(value) => {
+                arg.kind = arg_kind::CONST;
+                arg.offset = *value;
+            }
+            Operand::Register(register) => {
+                arg.kind = arg_kind::REG;
+                arg.reg = register.pt_regs_offset;
+                // `8@%eax` is eax zero-extended: never read more of a register than its name says.
+                arg.size = self.size.min(register.width);
+            }
+            Operand::Memory {
+                symbol: Some(symbol), ..
+            } => {
+                return Err(format!("operand relative to symbol `{symbol}` is not supported"));
+            }
+            Operand::Memory {
+                base,
+                index,
+                displacement,
+                symbol: None,
+            } => {
+                if base.pt_regs_offset == 128 {
+                    return Err("operand relative to %rip is not supported".into());
+                }
+                arg.kind = arg_kind::MEM;
+                arg.reg = base.pt_regs_offset;
+                arg.offset = *displacement;
+                if let Some((index, scale)) = index {
+                    arg.index_reg = index.pt_regs_offset;
+                    arg.scale = *scale;
+                }
+            }
+        }
+        Ok(arg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(name: &str) -> Register {
+        Register::parse(name).unwrap()
+    }
+
+    #[test]
+    fn every_form_parses() {
+        let specs =
+            parse_args("-4@$-5 8@%rdi -4@%edi 1@%al 8@-16(%rbp) 4@8(%rax) 1@-96(%rbp,%rax,8) 8@(%rdx)")
+                .unwrap();
+        assert_eq!(specs.len(), 8);
+        assert_eq!(
+            specs[0],
+            ArgSpec {
+                size: 4,
+                signed: true,
+                operand: Operand::Constant(-5)
+            }
+        );
+        assert_eq!(specs[1].operand, Operand::Register(reg("rdi")));
+        assert_eq!(
+            specs[2],
+            ArgSpec {
+                size: 4,
+                signed: true,
+                operand: Operand::Register(reg("edi"))
+            }
+        );
+        assert_eq!(
+            reg("edi"),
+            Register {
+                pt_regs_offset: 112,
+                width: 4
+            }
+        );
+        assert_eq!(
+            reg("al"),
+            Register {
+                pt_regs_offset: 80,
+                width: 1
+            }
+        );
+        assert_eq!(reg("r10l"), reg("r10b"));
+        assert_eq!(
+            reg("r10b"),
+            Register {
+                pt_regs_offset: 56,
+                width: 1
+            }
+        );
+        assert_eq!(
+            specs[4].operand,
+            Operand::Memory {
+                base: reg("rbp"),
+                index: None,
+                displacement: -16,
+                symbol: None
+            }
+        );
+        assert_eq!(
+            specs[6].operand,
+            Operand::Memory {
+                base: reg("rbp"),
+                index: Some((reg("rax"), 8)),
+                displacement: -96,
+                symbol: None
+            }
+        );
+        assert_eq!(
+            specs[7].operand,
+            Operand::Memory {
+                base: reg("rdx"),
+                index: None,
+                displacement: 0,
+                symbol: None
+            }
+        );
+        assert!(!specs[3].signed);
+    }
+
+    #[test]
+    fn symbols_hex_and_old_forms() {
+        let specs = parse_args("-4@counter+8(%rip) 8@0x10(%rsp) %rsi 8@$0xffffffffffffffff").unwrap();
+        assert_eq!(
+            specs[0].operand,
+            Operand::Memory {
+                base: reg("rip"),
+                index: None,
+                displacement: 8,
+                symbol: Some("counter".into())
+            }
+        );
+        assert!(specs[0].to_kernel(false).is_err());
+        assert_eq!(specs[1].to_kernel(false).unwrap().offset, 16);
+        assert_eq!(
+            specs[2],
+            ArgSpec {
+                size: 8,
+                signed: false,
+                operand: Operand::Register(reg("rsi"))
+            }
+        );
+        assert_eq!(specs[3].operand, Operand::Constant(-1));
+        assert_eq!(parse_args("").unwrap(), vec![]);
+        assert_eq!(parse_args("  8@%rdi  ").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn kernel_form() {
+        let [sib, narrow] = [
+            parse_arg("-1@-96(%rsi,%r8,8)").unwrap().to_kernel(true).unwrap(),
+            parse_arg("8@%eax").unwrap().to_kernel(false).unwrap(),
+        ];
+        assert_eq!(
+            (
+                sib.kind,
+                sib.size,
+                sib.signed,
+                sib.string,
+                sib.reg,
+                sib.index_reg,
+                sib.scale,
+                sib.offset
+            ),
+            (arg_kind::MEM, 1, 1, 1, 104, 72, 8, -96)
+        );
+        assert_eq!(
+            (narrow.kind, narrow.size, narrow.reg, narrow.index_reg),
+            (arg_kind::REG, 4, 80, NO_REG)
+        );
+    }
+
+    #[test]
+    fn errors_point_at_the_offending_column() {
+        let err = |text: &str| parse_args(text).unwrap_err();
+        assert_eq!(err("3@%rdi").column, 1);
+        assert_eq!(err("8@%rdi 8@%xyz").column, 10);
+        assert_eq!(err("8@%ah").column, 3);
+        assert_eq!(err("8@$abc").column, 4);
+        assert_eq!(err("8@-16(%rbp").reason, "memory operand does not end with `)`");
+        assert_eq!(err("8@(%rbp,%rax,3)").column, 14);
+        assert_eq!(err("8@(rbp)").column, 4);
+        assert!(err(&"8@%rdi ".repeat(13)).reason.contains("more than 12"));
+    }
+}

@@ -1,0 +1,169 @@
+//! `-U [TARGET:]PROVIDER:NAME[(TYPE, ...)]` parsing. PROVIDER and NAME may be globs; TARGET is a
+//! path or library name as with `-u`, or omitted: every module of the process (with `--pid`), the
+//! command (with `-- COMMAND`). TYPE, per argument position: `u8`..`i64` or `ptr` to show it so,
+//! `str` to read it as a string, `name` to read it as a string that names the span (on a begin
+//! probe), `_` to keep what the note says.
+use crate::{
+    error::{Error, Result},
+    probes::spec::{ArgType, TargetSpec},
+};
+use xtrace_common::usdt::MAX_USDT_ARGS;
+
+/// How one argument is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UsdtArgType {
+    /// As the note says: signed or unsigned of its size.
+    Note,
+    As(ArgType),
+    /// A string that names the span of a begin probe (and is shown as a string).
+    Name,
+}
+
+impl UsdtArgType {
+    pub fn is_string(self) -> bool {
+        matches!(self, UsdtArgType::As(ArgType::Str) | UsdtArgType::Name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsdtSpec {
+    /// What the user wrote, for error messages.
+    pub text: String,
+    /// `None`: every module of the process, or the launched command.
+    pub target: Option<TargetSpec>,
+    pub provider: String,
+    pub name: String,
+    pub types: Vec<UsdtArgType>,
+}
+
+impl UsdtSpec {
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = |reason: String| Error::BadProbe {
+            spec: text.to_string(),
+            reason,
+        };
+        let (probe, types) = match text.strip_suffix(')') {
+            Some(open) => {
+                let at = open
+                    .rfind('(')
+                    .ok_or_else(|| bad(format!("`)` at column {} has no `(`", text.len())))?;
+                (&text[..at], parse_types(&open[at + 1..], at + 1).map_err(bad)?)
+            }
+            None => (text, Vec::new()),
+        };
+        if let Some(at) = probe.find(['(', ')']) {
+            return Err(bad(format!(
+                "unexpected `{}` at column {}",
+                &probe[at..at + 1],
+                at + 1
+            )));
+        }
+        let parts: Vec<&str> = probe.rsplitn(3, ':').collect();
+        let (target, provider, name) = match parts.as_slice() {
+            [name, provider] => (None, *provider, *name),
+            [name, provider, target] => (Some(*target), *provider, *name),
+            _ => {
+                return Err(bad(
+                    "write [TARGET:]PROVIDER:NAME, e.g. -U 'myapp:request_begin'".into()
+                ))
+            }
+        };
+        if provider.is_empty() || name.is_empty() {
+            return Err(bad(
+                "empty PROVIDER or NAME; write [TARGET:]PROVIDER:NAME (`*` matches any)".into(),
+            ));
+        }
+        let target = match target {
+            Some("") => {
+                return Err(bad(
+                    "empty TARGET before ':'; omit it to search every module".into()
+                ))
+            }
+            Some(target) => Some(TargetSpec::named(target)),
+            None => None,
+        };
+        Ok(UsdtSpec {
+            text: text.to_string(),
+            target,
+            provider: provider.to_string(),
+            name: name.to_string(),
+            types,
+        })
+    }
+}
+
+/// The comma-separated types between the parentheses; `at` is their byte offset in the spec.
+fn parse_types(list: &str, at: usize) -> std::result::Result<Vec<UsdtArgType>, String> {
+    let mut types = Vec::new();
+    let mut column = at + 1;
+    for word in list.split(',') {
+        let trimmed = word.trim();
+        let parsed = match trimmed {
+            "_" => UsdtArgType::Note,
+            "name" => UsdtArgType::Name,
+            other => UsdtArgType::As(ArgType::parse(other).ok_or_else(|| {
+                format!(
+                    "unknown argument type `{other}` at column {column} (types are u8 u16 u32 u64 i8 i16 \
+                     i32 i64 ptr str name _)"
+                )
+            })?),
+        };
+        types.push(parsed);
+        column += word.len() + 1;
+    }
+    if types.len() > MAX_USDT_ARGS {
+        return Err(format!("more than {MAX_USDT_ARGS} argument types"));
+    }
+    if types.iter().filter(|t| **t == UsdtArgType::Name).count() > 1 {
+        return Err("only one argument can be the span's `name`".into());
+    }
+    Ok(types)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        let s = UsdtSpec::parse("prov:hit").unwrap();
+        assert_eq!(
+            (s.target, s.provider.as_str(), s.name.as_str()),
+            (None, "prov", "hit")
+        );
+        let s = UsdtSpec::parse("/usr/bin/app:prov:req_*(u64,name,_,str)").unwrap();
+        assert_eq!(s.target, Some(TargetSpec::Path("/usr/bin/app".into())));
+        assert_eq!(s.name, "req_*");
+        assert_eq!(
+            s.types,
+            vec![
+                UsdtArgType::As(ArgType::U64),
+                UsdtArgType::Name,
+                UsdtArgType::Note,
+                UsdtArgType::As(ArgType::Str)
+            ]
+        );
+        let s = UsdtSpec::parse("libstdc++:libstdcxx:throw").unwrap();
+        assert_eq!(s.target, Some(TargetSpec::Library("libstdc++".into())));
+    }
+
+    #[test]
+    fn errors_name_the_column() {
+        let err = |text: &str| UsdtSpec::parse(text).unwrap_err().to_string();
+        assert!(err("hit").contains("[TARGET:]PROVIDER:NAME"), "{}", err("hit"));
+        assert!(err("prov:").contains("empty PROVIDER or NAME"));
+        assert!(err(":prov:hit").contains("empty TARGET"));
+        assert!(
+            err("p:n(u64,int)").contains("`int` at column 9"),
+            "{}",
+            err("p:n(u64,int)")
+        );
+        assert!(err("p:n)").contains("has no `(`"));
+        assert!(
+            err("p(:n(u64)").contains("unexpected `(` at column 2"),
+            "{}",
+            err("p(:n(u64)")
+        );
+        assert!(err("p:n(name,name)").contains("only one"));
+    }
+}
