@@ -132,6 +132,11 @@ fn every_probe_form_and_pair_exactly() {
     );
     assert_eq!(out.instants("xtfix:tick"), [&json!({}); 4]);
     assert!(out.instants("xtfix:broken").is_empty());
+    assert_eq!(
+        out.instants("xtfix:globals"),
+        [&json!({"arg0": -12345, "arg1": 9876543210u64})],
+        "%rip-relative symbol operands"
+    );
 
     // request_begin/_end pair per thread, innermost first, named by the begin's string argument.
     let requests: Vec<(String, u32, i64, i64)> = out
@@ -170,6 +175,7 @@ fn every_probe_form_and_pair_exactly() {
         ("xtfix:op__entry", 2),
         ("xtfix:op__return", 2),
         ("xtfix:tick", 4),
+        ("xtfix:globals", 1),
         ("xtfix:request", 3),
         ("xtfix:op", 2),
     ] {
@@ -177,7 +183,7 @@ fn every_probe_form_and_pair_exactly() {
     }
     assert_eq!(out.probe("xtfix:request")["kind"], "usdt_span");
     assert_eq!(out.probe("xtfix:tick")["kind"], "usdt");
-    assert_eq!(out.summary["probes"].as_array().unwrap().len(), 11);
+    assert_eq!(out.summary["probes"].as_array().unwrap().len(), 12);
     assert_eq!(out.summary["usdt_unpaired"], 0);
     assert_eq!(out.lost_events(), 0);
 }
@@ -288,6 +294,7 @@ fn list_usdt_shows_every_note() {
             "xtfix:guarded",
             "xtfix:plain",
             "xtfix:forms",
+            "xtfix:globals",
             "xtfix:broken",
             "xtfix:message",
             "xtfix:request_begin",
@@ -302,9 +309,9 @@ fn list_usdt_shows_every_note() {
         rows[1..].iter().all(|r| r[2] == "-"),
         "only guarded has one: {rows:?}"
     );
-    assert_eq!(rows[3][3..], ["8@%rdi", "-4@%xyz"]);
+    assert_eq!(rows[4][3..], ["8@%rdi", "-4@%xyz"]);
     assert_eq!(rows[2].len(), 3 + 12, "forms lists 12 arguments: {:?}", rows[2]);
-    assert_eq!(finished.stderr, ["xtrace: 10 USDT call sites in 1 file"]);
+    assert_eq!(finished.stderr, ["xtrace: 11 USDT call sites in 1 file"]);
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! x86-64 USDT argument specs, as `<sys/sdt.h>` writes them into `.note.stapsdt`: space-separated
 //! `[-]SIZE@OPERAND` where SIZE is 1, 2, 4 or 8 bytes (negative: signed) and OPERAND is in AT&T
 //! syntax: `$-5` (a constant), `%edi` (a register, sub-registers included), `-16(%rbp)` (memory),
-//! `-96(%rbp,%rax,8)` (memory with an index and scale). Operands with a symbol
-//! (`counter(%rip)`) are parsed but not supported for reading.
+//! `-96(%rbp,%rax,8)` (memory with an index and scale), `counter+8(%rip)` (a global, once the
+//! note reader has resolved the symbol).
 use xtrace_common::usdt::{arg_kind, UsdtArg, MAX_USDT_ARGS, NO_REG};
 
 /// An x86-64 general-purpose register: its byte offset in the kernel's `struct pt_regs` and the
@@ -12,6 +12,9 @@ pub struct Register {
     pub pt_regs_offset: u16,
     pub width: u8,
 }
+
+/// Offset of `ip` in `struct pt_regs`: the probed instruction's address when a uprobe fires.
+const RIP: u16 = 128;
 
 /// Byte offsets in x86-64 `struct pt_regs` of each 64-bit register, with its 32/16/8-bit names.
 const REGISTERS: &[(u16, [&str; 4])] = &[
@@ -67,9 +70,14 @@ pub enum Operand {
         /// Index register and scale (1, 2, 4 or 8).
         index: Option<(Register, u8)>,
         displacement: i64,
-        /// A symbol the displacement is relative to (`counter+8(%rip)`); not readable yet.
+        /// A symbol the displacement is relative to (`counter+8(%rip)`): readable once the note
+        /// reader resolves it ([`ArgSpec::resolve_symbol`]).
         symbol: Option<String>,
     },
+    /// User memory at the call site's own address plus this displacement: a `%rip`-relative
+    /// symbol resolved against the site (position-independent, as `%rip` is the site's address
+    /// when the probe fires).
+    SiteRelative(i64),
 }
 
 /// One parsed argument.
@@ -254,8 +262,39 @@ fn parse_int(text: &str) -> Option<i64> {
 }
 
 impl ArgSpec {
+    /// The symbol this argument's address names, if any.
+    pub fn symbol(&self) -> Option<&str> {
+        match &self.operand {
+            Operand::Memory {
+                symbol: Some(symbol), ..
+            } => Some(symbol),
+            _ => None,
+        }
+    }
+
+    /// Replaces a symbol-relative operand by one the kernel can read: `symbol+addend(%rip)`
+    /// becomes [`Operand::SiteRelative`] against the call site at `site`, `symbol+addend(%reg)`
+    /// an absolute displacement. `symbol_address` is the symbol's value in the file's layout.
+    pub fn resolve_symbol(&mut self, symbol_address: u64, site: u64) {
+        if let Operand::Memory {
+            base,
+            index,
+            displacement,
+            symbol: symbol @ Some(_),
+        } = &mut self.operand
+        {
+            let absolute = symbol_address.wrapping_add(*displacement as u64);
+            if base.pt_regs_offset == RIP && index.is_none() {
+                self.operand = Operand::SiteRelative(absolute.wrapping_sub(site) as i64);
+            } else {
+                *displacement = absolute as i64;
+                *symbol = None;
+            }
+        }
+    }
+
     /// The kernel's form of this argument; `string` asks for the value to be read as a string too.
-    /// Errors when it cannot be read (a symbol-relative operand).
+    /// Errors when it cannot be read (an unresolved symbol, a bare `%rip` displacement).
     pub fn to_kernel(&self, string: bool) -> Result<UsdtArg, String> {
         let mut arg = UsdtArg {
             size: self.size,
@@ -279,7 +318,12 @@ impl ArgSpec {
             Operand::Memory {
                 symbol: Some(symbol), ..
             } => {
-                return Err(format!("operand relative to symbol `{symbol}` is not supported"));
+                return Err(format!("symbol `{symbol}` is not in the file's symbol tables"));
+            }
+            Operand::SiteRelative(displacement) => {
+                arg.kind = arg_kind::MEM;
+                arg.reg = RIP;
+                arg.offset = *displacement;
             }
             Operand::Memory {
                 base,
@@ -287,8 +331,8 @@ impl ArgSpec {
                 displacement,
                 symbol: None,
             } => {
-                if base.pt_regs_offset == 128 {
-                    return Err("operand relative to %rip is not supported".into());
+                if base.pt_regs_offset == RIP {
+                    return Err("operand relative to %rip without a symbol is not supported".into());
                 }
                 arg.kind = arg_kind::MEM;
                 arg.reg = base.pt_regs_offset;
@@ -399,6 +443,18 @@ mod tests {
             }
         );
         assert!(specs[0].to_kernel(false).is_err());
+        let mut global = specs[0].clone();
+        global.resolve_symbol(0x4010, 0x1150);
+        assert_eq!(global.operand, Operand::SiteRelative(0x4018 - 0x1150));
+        let arg = global.to_kernel(false).unwrap();
+        assert_eq!(
+            (arg.kind, arg.reg, arg.offset, arg.size),
+            (arg_kind::MEM, 128, 0x4018 - 0x1150, 4)
+        );
+        let mut absolute = parse_arg("8@table+16(%rax)").unwrap();
+        absolute.resolve_symbol(0x600000, 0x1150);
+        assert_eq!(absolute.to_kernel(false).unwrap().offset, 0x600010);
+        assert!(parse_arg("8@16(%rip)").unwrap().to_kernel(false).is_err());
         assert_eq!(specs[1].to_kernel(false).unwrap().offset, 16);
         assert_eq!(
             specs[2],

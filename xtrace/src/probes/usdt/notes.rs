@@ -1,7 +1,9 @@
 //! `.note.stapsdt` notes: one per USDT call site, each naming its provider, probe name, location,
 //! semaphore and argument string (the format `<sys/sdt.h>` writes). Locations are adjusted for
 //! prelinking through `.stapsdt.base`, and turned into the file offsets the kernel's uprobes take.
-use object::{Object, ObjectSection, ObjectSegment};
+use std::collections::HashMap;
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use super::args::{parse_args, ArgError, ArgSpec};
 
@@ -57,6 +59,8 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
             .map(|(start, _, offset, _)| address - start + offset)
     };
     let little = file.is_little_endian();
+    // Symbol values by name, read only if some argument names a symbol (`counter(%rip)`).
+    let mut symbols: Option<HashMap<String, u64>> = None;
     for (index, raw) in NoteIter::new(bytes, little).enumerate() {
         let raw = match raw {
             Ok(raw) => raw,
@@ -97,8 +101,18 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
                     },
                     None => None,
                 };
+                let mut args = parse_args(&desc.args);
+                if let Ok(args) = &mut args {
+                    for arg in args.iter_mut() {
+                        let Some(name) = arg.symbol() else { continue };
+                        let table = symbols.get_or_insert_with(|| symbol_table(&file));
+                        if let Some(&value) = table.get(name) {
+                            arg.resolve_symbol(value, address);
+                        }
+                    }
+                }
                 notes.push(UsdtNote {
-                    args: parse_args(&desc.args),
+                    args,
                     provider: desc.provider,
                     name: desc.name,
                     address,
@@ -112,6 +126,15 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
         }
     }
     Ok((notes, warnings))
+}
+
+/// Every defined symbol of `.symtab` and `.dynsym` by name.
+fn symbol_table<'data>(file: &object::File<'data, impl object::ReadRef<'data>>) -> HashMap<String, u64> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.is_definition())
+        .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+        .collect()
 }
 
 struct RawNote<'a> {
