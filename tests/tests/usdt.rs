@@ -176,6 +176,7 @@ fn every_probe_form_and_pair_exactly() {
         ("xtfix:op__return", 2),
         ("xtfix:tick", 4),
         ("xtfix:globals", 1),
+        ("xtfix:inlined", 3),
         ("xtfix:request", 3),
         ("xtfix:op", 2),
     ] {
@@ -183,9 +184,50 @@ fn every_probe_form_and_pair_exactly() {
     }
     assert_eq!(out.probe("xtfix:request")["kind"], "usdt_span");
     assert_eq!(out.probe("xtfix:tick")["kind"], "usdt");
-    assert_eq!(out.summary["probes"].as_array().unwrap().len(), 12);
+    assert_eq!(out.summary["probes"].as_array().unwrap().len(), 13);
     assert_eq!(out.summary["usdt_unpaired"], 0);
     assert_eq!(out.lost_events(), 0);
+}
+
+#[test]
+fn launched_command_every_inlined_site() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("usdt-launch");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
+    // stdin is /dev/null: the fixture reads EOF at both of its waits and runs straight through.
+    let finished = Xtrace::spawn(args![
+        "-U",
+        "xtfix:inlined",
+        "-U",
+        "xtfix:guarded",
+        "-o",
+        &out,
+        "--",
+        &usdt,
+        "run"
+    ])
+    .wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let lines: Vec<&str> = finished.stdout.lines().take(3).collect();
+    assert_eq!(
+        lines,
+        ["sem 1", "ready", "guarded 3"],
+        "held at exec until attached"
+    );
+    let out = Outputs::read(&out);
+    assert_eq!(out.summary["uprobes"], 4, "3 inlined sites and the guarded one");
+    let copies: Vec<&Value> = out.instants("xtfix:inlined");
+    assert_eq!(
+        copies,
+        [&json!({"arg0": 1}), &json!({"arg0": 2}), &json!({"arg0": 3})]
+    );
+    assert_eq!(out.probe_count("xtfix:inlined"), 3);
+    assert_eq!(out.probe_count("xtfix:guarded"), 3);
 }
 
 #[test]
@@ -296,6 +338,9 @@ fn list_usdt_shows_every_note() {
             "xtfix:forms",
             "xtfix:globals",
             "xtfix:broken",
+            "xtfix:inlined",
+            "xtfix:inlined",
+            "xtfix:inlined",
             "xtfix:message",
             "xtfix:request_begin",
             "xtfix:request_end",
@@ -311,7 +356,7 @@ fn list_usdt_shows_every_note() {
     );
     assert_eq!(rows[4][3..], ["8@%rdi", "-4@%xyz"]);
     assert_eq!(rows[2].len(), 3 + 12, "forms lists 12 arguments: {:?}", rows[2]);
-    assert_eq!(finished.stderr, ["xtrace: 11 USDT call sites in 1 file"]);
+    assert_eq!(finished.stderr, ["xtrace: 14 USDT call sites in 1 file"]);
 }
 
 #[test]
