@@ -296,6 +296,19 @@ fn libstdcxx_throw_and_catch_probes_count_exceptions() {
     }
     let mut fixture = Fixture::spawn(&fixtures().matrix, &[]);
     fixture.wait_ready();
+    // `list usdt --pid` scans every module the process maps.
+    let listed = Xtrace::spawn(args!["list", "usdt", "--pid", fixture.pid().to_string()]).wait();
+    listed.assert_success();
+    let modules: Vec<&str> = listed.stdout.lines().filter(|l| l.ends_with(':')).collect();
+    assert!(
+        modules.iter().any(|m| m.contains("libstdc++.so")),
+        "{}",
+        listed.stdout
+    );
+    assert!(listed
+        .stdout
+        .lines()
+        .any(|l| l.trim_start().starts_with("libstdcxx:throw ")));
     let tmp = TempDir::new("usdt-cxx");
     let out = tmp.join("out");
     trace_fixture_with(
