@@ -39,6 +39,10 @@ pub struct Fixtures {
     pub calls: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
     pub usdt: PathBuf,
+    /// `profile split|syscalls|jit MS` (see profile.c), with frame pointers (-O0).
+    pub profile: PathBuf,
+    /// The same built `-O2 -fomit-frame-pointer`.
+    pub profile_nofp: PathBuf,
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -59,7 +63,15 @@ fn build() -> Fixtures {
         matrix: out.join("matrix"),
         calls: out.join("calls"),
         usdt: out.join("usdt"),
+        profile: out.join("profile"),
+        profile_nofp: out.join("profile-nofp"),
     };
+    compile(&[src.join("profile.c")], &fixtures.profile, &[]);
+    compile(
+        &[src.join("profile.c")],
+        &fixtures.profile_nofp,
+        &["-O2", "-fomit-frame-pointer"],
+    );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(&[src.join("many.c")], &fixtures.many, &[]);

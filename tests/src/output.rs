@@ -74,6 +74,33 @@ impl Outputs {
         }
     }
 
+    /// [`Outputs::read`] for a run that also profiled: checks stacks.folded and flamegraph.svg
+    /// exist.
+    pub fn read_profiled(dir: &Path) -> Outputs {
+        for file in ["stacks.folded", "flamegraph.svg"] {
+            assert!(dir.join(file).is_file(), "{} has no {file}", dir.display());
+        }
+        Outputs::read(dir)
+    }
+
+    /// stacks.folded as (stack, samples) lines.
+    pub fn folded(&self) -> Vec<(String, u64)> {
+        let path = self.dir.join("stacks.folded");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        text.lines()
+            .map(|line| {
+                let (stack, count) = line
+                    .rsplit_once(' ')
+                    .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+                let count = count
+                    .parse()
+                    .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
+                (stack.to_string(), count)
+            })
+            .collect()
+    }
+
     /// Every `X` event, parsed.
     pub fn spans(&self) -> Vec<Span> {
         self.events

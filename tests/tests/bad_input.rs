@@ -151,16 +151,6 @@ fn pid_and_command_together() {
 }
 
 #[test]
-fn no_uprobe() {
-    if !require_bpf() {
-        return;
-    }
-    let fixture = Fixture::spin();
-    let tmp = TempDir::new("no-uprobe");
-    run_error(args!["-p", fixture.pid().to_string(), "-o", tmp.join("out")]);
-}
-
-#[test]
 fn unusable_output_directory() {
     if !require_bpf() {
         return;

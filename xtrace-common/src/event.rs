@@ -10,6 +10,11 @@ pub const KIND_ARGS: u32 = 3;
 pub const KIND_USDT: u32 = 4;
 /// `EventHeader::kind` of a [`UsdtStrEvent`].
 pub const KIND_USDT_STR: u32 = 5;
+/// `EventHeader::kind` of a [`SampleEvent`].
+pub const KIND_SAMPLE: u32 = 6;
+
+/// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
+pub const MAX_FRAMES: usize = 127;
 
 /// Integer arguments a function probe can capture (the x86-64 SysV argument registers).
 pub const MAX_ARGS: usize = 6;
@@ -96,6 +101,20 @@ pub struct UsdtStrEvent {
     pub strings: [[u8; ARG_STR_LEN]; crate::usdt::MAX_USDT_ARGS],
 }
 
+/// One on-CPU sample: the interrupted thread's kernel and user stacks (return addresses, innermost
+/// first, the first being the interrupted instruction), walked by the kernel's stack helper.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleEvent {
+    pub header: EventHeader,
+    /// Frames in `kernel` (0 when the sample hit user mode).
+    pub kernel_frames: u32,
+    /// Frames in `user` (0 for a kernel thread).
+    pub user_frames: u32,
+    pub kernel: [u64; MAX_FRAMES],
+    pub user: [u64; MAX_FRAMES],
+}
+
 /// A thread's first traced call: its name at that moment (threads may be gone when the recording
 /// ends, so user space cannot rely on /proc). Written once per thread, before its first span.
 #[repr(C)]
@@ -120,6 +139,8 @@ mod pod {
     unsafe impl aya::Pod for super::UsdtEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::UsdtStrEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SampleEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
@@ -128,4 +149,5 @@ const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 480);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
+const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);

@@ -74,6 +74,25 @@ pub fn thread_traced(pid_tgid: u64) -> bool {
 #[map]
 pub static USDT_SITES: Array<UsdtSite> = Array::with_max_entries(1, 0);
 
+/// Processes (tgids) to sample when `SAMPLE_FILTER` is set (values unused); sized by user space.
+#[map]
+pub static SAMPLE_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
+
+/// Set to 1 at load time when sampling is limited to `SAMPLE_PIDS` (not with `-a`).
+#[unsafe(no_mangle)]
+static SAMPLE_FILTER: u8 = 0;
+
+/// Whether process `tgid` is sampled.
+#[inline(always)]
+pub fn sampled(tgid: u32) -> bool {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    if unsafe { core::ptr::read_volatile(&SAMPLE_FILTER) } == 0 {
+        return true;
+    }
+    // SAFETY: the value is not read.
+    unsafe { SAMPLE_PIDS.get(&tgid).is_some() }
+}
+
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
 #[map]
 pub static STACKS: HashMap<u64, EntryStack> = HashMap::with_max_entries(MAX_THREADS, 0);

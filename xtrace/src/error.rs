@@ -46,6 +46,8 @@ pub enum Error {
     LibraryNotFound { name: String },
     #[error("`{spec}` takes the probes past --max-probes {max}: narrow the pattern, or raise --max-probes if that many are meant")]
     TooManyProbes { spec: String, max: usize },
+    #[error("-F {hz} is above the kernel's sampling limit of {max} Hz (kernel.perf_event_max_sample_rate): choose at most -F {max}")]
+    FrequencyTooHigh { hz: u64, max: u64 },
     #[error("{0}; see `xtrace --help`")]
     Usage(String),
     #[error("invalid probe `{spec}`: {reason}")]

@@ -36,6 +36,8 @@ pub struct LoadOptions {
     pub probes: u32,
     /// USDT call sites, by attach cookie.
     pub usdt_sites: Vec<UsdtSite>,
+    /// With CPU sampling, the processes to sample; empty: every process (`-a`).
+    pub sample_pids: Vec<u32>,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -58,6 +60,7 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::ma
 pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let args_enabled = u8::from(!options.arg_specs.is_empty());
     let tid_filter = u8::from(!options.tids.is_empty());
+    let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
     let mut ebpf = EbpfLoader::new()
@@ -65,6 +68,8 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("ARG_SPECS", slots(args_enabled != 0))
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
+        .map_max_entries("SAMPLE_PIDS", options.sample_pids.len().max(1) as u32)
+        .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
@@ -84,6 +89,13 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
             sites
                 .set(index as u32, site, 0)
                 .map_err(map_error("USDT_SITES"))?;
+        }
+    }
+    if !options.sample_pids.is_empty() {
+        let mut pids: HashMap<_, u32, u8> =
+            HashMap::try_from(map_mut(&mut ebpf, "SAMPLE_PIDS")?).map_err(map_error("SAMPLE_PIDS"))?;
+        for pid in &options.sample_pids {
+            pids.insert(pid, 1, 0).map_err(map_error("SAMPLE_PIDS"))?;
         }
     }
     if !options.tids.is_empty() {

@@ -5,7 +5,6 @@ use clap::{ArgGroup, Args};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
-#[command(group(ArgGroup::new("probes").required(true).multiple(true).args(["uprobe", "usdt"])))]
 pub struct RecordArgs {
     /// Trace this running process, all its threads (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
@@ -29,6 +28,15 @@ pub struct RecordArgs {
     /// events. `(str,_,name)` reads arguments as strings (`name` names the span).
     #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME")]
     pub usdt: Vec<String>,
+
+    /// Sample on-CPU stacks of the traced processes (every process with -a) this many times a
+    /// second on every CPU. Without -u or -U, xtrace samples at 99 Hz.
+    #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
+    pub freq: Option<u64>,
+
+    /// Draw the flamegraph as an icicle graph (stacks hanging from the top).
+    #[arg(long = "icicle")]
+    pub icicle: bool,
 
     /// Send only calls lasting at least this long as spans (e.g. 50us, 2ms, 1s). Shorter calls are
     /// counted and timed in the kernel, so per-probe counts and totals stay exact.

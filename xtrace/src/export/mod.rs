@@ -1,5 +1,6 @@
 //! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table).
 pub mod chrome;
+pub mod profile;
 pub mod summary;
 
 /// Nanoseconds as Chrome trace microseconds with all nanosecond digits: 1234567 → "1234.567".

@@ -89,6 +89,10 @@ pub struct Summary {
     pub probes: Vec<ProbeSummary>,
     pub command: Option<CommandSummary>,
     pub targets: Vec<TargetSummary>,
+    /// With CPU sampling: `samples`, `sample_frequency_hz`, `truncated_stacks`, `hot_functions`,
+    /// `hot_stacks`.
+    #[serde(flatten)]
+    pub profile: Option<super::profile::ProfileSummary>,
 }
 
 /// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s.
@@ -119,11 +123,17 @@ impl Summary {
         } else {
             String::new()
         };
+        let what = match &self.profile {
+            Some(profile) if self.probes.is_empty() => format!("{} samples", profile.samples),
+            _ => format!(
+                "{} spans{hits} from {} probe{}",
+                count(false),
+                self.probes.len(),
+                if self.probes.len() == 1 { "" } else { "s" }
+            ),
+        };
         let mut out = format!(
-            "{} spans{hits} from {} probe{} in {} ({}), {} lost\n",
-            count(false),
-            self.probes.len(),
-            if self.probes.len() == 1 { "" } else { "s" },
+            "{what} in {} ({}), {} lost\n",
             human(self.run.duration_ns),
             self.stop_reason.replace('_', " "),
             self.lost_events
@@ -179,12 +189,42 @@ impl Summary {
             }
             text.trim_end().to_string() + "\n"
         };
-        out += &line(header.to_vec());
-        for row in &rows {
-            out += &line(row.iter().map(String::as_str).collect());
+        if !rows.is_empty() {
+            out += &line(header.to_vec());
+            for row in &rows {
+                out += &line(row.iter().map(String::as_str).collect());
+            }
+        }
+        if let Some(profile) = &self.profile {
+            out += &profile_table(profile);
         }
         out
     }
+}
+
+/// The CPU profile's lines of the table: sample count and the hottest functions by self samples.
+fn profile_table(profile: &super::profile::ProfileSummary) -> String {
+    let mut out = format!(
+        "{} samples at {} Hz ({} stacks truncated)\n{:>7} {:>7} {:>7}  FUNCTION\n",
+        profile.samples, profile.sample_frequency_hz, profile.truncated_stacks, "SELF", "SELF%", "TOTAL%"
+    );
+    let share = |n: u64| {
+        if profile.samples == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / profile.samples as f64
+        }
+    };
+    for f in profile.hot_functions.iter().take(10) {
+        out += &format!(
+            "{:>7} {:>6.1}% {:>6.1}%  {}\n",
+            f.self_samples,
+            share(f.self_samples),
+            share(f.total),
+            f.name
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -236,6 +276,7 @@ mod tests {
                 ns_pid: None,
                 comm: "app".into(),
             }],
+            profile: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! their spans, `usdt` turns USDT hits into instants and spans, `threads` names pids and tids.
 pub mod decode;
 pub mod reader;
+pub mod samples;
 pub mod stats;
 pub mod threads;
 pub mod usdt;
@@ -28,6 +29,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub names: Names,
     pub values: Values,
     pub usdt: Usdt,
+    pub samples: samples::Samples,
     /// USDT end probes that fired with no span of their pair open on their thread.
     pub usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
@@ -48,6 +50,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             names: Names::default(),
             values: Values::new(captures),
             usdt,
+            samples: samples::Samples::default(),
             usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
@@ -98,6 +101,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
+            Ok(Event::Sample(event)) => {
+                self.names.saw(event.header.pid, event.header.tid);
+                self.samples.add(&event);
+                Ok(())
+            }
             Ok(Event::UsdtStr(event)) => {
                 let strings = usdt::strings(&event.str_len, &event.strings);
                 let strings: Vec<&[u8]> = strings.iter().map(Vec::as_slice).collect();

@@ -1,11 +1,14 @@
 //! The end of a recording: the launched command's exit, trace metadata (process and thread names),
-//! and the summary files.
-use std::{io::Write, path::Path, time::Duration};
+//! the CPU profile (stacks.folded, flamegraph.svg) and the summary files.
+use std::{collections::HashMap, io::Write, path::Path, time::Duration};
 
 use super::{output_error, run::Stop};
 use crate::{
     error::Result,
-    export::summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
+    export::{
+        profile,
+        summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
+    },
     output,
     pipeline::Pipeline,
     probes::uprobe::Plan,
@@ -40,6 +43,13 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
     }
 }
 
+/// How the CPU was sampled, when it was.
+#[derive(Clone, Copy, Debug)]
+pub struct Sampling {
+    pub hz: u64,
+    pub icicle: bool,
+}
+
 /// Closes trace.json with its metadata and writes summary.json and summary.txt.
 #[allow(clippy::too_many_arguments)]
 pub fn write<W: Write + Send + 'static>(
@@ -53,6 +63,7 @@ pub fn write<W: Write + Send + 'static>(
     (lost, unmatched_entries): (Lost, u64),
     command: Option<CommandSummary>,
     run: RunInfo,
+    sampling: Option<Sampling>,
 ) -> Result<Summary> {
     let trace_err = output_error(trace_path);
     let Pipeline {
@@ -61,6 +72,7 @@ pub fn write<W: Write + Send + 'static>(
         names,
         values,
         usdt,
+        samples,
         usdt_unpaired,
         undecodable,
         unknown_probe,
@@ -103,6 +115,22 @@ pub fn write<W: Write + Send + 'static>(
         })
         .collect();
     probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
+    let profile = match sampling {
+        Some(sampling) => {
+            let names: HashMap<u32, String> = infos
+                .iter()
+                .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
+                .collect();
+            Some(profile::write(
+                out,
+                &samples,
+                &names,
+                sampling.hz,
+                sampling.icicle,
+            )?)
+        }
+        None => None,
+    };
     let summary = Summary {
         run,
         stop_reason: stop.reason(),
@@ -123,6 +151,7 @@ pub fn write<W: Write + Send + 'static>(
                 comm: info.comm.clone().unwrap_or_default(),
             })
             .collect(),
+        profile,
     };
     output::write(out, "summary.json", summary.to_json().as_bytes())?;
     output::write(out, "summary.txt", summary.table().as_bytes())?;

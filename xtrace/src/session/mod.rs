@@ -3,6 +3,7 @@
 //! path drops the kernel attachments (they are fd-based), and a trace cut short by an output error
 //! is renamed `trace.json.partial`.
 mod finish;
+use finish::Sampling;
 mod run;
 
 use std::{io::BufWriter, time::Instant};
@@ -24,7 +25,7 @@ use crate::{
     },
     privilege,
     probes::{
-        attach,
+        attach, sampler,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
@@ -169,6 +170,19 @@ fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path
 pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
     privilege::check()?;
     let specs = Specs::parse(args)?;
+    // Without any probe, xtrace profiles the CPU.
+    let hz = match args.freq {
+        Some(hz) => Some(hz),
+        None if args.uprobe.is_empty() && args.usdt.is_empty() => Some(sampler::DEFAULT_HZ),
+        None => None,
+    };
+    if let Some(hz) = hz {
+        sampler::check_rate(hz)?;
+    }
+    let sampling = hz.map(|hz| Sampling {
+        hz,
+        icicle: args.icicle,
+    });
     let (mut targets, plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
@@ -182,6 +196,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         min_duration_ns: args.min_duration.unwrap_or(0),
         probes: plan.probes.len() as u32,
         usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
+        sample_pids: targets.pids(),
     })?;
     let attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
@@ -190,6 +205,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             None => e,
         }
     })?;
+    let cpus = match sampling {
+        Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
+        None => 0,
+    };
     let attach_ns = attach_started.elapsed().as_nanos() as u64;
     let map_err = |name| move |source| Error::Map { name, source };
     let ring = RingBuf::try_from(bpf::take_map(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
@@ -209,14 +228,20 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         launch.release()?;
         exit = launch.take_exit();
     }
-    let plural = if plan.probes.len() == 1 { "" } else { "s" };
-    observer.attached(&format!(
-        "attached {} probe{plural} ({} uprobes, {}) to {}; Ctrl-C to stop",
-        plan.probes.len(),
-        attached.uprobes,
-        attached.mechanism.name(),
-        targets.describe()
-    ));
+    let sampler = sampling.map(|s| format!("the sampler ({cpus} CPUs at {} Hz)", s.hz));
+    let what = match (plan.probes.len(), sampler) {
+        (0, Some(sampler)) => format!("attached {sampler}"),
+        (probes, sampler) => {
+            let plural = if probes == 1 { "" } else { "s" };
+            format!(
+                "attached {probes} probe{plural} ({} uprobes, {}){}",
+                attached.uprobes,
+                attached.mechanism.name(),
+                sampler.map_or(String::new(), |s| format!(" and {s}"))
+            )
+        }
+    };
+    observer.attached(&format!("{what} to {}; Ctrl-C to stop", targets.describe()));
 
     let started = Instant::now();
     let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
@@ -285,6 +310,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             (lost, unmatched_entries),
             command,
             run,
+            sampling,
         )
     }
     .await;

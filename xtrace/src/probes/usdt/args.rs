@@ -221,7 +221,12 @@ fn parse_displacement(text: &str) -> Result<(i64, Option<String>), Failure> {
     if let Some(value) = parse_int(text) {
         return Ok((value, None));
     }
-    let symbol_end = text[1..].find(['+', '-']).map_or(text.len(), |i| i + 1);
+    // A sign after the symbol's first character starts the addend (`sym-8`).
+    let symbol_end = text
+        .char_indices()
+        .skip(1)
+        .find(|(_, c)| matches!(c, '+' | '-'))
+        .map_or(text.len(), |(i, _)| i);
     let (symbol, addend) = text.split_at(symbol_end);
     let valid_symbol = symbol
         .chars()

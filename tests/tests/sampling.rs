@@ -1,0 +1,222 @@
+//! CPU sampling on the real kernel. Fixture `profile` (tests/fixtures/profile.c): `split` spends
+//! 75% of its time in hot_a and 25% in hot_b (by the clock, at any optimisation level),
+//! `syscalls` lives mostly in the kernel, `jit` runs generated code named in /tmp/perf-PID.map.
+
+use std::{ffi::OsString, path::Path};
+
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{run_error, Xtrace},
+    TempDir,
+};
+
+/// `xtrace FLAGS -o OUT -- PROGRAM ARGS` to its end (stdin is /dev/null, so the fixture does not
+/// wait for a go line); returns the outputs.
+fn profile_command(flags: Vec<OsString>, program: &Path, program_args: &[&str], tmp: &TempDir) -> Outputs {
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut all = flags;
+    all.extend(args!["-o", &out, "--", program]);
+    all.extend(program_args.iter().map(OsString::from));
+    let finished = Xtrace::spawn(all).wait();
+    finished.assert_success();
+    before.assert_none_left();
+    Outputs::read_profiled(&out)
+}
+
+/// Self samples of `name` in summary.json's hot_functions, in percent of all samples.
+fn self_share(out: &Outputs, name: &str) -> f64 {
+    let samples = out.summary["samples"].as_f64().expect("samples");
+    let hot = out.summary["hot_functions"].as_array().expect("hot_functions");
+    let found = hot.iter().find(|f| f["name"] == name);
+    found.map_or(0.0, |f| f["self"].as_f64().unwrap() * 100.0 / samples)
+}
+
+fn assert_split(out: &Outputs, build: &str) {
+    let samples = out.summary["samples"].as_u64().unwrap();
+    assert!(
+        (800..=1200).contains(&samples),
+        "{build}: ~1000 samples at 999 Hz for 1 s, got {samples}"
+    );
+    let (a, b) = (self_share(out, "hot_a"), self_share(out, "hot_b"));
+    assert!(
+        (a - 75.0).abs() <= 5.0,
+        "{build}: hot_a {a:.1}% of samples, expected 75 ± 5"
+    );
+    assert!(
+        (b - 25.0).abs() <= 5.0,
+        "{build}: hot_b {b:.1}% of samples, expected 25 ± 5"
+    );
+    assert_eq!(out.summary["sample_frequency_hz"], 999);
+}
+
+#[test]
+fn split_shares_with_and_without_frame_pointers() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-fp");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["split", "1000"], &tmp);
+    assert_split(&out, "frame pointers");
+    // With frame pointers the whole user stack is walked: main calls split calls hot_a.
+    let folded = out.folded();
+    let line = folded
+        .iter()
+        .find(|(stack, _)| stack.ends_with(";split;hot_a"))
+        .unwrap_or_else(|| panic!("no main→split→hot_a stack in {folded:?}"));
+    assert!(
+        line.0.starts_with("profile;"),
+        "the process name is the root frame: {}",
+        line.0
+    );
+    assert!(line.0.contains(";main;split;hot_a"), "{}", line.0);
+    let total: u64 = folded.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        total,
+        out.summary["samples"].as_u64().unwrap(),
+        "stacks.folded holds every sample"
+    );
+    let svg = std::fs::read_to_string(out.dir.join("flamegraph.svg")).expect("flamegraph.svg");
+    assert!(svg.contains("<svg") && svg.contains("hot_a") && svg.contains("samples at 999 Hz"));
+
+    let tmp = TempDir::new("sample-nofp");
+    let out = profile_command(
+        args!["-F", "999"],
+        &fixtures().profile_nofp,
+        &["split", "1000"],
+        &tmp,
+    );
+    assert_split(&out, "-O2 -fomit-frame-pointer");
+}
+
+#[test]
+fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().profile, &["split", "1500"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("sample-pid");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "-o", &out]);
+    let attached = xtrace.wait_attached();
+    assert!(
+        attached.contains("the sampler") && attached.contains("at 99 Hz"),
+        "{attached}"
+    );
+    fixture.go();
+    assert!(fixture.wait().success());
+    // xtrace stops when the process exits and symbolizes it afterwards, from the maps it kept.
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let out = Outputs::read_profiled(&out);
+    assert_eq!(out.stop_reason(), "targets_exited");
+    assert_eq!(out.summary["sample_frequency_hz"], 99);
+    let samples = out.summary["samples"].as_u64().unwrap();
+    assert!(
+        (100..=200).contains(&samples),
+        "~150 samples at 99 Hz for 1.5 s, got {samples}"
+    );
+    let (a, b) = (self_share(&out, "hot_a"), self_share(&out, "hot_b"));
+    assert!(a > 55.0 && b > 10.0 && a > b, "hot_a {a:.1}%, hot_b {b:.1}%");
+    assert!(
+        finished.stdout.contains("hot_a"),
+        "the terminal summary lists the top functions"
+    );
+}
+
+#[test]
+fn kernel_frames_of_a_syscall_heavy_process() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-kernel");
+    let out = profile_command(
+        args!["-F", "999"],
+        &fixtures().profile,
+        &["syscalls", "800"],
+        &tmp,
+    );
+    let folded = out.folded();
+    let total: u64 = folded.iter().map(|(_, n)| n).sum();
+    let in_kernel: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.ends_with("_[k]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        in_kernel * 100 >= total * 30,
+        "{in_kernel} of {total} samples end in a kernel frame"
+    );
+    // Kernel frames sit on top of the user stack that made the system call (libc's frameless
+    // syscall wrappers hide their caller from a frame-pointer walk, so main is what is seen).
+    assert!(
+        folded.iter().any(|(stack, _)| stack.starts_with("profile;")
+            && stack.contains(";main;")
+            && stack.contains("do_syscall_64_[k]")),
+        "{folded:?}"
+    );
+}
+
+#[test]
+fn jit_code_named_from_the_perf_map() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-jit");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["jit", "500"], &tmp);
+    let share = self_share(&out, "jitted_spin");
+    assert!(
+        share > 80.0,
+        "jitted_spin has {share:.1}% of samples: {}",
+        out.summary["hot_functions"]
+    );
+}
+
+#[test]
+fn stripped_binary_frames_are_module_offsets() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-stripped");
+    let stripped = tmp.join("profile-stripped");
+    let status = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&fixtures().profile)
+        .status()
+        .expect("running strip (binutils)");
+    assert!(status.success());
+    let out = profile_command(args!["-F", "999"], &stripped, &["split", "500"], &tmp);
+    let hot = out.summary["hot_functions"].as_array().unwrap();
+    let top: Vec<&str> = hot.iter().take(2).map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(
+        top.iter().all(|name| name.starts_with("profile-stripped+0x")),
+        "no symbols: frames are module+offset, got {top:?}"
+    );
+}
+
+#[test]
+fn bad_frequencies_are_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().profile, &["split", "100"]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let line = run_error(args!["-p", &pid, "-F", "0"]);
+    assert!(line.contains("-F") || line.contains("freq"), "{line}");
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let line = run_error(args!["-p", &pid, "-F", (max + 1).to_string()]);
+    assert!(line.contains(&format!("sampling limit of {max} Hz")), "{line}");
+}

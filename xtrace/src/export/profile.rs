@@ -1,0 +1,349 @@
+//! The CPU profile: sampled stacks symbolized with blazesym (ELF symbols and DWARF of each mapped
+//! file, by file offset; the kernel through kallsyms), written as `stacks.folded` (process name as
+//! the root frame, kernel frames suffixed `_[k]`) and an inferno `flamegraph.svg`, and summarised
+//! as the hottest functions and stacks. Code outside any file is named from the vDSO's symbols or,
+//! for a JIT's code, from `/tmp/perf-PID.map`. Addresses that no symbol covers are shown as `module+0xOFFSET`.
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    path::Path,
+};
+
+use blazesym::symbolize::{
+    source::{Elf, Kernel, Source},
+    Input, Symbolized, Symbolizer,
+};
+use serde::Serialize;
+
+use crate::{
+    error::{Error, Result},
+    pipeline::samples::{find, find_jit, read_perf_map, JitSymbol, Samples, StackKey},
+};
+
+/// Hottest functions and stacks listed in summary.json.
+const HOT_FUNCTIONS: usize = 20;
+const HOT_STACKS: usize = 15;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HotFunction {
+    pub name: String,
+    /// Samples in which it was the innermost frame.
+    #[serde(rename = "self")]
+    pub self_samples: u64,
+    /// Samples in which it was on the stack.
+    pub total: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HotStack {
+    /// Folded, outermost first.
+    pub stack: String,
+    pub samples: u64,
+    pub percent: f64,
+}
+
+/// The profile fields of summary.json.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ProfileSummary {
+    pub samples: u64,
+    pub sample_frequency_hz: u64,
+    /// User stacks cut at 127 frames.
+    pub truncated_stacks: u64,
+    pub hot_functions: Vec<HotFunction>,
+    pub hot_stacks: Vec<HotStack>,
+}
+
+/// Where a user address lies in a file: (file to open, file offset, module name shown).
+type FilePlace = (String, u64, String);
+
+/// Names every frame of every sampled stack, caching per file offset and kernel address.
+struct Resolver {
+    symbolizer: Symbolizer,
+    vdso: Vec<(u64, u64, String)>,
+}
+
+/// The address to symbolize for frame `index`: return addresses (every frame but the interrupted
+/// one) point after their call, so one byte back lands in the calling function.
+fn lookup_address(index: usize, address: u64) -> u64 {
+    if index == 0 {
+        address
+    } else {
+        address.saturating_sub(1)
+    }
+}
+
+fn module_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl Resolver {
+    fn new() -> Self {
+        Resolver {
+            symbolizer: Symbolizer::builder()
+                .enable_demangling(true)
+                .enable_inlined_fns(false)
+                .enable_code_info(false)
+                .build(),
+            vdso: vdso_symbols(),
+        }
+    }
+
+    /// Symbol names of `inputs` in `source`, None for those it cannot name.
+    fn names(&self, source: &Source, input: Input<&[u64]>) -> Vec<Option<String>> {
+        let count = match input {
+            Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
+        };
+        match self.symbolizer.symbolize(source, input) {
+            Ok(results) => results
+                .into_iter()
+                .map(|r| match r {
+                    Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect(),
+            Err(_) => vec![None; count],
+        }
+    }
+
+    /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, or the bare
+    /// address.
+    fn unfiled(&self, samples: &Samples, pid: u32, address: u64, jit: &[JitSymbol]) -> String {
+        let vdso = samples
+            .maps
+            .get(&pid)
+            .and_then(|m| find(m, address))
+            .filter(|m| m.path == "[vdso]");
+        if let Some(vdso) = vdso {
+            let offset = address - vdso.start;
+            let name = self
+                .vdso
+                .iter()
+                .find(|(start, size, _)| offset >= *start && offset < start + size)
+                .map_or_else(|| format!("[vdso]+{offset:#x}"), |(_, _, name)| name.clone());
+            return name;
+        }
+        find_jit(jit, address).map_or_else(|| format!("{address:#x}"), |s| s.name.clone())
+    }
+
+    /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
+    fn resolve<'s>(&self, samples: &'s Samples) -> HashMap<&'s StackKey, Vec<String>> {
+        // User frames: (pid, address) → (file to open, file offset, shown module).
+        let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
+        let mut kernel: HashSet<u64> = HashSet::new();
+        let mut places: HashMap<(u32, u64), Option<FilePlace>> = HashMap::new();
+        for key in samples.stacks.keys() {
+            let maps = samples.maps.get(&key.pid);
+            for (i, &address) in key.user.iter().enumerate() {
+                let address = lookup_address(i, address);
+                places.entry((key.pid, address)).or_insert_with(|| {
+                    // Only file-backed code has symbols to read; the rest ([vdso], JIT) is None.
+                    let mapping = maps
+                        .and_then(|m| find(m, address))
+                        .filter(|m| m.path.starts_with('/'))?;
+                    let offset = address - mapping.start + mapping.offset;
+                    let inside = format!("/proc/{}/root{}", key.pid, mapping.path);
+                    let open = if Path::new(&inside).exists() {
+                        inside
+                    } else {
+                        mapping.path.clone()
+                    };
+                    by_file.entry(open.clone()).or_default().insert(offset);
+                    Some((open, offset, module_name(&mapping.path).to_string()))
+                });
+            }
+            for (i, &address) in key.kernel.iter().enumerate() {
+                kernel.insert(lookup_address(i, address));
+            }
+        }
+        let mut file_names: HashMap<(String, u64), String> = HashMap::new();
+        for (path, offsets) in &by_file {
+            let offsets: Vec<u64> = offsets.iter().copied().collect();
+            let source = Source::Elf(Elf::new(path));
+            for (offset, name) in offsets
+                .iter()
+                .zip(self.names(&source, Input::FileOffset(&offsets)))
+            {
+                if let Some(name) = name {
+                    file_names.insert((path.clone(), *offset), name);
+                }
+            }
+        }
+        // JIT code: anonymous memory named by the process's /tmp/perf-PID.map.
+        let mut jit: HashMap<u32, Vec<JitSymbol>> = HashMap::new();
+        for key in samples.stacks.keys() {
+            jit.entry(key.pid).or_insert_with(|| read_perf_map(key.pid));
+        }
+        let kernel: Vec<u64> = kernel.into_iter().collect();
+        let kernel_source = Source::Kernel(Kernel::default());
+        let kernel_names: HashMap<u64, String> = kernel
+            .iter()
+            .zip(self.names(&kernel_source, Input::AbsAddr(&kernel)))
+            .map(|(a, name)| (*a, name.unwrap_or_else(|| format!("{a:#x}"))))
+            .collect();
+
+        samples
+            .stacks
+            .keys()
+            .map(|key| {
+                let mut frames: Vec<String> = key
+                    .user
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .map(|(i, &address)| {
+                        let address = lookup_address(i, address);
+                        match &places[&(key.pid, address)] {
+                            Some((open, offset, module)) => file_names
+                                .get(&(open.clone(), *offset))
+                                .cloned()
+                                .unwrap_or_else(|| format!("{module}+{offset:#x}")),
+                            None => self.unfiled(samples, key.pid, address, &jit[&key.pid]),
+                        }
+                    })
+                    .collect();
+                frames.extend(
+                    key.kernel
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .map(|(i, &address)| format!("{}_[k]", kernel_names[&lookup_address(i, address)])),
+                );
+                (key, frames)
+            })
+            .collect()
+    }
+}
+
+/// The vDSO's function symbols as (offset in the image, size, name), read from xtrace's own vDSO
+/// (the kernel maps the same image into every process).
+fn vdso_symbols() -> Vec<(u64, u64, String)> {
+    use object::{Object, ObjectSymbol};
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let Some(mapping) = crate::pipeline::samples::parse_maps(&maps)
+        .into_iter()
+        .find(|m| m.path == "[vdso]")
+    else {
+        return Vec::new();
+    };
+    let len = (mapping.end - mapping.start) as usize;
+    // SAFETY: the kernel maps the vDSO readable for the life of the process; it is never unmapped.
+    let image = unsafe { std::slice::from_raw_parts(mapping.start as *const u8, len) };
+    let Ok(file) = object::File::parse(image) else {
+        return Vec::new();
+    };
+    let base = file.relative_address_base();
+    file.dynamic_symbols()
+        .filter(|s| s.is_definition() && s.size() > 0)
+        .filter_map(|s| {
+            Some((
+                s.address().wrapping_sub(base),
+                s.size(),
+                s.name().ok()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// A frame name safe for the folded format (no `;`, no line breaks).
+fn folded_frame(name: &str) -> String {
+    name.replace([';', '\n'], ":")
+}
+
+/// Writes `stacks.folded` and `flamegraph.svg` into `out` and returns the profile summary.
+/// `process_names` gives each pid's root frame.
+pub fn write(
+    out: &Path,
+    samples: &Samples,
+    process_names: &HashMap<u32, String>,
+    frequency_hz: u64,
+    icicle: bool,
+) -> Result<ProfileSummary> {
+    let frames = Resolver::new().resolve(samples);
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    let mut functions: HashMap<String, (u64, u64)> = HashMap::new();
+    for (key, frames) in &frames {
+        let count = samples.stacks[*key];
+        let root = process_names
+            .get(&key.pid)
+            .cloned()
+            .unwrap_or_else(|| format!("pid {}", key.pid));
+        let mut line = folded_frame(&root);
+        for frame in frames.iter() {
+            line.push(';');
+            line += &folded_frame(frame);
+        }
+        *folded.entry(line).or_default() += count;
+        let mut seen = HashSet::new();
+        for frame in frames {
+            let name = frame.strip_suffix("_[k]").unwrap_or(frame).to_string();
+            if seen.insert(name.clone()) {
+                functions.entry(name).or_default().1 += count;
+            }
+        }
+        if let Some(leaf) = frames.last() {
+            let name = leaf.strip_suffix("_[k]").unwrap_or(leaf).to_string();
+            functions.entry(name).or_default().0 += count;
+        }
+    }
+    let lines: Vec<String> = folded.iter().map(|(stack, n)| format!("{stack} {n}")).collect();
+    crate::output::write(out, "stacks.folded", (lines.join("\n") + "\n").as_bytes())?;
+    let mut svg = Vec::new();
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = format!("xtrace: {} samples at {frequency_hz} Hz", samples.total);
+    options.count_name = "samples".into();
+    if icicle {
+        options.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    if lines.is_empty() {
+        svg.extend_from_slice(
+            b"<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"20\">no samples</text></svg>\n",
+        );
+    } else {
+        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
+            |source| Error::Output {
+                path: out.join("flamegraph.svg"),
+                source,
+            },
+        )?;
+    }
+    crate::output::write(out, "flamegraph.svg", &svg)?;
+
+    let mut hot_functions: Vec<HotFunction> = functions
+        .into_iter()
+        .map(|(name, (self_samples, total))| HotFunction {
+            name,
+            self_samples,
+            total,
+        })
+        .collect();
+    hot_functions.sort_by(|a, b| {
+        (b.self_samples, b.total)
+            .cmp(&(a.self_samples, a.total))
+            .then(a.name.cmp(&b.name))
+    });
+    hot_functions.truncate(HOT_FUNCTIONS);
+    let mut hot_stacks: Vec<HotStack> = folded
+        .into_iter()
+        .map(|(stack, n)| HotStack {
+            stack,
+            samples: n,
+            percent: percent(n, samples.total),
+        })
+        .collect();
+    hot_stacks.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.stack.cmp(&b.stack)));
+    hot_stacks.truncate(HOT_STACKS);
+    Ok(ProfileSummary {
+        samples: samples.total,
+        sample_frequency_hz: frequency_hz,
+        truncated_stacks: samples.truncated,
+        hot_functions,
+        hot_stacks,
+    })
+}
+
+/// `n` of `total` in percent, two decimals.
+fn percent(n: u64, total: u64) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    (n as f64 * 10_000.0 / total as f64).round() / 100.0
+}

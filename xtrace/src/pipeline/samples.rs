@@ -1,0 +1,206 @@
+//! CPU samples, counted per distinct (process, kernel stack, user stack). Each process's executable
+//! mappings are read from /proc/PID/maps when its first sample arrives (and again when a sample
+//! falls outside them, after a dlopen), so a process that exits before the capture ends is still
+//! symbolized from the files it mapped.
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use xtrace_common::event::{SampleEvent, MAX_FRAMES};
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// The file as the process sees it (`[vdso]` and such for special mappings).
+    pub path: String,
+}
+
+/// A distinct sampled stack of one process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub pid: u32,
+    /// Innermost first.
+    pub kernel: Box<[u64]>,
+    /// Innermost first; the first is the interrupted instruction.
+    pub user: Box<[u64]>,
+}
+
+#[derive(Debug, Default)]
+pub struct Samples {
+    pub total: u64,
+    /// User stacks that filled all `MAX_FRAMES` frames (the outermost frames are missing).
+    pub truncated: u64,
+    pub stacks: HashMap<StackKey, u64>,
+    /// Every executable mapping each process was seen with (mappings are only added: earlier
+    /// samples may be in code that was unmapped since).
+    pub maps: HashMap<u32, Vec<Mapping>>,
+    /// When each process's maps were last read.
+    read_at: HashMap<u32, Instant>,
+}
+
+/// Least time between two reads of one process's maps: stacks walked without frame pointers hold
+/// values that are in no mapping, and must not cost a read each.
+const REREAD: Duration = Duration::from_millis(50);
+
+impl Samples {
+    pub fn add(&mut self, event: &SampleEvent) {
+        let kernel = frames(&event.kernel, event.kernel_frames);
+        let user = frames(&event.user, event.user_frames);
+        let pid = event.header.pid;
+        self.total += 1;
+        if user.len() == MAX_FRAMES {
+            self.truncated += 1;
+        }
+        let known = self.maps.get(&pid);
+        let covered = |maps: &Vec<Mapping>| user.iter().all(|a| find(maps, *a).is_some());
+        let due = self.read_at.get(&pid).is_none_or(|at| at.elapsed() >= REREAD);
+        if due && known.is_none_or(|maps| !covered(maps)) {
+            self.read_at.insert(pid, Instant::now());
+            // A process that is exiting has no maps left: keep what was read before.
+            let known = self.maps.entry(pid).or_default();
+            for mapping in read_maps(pid).unwrap_or_default() {
+                if !known.contains(&mapping) {
+                    known.push(mapping);
+                }
+            }
+        }
+        let key = StackKey {
+            pid,
+            kernel: kernel.into(),
+            user: user.into(),
+        };
+        *self.stacks.entry(key).or_default() += 1;
+    }
+}
+
+/// One symbol of a JIT's `/tmp/perf-PID.map`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitSymbol {
+    pub start: u64,
+    pub size: u64,
+    pub name: String,
+}
+
+/// The symbols of `/tmp/perf-PID.map` (lines `START SIZE NAME`, hexadecimal), sorted by start;
+/// empty when the process wrote none.
+pub fn read_perf_map(pid: u32) -> Vec<JitSymbol> {
+    let text = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap_or_default();
+    let mut symbols = parse_perf_map(&text);
+    symbols.sort_by_key(|s| s.start);
+    symbols
+}
+
+/// Parses perf map text; malformed lines are skipped.
+pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.trim().splitn(3, ' ');
+            let hex = |t: &str| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+            let start = hex(parts.next()?)?;
+            let size = hex(parts.next()?)?;
+            let name = parts.next()?.trim().to_string();
+            (!name.is_empty()).then_some(JitSymbol { start, size, name })
+        })
+        .collect()
+}
+
+/// The JIT symbol covering `address` in symbols sorted by start.
+pub fn find_jit(symbols: &[JitSymbol], address: u64) -> Option<&JitSymbol> {
+    let after = symbols.partition_point(|s| s.start <= address);
+    symbols[..after]
+        .last()
+        .filter(|s| address < s.start.saturating_add(s.size))
+}
+
+/// The valid frames of a stack: its first `count`, up to the first zero (the end of a frame-pointer
+/// chain).
+fn frames(stack: &[u64; MAX_FRAMES], count: u32) -> &[u64] {
+    let stack = &stack[..(count as usize).min(MAX_FRAMES)];
+    let end = stack.iter().position(|&a| a == 0).unwrap_or(stack.len());
+    &stack[..end]
+}
+
+/// The mapping holding `address`.
+pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| address >= m.start && address < m.end)
+}
+
+/// The executable mappings of `pid`, or None when it is gone.
+fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_maps(&text))
+}
+
+/// Executable mappings from /proc/PID/maps text.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
+            let path = fields.nth(2).unwrap_or("").to_string();
+            if !perms.contains('x') {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_mappings_only() {
+        let text = "\
+55d0a000-55d0b000 r--p 00000000 08:01 123 /usr/bin/app
+55d0b000-55d0c000 r-xp 00001000 08:01 123 /usr/bin/app
+7f00000-7f10000 r-xp 00028000 08:01 456 /lib/libc.so.6
+7ffd000-7ffe000 r-xp 00000000 00:00 0 [vdso]
+7fff000-8000000 rw-p 00000000 00:00 0 [stack]
+";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(
+            maps[0],
+            Mapping {
+                start: 0x55d0b000,
+                end: 0x55d0c000,
+                offset: 0x1000,
+                path: "/usr/bin/app".into()
+            }
+        );
+        assert_eq!(maps[2].path, "[vdso]");
+        assert_eq!(
+            find(&maps, 0x7f00010).map(|m| m.path.as_str()),
+            Some("/lib/libc.so.6")
+        );
+        assert!(find(&maps, 0x1).is_none());
+    }
+
+    #[test]
+    fn perf_maps() {
+        let symbols =
+            parse_perf_map("7f0000001000 40 jit_add\n0x7f0000002000 0x10 LazyCompile:*foo bar.js:1\nbad\n");
+        assert_eq!(symbols.len(), 2);
+        assert_eq!(symbols[1].name, "LazyCompile:*foo bar.js:1");
+        assert_eq!(
+            find_jit(&symbols, 0x7f000000103f).map(|s| s.name.as_str()),
+            Some("jit_add")
+        );
+        assert!(find_jit(&symbols, 0x7f0000001040).is_none());
+        assert!(find_jit(&symbols, 0x7f0000000fff).is_none());
+        assert_eq!(find_jit(&symbols, 0x7f000000200f).map(|s| s.size), Some(0x10));
+    }
+}
