@@ -59,15 +59,21 @@ pub static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static TID_FILTER: u8 = 0;
 
-/// Whether the calling thread is traced (always, unless `--tid` restricts it).
+/// Whether `key` passes a filter: always when its load-time `switch` is 0, else when it is in `set`.
 #[inline(always)]
-pub fn thread_traced(pid_tgid: u64) -> bool {
+fn allowed(switch: &u8, set: &HashMap<u32, u8>, key: u32) -> bool {
     // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    if unsafe { core::ptr::read_volatile(&TID_FILTER) } == 0 {
+    if unsafe { core::ptr::read_volatile(switch) } == 0 {
         return true;
     }
     // SAFETY: the value is not read.
-    unsafe { TIDS.get(&(pid_tgid as u32)).is_some() }
+    unsafe { set.get(&key).is_some() }
+}
+
+/// Whether the calling thread is traced (always, unless `--tid` restricts it).
+#[inline(always)]
+pub fn thread_traced(pid_tgid: u64) -> bool {
+    allowed(&TID_FILTER, &TIDS, pid_tgid as u32)
 }
 
 /// USDT call sites by attach cookie; sized and filled by user space before attaching.
@@ -82,15 +88,10 @@ pub static SAMPLE_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static SAMPLE_FILTER: u8 = 0;
 
-/// Whether process `tgid` is sampled.
+/// Whether process `tgid` is sampled (always with `-a`).
 #[inline(always)]
 pub fn sampled(tgid: u32) -> bool {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    if unsafe { core::ptr::read_volatile(&SAMPLE_FILTER) } == 0 {
-        return true;
-    }
-    // SAFETY: the value is not read.
-    unsafe { SAMPLE_PIDS.get(&tgid).is_some() }
+    allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, tgid)
 }
 
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
