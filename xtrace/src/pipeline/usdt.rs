@@ -80,6 +80,12 @@ impl Usdt {
         let Some(info) = self.probes.get(&probe) else {
             return Hit::Unknown;
         };
+        // An end probe's arguments join its begin's in the span, as end_arg0...
+        let prefix = if matches!(info.role, Role::End { .. }) {
+            "end_arg"
+        } else {
+            "arg"
+        };
         let mut args = String::new();
         let mut name = None;
         let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
@@ -100,7 +106,7 @@ impl Usdt {
                     value
                 }
             };
-            args += &format!(",\"arg{i}\":{}", value.json());
+            args += &format!(",\"{prefix}{i}\":{}", value.json());
         }
         let tid = event.header.tid;
         let now = event.header.ts_ns;
@@ -117,17 +123,14 @@ impl Usdt {
             Role::End { span } => {
                 let stack = self.open.entry((tid, span)).or_default();
                 match stack.pop() {
-                    Some(open) => {
-                        let end_args = args.replace(",\"arg", ",\"end_arg");
-                        Hit::Closed {
-                            probe,
-                            span,
-                            start_ns: open.start_ns,
-                            depth: stack.len() as u32,
-                            name: open.name,
-                            args: open.args + &end_args,
-                        }
-                    }
+                    Some(open) => Hit::Closed {
+                        probe,
+                        span,
+                        start_ns: open.start_ns,
+                        depth: stack.len() as u32,
+                        name: open.name,
+                        args: open.args + &args,
+                    },
                     None => Hit::Unpaired { probe },
                 }
             }
