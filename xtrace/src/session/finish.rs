@@ -79,15 +79,17 @@ pub fn write<W: Write + Send + 'static>(
         ..
     } = pipeline;
     let mut trace = trace.finish().map_err(trace_err)?;
-    // A launched command was read before exec; the kernel's name for its main thread is better.
-    for (pid, info) in infos.iter_mut() {
-        if let Some(name) = names.threads.get(&(*pid, *pid)).cloned().flatten() {
-            info.comm = Some(name);
-        }
-    }
     for (pid, info) in &names.processes {
         if !infos.iter().any(|(p, _)| p == pid) {
             infos.push((*pid, info.clone()));
+        }
+    }
+    // The kernel's name for a process's main thread (taken at its first traced call) beats /proc:
+    // a launched command was read before exec, and a short-lived process may be gone by the time
+    // its first record is read.
+    for (pid, info) in infos.iter_mut() {
+        if let Some(name) = names.threads.get(&(*pid, *pid)).cloned().flatten() {
+            info.comm = Some(name);
         }
     }
     for (pid, info) in &infos {
