@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{ring_buf::RingBufEntry, Array, HashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::{
     probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS},
@@ -116,6 +116,17 @@ pub fn count_n(index: u32, n: u64) {
         // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
         unsafe { *slot += n };
     }
+}
+
+/// Reserves a record of type `T` in `EVENTS`; when the ring is full the loss is counted
+/// (`LOST_RING_FULL`) and None returned.
+#[inline(always)]
+pub fn reserve<T: 'static>() -> Option<RingBufEntry<T>> {
+    let entry = EVENTS.reserve::<T>(0);
+    if entry.is_none() {
+        count(counter::LOST_RING_FULL);
+    }
+    entry
 }
 
 /// Flags for submitting a record: no wake-up (user space polls) unless a quarter of the ring is

@@ -9,13 +9,10 @@ use aya_ebpf::{
     programs::PerfEventContext,
     EbpfContext,
 };
-use xtrace_common::{
-    event::{SampleEvent, KIND_SAMPLE, MAX_FRAMES},
-    probe::counter,
-};
+use xtrace_common::event::{SampleEvent, KIND_SAMPLE, MAX_FRAMES};
 
 use crate::{
-    maps::{count, sampled, submit_flags, EVENTS},
+    maps::{reserve, sampled, submit_flags},
     uprobe::header,
 };
 
@@ -29,8 +26,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(mut entry) = EVENTS.reserve::<SampleEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<SampleEvent>() else {
         return 0;
     };
     let event = entry.as_mut_ptr();

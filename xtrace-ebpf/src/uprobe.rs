@@ -22,8 +22,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    args_enabled, count, count_n, min_duration_ns, submit_flags, thread_traced, ARG_SPECS, EMPTY_STACK,
-    EVENTS, SHORT_CALLS, STACKS,
+    args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
+    EMPTY_STACK, SHORT_CALLS, STACKS,
 };
 
 #[uprobe]
@@ -92,8 +92,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         Some(&spec) if spec != 0 => spec,
         _ => return,
     };
-    let Some(mut entry) = EVENTS.reserve::<ArgsEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<ArgsEvent>() else {
         return;
     };
     let event = entry.as_mut_ptr();
@@ -125,8 +124,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
 /// Writes the `ThreadEvent` for a thread's first traced call.
 #[inline(always)]
 fn announce_thread(pid_tgid: u64, now: u64) {
-    let Some(mut entry) = EVENTS.reserve::<ThreadEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<ThreadEvent>() else {
         return;
     };
     entry.write(ThreadEvent {
@@ -232,8 +230,7 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         count_short(probe_id, duration);
         return Ok(0);
     }
-    let Some(mut entry) = EVENTS.reserve::<SpanEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<SpanEvent>() else {
         return Ok(0);
     };
     entry.write(SpanEvent {

@@ -13,12 +13,11 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR},
-    probe::counter,
     usdt::{arg_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
 };
 
 use crate::{
-    maps::{count, submit_flags, thread_traced, EVENTS, USDT_SITES},
+    maps::{reserve, submit_flags, thread_traced, USDT_SITES},
     uprobe::header,
 };
 
@@ -47,8 +46,7 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
-    let Some(mut entry) = EVENTS.reserve::<UsdtEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<UsdtEvent>() else {
         return;
     };
     let event = entry.as_mut_ptr();
@@ -60,8 +58,7 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
 
 #[inline(always)]
 fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
-    let Some(mut entry) = EVENTS.reserve::<UsdtStrEvent>(0) else {
-        count(counter::LOST_RING_FULL);
+    let Some(mut entry) = reserve::<UsdtStrEvent>() else {
         return;
     };
     let event = entry.as_mut_ptr();
