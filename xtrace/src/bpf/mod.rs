@@ -108,6 +108,23 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     Ok(ebpf)
 }
 
+/// Program `name` of the loaded object as its kind (`UProbe`, `PerfEvent`, `RawTracePoint`).
+pub fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let program = ebpf.program_mut(name).ok_or_else(|| {
+        Error::io(
+            format!("program {name}"),
+            std::io::Error::other("missing from the object"),
+        )
+    })?;
+    program.try_into().map_err(|source| Error::Attach {
+        what: name.to_string(),
+        source,
+    })
+}
+
 /// Takes map `name` out of the object so it outlives the programs (read after detaching).
 pub fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
     ebpf.take_map(name).ok_or_else(|| missing_map(name))

@@ -114,18 +114,6 @@ pub fn attach(
         flags: 0,
         bpf_cookie: cookie,
     };
-    // SAFETY: `link_attr` is a repr(C) prefix of `union bpf_attr` valid for its size.
-    let link = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_LINK_CREATE as libc::c_long,
-            &link_attr as *const LinkCreateAttr,
-            std::mem::size_of::<LinkCreateAttr>(),
-        )
-    };
-    if link < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    Ok((event, unsafe { OwnedFd::from_raw_fd(link as i32) }))
+    let link = super::uprobe_multi::bpf_fd(bpf_cmd::BPF_LINK_CREATE, &link_attr)?;
+    Ok((event, link))
 }

@@ -83,7 +83,7 @@ struct LinkCreateAttr {
 }
 
 /// Issues `bpf(cmd, attr)` and returns the new file descriptor.
-fn bpf_fd<T>(cmd: bpf_cmd, attr: &T) -> io::Result<OwnedFd> {
+pub(super) fn bpf_fd<T>(cmd: bpf_cmd, attr: &T) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a repr(C) prefix of `union bpf_attr`, valid for `size_of::<T>()` bytes;
     // every pointer inside it refers to memory that outlives the call.
     let fd = unsafe {

@@ -18,7 +18,7 @@ use aya::{
 use super::uprobe::Plan;
 use crate::{
     bpf::{
-        perf_uprobe,
+        self, perf_uprobe,
         uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
     },
     error::{Error, Result},
@@ -26,19 +26,7 @@ use crate::{
 };
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
-    let missing = || {
-        Error::io(
-            format!("program {name}"),
-            std::io::Error::other("missing from the object"),
-        )
-    };
-    ebpf.program_mut(name)
-        .ok_or_else(missing)?
-        .try_into()
-        .map_err(|source| Error::Attach {
-            what: name.to_string(),
-            source,
-        })
+    bpf::program_mut(ebpf, name)
 }
 
 /// How the probes were attached.
@@ -337,19 +325,7 @@ pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Atta
             })
         }
     };
-    let exit: &mut aya::programs::RawTracePoint = ebpf
-        .program_mut("thread_exit")
-        .ok_or_else(|| {
-            Error::io(
-                "program thread_exit",
-                std::io::Error::other("missing from the object"),
-            )
-        })?
-        .try_into()
-        .map_err(|source| Error::Attach {
-            what: "thread_exit".into(),
-            source,
-        })?;
+    let exit: &mut aya::programs::RawTracePoint = bpf::program_mut(ebpf, "thread_exit")?;
     exit.load().map_err(|source| Error::Attach {
         what: "loading thread_exit".into(),
         source,

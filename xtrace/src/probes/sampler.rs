@@ -32,14 +32,7 @@ pub fn check_rate(hz: u64) -> Result<()> {
 
 /// Loads the sampling program and starts one perf event per online CPU. Returns the CPU count.
 pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
-    let program: &mut PerfEvent = ebpf
-        .program_mut("sample")
-        .ok_or_else(|| Error::io("program sample", std::io::Error::other("missing from the object")))?
-        .try_into()
-        .map_err(|source| Error::Attach {
-            what: "sample".into(),
-            source,
-        })?;
+    let program: &mut PerfEvent = crate::bpf::program_mut(ebpf, "sample")?;
     program.load().map_err(|source| Error::Attach {
         what: "loading sample".into(),
         source,
