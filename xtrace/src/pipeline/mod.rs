@@ -108,7 +108,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
             Ok(Event::UsdtStr(event)) => {
                 let strings = usdt::strings(&event.str_len, &event.strings);
-                let strings: Vec<&[u8]> = strings.iter().map(Vec::as_slice).collect();
                 self.usdt_hit(&event.event, &strings)
             }
             Err(_) => {

@@ -144,11 +144,14 @@ impl Usdt {
 }
 
 /// The string bytes of a `UsdtStrEvent`'s arguments.
-pub fn strings(str_len: &[u8; MAX_USDT_ARGS], strings: &[[u8; ARG_STR_LEN]; MAX_USDT_ARGS]) -> Vec<Vec<u8>> {
+pub fn strings<'a>(
+    str_len: &[u8; MAX_USDT_ARGS],
+    strings: &'a [[u8; ARG_STR_LEN]; MAX_USDT_ARGS],
+) -> Vec<&'a [u8]> {
     str_len
         .iter()
         .zip(strings)
-        .map(|(len, s)| s[..usize::from(*len).min(ARG_STR_LEN)].to_vec())
+        .map(|(len, s)| &s[..usize::from(*len).min(ARG_STR_LEN)])
         .collect()
 }
 

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    probes::{glob, uprobe::Plan, uprobe::Scope, ProbeInfo},
+    probes::{glob, spec::TargetSpec, uprobe::Plan, uprobe::Scope, ProbeInfo},
     target::TargetFile,
 };
 
@@ -122,10 +122,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
         let mut searched: Vec<String> = Vec::new();
         let mut available: Vec<String> = Vec::new();
         for (scope_index, scope) in scopes.iter().enumerate() {
-            let (files, quiet) = match &spec.target {
-                Some(target) => (vec![scope.resolve(target)?], false),
-                None => (scope.modules()?, true),
-            };
+            let (files, quiet) = files_to_search(scope, spec.target.as_ref())?;
             for file in files {
                 let Some((key, notes)) = cache.notes(&file, quiet, &mut plan.notices)? else {
                     continue;
@@ -211,18 +208,24 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
     Ok(())
 }
 
+/// The files a TARGET names in `scope`, or (without one) every module of the scope; the flag says
+/// the files were found by scanning, so one that is no ELF file is passed over quietly.
+fn files_to_search(scope: &Scope, target: Option<&TargetSpec>) -> Result<(Vec<TargetFile>, bool)> {
+    match target {
+        Some(target) => Ok((vec![scope.resolve(target)?], false)),
+        None => Ok((scope.modules()?, true)),
+    }
+}
+
 /// Notes per file, and warnings about malformed ones.
 pub type Listing = (Vec<(TargetFile, Vec<UsdtNote>)>, Vec<String>);
 
 /// The USDT notes of TARGET (or of every module of the scope when `None`), per file, with warnings
 /// about malformed notes: what `xtrace list usdt` shows.
-pub fn list(scope: &Scope, target: Option<&crate::probes::spec::TargetSpec>) -> Result<Listing> {
+pub fn list(scope: &Scope, target: Option<&TargetSpec>) -> Result<Listing> {
     let mut cache = NoteCache::default();
     let mut notices = Vec::new();
-    let (files, quiet) = match target {
-        Some(target) => (vec![scope.resolve(target)?], false),
-        None => (scope.modules()?, true),
-    };
+    let (files, quiet) = files_to_search(scope, target)?;
     let mut listed = Vec::new();
     for file in files {
         if let Some((_, notes)) = cache.notes(&file, quiet, &mut notices)? {
