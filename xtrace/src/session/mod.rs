@@ -169,6 +169,7 @@ fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path
 /// Records until a stop condition, telling `observer` what happens.
 pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
     privilege::check()?;
+    let mut signals = run::Signals::install()?;
     let specs = Specs::parse(args)?;
     // Without any probe, xtrace profiles the CPU.
     let hz = match args.freq {
@@ -257,6 +258,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let mut pipeline = Pipeline::new(captures, usdt, writer);
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
+        &mut signals,
         &mut reader,
         &mut pipeline,
         &counters,

@@ -56,8 +56,29 @@ impl Stop {
     }
 }
 
+/// The stop signals, caught from before attaching, so that a signal that arrives while xtrace
+/// attaches (or just after it said so) stops the recording cleanly instead of killing xtrace.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> Result<Signals> {
+        let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
+        Ok(Signals {
+            int: sig(SignalKind::interrupt())?,
+            term: sig(SignalKind::terminate())?,
+            hup: sig(SignalKind::hangup())?,
+        })
+    }
+}
+
 /// Reads records until a stop condition.
+#[allow(clippy::too_many_arguments)]
 pub async fn run<W: Write + Send + 'static>(
+    signals: &mut Signals,
     reader: &mut RingReader,
     pipeline: &mut Pipeline<W>,
     counters: &PerCpuArray<MapData, u64>,
@@ -66,12 +87,7 @@ pub async fn run<W: Write + Send + 'static>(
     trace_path: &std::path::Path,
     observer: &mut dyn Observer,
 ) -> Result<Stop> {
-    let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
-    let (mut int, mut term, mut hup) = (
-        sig(SignalKind::interrupt())?,
-        sig(SignalKind::terminate())?,
-        sig(SignalKind::hangup())?,
-    );
+    let Signals { int, term, hup } = signals;
     let pidfds = processes
         .iter()
         .map(|p| p.pidfd.try_clone())
