@@ -43,6 +43,9 @@ pub struct Fixtures {
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,
+    /// `cudaapp` (C++): CUDA calls with known counts and sizes (see cudaapp.cpp) through the
+    /// stand-in runtime and driver `libcudart.so.12` and `libcuda.so.1` (cudart.c, cudadrv.c).
+    pub cudaapp: PathBuf,
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -65,6 +68,7 @@ fn build() -> Fixtures {
         usdt: out.join("usdt"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
+        cudaapp: out.join("cudaapp"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
     compile(
@@ -83,6 +87,22 @@ fn build() -> Fixtures {
         &["-shared", "-fPIC"],
     );
     let dir = out.to_str().expect("target dir is UTF-8");
+    let (cuda, cudart) = (out.join("libcuda.so.1"), out.join("libcudart.so.12"));
+    compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC"]);
+    compile(
+        &[src.join("cudart.c"), cuda.clone()],
+        &cudart,
+        &["-shared", "-fPIC", &format!("{dir}/libcuda.so.1")],
+    );
+    compile(
+        &[src.join("cudaapp.cpp"), cudart.clone(), cuda.clone()],
+        &fixtures.cudaapp,
+        &[
+            &format!("{dir}/libcudart.so.12"),
+            &format!("{dir}/libcuda.so.1"),
+            &format!("-Wl,-rpath,{dir}"),
+        ],
+    );
     compile(
         &[src.join("uselib.c"), fixtures.libxtfix.clone()],
         &fixtures.uselib,

@@ -12,6 +12,8 @@ pub const KIND_USDT: u32 = 4;
 pub const KIND_USDT_STR: u32 = 5;
 /// `EventHeader::kind` of a [`SampleEvent`].
 pub const KIND_SAMPLE: u32 = 6;
+/// `EventHeader::kind` of an [`OutEvent`].
+pub const KIND_OUT: u32 = 7;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;
@@ -20,6 +22,10 @@ pub const MAX_FRAMES: usize = 127;
 pub const MAX_ARGS: usize = 6;
 /// Bytes kept of a string argument, its terminating NUL included.
 pub const ARG_STR_LEN: usize = 64;
+/// Bytes read of a struct argument (`crate::probe::args::block`).
+pub const ARG_BLOCK_LEN: usize = 40;
+/// Stack slots a function probe can capture (`crate::probe::args::stack`).
+pub const MAX_STACK_ARGS: usize = 4;
 
 /// Length of a task's command name (`TASK_COMM_LEN`).
 pub const COMM_LEN: usize = 16;
@@ -73,8 +79,25 @@ pub struct ArgsEvent {
     /// Nesting depth of the call on its thread (as in its span).
     pub depth: u8,
     pub _pad: u8,
-    /// String arguments (where the spec says so), NUL-terminated.
+    /// String arguments (where the spec says so), NUL-terminated; or the first `ARG_BLOCK_LEN`
+    /// bytes of a struct argument.
     pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
+    /// Stack slots (where the spec says so).
+    pub stack: [u64; MAX_STACK_ARGS],
+}
+
+/// The value an out-pointer argument points at when its call returns; written just before the
+/// call's `SpanEvent` (same tid and `start_ns`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutEvent {
+    pub header: EventHeader,
+    pub start_ns: u64,
+    pub probe_id: u32,
+    /// Which argument pointed at it.
+    pub arg: u32,
+    /// 0 when it could not be read.
+    pub value: u64,
 }
 
 /// One hit of a USDT call site with its arguments, read as the site's note describes them
@@ -141,13 +164,16 @@ mod pod {
     unsafe impl aya::Pod for super::UsdtStrEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SampleEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::OutEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 480);
+const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
+const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
 const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);

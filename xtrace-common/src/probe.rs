@@ -32,7 +32,8 @@ pub struct ShortCalls {
 unsafe impl aya::Pod for ShortCalls {}
 
 /// The per-probe argument spec in the `ARG_SPECS` map (indexed by probe id): which argument
-/// registers an entry captures, and which of them point at strings.
+/// registers an entry captures, which of them point at strings or small structs, which stack
+/// slots it reads, and which pointer arguments it dereferences when the call returns.
 pub mod args {
     /// Capture argument register `i` (0..6).
     pub const fn int(i: usize) -> u32 {
@@ -42,6 +43,22 @@ pub mod args {
     pub const fn string(i: usize) -> u32 {
         1 << (8 + i)
     }
+    /// Stack slot `j` (0..4) at entry: the eightbyte at `rsp + 8 * (j + 1)`, where arguments that
+    /// do not fit in registers are passed (the 7th integer argument is slot 0).
+    pub const fn stack(j: usize) -> u32 {
+        1 << (16 + j)
+    }
+    /// Argument `i` points at a struct: its first `ARG_BLOCK_LEN` bytes are read at entry.
+    pub const fn block(i: usize) -> u32 {
+        1 << (20 + i)
+    }
+    /// Argument `i` (0..6) is an out-pointer: the u64 it points at is read when the call returns
+    /// (an allocation's address, a handle); such calls are always sent, whatever their duration.
+    pub const fn out(i: usize) -> u32 {
+        1 << (26 + i)
+    }
+    /// Every `out` bit.
+    pub const OUT_MASK: u32 = 0b11_1111 << 26;
 }
 
 /// Index into the per-CPU `COUNTERS` array.

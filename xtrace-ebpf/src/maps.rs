@@ -3,7 +3,7 @@
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
     macros::map,
-    maps::{ring_buf::RingBufEntry, Array, HashMap, PerCpuArray, RingBuf},
+    maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::{
     probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS},
@@ -93,6 +93,11 @@ static SAMPLE_FILTER: u8 = 0;
 pub fn sampled(tgid: u32) -> bool {
     allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, tgid)
 }
+
+/// Out-pointer arguments of open calls (`xtrace_common::probe::args::out`), keyed by thread id
+/// and depth; an LRU map, so calls that never return cannot fill it.
+#[map]
+pub static OUT_PTRS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
 /// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
 #[map]

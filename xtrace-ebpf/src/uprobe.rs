@@ -7,7 +7,8 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_user_str_bytes,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -15,15 +16,15 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{
-        ArgsEvent, EventHeader, SpanEvent, ThreadEvent, ARG_STR_LEN, KIND_ARGS, KIND_SPAN, KIND_THREAD,
-        MAX_ARGS,
+        ArgsEvent, EventHeader, OutEvent, SpanEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN, KIND_ARGS,
+        KIND_OUT, KIND_SPAN, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, LOG2_BUCKETS, MAX_DEPTH},
 };
 
 use crate::maps::{
     args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
-    EMPTY_STACK, SHORT_CALLS, STACKS,
+    EMPTY_STACK, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 
 #[uprobe]
@@ -106,8 +107,17 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         (*event).str_len = [0; MAX_ARGS];
         (*event).depth = depth;
         (*event)._pad = 0;
+        // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
+        let regs: [u64; MAX_ARGS] = [
+            ctx.arg(0).unwrap_or(0),
+            ctx.arg(1).unwrap_or(0),
+            ctx.arg(2).unwrap_or(0),
+            ctx.arg(3).unwrap_or(0),
+            ctx.arg(4).unwrap_or(0),
+            ctx.arg(5).unwrap_or(0),
+        ];
         for i in 0..MAX_ARGS {
-            let value: u64 = ctx.arg(i).unwrap_or(0);
+            let value = regs[i];
             (*event).args[i] = value;
             if spec & args::string(i) != 0 {
                 let dst = &mut (*event).strings[i];
@@ -115,10 +125,73 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
                     // The helper's count includes the NUL; the slice it returns does not.
                     (*event).str_len[i] = (read.len() + 1).min(ARG_STR_LEN) as u8;
                 }
+            } else if spec & args::block(i) != 0 {
+                let dst = &mut (&mut (*event).strings[i])[..ARG_BLOCK_LEN];
+                if bpf_probe_read_user_buf(value as *const u8, dst).is_ok() {
+                    (*event).str_len[i] = ARG_BLOCK_LEN as u8;
+                }
             }
+            if spec & args::out(i) != 0 {
+                let key = out_key(pid_tgid, depth);
+                let _ = OUT_PTRS.insert(&key, &value, 0);
+            }
+        }
+        // The verifier refuses a plain load from a ctx pointer plus an offset; read it checked.
+        let sp = bpf_probe_read_kernel(core::ptr::addr_of!((*ctx.regs).rsp)).unwrap_or(0);
+        for j in 0..MAX_STACK_ARGS {
+            (*event).stack[j] = if spec & args::stack(j) != 0 {
+                bpf_probe_read_user((sp + 8 * (j as u64 + 1)) as *const u64).unwrap_or(0)
+            } else {
+                0
+            };
         }
     }
     entry.submit(submit_flags());
+}
+
+/// The `OUT_PTRS` key of the call at `depth` on thread `pid_tgid`.
+#[inline(always)]
+fn out_key(pid_tgid: u64, depth: u8) -> u64 {
+    ((pid_tgid as u32 as u64) << 8) | u64::from(depth)
+}
+
+/// The spec of `probe_id` when it has out-pointers (only when some probe captures arguments).
+#[inline(always)]
+fn out_spec(probe_id: u32) -> u32 {
+    if !args_enabled() {
+        return 0;
+    }
+    ARG_SPECS.get(probe_id).map_or(0, |spec| spec & args::OUT_MASK)
+}
+
+/// Writes the `OutEvent` of each out-pointer of the call at `slot` that entered at `start_ns`.
+#[inline(always)]
+fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u64, now: u64) {
+    let key = out_key(pid_tgid, slot as u8);
+    // SAFETY: the value is copied out at once.
+    let Some(&ptr) = (unsafe { OUT_PTRS.get(&key) }) else {
+        return;
+    };
+    let _ = OUT_PTRS.remove(&key);
+    for i in 0..MAX_ARGS {
+        if spec & args::out(i) == 0 {
+            continue;
+        }
+        let Some(mut entry) = reserve::<OutEvent>() else {
+            return;
+        };
+        entry.write(OutEvent {
+            header: header(KIND_OUT, pid_tgid, now),
+            start_ns,
+            probe_id,
+            arg: i as u32,
+            // SAFETY: a checked read of user memory.
+            value: unsafe { bpf_probe_read_user(ptr as *const u64) }.unwrap_or(0),
+        });
+        entry.submit(submit_flags());
+        // One out-pointer per call is kept (one `OUT_PTRS` slot per call).
+        return;
+    }
 }
 
 /// Writes the `ThreadEvent` for a thread's first traced call.
@@ -226,7 +299,10 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
     stack.depth = slot as u32;
     let start_ns = stack.start_ns[slot & (MAX_DEPTH - 1)];
     let duration = now.saturating_sub(start_ns);
-    if duration < min_duration_ns() {
+    let outs = out_spec(probe_id);
+    if outs != 0 {
+        write_outs(pid_tgid, probe_id, outs, slot, start_ns, now);
+    } else if duration < min_duration_ns() {
         count_short(probe_id, duration);
         return Ok(0);
     }

@@ -6,6 +6,7 @@
 
 pub mod bpf;
 pub mod cli;
+pub mod cuda;
 pub mod demangle;
 pub mod error;
 pub mod export;

@@ -29,6 +29,20 @@ pub struct RecordArgs {
     #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME")]
     pub usdt: Vec<String>,
 
+    /// Trace CUDA runtime and driver calls (kernel launches with kernel names, copies, allocations,
+    /// synchronization) in every libcudart.so*/libcuda.so* the target maps, or in an executable
+    /// that links cudart statically. On by itself with --pid and no -u/-U when the process maps
+    /// a CUDA library.
+    #[arg(long = "cuda")]
+    pub cuda: bool,
+
+    /// Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` to disable):
+    /// utilization, memory, power, temperature, SM clock, PCIe, and the traced processes' device
+    /// memory, as counter tracks in trace.json. On by itself whenever CUDA calls are traced.
+    #[arg(long = "gpu-metrics", value_name = "PERIOD", num_args = 0..=1, require_equals = true,
+          default_missing_value = "100ms", value_parser = parse_gpu_period)]
+    pub gpu_metrics: Option<GpuPeriod>,
+
     /// Sample on-CPU stacks of the traced processes (every process with -a) this many times a
     /// second on every CPU. Without -u or -U, xtrace samples at 99 Hz.
     #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
@@ -72,6 +86,26 @@ pub struct RecordArgs {
     /// Launch COMMAND with ARGS and trace it until it exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// `--gpu-metrics[=PERIOD]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuPeriod {
+    Off,
+    Every(std::time::Duration),
+}
+
+fn parse_gpu_period(text: &str) -> Result<GpuPeriod, String> {
+    if text == "off" {
+        return Ok(GpuPeriod::Off);
+    }
+    let ns = parse_span_duration(text)?;
+    if ns < 10_000_000 {
+        return Err(format!(
+            "`{text}` is shorter than the 10ms NVML can usefully sample at"
+        ));
+    }
+    Ok(GpuPeriod::Every(std::time::Duration::from_nanos(ns)))
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -143,6 +177,18 @@ mod tests {
         for bad in ["3M", "2048", "2G", "abc", "", "M", "99999999999999999999K"] {
             assert!(parse_buffer_size(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn gpu_periods() {
+        use super::{parse_gpu_period, GpuPeriod};
+        assert_eq!(parse_gpu_period("off"), Ok(GpuPeriod::Off));
+        assert_eq!(
+            parse_gpu_period("250ms"),
+            Ok(GpuPeriod::Every(std::time::Duration::from_millis(250)))
+        );
+        assert!(parse_gpu_period("1ms").is_err());
+        assert!(parse_gpu_period("fast").is_err());
     }
 
     #[test]

@@ -17,6 +17,21 @@ fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"?\"".into())
 }
 
+/// A counter event; `values` are the `args` members, already JSON.
+fn write_counter(
+    out: &mut impl Write,
+    pid: u32,
+    quoted_name: &str,
+    ts_ns: u64,
+    values: &str,
+) -> io::Result<()> {
+    write!(
+        out,
+        "{{\"ph\":\"C\",\"name\":{quoted_name},\"ts\":{},\"pid\":{pid},\"args\":{{{values}}}}}",
+        micros(ts_ns)
+    )
+}
+
 impl<W: Write> ChromeWriter<W> {
     /// Starts the trace; `probes` are (name, category) by probe id.
     pub fn new(mut out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
@@ -49,6 +64,10 @@ impl<W: Write> ChromeWriter<W> {
         let renamed = span.name.as_deref().map(quote);
         let name = renamed.as_ref().unwrap_or(probe_name);
         let SpanOut { pid, tid, depth, .. } = span;
+        if let Some(value) = span.counter {
+            let values = format!("\"bytes\":{value}");
+            return write_counter(&mut self.out, *pid, name, span.start_ns, &values);
+        }
         if span.instant {
             let values = span.values.as_deref().unwrap_or("");
             return write!(
@@ -65,6 +84,16 @@ impl<W: Write> ChromeWriter<W> {
             micros(span.dur_ns),
             span.values.as_deref().unwrap_or("")
         )
+    }
+
+    /// A counter sample (`"ph":"C"`): one track per process and name, one series per value.
+    pub fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(String, f64)]) -> io::Result<()> {
+        self.separator()?;
+        let values: Vec<String> = values
+            .iter()
+            .map(|(series, v)| format!("{}:{}", quote(series), serde_json::json!(v)))
+            .collect();
+        write_counter(&mut self.out, pid, &quote(name), ts_ns, &values.join(","))
     }
 
     fn metadata(&mut self, what: &str, pid: u32, tid: u32, name: &str) -> io::Result<()> {

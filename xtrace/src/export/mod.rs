@@ -1,5 +1,7 @@
-//! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table).
+//! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table),
+//! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary).
 pub mod chrome;
+pub mod cuda;
 pub mod profile;
 pub mod summary;
 

@@ -93,6 +93,12 @@ pub struct Summary {
     /// `hot_stacks`.
     #[serde(flatten)]
     pub profile: Option<super::profile::ProfileSummary>,
+    /// With CUDA tracing: launches per kernel, copies, device memory, synchronization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<super::cuda::CudaSummary>,
+    /// With GPU metrics: per GPU, its name, readings and highest values.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::cuda::nvml::GpuSummary>,
 }
 
 /// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s.
@@ -153,9 +159,11 @@ impl Summary {
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
+        // CUDA probes cover every API function found; only those called are worth a row.
         let rows: Vec<[String; 9]> = self
             .probes
             .iter()
+            .filter(|p| p.kind != "cuda" || p.stats.count > 0)
             .map(|p| {
                 let s = &p.stats;
                 [
@@ -197,6 +205,21 @@ impl Summary {
         }
         if let Some(profile) = &self.profile {
             out += &profile_table(profile);
+        }
+        if let Some(cuda) = &self.cuda {
+            out += &cuda.table();
+        }
+        for gpu in &self.gpus {
+            let show = |v: Option<f64>, unit: &str| v.map_or("n/a".into(), |v| format!("{v:.0}{unit}"));
+            out += &format!(
+                "GPU {} ({}): {} readings, peak utilization {}, memory used {}, power {}\n",
+                gpu.index,
+                gpu.name,
+                gpu.samples,
+                show(gpu.max_gpu_utilization_pct, "%"),
+                show(gpu.max_memory_used_bytes, " bytes"),
+                show(gpu.max_power_w, " W"),
+            );
         }
         out
     }
@@ -277,6 +300,8 @@ mod tests {
                 comm: "app".into(),
             }],
             profile: None,
+            cuda: None,
+            gpus: Vec::new(),
         }
     }
 

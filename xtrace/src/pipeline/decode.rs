@@ -1,8 +1,8 @@
 //! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
-    ArgsEvent, EventHeader, SampleEvent, SpanEvent, ThreadEvent, UsdtEvent, UsdtStrEvent, KIND_ARGS,
-    KIND_SAMPLE, KIND_SPAN, KIND_THREAD, KIND_USDT, KIND_USDT_STR,
+    ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, ThreadEvent, UsdtEvent, UsdtStrEvent,
+    KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_THREAD, KIND_USDT, KIND_USDT_STR,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +13,7 @@ pub enum Event {
     Usdt(UsdtEvent),
     UsdtStr(Box<UsdtStrEvent>),
     Sample(Box<SampleEvent>),
+    Out(OutEvent),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +45,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_USDT => Ok(Event::Usdt(read(bytes)?)),
         KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read(bytes)?))),
         KIND_SAMPLE => Ok(Event::Sample(Box::new(read(bytes)?))),
+        KIND_OUT => Ok(Event::Out(read(bytes)?)),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }

@@ -21,6 +21,9 @@ use crate::pipeline::{
     writer::{SpanOut, TraceWriter},
 };
 
+/// The trace.json counter track of a process's live CUDA device memory.
+pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
+
 /// Everything the records of one recording feed into.
 pub struct Pipeline<W: Write + Send + 'static> {
     /// Indexed by probe id.
@@ -30,6 +33,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub values: Values,
     pub usdt: Usdt,
     pub samples: samples::Samples,
+    pub cuda: crate::cuda::calls::Calls,
     /// USDT end probes that fired with no span of their pair open on their thread.
     pub usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
@@ -42,7 +46,12 @@ pub struct Pipeline<W: Write + Send + 'static> {
 impl<W: Write + Send + 'static> Pipeline<W> {
     /// `captures` says, by probe id, which values each probe captures; `usdt` knows the USDT call
     /// sites.
-    pub fn new(captures: Vec<Capture>, usdt: Usdt, trace: TraceWriter<W>) -> Self {
+    pub fn new(
+        captures: Vec<Capture>,
+        usdt: Usdt,
+        cuda: crate::cuda::calls::Calls,
+        trace: TraceWriter<W>,
+    ) -> Self {
         let stats = vec![ProbeStats::default(); captures.len()];
         Pipeline {
             stats,
@@ -51,6 +60,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             values: Values::new(captures),
             usdt,
             samples: samples::Samples::default(),
+            cuda,
             usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
@@ -71,6 +81,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 let duration = span.header.ts_ns.saturating_sub(span.start_ns);
                 stats.add(duration);
                 self.names.saw(span.header.pid, span.header.tid);
+                if self.cuda.owns(span.probe_id) {
+                    return self.cuda_span(&span);
+                }
                 let values = self
                     .values
                     .span(id, span.header.tid, span.start_ns, span.ret)
@@ -96,8 +109,16 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.names.named(thread.header.pid, thread.header.tid, name);
                 Ok(())
             }
+            Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {
+                self.cuda.args(&args);
+                Ok(())
+            }
             Ok(Event::Args(args)) => {
                 self.values.args(&args);
+                Ok(())
+            }
+            Ok(Event::Out(out)) => {
+                self.cuda.out(&out);
                 Ok(())
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
@@ -114,6 +135,37 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.undecodable += 1;
                 Ok(())
             }
+        }
+    }
+
+    /// The span of a CUDA call, and the process's device memory counter when the call changed it.
+    fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
+        let (pid, tid) = (span.header.pid, span.header.tid);
+        let end_ns = span.header.ts_ns;
+        let rendered = self
+            .cuda
+            .span(span.probe_id, pid, tid, span.start_ns, end_ns, span.ret);
+        self.trace.span(SpanOut {
+            probe: span.probe_id as usize,
+            pid,
+            tid,
+            start_ns: span.start_ns,
+            dur_ns: end_ns.saturating_sub(span.start_ns),
+            depth: span.depth,
+            values: Some(rendered.values.into_boxed_str()),
+            ..Default::default()
+        })?;
+        match rendered.memory {
+            Some(bytes) => self.trace.span(SpanOut {
+                probe: span.probe_id as usize,
+                pid,
+                tid: pid,
+                start_ns: end_ns,
+                name: Some(CUDA_MEMORY_TRACK.into()),
+                counter: Some(bytes),
+                ..Default::default()
+            }),
+            None => Ok(()),
         }
     }
 
@@ -172,7 +224,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     depth,
                     values: Some(args.into_boxed_str()),
                     name: name.map(String::into_boxed_str),
-                    instant: false,
+                    ..Default::default()
                 })
             }
             Hit::Unpaired { .. } => {

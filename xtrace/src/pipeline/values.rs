@@ -300,6 +300,7 @@ mod tests {
             depth,
             _pad: 0,
             strings,
+            stack: [0; 4],
         }
     }
 

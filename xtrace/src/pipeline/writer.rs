@@ -29,6 +29,8 @@ pub struct SpanOut {
     pub name: Option<Box<str>>,
     /// An instant event (`"ph":"i"`) at `start_ns`; `dur_ns` and `depth` are unused.
     pub instant: bool,
+    /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
+    pub counter: Option<u64>,
 }
 
 /// Spans per batch handed to the writer thread.

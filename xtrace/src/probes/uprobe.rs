@@ -87,6 +87,8 @@ pub struct Plan {
     pub usdt_sites: Vec<SiteAttachment>,
     /// The role and argument types of each USDT probe, by probe id.
     pub usdt_probes: BTreeMap<u32, UsdtProbe>,
+    /// The CUDA function of each `--cuda` probe, by probe id.
+    pub cuda: BTreeMap<u32, crate::cuda::api::Function>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
 }
@@ -169,7 +171,8 @@ pub fn symbols_for(spec: &UprobeSpec, scope: &Scope) -> Result<(TargetFile, ElfS
 /// The `ARG_SPECS` entry of each probe that captures arguments, by probe id.
 pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
     use xtrace_common::probe::args;
-    plan.probes
+    let typed = plan
+        .probes
         .iter()
         .enumerate()
         .filter(|(_, p)| !p.capture.args.is_empty())
@@ -179,6 +182,7 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
                 spec | args::int(i) | string
             });
             (id as u32, spec)
-        })
-        .collect()
+        });
+    let cuda = plan.cuda.iter().map(|(id, f)| (*id, f.op.spec()));
+    typed.chain(cuda).collect()
 }

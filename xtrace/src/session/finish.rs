@@ -4,8 +4,10 @@ use std::{collections::HashMap, io::Write, path::Path, time::Duration};
 
 use super::{output_error, run::Stop};
 use crate::{
+    cuda::nvml::{track_pid, DeviceSeries},
     error::Result,
     export::{
+        cuda::CudaSummary,
         profile,
         summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
@@ -64,6 +66,7 @@ pub fn write<W: Write + Send + 'static>(
     command: Option<CommandSummary>,
     run: RunInfo,
     sampling: Option<Sampling>,
+    gpus: &[DeviceSeries],
 ) -> Result<Summary> {
     let trace_err = output_error(trace_path);
     let Pipeline {
@@ -73,6 +76,7 @@ pub fn write<W: Write + Send + 'static>(
         values,
         usdt,
         samples,
+        cuda,
         usdt_unpaired,
         undecodable,
         unknown_probe,
@@ -98,6 +102,17 @@ pub fn write<W: Write + Send + 'static>(
     for ((pid, tid), name) in &names.threads {
         if let Some(name) = name {
             trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
+        }
+    }
+    for gpu in gpus {
+        let pid = track_pid(gpu.index);
+        trace
+            .process_name(pid, &format!("GPU {}: {}", gpu.index, gpu.name))
+            .map_err(trace_err)?;
+        for r in &gpu.readings {
+            trace
+                .counter(pid, r.track, r.ts_ns, &r.values)
+                .map_err(trace_err)?;
         }
     }
     trace.finish().map_err(trace_err)?;
@@ -140,7 +155,7 @@ pub fn write<W: Write + Send + 'static>(
         decode_errors: undecodable + unknown_probe,
         lost,
         unmatched_entries,
-        args_unpaired: values.dropped,
+        args_unpaired: values.dropped + cuda.dropped,
         usdt_unpaired: usdt_unpaired + usdt.still_open(),
         probes,
         command,
@@ -154,6 +169,8 @@ pub fn write<W: Write + Send + 'static>(
             })
             .collect(),
         profile,
+        cuda: (!plan.cuda.is_empty()).then(|| CudaSummary::new(&cuda.totals)),
+        gpus: gpus.iter().map(DeviceSeries::summary).collect(),
     };
     output::write(out, "summary.json", summary.to_json().as_bytes())?;
     output::write(out, "summary.txt", summary.table().as_bytes())?;

@@ -13,7 +13,11 @@ use xtrace_common::probe::ShortCalls;
 
 use crate::{
     bpf,
-    cli::RecordArgs,
+    cli::{record::GpuPeriod, RecordArgs},
+    cuda::{
+        self,
+        nvml::{self, GpuMetrics},
+    },
     error::{Error, Result},
     export::summary::{RunInfo, Summary},
     output,
@@ -104,10 +108,21 @@ impl Targets {
     }
 }
 
-/// The probes asked for: `-u` and `-U`.
+/// Whether CUDA calls are traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CudaMode {
+    Off,
+    /// `--cuda`: a target without a CUDA library is an error.
+    On,
+    /// No probe flags with `--pid`: traced when the process maps a CUDA library.
+    Auto,
+}
+
+/// The probes asked for: `-u`, `-U` and `--cuda`.
 struct Specs {
     uprobes: Vec<UprobeSpec>,
     usdt: Vec<UsdtSpec>,
+    cuda: CudaMode,
 }
 
 impl Specs {
@@ -123,12 +138,20 @@ impl Specs {
                 .iter()
                 .map(|s| UsdtSpec::parse(s))
                 .collect::<Result<_>>()?,
+            cuda: match (args.cuda, args.uprobe.is_empty() && args.usdt.is_empty()) {
+                (true, _) => CudaMode::On,
+                (false, true) if !args.pid.is_empty() => CudaMode::Auto,
+                (false, _) => CudaMode::Off,
+            },
         })
     }
 
     fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
         let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes)?;
         usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
+        if self.cuda != CudaMode::Off {
+            cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On)?;
+        }
         Ok(plan)
     }
 }
@@ -174,7 +197,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     // Without any probe, xtrace profiles the CPU.
     let hz = match args.freq {
         Some(hz) => Some(hz),
-        None if args.uprobe.is_empty() && args.usdt.is_empty() => Some(sampler::DEFAULT_HZ),
+        None if args.uprobe.is_empty() && args.usdt.is_empty() && !args.cuda => Some(sampler::DEFAULT_HZ),
         None => None,
     };
     if let Some(hz) = hz {
@@ -242,6 +265,17 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             )
         }
     };
+    let gpu_period = match args.gpu_metrics {
+        Some(GpuPeriod::Off) => None,
+        Some(GpuPeriod::Every(period)) => Some(period),
+        None if !plan.cuda.is_empty() => Some(nvml::DEFAULT_PERIOD),
+        None => None,
+    };
+    let gpu_metrics = gpu_period.and_then(|period| {
+        GpuMetrics::start(period, targets.pids())
+            .map_err(|why| observer.warning(&format!("GPU metrics off: {why}; tracing continues")))
+            .ok()
+    });
     observer.attached(&format!("{what} to {}; Ctrl-C to stop", targets.describe()));
 
     let started = Instant::now();
@@ -255,7 +289,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         })
         .collect();
     let usdt = Usdt::new(sites, plan.usdt_probes.clone());
-    let mut pipeline = Pipeline::new(captures, usdt, writer);
+    let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
+    let mut pipeline = Pipeline::new(captures, usdt, cuda, writer);
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut signals,
@@ -269,6 +304,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     )
     .await;
     let duration_ns = started.elapsed().as_nanos() as u64;
+    let gpus = gpu_metrics.map(GpuMetrics::stop).unwrap_or_default();
     observer.stopped();
     // Detach first so nothing new arrives, then read what is left.
     let detach_started = Instant::now();
@@ -313,6 +349,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             command,
             run,
             sampling,
+            &gpus,
         )
     }
     .await;

@@ -1,0 +1,253 @@
+//! `--cuda` on the real kernel, without a GPU: fixture `cudaapp` (tests/fixtures/cudaapp.cpp)
+//! calls the stand-in `libcudart.so.12` / `libcuda.so.1` (cudart.c, cudadrv.c), which export the
+//! real libraries' C symbols and signatures, a known number of times with known sizes.
+
+use serde_json::{json, Value};
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    output::{Outputs, Span},
+    require_bpf,
+    run::{run_error, trace_fixture_with, Finished, Xtrace},
+    TempDir,
+};
+
+/// Traces a fresh `cudaapp` by pid with `flags`.
+fn trace_by_pid(flags: Vec<std::ffi::OsString>, label: &str) -> (Outputs, Finished, TempDir) {
+    let mut fixture = Fixture::spawn(&fixtures().cudaapp, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new(label);
+    let out = tmp.join("out");
+    let finished = trace_fixture_with(&mut fixture, flags, &[], &out);
+    (Outputs::read(&out), finished, tmp)
+}
+
+fn cuda(out: &Outputs) -> &Value {
+    &out.summary["cuda"]
+}
+
+/// The launches, copies and errors cudaapp.cpp makes, whatever the process.
+fn assert_launches_and_copies(out: &Outputs) {
+    let cuda = cuda(out);
+    assert_eq!(
+        cuda["launches"],
+        json!([
+            {"kernel": "nn::relu(float*, int)", "count": 5},
+            {"kernel": "vecAdd(float*, float*, float*, int)", "count": 4},
+            {"kernel": "void nn::gemm<float>(float const*, float const*, float*, int)", "count": 3},
+            {"kernel": "axpy(float, float*, float*)", "count": 2},
+            {"kernel": "nn::softmax(float*, int)", "count": 2},
+        ]),
+        "{cuda:#}"
+    );
+    assert_eq!(
+        cuda["memcpy"],
+        json!([
+            {"kind": "HtoD", "calls": 5, "bytes": 13500},
+            {"kind": "DtoH", "calls": 2, "bytes": 4096},
+            {"kind": "DtoD", "calls": 1, "bytes": 1000},
+        ])
+    );
+    assert_eq!(cuda["sync_calls"], 3);
+    assert_eq!(cuda["graph_launches"], 1);
+    assert_eq!(cuda["errors"], json!({"cuMemAlloc_v2": 1, "cudaMalloc": 1}));
+    assert_eq!(cuda["calls_without_args"], 0);
+}
+
+fn launches<'a>(spans: &'a [Span], kernel: &str) -> Vec<&'a Span> {
+    spans.iter().filter(|s| s.args["kernel"] == kernel).collect()
+}
+
+#[test]
+fn cuda_calls_by_pid_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, _tmp) = trace_by_pid(args!["--cuda"], "cuda-pid");
+    let dir = fixtures().cudaapp.parent().unwrap().display().to_string();
+    let warning = format!(
+        "xtrace: warning: {dir}/libcuda.so.1 lacks 2 CUDA functions, not traced: cuMemcpyPeer, cuEventSynchronize"
+    );
+    assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);
+    assert_launches_and_copies(&out);
+
+    // Runtime calls that call the driver show both spans; each operation is counted once.
+    for (name, count) in [
+        ("cudaMalloc", 4),
+        ("cuMemAlloc_v2", 5),
+        ("cudaFree", 2),
+        ("cuMemFree_v2", 2),
+        ("cudaLaunchKernel", 10),
+        ("cudaLaunchKernelExC", 2),
+        ("cuLaunchKernel", 6),
+        ("cuLaunchKernelEx", 2),
+        ("cudaMemcpy", 5),
+        ("cuMemcpyHtoD_v2", 11),
+        ("cudaMemcpy2D", 1),
+        ("cudaDeviceSynchronize", 2),
+        ("cuCtxSynchronize", 2),
+        ("cudaGraphLaunch", 1),
+    ] {
+        assert_eq!(out.probe_count(name), count, "{name}");
+    }
+
+    let memory = &cuda(&out)["memory"][0];
+    assert_eq!(memory["peak_bytes"], 1_063_864);
+    assert_eq!(memory["live_bytes"], 1_051_576);
+    assert_eq!(memory["allocations"], 4);
+    assert_eq!(memory["frees"], 2);
+    assert_eq!(memory["unknown_frees"], 0);
+    let live: Vec<(u64, &str)> = memory["live"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["bytes"].as_u64().unwrap(), a["function"].as_str().unwrap()))
+        .collect();
+    assert_eq!(live, [(1_048_576, "cudaMalloc"), (3000, "cudaMalloc")]);
+    // Each synchronization busy-waits 5, 3 and 5 ms in the stand-in driver.
+    let blocked = cuda(&out)["sync_blocked_ns"].as_u64().unwrap();
+    assert!(blocked >= 13_000_000, "blocked {blocked} ns");
+
+    let counter: Vec<u64> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "CUDA device memory (bytes)")
+        .map(|e| e["args"]["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        counter,
+        [1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576]
+    );
+
+    let spans = out.spans();
+    let relu = launches(&spans, "nn::relu(float*, int)");
+    assert_eq!(relu.len(), 5);
+    assert!(relu.iter().all(|s| s.name == "cudaLaunchKernel"
+        && s.args["grid"] == json!([64, 2, 1])
+        && s.args["block"] == json!([256, 1, 1])
+        && s.args["shared_mem"] == 0
+        && s.args["stream"] == "0x0"));
+    let gemm = launches(
+        &spans,
+        "void nn::gemm<float>(float const*, float const*, float*, int)",
+    );
+    assert_eq!(gemm.len(), 3);
+    assert!(gemm
+        .iter()
+        .all(|s| s.args["shared_mem"] == 1024 && s.args["stream"] == "0x5151"));
+    // cudaLaunchKernelExC reads its config struct; the stand-in forwards to cudaLaunchKernel,
+    // which names the same kernel.
+    let softmax = launches(&spans, "nn::softmax(float*, int)");
+    let ex: Vec<&&Span> = softmax
+        .iter()
+        .filter(|s| s.name == "cudaLaunchKernelExC")
+        .collect();
+    assert_eq!(ex.len(), 2);
+    assert!(ex.iter().all(|s| s.args["grid"] == json!([8, 4, 2])
+        && s.args["block"] == json!([32, 8, 1])
+        && s.args["shared_mem"] == 4096
+        && s.args["stream"] == "0x77"));
+    // Driver launches: handles named by cuModuleGetFunction, and by cuLibraryGetKernel through
+    // cuKernelGetFunction; cuLaunchKernel's block z, shared memory and stream are stack arguments.
+    let vecadd = launches(&spans, "vecAdd(float*, float*, float*, int)");
+    assert_eq!(vecadd.len(), 4);
+    assert!(vecadd.iter().all(|s| s.name == "cuLaunchKernel"
+        && s.args["grid"] == json!([4, 2, 1])
+        && s.args["block"] == json!([128, 1, 1])
+        && s.args["shared_mem"] == 256
+        && s.args["stream"] == "0x55"));
+    let axpy = launches(&spans, "axpy(float, float*, float*)");
+    assert_eq!(
+        axpy.len(),
+        4,
+        "2 cuLaunchKernelEx and the 2 cuLaunchKernel they make"
+    );
+    assert!(axpy.iter().all(|s| s.args["grid"] == json!([2, 2, 2])
+        && s.args["block"] == json!([64, 2, 1])
+        && s.args["shared_mem"] == 512
+        && s.args["stream"] == "0x66"));
+    let copy2d = out.spans_named("cudaMemcpy2D");
+    assert_eq!(copy2d[0].args["bytes"], 700);
+    assert_eq!(copy2d[0].args["kind"], "HtoD");
+    let failed: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "cudaMalloc" && s.args.get("error").is_some())
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].args["error"], 2);
+    assert_eq!(failed[0].args["bytes"], 1u64 << 41);
+
+    assert!(finished
+        .stdout
+        .contains("CUDA: 16 kernel launches (5 kernels), 1 graph launches"));
+}
+
+#[test]
+fn cuda_on_by_itself_for_a_pid_that_maps_cuda() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, _tmp) = trace_by_pid(Vec::new(), "cuda-auto");
+    assert_launches_and_copies(&out);
+    assert!(out.summary["samples"].is_u64(), "sampling stays on by default");
+    // GPU metrics come on with CUDA tracing; without NVML (CI has no NVIDIA driver) that is one
+    // warning and the recording goes on.
+    let nvml = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join("libnvidia-ml.so.1").exists());
+    let notices: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("xtrace: warning: GPU metrics off: "))
+        .collect();
+    if nvml {
+        assert!(out.summary["gpus"].is_array(), "{:?}", finished.stderr);
+    } else {
+        assert_eq!(notices.len(), 1, "{:?}", finished.stderr);
+        assert!(notices[0].contains("NVML could not be loaded"), "{}", notices[0]);
+        assert!(notices[0].ends_with("; tracing continues"), "{}", notices[0]);
+        assert!(out.summary.get("gpus").is_none());
+    }
+}
+
+#[test]
+fn gpu_metrics_off_leaves_no_notice() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, _tmp) = trace_by_pid(args!["--cuda", "--gpu-metrics=off"], "cuda-nogpu");
+    assert_launches_and_copies(&out);
+    assert!(
+        !finished.stderr.iter().any(|l| l.contains("GPU metrics")),
+        "{:?}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn cuda_in_a_launched_command() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("cuda-launch");
+    let out = tmp.join("out");
+    let xtrace = Xtrace::spawn(args!["--cuda", "-o", &out, "--", &fixtures().cudaapp]);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert_launches_and_copies(&Outputs::read(&out));
+}
+
+#[test]
+fn cuda_without_a_cuda_library_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let line = run_error(args!["--cuda", "-p", fixture.pid().to_string(), "-d", "1"]);
+    assert!(
+        line.starts_with(
+            "xtrace: error: --cuda: the target has no CUDA library (libcudart.so*, libcuda.so*)"
+        ),
+        "{line}"
+    );
+}

@@ -1,0 +1,367 @@
+//! CUDA calls in the pipeline: each call's `ArgsEvent` (entry) and `OutEvent` (return) wait here
+//! for its span; the span is then rendered with its meaning (kernel name and launch geometry,
+//! bytes and direction, allocation addresses) and counted: launches per kernel, bytes copied per
+//! direction, live device memory per process (a trace counter), time blocked in synchronization.
+//! A call made inside another CUDA call of the same category on the same thread (cudaMalloc
+//! calling cuMemAlloc) is the same operation and is counted once, by the outermost call.
+use std::collections::{BTreeMap, HashMap};
+
+use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN};
+
+use super::{
+    api::{Direction, Function, Kind, Op, Src},
+    kernels::KernelNames,
+};
+
+/// Calls waiting for their spans at most; past it, new ones are dropped (counted).
+const MAX_PENDING: usize = 1 << 16;
+
+/// A call's entry record, waiting for its span.
+#[derive(Clone, Debug)]
+struct Pending {
+    depth: u8,
+    category: &'static str,
+    regs: [u64; 6],
+    stack: [u64; 4],
+    /// A struct argument's bytes, or a string argument (NUL-terminated).
+    bytes: Vec<u8>,
+    out: Option<u64>,
+}
+
+/// A live allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub bytes: u64,
+    pub tid: u32,
+    pub at_ns: u64,
+    pub function: &'static str,
+}
+
+/// Per-process device memory.
+#[derive(Clone, Debug, Default)]
+pub struct Memory {
+    pub live: BTreeMap<u64, Allocation>,
+    pub current: u64,
+    pub peak: u64,
+    pub allocations: u64,
+    pub frees: u64,
+    /// Frees of addresses no traced allocation returned (allocated before attach).
+    pub unknown_frees: u64,
+}
+
+/// Totals for summary.json.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Launches per kernel name.
+    pub launches: BTreeMap<String, u64>,
+    /// (calls, bytes) per direction.
+    pub copies: BTreeMap<Direction, (u64, u64)>,
+    pub memory: BTreeMap<u32, Memory>,
+    /// (calls, ns blocked) in synchronization calls.
+    pub sync: (u64, u64),
+    pub graph_launches: u64,
+    /// Calls that returned an error code, per function.
+    pub errors: BTreeMap<&'static str, u64>,
+    /// Calls whose entry record was lost (ring full, too many pending): counted by span only.
+    pub without_args: u64,
+}
+
+/// What a CUDA span adds to the trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rendered {
+    /// trace.json `args` members (`,"bytes":4096`).
+    pub values: String,
+    /// The process's live device memory after this call, when it changed.
+    pub memory: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Calls {
+    functions: BTreeMap<u32, Function>,
+    pending: BTreeMap<(u32, u64), Pending>,
+    pub names: KernelNames,
+    pub totals: Totals,
+    pub dropped: u64,
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u64 {
+    bytes.get(at..at + 4).map_or(0, |b| {
+        u64::from(u32::from_le_bytes(b.try_into().unwrap_or_default()))
+    })
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+}
+
+impl Calls {
+    pub fn new(functions: BTreeMap<u32, Function>) -> Self {
+        Calls {
+            functions,
+            ..Default::default()
+        }
+    }
+
+    /// Whether `probe` is a CUDA function.
+    pub fn owns(&self, probe: u32) -> bool {
+        self.functions.contains_key(&probe)
+    }
+
+    /// A call's entry record. Records still waiting on this thread at the same or a greater depth
+    /// belong to calls that ended without a span and are dropped.
+    pub fn args(&mut self, event: &ArgsEvent) {
+        let Some(function) = self.functions.get(&event.probe_id) else {
+            return;
+        };
+        let tid = event.header.tid;
+        let ended: Vec<(u32, u64)> = self
+            .pending
+            .range((tid, 0)..=(tid, u64::MAX))
+            .filter(|(_, p)| p.depth >= event.depth)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in ended {
+            self.pending.remove(&key);
+        }
+        if self.pending.len() >= MAX_PENDING {
+            self.dropped += 1;
+            return;
+        }
+        let bytes = event
+            .strings
+            .iter()
+            .zip(event.str_len)
+            .find(|(_, len)| *len > 0)
+            .map_or_else(Vec::new, |(s, len)| s[..usize::from(len).min(s.len())].to_vec());
+        self.pending.insert(
+            (tid, event.start_ns),
+            Pending {
+                depth: event.depth,
+                category: function.op.category(),
+                regs: event.args,
+                stack: event.stack,
+                bytes,
+                out: None,
+            },
+        );
+    }
+
+    /// The value an out-pointer held when its call returned.
+    pub fn out(&mut self, event: &OutEvent) {
+        if let Some(p) = self.pending.get_mut(&(event.header.tid, event.start_ns)) {
+            p.out = Some(event.value);
+        }
+    }
+
+    /// The span of CUDA probe `probe`: rendered, and counted unless nested in a call of its kind.
+    pub fn span(&mut self, probe: u32, pid: u32, tid: u32, start_ns: u64, end_ns: u64, ret: u64) -> Rendered {
+        let Some(function) = self.functions.get(&probe).copied() else {
+            return Rendered::default();
+        };
+        let stale: Vec<(u32, u64)> = self
+            .pending
+            .range((tid, start_ns)..=(tid, u64::MAX))
+            .map(|(key, _)| *key)
+            .collect();
+        let mut mine = None;
+        for key in stale {
+            let p = self.pending.remove(&key);
+            if key.1 == start_ns {
+                mine = p;
+            }
+        }
+        let category = function.op.category();
+        let nested = self
+            .pending
+            .range((tid, 0)..(tid, start_ns))
+            .any(|(_, p)| p.category == category);
+        let code = ret as u32;
+        let mut values = String::new();
+        if code != 0 {
+            values += &format!(",\"error\":{code}");
+            *self.totals.errors.entry(function.name).or_default() += 1;
+        }
+        let Some(call) = mine else {
+            self.totals.without_args += 1;
+            return Rendered { values, memory: None };
+        };
+        let count = !nested && code == 0;
+        let mut memory = None;
+        let get = |s: Src| match s {
+            Src::Reg(i) => call.regs[i],
+            Src::Stack(j) => call.stack[j],
+        };
+        match function.op {
+            Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => {
+                let launch = self.launch(function.op, pid, &call);
+                values = launch.json() + &values;
+                if count {
+                    *self.totals.launches.entry(launch.kernel).or_default() += 1;
+                }
+            }
+            Op::Memcpy { bytes, rows, kind } => {
+                let n = get(bytes).saturating_mul(rows.map_or(1, get));
+                let direction = match kind {
+                    Kind::Fixed(d) => Some(d),
+                    Kind::Arg(s) => Direction::from_kind(get(s)),
+                };
+                let shown = direction.map_or("unknown", Direction::name);
+                values = format!(",\"bytes\":{n},\"kind\":\"{shown}\"") + &values;
+                if let (true, Some(direction)) = (count, direction) {
+                    let entry = self.totals.copies.entry(direction).or_default();
+                    entry.0 += 1;
+                    entry.1 += n;
+                }
+            }
+            Op::Alloc { size, .. } => {
+                let (n, ptr) = (get(size), call.out.unwrap_or(0));
+                values = format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values;
+                if count && ptr != 0 {
+                    let m = self.totals.memory.entry(pid).or_default();
+                    let allocation = Allocation {
+                        bytes: n,
+                        tid,
+                        at_ns: start_ns,
+                        function: function.name,
+                    };
+                    if let Some(old) = m.live.insert(ptr, allocation) {
+                        // An address handed out again without a traced free: replace it.
+                        m.current -= old.bytes;
+                    }
+                    m.current += n;
+                    m.peak = m.peak.max(m.current);
+                    m.allocations += 1;
+                    memory = Some(m.current);
+                }
+            }
+            Op::Free { ptr } => {
+                let ptr = call.regs[ptr];
+                values = format!(",\"ptr\":\"{ptr:#x}\"") + &values;
+                if count && ptr != 0 {
+                    let m = self.totals.memory.entry(pid).or_default();
+                    m.frees += 1;
+                    match m.live.remove(&ptr) {
+                        Some(old) => {
+                            m.current -= old.bytes;
+                            memory = Some(m.current);
+                        }
+                        None => m.unknown_frees += 1,
+                    }
+                }
+            }
+            Op::Sync => {
+                if !nested {
+                    self.totals.sync.0 += 1;
+                    self.totals.sync.1 += end_ns.saturating_sub(start_ns);
+                }
+            }
+            Op::GraphLaunch => {
+                if count {
+                    self.totals.graph_launches += 1;
+                }
+            }
+            Op::GetFunction => {
+                let end = call
+                    .bytes
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(call.bytes.len());
+                let mangled = String::from_utf8_lossy(&call.bytes[..end]).into_owned();
+                let name = crate::demangle::demangle(&mangled);
+                let handle = call.out.unwrap_or(0);
+                values = format!(
+                    ",\"name\":{},\"function\":\"{handle:#x}\"",
+                    serde_json::to_string(&name).unwrap_or_default()
+                ) + &values;
+                if code == 0 {
+                    self.names.name_handle(pid, handle, name);
+                }
+            }
+            Op::KernelGetFunction => {
+                let (handle, kernel) = (call.out.unwrap_or(0), call.regs[1]);
+                values = format!(",\"function\":\"{handle:#x}\",\"kernel\":\"{kernel:#x}\"") + &values;
+                if let (0, Some(name)) = (code, self.names.handle_name(pid, kernel)) {
+                    self.names.name_handle(pid, handle, name);
+                }
+            }
+        }
+        Rendered { values, memory }
+    }
+
+    fn launch(&mut self, op: Op, pid: u32, call: &Pending) -> Launch {
+        let (r, s, b) = (&call.regs, &call.stack, &call.bytes[..]);
+        let lo = |v: u64| v & 0xffff_ffff;
+        let hi = |v: u64| v >> 32;
+        match op {
+            Op::LaunchRuntime => Launch {
+                kernel: self.names.stub(pid, r[0]),
+                grid: [lo(r[1]), hi(r[1]), lo(r[2])],
+                block: [lo(r[3]), hi(r[3]), lo(r[4])],
+                shared_mem: s[0],
+                stream: s[1],
+            },
+            Op::LaunchRuntimeEx => Launch {
+                kernel: self.names.stub(pid, r[1]),
+                grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
+                block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
+                shared_mem: u64_at(b, 24),
+                stream: u64_at(b, 32),
+            },
+            Op::LaunchDriver => Launch {
+                kernel: self.names.handle(pid, r[0]),
+                grid: [lo(r[1]), lo(r[2]), lo(r[3])],
+                block: [lo(r[4]), lo(r[5]), lo(s[0])],
+                shared_mem: lo(s[1]),
+                stream: s[2],
+            },
+            _ => Launch {
+                kernel: self.names.handle(pid, r[1]),
+                grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
+                block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
+                shared_mem: u32_at(b, 24),
+                stream: u64_at(b, 32),
+            },
+        }
+    }
+}
+
+const _: () = assert!(
+    ARG_BLOCK_LEN >= 40,
+    "launch configs are read up to their stream at 32..40"
+);
+
+struct Launch {
+    kernel: String,
+    grid: [u64; 3],
+    block: [u64; 3],
+    shared_mem: u64,
+    stream: u64,
+}
+
+impl Launch {
+    fn json(&self) -> String {
+        let [gx, gy, gz] = self.grid;
+        let [bx, by, bz] = self.block;
+        format!(
+            ",\"kernel\":{},\"grid\":[{gx},{gy},{gz}],\"block\":[{bx},{by},{bz}],\"shared_mem\":{},\"stream\":\"{:#x}\"",
+            serde_json::to_string(&self.kernel).unwrap_or_default(),
+            self.shared_mem,
+            self.stream
+        )
+    }
+}
+
+/// The live allocations of every process, for summary.json (largest first).
+pub fn live(totals: &Totals) -> HashMap<u32, Vec<(u64, &Allocation)>> {
+    totals
+        .memory
+        .iter()
+        .map(|(pid, m)| {
+            let mut live: Vec<(u64, &Allocation)> = m.live.iter().map(|(p, a)| (*p, a)).collect();
+            live.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+            (*pid, live)
+        })
+        .collect()
+}

@@ -1,0 +1,105 @@
+//! Kernel names. `cudaLaunchKernel` receives the kernel's host stub, a function whose symbol is the
+//! kernel's own (mangled) name: blazesym names it from the ELF symbols of the file it lies in.
+//! `cuLaunchKernel` receives a `CUfunction` handle: named by the `cuModuleGetFunction` /
+//! `cuLibraryGetKernel` call that returned it. Unknown stubs are shown as `module+0xoffset`,
+//! unknown handles as `CUfunction 0x…`. Results are cached per process and address.
+use std::collections::HashMap;
+
+use blazesym::symbolize::{
+    source::{Elf, Source},
+    Input, Symbolized, Symbolizer,
+};
+
+use crate::pipeline::samples::{find, read_maps, Mapping};
+
+pub struct KernelNames {
+    symbolizer: Symbolizer,
+    maps: HashMap<u32, Vec<Mapping>>,
+    stubs: HashMap<(u32, u64), String>,
+    handles: HashMap<(u32, u64), String>,
+}
+
+impl Default for KernelNames {
+    fn default() -> Self {
+        KernelNames {
+            symbolizer: Symbolizer::builder()
+                .enable_demangling(true)
+                .enable_inlined_fns(false)
+                .enable_code_info(false)
+                .build(),
+            maps: HashMap::new(),
+            stubs: HashMap::new(),
+            handles: HashMap::new(),
+        }
+    }
+}
+
+impl KernelNames {
+    /// The kernel whose host stub is at `address` in process `pid`.
+    pub fn stub(&mut self, pid: u32, address: u64) -> String {
+        if let Some(name) = self.stubs.get(&(pid, address)) {
+            return name.clone();
+        }
+        let name = self.symbolize(pid, address);
+        self.stubs.insert((pid, address), name.clone());
+        name
+    }
+
+    fn symbolize(&mut self, pid: u32, address: u64) -> String {
+        let known = self.maps.get(&pid).is_some_and(|m| find(m, address).is_some());
+        if !known {
+            // A library loaded since the last read (or the first launch of this process).
+            if let Some(maps) = read_maps(pid) {
+                self.maps.insert(pid, maps);
+            }
+        }
+        let Some(mapping) = self.maps.get(&pid).and_then(|m| find(m, address)) else {
+            return format!("{address:#x}");
+        };
+        let offset = address - mapping.start + mapping.offset;
+        let module = mapping
+            .path
+            .rsplit('/')
+            .next()
+            .unwrap_or(&mapping.path)
+            .to_string();
+        if !mapping.path.starts_with('/') {
+            return format!("{module}+{offset:#x}");
+        }
+        // Through the process's root (containers); once it has exited, by the path itself.
+        let root = format!("/proc/{pid}/root{}", mapping.path);
+        let open = if std::path::Path::new(&root).exists() {
+            root
+        } else {
+            mapping.path.clone()
+        };
+        let source = Source::Elf(Elf::new(open));
+        match self
+            .symbolizer
+            .symbolize_single(&source, Input::FileOffset(offset))
+        {
+            Ok(Symbolized::Sym(sym)) if sym.offset == 0 => sym.name.into_owned(),
+            // Inside a function rather than at its start: not a stub.
+            Ok(Symbolized::Sym(sym)) => format!("{}+{:#x}", sym.name, sym.offset),
+            _ => format!("{module}+{offset:#x}"),
+        }
+    }
+
+    /// `handle` (a `CUfunction` or `CUkernel`) of process `pid` is the kernel `name`.
+    pub fn name_handle(&mut self, pid: u32, handle: u64, name: String) {
+        if handle != 0 {
+            self.handles.insert((pid, handle), name);
+        }
+    }
+
+    /// The name of an earlier handle, if one was seen.
+    pub fn handle_name(&self, pid: u32, handle: u64) -> Option<String> {
+        self.handles.get(&(pid, handle)).cloned()
+    }
+
+    /// The kernel a `CUfunction` handle of process `pid` names.
+    pub fn handle(&self, pid: u32, handle: u64) -> String {
+        self.handle_name(pid, handle)
+            .unwrap_or_else(|| format!("CUfunction {handle:#x}"))
+    }
+}

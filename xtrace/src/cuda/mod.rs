@@ -1,0 +1,8 @@
+//! CUDA API tracing (`--cuda`): `api` lists the runtime and driver functions and where their
+//! arguments are, `plan` finds the libraries and plans probes, `calls` turns each call's records
+//! into a rendered span and totals, `kernels` names launched kernels, `nvml` samples GPU metrics.
+pub mod api;
+pub mod calls;
+pub mod kernels;
+pub mod nvml;
+pub mod plan;

@@ -1,0 +1,149 @@
+//! Finding the CUDA libraries a target uses and planning a span probe on each traced function:
+//! `libcudart.so*` and `libcuda.so*` wherever the process maps them (copies bundled by Python
+//! wheels included), and a main executable that links cudart statically.
+use std::path::Path;
+
+use super::api::{expected, Function, Library, FUNCTIONS};
+use crate::{
+    error::{Error, Result},
+    pipeline::values::Capture,
+    probes::{
+        elf::ElfSymbols,
+        needed::needed_libraries,
+        uprobe::{Attachment, Plan, Scope},
+        ProbeInfo,
+    },
+    target::{library_from_cache, library_matches, TargetFile},
+};
+
+/// The library `path` provides, by its file name.
+fn library_of(path: &Path) -> Option<Library> {
+    let path = path.to_string_lossy();
+    if library_matches(&path, "libcudart") {
+        Some(Library::Runtime)
+    } else if library_matches(&path, "libcuda") {
+        Some(Library::Driver)
+    } else {
+        None
+    }
+}
+
+/// The CUDA libraries of one scope, with the library each provides.
+fn libraries(scope: &Scope) -> Result<Vec<(TargetFile, Library)>> {
+    let mut found = Vec::new();
+    let mut candidates = match scope {
+        Scope::SystemWide => Vec::new(),
+        _ => scope.modules()?,
+    };
+    if let Scope::Command(program) = scope {
+        candidates.extend(needed_libraries(program));
+    }
+    if !matches!(scope, Scope::Process(_)) {
+        // Not running yet, or every process: also the system's libraries (libcudart loads
+        // libcuda with dlopen).
+        candidates.extend(
+            ["libcudart", "libcuda"]
+                .iter()
+                .filter_map(|n| library_from_cache(n).ok()),
+        );
+    }
+    let mut unique: Vec<TargetFile> = Vec::new();
+    for file in candidates {
+        if !unique.iter().any(|u| u.shown == file.shown) {
+            unique.push(file);
+        }
+    }
+    let candidates = unique;
+    for (index, file) in candidates.into_iter().enumerate() {
+        match library_of(&file.shown) {
+            Some(library) => found.push((file, library)),
+            // The main executable (first in a process's modules), when it links cudart statically.
+            None if index == 0
+                && !matches!(scope, Scope::SystemWide)
+                && ElfSymbols::read(&file.open, &file.shown)
+                    .is_ok_and(|s| s.functions.iter().any(|f| f.name == "cudaLaunchKernel")) =>
+            {
+                found.push((file, Library::Runtime));
+            }
+            None => {}
+        }
+    }
+    Ok(found)
+}
+
+/// Adds a span probe on every CUDA function found in every scope; records each probe's function
+/// in `plan.cuda`. Returns how many libraries were found; notices name the functions a library
+/// lacks. `required` (`--cuda` given) makes finding none an error.
+pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> {
+    let mut libraries_found = 0;
+    let mut seen: Vec<std::path::PathBuf> = Vec::new();
+    for (scope_index, scope) in scopes.iter().enumerate() {
+        for (file, library) in libraries(scope)? {
+            let symbols = ElfSymbols::read(&file.open, &file.shown)?;
+            libraries_found += 1;
+            let first_time = !seen.contains(&file.shown);
+            seen.push(file.shown.clone());
+            let mut missing = Vec::new();
+            for function in FUNCTIONS.iter().filter(|f| f.library == library) {
+                let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
+                    if expected(function) {
+                        missing.push(function.name);
+                    }
+                    continue;
+                };
+                let id = probe_id(plan, &file, symbol.file_offset, function);
+                plan.attachments.push(Attachment {
+                    probe_id: id,
+                    file: file.clone(),
+                    offset: symbol.file_offset,
+                    scope: scope_index,
+                });
+            }
+            if !missing.is_empty() && first_time {
+                plan.notices.push(format!(
+                    "{} lacks {} CUDA function{}, not traced: {}",
+                    file.shown.display(),
+                    missing.len(),
+                    if missing.len() == 1 { "" } else { "s" },
+                    missing.join(", ")
+                ));
+            }
+        }
+    }
+    if libraries_found == 0 && required {
+        return Err(Error::Usage(
+            "--cuda: the target has no CUDA library (libcudart.so*, libcuda.so*) loaded or linked, \
+             and no cudart linked statically; for a program that loads CUDA later, attach with \
+             --pid once it has"
+                .into(),
+        ));
+    }
+    Ok(libraries_found)
+}
+
+/// The probe id of `function` at `offset` in `file`, adding the probe the first time.
+fn probe_id(plan: &mut Plan, file: &TargetFile, offset: u64, function: &Function) -> u32 {
+    let shown = file.shown.display().to_string();
+    if let Some(id) = plan
+        .probes
+        .iter()
+        .position(|p| p.target == shown && p.offset == offset)
+    {
+        return id as u32;
+    }
+    plan.probes.push(ProbeInfo {
+        name: function.name.to_string(),
+        kind: "cuda",
+        target: shown,
+        offset,
+        capture: Capture::default(),
+    });
+    let id = (plan.probes.len() - 1) as u32;
+    plan.cuda.insert(id, *function);
+    id
+}
+
+/// Whether any of `process`'s mapped files is a CUDA library (for turning `--cuda` on by itself).
+pub fn maps_cuda(files: &[TargetFile]) -> bool {
+    files.iter().any(|f| library_of(&f.shown).is_some())
+}

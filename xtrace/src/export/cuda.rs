@@ -1,0 +1,145 @@
+//! The `cuda` section of summary.json and its lines in the readable summary.
+use serde::Serialize;
+
+use super::summary::human;
+use crate::cuda::calls::{live, Totals};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelLaunches {
+    pub kernel: String,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Copies {
+    /// HtoD, DtoH, DtoD, HtoH or default (direction inferred by CUDA from unified addresses).
+    pub kind: &'static str,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveAllocation {
+    pub ptr: String,
+    pub bytes: u64,
+    pub tid: u32,
+    pub function: &'static str,
+    /// When it was allocated (CLOCK_MONOTONIC ns, as trace.json's clock).
+    pub at_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessMemory {
+    pub pid: u32,
+    /// Device memory allocated by traced calls and not freed, at its highest and at the end.
+    pub peak_bytes: u64,
+    pub live_bytes: u64,
+    pub allocations: u64,
+    pub frees: u64,
+    /// Frees of addresses no traced call allocated (allocated before the capture began).
+    pub unknown_frees: u64,
+    /// Allocations still live when the capture ended, largest first.
+    pub live: Vec<LiveAllocation>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CudaSummary {
+    /// Kernel launches per kernel name, most launched first.
+    pub launches: Vec<KernelLaunches>,
+    pub memcpy: Vec<Copies>,
+    pub memory: Vec<ProcessMemory>,
+    /// Calls to cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize (and their
+    /// driver forms) and the time the calling threads were blocked in them.
+    pub sync_calls: u64,
+    pub sync_blocked_ns: u64,
+    pub graph_launches: u64,
+    /// Calls that returned an error code, per function.
+    pub errors: std::collections::BTreeMap<&'static str, u64>,
+    /// Calls whose arguments were lost (ring buffer full): in the counts above only by their span.
+    pub calls_without_args: u64,
+}
+
+impl CudaSummary {
+    pub fn new(totals: &Totals) -> Self {
+        let mut launches: Vec<KernelLaunches> = totals
+            .launches
+            .iter()
+            .map(|(kernel, count)| KernelLaunches {
+                kernel: kernel.clone(),
+                count: *count,
+            })
+            .collect();
+        launches.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.kernel.cmp(&b.kernel)));
+        let live = live(totals);
+        CudaSummary {
+            launches,
+            memcpy: totals
+                .copies
+                .iter()
+                .map(|(d, (calls, bytes))| Copies {
+                    kind: d.name(),
+                    calls: *calls,
+                    bytes: *bytes,
+                })
+                .collect(),
+            memory: totals
+                .memory
+                .iter()
+                .map(|(pid, m)| ProcessMemory {
+                    pid: *pid,
+                    peak_bytes: m.peak,
+                    live_bytes: m.current,
+                    allocations: m.allocations,
+                    frees: m.frees,
+                    unknown_frees: m.unknown_frees,
+                    live: live[pid]
+                        .iter()
+                        .map(|(ptr, a)| LiveAllocation {
+                            ptr: format!("{ptr:#x}"),
+                            bytes: a.bytes,
+                            tid: a.tid,
+                            function: a.function,
+                            at_ns: a.at_ns,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            sync_calls: totals.sync.0,
+            sync_blocked_ns: totals.sync.1,
+            graph_launches: totals.graph_launches,
+            errors: totals.errors.clone(),
+            calls_without_args: totals.without_args,
+        }
+    }
+
+    /// Lines for the readable summary.
+    pub fn table(&self) -> String {
+        let launches: u64 = self.launches.iter().map(|l| l.count).sum();
+        let mut out = format!(
+            "\nCUDA: {launches} kernel launches ({} kernels), {} graph launches, {} blocked in {} synchronizations\n",
+            self.launches.len(),
+            self.graph_launches,
+            human(self.sync_blocked_ns),
+            self.sync_calls
+        );
+        for l in self.launches.iter().take(10) {
+            out += &format!("  {:>8}  {}\n", l.count, l.kernel);
+        }
+        for c in &self.memcpy {
+            out += &format!("  memcpy {:<7} {} calls, {} bytes\n", c.kind, c.calls, c.bytes);
+        }
+        for m in &self.memory {
+            out += &format!(
+                "  pid {}: peak device memory {} bytes, {} bytes in {} allocations still live\n",
+                m.pid,
+                m.peak_bytes,
+                m.live_bytes,
+                m.live.len()
+            );
+        }
+        for (function, n) in &self.errors {
+            out += &format!("  {function} returned an error {n} times\n");
+        }
+        out
+    }
+}
