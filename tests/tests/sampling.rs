@@ -129,6 +129,54 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
         finished.stdout.contains("hot_a"),
         "the terminal summary lists the top functions"
     );
+    // Every sample is also an instant event on its thread's track, named by its innermost frame.
+    let timeline: Vec<&serde_json::Value> = out.events.iter().filter(|e| e["cat"] == "sample").collect();
+    assert_eq!(timeline.len() as u64, samples);
+    assert_eq!(out.summary["timeline_samples"], samples);
+    assert!(timeline
+        .iter()
+        .all(|e| e["ph"] == "i" && e["pid"] == fixture.pid() && e["tid"] == fixture.pid()));
+    let on_a = timeline.iter().filter(|e| e["name"] == "hot_a").count() as u64;
+    assert_eq!(on_a, out.summary["hot_functions"][0]["self"].as_u64().unwrap());
+    let stack = timeline.iter().find(|e| e["name"] == "hot_a").unwrap()["args"]["stack"]
+        .as_str()
+        .unwrap();
+    assert!(stack.ends_with("main;split;hot_a"), "{stack}");
+    assert_eq!(out.summary["targets"][0]["exited"], true);
+}
+
+#[test]
+fn a_pid_that_exits_mid_capture_is_noted() {
+    if !require_bpf() {
+        return;
+    }
+    let mut short = Fixture::spawn(&fixtures().profile, &["split", "300"]);
+    short.wait_ready();
+    let long = Fixture::spin();
+    let tmp = TempDir::new("sample-gone");
+    let out = tmp.join("out");
+    let pids = (short.pid().to_string(), long.pid().to_string());
+    let mut xtrace = Xtrace::spawn(args!["-p", &pids.0, "-p", &pids.1, "-d", "1.5", "-o", &out]);
+    xtrace.wait_attached();
+    short.go();
+    assert!(short.wait().success());
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let out = Outputs::read_profiled(&out);
+    assert_eq!(out.stop_reason(), "duration");
+    let exited: Vec<(u64, bool)> = out.summary["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["pid"].as_u64().unwrap(), t["exited"].as_bool().unwrap()))
+        .collect();
+    let mut expected = vec![(u64::from(short.pid()), true), (u64::from(long.pid()), false)];
+    expected.sort_unstable();
+    assert_eq!(exited, expected);
+    let line = format!("pid {} (profile) exited during the capture", short.pid());
+    assert!(finished.stdout.contains(&line), "{}", finished.stdout);
+    // Its samples were symbolized after it had gone.
+    assert!(self_share(&out, "hot_a") > 0.0);
 }
 
 #[test]

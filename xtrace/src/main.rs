@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{list, status::Console, Cli, Command},
+    cli::{flamegraph, list, status::Console, Cli, Command},
     session,
 };
 
@@ -25,6 +25,18 @@ fn main() -> ExitCode {
     let args = match cli.into_command() {
         Command::Record(args) => args,
         Command::List(args) => return list(&args),
+        Command::Flamegraph(args) => {
+            return match flamegraph::run(&args) {
+                Ok(note) => {
+                    eprintln!("xtrace: {note}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("xtrace: error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

@@ -1,8 +1,7 @@
 //! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
-//! One module per measurement: per_hit, throughput, attach, rss; the sampling row stays "n/a" until
-//! xtrace has a sampler. prep builds and installs what is needed; runs, bpftrace, tracer and
+//! One module per measurement: per_hit, throughput, attach, sampling, rss. prep builds and installs what is needed; runs, bpftrace, tracer and
 //! workload run the processes; report holds the rows and writes the table and the JSON.
 mod attach;
 mod bpftrace;
@@ -11,6 +10,7 @@ mod prep;
 mod report;
 mod rss;
 mod runs;
+mod sampling;
 mod saturation;
 mod throughput;
 mod tracer;
@@ -23,7 +23,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::{setup, util::Workspace};
-use report::{Report, Row, Verdict};
+use report::Report;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -103,14 +103,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         attach::run(&env, &cfg, &mut report)?;
     }
     if wanted(Part::Sampling) {
-        report.row(
-            Row::new(
-                "sampling",
-                "sampling slowdown at 99 and 999 Hz (CPU-bound fixture)",
-                "n/a (no sampler yet, issue 6)",
-            )
-            .goal("", Verdict::NotApplicable),
-        );
+        sampling::run(&env, &cfg, &mut report)?;
     }
     if wanted(Part::Rss) {
         rss::run(&env, &cfg, &mut report)?;

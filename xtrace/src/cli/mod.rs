@@ -1,5 +1,6 @@
-//! Command line: `xtrace [record] ...` and `xtrace list ...`. `record` is also what `xtrace` does
+//! Command line: `xtrace [record] ...`, `xtrace list ...` and `xtrace flamegraph --diff ...`. `record` is also what `xtrace` does
 //! without a subcommand.
+pub mod flamegraph;
 pub mod list;
 pub mod record;
 pub mod status;
@@ -29,6 +30,8 @@ pub enum Command {
     Record(RecordArgs),
     /// List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`.
     List(list::ListArgs),
+    /// Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`.
+    Flamegraph(flamegraph::FlamegraphArgs),
 }
 
 impl Cli {

@@ -66,23 +66,23 @@ impl KernelNames {
         if !mapping.path.starts_with('/') {
             return format!("{module}+{offset:#x}");
         }
-        // Through the process's root (containers); once it has exited, by the path itself.
+        // Through the process's root (containers); once it has exited (or while it exits), by
+        // the path itself.
         let root = format!("/proc/{pid}/root{}", mapping.path);
-        let open = if std::path::Path::new(&root).exists() {
-            root
-        } else {
-            mapping.path.clone()
-        };
-        let source = Source::Elf(Elf::new(open));
-        match self
-            .symbolizer
-            .symbolize_single(&source, Input::FileOffset(offset))
-        {
-            Ok(Symbolized::Sym(sym)) if sym.offset == 0 => sym.name.into_owned(),
-            // Inside a function rather than at its start: not a stub.
-            Ok(Symbolized::Sym(sym)) => format!("{}+{:#x}", sym.name, sym.offset),
-            _ => format!("{module}+{offset:#x}"),
+        for open in [root, mapping.path.clone()] {
+            let source = Source::Elf(Elf::new(open));
+            match self
+                .symbolizer
+                .symbolize_single(&source, Input::FileOffset(offset))
+            {
+                Ok(Symbolized::Sym(sym)) if sym.offset == 0 => return sym.name.into_owned(),
+                // Inside a function rather than at its start: not a stub.
+                Ok(Symbolized::Sym(sym)) => return format!("{}+{:#x}", sym.name, sym.offset),
+                Ok(Symbolized::Unknown(_)) => break,
+                Err(_) => continue,
+            }
         }
+        format!("{module}+{offset:#x}")
     }
 
     /// `handle` (a `CUfunction` or `CUkernel`) of process `pid` is the kernel `name`.

@@ -96,6 +96,18 @@ impl<W: Write> ChromeWriter<W> {
         write_counter(&mut self.out, pid, &quote(name), ts_ns, &values.join(","))
     }
 
+    /// One CPU sample: an instant event on its thread's track named by the innermost frame.
+    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
+        self.separator()?;
+        write!(
+            self.out,
+            "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{},\"cat\":\"sample\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"stack\":{}}}}}",
+            quote(leaf),
+            micros(ts_ns),
+            quote(stack)
+        )
+    }
+
     fn metadata(&mut self, what: &str, pid: u32, tid: u32, name: &str) -> io::Result<()> {
         self.separator()?;
         write!(

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::{
     error::{Error, Result},
-    pipeline::samples::{find, find_jit, read_perf_map, JitSymbol, Samples, StackKey},
+    pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
 };
 
 /// Hottest functions and stacks listed in summary.json.
@@ -48,6 +48,8 @@ pub struct ProfileSummary {
     pub sample_frequency_hz: u64,
     /// User stacks cut at 127 frames.
     pub truncated_stacks: u64,
+    /// Samples also written to trace.json as instant events (the first 100,000).
+    pub timeline_samples: u64,
     pub hot_functions: Vec<HotFunction>,
     pub hot_stacks: Vec<HotStack>,
 }
@@ -248,19 +250,53 @@ fn folded_frame(name: &str) -> String {
     name.replace([';', '\n'], ":")
 }
 
+/// Frame names (outermost first, kernel frames suffixed `_[k]`) of every sampled stack.
+pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
+
+/// Names the frames of every sampled stack (blazesym, cached per file offset and address).
+pub fn frames(samples: &Samples) -> Frames<'_> {
+    Resolver::new().resolve(samples)
+}
+
+/// Frames of a stack shown per sample on the timeline, innermost kept.
+const TIMELINE_FRAMES: usize = 32;
+
+/// Writes the timeline samples as instant events on their threads' tracks (`"cat":"sample"`,
+/// named by the innermost frame, `args.stack` the innermost frames folded).
+pub fn timeline<W: std::io::Write>(
+    trace: &mut super::chrome::ChromeWriter<W>,
+    samples: &Samples,
+    frames: &Frames,
+) -> std::io::Result<()> {
+    let by_hash: HashMap<u64, (&str, String)> = frames
+        .iter()
+        .map(|(key, frames)| {
+            let leaf = frames.last().map_or("?", String::as_str);
+            let start = frames.len().saturating_sub(TIMELINE_FRAMES);
+            (stack_hash(key), (leaf, frames[start..].join(";")))
+        })
+        .collect();
+    for s in &samples.timeline {
+        if let Some((leaf, stack)) = by_hash.get(&s.stack) {
+            trace.sample(s.pid, s.tid, s.ts_ns, leaf, stack)?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes `stacks.folded` and `flamegraph.svg` into `out` and returns the profile summary.
 /// `process_names` gives each pid's root frame.
 pub fn write(
     out: &Path,
     samples: &Samples,
+    frames: &Frames,
     process_names: &HashMap<u32, String>,
     frequency_hz: u64,
     icicle: bool,
 ) -> Result<ProfileSummary> {
-    let frames = Resolver::new().resolve(samples);
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     let mut functions: HashMap<String, (u64, u64)> = HashMap::new();
-    for (key, frames) in &frames {
+    for (key, frames) in frames {
         let count = samples.stacks[*key];
         let root = process_names
             .get(&key.pid)
@@ -335,6 +371,7 @@ pub fn write(
         samples: samples.total,
         sample_frequency_hz: frequency_hz,
         truncated_stacks: samples.truncated,
+        timeline_samples: samples.timeline.len() as u64,
         hot_functions,
         hot_stacks,
     })

@@ -50,6 +50,8 @@ pub struct TargetSummary {
     /// The pid inside the target's own PID namespace (a container); null when it shares xtrace's.
     pub ns_pid: Option<u32>,
     pub comm: String,
+    /// Whether it exited before the capture ended (its samples and calls up to then are kept).
+    pub exited: bool,
 }
 
 /// How the recording ran: the first fields of summary.json.
@@ -155,6 +157,11 @@ impl Summary {
                 command.argv.join(" "),
                 command.pid
             );
+        }
+        if self.command.is_none() && self.targets.len() > 1 {
+            for t in self.targets.iter().filter(|t| t.exited) {
+                out += &format!("pid {} ({}) exited during the capture\n", t.pid, t.comm);
+            }
         }
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
@@ -298,6 +305,7 @@ mod tests {
                 pid: 42,
                 ns_pid: None,
                 comm: "app".into(),
+                exited: true,
             }],
             profile: None,
             cuda: None,

@@ -41,6 +41,32 @@ pub struct Samples {
     pub maps: HashMap<u32, Vec<Mapping>>,
     /// When each process's maps were last read.
     read_at: HashMap<u32, Instant>,
+    /// The first `TIMELINE_MAX` samples in arrival order, for the thread tracks of trace.json.
+    pub timeline: Vec<TimedSample>,
+    /// Samples past `TIMELINE_MAX`: counted in the profile, not on the timeline.
+    pub timeline_dropped: u64,
+}
+
+/// Samples kept with their time and thread for trace.json.
+pub const TIMELINE_MAX: usize = 100_000;
+
+/// One sample on the timeline: its stack is the `StackKey` whose [`stack_hash`] is `stack`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedSample {
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub stack: u64,
+}
+
+/// A stable 64-bit hash of a stack (SipHash with fixed keys), so that timeline samples need not
+/// hold a copy of their stack.
+pub fn stack_hash(key: &StackKey) -> u64 {
+    use std::hash::{Hash, Hasher};
+    #[allow(deprecated)]
+    let mut hasher = std::hash::SipHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Least time between two reads of one process's maps: stacks walked without frame pointers hold
@@ -74,6 +100,16 @@ impl Samples {
             kernel: kernel.into(),
             user: user.into(),
         };
+        if self.timeline.len() < TIMELINE_MAX {
+            self.timeline.push(TimedSample {
+                ts_ns: event.header.ts_ns,
+                pid,
+                tid: event.header.tid,
+                stack: stack_hash(&key),
+            });
+        } else {
+            self.timeline_dropped += 1;
+        }
         *self.stacks.entry(key).or_default() += 1;
     }
 }

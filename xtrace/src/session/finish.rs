@@ -60,7 +60,7 @@ pub fn write<W: Write + Send + 'static>(
     plan: &Plan,
     pipeline: Pipeline<W>,
     mut infos: Vec<(u32, ProcessInfo)>,
-    target_pids: &[u32],
+    targets: &[(u32, bool)],
     stop: Stop,
     (lost, unmatched_entries): (Lost, u64),
     command: Option<CommandSummary>,
@@ -104,6 +104,10 @@ pub fn write<W: Write + Send + 'static>(
             trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
         }
     }
+    let frames = sampling.map(|_| profile::frames(&samples));
+    if let Some(frames) = &frames {
+        profile::timeline(&mut trace, &samples, frames).map_err(trace_err)?;
+    }
     for gpu in gpus {
         let pid = track_pid(gpu.index);
         trace
@@ -132,8 +136,8 @@ pub fn write<W: Write + Send + 'static>(
         })
         .collect();
     probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
-    let profile = match sampling {
-        Some(sampling) => {
+    let profile = match (sampling, &frames) {
+        (Some(sampling), Some(frames)) => {
             let names: HashMap<u32, String> = infos
                 .iter()
                 .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
@@ -141,12 +145,13 @@ pub fn write<W: Write + Send + 'static>(
             Some(profile::write(
                 out,
                 &samples,
+                frames,
                 &names,
                 sampling.hz,
                 sampling.icicle,
             )?)
         }
-        None => None,
+        _ => None,
     };
     let summary = Summary {
         run,
@@ -161,11 +166,14 @@ pub fn write<W: Write + Send + 'static>(
         command,
         targets: infos
             .iter()
-            .filter(|(pid, _)| target_pids.contains(pid))
-            .map(|(pid, info)| TargetSummary {
-                pid: *pid,
-                ns_pid: info.ns_pid,
-                comm: info.comm.clone().unwrap_or_default(),
+            .filter_map(|(pid, info)| {
+                let (_, exited) = targets.iter().find(|(p, _)| p == pid)?;
+                Some(TargetSummary {
+                    pid: *pid,
+                    ns_pid: info.ns_pid,
+                    comm: info.comm.clone().unwrap_or_default(),
+                    exited: *exited,
+                })
             })
             .collect(),
         profile,

@@ -343,7 +343,11 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             &plan,
             pipeline,
             infos,
-            &targets.pids(),
+            &targets
+                .processes()
+                .iter()
+                .map(|p| (p.pid, p.has_exited()))
+                .collect::<Vec<_>>(),
             stop,
             (lost, unmatched_entries),
             command,

@@ -1,0 +1,94 @@
+//! `xtrace flamegraph --diff BASE NEW -o diff.svg`: a differential flamegraph of two captures
+//! (capture directories holding stacks.folded, or folded-stack files), drawn by inferno: frame
+//! widths are NEW's samples, colours the change from BASE (red grew, blue shrank).
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::{
+    error::{Error, Result},
+    output,
+};
+
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    /// The two captures to compare: directories recorded with CPU sampling (their
+    /// stacks.folded), or folded-stack files.
+    #[arg(long = "diff", num_args = 2, value_names = ["BASE", "NEW"], required = true)]
+    pub diff: Vec<PathBuf>,
+
+    /// Where to write the SVG.
+    #[arg(short = 'o', long = "output", value_name = "SVG", default_value = "diff.svg")]
+    pub output: PathBuf,
+
+    /// Scale BASE's sample counts to NEW's total, so that captures of different lengths compare
+    /// by share rather than by count.
+    #[arg(long)]
+    pub normalize: bool,
+}
+
+/// The folded stacks of a capture argument: `DIR/stacks.folded` or the file itself, checked to
+/// hold at least one `frames COUNT` line.
+fn folded(path: &Path) -> Result<String> {
+    let file = if path.is_dir() {
+        path.join("stacks.folded")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file).map_err(|e| Error::Unreadable {
+        path: file.clone(),
+        reason: if path.is_dir() {
+            "no stacks.folded in this directory: give a capture recorded with CPU sampling (-F) or a folded-stack file".into()
+        } else {
+            e.to_string()
+        },
+    })?;
+    let valid = |line: &str| {
+        line.rsplit_once(' ')
+            .is_some_and(|(stack, n)| !stack.is_empty() && n.parse::<u64>().is_ok())
+    };
+    if !text.lines().any(valid) {
+        return Err(Error::Unreadable {
+            path: file,
+            reason: "not folded stacks (lines of `frame;frame;... COUNT`)".into(),
+        });
+    }
+    Ok(text)
+}
+
+/// Writes the differential flamegraph; returns what the CLI reports.
+pub fn run(args: &FlamegraphArgs) -> Result<String> {
+    let (base, new) = (folded(&args.diff[0])?, folded(&args.diff[1])?);
+    let mut diff = Vec::new();
+    let options = inferno::differential::Options {
+        normalize: args.normalize,
+        strip_hex: false,
+    };
+    inferno::differential::from_readers(options, base.as_bytes(), new.as_bytes(), &mut diff)
+        .map_err(|e| Error::Usage(format!("cannot compare the captures: {e}")))?;
+    let mut svg = Vec::new();
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = format!("xtrace: {} vs {}", args.diff[1].display(), args.diff[0].display());
+    options.subtitle = Some("width: NEW's samples; red: more than in BASE, blue: fewer".into());
+    options.count_name = "samples".into();
+    inferno::flamegraph::from_reader(&mut options, diff.as_slice(), &mut svg)
+        .map_err(|e| Error::Usage(format!("cannot draw the differential flamegraph: {e}")))?;
+    let (dir, name) = match (args.output.parent(), args.output.file_name()) {
+        (Some(dir), Some(name)) => (
+            if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            },
+            name.to_string_lossy().into_owned(),
+        ),
+        _ => {
+            return Err(Error::Usage(format!(
+                "-o {}: give the path of an SVG file to write",
+                args.output.display()
+            )))
+        }
+    };
+    output::write(dir, &name, &svg)?;
+    Ok(format!("wrote {}", args.output.display()))
+}
