@@ -12,14 +12,11 @@ use super::{
     api::{Direction, Function, Kind, Op, Src},
     kernels::KernelNames,
 };
-
-/// Calls waiting for their spans at most; past it, new ones are dropped (counted).
-const MAX_PENDING: usize = 1 << 16;
+use crate::pipeline::pending::Pending;
 
 /// A call's entry record, waiting for its span.
 #[derive(Clone, Debug)]
-struct Pending {
-    depth: u8,
+struct Entry {
     category: &'static str,
     regs: [u64; 6],
     stack: [u64; 4],
@@ -78,10 +75,9 @@ pub struct Rendered {
 #[derive(Default)]
 pub struct Calls {
     functions: BTreeMap<u32, Function>,
-    pending: BTreeMap<(u32, u64), Pending>,
+    pending: Pending<Entry>,
     pub names: KernelNames,
     pub totals: Totals,
-    pub dropped: u64,
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u64 {
@@ -104,53 +100,42 @@ impl Calls {
         }
     }
 
+    /// Entry records dropped because too many calls were waiting for their spans.
+    pub fn dropped(&self) -> u64 {
+        self.pending.dropped
+    }
+
     /// Whether `probe` is a CUDA function.
     pub fn owns(&self, probe: u32) -> bool {
         self.functions.contains_key(&probe)
     }
 
-    /// A call's entry record. Records still waiting on this thread at the same or a greater depth
-    /// belong to calls that ended without a span and are dropped.
+    /// A call's entry record (see [`Pending`] for records of calls that ended without a span).
     pub fn args(&mut self, event: &ArgsEvent) {
         let Some(function) = self.functions.get(&event.probe_id) else {
             return;
         };
-        let tid = event.header.tid;
-        let ended: Vec<(u32, u64)> = self
-            .pending
-            .range((tid, 0)..=(tid, u64::MAX))
-            .filter(|(_, p)| p.depth >= event.depth)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in ended {
-            self.pending.remove(&key);
-        }
-        if self.pending.len() >= MAX_PENDING {
-            self.dropped += 1;
-            return;
-        }
         let bytes = event
             .strings
             .iter()
             .zip(event.str_len)
             .find(|(_, len)| *len > 0)
             .map_or_else(Vec::new, |(s, len)| s[..usize::from(len).min(s.len())].to_vec());
-        self.pending.insert(
-            (tid, event.start_ns),
-            Pending {
-                depth: event.depth,
-                category: function.op.category(),
-                regs: event.args,
-                stack: event.stack,
-                bytes,
-                out: None,
-            },
-        );
+        self.names.saw(event.header.pid);
+        let entry = Entry {
+            category: function.op.category(),
+            regs: event.args,
+            stack: event.stack,
+            bytes,
+            out: None,
+        };
+        self.pending
+            .enter(event.header.tid, event.start_ns, event.depth, entry);
     }
 
     /// The value an out-pointer held when its call returned.
     pub fn out(&mut self, event: &OutEvent) {
-        if let Some(p) = self.pending.get_mut(&(event.header.tid, event.start_ns)) {
+        if let Some(p) = self.pending.get_mut(event.header.tid, event.start_ns) {
             p.out = Some(event.value);
         }
     }
@@ -160,23 +145,12 @@ impl Calls {
         let Some(function) = self.functions.get(&probe).copied() else {
             return Rendered::default();
         };
-        let stale: Vec<(u32, u64)> = self
-            .pending
-            .range((tid, start_ns)..=(tid, u64::MAX))
-            .map(|(key, _)| *key)
-            .collect();
-        let mut mine = None;
-        for key in stale {
-            let p = self.pending.remove(&key);
-            if key.1 == start_ns {
-                mine = p;
-            }
-        }
+        let mine = self.pending.take(tid, start_ns);
         let category = function.op.category();
         let nested = self
             .pending
-            .range((tid, 0)..(tid, start_ns))
-            .any(|(_, p)| p.category == category);
+            .callers(tid, start_ns)
+            .any(|p| p.category == category);
         let code = ret as u32;
         let mut values = String::new();
         if code != 0 {
@@ -290,7 +264,7 @@ impl Calls {
         Rendered { values, memory }
     }
 
-    fn launch(&mut self, op: Op, pid: u32, call: &Pending) -> Launch {
+    fn launch(&mut self, op: Op, pid: u32, call: &Entry) -> Launch {
         let (r, s, b) = (&call.regs, &call.stack, &call.bytes[..]);
         let lo = |v: u64| v & 0xffff_ffff;
         let hi = |v: u64| v >> 32;

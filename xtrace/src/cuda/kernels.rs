@@ -35,6 +35,16 @@ impl Default for KernelNames {
 }
 
 impl KernelNames {
+    /// A CUDA call of process `pid` was seen: read its mappings now if they were never read, while
+    /// it is most likely still alive (a process's mappings are gone once it has exited).
+    pub fn saw(&mut self, pid: u32) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.maps.entry(pid) {
+            if let Some(maps) = read_maps(pid) {
+                slot.insert(maps);
+            }
+        }
+    }
+
     /// The kernel whose host stub is at `address` in process `pid`.
     pub fn stub(&mut self, pid: u32, address: u64) -> String {
         if let Some(name) = self.stubs.get(&(pid, address)) {
@@ -48,9 +58,15 @@ impl KernelNames {
     fn symbolize(&mut self, pid: u32, address: u64) -> String {
         let known = self.maps.get(&pid).is_some_and(|m| find(m, address).is_some());
         if !known {
-            // A library loaded since the last read (or the first launch of this process).
+            // A library loaded since the last read (or the first launch of this process); mappings
+            // read before are kept when the process is gone.
             if let Some(maps) = read_maps(pid) {
-                self.maps.insert(pid, maps);
+                let kept = self.maps.entry(pid).or_default();
+                for mapping in maps {
+                    if !kept.contains(&mapping) {
+                        kept.push(mapping);
+                    }
+                }
             }
         }
         let Some(mapping) = self.maps.get(&pid).and_then(|m| find(m, address)) else {

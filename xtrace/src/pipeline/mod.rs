@@ -2,6 +2,7 @@
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
 //! their spans, `usdt` turns USDT hits into instants and spans, `threads` names pids and tids.
 pub mod decode;
+pub mod pending;
 pub mod reader;
 pub mod samples;
 pub mod stats;

@@ -1,15 +1,14 @@
 //! Captured argument and return values: each call's `ArgsEvent` (written at entry) waits here until
 //! the call's span arrives (same tid and entry time), then both are rendered for trace.json and
 //! counted per probe for summary.json (min/max of integers, the most frequent values).
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::Serialize;
 use xtrace_common::event::ArgsEvent;
 
+use super::pending::Pending;
 use crate::probes::spec::ArgType;
 
-/// Calls whose arguments wait for their span at most; past it new arguments are dropped (counted).
-const MAX_PENDING: usize = 1 << 16;
 /// Distinct values counted per argument; later new values only count as `other`.
 const MAX_DISTINCT: usize = 1024;
 /// Most frequent values listed per argument in summary.json.
@@ -164,11 +163,9 @@ pub struct Capture {
 #[derive(Debug, Default)]
 pub struct Values {
     captures: Vec<Capture>,
-    /// (tid, entry time) → the call's depth and rendered arguments.
-    pending: BTreeMap<(u32, u64), (u8, Vec<Value>)>,
+    /// The rendered arguments of calls waiting for their spans.
+    pending: Pending<Vec<Value>>,
     stats: Vec<Vec<ValueStats>>,
-    /// Argument records dropped because too many calls were waiting for their spans.
-    pub dropped: u64,
 }
 
 impl Values {
@@ -200,20 +197,6 @@ impl Values {
         let Some(capture) = self.captures.get(event.probe_id as usize) else {
             return;
         };
-        let tid = event.header.tid;
-        let ended: Vec<(u32, u64)> = self
-            .pending
-            .range((tid, 0)..=(tid, u64::MAX))
-            .filter(|(_, (depth, _))| *depth >= event.depth)
-            .map(|(key, _)| *key)
-            .collect();
-        for key in ended {
-            self.pending.remove(&key);
-        }
-        if self.pending.len() >= MAX_PENDING {
-            self.dropped += 1;
-            return;
-        }
         let values = capture
             .args
             .iter()
@@ -223,7 +206,8 @@ impl Values {
                 Value::from_register(*t, event.args[i], &event.strings[i][..len])
             })
             .collect();
-        self.pending.insert((tid, event.start_ns), (event.depth, values));
+        self.pending
+            .enter(event.header.tid, event.start_ns, event.depth, values);
     }
 
     /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret`: its values
@@ -235,18 +219,7 @@ impl Values {
         if capture.args.is_empty() && capture.ret.is_none() {
             return None;
         }
-        let stale: Vec<(u32, u64)> = self
-            .pending
-            .range((tid, start_ns)..=(tid, u64::MAX))
-            .map(|(key, _)| *key)
-            .collect();
-        let mut mine = None;
-        for key in stale {
-            let values = self.pending.remove(&key);
-            if key.1 == start_ns {
-                mine = values.map(|(_, values)| values);
-            }
-        }
+        let mine = self.pending.take(tid, start_ns);
         let mut values = match mine {
             Some(values) => values,
             None if capture.args.is_empty() => Vec::new(),
@@ -261,6 +234,11 @@ impl Values {
             json += &format!(",\"{}\":{}", stat.name, value.json());
         }
         Some(json)
+    }
+
+    /// Argument records dropped because too many calls were waiting for their spans.
+    pub fn dropped(&self) -> u64 {
+        self.pending.dropped
     }
 
     /// Per-probe value statistics, by probe id (empty for probes that capture nothing).

@@ -160,7 +160,7 @@ pub fn write<W: Write + Send + 'static>(
         decode_errors: undecodable + unknown_probe,
         lost,
         unmatched_entries,
-        args_unpaired: values.dropped + cuda.dropped,
+        args_unpaired: values.dropped() + cuda.dropped(),
         usdt_unpaired: usdt_unpaired + usdt.still_open(),
         probes,
         command,
