@@ -10,7 +10,10 @@ use blazesym::symbolize::{
     Input, Symbolized, Symbolizer,
 };
 
-use crate::pipeline::samples::{find, read_maps, Mapping};
+use crate::{
+    export::profile::{module_name, symbolizer},
+    pipeline::samples::{find, merge_maps, Mapping},
+};
 
 pub struct KernelNames {
     symbolizer: Symbolizer,
@@ -22,11 +25,7 @@ pub struct KernelNames {
 impl Default for KernelNames {
     fn default() -> Self {
         KernelNames {
-            symbolizer: Symbolizer::builder()
-                .enable_demangling(true)
-                .enable_inlined_fns(false)
-                .enable_code_info(false)
-                .build(),
+            symbolizer: symbolizer(),
             maps: HashMap::new(),
             stubs: HashMap::new(),
             handles: HashMap::new(),
@@ -39,9 +38,7 @@ impl KernelNames {
     /// it is most likely still alive (a process's mappings are gone once it has exited).
     pub fn saw(&mut self, pid: u32) {
         if let std::collections::hash_map::Entry::Vacant(slot) = self.maps.entry(pid) {
-            if let Some(maps) = read_maps(pid) {
-                slot.insert(maps);
-            }
+            merge_maps(slot.insert(Vec::new()), pid);
         }
     }
 
@@ -58,27 +55,14 @@ impl KernelNames {
     fn symbolize(&mut self, pid: u32, address: u64) -> String {
         let known = self.maps.get(&pid).is_some_and(|m| find(m, address).is_some());
         if !known {
-            // A library loaded since the last read (or the first launch of this process); mappings
-            // read before are kept when the process is gone.
-            if let Some(maps) = read_maps(pid) {
-                let kept = self.maps.entry(pid).or_default();
-                for mapping in maps {
-                    if !kept.contains(&mapping) {
-                        kept.push(mapping);
-                    }
-                }
-            }
+            // A library loaded since the last read (or the first launch of this process).
+            merge_maps(self.maps.entry(pid).or_default(), pid);
         }
         let Some(mapping) = self.maps.get(&pid).and_then(|m| find(m, address)) else {
             return format!("{address:#x}");
         };
         let offset = address - mapping.start + mapping.offset;
-        let module = mapping
-            .path
-            .rsplit('/')
-            .next()
-            .unwrap_or(&mapping.path)
-            .to_string();
+        let module = module_name(&mapping.path).to_string();
         if !mapping.path.starts_with('/') {
             return format!("{module}+{offset:#x}");
         }

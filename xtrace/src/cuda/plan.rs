@@ -8,7 +8,7 @@ use crate::{
     error::{Error, Result},
     pipeline::values::Capture,
     probes::{
-        elf::ElfSymbols,
+        elf::SymbolCache,
         needed::needed_libraries,
         uprobe::{Attachment, Plan, Scope},
         ProbeInfo,
@@ -29,7 +29,7 @@ fn library_of(path: &Path) -> Option<Library> {
 }
 
 /// The CUDA libraries of one scope, with the library each provides.
-fn libraries(scope: &Scope) -> Result<Vec<(TargetFile, Library)>> {
+fn libraries(scope: &Scope, elves: &mut SymbolCache) -> Result<Vec<(TargetFile, Library)>> {
     let mut found = Vec::new();
     let mut candidates = match scope {
         Scope::SystemWide => Vec::new(),
@@ -60,8 +60,9 @@ fn libraries(scope: &Scope) -> Result<Vec<(TargetFile, Library)>> {
             // The main executable (first in a process's modules), when it links cudart statically.
             None if index == 0
                 && !matches!(scope, Scope::SystemWide)
-                && ElfSymbols::read(&file.open, &file.shown)
-                    .is_ok_and(|s| s.functions.iter().any(|f| f.name == "cudaLaunchKernel")) =>
+                && elves
+                    .get(&file)
+                    .is_ok_and(|(s, _)| s.functions.iter().any(|f| f.name == "cudaLaunchKernel")) =>
             {
                 found.push((file, Library::Runtime));
             }
@@ -77,9 +78,10 @@ fn libraries(scope: &Scope) -> Result<Vec<(TargetFile, Library)>> {
 pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> {
     let mut libraries_found = 0;
     let mut seen: Vec<std::path::PathBuf> = Vec::new();
+    let mut elves = SymbolCache::default();
     for (scope_index, scope) in scopes.iter().enumerate() {
-        for (file, library) in libraries(scope)? {
-            let symbols = ElfSymbols::read(&file.open, &file.shown)?;
+        for (file, library) in libraries(scope, &mut elves)? {
+            let (symbols, _) = elves.get(&file)?;
             libraries_found += 1;
             let first_time = !seen.contains(&file.shown);
             seen.push(file.shown.clone());

@@ -32,6 +32,22 @@ fn write_counter(
     )
 }
 
+/// A thread-scoped instant event; `name` and `cat` are JSON-quoted, `values` the `args` members.
+fn write_instant(
+    out: &mut impl Write,
+    (pid, tid): (u32, u32),
+    name: &str,
+    cat: &str,
+    ts_ns: u64,
+    values: &str,
+) -> io::Result<()> {
+    write!(
+        out,
+        "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{values}}}}}",
+        micros(ts_ns)
+    )
+}
+
 impl<W: Write> ChromeWriter<W> {
     /// Starts the trace; `probes` are (name, category) by probe id.
     pub fn new(mut out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
@@ -70,12 +86,8 @@ impl<W: Write> ChromeWriter<W> {
         }
         if span.instant {
             let values = span.values.as_deref().unwrap_or("");
-            return write!(
-                self.out,
-                "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{}}}}}",
-                micros(span.start_ns),
-                values.strip_prefix(',').unwrap_or(values)
-            );
+            let values = values.strip_prefix(',').unwrap_or(values);
+            return write_instant(&mut self.out, (*pid, *tid), name, cat, span.start_ns, values);
         }
         write!(
             self.out,
@@ -99,12 +111,14 @@ impl<W: Write> ChromeWriter<W> {
     /// One CPU sample: an instant event on its thread's track named by the innermost frame.
     pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
         self.separator()?;
-        write!(
-            self.out,
-            "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{},\"cat\":\"sample\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"stack\":{}}}}}",
-            quote(leaf),
-            micros(ts_ns),
-            quote(stack)
+        let values = format!("\"stack\":{}", quote(stack));
+        write_instant(
+            &mut self.out,
+            (pid, tid),
+            &quote(leaf),
+            "\"sample\"",
+            ts_ns,
+            &values,
         )
     }
 

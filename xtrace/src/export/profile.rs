@@ -73,18 +73,24 @@ fn lookup_address(index: usize, address: u64) -> u64 {
     }
 }
 
-fn module_name(path: &str) -> &str {
+/// The file name of a mapped path, as frames show it (`libc.so.6+0x1234`).
+pub(crate) fn module_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
+}
+
+/// xtrace's blazesym symbolizer: demangled names only (no inlined frames, no source lines).
+pub(crate) fn symbolizer() -> Symbolizer {
+    Symbolizer::builder()
+        .enable_demangling(true)
+        .enable_inlined_fns(false)
+        .enable_code_info(false)
+        .build()
 }
 
 impl Resolver {
     fn new() -> Self {
         Resolver {
-            symbolizer: Symbolizer::builder()
-                .enable_demangling(true)
-                .enable_inlined_fns(false)
-                .enable_code_info(false)
-                .build(),
+            symbolizer: symbolizer(),
             vdso: vdso_symbols(),
         }
     }

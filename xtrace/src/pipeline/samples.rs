@@ -87,13 +87,7 @@ impl Samples {
         let due = self.read_at.get(&pid).is_none_or(|at| at.elapsed() >= REREAD);
         if due && known.is_none_or(|maps| !covered(maps)) {
             self.read_at.insert(pid, Instant::now());
-            // A process that is exiting has no maps left: keep what was read before.
-            let known = self.maps.entry(pid).or_default();
-            for mapping in read_maps(pid).unwrap_or_default() {
-                if !known.contains(&mapping) {
-                    known.push(mapping);
-                }
-            }
+            merge_maps(self.maps.entry(pid).or_default(), pid);
         }
         let key = StackKey {
             pid,
@@ -167,9 +161,19 @@ pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
 }
 
 /// The executable mappings of `pid`, or None when it is gone.
-pub fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
+fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     Some(parse_maps(&text))
+}
+
+/// Adds the executable mappings `pid` has now to `known`. Mappings are only added: code seen
+/// earlier may have been unmapped since, and a process that is exiting has none left.
+pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
+    for mapping in read_maps(pid).unwrap_or_default() {
+        if !known.contains(&mapping) {
+            known.push(mapping);
+        }
+    }
 }
 
 /// Executable mappings from /proc/PID/maps text.

@@ -1,13 +1,39 @@
 //! Function symbols of an ELF file (`.symtab` and `.dynsym`) with their file offsets, for attaching
 //! uprobes by name and for suggesting close names when a name is not found.
-use std::path::{Path, PathBuf};
+use std::{
+    collections::{hash_map::Entry, HashMap},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::{
     demangle::demangle,
     error::{Error, Result},
+    target::TargetFile,
 };
+
+/// Symbols of the files read so far, by device and inode: a file that several processes map (or
+/// that two probe families need) is read once.
+#[derive(Default)]
+pub struct SymbolCache {
+    files: HashMap<(u64, u64), ElfSymbols>,
+}
+
+impl SymbolCache {
+    /// The symbols of `file`, and whether this is the first time it was asked for.
+    pub fn get(&mut self, file: &TargetFile) -> Result<(&ElfSymbols, bool)> {
+        let meta = std::fs::metadata(&file.open).map_err(|e| Error::Unreadable {
+            path: file.shown.clone(),
+            reason: e.to_string(),
+        })?;
+        match self.files.entry((meta.dev(), meta.ino())) {
+            Entry::Occupied(known) => Ok((known.into_mut(), false)),
+            Entry::Vacant(new) => Ok((new.insert(ElfSymbols::read(&file.open, &file.shown)?), true)),
+        }
+    }
+}
 
 /// A defined function symbol.
 #[derive(Clone, Debug, PartialEq, Eq)]

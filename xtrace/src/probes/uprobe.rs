@@ -2,13 +2,12 @@
 //! (the probe id is the BPF cookie of both the entry and the return probe), and the scopes TARGETs
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
-    collections::{hash_map::Entry, BTreeMap, HashMap},
-    os::unix::fs::MetadataExt,
+    collections::{BTreeMap, HashMap},
     path::Path,
 };
 
 use super::{
-    elf::ElfSymbols,
+    elf::{ElfSymbols, SymbolCache},
     spec::{ArgType, TargetSpec, UprobeSpec},
     usdt::plan::{SiteAttachment, UsdtProbe},
     ProbeInfo,
@@ -97,37 +96,28 @@ pub struct Plan {
 /// more than `max_probes` functions match, before anything is attached.
 pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result<Plan> {
     let mut plan = Plan::default();
-    let mut elves: HashMap<(u64, u64), ElfSymbols> = HashMap::new();
+    let mut elves = SymbolCache::default();
     let mut ids: HashMap<(String, u64), u32> = HashMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
-            let meta = std::fs::metadata(&file.open).map_err(|e| Error::Unreadable {
-                path: file.shown.clone(),
-                reason: e.to_string(),
-            })?;
-            let key = (meta.dev(), meta.ino());
-            let symbols = match elves.entry(key) {
-                Entry::Occupied(known) => known.into_mut(),
-                Entry::Vacant(new) => {
-                    let symbols = ElfSymbols::read(&file.open, &file.shown)?;
-                    if symbols.stripped {
-                        plan.notices.push(format!(
-                            "{} is stripped (no .symtab): only its exported .dynsym functions can be traced",
-                            file.shown.display()
-                        ));
-                    }
-                    if symbols.cxx_exceptions {
-                        plan.notices.push(format!(
-                            "{} throws C++ exceptions: one that unwinds through a traced function (thrown \
-                             inside, caught outside) aborts the process, because return probes replace \
-                             return addresses; trace functions that catch, not those thrown through",
-                            file.shown.display()
-                        ));
-                    }
-                    new.insert(symbols)
+            let (symbols, first) = elves.get(&file)?;
+            if first {
+                if symbols.stripped {
+                    plan.notices.push(format!(
+                        "{} is stripped (no .symtab): only its exported .dynsym functions can be traced",
+                        file.shown.display()
+                    ));
                 }
-            };
+                if symbols.cxx_exceptions {
+                    plan.notices.push(format!(
+                        "{} throws C++ exceptions: one that unwinds through a traced function (thrown \
+                         inside, caught outside) aborts the process, because return probes replace \
+                         return addresses; trace functions that catch, not those thrown through",
+                        file.shown.display()
+                    ));
+                }
+            }
             for (name, offset) in symbols.lookup(&spec.symbol)? {
                 let shown = file.shown.display().to_string();
                 let id = *ids.entry((shown.clone(), offset)).or_insert_with(|| {
