@@ -22,10 +22,11 @@ pub fn run(args: &BuildArgs) -> Result<()> {
     Ok(())
 }
 
-/// `cargo build -p xtrace [--release]`; returns the path of the binary.
+/// `cargo build -p xtrace -p xtrace-tool [--release]` (the tool library ships next to the binary);
+/// returns the path of the binary.
 pub fn build_xtrace(ws: &Workspace, release: bool) -> Result<std::path::PathBuf> {
     let mut cmd = ws.cargo();
-    cmd.args(["build", "-p", "xtrace"]);
+    cmd.args(["build", "-p", "xtrace", "-p", "xtrace-tool"]);
     if release {
         cmd.arg("--release");
     }

@@ -273,7 +273,8 @@ pub struct Launch {
 
 impl Launch {
     /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
-    pub fn start(program: &Path, argv: &[String]) -> Result<Self> {
+    /// `env` is added to xtrace's own environment for the command.
+    pub fn start(program: &Path, argv: &[String], env: &[(&str, std::ffi::OsString)]) -> Result<Self> {
         let command = argv[0].clone();
         let launch_err = |source| Error::Launch {
             command: command.clone(),
@@ -283,6 +284,7 @@ impl Launch {
         let (mut pid_read, pid_write) = std::io::pipe().map_err(launch_err)?;
         let mut cmd = std::process::Command::new(program);
         cmd.arg0(&argv[0]).args(&argv[1..]);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let (gate_fd, gate_write_fd, pid_fd) =
             (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
         // SAFETY: the hook only calls async-signal-safe functions (close, getpid, write, read).
@@ -457,7 +459,7 @@ mod tests {
     fn launch_waits_at_the_gate_and_reports_exit() {
         let program = resolve_command("sh").unwrap();
         let argv = vec!["sh".to_string(), "-c".to_string(), "exit 7".to_string()];
-        let mut launch = Launch::start(&program, &argv).unwrap();
+        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
         // Still held at the gate: it is our forked copy, not yet `sh`.
         assert_ne!(launch.process.info().comm.as_deref(), Some("sh"));
         launch.release().unwrap();
@@ -470,7 +472,7 @@ mod tests {
         let marker = std::env::temp_dir().join(format!("xtrace-gate-{}", std::process::id()));
         let program = resolve_command("touch").unwrap();
         let argv = vec!["touch".to_string(), marker.display().to_string()];
-        let mut launch = Launch::start(&program, &argv).unwrap();
+        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
         let exited = launch.take_exit().unwrap();
         drop(launch);
         assert!(exited.blocking_recv().is_err(), "the child must fail before exec");

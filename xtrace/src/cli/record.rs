@@ -36,6 +36,21 @@ pub struct RecordArgs {
     #[arg(long = "cuda")]
     pub cuda: bool,
 
+    /// Record NVTX ranges, marks and thread names as spans (through xtrace's tool library, which
+    /// NVTX loads from NVTX_INJECTION64_PATH; set for a launched command).
+    #[arg(long = "nvtx")]
+    pub nvtx: bool,
+
+    /// Record Intel ITT tasks, frames, and thread names as spans (through xtrace's tool library,
+    /// which ITT loads from INTEL_LIBITTNOTIFY64; set for a launched command).
+    #[arg(long = "itt")]
+    pub itt: bool,
+
+    /// Record every annotation range: NVTX, ITT and the xtrace_range_* API. On by itself with
+    /// --pid and no -u/-U when the process has loaded xtrace's tool library.
+    #[arg(long = "ranges")]
+    pub ranges: bool,
+
     /// Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` to disable):
     /// utilization, memory, power, temperature, SM clock, PCIe, and the traced processes' device
     /// memory, as counter tracks in trace.json. On by itself whenever CUDA calls are traced.

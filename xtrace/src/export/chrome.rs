@@ -76,13 +76,25 @@ impl<W: Write> ChromeWriter<W> {
     /// only its values under `args`.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
         self.separator()?;
-        let (probe_name, cat) = &self.names[span.probe];
+        let (probe_name, probe_cat) = &self.names[span.probe];
         let renamed = span.name.as_deref().map(quote);
         let name = renamed.as_ref().unwrap_or(probe_name);
+        let recat = span.cat.as_deref().map(quote);
+        let cat = recat.as_ref().unwrap_or(probe_cat);
         let SpanOut { pid, tid, depth, .. } = span;
         if let Some(value) = span.counter {
             let values = format!("\"bytes\":{value}");
             return write_counter(&mut self.out, *pid, name, span.start_ns, &values);
+        }
+        if let Some(edge) = span.edge {
+            let values = span.values.as_deref().unwrap_or("");
+            let values = values.strip_prefix(',').unwrap_or(values);
+            let (ph, id) = (if edge.begin { 'b' } else { 'e' }, edge.id);
+            return write!(
+                self.out,
+                "{{\"ph\":\"{ph}\",\"name\":{name},\"cat\":{cat},\"id\":\"{id:#x}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{values}}}}}",
+                micros(span.start_ns)
+            );
         }
         if span.instant {
             let values = span.values.as_deref().unwrap_or("");

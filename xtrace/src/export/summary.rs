@@ -101,6 +101,13 @@ pub struct Summary {
     /// With GPU metrics: per GPU, its name, readings and highest values.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::cuda::nvml::GpuSummary>,
+    /// With range capture (`--ranges`, `--nvtx`, `--itt`): per range name, sorted by total time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<crate::pipeline::ranges::RangeSummary>>,
+    /// Range pops and ends whose push or start came before the capture, plus ranges still open
+    /// at the stop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranges_unpaired: Option<u64>,
 }
 
 /// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s.
@@ -310,6 +317,8 @@ mod tests {
             profile: None,
             cuda: None,
             gpus: Vec::new(),
+            ranges: None,
+            ranges_unpaired: None,
         }
     }
 

@@ -1,8 +1,10 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
-//! their spans, `usdt` turns USDT hits into instants and spans, `threads` names pids and tids.
+//! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
+//! hits into annotation ranges, `threads` names pids and tids.
 pub mod decode;
 pub mod pending;
+pub mod ranges;
 pub mod reader;
 pub mod samples;
 pub mod stats;
@@ -35,6 +37,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub usdt: Usdt,
     pub samples: samples::Samples,
     pub cuda: crate::cuda::calls::Calls,
+    pub ranges: ranges::Ranges,
     /// USDT end probes that fired with no span of their pair open on their thread.
     pub usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
@@ -51,6 +54,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         captures: Vec<Capture>,
         usdt: Usdt,
         cuda: crate::cuda::calls::Calls,
+        ranges: ranges::Ranges,
         trace: TraceWriter<W>,
     ) -> Self {
         let stats = vec![ProbeStats::default(); captures.len()];
@@ -62,6 +66,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt,
             samples: samples::Samples::default(),
             cuda,
+            ranges,
             usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
@@ -182,7 +187,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Hit::Instant { probe, .. }
             | Hit::Opened { probe }
             | Hit::Closed { probe, .. }
-            | Hit::Unpaired { probe } => *probe as usize,
+            | Hit::Unpaired { probe }
+            | Hit::Range { probe, .. } => *probe as usize,
             Hit::Unknown => {
                 self.unknown_probe += 1;
                 return Ok(());
@@ -232,6 +238,20 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.usdt_unpaired += 1;
                 Ok(())
             }
+            Hit::Range { probe, op, args } => match self.ranges.hit(probe, op, &args, (pid, tid, ts_ns)) {
+                ranges::Output::Nothing => Ok(()),
+                ranges::Output::Events(events) => {
+                    for event in events {
+                        self.names.saw(event.pid, event.tid);
+                        self.trace.span(event)?;
+                    }
+                    Ok(())
+                }
+                ranges::Output::ThreadName { pid, tid, name } => {
+                    self.names.given(pid, tid, name);
+                    Ok(())
+                }
+            },
             Hit::Opened { .. } | Hit::Unknown => Ok(()),
         }
     }

@@ -9,6 +9,8 @@ use crate::target::{thread_comm, ProcessInfo};
 #[derive(Debug, Default)]
 pub struct Names {
     seen: HashSet<u32>,
+    /// Threads the traced program named itself (NVTX, ITT): the kernel's name no longer applies.
+    given: HashSet<(u32, u32)>,
     /// (pid, tid) → thread name, in order; the name is None when the thread was already gone.
     pub threads: BTreeMap<(u32, u32), Option<String>>,
     /// pid → process name (its main thread's) and namespace pid, read when the pid was first seen.
@@ -20,6 +22,16 @@ impl Names {
     pub fn named(&mut self, pid: u32, tid: u32, name: String) {
         self.seen.insert(tid);
         self.process(pid);
+        if !self.given.contains(&(pid, tid)) {
+            self.threads.insert((pid, tid), Some(name));
+        }
+    }
+
+    /// A name the program gave one of its threads (`nvtxNameOsThread`, `__itt_thread_set_name`).
+    pub fn given(&mut self, pid: u32, tid: u32, name: String) {
+        self.seen.insert(tid);
+        self.process(pid);
+        self.given.insert((pid, tid));
         self.threads.insert((pid, tid), Some(name));
     }
 

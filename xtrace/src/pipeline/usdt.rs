@@ -13,7 +13,7 @@ use crate::{
     pipeline::values::Value,
     probes::usdt::{
         plan::{Role, UsdtProbe},
-        spec::UsdtArgType,
+        spec::{RangeOp, UsdtArgType},
     },
 };
 
@@ -30,6 +30,14 @@ struct Open {
     start_ns: u64,
     name: Option<String>,
     args: String,
+}
+
+/// One argument of a range probe.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RangeArg {
+    Int(u64),
+    /// A string argument; None for a null pointer.
+    Str(Option<String>),
 }
 
 /// What one hit becomes.
@@ -50,6 +58,12 @@ pub enum Hit {
     },
     /// An end probe's hit with no open span on its thread (begun before the capture).
     Unpaired { probe: u32 },
+    /// A hit of a tool-library range probe: its raw arguments, strings read where the spec asked.
+    Range {
+        probe: u32,
+        op: RangeOp,
+        args: Vec<RangeArg>,
+    },
     /// A site not in the table; never expected.
     Unknown,
 }
@@ -80,6 +94,20 @@ impl Usdt {
         let Some(info) = self.probes.get(&probe) else {
             return Hit::Unknown;
         };
+        if let Role::Range(op) = info.role {
+            let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
+            let args = (0..nargs)
+                .map(|i| match info.types.get(i) {
+                    Some(t) if t.is_string() => RangeArg::Str((event.args[i] != 0).then(|| {
+                        let bytes = strings.get(i).copied().unwrap_or(&[]);
+                        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                        String::from_utf8_lossy(&bytes[..end]).into_owned()
+                    })),
+                    _ => RangeArg::Int(event.args[i]),
+                })
+                .collect();
+            return Hit::Range { probe, op, args };
+        }
         // An end probe's arguments join its begin's in the span, as end_arg0...
         let prefix = if matches!(info.role, Role::End { .. }) {
             "end_arg"
@@ -120,6 +148,7 @@ impl Usdt {
                 });
                 Hit::Opened { probe }
             }
+            Role::Range(_) => Hit::Unknown, // handled above
             Role::End { span } => {
                 let stack = self.open.entry((tid, span)).or_default();
                 match stack.pop() {

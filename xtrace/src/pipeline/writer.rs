@@ -31,6 +31,17 @@ pub struct SpanOut {
     pub instant: bool,
     /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
     pub counter: Option<u64>,
+    /// A category that replaces the probe's (a range's domain).
+    pub cat: Option<Box<str>>,
+    /// One end of an async span (`"ph":"b"`/`"e"`) at `start_ns`, told apart by its id.
+    pub edge: Option<AsyncEdge>,
+}
+
+/// One end of an async span (a start/end range, which may end on another thread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEdge {
+    pub begin: bool,
+    pub id: u64,
 }
 
 /// Spans per batch handed to the writer thread.

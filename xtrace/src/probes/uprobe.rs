@@ -88,6 +88,8 @@ pub struct Plan {
     pub usdt_probes: BTreeMap<u32, UsdtProbe>,
     /// The CUDA function of each `--cuda` probe, by probe id.
     pub cuda: BTreeMap<u32, crate::cuda::api::Function>,
+    /// The range sources recorded, when the tool library's probes are in the plan.
+    pub ranges: Option<crate::pipeline::ranges::Wanted>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
 }

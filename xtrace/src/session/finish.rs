@@ -77,6 +77,7 @@ pub fn write<W: Write + Send + 'static>(
         usdt,
         samples,
         cuda,
+        ranges,
         usdt_unpaired,
         undecodable,
         unknown_probe,
@@ -179,6 +180,8 @@ pub fn write<W: Write + Send + 'static>(
         profile,
         cuda: (!plan.cuda.is_empty()).then(|| CudaSummary::new(&cuda.totals)),
         gpus: gpus.iter().map(DeviceSeries::summary).collect(),
+        ranges: plan.ranges.map(|_| ranges.summary()),
+        ranges_unpaired: plan.ranges.map(|_| ranges.unpaired + ranges.still_open()),
     };
     output::write(out, "summary.json", summary.to_json().as_bytes())?;
     output::write(out, "summary.txt", summary.table().as_bytes())?;

@@ -22,6 +22,7 @@ use crate::{
     export::summary::{RunInfo, Summary},
     output,
     pipeline::{
+        ranges::Wanted,
         reader::RingReader,
         usdt::{SiteView, Usdt},
         writer::TraceWriter,
@@ -29,7 +30,7 @@ use crate::{
     },
     privilege,
     probes::{
-        attach, sampler,
+        attach, ranges, sampler,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
@@ -118,11 +119,22 @@ enum CudaMode {
     Auto,
 }
 
-/// The probes asked for: `-u`, `-U` and `--cuda`.
+/// Whether annotation ranges are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RangeMode {
+    Off,
+    /// `--ranges`, `--nvtx`, `--itt`: a process without the tool library is an error.
+    On(Wanted),
+    /// No probe flags with `--pid`: recorded when the process has loaded the tool library.
+    Auto,
+}
+
+/// The probes asked for: `-u`, `-U`, `--cuda` and the range flags.
 struct Specs {
     uprobes: Vec<UprobeSpec>,
     usdt: Vec<UsdtSpec>,
     cuda: CudaMode,
+    ranges: RangeMode,
 }
 
 impl Specs {
@@ -143,7 +155,43 @@ impl Specs {
                 (false, true) if !args.pid.is_empty() => CudaMode::Auto,
                 (false, _) => CudaMode::Off,
             },
+            ranges: match Self::wanted(args) {
+                Some(wanted) => RangeMode::On(wanted),
+                None if args.uprobe.is_empty() && args.usdt.is_empty() && !args.pid.is_empty() => {
+                    RangeMode::Auto
+                }
+                None => RangeMode::Off,
+            },
         })
+    }
+
+    /// The range sources the flags ask for; None without any range flag.
+    fn wanted(args: &RecordArgs) -> Option<Wanted> {
+        (args.ranges || args.nvtx || args.itt).then_some(Wanted {
+            xtrace: args.ranges,
+            nvtx: args.ranges || args.nvtx,
+            itt: args.ranges || args.itt,
+        })
+    }
+
+    /// The environment a launched command gets: the variables that make NVTX and ITT load the tool
+    /// library, when ranges are recorded and the user has not set them (then a notice says so).
+    fn launch_env(&self, notices: &mut Vec<String>) -> Vec<(&'static str, std::ffi::OsString)> {
+        let (RangeMode::On(_), Some(tool)) = (self.ranges, ranges::shipped()) else {
+            return Vec::new();
+        };
+        let mut env = Vec::new();
+        for name in [ranges::NVTX_ENV, ranges::ITT_ENV] {
+            match std::env::var_os(name) {
+                Some(set) if set != tool.as_os_str() => notices.push(format!(
+                    "{name} is already set to {}: the command's ranges of that API go to that tool, \
+                     not to xtrace; unset it to record them",
+                    set.to_string_lossy()
+                )),
+                _ => env.push((name, tool.clone().into_os_string())),
+            }
+        }
+        env
     }
 
     fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
@@ -151,6 +199,18 @@ impl Specs {
         usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
         if self.cuda != CudaMode::Off {
             cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On)?;
+        }
+        match self.ranges {
+            RangeMode::Off => {}
+            RangeMode::On(wanted) => {
+                ranges::plan(&mut plan, scopes, wanted, true)?;
+                plan.ranges = Some(wanted);
+            }
+            RangeMode::Auto => {
+                if ranges::mapped(scopes)? && ranges::plan(&mut plan, scopes, Wanted::ALL, false)? {
+                    plan.ranges = Some(Wanted::ALL);
+                }
+            }
         }
         Ok(plan)
     }
@@ -179,10 +239,11 @@ fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path
         Ok((Targets::Pids(processes), plan, out))
     } else {
         let program = resolve_command(&args.command[0])?;
-        let plan = specs.plan(&[Scope::Command(&program)], args.max_probes)?;
+        let mut plan = specs.plan(&[Scope::Command(&program)], args.max_probes)?;
+        let env = specs.launch_env(&mut plan.notices);
         let out = output::prepare(args.output.as_deref())?;
         Ok((
-            Targets::Launched(Launch::start(&program, &args.command)?),
+            Targets::Launched(Launch::start(&program, &args.command, &env)?),
             plan,
             out,
         ))
@@ -197,7 +258,13 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     // Without any probe, xtrace profiles the CPU.
     let hz = match args.freq {
         Some(hz) => Some(hz),
-        None if args.uprobe.is_empty() && args.usdt.is_empty() && !args.cuda => Some(sampler::DEFAULT_HZ),
+        None if args.uprobe.is_empty()
+            && args.usdt.is_empty()
+            && !args.cuda
+            && Specs::wanted(args).is_none() =>
+        {
+            Some(sampler::DEFAULT_HZ)
+        }
         None => None,
     };
     if let Some(hz) = hz {
@@ -290,7 +357,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         .collect();
     let usdt = Usdt::new(sites, plan.usdt_probes.clone());
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
-    let mut pipeline = Pipeline::new(captures, usdt, cuda, writer);
+    let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default());
+    let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut signals,

@@ -11,7 +11,7 @@ use xtrace_common::usdt::{UsdtSite, MAX_USDT_ARGS};
 
 use super::{
     notes::{read_notes, UsdtNote},
-    spec::{UsdtArgType, UsdtSpec},
+    spec::{RangeOp, UsdtArgType, UsdtSpec},
 };
 use crate::{
     error::{Error, Result},
@@ -42,6 +42,8 @@ pub enum Role {
     Begin { span: u32 },
     /// Closes the innermost open span of probe `span` on its thread.
     End { span: u32 },
+    /// A probe of the tool library: a range, mark or thread name (`pipeline::ranges`).
+    Range(RangeOp),
 }
 
 /// A USDT probe (provider:name in one file) in the probe table.
@@ -171,7 +173,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                             plan.usdt_probes.insert(
                                 id,
                                 UsdtProbe {
-                                    role: Role::Instant,
+                                    role: spec.range.map_or(Role::Instant, Role::Range),
                                     types: spec.types.clone(),
                                 },
                             );
@@ -269,7 +271,13 @@ const END: &[(&str, &[&str])] = &[("_end", &["_begin", "_start"]), ("__return", 
 /// them, with a `usdt_span` probe for their spans named `provider:base`.
 fn pair_spans(plan: &mut Plan) {
     let mut ends: Vec<(u32, u32)> = Vec::new();
-    let ids: Vec<u32> = plan.usdt_probes.keys().copied().collect();
+    // Range probes have their own roles (range_start/range_end are no begin/end pair).
+    let ids: Vec<u32> = plan
+        .usdt_probes
+        .iter()
+        .filter(|(_, p)| p.role == Role::Instant)
+        .map(|(id, _)| *id)
+        .collect();
     for &end_id in &ids {
         let end = plan.probes[end_id as usize].clone();
         let Some((provider, name)) = end.name.split_once(':') else {

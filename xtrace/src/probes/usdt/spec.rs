@@ -34,6 +34,19 @@ pub struct UsdtSpec {
     pub provider: String,
     pub name: String,
     pub types: Vec<UsdtArgType>,
+    /// Set for the tool library's range probes (`--nvtx`, `--itt`, `--ranges`): what a hit does.
+    pub range: Option<RangeOp>,
+}
+
+/// What a hit of one of the tool library's `xtrace:*` probes does (see `pipeline::ranges`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeOp {
+    Push,
+    Pop,
+    Start,
+    End,
+    Mark,
+    ThreadName,
 }
 
 impl UsdtSpec {
@@ -88,6 +101,7 @@ impl UsdtSpec {
             provider: provider.to_string(),
             name: name.to_string(),
             types,
+            range: None,
         })
     }
 }

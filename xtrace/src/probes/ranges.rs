@@ -1,0 +1,145 @@
+//! Planning annotation ranges (`--ranges`, `--nvtx`, `--itt`): the USDT probes of xtrace's tool
+//! library, `libxtrace_tool.so`, which NVTX3 loads through `NVTX_INJECTION64_PATH`, ITT through
+//! `INTEL_LIBITTNOTIFY64`, and programs link for `xtrace_range_*`. With `--pid` the library is
+//! found among the process's mappings under any path; a launched command (which loads it later,
+//! at its first range) and `-a` use the one shipped next to the xtrace binary.
+use std::path::PathBuf;
+
+use super::{
+    spec::{ArgType, TargetSpec},
+    uprobe::{Plan, Scope},
+    usdt::{
+        self,
+        spec::{RangeOp, UsdtArgType, UsdtSpec},
+    },
+};
+use crate::{
+    error::{Error, Result},
+    pipeline::ranges::Wanted,
+};
+
+/// The tool library's file name; a mapped file whose name starts with `libxtrace_tool` is one.
+pub const TOOL_LIBRARY: &str = "libxtrace_tool.so";
+
+/// Overrides where the shipped tool library is looked for.
+pub const TOOL_ENV: &str = "XTRACE_TOOL_LIB";
+
+/// The environment variables that make NVTX3 and ITT load the tool library.
+pub const NVTX_ENV: &str = "NVTX_INJECTION64_PATH";
+pub const ITT_ENV: &str = "INTEL_LIBITTNOTIFY64";
+
+/// The shipped tool library: `$XTRACE_TOOL_LIB`, else `libxtrace_tool.so` next to the xtrace
+/// binary; None when neither exists.
+pub fn shipped() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(TOOL_ENV) {
+        return Some(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.join(TOOL_LIBRARY);
+    path.is_file().then_some(path)
+}
+
+/// The probes of the tool library: name, what a hit does, and which arguments are strings
+/// (every probe's argument 0 is its source: 1 xtrace, 2 NVTX, 3 ITT).
+const PROBES: &[(&str, RangeOp, &[bool])] = &[
+    ("range_push", RangeOp::Push, &[false, true, true]),
+    ("range_pop", RangeOp::Pop, &[false, true]),
+    ("range_start", RangeOp::Start, &[false, true, true, false]),
+    ("range_end", RangeOp::End, &[false, false]),
+    ("mark", RangeOp::Mark, &[false, true, true]),
+    ("thread_name", RangeOp::ThreadName, &[false, false, true]),
+];
+
+fn is_tool(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libxtrace_tool"))
+}
+
+/// The tool libraries of a scope: those a process maps, else the shipped one.
+fn libraries(scope: &Scope) -> Result<Vec<PathBuf>> {
+    match scope {
+        Scope::Process(p) => Ok(p
+            .mapped_files()?
+            .into_iter()
+            .filter(|f| is_tool(&f.shown))
+            .map(|f| f.shown)
+            .collect()),
+        Scope::Command(_) | Scope::SystemWide => Ok(shipped().into_iter().collect()),
+    }
+}
+
+/// Whether any process of `scopes` maps a tool library (what turns ranges on by themselves).
+pub fn mapped(scopes: &[Scope]) -> Result<bool> {
+    for scope in scopes {
+        if matches!(scope, Scope::Process(_)) && !libraries(scope)?.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Adds the tool library's probes to `plan`. `required`: a scope without a tool library is an
+/// error (an explicit flag), else it is passed over. Returns whether any probe was added.
+pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -> Result<bool> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for scope in scopes {
+        let found = libraries(scope)?;
+        if found.is_empty() && required {
+            return Err(missing(scope, wanted));
+        }
+        for file in found {
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
+    let specs: Vec<UsdtSpec> = files
+        .iter()
+        .flat_map(|file| {
+            PROBES.iter().map(move |(name, op, strings)| UsdtSpec {
+                text: format!("{}:xtrace:{name}", file.display()),
+                target: Some(TargetSpec::Path(file.clone())),
+                provider: "xtrace".into(),
+                name: (*name).into(),
+                types: strings
+                    .iter()
+                    .map(|&s| {
+                        if s {
+                            UsdtArgType::As(ArgType::Str)
+                        } else {
+                            UsdtArgType::Note
+                        }
+                    })
+                    .collect(),
+                range: Some(*op),
+            })
+        })
+        .collect();
+    if specs.is_empty() {
+        return Ok(false);
+    }
+    usdt::plan::plan(plan, &specs, scopes)?;
+    Ok(true)
+}
+
+/// The error for a scope without a tool library.
+fn missing(scope: &Scope, wanted: Wanted) -> Error {
+    let flag = match (wanted.nvtx, wanted.itt, wanted.xtrace) {
+        (true, false, false) => "--nvtx",
+        (false, true, false) => "--itt",
+        _ => "--ranges",
+    };
+    match scope {
+        Scope::Process(p) => Error::Usage(format!(
+            "{flag}: pid {} has not loaded {TOOL_LIBRARY}, so its ranges cannot be seen; start it with \
+             {NVTX_ENV} and {ITT_ENV} set to that library (see the README, Ranges), or launch it \
+             with `xtrace {flag} -- COMMAND`",
+            p.pid
+        )),
+        _ => Error::Usage(format!(
+            "{flag}: {TOOL_LIBRARY} is not next to the xtrace binary; build it with `cargo build -p \
+             xtrace-tool` or set {TOOL_ENV} to its path"
+        )),
+    }
+}

@@ -1,0 +1,44 @@
+//! xtrace's own range API for code that has neither NVTX nor ITT (include/xtrace_range.h): a
+//! scope anyone can open and close, costing a semaphore check while no tracer is attached.
+use core::ffi::{c_char, CStr};
+
+use crate::usdt::{self, enabled, Source};
+
+/// # Safety
+/// `p` is null or points to a NUL-terminated string that lives for the call.
+unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a CStr> {
+    // SAFETY: as the caller promised.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
+/// Opens a range named `name` on the calling thread.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn xtrace_range_push(name: *const c_char) {
+    if enabled!(xtrace_range_push_semaphore) {
+        // SAFETY: as the caller promised.
+        usdt::range_push(Source::Xtrace, None, unsafe { cstr(name) });
+    }
+}
+
+/// Closes the calling thread's innermost range.
+#[no_mangle]
+pub extern "C" fn xtrace_range_pop() {
+    if enabled!(xtrace_range_pop_semaphore) {
+        usdt::range_pop(Source::Xtrace, None);
+    }
+}
+
+/// An instant named `name`.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn xtrace_mark(name: *const c_char) {
+    if enabled!(xtrace_mark_semaphore) {
+        // SAFETY: as the caller promised.
+        usdt::mark(Source::Xtrace, None, unsafe { cstr(name) });
+    }
+}

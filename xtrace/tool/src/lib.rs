@@ -1,0 +1,7 @@
+//! xtrace's tool library, `libxtrace_tool.so`, shipped next to the xtrace binary. A process loads
+//! it as NVTX3's injection library (`NVTX_INJECTION64_PATH`) and as ITT's collector
+//! (`INTEL_LIBITTNOTIFY64`), or links it for the `xtrace_range_*` API. Every range, mark and
+//! thread name ends in a USDT probe of provider `xtrace` ([`usdt`]), so a range costs a semaphore
+//! check until xtrace attaches — even to a process started long before.
+pub mod api;
+pub mod usdt;

@@ -1,0 +1,159 @@
+//! The USDT probes every range ends in (provider `xtrace`), in the `<sys/sdt.h>` note format with a
+//! semaphore each and a 5-byte nop at the call site (`nopl 0x0(%rax,%rax,1)`, which the kernel can
+//! turn into a fast uprobe). Untraced, a range costs the semaphore load in [`enabled`]; xtrace
+//! raises the semaphore (the kernel's uprobe reference counter) while it is attached.
+//!
+//! Arguments are 8-byte registers: `source` says which API the range came from ([`Source`]),
+//! strings are pointers to NUL-terminated UTF-8 (null when absent).
+use core::{ffi::c_char, ptr};
+
+/// Which API a range came from: the first argument of every probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Source {
+    Xtrace = 1,
+    Nvtx = 2,
+    Itt = 3,
+}
+
+/// One semaphore per probe, in `.probes` like `<sys/sdt.h>`'s; the names follow its
+/// `provider_name_semaphore` convention.
+macro_rules! semaphores {
+    ($($name:ident),* $(,)?) => {$(
+        #[no_mangle]
+        #[used]
+        #[link_section = ".probes"]
+        pub static mut $name: u16 = 0;
+    )*};
+}
+
+semaphores!(
+    xtrace_range_push_semaphore,
+    xtrace_range_pop_semaphore,
+    xtrace_range_start_semaphore,
+    xtrace_range_end_semaphore,
+    xtrace_mark_semaphore,
+    xtrace_thread_name_semaphore,
+);
+
+/// Whether a tracer is attached to the probe whose semaphore this is.
+macro_rules! enabled {
+    ($semaphore:ident) => {
+        // SAFETY: a plain load of a u16 that only the kernel writes (while attaching/detaching).
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!($crate::usdt::$semaphore)) != 0 }
+    };
+}
+pub(crate) use enabled;
+
+/// Emits one call site: the nop, and its note (`.note.stapsdt`, type 3: the site's address, the
+/// `.stapsdt.base` address for prelink adjustment, the semaphore's address, provider, name, and
+/// the argument string), plus the comdat `.stapsdt.base` section `<sys/sdt.h>` also emits.
+macro_rules! site {
+    ($semaphore:ident, $name:literal, $args:literal, $($arg:expr),+) => {
+        // SAFETY: the template is a nop plus data in non-loaded sections; it reads no memory
+        // itself (the tracer reads the arguments' pointees), touches no stack or flags.
+        unsafe {
+            core::arch::asm!(
+                "990: .byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+                ".pushsection .note.stapsdt, \"\", \"note\"",
+                ".balign 4",
+                ".4byte 992f-991f, 994f-993f, 3",
+                "991: .asciz \"stapsdt\"",
+                "992: .balign 4",
+                "993: .8byte 990b",
+                ".8byte _.stapsdt.base",
+                ".8byte {semaphore}",
+                ".asciz \"xtrace\"",
+                concat!(".asciz \"", $name, "\""),
+                concat!(".asciz \"", $args, "\""),
+                "994: .balign 4",
+                ".popsection",
+                ".ifndef _.stapsdt.base",
+                ".pushsection .stapsdt.base, \"aG\", \"progbits\", .stapsdt.base, comdat",
+                ".weak _.stapsdt.base",
+                ".hidden _.stapsdt.base",
+                "_.stapsdt.base: .space 1",
+                ".size _.stapsdt.base, 1",
+                ".popsection",
+                ".endif",
+                $(in(reg) $arg,)+
+                semaphore = sym $crate::usdt::$semaphore,
+                options(att_syntax, nostack, preserves_flags, readonly)
+            )
+        }
+    };
+}
+
+/// A string argument: the pointer, or null.
+fn text(s: Option<&core::ffi::CStr>) -> *const c_char {
+    s.map_or(ptr::null(), |s| s.as_ptr())
+}
+
+/// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`.
+#[inline(never)]
+pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
+    let (s, d, n) = (source as u64, text(domain), text(name));
+    site!(
+        xtrace_range_push_semaphore,
+        "range_push",
+        "8@{0} 8@{1} 8@{2}",
+        s,
+        d,
+        n
+    );
+}
+
+/// `xtrace:range_pop(source, domain)`: closes the innermost range of this thread's `domain` stack.
+#[inline(never)]
+pub fn range_pop(source: Source, domain: Option<&core::ffi::CStr>) {
+    let (s, d) = (source as u64, text(domain));
+    site!(xtrace_range_pop_semaphore, "range_pop", "8@{0} 8@{1}", s, d);
+}
+
+/// `xtrace:range_start(source, domain, name, id)`: opens a range that any thread may end by `id`.
+#[inline(never)]
+pub fn range_start(
+    source: Source,
+    domain: Option<&core::ffi::CStr>,
+    name: Option<&core::ffi::CStr>,
+    id: u64,
+) {
+    let (s, d, n) = (source as u64, text(domain), text(name));
+    site!(
+        xtrace_range_start_semaphore,
+        "range_start",
+        "8@{0} 8@{1} 8@{2} 8@{3}",
+        s,
+        d,
+        n,
+        id
+    );
+}
+
+/// `xtrace:range_end(source, id)`: closes the range `range_start` opened with `id`.
+#[inline(never)]
+pub fn range_end(source: Source, id: u64) {
+    let s = source as u64;
+    site!(xtrace_range_end_semaphore, "range_end", "8@{0} 8@{1}", s, id);
+}
+
+/// `xtrace:mark(source, domain, name)`: an instant.
+#[inline(never)]
+pub fn mark(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
+    let (s, d, n) = (source as u64, text(domain), text(name));
+    site!(xtrace_mark_semaphore, "mark", "8@{0} 8@{1} 8@{2}", s, d, n);
+}
+
+/// `xtrace:thread_name(source, tid, name)`: names thread `tid` (0: the calling thread).
+#[inline(never)]
+pub fn thread_name(source: Source, tid: u64, name: Option<&core::ffi::CStr>) {
+    let (s, n) = (source as u64, text(name));
+    site!(
+        xtrace_thread_name_semaphore,
+        "thread_name",
+        "8@{0} 8@{1} 8@{2}",
+        s,
+        tid,
+        n
+    );
+}
