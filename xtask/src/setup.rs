@@ -10,8 +10,21 @@ use anyhow::{bail, Result};
 
 use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout_of};
 
-/// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv.
-const PACKAGES: &[&str] = &["gcc", "g++", "systemtap-sdt-dev", "bpftool", "util-linux"];
+/// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv, and Python
+/// with venv for the range tests' third-party clients.
+const PACKAGES: &[&str] = &[
+    "gcc",
+    "g++",
+    "systemtap-sdt-dev",
+    "bpftool",
+    "util-linux",
+    "python3",
+    "python3-venv",
+];
+
+/// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings and Intel's ITT bindings),
+/// pinned, installed into `<target>/xtrace-pyenv`.
+pub const PYTHON_CLIENTS: &[&str] = &["nvtx==0.2.17", "ittapi==1.2.2"];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -32,14 +45,15 @@ enum State {
 type Step = fn() -> Result<State>;
 
 pub fn run(verbosity: Verbosity) -> Result<()> {
-    let steps: [(&str, Step); 4] = [
+    let steps: [(&str, Step); 5] = [
         (
-            "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux)",
+            "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv)",
             debian_packages,
         ),
         ("nightly toolchain", nightly_toolchain),
         ("rust-src for nightly", rust_src),
         ("bpf-linker 0.10.0", bpf_linker),
+        ("Python clients nvtx 0.2.17, ittapi 1.2.2", python_clients),
     ];
     for (what, step) in steps {
         let state = step()?;
@@ -185,4 +199,40 @@ fn bpf_linker() -> Result<State> {
     };
     prepend_to_path(&bin_dir)?;
     Ok(state)
+}
+
+/// The venv of the range tests' Python clients: `<target>/xtrace-pyenv`, created with Debian's
+/// python3 and filled from PyPI when a pinned package is missing.
+fn python_clients() -> Result<State> {
+    let ws = util::Workspace::locate()?;
+    let venv = ws.target.join("xtrace-pyenv");
+    let python = venv.join("bin/python3");
+    let has = |spec: &str| {
+        let (name, version) = spec.split_once("==").unwrap_or((spec, ""));
+        stdout_of(Command::new(&python).args(["-m", "pip", "show", name]))
+            .is_some_and(|out| out.lines().any(|l| l == format!("Version: {version}")))
+    };
+    if PYTHON_CLIENTS.iter().all(|spec| has(spec)) {
+        return Ok(State::Present);
+    }
+    if !python.exists() {
+        let mut cmd = Command::new("/usr/bin/python3");
+        cmd.args(["-m", "venv"]).arg(&venv);
+        install("a Python venv for the range tests (python3-venv)", &mut cmd)?;
+    }
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args(PYTHON_CLIENTS);
+    install(
+        "the range tests' Python clients from PyPI (needs network access)",
+        &mut cmd,
+    )?;
+    if let Some(missing) = PYTHON_CLIENTS.iter().find(|spec| !has(spec)) {
+        bail!(
+            "{missing} is still missing from {} after pip install; try by hand: {}",
+            venv.display(),
+            display(&cmd)
+        );
+    }
+    Ok(State::Installed)
 }
