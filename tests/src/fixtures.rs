@@ -46,6 +46,39 @@ pub struct Fixtures {
     /// `cudaapp` (C++): CUDA calls with known counts and sizes (see cudaapp.cpp) through the
     /// stand-in runtime and driver `libcudart.so.12` and `libcuda.so.1` (cudart.c, cudadrv.c).
     pub cudaapp: PathBuf,
+    /// `ranges run` (see ranges.c): known ranges through xtrace's own API, linked against the
+    /// tool library `libxtrace_tool.so` next to the xtrace binary under test.
+    pub ranges: PathBuf,
+}
+
+/// The tool library next to the xtrace binary under test.
+pub fn tool_library() -> PathBuf {
+    let path = crate::xtrace_bin()
+        .parent()
+        .expect("the xtrace binary has a directory")
+        .join("libxtrace_tool.so");
+    assert!(
+        path.is_file(),
+        "{} not found: build it with `cargo build -p xtrace-tool` (cargo xtask test does)",
+        path.display()
+    );
+    path
+}
+
+/// The Python of the venv holding the range tests' PyPI clients (nvtx, ittapi).
+pub fn python() -> PathBuf {
+    let path = crate::target_dir().join("xtrace-pyenv/bin/python3");
+    assert!(
+        path.is_file(),
+        "{} not found: `cargo xtask setup` creates it with the nvtx and ittapi packages",
+        path.display()
+    );
+    path
+}
+
+/// A Python fixture script in tests/fixtures/.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
@@ -69,6 +102,7 @@ fn build() -> Fixtures {
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
         cudaapp: out.join("cudaapp"),
+        ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
     compile(
@@ -101,6 +135,22 @@ fn build() -> Fixtures {
             &format!("{dir}/libcudart.so.12"),
             &format!("{dir}/libcuda.so.1"),
             &format!("-Wl,-rpath,{dir}"),
+        ],
+    );
+    let tool = tool_library();
+    let tool_dir = tool
+        .parent()
+        .and_then(Path::to_str)
+        .expect("tool library path is UTF-8");
+    let include = src.join("../../xtrace/tool/include");
+    compile(
+        &[src.join("ranges.c"), tool.clone(), include.join("xtrace_range.h")],
+        &fixtures.ranges,
+        &[
+            &format!("-I{}", include.display()),
+            &format!("-L{tool_dir}"),
+            "-lxtrace_tool",
+            &format!("-Wl,-rpath,{tool_dir}"),
         ],
     );
     compile(
@@ -162,8 +212,14 @@ pub struct Fixture {
 impl Fixture {
     /// Starts `program args...` with stdin and stdout piped (stderr inherited).
     pub fn spawn(program: &Path, args: &[&str]) -> Fixture {
+        Fixture::spawn_with_env(program, args, &[])
+    }
+
+    /// [`Fixture::spawn`] with extra environment variables.
+    pub fn spawn_with_env(program: &Path, args: &[&str], env: &[(&str, &Path)]) -> Fixture {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

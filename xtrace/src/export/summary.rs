@@ -173,15 +173,26 @@ impl Summary {
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
-        // CUDA probes cover every API function found; only those called are worth a row.
+        // CUDA probes cover every API function found; only those called are worth a row. The tool
+        // library's probes are shown as the ranges they make, `SOURCE [DOMAIN/]NAME`.
+        let tool = |p: &&ProbeSummary| {
+            std::path::Path::new(&p.target)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libxtrace_tool"))
+        };
+        let ranges = self.ranges.iter().flatten().map(|r| {
+            let domain = r.domain.as_deref().map_or(String::new(), |d| format!("{d}/"));
+            (format!("{} {domain}{}", r.source.name(), r.name), &r.stats)
+        });
         let rows: Vec<[String; 9]> = self
             .probes
             .iter()
-            .filter(|p| p.kind != "cuda" || p.stats.count > 0)
-            .map(|p| {
-                let s = &p.stats;
+            .filter(|p| (p.kind != "cuda" || p.stats.count > 0) && !tool(p))
+            .map(|p| (p.name.clone(), &p.stats))
+            .chain(ranges)
+            .map(|(name, s)| {
                 [
-                    p.name.clone(),
+                    name,
                     s.count.to_string(),
                     human(s.total_ns),
                     human(s.min_ns),

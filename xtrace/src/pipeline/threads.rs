@@ -9,8 +9,9 @@ use crate::target::{thread_comm, ProcessInfo};
 #[derive(Debug, Default)]
 pub struct Names {
     seen: HashSet<u32>,
-    /// Threads the traced program named itself (NVTX, ITT): the kernel's name no longer applies.
-    given: HashSet<(u32, u32)>,
+    /// Names the traced program gave its threads (NVTX, ITT); they replace the kernel's on the
+    /// thread's track (the process keeps its kernel name).
+    pub given: BTreeMap<(u32, u32), String>,
     /// (pid, tid) → thread name, in order; the name is None when the thread was already gone.
     pub threads: BTreeMap<(u32, u32), Option<String>>,
     /// pid → process name (its main thread's) and namespace pid, read when the pid was first seen.
@@ -22,17 +23,21 @@ impl Names {
     pub fn named(&mut self, pid: u32, tid: u32, name: String) {
         self.seen.insert(tid);
         self.process(pid);
-        if !self.given.contains(&(pid, tid)) {
-            self.threads.insert((pid, tid), Some(name));
-        }
+        self.threads.insert((pid, tid), Some(name));
     }
 
     /// A name the program gave one of its threads (`nvtxNameOsThread`, `__itt_thread_set_name`).
     pub fn given(&mut self, pid: u32, tid: u32, name: String) {
-        self.seen.insert(tid);
-        self.process(pid);
-        self.given.insert((pid, tid));
-        self.threads.insert((pid, tid), Some(name));
+        self.saw(pid, tid);
+        self.given.insert((pid, tid), name);
+    }
+
+    /// The name of a thread's track: the one the program gave it, else the kernel's.
+    pub fn thread_label(&self, pid: u32, tid: u32) -> Option<&str> {
+        self.given
+            .get(&(pid, tid))
+            .map(String::as_str)
+            .or_else(|| self.threads.get(&(pid, tid)).and_then(|n| n.as_deref()))
     }
 
     /// A thread seen in a record; its name is read from /proc unless already known.

@@ -100,8 +100,8 @@ pub fn write<W: Write + Send + 'static>(
     for (pid, info) in &infos {
         trace.process_name(*pid, &info.label()).map_err(trace_err)?;
     }
-    for ((pid, tid), name) in &names.threads {
-        if let Some(name) = name {
+    for (pid, tid) in names.threads.keys() {
+        if let Some(name) = names.thread_label(*pid, *tid) {
             trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
         }
     }

@@ -4,4 +4,6 @@
 //! thread name ends in a USDT probe of provider `xtrace` ([`usdt`]), so a range costs a semaphore
 //! check until xtrace attaches — even to a process started long before.
 pub mod api;
+pub mod itt;
+pub mod nvtx;
 pub mod usdt;

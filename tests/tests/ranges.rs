@@ -1,0 +1,291 @@
+//! Annotation ranges on the real kernel through xtrace's tool library (`libxtrace_tool.so`):
+//! NVIDIA's `nvtx` and Intel's `ittapi` packages from PyPI (tests/fixtures/*_ranges.py, run by
+//! the venv `cargo xtask setup` makes), and the C fixture `ranges` for the `xtrace_range_*` API.
+//! Counts, names, nesting and thread ids are exact.
+
+use serde_json::Value;
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, python, script, tool_library, Fixture},
+    output::{Outputs, Span},
+    require_bpf,
+    run::{run_error, trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+/// The `tid MAIN WORKER` line a fixture prints at its end.
+fn tids(line: &str) -> (u64, u64) {
+    let parts: Vec<u64> = line
+        .strip_prefix("tid ")
+        .unwrap_or_else(|| panic!("expected `tid MAIN WORKER`, got {line:?}"))
+        .split(' ')
+        .map(|n| n.parse().expect("a tid"))
+        .collect();
+    (parts[0], parts[1])
+}
+
+/// Traces a started fixture by pid with `flags` to its exit; returns the outputs and its tids.
+fn trace_by_pid(
+    mut fixture: Fixture,
+    flags: Vec<std::ffi::OsString>,
+    tmp: &TempDir,
+) -> (Outputs, (u64, u64)) {
+    let out = tmp.join("out");
+    trace_fixture_with(&mut fixture, flags, &[], &out);
+    let tids = tids(&fixture.next_line());
+    (Outputs::read(&out), tids)
+}
+
+/// The summary.json `ranges` entry of (name, kind).
+fn range<'a>(out: &'a Outputs, name: &str, kind: &str) -> &'a Value {
+    out.summary["ranges"]
+        .as_array()
+        .expect("summary.json has ranges")
+        .iter()
+        .find(|r| r["name"] == name && r["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} range {name} in {}", out.summary["ranges"]))
+}
+
+/// The (name, count) of every range in summary.json, sorted by name.
+fn range_counts(out: &Outputs) -> Vec<(String, String, u64)> {
+    let mut counts: Vec<(String, String, u64)> = out.summary["ranges"]
+        .as_array()
+        .expect("summary.json has ranges")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["kind"].as_str().unwrap_or_default().to_string(),
+                r["count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    counts.sort();
+    counts
+}
+
+fn owned(counts: &[(&str, &str, u64)]) -> Vec<(String, String, u64)> {
+    counts
+        .iter()
+        .map(|(n, k, c)| (n.to_string(), k.to_string(), *c))
+        .collect()
+}
+
+/// Asserts every span named `inner` lies within one named `outer` on the same thread, one level
+/// deeper.
+fn assert_nested(out: &Outputs, outer: &str, inner: &str) {
+    let outers = out.spans_named(outer);
+    for span in out.spans_named(inner) {
+        let parent: Vec<&Span> = outers
+            .iter()
+            .filter(|o| o.tid == span.tid && o.start_ns() <= span.start_ns() && span.end_ns() <= o.end_ns())
+            .collect();
+        assert_eq!(parent.len(), 1, "{inner} at {} lies in one {outer}", span.ts);
+        assert_eq!(
+            span.depth,
+            parent[0].depth + 1,
+            "{inner} is one level below {outer}"
+        );
+    }
+}
+
+#[test]
+fn xtrace_range_api_by_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ranges-api");
+    let (out, (main, worker)) = trace_by_pid(fixture, args!["--ranges"], &tmp);
+    assert_eq!(
+        range_counts(&out),
+        owned(&[
+            ("inner", "push", 6),
+            ("outer", "push", 3),
+            ("tick", "mark", 4),
+            ("work", "push", 5)
+        ])
+    );
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    for (name, tid, depth) in [("outer", main, 0), ("inner", main, 1), ("work", worker, 0)] {
+        let spans = out.spans_named(name);
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.tid == tid && s.depth == depth && s.cat == "xtrace"),
+            "{name}: {spans:?}"
+        );
+        assert!(spans.iter().all(|s| s.args["source"] == "xtrace"));
+    }
+    assert_nested(&out, "outer", "inner");
+    // inner sleeps 500 µs, work 1 ms.
+    assert!(out.spans_named("inner").iter().all(|s| s.dur_ns() >= 500_000));
+    assert!(out.spans_named("work").iter().all(|s| s.dur_ns() >= 1_000_000));
+    let ticks = out.instants("tick");
+    assert_eq!(ticks.len(), 4);
+    assert_eq!(range(&out, "outer", "push")["source"], "xtrace");
+    assert_eq!(range(&out, "outer", "push")["domain"], Value::Null);
+    assert!(out.summary_txt.contains("xtrace outer"), "{}", out.summary_txt);
+}
+
+#[test]
+fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ranges-auto");
+    let (out, _) = trace_by_pid(fixture, args![], &tmp);
+    assert_eq!(
+        range_counts(&out),
+        owned(&[
+            ("inner", "push", 6),
+            ("outer", "push", 3),
+            ("tick", "mark", 4),
+            ("work", "push", 5)
+        ])
+    );
+    assert_eq!(
+        out.summary["sample_frequency_hz"], 99,
+        "the CPU is sampled as without ranges"
+    );
+}
+
+#[test]
+fn nvtx_python_client_launched() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ranges-nvtx");
+    let out_dir = tmp.join("out");
+    let before = xtrace_tests::bpf::Programs::snapshot();
+    let finished = Xtrace::spawn(args![
+        "--nvtx",
+        "-o",
+        &out_dir,
+        "--",
+        python(),
+        script("nvtx_ranges.py")
+    ])
+    .wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("tid "))
+        .expect("the fixture's tid line");
+    let (main, worker) = tids(line);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(
+        range_counts(&out),
+        owned(&[
+            ("layer", "push", 6),
+            ("load", "push", 1),
+            ("prefetch", "start", 1),
+            ("step", "push", 3),
+            ("tick", "mark", 4),
+            ("warmup", "mark", 1),
+            ("work", "push", 1),
+        ])
+    );
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    assert_eq!(range(&out, "load", "push")["domain"], "io");
+    assert_eq!(range(&out, "step", "push")["source"], "nvtx");
+    assert_nested(&out, "step", "layer");
+    for (name, tid, cat) in [
+        ("step", main, "nvtx"),
+        ("layer", main, "nvtx"),
+        ("load", main, "io"),
+        ("work", worker, "nvtx"),
+    ] {
+        let spans = out.spans_named(name);
+        assert!(
+            spans.iter().all(|s| s.tid == tid && s.cat == cat),
+            "{name}: {spans:?}"
+        );
+    }
+    // The start/end range began on the main thread and ended on the worker: one async pair.
+    let edges: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["name"] == "prefetch" && (e["ph"] == "b" || e["ph"] == "e"))
+        .collect();
+    assert_eq!(edges.len(), 2, "{edges:?}");
+    assert_eq!(
+        (edges[0]["ph"].as_str(), edges[0]["tid"].as_u64()),
+        (Some("b"), Some(main))
+    );
+    assert_eq!(
+        (edges[1]["ph"].as_str(), edges[1]["tid"].as_u64()),
+        (Some("e"), Some(worker))
+    );
+    assert_eq!(edges[0]["id"], edges[1]["id"]);
+    assert_eq!(out.instants("tick").len(), 4);
+}
+
+#[test]
+fn itt_python_client_by_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut fixture = Fixture::spawn_with_env(
+        &python(),
+        &[script("itt_ranges.py").to_str().expect("UTF-8 path")],
+        &[("INTEL_LIBITTNOTIFY64", &tool)],
+    );
+    fixture.wait_ready();
+    let tmp = TempDir::new("ranges-itt");
+    let (out, (main, worker)) = trace_by_pid(fixture, args!["--itt"], &tmp);
+    assert_eq!(
+        range_counts(&out),
+        owned(&[
+            ("backward", "push", 3),
+            ("forward", "push", 3),
+            ("load", "push", 2),
+            ("step", "push", 3)
+        ])
+    );
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    assert_nested(&out, "step", "forward");
+    assert_nested(&out, "step", "backward");
+    for (name, tid) in [("step", main), ("forward", main), ("load", worker)] {
+        let spans = out.spans_named(name);
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.tid == tid && s.cat == "train" && s.args["source"] == "itt"),
+            "{name}: {spans:?}"
+        );
+    }
+    // The worker named itself while traced; the main thread did so before xtrace attached, so
+    // its track keeps the kernel's name (when the thread was still there to read it).
+    let names = out.metadata("thread_name");
+    let name_of = |tid: u64| {
+        names
+            .iter()
+            .find(|m| m["tid"].as_u64() == Some(tid))
+            .map(|m| m["args"]["name"].clone())
+    };
+    assert_eq!(name_of(worker), Some(Value::from("loader")));
+    assert_ne!(name_of(main), Some(Value::from("trainer")));
+}
+
+#[test]
+fn a_range_flag_for_a_pid_without_the_tool_library_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let line = run_error(args!["--nvtx", "-p", fixture.pid().to_string()]);
+    assert!(
+        line.contains(&format!(
+            "--nvtx: pid {} has not loaded libxtrace_tool.so",
+            fixture.pid()
+        )) && line.contains("NVTX_INJECTION64_PATH"),
+        "{line}"
+    );
+}
