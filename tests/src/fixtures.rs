@@ -151,6 +151,8 @@ fn build() -> Fixtures {
             &format!("-L{tool_dir}"),
             "-lxtrace_tool",
             &format!("-Wl,-rpath,{tool_dir}"),
+            // DT_RPATH beats LD_LIBRARY_PATH (cargo's), so the library next to XTRACE_BIN is used.
+            "-Wl,--disable-new-dtags",
         ],
     );
     compile(

@@ -4,7 +4,10 @@
 //! it to measure the bare cost of the hooks. It attaches the way xtrace does: uprobe_multi links,
 //! or perf-event uprobes when `XTRACE_UPROBE_ATTACH=perf_event`.
 //!
-//! Usage: uprobe_floor FILE SYMBOL [--return]
+//! `usdt:PROVIDER:NAME[,PROVIDER:NAME...]` instead of SYMBOL attaches at those USDT call sites,
+//! raising their semaphores (uprobe_multi only).
+//!
+//! Usage: uprobe_floor FILE SYMBOL|usdt:PROBES [--return]
 use std::io::Read;
 
 use aya::programs::{uprobe::UProbeScope, UProbe};
@@ -19,11 +22,15 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: uprobe_floor FILE SYMBOL [--return]");
     };
     let path = std::path::Path::new(&file);
-    let offsets: Vec<u64> = ElfSymbols::read(path, path)?
-        .lookup(&symbol)?
-        .into_iter()
-        .map(|(_, offset)| offset)
-        .collect();
+    let (offsets, ref_ctrs): (Vec<u64>, Vec<u64>) = match symbol.strip_prefix("usdt:") {
+        Some(probes) => usdt_sites(path, probes)?,
+        None => ElfSymbols::read(path, path)?
+            .lookup(&symbol)?
+            .into_iter()
+            .map(|(_, offset)| (offset, 0))
+            .unzip(),
+    };
+    let usdt = symbol.starts_with("usdt:");
     let with_return = args.next().as_deref() == Some("--return");
     let mut ebpf = xtrace::bpf::load(&xtrace::bpf::LoadOptions {
         ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
@@ -47,10 +54,13 @@ fn main() -> anyhow::Result<()> {
             path,
             offsets: &offsets,
             cookies: &cookies,
-            ref_ctr_offsets: None,
+            ref_ctr_offsets: usdt.then_some(ref_ctrs.as_slice()),
             pid: None,
             ret: program.name() == "noop_ret",
         })?);
+    }
+    if !multi && usdt {
+        anyhow::bail!("USDT sites need uprobe_multi here (unset {ATTACH_ENV})");
     }
     if !multi {
         for name in programs {
@@ -67,4 +77,21 @@ fn main() -> anyhow::Result<()> {
     println!("attached");
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
     Ok(())
+}
+
+/// The file offsets and semaphore offsets of the USDT call sites of `probes`
+/// (`provider:name,...`) in `path`.
+fn usdt_sites(path: &std::path::Path, probes: &str) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
+    let data = std::fs::read(path)?;
+    let (notes, _) = xtrace::probes::usdt::notes::read_notes(data.as_slice()).map_err(anyhow::Error::msg)?;
+    let wanted: Vec<&str> = probes.split(',').collect();
+    let sites: Vec<(u64, u64)> = notes
+        .iter()
+        .filter(|n| wanted.contains(&format!("{}:{}", n.provider, n.name).as_str()))
+        .map(|n| (n.offset, n.semaphore_offset.unwrap_or(0)))
+        .collect();
+    if sites.is_empty() {
+        anyhow::bail!("no USDT site of {probes} in {}", path.display());
+    }
+    Ok(sites.into_iter().unzip())
 }

@@ -7,6 +7,7 @@ mod attach;
 mod bpftrace;
 mod per_hit;
 mod prep;
+mod ranges;
 mod report;
 mod rss;
 mod runs;
@@ -46,6 +47,7 @@ pub enum Part {
     Attach,
     Sampling,
     Rss,
+    Ranges,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -104,6 +106,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Sampling) {
         sampling::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Ranges) {
+        ranges::run(&env, &cfg, &mut report)?;
     }
     if wanted(Part::Rss) {
         rss::run(&env, &cfg, &mut report)?;

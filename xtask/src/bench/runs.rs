@@ -132,6 +132,8 @@ pub struct XtraceSpec {
     pub workload: PathBuf,
     pub args: Vec<String>,
     pub symbols: Vec<String>,
+    /// Other xtrace flags (e.g. `--ranges`).
+    pub flags: Vec<String>,
     /// Runs xtrace under this command (e.g. `/usr/bin/time -f %M -o FILE`).
     pub prefix: Vec<String>,
     /// How long xtrace may take to exit after the workload exits; then it is killed.
@@ -146,6 +148,7 @@ impl XtraceSpec {
             workload: workload.to_owned(),
             args: args.to_vec(),
             symbols: symbols.iter().map(|s| (*s).to_owned()).collect(),
+            flags: Vec::new(),
             prefix: Vec::new(),
             exit_timeout: EXIT_TIMEOUT,
             keep_outputs: false,
@@ -178,6 +181,7 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
     for symbol in &spec.symbols {
         cmd.args(["-u", symbol]);
     }
+    cmd.args(&spec.flags);
     cmd.arg("-o").arg(&out_dir);
     let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
     tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;

@@ -4,6 +4,27 @@ use core::ffi::{c_char, CStr};
 
 use crate::usdt::{self, enabled, Source};
 
+/// Where the API's semaphores are, for the header's inline check (include/xtrace_range.h): a
+/// program reads `*xtrace_range_semaphores.push` before calling. Pointers rather than the
+/// semaphores themselves, because a copy relocation would copy a semaphore into the executable,
+/// where the kernel never raises it; copying the pointers is harmless.
+#[repr(C)]
+pub struct Semaphores {
+    pub push: *const u16,
+    pub pop: *const u16,
+    pub mark: *const u16,
+}
+
+// SAFETY: the pointers are never written; what they point at is only read (volatile).
+unsafe impl Sync for Semaphores {}
+
+#[no_mangle]
+pub static xtrace_range_semaphores: Semaphores = Semaphores {
+    push: &raw const usdt::xtrace_range_push_semaphore,
+    pop: &raw const usdt::xtrace_range_pop_semaphore,
+    mark: &raw const usdt::xtrace_mark_semaphore,
+};
+
 /// # Safety
 /// `p` is null or points to a NUL-terminated string that lives for the call.
 unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a CStr> {

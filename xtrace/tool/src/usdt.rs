@@ -45,11 +45,14 @@ macro_rules! enabled {
 }
 pub(crate) use enabled;
 
+/// Arguments sit in fixed registers (the SysV argument registers), so every build of the library
+/// has the same notes.
+///
 /// Emits one call site: the nop, and its note (`.note.stapsdt`, type 3: the site's address, the
 /// `.stapsdt.base` address for prelink adjustment, the semaphore's address, provider, name, and
 /// the argument string), plus the comdat `.stapsdt.base` section `<sys/sdt.h>` also emits.
 macro_rules! site {
-    ($semaphore:ident, $name:literal, $args:literal, $($arg:expr),+) => {
+    ($semaphore:ident, $name:literal, $args:literal, $($reg:tt = $arg:expr),+) => {
         // SAFETY: the template is a nop plus data in non-loaded sections; it reads no memory
         // itself (the tracer reads the arguments' pointees), touches no stack or flags.
         unsafe {
@@ -76,7 +79,7 @@ macro_rules! site {
                 ".size _.stapsdt.base, 1",
                 ".popsection",
                 ".endif",
-                $(in(reg) $arg,)+
+                $(in($reg) $arg,)+
                 semaphore = sym $crate::usdt::$semaphore,
                 options(att_syntax, nostack, preserves_flags, readonly)
             )
@@ -84,9 +87,24 @@ macro_rules! site {
     };
 }
 
-/// A string argument: the pointer, or null.
+/// Bytes of a string the tracer reads (`ARG_STR_LEN`).
+const TRACED_LEN: usize = 64;
+
+/// A string argument: the pointer, or null. Its first bytes are read here first: the kernel
+/// program cannot fault a page in, and a string the program never touched itself (a literal
+/// whose address alone was passed) may sit in a page not yet mapped in.
 fn text(s: Option<&core::ffi::CStr>) -> *const c_char {
-    s.map_or(ptr::null(), |s| s.as_ptr())
+    let Some(s) = s else {
+        return ptr::null();
+    };
+    let p = s.as_ptr();
+    for i in 0..TRACED_LEN {
+        // SAFETY: within the NUL-terminated string (the loop stops at its NUL).
+        if unsafe { ptr::read_volatile(p.add(i)) } == 0 {
+            break;
+        }
+    }
+    p
 }
 
 /// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`.
@@ -96,10 +114,10 @@ pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option
     site!(
         xtrace_range_push_semaphore,
         "range_push",
-        "8@{0} 8@{1} 8@{2}",
-        s,
-        d,
-        n
+        "8@%rdi 8@%rsi 8@%rdx",
+        "rdi" = s,
+        "rsi" = d,
+        "rdx" = n
     );
 }
 
@@ -107,7 +125,13 @@ pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option
 #[inline(never)]
 pub fn range_pop(source: Source, domain: Option<&core::ffi::CStr>) {
     let (s, d) = (source as u64, text(domain));
-    site!(xtrace_range_pop_semaphore, "range_pop", "8@{0} 8@{1}", s, d);
+    site!(
+        xtrace_range_pop_semaphore,
+        "range_pop",
+        "8@%rdi 8@%rsi",
+        "rdi" = s,
+        "rsi" = d
+    );
 }
 
 /// `xtrace:range_start(source, domain, name, id)`: opens a range that any thread may end by `id`.
@@ -122,11 +146,11 @@ pub fn range_start(
     site!(
         xtrace_range_start_semaphore,
         "range_start",
-        "8@{0} 8@{1} 8@{2} 8@{3}",
-        s,
-        d,
-        n,
-        id
+        "8@%rdi 8@%rsi 8@%rdx 8@%r8",
+        "rdi" = s,
+        "rsi" = d,
+        "rdx" = n,
+        "r8" = id
     );
 }
 
@@ -134,14 +158,27 @@ pub fn range_start(
 #[inline(never)]
 pub fn range_end(source: Source, id: u64) {
     let s = source as u64;
-    site!(xtrace_range_end_semaphore, "range_end", "8@{0} 8@{1}", s, id);
+    site!(
+        xtrace_range_end_semaphore,
+        "range_end",
+        "8@%rdi 8@%rsi",
+        "rdi" = s,
+        "rsi" = id
+    );
 }
 
 /// `xtrace:mark(source, domain, name)`: an instant.
 #[inline(never)]
 pub fn mark(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
     let (s, d, n) = (source as u64, text(domain), text(name));
-    site!(xtrace_mark_semaphore, "mark", "8@{0} 8@{1} 8@{2}", s, d, n);
+    site!(
+        xtrace_mark_semaphore,
+        "mark",
+        "8@%rdi 8@%rsi 8@%rdx",
+        "rdi" = s,
+        "rsi" = d,
+        "rdx" = n
+    );
 }
 
 /// `xtrace:thread_name(source, tid, name)`: names thread `tid` (0: the calling thread).
@@ -151,9 +188,9 @@ pub fn thread_name(source: Source, tid: u64, name: Option<&core::ffi::CStr>) {
     site!(
         xtrace_thread_name_semaphore,
         "thread_name",
-        "8@{0} 8@{1} 8@{2}",
-        s,
-        tid,
-        n
+        "8@%rdi 8@%rsi 8@%rdx",
+        "rdi" = s,
+        "rsi" = tid,
+        "rdx" = n
     );
 }

@@ -1,0 +1,133 @@
+//! Range cost through xtrace's tool library: the `ranges` workload (xtask/bench/ranges.c) makes
+//! push/pop pairs through `xtrace_range_push`/`_pop`, untraced (a semaphore check each), under the
+//! floor (uprobe_floor: empty uprobes on the two 5-byte-nop USDT sites, semaphores raised) and under
+//! `xtrace --ranges --pid`. Cost per pair = ns per pair under the tool - ns per pair untraced; runs
+//! are interleaved.
+use std::process::Command;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::{
+    per_hit::finite,
+    prep::{fixture, Env},
+    report::{fmt_count, fmt_ns, median, Report, Row, Verdict},
+    runs::{self, XtraceSpec, ATTACH_TIMEOUT, EXIT_TIMEOUT, WORKLOAD_TIMEOUT},
+    tracer::{Stdout, Tracer},
+    workload::Workload,
+    Config,
+};
+use crate::util;
+
+/// Pairs per run: about a second untraced and under each tracer.
+const UNTRACED_PAIRS: u64 = 100_000_000;
+const TRACED_PAIRS: u64 = 500_000;
+
+/// The USDT probes one pair fires.
+const SITES: &str = "usdt:xtrace:range_push,xtrace:range_pop";
+
+pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
+    let tool_dir = env.xtrace.parent().context("the xtrace binary has a directory")?;
+    let tool = tool_dir.join("libxtrace_tool.so");
+    let bin = env.dir.join("ranges");
+    let include = fixture("../../xtrace/tool/include");
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-g", "-o"])
+        .arg(&bin)
+        .arg(fixture("ranges.c"))
+        .arg(format!("-I{}", include.display()))
+        .arg(format!("-L{}", tool_dir.display()))
+        .arg("-lxtrace_tool")
+        .arg(format!("-Wl,-rpath,{}", tool_dir.display()))
+        // DT_RPATH, not DT_RUNPATH: `cargo xtask` runs with cargo's LD_LIBRARY_PATH, which would
+        // otherwise pick the debug build's library over the release one the floor attaches to.
+        .arg("-Wl,--disable-new-dtags");
+    util::run("compile of the ranges workload", &mut cc)?;
+
+    let (untraced_n, traced_n) = (cfg.scale(UNTRACED_PAIRS), cfg.scale(TRACED_PAIRS));
+    let (mut untraced, mut floor, mut traced, mut missed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..cfg.runs {
+        eprintln!("bench: ranges run {}/{}", run + 1, cfg.runs);
+        let mut work = Workload::spawn(&bin, &[untraced_n.to_string()])?;
+        work.go()?;
+        untraced.push(work.finish(WORKLOAD_TIMEOUT)?.ns_per_call);
+
+        // Like xtrace --pid: the workload has mapped the library when the floor attaches.
+        let mut work = Workload::spawn(&bin, &[traced_n.to_string()])?;
+        let mut cmd = Command::new(&env.floor);
+        cmd.arg(&tool).arg(SITES);
+        let mut tracer = Tracer::spawn("uprobe_floor", cmd, Stdout::Lines)?;
+        tracer.wait_for("attached", ATTACH_TIMEOUT)?;
+        work.go()?;
+        floor.push(work.finish(WORKLOAD_TIMEOUT)?.ns_per_call);
+        tracer.close_stdin();
+        tracer.wait_ok(EXIT_TIMEOUT)?;
+
+        let spec = XtraceSpec {
+            flags: vec!["--ranges".into()],
+            ..XtraceSpec::new(&bin, &[traced_n.to_string()], &[])
+        };
+        let out = runs::xtrace(env, &spec)?;
+        traced.push(out.work.ns_per_call);
+        let summary = out.summary.context("xtrace wrote no summary")?;
+        let seen = summary["ranges"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["name"] == "step"))
+            .and_then(|r| r["count"].as_u64())
+            .unwrap_or(0);
+        if seen != traced_n || runs::lost_events(&summary) > 0 {
+            missed.push(format!(
+                "saw {} of {} ranges",
+                fmt_count(seen),
+                fmt_count(traced_n)
+            ));
+        }
+    }
+    let base = median(&untraced);
+    let floor_cost = median(&floor) - base;
+    let traced_cost = median(&traced) - base;
+    let ratio = traced_cost / floor_cost;
+    report.raw(
+        "ranges",
+        json!({"untraced_ns_per_pair": untraced, "floor_ns_per_pair": floor, "traced_ns_per_pair": traced}),
+    );
+    let verdict = |pass: bool| {
+        if cfg.quick {
+            Verdict::NotApplicable
+        } else {
+            Verdict::from_bool(pass)
+        }
+    };
+    report.row(
+        Row::new(
+            "ranges.untraced",
+            "range push+pop, untraced (2 semaphore checks)",
+            fmt_ns(base),
+        )
+        .goal("< 10 ns", verdict(base < 10.0))
+        .data(json!({"ns_per_pair": base})),
+    );
+    report.row(
+        Row::new(
+            "ranges.floor",
+            "range push+pop: floor (empty uprobes, 2 nop5 USDT sites)",
+            fmt_ns(floor_cost),
+        )
+        .data(json!({"ns_per_pair": floor_cost})),
+    );
+    let mut row = Row::new(
+        "ranges.traced",
+        "range push+pop: xtrace --ranges",
+        fmt_ns(traced_cost),
+    )
+    .ratio(format!("{ratio:.2}x floor"))
+    .goal("≤ 1.20x floor", verdict(floor_cost > 0.0 && ratio <= 1.2))
+    .data(json!({"ns_per_pair": traced_cost, "ratio_to_floor": finite(ratio)}));
+    row = row.note(if missed.is_empty() {
+        "every range delivered, 0 lost".to_string()
+    } else {
+        format!("runs that missed ranges: {}", missed.join("; "))
+    });
+    report.row(row);
+    Ok(())
+}
