@@ -289,3 +289,34 @@ fn a_range_flag_for_a_pid_without_the_tool_library_is_refused() {
         "{line}"
     );
 }
+
+#[test]
+fn warn_over_reports_each_span_over_its_limit_live_and_counts_them() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ranges-warn");
+    let out_dir = tmp.join("out");
+    // Every inner range sleeps 500 µs; nothing lasts 10 s.
+    let flags = args!["--ranges", "--warn-over", "inner=100us", "--warn-over", "*=10s"];
+    let finished = trace_fixture_with(&mut fixture, flags, &[], &out_dir);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(
+        out.summary["warn_over"],
+        serde_json::json!([
+            {"rule": "inner=100us", "limit_ns": 100_000, "count": 6},
+            {"rule": "*=10s", "limit_ns": 10_000_000_000u64, "count": 0},
+        ])
+    );
+    let warnings: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("xtrace: warning: inner took "))
+        .collect();
+    assert_eq!(warnings.len(), 6, "{:?}", finished.stderr);
+    assert!(warnings
+        .iter()
+        .all(|l| l.contains("over its limit of 100.0µs (--warn-over inner=100us)")));
+}

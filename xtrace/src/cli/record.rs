@@ -72,6 +72,12 @@ pub struct RecordArgs {
     #[arg(long = "min-duration", value_name = "DURATION", value_parser = parse_span_duration)]
     pub min_duration: Option<u64>,
 
+    /// Warn while recording about every span longer than DURATION whose name PATTERN (a glob)
+    /// matches, e.g. 'work=100ms' (repeatable; the first matching rule applies). The first 100
+    /// are shown; all are counted in summary.json.
+    #[arg(long = "warn-over", value_name = "PATTERN=DURATION", value_parser = parse_warn_rule)]
+    pub warn_over: Vec<crate::pipeline::warnings::WarnRule>,
+
     /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
     /// thread must belong to one of the processes.
     #[arg(long = "tid", value_name = "TID")]
@@ -134,6 +140,10 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// `50us` → 50,000 (ns). Units: ns, us (or µs), ms, s; fractions allowed.
+fn parse_warn_rule(text: &str) -> Result<crate::pipeline::warnings::WarnRule, String> {
+    crate::pipeline::warnings::WarnRule::parse(text, parse_span_duration)
+}
+
 fn parse_span_duration(text: &str) -> Result<u64, String> {
     let units = [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)];
     let bad = || format!("`{text}` is not a duration such as 50us, 2ms or 1s (units: ns, us, ms, s)");

@@ -108,6 +108,9 @@ pub struct Summary {
     /// at the stop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranges_unpaired: Option<u64>,
+    /// With `--warn-over`: per rule, the spans longer than its limit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warn_over: Vec<crate::pipeline::warnings::WarnSummary>,
 }
 
 /// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s.
@@ -330,6 +333,7 @@ mod tests {
             gpus: Vec::new(),
             ranges: None,
             ranges_unpaired: None,
+            warn_over: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod stats;
 pub mod threads;
 pub mod usdt;
 pub mod values;
+pub mod warnings;
 pub mod writer;
 
 use std::io::Write;
@@ -38,6 +39,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub samples: samples::Samples,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
+    /// `--warn-over` rules (none by default).
+    pub warnings: warnings::Warnings,
     /// USDT end probes that fired with no span of their pair open on their thread.
     pub usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
@@ -67,6 +70,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             samples: samples::Samples::default(),
             cuda,
             ranges,
+            warnings: warnings::Warnings::default(),
             usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
@@ -94,7 +98,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     .values
                     .span(id, span.header.tid, span.start_ns, span.ret)
                     .map(String::into_boxed_str);
-                self.trace.span(SpanOut {
+                self.emit(SpanOut {
                     probe: id,
                     pid: span.header.pid,
                     tid: span.header.tid,
@@ -144,6 +148,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
     }
 
+    /// Writes one event to trace.json, checking spans against the `--warn-over` rules.
+    fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
+        self.warnings.span(&span);
+        self.trace.span(span)
+    }
+
     /// The span of a CUDA call, and the process's device memory counter when the call changed it.
     fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
         let (pid, tid) = (span.header.pid, span.header.tid);
@@ -151,7 +161,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let rendered = self
             .cuda
             .span(span.probe_id, pid, tid, span.start_ns, end_ns, span.ret);
-        self.trace.span(SpanOut {
+        self.emit(SpanOut {
             probe: span.probe_id as usize,
             pid,
             tid,
@@ -162,7 +172,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             ..Default::default()
         })?;
         match rendered.memory {
-            Some(bytes) => self.trace.span(SpanOut {
+            Some(bytes) => self.emit(SpanOut {
                 probe: span.probe_id as usize,
                 pid,
                 tid: pid,
@@ -201,7 +211,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         stats.add(0);
         self.names.saw(pid, tid);
         match hit {
-            Hit::Instant { probe, args } => self.trace.span(SpanOut {
+            Hit::Instant { probe, args } => self.emit(SpanOut {
                 probe: probe as usize,
                 pid,
                 tid,
@@ -222,7 +232,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 if let Some(stats) = self.stats.get_mut(span as usize) {
                     stats.add(duration);
                 }
-                self.trace.span(SpanOut {
+                self.emit(SpanOut {
                     probe: span as usize,
                     pid,
                     tid,
@@ -243,7 +253,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 ranges::Output::Events(events) => {
                     for event in events {
                         self.names.saw(event.pid, event.tid);
-                        self.trace.span(event)?;
+                        self.emit(event)?;
                     }
                     Ok(())
                 }

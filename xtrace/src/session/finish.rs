@@ -78,6 +78,7 @@ pub fn write<W: Write + Send + 'static>(
         samples,
         cuda,
         ranges,
+        warnings,
         usdt_unpaired,
         undecodable,
         unknown_probe,
@@ -182,6 +183,7 @@ pub fn write<W: Write + Send + 'static>(
         gpus: gpus.iter().map(DeviceSeries::summary).collect(),
         ranges: plan.ranges.map(|_| ranges.summary()),
         ranges_unpaired: plan.ranges.map(|_| ranges.unpaired + ranges.still_open()),
+        warn_over: warnings.summary(),
     };
     output::write(out, "summary.json", summary.to_json().as_bytes())?;
     output::write(out, "summary.txt", summary.table().as_bytes())?;

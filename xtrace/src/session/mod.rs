@@ -359,6 +359,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
     let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default());
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
+    pipeline.warnings = crate::pipeline::warnings::Warnings::new(
+        args.warn_over.clone(),
+        plan.probes.iter().map(|p| p.name.clone()).collect(),
+    );
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut signals,
@@ -385,6 +389,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         reader
             .drain(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_path))?;
+        for warning in pipeline.warnings.take() {
+            observer.warning(&warning);
+        }
         let lost = bpf::read_lost(&counters)?;
         let unmatched_entries = bpf::read_unmatched(&counters)?;
         if args.min_duration.is_some() {

@@ -123,6 +123,9 @@ pub async fn run<W: Write + Send + 'static>(
                     .drain(|bytes| pipeline.record(bytes))
                     .and_then(|_| pipeline.trace.flush())
                     .map_err(output_error(trace_path))?;
+                for warning in pipeline.warnings.take() {
+                    observer.warning(&warning);
+                }
             }
             _ = int.recv() => return Ok(Stop::Interrupted),
             _ = term.recv() => return Ok(Stop::Terminated),

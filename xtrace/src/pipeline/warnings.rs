@@ -1,0 +1,190 @@
+//! `--warn-over PATTERN=DURATION`: a span longer than the limit of the first rule whose glob
+//! matches its name is counted, and the first [`MAX_SHOWN`] are reported live as warning lines.
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::{export::summary::human, probes::glob};
+
+/// Warning lines shown while recording; later ones are only counted.
+pub const MAX_SHOWN: u64 = 100;
+
+/// One `--warn-over` rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarnRule {
+    /// As the user wrote it.
+    pub text: String,
+    pub pattern: String,
+    pub limit_ns: u64,
+}
+
+impl WarnRule {
+    /// `PATTERN=DURATION`; `duration` parses the part after the last `=`.
+    pub fn parse(text: &str, duration: impl Fn(&str) -> Result<u64, String>) -> Result<Self, String> {
+        let (pattern, limit) = text
+            .rsplit_once('=')
+            .ok_or_else(|| format!("`{text}` is not PATTERN=DURATION, e.g. 'work=100ms' or 'ns::*=1ms'"))?;
+        if pattern.is_empty() {
+            return Err(format!("`{text}` has an empty PATTERN; `*` matches every span"));
+        }
+        Ok(WarnRule {
+            text: text.to_string(),
+            pattern: pattern.to_string(),
+            limit_ns: duration(limit)?,
+        })
+    }
+}
+
+/// One rule's count in summary.json.
+#[derive(Clone, Debug, Serialize)]
+pub struct WarnSummary {
+    pub rule: String,
+    pub limit_ns: u64,
+    /// Spans longer than the limit.
+    pub count: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Warnings {
+    rules: Vec<WarnRule>,
+    /// Span names by probe id (a span may carry its own name instead).
+    probes: Vec<String>,
+    counts: Vec<u64>,
+    /// The rule of each span name seen so far (None: no rule matches).
+    rule_of: HashMap<Box<str>, Option<usize>>,
+    pending: Vec<String>,
+    shown: u64,
+}
+
+impl Warnings {
+    /// `probes`: the probe names by probe id.
+    pub fn new(rules: Vec<WarnRule>, probes: Vec<String>) -> Self {
+        Warnings {
+            counts: vec![0; rules.len()],
+            rules,
+            probes,
+            ..Default::default()
+        }
+    }
+
+    /// A span (`X` event) about to be written.
+    pub fn span(&mut self, span: &super::writer::SpanOut) {
+        if self.rules.is_empty() || span.instant || span.counter.is_some() || span.edge.is_some() {
+            return;
+        }
+        let name = match &span.name {
+            Some(name) => name.to_string(),
+            None => match self.probes.get(span.probe) {
+                Some(name) => name.clone(),
+                None => return,
+            },
+        };
+        self.check(&name, span.dur_ns, (span.pid, span.tid), span.start_ns);
+    }
+
+    /// A span named `name` of `dur_ns` by (pid, tid), begun at `start_ns`.
+    pub fn check(&mut self, name: &str, dur_ns: u64, (pid, tid): (u32, u32), start_ns: u64) {
+        if self.rules.is_empty() {
+            return;
+        }
+        let rule = match self.rule_of.get(name) {
+            Some(rule) => *rule,
+            None => {
+                let rule = self.rules.iter().position(|r| glob::matches(&r.pattern, name));
+                self.rule_of.insert(name.into(), rule);
+                rule
+            }
+        };
+        let Some(index) = rule else {
+            return;
+        };
+        let rule = &self.rules[index];
+        if dur_ns <= rule.limit_ns {
+            return;
+        }
+        self.counts[index] += 1;
+        self.shown += 1;
+        if self.shown <= MAX_SHOWN {
+            self.pending.push(format!(
+                "{name} took {}, over its limit of {} (--warn-over {}): pid {pid} tid {tid} at {:.6} s",
+                human(dur_ns),
+                human(rule.limit_ns),
+                rule.text,
+                start_ns as f64 / 1e9
+            ));
+        }
+        if self.shown == MAX_SHOWN + 1 {
+            self.pending.push(format!(
+                "more than {MAX_SHOWN} spans over their --warn-over limits; the rest are only counted in summary.json"
+            ));
+        }
+    }
+
+    /// The warning lines not yet shown.
+    pub fn take(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending)
+    }
+
+    pub fn summary(&self) -> Vec<WarnSummary> {
+        self.rules
+            .iter()
+            .zip(&self.counts)
+            .map(|(rule, count)| WarnSummary {
+                rule: rule.text.clone(),
+                limit_ns: rule.limit_ns,
+                count: *count,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(text: &str) -> Result<u64, String> {
+        text.strip_suffix("ms")
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n * 1_000_000)
+            .ok_or_else(|| format!("bad {text}"))
+    }
+
+    #[test]
+    fn first_matching_rule_counts_and_the_first_lines_are_shown() {
+        let rules = vec![
+            WarnRule::parse("ns::*=5ms", ms).unwrap(),
+            WarnRule::parse("*=100ms", ms).unwrap(),
+        ];
+        let mut w = Warnings::new(rules, Vec::new());
+        w.check("ns::work", 6_000_000, (1, 2), 3_000_000_000);
+        w.check("ns::work", 5_000_000, (1, 2), 0);
+        w.check("other", 50_000_000, (1, 2), 0);
+        w.check("other", 150_000_000, (1, 2), 0);
+        let lines = w.take();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            lines[0],
+            "ns::work took 6.00ms, over its limit of 5.00ms (--warn-over ns::*=5ms): pid 1 tid 2 at 3.000000 s"
+        );
+        let counts: Vec<u64> = w.summary().iter().map(|s| s.count).collect();
+        assert_eq!(counts, vec![1, 1]);
+        for _ in 0..MAX_SHOWN + 5 {
+            w.check("other", 200_000_000, (1, 2), 0);
+        }
+        assert_eq!(
+            w.take().len() as u64,
+            MAX_SHOWN - 2 + 1,
+            "capped, then one closing line"
+        );
+        assert_eq!(w.summary()[1].count, MAX_SHOWN + 6);
+    }
+
+    #[test]
+    fn malformed_rules_are_refused() {
+        assert!(WarnRule::parse("work", ms)
+            .unwrap_err()
+            .contains("PATTERN=DURATION"));
+        assert!(WarnRule::parse("=5ms", ms).unwrap_err().contains("empty PATTERN"));
+        assert_eq!(WarnRule::parse("a=b=5ms", ms).unwrap().pattern, "a=b");
+    }
+}
