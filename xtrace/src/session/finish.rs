@@ -9,7 +9,7 @@ use crate::{
     export::{
         cuda::CudaSummary,
         profile,
-        summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{self, CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     output,
     pipeline::Pipeline,
@@ -154,6 +154,7 @@ pub fn write<W: Write + Send + 'static>(
         _ => None,
     };
     let summary = Summary {
+        format_version: summary::FORMAT_VERSION,
         run,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
