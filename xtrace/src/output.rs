@@ -93,6 +93,25 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// Writes the file at `path` whole (a file name, with or without a directory); a path without a
+/// file name is refused.
+pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            write(dir, &name.to_string_lossy(), bytes)
+        }
+        _ => Err(Error::Usage(format!(
+            "-o {}: give the path of a file to write",
+            path.display()
+        ))),
+    }
+}
+
 /// Renames `dir/name` to `dir/name.partial` after a failed write, so no one mistakes it for whole.
 pub fn mark_partial(dir: &Path, name: &str) {
     let _ = std::fs::rename(dir.join(name), dir.join(format!("{name}.partial")));
