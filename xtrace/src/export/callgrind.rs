@@ -1,7 +1,7 @@
 //! Callgrind format (KCachegrind, callgrind_annotate) of a capture: one function per span name
 //! and per sampled frame, with self cost and call edges. Events: `Span_ns` (self time of spans;
 //! an edge carries the callee spans' total time and their number as `calls=`) and `Samples` (self
-//! samples; an edge carries the samples with the callee below the caller, `calls=0` when no span
+//! samples; an edge carries the samples with the callee below the caller, `calls=1` when no span
 //! backs it). Positions are all line 0: xtrace has no source lines.
 use std::{collections::BTreeMap, fmt::Write};
 
@@ -101,7 +101,9 @@ pub fn write(capture: &Capture, nesting: &Nesting) -> String {
         let _ = writeln!(out, "0 {}", costs(function.own.span_ns, function.own.samples));
         for (callee, edge) in &function.callees {
             compressed(&mut ids, "cfn", callee, &mut out);
-            let _ = writeln!(out, "calls={} 0", edge.calls);
+            // Readers take a `calls=0` cost line for self cost: an edge seen only in samples
+            // (which cannot count calls) says 1.
+            let _ = writeln!(out, "calls={} 0", edge.calls.max(1));
             let _ = writeln!(out, "0 {}", costs(edge.span_ns, edge.samples));
         }
         out.push('\n');
@@ -142,7 +144,7 @@ mod tests {
             text,
             "# callgrind format\nversion: 1\ncreator: xtrace\npositions: line\n\
              events: Span_ns Samples\nsummary: 100 4\n\nfl=(1) ???\n\
-             fn=(1) app\n0 0 0\ncfn=(2) main\ncalls=0 0\n0 0 4\n\n\
+             fn=(1) app\n0 0 0\ncfn=(2) main\ncalls=1 0\n0 0 4\n\n\
              fn=(2)\n0 50 1\ncfn=(3) work\ncalls=2 0\n0 50 3\n\n\
              fn=(3)\n0 50 3\n\n"
         );
