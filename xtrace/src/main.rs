@@ -54,14 +54,10 @@ fn main() -> ExitCode {
         Ok(recording) => {
             if !quiet {
                 print!("{}", recording.summary.table());
-                let profile = if recording.summary.profile.is_some() {
-                    ",stacks.folded,flamegraph.svg"
-                } else {
-                    ""
-                };
                 eprintln!(
-                    "xtrace: wrote {}/{{trace.json,summary.json,summary.txt{profile}}}",
-                    recording.output.display()
+                    "xtrace: wrote {}/{{{}}}",
+                    recording.output.display(),
+                    recording.files.join(",")
                 );
             }
             ExitCode::SUCCESS
