@@ -64,13 +64,18 @@ pub struct Capture {
 /// What to read besides summary.json.
 #[derive(Clone, Copy, Debug)]
 pub struct Load {
+    /// Read the trace at all (false: summary.json and stacks.folded only).
+    pub trace: bool,
     /// Keep the spans (false: only names, metadata and instants are kept).
     pub spans: bool,
 }
 
 impl Default for Load {
     fn default() -> Self {
-        Load { spans: true }
+        Load {
+            trace: true,
+            spans: true,
+        }
     }
 }
 
@@ -151,6 +156,24 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         summary,
         ..Capture::default()
     };
+    if what.trace {
+        read_trace(dir, &mut capture, what.spans)?;
+    }
+    let folded_path = dir.join("stacks.folded");
+    match std::fs::read_to_string(&folded_path) {
+        Ok(text) => capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(malformed(&folded_path, e)),
+    }
+    Ok(capture)
+}
+
+/// Streams trace.json (or trace.json.gz) of `dir` into `capture`.
+fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
+    let not_capture = |reason: &str| Error::NotACapture {
+        path: dir.to_path_buf(),
+        reason: reason.into(),
+    };
     let (trace_path, reader): (PathBuf, Box<dyn Read>) = {
         let plain = dir.join("trace.json");
         let gz = dir.join("trace.json.gz");
@@ -163,22 +186,15 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         }
     };
     let mut sink = Sink {
-        capture: &mut capture,
-        keep_spans: what.spans,
+        capture,
+        keep_spans,
         interned: HashMap::new(),
     };
     let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, reader));
     TraceSeed(&mut sink)
         .deserialize(&mut de)
         .and_then(|()| de.end())
-        .map_err(|e| malformed(&trace_path, e))?;
-    let folded_path = dir.join("stacks.folded");
-    match std::fs::read_to_string(&folded_path) {
-        Ok(text) => capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(malformed(&folded_path, e)),
-    }
-    Ok(capture)
+        .map_err(|e| malformed(&trace_path, e))
 }
 
 /// Loads `dir` and refuses it when there is nothing in it to analyse.
@@ -479,7 +495,14 @@ mod tests {
         gz.write_all(TRACE.as_bytes()).unwrap();
         std::fs::write(d.join("trace.json.gz"), gz.finish().unwrap()).unwrap();
         std::fs::write(d.join("stacks.folded"), "app;main;hot 3\napp;main 1\n").unwrap();
-        let c = load(&d, Load { spans: false }).unwrap();
+        let c = load(
+            &d,
+            Load {
+                trace: true,
+                spans: false,
+            },
+        )
+        .unwrap();
         assert!(c.spans.is_empty());
         assert_eq!(c.names.len(), 2);
         assert_eq!(c.samples(), 4);

@@ -34,7 +34,11 @@ fn internal(e: analysis::Error) -> Error {
 /// names of the files written.
 pub fn write(out: &Path, spans: u64, icicle: bool) -> Result<Vec<&'static str>> {
     let with_spans = spans > 0 && spans <= SPAN_LIMIT;
-    let capture = capture::load(out, Load { spans: with_spans }).map_err(internal)?;
+    let what = Load {
+        trace: with_spans,
+        spans: with_spans,
+    };
+    let capture = capture::load(out, what).map_err(internal)?;
     let nesting = spans::nest(&capture.spans);
     let stacks = spans::stacks(&capture, &nesting);
     let mut written = Vec::new();
