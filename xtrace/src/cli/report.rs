@@ -344,7 +344,7 @@ fn bottlenecks_text(b: &Bottlenecks) -> String {
                 1,
             )
     };
-    out += &shares("FUNCTIONS BY SELF TIME (spans)", &b.self_time, true);
+    // Self time per function is the TOP BY SELF TIME table above.
     out += &shares("FUNCTIONS BY SELF SAMPLES (CPU sampling)", &b.self_samples, false);
     for w in &b.waits {
         out += &format!(
