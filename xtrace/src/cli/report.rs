@@ -384,10 +384,10 @@ pub fn run(args: &ReportArgs) -> Result<Rendered> {
         Format::Pprof => (pprof_bytes(&capture, &nesting)?, Some("profile.pb.gz")),
         Format::SpanFlamegraph => {
             if capture.spans.is_empty() {
-                return Err(Error::NotACapture {
-                    path: args.dir.clone(),
-                    reason: "it has no spans to draw (a CPU profile only: see its flamegraph.svg)".into(),
-                });
+                return Err(Error::Xtrace(crate::error::Error::Usage(format!(
+                    "{}: no spans to draw a span flamegraph from (a CPU profile only: see its flamegraph.svg)",
+                    args.dir.display()
+                ))));
             }
             let stacks = spans::stacks(&capture, &nesting);
             let svg = span_flamegraph::svg(&stacks, false).map_err(|e| crate::error::Error::Io {
