@@ -9,6 +9,7 @@
 //! [`require_bpf`] first.
 
 pub mod bpf;
+pub mod captures;
 pub mod fixtures;
 pub mod output;
 pub mod run;

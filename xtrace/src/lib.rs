@@ -4,6 +4,7 @@
 //! `pipeline` (read, decode, aggregate) → `export` (Chrome trace, summary). `session` drives one
 //! recording from start to stop; the binary's `main` only parses arguments and prints errors.
 
+pub mod analysis;
 pub mod bpf;
 pub mod cli;
 pub mod cuda;

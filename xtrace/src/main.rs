@@ -1,9 +1,9 @@
 //! The xtrace command: parse arguments, run, print the summary or one line of error.
-use std::process::ExitCode;
+use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{flamegraph, list, status::Console, Cli, Command},
+    cli::{diff, flamegraph, list, report, status::Console, Cli, Command},
     session,
 };
 
@@ -25,6 +25,8 @@ fn main() -> ExitCode {
     let args = match cli.into_command() {
         Command::Record(args) => args,
         Command::List(args) => return list(&args),
+        Command::Report(args) => return report(&args),
+        Command::Diff(args) => return diff(&args),
         Command::Flamegraph(args) => {
             return match flamegraph::run(&args) {
                 Ok(note) => {
@@ -52,14 +54,10 @@ fn main() -> ExitCode {
         Ok(recording) => {
             if !quiet {
                 print!("{}", recording.summary.table());
-                let profile = if recording.summary.profile.is_some() {
-                    ",stacks.folded,flamegraph.svg"
-                } else {
-                    ""
-                };
                 eprintln!(
-                    "xtrace: wrote {}/{{trace.json,summary.json,summary.txt{profile}}}",
-                    recording.output.display()
+                    "xtrace: wrote {}/{{{}}}",
+                    recording.output.display(),
+                    recording.files.join(",")
                 );
             }
             ExitCode::SUCCESS
@@ -78,6 +76,46 @@ fn list(args: &list::ListArgs) -> ExitCode {
             print!("{table}");
             eprintln!("xtrace: {note}");
             ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `xtrace report DIR`: the report on stdout, or a note on stderr about the file written.
+fn report(args: &report::ReportArgs) -> ExitCode {
+    match report::run(args) {
+        Ok(report::Rendered::Stdout(bytes)) => {
+            // A closed pipe (`| head`) is not an error worth a message.
+            let _ = std::io::stdout().lock().write_all(&bytes);
+            ExitCode::SUCCESS
+        }
+        Ok(report::Rendered::Wrote(note)) => {
+            eprintln!("xtrace: {note}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `xtrace diff BASE NEW`: the comparison on stdout; exit 1 when a probe regressed.
+fn diff(args: &diff::DiffArgs) -> ExitCode {
+    match diff::run(args) {
+        Ok(outcome) => {
+            let _ = std::io::stdout().lock().write_all(outcome.text.as_bytes());
+            if let Some(svg) = &outcome.wrote {
+                eprintln!("xtrace: wrote {}", svg.display());
+            }
+            if outcome.regressed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(e) => {
             eprintln!("xtrace: error: {e}");

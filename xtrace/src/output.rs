@@ -1,8 +1,9 @@
 //! The output directory: its default name, creating it, and creating files in it without following
 //! symbolic links. Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
+//! The trace file is written through a [`Sink`], plain or gzip-compressed (`--gzip`).
 use std::{
     fs::File,
-    io::Write,
+    io::{BufWriter, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
 };
@@ -91,6 +92,68 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
         path: dir.join(name),
         source,
     })
+}
+
+/// Writes the file at `path` whole (a file name, with or without a directory); a path without a
+/// file name is refused.
+pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            write(dir, &name.to_string_lossy(), bytes)
+        }
+        _ => Err(Error::Usage(format!(
+            "-o {}: give the path of a file to write",
+            path.display()
+        ))),
+    }
+}
+
+/// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz).
+pub enum Sink {
+    Plain(BufWriter<File>),
+    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
+}
+
+impl Sink {
+    /// Buffers writes to `file`, compressing them when `gzip`.
+    pub fn new(file: File, gzip: bool) -> Sink {
+        let file = BufWriter::with_capacity(1 << 20, file);
+        if gzip {
+            // Fast compression: the writer thread must keep up with the ring buffer.
+            Sink::Gzip(flate2::write::GzEncoder::new(file, flate2::Compression::fast()))
+        } else {
+            Sink::Plain(file)
+        }
+    }
+
+    /// Writes what is buffered and, compressed, the gzip trailer.
+    pub fn close(self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(mut file) => file.flush(),
+            Sink::Gzip(gz) => gz.finish()?.flush(),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Plain(w) => w.write(buf),
+            Sink::Gzip(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Gzip(w) => w.flush(),
+        }
+    }
 }
 
 /// Renames `dir/name` to `dir/name.partial` after a failed write, so no one mistakes it for whole.

@@ -56,39 +56,31 @@ fn folded(path: &Path) -> Result<String> {
     Ok(text)
 }
 
-/// Writes the differential flamegraph; returns what the CLI reports.
-pub fn run(args: &FlamegraphArgs) -> Result<String> {
-    let (base, new) = (folded(&args.diff[0])?, folded(&args.diff[1])?);
+/// The differential flamegraph SVG of two folded-stack texts: widths from `new`, colours from the
+/// change since `base`. Also used by `xtrace diff`.
+pub fn draw_diff(base: &str, new: &str, title: String, normalize: bool) -> Result<Vec<u8>> {
     let mut diff = Vec::new();
     let options = inferno::differential::Options {
-        normalize: args.normalize,
+        normalize,
         strip_hex: false,
     };
     inferno::differential::from_readers(options, base.as_bytes(), new.as_bytes(), &mut diff)
         .map_err(|e| Error::Usage(format!("cannot compare the captures: {e}")))?;
     let mut svg = Vec::new();
     let mut options = inferno::flamegraph::Options::default();
-    options.title = format!("xtrace: {} vs {}", args.diff[1].display(), args.diff[0].display());
+    options.title = title;
     options.subtitle = Some("width: NEW's samples; red: more than in BASE, blue: fewer".into());
     options.count_name = "samples".into();
     inferno::flamegraph::from_reader(&mut options, diff.as_slice(), &mut svg)
         .map_err(|e| Error::Usage(format!("cannot draw the differential flamegraph: {e}")))?;
-    let (dir, name) = match (args.output.parent(), args.output.file_name()) {
-        (Some(dir), Some(name)) => (
-            if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            },
-            name.to_string_lossy().into_owned(),
-        ),
-        _ => {
-            return Err(Error::Usage(format!(
-                "-o {}: give the path of an SVG file to write",
-                args.output.display()
-            )))
-        }
-    };
-    output::write(dir, &name, &svg)?;
+    Ok(svg)
+}
+
+/// Writes the differential flamegraph; returns what the CLI reports.
+pub fn run(args: &FlamegraphArgs) -> Result<String> {
+    let (base, new) = (folded(&args.diff[0])?, folded(&args.diff[1])?);
+    let title = format!("xtrace: {} vs {}", args.diff[1].display(), args.diff[0].display());
+    let svg = draw_diff(&base, &new, title, args.normalize)?;
+    output::write_path(&args.output, &svg)?;
     Ok(format!("wrote {}", args.output.display()))
 }

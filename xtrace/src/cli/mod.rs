@@ -1,9 +1,13 @@
-//! Command line: `xtrace [record] ...`, `xtrace list ...` and `xtrace flamegraph --diff ...`. `record` is also what `xtrace` does
-//! without a subcommand.
+//! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
+//! `xtrace report DIR` and `xtrace diff BASE NEW`. `record` is also what `xtrace` does without a
+//! subcommand.
+pub mod diff;
 pub mod flamegraph;
 pub mod list;
 pub mod record;
+pub mod report;
 pub mod status;
+pub mod table;
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +36,10 @@ pub enum Command {
     List(list::ListArgs),
     /// Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`.
     Flamegraph(flamegraph::FlamegraphArgs),
+    /// Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph.
+    Report(report::ReportArgs),
+    /// Compare two captures; exit 1 when a probe regressed (a CI gate).
+    Diff(diff::DiffArgs),
 }
 
 impl Cli {

@@ -100,6 +100,11 @@ pub struct RecordArgs {
     #[arg(long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
     pub buffer_size: u32,
 
+    /// Write the trace compressed as it is recorded, as trace.json.gz (Perfetto opens it): for
+    /// large captures.
+    #[arg(long = "gzip")]
+    pub gzip: bool,
+
     /// Print nothing but errors (no attach notice, no live status, no summary table).
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,

@@ -1,8 +1,14 @@
 //! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table),
-//! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary).
+//! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary),
+//! `span_flamegraph` (span-flamegraph.svg), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
+//! `derived` (the span flamegraph and profile a recording writes last).
+pub mod callgrind;
 pub mod chrome;
 pub mod cuda;
+pub mod derived;
+pub mod pprof;
 pub mod profile;
+pub mod span_flamegraph;
 pub mod summary;
 
 /// Nanoseconds as Chrome trace microseconds with all nanosecond digits: 1234567 → "1234.567".

@@ -252,7 +252,7 @@ fn vdso_symbols() -> Vec<(u64, u64, String)> {
 }
 
 /// A frame name safe for the folded format (no `;`, no line breaks).
-fn folded_frame(name: &str) -> String {
+pub(crate) fn folded_frame(name: &str) -> String {
     name.replace([';', '\n'], ":")
 }
 

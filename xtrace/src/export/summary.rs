@@ -70,8 +70,14 @@ pub struct RunInfo {
     pub min_duration_ns: Option<u64>,
 }
 
+/// The version of the capture format (summary.json, trace.json, stacks.folded) this xtrace writes
+/// and reads; `xtrace report` and `xtrace diff` refuse captures with a higher one.
+pub const FORMAT_VERSION: u32 = 1;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// [`FORMAT_VERSION`]; a summary.json without it is read as version 1.
+    pub format_version: u32,
     #[serde(flatten)]
     pub run: RunInfo,
     pub stop_reason: &'static str,
@@ -284,6 +290,7 @@ mod tests {
 
     fn summary() -> Summary {
         Summary {
+            format_version: FORMAT_VERSION,
             run: RunInfo {
                 duration_ns: 1_500_000_000,
                 attach_ns: 2_000_000,
@@ -340,6 +347,7 @@ mod tests {
     #[test]
     fn json_fields() {
         let v: serde_json::Value = serde_json::from_str(&summary().to_json()).unwrap();
+        assert_eq!(v["format_version"], 1);
         assert_eq!(v["duration_ns"], 1_500_000_000u64);
         assert_eq!(v["lost_events"], 0);
         assert_eq!(v["decode_errors"], 0);

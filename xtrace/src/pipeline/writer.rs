@@ -55,6 +55,13 @@ pub struct Counted<W> {
     bytes: Arc<AtomicU64>,
 }
 
+impl<W> Counted<W> {
+    /// The writer underneath, e.g. to close it.
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+}
+
 impl<W: Write> Write for Counted<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;

@@ -1,6 +1,6 @@
 //! The end of a recording: the launched command's exit, trace metadata (process and thread names),
 //! the CPU profile (stacks.folded, flamegraph.svg) and the summary files.
-use std::{collections::HashMap, io::Write, path::Path, time::Duration};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use super::{output_error, run::Stop};
 use crate::{
@@ -9,9 +9,9 @@ use crate::{
     export::{
         cuda::CudaSummary,
         profile,
-        summary::{CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{self, CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
-    output,
+    output::{self, Sink},
     pipeline::Pipeline,
     probes::uprobe::Plan,
     target::{Launch, ProcessInfo},
@@ -52,13 +52,15 @@ pub struct Sampling {
     pub icicle: bool,
 }
 
-/// Closes trace.json with its metadata and writes summary.json and summary.txt.
+/// Closes trace.json with its metadata and writes summary.json and summary.txt, then the outputs
+/// derived from them (span-flamegraph.svg, profile.pb.gz); returns the summary and the names of
+/// the derived files.
 #[allow(clippy::too_many_arguments)]
-pub fn write<W: Write + Send + 'static>(
+pub fn write(
     out: &Path,
     trace_path: &Path,
     plan: &Plan,
-    pipeline: Pipeline<W>,
+    pipeline: Pipeline<Sink>,
     mut infos: Vec<(u32, ProcessInfo)>,
     targets: &[(u32, bool)],
     stop: Stop,
@@ -67,7 +69,7 @@ pub fn write<W: Write + Send + 'static>(
     run: RunInfo,
     sampling: Option<Sampling>,
     gpus: &[DeviceSeries],
-) -> Result<Summary> {
+) -> Result<(Summary, Vec<&'static str>)> {
     let trace_err = output_error(trace_path);
     let Pipeline {
         stats,
@@ -121,7 +123,12 @@ pub fn write<W: Write + Send + 'static>(
                 .map_err(trace_err)?;
         }
     }
-    trace.finish().map_err(trace_err)?;
+    trace
+        .finish()
+        .map_err(trace_err)?
+        .into_inner()
+        .close()
+        .map_err(trace_err)?;
 
     let mut probes: Vec<ProbeSummary> = plan
         .probes
@@ -156,6 +163,7 @@ pub fn write<W: Write + Send + 'static>(
         _ => None,
     };
     let summary = Summary {
+        format_version: summary::FORMAT_VERSION,
         run,
         stop_reason: stop.reason(),
         lost_events: lost.total(),
@@ -187,5 +195,12 @@ pub fn write<W: Write + Send + 'static>(
     };
     output::write(out, "summary.json", summary.to_json().as_bytes())?;
     output::write(out, "summary.txt", summary.table().as_bytes())?;
-    Ok(summary)
+    let spans = summary
+        .probes
+        .iter()
+        .filter(|p| p.kind != "usdt")
+        .map(|p| p.stats.count.saturating_sub(p.below_min_duration.unwrap_or(0)))
+        .sum();
+    let derived = crate::export::derived::write(out, spans, sampling.is_some_and(|s| s.icicle))?;
+    Ok((summary, derived))
 }

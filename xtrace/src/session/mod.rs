@@ -6,7 +6,7 @@ mod finish;
 use finish::Sampling;
 mod run;
 
-use std::{io::BufWriter, time::Instant};
+use std::time::Instant;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use xtrace_common::probe::ShortCalls;
@@ -40,8 +40,9 @@ use crate::{
 
 pub use run::Progress;
 
-/// The trace's file name in the output directory.
+/// The trace's file name in the output directory, plain or compressed (`--gzip`).
 const TRACE_FILE: &str = "trace.json";
+const TRACE_FILE_GZ: &str = "trace.json.gz";
 
 /// Wraps an I/O error on output file `path`.
 fn output_error(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + Copy + '_ {
@@ -55,6 +56,8 @@ fn output_error(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + Co
 pub struct Recording {
     pub summary: Summary,
     pub output: std::path::PathBuf,
+    /// The files written into `output`, trace first.
+    pub files: Vec<&'static str>,
 }
 
 /// What the CLI shows while recording; the library itself prints nothing.
@@ -310,9 +313,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let mut reader = RingReader::new(ring)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
-    let trace_path = out.join(TRACE_FILE);
-    let trace_file = output::create(&out, TRACE_FILE)?;
-    let writer = TraceWriter::spawn(BufWriter::with_capacity(1 << 20, trace_file), &names)
+    let trace_name = if args.gzip { TRACE_FILE_GZ } else { TRACE_FILE };
+    let trace_path = out.join(trace_name);
+    let trace_file = output::create(&out, trace_name)?;
+    let writer = TraceWriter::spawn(output::Sink::new(trace_file, args.gzip), &names)
         .map_err(output_error(&trace_path))?;
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
@@ -433,10 +437,17 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
     .await;
     if let Err(Error::Output { .. }) = &result {
-        output::mark_partial(&out, TRACE_FILE);
+        output::mark_partial(&out, trace_name);
     }
+    let (summary, derived) = result?;
+    let mut files = vec![trace_name, "summary.json", "summary.txt"];
+    if summary.profile.is_some() {
+        files.extend(["stacks.folded", "flamegraph.svg"]);
+    }
+    files.extend(derived);
     Ok(Recording {
-        summary: result?,
+        summary,
         output: out,
+        files,
     })
 }

@@ -1,0 +1,181 @@
+//! `xtrace report DIR` on recorded and synthetic captures (no root needed): golden files for every
+//! text format, bottlenecks, and one-line errors with exit 2 for what is not a capture.
+
+use xtrace_tests::{
+    args,
+    captures::{data, golden, noisy_durations, write_capture, xtrace},
+    TempDir,
+};
+
+/// The fixture capture: the demo workload (train_step → load_batch, forward, backward → matmul ×2,
+/// optimizer_step on 2 threads), traced for 0.3 s with CPU sampling at 499 Hz.
+const WORKLOAD: &str = "workload-1";
+
+#[test]
+fn report_formats_match_golden_files() {
+    for (format, file) in [
+        ("text", "workload-1.report.txt"),
+        ("json", "workload-1.report.json"),
+        ("csv", "workload-1.report.csv"),
+        ("callgrind", "workload-1.callgrind"),
+    ] {
+        let ran = xtrace(args!["report", data(WORKLOAD), "--format", format]);
+        assert_eq!(ran.code, Some(0), "--format {format}: {}", ran.stderr);
+        assert_eq!(ran.stderr, "", "--format {format} prints nothing on stderr");
+        golden(file, &ran.stdout);
+    }
+    // The default format is text.
+    let ran = xtrace(args!["report", data(WORKLOAD)]);
+    golden("workload-1.report.txt", &ran.stdout);
+}
+
+#[test]
+fn report_numbers_agree_with_the_capture() {
+    let ran = xtrace(args!["report", data(WORKLOAD), "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data(WORKLOAD).join("summary.json")).unwrap()).unwrap();
+    // Counts and totals per probe are the recorder's exact ones.
+    for probe in summary["probes"].as_array().unwrap() {
+        let name = probe["name"].as_str().unwrap();
+        let row = report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(row["count"], probe["count"], "{name}");
+        assert_eq!(row["min_ns"], probe["min_ns"], "{name}");
+        assert_eq!(row["max_ns"], probe["max_ns"], "{name}");
+        let (a, b) = (
+            row["total_ns"].as_u64().unwrap(),
+            probe["total_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            a.abs_diff(b) <= row["count"].as_u64().unwrap(),
+            "{name}: {a} vs {b}"
+        );
+    }
+    // Leaf functions have self = total; train_step encloses nearly everything.
+    let probe = |name: &str| {
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(probe("matmul")["self_ns"], probe("matmul")["total_ns"]);
+    assert!(
+        probe("train_step")["self_ns"].as_u64().unwrap() * 100
+            < probe("train_step")["total_ns"].as_u64().unwrap()
+    );
+    assert_eq!(report["samples"], summary["samples"]);
+    assert_eq!(report["threads"].as_array().unwrap().len(), 2);
+    assert_eq!(report["lost_events"], 0);
+}
+
+#[test]
+fn outliers_list_the_span_with_its_thread_and_arguments() {
+    let tmp = TempDir::new("report-outlier");
+    let mut durations = noisy_durations(7, 40, 100_000.0, 1.0);
+    durations.retain(|d| *d < 130_000);
+    durations.push(2_000_000);
+    write_capture(tmp.path(), Some(1), &[("work", durations)]);
+    let ran = xtrace(args!["report", tmp.path(), "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    let b = &report["bottlenecks"];
+    assert_eq!(b["outliers_total"], 1, "{b}");
+    assert_eq!(b["outliers"][0]["dur_ns"], 2_000_000);
+    assert_eq!(b["outliers"][0]["thread"], "app");
+    assert_eq!(b["outliers"][0]["tid"], 10);
+    // Too few spans for --min-count: not searched.
+    let ran = xtrace(args![
+        "report",
+        tmp.path(),
+        "--format",
+        "json",
+        "--min-count",
+        "1000"
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(report["bottlenecks"]["outliers_total"], 0);
+}
+
+#[test]
+fn waits_that_dominate_are_pointed_out() {
+    let tmp = TempDir::new("report-waits");
+    write_capture(
+        tmp.path(),
+        Some(1),
+        &[
+            ("cudaLaunchKernel", vec![10_000; 20]),
+            ("cudaStreamSynchronize", vec![900_000; 20]),
+        ],
+    );
+    let ran = xtrace(args!["report", tmp.path()]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout
+            .contains("hint: waits dominate: 98.9% of the traced time is CUDA synchronization"),
+        "{}",
+        ran.stdout
+    );
+}
+
+#[test]
+fn what_is_not_a_capture_is_refused_in_one_line() {
+    let tmp = TempDir::new("report-bad");
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(
+        line.ends_with(
+            "not an xtrace capture (no summary.json); give a directory written by `xtrace -o DIR`"
+        ),
+        "{line}"
+    );
+    let line = xtrace(args!["report", tmp.join("missing")])
+        .user_error()
+        .to_string();
+    assert!(
+        line.contains("not an xtrace capture (no such directory)"),
+        "{line}"
+    );
+    let file = tmp.join("file");
+    std::fs::write(&file, "x").unwrap();
+    let line = xtrace(args!["report", &file]).user_error().to_string();
+    assert!(line.contains("not an xtrace capture (not a directory)"), "{line}");
+
+    std::fs::write(tmp.join("summary.json"), "{\"duration_ns\": 1}").unwrap();
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(line.contains("(no trace.json or trace.json.gz)"), "{line}");
+
+    std::fs::write(tmp.join("trace.json"), "{\"traceEvents\":[]}").unwrap();
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(
+        line.ends_with("the capture is empty (no spans and no samples); record again with probes (-u, -U, --cuda) or CPU sampling (-F) while the program does work"),
+        "{line}"
+    );
+
+    std::fs::write(tmp.join("trace.json"), "{\"traceEvents\":[{\"ph\":\"X\",\"ts\":1").unwrap();
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(line.contains("trace.json: EOF while parsing"), "{line}");
+    assert!(
+        line.ends_with("; the capture is damaged: record it again"),
+        "{line}"
+    );
+
+    std::fs::write(tmp.join("summary.json"), "not json").unwrap();
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(line.contains("summary.json: expected ident"), "{line}");
+
+    write_capture(tmp.path(), Some(2), &[("work", vec![1_000; 3])]);
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(
+        line.ends_with("capture format version 2 is newer than version 1, which this xtrace reads; analyse it with the xtrace that recorded it"),
+        "{line}"
+    );
+    // No format_version: an older capture, read as version 1.
+    write_capture(tmp.path(), None, &[("work", vec![1_000; 3])]);
+    assert_eq!(xtrace(args!["report", tmp.path()]).code, Some(0));
+}

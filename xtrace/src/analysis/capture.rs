@@ -1,0 +1,514 @@
+//! Loading a capture directory: summary.json (required; `format_version` checked, missing = 1),
+//! trace.json or trace.json.gz (stream-parsed: complete events `"ph":"X"` become spans, instants are
+//! counted, `M` events name processes and threads) and stacks.folded (optional CPU samples).
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    fs::File,
+    io::{BufReader, Read},
+    path::{Path, PathBuf},
+};
+
+use serde::{
+    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    Deserialize, Deserializer,
+};
+use serde_json::{value::RawValue, Value};
+
+use super::{Error, Result};
+use crate::export::summary::FORMAT_VERSION;
+
+/// One complete event of trace.json.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Index into [`Capture::names`].
+    pub name: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// The `args` object as JSON when it holds more than `depth` (arguments, CUDA details).
+    pub args: Option<Box<str>>,
+}
+
+impl Span {
+    pub fn end_ns(&self) -> u64 {
+        self.start_ns.saturating_add(self.dur_ns)
+    }
+}
+
+/// A span's name and category (`uprobe`, `usdt_span`, `cuda`, ...).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Name {
+    pub name: String,
+    pub cat: String,
+}
+
+/// A loaded capture.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub dir: PathBuf,
+    pub format_version: u64,
+    /// summary.json as written.
+    pub summary: Value,
+    pub names: Vec<Name>,
+    pub spans: Vec<Span>,
+    /// Instant events per (name, category), CPU samples on the timeline excluded.
+    pub instants: BTreeMap<Name, u64>,
+    pub processes: BTreeMap<u32, String>,
+    pub threads: BTreeMap<(u32, u32), String>,
+    /// stacks.folded: (frames outermost first, the process first; samples).
+    pub folded: Vec<(String, u64)>,
+}
+
+/// What to read besides summary.json.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Read the trace at all (false: summary.json and stacks.folded only).
+    pub trace: bool,
+    /// Keep the spans (false: only names, metadata and instants are kept).
+    pub spans: bool,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Load {
+            trace: true,
+            spans: true,
+        }
+    }
+}
+
+impl Capture {
+    /// The summary's unsigned field `key` (0 when absent).
+    pub fn field(&self, key: &str) -> u64 {
+        self.summary.get(key).and_then(Value::as_u64).unwrap_or(0)
+    }
+
+    /// Samples in stacks.folded.
+    pub fn samples(&self) -> u64 {
+        self.folded.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The CPU sampling frequency recorded in the summary, if it sampled.
+    pub fn sample_hz(&self) -> Option<u64> {
+        self.summary
+            .get("sample_frequency_hz")
+            .and_then(Value::as_u64)
+            .filter(|&hz| hz > 0)
+    }
+
+    /// The root frame of a process: its name in trace.json, else `pid N`.
+    pub fn process_name(&self, pid: u32) -> String {
+        self.processes
+            .get(&pid)
+            .cloned()
+            .unwrap_or_else(|| format!("pid {pid}"))
+    }
+
+    /// Whether there is nothing to analyse: no span, no instant, no sample.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty() && self.instants.is_empty() && self.folded.is_empty()
+    }
+}
+
+/// Loads `dir`; a directory without the files of a capture, a newer format, or unreadable JSON
+/// is an error naming the file.
+pub fn load(dir: &Path, what: Load) -> Result<Capture> {
+    let not_capture = |reason: &str| Error::NotACapture {
+        path: dir.to_path_buf(),
+        reason: reason.into(),
+    };
+    if !dir.is_dir() {
+        return Err(not_capture(if dir.exists() {
+            "not a directory"
+        } else {
+            "no such directory"
+        }));
+    }
+    let summary_path = dir.join("summary.json");
+    let text = match std::fs::read(&summary_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_capture("no summary.json")),
+        Err(e) => return Err(malformed(&summary_path, e)),
+    };
+    let summary: Value = serde_json::from_slice(&text).map_err(|e| malformed(&summary_path, e))?;
+    if !summary.is_object() || summary.get("duration_ns").and_then(Value::as_u64).is_none() {
+        return Err(not_capture("summary.json is not an xtrace summary"));
+    }
+    let format_version = match summary.get("format_version") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .filter(|&v| v >= 1)
+            .ok_or_else(|| malformed(&summary_path, "format_version is not a positive integer"))?,
+    };
+    if format_version > u64::from(FORMAT_VERSION) {
+        return Err(Error::NewerVersion {
+            path: dir.to_path_buf(),
+            found: format_version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let mut capture = Capture {
+        dir: dir.to_path_buf(),
+        format_version,
+        summary,
+        ..Capture::default()
+    };
+    if what.trace {
+        read_trace(dir, &mut capture, what.spans)?;
+    }
+    let folded_path = dir.join("stacks.folded");
+    match std::fs::read_to_string(&folded_path) {
+        Ok(text) => capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(malformed(&folded_path, e)),
+    }
+    Ok(capture)
+}
+
+/// Streams trace.json (or trace.json.gz) of `dir` into `capture`.
+fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
+    let not_capture = |reason: &str| Error::NotACapture {
+        path: dir.to_path_buf(),
+        reason: reason.into(),
+    };
+    let (trace_path, reader): (PathBuf, Box<dyn Read>) = {
+        let plain = dir.join("trace.json");
+        let gz = dir.join("trace.json.gz");
+        if let Ok(file) = File::open(&plain) {
+            (plain, Box::new(file))
+        } else if let Ok(file) = File::open(&gz) {
+            (gz, Box::new(flate2::read::GzDecoder::new(file)))
+        } else {
+            return Err(not_capture("no trace.json or trace.json.gz"));
+        }
+    };
+    let mut sink = Sink {
+        capture,
+        keep_spans,
+        interned: HashMap::new(),
+    };
+    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, reader));
+    TraceSeed(&mut sink)
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| malformed(&trace_path, e))
+}
+
+/// Loads `dir` and refuses it when there is nothing in it to analyse.
+pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
+    let capture = load(dir, what)?;
+    if capture.is_empty() {
+        return Err(Error::Empty {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(capture)
+}
+
+fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
+    Error::Malformed {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Folded stacks: `frame;frame;... COUNT` per line; blank lines are skipped.
+pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
+    let mut stacks = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            continue;
+        }
+        let parsed = line
+            .rsplit_once(' ')
+            .and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?)))
+            .filter(|(stack, _)| !stack.is_empty());
+        match parsed {
+            Some((stack, n)) => stacks.push((stack.to_string(), n)),
+            None => return Err(format!("line {} is not `frame;frame;... COUNT`", i + 1)),
+        }
+    }
+    Ok(stacks)
+}
+
+/// Where parsed events go.
+struct Sink<'c> {
+    capture: &'c mut Capture,
+    keep_spans: bool,
+    interned: HashMap<(String, String), u32>,
+}
+
+/// One trace event; unknown members are ignored.
+#[derive(Deserialize)]
+struct RawEvent {
+    ph: Option<String>,
+    name: Option<String>,
+    cat: Option<String>,
+    ts: Option<f64>,
+    dur: Option<f64>,
+    pid: Option<u64>,
+    tid: Option<u64>,
+    args: Option<Box<RawValue>>,
+}
+
+/// Chrome µs (with ns decimals) to ns; None when negative or not finite.
+fn micros_to_ns(us: f64) -> Option<u64> {
+    let ns = (us * 1000.0).round();
+    (0.0..1.8e19).contains(&ns).then_some(ns as u64)
+}
+
+impl Sink<'_> {
+    fn event(&mut self, event: RawEvent) -> Result<(), String> {
+        let ph = event.ph.as_deref().unwrap_or("");
+        let pid = u32::try_from(event.pid.unwrap_or(0)).map_err(|_| "a pid does not fit 32 bits")?;
+        let tid = u32::try_from(event.tid.unwrap_or(0)).map_err(|_| "a tid does not fit 32 bits")?;
+        match ph {
+            "X" => {
+                let (Some(ts), Some(dur)) = (event.ts, event.dur) else {
+                    return Err("a complete event (\"ph\":\"X\") lacks ts or dur".into());
+                };
+                let (Some(start_ns), Some(dur_ns)) = (micros_to_ns(ts), micros_to_ns(dur)) else {
+                    return Err(format!(
+                        "a complete event has a negative time (ts {ts}, dur {dur})"
+                    ));
+                };
+                let name = self.intern(event.name.unwrap_or_default(), event.cat.unwrap_or_default());
+                if self.keep_spans {
+                    // `{"depth":N}` alone has no comma; anything more is worth keeping.
+                    let args = event
+                        .args
+                        .map(|a| a.get().to_string())
+                        .filter(|a| a.contains(','))
+                        .map(String::into_boxed_str);
+                    self.capture.spans.push(Span {
+                        name,
+                        pid,
+                        tid,
+                        start_ns,
+                        dur_ns,
+                        args,
+                    });
+                }
+            }
+            "i" | "I" => {
+                let cat = event.cat.unwrap_or_default();
+                if cat != "sample" {
+                    let name = Name {
+                        name: event.name.unwrap_or_default(),
+                        cat,
+                    };
+                    *self.capture.instants.entry(name).or_default() += 1;
+                }
+            }
+            "M" => {
+                #[derive(Deserialize)]
+                struct Named {
+                    name: Option<String>,
+                }
+                let named = event
+                    .args
+                    .and_then(|a| serde_json::from_str::<Named>(a.get()).ok())
+                    .and_then(|n| n.name);
+                match (event.name.as_deref(), named) {
+                    (Some("process_name"), Some(n)) => {
+                        self.capture.processes.insert(pid, n);
+                    }
+                    (Some("thread_name"), Some(n)) => {
+                        self.capture.threads.insert((pid, tid), n);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn intern(&mut self, name: String, cat: String) -> u32 {
+        let next = self.capture.names.len() as u32;
+        let names = &mut self.capture.names;
+        *self
+            .interned
+            .entry((name.clone(), cat.clone()))
+            .or_insert_with(|| {
+                names.push(Name { name, cat });
+                next
+            })
+    }
+}
+
+/// The whole trace: `{"traceEvents":[...], ...}` or a bare array of events.
+struct TraceSeed<'s, 'c>(&'s mut Sink<'c>);
+
+impl<'de> DeserializeSeed<'de> for TraceSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TraceSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome trace: {\"traceEvents\": [...]}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "traceEvents" {
+                map.next_value_seed(EventsSeed(&mut *self.0))?;
+                seen = true;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if seen {
+            Ok(())
+        } else {
+            Err(serde::de::Error::custom("no traceEvents array"))
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        EventsSeed(self.0).visit_seq(seq)
+    }
+}
+
+/// The `traceEvents` array, one event at a time.
+struct EventsSeed<'s, 'c>(&'s mut Sink<'c>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(event) = seq.next_element::<RawEvent>()? {
+            self.0.event(event).map_err(serde::de::Error::custom)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(label: &str, summary: &str, trace: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtrace-capture-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("summary.json"), summary).unwrap();
+        std::fs::write(dir.join("trace.json"), trace).unwrap();
+        dir
+    }
+
+    const TRACE: &str = r#"{"traceEvents":[
+{"ph":"X","name":"work","cat":"uprobe","ts":1000.5,"dur":2.25,"pid":7,"tid":8,"args":{"depth":0}},
+{"ph":"X","name":"parse","cat":"uprobe","ts":1010.000,"dur":1.000,"pid":7,"tid":8,"args":{"depth":0,"arg0":3}},
+{"ph":"i","s":"t","name":"app:tick","cat":"usdt","ts":1011.0,"pid":7,"tid":8,"args":{"arg0":1}},
+{"ph":"i","s":"t","name":"hot","cat":"sample","ts":1012.0,"pid":7,"tid":8,"args":{"stack":"a;hot"}},
+{"ph":"C","name":"CUDA device memory (bytes)","ts":1013.0,"pid":7,"args":{"bytes":5}},
+{"ph":"M","name":"process_name","pid":7,"tid":7,"args":{"name":"app"}},
+{"ph":"M","name":"thread_name","pid":7,"tid":8,"args":{"name":"worker"}}
+],"displayTimeUnit":"ns"}"#;
+
+    #[test]
+    fn loads_spans_instants_and_names() {
+        let d = dir("ok", r#"{"duration_ns": 5, "probes": []}"#, TRACE);
+        let c = load(&d, Load::default()).unwrap();
+        assert_eq!(c.format_version, 1);
+        assert_eq!(c.spans.len(), 2);
+        assert_eq!((c.spans[0].start_ns, c.spans[0].dur_ns), (1_000_500, 2_250));
+        assert_eq!(c.names[c.spans[1].name as usize].name, "parse");
+        assert_eq!(c.spans[0].args, None);
+        assert_eq!(c.spans[1].args.as_deref(), Some(r#"{"depth":0,"arg0":3}"#));
+        assert_eq!(c.instants.len(), 1);
+        assert_eq!(c.process_name(7), "app");
+        assert_eq!(c.threads[&(7, 8)], "worker");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_capture() {
+        let d = dir("bad", r#"{"duration_ns": 5, "format_version": 2}"#, TRACE);
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("capture format version 2 is newer than version 1"),
+            "{e}"
+        );
+        std::fs::write(d.join("summary.json"), r#"[1,2]"#).unwrap();
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("not an xtrace capture (summary.json is not an xtrace summary)"),
+            "{e}"
+        );
+        std::fs::write(d.join("summary.json"), r#"{"duration_ns": 5}"#).unwrap();
+        std::fs::write(
+            d.join("trace.json"),
+            r#"{"traceEvents":[{"ph":"X","ts":-1,"dur":1}]}"#,
+        )
+        .unwrap();
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert!(e.contains("negative time"), "{e}");
+        std::fs::write(d.join("trace.json"), r#"{"traceEvents":[{"ph":"X""#).unwrap();
+        assert!(matches!(load(&d, Load::default()), Err(Error::Malformed { .. })));
+        std::fs::write(d.join("trace.json"), r#"{"traceEvents":[]}"#).unwrap();
+        assert!(matches!(
+            load_nonempty(&d, Load::default()),
+            Err(Error::Empty { .. })
+        ));
+        std::fs::remove_file(d.join("summary.json")).unwrap();
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert!(
+            e.ends_with(
+                "not an xtrace capture (no summary.json); give a directory written by `xtrace -o DIR`"
+            ),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn reads_gzip_traces_and_folded_stacks() {
+        use std::io::Write;
+        let d = dir("gz", r#"{"duration_ns": 5}"#, "");
+        std::fs::remove_file(d.join("trace.json")).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(TRACE.as_bytes()).unwrap();
+        std::fs::write(d.join("trace.json.gz"), gz.finish().unwrap()).unwrap();
+        std::fs::write(d.join("stacks.folded"), "app;main;hot 3\napp;main 1\n").unwrap();
+        let c = load(
+            &d,
+            Load {
+                trace: true,
+                spans: false,
+            },
+        )
+        .unwrap();
+        assert!(c.spans.is_empty());
+        assert_eq!(c.names.len(), 2);
+        assert_eq!(c.samples(), 4);
+        std::fs::write(d.join("stacks.folded"), "app;main;hot x\n").unwrap();
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert!(e.contains("stacks.folded: line 1 is not"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,51 @@
+//! Analysis of finished captures (no BPF, no root): loading a capture directory (`capture`),
+//! nesting spans into self times (`spans`), per-probe and per-thread statistics (`stats`),
+//! bottlenecks — outliers, self-time shares, waits (`outliers`), and the Mann–Whitney U test
+//! behind `xtrace diff` (`mannwhitney`). `xtrace report`, `xtrace diff` and the derived outputs
+//! of a recording (span-flamegraph.svg, profile.pb.gz) are built on it.
+pub mod capture;
+pub mod mannwhitney;
+pub mod outliers;
+pub mod spans;
+pub mod stats;
+
+use std::path::PathBuf;
+
+/// What can be wrong with a capture given to `xtrace report` or `xtrace diff`. Every variant is
+/// one line (what, which input, what to do) and exits 2, except an I/O failure while writing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: not an xtrace capture ({reason}); give a directory written by `xtrace -o DIR`")]
+    NotACapture { path: PathBuf, reason: String },
+    #[error("{path}: capture format version {found} is newer than version {supported}, which this xtrace reads; analyse it with the xtrace that recorded it")]
+    NewerVersion {
+        path: PathBuf,
+        found: u64,
+        supported: u32,
+    },
+    #[error("the captures have different format versions ({base} is version {base_version}, {new} is version {new_version}); compare captures recorded by the same xtrace version")]
+    VersionMismatch {
+        base: PathBuf,
+        new: PathBuf,
+        base_version: u64,
+        new_version: u64,
+    },
+    #[error("{path}: the capture is empty (no spans and no samples); record again with probes (-u, -U, --cuda) or CPU sampling (-F) while the program does work")]
+    Empty { path: PathBuf },
+    #[error("{path}: {reason}; the capture is damaged: record it again")]
+    Malformed { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Xtrace(#[from] crate::error::Error),
+}
+
+impl Error {
+    /// 2 for a bad capture or argument; an output failure keeps the library's own code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Xtrace(e) => e.exit_code(),
+            _ => 2,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

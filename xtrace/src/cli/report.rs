@@ -1,0 +1,428 @@
+//! `xtrace report DIR`: re-renders a capture. `--format text|json|csv` gives per-probe statistics
+//! (count, total, self, mean, p50/p90/p99/max), top-N by total and by self time, per-thread
+//! time, losses and bottlenecks (outliers, self-time shares, waits); `pprof`, `callgrind` and
+//! `span-flamegraph` write the capture in those formats. Output is deterministic: sorted, no
+//! paths, no current time.
+use std::{collections::BTreeMap, path::PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::table::{csv_field, render};
+use crate::{
+    analysis::{
+        capture::{self, Capture, Load},
+        outliers::{self, Bottlenecks},
+        spans::{self, Nesting},
+        stats::{self, ProbeStats, ThreadStats},
+        Error, Result,
+    },
+    export::{callgrind, pprof, span_flamegraph, summary::human},
+    output,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Readable tables (stdout).
+    Text,
+    /// Everything as one JSON object (stdout).
+    Json,
+    /// The per-probe table as CSV (stdout).
+    Csv,
+    /// Google's pprof profile of the samples and spans (default file profile.pb.gz).
+    Pprof,
+    /// Callgrind format for KCachegrind (stdout).
+    Callgrind,
+    /// Time-weighted flamegraph of nested spans (default file span-flamegraph.svg).
+    SpanFlamegraph,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The capture: a directory written by `xtrace -o DIR`.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// What to produce.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Write to FILE instead of stdout (pprof and span-flamegraph: instead of profile.pb.gz and
+    /// span-flamegraph.svg in the current directory).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Rows of the top-N tables and of the outlier and share lists.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+
+    /// Search only probes with at least N spans for outliers.
+    #[arg(long = "min-count", value_name = "N", default_value_t = 10)]
+    pub min_count: u64,
+}
+
+/// A probe's self time among all self time.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelfShare {
+    pub name: String,
+    pub kind: String,
+    pub self_ns: u64,
+    pub percent: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct InstantCount {
+    pub name: String,
+    pub kind: String,
+    pub count: u64,
+}
+
+/// Everything `--format text|json|csv` shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub format_version: u64,
+    pub duration_ns: u64,
+    pub stop_reason: String,
+    pub spans: u64,
+    pub samples: u64,
+    pub sample_frequency_hz: Option<u64>,
+    pub min_duration_ns: Option<u64>,
+    pub lost_events: u64,
+    pub lost: BTreeMap<String, u64>,
+    pub unmatched_entries: u64,
+    pub decode_errors: u64,
+    pub probes: Vec<ProbeStats>,
+    pub top_by_total: Vec<String>,
+    pub top_by_self: Vec<SelfShare>,
+    pub threads: Vec<ThreadStats>,
+    pub instants: Vec<InstantCount>,
+    pub bottlenecks: Bottlenecks,
+}
+
+/// Builds the report of a loaded capture.
+pub fn report(capture: &Capture, nesting: &Nesting, top: usize, min_count: u64) -> Report {
+    let probes = stats::probes(capture, nesting);
+    let self_total: u64 = nesting.self_ns.iter().sum();
+    let mut by_self: Vec<&ProbeStats> = probes.iter().collect();
+    by_self.sort_by(|a, b| b.self_ns.cmp(&a.self_ns).then_with(|| a.name.cmp(&b.name)));
+    let summary = &capture.summary;
+    let lost = summary
+        .get("lost")
+        .and_then(|l| l.as_object())
+        .map(|l| {
+            l.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Report {
+        format_version: capture.format_version,
+        duration_ns: capture.field("duration_ns"),
+        stop_reason: summary
+            .get("stop_reason")
+            .and_then(|s| s.as_str())
+            .unwrap_or("")
+            .to_string(),
+        spans: capture.spans.len() as u64,
+        samples: capture.samples(),
+        sample_frequency_hz: capture.sample_hz(),
+        min_duration_ns: summary.get("min_duration_ns").and_then(|v| v.as_u64()),
+        lost_events: capture.field("lost_events"),
+        lost,
+        unmatched_entries: capture.field("unmatched_entries"),
+        decode_errors: capture.field("decode_errors"),
+        top_by_total: probes.iter().take(top).map(|p| p.name.clone()).collect(),
+        top_by_self: by_self
+            .iter()
+            .take(top)
+            .map(|p| SelfShare {
+                name: p.name.clone(),
+                kind: p.kind.clone(),
+                self_ns: p.self_ns,
+                percent: if self_total == 0 {
+                    0.0
+                } else {
+                    (p.self_ns as f64 * 10_000.0 / self_total as f64).round() / 100.0
+                },
+            })
+            .collect(),
+        threads: stats::threads(capture, nesting),
+        instants: capture
+            .instants
+            .iter()
+            .map(|(n, &count)| InstantCount {
+                name: n.name.clone(),
+                kind: n.cat.clone(),
+                count,
+            })
+            .collect(),
+        bottlenecks: outliers::find(capture, nesting, min_count, top),
+        probes,
+    }
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from(
+            "kind,name,count,total_ns,self_ns,min_ns,mean_ns,p50_ns,p90_ns,p99_ns,max_ns,stddev_ns\n",
+        );
+        for p in &self.probes {
+            out += &format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                csv_field(&p.kind),
+                csv_field(&p.name),
+                p.count,
+                p.total_ns,
+                p.self_ns,
+                p.min_ns,
+                p.mean_ns,
+                p.p50_ns,
+                p.p90_ns,
+                p.p99_ns,
+                p.max_ns,
+                p.stddev_ns
+            );
+        }
+        out
+    }
+
+    pub fn to_text(&self, top: usize) -> String {
+        let mut out = format!("{} spans from {} probes", self.spans, self.probes.len());
+        if self.samples > 0 {
+            let hz = self
+                .sample_frequency_hz
+                .map_or(String::new(), |hz| format!(" at {hz} Hz"));
+            out += &format!(", {} CPU samples{hz}", self.samples);
+        }
+        out += &format!(
+            " in {} ({})\n",
+            human(self.duration_ns),
+            self.stop_reason.replace('_', " ")
+        );
+        let lost: Vec<String> = self.lost.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out += &format!(
+            "lost events: {} ({}); unmatched entries: {}; decode errors: {}\n",
+            self.lost_events,
+            lost.join(", "),
+            self.unmatched_entries,
+            self.decode_errors
+        );
+        if let Some(min) = self.min_duration_ns {
+            out += &format!(
+                "recorded with --min-duration {}: shorter calls are counted in summary.json only\n",
+                human(min)
+            );
+        }
+        let of = |n: usize| {
+            if n > top {
+                format!(" (of {n})")
+            } else {
+                String::new()
+            }
+        };
+        let rows: Vec<Vec<String>> = self
+            .probes
+            .iter()
+            .take(top)
+            .map(|p| {
+                vec![
+                    p.name.clone(),
+                    p.kind.clone(),
+                    p.count.to_string(),
+                    human(p.total_ns),
+                    human(p.self_ns),
+                    human(p.mean_ns),
+                    human(p.p50_ns),
+                    human(p.p90_ns),
+                    human(p.p99_ns),
+                    human(p.max_ns),
+                ]
+            })
+            .collect();
+        if !rows.is_empty() {
+            out += &format!("\nTOP {} BY TOTAL TIME{}\n", rows.len(), of(self.probes.len()));
+            out += &render(
+                &[
+                    "PROBE", "KIND", "COUNT", "TOTAL", "SELF", "MEAN", "P50", "P90", "P99", "MAX",
+                ],
+                &rows,
+                2,
+            );
+        }
+        let rows: Vec<Vec<String>> = self
+            .top_by_self
+            .iter()
+            .map(|s| vec![s.name.clone(), human(s.self_ns), format!("{:.1}%", s.percent)])
+            .collect();
+        if !rows.is_empty() {
+            out += &format!("\nTOP {} BY SELF TIME{}\n", rows.len(), of(self.probes.len()));
+            out += &render(&["PROBE", "SELF", "SHARE"], &rows, 1);
+        }
+        let rows: Vec<Vec<String>> = self
+            .threads
+            .iter()
+            .map(|t| {
+                vec![
+                    t.pid.to_string(),
+                    t.tid.to_string(),
+                    t.name.clone(),
+                    t.spans.to_string(),
+                    human(t.traced_ns),
+                    format!("{} ({})", t.top, human(t.top_self_ns)),
+                ]
+            })
+            .collect();
+        if !rows.is_empty() {
+            out += "\nTHREADS\n";
+            out += &render(
+                &["PID", "TID", "THREAD", "SPANS", "TRACED", "MOST SELF TIME"],
+                &rows,
+                0,
+            );
+        }
+        let rows: Vec<Vec<String>> = self
+            .instants
+            .iter()
+            .map(|i| vec![i.name.clone(), i.kind.clone(), i.count.to_string()])
+            .collect();
+        if !rows.is_empty() {
+            out += "\nINSTANT EVENTS\n";
+            out += &render(&["NAME", "KIND", "COUNT"], &rows, 2);
+        }
+        out += &bottlenecks_text(&self.bottlenecks);
+        out
+    }
+}
+
+fn bottlenecks_text(b: &Bottlenecks) -> String {
+    let mut out = format!(
+        "\nOUTLIERS (more than 2σ above their probe's mean, probes with at least {} spans): {}\n",
+        b.min_count, b.outliers_total
+    );
+    let rows: Vec<Vec<String>> = b
+        .outliers
+        .iter()
+        .map(|o| {
+            vec![
+                o.name.clone(),
+                format!("+{}", human(o.offset_ns)),
+                human(o.dur_ns),
+                human(o.mean_ns),
+                format!("{:.1}", o.sigmas),
+                format!("{}/{}", o.pid, o.tid),
+                o.thread.clone(),
+                o.args.as_ref().map_or(String::new(), |a| a.to_string()),
+            ]
+        })
+        .collect();
+    out += &render(
+        &[
+            "PROBE", "AT", "DURATION", "MEAN", "SIGMAS", "PID/TID", "THREAD", "ARGS",
+        ],
+        &rows,
+        1,
+    );
+    let shares = |title: &str, list: &[outliers::Share], ns: bool| {
+        let rows: Vec<Vec<String>> = list
+            .iter()
+            .map(|s| {
+                let value = if ns { human(s.value) } else { s.value.to_string() };
+                vec![s.name.clone(), value, format!("{:.1}%", s.percent)]
+            })
+            .collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        format!("\n{title}\n")
+            + &render(
+                &["FUNCTION", if ns { "SELF" } else { "SAMPLES" }, "SHARE"],
+                &rows,
+                1,
+            )
+    };
+    // Self time per function is the TOP BY SELF TIME table above.
+    out += &shares("FUNCTIONS BY SELF SAMPLES (CPU sampling)", &b.self_samples, false);
+    for w in &b.waits {
+        out += &format!(
+            "\nwaits ({}): {} = {:.1}% of the traced time\n",
+            w.kind.replace('_', " "),
+            human(w.wait_ns),
+            w.percent
+        );
+    }
+    for hint in &b.hints {
+        out += &format!("hint: {hint}\n");
+    }
+    out
+}
+
+/// What the CLI prints: the report on stdout, or a note about the file written.
+pub enum Rendered {
+    Stdout(Vec<u8>),
+    Wrote(String),
+}
+
+/// Runs `xtrace report`.
+pub fn run(args: &ReportArgs) -> Result<Rendered> {
+    let capture = capture::load_nonempty(&args.dir, Load::default())?;
+    let nesting = spans::nest(&capture.spans);
+    let (bytes, default_file): (Vec<u8>, Option<&str>) = match args.format {
+        Format::Text | Format::Json | Format::Csv => {
+            let report = report(&capture, &nesting, args.top, args.min_count);
+            let text = match args.format {
+                Format::Text => report.to_text(args.top),
+                Format::Json => report.to_json(),
+                _ => report.to_csv(),
+            };
+            (text.into_bytes(), None)
+        }
+        Format::Callgrind => (callgrind::write(&capture, &nesting).into_bytes(), None),
+        Format::Pprof => (pprof_bytes(&capture, &nesting)?, Some("profile.pb.gz")),
+        Format::SpanFlamegraph => {
+            if capture.spans.is_empty() {
+                return Err(Error::Xtrace(crate::error::Error::Usage(format!(
+                    "{}: no spans to draw a span flamegraph from (a CPU profile only: see its flamegraph.svg)",
+                    args.dir.display()
+                ))));
+            }
+            let stacks = spans::stacks(&capture, &nesting);
+            let svg = span_flamegraph::svg(&stacks, false).map_err(|e| crate::error::Error::Io {
+                what: "drawing the span flamegraph".into(),
+                source: e,
+            })?;
+            (svg, Some("span-flamegraph.svg"))
+        }
+    };
+    match (&args.output, default_file) {
+        (Some(path), _) => {
+            output::write_path(path, &bytes)?;
+            Ok(Rendered::Wrote(format!("wrote {}", path.display())))
+        }
+        (None, Some(name)) => {
+            output::write_path(std::path::Path::new(name), &bytes)?;
+            Ok(Rendered::Wrote(format!("wrote {name}")))
+        }
+        (None, None) => Ok(Rendered::Stdout(bytes)),
+    }
+}
+
+/// profile.pb.gz of a capture: its samples and its spans.
+pub fn pprof_bytes(capture: &Capture, nesting: &Nesting) -> Result<Vec<u8>> {
+    let stacks = spans::stacks(capture, nesting);
+    pprof::encode(&pprof::Input {
+        folded: &capture.folded,
+        sample_hz: capture.sample_hz(),
+        span_stacks: &stacks,
+        duration_ns: capture.field("duration_ns"),
+    })
+    .map_err(|e| {
+        Error::Xtrace(crate::error::Error::Io {
+            what: "compressing the profile".into(),
+            source: e,
+        })
+    })
+}

@@ -1,0 +1,61 @@
+//! Plain-text tables for the analysis subcommands: columns padded to their widest cell, the
+//! first `left` columns left-aligned and the rest (numbers) right-aligned, two spaces apart.
+
+/// The table as lines, header first; nothing when there are no rows.
+pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.zip(&widths).enumerate() {
+            let pad = " ".repeat(width - cell.chars().count());
+            if i < left {
+                text += &format!("{cell}{pad}  ");
+            } else {
+                text += &format!("{pad}{cell}  ");
+            }
+        }
+        text.trim_end().to_string() + "\n"
+    };
+    let mut out = line(&mut header.iter().copied());
+    for row in rows {
+        out += &line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
+pub fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_columns() {
+        let rows = vec![
+            vec!["a".to_string(), "1".to_string()],
+            vec!["long".to_string(), "100".to_string()],
+        ];
+        assert_eq!(
+            render(&["NAME", "N"], &rows, 1),
+            "NAME    N\na       1\nlong  100\n"
+        );
+        assert_eq!(render(&["NAME"], &[], 1), "");
+        assert_eq!(csv_field("a,b\"c"), "\"a,b\"\"c\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+}
