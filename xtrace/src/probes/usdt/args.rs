@@ -44,7 +44,7 @@ impl Register {
         // `%r10l` is another spelling of `%r10b`.
         let spelled;
         let name = match name.strip_suffix('l') {
-            Some(number) if number.len() > 1 && number[1..].bytes().all(|b| b.is_ascii_digit()) => {
+            Some(number) if number.len() > 1 && number.as_bytes()[1..].iter().all(u8::is_ascii_digit) => {
                 spelled = format!("{number}b");
                 spelled.as_str()
             }
@@ -510,5 +510,8 @@ mod tests {
         assert_eq!(err("8@(%rbp,%rax,3)").column, 14);
         assert_eq!(err("8@(rbp)").column, 4);
         assert!(err(&"8@%rdi ".repeat(13)).reason.contains("more than 12"));
+        // A register name starting with a multi-byte character (found by the fuzz test).
+        assert_eq!(err("8@%éll").column, 3);
+        assert!(Register::parse("é1l").is_none());
     }
 }
