@@ -9,7 +9,7 @@ use xtrace_tests::{
     fixtures::{fixtures, python, script, tool_library, Fixture},
     output::{Outputs, Span},
     require_bpf,
-    run::{run_error, trace_fixture_with, Xtrace},
+    run::{run_error, trace_fixture_with, Finished, Xtrace},
     TempDir,
 };
 
@@ -24,16 +24,24 @@ fn tids(line: &str) -> (u64, u64) {
     (parts[0], parts[1])
 }
 
-/// Traces a started fixture by pid with `flags` to its exit; returns the outputs and its tids.
+/// Traces a started fixture by pid with `flags` to its exit; returns the outputs, its tids and
+/// how xtrace finished.
 fn trace_by_pid(
     mut fixture: Fixture,
     flags: Vec<std::ffi::OsString>,
     tmp: &TempDir,
-) -> (Outputs, (u64, u64)) {
+) -> (Outputs, (u64, u64), Finished) {
     let out = tmp.join("out");
-    trace_fixture_with(&mut fixture, flags, &[], &out);
+    let finished = trace_fixture_with(&mut fixture, flags, &[], &out);
     let tids = tids(&fixture.next_line());
-    (Outputs::read(&out), tids)
+    (Outputs::read(&out), tids, finished)
+}
+
+/// `ranges run` (the xtrace_range_* C fixture) traced by pid with `flags`.
+fn trace_ranges_fixture(flags: Vec<std::ffi::OsString>, tmp: &TempDir) -> (Outputs, (u64, u64), Finished) {
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
+    fixture.wait_ready();
+    trace_by_pid(fixture, flags, tmp)
 }
 
 /// The summary.json `ranges` entry of (name, kind).
@@ -94,10 +102,8 @@ fn xtrace_range_api_by_pid() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
-    fixture.wait_ready();
     let tmp = TempDir::new("ranges-api");
-    let (out, (main, worker)) = trace_by_pid(fixture, args!["--ranges"], &tmp);
+    let (out, (main, worker), _) = trace_ranges_fixture(args!["--ranges"], &tmp);
     assert_eq!(
         range_counts(&out),
         owned(&[
@@ -134,10 +140,8 @@ fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
-    fixture.wait_ready();
     let tmp = TempDir::new("ranges-auto");
-    let (out, _) = trace_by_pid(fixture, args![], &tmp);
+    let (out, _, _) = trace_ranges_fixture(args![], &tmp);
     assert_eq!(
         range_counts(&out),
         owned(&[
@@ -239,7 +243,7 @@ fn itt_python_client_by_pid() {
     );
     fixture.wait_ready();
     let tmp = TempDir::new("ranges-itt");
-    let (out, (main, worker)) = trace_by_pid(fixture, args!["--itt"], &tmp);
+    let (out, (main, worker), _) = trace_by_pid(fixture, args!["--itt"], &tmp);
     assert_eq!(
         range_counts(&out),
         owned(&[
@@ -295,14 +299,10 @@ fn warn_over_reports_each_span_over_its_limit_live_and_counts_them() {
     if !require_bpf() {
         return;
     }
-    let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
-    fixture.wait_ready();
     let tmp = TempDir::new("ranges-warn");
-    let out_dir = tmp.join("out");
     // Every inner range sleeps 500 µs; nothing lasts 10 s.
     let flags = args!["--ranges", "--warn-over", "inner=100us", "--warn-over", "*=10s"];
-    let finished = trace_fixture_with(&mut fixture, flags, &[], &out_dir);
-    let out = Outputs::read(&out_dir);
+    let (out, _, finished) = trace_ranges_fixture(flags, &tmp);
     assert_eq!(
         out.summary["warn_over"],
         serde_json::json!([
