@@ -1,8 +1,11 @@
 //! xtrace's own range API for code that has neither NVTX nor ITT (include/xtrace_range.h): a
 //! scope anyone can open and close, costing a semaphore check while no tracer is attached.
-use core::ffi::{c_char, CStr};
+use core::ffi::c_char;
 
-use crate::usdt::{self, enabled, Source};
+use crate::{
+    text::cstr,
+    usdt::{self, enabled, Source},
+};
 
 /// Where the API's semaphores are, for the header's inline check (include/xtrace_range.h): a
 /// program reads `*xtrace_range_semaphores.push` before calling. Pointers rather than the
@@ -24,13 +27,6 @@ pub static xtrace_range_semaphores: Semaphores = Semaphores {
     pop: &raw const usdt::xtrace_range_pop_semaphore,
     mark: &raw const usdt::xtrace_mark_semaphore,
 };
-
-/// # Safety
-/// `p` is null or points to a NUL-terminated string that lives for the call.
-unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a CStr> {
-    // SAFETY: as the caller promised.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
-}
 
 /// Opens a range named `name` on the calling thread.
 ///

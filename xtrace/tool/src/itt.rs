@@ -8,14 +8,16 @@
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::{
     collections::HashMap,
-    ffi::CString,
     sync::{
         atomic::{AtomicU64, Ordering},
         Mutex,
     },
 };
 
-use crate::usdt::{self, enabled, Source};
+use crate::{
+    text::{cstr, interned},
+    usdt::{self, enabled, Source},
+};
 
 /// `__itt_domain`.
 #[repr(C)]
@@ -60,13 +62,6 @@ struct ApiInfo {
 /// Where `api_list_ptr` sits in `__itt_global` (x86-64, ittnotify 3.x).
 const API_LIST_OFFSET: usize = 120;
 
-/// # Safety
-/// `p` is null or NUL-terminated.
-unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a CStr> {
-    // SAFETY: as the caller promised.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
-}
-
 /// A domain's name.
 ///
 /// # Safety
@@ -84,10 +79,9 @@ fn created<T>(
 ) -> *mut T {
     let mut table = table.lock().unwrap_or_else(|e| e.into_inner());
     let table = table.get_or_insert_with(HashMap::new);
-    let address = *table.entry(name.to_bytes().to_vec()).or_insert_with(|| {
-        let name = CString::from(name).into_raw();
-        Box::into_raw(Box::new(make(name))) as usize
-    });
+    let address = *table
+        .entry(name.to_bytes().to_vec())
+        .or_insert_with(|| Box::into_raw(Box::new(make(interned(name)))) as usize);
     address as *mut T
 }
 

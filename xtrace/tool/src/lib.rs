@@ -6,4 +6,5 @@
 pub mod api;
 pub mod itt;
 pub mod nvtx;
+mod text;
 pub mod usdt;

@@ -9,15 +9,14 @@
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::{
     cell::Cell,
-    collections::HashMap,
     ffi::CString,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Mutex,
-    },
+    sync::atomic::{AtomicU64, Ordering},
 };
 
-use crate::usdt::{self, enabled, Source};
+use crate::{
+    text::{cstr, interned},
+    usdt::{self, enabled, Source},
+};
 
 type Fn = unsafe extern "C" fn();
 type GetExportTable = unsafe extern "C" fn(u32) -> *const c_void;
@@ -55,19 +54,6 @@ const MESSAGE_ASCII: i32 = 1;
 const MESSAGE_UNICODE: i32 = 2;
 const MESSAGE_REGISTERED: i32 = 3;
 
-/// Names kept for the life of the process (domain and registered-string handles point at them).
-fn interned(name: &[u8]) -> *const c_char {
-    static NAMES: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    let names = names.get_or_insert_with(HashMap::new);
-    let address = *names.entry(name.to_vec()).or_insert_with(|| {
-        let text =
-            CString::new(name.iter().copied().filter(|&b| b != 0).collect::<Vec<u8>>()).unwrap_or_default();
-        text.into_raw() as usize
-    });
-    address as *const c_char
-}
-
 /// A wide (UTF-32 on Linux) string as UTF-8 bytes.
 ///
 /// # Safety
@@ -86,13 +72,6 @@ unsafe fn wide(text: *const i32) -> Option<CString> {
         out.push(char::from_u32(unit as u32).unwrap_or(char::REPLACEMENT_CHARACTER));
     }
     CString::new(out).ok()
-}
-
-/// # Safety
-/// `p` is null or NUL-terminated and lives for the call.
-unsafe fn cstr<'a>(p: *const c_char) -> Option<&'a CStr> {
-    // SAFETY: as the caller promised.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
 }
 
 /// The message of an event's attributes; None when absent or of an unknown type.
@@ -280,12 +259,12 @@ unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const i32) {
 
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> *const c_char {
     // SAFETY: NVTX passes a NUL-terminated string.
-    unsafe { cstr(name) }.map_or(core::ptr::null(), |n| interned(n.to_bytes()))
+    unsafe { cstr(name) }.map_or(core::ptr::null(), interned)
 }
 
 unsafe extern "C" fn domain_create_w(name: *const i32) -> *const c_char {
     // SAFETY: NVTX passes a NUL-terminated wide string.
-    unsafe { wide(name) }.map_or(core::ptr::null(), |n| interned(n.to_bytes()))
+    unsafe { wide(name) }.map_or(core::ptr::null(), |n| interned(&n))
 }
 
 unsafe extern "C" fn register_string_a(_domain: *const c_void, text: *const c_char) -> *const c_char {
