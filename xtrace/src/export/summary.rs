@@ -184,11 +184,7 @@ impl Summary {
         ];
         // CUDA probes cover every API function found; only those called are worth a row. The tool
         // library's probes are shown as the ranges they make, `SOURCE [DOMAIN/]NAME`.
-        let tool = |p: &&ProbeSummary| {
-            std::path::Path::new(&p.target)
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libxtrace_tool"))
-        };
+        let tool = |p: &&ProbeSummary| crate::probes::ranges::is_tool(std::path::Path::new(&p.target));
         let ranges = self.ranges.iter().flatten().map(|r| {
             let domain = r.domain.as_deref().map_or(String::new(), |d| format!("{d}/"));
             (format!("{} {domain}{}", r.source.name(), r.name), &r.stats)

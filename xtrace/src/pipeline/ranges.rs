@@ -58,10 +58,6 @@ impl Wanted {
         itt: true,
     };
 
-    pub fn any(self) -> bool {
-        self.xtrace || self.nvtx || self.itt
-    }
-
     fn keeps(self, source: Source) -> bool {
         match source {
             Source::Xtrace => self.xtrace,

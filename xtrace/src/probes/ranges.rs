@@ -50,7 +50,8 @@ const PROBES: &[(&str, RangeOp, &[bool])] = &[
     ("thread_name", RangeOp::ThreadName, &[false, false, true]),
 ];
 
-fn is_tool(path: &std::path::Path) -> bool {
+/// Whether `path` is a tool library (by its file name, wherever it was installed).
+pub fn is_tool(path: &std::path::Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("libxtrace_tool"))
@@ -67,16 +68,6 @@ fn libraries(scope: &Scope) -> Result<Vec<PathBuf>> {
             .collect()),
         Scope::Command(_) | Scope::SystemWide => Ok(shipped().into_iter().collect()),
     }
-}
-
-/// Whether any process of `scopes` maps a tool library (what turns ranges on by themselves).
-pub fn mapped(scopes: &[Scope]) -> Result<bool> {
-    for scope in scopes {
-        if matches!(scope, Scope::Process(_)) && !libraries(scope)?.is_empty() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Adds the tool library's probes to `plan`. `required`: a scope without a tool library is an

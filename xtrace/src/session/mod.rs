@@ -209,8 +209,9 @@ impl Specs {
                 ranges::plan(&mut plan, scopes, wanted, true)?;
                 plan.ranges = Some(wanted);
             }
+            // Auto means --pid: scopes are processes, planned only where one maps the library.
             RangeMode::Auto => {
-                if ranges::mapped(scopes)? && ranges::plan(&mut plan, scopes, Wanted::ALL, false)? {
+                if ranges::plan(&mut plan, scopes, Wanted::ALL, false)? {
                     plan.ranges = Some(Wanted::ALL);
                 }
             }
