@@ -47,8 +47,9 @@ pub struct WarnSummary {
 #[derive(Debug, Default)]
 pub struct Warnings {
     rules: Vec<WarnRule>,
-    /// Span names by probe id (a span may carry its own name instead).
-    probes: Vec<String>,
+    /// Per probe id: its name and the rule its spans fall under, resolved once (a span may carry
+    /// its own name instead).
+    probes: Vec<(String, Option<usize>)>,
     counts: Vec<u64>,
     /// The rule of each span name seen so far (None: no rule matches).
     rule_of: HashMap<Box<str>, Option<usize>>,
@@ -56,52 +57,71 @@ pub struct Warnings {
     shown: u64,
 }
 
+/// The first rule whose pattern matches `name`.
+fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
+    rules.iter().position(|r| glob::matches(&r.pattern, name))
+}
+
 impl Warnings {
     /// `probes`: the probe names by probe id.
     pub fn new(rules: Vec<WarnRule>, probes: Vec<String>) -> Self {
         Warnings {
             counts: vec![0; rules.len()],
+            probes: probes
+                .into_iter()
+                .map(|name| {
+                    let rule = first_rule(&rules, &name);
+                    (name, rule)
+                })
+                .collect(),
             rules,
-            probes,
             ..Default::default()
         }
     }
 
-    /// A span (`X` event) about to be written.
+    /// A span (`X` event) about to be written. Spans of a probe cost an index lookup and a
+    /// comparison; only a span over its limit builds a line.
     pub fn span(&mut self, span: &super::writer::SpanOut) {
         if self.rules.is_empty() || span.instant || span.counter.is_some() || span.edge.is_some() {
             return;
         }
-        let name = match &span.name {
-            Some(name) => name.to_string(),
-            None => match self.probes.get(span.probe) {
-                Some(name) => name.clone(),
-                None => return,
-            },
+        let ids = (span.pid, span.tid);
+        if let Some(name) = &span.name {
+            return self.check(name, span.dur_ns, ids, span.start_ns);
+        }
+        let Some((_, Some(index))) = self.probes.get(span.probe) else {
+            return;
         };
-        self.check(&name, span.dur_ns, (span.pid, span.tid), span.start_ns);
+        let index = *index;
+        if span.dur_ns > self.rules[index].limit_ns {
+            let name = self.probes[span.probe].0.clone();
+            self.over(index, &name, span.dur_ns, ids, span.start_ns);
+        }
     }
 
     /// A span named `name` of `dur_ns` by (pid, tid), begun at `start_ns`.
-    pub fn check(&mut self, name: &str, dur_ns: u64, (pid, tid): (u32, u32), start_ns: u64) {
+    pub fn check(&mut self, name: &str, dur_ns: u64, ids: (u32, u32), start_ns: u64) {
         if self.rules.is_empty() {
             return;
         }
         let rule = match self.rule_of.get(name) {
             Some(rule) => *rule,
             None => {
-                let rule = self.rules.iter().position(|r| glob::matches(&r.pattern, name));
+                let rule = first_rule(&self.rules, name);
                 self.rule_of.insert(name.into(), rule);
                 rule
             }
         };
-        let Some(index) = rule else {
-            return;
-        };
-        let rule = &self.rules[index];
-        if dur_ns <= rule.limit_ns {
-            return;
+        if let Some(index) = rule {
+            if dur_ns > self.rules[index].limit_ns {
+                self.over(index, name, dur_ns, ids, start_ns);
+            }
         }
+    }
+
+    /// Counts a span over the limit of rule `index`, and words it while lines are still shown.
+    fn over(&mut self, index: usize, name: &str, dur_ns: u64, (pid, tid): (u32, u32), start_ns: u64) {
+        let rule = &self.rules[index];
         self.counts[index] += 1;
         self.shown += 1;
         if self.shown <= MAX_SHOWN {
@@ -177,6 +197,31 @@ mod tests {
             "capped, then one closing line"
         );
         assert_eq!(w.summary()[1].count, MAX_SHOWN + 6);
+    }
+
+    #[test]
+    fn probe_spans_use_the_probe_name_and_its_rule() {
+        use crate::pipeline::writer::SpanOut;
+        let rules = vec![WarnRule::parse("work=5ms", ms).unwrap()];
+        let mut w = Warnings::new(rules, vec!["work".into(), "other".into()]);
+        let span = |probe, dur_ns| SpanOut {
+            probe,
+            pid: 1,
+            tid: 2,
+            dur_ns,
+            ..Default::default()
+        };
+        w.span(&span(0, 6_000_000));
+        w.span(&span(0, 5_000_000));
+        w.span(&span(1, 60_000_000));
+        w.span(&SpanOut {
+            instant: true,
+            ..span(0, 9_000_000)
+        });
+        let lines = w.take();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("work took 6.00ms"), "{}", lines[0]);
+        assert_eq!(w.summary()[0].count, 1);
     }
 
     #[test]
