@@ -237,12 +237,7 @@ impl Calls {
                 }
             }
             Op::GetFunction => {
-                let end = call
-                    .bytes
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(call.bytes.len());
-                let mangled = String::from_utf8_lossy(&call.bytes[..end]).into_owned();
+                let mangled = crate::pipeline::values::c_text(&call.bytes);
                 let name = crate::demangle::demangle(&mangled);
                 let handle = call.out.unwrap_or(0);
                 values = format!(

@@ -110,12 +110,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 })
             }
             Ok(Event::Thread(thread)) => {
-                let len = thread
-                    .comm
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(thread.comm.len());
-                let name = String::from_utf8_lossy(&thread.comm[..len]).into_owned();
+                let name = values::c_text(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, name);
                 Ok(())
             }

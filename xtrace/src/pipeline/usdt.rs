@@ -10,7 +10,7 @@ use xtrace_common::{
 };
 
 use crate::{
-    pipeline::values::Value,
+    pipeline::values::{c_text, Value},
     probes::usdt::{
         plan::{Role, UsdtProbe},
         spec::{RangeOp, UsdtArgType},
@@ -98,11 +98,10 @@ impl Usdt {
             let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
             let args = (0..nargs)
                 .map(|i| match info.types.get(i) {
-                    Some(t) if t.is_string() => RangeArg::Str((event.args[i] != 0).then(|| {
-                        let bytes = strings.get(i).copied().unwrap_or(&[]);
-                        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-                        String::from_utf8_lossy(&bytes[..end]).into_owned()
-                    })),
+                    // A null pointer is no string (the default domain); an unreadable one is "".
+                    Some(t) if t.is_string() => RangeArg::Str(
+                        (event.args[i] != 0).then(|| c_text(strings.get(i).copied().unwrap_or(&[]))),
+                    ),
                     _ => RangeArg::Int(event.args[i]),
                 })
                 .collect();

@@ -24,6 +24,12 @@ pub enum Value {
     Str(Option<String>),
 }
 
+/// The text of string bytes read by the kernel, up to their NUL (lossy UTF-8).
+pub fn c_text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
 impl Value {
     /// The register `raw` as `ty`; `string` holds the bytes read for a `str`.
     pub fn from_register(ty: ArgType, raw: u64, string: &[u8]) -> Value {
@@ -37,13 +43,8 @@ impl Value {
             ArgType::I32 => Value::Int(i128::from(raw as i32)),
             ArgType::I64 => Value::Int(i128::from(raw as i64)),
             ArgType::Ptr => Value::Ptr(raw),
-            ArgType::Str => {
-                if string.is_empty() {
-                    return Value::Str(None);
-                }
-                let end = string.iter().position(|&b| b == 0).unwrap_or(string.len());
-                Value::Str(Some(String::from_utf8_lossy(&string[..end]).into_owned()))
-            }
+            ArgType::Str if string.is_empty() => Value::Str(None),
+            ArgType::Str => Value::Str(Some(c_text(string))),
         }
     }
 
