@@ -72,6 +72,14 @@ fn range_counts(out: &Outputs) -> Vec<(String, String, u64)> {
     counts
 }
 
+/// What `ranges run` (tests/fixtures/ranges.c) records: (name, kind, count), sorted by name.
+const API_FIXTURE_RANGES: &[(&str, &str, u64)] = &[
+    ("inner", "push", 6),
+    ("outer", "push", 3),
+    ("tick", "mark", 4),
+    ("work", "push", 5),
+];
+
 fn owned(counts: &[(&str, &str, u64)]) -> Vec<(String, String, u64)> {
     counts
         .iter()
@@ -104,15 +112,7 @@ fn xtrace_range_api_by_pid() {
     }
     let tmp = TempDir::new("ranges-api");
     let (out, (main, worker), _) = trace_ranges_fixture(args!["--ranges"], &tmp);
-    assert_eq!(
-        range_counts(&out),
-        owned(&[
-            ("inner", "push", 6),
-            ("outer", "push", 3),
-            ("tick", "mark", 4),
-            ("work", "push", 5)
-        ])
-    );
+    assert_eq!(range_counts(&out), owned(API_FIXTURE_RANGES));
     assert_eq!(out.summary["ranges_unpaired"], 0);
     for (name, tid, depth) in [("outer", main, 0), ("inner", main, 1), ("work", worker, 0)] {
         let spans = out.spans_named(name);
@@ -142,15 +142,7 @@ fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
     }
     let tmp = TempDir::new("ranges-auto");
     let (out, _, _) = trace_ranges_fixture(args![], &tmp);
-    assert_eq!(
-        range_counts(&out),
-        owned(&[
-            ("inner", "push", 6),
-            ("outer", "push", 3),
-            ("tick", "mark", 4),
-            ("work", "push", 5)
-        ])
-    );
+    assert_eq!(range_counts(&out), owned(API_FIXTURE_RANGES));
     assert_eq!(
         out.summary["sample_frequency_hz"], 99,
         "the CPU is sampled as without ranges"
