@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::table::render;
+use crate::export::table::render;
 use crate::{
     analysis::{
         capture::{self, Capture, Load, Name},

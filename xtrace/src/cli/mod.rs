@@ -7,7 +7,6 @@ pub mod list;
 pub mod record;
 pub mod report;
 pub mod status;
-pub mod table;
 
 use clap::{Parser, Subcommand};
 

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, path::PathBuf};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::table::{csv_field, render};
+use crate::export::table::{csv_field, render};
 use crate::{
     analysis::{
         capture::{self, Capture, Load},

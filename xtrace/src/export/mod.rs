@@ -10,6 +10,7 @@ pub mod pprof;
 pub mod profile;
 pub mod span_flamegraph;
 pub mod summary;
+pub mod table;
 
 /// Nanoseconds as Chrome trace microseconds with all nanosecond digits: 1234567 → "1234.567".
 pub fn micros(ns: u64) -> String {

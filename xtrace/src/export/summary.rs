@@ -189,14 +189,14 @@ impl Summary {
             let domain = r.domain.as_deref().map_or(String::new(), |d| format!("{d}/"));
             (format!("{} {domain}{}", r.source.name(), r.name), &r.stats)
         });
-        let rows: Vec<[String; 9]> = self
+        let rows: Vec<Vec<String>> = self
             .probes
             .iter()
             .filter(|p| (p.kind != "cuda" || p.stats.count > 0) && !tool(p))
             .map(|p| (p.name.clone(), &p.stats))
             .chain(ranges)
             .map(|(name, s)| {
-                [
+                vec![
                     name,
                     s.count.to_string(),
                     human(s.total_ns),
@@ -209,30 +209,7 @@ impl Summary {
                 ]
             })
             .collect();
-        let mut widths = header.map(|h| h.chars().count());
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let line = |cells: Vec<&str>| {
-            let mut text = String::new();
-            for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-                let pad = width - cell.chars().count();
-                if i == 0 {
-                    text += &format!("{cell}{}  ", " ".repeat(pad));
-                } else {
-                    text += &format!("{}{cell}  ", " ".repeat(pad));
-                }
-            }
-            text.trim_end().to_string() + "\n"
-        };
-        if !rows.is_empty() {
-            out += &line(header.to_vec());
-            for row in &rows {
-                out += &line(row.iter().map(String::as_str).collect());
-            }
-        }
+        out += &super::table::render(&header, &rows, 1);
         if let Some(profile) = &self.profile {
             out += &profile_table(profile);
         }

@@ -1,4 +1,4 @@
-//! Plain-text tables for the analysis subcommands: columns padded to their widest cell, the
+//! Plain-text tables (summary.txt, `xtrace report`, `xtrace diff`): columns padded to their widest cell, the
 //! first `left` columns left-aligned and the rest (numbers) right-aligned, two spaces apart.
 
 /// The table as lines, header first; nothing when there are no rows.
