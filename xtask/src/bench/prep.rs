@@ -64,10 +64,16 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// `cc -O2 -g -fno-inline -pthread -o OUT SRC`.
 pub fn compile(src: &Path, out: &Path) -> Result<()> {
+    compile_with(src, out, &[])
+}
+
+/// [`compile`] with `extra` flags after the source (include paths, libraries).
+pub fn compile_with(src: &Path, out: &Path, extra: &[String]) -> Result<()> {
     let mut cc = Command::new("cc");
     cc.args(["-O2", "-g", "-fno-inline", "-pthread", "-o"])
         .arg(out)
-        .arg(src);
+        .arg(src)
+        .args(extra);
     util::run(&format!("compile of {}", src.display()), &mut cc)
 }
 

@@ -10,14 +10,13 @@ use serde_json::json;
 
 use super::{
     per_hit::finite,
-    prep::{fixture, Env},
+    prep::{compile_with, fixture, Env},
     report::{fmt_count, fmt_ns, median, Report, Row, Verdict},
     runs::{self, XtraceSpec, ATTACH_TIMEOUT, EXIT_TIMEOUT, WORKLOAD_TIMEOUT},
     tracer::{Stdout, Tracer},
     workload::Workload,
     Config,
 };
-use crate::util;
 
 /// Pairs per run: about a second untraced and under each tracer.
 const UNTRACED_PAIRS: u64 = 100_000_000;
@@ -31,18 +30,16 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     let tool = tool_dir.join("libxtrace_tool.so");
     let bin = env.dir.join("ranges");
     let include = fixture("../../xtrace/tool/include");
-    let mut cc = Command::new("cc");
-    cc.args(["-O2", "-g", "-o"])
-        .arg(&bin)
-        .arg(fixture("ranges.c"))
-        .arg(format!("-I{}", include.display()))
-        .arg(format!("-L{}", tool_dir.display()))
-        .arg("-lxtrace_tool")
-        .arg(format!("-Wl,-rpath,{}", tool_dir.display()))
+    let extra = [
+        format!("-I{}", include.display()),
+        format!("-L{}", tool_dir.display()),
+        "-lxtrace_tool".into(),
+        format!("-Wl,-rpath,{}", tool_dir.display()),
         // DT_RPATH, not DT_RUNPATH: `cargo xtask` runs with cargo's LD_LIBRARY_PATH, which would
         // otherwise pick the debug build's library over the release one the floor attaches to.
-        .arg("-Wl,--disable-new-dtags");
-    util::run("compile of the ranges workload", &mut cc)?;
+        "-Wl,--disable-new-dtags".into(),
+    ];
+    compile_with(&fixture("ranges.c"), &bin, &extra)?;
 
     let (untraced_n, traced_n) = (cfg.scale(UNTRACED_PAIRS), cfg.scale(TRACED_PAIRS));
     let (mut untraced, mut floor, mut traced, mut missed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
