@@ -7,4 +7,5 @@
 
 pub mod event;
 pub mod probe;
+pub mod ranges;
 pub mod usdt;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use xtrace_common::ranges;
 
 use crate::{
     pipeline::{
@@ -27,9 +28,9 @@ pub enum Source {
 impl Source {
     fn from_arg(value: u64) -> Option<Self> {
         match value {
-            1 => Some(Source::Xtrace),
-            2 => Some(Source::Nvtx),
-            3 => Some(Source::Itt),
+            ranges::SOURCE_XTRACE => Some(Source::Xtrace),
+            ranges::SOURCE_NVTX => Some(Source::Nvtx),
+            ranges::SOURCE_ITT => Some(Source::Itt),
             _ => None,
         }
     }

@@ -40,7 +40,7 @@ pub fn shipped() -> Option<PathBuf> {
 }
 
 /// The probes of the tool library: name, what a hit does, and which arguments are strings
-/// (every probe's argument 0 is its source: 1 xtrace, 2 NVTX, 3 ITT).
+/// (every probe's argument 0 is its source, `xtrace_common::ranges::SOURCE_*`).
 const PROBES: &[(&str, RangeOp, &[bool])] = &[
     ("range_push", RangeOp::Push, &[false, true, true]),
     ("range_pop", RangeOp::Pop, &[false, true]),

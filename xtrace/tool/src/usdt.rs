@@ -7,13 +7,15 @@
 //! strings are pointers to NUL-terminated UTF-8 (null when absent).
 use core::{ffi::c_char, ptr};
 
+use xtrace_common::ranges;
+
 /// Which API a range came from: the first argument of every probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
 pub enum Source {
-    Xtrace = 1,
-    Nvtx = 2,
-    Itt = 3,
+    Xtrace = ranges::SOURCE_XTRACE,
+    Nvtx = ranges::SOURCE_NVTX,
+    Itt = ranges::SOURCE_ITT,
 }
 
 /// One semaphore per probe, in `.probes` like `<sys/sdt.h>`'s; the names follow its
