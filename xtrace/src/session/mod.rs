@@ -348,6 +348,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             .map_err(|why| observer.warning(&format!("GPU metrics off: {why}; tracing continues")))
             .ok()
     });
+    // Read before the attached notice: a target may exit as soon as it is told recording runs, and
+    // its namespace pid is readable only while it exists.
+    let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     observer.attached(&format!("{what} to {}; Ctrl-C to stop", targets.describe()));
 
     let started = Instant::now();
@@ -368,7 +371,6 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         args.warn_over.clone(),
         plan.probes.iter().map(|p| p.name.clone()).collect(),
     );
-    let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     let stopped = run::run(
         &mut signals,
         &mut reader,
