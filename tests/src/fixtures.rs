@@ -43,6 +43,9 @@ pub struct Fixtures {
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,
+    /// `profile_rs MS`: profile.c's split mode as a Rust release build, without frame pointers
+    /// (see profile_rs.rs).
+    pub profile_rs: PathBuf,
     /// `cudaapp` (C++): CUDA calls with known counts and sizes (see cudaapp.cpp) through the
     /// stand-in runtime and driver `libcudart.so.12` and `libcuda.so.1` (cudart.c, cudadrv.c).
     pub cudaapp: PathBuf,
@@ -101,6 +104,7 @@ fn build() -> Fixtures {
         usdt: out.join("usdt"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
+        profile_rs: out.join("profile_rs"),
         cudaapp: out.join("cudaapp"),
         ranges: out.join("ranges"),
     };
@@ -109,6 +113,11 @@ fn build() -> Fixtures {
         &[src.join("profile.c")],
         &fixtures.profile_nofp,
         &["-O2", "-fomit-frame-pointer"],
+    );
+    compile(
+        &[src.join("profile_rs.rs")],
+        &fixtures.profile_rs,
+        &["-C", "opt-level=3"],
     );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
@@ -178,20 +187,24 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         return;
     }
     let tmp = output.with_extension(format!("tmp{}", std::process::id()));
-    let (var, default) = if inputs[0].extension().is_some_and(|e| e == "cpp") {
-        ("CXX", "c++")
-    } else {
-        ("CC", "cc")
+    let extension = inputs[0].extension().and_then(|e| e.to_str());
+    let (var, default, flags) = match extension {
+        Some("cpp") => ("CXX", "c++", CFLAGS),
+        // Rust fixtures take only their own flags (rustc is the toolchain building the tests).
+        Some("rs") => ("RUSTC", "rustc", &[][..]),
+        _ => ("CC", "cc", CFLAGS),
     };
     let cc = std::env::var(var).unwrap_or_else(|_| default.to_owned());
     let result = Command::new(&cc)
-        .args(CFLAGS)
+        .args(flags)
         .arg("-o")
         .arg(&tmp)
         .arg(&inputs[0])
         .args(extra)
         .output()
-        .unwrap_or_else(|e| panic!("running {cc} (C and C++ compilers are needed for the fixtures): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("running {cc} (C, C++ and Rust compilers are needed for the fixtures): {e}")
+        });
     assert!(
         result.status.success(),
         "compiling {} failed ({}):\n{}",

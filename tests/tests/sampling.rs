@@ -1,6 +1,7 @@
 //! CPU sampling on the real kernel. Fixture `profile` (tests/fixtures/profile.c): `split` spends
 //! 75% of its time in hot_a and 25% in hot_b (by the clock, at any optimisation level),
 //! `syscalls` lives mostly in the kernel, `jit` runs generated code named in /tmp/perf-PID.map.
+//! `profile_rs` (tests/fixtures/profile_rs.rs) is the split as a Rust release build.
 
 use std::{ffi::OsString, path::Path};
 
@@ -36,13 +37,13 @@ fn self_share(out: &Outputs, name: &str) -> f64 {
     found.map_or(0.0, |f| f["self"].as_f64().unwrap() * 100.0 / samples)
 }
 
-fn assert_split(out: &Outputs, build: &str) {
+fn assert_split(out: &Outputs, build: &str, [hot_a, hot_b]: [&str; 2]) {
     let samples = out.summary["samples"].as_u64().unwrap();
     assert!(
         (800..=1200).contains(&samples),
         "{build}: ~1000 samples at 999 Hz for 1 s, got {samples}"
     );
-    let (a, b) = (self_share(out, "hot_a"), self_share(out, "hot_b"));
+    let (a, b) = (self_share(out, hot_a), self_share(out, hot_b));
     assert!(
         (a - 75.0).abs() <= 5.0,
         "{build}: hot_a {a:.1}% of samples, expected 75 ± 5"
@@ -61,7 +62,7 @@ fn split_shares_with_and_without_frame_pointers() {
     }
     let tmp = TempDir::new("sample-fp");
     let out = profile_command(args!["-F", "999"], &fixtures().profile, &["split", "1000"], &tmp);
-    assert_split(&out, "frame pointers");
+    assert_split(&out, "frame pointers", ["hot_a", "hot_b"]);
     // With frame pointers the whole user stack is walked: main calls split calls hot_a.
     let folded = out.folded();
     let line = folded
@@ -90,7 +91,77 @@ fn split_shares_with_and_without_frame_pointers() {
         &["split", "1000"],
         &tmp,
     );
-    assert_split(&out, "-O2 -fomit-frame-pointer");
+    assert_split(&out, "-O2 -fomit-frame-pointer", ["hot_a", "hot_b"]);
+    // Without frame pointers the stacks are unwound from the copied user stack and the CFI: whole,
+    // down to _start (split is inlined into main at -O2).
+    assert_unwound(&out, "profile-nofp;_start;", ";main;hot_");
+}
+
+/// Every sample in the split's hot functions (but for 1 in 100: a sample can land where no CFI
+/// row applies, such as a PLT stub) has its whole user stack: the process name and `root` first,
+/// then `chain` down to the hot function. No stack was cut short.
+fn assert_unwound(out: &Outputs, root: &str, chain: &str) {
+    let folded = out.folded();
+    let hot: Vec<&(String, u64)> = folded
+        .iter()
+        .filter(|(stack, _)| stack.contains("hot_"))
+        .collect();
+    let total: u64 = hot.iter().map(|(_, n)| n).sum();
+    let whole: u64 = hot
+        .iter()
+        .filter(|(stack, _)| stack.starts_with(root) && stack.contains(chain))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(total >= 800, "samples in the hot functions: {total}");
+    assert!(
+        whole * 100 >= total * 99,
+        "{whole} of {total} hot stacks start with {root:?} and hold {chain:?}: {hot:?}"
+    );
+    assert_eq!(out.summary["truncated_stacks"], 0);
+}
+
+#[test]
+fn rust_release_build_unwinds_without_frame_pointers() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-rust");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile_rs, &["1000"], &tmp);
+    assert_split(
+        &out,
+        "Rust -C opt-level=3",
+        ["profile_rs::hot_a", "profile_rs::hot_b"],
+    );
+    assert_unwound(
+        &out,
+        "profile_rs;_start;",
+        ";profile_rs::main;profile_rs::split;profile_rs::hot_",
+    );
+
+    // 256 bytes of stack reach split's frame but not _start's: the inner frames are kept and the
+    // stacks are counted as truncated.
+    let tmp = TempDir::new("sample-rust-short");
+    let out = profile_command(
+        args!["-F", "999", "--user-stack", "256"],
+        &fixtures().profile_rs,
+        &["300"],
+        &tmp,
+    );
+    let samples = out.summary["samples"].as_u64().unwrap();
+    let truncated = out.summary["truncated_stacks"].as_u64().unwrap();
+    assert!(
+        samples >= 200 && truncated * 100 >= samples * 95,
+        "{truncated} of {samples} stacks truncated"
+    );
+    let folded = out.folded();
+    let inner: u64 = folded
+        .iter()
+        .filter(|(stack, _)| {
+            stack.contains(";profile_rs::split;profile_rs::hot_") && !stack.contains("_start")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(inner * 100 >= samples * 90, "{inner} of {samples}: {folded:?}");
 }
 
 #[test]

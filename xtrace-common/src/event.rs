@@ -124,8 +124,11 @@ pub struct UsdtStrEvent {
     pub strings: [[u8; ARG_STR_LEN]; crate::usdt::MAX_USDT_ARGS],
 }
 
-/// One on-CPU sample: the interrupted thread's kernel and user stacks (return addresses, innermost
-/// first, the first being the interrupted instruction), walked by the kernel's stack helper.
+/// One on-CPU sample: the interrupted thread's kernel stack (return addresses, innermost first),
+/// and either its user-mode registers with `stack_len` bytes copied from its user stack pointer up
+/// (`--user-stack` above 0), which user space unwinds from the modules' CFI, or, when nothing was
+/// copied, its user stack walked by the kernel's stack helper along frame pointers (the first
+/// frame being the interrupted instruction). The copied bytes follow the record.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SampleEvent {
@@ -136,6 +139,34 @@ pub struct SampleEvent {
     pub user_frames: u32,
     pub kernel: [u64; MAX_FRAMES],
     pub user: [u64; MAX_FRAMES],
+    /// User-mode instruction pointer, stack pointer and frame pointer (`USER_IP`, `USER_SP`,
+    /// `USER_BP`); zero when no stack was copied.
+    pub user_regs: [u64; 3],
+    /// Bytes of user stack that follow this record, copied from `user_regs[USER_SP]` up.
+    pub stack_len: u32,
+    pub _pad: u32,
+}
+
+/// Index of the instruction pointer in [`SampleEvent::user_regs`].
+pub const USER_IP: usize = 0;
+/// Index of the stack pointer in [`SampleEvent::user_regs`].
+pub const USER_SP: usize = 1;
+/// Index of the frame pointer in [`SampleEvent::user_regs`].
+pub const USER_BP: usize = 2;
+
+/// Most bytes of user stack a sample can carry (`--user-stack`): a BPF per-CPU map value, the
+/// scratch space a record is built in, must stay under 32 KiB.
+pub const USER_STACK_MAX: usize = 16384;
+/// The stack is copied a page at a time, so a copy stops at the end of the mapping instead of
+/// failing as a whole; the scratch space has a chunk of room past `USER_STACK_MAX`.
+pub const STACK_CHUNK: usize = 4096;
+
+/// Where the kernel program builds a sample before sending its used length.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SampleScratch {
+    pub event: SampleEvent,
+    pub stack: [u8; USER_STACK_MAX + STACK_CHUNK],
 }
 
 /// A thread's first traced call: its name at that moment (threads may be gone when the recording
@@ -175,5 +206,5 @@ const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
-const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES);
+const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES + 32);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);

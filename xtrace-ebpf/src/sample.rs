@@ -1,49 +1,159 @@
 //! CPU sampling: `sample` runs on every tick of a software cpu-clock perf event (one per CPU) and
 //! writes the interrupted thread's kernel and user stacks as a `SampleEvent`. With `--pid` or a
 //! launched command only the processes in `SAMPLE_PIDS` are sampled; with `-a` every thread but
-//! the idle task.
+//! the idle task. With `--user-stack` above 0 the record also carries the thread's user-mode
+//! registers and the top of its user stack, for unwinding code without frame pointers.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_ktime_get_ns},
-    macros::perf_event,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_ktime_get_ns,
+        bpf_task_pt_regs,
+        generated::{bpf_probe_read_kernel, bpf_probe_read_user},
+    },
+    macros::{map, perf_event},
+    maps::PerCpuArray,
     programs::PerfEventContext,
     EbpfContext,
 };
-use xtrace_common::event::{SampleEvent, KIND_SAMPLE, MAX_FRAMES};
+use xtrace_common::{
+    event::{
+        SampleEvent, SampleScratch, KIND_SAMPLE, MAX_FRAMES, STACK_CHUNK, USER_BP, USER_IP, USER_SP,
+        USER_STACK_MAX,
+    },
+    probe::counter,
+};
 
 use crate::{
-    maps::{reserve, sampled, submit_flags},
+    maps::{count, submit_flags, EVENTS},
     uprobe::header,
 };
 
 const STACK_BYTES: u32 = (MAX_FRAMES * 8) as u32;
 
+/// One record under construction per CPU: too large for the 512-byte BPF stack, and sent with
+/// `bpf_ringbuf_output` at its used length instead of reserving the largest size.
+#[map]
+static SAMPLE_SCRATCH: PerCpuArray<SampleScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// `--user-stack`: bytes of user stack copied per sample (0: frame pointers only), set at load
+/// time, at most `USER_STACK_MAX`.
+#[unsafe(no_mangle)]
+static USER_STACK_BYTES: u32 = 0;
+
+/// Offsets in the kernel's x86-64 `struct pt_regs` of bp, ip and sp.
+const PT_REGS_BP: usize = 4 * 8;
+const PT_REGS_IP: usize = 16 * 8;
+const PT_REGS_SP: usize = 19 * 8;
+/// Size of `struct pt_regs` on x86-64.
+const PT_REGS_SIZE: usize = 21 * 8;
+
 #[perf_event]
 pub fn sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    if tgid == 0 || !sampled(tgid) {
+    if tgid == 0 || !crate::maps::sampled(tgid) {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(mut entry) = reserve::<SampleEvent>() else {
+    let Some(scratch) = SAMPLE_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved record of SampleEvent's size; the header and both frame
-    // counts are written, and the helpers write at most STACK_BYTES into each array.
-    unsafe {
+    // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program runs; the
+    // stack helpers write at most STACK_BYTES into each frame array.
+    let stack_len = unsafe {
+        let event = &raw mut (*scratch).event;
         (*event).header = header(KIND_SAMPLE, pid_tgid, now);
         let kernel = bpf_get_stack(ctx.as_ptr(), (*event).kernel.as_mut_ptr().cast(), STACK_BYTES, 0);
         (*event).kernel_frames = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
-        let user = bpf_get_stack(
-            ctx.as_ptr(),
-            (*event).user.as_mut_ptr().cast(),
-            STACK_BYTES,
-            u64::from(BPF_F_USER_STACK),
-        );
-        (*event).user_frames = if user > 0 { (user / 8) as u32 } else { 0 };
+        (*event).user_regs = [0; 3];
+        let stack_len = copy_user_stack(scratch);
+        (*event).stack_len = stack_len;
+        // The frame-pointer walk only when no stack was copied to unwind in user space.
+        (*event).user_frames = 0;
+        if stack_len == 0 {
+            let user = bpf_get_stack(
+                ctx.as_ptr(),
+                (*event).user.as_mut_ptr().cast(),
+                STACK_BYTES,
+                u64::from(BPF_F_USER_STACK),
+            );
+            (*event).user_frames = if user > 0 { (user / 8) as u32 } else { 0 };
+        }
+        stack_len
+    };
+    let size = (core::mem::size_of::<SampleEvent>() + stack_len as usize)
+        .min(core::mem::size_of::<SampleEvent>() + USER_STACK_MAX);
+    // SAFETY: `size` is at most the map value's size, so the record lies within it.
+    let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
+    if EVENTS.output::<[u8]>(record, submit_flags()).is_err() {
+        count(counter::LOST_RING_FULL);
     }
-    entry.submit(submit_flags());
     0
+}
+
+/// Copies the current thread's user-mode registers into the scratch record, and up to
+/// `USER_STACK_BYTES` of its user stack from the stack pointer up, a page at a time, so that a
+/// stack whose mapping ends within the limit is copied up to that end. Returns the bytes copied.
+///
+/// # Safety
+/// `scratch` must point at this CPU's scratch value.
+#[inline(always)]
+unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    let limit = unsafe { core::ptr::read_volatile(&USER_STACK_BYTES) }.min(USER_STACK_MAX as u32);
+    if limit == 0 {
+        return 0;
+    }
+    let mut regs = [0u64; PT_REGS_SIZE / 8];
+    // SAFETY: the task pointer comes from the helper that types it; its saved user registers are
+    // read with the fault-tolerant helper.
+    unsafe {
+        let user_regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+        if user_regs == 0
+            || bpf_probe_read_kernel(
+                regs.as_mut_ptr().cast(),
+                PT_REGS_SIZE as u32,
+                user_regs as *const core::ffi::c_void,
+            ) != 0
+        {
+            return 0;
+        }
+    }
+    let sp = regs[PT_REGS_SP / 8];
+    // SAFETY: as the caller promises.
+    unsafe {
+        (*scratch).event.user_regs[USER_IP] = regs[PT_REGS_IP / 8];
+        (*scratch).event.user_regs[USER_SP] = sp;
+        (*scratch).event.user_regs[USER_BP] = regs[PT_REGS_BP / 8];
+    }
+    let stack = unsafe { (&raw mut (*scratch).stack).cast::<u8>() };
+    let mut copied: u32 = 0;
+    // The first chunk ends at the next page boundary; the others are whole pages.
+    let mut chunk = STACK_CHUNK as u32 - (sp as u32 & (STACK_CHUNK as u32 - 1));
+    for _ in 0..USER_STACK_MAX / STACK_CHUNK + 1 {
+        if copied >= limit {
+            break;
+        }
+        let n = chunk.min(limit - copied);
+        if n > STACK_CHUNK as u32 {
+            break;
+        }
+        // copied < limit <= USER_STACK_MAX, a power of two: the mask changes nothing, and tells
+        // the verifier that `stack + offset + n` stays within the chunk of room past the limit.
+        let offset = copied & (USER_STACK_MAX as u32 - 1);
+        // SAFETY: offset + n <= USER_STACK_MAX + STACK_CHUNK, the stack area's size.
+        let failed = unsafe {
+            bpf_probe_read_user(
+                stack.add(offset as usize).cast(),
+                n,
+                (sp + u64::from(copied)) as *const core::ffi::c_void,
+            )
+        } != 0;
+        if failed {
+            break;
+        }
+        copied += n;
+        chunk = STACK_CHUNK as u32;
+    }
+    copied
 }

@@ -38,6 +38,8 @@ pub struct LoadOptions {
     pub usdt_sites: Vec<UsdtSite>,
     /// With CPU sampling, the processes to sample; empty: every process (`-a`).
     pub sample_pids: Vec<u32>,
+    /// `--user-stack`: bytes of user stack copied per sample (0: frame pointers only).
+    pub user_stack_bytes: u32,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -74,6 +76,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
+        .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
         .load(OBJECT)?;
     if !options.arg_specs.is_empty() {
         let mut specs: Array<_, u32> =

@@ -63,6 +63,12 @@ pub struct RecordArgs {
     #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
     pub freq: Option<u64>,
 
+    /// Bytes of user stack copied with each CPU sample, from the stack pointer up, to unwind code
+    /// built without frame pointers from its CFI (.eh_frame/.debug_frame); 0 walks frame pointers
+    /// only. At most 16K, with an optional K suffix.
+    #[arg(long = "user-stack", value_name = "BYTES", default_value = "16K", value_parser = parse_user_stack)]
+    pub user_stack: u32,
+
     /// Draw the flamegraph as an icicle graph (stacks hanging from the top).
     #[arg(long = "icicle")]
     pub icicle: bool,
@@ -164,18 +170,35 @@ fn parse_span_duration(text: &str) -> Result<u64, String> {
     Ok(ns.round() as u64)
 }
 
-fn parse_buffer_size(text: &str) -> Result<u32, String> {
+/// `256K` → 262,144: a number of bytes with an optional K, M or G suffix.
+fn parse_bytes(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.as_bytes().last() {
         Some(b'K' | b'k') => (&text[..text.len() - 1], 1u64 << 10),
         Some(b'M' | b'm') => (&text[..text.len() - 1], 1 << 20),
         Some(b'G' | b'g') => (&text[..text.len() - 1], 1 << 30),
         _ => (text, 1),
     };
-    let bytes = digits
+    digits
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| format!("`{text}` is not a size in bytes (e.g. 65536, 256K, 16M)"))?;
+        .ok_or_else(|| format!("`{text}` is not a size in bytes (e.g. 65536, 256K, 16M)"))
+}
+
+fn parse_user_stack(text: &str) -> Result<u32, String> {
+    let bytes = parse_bytes(text)?;
+    let max = xtrace_common::event::USER_STACK_MAX as u64;
+    if bytes > max {
+        return Err(format!(
+            "`{text}` is more than the {}K of user stack a sample can carry",
+            max >> 10
+        ));
+    }
+    Ok(bytes as u32)
+}
+
+fn parse_buffer_size(text: &str) -> Result<u32, String> {
+    let bytes = parse_bytes(text)?;
     if !bytes.is_power_of_two() || !(4096..=1 << 30).contains(&bytes) {
         return Err(format!("`{text}` must be a power of two from 4K to 1G"));
     }
@@ -184,7 +207,7 @@ fn parse_buffer_size(text: &str) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_buffer_size, parse_duration, parse_span_duration};
+    use super::{parse_buffer_size, parse_duration, parse_span_duration, parse_user_stack};
 
     #[test]
     fn span_durations() {
@@ -196,6 +219,15 @@ mod tests {
         for bad in ["50", "ms", "-1ms", "0ns", "1h", "abcms"] {
             assert!(parse_span_duration(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn user_stack_sizes() {
+        assert_eq!(parse_user_stack("16K"), Ok(16384));
+        assert_eq!(parse_user_stack("0"), Ok(0));
+        assert_eq!(parse_user_stack("4000"), Ok(4000));
+        assert!(parse_user_stack("17K").unwrap_err().contains("16K"));
+        assert!(parse_user_stack("lots").is_err());
     }
 
     #[test]

@@ -12,7 +12,8 @@ pub enum Event {
     Args(Box<ArgsEvent>),
     Usdt(UsdtEvent),
     UsdtStr(Box<UsdtStrEvent>),
-    Sample(Box<SampleEvent>),
+    /// A CPU sample and the user stack bytes that follow it (empty with `--user-stack 0`).
+    Sample(Box<SampleEvent>, Vec<u8>),
     Out(OutEvent),
 }
 
@@ -44,7 +45,16 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
         KIND_USDT => Ok(Event::Usdt(read(bytes)?)),
         KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read(bytes)?))),
-        KIND_SAMPLE => Ok(Event::Sample(Box::new(read(bytes)?))),
+        KIND_SAMPLE => {
+            let event: SampleEvent = read(bytes)?;
+            let fixed = std::mem::size_of::<SampleEvent>();
+            let need = fixed + event.stack_len as usize;
+            let stack = bytes.get(fixed..need).ok_or(DecodeError::Short {
+                len: bytes.len(),
+                need,
+            })?;
+            Ok(Event::Sample(Box::new(event), stack.to_vec()))
+        }
         KIND_OUT => Ok(Event::Out(read(bytes)?)),
         kind => Err(DecodeError::UnknownKind { kind }),
     }

@@ -9,6 +9,7 @@ pub mod reader;
 pub mod samples;
 pub mod stats;
 pub mod threads;
+pub mod unwind;
 pub mod usdt;
 pub mod values;
 pub mod warnings;
@@ -127,9 +128,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
-            Ok(Event::Sample(event)) => {
+            Ok(Event::Sample(event, stack)) => {
                 self.names.saw(event.header.pid, event.header.tid);
-                self.samples.add(&event);
+                self.samples.add(&event, &stack);
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => {

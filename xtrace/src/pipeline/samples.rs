@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use xtrace_common::event::{SampleEvent, MAX_FRAMES};
+use xtrace_common::event::{SampleEvent, MAX_FRAMES, USER_IP};
+
+use super::unwind::Unwinders;
 
 /// One executable mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +35,8 @@ pub struct StackKey {
 #[derive(Debug, Default)]
 pub struct Samples {
     pub total: u64,
-    /// User stacks that filled all `MAX_FRAMES` frames (the outermost frames are missing).
+    /// User stacks missing their outermost frames: a walk that filled all `MAX_FRAMES` frames, or
+    /// an unwind that needed more stack than the sample carried.
     pub truncated: u64,
     pub stacks: HashMap<StackKey, u64>,
     /// Every executable mapping each process was seen with (mappings are only added: earlier
@@ -45,6 +48,7 @@ pub struct Samples {
     pub timeline: Vec<TimedSample>,
     /// Samples past `TIMELINE_MAX`: counted in the profile, not on the timeline.
     pub timeline_dropped: u64,
+    unwinders: Unwinders,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -74,25 +78,42 @@ pub fn stack_hash(key: &StackKey) -> u64 {
 const REREAD: Duration = Duration::from_millis(50);
 
 impl Samples {
-    pub fn add(&mut self, event: &SampleEvent) {
+    /// Counts a sample; `stack` is the user stack copied with it, from which its user frames are
+    /// unwound (else they are the kernel's frame-pointer walk).
+    pub fn add(&mut self, event: &SampleEvent, stack: &[u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
-        let user = frames(&event.user, event.user_frames);
+        let walked = frames(&event.user, event.user_frames);
         let pid = event.header.pid;
+        let ip = event.user_regs[USER_IP];
+        let copied = !stack.is_empty() && ip != 0;
         self.total += 1;
-        if user.len() == MAX_FRAMES {
-            self.truncated += 1;
-        }
+        // The mappings must hold the user addresses: the interrupted instruction when the stack is
+        // unwound here (its callers' modules were mapped before it ran), else every walked frame.
+        let wanted: &[u64] = if copied { std::slice::from_ref(&ip) } else { walked };
         let known = self.maps.get(&pid);
-        let covered = |maps: &Vec<Mapping>| user.iter().all(|a| find(maps, *a).is_some());
+        let covered = |maps: &Vec<Mapping>| wanted.iter().all(|a| find(maps, *a).is_some());
         let due = self.read_at.get(&pid).is_none_or(|at| at.elapsed() >= REREAD);
         if due && known.is_none_or(|maps| !covered(maps)) {
             self.read_at.insert(pid, Instant::now());
             merge_maps(self.maps.entry(pid).or_default(), pid);
         }
+        let user: Box<[u64]> = if copied {
+            let maps = self.maps.get(&pid).map_or(&[][..], Vec::as_slice);
+            let unwound = self.unwinders.unwind(pid, maps, event.user_regs, stack);
+            if unwound.truncated {
+                self.truncated += 1;
+            }
+            unwound.frames.into()
+        } else {
+            if walked.len() == MAX_FRAMES {
+                self.truncated += 1;
+            }
+            walked.into()
+        };
         let key = StackKey {
             pid,
             kernel: kernel.into(),
-            user: user.into(),
+            user,
         };
         if self.timeline.len() < TIMELINE_MAX {
             self.timeline.push(TimedSample {

@@ -1,0 +1,359 @@
+//! User stacks of code built without frame pointers, unwound in user space with framehop from the
+//! registers and stack bytes a sample carries (`--user-stack`) and the CFI (`.eh_frame` with its
+//! `.eh_frame_hdr`, or `.debug_frame`) of the modules the process maps. Where a module has no CFI
+//! (JIT code, a file that cannot be read) framehop follows the frame pointer instead.
+//!
+//! Each file's unwind sections are read once (only those sections, not the whole file) and shared
+//! by every process that maps it; the vDSO's come from xtrace's own, the same kernel's image.
+use std::{
+    collections::HashMap,
+    fs::File,
+    io::{Read, Seek, SeekFrom},
+    ops::Range,
+    os::unix::fs::MetadataExt,
+    sync::Arc,
+};
+
+use framehop::{
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+    Error as UnwindError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
+};
+use object::{elf, read::ReadCache, Object, ObjectSection, ObjectSegment};
+use xtrace_common::event::{MAX_FRAMES, USER_BP, USER_IP, USER_SP};
+
+use super::samples::Mapping;
+
+/// Section bytes shared by every module made from one file.
+type Bytes = Arc<[u8]>;
+
+/// The unwind sections of one ELF file and where its executable segments lie in it.
+#[derive(Debug, Default)]
+struct FileUnwind {
+    text_svma: Option<Range<u64>>,
+    got_svma: Option<Range<u64>>,
+    eh_frame: Option<(Range<u64>, Bytes)>,
+    eh_frame_hdr: Option<(Range<u64>, Bytes)>,
+    debug_frame: Option<Bytes>,
+    /// (file offset, file size, address) of each executable PT_LOAD segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl FileUnwind {
+    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileUnwind> {
+        let file = object::File::parse(data).ok()?;
+        let range = |name: &str| {
+            let section = file.section_by_name(name)?;
+            Some(section.address()..section.address() + section.size())
+        };
+        let bytes = |name: &str| -> Option<Bytes> {
+            let section = file.section_by_name(name)?;
+            let data = section.uncompressed_data().ok()?;
+            (!data.is_empty()).then(|| Arc::from(&*data))
+        };
+        let with_range = |name: &str| Some((range(name)?, bytes(name)?));
+        let segments = file
+            .segments()
+            .filter_map(|segment| {
+                let flags = match segment.flags() {
+                    object::SegmentFlags::Elf { p_flags } => p_flags,
+                    _ => return None,
+                };
+                let (offset, size) = segment.file_range();
+                (flags & elf::PF_X != 0).then_some((offset, size, segment.address()))
+            })
+            .collect();
+        Some(FileUnwind {
+            text_svma: range(".text"),
+            got_svma: range(".got"),
+            eh_frame: with_range(".eh_frame"),
+            eh_frame_hdr: with_range(".eh_frame_hdr"),
+            debug_frame: bytes(".debug_frame"),
+            segments,
+        })
+    }
+
+    /// Reads the unwind sections of the file at `path`, only those sections.
+    fn read(path: &str) -> Option<FileUnwind> {
+        let file = File::open(path).ok()?;
+        FileUnwind::parse(&ReadCache::new(file))
+    }
+
+    /// The unwind sections of the vDSO, read from xtrace's own mapping of it (the kernel maps the
+    /// same image into every process).
+    fn vdso() -> Option<FileUnwind> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let mapping = super::samples::parse_maps(&maps)
+            .into_iter()
+            .find(|m| m.path == "[vdso]")?;
+        let mut mem = File::open("/proc/self/mem").ok()?;
+        mem.seek(SeekFrom::Start(mapping.start)).ok()?;
+        let mut image = vec![0; (mapping.end - mapping.start) as usize];
+        mem.read_exact(&mut image).ok()?;
+        FileUnwind::parse(&*image)
+    }
+
+    /// The framehop module for `mapping` of this file: the mapping's start corresponds to its file
+    /// offset, which lies in one executable segment, whose address fixes the load bias.
+    fn module(&self, mapping: &Mapping) -> Option<Module<Bytes>> {
+        const PAGE: u64 = 4096;
+        let (offset, _, address) = *self.segments.iter().find(|(offset, size, _)| {
+            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset + size
+        })?;
+        let svma_at_start = (address + mapping.offset).checked_sub(offset)?;
+        let base_avma = mapping.start.checked_sub(svma_at_start)?;
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text_svma.clone(),
+            got_svma: self.got_svma.clone(),
+            eh_frame_svma: self.eh_frame.as_ref().map(|(r, _)| r.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|(_, d)| d.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|(r, _)| r.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(_, d)| d.clone()),
+            debug_frame: self.debug_frame.clone(),
+            ..Default::default()
+        };
+        Some(Module::new(
+            mapping.path.clone(),
+            mapping.start..mapping.end,
+            base_avma,
+            info,
+        ))
+    }
+}
+
+/// A user stack unwound from a sample's copy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unwound {
+    /// The interrupted instruction, then return addresses, innermost first.
+    pub frames: Vec<u64>,
+    /// The walk needed stack beyond the copy (or hit `MAX_FRAMES`): outer frames are missing.
+    pub truncated: bool,
+}
+
+/// The modules known for one process.
+struct Process {
+    unwinder: UnwinderX86_64<Bytes>,
+    /// How many of the process's mappings were turned into modules (mappings are only appended).
+    added: usize,
+}
+
+/// Unwinders for every sampled process, and the files their modules come from.
+pub struct Unwinders {
+    files: HashMap<String, Option<Arc<FileUnwind>>>,
+    processes: HashMap<u32, Process>,
+    cache: CacheX86_64,
+}
+
+impl Default for Unwinders {
+    fn default() -> Self {
+        Unwinders {
+            files: HashMap::new(),
+            processes: HashMap::new(),
+            cache: CacheX86_64::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Unwinders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwinders")
+            .field("files", &self.files.len())
+            .field("processes", &self.processes.len())
+            .finish()
+    }
+}
+
+impl Unwinders {
+    /// Unwinds a sample of process `pid` whose executable mappings are `maps`, from its user-mode
+    /// registers and `stack`, the bytes copied from its stack pointer up.
+    pub fn unwind(&mut self, pid: u32, maps: &[Mapping], regs: [u64; 3], stack: &[u8]) -> Unwound {
+        self.sync(pid, maps);
+        let Some(process) = self.processes.get(&pid) else {
+            return Unwound::default();
+        };
+        let (ip, sp) = (regs[USER_IP], regs[USER_SP]);
+        let stack_end = sp + stack.len() as u64;
+        let mut read_stack = |address: u64| {
+            let at = address.checked_sub(sp).ok_or(())? as usize;
+            let word = stack.get(at..at + 8).ok_or(())?;
+            Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(ip, sp, regs[USER_BP]);
+        let mut frames = process
+            .unwinder
+            .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
+        let mut unwound = Unwound::default();
+        loop {
+            match frames.next() {
+                Ok(Some(frame)) => {
+                    if unwound.frames.len() == MAX_FRAMES {
+                        unwound.truncated = true;
+                        break;
+                    }
+                    unwound.frames.push(address(frame));
+                }
+                Ok(None) => break,
+                // Past the end of the copy: the stack is deeper than `--user-stack`. Other errors
+                // end a walk at a frame without CFI whose frame pointer leads nowhere.
+                Err(UnwindError::CouldNotReadStack(at)) => {
+                    unwound.truncated = at >= stack_end;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        unwound
+    }
+
+    /// Makes modules of the mappings of `pid` not seen before.
+    fn sync(&mut self, pid: u32, maps: &[Mapping]) {
+        let process = self.processes.entry(pid).or_insert_with(|| Process {
+            unwinder: UnwinderX86_64::new(),
+            added: 0,
+        });
+        for mapping in maps.iter().skip(process.added) {
+            let file = if mapping.path == "[vdso]" {
+                self.files
+                    .entry(mapping.path.clone())
+                    .or_insert_with(|| FileUnwind::vdso().map(Arc::new))
+                    .clone()
+            } else if mapping.path.starts_with('/') {
+                // Through the process's root (containers); once it has exited, by the path itself.
+                // Files are told apart by device and inode: one path can name different files in
+                // different mount namespaces.
+                let inside = format!("/proc/{pid}/root{}", mapping.path);
+                let open = if std::path::Path::new(&inside).exists() {
+                    inside
+                } else {
+                    mapping.path.clone()
+                };
+                let key = std::fs::metadata(&open)
+                    .map(|m| format!("{}:{}", m.dev(), m.ino()))
+                    .unwrap_or_else(|_| open.clone());
+                self.files
+                    .entry(key)
+                    .or_insert_with(|| FileUnwind::read(&open).map(Arc::new))
+                    .clone()
+            } else {
+                None
+            };
+            if let Some(module) = file.and_then(|f| f.module(mapping)) {
+                process.unwinder.add_module(module);
+            }
+        }
+        process.added = maps.len();
+    }
+}
+
+fn address(frame: FrameAddress) -> u64 {
+    match frame {
+        FrameAddress::InstructionPointer(ip) => ip,
+        FrameAddress::ReturnAddress(ra) => ra.get(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_bias_from_the_segment_holding_the_mapping() {
+        let file = FileUnwind {
+            // A PIE whose text segment starts at file offset 0x1120, address 0x2120.
+            segments: vec![(0x1120, 0x3000, 0x2120)],
+            ..Default::default()
+        };
+        let mapping = Mapping {
+            start: 0x5555_5555_6000,
+            end: 0x5555_5555_9000,
+            offset: 0x1000,
+            path: "/bin/app".into(),
+        };
+        let module = file.module(&mapping).expect("the segment holds offset 0x1000");
+        // File offset 0x1000 is address 0x2000: the file's address 0 is mapped 0x2000 below start.
+        assert_eq!(module.base_avma(), 0x5555_5555_4000);
+        assert_eq!(module.avma_range(), 0x5555_5555_6000..0x5555_5555_9000);
+        let elsewhere = Mapping {
+            offset: 0x8000,
+            ..mapping
+        };
+        assert!(file.module(&elsewhere).is_none());
+    }
+
+    /// The registers of this thread at a point inside `capture`, and its stack from there up to
+    /// 16 KiB or the end of the stack's mapping, read through /proc/self/mem.
+    #[inline(never)]
+    fn capture() -> ([u64; 3], Vec<u8>) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers, touches no memory.
+        unsafe {
+            std::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let end = maps
+            .lines()
+            .filter_map(|line| {
+                let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+                let (start, end) = (
+                    u64::from_str_radix(start, 16).ok()?,
+                    u64::from_str_radix(end, 16).ok()?,
+                );
+                (start <= sp && sp < end).then_some(end)
+            })
+            .next()
+            .expect("the stack pointer is in a mapping");
+        let mut stack = vec![0; (end - sp).min(16384) as usize];
+        let mut mem = File::open("/proc/self/mem").unwrap();
+        mem.seek(SeekFrom::Start(sp)).unwrap();
+        mem.read_exact(&mut stack).unwrap();
+        ([ip, sp, bp], std::hint::black_box(stack))
+    }
+
+    #[inline(never)]
+    fn middle() -> ([u64; 3], Vec<u8>) {
+        std::hint::black_box(capture())
+    }
+
+    #[inline(never)]
+    fn outer() -> ([u64; 3], Vec<u8>) {
+        std::hint::black_box(middle())
+    }
+
+    #[test]
+    fn unwinds_this_thread_through_its_callers() {
+        let (regs, stack) = outer();
+        let pid = std::process::id();
+        let maps = super::super::samples::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let mut unwinders = Unwinders::default();
+        let unwound = unwinders.unwind(pid, &maps, regs, &stack);
+        assert!(!unwound.truncated, "{unwound:?}");
+        assert_eq!(unwound.frames[0], regs[USER_IP]);
+        // Return addresses just after the calls in middle and outer (each well under 1 KiB long).
+        let within = |f: fn() -> ([u64; 3], Vec<u8>), address: u64| {
+            let start = f as usize as u64;
+            (start..start + 1024).contains(&address)
+        };
+        assert!(within(middle, unwound.frames[1]), "{unwound:x?}");
+        assert!(within(outer, unwound.frames[2]), "{unwound:x?}");
+        assert!(
+            unwound.frames.len() > 4,
+            "the walk goes on into the test harness: {unwound:x?}"
+        );
+
+        // 256 bytes copied: the walk stops early, with the same inner frames, as truncated.
+        let short = unwinders.unwind(pid, &maps, regs, &stack[..256]);
+        assert!(
+            short.truncated && short.frames.len() < unwound.frames.len(),
+            "{short:x?}"
+        );
+        assert_eq!(short.frames[..], unwound.frames[..short.frames.len()]);
+    }
+}
