@@ -49,6 +49,9 @@ pub struct Fixtures {
     /// `cudaapp` (C++): CUDA calls with known counts and sizes (see cudaapp.cpp) through the
     /// stand-in runtime and driver `libcudart.so.12` and `libcuda.so.1` (cudart.c, cudadrv.c).
     pub cudaapp: PathBuf,
+    /// `cudalate LIBCUDART`: dlopen()s the stand-in runtime after the go line, then makes known
+    /// CUDA calls after a second line (see cudalate.c).
+    pub cudalate: PathBuf,
     /// `ranges run` (see ranges.c): known ranges through xtrace's own API, linked against the
     /// tool library `libxtrace_tool.so` next to the xtrace binary under test.
     pub ranges: PathBuf,
@@ -106,6 +109,7 @@ fn build() -> Fixtures {
         profile_nofp: out.join("profile-nofp"),
         profile_rs: out.join("profile_rs"),
         cudaapp: out.join("cudaapp"),
+        cudalate: out.join("cudalate"),
         ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
@@ -146,6 +150,7 @@ fn build() -> Fixtures {
             &format!("-Wl,-rpath,{dir}"),
         ],
     );
+    compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
     let tool = tool_library();
     let tool_dir = tool
         .parent()

@@ -140,21 +140,26 @@ impl Xtrace {
     /// Waits for the `xtrace: attached ` line on stderr and returns it. Panics (with stderr) if
     /// xtrace exits first or the safety timeout passes.
     pub fn wait_attached(&mut self) -> String {
+        self.wait_stderr(ATTACHED_PREFIX)
+    }
+
+    /// Waits for the next stderr line that starts with `prefix` and returns it.
+    pub fn wait_stderr(&mut self, prefix: &str) -> String {
         let deadline = Instant::now() + SAFETY_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stderr_lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(ATTACHED_PREFIX) => return line,
+                Ok(line) if line.starts_with(prefix) => return line,
                 Ok(_) => {}
                 Err(RecvTimeoutError::Timeout) => panic!(
-                    "`{}` printed no `{ATTACHED_PREFIX}` line within {SAFETY_TIMEOUT:?}; stderr:\n{}",
+                    "`{}` printed no `{prefix}` line within {SAFETY_TIMEOUT:?}; stderr:\n{}",
                     self.args,
                     self.stderr_text()
                 ),
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = wait_child(&mut self.child, SAFETY_TIMEOUT);
                     panic!(
-                        "`{}` closed stderr before attaching (status {status:?}); stderr:\n{}",
+                        "`{}` closed stderr before printing `{prefix}` (status {status:?}); stderr:\n{}",
                         self.args,
                         self.stderr_text()
                     )

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 use xtrace_tests::{
     args,
+    bpf::Programs,
     fixtures::{fixtures, Fixture},
     output::{Outputs, Span},
     require_bpf,
@@ -238,12 +239,43 @@ fn cuda_in_a_launched_command() {
 }
 
 #[test]
-fn cuda_without_a_cuda_library_is_refused() {
+fn cuda_without_a_cuda_library_watches_or_is_refused() {
     if !require_bpf() {
         return;
     }
+    // A process may load CUDA later: xtrace says so and watches its dlopen calls.
     let fixture = Fixture::spin();
-    let line = run_error(args!["--cuda", "-p", fixture.pid().to_string(), "-d", "1"]);
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "-p",
+        fixture.pid().to_string(),
+        "-d",
+        "0.5",
+        "-o",
+        TempDir::new("cuda-none").join("out")
+    ]);
+    assert!(xtrace.wait_attached().starts_with("xtrace: attached 1 probe "));
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert!(
+        finished.stderr.iter().any(|l| l
+            == "xtrace: warning: --cuda: no CUDA library is loaded yet; xtrace attaches to \
+                libcudart/libcuda when the program loads them (dlopen)"),
+        "{:?}",
+        finished.stderr
+    );
+    before.assert_none_left();
+    // System-wide there is nothing to watch: without a CUDA library in the linker cache (as on a
+    // machine without the CUDA driver) --cuda -a is refused.
+    if std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda"))
+    {
+        return;
+    }
+    let line = run_error(args!["--cuda", "-a", "-d", "1"]);
     assert!(
         line.starts_with(
             "xtrace: error: --cuda: the target has no CUDA library (libcudart.so*, libcuda.so*)"

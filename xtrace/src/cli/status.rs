@@ -42,11 +42,26 @@ pub fn status_line(p: &Progress) -> String {
     )
 }
 
+impl Console {
+    /// One line on stderr, above the live status line when there is one.
+    fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("{text}")),
+            None => eprintln!("{text}"),
+        }
+    }
+}
+
 impl Observer for Console {
     fn warning(&mut self, text: &str) {
-        if !self.quiet {
-            eprintln!("xtrace: warning: {text}");
-        }
+        self.line(&format!("xtrace: warning: {text}"));
+    }
+
+    fn notice(&mut self, text: &str) {
+        self.line(&format!("xtrace: {text}"));
     }
 
     fn attached(&mut self, notice: &str) {

@@ -1,8 +1,10 @@
 //! CUDA API tracing (`--cuda`): `api` lists the runtime and driver functions and where their
-//! arguments are, `plan` finds the libraries and plans probes, `calls` turns each call's records
+//! arguments are, `plan` finds the libraries and plans probes, `late` attaches to
+//! libraries loaded after the start, `calls` turns each call's records
 //! into a rendered span and totals, `kernels` names launched kernels, `nvml` samples GPU metrics.
 pub mod api;
 pub mod calls;
 pub mod kernels;
+pub mod late;
 pub mod nvml;
 pub mod plan;

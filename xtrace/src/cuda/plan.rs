@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The library `path` provides, by its file name.
-fn library_of(path: &Path) -> Option<Library> {
+pub(crate) fn library_of(path: &Path) -> Option<Library> {
     let path = path.to_string_lossy();
     if library_matches(&path, "libcudart") {
         Some(Library::Runtime)
@@ -115,8 +115,8 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
     if libraries_found == 0 && required {
         return Err(Error::Usage(
             "--cuda: the target has no CUDA library (libcudart.so*, libcuda.so*) loaded or linked, \
-             and no cudart linked statically; for a program that loads CUDA later, attach with \
-             --pid once it has"
+             no cudart linked statically, and no libc dlopen to watch for one (system-wide, or \
+             glibc before 2.34); attach with --pid once the program has loaded CUDA"
                 .into(),
         ));
     }

@@ -49,6 +49,10 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// Spans whose probe id is not in the probe table; never expected.
     pub unknown_probe: u64,
     pub events: u64,
+    /// The `dlopen` probes (`--cuda` watching for libraries loaded later).
+    pub loaders: Vec<u32>,
+    /// Processes whose `dlopen` returned since the session last looked, in order, once each.
+    pub loaded: Vec<u32>,
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
@@ -76,6 +80,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
+            loaders: Vec::new(),
+            loaded: Vec::new(),
         }
     }
 
@@ -92,6 +98,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 let duration = span.header.ts_ns.saturating_sub(span.start_ns);
                 stats.add(duration);
                 self.names.saw(span.header.pid, span.header.tid);
+                if self.loaders.contains(&span.probe_id) && !self.loaded.contains(&span.header.pid) {
+                    self.loaded.push(span.header.pid);
+                }
                 if self.cuda.owns(span.probe_id) {
                     return self.cuda_span(&span);
                 }

@@ -15,7 +15,7 @@ use aya::{
     Ebpf,
 };
 
-use super::uprobe::Plan;
+use super::uprobe::{Attachment, Plan};
 use crate::{
     bpf::{
         self, perf_uprobe,
@@ -131,9 +131,9 @@ fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>
     groups
 }
 
-fn function_groups(plan: &Plan) -> Vec<Group<'_>> {
+fn function_groups(attachments: &[Attachment]) -> Vec<Group<'_>> {
     group(
-        plan.attachments
+        attachments
             .iter()
             .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
     )
@@ -174,8 +174,8 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
     let mut attached = Attached::new(Mechanism::UprobeMulti);
     for program in &programs {
         let (groups, ret, usdt) = match program.name() {
-            "span_exit" => (function_groups(plan), true, false),
-            "span_enter" => (function_groups(plan), false, false),
+            "span_exit" => (function_groups(&plan.attachments), true, false),
+            "span_enter" => (function_groups(&plan.attachments), false, false),
             _ => (usdt_groups(plan), false, true),
         };
         for g in groups {
@@ -270,8 +270,23 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Resu
             }
             continue;
         }
+        attach_functions_perf_event(ebpf, name, plan, &plan.attachments, pids)?;
+        attached.uprobes += plan.attachments.len();
+    }
+    Ok(attached)
+}
+
+/// Attaches program `name` (loaded) to `attachments` with perf-event uprobes.
+fn attach_functions_perf_event(
+    ebpf: &mut Ebpf,
+    name: &str,
+    plan: &Plan,
+    attachments: &[Attachment],
+    pids: &[Option<u32>],
+) -> Result<()> {
+    {
         let program = program(ebpf, name)?;
-        for a in &plan.attachments {
+        for a in attachments {
             let scope = match pids[a.scope] {
                 Some(pid) => {
                     UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
@@ -293,10 +308,73 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Resu
                     ),
                     source,
                 })?;
-            attached.uprobes += 1;
         }
     }
-    Ok(attached)
+    Ok(())
+}
+
+/// Attaches span probes planned after recording started (libraries a target loaded later) with
+/// the mechanism of the first attachment, loading the span programs if nothing used them yet.
+/// The new probes' ids must already have their slots in the kernel maps.
+pub fn attach_more(
+    ebpf: &mut Ebpf,
+    attached: &mut Attached,
+    plan: &Plan,
+    attachments: &[Attachment],
+    pids: &[Option<u32>],
+) -> Result<()> {
+    const PROGRAMS: [&str; 2] = ["span_exit", "span_enter"];
+    match attached.mechanism {
+        Mechanism::UprobeMulti => {
+            for name in PROGRAMS {
+                if !attached.programs.iter().any(|p| p.name() == name) {
+                    attached.programs.extend(uprobe_multi::load(ebpf, &[name])?);
+                }
+            }
+            for name in PROGRAMS {
+                let Some(program) = attached.programs.iter().find(|p| p.name() == name) else {
+                    continue;
+                };
+                for g in function_groups(attachments) {
+                    let target = MultiTarget {
+                        path: &g.file.open,
+                        offsets: &g.offsets,
+                        cookies: &g.cookies,
+                        ref_ctr_offsets: None,
+                        pid: pids[g.scope],
+                        ret: name == "span_exit",
+                    };
+                    let link = program.attach(&target).map_err(|e| {
+                        Error::io(
+                            format!(
+                                "attaching {name} to {} offsets in {} for {}",
+                                g.offsets.len(),
+                                g.file.shown.display(),
+                                whom(pids[g.scope])
+                            ),
+                            e,
+                        )
+                    })?;
+                    attached.uprobes += g.offsets.len();
+                    if name == "span_exit" {
+                        attached.exit.push(link);
+                    } else {
+                        attached.enter.push(link);
+                    }
+                }
+            }
+        }
+        Mechanism::PerfEvent => {
+            for name in PROGRAMS {
+                if program(ebpf, name)?.fd().is_err() {
+                    load(ebpf, name)?;
+                }
+                attach_functions_perf_event(ebpf, name, plan, attachments, pids)?;
+                attached.uprobes += attachments.len();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Loads the programs and attaches every planned probe; `pids[scope]` is each scope's process

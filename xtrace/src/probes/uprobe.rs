@@ -92,6 +92,8 @@ pub struct Plan {
     pub ranges: Option<crate::pipeline::ranges::Wanted>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
+    /// With `--cuda`: the `dlopen` probes and the probe ids kept for CUDA libraries loaded later.
+    pub watch: Option<crate::cuda::late::Watch>,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when

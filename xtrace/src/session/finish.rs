@@ -135,6 +135,8 @@ pub fn write(
         .iter()
         .zip(stats.iter())
         .zip(values.summaries())
+        // Probes kept for CUDA libraries that were never loaded.
+        .filter(|((p, _), _)| !p.target.is_empty())
         .map(|((p, s), values)| ProbeSummary {
             name: p.name.clone(),
             kind: p.kind,

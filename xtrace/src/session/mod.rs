@@ -66,6 +66,8 @@ pub trait Observer {
     fn warning(&mut self, text: &str);
     /// Every probe is attached and recording has started.
     fn attached(&mut self, notice: &str);
+    /// Something that happened while recording (probes attached to a library loaded late).
+    fn notice(&mut self, text: &str);
     /// A few times a second while recording.
     fn progress(&mut self, progress: &Progress);
     /// Recording stopped; outputs are being written.
@@ -201,7 +203,18 @@ impl Specs {
         let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes)?;
         usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
         if self.cuda != CudaMode::Off {
-            cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On)?;
+            // With --cuda, libraries loaded later are watched for (not system-wide: every process
+            // that maps a library planned now is traced anyway).
+            let system_wide = scopes.iter().any(|s| matches!(s, Scope::SystemWide));
+            let watching = self.cuda == CudaMode::On && !system_wide && cuda::late::plan(&mut plan, scopes)?;
+            let found = cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On && !watching)?;
+            if watching && found == 0 {
+                plan.notices.push(
+                    "--cuda: no CUDA library is loaded yet; xtrace attaches to libcudart/libcuda \
+                     when the program loads them (dlopen)"
+                        .into(),
+                );
+            }
         }
         match self.ranges {
             RangeMode::Off => {}
@@ -278,7 +291,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         hz,
         icicle: args.icicle,
     });
-    let (mut targets, plan, out) = resolve(args, &specs)?;
+    let (mut targets, mut plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
     }
@@ -294,7 +307,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         sample_pids: targets.pids(),
         user_stack_bytes: args.user_stack,
     })?;
-    let attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
+    let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.processes().iter().find(|p| p.has_exited()) {
             Some(p) => Error::ExitedDuringAttach { pid: p.pid },
@@ -326,7 +339,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         exit = launch.take_exit();
     }
     let sampler = sampling.map(|s| format!("the sampler ({cpus} CPUs at {} Hz)", s.hz));
-    let what = match (plan.probes.len(), sampler) {
+    // Probes kept for libraries loaded later are not attached yet.
+    let planned = plan.probes.iter().filter(|p| !p.target.is_empty()).count();
+    let what = match (planned, sampler) {
         (0, Some(sampler)) => format!("attached {sampler}"),
         (probes, sampler) => {
             let plural = if probes == 1 { "" } else { "s" };
@@ -368,10 +383,27 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
     let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default());
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
+    pipeline.loaders = plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default();
     pipeline.warnings = crate::pipeline::warnings::Warnings::new(
         args.warn_over.clone(),
         plan.probes.iter().map(|p| p.name.clone()).collect(),
     );
+    let mut late = cuda::late::Late::new(&plan);
+    let scope_pids = targets.scope_pids();
+    let mut on_load = |pid: u32| -> Vec<std::result::Result<String, String>> {
+        let Some(late) = late.as_mut() else {
+            return Vec::new();
+        };
+        late_attach(
+            late,
+            pid,
+            &targets,
+            &scope_pids,
+            &mut plan,
+            &mut ebpf,
+            &mut attached,
+        )
+    };
     let stopped = run::run(
         &mut signals,
         &mut reader,
@@ -381,6 +413,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         args.duration,
         &trace_path,
         observer,
+        &mut on_load,
     )
     .await;
     let duration_ns = started.elapsed().as_nanos() as u64;
@@ -454,4 +487,47 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         output: out,
         files,
     })
+}
+
+/// Attaches the CUDA libraries process `pid` loaded since it was last looked at; returns a line
+/// for the user per library: a notice when attached, a warning saying why not.
+fn late_attach(
+    late: &mut cuda::late::Late,
+    pid: u32,
+    targets: &Targets,
+    scope_pids: &[Option<u32>],
+    plan: &mut Plan,
+    ebpf: &mut aya::Ebpf,
+    attached: &mut attach::Attached,
+) -> Vec<std::result::Result<String, String>> {
+    let processes = targets.processes();
+    let (Some(scope), Some(process)) = (
+        scope_pids.iter().position(|p| *p == Some(pid)),
+        processes.iter().find(|p| p.pid == pid),
+    ) else {
+        return Vec::new();
+    };
+    let found = match late.scan(plan, scope, process) {
+        Ok(found) => found,
+        Err(e) => {
+            return vec![Err(format!(
+                "could not look for CUDA libraries pid {pid} loaded: {e}"
+            ))]
+        }
+    };
+    found
+        .iter()
+        .map(|f| {
+            let path = f.file.shown.display();
+            match attach::attach_more(ebpf, attached, plan, &f.attachments, scope_pids) {
+                Ok(()) => Ok(format!(
+                    "attached {} CUDA probes to {path}, loaded by pid {pid} after the start",
+                    f.attachments.len()
+                )),
+                Err(e) => Err(format!(
+                    "could not attach to {path}, loaded by pid {pid}: {e}; it is not traced"
+                )),
+            }
+        })
+        .collect()
 }

@@ -86,6 +86,7 @@ pub async fn run<W: Write + Send + 'static>(
     duration: Option<Duration>,
     trace_path: &std::path::Path,
     observer: &mut dyn Observer,
+    on_load: &mut dyn FnMut(u32) -> Vec<std::result::Result<String, String>>,
 ) -> Result<Stop> {
     let Signals { int, term, hup } = signals;
     let pidfds = processes
@@ -125,6 +126,15 @@ pub async fn run<W: Write + Send + 'static>(
                     .map_err(output_error(trace_path))?;
                 for warning in pipeline.warnings.take() {
                     observer.warning(&warning);
+                }
+                // A traced process finished a dlopen: attach what it loaded (--cuda).
+                for pid in std::mem::take(&mut pipeline.loaded) {
+                    for line in on_load(pid) {
+                        match line {
+                            Ok(notice) => observer.notice(&notice),
+                            Err(warning) => observer.warning(&warning),
+                        }
+                    }
                 }
             }
             _ = int.recv() => return Ok(Stop::Interrupted),

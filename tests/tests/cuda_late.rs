@@ -1,0 +1,115 @@
+//! `--cuda` and CUDA libraries loaded after recording started, as Python loads them when it
+//! imports torch: fixture `cudalate` (tests/fixtures/cudalate.c) dlopen()s the stand-in
+//! `libcudart.so.12` (which needs `libcuda.so.1`) after the go line, waits for a second line, then
+//! makes known calls. xtrace sees the dlopen return, attaches both libraries, says so, and the
+//! calls are traced like those of a library mapped from the start.
+
+use std::path::Path;
+
+use serde_json::json;
+use xtrace_tests::{
+    args,
+    bpf::Programs,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+fn canonical(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn libraries_loaded_after_attach_are_traced() {
+    if !require_bpf() {
+        return;
+    }
+    let runtime = fixtures().cudaapp.with_file_name("libcudart.so.12");
+    let driver = fixtures().cudaapp.with_file_name("libcuda.so.1");
+    let mut fixture = Fixture::spawn(&fixtures().cudalate, &[runtime.to_str().unwrap()]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("cuda-late");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--cuda", "-o", &out_dir]);
+    let attached = xtrace.wait_attached();
+    // Only the dlopen probe in libc: no CUDA library is mapped yet.
+    assert!(attached.starts_with("xtrace: attached 1 probe "), "{attached}");
+    fixture.send("go");
+    assert_eq!(fixture.next_line(), "loaded");
+    let mut notices = vec![
+        xtrace.wait_stderr("xtrace: attached "),
+        xtrace.wait_stderr("xtrace: attached "),
+    ];
+    notices.sort();
+    let pid = fixture.pid();
+    assert_eq!(
+        notices,
+        [
+            format!(
+                "xtrace: attached 19 CUDA probes to {}, loaded by pid {pid} after the start",
+                canonical(&runtime)
+            ),
+            format!(
+                "xtrace: attached 21 CUDA probes to {}, loaded by pid {pid} after the start",
+                canonical(&driver)
+            ),
+        ]
+    );
+    fixture.go();
+    assert!(fixture.wait().success(), "the fixture failed");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+
+    let out = Outputs::read(&out_dir);
+    for (name, calls) in [
+        ("dlopen", 1),
+        ("cudaMalloc", 3),
+        ("cuMemAlloc_v2", 3),
+        ("cudaMemcpy", 2),
+        ("cudaDeviceSynchronize", 1),
+        ("cuCtxSynchronize", 1),
+        ("cudaFree", 3),
+        ("cuMemFree_v2", 3),
+    ] {
+        assert_eq!(out.probe_count(name), calls, "{name}");
+    }
+    assert_eq!(out.probe("cudaMalloc")["target"], canonical(&runtime));
+    assert_eq!(out.probe("cuMemAlloc_v2")["target"], canonical(&driver));
+    let dlopen = out.spans_named("dlopen");
+    assert_eq!(dlopen.len(), 1);
+    assert_eq!(dlopen[0].args["arg0"], runtime.to_str().unwrap());
+    // Functions of the kept probe ids that were never called are not listed.
+    assert!(out.summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["target"] != ""));
+    let cuda = &out.summary["cuda"];
+    assert_eq!(
+        cuda["memcpy"],
+        json!([
+            {"kind": "HtoD", "calls": 1, "bytes": 512},
+            {"kind": "DtoH", "calls": 1, "bytes": 256},
+        ])
+    );
+    assert_eq!(
+        cuda["memory"],
+        json!([{
+            "pid": pid,
+            "allocations": 3,
+            "frees": 3,
+            "live": [],
+            "live_bytes": 0,
+            "peak_bytes": 1024 + 2048 + 3072,
+            "unknown_frees": 0,
+        }])
+    );
+    assert_eq!(cuda["sync_calls"], 1);
+}

@@ -1,0 +1,194 @@
+//! CUDA libraries a target loads after recording started (Python imports torch, which `dlopen`s
+//! `libcudart.so*` from its wheel; cudart loads `libcuda.so.1` at its first call). With `--cuda`
+//! the plan gets a span probe on `dlopen` in each target's libc, and a block of probe ids, one per
+//! CUDA function, whose kernel-map slots exist from the start. When a `dlopen` returns, the
+//! process's mappings are read again and each CUDA library not yet traced in it is attached with
+//! the block's ids.
+use std::{collections::HashSet, os::unix::fs::MetadataExt};
+
+use super::{api::FUNCTIONS, plan::library_of};
+use crate::{
+    error::Result,
+    pipeline::values::Capture,
+    probes::{
+        elf::SymbolCache,
+        needed::needed_libraries,
+        spec::ArgType,
+        uprobe::{Attachment, Plan, Scope},
+        ProbeInfo,
+    },
+    target::{library_matches, Process, TargetFile},
+};
+
+/// The probe kind of the `dlopen` probes.
+pub const LOADER_KIND: &str = "loader";
+
+/// What the plan holds for watching: the id of the block's first probe and the `dlopen` probes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Watch {
+    pub block: u32,
+    pub loaders: Vec<u32>,
+}
+
+/// Adds the block of late CUDA probes and a `dlopen` probe in the libc of every scope (a process,
+/// or a command's `DT_NEEDED` libc). Returns false, planning nothing, when no scope's libc exports
+/// `dlopen` (glibc before 2.34 keeps it in libdl).
+pub fn plan(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
+    let mut elves = SymbolCache::default();
+    let mut loaders = Vec::new();
+    let mut attachments = Vec::new();
+    for (scope_index, scope) in scopes.iter().enumerate() {
+        let files = match scope {
+            Scope::Process(_) => scope.modules()?,
+            Scope::Command(program) => needed_libraries(program),
+            Scope::SystemWide => continue,
+        };
+        let Some(libc) = files
+            .into_iter()
+            .find(|f| library_matches(&f.shown.to_string_lossy(), "libc"))
+        else {
+            continue;
+        };
+        let Ok((symbols, _)) = elves.get(&libc) else {
+            continue;
+        };
+        let Some(dlopen) = symbols.functions.iter().find(|s| s.name == "dlopen") else {
+            continue;
+        };
+        let shown = libc.shown.display().to_string();
+        let id = match plan
+            .probes
+            .iter()
+            .position(|p| p.target == shown && p.offset == dlopen.file_offset)
+        {
+            Some(id) => id as u32,
+            None => {
+                plan.probes.push(ProbeInfo {
+                    name: "dlopen".into(),
+                    kind: LOADER_KIND,
+                    target: shown,
+                    offset: dlopen.file_offset,
+                    capture: Capture {
+                        args: vec![ArgType::Str],
+                        ret: None,
+                    },
+                });
+                (plan.probes.len() - 1) as u32
+            }
+        };
+        if !loaders.contains(&id) {
+            loaders.push(id);
+        }
+        attachments.push(Attachment {
+            probe_id: id,
+            file: libc,
+            offset: dlopen.file_offset,
+            scope: scope_index,
+        });
+    }
+    if loaders.is_empty() {
+        return Ok(false);
+    }
+    plan.attachments.extend(attachments);
+    let block = plan.probes.len() as u32;
+    for (index, function) in FUNCTIONS.iter().enumerate() {
+        // Not attached (no target) until a library providing the function is loaded.
+        plan.probes.push(ProbeInfo {
+            name: function.name.to_string(),
+            kind: "cuda",
+            target: String::new(),
+            offset: 0,
+            capture: Capture::default(),
+        });
+        plan.cuda.insert(block + index as u32, *function);
+    }
+    plan.watch = Some(Watch { block, loaders });
+    Ok(true)
+}
+
+/// The CUDA libraries traced so far, per scope, and the symbols read.
+pub struct Late {
+    watch: Watch,
+    /// (scope, device, inode): a library can be named by several paths (links, the linker cache).
+    traced: HashSet<(usize, u64, u64)>,
+    elves: SymbolCache,
+}
+
+/// Probes planned for a library found late.
+pub struct Found {
+    pub file: TargetFile,
+    pub attachments: Vec<Attachment>,
+}
+
+impl Late {
+    /// Starts from the libraries the plan traces already.
+    pub fn new(plan: &Plan) -> Option<Late> {
+        let watch = plan.watch.clone()?;
+        let traced = plan
+            .attachments
+            .iter()
+            .filter(|a| plan.cuda.contains_key(&a.probe_id))
+            .filter_map(|a| identity(a.scope, &a.file))
+            .collect();
+        Some(Late {
+            watch,
+            traced,
+            elves: SymbolCache::default(),
+        })
+    }
+
+    /// Whether `probe` is one of the `dlopen` probes.
+    pub fn is_loader(watch: Option<&Watch>, probe: u32) -> bool {
+        watch.is_some_and(|w| w.loaders.contains(&probe))
+    }
+
+    /// The CUDA libraries `process` (scope `scope`) maps that are not traced in it yet, with their
+    /// probes planned on the block's ids; the plan's probe entries get the library as their target
+    /// (the first library found for an id keeps it).
+    pub fn scan(&mut self, plan: &mut Plan, scope: usize, process: &Process) -> Result<Vec<Found>> {
+        let mut found = Vec::new();
+        for file in process.mapped_files()? {
+            let Some(library) = library_of(&file.shown) else {
+                continue;
+            };
+            match identity(scope, &file) {
+                Some(key) if self.traced.insert(key) => {}
+                _ => continue,
+            }
+            let Ok((symbols, _)) = self.elves.get(&file) else {
+                continue;
+            };
+            let mut attachments = Vec::new();
+            for (index, function) in FUNCTIONS.iter().enumerate() {
+                if function.library != library {
+                    continue;
+                }
+                let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
+                    continue;
+                };
+                let id = self.watch.block + index as u32;
+                let probe = &mut plan.probes[id as usize];
+                if probe.target.is_empty() {
+                    probe.target = file.shown.display().to_string();
+                    probe.offset = symbol.file_offset;
+                }
+                attachments.push(Attachment {
+                    probe_id: id,
+                    file: file.clone(),
+                    offset: symbol.file_offset,
+                    scope,
+                });
+            }
+            if !attachments.is_empty() {
+                found.push(Found { file, attachments });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A file in a scope, by device and inode.
+fn identity(scope: usize, file: &TargetFile) -> Option<(usize, u64, u64)> {
+    let meta = std::fs::metadata(&file.open).ok()?;
+    Some((scope, meta.dev(), meta.ino()))
+}
