@@ -46,11 +46,11 @@ fn assert_split(out: &Outputs, build: &str, [hot_a, hot_b]: [&str; 2]) {
     let (a, b) = (self_share(out, hot_a), self_share(out, hot_b));
     assert!(
         (a - 75.0).abs() <= 5.0,
-        "{build}: hot_a {a:.1}% of samples, expected 75 ± 5"
+        "{build}: {hot_a} {a:.1}% of samples, expected 75 ± 5"
     );
     assert!(
         (b - 25.0).abs() <= 5.0,
-        "{build}: hot_b {b:.1}% of samples, expected 25 ± 5"
+        "{build}: {hot_b} {b:.1}% of samples, expected 25 ± 5"
     );
     assert_eq!(out.summary["sample_frequency_hz"], 999);
 }
