@@ -33,7 +33,7 @@ pub struct Watch {
 /// Adds the block of late CUDA probes and a `dlopen` probe in the libc of every scope (a process,
 /// or a command's `DT_NEEDED` libc). Returns false, planning nothing, when no scope's libc exports
 /// `dlopen` (glibc before 2.34 keeps it in libdl).
-pub fn plan(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
+pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
     let mut elves = SymbolCache::default();
     let mut loaders = Vec::new();
     let mut attachments = Vec::new();
@@ -137,11 +137,6 @@ impl Late {
         })
     }
 
-    /// Whether `probe` is one of the `dlopen` probes.
-    pub fn is_loader(watch: Option<&Watch>, probe: u32) -> bool {
-        watch.is_some_and(|w| w.loaders.contains(&probe))
-    }
-
     /// The CUDA libraries `process` (scope `scope`) maps that are not traced in it yet, with their
     /// probes planned on the block's ids; the plan's probe entries get the library as their target
     /// (the first library found for an id keeps it).
@@ -191,4 +186,30 @@ impl Late {
 fn identity(scope: usize, file: &TargetFile) -> Option<(usize, u64, u64)> {
     let meta = std::fs::metadata(&file.open).ok()?;
     Some((scope, meta.dev(), meta.ino()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_watched_through_its_needed_libc() {
+        let mut plan = Plan::default();
+        let sh = std::path::Path::new("/bin/sh");
+        assert!(plan_watch(&mut plan, &[Scope::Command(sh)]).unwrap());
+        let watch = plan.watch.clone().expect("a watch");
+        assert_eq!(watch.loaders, [0]);
+        let dlopen = &plan.probes[0];
+        assert_eq!((dlopen.name.as_str(), dlopen.kind), ("dlopen", LOADER_KIND));
+        assert!(library_matches(&dlopen.target, "libc"), "{}", dlopen.target);
+        assert_eq!(plan.attachments.len(), 1);
+        assert_eq!(plan.attachments[0].scope, 0);
+        // One kept probe per CUDA function, none attached.
+        assert_eq!(watch.block, 1);
+        assert_eq!(plan.probes.len(), 1 + FUNCTIONS.len());
+        assert!(plan.probes[1..]
+            .iter()
+            .all(|p| p.target.is_empty() && p.kind == "cuda"));
+        assert_eq!(plan.cuda.len(), FUNCTIONS.len());
+    }
 }

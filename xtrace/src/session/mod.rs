@@ -206,7 +206,8 @@ impl Specs {
             // With --cuda, libraries loaded later are watched for (not system-wide: every process
             // that maps a library planned now is traced anyway).
             let system_wide = scopes.iter().any(|s| matches!(s, Scope::SystemWide));
-            let watching = self.cuda == CudaMode::On && !system_wide && cuda::late::plan(&mut plan, scopes)?;
+            let watching =
+                self.cuda == CudaMode::On && !system_wide && cuda::late::plan_watch(&mut plan, scopes)?;
             let found = cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On && !watching)?;
             if watching && found == 0 {
                 plan.notices.push(
