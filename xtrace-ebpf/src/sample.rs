@@ -24,7 +24,7 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{count, submit_flags, EVENTS},
+    maps::{count, output_flags, EVENTS},
     uprobe::header,
 };
 
@@ -85,7 +85,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         .min(core::mem::size_of::<SampleEvent>() + USER_STACK_MAX);
     // SAFETY: `size` is at most the map value's size, so the record lies within it.
     let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
-    if EVENTS.output::<[u8]>(record, submit_flags()).is_err() {
+    if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
         count(counter::LOST_RING_FULL);
     }
     0

@@ -146,7 +146,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
             };
         }
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(core::mem::size_of::<ArgsEvent>()));
 }
 
 /// The `OUT_PTRS` key of the call at `depth` on thread `pid_tgid`.
@@ -188,7 +188,7 @@ fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u6
             // SAFETY: a checked read of user memory.
             value: unsafe { bpf_probe_read_user(ptr as *const u64) }.unwrap_or(0),
         });
-        entry.submit(submit_flags());
+        entry.submit(submit_flags(core::mem::size_of::<OutEvent>()));
         // One out-pointer per call is kept (one `OUT_PTRS` slot per call).
         return;
     }
@@ -204,7 +204,7 @@ fn announce_thread(pid_tgid: u64, now: u64) {
         header: header(KIND_THREAD, pid_tgid, now),
         comm: bpf_get_current_comm().unwrap_or_default(),
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(core::mem::size_of::<ThreadEvent>()));
 }
 
 #[inline(always)]
@@ -316,6 +316,6 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         depth: slot as u32,
         ret: ctx.ret::<u64>(),
     });
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(core::mem::size_of::<SpanEvent>()));
     Ok(0)
 }

@@ -53,7 +53,7 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
     // SAFETY: `event` points at a reserved record of UsdtEvent's size; every field is written
     // before it is submitted.
     unsafe { fill(ctx, &mut *event, site, site_index, pid_tgid, now, KIND_USDT) };
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(core::mem::size_of::<UsdtEvent>()));
 }
 
 #[inline(always)]
@@ -80,6 +80,10 @@ fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_
                 continue;
             }
             let pointer = (*event).event.args[i] as *const u8;
+            // A NULL string (no domain, say) is common; reading it would cost a page fault.
+            if pointer.is_null() {
+                continue;
+            }
             let dst = &mut (*event).strings[i];
             if let Ok(read) = bpf_probe_read_user_str_bytes(pointer, dst) {
                 // The helper's count includes the NUL; the slice it returns does not.
@@ -87,7 +91,7 @@ fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_
             }
         }
     }
-    entry.submit(submit_flags());
+    entry.submit(submit_flags(core::mem::size_of::<UsdtStrEvent>()));
 }
 
 #[inline(always)]
