@@ -142,20 +142,29 @@ pub fn reserve<T: 'static>() -> Option<RingBufEntry<T>> {
 #[inline(always)]
 pub fn submit_flags(len: usize) -> u64 {
     // The reserved record is already counted as unread.
-    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64), len as u64)
+    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64), footprint(len))
 }
 
 /// [`submit_flags`] for a record of `len` bytes written with `bpf_ringbuf_output` (not yet in the
 /// ring when asked).
 #[inline(always)]
 pub fn output_flags(len: usize) -> u64 {
-    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64) + len as u64, len as u64)
+    let footprint = footprint(len);
+    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64) + footprint, footprint)
 }
 
+/// Ring bytes a record of `len` bytes takes: rounded up to 8, plus its 8-byte header.
 #[inline(always)]
-fn wake_flags(unread_with_record: u64, len: u64) -> u64 {
+fn footprint(len: usize) -> u64 {
+    ((len as u64 + 7) & !7) + 8
+}
+
+/// Wake-up only when the record that brings the unread data to `unread_with_record` crossed the
+/// quarter mark.
+#[inline(always)]
+fn wake_flags(unread_with_record: u64, footprint: u64) -> u64 {
     let mark = EVENTS.query(BPF_RB_RING_SIZE as u64) / 4;
-    if unread_with_record >= mark && unread_with_record < mark + len {
+    if unread_with_record >= mark && unread_with_record < mark + footprint {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
