@@ -79,6 +79,16 @@ impl Attached {
         }
     }
 
+    /// Keeps a uprobe_multi link of `uprobes` probes: with the return probes when `ret`.
+    fn keep(&mut self, link: MultiLink, ret: bool, uprobes: usize) {
+        self.uprobes += uprobes;
+        if ret {
+            self.exit.push(link);
+        } else {
+            self.enter.push(link);
+        }
+    }
+
     /// Detaches every probe (see the type's documentation for the order).
     pub fn detach(mut self, ebpf: &mut Ebpf) {
         self.enter.clear();
@@ -179,40 +189,48 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
             _ => (usdt_groups(plan), false, true),
         };
         for g in groups {
-            let target = MultiTarget {
-                path: &g.file.open,
-                offsets: &g.offsets,
-                cookies: &g.cookies,
-                ref_ctr_offsets: usdt.then_some(g.ref_ctr_offsets.as_slice()),
-                pid: pids[g.scope],
-                ret,
-            };
-            let link = match program.attach(&target) {
+            let link = match link_group(program, &g, pids[g.scope], ret, usdt) {
                 Ok(link) => link,
                 Err(e) if attached.uprobes == 0 && unsupported(&e) => return Ok(None),
-                Err(e) => {
-                    return Err(Error::io(
-                        format!(
-                            "attaching {} to {} offsets in {} for {}",
-                            program.name(),
-                            g.offsets.len(),
-                            g.file.shown.display(),
-                            whom(pids[g.scope])
-                        ),
-                        e,
-                    ));
-                }
+                Err(e) => return Err(group_error(program.name(), &g, pids[g.scope], e)),
             };
-            attached.uprobes += g.offsets.len();
-            if ret {
-                attached.exit.push(link);
-            } else {
-                attached.enter.push(link);
-            }
+            attached.keep(link, ret, g.offsets.len());
         }
     }
     attached.programs = programs;
     Ok(Some(attached))
+}
+
+/// One uprobe_multi link of `program` on a group's offsets (with their reference counters for
+/// USDT sites), for process `pid` (None: every process).
+fn link_group(
+    program: &MultiProgram,
+    g: &Group,
+    pid: Option<u32>,
+    ret: bool,
+    usdt: bool,
+) -> std::io::Result<MultiLink> {
+    program.attach(&MultiTarget {
+        path: &g.file.open,
+        offsets: &g.offsets,
+        cookies: &g.cookies,
+        ref_ctr_offsets: usdt.then_some(g.ref_ctr_offsets.as_slice()),
+        pid,
+        ret,
+    })
+}
+
+/// The error of a group the kernel refused.
+fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
+    Error::io(
+        format!(
+            "attaching {program} to {} offsets in {} for {}",
+            g.offsets.len(),
+            g.file.shown.display(),
+            whom(pid)
+        ),
+        e,
+    )
 }
 
 /// The kernel's internal "operation not supported" (524), which reaches user space unchanged.
@@ -284,31 +302,29 @@ fn attach_functions_perf_event(
     attachments: &[Attachment],
     pids: &[Option<u32>],
 ) -> Result<()> {
-    {
-        let program = program(ebpf, name)?;
-        for a in attachments {
-            let scope = match pids[a.scope] {
-                Some(pid) => {
-                    UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
-                }
-                None => UProbeScope::AllProcesses,
-            };
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(a.offset),
-                cookie: Some(u64::from(a.probe_id)),
-            };
-            program
-                .attach(point, &a.file.open, scope)
-                .map_err(|source| Error::Attach {
-                    what: format!(
-                        "{name} to {}:{} for {}",
-                        a.file.shown.display(),
-                        plan.probes[a.probe_id as usize].name,
-                        whom(pids[a.scope])
-                    ),
-                    source,
-                })?;
-        }
+    let program = program(ebpf, name)?;
+    for a in attachments {
+        let scope = match pids[a.scope] {
+            Some(pid) => {
+                UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
+            }
+            None => UProbeScope::AllProcesses,
+        };
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(a.offset),
+            cookie: Some(u64::from(a.probe_id)),
+        };
+        program
+            .attach(point, &a.file.open, scope)
+            .map_err(|source| Error::Attach {
+                what: format!(
+                    "{name} to {}:{} for {}",
+                    a.file.shown.display(),
+                    plan.probes[a.probe_id as usize].name,
+                    whom(pids[a.scope])
+                ),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -331,37 +347,19 @@ pub fn attach_more(
                     attached.programs.extend(uprobe_multi::load(ebpf, &[name])?);
                 }
             }
-            for name in PROGRAMS {
-                let Some(program) = attached.programs.iter().find(|p| p.name() == name) else {
-                    continue;
-                };
+            // Kept only once all are made: a refused group drops the others, detaching them.
+            let mut links = Vec::new();
+            for program in attached.programs.iter().filter(|p| PROGRAMS.contains(&p.name())) {
+                let ret = program.name() == "span_exit";
                 for g in function_groups(attachments) {
-                    let target = MultiTarget {
-                        path: &g.file.open,
-                        offsets: &g.offsets,
-                        cookies: &g.cookies,
-                        ref_ctr_offsets: None,
-                        pid: pids[g.scope],
-                        ret: name == "span_exit",
-                    };
-                    let link = program.attach(&target).map_err(|e| {
-                        Error::io(
-                            format!(
-                                "attaching {name} to {} offsets in {} for {}",
-                                g.offsets.len(),
-                                g.file.shown.display(),
-                                whom(pids[g.scope])
-                            ),
-                            e,
-                        )
-                    })?;
-                    attached.uprobes += g.offsets.len();
-                    if name == "span_exit" {
-                        attached.exit.push(link);
-                    } else {
-                        attached.enter.push(link);
-                    }
+                    let pid = pids[g.scope];
+                    let link = link_group(program, &g, pid, ret, false)
+                        .map_err(|e| group_error(program.name(), &g, pid, e))?;
+                    links.push((link, ret, g.offsets.len()));
                 }
+            }
+            for (link, ret, uprobes) in links {
+                attached.keep(link, ret, uprobes);
             }
         }
         Mechanism::PerfEvent => {
