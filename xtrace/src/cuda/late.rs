@@ -55,27 +55,16 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
         let Some(dlopen) = symbols.functions.iter().find(|s| s.name == "dlopen") else {
             continue;
         };
-        let shown = libc.shown.display().to_string();
-        let id = match plan
-            .probes
-            .iter()
-            .position(|p| p.target == shown && p.offset == dlopen.file_offset)
-        {
-            Some(id) => id as u32,
-            None => {
-                plan.probes.push(ProbeInfo {
-                    name: "dlopen".into(),
-                    kind: LOADER_KIND,
-                    target: shown,
-                    offset: dlopen.file_offset,
-                    capture: Capture {
-                        args: vec![ArgType::Str],
-                        ret: None,
-                    },
-                });
-                (plan.probes.len() - 1) as u32
-            }
-        };
+        let (id, _) = plan.probe_at(ProbeInfo {
+            name: "dlopen".into(),
+            kind: LOADER_KIND,
+            target: libc.shown.display().to_string(),
+            offset: dlopen.file_offset,
+            capture: Capture {
+                args: vec![ArgType::Str],
+                ret: None,
+            },
+        });
         if !loaders.contains(&id) {
             loaders.push(id);
         }
@@ -108,7 +97,8 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
 
 /// The CUDA libraries traced so far, per scope, and the symbols read.
 pub struct Late {
-    watch: Watch,
+    /// The id of the first kept probe (`Watch::block`).
+    block: u32,
     /// (scope, device, inode): a library can be named by several paths (links, the linker cache).
     traced: HashSet<(usize, u64, u64)>,
     elves: SymbolCache,
@@ -123,7 +113,7 @@ pub struct Found {
 impl Late {
     /// Starts from the libraries the plan traces already.
     pub fn new(plan: &Plan) -> Option<Late> {
-        let watch = plan.watch.clone()?;
+        let block = plan.watch.as_ref()?.block;
         let traced = plan
             .attachments
             .iter()
@@ -131,7 +121,7 @@ impl Late {
             .filter_map(|a| identity(a.scope, &a.file))
             .collect();
         Some(Late {
-            watch,
+            block,
             traced,
             elves: SymbolCache::default(),
         })
@@ -161,9 +151,9 @@ impl Late {
                 let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
                     continue;
                 };
-                let id = self.watch.block + index as u32;
+                let id = self.block + index as u32;
                 let probe = &mut plan.probes[id as usize];
-                if probe.target.is_empty() {
+                if !probe.is_placed() {
                     probe.target = file.shown.display().to_string();
                     probe.offset = symbol.file_offset;
                 }
@@ -209,7 +199,7 @@ mod tests {
         assert_eq!(plan.probes.len(), 1 + FUNCTIONS.len());
         assert!(plan.probes[1..]
             .iter()
-            .all(|p| p.target.is_empty() && p.kind == "cuda"));
+            .all(|p| !p.is_placed() && p.kind == "cuda"));
         assert_eq!(plan.cuda.len(), FUNCTIONS.len());
     }
 }

@@ -125,23 +125,16 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
 
 /// The probe id of `function` at `offset` in `file`, adding the probe the first time.
 fn probe_id(plan: &mut Plan, file: &TargetFile, offset: u64, function: &Function) -> u32 {
-    let shown = file.shown.display().to_string();
-    if let Some(id) = plan
-        .probes
-        .iter()
-        .position(|p| p.target == shown && p.offset == offset)
-    {
-        return id as u32;
-    }
-    plan.probes.push(ProbeInfo {
+    let (id, added) = plan.probe_at(ProbeInfo {
         name: function.name.to_string(),
         kind: "cuda",
-        target: shown,
+        target: file.shown.display().to_string(),
         offset,
         capture: Capture::default(),
     });
-    let id = (plan.probes.len() - 1) as u32;
-    plan.cuda.insert(id, *function);
+    if added {
+        plan.cuda.insert(id, *function);
+    }
     id
 }
 

@@ -25,3 +25,11 @@ pub struct ProbeInfo {
     /// Arguments and return value captured (from the first spec that named this function).
     pub capture: crate::pipeline::values::Capture,
 }
+
+impl ProbeInfo {
+    /// Whether the probe is in some file: the probes `--cuda` keeps for libraries loaded later
+    /// have no target until one is.
+    pub fn is_placed(&self) -> bool {
+        !self.target.is_empty()
+    }
+}

@@ -96,6 +96,22 @@ pub struct Plan {
     pub watch: Option<crate::cuda::late::Watch>,
 }
 
+impl Plan {
+    /// The id of the probe at `probe`'s target and offset, adding `probe` the first time (then
+    /// true).
+    pub fn probe_at(&mut self, probe: ProbeInfo) -> (u32, bool) {
+        if let Some(id) = self
+            .probes
+            .iter()
+            .position(|p| p.target == probe.target && p.offset == probe.offset)
+        {
+            return (id as u32, false);
+        }
+        self.probes.push(probe);
+        ((self.probes.len() - 1) as u32, true)
+    }
+}
+
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
 /// more than `max_probes` functions match, before anything is attached.
 pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result<Plan> {

@@ -136,7 +136,7 @@ pub fn write(
         .zip(stats.iter())
         .zip(values.summaries())
         // Probes kept for CUDA libraries that were never loaded.
-        .filter(|((p, _), _)| !p.target.is_empty())
+        .filter(|((p, _), _)| p.is_placed())
         .map(|((p, s), values)| ProbeSummary {
             name: p.name.clone(),
             kind: p.kind,

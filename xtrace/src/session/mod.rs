@@ -341,7 +341,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
     let sampler = sampling.map(|s| format!("the sampler ({cpus} CPUs at {} Hz)", s.hz));
     // Probes kept for libraries loaded later are not attached yet.
-    let planned = plan.probes.iter().filter(|p| !p.target.is_empty()).count();
+    let planned = plan.probes.iter().filter(|p| p.is_placed()).count();
     let what = match (planned, sampler) {
         (0, Some(sampler)) => format!("attached {sampler}"),
         (probes, sampler) => {
