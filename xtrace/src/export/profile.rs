@@ -148,12 +148,7 @@ impl Resolver {
                         .and_then(|m| find(m, address))
                         .filter(|m| m.path.starts_with('/'))?;
                     let offset = address - mapping.start + mapping.offset;
-                    let inside = format!("/proc/{}/root{}", key.pid, mapping.path);
-                    let open = if Path::new(&inside).exists() {
-                        inside
-                    } else {
-                        mapping.path.clone()
-                    };
+                    let open = mapping.open_path(key.pid);
                     by_file.entry(open.clone()).or_default().insert(offset);
                     Some((open, offset, module_name(&mapping.path).to_string()))
                 });

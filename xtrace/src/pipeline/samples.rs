@@ -22,6 +22,19 @@ pub struct Mapping {
     pub path: String,
 }
 
+impl Mapping {
+    /// Where xtrace opens the mapped file of process `pid`: through the process's root (its mount
+    /// namespace: containers), or by the path itself once the process is gone.
+    pub fn open_path(&self, pid: u32) -> String {
+        let inside = format!("/proc/{pid}/root{}", self.path);
+        if std::path::Path::new(&inside).exists() {
+            inside
+        } else {
+            self.path.clone()
+        }
+    }
+}
+
 /// A distinct sampled stack of one process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StackKey {

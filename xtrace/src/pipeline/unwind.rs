@@ -218,15 +218,9 @@ impl Unwinders {
                     .or_insert_with(|| FileUnwind::vdso().map(Arc::new))
                     .clone()
             } else if mapping.path.starts_with('/') {
-                // Through the process's root (containers); once it has exited, by the path itself.
                 // Files are told apart by device and inode: one path can name different files in
                 // different mount namespaces.
-                let inside = format!("/proc/{pid}/root{}", mapping.path);
-                let open = if std::path::Path::new(&inside).exists() {
-                    inside
-                } else {
-                    mapping.path.clone()
-                };
+                let open = mapping.open_path(pid);
                 let key = std::fs::metadata(&open)
                     .map(|m| format!("{}:{}", m.dev(), m.ino()))
                     .unwrap_or_else(|_| open.clone());
