@@ -6,6 +6,7 @@
 mod floor;
 mod lifecycle;
 mod maps;
+mod regs;
 mod sample;
 mod uprobe;
 mod usdt;

@@ -25,6 +25,7 @@ use xtrace_common::{
 
 use crate::{
     maps::{count, output_flags, EVENTS},
+    regs::{PT_REGS_BP, PT_REGS_IP, PT_REGS_SIZE, PT_REGS_SP},
     uprobe::header,
 };
 
@@ -39,13 +40,6 @@ static SAMPLE_SCRATCH: PerCpuArray<SampleScratch> = PerCpuArray::with_max_entrie
 /// time, at most `USER_STACK_MAX`.
 #[unsafe(no_mangle)]
 static USER_STACK_BYTES: u32 = 0;
-
-/// Offsets in the kernel's x86-64 `struct pt_regs` of bp, ip and sp.
-const PT_REGS_BP: usize = 4 * 8;
-const PT_REGS_IP: usize = 16 * 8;
-const PT_REGS_SP: usize = 19 * 8;
-/// Size of `struct pt_regs` on x86-64.
-const PT_REGS_SIZE: usize = 21 * 8;
 
 #[perf_event]
 pub fn sample(ctx: PerfEventContext) -> u32 {

@@ -18,11 +18,9 @@ use xtrace_common::{
 
 use crate::{
     maps::{reserve, submit_flags, thread_traced, USDT_SITES},
+    regs::PT_REGS_SIZE,
     uprobe::header,
 };
-
-/// Size of the kernel's x86-64 `struct pt_regs`; register offsets beyond it are never read.
-const PT_REGS_SIZE: u16 = 168;
 
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
@@ -121,7 +119,8 @@ fn fill(
 /// The register at byte offset `offset` of `pt_regs` (0 when out of range or unreadable).
 #[inline(always)]
 fn register(regs: u64, offset: u16) -> u64 {
-    if offset > PT_REGS_SIZE - 8 {
+    // Register offsets beyond pt_regs are never read.
+    if usize::from(offset) > PT_REGS_SIZE - 8 {
         return 0;
     }
     // SAFETY: `regs + offset` lies inside the program's pt_regs; the helper checks the read.
