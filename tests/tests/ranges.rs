@@ -270,6 +270,132 @@ fn itt_python_client_by_pid() {
     assert_ne!(name_of(main), Some(Value::from("trainer")));
 }
 
+/// What tests/fixtures/nvtx_v2.py records, by (name, kind, count), sorted by name; `registered`
+/// is the name of the domain mark whose message is a registered string.
+fn nvtx_v2_ranges(registered: &str) -> Vec<(String, String, u64)> {
+    let mut counts = owned(&[
+        ("async", "start", 1),
+        ("layer", "push", 6),
+        ("load", "push", 1),
+        ("prefetch", "start", 1),
+        ("step", "push", 3),
+        ("tick", "mark", 4),
+        ("wide-ex", "push", 1),
+        ("work", "push", 1),
+        ("wstart", "start", 1),
+        ("wtick", "mark", 1),
+        ("xtick", "mark", 1),
+    ]);
+    counts.push((registered.to_string(), "mark".into(), 1));
+    counts.sort();
+    counts
+}
+
+/// tests/fixtures/nvtx_v2.py started (with `env`) and waiting for its `go` line.
+fn nvtx_v2_fixture(env: &[(&str, &std::path::Path)]) -> Fixture {
+    let script = script("nvtx_v2.py");
+    let mut fixture = Fixture::spawn_with_env(&python(), &[script.to_str().expect("UTF-8 path")], env);
+    fixture.wait_ready();
+    fixture
+}
+
+/// The thread name trace.json gives `tid`.
+fn thread_name(out: &Outputs, tid: u64) -> Option<Value> {
+    out.metadata("thread_name")
+        .iter()
+        .find(|m| m["tid"].as_u64() == Some(tid))
+        .map(|m| m["args"]["name"].clone())
+}
+
+#[test]
+fn nvtx_v2_library_by_pid_without_an_nvtx_tool() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ranges-nvtx-v2");
+    let (out, (main, worker), finished) = trace_by_pid(nvtx_v2_fixture(&[]), args!["--nvtx"], &tmp);
+    // Every NVTX v2 function xtrace knows, in libnvToolsExt.so.1.
+    assert!(
+        finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("attached 18 probes (18 uprobes")),
+        "{:?}",
+        finished.stderr
+    );
+    // Without a tool, libnvToolsExt returns NULL for the domain and the registered string.
+    assert_eq!(range_counts(&out), nvtx_v2_ranges("(unnamed)"));
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    assert!(out.summary["ranges"]
+        .as_array()
+        .expect("ranges")
+        .iter()
+        .all(|r| r["source"] == "nvtx" && r["domain"].is_null()));
+    assert_nested(&out, "step", "layer");
+    for (name, tid) in [
+        ("step", main),
+        ("layer", main),
+        ("load", main),
+        ("wide-ex", main),
+        ("work", worker),
+    ] {
+        let spans = out.spans_named(name);
+        assert!(
+            spans.iter().all(|s| s.tid == tid && s.cat == "nvtx"),
+            "{name}: {spans:?}"
+        );
+    }
+    // Range ids are all 0: the end on the worker closes the oldest open start range.
+    let edges: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["name"] == "prefetch" && (e["ph"] == "b" || e["ph"] == "e"))
+        .collect();
+    assert_eq!(edges.len(), 2, "{edges:?}");
+    assert_eq!(
+        (edges[0]["tid"].as_u64(), edges[1]["tid"].as_u64()),
+        (Some(main), Some(worker))
+    );
+    assert_eq!(edges[0]["id"], edges[1]["id"]);
+    assert_eq!(out.instants("tick").len(), 4);
+    assert_eq!(thread_name(&out, worker), Some(Value::from("loader")));
+}
+
+#[test]
+fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
+    if !require_bpf() {
+        return;
+    }
+    // Launched: xtrace sets NVTX_INJECTION64_PATH, libnvToolsExt forwards every call to the tool.
+    let tmp = TempDir::new("ranges-nvtx-v2-tool");
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "--nvtx",
+        "-o",
+        &out_dir,
+        "--",
+        python(),
+        script("nvtx_v2.py")
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
+    assert_eq!(range(&out, "load", "push")["domain"], "io");
+    assert_eq!(range(&out, "reg", "mark")["domain"], "io");
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    // By pid, started with the tool as its NVTX tool: only the tool's probes are attached.
+    let tool = tool_library();
+    let fixture = nvtx_v2_fixture(&[("NVTX_INJECTION64_PATH", &tool)]);
+    let (out, _, finished) = trace_by_pid(fixture, args!["--nvtx"], &tmp);
+    assert!(
+        finished.stderr.iter().any(|l| l.contains("attached 6 probes")),
+        "{:?}",
+        finished.stderr
+    );
+    assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
+}
+
 #[test]
 fn a_range_flag_for_a_pid_without_the_tool_library_is_refused() {
     if !require_bpf() {
@@ -279,7 +405,7 @@ fn a_range_flag_for_a_pid_without_the_tool_library_is_refused() {
     let line = run_error(args!["--nvtx", "-p", fixture.pid().to_string()]);
     assert!(
         line.contains(&format!(
-            "--nvtx: pid {} has not loaded libxtrace_tool.so",
+            "--nvtx: pid {} has not loaded libxtrace_tool.so nor libnvToolsExt",
             fixture.pid()
         )) && line.contains("NVTX_INJECTION64_PATH"),
         "{line}"

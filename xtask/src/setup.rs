@@ -22,9 +22,10 @@ const PACKAGES: &[&str] = &[
     "python3-venv",
 ];
 
-/// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings and Intel's ITT bindings),
-/// pinned, installed into `<target>/xtrace-pyenv`.
-pub const PYTHON_CLIENTS: &[&str] = &["nvtx==0.2.17", "ittapi==1.2.2"];
+/// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
+/// NVIDIA's NVTX v2 library `libnvToolsExt.so.1` as PyTorch 2.0 and 2.1 load it), pinned,
+/// installed into `<target>/xtrace-pyenv`.
+pub const PYTHON_CLIENTS: &[&str] = &["nvtx==0.2.17", "ittapi==1.2.2", "nvidia-nvtx-cu12==12.1.105"];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,10 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
         ("nightly toolchain", nightly_toolchain),
         ("rust-src for nightly", rust_src),
         ("bpf-linker 0.10.0", bpf_linker),
-        ("Python clients nvtx 0.2.17, ittapi 1.2.2", python_clients),
+        (
+            "Python clients nvtx 0.2.17, ittapi 1.2.2, nvidia-nvtx-cu12 12.1.105",
+            python_clients,
+        ),
     ];
     for (what, step) in steps {
         let state = step()?;

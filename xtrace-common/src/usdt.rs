@@ -17,6 +17,17 @@ pub mod arg_kind {
     pub const MEM: u8 = 3;
 }
 
+/// How an argument's value is also read as a pointer (`UsdtArg::string`).
+pub mod string_kind {
+    /// Not a pointer to read.
+    pub const NONE: u8 = 0;
+    /// A NUL-terminated string, read up to `ARG_STR_LEN` bytes.
+    pub const C: u8 = 1;
+    /// `ARG_STR_LEN` bytes as they are (a `wchar_t` string, or a message whose encoding another
+    /// argument gives), or up to the end of the pointer's page when the page after is unmapped.
+    pub const RAW: u8 = 2;
+}
+
 /// No index register (`UsdtArg::index_reg`).
 pub const NO_REG: u16 = u16::MAX;
 
@@ -29,7 +40,7 @@ pub struct UsdtArg {
     pub size: u8,
     /// Sign-extend the value from `size` bytes (the note's `-N@` form).
     pub signed: u8,
-    /// Also read the value as a pointer to a NUL-terminated string.
+    /// Also read the value as a pointer to a string ([`string_kind`]).
     pub string: u8,
     /// Base register (REG and MEM).
     pub reg: u16,

@@ -5,7 +5,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::uprobe,
     programs::ProbeContext,
@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR},
-    usdt::{arg_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
+    usdt::{arg_kind, string_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
 };
 
 use crate::{
@@ -83,13 +83,36 @@ fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_
                 continue;
             }
             let dst = &mut (*event).strings[i];
-            if let Ok(read) = bpf_probe_read_user_str_bytes(pointer, dst) {
+            (*event).str_len[i] = if site.args[i].string == string_kind::RAW {
+                read_raw(pointer, dst)
+            } else if let Ok(read) = bpf_probe_read_user_str_bytes(pointer, dst) {
                 // The helper's count includes the NUL; the slice it returns does not.
-                (*event).str_len[i] = (read.len() + 1).min(ARG_STR_LEN) as u8;
-            }
+                (read.len() + 1).min(ARG_STR_LEN) as u8
+            } else {
+                0
+            };
         }
     }
     entry.submit(submit_flags(core::mem::size_of::<UsdtStrEvent>()));
+}
+
+/// `ARG_STR_LEN` bytes at `pointer` as they are; when that fails (the string ends near the end
+/// of its mapping), the bytes up to the end of its page. Returns the count read (0: unreadable).
+#[inline(always)]
+fn read_raw(pointer: *const u8, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
+    // SAFETY: the helper checks the user address; a fault yields an error, not a crash.
+    if unsafe { bpf_probe_read_user_buf(pointer, dst) }.is_ok() {
+        return ARG_STR_LEN as u8;
+    }
+    let room = 4096 - (pointer as usize & 4095);
+    if room >= ARG_STR_LEN {
+        return 0;
+    }
+    // SAFETY: as above, for the `room` bytes left in the page.
+    match unsafe { bpf_probe_read_user_buf(pointer, &mut dst[..room]) } {
+        Ok(()) => room as u8,
+        Err(_) => 0,
+    }
 }
 
 #[inline(always)]

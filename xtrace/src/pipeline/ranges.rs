@@ -2,7 +2,7 @@
 //! `xtrace_range_*` API): push/pop ranges become nested spans per thread and domain, start/end
 //! ranges async spans that may end on another thread (`"ph":"b"`/`"e"`), marks instant events,
 //! thread names rename trace.json's thread tracks. Statistics are kept per range name.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 use xtrace_common::ranges;
@@ -112,6 +112,12 @@ pub struct Ranges {
     stacks: HashMap<(u32, u32, Source, Option<String>), Vec<Open>>,
     /// Open start/end ranges per (pid, id).
     open_async: HashMap<(u32, u64), AsyncOpen>,
+    /// Open start/end ranges of id 0 per pid, oldest first, with the id each has in trace.json:
+    /// libnvToolsExt's probes see no range id (it returns 0 when no NVTX tool is loaded), so an
+    /// end of id 0, or of an id not open, closes the process's oldest such range.
+    unnumbered: HashMap<u32, VecDeque<(u64, AsyncOpen)>>,
+    /// Ids given to ranges of id 0.
+    next_unnumbered: u64,
     stats: HashMap<StatKey, ProbeStats>,
     /// Pops and ends whose range began before the capture (or under a source not kept).
     pub unpaired: u64,
@@ -149,6 +155,9 @@ fn int(args: &[RangeArg], i: usize) -> u64 {
 fn trace_id(pid: u32, id: u64) -> u64 {
     (u64::from(pid) << 40) ^ id
 }
+
+/// Where the ids trace.json gives ranges of id 0 begin (above any id the tool library hands out).
+const UNNUMBERED_IDS: u64 = 1 << 39;
 
 impl Ranges {
     pub fn new(wanted: Wanted) -> Self {
@@ -221,22 +230,35 @@ impl Ranges {
                 }])
             }
             RangeOp::Start => {
-                let id = int(args, 3);
-                self.open_async.insert(
-                    (pid, id),
-                    AsyncOpen {
-                        start_ns: ts_ns,
-                        tid,
-                        source,
-                        domain: text(args, 1),
-                        name: text(args, 2),
-                    },
-                );
+                let open = AsyncOpen {
+                    start_ns: ts_ns,
+                    tid,
+                    source,
+                    domain: text(args, 1),
+                    name: text(args, 2),
+                };
+                match int(args, 3) {
+                    0 => {
+                        self.next_unnumbered += 1;
+                        let id = UNNUMBERED_IDS | self.next_unnumbered;
+                        self.unnumbered.entry(pid).or_default().push_back((id, open));
+                    }
+                    id => {
+                        self.open_async.insert((pid, id), open);
+                    }
+                }
                 Output::Nothing
             }
             RangeOp::End => {
+                // An end whose id is unknown closes the oldest range started with id 0: another
+                // NVTX tool than xtrace's hands out ids that libnvToolsExt's probes never saw.
                 let id = int(args, 1);
-                let Some(open) = self.open_async.remove(&(pid, id)) else {
+                let found = self
+                    .open_async
+                    .remove(&(pid, id))
+                    .map(|open| (id, open))
+                    .or_else(|| self.unnumbered.get_mut(&pid).and_then(VecDeque::pop_front));
+                let Some((id, open)) = found else {
                     self.unpaired += 1;
                     return Output::Nothing;
                 };
@@ -290,7 +312,9 @@ impl Ranges {
 
     /// Ranges still open at the stop (never ended during the capture).
     pub fn still_open(&self) -> u64 {
-        self.stacks.values().map(|s| s.len() as u64).sum::<u64>() + self.open_async.len() as u64
+        self.stacks.values().map(|s| s.len() as u64).sum::<u64>()
+            + self.open_async.len() as u64
+            + self.unnumbered.values().map(|q| q.len() as u64).sum::<u64>()
     }
 
     /// Per range name, sorted by total time, largest first (then by name).
@@ -429,7 +453,40 @@ mod tests {
         );
         let summary = r.summary();
         assert_eq!(summary.len(), 2);
+        assert_eq!(r.still_open(), 0);
         assert_eq!((summary[0].kind, summary[0].stats.total_ns), ("start", 50));
         assert_eq!((summary[1].kind, summary[1].stats.count), ("mark", 1));
+    }
+
+    #[test]
+    fn ranges_without_ids_end_oldest_first() {
+        let mut r = Ranges::new(Wanted::ALL);
+        let start = |r: &mut Ranges, name: &str, ts| {
+            r.hit(
+                0,
+                RangeOp::Start,
+                &[NVTX, NONE, s(name), RangeArg::Int(0)],
+                (5, 5, ts),
+            )
+        };
+        let end = |r: &mut Ranges, id: u64, ts| {
+            events(r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(id)], (5, 6, ts)))
+        };
+        start(&mut r, "a", 10);
+        start(&mut r, "b", 20);
+        let a = end(&mut r, 0, 30);
+        assert_eq!(
+            (a[0].name.as_deref(), a[0].start_ns, a[1].start_ns),
+            (Some("a"), 10, 30)
+        );
+        // Another tool's id, never seen at a start.
+        let b = end(&mut r, 77, 40);
+        assert_eq!((b[0].name.as_deref(), b[0].start_ns), (Some("b"), 20));
+        assert_ne!(a[0].edge.unwrap().id, b[0].edge.unwrap().id);
+        assert_eq!(
+            r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(0)], (5, 6, 50)),
+            Output::Nothing
+        );
+        assert_eq!((r.unpaired, r.still_open()), (1, 0));
     }
 }

@@ -10,7 +10,7 @@ use xtrace_common::{
 };
 
 use crate::{
-    pipeline::values::{c_text, Value},
+    pipeline::values::{c_text, wide_text, Value},
     probes::usdt::{
         plan::{Role, UsdtProbe},
         spec::{RangeOp, UsdtArgType},
@@ -98,10 +98,7 @@ impl Usdt {
             let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
             let args = (0..nargs)
                 .map(|i| match info.types.get(i) {
-                    // A null pointer is no string (the default domain); an unreadable one is "".
-                    Some(t) if t.is_string() => RangeArg::Str(
-                        (event.args[i] != 0).then(|| c_text(strings.get(i).copied().unwrap_or(&[]))),
-                    ),
+                    Some(t) if t.is_string() => RangeArg::Str(text(*t, &event.args, i, strings)),
                     _ => RangeArg::Int(event.args[i]),
                 })
                 .collect();
@@ -131,6 +128,9 @@ impl Usdt {
                         name = Some(text.clone());
                     }
                     value
+                }
+                ty @ (UsdtArgType::Wide | UsdtArgType::Message { .. }) => {
+                    Value::Str(text(ty, &event.args, i, strings))
                 }
             };
             args += &format!(",\"{prefix}{i}\":{}", value.json());
@@ -170,6 +170,28 @@ impl Usdt {
         self.open.values().map(|v| v.len() as u64).sum()
     }
 }
+
+/// String argument `i` of a hit as its type says: None for a null pointer (the default domain) or
+/// a message of a type that is not read; "" when the pointer was unreadable.
+fn text(ty: UsdtArgType, args: &[u64], i: usize, strings: &[&[u8]]) -> Option<String> {
+    if args.get(i).is_none_or(|&v| v == 0) {
+        return None;
+    }
+    let bytes = strings.get(i).copied().unwrap_or(&[]);
+    match ty {
+        UsdtArgType::Wide => Some(wide_text(bytes)),
+        UsdtArgType::Message { type_arg } => match args.get(usize::from(type_arg)).map(|&t| t as i32) {
+            Some(MESSAGE_ASCII) => Some(c_text(bytes)),
+            Some(MESSAGE_UNICODE) => Some(wide_text(bytes)),
+            _ => None,
+        },
+        _ => Some(c_text(bytes)),
+    }
+}
+
+/// `nvtxMessageType_t` values whose message is text.
+const MESSAGE_ASCII: i32 = 1;
+const MESSAGE_UNICODE: i32 = 2;
 
 /// The string bytes of a `UsdtStrEvent`'s arguments.
 pub fn strings<'a>(

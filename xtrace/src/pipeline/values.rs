@@ -30,6 +30,17 @@ pub fn c_text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// A `wchar_t` string (UTF-32, native byte order) up to its NUL or the end of `bytes`; characters
+/// that are no Unicode scalar value become U+FFFD.
+pub fn wide_text(bytes: &[u8]) -> String {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .take_while(|&c| c != 0)
+        .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect()
+}
+
 impl Value {
     /// The register `raw` as `ty`; `string` holds the bytes read for a `str`.
     pub fn from_register(ty: ArgType, raw: u64, string: &[u8]) -> Value {

@@ -5,6 +5,7 @@ pub mod attach;
 pub mod elf;
 pub mod glob;
 pub mod needed;
+pub mod nvtx;
 pub mod ranges;
 pub mod sampler;
 pub mod spec;

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use super::{
+    nvtx,
     spec::{ArgType, TargetSpec},
     uprobe::{Plan, Scope},
     usdt::{
@@ -72,12 +73,31 @@ fn libraries(scope: &Scope) -> Result<Vec<PathBuf>> {
 
 /// Adds the tool library's probes to `plan`. `required`: a scope without a tool library is an
 /// error (an explicit flag), else it is passed over. Returns whether any probe was added.
+///
+/// With NVTX wanted, a process that maps libnvToolsExt and does not send its NVTX calls to the
+/// tool library gets probes on libnvToolsExt's functions (`probes::nvtx`) as well.
 pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -> Result<bool> {
     let mut files: Vec<PathBuf> = Vec::new();
-    for scope in scopes {
+    let mut v2_found = 0;
+    for (index, scope) in scopes.iter().enumerate() {
         let found = libraries(scope)?;
-        if found.is_empty() && required {
+        let v2 = if wanted.nvtx {
+            nvtx::plan(plan, scopes, index)?
+        } else {
+            0
+        };
+        v2_found += v2;
+        if found.is_empty() && v2 == 0 && required {
             return Err(missing(scope, wanted));
+        }
+        if let (true, true, Scope::Process(p)) = (found.is_empty(), wanted.itt || wanted.xtrace, scope) {
+            if v2 > 0 && required {
+                plan.notices.push(format!(
+                    "pid {} has not loaded {TOOL_LIBRARY}: only its NVTX calls into libnvToolsExt \
+                     are traced, not ITT or xtrace_range_*",
+                    p.pid
+                ));
+            }
         }
         for file in found {
             if !files.contains(&file) {
@@ -108,7 +128,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -
         })
         .collect();
     if specs.is_empty() {
-        return Ok(false);
+        return Ok(v2_found > 0);
     }
     usdt::plan::plan(plan, &specs, scopes)?;
     Ok(true)
@@ -123,10 +143,11 @@ fn missing(scope: &Scope, wanted: Wanted) -> Error {
     };
     match scope {
         Scope::Process(p) => Error::Usage(format!(
-            "{flag}: pid {} has not loaded {TOOL_LIBRARY}, so its ranges cannot be seen; start it with \
+            "{flag}: pid {} has not loaded {TOOL_LIBRARY}{}, so its ranges cannot be seen; start it with \
              {NVTX_ENV} and {ITT_ENV} set to that library (see the README, Ranges), or launch it \
              with `xtrace {flag} -- COMMAND`",
-            p.pid
+            p.pid,
+            if wanted.nvtx { " nor libnvToolsExt" } else { "" }
         )),
         _ => Error::Usage(format!(
             "{flag}: {TOOL_LIBRARY} is not next to the xtrace binary; build it with `cargo build -p \

@@ -298,13 +298,14 @@ impl ArgSpec {
         }
     }
 
-    /// The kernel's form of this argument; `string` asks for the value to be read as a string too.
-    /// Errors when it cannot be read (an unresolved symbol, a bare `%rip` displacement).
-    pub fn to_kernel(&self, string: bool) -> Result<UsdtArg, String> {
+    /// The kernel's form of this argument; `string` (`string_kind`) asks for the value to be read
+    /// as a pointer to a string too. Errors when it cannot be read (an unresolved symbol, a bare
+    /// `%rip` displacement).
+    pub fn to_kernel(&self, string: u8) -> Result<UsdtArg, String> {
         let mut arg = UsdtArg {
             size: self.size,
             signed: u8::from(self.signed),
-            string: u8::from(string),
+            string,
             index_reg: NO_REG,
             scale: 1,
             ..UsdtArg::default()
@@ -355,6 +356,7 @@ impl ArgSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xtrace_common::usdt::string_kind;
 
     fn reg(name: &str) -> Register {
         Register::parse(name).unwrap()
@@ -447,20 +449,23 @@ mod tests {
                 symbol: Some("counter".into())
             }
         );
-        assert!(specs[0].to_kernel(false).is_err());
+        assert!(specs[0].to_kernel(string_kind::NONE).is_err());
         let mut global = specs[0].clone();
         global.resolve_symbol(0x4010, 0x1150);
         assert_eq!(global.operand, Operand::SiteRelative(0x4018 - 0x1150));
-        let arg = global.to_kernel(false).unwrap();
+        let arg = global.to_kernel(string_kind::NONE).unwrap();
         assert_eq!(
             (arg.kind, arg.reg, arg.offset, arg.size),
             (arg_kind::MEM, 128, 0x4018 - 0x1150, 4)
         );
         let mut absolute = parse_arg("8@table+16(%rax)").unwrap();
         absolute.resolve_symbol(0x600000, 0x1150);
-        assert_eq!(absolute.to_kernel(false).unwrap().offset, 0x600010);
-        assert!(parse_arg("8@16(%rip)").unwrap().to_kernel(false).is_err());
-        assert_eq!(specs[1].to_kernel(false).unwrap().offset, 16);
+        assert_eq!(absolute.to_kernel(string_kind::NONE).unwrap().offset, 0x600010);
+        assert!(parse_arg("8@16(%rip)")
+            .unwrap()
+            .to_kernel(string_kind::NONE)
+            .is_err());
+        assert_eq!(specs[1].to_kernel(string_kind::NONE).unwrap().offset, 16);
         assert_eq!(
             specs[2],
             ArgSpec {
@@ -477,8 +482,11 @@ mod tests {
     #[test]
     fn kernel_form() {
         let [sib, narrow] = [
-            parse_arg("-1@-96(%rsi,%r8,8)").unwrap().to_kernel(true).unwrap(),
-            parse_arg("8@%eax").unwrap().to_kernel(false).unwrap(),
+            parse_arg("-1@-96(%rsi,%r8,8)")
+                .unwrap()
+                .to_kernel(string_kind::C)
+                .unwrap(),
+            parse_arg("8@%eax").unwrap().to_kernel(string_kind::NONE).unwrap(),
         ];
         assert_eq!(
             (

@@ -15,7 +15,7 @@ fn check_args(text: &str) {
     assert!(specs.len() <= MAX_USDT_ARGS);
     for spec in specs {
         assert!(matches!(spec.size, 1 | 2 | 4 | 8), "{text:?}");
-        if let Ok(arg) = spec.to_kernel(true) {
+        if let Ok(arg) = spec.to_kernel(xtrace_common::usdt::string_kind::C) {
             assert!(matches!(
                 arg.kind,
                 arg_kind::CONST | arg_kind::REG | arg_kind::MEM

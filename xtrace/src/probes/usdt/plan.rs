@@ -7,7 +7,7 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-use xtrace_common::usdt::{UsdtSite, MAX_USDT_ARGS};
+use xtrace_common::usdt::{string_kind, UsdtSite, MAX_USDT_ARGS};
 
 use super::{
     notes::{read_notes, UsdtNote},
@@ -249,15 +249,23 @@ fn describe(files: &[String]) -> String {
 
 /// The kernel's form of a note's site, and which arguments are signed.
 fn kernel_site(note: &UsdtNote, types: &[UsdtArgType]) -> std::result::Result<(UsdtSite, Vec<bool>), String> {
-    let args = note.args.as_ref().map_err(|e| e.to_string())?;
+    kernel_form(note.args.as_ref().map_err(|e| e.to_string())?, types)
+}
+
+/// The kernel's form of a site with arguments `args` read as `types` say, and which arguments
+/// are signed.
+pub fn kernel_form(
+    args: &[super::args::ArgSpec],
+    types: &[UsdtArgType],
+) -> std::result::Result<(UsdtSite, Vec<bool>), String> {
     let mut site = UsdtSite {
         nargs: args.len().min(MAX_USDT_ARGS) as u8,
         ..UsdtSite::default()
     };
     for (i, arg) in args.iter().enumerate().take(MAX_USDT_ARGS) {
-        let string = types.get(i).is_some_and(|t| t.is_string());
+        let string = types.get(i).map_or(string_kind::NONE, |t| t.string_kind());
         site.args[i] = arg.to_kernel(string).map_err(|e| format!("argument {i}: {e}"))?;
-        if string {
+        if string != string_kind::NONE {
             site.strings = 1;
         }
     }

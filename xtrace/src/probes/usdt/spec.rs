@@ -7,7 +7,7 @@ use crate::{
     error::{Error, Result},
     probes::spec::{ArgType, TargetSpec},
 };
-use xtrace_common::usdt::MAX_USDT_ARGS;
+use xtrace_common::usdt::{string_kind, MAX_USDT_ARGS};
 
 /// How one argument is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,11 +17,27 @@ pub enum UsdtArgType {
     As(ArgType),
     /// A string that names the span of a begin probe (and is shown as a string).
     Name,
+    /// A `wchar_t` (UTF-32) string; only in xtrace's own tables (NVTX's `W` functions).
+    Wide,
+    /// An NVTX event attributes message: its bytes, read as they are, decode as the message type
+    /// in argument `type_arg` says (ASCII, UNICODE; a registered string handle is not read).
+    Message {
+        type_arg: u8,
+    },
 }
 
 impl UsdtArgType {
     pub fn is_string(self) -> bool {
-        matches!(self, UsdtArgType::As(ArgType::Str) | UsdtArgType::Name)
+        self.string_kind() != string_kind::NONE
+    }
+
+    /// How the kernel reads the argument's pointer.
+    pub fn string_kind(self) -> u8 {
+        match self {
+            UsdtArgType::As(ArgType::Str) | UsdtArgType::Name => string_kind::C,
+            UsdtArgType::Wide | UsdtArgType::Message { .. } => string_kind::RAW,
+            UsdtArgType::Note | UsdtArgType::As(_) => string_kind::NONE,
+        }
     }
 }
 

@@ -1,0 +1,279 @@
+//! NVTX v2 exported functions (`--nvtx` on a process that maps `libnvToolsExt.so*`, or
+//! `libnvtx3interop.so*` which exports the same names) without xtrace's tool library: a process
+//! started without `NVTX_INJECTION64_PATH` can still be traced. Each function's entry is a call
+//! site of the USDT program, whose arguments are read as the tool library's `xtrace:*` probes
+//! give them (source, domain, name, id), so the hits become ranges the same way.
+//!
+//! Without an NVTX tool loaded, libnvToolsExt hands out NULL domain and registered-string handles
+//! and 0 for every start/end range id: domain ranges are recorded in the default domain, a message
+//! given as a registered string is unnamed, and an end closes the process's oldest open start
+//! range (`pipeline::ranges`).
+use std::{os::unix::ffi::OsStrExt, path::Path};
+
+use super::{
+    elf::SymbolCache,
+    ranges::{is_tool, NVTX_ENV},
+    uprobe::{Plan, Scope},
+    usdt::{
+        args::parse_args,
+        plan::{kernel_form, Role, SiteAttachment, UsdtProbe},
+        spec::{RangeOp, UsdtArgType},
+    },
+    ProbeInfo,
+};
+use crate::{
+    error::Result,
+    probes::spec::ArgType,
+    target::{Process, TargetFile},
+};
+
+/// The probe kind of these functions.
+pub const KIND: &str = "nvtx";
+
+/// Whether `path` is a library that exports the NVTX v2 functions.
+pub fn is_v2(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libnvToolsExt") || n.starts_with("libnvtx3interop"))
+}
+
+const NOTE: UsdtArgType = UsdtArgType::Note;
+const STR: UsdtArgType = UsdtArgType::As(ArgType::Str);
+const WIDE: UsdtArgType = UsdtArgType::Wide;
+const fn message(type_arg: u8) -> UsdtArgType {
+    UsdtArgType::Message { type_arg }
+}
+
+/// One traced function: what a call does, its arguments in USDT operand form (the x86-64 argument
+/// registers at entry; an event attributes struct has its message type at offset 32 and its
+/// message at 40), and how each is read. The first argument is the source (`SOURCE_NVTX`).
+struct Function {
+    name: &'static str,
+    op: RangeOp,
+    args: &'static str,
+    types: &'static [UsdtArgType],
+}
+
+const fn f(name: &'static str, op: RangeOp, args: &'static str, types: &'static [UsdtArgType]) -> Function {
+    Function {
+        name,
+        op,
+        args,
+        types,
+    }
+}
+
+/// Argument layouts, as the tool library's probes have them: push and mark (source, domain, name),
+/// start (source, domain, name, id), pop (source, domain), end (source, id), thread name (source,
+/// tid, name). A message read from event attributes is followed by its type.
+const FUNCTIONS: &[Function] = &[
+    f(
+        "nvtxRangePushA",
+        RangeOp::Push,
+        "8@$2 8@$0 8@%rdi",
+        &[NOTE, STR, STR],
+    ),
+    f(
+        "nvtxRangePushW",
+        RangeOp::Push,
+        "8@$2 8@$0 8@%rdi",
+        &[NOTE, STR, WIDE],
+    ),
+    f(
+        "nvtxRangePushEx",
+        RangeOp::Push,
+        "8@$2 8@$0 8@40(%rdi) -4@32(%rdi)",
+        &[NOTE, STR, message(3), NOTE],
+    ),
+    f("nvtxRangePop", RangeOp::Pop, "8@$2 8@$0", &[NOTE, STR]),
+    f(
+        "nvtxRangeStartA",
+        RangeOp::Start,
+        "8@$2 8@$0 8@%rdi 8@$0",
+        &[NOTE, STR, STR, NOTE],
+    ),
+    f(
+        "nvtxRangeStartW",
+        RangeOp::Start,
+        "8@$2 8@$0 8@%rdi 8@$0",
+        &[NOTE, STR, WIDE, NOTE],
+    ),
+    f(
+        "nvtxRangeStartEx",
+        RangeOp::Start,
+        "8@$2 8@$0 8@40(%rdi) 8@$0 -4@32(%rdi)",
+        &[NOTE, STR, message(4), NOTE, NOTE],
+    ),
+    f("nvtxRangeEnd", RangeOp::End, "8@$2 8@%rdi", &[NOTE, NOTE]),
+    f("nvtxMarkA", RangeOp::Mark, "8@$2 8@$0 8@%rdi", &[NOTE, STR, STR]),
+    f("nvtxMarkW", RangeOp::Mark, "8@$2 8@$0 8@%rdi", &[NOTE, STR, WIDE]),
+    f(
+        "nvtxMarkEx",
+        RangeOp::Mark,
+        "8@$2 8@$0 8@40(%rdi) -4@32(%rdi)",
+        &[NOTE, STR, message(3), NOTE],
+    ),
+    f(
+        "nvtxDomainRangePushEx",
+        RangeOp::Push,
+        "8@$2 8@$0 8@40(%rsi) -4@32(%rsi)",
+        &[NOTE, STR, message(3), NOTE],
+    ),
+    f("nvtxDomainRangePop", RangeOp::Pop, "8@$2 8@$0", &[NOTE, STR]),
+    f(
+        "nvtxDomainRangeStartEx",
+        RangeOp::Start,
+        "8@$2 8@$0 8@40(%rsi) 8@$0 -4@32(%rsi)",
+        &[NOTE, STR, message(4), NOTE, NOTE],
+    ),
+    f("nvtxDomainRangeEnd", RangeOp::End, "8@$2 8@%rsi", &[NOTE, NOTE]),
+    f(
+        "nvtxDomainMarkEx",
+        RangeOp::Mark,
+        "8@$2 8@$0 8@40(%rsi) -4@32(%rsi)",
+        &[NOTE, STR, message(3), NOTE],
+    ),
+    f(
+        "nvtxNameOsThreadA",
+        RangeOp::ThreadName,
+        "8@$2 4@%rdi 8@%rsi",
+        &[NOTE, NOTE, STR],
+    ),
+    f(
+        "nvtxNameOsThreadW",
+        RangeOp::ThreadName,
+        "8@$2 4@%rdi 8@%rsi",
+        &[NOTE, NOTE, WIDE],
+    ),
+];
+
+/// Whether `process` was started with xtrace's tool library as its NVTX tool: then libnvToolsExt
+/// forwards every call to it, and its own probes see them.
+fn injects_tool(process: &Process) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{}/environ", process.pid)) else {
+        return false;
+    };
+    let prefix = format!("{NVTX_ENV}=");
+    environ
+        .split(|&b| b == 0)
+        .filter_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+        .any(|value| is_tool(Path::new(std::ffi::OsStr::from_bytes(value))))
+}
+
+/// The NVTX v2 libraries of a process whose NVTX calls do not reach the tool library.
+pub fn libraries(process: &Process) -> Result<Vec<TargetFile>> {
+    if injects_tool(process) {
+        return Ok(Vec::new());
+    }
+    Ok(process
+        .mapped_files()?
+        .into_iter()
+        .filter(|f| is_v2(&f.shown))
+        .collect())
+}
+
+/// Adds a site on every NVTX v2 function of every such library of process scope `scope`.
+/// Returns how many libraries were found.
+pub fn plan(plan: &mut Plan, scopes: &[Scope], scope: usize) -> Result<usize> {
+    let Scope::Process(process) = &scopes[scope] else {
+        return Ok(0);
+    };
+    let mut elves = SymbolCache::default();
+    let found = libraries(process)?;
+    for file in &found {
+        let (symbols, _) = elves.get(file)?;
+        for function in FUNCTIONS {
+            let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
+                continue;
+            };
+            let (id, added) = plan.probe_at(ProbeInfo {
+                name: function.name.into(),
+                kind: KIND,
+                target: file.shown.display().to_string(),
+                offset: symbol.file_offset,
+                capture: Default::default(),
+            });
+            if added {
+                plan.usdt_probes.insert(
+                    id,
+                    UsdtProbe {
+                        role: Role::Range(function.op),
+                        types: function.types.to_vec(),
+                    },
+                );
+            }
+            let (mut site, signed) = site(function);
+            site.probe_id = id;
+            plan.usdt_sites.push(SiteAttachment {
+                file: file.clone(),
+                offset: symbol.file_offset,
+                ref_ctr_offset: 0,
+                scope,
+                site,
+                signed,
+            });
+        }
+    }
+    Ok(found.len())
+}
+
+/// The kernel's form of a function's arguments (the table's are valid: see the tests).
+fn site(function: &Function) -> (xtrace_common::usdt::UsdtSite, Vec<bool>) {
+    parse_args(function.args)
+        .map_err(|e| e.to_string())
+        .and_then(|args| kernel_form(&args, function.types))
+        .unwrap_or_else(|e| unreachable!("{}: {e}", function.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xtrace_common::{ranges::SOURCE_NVTX, usdt::arg_kind};
+
+    #[test]
+    fn every_function_reads_what_its_operation_needs() {
+        for function in FUNCTIONS {
+            let (site, _) = site(function);
+            let nargs = usize::from(site.nargs);
+            assert_eq!(nargs, function.types.len(), "{}", function.name);
+            assert_eq!(
+                (site.args[0].kind, site.args[0].offset as u64),
+                (arg_kind::CONST, SOURCE_NVTX),
+                "{}",
+                function.name
+            );
+            let needed = match function.op {
+                RangeOp::Push | RangeOp::Mark => 3,
+                RangeOp::Start => 4,
+                RangeOp::Pop | RangeOp::End => 2,
+                RangeOp::ThreadName => 3,
+            };
+            assert!(nargs >= needed, "{}", function.name);
+            for (i, ty) in function.types.iter().enumerate() {
+                assert_eq!(
+                    site.args[i].string,
+                    ty.string_kind(),
+                    "{} argument {i}",
+                    function.name
+                );
+                if let UsdtArgType::Message { type_arg } = ty {
+                    let type_arg = usize::from(*type_arg);
+                    assert!(
+                        type_arg < nargs && site.args[type_arg].size == 4,
+                        "{}",
+                        function.name
+                    );
+                    assert_eq!(site.args[type_arg].offset, 32, "{}", function.name);
+                    assert_eq!(site.args[i].offset, 40, "{}", function.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn libraries_by_name() {
+        assert!(is_v2(Path::new("/x/nvidia/nvtx/lib/libnvToolsExt.so.1")));
+        assert!(is_v2(Path::new("/x/libnvtx3interop.so.1")));
+        assert!(!is_v2(Path::new("/x/libxtrace_tool.so")));
+    }
+}
