@@ -113,7 +113,9 @@ pub struct UsdtEvent {
     pub args: [u64; crate::usdt::MAX_USDT_ARGS],
 }
 
-/// A [`UsdtEvent`] of a site whose spec reads some arguments as strings.
+/// A [`UsdtEvent`] of a site whose spec reads some arguments as strings. The kernel sends it up
+/// to the end of the last string it read (at least [`USDT_STRINGS_AT`] bytes); user space reads
+/// the rest as zeros.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UsdtStrEvent {
@@ -123,6 +125,9 @@ pub struct UsdtStrEvent {
     pub _pad: [u8; 4],
     pub strings: [[u8; ARG_STR_LEN]; crate::usdt::MAX_USDT_ARGS],
 }
+
+/// Offset of [`UsdtStrEvent::strings`]: the shortest such record.
+pub const USDT_STRINGS_AT: usize = core::mem::size_of::<UsdtEvent>() + 16;
 
 /// One on-CPU sample: the interrupted thread's kernel stack (return addresses, innermost first),
 /// and either its user-mode registers with `stack_len` bytes copied from its user stack pointer up
@@ -208,3 +213,4 @@ const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
 const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES + 32);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);
+const _: () = assert!(core::mem::offset_of!(UsdtStrEvent, strings) == USDT_STRINGS_AT);

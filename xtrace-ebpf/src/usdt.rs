@@ -3,24 +3,32 @@
 //! and writes a `UsdtEvent` (a `UsdtStrEvent` when some argument is read as a string). Pairing
 //! begin/end probes into spans happens in user space.
 use aya_ebpf::{
+    bindings::pt_regs,
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
-    macros::uprobe,
+    macros::{map, uprobe},
+    maps::PerCpuArray,
     programs::ProbeContext,
     EbpfContext,
 };
 use xtrace_common::{
-    event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR},
+    event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT},
+    probe::counter,
     usdt::{arg_kind, string_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
 };
 
 use crate::{
-    maps::{reserve, submit_flags, thread_traced, USDT_SITES},
-    regs::PT_REGS_SIZE,
+    maps::{count, output_flags, reserve, submit_flags, thread_traced, EVENTS, USDT_SITES},
     uprobe::header,
 };
+
+/// Where a USDT hit with strings is built before it is sent.
+#[map]
+static USDT_SCRATCH: PerCpuArray<UsdtStrEvent> = PerCpuArray::with_max_entries(1, 0);
+
+const STRINGS_AT: usize = USDT_STRINGS_AT;
 
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
@@ -54,46 +62,58 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
     entry.submit(submit_flags(core::mem::size_of::<UsdtEvent>()));
 }
 
+/// A hit of a site that reads strings: built in this CPU's scratch record, then sent up to its
+/// last string read (a range push sends 336 of the record's 928 bytes, a pop without a domain
+/// 144), so the ring and the reader move a third of the bytes.
 #[inline(always)]
 fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
-    let Some(mut entry) = reserve::<UsdtStrEvent>() else {
+    let Some(scratch) = USDT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    let event = entry.as_mut_ptr();
-    // SAFETY: as in `write_plain`, for a UsdtStrEvent.
-    unsafe {
-        fill(
-            ctx,
-            &mut (*event).event,
-            site,
-            site_index,
-            pid_tgid,
-            now,
-            KIND_USDT_STR,
-        );
-        (*event).str_len = [0; MAX_USDT_ARGS];
-        (*event)._pad = [0; 4];
-        for i in 0..MAX_USDT_ARGS {
-            if i >= site.nargs as usize || site.args[i].string == 0 {
-                continue;
-            }
-            let pointer = (*event).event.args[i] as *const u8;
-            // A NULL string (no domain, say) is common; reading it would cost a page fault.
-            if pointer.is_null() {
-                continue;
-            }
-            let dst = &mut (*event).strings[i];
-            (*event).str_len[i] = if site.args[i].string == string_kind::RAW {
-                read_raw(pointer, dst)
-            } else if let Ok(read) = bpf_probe_read_user_str_bytes(pointer, dst) {
+    let mut used = STRINGS_AT;
+    // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program runs.
+    let event = unsafe { &mut *scratch };
+    fill(
+        ctx,
+        &mut event.event,
+        site,
+        site_index,
+        pid_tgid,
+        now,
+        KIND_USDT_STR,
+    );
+    event.str_len = [0; MAX_USDT_ARGS];
+    event._pad = [0; 4];
+    for i in 0..MAX_USDT_ARGS {
+        if i >= site.nargs as usize || site.args[i].string == 0 {
+            continue;
+        }
+        let pointer = event.event.args[i] as *const u8;
+        // A NULL string (no domain, say) is common; reading it would cost a page fault.
+        if pointer.is_null() {
+            continue;
+        }
+        let dst = &mut event.strings[i];
+        event.str_len[i] = if site.args[i].string == string_kind::RAW {
+            read_raw(pointer, dst)
+        } else {
+            // SAFETY: the helper checks the user address.
+            match unsafe { bpf_probe_read_user_str_bytes(pointer, dst) } {
                 // The helper's count includes the NUL; the slice it returns does not.
-                (read.len() + 1).min(ARG_STR_LEN) as u8
-            } else {
-                0
-            };
+                Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
+                Err(_) => 0,
+            }
+        };
+        if event.str_len[i] != 0 {
+            used = STRINGS_AT + (i + 1) * ARG_STR_LEN;
         }
     }
-    entry.submit(submit_flags(core::mem::size_of::<UsdtStrEvent>()));
+    let size = used.min(core::mem::size_of::<UsdtStrEvent>());
+    // SAFETY: `scratch` holds a whole UsdtStrEvent; `size` is at most its size.
+    let record = unsafe { core::slice::from_raw_parts(scratch as *const u8, size) };
+    if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
+        count(counter::LOST_RING_FULL);
+    }
 }
 
 /// `ARG_STR_LEN` bytes at `pointer` as they are; when that fails (the string ends near the end
@@ -129,7 +149,7 @@ fn fill(
     event.site = site_index;
     let nargs = (site.nargs as usize).min(MAX_USDT_ARGS);
     event.nargs = nargs as u32;
-    let regs = ctx.as_ptr() as u64;
+    let regs = ctx.regs as *const pt_regs;
     for i in 0..MAX_USDT_ARGS {
         event.args[i] = if i < nargs {
             read_arg(regs, &site.args[i])
@@ -139,20 +159,47 @@ fn fill(
     }
 }
 
-/// The register at byte offset `offset` of `pt_regs` (0 when out of range or unreadable).
+/// The register at byte offset `offset` of `pt_regs` (0 when out of range). Each arm loads the
+/// context at a constant offset: the verifier refuses context loads at computed offsets, and a
+/// helper call per register costs more than the whole comparison chain.
 #[inline(always)]
-fn register(regs: u64, offset: u16) -> u64 {
-    // Register offsets beyond pt_regs are never read.
-    if usize::from(offset) > PT_REGS_SIZE - 8 {
-        return 0;
+fn register(regs: *const pt_regs, offset: u16) -> u64 {
+    macro_rules! load {
+        ($field:ident) => {
+            // SAFETY: `regs` is the program's context; volatile keeps each load at its constant
+            // offset (merged, they would be one load at a computed offset).
+            unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*regs).$field)) }
+        };
     }
-    // SAFETY: `regs + offset` lies inside the program's pt_regs; the helper checks the read.
-    unsafe { bpf_probe_read_kernel((regs + u64::from(offset)) as *const u64) }.unwrap_or(0)
+    match offset {
+        0 => load!(r15),
+        8 => load!(r14),
+        16 => load!(r13),
+        24 => load!(r12),
+        32 => load!(rbp),
+        40 => load!(rbx),
+        48 => load!(r11),
+        56 => load!(r10),
+        64 => load!(r9),
+        72 => load!(r8),
+        80 => load!(rax),
+        88 => load!(rcx),
+        96 => load!(rdx),
+        104 => load!(rsi),
+        112 => load!(rdi),
+        120 => load!(orig_rax),
+        128 => load!(rip),
+        136 => load!(cs),
+        144 => load!(eflags),
+        152 => load!(rsp),
+        160 => load!(ss),
+        _ => 0,
+    }
 }
 
 /// One argument as its spec says, sign- or zero-extended from its size (0 when unreadable).
 #[inline(always)]
-fn read_arg(regs: u64, arg: &UsdtArg) -> u64 {
+fn read_arg(regs: *const pt_regs, arg: &UsdtArg) -> u64 {
     let raw = match arg.kind {
         arg_kind::CONST => arg.offset as u64,
         arg_kind::REG => register(regs, arg.reg),

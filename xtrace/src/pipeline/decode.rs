@@ -2,7 +2,7 @@
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
     ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, ThreadEvent, UsdtEvent, UsdtStrEvent,
-    KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_THREAD, KIND_USDT, KIND_USDT_STR,
+    KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_THREAD, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +37,24 @@ fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// A record the kernel sends without its unused tail (at least `min` bytes): the tail reads as
+/// zeros.
+fn read_trimmed<T: Copy>(bytes: &[u8], min: usize) -> Result<T, DecodeError> {
+    let size = std::mem::size_of::<T>();
+    if bytes.len() >= size {
+        return read(bytes);
+    }
+    if bytes.len() < min {
+        return Err(DecodeError::Short {
+            len: bytes.len(),
+            need: min,
+        });
+    }
+    let mut whole = vec![0u8; size];
+    whole[..bytes.len()].copy_from_slice(bytes);
+    read(&whole)
+}
+
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     let header: EventHeader = read(bytes)?;
     match header.kind {
@@ -44,7 +62,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
         KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
         KIND_USDT => Ok(Event::Usdt(read(bytes)?)),
-        KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read(bytes)?))),
+        KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read_trimmed(bytes, USDT_STRINGS_AT)?))),
         KIND_SAMPLE => {
             let event: SampleEvent = read(bytes)?;
             let fixed = std::mem::size_of::<SampleEvent>();
@@ -63,6 +81,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xtrace_common::event::ARG_STR_LEN;
 
     fn span_bytes(span: &SpanEvent) -> Vec<u8> {
         // SAFETY: SpanEvent is repr(C) without padding.
@@ -139,5 +158,24 @@ mod tests {
         let mut unknown = bytes.clone();
         unknown[0] = 99;
         assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind { kind: 99 }));
+    }
+
+    #[test]
+    fn string_hits_arrive_without_their_unused_tail() {
+        let mut bytes = vec![0u8; USDT_STRINGS_AT + ARG_STR_LEN];
+        bytes[..4].copy_from_slice(&KIND_USDT_STR.to_ne_bytes());
+        bytes[USDT_STRINGS_AT..USDT_STRINGS_AT + 3].copy_from_slice(b"hi\0");
+        let Ok(Event::UsdtStr(event)) = decode(&bytes) else {
+            panic!("a trimmed string hit decodes");
+        };
+        assert_eq!(&event.strings[0][..3], b"hi\0");
+        assert!(event.strings[1..].iter().all(|s| s.iter().all(|&b| b == 0)));
+        assert_eq!(
+            decode(&bytes[..USDT_STRINGS_AT - 8]),
+            Err(DecodeError::Short {
+                len: USDT_STRINGS_AT - 8,
+                need: USDT_STRINGS_AT
+            })
+        );
     }
 }
