@@ -240,11 +240,25 @@ fn itt_python_client_by_pid() {
         range_counts(&out),
         owned(&[
             ("backward", "push", 3),
+            ("fetch", "start", 2),
             ("forward", "push", 3),
             ("load", "push", 2),
             ("step", "push", 3)
         ])
     );
+    // The overlapped tasks cross: the first to begin ends first, inside the second.
+    let mut fetch: Vec<&Value> = out.events.iter().filter(|e| e["name"] == "fetch").collect();
+    fetch.sort_by(|a, b| {
+        a["ts"]
+            .as_f64()
+            .partial_cmp(&b["ts"].as_f64())
+            .expect("timestamps")
+    });
+    let phases: Vec<&str> = fetch.iter().map(|e| e["ph"].as_str().unwrap_or("?")).collect();
+    assert_eq!(phases, ["b", "b", "e", "e"], "{fetch:?}");
+    assert_eq!(fetch[0]["id"], fetch[2]["id"], "{fetch:?}");
+    assert_eq!(fetch[1]["id"], fetch[3]["id"], "{fetch:?}");
+    assert_ne!(fetch[0]["id"], fetch[1]["id"]);
     assert_eq!(out.summary["ranges_unpaired"], 0);
     assert_nested(&out, "step", "forward");
     assert_nested(&out, "step", "backward");
