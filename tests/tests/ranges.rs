@@ -87,6 +87,37 @@ fn owned(counts: &[(&str, &str, u64)]) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+/// Asserts every span of each (name, tid, category) is on that thread, in that category.
+fn assert_tracks(out: &Outputs, tracks: &[(&str, u64, &str)]) {
+    for &(name, tid, cat) in tracks {
+        let spans = out.spans_named(name);
+        assert!(
+            spans.iter().all(|s| s.tid == tid && s.cat == cat),
+            "{name}: {spans:?}"
+        );
+    }
+}
+
+/// Asserts the one start/end range `name` began on `begin_tid` and ended on `end_tid`: one async
+/// pair with one id.
+fn assert_async_pair(out: &Outputs, name: &str, begin_tid: u64, end_tid: u64) {
+    let edges: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["name"] == name && (e["ph"] == "b" || e["ph"] == "e"))
+        .collect();
+    assert_eq!(edges.len(), 2, "{edges:?}");
+    assert_eq!(
+        (edges[0]["ph"].as_str(), edges[0]["tid"].as_u64()),
+        (Some("b"), Some(begin_tid))
+    );
+    assert_eq!(
+        (edges[1]["ph"].as_str(), edges[1]["tid"].as_u64()),
+        (Some("e"), Some(end_tid))
+    );
+    assert_eq!(edges[0]["id"], edges[1]["id"]);
+}
+
 /// Asserts every span named `inner` lies within one named `outer` on the same thread, one level
 /// deeper.
 fn assert_nested(out: &Outputs, outer: &str, inner: &str) {
@@ -191,34 +222,17 @@ fn nvtx_python_client_launched() {
     assert_eq!(range(&out, "load", "push")["domain"], "io");
     assert_eq!(range(&out, "step", "push")["source"], "nvtx");
     assert_nested(&out, "step", "layer");
-    for (name, tid, cat) in [
-        ("step", main, "nvtx"),
-        ("layer", main, "nvtx"),
-        ("load", main, "io"),
-        ("work", worker, "nvtx"),
-    ] {
-        let spans = out.spans_named(name);
-        assert!(
-            spans.iter().all(|s| s.tid == tid && s.cat == cat),
-            "{name}: {spans:?}"
-        );
-    }
-    // The start/end range began on the main thread and ended on the worker: one async pair.
-    let edges: Vec<&Value> = out
-        .events
-        .iter()
-        .filter(|e| e["name"] == "prefetch" && (e["ph"] == "b" || e["ph"] == "e"))
-        .collect();
-    assert_eq!(edges.len(), 2, "{edges:?}");
-    assert_eq!(
-        (edges[0]["ph"].as_str(), edges[0]["tid"].as_u64()),
-        (Some("b"), Some(main))
+    assert_tracks(
+        &out,
+        &[
+            ("step", main, "nvtx"),
+            ("layer", main, "nvtx"),
+            ("load", main, "io"),
+            ("work", worker, "nvtx"),
+        ],
     );
-    assert_eq!(
-        (edges[1]["ph"].as_str(), edges[1]["tid"].as_u64()),
-        (Some("e"), Some(worker))
-    );
-    assert_eq!(edges[0]["id"], edges[1]["id"]);
+    // The start/end range began on the main thread and ended on the worker.
+    assert_async_pair(&out, "prefetch", main, worker);
     assert_eq!(out.instants("tick").len(), 4);
 }
 
@@ -262,26 +276,19 @@ fn itt_python_client_by_pid() {
     assert_eq!(out.summary["ranges_unpaired"], 0);
     assert_nested(&out, "step", "forward");
     assert_nested(&out, "step", "backward");
-    for (name, tid) in [("step", main), ("forward", main), ("load", worker)] {
-        let spans = out.spans_named(name);
-        assert!(
-            spans
-                .iter()
-                .all(|s| s.tid == tid && s.cat == "train" && s.args["source"] == "itt"),
-            "{name}: {spans:?}"
-        );
-    }
+    assert_tracks(
+        &out,
+        &[
+            ("step", main, "train"),
+            ("forward", main, "train"),
+            ("load", worker, "train"),
+        ],
+    );
+    assert!(out.spans_named("step").iter().all(|s| s.args["source"] == "itt"));
     // The worker named itself while traced; the main thread did so before xtrace attached, so
     // its track keeps the kernel's name (when the thread was still there to read it).
-    let names = out.metadata("thread_name");
-    let name_of = |tid: u64| {
-        names
-            .iter()
-            .find(|m| m["tid"].as_u64() == Some(tid))
-            .map(|m| m["args"]["name"].clone())
-    };
-    assert_eq!(name_of(worker), Some(Value::from("loader")));
-    assert_ne!(name_of(main), Some(Value::from("trainer")));
+    assert_eq!(thread_name(&out, worker), Some(Value::from("loader")));
+    assert_ne!(thread_name(&out, main), Some(Value::from("trainer")));
 }
 
 /// What tests/fixtures/nvtx_v2.py records, by (name, kind, count), sorted by name; `registered`
@@ -346,31 +353,18 @@ fn nvtx_v2_library_by_pid_without_an_nvtx_tool() {
         .iter()
         .all(|r| r["source"] == "nvtx" && r["domain"].is_null()));
     assert_nested(&out, "step", "layer");
-    for (name, tid) in [
-        ("step", main),
-        ("layer", main),
-        ("load", main),
-        ("wide-ex", main),
-        ("work", worker),
-    ] {
-        let spans = out.spans_named(name);
-        assert!(
-            spans.iter().all(|s| s.tid == tid && s.cat == "nvtx"),
-            "{name}: {spans:?}"
-        );
-    }
-    // Range ids are all 0: the end on the worker closes the oldest open start range.
-    let edges: Vec<&Value> = out
-        .events
-        .iter()
-        .filter(|e| e["name"] == "prefetch" && (e["ph"] == "b" || e["ph"] == "e"))
-        .collect();
-    assert_eq!(edges.len(), 2, "{edges:?}");
-    assert_eq!(
-        (edges[0]["tid"].as_u64(), edges[1]["tid"].as_u64()),
-        (Some(main), Some(worker))
+    assert_tracks(
+        &out,
+        &[
+            ("step", main, "nvtx"),
+            ("layer", main, "nvtx"),
+            ("load", main, "nvtx"),
+            ("wide-ex", main, "nvtx"),
+            ("work", worker, "nvtx"),
+        ],
     );
-    assert_eq!(edges[0]["id"], edges[1]["id"]);
+    // Range ids are all 0: the end on the worker closes the oldest open start range.
+    assert_async_pair(&out, "prefetch", main, worker);
     assert_eq!(out.instants("tick").len(), 4);
     assert_eq!(thread_name(&out, worker), Some(Value::from("loader")));
 }
