@@ -15,6 +15,31 @@ pub fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data").join(name)
 }
 
+/// `tests/data/NAME/FILE` parsed as JSON.
+pub fn capture_json(name: &str, file: &str) -> serde_json::Value {
+    let path = data(name).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Of capture NAME's trace.json: the time in outermost spans (ns) and the number of spans, from
+/// its own `depth`.
+pub fn trace_totals(name: &str) -> (u64, u64) {
+    let trace = capture_json(name, "trace.json");
+    let spans: Vec<&serde_json::Value> = trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    let outer: u64 = spans
+        .iter()
+        .filter(|e| e["args"]["depth"] == 0)
+        .map(|e| (e["dur"].as_f64().expect("dur") * 1000.0).round() as u64)
+        .sum();
+    (outer, spans.len() as u64)
+}
+
 /// How an analysis command ended.
 #[derive(Debug)]
 pub struct Ran {

@@ -4,10 +4,9 @@
 
 use std::{collections::HashMap, io::Read};
 
-use serde_json::Value;
 use xtrace_tests::{
     args,
-    captures::{data, xtrace, xtrace_in},
+    captures::{capture_json, data, trace_totals, xtrace, xtrace_in},
     TempDir,
 };
 
@@ -170,27 +169,6 @@ impl Decoded {
     }
 }
 
-fn read_json(path: std::path::PathBuf) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// Time in outermost spans and the number of spans, from trace.json's own `depth`.
-fn trace_totals() -> (u64, u64) {
-    let trace = read_json(data(WORKLOAD).join("trace.json"));
-    let spans: Vec<&Value> = trace["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["ph"] == "X")
-        .collect();
-    let outer: u64 = spans
-        .iter()
-        .filter(|e| e["args"]["depth"] == 0)
-        .map(|e| (e["dur"].as_f64().unwrap() * 1000.0).round() as u64)
-        .sum();
-    (outer, spans.len() as u64)
-}
-
 #[test]
 fn pprof_decodes_and_its_totals_match_the_capture() {
     let tmp = TempDir::new("pprof");
@@ -213,12 +191,12 @@ fn pprof_decodes_and_its_totals_match_the_capture() {
             ("span_time", "nanoseconds")
         ]
     );
-    let summary = read_json(data(WORKLOAD).join("summary.json"));
+    let summary = capture_json(WORKLOAD, "summary.json");
     let samples = summary["samples"].as_u64().unwrap();
     let hz = summary["sample_frequency_hz"].as_u64().unwrap();
     assert_eq!(p.total("samples"), samples);
     assert_eq!(p.total("cpu"), samples * (1_000_000_000 / hz));
-    let (outer_ns, spans) = trace_totals();
+    let (outer_ns, spans) = trace_totals(WORKLOAD);
     assert_eq!(p.total("spans"), spans);
     let probes: u64 = summary["probes"]
         .as_array()
@@ -330,8 +308,8 @@ fn callgrind_parses_back_to_the_capture() {
     assert_eq!(events, ["Span_ns", "Samples"]);
     let totals: Vec<u64> = (0..2).map(|i| self_cost.values().map(|c| c[i]).sum()).collect();
     assert_eq!(totals, summary, "self costs add up to the summary line");
-    let (outer_ns, _) = trace_totals();
-    let capture = read_json(data(WORKLOAD).join("summary.json"));
+    let (outer_ns, _) = trace_totals(WORKLOAD);
+    let capture = capture_json(WORKLOAD, "summary.json");
     assert_eq!(summary, [outer_ns, capture["samples"].as_u64().unwrap()]);
     let count = |name: &str| {
         capture["probes"]
@@ -363,7 +341,7 @@ fn span_flamegraph_and_gzip_traces() {
     ]);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let text = std::fs::read_to_string(&svg).unwrap();
-    let (outer_ns, spans) = trace_totals();
+    let (outer_ns, spans) = trace_totals(WORKLOAD);
     assert!(
         text.contains(&format!("xtrace: {spans} spans")),
         "title counts the spans"

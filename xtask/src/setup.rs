@@ -10,8 +10,9 @@ use anyhow::{bail, Result};
 
 use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout_of};
 
-/// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv, and Python
-/// with venv for the range tests' third-party clients.
+/// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv, Python
+/// with venv for the range tests' third-party clients, and the readers the export tests open
+/// xtrace's files with (`go tool pprof`, `callgrind_annotate`).
 const PACKAGES: &[&str] = &[
     "gcc",
     "g++",
@@ -20,6 +21,8 @@ const PACKAGES: &[&str] = &[
     "util-linux",
     "python3",
     "python3-venv",
+    "golang-go",
+    "valgrind",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
@@ -48,7 +51,8 @@ type Step = fn() -> Result<State>;
 pub fn run(verbosity: Verbosity) -> Result<()> {
     let steps: [(&str, Step); 5] = [
         (
-            "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv)",
+            "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
+             golang-go valgrind)",
             debian_packages,
         ),
         ("nightly toolchain", nightly_toolchain),

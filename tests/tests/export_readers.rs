@@ -1,0 +1,153 @@
+//! The exports read back by the tools people open them with: Go's `go tool pprof` (Debian's
+//! golang-go) for profile.pb.gz, and Valgrind's `callgrind_annotate` (the format KCachegrind
+//! reads) for `--format callgrind`. `cargo xtask setup` installs both; no root needed.
+
+use std::process::Command;
+
+use xtrace_tests::{
+    args,
+    captures::{capture_json, data, trace_totals, xtrace},
+    TempDir,
+};
+
+/// A recorded capture with nested spans and CPU samples.
+const WORKLOAD: &str = "workload-1";
+
+/// Runs `program` with `args` to success; its stdout.
+fn run(program: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        // go keeps a cache under $HOME; the test must not depend on whose home that is.
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (`cargo xtask setup` installs it)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// A number as callgrind_annotate prints it (`626,046,025`).
+fn number(text: &str) -> u64 {
+    text.replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("a number: {text:?}"))
+}
+
+/// Whether a word of callgrind_annotate's output is a cost (not a percentage or a name).
+fn is_count(word: &str) -> bool {
+    word.starts_with(|c: char| c.is_ascii_digit()) && word.chars().all(|c| c.is_ascii_digit() || c == ',')
+}
+
+/// The capture's totals: samples, CPU ns (samples x period), spans, time in outermost spans.
+fn capture_totals() -> [u64; 4] {
+    let summary = capture_json(WORKLOAD, "summary.json");
+    let samples = summary["samples"].as_u64().expect("samples");
+    let hz = summary["sample_frequency_hz"].as_u64().expect("frequency");
+    let (outer_ns, spans) = trace_totals(WORKLOAD);
+    [samples, samples * (1_000_000_000 / hz), spans, outer_ns]
+}
+
+#[test]
+fn go_tool_pprof_reads_the_profile_with_the_capture_totals() {
+    let tmp = TempDir::new("go-pprof");
+    let file = tmp.join("profile.pb.gz");
+    let ran = xtrace(args!["report", data(WORKLOAD), "--format", "pprof", "-o", &file]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let raw = run(
+        "go",
+        &[
+            "tool".as_ref(),
+            "pprof".as_ref(),
+            "-raw".as_ref(),
+            file.as_os_str(),
+        ],
+    );
+    // `-raw` lists the sample types, then one line per sample: its values, ':', its locations.
+    let types = raw
+        .lines()
+        .skip_while(|l| *l != "Samples:")
+        .nth(1)
+        .expect("a sample type line");
+    assert_eq!(
+        types.split_whitespace().collect::<Vec<_>>(),
+        [
+            "samples/count",
+            "cpu/nanoseconds[dflt]",
+            "spans/count",
+            "span_time/nanoseconds"
+        ]
+    );
+    let mut totals = [0u64; 4];
+    let mut rows = 0;
+    for line in raw.lines().skip_while(|l| *l != "Samples:").skip(2) {
+        let Some((values, locations)) = line.split_once(':') else {
+            break;
+        };
+        let values: Vec<u64> = values.split_whitespace().map(number).collect();
+        assert_eq!(values.len(), 4, "{line:?}");
+        assert!(!locations.trim().is_empty(), "every sample has a stack: {line:?}");
+        for (t, v) in totals.iter_mut().zip(values) {
+            *t += v;
+        }
+        rows += 1;
+    }
+    assert!(rows > 0, "{raw}");
+    assert_eq!(totals, capture_totals());
+    // `-top` names the hottest function by self CPU time as the capture's samples do.
+    let top = run(
+        "go",
+        &[
+            "tool".as_ref(),
+            "pprof".as_ref(),
+            "-top".as_ref(),
+            file.as_os_str(),
+        ],
+    );
+    let first = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .nth(1)
+        .expect("a first row");
+    assert!(first.trim_end().ends_with(" spin_us"), "{top}");
+}
+
+#[test]
+fn callgrind_annotate_reads_the_callgrind_output_with_the_capture_totals() {
+    let tmp = TempDir::new("callgrind-annotate");
+    let file = tmp.join("callgrind.out");
+    let ran = xtrace(args!["report", data(WORKLOAD), "--format", "callgrind"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    std::fs::write(&file, &ran.stdout).expect("writing the callgrind file");
+    let text = run(
+        "callgrind_annotate",
+        &["--threshold=100".as_ref(), file.as_os_str()],
+    );
+    assert!(text.contains("Events recorded:  Span_ns Samples"), "{text}");
+    let [samples, _, _, outer_ns] = capture_totals();
+    let totals = text
+        .lines()
+        .find(|l| l.ends_with("PROGRAM TOTALS"))
+        .expect("a PROGRAM TOTALS line");
+    let numbers: Vec<u64> = totals
+        .split_whitespace()
+        .filter(|w| is_count(w))
+        .map(number)
+        .collect();
+    assert_eq!(numbers, [outer_ns, samples], "{totals}");
+    // Every function's self cost, listed at a 100% threshold, adds up to the totals.
+    let mut sums = [0u64; 2];
+    for line in text.lines().filter(|l| l.contains("???:")) {
+        let costs: Vec<u64> = line
+            .split_whitespace()
+            .filter(|w| is_count(w))
+            .map(number)
+            .collect();
+        assert_eq!(costs.len(), 2, "{line:?}");
+        sums[0] += costs[0];
+        sums[1] += costs[1];
+    }
+    assert_eq!(sums, [outer_ns, samples], "{text}");
+}
