@@ -34,10 +34,11 @@ fn assert_launches_and_copies(out: &Outputs) {
         cuda["launches"],
         json!([
             {"kernel": "nn::relu(float*, int)", "count": 5},
-            {"kernel": "vecAdd(float*, float*, float*, int)", "count": 4},
+            {"kernel": "vecAdd(float*, float*, float*, int)", "count": 5},
             {"kernel": "void nn::gemm<float>(float const*, float const*, float*, int)", "count": 3},
             {"kernel": "axpy(float, float*, float*)", "count": 2},
             {"kernel": "nn::softmax(float*, int)", "count": 2},
+            {"kernel": "nn::reduce(float*, int)", "count": 1},
         ]),
         "{cuda:#}"
     );
@@ -48,6 +49,11 @@ fn assert_launches_and_copies(out: &Outputs) {
             {"kind": "DtoH", "calls": 2, "bytes": 4096},
             {"kind": "DtoD", "calls": 1, "bytes": 1000},
         ])
+    );
+    // Each memset counted once, by its outermost call (the stand-in runtime calls the driver).
+    assert_eq!(
+        (&cuda["memset_calls"], &cuda["memset_bytes"]),
+        (&json!(5), &json!(4096 + 3000 + 700 + 512 * 4 + 100 * 2))
     );
     assert_eq!(cuda["sync_calls"], 3);
     assert_eq!(cuda["graph_launches"], 1);
@@ -78,13 +84,23 @@ fn cuda_calls_by_pid_exactly() {
         ("cuMemAlloc_v2", 5),
         ("cudaFree", 2),
         ("cuMemFree_v2", 2),
-        ("cudaLaunchKernel", 10),
+        ("cudaLaunchKernel", 11),
         ("cudaLaunchKernelExC", 2),
-        ("cuLaunchKernel", 6),
+        ("cudaLaunchCooperativeKernel", 1),
+        ("cuLaunchKernel", 7),
+        ("cuLaunchCooperativeKernel", 1),
         ("cuLaunchKernelEx", 2),
         ("cudaMemcpy", 5),
         ("cuMemcpyHtoD_v2", 11),
         ("cudaMemcpy2D", 1),
+        // cudaMemset, cudaMemsetAsync and each of cudaMemset2D's 7 rows.
+        ("cudaMemset", 9),
+        ("cudaMemsetAsync", 1),
+        ("cudaMemset2D", 1),
+        ("cuMemsetD8_v2", 9),
+        ("cuMemsetD32_v2", 1),
+        ("cuMemsetD16Async", 1),
+        ("cuMemsetD16_v2", 1),
         ("cudaDeviceSynchronize", 2),
         ("cuCtxSynchronize", 2),
         ("cudaGraphLaunch", 1),
@@ -151,9 +167,14 @@ fn cuda_calls_by_pid_exactly() {
     // Driver launches: handles named by cuModuleGetFunction, and by cuLibraryGetKernel through
     // cuKernelGetFunction; cuLaunchKernel's block z, shared memory and stream are stack arguments.
     let vecadd = launches(&spans, "vecAdd(float*, float*, float*, int)");
-    assert_eq!(vecadd.len(), 4);
-    assert!(vecadd.iter().all(|s| s.name == "cuLaunchKernel"
-        && s.args["grid"] == json!([4, 2, 1])
+    let names: Vec<&str> = vecadd.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "cuLaunchKernel").count(),
+        5,
+        "4 direct, 1 from cuLaunchCooperativeKernel: {names:?}"
+    );
+    assert_eq!(vecadd.len(), 6, "{names:?}");
+    assert!(vecadd.iter().all(|s| s.args["grid"] == json!([4, 2, 1])
         && s.args["block"] == json!([128, 1, 1])
         && s.args["shared_mem"] == 256
         && s.args["stream"] == "0x55"));
@@ -170,6 +191,18 @@ fn cuda_calls_by_pid_exactly() {
     let copy2d = out.spans_named("cudaMemcpy2D");
     assert_eq!(copy2d[0].args["bytes"], 700);
     assert_eq!(copy2d[0].args["kind"], "HtoD");
+    // The cooperative launch and the cudaLaunchKernel the stand-in makes inside it.
+    let reduce = launches(&spans, "nn::reduce(float*, int)");
+    let mut names: Vec<&str> = reduce.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["cudaLaunchCooperativeKernel", "cudaLaunchKernel"]);
+    assert!(reduce.iter().all(|s| s.args["grid"] == json!([4, 1, 1])
+        && s.args["block"] == json!([128, 1, 1])
+        && s.args["shared_mem"] == 512));
+    let memset2d = out.spans_named("cudaMemset2D");
+    assert_eq!(memset2d[0].args["bytes"], 700);
+    assert_eq!(out.spans_named("cuMemsetD32_v2")[0].args["bytes"], 2048);
+    assert_eq!(out.spans_named("cuMemsetD16Async")[0].args["bytes"], 200);
     let failed: Vec<&Span> = spans
         .iter()
         .filter(|s| s.name == "cudaMalloc" && s.args.get("error").is_some())
@@ -180,7 +213,8 @@ fn cuda_calls_by_pid_exactly() {
 
     assert!(finished
         .stdout
-        .contains("CUDA: 16 kernel launches (5 kernels), 1 graph launches"));
+        .contains("CUDA: 18 kernel launches (6 kernels), 1 graph launches"));
+    assert!(finished.stdout.contains("  memset  5 calls, 10044 bytes"));
 }
 
 #[test]

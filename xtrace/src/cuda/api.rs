@@ -80,6 +80,12 @@ pub enum Op {
         rows: Option<Src>,
         kind: Kind,
     },
+    /// Sets `count` elements of `element` bytes (`rows` of them, for 2D memsets).
+    Memset {
+        count: Src,
+        rows: Option<Src>,
+        element: u64,
+    },
     /// An allocation of `size` bytes whose address the call stores through argument `out`.
     Alloc { out: usize, size: Src },
     /// Frees the allocation at argument `ptr`.
@@ -101,6 +107,7 @@ impl Op {
         match self {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => "launch",
             Op::Memcpy { .. } => "memcpy",
+            Op::Memset { .. } => "memset",
             Op::Alloc { .. } => "alloc",
             Op::Free { .. } => "free",
             Op::Sync => "sync",
@@ -128,6 +135,7 @@ impl Op {
                         Kind::Fixed(_) => 0,
                     }
             }
+            Op::Memset { count, rows, .. } => src(count) | rows.map_or(0, src),
             Op::Alloc { out, size } => args::out(out) | src(size),
             Op::Free { .. } | Op::Sync | Op::GraphLaunch => 0,
             Op::GetFunction => args::out(0) | args::string(2),
@@ -148,6 +156,14 @@ const fn f(name: &'static str, library: Library, op: Op) -> Function {
     Function { name, library, op }
 }
 
+const fn memset(count: Src, element: u64) -> Op {
+    Op::Memset {
+        count,
+        rows: None,
+        element,
+    }
+}
+
 const fn copy(bytes: Src, kind: Kind) -> Op {
     Op::Memcpy {
         bytes,
@@ -165,6 +181,7 @@ pub const FUNCTIONS: &[Function] = &[
     f("cudaLaunchKernel", Runtime, Op::LaunchRuntime),
     f("cudaLaunchKernel_ptsz", Runtime, Op::LaunchRuntime),
     f("cudaLaunchKernelExC", Runtime, Op::LaunchRuntimeEx),
+    f("cudaLaunchCooperativeKernel", Runtime, Op::LaunchRuntime),
     f("cudaLaunchKernelExC_ptsz", Runtime, Op::LaunchRuntimeEx),
     f("cudaMemcpy", Runtime, copy(Reg(2), Kind::Arg(Reg(3)))),
     f("cudaMemcpyAsync", Runtime, copy(Reg(2), Kind::Arg(Reg(3)))),
@@ -193,6 +210,26 @@ pub const FUNCTIONS: &[Function] = &[
         Runtime,
         copy(Reg(4), Kind::Fixed(DeviceToDevice)),
     ),
+    f("cudaMemset", Runtime, memset(Reg(2), 1)),
+    f("cudaMemsetAsync", Runtime, memset(Reg(2), 1)),
+    f(
+        "cudaMemset2D",
+        Runtime,
+        Op::Memset {
+            count: Reg(3),
+            rows: Some(Reg(4)),
+            element: 1,
+        },
+    ),
+    f(
+        "cudaMemset2DAsync",
+        Runtime,
+        Op::Memset {
+            count: Reg(3),
+            rows: Some(Reg(4)),
+            element: 1,
+        },
+    ),
     f("cudaMalloc", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
     f("cudaMallocAsync", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
     f("cudaMallocManaged", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
@@ -205,6 +242,7 @@ pub const FUNCTIONS: &[Function] = &[
     f("cuLaunchKernel", Driver, Op::LaunchDriver),
     f("cuLaunchKernel_ptsz", Driver, Op::LaunchDriver),
     f("cuLaunchKernelEx", Driver, Op::LaunchDriverEx),
+    f("cuLaunchCooperativeKernel", Driver, Op::LaunchDriver),
     f("cuLaunchKernelEx_ptsz", Driver, Op::LaunchDriverEx),
     f("cuMemcpy", Driver, copy(Reg(2), Kind::Fixed(Default))),
     f("cuMemcpyAsync", Driver, copy(Reg(2), Kind::Fixed(Default))),
@@ -231,6 +269,12 @@ pub const FUNCTIONS: &[Function] = &[
         copy(Reg(2), Kind::Fixed(DeviceToDevice)),
     ),
     f("cuMemcpyPeer", Driver, copy(Reg(4), Kind::Fixed(DeviceToDevice))),
+    f("cuMemsetD8_v2", Driver, memset(Reg(2), 1)),
+    f("cuMemsetD16_v2", Driver, memset(Reg(2), 2)),
+    f("cuMemsetD32_v2", Driver, memset(Reg(2), 4)),
+    f("cuMemsetD8Async", Driver, memset(Reg(2), 1)),
+    f("cuMemsetD16Async", Driver, memset(Reg(2), 2)),
+    f("cuMemsetD32Async", Driver, memset(Reg(2), 4)),
     f("cuMemAlloc_v2", Driver, Op::Alloc { out: 0, size: Reg(1) }),
     f("cuMemAllocAsync", Driver, Op::Alloc { out: 0, size: Reg(1) }),
     f("cuMemAllocManaged", Driver, Op::Alloc { out: 0, size: Reg(1) }),

@@ -54,6 +54,8 @@ pub struct Totals {
     /// (calls, bytes) per direction.
     pub copies: BTreeMap<Direction, (u64, u64)>,
     pub memory: BTreeMap<u32, Memory>,
+    /// (calls, bytes) of memsets.
+    pub memsets: (u64, u64),
     /// (calls, ns blocked) in synchronization calls.
     pub sync: (u64, u64),
     pub graph_launches: u64,
@@ -187,6 +189,18 @@ impl Calls {
                     let entry = self.totals.copies.entry(direction).or_default();
                     entry.0 += 1;
                     entry.1 += n;
+                }
+            }
+            Op::Memset {
+                count: n,
+                rows,
+                element,
+            } => {
+                let n = get(n).saturating_mul(rows.map_or(1, get)).saturating_mul(element);
+                values = format!(",\"bytes\":{n}") + &values;
+                if count {
+                    self.totals.memsets.0 += 1;
+                    self.totals.memsets.1 += n;
                 }
             }
             Op::Alloc { size, .. } => {

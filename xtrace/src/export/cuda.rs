@@ -47,6 +47,9 @@ pub struct CudaSummary {
     /// Kernel launches per kernel name, most launched first.
     pub launches: Vec<KernelLaunches>,
     pub memcpy: Vec<Copies>,
+    /// Calls to cudaMemset*, cuMemsetD* and the bytes they set.
+    pub memset_calls: u64,
+    pub memset_bytes: u64,
     pub memory: Vec<ProcessMemory>,
     /// Calls to cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize (and their
     /// driver forms) and the time the calling threads were blocked in them.
@@ -82,6 +85,8 @@ impl CudaSummary {
                     bytes: *bytes,
                 })
                 .collect(),
+            memset_calls: totals.memsets.0,
+            memset_bytes: totals.memsets.1,
             memory: totals
                 .memory
                 .iter()
@@ -127,6 +132,12 @@ impl CudaSummary {
         }
         for c in &self.memcpy {
             out += &format!("  memcpy {:<7} {} calls, {} bytes\n", c.kind, c.calls, c.bytes);
+        }
+        if self.memset_calls > 0 {
+            out += &format!(
+                "  memset  {} calls, {} bytes\n",
+                self.memset_calls, self.memset_bytes
+            );
         }
         for m in &self.memory {
             out += &format!(
