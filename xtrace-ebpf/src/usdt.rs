@@ -28,8 +28,6 @@ use crate::{
 #[map]
 static USDT_SCRATCH: PerCpuArray<UsdtStrEvent> = PerCpuArray::with_max_entries(1, 0);
 
-const STRINGS_AT: usize = USDT_STRINGS_AT;
-
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
@@ -70,7 +68,7 @@ fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_
     let Some(scratch) = USDT_SCRATCH.get_ptr_mut(0) else {
         return;
     };
-    let mut used = STRINGS_AT;
+    let mut used = USDT_STRINGS_AT;
     // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program runs.
     let event = unsafe { &mut *scratch };
     fill(
@@ -105,7 +103,7 @@ fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_
             }
         };
         if event.str_len[i] != 0 {
-            used = STRINGS_AT + (i + 1) * ARG_STR_LEN;
+            used = USDT_STRINGS_AT + (i + 1) * ARG_STR_LEN;
         }
     }
     let size = used.min(core::mem::size_of::<UsdtStrEvent>());

@@ -50,9 +50,13 @@ fn read_trimmed<T: Copy>(bytes: &[u8], min: usize) -> Result<T, DecodeError> {
             need: min,
         });
     }
-    let mut whole = vec![0u8; size];
-    whole[..bytes.len()].copy_from_slice(bytes);
-    read(&whole)
+    let mut value = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: fewer than size_of::<T>() bytes are copied into the zeroed value; T is a plain
+    // repr(C) record valid for any bit pattern (as in `read`).
+    Ok(unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.as_mut_ptr().cast::<u8>(), bytes.len());
+        value.assume_init()
+    })
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
