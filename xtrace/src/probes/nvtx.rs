@@ -13,7 +13,7 @@ use std::{os::unix::ffi::OsStrExt, path::Path};
 use super::{
     elf::SymbolCache,
     ranges::{is_tool, NVTX_ENV},
-    uprobe::{Plan, Scope},
+    uprobe::Plan,
     usdt::{
         args::parse_args,
         plan::{kernel_form, Role, SiteAttachment, UsdtProbe},
@@ -160,27 +160,21 @@ fn injects_tool(process: &Process) -> bool {
         .any(|value| is_tool(Path::new(std::ffi::OsStr::from_bytes(value))))
 }
 
-/// The NVTX v2 libraries of a process whose NVTX calls do not reach the tool library.
-pub fn libraries(process: &Process) -> Result<Vec<TargetFile>> {
-    if injects_tool(process) {
-        return Ok(Vec::new());
-    }
-    Ok(process
-        .mapped_files()?
-        .into_iter()
-        .filter(|f| is_v2(&f.shown))
-        .collect())
-}
-
-/// Adds a site on every NVTX v2 function of every such library of process scope `scope`.
-/// Returns how many libraries were found.
-pub fn plan(plan: &mut Plan, scopes: &[Scope], scope: usize) -> Result<usize> {
-    let Scope::Process(process) = &scopes[scope] else {
+/// Adds a site on every NVTX v2 function of every NVTX v2 library among `mapped`, the files of
+/// `process` (scope `scope`), unless its NVTX calls reach the tool library. Returns how many
+/// libraries were found.
+pub fn plan(
+    plan: &mut Plan,
+    elves: &mut SymbolCache,
+    process: &Process,
+    mapped: &[TargetFile],
+    scope: usize,
+) -> Result<usize> {
+    let found: Vec<&TargetFile> = mapped.iter().filter(|f| is_v2(&f.shown)).collect();
+    if found.is_empty() || injects_tool(process) {
         return Ok(0);
-    };
-    let mut elves = SymbolCache::default();
-    let found = libraries(process)?;
-    for file in &found {
+    }
+    for &file in &found {
         let (symbols, _) = elves.get(file)?;
         for function in FUNCTIONS {
             let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {

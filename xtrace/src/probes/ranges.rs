@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use super::{
+    elf::SymbolCache,
     nvtx,
     spec::{ArgType, TargetSpec},
     uprobe::{Plan, Scope},
@@ -58,19 +59,6 @@ pub fn is_tool(path: &std::path::Path) -> bool {
         .is_some_and(|n| n.starts_with("libxtrace_tool"))
 }
 
-/// The tool libraries of a scope: those a process maps, else the shipped one.
-fn libraries(scope: &Scope) -> Result<Vec<PathBuf>> {
-    match scope {
-        Scope::Process(p) => Ok(p
-            .mapped_files()?
-            .into_iter()
-            .filter(|f| is_tool(&f.shown))
-            .map(|f| f.shown)
-            .collect()),
-        Scope::Command(_) | Scope::SystemWide => Ok(shipped().into_iter().collect()),
-    }
-}
-
 /// Adds the tool library's probes to `plan`. `required`: a scope without a tool library is an
 /// error (an explicit flag), else it is passed over. Returns whether any probe was added.
 ///
@@ -79,19 +67,28 @@ fn libraries(scope: &Scope) -> Result<Vec<PathBuf>> {
 pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -> Result<bool> {
     let mut files: Vec<PathBuf> = Vec::new();
     let mut v2_found = 0;
+    let mut elves = SymbolCache::default();
     for (index, scope) in scopes.iter().enumerate() {
-        let found = libraries(scope)?;
-        let v2 = if wanted.nvtx {
-            nvtx::plan(plan, scopes, index)?
-        } else {
-            0
+        // The tool libraries a process maps (and its libnvToolsExt), else the shipped one.
+        let (found, v2): (Vec<PathBuf>, usize) = match scope {
+            Scope::Process(p) => {
+                let mapped = p.mapped_files()?;
+                let v2 = if wanted.nvtx {
+                    nvtx::plan(plan, &mut elves, p, &mapped, index)?
+                } else {
+                    0
+                };
+                let tools = mapped.into_iter().filter(|f| is_tool(&f.shown)).map(|f| f.shown);
+                (tools.collect(), v2)
+            }
+            Scope::Command(_) | Scope::SystemWide => (shipped().into_iter().collect(), 0),
         };
         v2_found += v2;
         if found.is_empty() && v2 == 0 && required {
             return Err(missing(scope, wanted));
         }
-        if let (true, true, Scope::Process(p)) = (found.is_empty(), wanted.itt || wanted.xtrace, scope) {
-            if v2 > 0 && required {
+        if let Scope::Process(p) = scope {
+            if found.is_empty() && v2 > 0 && required && (wanted.itt || wanted.xtrace) {
                 plan.notices.push(format!(
                     "pid {} has not loaded {TOOL_LIBRARY}: only its NVTX calls into libnvToolsExt \
                      are traced, not ITT or xtrace_range_*",
