@@ -169,6 +169,8 @@ impl Calls {
             Src::Reg(i) => call.regs[i],
             Src::Stack(j) => call.stack[j],
         };
+        // A length, times a row count for the 2D forms.
+        let rows_of = |n: Src, rows: Option<Src>| get(n).saturating_mul(rows.map_or(1, get));
         match function.op {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => {
                 let launch = self.launch(function.op, pid, &call);
@@ -178,7 +180,7 @@ impl Calls {
                 }
             }
             Op::Memcpy { bytes, rows, kind } => {
-                let n = get(bytes).saturating_mul(rows.map_or(1, get));
+                let n = rows_of(bytes, rows);
                 let direction = match kind {
                     Kind::Fixed(d) => Some(d),
                     Kind::Arg(s) => Direction::from_kind(get(s)),
@@ -192,11 +194,11 @@ impl Calls {
                 }
             }
             Op::Memset {
-                count: n,
+                count: elements,
                 rows,
                 element,
             } => {
-                let n = get(n).saturating_mul(rows.map_or(1, get)).saturating_mul(element);
+                let n = rows_of(elements, rows).saturating_mul(element);
                 values = format!(",\"bytes\":{n}") + &values;
                 if count {
                     self.totals.memsets.0 += 1;
