@@ -40,6 +40,16 @@ pub fn trace_totals(name: &str) -> (u64, u64) {
     (outer, spans.len() as u64)
 }
 
+/// What capture NAME's profile.pb.gz must total, per sample type: samples, CPU ns (samples x the
+/// sampling period), spans, and the time in outermost spans.
+pub fn profile_totals(name: &str) -> [u64; 4] {
+    let summary = capture_json(name, "summary.json");
+    let samples = summary["samples"].as_u64().expect("samples");
+    let hz = summary["sample_frequency_hz"].as_u64().expect("frequency");
+    let (outer_ns, spans) = trace_totals(name);
+    [samples, samples * (1_000_000_000 / hz), spans, outer_ns]
+}
+
 /// How an analysis command ended.
 #[derive(Debug)]
 pub struct Ran {

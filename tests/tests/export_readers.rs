@@ -6,7 +6,7 @@ use std::process::Command;
 
 use xtrace_tests::{
     args,
-    captures::{capture_json, data, trace_totals, xtrace},
+    captures::{data, profile_totals, xtrace},
     TempDir,
 };
 
@@ -39,15 +39,6 @@ fn number(text: &str) -> u64 {
 /// Whether a word of callgrind_annotate's output is a cost (not a percentage or a name).
 fn is_count(word: &str) -> bool {
     word.starts_with(|c: char| c.is_ascii_digit()) && word.chars().all(|c| c.is_ascii_digit() || c == ',')
-}
-
-/// The capture's totals: samples, CPU ns (samples x period), spans, time in outermost spans.
-fn capture_totals() -> [u64; 4] {
-    let summary = capture_json(WORKLOAD, "summary.json");
-    let samples = summary["samples"].as_u64().expect("samples");
-    let hz = summary["sample_frequency_hz"].as_u64().expect("frequency");
-    let (outer_ns, spans) = trace_totals(WORKLOAD);
-    [samples, samples * (1_000_000_000 / hz), spans, outer_ns]
 }
 
 #[test]
@@ -95,7 +86,7 @@ fn go_tool_pprof_reads_the_profile_with_the_capture_totals() {
         rows += 1;
     }
     assert!(rows > 0, "{raw}");
-    assert_eq!(totals, capture_totals());
+    assert_eq!(totals, profile_totals(WORKLOAD));
     // `-top` names the hottest function by self CPU time as the capture's samples do.
     let top = run(
         "go",
@@ -126,7 +117,7 @@ fn callgrind_annotate_reads_the_callgrind_output_with_the_capture_totals() {
         &["--threshold=100".as_ref(), file.as_os_str()],
     );
     assert!(text.contains("Events recorded:  Span_ns Samples"), "{text}");
-    let [samples, _, _, outer_ns] = capture_totals();
+    let [samples, _, _, outer_ns] = profile_totals(WORKLOAD);
     let totals = text
         .lines()
         .find(|l| l.ends_with("PROGRAM TOTALS"))
