@@ -17,7 +17,8 @@ pub mod usdt;
 pub struct ProbeInfo {
     /// Demangled symbol name, as shown in traces and summaries.
     pub name: String,
-    /// Probe family: "uprobe", "usdt" (a USDT probe's hits) or "usdt_span" (a begin/end pair).
+    /// Probe family: "uprobe", "usdt" (a USDT probe's hits), "usdt_span" (a begin/end pair),
+    /// "cuda", "loader" (`dlopen`, watched for CUDA libraries) or "nvtx" (libnvToolsExt).
     pub kind: &'static str,
     /// The file the probe is in, as the traced process sees it.
     pub target: String,
