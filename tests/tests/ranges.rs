@@ -101,11 +101,7 @@ fn assert_tracks(out: &Outputs, tracks: &[(&str, u64, &str)]) {
 /// Asserts the one start/end range `name` began on `begin_tid` and ended on `end_tid`: one async
 /// pair with one id.
 fn assert_async_pair(out: &Outputs, name: &str, begin_tid: u64, end_tid: u64) {
-    let edges: Vec<&Value> = out
-        .events
-        .iter()
-        .filter(|e| e["name"] == name && (e["ph"] == "b" || e["ph"] == "e"))
-        .collect();
+    let edges = edges_in_time_order(out, name);
     assert_eq!(edges.len(), 2, "{edges:?}");
     assert_eq!(
         (edges[0]["ph"].as_str(), edges[0]["tid"].as_u64()),
@@ -236,6 +232,22 @@ fn nvtx_python_client_launched() {
     assert_eq!(out.instants("tick").len(), 4);
 }
 
+/// The async begin/end events named `name`, in time order.
+fn edges_in_time_order<'a>(out: &'a Outputs, name: &str) -> Vec<&'a Value> {
+    let mut edges: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["name"] == name && (e["ph"] == "b" || e["ph"] == "e"))
+        .collect();
+    edges.sort_by(|a, b| {
+        a["ts"]
+            .as_f64()
+            .partial_cmp(&b["ts"].as_f64())
+            .expect("timestamps")
+    });
+    edges
+}
+
 #[test]
 fn itt_python_client_by_pid() {
     if !require_bpf() {
@@ -256,23 +268,32 @@ fn itt_python_client_by_pid() {
             ("backward", "push", 3),
             ("fetch", "start", 2),
             ("forward", "push", 3),
+            ("frame", "start", 5),
             ("load", "push", 2),
             ("step", "push", 3)
         ])
     );
     // The overlapped tasks cross: the first to begin ends first, inside the second.
-    let mut fetch: Vec<&Value> = out.events.iter().filter(|e| e["name"] == "fetch").collect();
-    fetch.sort_by(|a, b| {
-        a["ts"]
-            .as_f64()
-            .partial_cmp(&b["ts"].as_f64())
-            .expect("timestamps")
-    });
+    let fetch = edges_in_time_order(&out, "fetch");
     let phases: Vec<&str> = fetch.iter().map(|e| e["ph"].as_str().unwrap_or("?")).collect();
     assert_eq!(phases, ["b", "b", "e", "e"], "{fetch:?}");
     assert_eq!(fetch[0]["id"], fetch[2]["id"], "{fetch:?}");
     assert_eq!(fetch[1]["id"], fetch[3]["id"], "{fetch:?}");
     assert_ne!(fetch[0]["id"], fetch[1]["id"]);
+    // Frames: 4 without an id one after another on main, then id 7 begun on the worker, ended
+    // on main; all in domain "render".
+    let frames = edges_in_time_order(&out, "frame");
+    let seen: Vec<(&str, u64)> = frames
+        .iter()
+        .map(|e| (e["ph"].as_str().unwrap_or("?"), e["tid"].as_u64().unwrap_or(0)))
+        .collect();
+    let mut expected = [("b", main), ("e", main)].repeat(4);
+    expected.extend([("b", worker), ("e", main)]);
+    assert_eq!(seen, expected, "{frames:?}");
+    for pair in frames.chunks(2) {
+        assert_eq!(pair[0]["id"], pair[1]["id"], "{pair:?}");
+    }
+    assert!(frames.iter().all(|e| e["cat"] == "render"), "{frames:?}");
     assert_eq!(out.summary["ranges_unpaired"], 0);
     assert_nested(&out, "step", "forward");
     assert_nested(&out, "step", "backward");
