@@ -67,7 +67,7 @@ pub mod counter {
     pub const LOST_RING_FULL: u32 = 0;
     /// Entries beyond `MAX_DEPTH` on one thread (their spans are not recorded).
     pub const LOST_TOO_DEEP: u32 = 1;
-    /// Threads beyond `MAX_THREADS` (their spans are not recorded).
+    /// Calls on threads whose stack of open calls could not be allocated (no span recorded).
     pub const LOST_NO_THREAD_SLOT: u32 = 2;
     /// Entries left without a return (longjmp, C++ exceptions, a thread or process ending inside
     /// a traced call): skipped over when an outer call returns, or dropped when the thread exits.
@@ -82,7 +82,8 @@ pub mod counter {
 pub struct EntryStack {
     /// Number of valid entries.
     pub depth: u32,
-    pub _pad: u32,
+    /// Set once the thread's `ThreadEvent` is sent.
+    pub announced: u32,
     pub start_ns: [u64; MAX_DEPTH],
     pub probe_id: [u32; MAX_DEPTH],
 }

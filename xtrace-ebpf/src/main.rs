@@ -8,6 +8,7 @@ mod lifecycle;
 mod maps;
 mod regs;
 mod sample;
+mod task_storage;
 mod uprobe;
 mod usdt;
 

@@ -1,8 +1,9 @@
 //! Maps shared by all probe families: the event ring buffer, per-CPU loss counters, and the
 //! per-thread stacks of open calls. User space sizes `EVENTS` at load time (`--buffer-size`).
+use crate::task_storage::TaskStorage;
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
-    macros::map,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    macros::{btf_map, map},
     maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::{
@@ -13,6 +14,10 @@ use xtrace_common::{
 /// Every record for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// `EVENTS`' size in bytes, set at load time with it: a load instead of a helper call per record.
+#[unsafe(no_mangle)]
+static RING_BYTES: u64 = DEFAULT_RING_BYTES as u64;
 
 /// Per-CPU counters indexed by `xtrace_common::probe::counter`.
 #[map]
@@ -99,14 +104,10 @@ pub fn sampled(tgid: u32) -> bool {
 #[map]
 pub static OUT_PTRS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_THREADS, 0);
 
-/// Open traced calls per thread, keyed by `bpf_get_current_pid_tgid()`.
-#[map]
-pub static STACKS: HashMap<u64, EntryStack> = HashMap::with_max_entries(MAX_THREADS, 0);
-
-/// One zeroed `EntryStack` per CPU: the source for inserting a new thread's stack, which is too large
-/// for the 512-byte BPF stack.
-#[map]
-pub static EMPTY_STACK: PerCpuArray<EntryStack> = PerCpuArray::with_max_entries(1, 0);
+/// Open traced calls per thread, in the thread's task-local storage (created zeroed at its first
+/// traced call, freed by the kernel when it exits).
+#[btf_map]
+pub static STACKS: TaskStorage<EntryStack> = TaskStorage::new();
 
 /// Adds one to a per-CPU counter.
 #[inline(always)]
@@ -163,7 +164,8 @@ fn footprint(len: usize) -> u64 {
 /// quarter mark.
 #[inline(always)]
 fn wake_flags(unread_with_record: u64, footprint: u64) -> u64 {
-    let mark = EVENTS.query(BPF_RB_RING_SIZE as u64) / 4;
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
+    let mark = unsafe { core::ptr::read_volatile(&RING_BYTES) } / 4;
     if unread_with_record >= mark && unread_with_record < mark + footprint {
         BPF_RB_FORCE_WAKEUP as u64
     } else {

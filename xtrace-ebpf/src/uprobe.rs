@@ -4,7 +4,6 @@
 //! for arguments also write an `ArgsEvent` at entry; every span carries the return register.
 //! Linux 5.15+ (attach cookies).
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
@@ -23,8 +22,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
-    EMPTY_STACK, OUT_PTRS, SHORT_CALLS, STACKS,
+    args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS, OUT_PTRS,
+    SHORT_CALLS, STACKS,
 };
 
 #[uprobe]
@@ -49,26 +48,16 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     }
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let stack = match STACKS.get_ptr_mut(key) {
-        Some(stack) => stack,
-        None => {
-            let empty = EMPTY_STACK.get_ptr_mut(0).ok_or(0u32)?;
-            // SAFETY: per-CPU scratch slot, used only within this program run.
-            unsafe { (*empty).depth = 0 };
-            // SAFETY: `empty` points at a valid EntryStack in map memory.
-            if STACKS
-                .insert(key, unsafe { &*empty }, BPF_NOEXIST as u64)
-                .is_err()
-            {
-                count(counter::LOST_NO_THREAD_SLOT);
-                return Err(0);
-            }
-            announce_thread(key, now);
-            STACKS.get_ptr_mut(key).ok_or(0u32)?
-        }
+    let Some(stack) = STACKS.current(true) else {
+        count(counter::LOST_NO_THREAD_SLOT);
+        return Err(0);
     };
-    // SAFETY: map value of this thread; only this thread's probes touch it.
+    // SAFETY: this thread's storage; only this thread's probes touch it.
     let stack = unsafe { &mut *stack };
+    if stack.announced == 0 {
+        stack.announced = 1;
+        announce_thread(key, now);
+    }
     let depth = stack.depth as usize;
     if depth >= MAX_DEPTH {
         // The kernel installs no return probe this deep (its uretprobe nesting limit is 64 per
@@ -280,8 +269,8 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
     let pid_tgid = bpf_get_current_pid_tgid();
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let stack = STACKS.get_ptr_mut(pid_tgid).ok_or(0u32)?;
-    // SAFETY: map value of this thread; only this thread's probes touch it.
+    let stack = STACKS.current(false).ok_or(0u32)?;
+    // SAFETY: this thread's storage; only this thread's probes touch it.
     let stack = unsafe { &mut *stack };
     let depth = stack.depth as usize;
     if depth == 0 {

@@ -66,11 +66,15 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
     let mut ebpf = EbpfLoader::new()
+        // STACKS is task storage, which aya creates but has no user-space type for (xtrace
+        // never reads it from user space).
+        .allow_unsupported_maps()
         .map_max_entries("EVENTS", options.ring_bytes)
         .map_max_entries("ARG_SPECS", slots(args_enabled != 0))
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
         .map_max_entries("SAMPLE_PIDS", options.sample_pids.len().max(1) as u32)
+        .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))

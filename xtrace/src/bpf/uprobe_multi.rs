@@ -111,7 +111,8 @@ fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
         | Map::LruHashMap(d)
         | Map::PerCpuLruHashMap(d)
         | Map::RingBuf(d)
-        | Map::StackTraceMap(d) => d,
+        | Map::StackTraceMap(d)
+        | Map::Unsupported(d) => d,
         _ => return None,
     };
     Some(data.fd().as_fd())
