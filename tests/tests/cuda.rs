@@ -82,8 +82,10 @@ fn cuda_calls_by_pid_exactly() {
     for (name, count) in [
         ("cudaMalloc", 4),
         ("cuMemAlloc_v2", 5),
-        ("cudaFree", 2),
-        ("cuMemFree_v2", 2),
+        ("cudaMallocPitch", 1),
+        ("cuMemAllocPitch_v2", 2),
+        ("cudaFree", 3),
+        ("cuMemFree_v2", 4),
         ("cudaLaunchKernel", 11),
         ("cudaLaunchKernelExC", 2),
         ("cudaLaunchCooperativeKernel", 1),
@@ -111,8 +113,8 @@ fn cuda_calls_by_pid_exactly() {
     let memory = &cuda(&out)["memory"][0];
     assert_eq!(memory["peak_bytes"], 1_063_864);
     assert_eq!(memory["live_bytes"], 1_051_576);
-    assert_eq!(memory["allocations"], 4);
-    assert_eq!(memory["frees"], 2);
+    assert_eq!(memory["allocations"], 6);
+    assert_eq!(memory["frees"], 4);
     assert_eq!(memory["unknown_frees"], 0);
     let live: Vec<(u64, &str)> = memory["live"]
         .as_array()
@@ -133,10 +135,28 @@ fn cuda_calls_by_pid_exactly() {
         .collect();
     assert_eq!(
         counter,
-        [1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576]
+        [
+            1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576,
+            // The pitched allocations count the bytes asked for (100 x 3, 64 x 2), not the
+            // 128-byte rows the stand-in driver pads them to.
+            1_051_876, 1_052_004, 1_051_704, 1_051_576
+        ]
     );
-
     let spans = out.spans();
+    let mut pitched: Vec<(&str, u64)> = spans
+        .iter()
+        .filter(|s| s.name.contains("Pitch"))
+        .map(|s| (s.name.as_str(), s.args["bytes"].as_u64().unwrap_or(0)))
+        .collect();
+    pitched.sort_unstable();
+    assert_eq!(
+        pitched,
+        [
+            ("cuMemAllocPitch_v2", 128),
+            ("cuMemAllocPitch_v2", 300),
+            ("cudaMallocPitch", 300)
+        ]
+    );
     let relu = launches(&spans, "nn::relu(float*, int)");
     assert_eq!(relu.len(), 5);
     assert!(relu.iter().all(|s| s.name == "cudaLaunchKernel"

@@ -86,8 +86,13 @@ pub enum Op {
         rows: Option<Src>,
         element: u64,
     },
-    /// An allocation of `size` bytes whose address the call stores through argument `out`.
-    Alloc { out: usize, size: Src },
+    /// An allocation of `size` bytes (`rows` of them, for pitched allocations, whose row padding
+    /// is not counted) whose address the call stores through argument `out`.
+    Alloc {
+        out: usize,
+        size: Src,
+        rows: Option<Src>,
+    },
     /// Frees the allocation at argument `ptr`.
     Free { ptr: usize },
     /// Blocks until a stream, event, or the device is done.
@@ -136,7 +141,7 @@ impl Op {
                     }
             }
             Op::Memset { count, rows, .. } => src(count) | rows.map_or(0, src),
-            Op::Alloc { out, size } => args::out(out) | src(size),
+            Op::Alloc { out, size, rows } => args::out(out) | src(size) | rows.map_or(0, src),
             Op::Free { .. } | Op::Sync | Op::GraphLaunch => 0,
             Op::GetFunction => args::out(0) | args::string(2),
             Op::KernelGetFunction => args::out(0),
@@ -154,6 +159,27 @@ pub struct Function {
 
 const fn f(name: &'static str, library: Library, op: Op) -> Function {
     Function { name, library, op }
+}
+
+/// An allocation of `size` bytes, its address stored through the first argument.
+const fn alloc(size: Src) -> Op {
+    Op::Alloc {
+        out: 0,
+        size,
+        rows: None,
+    }
+}
+
+/// `cudaMallocPitch(void **ptr, size_t *pitch, size_t width, size_t height)` and
+/// `cuMemAllocPitch_v2(CUdeviceptr *ptr, size_t *pitch, size_t width, size_t height, unsigned
+/// element)`: width x height bytes as asked (the pitch CUDA picks goes through a second out
+/// pointer, which is not read).
+const fn pitched_alloc() -> Op {
+    Op::Alloc {
+        out: 0,
+        size: Reg(2),
+        rows: Some(Reg(3)),
+    }
 }
 
 const fn memset(count: Src, element: u64) -> Op {
@@ -230,9 +256,10 @@ pub const FUNCTIONS: &[Function] = &[
             element: 1,
         },
     ),
-    f("cudaMalloc", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
-    f("cudaMallocAsync", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
-    f("cudaMallocManaged", Runtime, Op::Alloc { out: 0, size: Reg(1) }),
+    f("cudaMalloc", Runtime, alloc(Reg(1))),
+    f("cudaMallocAsync", Runtime, alloc(Reg(1))),
+    f("cudaMallocManaged", Runtime, alloc(Reg(1))),
+    f("cudaMallocPitch", Runtime, pitched_alloc()),
     f("cudaFree", Runtime, Op::Free { ptr: 0 }),
     f("cudaFreeAsync", Runtime, Op::Free { ptr: 0 }),
     f("cudaStreamSynchronize", Runtime, Op::Sync),
@@ -275,9 +302,10 @@ pub const FUNCTIONS: &[Function] = &[
     f("cuMemsetD8Async", Driver, memset(Reg(2), 1)),
     f("cuMemsetD16Async", Driver, memset(Reg(2), 2)),
     f("cuMemsetD32Async", Driver, memset(Reg(2), 4)),
-    f("cuMemAlloc_v2", Driver, Op::Alloc { out: 0, size: Reg(1) }),
-    f("cuMemAllocAsync", Driver, Op::Alloc { out: 0, size: Reg(1) }),
-    f("cuMemAllocManaged", Driver, Op::Alloc { out: 0, size: Reg(1) }),
+    f("cuMemAlloc_v2", Driver, alloc(Reg(1))),
+    f("cuMemAllocAsync", Driver, alloc(Reg(1))),
+    f("cuMemAllocManaged", Driver, alloc(Reg(1))),
+    f("cuMemAllocPitch_v2", Driver, pitched_alloc()),
     f("cuMemFree_v2", Driver, Op::Free { ptr: 0 }),
     f("cuMemFreeAsync", Driver, Op::Free { ptr: 0 }),
     f("cuStreamSynchronize", Driver, Op::Sync),
@@ -321,8 +349,9 @@ mod tests {
             0,
             "cuLaunchKernel's stream is the 9th argument"
         );
-        let alloc = Op::Alloc { out: 0, size: Reg(1) }.spec();
+        let alloc = alloc(Reg(1)).spec();
         assert_eq!(alloc & args::OUT_MASK, args::out(0));
+        assert_eq!(pitched_alloc().spec() & args::OUT_MASK, args::out(0));
         assert_ne!(Op::GetFunction.spec() & args::string(2), 0);
         assert_eq!(Direction::from_kind(2), Some(DeviceToHost));
         assert_eq!(Direction::from_kind(9), None);

@@ -205,8 +205,8 @@ impl Calls {
                     self.totals.memsets.1 += n;
                 }
             }
-            Op::Alloc { size, .. } => {
-                let (n, ptr) = (get(size), call.out.unwrap_or(0));
+            Op::Alloc { size, rows, .. } => {
+                let (n, ptr) = (rows_of(size, rows), call.out.unwrap_or(0));
                 values = format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values;
                 if count && ptr != 0 {
                     let m = self.totals.memory.entry(pid).or_default();
