@@ -5,7 +5,8 @@
 /// calls get no return probe.
 pub const MAX_DEPTH: usize = 64;
 
-/// Threads tracked at once by the per-thread entry stacks.
+/// Open calls with an out-pointer argument kept at once (`OUT_PTRS`, least recently used first
+/// out); the per-thread stacks of open calls have no such limit.
 pub const MAX_THREADS: u32 = 16_384;
 
 /// Default ring buffer size in bytes (a power of two, at least a page).

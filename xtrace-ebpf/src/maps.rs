@@ -1,6 +1,5 @@
 //! Maps shared by all probe families: the event ring buffer, per-CPU loss counters, and the
 //! per-thread stacks of open calls. User space sizes `EVENTS` at load time (`--buffer-size`).
-use crate::task_storage::TaskStorage;
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{btf_map, map},
@@ -10,6 +9,8 @@ use xtrace_common::{
     probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS},
     usdt::UsdtSite,
 };
+
+use crate::task_storage::TaskStorage;
 
 /// Every record for user space.
 #[map]

@@ -1,5 +1,5 @@
-//! A BPF task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`, Linux 5.11+; from tracing programs
-//! 5.19+), which aya-ebpf 0.2 does not wrap. It is a BTF map definition in `.maps` (local storage
+//! A BPF task-local storage map (`BPF_MAP_TYPE_TASK_STORAGE`, which tracing programs may use on
+//! every kernel xtrace supports), which aya-ebpf 0.2 does not wrap. It is a BTF map definition in `.maps` (local storage
 //! needs BTF for its key and value): each field's pointee type carries one of the map's attributes,
 //! the way libbpf's `__uint`/`__type` macros lay them out. A thread's value hangs off its
 //! `task_struct`, so finding it is a pointer walk instead of a hash of the thread id, and the kernel
