@@ -86,6 +86,12 @@ fn cuda_calls_by_pid_exactly() {
         ("cuMemAllocPitch_v2", 2),
         ("cudaFree", 3),
         ("cuMemFree_v2", 4),
+        ("cudaHostAlloc", 1),
+        ("cuMemHostAlloc", 1),
+        ("cudaMallocHost", 1),
+        ("cuMemAllocHost_v2", 3),
+        ("cudaFreeHost", 1),
+        ("cuMemFreeHost", 2),
         ("cudaLaunchKernel", 11),
         ("cudaLaunchKernelExC", 2),
         ("cudaLaunchCooperativeKernel", 1),
@@ -142,6 +148,26 @@ fn cuda_calls_by_pid_exactly() {
             1_051_876, 1_052_004, 1_051_704, 1_051_576
         ]
     );
+    // Pinned host memory is its own account and track; nested driver calls count once.
+    let pinned = &cuda(&out)["pinned_host"][0];
+    assert_eq!(
+        (
+            &pinned["peak_bytes"],
+            &pinned["live_bytes"],
+            &pinned["allocations"],
+            &pinned["frees"]
+        ),
+        (&json!(66_560), &json!(65_536), &json!(3), &json!(2))
+    );
+    assert_eq!(pinned["live"][0]["function"], "cudaHostAlloc");
+    let pinned_track: Vec<u64> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "CUDA pinned host memory (bytes)")
+        .map(|e| e["args"]["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pinned_track, [65_536, 66_536, 66_560, 65_560, 65_536]);
+
     let spans = out.spans();
     let mut pitched: Vec<(&str, u64)> = spans
         .iter()

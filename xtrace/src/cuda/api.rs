@@ -54,6 +54,14 @@ impl Direction {
     }
 }
 
+/// Which memory an allocation or free is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Space {
+    Device,
+    /// Page-locked host memory (`cudaHostAlloc`, PyTorch's `pin_memory`).
+    PinnedHost,
+}
+
 /// Where a copy's direction comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -92,9 +100,10 @@ pub enum Op {
         out: usize,
         size: Src,
         rows: Option<Src>,
+        space: Space,
     },
     /// Frees the allocation at argument `ptr`.
-    Free { ptr: usize },
+    Free { ptr: usize, space: Space },
     /// Blocks until a stream, event, or the device is done.
     Sync,
     /// `cudaGraphLaunch` / `cuGraphLaunch`.
@@ -113,8 +122,14 @@ impl Op {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => "launch",
             Op::Memcpy { .. } => "memcpy",
             Op::Memset { .. } => "memset",
-            Op::Alloc { .. } => "alloc",
-            Op::Free { .. } => "free",
+            Op::Alloc {
+                space: Space::Device, ..
+            } => "alloc",
+            Op::Free {
+                space: Space::Device, ..
+            } => "free",
+            Op::Alloc { .. } => "host_alloc",
+            Op::Free { .. } => "host_free",
             Op::Sync => "sync",
             Op::GraphLaunch => "graph",
             Op::GetFunction | Op::KernelGetFunction => "function",
@@ -141,7 +156,7 @@ impl Op {
                     }
             }
             Op::Memset { count, rows, .. } => src(count) | rows.map_or(0, src),
-            Op::Alloc { out, size, rows } => args::out(out) | src(size) | rows.map_or(0, src),
+            Op::Alloc { out, size, rows, .. } => args::out(out) | src(size) | rows.map_or(0, src),
             Op::Free { .. } | Op::Sync | Op::GraphLaunch => 0,
             Op::GetFunction => args::out(0) | args::string(2),
             Op::KernelGetFunction => args::out(0),
@@ -161,13 +176,30 @@ const fn f(name: &'static str, library: Library, op: Op) -> Function {
     Function { name, library, op }
 }
 
-/// An allocation of `size` bytes, its address stored through the first argument.
+/// An allocation of `size` bytes of device memory, its address stored through the first argument.
 const fn alloc(size: Src) -> Op {
     Op::Alloc {
         out: 0,
         size,
         rows: None,
+        space: Space::Device,
     }
+}
+
+/// `cudaMallocHost(void **ptr, size_t size)`, `cudaHostAlloc(void **ptr, size_t size, unsigned
+/// flags)` and their driver forms: page-locked host memory.
+const fn host_alloc() -> Op {
+    Op::Alloc {
+        out: 0,
+        size: Reg(1),
+        rows: None,
+        space: Space::PinnedHost,
+    }
+}
+
+/// Frees the allocation at the first argument.
+const fn free(space: Space) -> Op {
+    Op::Free { ptr: 0, space }
 }
 
 /// `cudaMallocPitch(void **ptr, size_t *pitch, size_t width, size_t height)` and
@@ -179,6 +211,7 @@ const fn pitched_alloc() -> Op {
         out: 0,
         size: Reg(2),
         rows: Some(Reg(3)),
+        space: Space::Device,
     }
 }
 
@@ -260,8 +293,11 @@ pub const FUNCTIONS: &[Function] = &[
     f("cudaMallocAsync", Runtime, alloc(Reg(1))),
     f("cudaMallocManaged", Runtime, alloc(Reg(1))),
     f("cudaMallocPitch", Runtime, pitched_alloc()),
-    f("cudaFree", Runtime, Op::Free { ptr: 0 }),
-    f("cudaFreeAsync", Runtime, Op::Free { ptr: 0 }),
+    f("cudaMallocHost", Runtime, host_alloc()),
+    f("cudaHostAlloc", Runtime, host_alloc()),
+    f("cudaFree", Runtime, free(Space::Device)),
+    f("cudaFreeAsync", Runtime, free(Space::Device)),
+    f("cudaFreeHost", Runtime, free(Space::PinnedHost)),
     f("cudaStreamSynchronize", Runtime, Op::Sync),
     f("cudaDeviceSynchronize", Runtime, Op::Sync),
     f("cudaEventSynchronize", Runtime, Op::Sync),
@@ -306,8 +342,11 @@ pub const FUNCTIONS: &[Function] = &[
     f("cuMemAllocAsync", Driver, alloc(Reg(1))),
     f("cuMemAllocManaged", Driver, alloc(Reg(1))),
     f("cuMemAllocPitch_v2", Driver, pitched_alloc()),
-    f("cuMemFree_v2", Driver, Op::Free { ptr: 0 }),
-    f("cuMemFreeAsync", Driver, Op::Free { ptr: 0 }),
+    f("cuMemAllocHost_v2", Driver, host_alloc()),
+    f("cuMemHostAlloc", Driver, host_alloc()),
+    f("cuMemFree_v2", Driver, free(Space::Device)),
+    f("cuMemFreeAsync", Driver, free(Space::Device)),
+    f("cuMemFreeHost", Driver, free(Space::PinnedHost)),
     f("cuStreamSynchronize", Driver, Op::Sync),
     f("cuCtxSynchronize", Driver, Op::Sync),
     f("cuEventSynchronize", Driver, Op::Sync),

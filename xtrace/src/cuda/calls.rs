@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN};
 
 use super::{
-    api::{Direction, Function, Kind, Op, Src},
+    api::{Direction, Function, Kind, Op, Space, Src},
     kernels::KernelNames,
 };
 use crate::pipeline::pending::Pending;
@@ -34,7 +34,7 @@ pub struct Allocation {
     pub function: &'static str,
 }
 
-/// Per-process device memory.
+/// One process's device or pinned host memory.
 #[derive(Clone, Debug, Default)]
 pub struct Memory {
     pub live: BTreeMap<u64, Allocation>,
@@ -53,7 +53,8 @@ pub struct Totals {
     pub launches: BTreeMap<String, u64>,
     /// (calls, bytes) per direction.
     pub copies: BTreeMap<Direction, (u64, u64)>,
-    pub memory: BTreeMap<u32, Memory>,
+    /// By memory and process.
+    pub memory: BTreeMap<(Space, u32), Memory>,
     /// (calls, bytes) of memsets.
     pub memsets: (u64, u64),
     /// (calls, ns blocked) in synchronization calls.
@@ -70,8 +71,8 @@ pub struct Totals {
 pub struct Rendered {
     /// trace.json `args` members (`,"bytes":4096`).
     pub values: String,
-    /// The process's live device memory after this call, when it changed.
-    pub memory: Option<u64>,
+    /// The process's live memory of that kind after this call, when it changed.
+    pub memory: Option<(Space, u64)>,
 }
 
 #[derive(Default)]
@@ -205,11 +206,13 @@ impl Calls {
                     self.totals.memsets.1 += n;
                 }
             }
-            Op::Alloc { size, rows, .. } => {
+            Op::Alloc {
+                size, rows, space, ..
+            } => {
                 let (n, ptr) = (rows_of(size, rows), call.out.unwrap_or(0));
                 values = format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values;
                 if count && ptr != 0 {
-                    let m = self.totals.memory.entry(pid).or_default();
+                    let m = self.totals.memory.entry((space, pid)).or_default();
                     let allocation = Allocation {
                         bytes: n,
                         tid,
@@ -223,19 +226,19 @@ impl Calls {
                     m.current += n;
                     m.peak = m.peak.max(m.current);
                     m.allocations += 1;
-                    memory = Some(m.current);
+                    memory = Some((space, m.current));
                 }
             }
-            Op::Free { ptr } => {
+            Op::Free { ptr, space } => {
                 let ptr = call.regs[ptr];
                 values = format!(",\"ptr\":\"{ptr:#x}\"") + &values;
                 if count && ptr != 0 {
-                    let m = self.totals.memory.entry(pid).or_default();
+                    let m = self.totals.memory.entry((space, pid)).or_default();
                     m.frees += 1;
                     match m.live.remove(&ptr) {
                         Some(old) => {
                             m.current -= old.bytes;
-                            memory = Some(m.current);
+                            memory = Some((space, m.current));
                         }
                         None => m.unknown_frees += 1,
                     }
@@ -338,15 +341,15 @@ impl Launch {
     }
 }
 
-/// The live allocations of every process, for summary.json (largest first).
-pub fn live(totals: &Totals) -> HashMap<u32, Vec<(u64, &Allocation)>> {
+/// The live allocations of every process and memory, for summary.json (largest first).
+pub fn live(totals: &Totals) -> HashMap<(Space, u32), Vec<(u64, &Allocation)>> {
     totals
         .memory
         .iter()
-        .map(|(pid, m)| {
+        .map(|(key, m)| {
             let mut live: Vec<(u64, &Allocation)> = m.live.iter().map(|(p, a)| (*p, a)).collect();
             live.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
-            (*pid, live)
+            (*key, live)
         })
         .collect()
 }

@@ -2,7 +2,12 @@
 use serde::Serialize;
 
 use super::summary::human;
-use crate::cuda::calls::{live, Totals};
+use std::collections::HashMap;
+
+use crate::cuda::{
+    api::Space,
+    calls::{live, Allocation, Totals},
+};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelLaunches {
@@ -31,7 +36,7 @@ pub struct LiveAllocation {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessMemory {
     pub pid: u32,
-    /// Device memory allocated by traced calls and not freed, at its highest and at the end.
+    /// Memory allocated by traced calls and not freed, at its highest and at the end.
     pub peak_bytes: u64,
     pub live_bytes: u64,
     pub allocations: u64,
@@ -50,7 +55,11 @@ pub struct CudaSummary {
     /// Calls to cudaMemset*, cuMemsetD* and the bytes they set.
     pub memset_calls: u64,
     pub memset_bytes: u64,
+    /// Device memory per process.
     pub memory: Vec<ProcessMemory>,
+    /// Page-locked host memory per process (cudaMallocHost, cudaHostAlloc, cuMemAllocHost_v2,
+    /// cuMemHostAlloc; freed by cudaFreeHost, cuMemFreeHost).
+    pub pinned_host: Vec<ProcessMemory>,
     /// Calls to cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize (and their
     /// driver forms) and the time the calling threads were blocked in them.
     pub sync_calls: u64,
@@ -60,6 +69,37 @@ pub struct CudaSummary {
     pub errors: std::collections::BTreeMap<&'static str, u64>,
     /// Calls whose arguments were lost (ring buffer full): in the counts above only by their span.
     pub calls_without_args: u64,
+}
+
+/// Every process's memory of kind `space`.
+fn per_process(
+    totals: &Totals,
+    space: Space,
+    live: &HashMap<(Space, u32), Vec<(u64, &Allocation)>>,
+) -> Vec<ProcessMemory> {
+    totals
+        .memory
+        .iter()
+        .filter(|((s, _), _)| *s == space)
+        .map(|(key, m)| ProcessMemory {
+            pid: key.1,
+            peak_bytes: m.peak,
+            live_bytes: m.current,
+            allocations: m.allocations,
+            frees: m.frees,
+            unknown_frees: m.unknown_frees,
+            live: live[key]
+                .iter()
+                .map(|(ptr, a)| LiveAllocation {
+                    ptr: format!("{ptr:#x}"),
+                    bytes: a.bytes,
+                    tid: a.tid,
+                    function: a.function,
+                    at_ns: a.at_ns,
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 impl CudaSummary {
@@ -87,28 +127,8 @@ impl CudaSummary {
                 .collect(),
             memset_calls: totals.memsets.0,
             memset_bytes: totals.memsets.1,
-            memory: totals
-                .memory
-                .iter()
-                .map(|(pid, m)| ProcessMemory {
-                    pid: *pid,
-                    peak_bytes: m.peak,
-                    live_bytes: m.current,
-                    allocations: m.allocations,
-                    frees: m.frees,
-                    unknown_frees: m.unknown_frees,
-                    live: live[pid]
-                        .iter()
-                        .map(|(ptr, a)| LiveAllocation {
-                            ptr: format!("{ptr:#x}"),
-                            bytes: a.bytes,
-                            tid: a.tid,
-                            function: a.function,
-                            at_ns: a.at_ns,
-                        })
-                        .collect(),
-                })
-                .collect(),
+            memory: per_process(totals, Space::Device, &live),
+            pinned_host: per_process(totals, Space::PinnedHost, &live),
             sync_calls: totals.sync.0,
             sync_blocked_ns: totals.sync.1,
             graph_launches: totals.graph_launches,
@@ -139,14 +159,19 @@ impl CudaSummary {
                 self.memset_calls, self.memset_bytes
             );
         }
-        for m in &self.memory {
-            out += &format!(
-                "  pid {}: peak device memory {} bytes, {} bytes in {} allocations still live\n",
-                m.pid,
-                m.peak_bytes,
-                m.live_bytes,
-                m.live.len()
-            );
+        for (what, list) in [
+            ("device memory", &self.memory),
+            ("pinned host memory", &self.pinned_host),
+        ] {
+            for m in list {
+                out += &format!(
+                    "  pid {}: peak {what} {} bytes, {} bytes in {} allocations still live\n",
+                    m.pid,
+                    m.peak_bytes,
+                    m.live_bytes,
+                    m.live.len()
+                );
+            }
         }
         for (function, n) in &self.errors {
             out += &format!("  {function} returned an error {n} times\n");

@@ -17,6 +17,7 @@ pub mod writer;
 
 use std::io::Write;
 
+use crate::cuda::api::Space;
 use crate::pipeline::{
     decode::Event,
     stats::ProbeStats,
@@ -28,6 +29,8 @@ use crate::pipeline::{
 
 /// The trace.json counter track of a process's live CUDA device memory.
 pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
+/// The trace.json counter track of a process's live pinned host memory.
+pub const CUDA_PINNED_TRACK: &str = "CUDA pinned host memory (bytes)";
 
 /// Everything the records of one recording feed into.
 pub struct Pipeline<W: Write + Send + 'static> {
@@ -177,12 +180,18 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             ..Default::default()
         })?;
         match rendered.memory {
-            Some(bytes) => self.emit(SpanOut {
+            Some((space, bytes)) => self.emit(SpanOut {
                 probe: span.probe_id as usize,
                 pid,
                 tid: pid,
                 start_ns: end_ns,
-                name: Some(CUDA_MEMORY_TRACK.into()),
+                name: Some(
+                    match space {
+                        Space::Device => CUDA_MEMORY_TRACK,
+                        Space::PinnedHost => CUDA_PINNED_TRACK,
+                    }
+                    .into(),
+                ),
                 counter: Some(bytes),
                 ..Default::default()
             }),
