@@ -65,6 +65,15 @@ fn launches<'a>(spans: &'a [Span], kernel: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.args["kernel"] == kernel).collect()
 }
 
+/// The byte values of trace.json's counter track `name`, in order.
+fn counter_track(out: &Outputs, name: &str) -> Vec<u64> {
+    out.events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == name)
+        .map(|e| e["args"]["bytes"].as_u64().unwrap_or(u64::MAX))
+        .collect()
+}
+
 #[test]
 fn cuda_calls_by_pid_exactly() {
     if !require_bpf() {
@@ -133,14 +142,8 @@ fn cuda_calls_by_pid_exactly() {
     let blocked = cuda(&out)["sync_blocked_ns"].as_u64().unwrap();
     assert!(blocked >= 13_000_000, "blocked {blocked} ns");
 
-    let counter: Vec<u64> = out
-        .events
-        .iter()
-        .filter(|e| e["ph"] == "C" && e["name"] == "CUDA device memory (bytes)")
-        .map(|e| e["args"]["bytes"].as_u64().unwrap())
-        .collect();
     assert_eq!(
-        counter,
+        counter_track(&out, "CUDA device memory (bytes)"),
         [
             1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576,
             // The pitched allocations count the bytes asked for (100 x 3, 64 x 2), not the
@@ -160,13 +163,10 @@ fn cuda_calls_by_pid_exactly() {
         (&json!(66_560), &json!(65_536), &json!(3), &json!(2))
     );
     assert_eq!(pinned["live"][0]["function"], "cudaHostAlloc");
-    let pinned_track: Vec<u64> = out
-        .events
-        .iter()
-        .filter(|e| e["ph"] == "C" && e["name"] == "CUDA pinned host memory (bytes)")
-        .map(|e| e["args"]["bytes"].as_u64().unwrap())
-        .collect();
-    assert_eq!(pinned_track, [65_536, 66_536, 66_560, 65_560, 65_536]);
+    assert_eq!(
+        counter_track(&out, "CUDA pinned host memory (bytes)"),
+        [65_536, 66_536, 66_560, 65_560, 65_536]
+    );
 
     let spans = out.spans();
     let mut pitched: Vec<(&str, u64)> = spans
