@@ -4,7 +4,7 @@
 //! direction, live device memory per process (a trace counter), time blocked in synchronization.
 //! A call made inside another CUDA call of the same category on the same thread (cudaMalloc
 //! calling cuMemAlloc) is the same operation and is counted once, by the outermost call.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN};
 
@@ -44,6 +44,15 @@ pub struct Memory {
     pub frees: u64,
     /// Frees of addresses no traced allocation returned (allocated before attach).
     pub unknown_frees: u64,
+}
+
+impl Memory {
+    /// The live allocations by address, largest first (lower address first among equals).
+    pub fn largest_first(&self) -> Vec<(u64, &Allocation)> {
+        let mut live: Vec<(u64, &Allocation)> = self.live.iter().map(|(p, a)| (*p, a)).collect();
+        live.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        live
+    }
 }
 
 /// Totals for summary.json.
@@ -339,17 +348,4 @@ impl Launch {
             self.stream
         )
     }
-}
-
-/// The live allocations of every process and memory, for summary.json (largest first).
-pub fn live(totals: &Totals) -> HashMap<(Space, u32), Vec<(u64, &Allocation)>> {
-    totals
-        .memory
-        .iter()
-        .map(|(key, m)| {
-            let mut live: Vec<(u64, &Allocation)> = m.live.iter().map(|(p, a)| (*p, a)).collect();
-            live.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
-            (*key, live)
-        })
-        .collect()
 }

@@ -2,12 +2,7 @@
 use serde::Serialize;
 
 use super::summary::human;
-use std::collections::HashMap;
-
-use crate::cuda::{
-    api::Space,
-    calls::{live, Allocation, Totals},
-};
+use crate::cuda::{api::Space, calls::Totals};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelLaunches {
@@ -72,24 +67,21 @@ pub struct CudaSummary {
 }
 
 /// Every process's memory of kind `space`.
-fn per_process(
-    totals: &Totals,
-    space: Space,
-    live: &HashMap<(Space, u32), Vec<(u64, &Allocation)>>,
-) -> Vec<ProcessMemory> {
+fn per_process(totals: &Totals, space: Space) -> Vec<ProcessMemory> {
     totals
         .memory
         .iter()
         .filter(|((s, _), _)| *s == space)
-        .map(|(key, m)| ProcessMemory {
-            pid: key.1,
+        .map(|(&(_, pid), m)| ProcessMemory {
+            pid,
             peak_bytes: m.peak,
             live_bytes: m.current,
             allocations: m.allocations,
             frees: m.frees,
             unknown_frees: m.unknown_frees,
-            live: live[key]
-                .iter()
+            live: m
+                .largest_first()
+                .into_iter()
                 .map(|(ptr, a)| LiveAllocation {
                     ptr: format!("{ptr:#x}"),
                     bytes: a.bytes,
@@ -113,7 +105,6 @@ impl CudaSummary {
             })
             .collect();
         launches.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.kernel.cmp(&b.kernel)));
-        let live = live(totals);
         CudaSummary {
             launches,
             memcpy: totals
@@ -127,8 +118,8 @@ impl CudaSummary {
                 .collect(),
             memset_calls: totals.memsets.0,
             memset_bytes: totals.memsets.1,
-            memory: per_process(totals, Space::Device, &live),
-            pinned_host: per_process(totals, Space::PinnedHost, &live),
+            memory: per_process(totals, Space::Device),
+            pinned_host: per_process(totals, Space::PinnedHost),
             sync_calls: totals.sync.0,
             sync_blocked_ns: totals.sync.1,
             graph_launches: totals.graph_launches,
