@@ -60,6 +60,32 @@ fn longjmp_leaves_unmatched_entries() {
     }
 }
 
+/// A longjmp from the deepest of six recursive calls back into the third: each return is paired
+/// with its own call (the entry's argument is the recursion level, equal to the span's depth), and
+/// the three calls left behind are unmatched. Pairing a return with the innermost open call of the
+/// same function would give ljr(2)'s return ljr(5)'s entry.
+#[test]
+fn longjmp_inside_recursion_pairs_each_return_with_its_own_call() {
+    if !require_bpf() {
+        return;
+    }
+    let out = trace(&fixtures().calls, &["ljrecurse"], &["ljr(i32) -> i32"]);
+    let spans = out.spans_named("ljr");
+    assert_eq!(spans.len(), 6);
+    let mut levels: Vec<(u64, i64, i64)> = spans
+        .iter()
+        .map(|s| {
+            let arg = s.args["arg0"].as_i64().unwrap();
+            assert_eq!(s.args["ret"].as_i64(), Some(arg), "{s:?}");
+            (s.depth, arg, s.start_ns())
+        })
+        .collect();
+    levels.sort_by_key(|&(_, _, start)| start);
+    let pairs: Vec<(u64, i64)> = levels.iter().map(|&(d, a, _)| (d, a)).collect();
+    assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (0, 0), (1, 1), (2, 2)]);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6);
+}
+
 /// An exception thrown inside `thrower` and caught in `catcher`: tracing the catching function is
 /// safe and exact. (Tracing `thrower` itself would abort the process: the kernel's return probe
 /// replaces its return address, which the C++ unwinder cannot walk; xtrace warns about it.)

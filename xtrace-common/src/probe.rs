@@ -77,7 +77,20 @@ pub mod counter {
     pub const COUNT: u32 = 4;
 }
 
-/// Per-thread stack of open calls: entry timestamps and probe ids, innermost last.
+/// One open call on a thread's `EntryStack`; 24 bytes, so a call's fields share a cache line.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OpenCall {
+    pub start_ns: u64,
+    /// The stack pointer at entry: the address of the call's return-address slot. Its return
+    /// finds the stack pointer 8 bytes above it, so a return is paired with exactly its own call,
+    /// even in recursion after a longjmp or an exception.
+    pub frame: u64,
+    pub probe_id: u32,
+    pub _pad: u32,
+}
+
+/// Per-thread stack of open calls, innermost last.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct EntryStack {
@@ -85,10 +98,9 @@ pub struct EntryStack {
     pub depth: u32,
     /// Set once the thread's `ThreadEvent` is sent.
     pub announced: u32,
-    pub start_ns: [u64; MAX_DEPTH],
-    pub probe_id: [u32; MAX_DEPTH],
+    pub calls: [OpenCall; MAX_DEPTH],
 }
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), integer fields only, no padding (8 + 512 + 256 bytes).
+// SAFETY: repr(C), integer fields only, no padding (8 + 64 x 24 bytes).
 unsafe impl aya::Pod for EntryStack {}

@@ -2,6 +2,7 @@
 //! BPF attach cookies on uprobes).
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
 mod floor;
 mod lifecycle;

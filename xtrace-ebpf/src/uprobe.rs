@@ -18,13 +18,14 @@ use xtrace_common::{
         ArgsEvent, EventHeader, OutEvent, SpanEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN, KIND_ARGS,
         KIND_OUT, KIND_SPAN, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
     },
-    probe::{args, counter, EntryStack, LOG2_BUCKETS, MAX_DEPTH},
+    probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
 
 use crate::maps::{
     args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS, OUT_PTRS,
     SHORT_CALLS, STACKS,
 };
+use crate::regs::user_sp;
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -58,7 +59,8 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         stack.announced = 1;
         announce_thread(key, now);
     }
-    let depth = stack.depth as usize;
+    let frame = user_sp(ctx.regs);
+    let depth = drop_dead(stack, frame, probe_id);
     if depth >= MAX_DEPTH {
         // The kernel installs no return probe this deep (its uretprobe nesting limit is 64 per
         // task), so this call is neither stacked nor expected back.
@@ -66,8 +68,12 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let slot = depth & (MAX_DEPTH - 1);
-    stack.start_ns[slot] = now;
-    stack.probe_id[slot] = probe_id;
+    stack.calls[slot] = OpenCall {
+        start_ns: now,
+        frame,
+        probe_id,
+        _pad: 0,
+    };
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
         write_args(ctx, key, probe_id, now, depth as u8);
@@ -208,19 +214,49 @@ pub fn header(kind: u32, pid_tgid: u64, ts_ns: u64) -> EventHeader {
     }
 }
 
-/// Index of the innermost open call of `probe_id` below `depth`, if any. A call whose return was
-/// missed (longjmp, exceptions, attach order) is skipped over rather than mispaired. The scan goes
+/// Drops the entries a new call at `frame` proves dead, counting them unmatched, and returns the
+/// depth left. A frame below `frame` has been unwound (its function was left by longjmp or an
+/// exception); so has one at `frame` of the same probe (the caller called the function again). An
+/// entry at `frame` of another probe may be alive: a tail call reuses its caller's slot, and the
+/// kernel returns from both. Each step tests one entry, so the verifier walks the loop once.
+#[inline(always)]
+fn drop_dead(stack: &mut EntryStack, frame: u64, probe_id: u32) -> usize {
+    let depth = (stack.depth as usize).min(MAX_DEPTH);
+    let mut left = depth;
+    for i in 0..MAX_DEPTH {
+        if i >= depth {
+            break;
+        }
+        let top = &stack.calls[(depth - 1 - i) & (MAX_DEPTH - 1)];
+        if top.frame > frame || (top.frame == frame && top.probe_id != probe_id) {
+            break;
+        }
+        left = depth - 1 - i;
+    }
+    if left != depth {
+        count_n(counter::UNMATCHED_ENTRIES, (depth - left) as u64);
+        stack.depth = left as u32;
+    }
+    left
+}
+
+/// Index of the open call of `probe_id` whose return-address slot is `frame`, if any: the call this
+/// return ends. Entries above it were left without returning (longjmp, exceptions). The scan goes
 /// from the innermost entry down and stops at the first match, so the verifier walks each step once;
 /// slots are masked loop counters, never unchecked values read from the map.
 #[inline(always)]
-fn find_open(stack: &EntryStack, depth: usize, probe_id: u32) -> Option<usize> {
+fn find_open(stack: &EntryStack, depth: usize, probe_id: u32, frame: u64) -> Option<usize> {
     for i in 0..MAX_DEPTH {
         if i >= depth {
             return None;
         }
         let slot = (depth - 1 - i) & (MAX_DEPTH - 1);
-        if stack.probe_id[slot] == probe_id {
+        let call = &stack.calls[slot];
+        if call.frame == frame && call.probe_id == probe_id {
             return Some(slot);
+        }
+        if call.frame > frame {
+            return None; // an outer frame: this call's entry was not recorded
         }
     }
     None
@@ -277,7 +313,8 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         return Ok(0); // a return whose entry was not seen
     }
     let depth = depth.min(MAX_DEPTH);
-    let Some(slot) = find_open(stack, depth, probe_id) else {
+    let frame = user_sp(ctx.regs).wrapping_sub(8);
+    let Some(slot) = find_open(stack, depth, probe_id, frame) else {
         return Ok(0);
     };
     // Entries above the matched one were left without returning (longjmp, exceptions).
@@ -286,7 +323,7 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         count_n(counter::UNMATCHED_ENTRIES, abandoned as u64);
     }
     stack.depth = slot as u32;
-    let start_ns = stack.start_ns[slot & (MAX_DEPTH - 1)];
+    let start_ns = stack.calls[slot & (MAX_DEPTH - 1)].start_ns;
     let duration = now.saturating_sub(start_ns);
     let outs = out_spec(probe_id);
     if outs != 0 {
