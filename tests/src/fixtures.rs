@@ -35,6 +35,9 @@ pub struct Fixtures {
     /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4, then
     /// catcher x4 calling thrower, which throws twice.
     pub matrix: PathBuf,
+    /// `matrix` built with -O2: GCC splits catcher and thrower, moving their exception paths to
+    /// `catcher(int) [clone .cold]` and `thrower(int) [clone .cold]`.
+    pub matrix_o2: PathBuf,
     /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit`, `durations` (see calls.c).
     pub calls: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
@@ -103,6 +106,7 @@ fn build() -> Fixtures {
         uselib: out.join("uselib"),
         many: out.join("many"),
         matrix: out.join("matrix"),
+        matrix_o2: out.join("matrix-o2"),
         calls: out.join("calls"),
         usdt: out.join("usdt"),
         profile: out.join("profile"),
@@ -127,6 +131,7 @@ fn build() -> Fixtures {
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(&[src.join("many.c")], &fixtures.many, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
+    compile(&[src.join("matrix.cpp")], &fixtures.matrix_o2, &["-O2"]);
     compile(&[src.join("spans.c")], &fixtures.spans, &[]);
     compile(
         &[src.join("libxtfix.c")],

@@ -88,6 +88,26 @@ fn demangled_cpp_glob() {
     assert_eq!(out.spans().len(), 10);
 }
 
+/// GCC moves a function's unlikely paths (here the exception paths) into a `.cold` part that the
+/// function jumps to. It is no function: probing it would put a return probe on a word that is
+/// no return address. Neither `-u` nor `list symbols` offers it, and tracing the function whose
+/// cold part holds its catch block counts every call.
+#[test]
+fn cold_parts_of_split_functions_are_not_functions() {
+    if !require_bpf() {
+        return;
+    }
+    let matrix = fixtures().matrix_o2.to_str().expect("UTF-8 path").to_owned();
+    let (code, rows, stderr) = list(&[&matrix, "*er(int)*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut names: Vec<&str> = rows.iter().filter_map(|r| r.split_whitespace().nth(3)).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["catcher(int)", "thrower(int)"], "{rows:?}");
+    let out = trace(&fixtures().matrix_o2, &["catcher"], "glob-cold");
+    assert_eq!(probe_names(&out), ["catcher(int)"]);
+    assert_eq!(out.probe_count("catcher(int)"), 4);
+}
+
 #[test]
 fn list_symbols_shows_what_uprobe_attaches() {
     if !require_bpf() {

@@ -61,6 +61,13 @@ pub struct ElfSymbols {
     pub cxx_exceptions: bool,
 }
 
+/// Whether `name` is the cold part of a function GCC split in two (`f.cold`, or `f.cold.N` before
+/// GCC 9): code the function jumps to, never calls. It is no function entry: a return probe there
+/// would replace whatever word is on top of the stack, not a return address.
+fn is_cold_part(name: &str) -> bool {
+    name.ends_with(".cold") || name.contains(".cold.")
+}
+
 impl ElfSymbols {
     /// Reads the function symbols of `path`. `shown` is the path to name in errors (the file may be
     /// opened through /proc/PID/root or /proc/PID/exe).
@@ -94,7 +101,7 @@ impl ElfSymbols {
                 continue;
             }
             let Ok(name) = symbol.name() else { continue };
-            if name.is_empty() {
+            if name.is_empty() || is_cold_part(name) {
                 continue;
             }
             let address = symbol.address();
