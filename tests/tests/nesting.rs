@@ -1,7 +1,8 @@
 //! Nesting: 64 levels of recursion recorded (deeper levels counted as too deep), calls left by
-//! longjmp or by their thread exiting are counted as unmatched entries and never mis-paired with
-//! another return, a C++ exception caught in a traced function; several processes traced at once. Fixtures: `calls` (modes
-//! `recurse`, `longjmp`, `threadexit`), `matrix` (catcher/thrower), `uselib` (lib_work x 7).
+//! longjmp (also inside recursion) or by their thread exiting are counted as unmatched entries and
+//! never mis-paired with another return, a C++ exception caught in a traced function; several
+//! processes traced at once. Fixtures: `calls` (modes `recurse`, `longjmp`, `ljrecurse`,
+//! `threadexit`), `matrix` (catcher/thrower), `uselib` (lib_work x 7).
 
 use xtrace_tests::{
     args,
