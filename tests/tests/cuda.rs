@@ -92,9 +92,10 @@ fn cuda_calls_by_pid_exactly() {
         ("cudaMalloc", 4),
         ("cuMemAlloc_v2", 5),
         ("cudaMallocPitch", 1),
-        ("cuMemAllocPitch_v2", 2),
-        ("cudaFree", 3),
-        ("cuMemFree_v2", 4),
+        ("cudaMalloc3D", 1),
+        ("cuMemAllocPitch_v2", 3),
+        ("cudaFree", 4),
+        ("cuMemFree_v2", 5),
         ("cudaHostAlloc", 1),
         ("cuMemHostAlloc", 1),
         ("cudaMallocHost", 1),
@@ -128,8 +129,8 @@ fn cuda_calls_by_pid_exactly() {
     let memory = &cuda(&out)["memory"][0];
     assert_eq!(memory["peak_bytes"], 1_063_864);
     assert_eq!(memory["live_bytes"], 1_051_576);
-    assert_eq!(memory["allocations"], 6);
-    assert_eq!(memory["frees"], 4);
+    assert_eq!(memory["allocations"], 7);
+    assert_eq!(memory["frees"], 5);
     assert_eq!(memory["unknown_frees"], 0);
     let live: Vec<(u64, &str)> = memory["live"]
         .as_array()
@@ -146,9 +147,9 @@ fn cuda_calls_by_pid_exactly() {
         counter_track(&out, "CUDA device memory (bytes)"),
         [
             1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576,
-            // The pitched allocations count the bytes asked for (100 x 3, 64 x 2), not the
-            // 128-byte rows the stand-in driver pads them to.
-            1_051_876, 1_052_004, 1_051_704, 1_051_576
+            // The pitched allocations count the bytes asked for (100 x 3, 64 x 2, and
+            // 16 x 4 x 2 by cudaMalloc3D), not the 128-byte rows the stand-in driver pads them to.
+            1_051_876, 1_052_004, 1_051_704, 1_051_576, 1_051_704, 1_051_576
         ]
     );
     // Pinned host memory is its own account and track; nested driver calls count once.
@@ -171,7 +172,7 @@ fn cuda_calls_by_pid_exactly() {
     let spans = out.spans();
     let mut pitched: Vec<(&str, u64)> = spans
         .iter()
-        .filter(|s| s.name.contains("Pitch"))
+        .filter(|s| s.name.contains("Pitch") || s.name.contains("3D"))
         .map(|s| (s.name.as_str(), s.args["bytes"].as_u64().unwrap_or(0)))
         .collect();
     pitched.sort_unstable();
@@ -179,7 +180,9 @@ fn cuda_calls_by_pid_exactly() {
         pitched,
         [
             ("cuMemAllocPitch_v2", 128),
+            ("cuMemAllocPitch_v2", 128),
             ("cuMemAllocPitch_v2", 300),
+            ("cudaMalloc3D", 128),
             ("cudaMallocPitch", 300)
         ]
     );

@@ -48,13 +48,13 @@ fn libraries_loaded_after_attach_are_traced() {
     ];
     notices.sort();
     let pid = fixture.pid();
-    // Every function of xtrace's CUDA table that the stand-ins export: 28 in cudart.c, 32 in
+    // Every function of xtrace's CUDA table that the stand-ins export: 29 in cudart.c, 32 in
     // cudadrv.c.
     assert_eq!(
         notices,
         [
             format!(
-                "xtrace: attached 28 CUDA probes to {}, loaded by pid {pid} after the start",
+                "xtrace: attached 29 CUDA probes to {}, loaded by pid {pid} after the start",
                 canonical(&runtime)
             ),
             format!(

@@ -95,11 +95,13 @@ pub enum Op {
         element: u64,
     },
     /// An allocation of `size` bytes (`rows` of them, for pitched allocations, whose row padding
-    /// is not counted) whose address the call stores through argument `out`.
+    /// is not counted; `layers` times that, for 3D ones) whose address the call stores through
+    /// argument `out`.
     Alloc {
         out: usize,
         size: Src,
         rows: Option<Src>,
+        layers: Option<Src>,
         space: Space,
     },
     /// Frees the allocation at argument `ptr`.
@@ -156,7 +158,13 @@ impl Op {
                     }
             }
             Op::Memset { count, rows, .. } => src(count) | rows.map_or(0, src),
-            Op::Alloc { out, size, rows, .. } => args::out(out) | src(size) | rows.map_or(0, src),
+            Op::Alloc {
+                out,
+                size,
+                rows,
+                layers,
+                ..
+            } => args::out(out) | src(size) | rows.map_or(0, src) | layers.map_or(0, src),
             Op::Free { .. } | Op::Sync | Op::GraphLaunch => 0,
             Op::GetFunction => args::out(0) | args::string(2),
             Op::KernelGetFunction => args::out(0),
@@ -182,6 +190,7 @@ const fn alloc(size: Src) -> Op {
         out: 0,
         size,
         rows: None,
+        layers: None,
         space: Space::Device,
     }
 }
@@ -193,6 +202,7 @@ const fn host_alloc() -> Op {
         out: 0,
         size: Reg(1),
         rows: None,
+        layers: None,
         space: Space::PinnedHost,
     }
 }
@@ -211,6 +221,20 @@ const fn pitched_alloc() -> Op {
         out: 0,
         size: Reg(2),
         rows: Some(Reg(3)),
+        layers: None,
+        space: Space::Device,
+    }
+}
+
+/// `cudaMalloc3D(cudaPitchedPtr *ptr, cudaExtent extent)`: width x height x depth bytes as asked.
+/// The 24-byte extent is passed in memory, in the first three stack slots; the pitched pointer's
+/// first field is the address. The pitch CUDA picks is its second field, which is not read.
+const fn alloc_3d() -> Op {
+    Op::Alloc {
+        out: 0,
+        size: Stack(0),
+        rows: Some(Stack(1)),
+        layers: Some(Stack(2)),
         space: Space::Device,
     }
 }
@@ -293,6 +317,7 @@ pub const FUNCTIONS: &[Function] = &[
     f("cudaMallocAsync", Runtime, alloc(Reg(1))),
     f("cudaMallocManaged", Runtime, alloc(Reg(1))),
     f("cudaMallocPitch", Runtime, pitched_alloc()),
+    f("cudaMalloc3D", Runtime, alloc_3d()),
     f("cudaMallocHost", Runtime, host_alloc()),
     f("cudaHostAlloc", Runtime, host_alloc()),
     f("cudaFree", Runtime, free(Space::Device)),

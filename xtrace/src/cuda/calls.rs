@@ -216,9 +216,14 @@ impl Calls {
                 }
             }
             Op::Alloc {
-                size, rows, space, ..
+                size,
+                rows,
+                layers,
+                space,
+                ..
             } => {
-                let (n, ptr) = (rows_of(size, rows), call.out.unwrap_or(0));
+                let n = rows_of(size, rows).saturating_mul(layers.map_or(1, get));
+                let ptr = call.out.unwrap_or(0);
                 values = format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values;
                 if count && ptr != 0 {
                     let m = self.totals.memory.entry((space, pid)).or_default();
