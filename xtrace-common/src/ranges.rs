@@ -7,3 +7,97 @@ pub const SOURCE_XTRACE: u64 = 1;
 pub const SOURCE_NVTX: u64 = 2;
 /// Intel ITT (through the collector).
 pub const SOURCE_ITT: u64 = 3;
+
+/// One USDT probe of the tool library (provider `xtrace`): its name, its `<sys/sdt.h>` argument
+/// string (8-byte registers), and which arguments are strings (pointers to NUL-terminated UTF-8;
+/// argument 0 is always the source).
+pub struct Probe {
+    pub name: &'static str,
+    pub args: &'static str,
+    pub strings: &'static [bool],
+}
+
+/// Every probe the tool library fires. The tool checks each of its call sites against this table
+/// when it is compiled ([`declared`]); xtrace attaches to exactly these.
+pub const PROBES: [Probe; 6] = [
+    Probe {
+        name: "range_push",
+        args: "8@%rdi 8@%rsi 8@%rdx",
+        strings: &[false, true, true],
+    },
+    Probe {
+        name: "range_pop",
+        args: "8@%rdi 8@%rsi",
+        strings: &[false, true],
+    },
+    Probe {
+        name: "range_start",
+        args: "8@%rdi 8@%rsi 8@%rdx 8@%r8",
+        strings: &[false, true, true, false],
+    },
+    Probe {
+        name: "range_end",
+        args: "8@%rdi 8@%rsi",
+        strings: &[false, false],
+    },
+    Probe {
+        name: "mark",
+        args: "8@%rdi 8@%rsi 8@%rdx",
+        strings: &[false, true, true],
+    },
+    Probe {
+        name: "thread_name",
+        args: "8@%rdi 8@%rsi 8@%rdx",
+        strings: &[false, false, true],
+    },
+];
+
+/// Byte-wise string equality, usable in constants.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Number of arguments in a `<sys/sdt.h>` argument string (one `@` each).
+const fn arg_count(args: &str) -> usize {
+    let bytes = args.as_bytes();
+    let (mut i, mut n) = (0, 0);
+    while i < bytes.len() {
+        if bytes[i] == b'@' {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// Whether [`PROBES`] has a probe `name` with argument string `args`.
+pub const fn declared(name: &str, args: &str) -> bool {
+    let mut i = 0;
+    while i < PROBES.len() {
+        if same(PROBES[i].name, name) && same(PROBES[i].args, args) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+// Every probe says, for each of its arguments, whether it is a string.
+const _: () = {
+    let mut i = 0;
+    while i < PROBES.len() {
+        assert!(arg_count(PROBES[i].args) == PROBES[i].strings.len());
+        i += 1;
+    }
+};

@@ -15,6 +15,8 @@ use super::{
         spec::{RangeOp, UsdtArgType, UsdtSpec},
     },
 };
+use xtrace_common::ranges::PROBES;
+
 use crate::{
     error::{Error, Result},
     pipeline::ranges::Wanted,
@@ -41,16 +43,18 @@ pub fn shipped() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// The probes of the tool library: name, what a hit does, and which arguments are strings
-/// (every probe's argument 0 is its source, `xtrace_common::ranges::SOURCE_*`).
-const PROBES: &[(&str, RangeOp, &[bool])] = &[
-    ("range_push", RangeOp::Push, &[false, true, true]),
-    ("range_pop", RangeOp::Pop, &[false, true]),
-    ("range_start", RangeOp::Start, &[false, true, true, false]),
-    ("range_end", RangeOp::End, &[false, false]),
-    ("mark", RangeOp::Mark, &[false, true, true]),
-    ("thread_name", RangeOp::ThreadName, &[false, false, true]),
-];
+/// What a hit of the tool library's probe `name` (`xtrace_common::ranges::PROBES`) does.
+fn op(name: &str) -> Option<RangeOp> {
+    Some(match name {
+        "range_push" => RangeOp::Push,
+        "range_pop" => RangeOp::Pop,
+        "range_start" => RangeOp::Start,
+        "range_end" => RangeOp::End,
+        "mark" => RangeOp::Mark,
+        "thread_name" => RangeOp::ThreadName,
+        _ => return None,
+    })
+}
 
 /// Whether `path` is a tool library (by its file name, wherever it was installed).
 pub fn is_tool(path: &std::path::Path) -> bool {
@@ -105,22 +109,26 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -
     let specs: Vec<UsdtSpec> = files
         .iter()
         .flat_map(|file| {
-            PROBES.iter().map(move |(name, op, strings)| UsdtSpec {
-                text: format!("{}:xtrace:{name}", file.display()),
-                target: Some(TargetSpec::Path(file.clone())),
-                provider: "xtrace".into(),
-                name: (*name).into(),
-                types: strings
-                    .iter()
-                    .map(|&s| {
-                        if s {
-                            UsdtArgType::As(ArgType::Str)
-                        } else {
-                            UsdtArgType::Note
-                        }
-                    })
-                    .collect(),
-                range: Some(*op),
+            PROBES.iter().filter_map(move |probe| {
+                let name = probe.name;
+                Some(UsdtSpec {
+                    text: format!("{}:xtrace:{name}", file.display()),
+                    target: Some(TargetSpec::Path(file.clone())),
+                    provider: "xtrace".into(),
+                    name: name.into(),
+                    types: probe
+                        .strings
+                        .iter()
+                        .map(|&s| {
+                            if s {
+                                UsdtArgType::As(ArgType::Str)
+                            } else {
+                                UsdtArgType::Note
+                            }
+                        })
+                        .collect(),
+                    range: Some(op(name)?),
+                })
             })
         })
         .collect();
@@ -150,5 +158,16 @@ fn missing(scope: &Scope, wanted: Wanted) -> Error {
             "{flag}: {TOOL_LIBRARY} is not next to the xtrace binary; build it with `cargo build -p \
              xtrace-tool` or set {TOOL_ENV} to its path"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// xtrace knows what a hit of each of the tool library's probes does.
+    #[test]
+    fn every_tool_probe_has_an_op() {
+        for probe in &xtrace_common::ranges::PROBES {
+            assert!(super::op(probe.name).is_some(), "{}", probe.name);
+        }
     }
 }

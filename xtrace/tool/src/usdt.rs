@@ -50,11 +50,16 @@ pub(crate) use enabled;
 /// Arguments sit in fixed registers (the SysV argument registers), so every build of the library
 /// has the same notes.
 ///
-/// Emits one call site: the nop, and its note (`.note.stapsdt`, type 3: the site's address, the
+/// Emits one call site (its name and argument string checked, when compiled, against
+/// `xtrace_common::ranges::PROBES`, the table xtrace attaches by): the nop, and its note (`.note.stapsdt`, type 3: the site's address, the
 /// `.stapsdt.base` address for prelink adjustment, the semaphore's address, provider, name, and
 /// the argument string), plus the comdat `.stapsdt.base` section `<sys/sdt.h>` also emits.
 macro_rules! site {
     ($semaphore:ident, $name:literal, $args:literal, $($reg:tt = $arg:expr),+) => {
+        const _: () = assert!(
+            xtrace_common::ranges::declared($name, $args),
+            "a call site whose name and arguments are not in xtrace_common::ranges::PROBES"
+        );
         // SAFETY: the template is a nop plus data in non-loaded sections; it reads no memory
         // itself (the tracer reads the arguments' pointees), touches no stack or flags.
         unsafe {
