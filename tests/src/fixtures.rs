@@ -38,8 +38,11 @@ pub struct Fixtures {
     /// `matrix` built with -O2: GCC splits catcher and thrower, moving their exception paths to
     /// `catcher(int) [clone .cold]` and `thrower(int) [clone .cold]`.
     pub matrix_o2: PathBuf,
-    /// `calls`: modes `args`, `recurse`, `longjmp`, `threadexit`, `durations` (see calls.c).
+    /// `calls`: modes `args`, `recurse`, `longjmp`, `ljrecurse`, `threadexit`, `durations` (see
+    /// calls.c).
     pub calls: PathBuf,
+    /// `calls` built with `-fcf-protection=full`: every function starts with `endbr64`.
+    pub calls_cet: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
     pub usdt: PathBuf,
     /// `profile split|syscalls|jit MS` (see profile.c), with frame pointers (-O0).
@@ -108,6 +111,7 @@ fn build() -> Fixtures {
         matrix: out.join("matrix"),
         matrix_o2: out.join("matrix-o2"),
         calls: out.join("calls"),
+        calls_cet: out.join("calls-cet"),
         usdt: out.join("usdt"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
@@ -129,6 +133,11 @@ fn build() -> Fixtures {
     );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
+    compile(
+        &[src.join("calls.c")],
+        &fixtures.calls_cet,
+        &["-fcf-protection=full"],
+    );
     compile(&[src.join("many.c")], &fixtures.many, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix_o2, &["-O2"]);

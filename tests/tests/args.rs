@@ -2,22 +2,69 @@
 //! fixture (mode `args`: argfn(K, -1000K, NAMES[K % 3], -K, 60000 + K, -2^40 - K) returns -7K for
 //! K = 0..8). Every value is asserted exactly in trace.json, and summary.json's per-probe values.
 
+use std::{path::Path, process::Command};
+
 use serde_json::{json, Value};
 use xtrace_tests::{
     fixtures::{fixtures, Fixture},
-    output::u64_field,
+    output::{u64_field, Outputs},
     require_bpf,
     run::trace_new_fixture,
-    TempDir,
+    xtrace_bin, TempDir,
 };
+
+const SPEC: &str = "argfn(u64, i32, str, i8, u16, i64) -> i32";
+
+/// The entry-probe offset summary.json gives `argfn`, and the symbol's offset `xtrace list
+/// symbols` shows.
+fn argfn_offsets(out: &Outputs, program: &Path) -> (String, u64) {
+    let listed = Command::new(xtrace_bin())
+        .args(["list", "symbols"])
+        .arg(program)
+        .arg("argfn")
+        .output()
+        .expect("running xtrace list symbols");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let row = stdout.lines().nth(1).expect("one row under the header");
+    let offset = row.split_whitespace().next().expect("OFFSET column");
+    let offset = u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset");
+    let probed = out.probe("argfn")["offset"].as_str().expect("offset").to_owned();
+    (probed, offset)
+}
 
 #[test]
 fn integer_string_and_return_values_exactly() {
     if !require_bpf() {
         return;
     }
-    let spec = "argfn(u64, i32, str, i8, u16, i64) -> i32";
-    let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &[spec], "args");
+    let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &[SPEC], "args");
+    assert_argfn_values(&out);
+    let (probed, symbol) = argfn_offsets(&out, &fixtures().calls);
+    assert_eq!(
+        probed,
+        format!("{symbol:#x}"),
+        "no endbr64: the probe is on the first instruction"
+    );
+}
+
+/// Code built with `-fcf-protection` starts every function with `endbr64`, which x86 uprobes
+/// single-step (~10 µs a hit, as `cargo xtask bench`'s stepped site shows) where they emulate the
+/// `push` that follows. The entry probe goes on that next instruction and sees the same
+/// arguments, return address and return value.
+#[test]
+fn entry_probe_goes_after_endbr64() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace_new_fixture(&fixtures().calls_cet, &["args"], &[SPEC], "args-cet");
+    assert_argfn_values(&out);
+    let (probed, symbol) = argfn_offsets(&out, &fixtures().calls_cet);
+    assert_eq!(probed, format!("{:#x}", symbol + 4));
+}
+
+/// argfn(K, -1000K, NAMES[K % 3], -K, 60000 + K, -2^40 - K) returning -7K for K = 0..8, in
+/// trace.json and summary.json.
+fn assert_argfn_values(out: &Outputs) {
     let mut spans: Vec<&Value> = out
         .events
         .iter()

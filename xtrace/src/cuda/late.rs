@@ -59,7 +59,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
             name: "dlopen".into(),
             kind: LOADER_KIND,
             target: libc.shown.display().to_string(),
-            offset: dlopen.file_offset,
+            offset: dlopen.probe_offset,
             capture: Capture {
                 args: vec![ArgType::Str],
                 ret: None,
@@ -71,7 +71,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
         attachments.push(Attachment {
             probe_id: id,
             file: libc,
-            offset: dlopen.file_offset,
+            offset: dlopen.probe_offset,
             scope: scope_index,
         });
     }
@@ -155,12 +155,12 @@ impl Late {
                 let probe = &mut plan.probes[id as usize];
                 if !probe.is_placed() {
                     probe.target = file.shown.display().to_string();
-                    probe.offset = symbol.file_offset;
+                    probe.offset = symbol.probe_offset;
                 }
                 attachments.push(Attachment {
                     probe_id: id,
                     file: file.clone(),
-                    offset: symbol.file_offset,
+                    offset: symbol.probe_offset,
                     scope,
                 });
             }

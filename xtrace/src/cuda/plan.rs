@@ -93,11 +93,11 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
                     }
                     continue;
                 };
-                let id = probe_id(plan, &file, symbol.file_offset, function);
+                let id = probe_id(plan, &file, symbol.probe_offset, function);
                 plan.attachments.push(Attachment {
                     probe_id: id,
                     file: file.clone(),
-                    offset: symbol.file_offset,
+                    offset: symbol.probe_offset,
                     scope: scope_index,
                 });
             }

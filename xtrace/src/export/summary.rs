@@ -8,6 +8,10 @@ pub struct ProbeSummary {
     pub name: String,
     pub kind: &'static str,
     pub target: String,
+    /// A function probe's place in `target`: the file offset of the instruction its entry probe
+    /// is on, in hex (after a leading `endbr64`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
     #[serde(flatten)]
     pub stats: Distribution,
     /// With `--min-duration`: calls shorter than it, counted and timed in the kernel (included in
@@ -283,6 +287,7 @@ mod tests {
                 name: "work".into(),
                 kind: "uprobe",
                 target: "/bin/app".into(),
+                offset: Some("0x1139".into()),
                 stats: Distribution {
                     count: 4,
                     total_ns: 4_000,

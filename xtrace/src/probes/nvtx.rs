@@ -184,7 +184,7 @@ pub fn plan(
                 name: function.name.into(),
                 kind: KIND,
                 target: file.shown.display().to_string(),
-                offset: symbol.file_offset,
+                offset: symbol.probe_offset,
                 capture: Default::default(),
             });
             if added {
@@ -200,7 +200,7 @@ pub fn plan(
             site.probe_id = id;
             plan.usdt_sites.push(SiteAttachment {
                 file: file.clone(),
-                offset: symbol.file_offset,
+                offset: symbol.probe_offset,
                 ref_ctr_offset: 0,
                 scope,
                 site,

@@ -141,6 +141,8 @@ pub fn write(
             name: p.name.clone(),
             kind: p.kind,
             target: p.target.clone(),
+            offset: matches!(p.kind, "uprobe" | "cuda" | "loader" | "nvtx")
+                .then(|| format!("{:#x}", p.offset)),
             stats: s.distribution(),
             below_min_duration: run.min_duration_ns.map(|_| s.short),
             values,
