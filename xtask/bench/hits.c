@@ -2,7 +2,9 @@
  *
  * Two functions with the same body, differing only in their first instruction:
  *   emulated_site  starts with `nop`, which x86 uprobes emulate (cheap hit);
- *   stepped_site   starts with `lea`, which the kernel must single-step (expensive hit).
+ *   stepped_site   starts with `lea`, which the kernel must single-step (expensive hit);
+ *   cet_site       starts with `endbr64`, as every function of code built with -fcf-protection
+ *                  does (Ubuntu's default), then `nop`: the kernel single-steps `endbr64`.
  * The bench checks both first instructions with objdump before trusting any number.
  *
  * Every mode waits for one line on stdin first, so a tracer can attach before the first call.
@@ -26,6 +28,11 @@ __attribute__((noinline)) long emulated_site(long x) {
 }
 
 __attribute__((noinline)) long stepped_site(long x) {
+    return x * 3 + 1;
+}
+
+__attribute__((noinline)) long cet_site(long x) {
+    __asm__ volatile("endbr64\n\tnop");
     return x * 3 + 1;
 }
 
@@ -85,6 +92,8 @@ int main(int argc, char **argv) {
         site = emulated_site;
     else if (strcmp(argv[2], "stepped_site") == 0)
         site = stepped_site;
+    else if (strcmp(argv[2], "cet_site") == 0)
+        site = cet_site;
     else
         usage();
     int threads = 1;

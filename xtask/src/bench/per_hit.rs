@@ -1,5 +1,7 @@
 //! Per-hit cost on the same fixture function, once on a site whose first instruction x86 uprobes
-//! emulate (`emulated_site`, nop) and once on one the kernel single-steps (`stepped_site`, lea):
+//! emulate (`emulated_site`, nop), once on one the kernel single-steps (`stepped_site`, lea), and
+//! once on one that starts with `endbr64` then `nop` (`cet_site`, as code built with
+//! -fcf-protection does; xtrace and the floor probe the nop after it, bpftrace the `endbr64`):
 //! unprobed, the bare floors (an empty uprobe; an empty uprobe + uretprobe, the hooks a span
 //! needs), an xtrace span, bpftrace count() and bpftrace printf. The cost
 //! of a hit is the median ns per call under the tool minus the median unprobed ns per call; runs
@@ -20,6 +22,7 @@ use super::{
 enum Site {
     Emulated,
     Stepped,
+    Cet,
 }
 
 impl Site {
@@ -27,6 +30,7 @@ impl Site {
         match self {
             Self::Emulated => "emulated_site",
             Self::Stepped => "stepped_site",
+            Self::Cet => "cet_site",
         }
     }
 
@@ -34,6 +38,7 @@ impl Site {
         match self {
             Self::Emulated => "emulated (nop)",
             Self::Stepped => "stepped (lea)",
+            Self::Cet => "CET (endbr64, nop)",
         }
     }
 
@@ -45,12 +50,15 @@ impl Site {
             (Self::Emulated, _) => 1_000_000,
             (Self::Stepped, Tool::BpftracePrintf) => 50_000,
             (Self::Stepped, _) => 100_000,
+            // bpftrace single-steps the endbr64; xtrace and the floor hit the nop after it.
+            (Self::Cet, Tool::BpftracePrintf | Tool::BpftraceCount) => 50_000,
+            (Self::Cet, _) => 1_000_000,
         }
     }
 }
 
 pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
-    for site in [Site::Emulated, Site::Stepped] {
+    for site in [Site::Emulated, Site::Stepped, Site::Cet] {
         measure(env, cfg, site, report);
     }
     Ok(())

@@ -129,7 +129,13 @@ fn check_sites(hits: &Path) -> Result<()> {
             "stepped_site starts with `{s}`, which is not single-stepped: the compiler changed the fixture"
         );
     }
-    eprintln!("bench: emulated_site starts with `{e}`, stepped_site with `{s}` (objdump)");
+    let c = first("cet_site")?;
+    if !c.starts_with("endbr64") {
+        bail!("cet_site starts with `{c}`, not endbr64: the compiler changed the fixture");
+    }
+    eprintln!(
+        "bench: emulated_site starts with `{e}`, stepped_site with `{s}`, cet_site with `{c}` (objdump)"
+    );
     Ok(())
 }
 
