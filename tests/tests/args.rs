@@ -2,15 +2,16 @@
 //! fixture (mode `args`: argfn(K, -1000K, NAMES[K % 3], -K, 60000 + K, -2^40 - K) returns -7K for
 //! K = 0..8). Every value is asserted exactly in trace.json, and summary.json's per-probe values.
 
-use std::{path::Path, process::Command};
+use std::path::Path;
 
 use serde_json::{json, Value};
 use xtrace_tests::{
+    args,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::trace_new_fixture,
-    xtrace_bin, TempDir,
+    run::{trace_new_fixture, Xtrace},
+    TempDir,
 };
 
 const SPEC: &str = "argfn(u64, i32, str, i8, u16, i64) -> i32";
@@ -18,14 +19,9 @@ const SPEC: &str = "argfn(u64, i32, str, i8, u16, i64) -> i32";
 /// The entry-probe offset summary.json gives `argfn`, and the symbol's offset `xtrace list
 /// symbols` shows.
 fn argfn_offsets(out: &Outputs, program: &Path) -> (String, u64) {
-    let listed = Command::new(xtrace_bin())
-        .args(["list", "symbols"])
-        .arg(program)
-        .arg("argfn")
-        .output()
-        .expect("running xtrace list symbols");
-    let stdout = String::from_utf8_lossy(&listed.stdout);
-    let row = stdout.lines().nth(1).expect("one row under the header");
+    let listed = Xtrace::spawn(args!["list", "symbols", program, "argfn"]).wait();
+    listed.assert_success();
+    let row = listed.stdout.lines().nth(1).expect("one row under the header");
     let offset = row.split_whitespace().next().expect("OFFSET column");
     let offset = u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset");
     let probed = out.probe("argfn")["offset"].as_str().expect("offset").to_owned();

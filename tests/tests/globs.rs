@@ -4,14 +4,14 @@
 //! more matches than --max-probes, a stripped file. Fixtures: `many` (glob_fn_K called K % 5 + 1
 //! times, other_fn 4 times, glob_fn_alias = glob_fn_000) and `matrix` (C++).
 
-use std::{path::Path, process::Command};
+use std::{ffi::OsString, path::Path, process::Command};
 
 use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{run_error, trace_new_fixture},
-    xtrace_bin, TempDir,
+    run::{run_error, trace_new_fixture, Xtrace},
+    TempDir,
 };
 
 fn trace(program: &Path, probes: &[&str], label: &str) -> Outputs {
@@ -20,15 +20,11 @@ fn trace(program: &Path, probes: &[&str], label: &str) -> Outputs {
 
 /// `xtrace list symbols ARGS...`: (exit code, stdout rows without the header, stderr).
 fn list(args: &[&str]) -> (Option<i32>, Vec<String>, String) {
-    let output = Command::new(xtrace_bin())
-        .args(["list", "symbols"])
-        .args(args)
-        .output()
-        .expect("running xtrace list symbols");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let rows = stdout.lines().skip(1).map(str::to_owned).collect();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    (output.status.code(), rows, stderr)
+    let mut argv = xtrace_tests::args!["list", "symbols"];
+    argv.extend(args.iter().map(OsString::from));
+    let finished = Xtrace::spawn(argv).wait();
+    let rows = finished.stdout.lines().skip(1).map(str::to_owned).collect();
+    (finished.status.code(), rows, finished.stderr.join("\n"))
 }
 
 fn probe_names(out: &Outputs) -> Vec<String> {
