@@ -247,6 +247,25 @@ const fn memset(count: Src, element: u64) -> Op {
     }
 }
 
+/// `cudaMemcpy2D[Async](dst, dpitch, src, spitch, width, height, kind[, stream])`: width x height
+/// bytes, the kind in the first stack slot.
+const fn copy_2d() -> Op {
+    Op::Memcpy {
+        bytes: Reg(4),
+        rows: Some(Reg(5)),
+        kind: Kind::Arg(Stack(0)),
+    }
+}
+
+/// `cudaMemset2D[Async](ptr, pitch, value, width, height[, stream])`: width x height bytes.
+const fn memset_2d() -> Op {
+    Op::Memset {
+        count: Reg(3),
+        rows: Some(Reg(4)),
+        element: 1,
+    }
+}
+
 const fn copy(bytes: Src, kind: Kind) -> Op {
     Op::Memcpy {
         bytes,
@@ -268,24 +287,8 @@ pub const FUNCTIONS: &[Function] = &[
     f("cudaLaunchKernelExC_ptsz", Runtime, Op::LaunchRuntimeEx),
     f("cudaMemcpy", Runtime, copy(Reg(2), Kind::Arg(Reg(3)))),
     f("cudaMemcpyAsync", Runtime, copy(Reg(2), Kind::Arg(Reg(3)))),
-    f(
-        "cudaMemcpy2D",
-        Runtime,
-        Op::Memcpy {
-            bytes: Reg(4),
-            rows: Some(Reg(5)),
-            kind: Kind::Arg(Stack(0)),
-        },
-    ),
-    f(
-        "cudaMemcpy2DAsync",
-        Runtime,
-        Op::Memcpy {
-            bytes: Reg(4),
-            rows: Some(Reg(5)),
-            kind: Kind::Arg(Stack(0)),
-        },
-    ),
+    f("cudaMemcpy2D", Runtime, copy_2d()),
+    f("cudaMemcpy2DAsync", Runtime, copy_2d()),
     f("cudaMemcpyToSymbol", Runtime, copy(Reg(2), Kind::Arg(Reg(4)))),
     f("cudaMemcpyFromSymbol", Runtime, copy(Reg(2), Kind::Arg(Reg(4)))),
     f(
@@ -295,24 +298,8 @@ pub const FUNCTIONS: &[Function] = &[
     ),
     f("cudaMemset", Runtime, memset(Reg(2), 1)),
     f("cudaMemsetAsync", Runtime, memset(Reg(2), 1)),
-    f(
-        "cudaMemset2D",
-        Runtime,
-        Op::Memset {
-            count: Reg(3),
-            rows: Some(Reg(4)),
-            element: 1,
-        },
-    ),
-    f(
-        "cudaMemset2DAsync",
-        Runtime,
-        Op::Memset {
-            count: Reg(3),
-            rows: Some(Reg(4)),
-            element: 1,
-        },
-    ),
+    f("cudaMemset2D", Runtime, memset_2d()),
+    f("cudaMemset2DAsync", Runtime, memset_2d()),
     f("cudaMalloc", Runtime, alloc(Reg(1))),
     f("cudaMallocAsync", Runtime, alloc(Reg(1))),
     f("cudaMallocManaged", Runtime, alloc(Reg(1))),
