@@ -61,7 +61,8 @@ pub struct UsdtSite {
     pub probe_id: u32,
     /// Arguments in use in `args`.
     pub nargs: u8,
-    /// Some argument is read as a string: the site writes a `UsdtStrEvent`.
+    /// One past the last argument read as a string (0: none); a site with strings writes a
+    /// `UsdtStrEvent` cut after that argument's string slot.
     pub strings: u8,
     pub _pad: [u8; 2],
     pub args: [UsdtArg; MAX_USDT_ARGS],

@@ -2,31 +2,27 @@
 //! attach cookie, reads the site's arguments from the registers and user memory as its note says,
 //! and writes a `UsdtEvent` (a `UsdtStrEvent` when some argument is read as a string). Pairing
 //! begin/end probes into spans happens in user space.
+use core::ptr;
+
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
-    macros::{map, uprobe},
-    maps::PerCpuArray,
+    macros::uprobe,
     programs::ProbeContext,
     EbpfContext,
 };
 use xtrace_common::{
-    event::{UsdtEvent, UsdtStrEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT},
-    probe::counter,
+    event::{UsdtEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT},
     usdt::{arg_kind, string_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
 };
 
 use crate::{
-    maps::{count, output_flags, reserve, submit_flags, thread_traced, EVENTS, USDT_SITES},
+    maps::{reserve, submit_flags, thread_traced, USDT_SITES},
     uprobe::header,
 };
-
-/// Where a USDT hit with strings is built before it is sent.
-#[map]
-static USDT_SCRATCH: PerCpuArray<UsdtStrEvent> = PerCpuArray::with_max_entries(1, 0);
 
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
@@ -60,58 +56,94 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
     entry.submit(submit_flags(core::mem::size_of::<UsdtEvent>()));
 }
 
-/// A hit of a site that reads strings: built in this CPU's scratch record, then sent up to its
-/// last string read (a range push sends 336 of the record's 928 bytes, a pop without a domain
-/// 144), so the ring and the reader move a third of the bytes.
+/// A hit of a site that reads strings, written in place in a ring record that ends with the slot
+/// of the site's last string argument (a range push sends 336 bytes, a pop 272, where a record
+/// with every slot would take 912). Reservations need a size known when verified, so the record
+/// comes in a few sizes ([`send_with_strings`]). Nothing is built in a per-CPU scratch buffer
+/// first: uprobe programs run with migration, not preemption, disabled, so on a preemptible kernel
+/// another thread's hit on the same CPU could overwrite it.
 #[inline(always)]
 fn write_with_strings(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u64, now: u64) {
-    let Some(scratch) = USDT_SCRATCH.get_ptr_mut(0) else {
-        return;
-    };
-    let mut used = USDT_STRINGS_AT;
-    // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program runs.
-    let event = unsafe { &mut *scratch };
-    fill(
+    let hit = Hit {
         ctx,
-        &mut event.event,
         site,
         site_index,
         pid_tgid,
         now,
-        KIND_USDT_STR,
-    );
-    event.str_len = [0; MAX_USDT_ARGS];
-    event._pad = [0; 4];
-    for i in 0..MAX_USDT_ARGS {
-        if i >= site.nargs as usize || site.args[i].string == 0 {
-            continue;
-        }
-        let pointer = event.event.args[i] as *const u8;
-        // A NULL string (no domain, say) is common; reading it would cost a page fault.
-        if pointer.is_null() {
-            continue;
-        }
-        let dst = &mut event.strings[i];
-        event.str_len[i] = if site.args[i].string == string_kind::RAW {
-            read_raw(pointer, dst)
-        } else {
-            // SAFETY: the helper checks the user address.
-            match unsafe { bpf_probe_read_user_str_bytes(pointer, dst) } {
-                // The helper's count includes the NUL; the slice it returns does not.
-                Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
-                Err(_) => 0,
+    };
+    match site.strings {
+        1 => send_with_strings::<1>(&hit),
+        2 => send_with_strings::<2>(&hit),
+        3 => send_with_strings::<3>(&hit),
+        4 => send_with_strings::<4>(&hit),
+        5 | 6 => send_with_strings::<6>(&hit),
+        _ => send_with_strings::<MAX_USDT_ARGS>(&hit),
+    }
+}
+
+/// What [`fill`] needs of one hit.
+struct Hit<'a> {
+    ctx: &'a ProbeContext,
+    site: &'a UsdtSite,
+    site_index: u32,
+    pid_tgid: u64,
+    now: u64,
+}
+
+/// A [`UsdtStrEvent`] cut after its first `SLOTS` string slots.
+#[repr(C)]
+struct StrRecord<const SLOTS: usize> {
+    event: UsdtEvent,
+    str_len: [u8; MAX_USDT_ARGS],
+    _pad: [u8; 4],
+    strings: [[u8; ARG_STR_LEN]; SLOTS],
+}
+
+const _: () = assert!(core::mem::offset_of!(StrRecord<1>, strings) == USDT_STRINGS_AT);
+
+/// Sends the hit with its string arguments among the first `SLOTS` read into their slots.
+#[inline(always)]
+fn send_with_strings<const SLOTS: usize>(hit: &Hit) {
+    let Some(mut entry) = reserve::<StrRecord<SLOTS>>() else {
+        return;
+    };
+    let record = entry.as_mut_ptr();
+    let site = hit.site;
+    // SAFETY: `record` points at a reserved record of StrRecord<SLOTS>'s size. Every field but
+    // the string slots is written below; a slot's bytes count only up to its `str_len` (0 for a
+    // slot not read), so an unread slot may keep whatever the ring held.
+    unsafe {
+        fill(
+            hit.ctx,
+            &mut (*record).event,
+            site,
+            hit.site_index,
+            hit.pid_tgid,
+            hit.now,
+            KIND_USDT_STR,
+        );
+        ptr::addr_of_mut!((*record).str_len).write([0; MAX_USDT_ARGS]);
+        ptr::addr_of_mut!((*record)._pad).write([0; 4]);
+        for i in 0..SLOTS {
+            let pointer = (*record).event.args[i] as *const u8;
+            // A NULL string (no domain, say) is common; reading it would cost a page fault.
+            if i >= site.nargs as usize || site.args[i].string == 0 || pointer.is_null() {
+                continue;
             }
-        };
-        if event.str_len[i] != 0 {
-            used = USDT_STRINGS_AT + (i + 1) * ARG_STR_LEN;
+            let dst = &mut (*record).strings[i];
+            (*record).str_len[i] = if site.args[i].string == string_kind::RAW {
+                read_raw(pointer, dst)
+            } else {
+                // The helper checks the user address.
+                match bpf_probe_read_user_str_bytes(pointer, dst) {
+                    // The helper's count includes the NUL; the slice it returns does not.
+                    Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
+                    Err(_) => 0,
+                }
+            };
         }
     }
-    let size = used.min(core::mem::size_of::<UsdtStrEvent>());
-    // SAFETY: `scratch` holds a whole UsdtStrEvent; `size` is at most its size.
-    let record = unsafe { core::slice::from_raw_parts(scratch as *const u8, size) };
-    if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
-        count(counter::LOST_RING_FULL);
-    }
+    entry.submit(submit_flags(core::mem::size_of::<StrRecord<SLOTS>>()));
 }
 
 /// `ARG_STR_LEN` bytes at `pointer` as they are; when that fails (the string ends near the end

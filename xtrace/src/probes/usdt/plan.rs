@@ -266,7 +266,7 @@ pub fn kernel_form(
         let string = types.get(i).map_or(string_kind::NONE, |t| t.string_kind());
         site.args[i] = arg.to_kernel(string).map_err(|e| format!("argument {i}: {e}"))?;
         if string != string_kind::NONE {
-            site.strings = 1;
+            site.strings = (i + 1) as u8;
         }
     }
     Ok((site, args.iter().map(|a| a.signed).collect()))
