@@ -120,8 +120,29 @@ pub fn count(index: u32) {
 #[inline(always)]
 pub fn count_n(index: u32, n: u64) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
-        unsafe { *slot += n };
+        // SAFETY: `slot` is a live, aligned u64 map value.
+        unsafe { add(slot, n) };
+    }
+}
+
+/// Adds `n` to the per-CPU u64 at `slot` with one atomic add. A plain `+=` could lose counts: uprobe
+/// programs run with migration, not preemption, disabled, so on a preemptible kernel another
+/// thread's program on the same CPU can run between its load and store, and a sampling program
+/// (NMI) can interrupt any of them.
+///
+/// # Safety
+/// `slot` points at a live, 8-byte-aligned u64 map value.
+#[inline(always)]
+pub unsafe fn add(slot: *mut u64, n: u64) {
+    // SAFETY: as the caller promises. Written in assembly: the BPF target has no atomic
+    // read-modify-write in `core::sync::atomic`.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({slot} + 0) += {n}",
+            slot = in(reg) slot,
+            n = in(reg) n,
+            options(nostack, preserves_flags),
+        );
     }
 }
 

@@ -3,6 +3,8 @@
 //! writes a `ThreadEvent` with its name. The attach cookie is the probe id. Probes whose spec asks
 //! for arguments also write an `ArgsEvent` at entry; every span carries the return register.
 //! Linux 5.15+ (attach cookies).
+use core::ptr;
+
 use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
@@ -22,8 +24,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS, OUT_PTRS,
-    SHORT_CALLS, STACKS,
+    add, args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
+    OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::user_sp;
 
@@ -262,23 +264,28 @@ fn find_open(stack: &EntryStack, depth: usize, probe_id: u32, frame: u64) -> Opt
     None
 }
 
-/// Adds a call shorter than `--min-duration` to its probe's per-CPU summary.
+/// Adds a call shorter than `--min-duration` to its probe's per-CPU summary. The count, total and
+/// histogram are atomic adds (see [`add`]), so no call goes uncounted; min and max are plain
+/// stores, which a program preempted between its compare and store could leave one call wide.
 #[inline(always)]
 fn count_short(probe_id: u32, duration: u64) {
     let Some(short) = SHORT_CALLS.get_ptr_mut(probe_id) else {
         return;
     };
-    // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
-    let short = unsafe { &mut *short };
-    if short.count == 0 || duration < short.min_ns {
-        short.min_ns = duration;
+    // SAFETY: a live per-CPU map value of u64 fields; the bucket index is masked in range.
+    unsafe {
+        let first = (*short).count == 0;
+        if first || duration < (*short).min_ns {
+            (*short).min_ns = duration;
+        }
+        if duration > (*short).max_ns {
+            (*short).max_ns = duration;
+        }
+        add(ptr::addr_of_mut!((*short).count), 1);
+        add(ptr::addr_of_mut!((*short).total_ns), duration);
+        let bucket = log2_bucket(duration) & (LOG2_BUCKETS - 1);
+        add(ptr::addr_of_mut!((*short).log2[bucket]), 1);
     }
-    if duration > short.max_ns {
-        short.max_ns = duration;
-    }
-    short.count += 1;
-    short.total_ns += duration;
-    short.log2[log2_bucket(duration) & (LOG2_BUCKETS - 1)] += 1;
 }
 
 /// 0 for 0, else 1 + floor(log2(value)): bucket i holds [2^(i-1), 2^i). Shifts only (no loop), so
