@@ -8,7 +8,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_fixture_to_exit, Finished},
+    run::{trace_fixture_to_exit, trace_fixture_with, Finished},
     TempDir,
 };
 
@@ -181,4 +181,51 @@ fn thread_name_metadata_for_each_thread() {
             "no thread_name metadata for tid {tid}: {thread_names:?}"
         );
     }
+}
+
+#[test]
+fn overhead_counts_each_program_run_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let (threads, calls) = (2u64, 500u64);
+    let mut fixture = Fixture::spawn(
+        &fixtures().spans,
+        &["threads", &threads.to_string(), &calls.to_string()],
+    );
+    fixture.wait_ready_tids();
+    let tmp = TempDir::new("overhead");
+    let out_dir = tmp.join("out");
+    let finished = trace_fixture_with(
+        &mut fixture,
+        xtrace_tests::args!["-u", "work", "--overhead"],
+        &[],
+        &out_dir,
+    );
+    let out = Outputs::read(&out_dir);
+    let costs = out.summary["overhead"].as_array().expect("summary.json overhead");
+    let runs = |name: &str| {
+        let cost = costs
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in overhead: {costs:?}"));
+        let (runs, ns) = (u64_field(cost, "runs"), u64_field(cost, "run_time_ns"));
+        assert!(ns > 0, "{name} took time: {cost}");
+        let per_run = cost["ns_per_run"].as_f64().expect("ns_per_run");
+        assert!((per_run * runs as f64 - ns as f64).abs() < 1.0, "{cost}");
+        runs
+    };
+    // One entry and one return per call; nothing else attached to `work` ran.
+    assert_eq!(runs("span_enter"), threads * calls);
+    assert_eq!(runs("span_exit"), threads * calls);
+    assert!(
+        finished
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("overhead: xtrace's kernel programs ran for ")
+                && l.contains("span_enter 1000 × ")
+                && l.contains("span_exit 1000 × ")),
+        "summary line: {}",
+        finished.stdout
+    );
 }

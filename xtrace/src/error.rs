@@ -82,6 +82,8 @@ pub enum Error {
     },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    #[error("--overhead: the kernel refused to turn on BPF run-time statistics ({0}); it needs CAP_SYS_ADMIN: run xtrace as root, or drop --overhead")]
+    Overhead(String),
 }
 
 impl Error {

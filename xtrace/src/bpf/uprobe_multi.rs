@@ -195,6 +195,10 @@ impl MultiProgram {
         &self.name
     }
 
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Attaches this program at every offset of `target` in one link.
     pub fn attach(&self, target: &MultiTarget) -> io::Result<MultiLink> {
         let path = CString::new(target.path.as_os_str().as_bytes())

@@ -84,6 +84,12 @@ pub struct RecordArgs {
     #[arg(long = "warn-over", value_name = "PATTERN=DURATION", value_parser = parse_warn_rule)]
     pub warn_over: Vec<crate::pipeline::warnings::WarnRule>,
 
+    /// Measure xtrace's own kernel programs while recording (the kernel's BPF run-time
+    /// statistics): runs and time per program in summary.json `overhead` and the summary. Adds
+    /// two clock reads to every probe hit while on.
+    #[arg(long = "overhead")]
+    pub overhead: bool,
+
     /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
     /// thread must belong to one of the processes.
     #[arg(long = "tid", value_name = "TID")]

@@ -72,6 +72,9 @@ pub struct RunInfo {
     pub uprobes: usize,
     /// `--min-duration` in ns; null when every call was sent as a span.
     pub min_duration_ns: Option<u64>,
+    /// With `--overhead`: xtrace's kernel programs that ran, most time first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Vec<crate::bpf::overhead::ProgramCost>>,
 }
 
 /// The version of the capture format (summary.json, trace.json, stacks.folded) this xtrace writes
@@ -166,6 +169,10 @@ impl Summary {
             self.stop_reason.replace('_', " "),
             self.lost_events
         );
+        if let Some(costs) = &self.run.overhead {
+            out += &crate::bpf::overhead::line(costs);
+            out.push('\n');
+        }
         if let Some(command) = &self.command {
             let status = match (command.exit_code, command.signal) {
                 (Some(code), _) => format!("exited with status {code}"),
@@ -275,6 +282,7 @@ mod tests {
                 attach_mechanism: "uprobe_multi",
                 uprobes: 2,
                 min_duration_ns: None,
+                overhead: None,
             },
             stop_reason: "targets_exited",
             lost_events: 0,

@@ -68,6 +68,11 @@ pub struct Attached {
 }
 
 impl Attached {
+    /// (name, file descriptor) of each program loaded for uprobe_multi links.
+    pub fn program_fds(&self) -> Vec<(&str, std::os::fd::BorrowedFd<'_>)> {
+        self.programs.iter().map(|p| (p.name(), p.fd())).collect()
+    }
+
     fn new(mechanism: Mechanism) -> Self {
         Attached {
             mechanism,

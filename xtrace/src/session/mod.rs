@@ -297,6 +297,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         observer.warning(notice);
     }
 
+    let stats_on = args.overhead.then(bpf::overhead::enable).transpose()?;
     let attach_started = Instant::now();
     let mut ebpf = bpf::load(&bpf::LoadOptions {
         ring_bytes: args.buffer_size,
@@ -423,6 +424,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     // Detach first so nothing new arrives, then read what is left.
     let detach_started = Instant::now();
     let (mechanism, uprobes) = (attached.mechanism, attached.uprobes);
+    // Read before detaching: detaching unloads the uprobe_multi programs.
+    let overhead = stats_on.map(|_on| bpf::overhead::read(&ebpf, &attached.program_fds()));
     attached.detach(&mut ebpf);
     drop(ebpf);
     let detach_ns = detach_started.elapsed().as_nanos() as u64;
@@ -453,6 +456,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             attach_mechanism: mechanism.name(),
             min_duration_ns: args.min_duration,
             uprobes,
+            overhead,
         };
         finish::write(
             &out,
