@@ -37,6 +37,25 @@ fn trace_by_pid(
     (Outputs::read(&out), tids, finished)
 }
 
+/// Launches `python SCRIPT` (a tests/fixtures script) under `xtrace --nvtx`; expects both to
+/// succeed and no program left, and returns the outputs and how xtrace finished.
+fn launch_nvtx(script_name: &str, tmp: &TempDir) -> (Outputs, Finished) {
+    let out_dir = tmp.join("out");
+    let before = xtrace_tests::bpf::Programs::snapshot();
+    let finished = Xtrace::spawn(args![
+        "--nvtx",
+        "-o",
+        &out_dir,
+        "--",
+        python(),
+        script(script_name)
+    ])
+    .wait();
+    finished.assert_success();
+    before.assert_none_left();
+    (Outputs::read(&out_dir), finished)
+}
+
 /// `ranges run` (the xtrace_range_* C fixture) traced by pid with `flags`.
 fn trace_ranges_fixture(flags: Vec<std::ffi::OsString>, tmp: &TempDir) -> (Outputs, (u64, u64), Finished) {
     let mut fixture = Fixture::spawn(&fixtures().ranges, &["run"]);
@@ -182,26 +201,13 @@ fn nvtx_python_client_launched() {
         return;
     }
     let tmp = TempDir::new("ranges-nvtx");
-    let out_dir = tmp.join("out");
-    let before = xtrace_tests::bpf::Programs::snapshot();
-    let finished = Xtrace::spawn(args![
-        "--nvtx",
-        "-o",
-        &out_dir,
-        "--",
-        python(),
-        script("nvtx_ranges.py")
-    ])
-    .wait();
-    finished.assert_success();
-    before.assert_none_left();
+    let (out, finished) = launch_nvtx("nvtx_ranges.py", &tmp);
     let line = finished
         .stdout
         .lines()
         .find(|l| l.starts_with("tid "))
         .expect("the fixture's tid line");
     let (main, worker) = tids(line);
-    let out = Outputs::read(&out_dir);
     assert_eq!(
         range_counts(&out),
         owned(&[
@@ -397,18 +403,7 @@ fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
     }
     // Launched: xtrace sets NVTX_INJECTION64_PATH, libnvToolsExt forwards every call to the tool.
     let tmp = TempDir::new("ranges-nvtx-v2-tool");
-    let out_dir = tmp.join("out");
-    let finished = Xtrace::spawn(args![
-        "--nvtx",
-        "-o",
-        &out_dir,
-        "--",
-        python(),
-        script("nvtx_v2.py")
-    ])
-    .wait();
-    finished.assert_success();
-    let out = Outputs::read(&out_dir);
+    let (out, _) = launch_nvtx("nvtx_v2.py", &tmp);
     assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
     assert_eq!(range(&out, "load", "push")["domain"], "io");
     assert_eq!(range(&out, "reg", "mark")["domain"], "io");
