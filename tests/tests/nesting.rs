@@ -1,8 +1,9 @@
 //! Nesting: 64 levels of recursion recorded (deeper levels counted as too deep), calls left by
-//! longjmp (also inside recursion) or by their thread exiting are counted as unmatched entries and
-//! never mis-paired with another return, a C++ exception caught in a traced function; several
-//! processes traced at once. Fixtures: `calls` (modes `recurse`, `longjmp`, `ljrecurse`,
-//! `threadexit`), `matrix` (catcher/thrower), `uselib` (lib_work x 7).
+//! longjmp (also inside recursion), by a C++ exception or by their thread exiting are counted as
+//! unmatched entries and never mis-paired with another return; exits probed at `ret` and
+//! tail-call instructions (`--exits`) pair like return probes; several processes traced at once.
+//! Fixtures: `calls` (modes `recurse`, `longjmp`, `ljrecurse`, `threadexit`, `tail`), `matrix`
+//! (catcher/thrower, at -O0 and -O2), `uselib` (lib_work x 7).
 
 use xtrace_tests::{
     args,
@@ -10,12 +11,44 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_new_fixture, Xtrace},
+    run::{trace_fixture_with, trace_new_fixture, Finished, Xtrace},
     TempDir,
 };
 
+use std::ffi::OsString;
+
 fn trace(program: &std::path::Path, mode: &[&str], probes: &[&str]) -> Outputs {
     trace_new_fixture(program, mode, probes, "nesting").0
+}
+
+/// Traces fixture `program` (run as `program mode...`) with `xtrace -p PID FLAGS...`.
+fn trace_with(program: &std::path::Path, mode: &[&str], flags: Vec<OsString>) -> (Outputs, Finished) {
+    trace_with_env(program, mode, flags, &[])
+}
+
+/// [`trace_with`] with environment variables for xtrace.
+fn trace_with_env(
+    program: &std::path::Path,
+    mode: &[&str],
+    flags: Vec<OsString>,
+    env: &[(&str, &str)],
+) -> (Outputs, Finished) {
+    let mut fixture = Fixture::spawn(program, mode);
+    fixture.wait_ready();
+    let tmp = TempDir::new("nesting-flags");
+    let out = tmp.join("out");
+    let finished = trace_fixture_with(&mut fixture, flags, env, &out);
+    (Outputs::read(&out), finished)
+}
+
+/// (arg0, ret) of each span of `name`, in start order.
+fn arg_and_ret(out: &Outputs, name: &str) -> Vec<(i64, i64)> {
+    let mut spans = out.spans_named(name);
+    spans.sort_by_key(|s| s.start_ns());
+    spans
+        .iter()
+        .map(|s| (s.args["arg0"].as_i64().unwrap(), s.args["ret"].as_i64().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -87,23 +120,164 @@ fn longjmp_inside_recursion_pairs_each_return_with_its_own_call() {
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6);
 }
 
-/// An exception thrown inside `thrower` and caught in `catcher`: tracing the catching function is
-/// safe and exact. (Tracing `thrower` itself would abort the process: the kernel's return probe
-/// replaces its return address, which the C++ unwinder cannot walk; xtrace warns about it.)
+/// Exceptions thrown inside `thrower` (for odd i) and caught in `catcher`, with both traced: the
+/// file has exception tables, so both functions' exits are probed at their own instructions and
+/// the process survives the two exceptions unwinding through `thrower` (with a return probe it
+/// would abort: the unwinder cannot walk the kernel's trampoline). thrower's two returns and
+/// catcher's four are exact, values included; thrower's two thrown-through calls are unmatched.
+/// At -O2, GCC moves the throw into `thrower.cold`, which is decoded too. Both attach mechanisms.
 #[test]
-fn cpp_exception_caught_in_a_traced_function() {
+fn cpp_exception_through_traced_functions() {
     if !require_bpf() {
         return;
     }
-    let (out, finished) = trace_new_fixture(&fixtures().matrix, &[], &["catcher"], "nesting-cpp");
-    assert_eq!(out.probe_count("catcher(int)"), 4);
-    assert!(out.spans_named("catcher(int)").iter().all(|s| s.depth == 0));
+    let f = fixtures();
+    for (program, mechanism) in [
+        (&f.matrix, "uprobe_multi"),
+        (&f.matrix_o2, "uprobe_multi"),
+        (&f.matrix_o2, "perf_event"),
+    ] {
+        let (out, finished) = trace_with_env(
+            program,
+            &[],
+            args!["-u", "thrower(i32) -> i64", "-u", "catcher(i32) -> i64"],
+            &[("XTRACE_UPROBE_ATTACH", mechanism)],
+        );
+        assert!(
+            finished
+                .stderr
+                .iter()
+                .any(|l| l.contains(&format!("uprobes, {mechanism})"))),
+            "{:?}",
+            finished.stderr
+        );
+        assert_eq!(arg_and_ret(&out, "thrower(int)"), [(0, 0), (2, 2)], "{program:?}");
+        assert_eq!(
+            arg_and_ret(&out, "catcher(int)"),
+            [(0, 0), (1, -1), (2, 2), (3, -3)],
+            "{program:?}"
+        );
+        for thrower in out.spans_named("thrower(int)") {
+            assert_eq!(thrower.depth, 1);
+            let arg = thrower.args["arg0"].as_i64();
+            let catcher = out
+                .spans_named("catcher(int)")
+                .into_iter()
+                .find(|c| c.args["arg0"].as_i64() == arg)
+                .unwrap();
+            assert!(catcher.start_ns() <= thrower.start_ns() && thrower.end_ns() <= catcher.end_ns());
+        }
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 2, "{program:?}");
+        let notice = finished.stderr.iter().find(|line| {
+            line.starts_with("xtrace: warning:")
+                && line.contains(
+                    "has exception tables: 2 traced function(s) that call others end at their own ret",
+                )
+        });
+        assert!(notice.is_some(), "{:?}", finished.stderr);
+    }
+}
+
+/// With `--exits uretprobe`, tracing the catching function is still exact, and xtrace warns that
+/// an exception thrown through a traced function would abort the process.
+#[test]
+fn cpp_exception_caught_in_a_return_probed_function() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished) = trace_with(
+        &fixtures().matrix,
+        &[],
+        args!["--exits", "uretprobe", "-u", "catcher(i32) -> i64"],
+    );
+    assert_eq!(
+        arg_and_ret(&out, "catcher(int)"),
+        [(0, 0), (1, -1), (2, 2), (3, -3)]
+    );
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
-    let warning = finished
-        .stderr
-        .iter()
-        .find(|line| line.starts_with("xtrace: warning:") && line.contains("C++ exceptions"));
+    let warning = finished.stderr.iter().find(|line| {
+        line.starts_with("xtrace: warning:") && line.contains("with --exits uretprobe, an exception")
+    });
     assert!(warning.is_some(), "{:?}", finished.stderr);
+}
+
+/// `--exits ret` on C code: recursion and longjmp pair exactly as with return probes.
+#[test]
+fn exits_at_instructions_pair_like_return_probes() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace_with(
+        &fixtures().calls,
+        &["recurse"],
+        args!["--exits", "ret", "-u", "recurse"],
+    );
+    let spans = out.spans_named("recurse");
+    assert_eq!(spans.len(), 128);
+    for depth in 0..64 {
+        assert_eq!(
+            spans.iter().filter(|s| s.depth == depth).count(),
+            2,
+            "depth {depth}"
+        );
+    }
+    assert_eq!(u64_field(&out.summary["lost"], "too_deep"), 6);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+
+    let (out, _) = trace_with(
+        &fixtures().calls,
+        &["ljrecurse"],
+        args!["--exits", "ret", "-u", "ljr(i32) -> i32"],
+    );
+    let pairs: Vec<(i64, i64)> = arg_and_ret(&out, "ljr");
+    assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (0, 0), (1, 1), (2, 2)]);
+    for s in out.spans_named("ljr") {
+        assert_eq!(Some(s.depth as i64), s.args["arg0"].as_i64());
+    }
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6);
+}
+
+/// A function that leaves by a tail call (`jmp tc_target`): with `--exits ret` its span ends at
+/// the jump, marked `"exit":"tail call"` and without a return value, and the callee's span follows
+/// at the same depth; with return probes (C code, `auto`) the kernel returns from both, so
+/// tc_forward's span holds tc_target's and gets its return value.
+#[test]
+fn tail_calls() {
+    if !require_bpf() {
+        return;
+    }
+    let probes = args!["-u", "tc_forward(i32) -> i32", "-u", "tc_target(i32) -> i32"];
+    let mut flags = args!["--exits", "ret"];
+    flags.extend(probes.clone());
+    let (out, _) = trace_with(&fixtures().calls, &["tail"], flags);
+    let mut forward = out.spans_named("tc_forward");
+    forward.sort_by_key(|s| s.start_ns());
+    let got: Vec<(u64, i64, Option<&str>, bool)> = forward
+        .iter()
+        .map(|s| {
+            (
+                s.depth,
+                s.args["arg0"].as_i64().unwrap(),
+                s.args["exit"].as_str(),
+                s.args.get("ret").is_some(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, i64, Option<&str>, bool)> =
+        (0..5).map(|k| (0, k, Some("tail call"), false)).collect();
+    assert_eq!(got, want);
+    let target: Vec<(i64, i64)> = arg_and_ret(&out, "tc_target");
+    assert_eq!(target, (1..6).map(|k| (k, 2 * k)).collect::<Vec<_>>());
+    assert!(out.spans_named("tc_target").iter().all(|s| s.depth == 0));
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+
+    let (out, _) = trace_with(&fixtures().calls, &["tail"], probes);
+    assert_eq!(
+        arg_and_ret(&out, "tc_forward"),
+        (0..5).map(|k| (k, 2 * k + 2)).collect::<Vec<_>>()
+    );
+    assert!(out.spans_named("tc_target").iter().all(|s| s.depth == 1));
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
 #[test]

@@ -46,7 +46,9 @@ pub struct EventHeader {
     pub ts_ns: u64,
 }
 
-/// A completed call of a uprobe'd function: written by the return probe, `header.ts_ns` is the return.
+/// A completed call of a uprobe'd function: written by the return probe (or, for functions whose
+/// exits are probed at their own instructions, the probe on the `ret` or tail-call jump that left
+/// the function), `header.ts_ns` is the return.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpanEvent {
@@ -56,9 +58,24 @@ pub struct SpanEvent {
     /// Index of the probe in user space's probe table (the BPF attach cookie).
     pub probe_id: u32,
     /// Nesting depth on this thread among traced functions (0 = outermost).
-    pub depth: u32,
-    /// The return value register (rax), whether or not the function returns anything.
+    pub depth: u16,
+    /// How the function was left: [`EXIT_RETURN`] or [`EXIT_TAIL_CALL`].
+    pub exit: u16,
+    /// The return value register (rax), whether or not the function returns anything; for a tail
+    /// call, not yet the return value.
     pub ret: u64,
+}
+
+/// `SpanEvent::exit` of a function that returned (through its return probe or a `ret`).
+pub const EXIT_RETURN: u16 = 0;
+/// `SpanEvent::exit` of a function that left by a tail call (a `jmp` to another function, which
+/// returns to this one's caller): the span ends at the jump, without the callee's time.
+pub const EXIT_TAIL_CALL: u16 = 1;
+
+/// The BPF attach cookie of a probe on one of a function's exit instructions: the probe id in the
+/// low 32 bits, how it leaves (`EXIT_*`) above them.
+pub const fn exit_cookie(probe_id: u32, exit: u16) -> u64 {
+    probe_id as u64 | (exit as u64) << 32
 }
 
 /// A call's arguments, written at entry for probes whose spec asks for them; the span of the same

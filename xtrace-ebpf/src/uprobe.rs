@@ -1,5 +1,8 @@
 //! Function spans: `span_enter` (uprobe) pushes the entry time on the thread's stack of open calls,
-//! `span_exit` (uretprobe) pops it and writes a `SpanEvent`. A thread's first traced call also
+//! `span_exit` (uretprobe) pops it and writes a `SpanEvent`; or, for functions whose exits are
+//! probed at their own instructions (where an exception could unwind through them: the unwinder
+//! cannot walk a return probe's trampoline), `span_ret` (uprobe on each `ret` and tail-call jump,
+//! cookie `exit_cookie(probe id, how)`) does. A thread's first traced call also
 //! writes a `ThreadEvent` with its name. The attach cookie is the probe id. Probes whose spec asks
 //! for arguments also write an `ArgsEvent` at entry; every span carries the return register.
 //! Linux 5.15+ (attach cookies).
@@ -17,8 +20,8 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{
-        ArgsEvent, EventHeader, OutEvent, SpanEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN, KIND_ARGS,
-        KIND_OUT, KIND_SPAN, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
+        ArgsEvent, EventHeader, OutEvent, SpanEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN, EXIT_RETURN,
+        KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
@@ -27,7 +30,7 @@ use crate::maps::{
     add, args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
     OUT_PTRS, SHORT_CALLS, STACKS,
 };
-use crate::regs::user_sp;
+use crate::regs::{user_ax, user_sp};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -38,7 +41,23 @@ pub fn span_enter(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn span_exit(ctx: RetProbeContext) -> u32 {
-    match try_span_exit(&ctx) {
+    // SAFETY: the helper only reads the program context.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // The return has popped the return address: its slot is one word below the stack pointer.
+    let frame = user_sp(ctx.regs).wrapping_sub(8);
+    match end_span(ctx.regs, frame, cookie as u32, EXIT_RETURN) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// A function's exit seen at its own `ret` or tail-call `jmp`, before it runs: the stack pointer
+/// is at the return address, as at entry.
+#[uprobe]
+pub fn span_ret(ctx: ProbeContext) -> u32 {
+    // SAFETY: the helper only reads the program context.
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let frame = user_sp(ctx.regs);
+    match end_span(ctx.regs, frame, cookie as u32, (cookie >> 32) as u16) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -307,11 +326,17 @@ fn log2_bucket(value: u64) -> usize {
     }
 }
 
-fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
+/// Ends the open call of `probe_id` whose return-address slot is `frame`, left as `exit` says
+/// (`EXIT_*`), and writes its span; `regs` is the program's context.
+#[inline(always)]
+fn end_span(
+    regs: *const aya_ebpf::bindings::pt_regs,
+    frame: u64,
+    probe_id: u32,
+    exit: u16,
+) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: the helper only reads the program context.
-    let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let stack = STACKS.current(false).ok_or(0u32)?;
     // SAFETY: this thread's storage; only this thread's probes touch it.
     let stack = unsafe { &mut *stack };
@@ -320,7 +345,6 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         return Ok(0); // a return whose entry was not seen
     }
     let depth = depth.min(MAX_DEPTH);
-    let frame = user_sp(ctx.regs).wrapping_sub(8);
     let Some(slot) = find_open(stack, depth, probe_id, frame) else {
         return Ok(0);
     };
@@ -346,8 +370,9 @@ fn try_span_exit(ctx: &RetProbeContext) -> Result<u32, u32> {
         header: header(KIND_SPAN, pid_tgid, now),
         start_ns,
         probe_id,
-        depth: slot as u32,
-        ret: ctx.ret::<u64>(),
+        depth: slot as u16,
+        exit,
+        ret: user_ax(regs),
     });
     entry.submit(submit_flags(core::mem::size_of::<SpanEvent>()));
     Ok(0)

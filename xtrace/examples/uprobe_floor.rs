@@ -25,9 +25,9 @@ fn main() -> anyhow::Result<()> {
     let (offsets, ref_ctrs): (Vec<u64>, Vec<u64>) = match symbol.strip_prefix("usdt:") {
         Some(probes) => usdt_sites(path, probes)?,
         None => ElfSymbols::read(path, path)?
-            .lookup(&symbol)?
+            .find(&symbol)?
             .into_iter()
-            .map(|(_, offset)| (offset, 0))
+            .map(|f| (f.probe_offset, 0))
             .unzip(),
     };
     let usdt = symbol.starts_with("usdt:");

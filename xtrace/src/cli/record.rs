@@ -3,6 +3,8 @@ use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
 
+use crate::probes::exits::ExitMode;
+
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
 pub struct RecordArgs {
@@ -94,6 +96,14 @@ pub struct RecordArgs {
     /// thread must belong to one of the processes.
     #[arg(long = "tid", value_name = "TID")]
     pub tid: Vec<u32>,
+
+    /// How -u functions' returns are probed: `auto` probes the ret and tail-call instructions of
+    /// functions an exception or panic could unwind through (in files with exception tables, those
+    /// that call others) and uses return probes elsewhere; `uretprobe` uses return probes
+    /// everywhere (cheaper, but such an exception aborts the process); `ret` probes the exit
+    /// instructions of every function.
+    #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto)]
+    pub exits: ExitMode,
 
     /// Refuse to attach more than this many functions (globs can match whole libraries).
     #[arg(long = "max-probes", value_name = "N", default_value_t = 10_000)]

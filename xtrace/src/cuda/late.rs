@@ -73,6 +73,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
             file: libc,
             offset: dlopen.probe_offset,
             scope: scope_index,
+            exits: None,
         });
     }
     if loaders.is_empty() {
@@ -162,6 +163,7 @@ impl Late {
                     file: file.clone(),
                     offset: symbol.probe_offset,
                     scope,
+                    exits: None,
                 });
             }
             if !attachments.is_empty() {

@@ -99,6 +99,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
                     file: file.clone(),
                     offset: symbol.probe_offset,
                     scope: scope_index,
+                    exits: None,
                 });
             }
             if !missing.is_empty() && first_time {

@@ -111,6 +111,7 @@ mod tests {
             start_ns: 4_000,
             probe_id: 3,
             depth: 2,
+            exit: 1,
             ret: u64::MAX,
         };
         let mut bytes = vec![0u8];

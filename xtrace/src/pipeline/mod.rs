@@ -26,6 +26,7 @@ use crate::pipeline::{
     values::{Capture, Values},
     writer::{SpanOut, TraceWriter},
 };
+use xtrace_common::event::EXIT_TAIL_CALL;
 
 /// The trace.json counter track of a process's live CUDA device memory.
 pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
@@ -107,17 +108,23 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 if self.cuda.owns(span.probe_id) {
                     return self.cuda_span(&span);
                 }
-                let values = self
-                    .values
-                    .span(id, span.header.tid, span.start_ns, span.ret)
-                    .map(String::into_boxed_str);
+                let tail_call = span.exit == EXIT_TAIL_CALL;
+                let ret = (!tail_call).then_some(span.ret);
+                let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
+                if tail_call {
+                    // The span ends at the jump: the callee's time is not in it.
+                    values
+                        .get_or_insert_with(String::new)
+                        .push_str(",\"exit\":\"tail call\"");
+                }
+                let values = values.map(String::into_boxed_str);
                 self.emit(SpanOut {
                     probe: id,
                     pid: span.header.pid,
                     tid: span.header.tid,
                     start_ns: span.start_ns,
                     dur_ns: duration,
-                    depth: span.depth,
+                    depth: span.depth.into(),
                     values,
                     ..Default::default()
                 })
@@ -175,7 +182,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             tid,
             start_ns: span.start_ns,
             dur_ns: end_ns.saturating_sub(span.start_ns),
-            depth: span.depth,
+            depth: span.depth.into(),
             values: Some(rendered.values.into_boxed_str()),
             ..Default::default()
         })?;

@@ -222,11 +222,12 @@ impl Values {
             .enter(event.header.tid, event.start_ns, event.depth, values);
     }
 
-    /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret`: its values
-    /// as trace.json `args` members (`"arg0":1,"ret":-2`), or None when the probe captures none.
+    /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret` (None: left
+    /// by a tail call, so no return value yet): its values as trace.json `args` members
+    /// (`"arg0":1,"ret":-2`), or None when the probe captures none.
     /// Arguments still waiting on this thread from calls that entered at or after `start_ns` belong
     /// to calls that ended without a span (longjmp, exceptions) and are dropped.
-    pub fn span(&mut self, probe: usize, tid: u32, start_ns: u64, ret: u64) -> Option<String> {
+    pub fn span(&mut self, probe: usize, tid: u32, start_ns: u64, ret: Option<u64>) -> Option<String> {
         let capture = self.captures.get(probe)?;
         if capture.args.is_empty() && capture.ret.is_none() {
             return None;
@@ -238,7 +239,9 @@ impl Values {
             // The arguments were not recorded (ring buffer full, too many pending): no values.
             None => return Some(String::new()),
         };
-        values.extend(capture.ret.map(|t| Value::from_register(t, ret, &[])));
+        if let (Some(t), Some(ret)) = (capture.ret, ret) {
+            values.push(Value::from_register(t, ret, &[]));
+        }
         let stats = &mut self.stats[probe];
         let mut json = String::new();
         for (stat, value) in stats.iter_mut().zip(&values) {
@@ -315,11 +318,11 @@ mod tests {
             "hello",
         ));
         v.args(&args_event(0, 8, 100, [6, 1, 0, 0, 0, 0], "other"));
-        let json = v.span(0, 7, 100, (-1i64) as u64).unwrap();
+        let json = v.span(0, 7, 100, Some((-1i64) as u64)).unwrap();
         assert_eq!(json, r#","arg0":5,"arg1":-3,"arg2":"hello","ret":-1"#);
-        let json = v.span(0, 8, 100, 0).unwrap();
+        let json = v.span(0, 8, 100, Some(0)).unwrap();
         assert_eq!(json, r#","arg0":6,"arg1":1,"arg2":"other","ret":0"#);
-        assert_eq!(v.span(1, 7, 200, 0), None);
+        assert_eq!(v.span(1, 7, 200, Some(0)), None);
         let summary = &v.summaries()[0];
         assert_eq!(summary[1].min, Some(serde_json::json!(-3)));
         assert_eq!(summary[1].max, Some(serde_json::json!(1)));
@@ -335,9 +338,9 @@ mod tests {
         v.args(&args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"));
         v.args(&args_at(0, 7, 150, 1, [2, 0, 0, 0, 0, 0], "b"));
         v.args(&args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"));
-        assert!(v.span(0, 7, 100, 0).unwrap().contains(r#""arg0":1"#));
+        assert!(v.span(0, 7, 100, Some(0)).unwrap().contains(r#""arg0":1"#));
         assert_eq!(v.pending.len(), 1, "the other thread's call still waits");
-        assert!(v.span(0, 9, 120, 0).unwrap().contains(r#""arg0":3"#));
+        assert!(v.span(0, 9, 120, Some(0)).unwrap().contains(r#""arg0":3"#));
         assert!(v.pending.is_empty());
     }
 
@@ -355,7 +358,7 @@ mod tests {
         );
         v.args(&args_at(0, 7, 130, 1, [4, 0, 0, 0, 0, 0], "c"));
         assert_eq!(v.pending.len(), 2);
-        assert!(v.span(0, 7, 100, 0).unwrap().contains(r#""arg2":"outer""#));
+        assert!(v.span(0, 7, 100, Some(0)).unwrap().contains(r#""arg2":"outer""#));
         assert!(v.pending.is_empty());
     }
 

@@ -1,5 +1,6 @@
-//! Attaching a plan: the span programs (`span_exit` uretprobe, `span_enter` uprobe; cookie = probe
-//! id) at every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
+//! Attaching a plan: the span programs (`span_enter` uprobe and `span_exit` uretprobe, cookie =
+//! probe id; or `span_ret` uprobes on the function's exit instructions, cookie = `exit_cookie`) at
+//! every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
 //! site's semaphore as the uprobe's reference counter), scoped to the traced processes. uprobe_multi
 //! links where the kernel has them (6.6+), perf-event uprobes otherwise. Linux 5.15+.
 use std::{
@@ -16,6 +17,8 @@ use aya::{
 };
 
 use super::uprobe::{Attachment, Plan};
+use xtrace_common::event::exit_cookie;
+
 use crate::{
     bpf::{
         self, perf_uprobe,
@@ -84,10 +87,10 @@ impl Attached {
         }
     }
 
-    /// Keeps a uprobe_multi link of `uprobes` probes: with the return probes when `ret`.
-    fn keep(&mut self, link: MultiLink, ret: bool, uprobes: usize) {
+    /// Keeps a uprobe_multi link of `uprobes` probes: with the exit probes when `exit`.
+    fn keep(&mut self, link: MultiLink, exit: bool, uprobes: usize) {
         self.uprobes += uprobes;
-        if ret {
+        if exit {
             self.exit.push(link);
         } else {
             self.enter.push(link);
@@ -101,7 +104,7 @@ impl Attached {
         self.exit.clear();
         self.programs.clear();
         if self.mechanism == Mechanism::PerfEvent {
-            for name in ["span_enter", "span_exit", "usdt_hit"] {
+            for name in ["span_enter", "span_exit", "span_ret", "usdt_hit"] {
                 if let Ok(program) = program(ebpf, name) {
                     let _ = program.unload();
                 }
@@ -146,12 +149,47 @@ fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>
     groups
 }
 
-fn function_groups(attachments: &[Attachment]) -> Vec<Group<'_>> {
-    group(
-        attachments
-            .iter()
-            .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
-    )
+/// The groups span program `program` attaches to: every entry (`span_enter`), the returns of
+/// functions with return probes (`span_exit`), or the exit instructions of the others (`span_ret`).
+fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Group<'a>> {
+    match program {
+        "span_enter" => group(
+            attachments
+                .iter()
+                .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
+        ),
+        "span_exit" => group(
+            attachments
+                .iter()
+                .filter(|a| a.exits.is_none())
+                .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
+        ),
+        _ => group(attachments.iter().flat_map(|a| {
+            a.exits.iter().flatten().map(|site| {
+                let cookie = exit_cookie(a.probe_id, site.how);
+                (a.scope, &a.file, site.offset, cookie, 0)
+            })
+        })),
+    }
+}
+
+/// The span programs `attachments` need, exit probes first so that no entry is left without its
+/// exit.
+fn span_programs(attachments: &[Attachment]) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    if attachments.iter().any(|a| a.exits.is_none()) {
+        names.push("span_exit");
+    }
+    if attachments
+        .iter()
+        .any(|a| a.exits.as_ref().is_some_and(|e| !e.is_empty()))
+    {
+        names.push("span_ret");
+    }
+    if !attachments.is_empty() {
+        names.push("span_enter");
+    }
+    names
 }
 
 fn usdt_groups(plan: &Plan) -> Vec<Group<'_>> {
@@ -163,12 +201,9 @@ fn usdt_groups(plan: &Plan) -> Vec<Group<'_>> {
     )
 }
 
-/// The programs a plan needs, return probes first so that no entry is left without its return.
+/// The programs a plan needs, exit probes first so that no entry is left without its exit.
 fn programs_for(plan: &Plan) -> Vec<&'static str> {
-    let mut names = Vec::new();
-    if !plan.attachments.is_empty() {
-        names.extend(["span_exit", "span_enter"]);
-    }
+    let mut names = span_programs(&plan.attachments);
     if !plan.usdt_sites.is_empty() {
         names.push("usdt_hit");
     }
@@ -188,40 +223,41 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
     };
     let mut attached = Attached::new(Mechanism::UprobeMulti);
     for program in &programs {
-        let (groups, ret, usdt) = match program.name() {
-            "span_exit" => (function_groups(&plan.attachments), true, false),
-            "span_enter" => (function_groups(&plan.attachments), false, false),
-            _ => (usdt_groups(plan), false, true),
+        let name = program.name();
+        let usdt = name == "usdt_hit";
+        let groups = if usdt {
+            usdt_groups(plan)
+        } else {
+            function_groups(name, &plan.attachments)
         };
         for g in groups {
-            let link = match link_group(program, &g, pids[g.scope], ret, usdt) {
+            let link = match link_group(program, &g, pids[g.scope], usdt) {
                 Ok(link) => link,
                 Err(e) if attached.uprobes == 0 && unsupported(&e) => return Ok(None),
-                Err(e) => return Err(group_error(program.name(), &g, pids[g.scope], e)),
+                Err(e) => return Err(group_error(name, &g, pids[g.scope], e)),
             };
-            attached.keep(link, ret, g.offsets.len());
+            attached.keep(link, is_exit(name), g.offsets.len());
         }
     }
     attached.programs = programs;
     Ok(Some(attached))
 }
 
+/// Whether span program `name` ends spans (detached after the entry probes).
+fn is_exit(name: &str) -> bool {
+    matches!(name, "span_exit" | "span_ret")
+}
+
 /// One uprobe_multi link of `program` on a group's offsets (with their reference counters for
-/// USDT sites), for process `pid` (None: every process).
-fn link_group(
-    program: &MultiProgram,
-    g: &Group,
-    pid: Option<u32>,
-    ret: bool,
-    usdt: bool,
-) -> std::io::Result<MultiLink> {
+/// USDT sites), for process `pid` (None: every process); return probes for `span_exit`.
+fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>, usdt: bool) -> std::io::Result<MultiLink> {
     program.attach(&MultiTarget {
         path: &g.file.open,
         offsets: &g.offsets,
         cookies: &g.cookies,
         ref_ctr_offsets: usdt.then_some(g.ref_ctr_offsets.as_slice()),
         pid,
-        ret,
+        ret: program.name() == "span_exit",
     })
 }
 
@@ -293,45 +329,49 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Resu
             }
             continue;
         }
-        attach_functions_perf_event(ebpf, name, plan, &plan.attachments, pids)?;
-        attached.uprobes += plan.attachments.len();
+        attached.uprobes += attach_functions_perf_event(ebpf, name, plan, &plan.attachments, pids)?;
     }
     Ok(attached)
 }
 
-/// Attaches program `name` (loaded) to `attachments` with perf-event uprobes.
+/// Attaches span program `name` (loaded) to `attachments` with perf-event uprobes; returns how
+/// many it placed.
 fn attach_functions_perf_event(
     ebpf: &mut Ebpf,
     name: &str,
     plan: &Plan,
     attachments: &[Attachment],
     pids: &[Option<u32>],
-) -> Result<()> {
+) -> Result<usize> {
     let program = program(ebpf, name)?;
-    for a in attachments {
-        let scope = match pids[a.scope] {
+    let mut placed = 0;
+    for g in function_groups(name, attachments) {
+        let scope = match pids[g.scope] {
             Some(pid) => {
                 UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
             }
             None => UProbeScope::AllProcesses,
         };
-        let point = UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(a.offset),
-            cookie: Some(u64::from(a.probe_id)),
-        };
-        program
-            .attach(point, &a.file.open, scope)
-            .map_err(|source| Error::Attach {
-                what: format!(
-                    "{name} to {}:{} for {}",
-                    a.file.shown.display(),
-                    plan.probes[a.probe_id as usize].name,
-                    whom(pids[a.scope])
-                ),
-                source,
-            })?;
+        for (offset, cookie) in g.offsets.iter().zip(&g.cookies) {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(*offset),
+                cookie: Some(*cookie),
+            };
+            program
+                .attach(point, &g.file.open, scope)
+                .map_err(|source| Error::Attach {
+                    what: format!(
+                        "{name} to {}:{} at {offset:#x} for {}",
+                        g.file.shown.display(),
+                        plan.probes[*cookie as u32 as usize].name,
+                        whom(pids[g.scope])
+                    ),
+                    source,
+                })?;
+            placed += 1;
+        }
     }
-    Ok(())
+    Ok(placed)
 }
 
 /// Attaches span probes planned after recording started (libraries a target loaded later) with
@@ -344,36 +384,37 @@ pub fn attach_more(
     attachments: &[Attachment],
     pids: &[Option<u32>],
 ) -> Result<()> {
-    const PROGRAMS: [&str; 2] = ["span_exit", "span_enter"];
+    let names = span_programs(attachments);
     match attached.mechanism {
         Mechanism::UprobeMulti => {
-            for name in PROGRAMS {
-                if !attached.programs.iter().any(|p| p.name() == name) {
+            for name in &names {
+                if !attached.programs.iter().any(|p| p.name() == *name) {
                     attached.programs.extend(uprobe_multi::load(ebpf, &[name])?);
                 }
             }
             // Kept only once all are made: a refused group drops the others, detaching them.
             let mut links = Vec::new();
-            for program in attached.programs.iter().filter(|p| PROGRAMS.contains(&p.name())) {
-                let ret = program.name() == "span_exit";
-                for g in function_groups(attachments) {
+            for name in &names {
+                let Some(program) = attached.programs.iter().find(|p| p.name() == *name) else {
+                    continue;
+                };
+                for g in function_groups(name, attachments) {
                     let pid = pids[g.scope];
-                    let link = link_group(program, &g, pid, ret, false)
-                        .map_err(|e| group_error(program.name(), &g, pid, e))?;
-                    links.push((link, ret, g.offsets.len()));
+                    let link =
+                        link_group(program, &g, pid, false).map_err(|e| group_error(name, &g, pid, e))?;
+                    links.push((link, is_exit(name), g.offsets.len()));
                 }
             }
-            for (link, ret, uprobes) in links {
-                attached.keep(link, ret, uprobes);
+            for (link, exit, uprobes) in links {
+                attached.keep(link, exit, uprobes);
             }
         }
         Mechanism::PerfEvent => {
-            for name in PROGRAMS {
+            for name in names {
                 if program(ebpf, name)?.fd().is_err() {
                     load(ebpf, name)?;
                 }
-                attach_functions_perf_event(ebpf, name, plan, attachments, pids)?;
-                attached.uprobes += attachments.len();
+                attached.uprobes += attach_functions_perf_event(ebpf, name, plan, attachments, pids)?;
             }
         }
     }

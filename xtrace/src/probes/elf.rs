@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::{
     demangle::demangle,
@@ -64,9 +64,25 @@ pub struct ElfSymbols {
     pub functions: Vec<FunctionSymbol>,
     /// No `.symtab`: only the exported functions of `.dynsym` are known.
     pub stripped: bool,
-    /// Has C++ exception tables (`.gcc_except_table`): an exception unwinding through a function
-    /// with a return probe aborts the process, as the unwinder cannot walk the kernel's trampoline.
+    /// Has exception tables (`.gcc_except_table`: C++ exceptions, Rust panics): an exception
+    /// unwinding through a function with a return probe aborts the process, as the unwinder cannot
+    /// walk the kernel's trampoline.
     pub cxx_exceptions: bool,
+    /// The cold parts of split functions (`f.cold`), sorted by address: not functions, but code
+    /// their functions jump to (see [`super::exits`]).
+    pub cold_parts: Vec<CodeRange>,
+    /// Addresses of function entries, sorted: where a tail call can jump.
+    starts: Vec<u64>,
+    /// The PLT sections' address ranges: a jump there is a call of another module's function.
+    plt: Vec<(u64, u64)>,
+}
+
+/// A run of code in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeRange {
+    pub address: u64,
+    pub size: u64,
+    pub file_offset: u64,
 }
 
 /// Whether `name` is the cold part of a function GCC split in two (`f.cold`, or `f.cold.N` before
@@ -104,12 +120,13 @@ impl ElfSymbols {
             .map(|s| (s.address(), s.size(), s.file_range().0))
             .collect();
         let mut functions = Vec::new();
+        let mut cold_parts = Vec::new();
         for symbol in file.symbols().chain(file.dynamic_symbols()) {
             if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
                 continue;
             }
             let Ok(name) = symbol.name() else { continue };
-            if name.is_empty() || is_cold_part(name) {
+            if name.is_empty() {
                 continue;
             }
             let address = symbol.address();
@@ -120,6 +137,14 @@ impl ElfSymbols {
             else {
                 continue;
             };
+            if is_cold_part(name) {
+                cold_parts.push(CodeRange {
+                    address,
+                    size: symbol.size(),
+                    file_offset,
+                });
+                continue;
+            }
             functions.push(FunctionSymbol {
                 name: name.to_string(),
                 demangled: demangle(name),
@@ -134,12 +159,42 @@ impl ElfSymbols {
         }
         functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
         functions.dedup_by(|a, b| a.name == b.name && a.file_offset == b.file_offset);
+        let mut starts: Vec<u64> = functions.iter().map(|f| f.address).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        cold_parts.sort_by_key(|c| c.address);
+        cold_parts.dedup();
+        let plt = [".plt", ".plt.sec", ".plt.got"]
+            .iter()
+            .filter_map(|name| file.section_by_name(name))
+            .map(|s| (s.address(), s.address() + s.size()))
+            .collect();
         Ok(ElfSymbols {
             path: shown.to_path_buf(),
             functions,
             stripped: file.symbols().next().is_none(),
             cxx_exceptions: file.section_by_name(".gcc_except_table").is_some(),
+            cold_parts,
+            starts,
+            plt,
         })
+    }
+
+    /// What a jump from a function to `target`, outside it, lands on.
+    pub(crate) fn landing(&self, target: u64) -> super::exits::Landing {
+        use super::exits::Landing;
+        if self.starts.binary_search(&target).is_ok()
+            || self.plt.iter().any(|(a, b)| (*a..*b).contains(&target))
+        {
+            return Landing::Function;
+        }
+        let after = self.cold_parts.partition_point(|c| c.address <= target);
+        match after.checked_sub(1) {
+            Some(i) if target < self.cold_parts[i].address + self.cold_parts[i].size.max(1) => {
+                Landing::Cold(i)
+            }
+            _ => Landing::Unknown,
+        }
     }
 
     /// The functions that `pattern` names: an exact name, or a glob (see [`super::glob`]), matched
@@ -180,15 +235,6 @@ impl ElfSymbols {
             });
         }
         Ok(found)
-    }
-
-    /// [`ElfSymbols::find`] as (readable name, entry-probe offset) pairs.
-    pub fn lookup(&self, pattern: &str) -> Result<Vec<(String, u64)>> {
-        Ok(self
-            .find(pattern)?
-            .into_iter()
-            .map(|f| (f.demangled.clone(), f.probe_offset))
-            .collect())
     }
 
     fn suggestions(&self, symbol: &str) -> String {
@@ -255,9 +301,9 @@ mod tests {
     fn finds_own_function_at_its_file_offset() {
         std::hint::black_box(xtrace_elf_test_function(1));
         let symbols = own();
-        let found = symbols.lookup("xtrace_elf_test_function").unwrap();
+        let found = symbols.find("xtrace_elf_test_function").unwrap();
         assert_eq!(found.len(), 1);
-        let (name, offset) = &found[0];
+        let (name, offset) = (&found[0].demangled, &found[0].probe_offset);
         assert_eq!(name, "xtrace_elf_test_function");
         // The bytes at the offset are the function's machine code as loaded in memory.
         let data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
@@ -269,7 +315,7 @@ mod tests {
 
     #[test]
     fn suggests_close_names() {
-        let err = own().lookup("xtrace_elf_test_functoin").unwrap_err().to_string();
+        let err = own().find("xtrace_elf_test_functoin").unwrap_err().to_string();
         assert!(err.contains("did you mean: xtrace_elf_test_function"), "{err}");
         assert!(!err.contains('\n'));
     }

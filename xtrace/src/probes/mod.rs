@@ -3,6 +3,7 @@
 //! spans, `usdt` resolves USDT call sites, `attach` attaches both.
 pub mod attach;
 pub mod elf;
+pub mod exits;
 pub mod glob;
 pub mod needed;
 pub mod nvtx;

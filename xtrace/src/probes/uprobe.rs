@@ -7,7 +7,8 @@ use std::{
 };
 
 use super::{
-    elf::{ElfSymbols, SymbolCache},
+    elf::{ElfSymbols, FunctionSymbol, SymbolCache},
+    exits::{self, ExitMode, ExitSite},
     spec::{ArgType, TargetSpec, UprobeSpec},
     usdt::plan::{SiteAttachment, UsdtProbe},
     ProbeInfo,
@@ -74,6 +75,9 @@ pub struct Attachment {
     pub file: TargetFile,
     pub offset: u64,
     pub scope: usize,
+    /// Where the function's exits are probed (`span_ret`), or None for a return probe
+    /// (`span_exit`).
+    pub exits: Option<Vec<ExitSite>>,
 }
 
 #[derive(Debug, Default)]
@@ -112,12 +116,19 @@ impl Plan {
     }
 }
 
+/// A function's probe id and where its exits are probed (see [`Attachment::exits`]).
+type Planned = (u32, Option<Vec<ExitSite>>);
+
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
-/// more than `max_probes` functions match, before anything is attached.
-pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result<Plan> {
+/// more than `max_probes` functions match, before anything is attached. `exits` says how returns
+/// are probed.
+pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: ExitMode) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut elves = SymbolCache::default();
-    let mut ids: HashMap<(String, u64), u32> = HashMap::new();
+    // The probe id and exit sites of each (file shown, entry offset) planned.
+    let mut ids: HashMap<(String, u64), Planned> = HashMap::new();
+    // Per file shown: functions whose exits are probed at instructions, and those that could not be.
+    let mut at_exits: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -129,35 +140,49 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result
                         file.shown.display()
                     ));
                 }
-                if symbols.cxx_exceptions {
+                if symbols.cxx_exceptions && exits == ExitMode::Uretprobe {
                     plan.notices.push(format!(
-                        "{} throws C++ exceptions: one that unwinds through a traced function (thrown \
-                         inside, caught outside) aborts the process, because return probes replace \
-                         return addresses; trace functions that catch, not those thrown through",
+                        "{} has exception tables: with --exits uretprobe, an exception or panic that \
+                         unwinds through a traced function (thrown inside, caught outside) aborts the \
+                         process, because return probes replace return addresses",
                         file.shown.display()
                     ));
                 }
             }
-            for (name, offset) in symbols.lookup(&spec.symbol)? {
+            for function in symbols.find(&spec.symbol)? {
                 let shown = file.shown.display().to_string();
-                let id = *ids.entry((shown.clone(), offset)).or_insert_with(|| {
-                    plan.probes.push(ProbeInfo {
-                        name,
-                        kind: "uprobe",
-                        target: shown,
-                        offset,
-                        capture: Capture {
-                            args: spec.args.clone(),
-                            ret: spec.ret,
-                        },
-                    });
-                    (plan.probes.len() - 1) as u32
-                });
+                let key = (shown.clone(), function.probe_offset);
+                let (id, sites) = match ids.get(&key) {
+                    Some(known) => known.clone(),
+                    None => {
+                        let sites = exit_sites(exits, &file, symbols, function)?;
+                        let count = at_exits.entry(shown.clone()).or_default();
+                        match &sites {
+                            Some(_) => count.0 += 1,
+                            None if exits == ExitMode::Ret => count.1 += 1,
+                            None => {}
+                        }
+                        plan.probes.push(ProbeInfo {
+                            name: function.demangled.clone(),
+                            kind: "uprobe",
+                            target: shown,
+                            offset: function.probe_offset,
+                            capture: Capture {
+                                args: spec.args.clone(),
+                                ret: spec.ret,
+                            },
+                        });
+                        let known = ((plan.probes.len() - 1) as u32, sites);
+                        ids.insert(key, known.clone());
+                        known
+                    }
+                };
                 plan.attachments.push(Attachment {
                     probe_id: id,
                     file: file.clone(),
-                    offset,
+                    offset: function.probe_offset,
                     scope: scope_index,
+                    exits: sites,
                 });
             }
             if plan.probes.len() > max_probes {
@@ -168,7 +193,53 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize) -> Result
             }
         }
     }
+    for (file, (probed, not)) in at_exits {
+        if probed > 0 && exits == ExitMode::Auto {
+            plan.notices.push(format!(
+                "{file} has exception tables: {probed} traced function(s) that call others end at \
+                 their own ret and tail-call instructions, so an exception or panic unwinding through \
+                 them cannot abort the process (slower than return probes; --exits uretprobe for those)"
+            ));
+        }
+        if not > 0 {
+            plan.notices.push(format!(
+                "{file}: {not} traced function(s) have no size in the symbol table or start with \
+                 their return, so their returns are probed with return probes"
+            ));
+        }
+    }
     Ok(plan)
+}
+
+/// Where `function`'s exits are probed under `mode`: None for a return probe.
+fn exit_sites(
+    mode: ExitMode,
+    file: &TargetFile,
+    symbols: &ElfSymbols,
+    function: &FunctionSymbol,
+) -> Result<Option<Vec<ExitSite>>> {
+    let wanted = match mode {
+        ExitMode::Uretprobe => false,
+        ExitMode::Auto => symbols.cxx_exceptions,
+        ExitMode::Ret => true,
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let found = exits::find(&file.open, symbols, function).map_err(|e| Error::Unreadable {
+        path: file.shown.clone(),
+        reason: e.to_string(),
+    })?;
+    let Some(found) = found else {
+        return Ok(None); // no size: the code cannot be decoded
+    };
+    if mode == ExitMode::Auto && !found.calls_out {
+        return Ok(None); // a leaf: nothing it runs can throw through it
+    }
+    if found.sites.iter().any(|s| s.offset == function.probe_offset) {
+        return Ok(None); // its entry is its exit: one probe cannot be both
+    }
+    Ok(Some(found.sites))
 }
 
 /// The file `spec` names in `scope` and its function symbols (what `xtrace list symbols` shows).

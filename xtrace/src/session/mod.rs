@@ -30,7 +30,9 @@ use crate::{
     },
     privilege,
     probes::{
-        attach, ranges, sampler,
+        attach,
+        exits::ExitMode,
+        ranges, sampler,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
@@ -137,6 +139,7 @@ enum RangeMode {
 /// The probes asked for: `-u`, `-U`, `--cuda` and the range flags.
 struct Specs {
     uprobes: Vec<UprobeSpec>,
+    exits: ExitMode,
     usdt: Vec<UsdtSpec>,
     cuda: CudaMode,
     ranges: RangeMode,
@@ -145,6 +148,7 @@ struct Specs {
 impl Specs {
     fn parse(args: &RecordArgs) -> Result<Self> {
         Ok(Specs {
+            exits: args.exits,
             uprobes: args
                 .uprobe
                 .iter()
@@ -200,7 +204,7 @@ impl Specs {
     }
 
     fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
-        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes)?;
+        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes, self.exits)?;
         usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
         if self.cuda != CudaMode::Off {
             // With --cuda, libraries loaded later are watched for (not system-wide: every process
