@@ -192,6 +192,26 @@ fn invalid_buffer_size() {
 }
 
 #[test]
+fn invalid_exits_mode() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "--exits",
+        "return"
+    ]);
+    assert!(
+        line.contains("'return' for '--exits <HOW>'") && line.contains("auto, uretprobe, ret"),
+        "names the input and the valid values: {line}"
+    );
+}
+
+#[test]
 fn zombie_pid() {
     if !require_bpf() {
         return;

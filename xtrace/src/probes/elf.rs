@@ -64,9 +64,11 @@ pub struct ElfSymbols {
     pub functions: Vec<FunctionSymbol>,
     /// No `.symtab`: only the exported functions of `.dynsym` are known.
     pub stripped: bool,
-    /// Has exception tables (`.gcc_except_table`: C++ exceptions, Rust panics): an exception
-    /// unwinding through a function with a return probe aborts the process, as the unwinder cannot
-    /// walk the kernel's trampoline.
+    /// C++ or Rust code with exception tables (`.gcc_except_table`, and a reference to
+    /// `__gxx_personality_v0` or `rust_eh_personality`): an exception or panic unwinding through a
+    /// function with a return probe aborts the process, as the unwinder cannot walk the kernel's
+    /// trampoline. (C code built with -fexceptions, such as libc for thread cancellation, has the
+    /// tables with C's personality routine; it throws nothing and is left out.)
     pub cxx_exceptions: bool,
     /// The cold parts of split functions (`f.cold`), sorted by address: not functions, but code
     /// their functions jump to (see [`super::exits`]).
@@ -121,7 +123,9 @@ impl ElfSymbols {
             .collect();
         let mut functions = Vec::new();
         let mut cold_parts = Vec::new();
+        let mut throws = false;
         for symbol in file.symbols().chain(file.dynamic_symbols()) {
+            throws |= matches!(symbol.name(), Ok("__gxx_personality_v0" | "rust_eh_personality"));
             if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
                 continue;
             }
@@ -173,7 +177,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             functions,
             stripped: file.symbols().next().is_none(),
-            cxx_exceptions: file.section_by_name(".gcc_except_table").is_some(),
+            cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
             cold_parts,
             starts,
             plt,
@@ -342,6 +346,22 @@ mod tests {
             Err(Error::IsDirectory { .. })
         ));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn tells_code_that_throws_from_c_with_exception_tables() {
+        // This test binary is Rust with panic=unwind; libc has .gcc_except_table for thread
+        // cancellation, with C's personality routine.
+        assert!(own().cxx_exceptions);
+        let libc = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+            .map(PathBuf::from)
+            .unwrap();
+        let symbols = ElfSymbols::read(&libc, &libc).unwrap();
+        assert!(!symbols.cxx_exceptions, "{}", libc.display());
     }
 
     #[test]
