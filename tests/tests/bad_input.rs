@@ -150,20 +150,21 @@ fn pid_and_command_together() {
     ]);
 }
 
+/// Runs `xtrace -p PID FLAGS...` on a spinning fixture and checks the user-error contract
+/// ([`run_error`]); returns the error line.
+fn error_on_spinner(flags: Vec<std::ffi::OsString>) -> String {
+    let fixture = Fixture::spin();
+    let mut args = args!["-p", fixture.pid().to_string()];
+    args.extend(flags);
+    run_error(args)
+}
+
 #[test]
 fn unusable_output_directory() {
     if !require_bpf() {
         return;
     }
-    let fixture = Fixture::spin();
-    let line = run_error(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-o",
-        "/proc/xtrace-no-such-dir"
-    ]);
+    let line = error_on_spinner(args!["-u", "work", "-o", "/proc/xtrace-no-such-dir"]);
     assert!(
         line.contains("cannot write /proc/xtrace-no-such-dir"),
         "names the directory: {line}"
@@ -175,18 +176,8 @@ fn invalid_buffer_size() {
     if !require_bpf() {
         return;
     }
-    let fixture = Fixture::spin();
     let tmp = TempDir::new("bad-buffer");
-    let line = run_error(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "--buffer-size",
-        "3M",
-        "-o",
-        tmp.join("out")
-    ]);
+    let line = error_on_spinner(args!["-u", "work", "--buffer-size", "3M", "-o", tmp.join("out")]);
     assert!(line.contains("power of two"), "says what a valid size is: {line}");
     assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
 }
@@ -196,15 +187,7 @@ fn invalid_exits_mode() {
     if !require_bpf() {
         return;
     }
-    let fixture = Fixture::spin();
-    let line = run_error(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "--exits",
-        "return"
-    ]);
+    let line = error_on_spinner(args!["-u", "work", "--exits", "return"]);
     assert!(
         line.contains("'return' for '--exits <HOW>'") && line.contains("auto, uretprobe, ret"),
         "names the input and the valid values: {line}"

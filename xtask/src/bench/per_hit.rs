@@ -3,7 +3,8 @@
 //! once on one that starts with `endbr64` then `nop` (`cet_site`, as code built with
 //! -fcf-protection does; xtrace and the floor probe the nop after it, bpftrace the `endbr64`):
 //! unprobed, the bare floors (an empty uprobe; an empty uprobe + uretprobe, the hooks a span
-//! needs), an xtrace span, bpftrace count() and bpftrace printf. The cost
+//! needs), an xtrace span, an xtrace span whose exit is probed at the `ret` (`--exits ret`, which
+//! the kernel single-steps), bpftrace count() and bpftrace printf. The cost
 //! of a hit is the median ns per call under the tool minus the median unprobed ns per call; runs
 //! of the tools are interleaved so drift on a shared machine spreads over all of them.
 use std::collections::BTreeMap;
@@ -46,6 +47,8 @@ impl Site {
     fn calls(self, tool: Tool) -> u64 {
         match (self, tool) {
             (_, Tool::Unprobed) => 100_000_000,
+            // The ret is single-stepped (~10 µs a hit here).
+            (_, Tool::SpanRet) => 100_000,
             (Self::Emulated, Tool::BpftracePrintf) => 200_000,
             (Self::Emulated, _) => 1_000_000,
             (Self::Stepped, Tool::BpftracePrintf) => 50_000,
@@ -173,7 +176,7 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
         let value = if tool == Tool::Unprobed { r.ns } else { r.ns - base };
         // A span needs an entry and a return hook; bpftrace's probes here are entry probes only.
         let (floor, floor_name) = match tool {
-            Tool::Span => (cost(Tool::FloorReturn), "floor+ret"),
+            Tool::Span | Tool::SpanRet => (cost(Tool::FloorReturn), "floor+ret"),
             _ => (cost(Tool::Floor), "floor"),
         };
         let ratio = value / floor;
@@ -199,7 +202,7 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
         )];
         if !r.missed.is_empty() {
             notes.push(r.missed.clone());
-        } else if tool == Tool::Span {
+        } else if matches!(tool, Tool::Span | Tool::SpanRet) {
             notes.push("every call delivered as a span, 0 lost".into());
         } else if tool == Tool::BpftracePrintf {
             notes.push("every call printed (to a file), 0 lost".into());

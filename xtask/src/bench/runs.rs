@@ -31,16 +31,20 @@ pub enum Tool {
     /// Empty programs on the entry uprobe and the uretprobe: the hooks a span needs.
     FloorReturn,
     Span,
+    /// An xtrace span with its exit probed at the function's `ret` (`--exits ret`), as xtrace
+    /// does by default for C++ and Rust functions that call others.
+    SpanRet,
     BpftraceCount,
     BpftracePrintf,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 6] = [
+    pub const ALL: [Tool; 7] = [
         Self::Unprobed,
         Self::Floor,
         Self::FloorReturn,
         Self::Span,
+        Self::SpanRet,
         Self::BpftraceCount,
         Self::BpftracePrintf,
     ];
@@ -51,6 +55,7 @@ impl Tool {
             Self::Floor => "floor: empty uprobe",
             Self::FloorReturn => "floor+ret: empty uprobe + uretprobe",
             Self::Span => "xtrace span",
+            Self::SpanRet => "xtrace span, exit at ret (--exits ret)",
             Self::BpftraceCount => "bpftrace count()",
             Self::BpftracePrintf => "bpftrace printf",
         }
@@ -62,6 +67,7 @@ impl Tool {
             Self::Floor => "floor",
             Self::FloorReturn => "floor_return",
             Self::Span => "xtrace_span",
+            Self::SpanRet => "xtrace_span_ret",
             Self::BpftraceCount => "bpftrace_count",
             Self::BpftracePrintf => "bpftrace_printf",
         }
@@ -114,8 +120,12 @@ pub fn run(env: &Env, tool: Tool, symbol: &str, args: &[String]) -> Result<RunOu
                 lost: None,
             })
         }
-        Tool::Span => {
-            let out = xtrace(env, &XtraceSpec::new(&env.hits, args, &[symbol]))?;
+        Tool::Span | Tool::SpanRet => {
+            let mut spec = XtraceSpec::new(&env.hits, args, &[symbol]);
+            if tool == Tool::SpanRet {
+                spec.flags = vec!["--exits".into(), "ret".into()];
+            }
+            let out = xtrace(env, &spec)?;
             let summary = out.summary.context("xtrace wrote no summary")?;
             Ok(RunOut {
                 work: out.work,
