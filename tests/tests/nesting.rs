@@ -140,8 +140,28 @@ fn cpp_exception_through_traced_functions() {
         let (out, finished) = trace_with_env(
             program,
             &[],
-            args!["-u", "thrower(i32) -> i64", "-u", "catcher(i32) -> i64"],
+            args![
+                "-u",
+                "thrower(i32) -> i64",
+                "-u",
+                "catcher(i32) -> i64",
+                "--overhead"
+            ],
             &[("XTRACE_UPROBE_ATTACH", mechanism)],
+        );
+        // 8 entries; 6 exits, all at ret instructions (thrower's 2 returns, catcher's 4): no
+        // return probe was placed.
+        let mut runs: Vec<(&str, u64)> = out.summary["overhead"]
+            .as_array()
+            .expect("summary.json overhead")
+            .iter()
+            .filter(|c| c["name"] != "thread_exit")
+            .map(|c| (c["name"].as_str().unwrap(), u64_field(c, "runs")))
+            .collect();
+        assert_eq!(
+            runs,
+            [("span_enter", 8), ("span_ret", 6)],
+            "{program:?} {mechanism}"
         );
         assert!(
             finished
