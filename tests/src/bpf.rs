@@ -1,9 +1,8 @@
 //! Checking that xtrace leaves no BPF program loaded, with `bpftool prog show --json`.
 //!
 //! xtrace's kernel programs are named `span_enter`, `span_exit` and `span_ret`. A test takes a
-//! [`Programs`]
-//! snapshot before it starts xtrace and, after xtrace exits, asserts that no program with those
-//! names and a new id remains. Program release is asynchronous (the kernel frees it after the last
+//! [`Programs`] snapshot before it starts xtrace and, after xtrace exits, asserts that no program
+//! with those names and a new id remains. Program release is asynchronous (the kernel frees it after the last
 //! reference — fd, perf event, link — goes away), so the check polls for up to 3 s.
 
 use std::{
