@@ -2,8 +2,8 @@
 //!
 //! xtrace's kernel programs are named `span_enter`, `span_exit` and `span_ret`. A test takes a
 //! [`Programs`] snapshot before it starts xtrace and, after xtrace exits, asserts that no program
-//! with those names and a new id remains. Program release is asynchronous (the kernel frees it after the last
-//! reference — fd, perf event, link — goes away), so the check polls for up to 3 s.
+//! with those names and a new id remains. Program release is asynchronous (the kernel frees it
+//! after the last reference — fd, perf event, link — goes away), so the check polls for up to 3 s.
 
 use std::{
     collections::BTreeSet,
