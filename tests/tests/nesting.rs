@@ -158,6 +158,7 @@ fn cpp_exception_through_traced_functions() {
             .filter(|c| c["name"] != "thread_exit")
             .map(|c| (c["name"].as_str().unwrap(), u64_field(c, "runs")))
             .collect();
+        runs.sort_unstable();
         assert_eq!(
             runs,
             [("span_enter", 8), ("span_ret", 6)],

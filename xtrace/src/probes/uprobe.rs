@@ -157,9 +157,13 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
                     None => {
                         let sites = exit_sites(exits, &file, symbols, function)?;
                         let count = at_exits.entry(shown.clone()).or_default();
+                        // Under auto, only a function whose code could not be read is left
+                        // exposed; the others with return probes are leaves.
+                        let exposed = exits == ExitMode::Ret
+                            || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
                         match &sites {
                             Some(_) => count.0 += 1,
-                            None if exits == ExitMode::Ret => count.1 += 1,
+                            None if exposed => count.1 += 1,
                             None => {}
                         }
                         plan.probes.push(ProbeInfo {
