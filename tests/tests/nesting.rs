@@ -11,15 +11,11 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_fixture_with, trace_new_fixture, Finished, Xtrace},
+    run::{trace_fixture_with, Finished, Xtrace},
     TempDir,
 };
 
 use std::ffi::OsString;
-
-fn trace(program: &std::path::Path, mode: &[&str], probes: &[&str]) -> Outputs {
-    trace_new_fixture(program, mode, probes, "nesting").0
-}
 
 /// Traces fixture `program` (run as `program mode...`) with `xtrace -p PID FLAGS...`.
 fn trace_with(program: &std::path::Path, mode: &[&str], flags: Vec<OsString>) -> (Outputs, Finished) {
@@ -41,6 +37,18 @@ fn trace_with_env(
     (Outputs::read(&out), finished)
 }
 
+/// How function exits are probed in C code: return probes (`auto`), and the exit instructions.
+const EXIT_MODES: [&[&str]; 2] = [&[], &["--exits", "ret"]];
+
+/// Traces `calls MODE` with a `-u` for each of `probes`, after the `exits` flags.
+fn trace_calls(mode: &str, probes: &[&str], exits: &[&str]) -> Outputs {
+    let mut flags: Vec<OsString> = exits.iter().map(OsString::from).collect();
+    for probe in probes {
+        flags.extend(args!["-u", *probe]);
+    }
+    trace_with(&fixtures().calls, &[mode], flags).0
+}
+
 /// (arg0, ret) of each span of `name`, in start order.
 fn arg_and_ret(out: &Outputs, name: &str) -> Vec<(i64, i64)> {
     let mut spans = out.spans_named(name);
@@ -51,28 +59,31 @@ fn arg_and_ret(out: &Outputs, name: &str) -> Vec<(i64, i64)> {
         .collect()
 }
 
+/// In both exit modes.
 #[test]
 fn recursion_64_deep() {
     if !require_bpf() {
         return;
     }
-    let out = trace(&fixtures().calls, &["recurse"], &["recurse"]);
-    // recurse(63): 64 nested calls; recurse(69): 70, of which the 6 deepest are too deep.
-    let spans = out.spans_named("recurse");
-    assert_eq!(spans.len(), 128);
-    for depth in 0..64 {
-        let at_depth = spans.iter().filter(|s| s.depth == depth).count();
-        assert_eq!(at_depth, 2, "spans at depth {depth}");
+    for exits in EXIT_MODES {
+        let out = trace_calls("recurse", &["recurse"], exits);
+        // recurse(63): 64 nested calls; recurse(69): 70, of which the 6 deepest are too deep.
+        let spans = out.spans_named("recurse");
+        assert_eq!(spans.len(), 128, "{exits:?}");
+        for depth in 0..64 {
+            let at_depth = spans.iter().filter(|s| s.depth == depth).count();
+            assert_eq!(at_depth, 2, "spans at depth {depth}, {exits:?}");
+        }
+        assert_eq!(u64_field(&out.summary["lost"], "too_deep"), 6, "{exits:?}");
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0, "{exits:?}");
+        // Every span contains the deeper ones on the same thread.
+        let outer = spans.iter().find(|s| s.depth == 0).unwrap();
+        let inner = spans
+            .iter()
+            .find(|s| s.depth == 63 && s.start_ns() < outer.end_ns())
+            .unwrap();
+        assert!(outer.start_ns() <= inner.start_ns() && inner.end_ns() <= outer.end_ns());
     }
-    assert_eq!(u64_field(&out.summary["lost"], "too_deep"), 6);
-    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
-    // Every span contains the deeper ones on the same thread.
-    let outer = spans.iter().find(|s| s.depth == 0).unwrap();
-    let inner = spans
-        .iter()
-        .find(|s| s.depth == 63 && s.start_ns() < outer.end_ns())
-        .unwrap();
-    assert!(outer.start_ns() <= inner.start_ns() && inner.end_ns() <= outer.end_ns());
 }
 
 #[test]
@@ -80,11 +91,7 @@ fn longjmp_leaves_unmatched_entries() {
     if !require_bpf() {
         return;
     }
-    let out = trace(
-        &fixtures().calls,
-        &["longjmp"],
-        &["lj_outer", "lj_jumper", "lj_plain"],
-    );
+    let out = trace_calls("longjmp", &["lj_outer", "lj_jumper", "lj_plain"], &[]);
     assert_eq!(out.probe_count("lj_outer"), 3);
     assert_eq!(out.probe_count("lj_jumper"), 0);
     assert_eq!(out.probe_count("lj_plain"), 1);
@@ -98,26 +105,33 @@ fn longjmp_leaves_unmatched_entries() {
 /// with its own call (the entry's argument is the recursion level, equal to the span's depth), and
 /// the three calls left behind are unmatched. Pairing a return with the innermost open call of the
 /// same function would give ljr(2)'s return ljr(5)'s entry.
+/// In both exit modes.
 #[test]
 fn longjmp_inside_recursion_pairs_each_return_with_its_own_call() {
     if !require_bpf() {
         return;
     }
-    let out = trace(&fixtures().calls, &["ljrecurse"], &["ljr(i32) -> i32"]);
-    let spans = out.spans_named("ljr");
-    assert_eq!(spans.len(), 6);
-    let mut levels: Vec<(u64, i64, i64)> = spans
-        .iter()
-        .map(|s| {
-            let arg = s.args["arg0"].as_i64().unwrap();
-            assert_eq!(s.args["ret"].as_i64(), Some(arg), "{s:?}");
-            (s.depth, arg, s.start_ns())
-        })
-        .collect();
-    levels.sort_by_key(|&(_, _, start)| start);
-    let pairs: Vec<(u64, i64)> = levels.iter().map(|&(d, a, _)| (d, a)).collect();
-    assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (0, 0), (1, 1), (2, 2)]);
-    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6);
+    for exits in EXIT_MODES {
+        let out = trace_calls("ljrecurse", &["ljr(i32) -> i32"], exits);
+        let spans = out.spans_named("ljr");
+        assert_eq!(spans.len(), 6, "{exits:?}");
+        let mut levels: Vec<(u64, i64, i64)> = spans
+            .iter()
+            .map(|s| {
+                let arg = s.args["arg0"].as_i64().unwrap();
+                assert_eq!(s.args["ret"].as_i64(), Some(arg), "{s:?}");
+                (s.depth, arg, s.start_ns())
+            })
+            .collect();
+        levels.sort_by_key(|&(_, _, start)| start);
+        let pairs: Vec<(u64, i64)> = levels.iter().map(|&(d, a, _)| (d, a)).collect();
+        assert_eq!(
+            pairs,
+            [(0, 0), (1, 1), (2, 2), (0, 0), (1, 1), (2, 2)],
+            "{exits:?}"
+        );
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6, "{exits:?}");
+    }
 }
 
 /// Exceptions thrown inside `thrower` (for odd i) and caught in `catcher`, with both traced: the
@@ -222,42 +236,6 @@ fn cpp_exception_caught_in_a_return_probed_function() {
     assert!(warning.is_some(), "{:?}", finished.stderr);
 }
 
-/// `--exits ret` on C code: recursion and longjmp pair exactly as with return probes.
-#[test]
-fn exits_at_instructions_pair_like_return_probes() {
-    if !require_bpf() {
-        return;
-    }
-    let (out, _) = trace_with(
-        &fixtures().calls,
-        &["recurse"],
-        args!["--exits", "ret", "-u", "recurse"],
-    );
-    let spans = out.spans_named("recurse");
-    assert_eq!(spans.len(), 128);
-    for depth in 0..64 {
-        assert_eq!(
-            spans.iter().filter(|s| s.depth == depth).count(),
-            2,
-            "depth {depth}"
-        );
-    }
-    assert_eq!(u64_field(&out.summary["lost"], "too_deep"), 6);
-    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
-
-    let (out, _) = trace_with(
-        &fixtures().calls,
-        &["ljrecurse"],
-        args!["--exits", "ret", "-u", "ljr(i32) -> i32"],
-    );
-    let pairs: Vec<(i64, i64)> = arg_and_ret(&out, "ljr");
-    assert_eq!(pairs, [(0, 0), (1, 1), (2, 2), (0, 0), (1, 1), (2, 2)]);
-    for s in out.spans_named("ljr") {
-        assert_eq!(Some(s.depth as i64), s.args["arg0"].as_i64());
-    }
-    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 6);
-}
-
 /// A function that leaves by a tail call (`jmp tc_target`): with `--exits ret` its span ends at
 /// the jump, marked `"exit":"tail call"` and without a return value, and the callee's span follows
 /// at the same depth; with return probes (C code, `auto`) the kernel returns from both, so
@@ -306,7 +284,7 @@ fn thread_exiting_mid_call() {
     if !require_bpf() {
         return;
     }
-    let out = trace(&fixtures().calls, &["threadexit"], &["te_exits", "te_plain"]);
+    let out = trace_calls("threadexit", &["te_exits", "te_plain"], &[]);
     assert_eq!(out.probe_count("te_exits"), 0);
     assert_eq!(out.probe_count("te_plain"), 2);
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1);
