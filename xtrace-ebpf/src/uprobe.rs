@@ -11,8 +11,7 @@ use core::ptr;
 use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user, bpf_probe_read_user_buf,
-        bpf_probe_read_user_str_bytes,
+        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -97,14 +96,15 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     };
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
-        write_args(ctx, key, probe_id, now, depth as u8);
+        write_args(ctx, key, probe_id, now, depth as u8, frame);
     }
     Ok(0)
 }
 
-/// Writes the `ArgsEvent` of a call whose probe captures arguments.
+/// Writes the `ArgsEvent` of a call whose probe captures arguments. `sp` is the user stack
+/// pointer at entry, at the return address: the stack arguments follow it.
 #[inline(always)]
-fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8) {
+fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8, sp: u64) {
     let spec = match ARG_SPECS.get(probe_id) {
         Some(&spec) if spec != 0 => spec,
         _ => return,
@@ -152,8 +152,6 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
                 let _ = OUT_PTRS.insert(&key, &value, 0);
             }
         }
-        // The verifier refuses a plain load from a ctx pointer plus an offset; read it checked.
-        let sp = bpf_probe_read_kernel(core::ptr::addr_of!((*ctx.regs).rsp)).unwrap_or(0);
         for j in 0..MAX_STACK_ARGS {
             (*event).stack[j] = if spec & args::stack(j) != 0 {
                 bpf_probe_read_user((sp + 8 * (j as u64 + 1)) as *const u64).unwrap_or(0)
