@@ -58,8 +58,8 @@ pub struct Fixtures {
     /// `cudalate LIBCUDART`: dlopen()s the stand-in runtime after the go line, then makes known
     /// CUDA calls after a second line (see cudalate.c).
     pub cudalate: PathBuf,
-    /// `ranges run` (see ranges.c): known ranges through xtrace's own API, linked against the
-    /// tool library `libxtrace_tool.so` next to the xtrace binary under test.
+    /// `ranges run` and `ranges names N` (see ranges.c): known ranges through xtrace's own API,
+    /// linked against the tool library `libxtrace_tool.so` next to the xtrace binary under test.
     pub ranges: PathBuf,
 }
 

@@ -181,6 +181,54 @@ fn xtrace_range_api_by_pid() {
     assert!(out.summary_txt.contains("xtrace outer"), "{}", out.summary_txt);
 }
 
+/// One xtrace session by pid on a running `ranges names N` fixture: `rounds` rounds, then
+/// Ctrl-C. Returns (name, count) of every range, sorted by name.
+fn names_session(fixture: &mut Fixture, rounds: usize, tmp: &TempDir, label: &str) -> Vec<(String, u64)> {
+    let out = tmp.join(label);
+    let before = xtrace_tests::bpf::Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--ranges", "-o", &out]);
+    xtrace.wait_attached();
+    for _ in 0..rounds {
+        fixture.send("round");
+        assert_eq!(fixture.next_line(), "round done");
+    }
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out);
+    assert_eq!(out.lost_events(), 0);
+    range_counts(&out)
+        .into_iter()
+        .map(|(name, kind, count)| {
+            assert_eq!(kind, "push", "{name}");
+            (name, count)
+        })
+        .collect()
+}
+
+/// The tool library keeps the first `INTERN_LIMIT` names it sees and passes them tagged, so
+/// the kernel program reads each once; names past the limit are read on every hit. Either way
+/// every range keeps its own name: in a session that sees the names kept (the first read), in
+/// rounds after (names xtrace remembers), and in a later session that attached after they were
+/// kept (names xtrace reads from the process's memory).
+#[test]
+fn kept_names_and_names_past_the_limit_are_all_exact() {
+    if !require_bpf() {
+        return;
+    }
+    let n = xtrace_common::ranges::INTERN_LIMIT + 100;
+    let expected = |count: u64| {
+        let mut names: Vec<(String, u64)> = (0..n).map(|i| (format!("name-{i}"), count)).collect();
+        names.sort();
+        names
+    };
+    let tmp = TempDir::new("ranges-kept-names");
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["names", &n.to_string()]);
+    fixture.wait_ready();
+    assert_eq!(names_session(&mut fixture, 2, &tmp, "first"), expected(2));
+    assert_eq!(names_session(&mut fixture, 1, &tmp, "later"), expected(1));
+}
+
 #[test]
 fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
     if !require_bpf() {

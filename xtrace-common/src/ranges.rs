@@ -8,6 +8,27 @@ pub const SOURCE_NVTX: u64 = 2;
 /// Intel ITT (through the collector).
 pub const SOURCE_ITT: u64 = 3;
 
+/// Set in a string argument that points at a name the tool library keeps for the life of the
+/// process (see *Interned names* below): the tracer has read it before (or reads it from the
+/// process's memory once), so the kernel program does not read it again.
+pub const INTERNED: u64 = 1 << 63;
+/// Set in a string argument on the first use of a name the tool library keeps: the kernel program
+/// reads it (at the address without this bit) and user space remembers it for later [`INTERNED`]
+/// uses.
+pub const INTERNED_FIRST: u64 = 1 << 62;
+/// The address bits of a string argument.
+pub const ADDRESS: u64 = !(INTERNED | INTERNED_FIRST);
+
+// # Interned names
+// Reading a string from user memory costs a kernel program more than everything else a range
+// hit does (~150 ns on a VM, where the whole hit costs ~100 ns without it), and range names
+// repeat. So the tool library copies each name it sees into memory it never frees, at most
+// `INTERN_LIMIT` names per process, and passes the copy's address: tagged INTERNED_FIRST the
+// first time, INTERNED after. A name past the limit is passed untagged and read on every hit.
+
+/// How many names the tool library keeps per process.
+pub const INTERN_LIMIT: usize = 3072;
+
 /// One USDT probe of the tool library (provider `xtrace`): its name, its `<sys/sdt.h>` argument
 /// string (8-byte registers), and which arguments are strings (pointers to NUL-terminated UTF-8;
 /// argument 0 is always the source).

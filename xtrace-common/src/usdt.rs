@@ -26,6 +26,9 @@ pub mod string_kind {
     /// `ARG_STR_LEN` bytes as they are (a `wchar_t` string, or a message whose encoding another
     /// argument gives), or up to the end of the pointer's page when the page after is unmapped.
     pub const RAW: u8 = 2;
+    /// A tool-library string (`crate::ranges::INTERNED`): not read when tagged INTERNED, read as
+    /// C at the address without the tag bits otherwise.
+    pub const INTERNED: u8 = 3;
 }
 
 /// No index register (`UsdtArg::index_reg`).

@@ -16,6 +16,7 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{UsdtEvent, ARG_STR_LEN, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT},
+    ranges,
     usdt::{arg_kind, string_kind, UsdtArg, UsdtSite, MAX_USDT_ARGS, NO_REG},
 };
 
@@ -36,7 +37,7 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     let Some(site) = USDT_SITES.get(site_index) else {
         return 0;
     };
-    if site.strings != 0 {
+    if site.strings != 0 && reads_strings(&ctx, site) {
         write_with_strings(&ctx, site, site_index, pid_tgid, now);
     } else {
         write_plain(&ctx, site, site_index, pid_tgid, now);
@@ -125,11 +126,12 @@ fn send_with_strings<const SLOTS: usize>(hit: &Hit) {
         ptr::addr_of_mut!((*record).str_len).write([0; MAX_USDT_ARGS]);
         ptr::addr_of_mut!((*record)._pad).write([0; 4]);
         for i in 0..SLOTS {
-            let pointer = (*record).event.args[i] as *const u8;
-            // A NULL string (no domain, say) is common; reading it would cost a page fault.
-            if i >= site.nargs as usize || site.args[i].string == 0 || pointer.is_null() {
+            if i >= site.nargs as usize {
                 continue;
             }
+            let Some(pointer) = string_at(site.args[i].string, (*record).event.args[i]) else {
+                continue;
+            };
             let dst = &mut (*record).strings[i];
             (*record).str_len[i] = if site.args[i].string == string_kind::RAW {
                 read_raw(pointer, dst)
@@ -163,6 +165,45 @@ fn read_raw(pointer: *const u8, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
         Ok(()) => room as u8,
         Err(_) => 0,
     }
+}
+
+/// Where a string argument of kind `kind` (`string_kind`) with value `value` is read, if it is:
+/// not a NULL (no domain, say: common, and reading it would cost a page fault), nor a name the
+/// tool library has passed before (`ranges::INTERNED`).
+#[inline(always)]
+fn string_at(kind: u8, value: u64) -> Option<*const u8> {
+    let address = match kind {
+        string_kind::NONE => return None,
+        string_kind::INTERNED if value & ranges::INTERNED != 0 => return None,
+        string_kind::INTERNED => value & ranges::ADDRESS,
+        _ => value,
+    };
+    (address != 0).then_some(address as *const u8)
+}
+
+/// Whether the hit reads some string argument; when none, it sends a plain `UsdtEvent`. Each
+/// string argument in a register is looked at here and again when the record is filled (a load);
+/// one in memory is taken to be read rather than fetched twice. A value is only compared here,
+/// never kept, so the verifier's paths through `read_arg` join again after each argument. A
+/// function of its own (a BPF subprogram): inlined, LLVM shares loads between it and `fill` that
+/// read the context on one path and the site on another, which the verifier refuses.
+#[inline(never)]
+fn reads_strings(ctx: &ProbeContext, site: &UsdtSite) -> bool {
+    let nargs = (site.nargs as usize).min(MAX_USDT_ARGS);
+    let regs = ctx.regs as *const pt_regs;
+    for i in 0..MAX_USDT_ARGS {
+        if i >= nargs {
+            break;
+        }
+        let arg = &site.args[i];
+        if arg.string == string_kind::NONE {
+            continue;
+        }
+        if arg.kind == arg_kind::MEM || string_at(arg.string, read_arg(regs, arg)).is_some() {
+            return true;
+        }
+    }
+    false
 }
 
 #[inline(always)]

@@ -3,6 +3,7 @@
 //! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
 //! hits into annotation ranges, `threads` names pids and tids.
 pub mod decode;
+pub mod kept_names;
 pub mod pending;
 pub mod ranges;
 pub mod reader;

@@ -10,7 +10,10 @@ use xtrace_common::{
 };
 
 use crate::{
-    pipeline::values::{c_text, wide_text, Value},
+    pipeline::{
+        kept_names::KeptNames,
+        values::{c_text, wide_text, Value},
+    },
     probes::usdt::{
         plan::{Role, UsdtProbe},
         spec::{RangeOp, UsdtArgType},
@@ -74,6 +77,8 @@ pub struct Usdt {
     probes: BTreeMap<u32, UsdtProbe>,
     /// Open spans per (tid, span probe), innermost last.
     open: HashMap<(u32, u32), Vec<Open>>,
+    /// Names the tool library keeps, by process and address.
+    kept: KeptNames,
 }
 
 impl Usdt {
@@ -82,6 +87,7 @@ impl Usdt {
             sites,
             probes,
             open: HashMap::new(),
+            kept: KeptNames::default(),
         }
     }
 
@@ -98,6 +104,11 @@ impl Usdt {
             let nargs = (event.nargs as usize).min(MAX_USDT_ARGS);
             let args = (0..nargs)
                 .map(|i| match info.types.get(i) {
+                    Some(UsdtArgType::Kept) => RangeArg::Str(self.kept.text(
+                        event.header.pid,
+                        event.args[i],
+                        strings.get(i).copied().unwrap_or(&[]),
+                    )),
                     Some(t) if t.is_string() => RangeArg::Str(text(*t, &event.args, i, strings)),
                     _ => RangeArg::Int(event.args[i]),
                 })
@@ -132,6 +143,7 @@ impl Usdt {
                 ty @ (UsdtArgType::Wide | UsdtArgType::Message { .. }) => {
                     Value::Str(text(ty, &event.args, i, strings))
                 }
+                UsdtArgType::Kept => Value::Str(self.kept.text(event.header.pid, raw, string)),
             };
             args += &format!(",\"{prefix}{i}\":{}", value.json());
         }

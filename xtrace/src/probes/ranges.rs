@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{
     elf::SymbolCache,
     nvtx,
-    spec::{ArgType, TargetSpec},
+    spec::TargetSpec,
     uprobe::{Plan, Scope},
     usdt::{
         self,
@@ -119,13 +119,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -
                     types: probe
                         .strings
                         .iter()
-                        .map(|&s| {
-                            if s {
-                                UsdtArgType::As(ArgType::Str)
-                            } else {
-                                UsdtArgType::Note
-                            }
-                        })
+                        .map(|&s| if s { UsdtArgType::Kept } else { UsdtArgType::Note })
                         .collect(),
                     range: Some(op(name)?),
                 })

@@ -5,6 +5,7 @@
 //! check until xtrace attaches — even to a process started long before.
 pub mod api;
 pub mod itt;
+mod names;
 pub mod nvtx;
 mod text;
 pub mod usdt;

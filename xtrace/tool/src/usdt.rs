@@ -4,10 +4,11 @@
 //! raises the semaphore (the kernel's uprobe reference counter) while it is attached.
 //!
 //! Arguments are 8-byte registers: `source` says which API the range came from ([`Source`]),
-//! strings are pointers to NUL-terminated UTF-8 (null when absent).
-use core::{ffi::c_char, ptr};
-
+//! strings are pointers to NUL-terminated UTF-8 (null when absent), mostly to the library's own
+//! copies and tagged so that the tracer reads each name once ([`names`]).
 use xtrace_common::ranges;
+
+use crate::names;
 
 /// Which API a range came from: the first argument of every probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,30 +95,10 @@ macro_rules! site {
     };
 }
 
-/// Bytes of a string the tracer reads (`ARG_STR_LEN`).
-const TRACED_LEN: usize = 64;
-
-/// A string argument: the pointer, or null. Its first bytes are read here first: the kernel
-/// program cannot fault a page in, and a string the program never touched itself (a literal
-/// whose address alone was passed) may sit in a page not yet mapped in.
-fn text(s: Option<&core::ffi::CStr>) -> *const c_char {
-    let Some(s) = s else {
-        return ptr::null();
-    };
-    let p = s.as_ptr();
-    for i in 0..TRACED_LEN {
-        // SAFETY: within the NUL-terminated string (the loop stops at its NUL).
-        if unsafe { ptr::read_volatile(p.add(i)) } == 0 {
-            break;
-        }
-    }
-    p
-}
-
 /// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`.
 #[inline(never)]
 pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
-    let (s, d, n) = (source as u64, text(domain), text(name));
+    let (s, d, n) = (source as u64, names::arg(domain), names::arg(name));
     site!(
         xtrace_range_push_semaphore,
         "range_push",
@@ -131,7 +112,7 @@ pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option
 /// `xtrace:range_pop(source, domain)`: closes the innermost range of this thread's `domain` stack.
 #[inline(never)]
 pub fn range_pop(source: Source, domain: Option<&core::ffi::CStr>) {
-    let (s, d) = (source as u64, text(domain));
+    let (s, d) = (source as u64, names::arg(domain));
     site!(
         xtrace_range_pop_semaphore,
         "range_pop",
@@ -149,7 +130,7 @@ pub fn range_start(
     name: Option<&core::ffi::CStr>,
     id: u64,
 ) {
-    let (s, d, n) = (source as u64, text(domain), text(name));
+    let (s, d, n) = (source as u64, names::arg(domain), names::arg(name));
     site!(
         xtrace_range_start_semaphore,
         "range_start",
@@ -177,7 +158,7 @@ pub fn range_end(source: Source, id: u64) {
 /// `xtrace:mark(source, domain, name)`: an instant.
 #[inline(never)]
 pub fn mark(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
-    let (s, d, n) = (source as u64, text(domain), text(name));
+    let (s, d, n) = (source as u64, names::arg(domain), names::arg(name));
     site!(
         xtrace_mark_semaphore,
         "mark",
@@ -191,7 +172,7 @@ pub fn mark(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core
 /// `xtrace:thread_name(source, tid, name)`: names thread `tid` (0: the calling thread).
 #[inline(never)]
 pub fn thread_name(source: Source, tid: u64, name: Option<&core::ffi::CStr>) {
-    let (s, n) = (source as u64, text(name));
+    let (s, n) = (source as u64, names::arg(name));
     site!(
         xtrace_thread_name_semaphore,
         "thread_name",

@@ -24,6 +24,9 @@ pub enum UsdtArgType {
     Message {
         type_arg: u8,
     },
+    /// A string of the tool library's probes: a pointer, often to a name the library keeps and
+    /// tags so that it is read once (`xtrace_common::ranges::INTERNED`); only in xtrace's tables.
+    Kept,
 }
 
 impl UsdtArgType {
@@ -36,6 +39,7 @@ impl UsdtArgType {
         match self {
             UsdtArgType::As(ArgType::Str) | UsdtArgType::Name => string_kind::C,
             UsdtArgType::Wide | UsdtArgType::Message { .. } => string_kind::RAW,
+            UsdtArgType::Kept => string_kind::INTERNED,
             UsdtArgType::Note | UsdtArgType::As(_) => string_kind::NONE,
         }
     }
