@@ -20,9 +20,8 @@ pub const INTERNED_FIRST: u64 = 1 << 62;
 pub const ADDRESS: u64 = !(INTERNED | INTERNED_FIRST);
 
 // # Interned names
-// Reading a string from user memory costs a kernel program more than everything else a range
-// hit does (~150 ns on a VM, where the whole hit costs ~100 ns without it), and range names
-// repeat. So the tool library copies each name it sees into memory it never frees, at most
+// Reading a string from user memory costs a kernel program about as much as everything else a
+// range hit does (~150 ns on the VM the bench ran on), and range names repeat. So the tool library copies each name it sees into memory it never frees, at most
 // `INTERN_LIMIT` names per process, and passes the copy's address: tagged INTERNED_FIRST the
 // first time, INTERNED after. A name past the limit is passed untagged and read on every hit.
 

@@ -31,14 +31,14 @@ impl KeptNames {
             let text = self
                 .known
                 .entry((pid, address))
-                .or_insert_with(|| read_process(pid, address).map_or_else(String::new, |b| c_text(&b)));
+                .or_insert_with(|| read_process(pid, address));
             return Some(text.clone());
         }
         if value & INTERNED_FIRST != 0 {
             // Kept from now on; a copy at an address seen before belongs to a new program image
             // (after an exec), so it replaces what was known there.
             let text = match read {
-                [] => read_process(pid, address).map_or_else(String::new, |b| c_text(&b)),
+                [] => read_process(pid, address),
                 _ => c_text(read),
             };
             self.known.insert((pid, address), text.clone());
@@ -48,15 +48,21 @@ impl KeptNames {
     }
 }
 
-/// The bytes of the string at `address` in process `pid`, as many as the kernel program would
-/// read (up to the end of the mapping); None when the process or the address is gone.
-fn read_process(pid: u32, address: u64) -> Option<Vec<u8>> {
-    let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
-    let mut bytes = vec![0; ARG_STR_LEN - 1];
-    // A read that runs into an unmapped page stops there.
-    let n = mem.read_at(&mut bytes, address).ok()?;
-    bytes.truncate(n);
-    Some(bytes)
+/// The name of a range whose kept name could not be read (its process exited before xtrace
+/// read it).
+pub const UNREADABLE: &str = "(unreadable)";
+
+/// The string at `address` in process `pid`, as much as the kernel program would read (up to the
+/// end of the mapping); [`UNREADABLE`] when the process or the address is gone.
+fn read_process(pid: u32, address: u64) -> String {
+    let read = || {
+        let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
+        let mut bytes = vec![0; ARG_STR_LEN - 1];
+        // A read that runs into an unmapped page stops there.
+        let n = mem.read_at(&mut bytes, address).ok()?;
+        (n > 0).then(|| c_text(&bytes[..n]))
+    };
+    read().unwrap_or_else(|| UNREADABLE.to_string())
 }
 
 #[cfg(test)]
@@ -96,6 +102,16 @@ mod tests {
         );
         let (_long, value) = kept(&"y".repeat(80), INTERNED);
         assert_eq!(names.text(std::process::id(), value, b""), Some("y".repeat(63)));
+    }
+
+    #[test]
+    fn a_kept_name_that_cannot_be_read_says_so() {
+        let mut names = KeptNames::default();
+        // Page 0 is never mapped.
+        assert_eq!(
+            names.text(std::process::id(), 0x10 | INTERNED, b""),
+            Some(UNREADABLE.into())
+        );
     }
 
     #[test]
