@@ -1,8 +1,8 @@
 //! Range names the tracer reads once per process (`xtrace_common::ranges::INTERNED`): each name a
 //! traced range passes is copied, the first time, into memory that is never freed, and the probes
-//! get the copy's address with a tag bit, so the kernel program skips the string read that would
-//! cost more than the rest of the hit. Up to `INTERN_LIMIT` names; past it (names built per call,
-//! say) a name is passed as it is and read on every hit, as without interning.
+//! get the copy's address with a tag bit, so the kernel program skips the string read, which costs
+//! about as much as the rest of the hit. Up to `INTERN_LIMIT` names; past it (names built per
+//! call, say) a name is passed as it is and read on every hit, as without interning.
 //!
 //! The table is lock-free: a slot is claimed with one compare-exchange, so a thread never waits on
 //! another inside a traced range. Only traced calls come here (behind the semaphore checks).
