@@ -12,6 +12,14 @@ use xtrace_common::{
 
 use crate::task_storage::TaskStorage;
 
+/// The value user space gave the global `global` at load time (`EbpfLoader::override_global`).
+/// The read is volatile: the compiler would otherwise fold in the value the object was built with.
+#[inline(always)]
+pub fn load_time<T: Copy>(global: &'static T) -> T {
+    // SAFETY: a plain read of a static that nothing writes after the program is loaded.
+    unsafe { core::ptr::read_volatile(global) }
+}
+
 /// Every record for user space.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
@@ -37,8 +45,7 @@ static ARGS_ENABLED: u8 = 0;
 /// Whether any probe captures arguments (see `ARGS_ENABLED`).
 #[inline(always)]
 pub fn args_enabled() -> bool {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    unsafe { core::ptr::read_volatile(&ARGS_ENABLED) != 0 }
+    load_time(&ARGS_ENABLED) != 0
 }
 
 /// `--min-duration` in ns (0: off), set at load time: shorter calls are summarised in
@@ -49,8 +56,7 @@ static MIN_DURATION_NS: u64 = 0;
 /// The `--min-duration` threshold (0 when off).
 #[inline(always)]
 pub fn min_duration_ns() -> u64 {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    unsafe { core::ptr::read_volatile(&MIN_DURATION_NS) }
+    load_time(&MIN_DURATION_NS)
 }
 
 /// Calls below `--min-duration` per probe id (per CPU); sized by user space.
@@ -67,9 +73,8 @@ static TID_FILTER: u8 = 0;
 
 /// Whether `key` passes a filter: always when its load-time `switch` is 0, else when it is in `set`.
 #[inline(always)]
-fn allowed(switch: &u8, set: &HashMap<u32, u8>, key: u32) -> bool {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    if unsafe { core::ptr::read_volatile(switch) } == 0 {
+fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: u32) -> bool {
+    if load_time(switch) == 0 {
         return true;
     }
     // SAFETY: the value is not read.
@@ -186,8 +191,7 @@ fn footprint(len: usize) -> u64 {
 /// quarter mark.
 #[inline(always)]
 fn wake_flags(unread_with_record: u64, footprint: u64) -> u64 {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    let mark = unsafe { core::ptr::read_volatile(&RING_BYTES) } / 4;
+    let mark = load_time(&RING_BYTES) / 4;
     if unread_with_record >= mark && unread_with_record < mark + footprint {
         BPF_RB_FORCE_WAKEUP as u64
     } else {

@@ -24,7 +24,7 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{count, output_flags, EVENTS},
+    maps::{count, load_time, output_flags, EVENTS},
     regs::{PT_REGS_BP, PT_REGS_IP, PT_REGS_SIZE, PT_REGS_SP},
     uprobe::header,
 };
@@ -93,8 +93,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
 /// `scratch` must point at this CPU's scratch value.
 #[inline(always)]
 unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
-    // SAFETY: a plain read of a load-time constant; volatile so the compiler keeps the load.
-    let limit = unsafe { core::ptr::read_volatile(&USER_STACK_BYTES) }.min(USER_STACK_MAX as u32);
+    let limit = load_time(&USER_STACK_BYTES).min(USER_STACK_MAX as u32);
     if limit == 0 {
         return 0;
     }
