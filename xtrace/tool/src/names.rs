@@ -6,6 +6,9 @@
 //!
 //! The table is lock-free: a slot is claimed with one compare-exchange, so a thread never waits on
 //! another inside a traced range. Only traced calls come here (behind the semaphore checks).
+//! It is not `text::interned`, which keeps NVTX handles' and ITT structs' names whole and without
+//! bound behind a lock, because callers hold those pointers; this table is bounded, keeps what
+//! the tracer reads, and never blocks a traced thread.
 use core::{
     ffi::{c_char, CStr},
     ptr,
