@@ -1,11 +1,11 @@
 //! The USDT probes every range ends in (provider `xtrace`), in the `<sys/sdt.h>` note format with a
 //! semaphore each and a 5-byte nop at the call site (`nopl 0x0(%rax,%rax,1)`, which the kernel can
-//! turn into a fast uprobe). Untraced, a range costs the semaphore load in [`enabled`]; xtrace
+//! turn into a fast uprobe). Untraced, a range costs the semaphore load in `enabled`; xtrace
 //! raises the semaphore (the kernel's uprobe reference counter) while it is attached.
 //!
 //! Arguments are 8-byte registers: `source` says which API the range came from ([`Source`]),
 //! strings are pointers to NUL-terminated UTF-8 (null when absent), mostly to the library's own
-//! copies and tagged so that the tracer reads each name once ([`names`]).
+//! copies and tagged so that the tracer reads each name once (`names.rs`).
 use xtrace_common::ranges;
 
 use crate::names;
