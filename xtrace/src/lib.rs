@@ -7,6 +7,7 @@
 pub mod analysis;
 pub mod bpf;
 pub mod cli;
+pub mod clock;
 pub mod cuda;
 pub mod demangle;
 pub mod error;

@@ -85,20 +85,9 @@ const SM_CLOCK: &str = "SM clock (MHz)";
 const PCIE: &str = "PCIe (KB/s)";
 const PROCESS_MEMORY: &str = "traced processes' memory (bytes)";
 
-/// CLOCK_MONOTONIC in ns, as `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Every metric NVML gives for `device` now; those it does not support are left out.
 fn read(device: &Device, pids: &[u32]) -> Vec<Reading> {
-    let ts_ns = monotonic_ns();
+    let ts_ns = crate::clock::monotonic_ns();
     let mut readings = Vec::new();
     let mut add = |track, values: Vec<(&str, Option<f64>)>| {
         let values: Vec<(String, f64)> = values

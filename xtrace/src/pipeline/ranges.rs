@@ -108,6 +108,9 @@ const UNNAMED: &str = "(unnamed)";
 #[derive(Debug, Default)]
 pub struct Ranges {
     wanted: Wanted,
+    /// When the capture began attaching (CLOCK_MONOTONIC ns): a `range_pop` whose range began
+    /// earlier pairs with a push from before the capture.
+    since_ns: u64,
     /// Open push/pop ranges per (pid, tid, source, domain), innermost last.
     stacks: HashMap<(u32, u32, Source, Option<String>), Vec<Open>>,
     /// Open start/end ranges per (pid, id).
@@ -119,7 +122,7 @@ pub struct Ranges {
     /// Ids given to ranges of id 0.
     next_unnumbered: u64,
     stats: HashMap<StatKey, ProbeStats>,
-    /// Pops and ends whose range began before the capture (or under a source not kept).
+    /// Pops and ends whose range began before the capture.
     pub unpaired: u64,
 }
 
@@ -160,15 +163,36 @@ fn trace_id(pid: u32, id: u64) -> u64 {
 const UNNUMBERED_IDS: u64 = 1 << 39;
 
 impl Ranges {
-    pub fn new(wanted: Wanted) -> Self {
+    /// `since_ns`: CLOCK_MONOTONIC before the first probe was attached.
+    pub fn new(wanted: Wanted, since_ns: u64) -> Self {
         Ranges {
             wanted,
+            since_ns,
             ..Default::default()
         }
     }
 
     fn count(&mut self, key: StatKey, duration_ns: u64) {
         self.stats.entry(key).or_default().add(duration_ns);
+    }
+
+    /// A push/pop range that ended: counted, and its span for trace.json.
+    fn closed(
+        &mut self,
+        source: Source,
+        domain: Option<String>,
+        name: Option<String>,
+        (start_ns, end_ns, depth): (u64, u64, u32),
+        span: impl Fn(u64, &Option<String>, &Option<String>) -> SpanOut,
+    ) -> Output {
+        let duration = end_ns.saturating_sub(start_ns);
+        let key_name = name.clone().unwrap_or_else(|| UNNAMED.into());
+        self.count((source, domain.clone(), key_name, "push"), duration);
+        Output::Events(vec![SpanOut {
+            dur_ns: duration,
+            depth,
+            ..span(start_ns, &name, &domain)
+        }])
     }
 
     /// One hit of probe `probe` by thread `tid` of `pid` at `ts_ns`.
@@ -210,24 +234,24 @@ impl Ranges {
             RangeOp::Pop => {
                 let domain = text(args, 1);
                 let key = (pid, tid, source, domain);
-                let Some(stack) = self.stacks.get_mut(&key) else {
+                let Some(open) = self.stacks.get_mut(&key).and_then(Vec::pop) else {
                     self.unpaired += 1;
                     return Output::Nothing;
                 };
-                let Some(open) = stack.pop() else {
-                    self.unpaired += 1;
-                    return Output::Nothing;
-                };
-                let depth = stack.len() as u32;
+                let depth = self.stacks[&key].len() as u32;
                 let domain = key.3;
-                let duration = ts_ns.saturating_sub(open.start_ns);
-                let name = open.name.clone().unwrap_or_else(|| UNNAMED.into());
-                self.count((source, domain.clone(), name, "push"), duration);
-                Output::Events(vec![SpanOut {
-                    dur_ns: duration,
-                    depth,
-                    ..span(open.start_ns, &open.name, &domain)
-                }])
+                self.closed(source, domain, open.name, (open.start_ns, ts_ns, depth), span)
+            }
+            RangeOp::Closed => {
+                let (domain, name, start_ns) = (text(args, 1), text(args, 2), int(args, 3));
+                // 0: the library kept no push for it; before the capture: its entry is a push from
+                // an earlier session whose pop went untraced. Either way the range began before.
+                if start_ns == 0 || start_ns < self.since_ns {
+                    self.unpaired += 1;
+                    return Output::Nothing;
+                }
+                let depth = u32::try_from(int(args, 4)).unwrap_or(u32::MAX);
+                self.closed(source, domain, name, (start_ns.min(ts_ns), ts_ns, depth), span)
             }
             RangeOp::Start => {
                 let open = AsyncOpen {
@@ -355,10 +379,13 @@ mod tests {
 
     #[test]
     fn push_pop_nest_per_thread_and_domain() {
-        let mut r = Ranges::new(Wanted {
-            nvtx: true,
-            ..Default::default()
-        });
+        let mut r = Ranges::new(
+            Wanted {
+                nvtx: true,
+                ..Default::default()
+            },
+            0,
+        );
         assert_eq!(
             r.hit(0, RangeOp::Push, &[NVTX, NONE, s("outer")], (1, 1, 10)),
             Output::Nothing
@@ -397,11 +424,55 @@ mod tests {
     }
 
     #[test]
+    fn a_pop_with_its_start_is_a_range_unless_it_began_before_the_capture() {
+        let mut r = Ranges::new(Wanted::ALL, 100);
+        let closed = |r: &mut Ranges, name: RangeArg, start: u64, end: u64| {
+            let args = [
+                RangeArg::Int(1),
+                NONE,
+                name,
+                RangeArg::Int(start),
+                RangeArg::Int(1),
+            ];
+            r.hit(0, RangeOp::Closed, &args, (1, 1, end))
+        };
+        let step = events(closed(&mut r, s("step"), 150, 200));
+        assert_eq!(
+            (
+                step[0].name.as_deref(),
+                step[0].start_ns,
+                step[0].dur_ns,
+                step[0].depth,
+                step[0].cat.as_deref()
+            ),
+            (Some("step"), 150, 50, 1, Some("xtrace"))
+        );
+        // A push kept in an earlier session, and a pop the library kept no push for.
+        assert_eq!(closed(&mut r, s("old"), 90, 210), Output::Nothing);
+        assert_eq!(closed(&mut r, NONE, 0, 220), Output::Nothing);
+        assert_eq!((r.unpaired, r.still_open()), (2, 0));
+        let summary = r.summary();
+        assert_eq!(summary.len(), 1);
+        assert_eq!(
+            (
+                summary[0].name.as_str(),
+                summary[0].kind,
+                summary[0].stats.count,
+                summary[0].stats.total_ns
+            ),
+            ("step", "push", 1, 50)
+        );
+    }
+
+    #[test]
     fn start_end_crosses_threads_and_marks_count() {
-        let mut r = Ranges::new(Wanted {
-            itt: true,
-            ..Default::default()
-        });
+        let mut r = Ranges::new(
+            Wanted {
+                itt: true,
+                ..Default::default()
+            },
+            0,
+        );
         let itt = RangeArg::Int(3);
         r.hit(
             2,
@@ -460,7 +531,7 @@ mod tests {
 
     #[test]
     fn ranges_without_ids_end_oldest_first() {
-        let mut r = Ranges::new(Wanted::ALL);
+        let mut r = Ranges::new(Wanted::ALL, 0);
         let start = |r: &mut Ranges, name: &str, ts| {
             r.hit(
                 0,

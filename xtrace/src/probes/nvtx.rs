@@ -239,6 +239,7 @@ mod tests {
             let needed = match function.op {
                 RangeOp::Push | RangeOp::Mark => 3,
                 RangeOp::Start => 4,
+                RangeOp::Closed => 5,
                 RangeOp::Pop | RangeOp::End => 2,
                 RangeOp::ThreadName => 3,
             };

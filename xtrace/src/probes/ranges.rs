@@ -47,7 +47,7 @@ pub fn shipped() -> Option<PathBuf> {
 fn op(name: &str) -> Option<RangeOp> {
     Some(match name {
         "range_push" => RangeOp::Push,
-        "range_pop" => RangeOp::Pop,
+        "range_pop" => RangeOp::Closed,
         "range_start" => RangeOp::Start,
         "range_end" => RangeOp::End,
         "mark" => RangeOp::Mark,
@@ -109,7 +109,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -
     let specs: Vec<UsdtSpec> = files
         .iter()
         .flat_map(|file| {
-            PROBES.iter().filter_map(move |probe| {
+            PROBES.iter().filter(|p| p.attached).filter_map(move |probe| {
                 let name = probe.name;
                 Some(UsdtSpec {
                     text: format!("{}:xtrace:{name}", file.display()),

@@ -303,6 +303,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
 
     let stats_on = args.overhead.then(bpf::overhead::enable).transpose()?;
     let attach_started = Instant::now();
+    let since_ns = crate::clock::monotonic_ns();
     let mut ebpf = bpf::load(&bpf::LoadOptions {
         ring_bytes: args.buffer_size,
         arg_specs: uprobe::arg_specs(&plan),
@@ -387,7 +388,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         .collect();
     let usdt = Usdt::new(sites, plan.usdt_probes.clone());
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
-    let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default());
+    let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns);
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
     pipeline.loaders = plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default();
     pipeline.warnings = crate::pipeline::warnings::Warnings::new(

@@ -3,14 +3,16 @@
 use core::ffi::c_char;
 
 use crate::{
+    open,
     text::cstr,
     usdt::{self, enabled, Source},
 };
 
 /// Where the API's semaphores are, for the header's inline check (include/xtrace_range.h): a
-/// program reads `*xtrace_range_semaphores.push` before calling. Pointers rather than the
+/// program reads `*xtrace_range_semaphores.push` (and `.pop`) before calling. Pointers rather than the
 /// semaphores themselves, because a copy relocation would copy a semaphore into the executable,
-/// where the kernel never raises it; copying the pointers is harmless.
+/// where the kernel never raises it; copying the pointers is harmless. A push is wanted while
+/// either `push` or `pop` is raised (a pop carries its range's start, kept at the push).
 #[repr(C)]
 pub struct Semaphores {
     pub push: *const u16,
@@ -34,17 +36,17 @@ pub static xtrace_range_semaphores: Semaphores = Semaphores {
 /// `name` is null or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn xtrace_range_push(name: *const c_char) {
-    if enabled!(xtrace_range_push_semaphore) {
+    if open::push_wanted() {
         // SAFETY: as the caller promised.
-        usdt::range_push(Source::Xtrace, None, unsafe { cstr(name) });
+        open::push(Source::Xtrace, None, unsafe { cstr(name) });
     }
 }
 
 /// Closes the calling thread's innermost range.
 #[no_mangle]
 pub extern "C" fn xtrace_range_pop() {
-    if enabled!(xtrace_range_pop_semaphore) {
-        usdt::range_pop(Source::Xtrace, None);
+    if open::pop_wanted() {
+        open::pop(Source::Xtrace, None);
     }
 }
 

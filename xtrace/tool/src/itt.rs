@@ -15,6 +15,7 @@ use std::{
 };
 
 use crate::{
+    open,
     text::{cstr, interned},
     usdt::{self, enabled, Source},
 };
@@ -126,10 +127,10 @@ pub unsafe extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut
 /// `d` is an `__itt_domain`, `name` null or an `__itt_string_handle`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_task_begin(d: *const Domain, _id: Id, _parent: Id, name: *const StringHandle) {
-    if enabled!(xtrace_range_push_semaphore) {
+    if open::push_wanted() {
         // SAFETY: as the caller promised.
         let (domain, name) = unsafe { (domain_name(d), name.as_ref().and_then(|n| cstr(n.str_a))) };
-        usdt::range_push(Source::Itt, domain, name);
+        open::push(Source::Itt, domain, name);
     }
 }
 
@@ -137,9 +138,9 @@ pub unsafe extern "C" fn __itt_task_begin(d: *const Domain, _id: Id, _parent: Id
 /// `d` is an `__itt_domain`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_task_end(d: *const Domain) {
-    if enabled!(xtrace_range_pop_semaphore) {
+    if open::pop_wanted() {
         // SAFETY: as the caller promised.
-        usdt::range_pop(Source::Itt, unsafe { domain_name(d) });
+        open::pop(Source::Itt, unsafe { domain_name(d) });
     }
 }
 

@@ -7,5 +7,6 @@ pub mod api;
 pub mod itt;
 mod names;
 pub mod nvtx;
+mod open;
 mod text;
 pub mod usdt;

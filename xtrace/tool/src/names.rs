@@ -1,8 +1,10 @@
 //! Range names the tracer reads once per process (`xtrace_common::ranges::INTERNED`): each name a
 //! traced range passes is copied, the first time, into memory that is never freed, and the probes
 //! get the copy's address with a tag bit, so the kernel program skips the string read, which costs
-//! about as much as the rest of the hit. Up to `INTERN_LIMIT` names; past it (names built per
-//! call, say) a name is passed as it is and read on every hit, as without interning.
+//! about as much as the rest of the hit. The first probe to pass a kept name tags it
+//! `INTERNED_FIRST` (a flag byte before the copy says it was passed), so the tracer reads it then.
+//! Up to `INTERN_LIMIT` names; past it (names built per call, say) a name is passed as it is and
+//! read on every hit, as without interning.
 //!
 //! The table is lock-free: a slot is claimed with one compare-exchange, so a thread never waits on
 //! another inside a traced range. Only traced calls come here (behind the semaphore checks).
@@ -12,13 +14,12 @@
 use core::{
     ffi::{c_char, CStr},
     ptr,
-    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering},
 };
-use std::ffi::CString;
 
 use xtrace_common::{
     event::ARG_STR_LEN,
-    ranges::{INTERNED, INTERNED_FIRST, INTERN_LIMIT},
+    ranges::{ADDRESS, INTERNED, INTERNED_FIRST, INTERN_LIMIT},
 };
 
 /// Slots of the process's table: a power of two a third above the limit, so probe runs stay short.
@@ -27,9 +28,33 @@ const _: () = assert!(SLOTS.is_power_of_two() && SLOTS > INTERN_LIMIT + INTERN_L
 
 static NAMES: Table<SLOTS> = Table::new(INTERN_LIMIT);
 
-/// The probe argument for string `s`: 0 for none, else as [`Table::arg`] says.
+/// The probe argument for string `s` in a probe fired now: 0 for none, else as [`Table::arg`]
+/// says.
 pub(crate) fn arg(s: Option<&CStr>) -> u64 {
-    s.map_or(0, |s| NAMES.arg(s))
+    announce(keep(s))
+}
+
+/// `s` kept for a probe fired later ([`Table::keep`]): 0 for none. Pass it through [`announce`]
+/// when the probe fires.
+pub(crate) fn keep(s: Option<&CStr>) -> u64 {
+    s.map_or(0, |s| NAMES.keep(s))
+}
+
+/// A kept name's argument as a probe fired now passes it: tagged `INTERNED_FIRST` if no probe has
+/// passed this name before (the tracer reads it this once), else as it is. Announcing at the
+/// hit, not when the name was kept, matters when probes fire in another order than names were
+/// kept: a pop's name was kept at its push, and an inner range's pop comes first.
+pub(crate) fn announce(value: u64) -> u64 {
+    if value & INTERNED == 0 {
+        return value;
+    }
+    // SAFETY: a kept copy's address, with its flag byte just before it (`copy_of`), never freed.
+    let flag = unsafe { AtomicU8::from_ptr(((value & ADDRESS) as *mut u8).sub(1)) };
+    if flag.load(Ordering::Relaxed) == 0 && flag.swap(1, Ordering::Relaxed) == 0 {
+        (value & ADDRESS) | INTERNED_FIRST
+    } else {
+        value
+    }
 }
 
 /// An open-addressing set of names, each a NUL-terminated copy that lives as long as the process.
@@ -49,9 +74,16 @@ impl<const N: usize> Table<N> {
     }
 
     /// The kept copy of `name` (its first `ARG_STR_LEN - 1` bytes, all the tracer would read) as a
-    /// probe argument: tagged `INTERNED_FIRST` when this call made the copy, `INTERNED` after.
-    /// When the table is full, `name`'s own address, untagged, for the tracer to read.
+    /// probe argument: tagged `INTERNED_FIRST` on the first probe that passes it, `INTERNED`
+    /// after. When the table is full, `name`'s own address, untagged, for the tracer to read.
+    #[cfg(test)]
     pub(crate) fn arg(&self, name: &CStr) -> u64 {
+        announce(self.keep(name))
+    }
+
+    /// The kept copy of `name`, made now if it is new, tagged `INTERNED`; when the table is full,
+    /// `name`'s own address, untagged.
+    pub(crate) fn keep(&self, name: &CStr) -> u64 {
         let key = traced_bytes(name);
         let mut at = hash(key) as usize;
         for _ in 0..N {
@@ -61,17 +93,14 @@ impl<const N: usize> Table<N> {
                 if self.used.load(Ordering::Relaxed) >= self.limit {
                     break;
                 }
-                let Some(copy) = copy_of(key) else {
-                    break;
-                };
+                let copy = copy_of(key);
                 match slot.compare_exchange(ptr::null_mut(), copy, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
                         self.used.fetch_add(1, Ordering::Relaxed);
-                        return copy as u64 | INTERNED_FIRST;
+                        return copy as u64 | INTERNED;
                     }
                     Err(winner) => {
-                        // SAFETY: `copy` came from CString::into_raw and was never shared.
-                        drop(unsafe { CString::from_raw(copy) });
+                        free(copy, key.len());
                         kept = winner;
                     }
                 }
@@ -99,12 +128,22 @@ fn traced_bytes(name: &CStr) -> &[u8] {
     unsafe { core::slice::from_raw_parts(p, len) }
 }
 
-/// A NUL-terminated heap copy of `key` (which has no NUL), leaked to the caller.
-fn copy_of(key: &[u8]) -> Option<*mut c_char> {
-    let mut bytes = Vec::with_capacity(key.len() + 1);
+/// A NUL-terminated heap copy of `key` (which has no NUL), leaked to the caller, after a flag
+/// byte (0) that [`announce`] sets: the copy's address is one past the allocation's.
+fn copy_of(key: &[u8]) -> *mut c_char {
+    let mut bytes = Vec::with_capacity(key.len() + 2);
+    bytes.push(0);
     bytes.extend_from_slice(key);
     bytes.push(0);
-    CString::from_vec_with_nul(bytes).ok().map(CString::into_raw)
+    let whole: *mut [u8] = Box::into_raw(bytes.into_boxed_slice());
+    // SAFETY: one byte into an allocation of at least two.
+    unsafe { whole.cast::<u8>().add(1).cast() }
+}
+
+/// Frees a copy of a `len`-byte key that [`copy_of`] made and nobody saw.
+fn free(copy: *mut c_char, len: usize) {
+    // SAFETY: `copy` is one past the start of a boxed slice of `len + 2` bytes, never shared.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(copy.cast::<u8>().sub(1), len + 2)) });
 }
 
 /// FNV-1a: short names, few collisions, no state.
@@ -161,6 +200,20 @@ mod tests {
         assert_eq!(other & !ADDRESS, INTERNED_FIRST);
         assert_ne!(other & ADDRESS, first & ADDRESS);
         assert_eq!(kept(other), "load");
+    }
+
+    #[test]
+    fn a_name_kept_for_later_is_first_at_the_first_probe_that_passes_it() {
+        let table = Table::<16>::new(8);
+        let kept_early = table.keep(&CString::new("outer").unwrap());
+        assert_eq!(kept_early & !ADDRESS, INTERNED);
+        let inner_use = table.keep(&CString::new("outer").unwrap());
+        assert_eq!(inner_use, kept_early, "kept once");
+        assert_eq!(super::announce(inner_use), (inner_use & ADDRESS) | INTERNED_FIRST);
+        assert_eq!(super::announce(kept_early), kept_early, "already passed");
+        assert_eq!(super::announce(0), 0);
+        let as_is = 0x1234_5678;
+        assert_eq!(super::announce(as_is), as_is);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::{
 };
 
 use crate::{
+    open,
     text::{cstr, interned},
     usdt::{self, enabled, Source},
 };
@@ -158,17 +159,17 @@ unsafe extern "C" fn domain_mark_ex(d: *const c_void, attr: *const EventAttribut
 }
 
 unsafe extern "C" fn range_push_a(text: *const c_char) -> c_int {
-    if enabled!(xtrace_range_push_semaphore) {
+    if open::push_wanted() {
         // SAFETY: NVTX passes a NUL-terminated string.
-        usdt::range_push(Source::Nvtx, None, unsafe { cstr(text) });
+        open::push(Source::Nvtx, None, unsafe { cstr(text) });
     }
     push_level()
 }
 
 unsafe extern "C" fn range_push_w(text: *const i32) -> c_int {
-    if enabled!(xtrace_range_push_semaphore) {
+    if open::push_wanted() {
         // SAFETY: NVTX passes a NUL-terminated wide string.
-        usdt::range_push(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
+        open::push(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
     }
     push_level()
 }
@@ -179,10 +180,10 @@ unsafe extern "C" fn range_push_ex(attr: *const EventAttributes) -> c_int {
 }
 
 unsafe extern "C" fn domain_range_push_ex(d: *const c_void, attr: *const EventAttributes) -> c_int {
-    if enabled!(xtrace_range_push_semaphore) {
+    if open::push_wanted() {
         // SAFETY: handles and attributes from NVTX.
         let (d, m) = unsafe { (domain(d), message(attr)) };
-        usdt::range_push(Source::Nvtx, d, m.as_deref());
+        open::push(Source::Nvtx, d, m.as_deref());
     }
     push_level()
 }
@@ -193,9 +194,9 @@ extern "C" fn range_pop() -> c_int {
 }
 
 unsafe extern "C" fn domain_range_pop(d: *const c_void) -> c_int {
-    if enabled!(xtrace_range_pop_semaphore) {
+    if open::pop_wanted() {
         // SAFETY: a handle from NVTX.
-        usdt::range_pop(Source::Nvtx, unsafe { domain(d) });
+        open::pop(Source::Nvtx, unsafe { domain(d) });
     }
     pop_level()
 }

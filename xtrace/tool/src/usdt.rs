@@ -95,30 +95,36 @@ macro_rules! site {
     };
 }
 
-/// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`.
+/// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`
+/// (arguments as `names::arg` makes them). xtrace does not attach here; see `open.rs`.
 #[inline(never)]
-pub fn range_push(source: Source, domain: Option<&core::ffi::CStr>, name: Option<&core::ffi::CStr>) {
-    let (s, d, n) = (source as u64, names::arg(domain), names::arg(name));
+pub fn range_push(source: Source, domain: u64, name: u64) {
+    let s = source as u64;
     site!(
         xtrace_range_push_semaphore,
         "range_push",
         "8@%rdi 8@%rsi 8@%rdx",
         "rdi" = s,
-        "rsi" = d,
-        "rdx" = n
+        "rsi" = domain,
+        "rdx" = name
     );
 }
 
-/// `xtrace:range_pop(source, domain)`: closes the innermost range of this thread's `domain` stack.
+/// `xtrace:range_pop(source, domain, name, start_ns, depth)`: closes the innermost range of this
+/// thread's `domain` stack, which began at `start_ns` (CLOCK_MONOTONIC; 0 when not kept) and has
+/// `depth` ranges of its stack open around it.
 #[inline(never)]
-pub fn range_pop(source: Source, domain: Option<&core::ffi::CStr>) {
-    let (s, d) = (source as u64, names::arg(domain));
+pub fn range_pop(source: Source, domain: u64, name: u64, start_ns: u64, depth: u64) {
+    let s = source as u64;
     site!(
         xtrace_range_pop_semaphore,
         "range_pop",
-        "8@%rdi 8@%rsi",
+        "8@%rdi 8@%rsi 8@%rdx 8@%rcx 8@%r8",
         "rdi" = s,
-        "rsi" = d
+        "rsi" = domain,
+        "rdx" = name,
+        "rcx" = start_ns,
+        "r8" = depth
     );
 }
 

@@ -63,6 +63,8 @@ pub struct UsdtSpec {
 pub enum RangeOp {
     Push,
     Pop,
+    /// A pop that carries its range's name, start and depth (the tool library's `range_pop`).
+    Closed,
     Start,
     End,
     Mark,
