@@ -6,7 +6,8 @@
 //! Only traced calls come here (behind the semaphore checks), so an untraced range still costs a
 //! semaphore check. A push from a traced session whose pop went untraced stays behind at the
 //! bottom of the stack; the tracer tells it by its start (before it attached), and the oldest
-//! entries make room when the stack is full, so it cannot crowd out later ranges.
+//! entries make room when the stack is full, so it cannot crowd out later ranges. Until then it
+//! counts in the depth of the ranges of its stack opened above it.
 use core::{cell::RefCell, ffi::CStr};
 
 use xtrace_common::{
