@@ -101,17 +101,19 @@ struct Stack {
 }
 
 thread_local! {
-    static STACK: RefCell<Stack> = const {
-        RefCell::new(Stack {
+    static STACK: RefCell<Stack> = const { RefCell::new(Stack::new()) };
+}
+
+impl Stack {
+    const fn new() -> Self {
+        Stack {
             entries: [None; OPEN_DEPTH],
             copies: [[0; ARG_STR_LEN]; OPEN_DEPTH],
             base: 0,
             len: 0,
-        })
-    };
-}
+        }
+    }
 
-impl Stack {
     fn slot(&self, i: usize) -> usize {
         (self.base + i) % OPEN_DEPTH
     }
@@ -195,12 +197,7 @@ mod tests {
     const IO: Key = (Source::Nvtx, 0x1000);
 
     fn stack() -> Box<Stack> {
-        Box::new(Stack {
-            entries: [None; OPEN_DEPTH],
-            copies: [[0; ARG_STR_LEN]; OPEN_DEPTH],
-            base: 0,
-            len: 0,
-        })
+        Box::new(Stack::new())
     }
 
     fn pop(s: &mut Stack, key: Key) -> Option<(u64, u64)> {
