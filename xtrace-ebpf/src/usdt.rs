@@ -58,8 +58,8 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
 }
 
 /// A hit of a site that reads strings, written in place in a ring record that ends with the slot
-/// of the site's last string argument (a range push sends 336 bytes, a pop 272, where a record
-/// with every slot would take 912). Reservations need a size known when verified, so the record
+/// of the site's last string argument (a range pop, whose strings are its domain and name, sends
+/// 336 bytes, where a record with every slot would take 912). Reservations need a size known when verified, so the record
 /// comes in a few sizes ([`send_with_strings`]). Nothing is built in a per-CPU scratch buffer
 /// first: uprobe programs run with migration, not preemption, disabled, so on a preemptible kernel
 /// another thread's hit on the same CPU could overwrite it.
