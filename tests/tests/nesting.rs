@@ -169,7 +169,7 @@ fn cpp_exception_through_traced_functions() {
             .as_array()
             .expect("summary.json overhead")
             .iter()
-            .filter(|c| c["name"] != "thread_exit")
+            .filter(|c| c["name"] != "thread_exit" && c["name"] != "thread_exec")
             .map(|c| (c["name"].as_str().unwrap(), u64_field(c, "runs")))
             .collect();
         runs.sort_unstable();
@@ -288,6 +288,32 @@ fn thread_exiting_mid_call() {
     assert_eq!(out.probe_count("te_exits"), 0);
     assert_eq!(out.probe_count("te_plain"), 2);
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1);
+}
+
+/// A process that execs inside a traced call (from its only thread, which keeps its thread id):
+/// the call never returns and counts as one unmatched entry, and the thread's next traced call
+/// announces it again, under the name it has after the exec.
+#[test]
+fn exec_mid_call() {
+    if !require_bpf() {
+        return;
+    }
+    for exits in EXIT_MODES {
+        let out = trace_calls("exec", &["ex_execs", "ex_plain"], exits);
+        assert_eq!(out.probe_count("ex_execs"), 0, "{exits:?}");
+        assert_eq!(out.probe_count("ex_plain"), 2, "{exits:?}");
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1, "{exits:?}");
+        let spans = out.spans_named("ex_plain");
+        let pid = spans[0].pid;
+        assert!(spans.iter().all(|s| s.pid == pid && s.tid == pid), "{spans:?}");
+        let names: Vec<&str> = out
+            .metadata("thread_name")
+            .into_iter()
+            .filter(|m| m["tid"].as_u64() == Some(pid))
+            .map(|m| m["args"]["name"].as_str().expect("thread name"))
+            .collect();
+        assert_eq!(names, ["post-exec"], "{exits:?}");
+    }
 }
 
 #[test]

@@ -96,11 +96,14 @@ pub struct OpenCall {
 pub struct EntryStack {
     /// Number of valid entries.
     pub depth: u32,
-    /// Set once the thread's `ThreadEvent` is sent.
+    /// Set once the thread's `ThreadEvent` is sent; cleared when the thread execs.
     pub announced: u32,
+    /// The thread's `bpf_get_current_pid_tgid()`, kept when it is announced, so a return reads it
+    /// from here instead of calling the helper again.
+    pub pid_tgid: u64,
     pub calls: [OpenCall; MAX_DEPTH],
 }
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), integer fields only, no padding (8 + 64 x 24 bytes).
+// SAFETY: repr(C), integer fields only, no padding (16 + 64 x 24 bytes).
 unsafe impl aya::Pod for EntryStack {}

@@ -2,6 +2,7 @@
 //! per-thread stacks of open calls. User space sizes `EVENTS` at load time (`--buffer-size`).
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::bpf_get_current_pid_tgid,
     macros::{btf_map, map},
     maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -85,6 +86,13 @@ fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: u32) -> bool {
 #[inline(always)]
 pub fn thread_traced(pid_tgid: u64) -> bool {
     allowed(&TID_FILTER, &TIDS, pid_tgid as u32)
+}
+
+/// [`thread_traced`] for a caller that has not read its thread id: it is read only with `--tid`
+/// (without it the verifier drops the helper call, the switch being a load-time constant).
+#[inline(always)]
+pub fn current_thread_traced() -> bool {
+    load_time(&TID_FILTER) == 0 || thread_traced(bpf_get_current_pid_tgid())
 }
 
 /// USDT call sites by attach cookie; sized and filled by user space before attaching.

@@ -26,8 +26,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    add, args_enabled, count, count_n, min_duration_ns, reserve, submit_flags, thread_traced, ARG_SPECS,
-    OUT_PTRS, SHORT_CALLS, STACKS,
+    add, args_enabled, count, count_n, current_thread_traced, min_duration_ns, reserve, submit_flags,
+    ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_sp};
 
@@ -38,13 +38,14 @@ pub fn span_enter(ctx: ProbeContext) -> u32 {
     }
 }
 
+/// The return probe needs no attach cookie: the kernel runs it for exactly the calls whose entry
+/// probe installed it, innermost first, so the innermost open call at its frame is its own (see
+/// [`find_open`]).
 #[uretprobe]
 pub fn span_exit(ctx: RetProbeContext) -> u32 {
-    // SAFETY: the helper only reads the program context.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     // The return has popped the return address: its slot is one word below the stack pointer.
     let frame = user_sp(ctx.regs).wrapping_sub(8);
-    match end_span(ctx.regs, frame, cookie as u32, EXIT_RETURN) {
+    match end_span(ctx.regs, frame, None, EXIT_RETURN) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -56,15 +57,14 @@ pub fn span_ret(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper only reads the program context.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let frame = user_sp(ctx.regs);
-    match end_span(ctx.regs, frame, cookie as u32, (cookie >> 32) as u16) {
+    match end_span(ctx.regs, frame, Some(cookie as u32), (cookie >> 32) as u16) {
         Ok(r) | Err(r) => r,
     }
 }
 
 fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
-    let key = bpf_get_current_pid_tgid();
-    if !thread_traced(key) {
+    if !current_thread_traced() {
         return Ok(0); // --tid: another thread; without an entry its return is ignored too
     }
     // SAFETY: the helper only reads the program context.
@@ -77,8 +77,10 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     let stack = unsafe { &mut *stack };
     if stack.announced == 0 {
         stack.announced = 1;
-        announce_thread(key, now);
+        stack.pid_tgid = bpf_get_current_pid_tgid();
+        announce_thread(stack.pid_tgid, now);
     }
+    let key = stack.pid_tgid;
     let frame = user_sp(ctx.regs);
     let depth = drop_dead(stack, frame, probe_id);
     if depth >= MAX_DEPTH {
@@ -259,19 +261,21 @@ fn drop_dead(stack: &mut EntryStack, frame: u64, probe_id: u32) -> usize {
     left
 }
 
-/// Index of the open call of `probe_id` whose return-address slot is `frame`, if any: the call this
-/// return ends. Entries above it were left without returning (longjmp, exceptions). The scan goes
-/// from the innermost entry down and stops at the first match, so the verifier walks each step once;
-/// slots are masked loop counters, never unchecked values read from the map.
+/// Index of the open call whose return-address slot is `frame`, of `probe_id` when given, if any:
+/// the call this return ends. Entries above it were left without returning (longjmp, exceptions).
+/// A return probe passes no probe id: two open calls share a frame only after a tail call, and the
+/// kernel returns from the callee (the innermost) first. The scan goes from the innermost entry
+/// down and stops at the first match, so the verifier walks each step once; slots are masked loop
+/// counters, never unchecked values read from the map.
 #[inline(always)]
-fn find_open(stack: &EntryStack, depth: usize, probe_id: u32, frame: u64) -> Option<usize> {
+fn find_open(stack: &EntryStack, depth: usize, probe_id: Option<u32>, frame: u64) -> Option<usize> {
     for i in 0..MAX_DEPTH {
         if i >= depth {
             return None;
         }
         let slot = (depth - 1 - i) & (MAX_DEPTH - 1);
         let call = &stack.calls[slot];
-        if call.frame == frame && call.probe_id == probe_id {
+        if call.frame == frame && probe_id.is_none_or(|id| call.probe_id == id) {
             return Some(slot);
         }
         if call.frame > frame {
@@ -324,17 +328,16 @@ fn log2_bucket(value: u64) -> usize {
     }
 }
 
-/// Ends the open call of `probe_id` whose return-address slot is `frame`, left as `exit` says
-/// (`EXIT_*`), and writes its span; `regs` is the program's context.
+/// Ends the open call (of `probe_id` when given, see [`find_open`]) whose return-address slot is
+/// `frame`, left as `exit` says (`EXIT_*`), and writes its span; `regs` is the program's context.
 #[inline(always)]
 fn end_span(
     regs: *const aya_ebpf::bindings::pt_regs,
     frame: u64,
-    probe_id: u32,
+    probe_id: Option<u32>,
     exit: u16,
 ) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
-    let pid_tgid = bpf_get_current_pid_tgid();
     let stack = STACKS.current(false).ok_or(0u32)?;
     // SAFETY: this thread's storage; only this thread's probes touch it.
     let stack = unsafe { &mut *stack };
@@ -346,6 +349,8 @@ fn end_span(
     let Some(slot) = find_open(stack, depth, probe_id, frame) else {
         return Ok(0);
     };
+    let pid_tgid = stack.pid_tgid;
+    let probe_id = stack.calls[slot & (MAX_DEPTH - 1)].probe_id;
     // Entries above the matched one were left without returning (longjmp, exceptions).
     let abandoned = depth - 1 - slot;
     if abandoned > 0 {

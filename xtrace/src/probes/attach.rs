@@ -447,15 +447,19 @@ pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Atta
             })
         }
     };
-    let exit: &mut aya::programs::RawTracePoint = bpf::program_mut(ebpf, "thread_exit")?;
-    exit.load().map_err(|source| Error::Attach {
-        what: "loading thread_exit".into(),
-        source,
-    })?;
-    exit.attach("sched_process_exit")
-        .map_err(|source| Error::Attach {
-            what: "thread_exit to sched_process_exit".into(),
+    for (program, tracepoint) in [
+        ("thread_exit", "sched_process_exit"),
+        ("thread_exec", "sched_process_exec"),
+    ] {
+        let hook: &mut aya::programs::RawTracePoint = bpf::program_mut(ebpf, program)?;
+        hook.load().map_err(|source| Error::Attach {
+            what: format!("loading {program}"),
             source,
         })?;
+        hook.attach(tracepoint).map_err(|source| Error::Attach {
+            what: format!("{program} to {tracepoint}"),
+            source,
+        })?;
+    }
     Ok(attached)
 }
