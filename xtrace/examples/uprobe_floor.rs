@@ -1,16 +1,28 @@
 //! Attaches the empty `noop` uprobe program to SYMBOL in the executable or library FILE (for every
 //! process), and with `--return` also the empty `noop_ret` uretprobe program (the hooks a span
-//! needs), prints `attached`, and detaches when its standard input closes. `cargo xtask bench` uses
+//! needs), prints `attached`, and detaches when its standard input closes. `--clock` attaches
+//! `clock` and `clock_ret` instead (the hooks, two clock reads and one ring-buffer record per call:
+//! a lower bound for a span) and drains the ring buffer every 10 ms, as xtrace does. `cargo xtask bench` uses
 //! it to measure the bare cost of the hooks. It attaches the way xtrace does: uprobe_multi links,
 //! or perf-event uprobes when `XTRACE_UPROBE_ATTACH=perf_event`.
 //!
 //! `usdt:PROVIDER:NAME[,PROVIDER:NAME...]` instead of SYMBOL attaches at those USDT call sites,
 //! raising their semaphores (uprobe_multi only).
 //!
-//! Usage: uprobe_floor FILE SYMBOL|usdt:PROBES [--return]
-use std::io::Read;
+//! Usage: uprobe_floor FILE SYMBOL|usdt:PROBES [--return|--clock]
+use std::{
+    io::Read,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
-use aya::programs::{uprobe::UProbeScope, UProbe};
+use aya::{
+    maps::RingBuf,
+    programs::{uprobe::UProbeScope, UProbe},
+};
 use xtrace::{
     bpf::uprobe_multi::{self, MultiTarget},
     probes::{attach::ATTACH_ENV, elf::ElfSymbols},
@@ -19,7 +31,7 @@ use xtrace::{
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(file), Some(symbol)) = (args.next(), args.next()) else {
-        anyhow::bail!("usage: uprobe_floor FILE SYMBOL [--return]");
+        anyhow::bail!("usage: uprobe_floor FILE SYMBOL|usdt:PROBES [--return|--clock]");
     };
     let path = std::path::Path::new(&file);
     let (offsets, ref_ctrs): (Vec<u64>, Vec<u64>) = match symbol.strip_prefix("usdt:") {
@@ -31,15 +43,21 @@ fn main() -> anyhow::Result<()> {
             .unzip(),
     };
     let usdt = symbol.starts_with("usdt:");
-    let with_return = args.next().as_deref() == Some("--return");
+    let mode = args.next();
+    let (with_return, clock) = match mode.as_deref() {
+        None => (false, false),
+        Some("--return") => (true, false),
+        Some("--clock") => (true, true),
+        Some(other) => anyhow::bail!("unknown flag {other}: give --return or --clock"),
+    };
     let mut ebpf = xtrace::bpf::load(&xtrace::bpf::LoadOptions {
         ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
         ..Default::default()
     })?;
-    let programs: &[&str] = if with_return {
-        &["noop_ret", "noop"]
-    } else {
-        &["noop"]
+    let programs: &[&str] = match (with_return, clock) {
+        (_, true) => &["clock_ret", "clock"],
+        (true, false) => &["noop_ret", "noop"],
+        (false, false) => &["noop"],
     };
     let mut links = Vec::new();
     let multi = std::env::var(ATTACH_ENV).as_deref() != Ok("perf_event");
@@ -56,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             cookies: &cookies,
             ref_ctr_offsets: usdt.then_some(ref_ctrs.as_slice()),
             pid: None,
-            ret: program.name() == "noop_ret",
+            ret: program.name().ends_with("_ret"),
         })?);
     }
     if !multi && usdt {
@@ -74,8 +92,28 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    let drain = clock
+        .then(|| -> anyhow::Result<_> {
+            let map = ebpf
+                .take_map("EVENTS")
+                .ok_or_else(|| anyhow::anyhow!("no EVENTS map"))?;
+            let mut ring = RingBuf::try_from(map)?;
+            let stop = Arc::clone(&stop);
+            Ok(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    while ring.next().is_some() {}
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }))
+        })
+        .transpose()?;
     println!("attached");
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    stop.store(true, Ordering::Relaxed);
+    if let Some(drain) = drain {
+        let _ = drain.join();
+    }
     Ok(())
 }
 

@@ -92,6 +92,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .into(),
         "floor / floor+ret = uprobe_floor: empty BPF programs on the entry uprobe / entry + uretprobe."
             .into(),
+        "span lower bound = uprobe_floor --clock: floor+ret whose programs also read the clock (entry, return) and submit one span-sized record; it pairs nothing.".into(),
         "Spans (entry + return) are compared with floor+ret, bpftrace's entry probes with floor.".into(),
     ];
     let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);

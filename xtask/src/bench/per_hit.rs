@@ -3,7 +3,8 @@
 //! once on one that starts with `endbr64` then `nop` (`cet_site`, as code built with
 //! -fcf-protection does; xtrace and the floor probe the nop after it, bpftrace the `endbr64`):
 //! unprobed, the bare floors (an empty uprobe; an empty uprobe + uretprobe, the hooks a span
-//! needs), an xtrace span, an xtrace span whose exit is probed at the `ret` (`--exits ret`, which
+//! needs), the span lower bound (those hooks reading the clock twice and writing one record), an
+//! xtrace span, an xtrace span whose exit is probed at the `ret` (`--exits ret`, which
 //! the kernel single-steps), bpftrace count() and bpftrace printf. The cost
 //! of a hit is the median ns per call under the tool minus the median unprobed ns per call; runs
 //! of the tools are interleaved so drift on a shared machine spreads over all of them.
@@ -176,7 +177,7 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
         let value = if tool == Tool::Unprobed { r.ns } else { r.ns - base };
         // A span needs an entry and a return hook; bpftrace's probes here are entry probes only.
         let (floor, floor_name) = match tool {
-            Tool::Span | Tool::SpanRet => (cost(Tool::FloorReturn), "floor+ret"),
+            Tool::Span | Tool::SpanRet | Tool::FloorClock => (cost(Tool::FloorReturn), "floor+ret"),
             _ => (cost(Tool::Floor), "floor"),
         };
         let ratio = value / floor;
@@ -200,6 +201,12 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
             fmt_ns(r.spread.0 - base),
             fmt_ns(r.spread.1 - base)
         )];
+        if tool == Tool::Span {
+            let bound = cost(Tool::FloorClock) / floor;
+            if bound.is_finite() {
+                notes.push(format!("span lower bound {bound:.2}x {floor_name}"));
+            }
+        }
         if !r.missed.is_empty() {
             notes.push(r.missed.clone());
         } else if matches!(tool, Tool::Span | Tool::SpanRet) {

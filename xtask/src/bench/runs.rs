@@ -30,6 +30,9 @@ pub enum Tool {
     Floor,
     /// Empty programs on the entry uprobe and the uretprobe: the hooks a span needs.
     FloorReturn,
+    /// The hooks plus a clock read on each and one span-sized record at the return (no
+    /// per-thread state): the least a span costs in the kernel, a lower bound, not a tracer.
+    FloorClock,
     Span,
     /// An xtrace span with its exit probed at the function's `ret` (`--exits ret`), as xtrace
     /// does by default for C++ and Rust functions that call others.
@@ -39,10 +42,11 @@ pub enum Tool {
 }
 
 impl Tool {
-    pub const ALL: [Tool; 7] = [
+    pub const ALL: [Tool; 8] = [
         Self::Unprobed,
         Self::Floor,
         Self::FloorReturn,
+        Self::FloorClock,
         Self::Span,
         Self::SpanRet,
         Self::BpftraceCount,
@@ -54,6 +58,7 @@ impl Tool {
             Self::Unprobed => "unprobed call",
             Self::Floor => "floor: empty uprobe",
             Self::FloorReturn => "floor+ret: empty uprobe + uretprobe",
+            Self::FloorClock => "span lower bound: floor+ret, 2 clock reads, 1 record",
             Self::Span => "xtrace span",
             Self::SpanRet => "xtrace span, exit at ret (--exits ret)",
             Self::BpftraceCount => "bpftrace count()",
@@ -66,6 +71,7 @@ impl Tool {
             Self::Unprobed => "unprobed",
             Self::Floor => "floor",
             Self::FloorReturn => "floor_return",
+            Self::FloorClock => "floor_clock",
             Self::Span => "xtrace_span",
             Self::SpanRet => "xtrace_span_ret",
             Self::BpftraceCount => "bpftrace_count",
@@ -101,11 +107,13 @@ pub fn run(env: &Env, tool: Tool, symbol: &str, args: &[String]) -> Result<RunOu
                 lost: None,
             })
         }
-        Tool::Floor | Tool::FloorReturn => {
+        Tool::Floor | Tool::FloorReturn | Tool::FloorClock => {
             let mut cmd = Command::new(&env.floor);
             cmd.arg(&env.hits).arg(symbol);
-            if tool == Tool::FloorReturn {
-                cmd.arg("--return");
+            match tool {
+                Tool::FloorReturn => _ = cmd.arg("--return"),
+                Tool::FloorClock => _ = cmd.arg("--clock"),
+                _ => {}
             }
             let mut floor = Tracer::spawn("uprobe_floor", cmd, Stdout::Lines)?;
             floor.wait_for("attached", ATTACH_TIMEOUT)?;
