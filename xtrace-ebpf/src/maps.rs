@@ -72,27 +72,28 @@ pub static TIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static TID_FILTER: u8 = 0;
 
-/// Whether `key` passes a filter: always when its load-time `switch` is 0, else when it is in `set`.
+/// Whether the key `key()` gives passes a filter: always when its load-time `switch` is 0 (and
+/// `key` is not called: the verifier drops its code, the switch being a load-time constant), else
+/// when it is in `set`.
 #[inline(always)]
-fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: u32) -> bool {
+fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: impl FnOnce() -> u32) -> bool {
     if load_time(switch) == 0 {
         return true;
     }
     // SAFETY: the value is not read.
-    unsafe { set.get(&key).is_some() }
+    unsafe { set.get(&key()).is_some() }
 }
 
 /// Whether the calling thread is traced (always, unless `--tid` restricts it).
 #[inline(always)]
 pub fn thread_traced(pid_tgid: u64) -> bool {
-    allowed(&TID_FILTER, &TIDS, pid_tgid as u32)
+    allowed(&TID_FILTER, &TIDS, || pid_tgid as u32)
 }
 
-/// [`thread_traced`] for a caller that has not read its thread id: it is read only with `--tid`
-/// (without it the verifier drops the helper call, the switch being a load-time constant).
+/// [`thread_traced`] for a caller that has not read its thread id: it is read only with `--tid`.
 #[inline(always)]
 pub fn current_thread_traced() -> bool {
-    load_time(&TID_FILTER) == 0 || thread_traced(bpf_get_current_pid_tgid())
+    allowed(&TID_FILTER, &TIDS, || bpf_get_current_pid_tgid() as u32)
 }
 
 /// USDT call sites by attach cookie; sized and filled by user space before attaching.
@@ -110,7 +111,7 @@ static SAMPLE_FILTER: u8 = 0;
 /// Whether process `tgid` is sampled (always with `-a`).
 #[inline(always)]
 pub fn sampled(tgid: u32) -> bool {
-    allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, tgid)
+    allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, || tgid)
 }
 
 /// Out-pointer arguments of open calls (`xtrace_common::probe::args::out`), keyed by thread id
