@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use xtrace_common::event::{EventHeader, SpanEvent, KIND_SPAN};
 
-use crate::maps::EVENTS;
+use crate::maps::reserve;
 
 #[uprobe]
 pub fn noop(_ctx: ProbeContext) -> u32 {
@@ -36,7 +36,7 @@ pub fn clock(_ctx: ProbeContext) -> u32 {
 pub fn clock_ret(_ctx: RetProbeContext) -> u32 {
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(mut entry) = EVENTS.reserve::<SpanEvent>(0) {
+    if let Some(mut entry) = reserve::<SpanEvent>() {
         entry.write(SpanEvent {
             header: EventHeader {
                 kind: KIND_SPAN,
