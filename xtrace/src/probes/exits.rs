@@ -141,44 +141,36 @@ fn exit_of(
     exits: &mut Exits,
     cold: &mut Vec<usize>,
 ) -> Option<u16> {
-    let direct = instruction.op0_kind() == OpKind::NearBranch64;
-    match instruction.mnemonic() {
+    let jmp = match instruction.mnemonic() {
         Mnemonic::Ret => return Some(EXIT_RETURN),
-        Mnemonic::Call => exits.calls_out = true,
-        Mnemonic::Jmp if direct => {
-            let target = instruction.near_branch_target();
-            if inside(target) {
-                return None;
-            }
-            match landing(target) {
-                Landing::Function => {
-                    exits.calls_out = true;
-                    return Some(EXIT_TAIL_CALL);
-                }
-                Landing::Cold(index) => cold.push(index),
-                Landing::Unknown => exits.calls_out = true,
-            }
-        }
-        // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT (-fno-plt).
-        Mnemonic::Jmp if instruction.is_ip_rel_memory_operand() => {
+        Mnemonic::Call => {
             exits.calls_out = true;
+            return None;
+        }
+        mnemonic => mnemonic == Mnemonic::Jmp,
+    };
+    if instruction.op0_kind() == OpKind::NearBranch64 {
+        // A `jmp`, or a conditional branch (jcc, loop, jrcxz).
+        let target = instruction.near_branch_target();
+        if inside(target) {
+            return None;
+        }
+        match landing(target) {
+            Landing::Cold(index) => cold.push(index),
+            Landing::Function if jmp => {
+                exits.calls_out = true;
+                return Some(EXIT_TAIL_CALL);
+            }
+            // A conditional tail call is not probed (the probe would fire either way).
+            Landing::Function | Landing::Unknown => exits.calls_out = true,
+        }
+    } else if jmp {
+        exits.calls_out = true;
+        // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT (-fno-plt). A jump through a
+        // register (a jump table, or a tail call through a pointer) is not told apart: not an exit.
+        if instruction.is_ip_rel_memory_operand() {
             return Some(EXIT_TAIL_CALL);
         }
-        // A jump table, or a tail call through a pointer: not told apart, not an exit.
-        Mnemonic::Jmp => exits.calls_out = true,
-        // Any other branch with a target (jcc, loop, jrcxz) is conditional.
-        _ if direct => {
-            let target = instruction.near_branch_target();
-            if inside(target) {
-                return None;
-            }
-            match landing(target) {
-                Landing::Cold(index) => cold.push(index),
-                // A conditional tail call: not probed (the probe would fire either way).
-                Landing::Function | Landing::Unknown => exits.calls_out = true,
-            }
-        }
-        _ => {}
     }
     None
 }
