@@ -234,11 +234,14 @@ impl Ranges {
             RangeOp::Pop => {
                 let domain = text(args, 1);
                 let key = (pid, tid, source, domain);
-                let Some(open) = self.stacks.get_mut(&key).and_then(Vec::pop) else {
+                let Some((open, depth)) = self
+                    .stacks
+                    .get_mut(&key)
+                    .and_then(|stack| Some((stack.pop()?, stack.len() as u32)))
+                else {
                     self.unpaired += 1;
                     return Output::Nothing;
                 };
-                let depth = self.stacks[&key].len() as u32;
                 let domain = key.3;
                 self.closed(source, domain, open.name, (open.start_ns, ts_ns, depth), span)
             }
