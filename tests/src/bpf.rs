@@ -1,6 +1,6 @@
 //! Checking that xtrace leaves no BPF program loaded, with `bpftool prog show --json`.
 //!
-//! xtrace's kernel programs are named `span_enter`, `span_exit` and `span_ret`. A test takes a
+//! xtrace's kernel programs are named as in [`XTRACE_PROGRAMS`]. A test takes a
 //! [`Programs`] snapshot before it starts xtrace and, after xtrace exits, asserts that no program
 //! with those names and a new id remains. Program release is asynchronous (the kernel frees it
 //! after the last reference — fd, perf event, link — goes away), so the check polls for up to 3 s.
@@ -15,7 +15,15 @@ use std::{
 use serde_json::Value;
 
 /// Names of the kernel programs xtrace loads.
-pub const XTRACE_PROGRAMS: &[&str] = &["span_enter", "span_exit", "span_ret"];
+pub const XTRACE_PROGRAMS: &[&str] = &[
+    "span_enter",
+    "span_exit",
+    "span_ret",
+    "usdt_hit",
+    "sample",
+    "thread_exit",
+    "thread_exec",
+];
 
 /// How long a released program may take to disappear.
 const RELEASE_GRACE: Duration = Duration::from_secs(3);
