@@ -352,6 +352,30 @@ fn span_flamegraph_and_gzip_traces() {
         "the root holds all traced time"
     );
     assert!(text.contains("<title>matmul ("), "nested frames");
+    assert!(text.contains("inverted = false"), "upright by default");
+    let icicle = tmp.join("icicle.svg");
+    let ran = xtrace(args![
+        "report",
+        data(WORKLOAD),
+        "--format",
+        "span-flamegraph",
+        "--icicle",
+        "-o",
+        &icicle
+    ]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let inverted = std::fs::read_to_string(&icicle).unwrap();
+    assert!(inverted.contains("inverted = true"), "--icicle hangs the stacks");
+    let titles = |svg: &str| {
+        let mut titles: Vec<String> = svg
+            .split("<title>")
+            .skip(1)
+            .map(|t| t.split("</title>").next().unwrap().to_string())
+            .collect();
+        titles.sort();
+        titles
+    };
+    assert_eq!(titles(&inverted), titles(&text), "the same frames, only hanging");
     // The same capture with trace.json gzipped reports the same.
     let gz = tmp.join("gz");
     std::fs::create_dir(&gz).unwrap();

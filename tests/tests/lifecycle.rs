@@ -2,7 +2,8 @@
 //! still leave no BPF program loaded, because every attachment is an fd the kernel closes. A full
 //! output disk stops the recording with one error line, detaches, and renames the cut-short trace
 //! to `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
-//! complete outputs. Under sudo, the outputs belong to the invoking user.
+//! complete outputs. A file that fails after the trace was closed (summary.json) leaves trace.json
+//! whole, under its own name. Under sudo, the outputs belong to the invoking user.
 
 use std::{os::unix::fs::MetadataExt, process::Command};
 
@@ -124,6 +125,59 @@ fn full_output_disk_marks_the_trace_partial() {
         "no trace.json pretends to be whole"
     );
     assert!(fixture.is_running(), "the traced process survives");
+}
+
+#[test]
+fn a_failing_summary_leaves_the_whole_trace_its_name() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("summary-fails");
+    let out_dir = tmp.join("out");
+    // A directory where summary.json goes: the trace is closed whole before summary.json fails.
+    std::fs::create_dir_all(out_dir.join("summary.json")).unwrap();
+    let before = Programs::snapshot();
+    let xtrace = Xtrace::spawn(args![
+        "-u",
+        "work",
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+    let finished = xtrace.wait();
+    before.assert_none_left();
+    assert_eq!(finished.status.code(), Some(2), "stderr: {:?}", finished.stderr);
+    let errors: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("xtrace: error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {:?}", finished.stderr);
+    assert!(
+        errors[0].contains("summary.json"),
+        "names the file: {}",
+        errors[0]
+    );
+    assert!(
+        !out_dir.join("trace.json.partial").exists(),
+        "a whole trace is not marked partial"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("trace.json")).unwrap())
+            .expect("trace.json is whole JSON");
+    let work = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "work")
+        .count();
+    assert_eq!(
+        work, 3,
+        "`spans exit 0` calls work() 3 times: every call is in the trace"
+    );
 }
 
 #[test]

@@ -32,7 +32,7 @@ fn gzip_trace_span_flamegraph_and_pprof_are_written() {
     let out = tmp.join("out");
     let finished = trace_fixture_with(
         &mut fixture,
-        xtrace_tests::args!["-u", "work", "--gzip"],
+        xtrace_tests::args!["-u", "work", "--gzip", "--icicle"],
         &[],
         &out,
     );
@@ -57,6 +57,10 @@ fn gzip_trace_span_flamegraph_and_pprof_are_written() {
     assert!(
         svg.contains("<svg") && svg.contains("work"),
         "the span flamegraph shows work"
+    );
+    assert!(
+        svg.contains("inverted = true"),
+        "--icicle hangs the span flamegraph too, without CPU sampling"
     );
     let pprof = gunzip(&out.join("profile.pb.gz"));
     assert!(!pprof.is_empty(), "profile.pb.gz holds a profile");

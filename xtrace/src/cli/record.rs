@@ -13,7 +13,7 @@ pub struct RecordArgs {
     pub pid: Vec<u32>,
 
     /// Trace every process that maps each probe's file, including processes started after attach
-    /// (each -u then needs a TARGET). Stops on Ctrl-C or -d.
+    /// (each -u and -U then needs a TARGET). Stops on Ctrl-C or -d.
     #[arg(short = 'a', long = "system-wide", conflicts_with_all = ["pid", "command"])]
     pub system_wide: bool,
 
@@ -61,7 +61,8 @@ pub struct RecordArgs {
     pub gpu_metrics: Option<GpuPeriod>,
 
     /// Sample on-CPU stacks of the traced processes (every process with -a) this many times a
-    /// second on every CPU. Without -u or -U, xtrace samples at 99 Hz.
+    /// second on every CPU. Without -u, -U, --cuda, --nvtx, --itt or --ranges, xtrace samples at
+    /// 99 Hz.
     #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
     pub freq: Option<u64>,
 

@@ -59,6 +59,10 @@ pub struct ReportArgs {
     /// Search only probes with at least N spans for outliers.
     #[arg(long = "min-count", value_name = "N", default_value_t = 10)]
     pub min_count: u64,
+
+    /// With --format span-flamegraph: draw it as an icicle graph (stacks hanging from the top).
+    #[arg(long = "icicle")]
+    pub icicle: bool,
 }
 
 /// A probe's self time among all self time.
@@ -390,7 +394,7 @@ pub fn run(args: &ReportArgs) -> Result<Rendered> {
                 ))));
             }
             let stacks = spans::stacks(&capture, &nesting);
-            let svg = span_flamegraph::svg(&stacks, false).map_err(|e| crate::error::Error::Io {
+            let svg = span_flamegraph::svg(&stacks, args.icicle).map_err(|e| crate::error::Error::Io {
                 what: "drawing the span flamegraph".into(),
                 source: e,
             })?;

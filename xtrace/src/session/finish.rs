@@ -49,7 +49,6 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
     pub hz: u64,
-    pub icicle: bool,
 }
 
 /// Closes trace.json with its metadata and writes summary.json and summary.txt, then the outputs
@@ -68,6 +67,7 @@ pub fn write(
     command: Option<CommandSummary>,
     run: RunInfo,
     sampling: Option<Sampling>,
+    icicle: bool,
     gpus: &[DeviceSeries],
 ) -> Result<(Summary, Vec<&'static str>)> {
     let trace_err = output_error(trace_path);
@@ -161,7 +161,7 @@ pub fn write(
                 frames,
                 &names,
                 sampling.hz,
-                sampling.icicle,
+                icicle,
             )?)
         }
         _ => None,
@@ -205,6 +205,6 @@ pub fn write(
         .filter(|p| p.kind != "usdt")
         .map(|p| p.stats.count.saturating_sub(p.below_min_duration.unwrap_or(0)))
         .sum();
-    let derived = crate::export::derived::write(out, spans, sampling.is_some_and(|s| s.icicle))?;
+    let derived = crate::export::derived::write(out, spans, icicle)?;
     Ok((summary, derived))
 }

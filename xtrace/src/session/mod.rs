@@ -292,10 +292,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
     }
-    let sampling = hz.map(|hz| Sampling {
-        hz,
-        icicle: args.icicle,
-    });
+    let sampling = hz.map(|hz| Sampling { hz });
     let (mut targets, mut plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
@@ -479,11 +476,14 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             command,
             run,
             sampling,
+            args.icicle,
             &gpus,
         )
     }
     .await;
-    if let Err(Error::Output { .. }) = &result {
+    // Only a trace cut short is partial: when a later file (summary.json, say) fails, the trace
+    // was already closed whole.
+    if matches!(&result, Err(Error::Output { path, .. }) if *path == trace_path) {
         output::mark_partial(&out, trace_name);
     }
     let (summary, derived) = result?;
