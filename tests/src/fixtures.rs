@@ -49,6 +49,8 @@ pub struct Fixtures {
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,
+    /// `profile` with DWARF in zlib-compressed sections (`-g -gz=zlib`).
+    pub profile_gz: PathBuf,
     /// `profile_rs MS`: profile.c's split mode as a Rust release build, without frame pointers
     /// (see profile_rs.rs).
     pub profile_rs: PathBuf,
@@ -115,6 +117,7 @@ fn build() -> Fixtures {
         usdt: out.join("usdt"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
+        profile_gz: out.join("profile-gz"),
         profile_rs: out.join("profile_rs"),
         cudaapp: out.join("cudaapp"),
         cudalate: out.join("cudalate"),
@@ -125,6 +128,11 @@ fn build() -> Fixtures {
         &[src.join("profile.c")],
         &fixtures.profile_nofp,
         &["-O2", "-fomit-frame-pointer"],
+    );
+    compile(
+        &[src.join("profile.c")],
+        &fixtures.profile_gz,
+        &["-g", "-gz=zlib"],
     );
     compile(
         &[src.join("profile_rs.rs")],

@@ -298,6 +298,65 @@ fn jit_code_named_from_the_perf_map() {
     );
 }
 
+/// Debug sections compressed with zlib (`-gz=zlib`, as distributions ship debug files) are read;
+/// and a file whose debug sections cannot be read (marked zstd-compressed here, which xtrace's
+/// symbolizer does not decompress) is named from its symbol table instead: either way the split's
+/// functions are named, and no frame of the file is a bare module+offset.
+#[test]
+fn compressed_debug_sections_keep_frame_names() {
+    if !require_bpf() {
+        return;
+    }
+    let zlib = &fixtures().profile_gz;
+    let tmp = TempDir::new("sample-zlib");
+    let out = profile_command(args!["-F", "999"], zlib, &["split", "1000"], &tmp);
+    assert_split(&out, "-gz=zlib", ["hot_a", "hot_b"]);
+    assert_no_offsets(&out, "profile-gz+0x");
+
+    let tmp = TempDir::new("sample-zstd");
+    let unreadable = tmp.join("profile-zstd");
+    let mut elf = std::fs::read(zlib).expect("reading profile-gz");
+    assert!(
+        mark_compressed_sections_zstd(&mut elf) >= 3,
+        "-gz=zlib compressed the DWARF"
+    );
+    std::fs::write(&unreadable, elf).unwrap();
+    std::fs::set_permissions(&unreadable, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = profile_command(args!["-F", "999"], &unreadable, &["split", "1000"], &tmp);
+    assert_split(&out, "debug sections marked zstd", ["hot_a", "hot_b"]);
+    assert_no_offsets(&out, "profile-zstd+0x");
+}
+
+fn assert_no_offsets(out: &Outputs, module_offset: &str) {
+    let folded = out.folded();
+    let unnamed: Vec<&(String, u64)> = folded
+        .iter()
+        .filter(|(stack, _)| stack.contains(module_offset))
+        .collect();
+    assert!(unnamed.is_empty(), "unnamed frames: {unnamed:?}");
+}
+
+/// Rewrites the `ch_type` of every SHF_COMPRESSED section of a 64-bit little-endian ELF image to
+/// ELFCOMPRESS_ZSTD; returns how many sections it marked.
+fn mark_compressed_sections_zstd(elf: &mut [u8]) -> usize {
+    const SHF_COMPRESSED: u64 = 0x800;
+    const ELFCOMPRESS_ZSTD: u32 = 2;
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap()) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    assert_eq!(&elf[..6], b"\x7fELF\x02\x01", "a 64-bit little-endian ELF");
+    let (shoff, shentsize, shnum) = (u64_at(elf, 0x28) as usize, u16_at(elf, 0x3a), u16_at(elf, 0x3c));
+    let mut marked = 0;
+    for i in 0..shnum {
+        let header = shoff + i * shentsize;
+        let (flags, offset) = (u64_at(elf, header + 8), u64_at(elf, header + 24) as usize);
+        if flags & SHF_COMPRESSED != 0 {
+            elf[offset..offset + 4].copy_from_slice(&ELFCOMPRESS_ZSTD.to_le_bytes());
+            marked += 1;
+        }
+    }
+    marked
+}
+
 #[test]
 fn stripped_binary_frames_are_module_offsets() {
     if !require_bpf() {

@@ -116,7 +116,7 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz).
 pub enum Sink {
     Plain(BufWriter<File>),
-    Gzip(flate2::write::GzEncoder<BufWriter<File>>),
+    Gzip(Box<flate2::write::GzEncoder<BufWriter<File>>>),
 }
 
 impl Sink {
@@ -125,7 +125,10 @@ impl Sink {
         let file = BufWriter::with_capacity(1 << 20, file);
         if gzip {
             // Fast compression: the writer thread must keep up with the ring buffer.
-            Sink::Gzip(flate2::write::GzEncoder::new(file, flate2::Compression::fast()))
+            Sink::Gzip(Box::new(flate2::write::GzEncoder::new(
+                file,
+                flate2::Compression::fast(),
+            )))
         } else {
             Sink::Plain(file)
         }
@@ -135,7 +138,7 @@ impl Sink {
     pub fn close(self) -> std::io::Result<()> {
         match self {
             Sink::Plain(mut file) => file.flush(),
-            Sink::Gzip(gz) => gz.finish()?.flush(),
+            Sink::Gzip(gz) => (*gz).finish()?.flush(),
         }
     }
 }

@@ -5,13 +5,10 @@
 //! unknown handles as `CUfunction 0x…`. Results are cached per process and address.
 use std::collections::HashMap;
 
-use blazesym::symbolize::{
-    source::{Elf, Source},
-    Input, Symbolized, Symbolizer,
-};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use crate::{
-    export::profile::{module_name, symbolizer},
+    export::profile::{module_name, symbolize_elf, symbolizer},
     pipeline::samples::{find, merge_maps, Mapping},
 };
 
@@ -70,15 +67,12 @@ impl KernelNames {
         // the path itself.
         let root = format!("/proc/{pid}/root{}", mapping.path);
         for open in [root, mapping.path.clone()] {
-            let source = Source::Elf(Elf::new(open));
-            match self
-                .symbolizer
-                .symbolize_single(&source, Input::FileOffset(offset))
-            {
-                Ok(Symbolized::Sym(sym)) if sym.offset == 0 => return sym.name.into_owned(),
+            let found = symbolize_elf(&self.symbolizer, &open, Input::FileOffset(&[offset]));
+            match found.map(|mut results| results.pop()) {
+                Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return sym.name.into_owned(),
                 // Inside a function rather than at its start: not a stub.
-                Ok(Symbolized::Sym(sym)) => return format!("{}+{:#x}", sym.name, sym.offset),
-                Ok(Symbolized::Unknown(_)) => break,
+                Ok(Some(Symbolized::Sym(sym))) => return format!("{}+{:#x}", sym.name, sym.offset),
+                Ok(_) => break,
                 Err(_) => continue,
             }
         }

@@ -87,6 +87,36 @@ pub(crate) fn symbolizer() -> Symbolizer {
         .build()
 }
 
+/// Symbolizes `input` in the ELF file at `path`: with its debug symbols (DWARF, or a debug file
+/// its `.gnu_debuglink` names) where they can be read, else with its symbol tables alone, so that
+/// a debug file blazesym cannot read (zstd-compressed sections, a truncated download) does not
+/// cost the file every name `.symtab` and `.dynsym` would give.
+pub(crate) fn symbolize_elf<'s>(
+    symbolizer: &'s Symbolizer,
+    path: &str,
+    input: Input<&[u64]>,
+) -> blazesym::Result<Vec<Symbolized<'s>>> {
+    let mut elf = Elf::new(path);
+    match symbolizer.symbolize(&Source::Elf(elf.clone()), input) {
+        Ok(results) => Ok(results),
+        Err(_) => {
+            elf.debug_syms = false;
+            symbolizer.symbolize(&Source::Elf(elf), input)
+        }
+    }
+}
+
+/// The names of `results`, None for addresses without one.
+fn sym_names(results: Vec<Symbolized<'_>>) -> Vec<Option<String>> {
+    results
+        .into_iter()
+        .map(|r| match r {
+            Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+            Symbolized::Unknown(_) => None,
+        })
+        .collect()
+}
+
 impl Resolver {
     fn new() -> Self {
         Resolver {
@@ -95,20 +125,12 @@ impl Resolver {
         }
     }
 
-    /// Symbol names of `inputs` in `source`, None for those it cannot name.
-    fn names(&self, source: &Source, input: Input<&[u64]>) -> Vec<Option<String>> {
-        let count = match input {
-            Input::AbsAddr(a) | Input::VirtOffset(a) | Input::FileOffset(a) => a.len(),
-        };
-        match self.symbolizer.symbolize(source, input) {
-            Ok(results) => results
-                .into_iter()
-                .map(|r| match r {
-                    Symbolized::Sym(sym) => Some(sym.name.into_owned()),
-                    Symbolized::Unknown(_) => None,
-                })
-                .collect(),
-            Err(_) => vec![None; count],
+    /// Symbol names of kernel addresses, None for those it cannot name.
+    fn kernel_names(&self, addresses: &[u64]) -> Vec<Option<String>> {
+        let source = Source::Kernel(Kernel::default());
+        match self.symbolizer.symbolize(&source, Input::AbsAddr(addresses)) {
+            Ok(results) => sym_names(results),
+            Err(_) => vec![None; addresses.len()],
         }
     }
 
@@ -160,11 +182,9 @@ impl Resolver {
         let mut file_names: HashMap<(String, u64), String> = HashMap::new();
         for (path, offsets) in &by_file {
             let offsets: Vec<u64> = offsets.iter().copied().collect();
-            let source = Source::Elf(Elf::new(path));
-            for (offset, name) in offsets
-                .iter()
-                .zip(self.names(&source, Input::FileOffset(&offsets)))
-            {
+            let names = symbolize_elf(&self.symbolizer, path, Input::FileOffset(&offsets))
+                .map_or_else(|_| vec![None; offsets.len()], sym_names);
+            for (offset, name) in offsets.iter().zip(names) {
                 if let Some(name) = name {
                     file_names.insert((path.clone(), *offset), name);
                 }
@@ -176,10 +196,9 @@ impl Resolver {
             jit.entry(key.pid).or_insert_with(|| read_perf_map(key.pid));
         }
         let kernel: Vec<u64> = kernel.into_iter().collect();
-        let kernel_source = Source::Kernel(Kernel::default());
         let kernel_names: HashMap<u64, String> = kernel
             .iter()
-            .zip(self.names(&kernel_source, Input::AbsAddr(&kernel)))
+            .zip(self.kernel_names(&kernel))
             .map(|(a, name)| (*a, name.unwrap_or_else(|| format!("{a:#x}"))))
             .collect();
 
