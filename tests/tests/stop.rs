@@ -1,5 +1,6 @@
 //! Stop paths: `-d` expiry, SIGINT, SIGTERM and SIGHUP while tracing `spans spin` (calls `work` forever,
 //! ~100 per ms) under `--pid`, and `-d` expiry with a launched command (which then gets SIGTERM).
+//! duration_ns covers every span of a launched command.
 //! On every path xtrace exits 0, writes valid outputs whose span count matches the summary, records
 //! the stop reason, and leaves no BPF program loaded.
 
@@ -149,4 +150,42 @@ fn duration_expiry_terminates_launched_command() {
         !finished.left_processes,
         "the launched command {pid} outlived xtrace"
     );
+}
+
+/// duration_ns runs from the moment every probe was attached, before a launched command is let
+/// go: it covers every span the command made (`spans nested 1000`: 3,000 calls from its start).
+/// Three runs: a late clock shows only when the command's first call beats it.
+#[test]
+fn duration_covers_every_span_of_a_launched_command() {
+    if !require_bpf() {
+        return;
+    }
+    for run in 0..3 {
+        let tmp = TempDir::new("stop-extent");
+        let out_dir = tmp.join("out");
+        let xtrace = Xtrace::spawn(args![
+            "-u",
+            "outer",
+            "-u",
+            "inner",
+            "-o",
+            &out_dir,
+            "--",
+            &fixtures().spans,
+            "nested",
+            "1000"
+        ]);
+        xtrace.wait().assert_success();
+        let out = Outputs::read(&out_dir);
+        let spans = out.spans();
+        assert_eq!(spans.len(), 3000, "run {run}");
+        let first = spans.iter().map(|s| s.start_ns()).min().unwrap();
+        let last = spans.iter().map(|s| s.end_ns()).max().unwrap();
+        let duration = u64_field(&out.summary, "duration_ns") as i64;
+        assert!(
+            duration >= last - first,
+            "run {run}: duration_ns {duration} is shorter than the spans' extent {}",
+            last - first
+        );
+    }
 }

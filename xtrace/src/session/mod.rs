@@ -323,6 +323,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         None => 0,
     };
     let attach_ns = attach_started.elapsed().as_nanos() as u64;
+    // The recording runs from here: a launched command is released below, and -d counts from
+    // this moment as duration_ns does.
+    let started = Instant::now();
     let map_err = |name| move |source| Error::Map { name, source };
     let ring = RingBuf::try_from(bpf::take_map(&mut ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
     let counters: PerCpuArray<MapData, u64> =
@@ -373,7 +376,6 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     observer.attached(&format!("{what} to {}; Ctrl-C to stop", targets.describe()));
 
-    let started = Instant::now();
     let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
     let sites = plan
         .usdt_sites
@@ -414,7 +416,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         &mut pipeline,
         &counters,
         &targets.processes(),
-        args.duration,
+        args.duration.map(|d| started + d),
         &trace_path,
         observer,
         &mut on_load,

@@ -75,7 +75,7 @@ impl Signals {
     }
 }
 
-/// Reads records until a stop condition.
+/// Reads records until a stop condition: a signal, every target gone, or `deadline` (-d).
 #[allow(clippy::too_many_arguments)]
 pub async fn run<W: Write + Send + 'static>(
     signals: &mut Signals,
@@ -83,7 +83,7 @@ pub async fn run<W: Write + Send + 'static>(
     pipeline: &mut Pipeline<W>,
     counters: &PerCpuArray<MapData, u64>,
     processes: &[&Process],
-    duration: Option<Duration>,
+    deadline: Option<Instant>,
     trace_path: &std::path::Path,
     observer: &mut dyn Observer,
     on_load: &mut dyn FnMut(u32) -> Vec<std::result::Result<String, String>>,
@@ -112,7 +112,11 @@ pub async fn run<W: Write + Send + 'static>(
         }
     };
     tokio::pin!(all_exited);
-    let deadline = tokio::time::sleep(duration.unwrap_or(Duration::MAX / 4));
+    let timed = deadline.is_some();
+    let deadline = match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()),
+        None => tokio::time::sleep(Duration::MAX / 4),
+    };
     tokio::pin!(deadline);
     let started = Instant::now();
     let output_bytes = pipeline.trace.bytes();
@@ -140,7 +144,7 @@ pub async fn run<W: Write + Send + 'static>(
             _ = int.recv() => return Ok(Stop::Interrupted),
             _ = term.recv() => return Ok(Stop::Terminated),
             _ = hup.recv() => return Ok(Stop::HungUp),
-            _ = &mut deadline, if duration.is_some() => return Ok(Stop::Duration),
+            _ = &mut deadline, if timed => return Ok(Stop::Duration),
             _ = &mut all_exited, if !processes.is_empty() => return Ok(Stop::TargetsExited),
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
