@@ -228,6 +228,19 @@ fn launched_command_every_inlined_site() {
     );
     assert_eq!(out.probe_count("xtfix:inlined"), 3);
     assert_eq!(out.probe_count("xtfix:guarded"), 3);
+    // The kernel names a thread at its first hit: the command exits right after its hits, often
+    // before xtrace reads them, when /proc no longer has the name.
+    let pid = out.summary["command"]["pid"].clone();
+    let names: Vec<(&Value, &Value, &Value)> = out
+        .metadata("thread_name")
+        .into_iter()
+        .map(|m| (&m["pid"], &m["tid"], &m["args"]["name"]))
+        .collect();
+    assert_eq!(
+        names,
+        [(&pid, &pid, &json!("usdt"))],
+        "the thread that hit is named"
+    );
 }
 
 #[test]

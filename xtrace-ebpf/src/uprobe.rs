@@ -69,17 +69,10 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     }
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let Some(stack) = STACKS.current(true) else {
+    let Some(stack) = thread_stack(now) else {
         count(counter::LOST_NO_THREAD_SLOT);
         return Err(0);
     };
-    // SAFETY: this thread's storage; only this thread's probes touch it.
-    let stack = unsafe { &mut *stack };
-    if stack.announced == 0 {
-        stack.announced = 1;
-        stack.pid_tgid = bpf_get_current_pid_tgid();
-        announce_thread(stack.pid_tgid, now);
-    }
     let key = stack.pid_tgid;
     let frame = user_sp(ctx.regs);
     let depth = drop_dead(stack, frame, probe_id);
@@ -208,6 +201,22 @@ fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u6
         // One out-pointer per call is kept (one `OUT_PTRS` slot per call).
         return;
     }
+}
+
+/// The current thread's stack of open calls, made at its first traced call (a function's entry or
+/// a USDT hit), which also sends the thread's `ThreadEvent`: its name then, and its ids. None when
+/// the kernel could not allocate it.
+#[inline(always)]
+pub fn thread_stack(now: u64) -> Option<&'static mut EntryStack> {
+    let stack = STACKS.current(true)?;
+    // SAFETY: this thread's storage; only this thread's programs touch it, one at a time.
+    let stack = unsafe { &mut *stack };
+    if stack.announced == 0 {
+        stack.announced = 1;
+        stack.pid_tgid = bpf_get_current_pid_tgid();
+        announce_thread(stack.pid_tgid, now);
+    }
+    Some(stack)
 }
 
 /// Writes the `ThreadEvent` for a thread's first traced call.

@@ -1,7 +1,8 @@
 //! USDT call sites: `usdt_hit` (a uprobe on the site's `nop`) finds its site in `USDT_SITES` by the
 //! attach cookie, reads the site's arguments from the registers and user memory as its note says,
-//! and writes a `UsdtEvent` (a `UsdtStrEvent` when some argument is read as a string). Pairing
-//! begin/end probes into spans happens in user space.
+//! and writes a `UsdtEvent` (a `UsdtStrEvent` when some argument is read as a string), after the
+//! thread's `ThreadEvent` on its first hit. Pairing begin/end probes into spans happens in user
+//! space.
 use core::ptr;
 
 use aya_ebpf::{
@@ -22,7 +23,7 @@ use xtrace_common::{
 
 use crate::{
     maps::{reserve, submit_flags, thread_traced, USDT_SITES},
-    uprobe::header,
+    uprobe::{header, thread_stack},
 };
 
 #[uprobe]
@@ -32,6 +33,9 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     if !thread_traced(pid_tgid) {
         return 0;
     }
+    // A thread's first hit names it (a thread that only hits USDT probes may be gone, /proc and
+    // all, by the time user space reads the hit).
+    let _ = thread_stack(now);
     // SAFETY: the helper only reads the program context.
     let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let Some(site) = USDT_SITES.get(site_index) else {
