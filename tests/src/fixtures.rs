@@ -45,6 +45,8 @@ pub struct Fixtures {
     pub calls_cet: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
     pub usdt: PathBuf,
+    /// `usdt_malformed`: two malformed USDT notes (0 and 1), then good:hit.
+    pub usdt_malformed: PathBuf,
     /// `profile split|syscalls|jit MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
@@ -115,6 +117,7 @@ fn build() -> Fixtures {
         calls: out.join("calls"),
         calls_cet: out.join("calls-cet"),
         usdt: out.join("usdt"),
+        usdt_malformed: out.join("usdt_malformed"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
         profile_gz: out.join("profile-gz"),
@@ -140,6 +143,7 @@ fn build() -> Fixtures {
         &["-C", "opt-level=3"],
     );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
+    compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(
         &[src.join("calls.c")],

@@ -386,6 +386,27 @@ fn list_usdt_shows_every_note() {
 }
 
 #[test]
+fn list_usdt_warns_about_each_malformed_note_in_order() {
+    let file = fixtures().usdt_malformed.to_str().expect("UTF-8 path").to_owned();
+    let finished = Xtrace::spawn(args!["list", "usdt", &file]).wait();
+    finished.assert_success();
+    let rows: Vec<&str> = finished.stdout.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].trim_start().starts_with("good:hit "), "{rows:?}");
+    let malformed = |n: u32| {
+        format!("xtrace: warning: {file}: USDT note {n} is malformed (empty provider or probe name); skipped")
+    };
+    assert_eq!(
+        finished.stderr,
+        [
+            malformed(0),
+            malformed(1),
+            "xtrace: 1 USDT call site in 1 file".to_string()
+        ]
+    );
+}
+
+#[test]
 fn bad_usdt_specs_are_one_line_errors() {
     if !require_bpf() {
         return;

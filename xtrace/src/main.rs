@@ -74,7 +74,9 @@ fn list(args: &list::ListArgs) -> ExitCode {
     match list::run(args) {
         Ok((table, note)) => {
             print!("{table}");
-            eprintln!("xtrace: {note}");
+            for line in note.lines() {
+                eprintln!("xtrace: {line}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -130,11 +130,13 @@ fn usdt(args: &UsdtArgs) -> Result<(String, String)> {
     }
     let plural = if probes == 1 { "" } else { "s" };
     let modules = if files.len() == 1 { "file" } else { "files" };
-    let mut note = format!("{probes} USDT call site{plural} in {} {modules}", files.len());
-    for warning in warnings {
-        note = format!("warning: {warning}\n{note}");
-    }
-    Ok((out, note))
+    // The warnings in the order found, then the count: one line each.
+    let mut note: Vec<String> = warnings.iter().map(|w| format!("warning: {w}")).collect();
+    note.push(format!(
+        "{probes} USDT call site{plural} in {} {modules}",
+        files.len()
+    ));
+    Ok((out, note.join("\n")))
 }
 
 fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
