@@ -114,12 +114,14 @@ pub struct RecordArgs {
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,
 
-    /// Directory for trace.json, summary.json and summary.txt [default: xtrace-YYYYmmdd-HHMMSS].
+    /// Directory for the outputs: trace.json, summary.json, summary.txt, and as the capture has them
+    /// stacks.folded, flamegraph.svg, span-flamegraph.svg, profile.pb.gz [default:
+    /// xtrace-YYYYmmdd-HHMMSS].
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
 
-    /// Size of the kernel ring buffer that carries events to xtrace: a power of two of at least
-    /// 4K, with an optional K, M or G suffix. A larger buffer rides out longer bursts.
+    /// Size of the kernel ring buffer that carries events to xtrace: a power of two from 4K to
+    /// 1G, with an optional K, M or G suffix. A larger buffer rides out longer bursts.
     #[arg(long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
     pub buffer_size: u32,
 
