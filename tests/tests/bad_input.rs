@@ -1,6 +1,6 @@
 //! Bad input: each case must print exactly one stderr line starting `xtrace: error: ` that names
 //! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
-//! reaped pids, a non-ELF and a directory as TARGET, an unknown symbol (with a close-name
+//! reaped pids, a non-ELF, a directory, a FIFO, a device and another machine's ELF as TARGET, an unknown symbol (with a close-name
 //! suggestion), running without root, invalid flag combinations, an unusable output directory
 //! and an invalid ring-buffer size, a zombie pid, and a truncated ELF.
 
@@ -74,6 +74,68 @@ fn target_is_directory() {
     ]);
     assert!(line.contains("directory"), "says directory: {line}");
     assert!(fixture.is_running(), "the traced process survives the error");
+}
+
+/// A FIFO as TARGET would block xtrace in open(), a device like /dev/zero would be read without
+/// end: both are refused, naming what they are, before anything is opened.
+#[test]
+fn target_is_not_a_regular_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("fifo-target");
+    let fifo = tmp.join("fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("running mkfifo");
+    assert!(made.success());
+    let spec = format!("{}:work", fifo.display());
+    let line = error_on_spinner(args!["-u", &spec, "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: is a FIFO, not a file; give an executable or shared library as TARGET",
+            fifo.display()
+        )
+    );
+    let line = error_on_spinner(args!["-u", "/dev/zero:work", "-o", tmp.join("out")]);
+    assert!(
+        line.contains("/dev/zero: is a character device, not a file"),
+        "{line}"
+    );
+    let line = error_on_spinner(args!["-U", "/dev/zero:p:n", "-o", tmp.join("out")]);
+    assert!(
+        line.contains("/dev/zero: is a character device, not a file"),
+        "{line}"
+    );
+    // Without root too: `list` must not hang on it either.
+    let listed = Xtrace::spawn(args!["list", "symbols", &fifo]).wait();
+    assert_eq!(listed.status.code(), Some(2), "{:?}", listed.stderr);
+    assert!(listed.stderr[0].contains("is a FIFO"), "{:?}", listed.stderr);
+}
+
+/// An ELF file for another machine (here the `spans` fixture relabelled aarch64) is refused: its
+/// offsets would be probed as x86-64 code.
+#[test]
+fn target_of_another_architecture() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("arch-target");
+    let foreign = tmp.join("spans-aarch64");
+    let mut elf = std::fs::read(&fixtures().spans).expect("reading the spans fixture");
+    elf[0x12..0x14].copy_from_slice(&183u16.to_le_bytes()); // e_machine = EM_AARCH64
+    std::fs::write(&foreign, elf).unwrap();
+    let spec = format!("{}:work", foreign.display());
+    let line = error_on_spinner(args!["-u", &spec, "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: Aarch64 code, not x86-64; xtrace traces x86-64 executables and libraries",
+            foreign.display()
+        )
+    );
 }
 
 #[test]

@@ -22,10 +22,12 @@ pub enum Error {
     SelfTrace { pid: u32 },
     #[error("{path}: {reason}")]
     Unreadable { path: PathBuf, reason: String },
-    #[error("{path}: is a directory; give an executable or shared library as TARGET")]
-    IsDirectory { path: PathBuf },
+    #[error("{path}: is a {what}, not a file; give an executable or shared library as TARGET")]
+    NotAFile { path: PathBuf, what: &'static str },
     #[error("{path}: not an ELF file ({reason}); give an executable or shared library as TARGET")]
     NotElf { path: PathBuf, reason: String },
+    #[error("{path}: {architecture} code, not x86-64; xtrace traces x86-64 executables and libraries")]
+    NotX86_64 { path: PathBuf, architecture: String },
     #[error("symbol `{symbol}` not found in {path}{suggestions}")]
     SymbolNotFound {
         symbol: String,

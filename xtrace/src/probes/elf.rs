@@ -94,6 +94,32 @@ fn is_cold_part(name: &str) -> bool {
     name.ends_with(".cold") || name.contains(".cold.")
 }
 
+/// Refuses what is not a regular file (a directory, a FIFO whose open would block, a device that
+/// never ends) before it is opened.
+pub fn regular_file(meta: &std::fs::Metadata, shown: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    };
+    Err(Error::NotAFile {
+        path: shown.to_path_buf(),
+        what,
+    })
+}
+
 impl ElfSymbols {
     /// Reads the function symbols of `path`. `shown` is the path to name in errors (the file may be
     /// opened through /proc/PID/root or /proc/PID/exe).
@@ -103,11 +129,7 @@ impl ElfSymbols {
             reason,
         };
         let meta = std::fs::metadata(path).map_err(|e| unreadable(e.to_string()))?;
-        if meta.is_dir() {
-            return Err(Error::IsDirectory {
-                path: shown.to_path_buf(),
-            });
-        }
+        regular_file(&meta, shown)?;
         let data = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
         let not_elf = |reason: String| Error::NotElf {
             path: shown.to_path_buf(),
@@ -117,6 +139,12 @@ impl ElfSymbols {
             return Err(not_elf("no ELF magic number".into()));
         }
         let file = object::File::parse(&*data).map_err(|e| not_elf(e.to_string()))?;
+        if file.architecture() != object::Architecture::X86_64 {
+            return Err(Error::NotX86_64 {
+                path: shown.to_path_buf(),
+                architecture: format!("{:?}", file.architecture()),
+            });
+        }
         let segments: Vec<(u64, u64, u64)> = file
             .segments()
             .map(|s| (s.address(), s.size(), s.file_range().0))
@@ -343,7 +371,10 @@ mod tests {
         ));
         assert!(matches!(
             ElfSymbols::read(&dir, &dir),
-            Err(Error::IsDirectory { .. })
+            Err(Error::NotAFile {
+                what: "directory",
+                ..
+            })
         ));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -78,7 +78,11 @@ impl NoteCache {
         let meta = match std::fs::metadata(&file.open) {
             Ok(meta) if meta.is_file() => meta,
             Ok(_) if quiet => return Ok(None),
-            Ok(_) => return Err(unreadable("not a regular file".into())),
+            Ok(meta) => {
+                // Not a regular file: refused, naming what it is.
+                crate::probes::elf::regular_file(&meta, &file.shown)?;
+                meta
+            }
             Err(_) if quiet => return Ok(None),
             Err(e) => return Err(unreadable(e.to_string())),
         };
