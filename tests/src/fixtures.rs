@@ -47,6 +47,9 @@ pub struct Fixtures {
     pub usdt: PathBuf,
     /// `usdt_malformed`: two malformed USDT notes (0 and 1), then good:hit.
     pub usdt_malformed: PathBuf,
+    /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
+    /// each called 5 times.
+    pub unprobeable: PathBuf,
     /// `profile split|syscalls|jit MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
@@ -118,6 +121,7 @@ fn build() -> Fixtures {
         calls_cet: out.join("calls-cet"),
         usdt: out.join("usdt"),
         usdt_malformed: out.join("usdt_malformed"),
+        unprobeable: out.join("unprobeable"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
         profile_gz: out.join("profile-gz"),
@@ -144,6 +148,7 @@ fn build() -> Fixtures {
     );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
+    compile(&[src.join("unprobeable.c")], &fixtures.unprobeable, &["-O1"]);
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(
         &[src.join("calls.c")],

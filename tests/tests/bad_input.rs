@@ -138,6 +138,50 @@ fn target_of_another_architecture() {
     );
 }
 
+/// A function whose first instruction the kernel's uprobes refuse (a lock prefix), named exactly,
+/// is refused before anything is attached, naming it and the instruction. (Before, the kernel's
+/// refusal of the whole uprobe_multi link was taken for a kernel without uprobe_multi.) A glob
+/// skips such functions with a warning and traces the rest.
+#[test]
+fn function_the_kernel_cannot_probe() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("unprobeable");
+    let program = &fixtures().unprobeable;
+    let line = run_error(args!["-u", "locked_entry", "-o", tmp.join("out"), "--", program]);
+    // `lock incl xt_count(%rip)`: f0 ff 05, then the 4-byte displacement.
+    let head = format!(
+        "xtrace: error: {}: cannot probe `locked_entry`: its `inc` (f0 ff 05 ",
+        program.display()
+    );
+    let tail = ") has a lock prefix, which the kernel's uprobes refuse; trace a function that calls it";
+    assert!(line.starts_with(&head) && line.ends_with(tail), "{line}");
+    assert_eq!(
+        line.len(),
+        head.len() + "xx xx xx xx".len() + tail.len(),
+        "{line}"
+    );
+    let out = tmp.join("glob");
+    let before = Programs::snapshot();
+    let finished = Xtrace::spawn(args!["-u", "*_entry", "-u", "plain", "-o", &out, "--", program]).wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let warning = format!(
+        "xtrace: warning: {}: 2 matched function(s) start with an instruction the kernel's uprobes \
+         refuse (a lock or segment-override prefix) and are not traced: locked_entry, segment_entry",
+        program.display()
+    );
+    assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);
+    let outputs = xtrace_tests::output::Outputs::read(&out);
+    assert_eq!(outputs.probe_count("plain"), 5);
+    assert_eq!(
+        outputs.summary["probes"].as_array().unwrap().len(),
+        1,
+        "only plain is traced"
+    );
+}
+
 #[test]
 fn unknown_symbol_suggests_close_names() {
     if !require_bpf() {

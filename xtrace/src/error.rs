@@ -28,6 +28,12 @@ pub enum Error {
     NotElf { path: PathBuf, reason: String },
     #[error("{path}: {architecture} code, not x86-64; xtrace traces x86-64 executables and libraries")]
     NotX86_64 { path: PathBuf, architecture: String },
+    #[error("{path}: cannot probe `{symbol}`: {why}, which the kernel's uprobes refuse; trace a function that calls it")]
+    Unprobeable {
+        path: PathBuf,
+        symbol: String,
+        why: String,
+    },
     #[error("symbol `{symbol}` not found in {path}{suggestions}")]
     SymbolNotFound {
         symbol: String,

@@ -6,6 +6,7 @@
 use std::{
     num::NonZeroU32,
     os::fd::{AsFd, OwnedFd},
+    path::Path,
 };
 
 use aya::{
@@ -233,7 +234,11 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
         for g in groups {
             let link = match link_group(program, &g, pids[g.scope], usdt) {
                 Ok(link) => link,
-                Err(e) if attached.uprobes == 0 && unsupported(&e) => return Ok(None),
+                // A kernel without uprobe_multi refuses the first link; one with it refuses a
+                // link whose offsets it cannot probe with the same errors.
+                Err(e) if attached.uprobes == 0 && unsupported(&e) && !has_uprobe_multi(program) => {
+                    return Ok(None)
+                }
                 Err(e) => return Err(group_error(name, &g, pids[g.scope], e)),
             };
             attached.keep(link, is_exit(name), g.offsets.len());
@@ -263,6 +268,13 @@ fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>, usdt: bool) -
 
 /// The error of a group the kernel refused.
 fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
+    // What xtrace's own check of each instruction (probes::insn) did not foresee.
+    let e = match e.raw_os_error() {
+        Some(ENOTSUPP) => std::io::Error::other(
+            "the kernel cannot probe the instruction at one of them (error 524, ENOTSUPP)",
+        ),
+        _ => e,
+    };
     Error::io(
         format!(
             "attaching {program} to {} offsets in {} for {}",
@@ -272,6 +284,20 @@ fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) ->
         ),
         e,
     )
+}
+
+/// Whether the kernel has uprobe_multi links: one has them when it refuses a link on `/` (no
+/// regular file) with EBADF, after it accepted the attach type.
+fn has_uprobe_multi(program: &MultiProgram) -> bool {
+    let probe = program.attach(&MultiTarget {
+        path: Path::new("/"),
+        offsets: &[0],
+        cookies: &[0],
+        ref_ctr_offsets: None,
+        pid: None,
+        ret: false,
+    });
+    matches!(probe, Err(e) if e.raw_os_error() == Some(libc::EBADF))
 }
 
 /// The kernel's internal "operation not supported" (524), which reaches user space unchanged.

@@ -5,6 +5,7 @@ pub mod attach;
 pub mod elf;
 pub mod exits;
 pub mod glob;
+pub mod insn;
 pub mod needed;
 pub mod nvtx;
 pub mod ranges;

@@ -2,13 +2,14 @@
 //! (the probe id is the BPF cookie of both the entry and the return probe), and the scopes TARGETs
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     path::Path,
 };
 
 use super::{
     elf::{ElfSymbols, FunctionSymbol, SymbolCache},
     exits::{self, ExitMode, ExitSite},
+    insn,
     spec::{ArgType, TargetSpec, UprobeSpec},
     usdt::plan::{SiteAttachment, UsdtProbe},
     ProbeInfo,
@@ -129,6 +130,9 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
     let mut ids: HashMap<(String, u64), Planned> = HashMap::new();
     // Per file shown: functions whose exits are probed at instructions, and those that could not be.
     let mut at_exits: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
+    let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut refused_entries: HashSet<(String, u64)> = HashSet::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -152,9 +156,33 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
             for function in symbols.find(&spec.symbol)? {
                 let shown = file.shown.display().to_string();
                 let key = (shown.clone(), function.probe_offset);
+                if refused_entries.contains(&key) {
+                    continue;
+                }
                 let (id, sites) = match ids.get(&key) {
                     Some(known) => known.clone(),
                     None => {
+                        let unreadable = |e: std::io::Error| Error::Unreadable {
+                            path: file.shown.clone(),
+                            reason: e.to_string(),
+                        };
+                        if let Some(why) =
+                            insn::refused(&file.open, function.probe_offset).map_err(unreadable)?
+                        {
+                            if !super::glob::is_glob(&spec.symbol) {
+                                return Err(Error::Unprobeable {
+                                    path: file.shown.clone(),
+                                    symbol: function.demangled.clone(),
+                                    why,
+                                });
+                            }
+                            unprobeable
+                                .entry(shown)
+                                .or_default()
+                                .push(function.demangled.clone());
+                            refused_entries.insert(key);
+                            continue;
+                        }
                         let sites = exit_sites(exits, &file, symbols, function)?;
                         let count = at_exits.entry(shown.clone()).or_default();
                         // Under auto, only a function whose code could not be read is left
@@ -207,10 +235,21 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
         }
         if not > 0 {
             plan.notices.push(format!(
-                "{file}: {not} traced function(s) have no size in the symbol table or start with \
-                 their return, so their returns are probed with return probes"
+                "{file}: {not} traced function(s) have no size in the symbol table, start with \
+                 their return or leave at an instruction uprobes refuse, so their returns are probed \
+                 with return probes"
             ));
         }
+    }
+    for (file, names) in unprobeable {
+        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+        let more = if names.len() > 5 { ", ..." } else { "" };
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
+             (a lock or segment-override prefix) and are not traced: {}{more}",
+            names.len(),
+            shown.join(", ")
+        ));
     }
     Ok(plan)
 }
@@ -242,6 +281,15 @@ fn exit_sites(
     }
     if found.sites.iter().any(|s| s.offset == function.probe_offset) {
         return Ok(None); // its entry is its exit: one probe cannot be both
+    }
+    for site in &found.sites {
+        let refused = insn::refused(&file.open, site.offset).map_err(|e| Error::Unreadable {
+            path: file.shown.clone(),
+            reason: e.to_string(),
+        })?;
+        if refused.is_some() {
+            return Ok(None); // an exit uprobes refuse (a `notrack jmp`, say): a return probe
+        }
     }
     Ok(Some(found.sites))
 }
