@@ -277,6 +277,33 @@ fn unusable_output_directory() {
     );
 }
 
+/// An output name taken by a directory, and `-o` naming a file, fail before anything is attached
+/// (a taken name used to fail only when the recording ended).
+#[test]
+fn output_names_taken() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("taken-output");
+    let out = tmp.join("out");
+    std::fs::create_dir_all(out.join("trace.json")).unwrap();
+    let line = error_on_spinner(args!["-u", "work", "-o", &out]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: cannot write {}: it is a directory; choose another output directory with -o DIR",
+            out.join("trace.json").display()
+        )
+    );
+    let file = tmp.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let line = error_on_spinner(args!["-u", "work", "-o", &file]);
+    assert!(
+        line.ends_with("a-file: it is a file, not a directory; choose another output directory with -o DIR"),
+        "{line}"
+    );
+}
+
 #[test]
 fn invalid_buffer_size() {
     if !require_bpf() {

@@ -132,21 +132,24 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
     if !require_bpf() {
         return;
     }
+    let mut fixture = Fixture::spin();
     let tmp = TempDir::new("summary-fails");
     let out_dir = tmp.join("out");
-    // A directory where summary.json goes: the trace is closed whole before summary.json fails.
-    std::fs::create_dir_all(out_dir.join("summary.json")).unwrap();
     let before = Programs::snapshot();
-    let xtrace = Xtrace::spawn(args![
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
         "-u",
         "work",
+        "-d",
+        "0.5",
         "-o",
-        &out_dir,
-        "--",
-        &fixtures().spans,
-        "exit",
-        "0"
+        &out_dir
     ]);
+    xtrace.wait_attached();
+    // A directory where summary.json goes, made after xtrace checked the names: the trace is closed
+    // whole before summary.json fails.
+    std::fs::create_dir_all(out_dir.join("summary.json")).unwrap();
     let finished = xtrace.wait();
     before.assert_none_left();
     assert_eq!(finished.status.code(), Some(2), "stderr: {:?}", finished.stderr);
@@ -174,10 +177,8 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
         .iter()
         .filter(|e| e["name"] == "work")
         .count();
-    assert_eq!(
-        work, 3,
-        "`spans exit 0` calls work() 3 times: every call is in the trace"
-    );
+    assert!(work > 0, "the trace holds the calls of work()");
+    assert!(fixture.is_running(), "the traced process survives");
 }
 
 #[test]

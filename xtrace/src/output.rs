@@ -56,9 +56,13 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
         path: dir.clone(),
         source,
     };
-    if !dir.is_dir() {
-        std::fs::create_dir_all(&dir).map_err(err)?;
-        give_to_invoking_user(&dir).map_err(err)?;
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(err(std::io::Error::other("it is a file, not a directory"))),
+        Err(_) => {
+            std::fs::create_dir_all(&dir).map_err(err)?;
+            give_to_invoking_user(&dir).map_err(err)?;
+        }
     }
     let probe = dir.join(format!(".xtrace-{}", std::process::id()));
     std::fs::OpenOptions::new()
@@ -68,8 +72,43 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
         .open(&probe)
         .map_err(err)?;
     let _ = std::fs::remove_file(&probe);
+    // An output name taken by a directory, a symbolic link (never followed) or anything else
+    // that is not a file would fail only at the end of the recording.
+    for name in FILES {
+        let path = dir.join(name);
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            let what = meta.file_type();
+            let taken = if what.is_file() {
+                continue;
+            } else if what.is_dir() {
+                "a directory"
+            } else if what.is_symlink() {
+                "a symbolic link, which xtrace does not follow"
+            } else {
+                "not a regular file"
+            };
+            return Err(Error::Output {
+                path,
+                source: std::io::Error::other(format!("it is {taken}")),
+            });
+        }
+    }
     Ok(dir)
 }
+
+/// Every file a recording may write into its output directory.
+pub const FILES: &[&str] = &[
+    "trace.json",
+    "trace.json.gz",
+    "trace.json.partial",
+    "trace.json.gz.partial",
+    "summary.json",
+    "summary.txt",
+    "stacks.folded",
+    "flamegraph.svg",
+    "span-flamegraph.svg",
+    "profile.pb.gz",
+];
 
 /// Creates (truncates) `dir/name`; a symbolic link there is refused, not followed.
 pub fn create(dir: &Path, name: &str) -> Result<File> {
@@ -185,6 +224,31 @@ mod tests {
             prepare(Some(Path::new("/proc/self"))),
             Err(Error::Output { .. })
         ));
+    }
+
+    #[test]
+    fn taken_output_names_fail_early() {
+        let dir = std::env::temp_dir().join(format!("xtrace-taken-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("summary.json")).unwrap();
+        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        assert_eq!(
+            message,
+            format!(
+                "cannot write {}: it is a directory; choose another output directory with -o DIR",
+                dir.join("summary.json").display()
+            )
+        );
+        std::fs::remove_dir(dir.join("summary.json")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("trace.json")).unwrap();
+        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        assert!(message.contains("trace.json: it is a symbolic link"), "{message}");
+        std::fs::remove_file(dir.join("trace.json")).unwrap();
+        std::fs::write(dir.join("summary.txt"), "old").unwrap();
+        assert!(prepare(Some(&dir)).is_ok(), "an old file is overwritten");
+        let file = dir.join("summary.txt");
+        let message = prepare(Some(&file)).unwrap_err().to_string();
+        assert!(message.contains("it is a file, not a directory"), "{message}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
