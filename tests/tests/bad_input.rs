@@ -304,6 +304,102 @@ fn output_names_taken() {
     );
 }
 
+/// pid 2 (kthreadd) exists but is a kernel thread: said so, not "no process".
+#[test]
+fn kernel_thread_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("kthread");
+    let line = run_error(args!["-p", "2", "-u", "work", "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        "xtrace: error: pid 2 is a kernel thread: it runs no user code to probe; pass the pid of a user process"
+    );
+}
+
+/// A process whose /proc files the user may not read (pid 1, for uid 65534) is not "no process".
+#[test]
+fn process_not_permitted() {
+    let finished = Xtrace::spawn_unprivileged(args!["list", "symbols", "--pid", "1"]).wait();
+    assert_eq!(finished.status.code(), Some(2), "{:?}", finished.stderr);
+    assert_eq!(
+        finished.stderr,
+        ["xtrace: error: cannot read /proc/1/exe: permission denied; trace a process you own, or run xtrace as root"]
+    );
+}
+
+/// --tid with a launched command (whose threads do not exist yet) is refused; with -a the
+/// thread must exist.
+#[test]
+fn tid_without_pid() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("tid-launch");
+    let line = run_error(args![
+        "-u",
+        "work",
+        "--tid",
+        "12345",
+        "-o",
+        tmp.join("out"),
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+    assert_eq!(
+        line,
+        "xtrace: error: the argument '--tid <TID>' cannot be used with '[COMMAND]...'; see `xtrace --help`"
+    );
+    let spans = format!("{}:work", fixtures().spans.display());
+    let line = run_error(args![
+        "-a",
+        "-u",
+        &spans,
+        "--tid",
+        "999999999",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert_eq!(
+        line,
+        "xtrace: error: no thread with id 999999999: check it with `ls /proc/999999999`"
+    );
+}
+
+/// A command path that is a directory, not executable, or missing says which, not "not found in
+/// PATH".
+#[test]
+fn command_that_cannot_run() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("bad-command");
+    let plain = tmp.join("not-executable");
+    std::fs::copy(&fixtures().spans, &plain).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let missing = tmp.join("missing");
+    for (command, why) in [
+        (tmp.path().to_path_buf(), "it is a directory".to_string()),
+        (plain.clone(), "it is not executable (chmod +x)".to_string()),
+        (
+            missing.clone(),
+            "No such file or directory (os error 2)".to_string(),
+        ),
+    ] {
+        let line = run_error(args!["-u", "work", "-o", tmp.join("out"), "--", &command]);
+        assert_eq!(
+            line,
+            format!(
+                "xtrace: error: cannot run `{}`: {why}; give the path of an executable",
+                command.display()
+            )
+        );
+    }
+}
+
 #[test]
 fn invalid_buffer_size() {
     if !require_bpf() {

@@ -18,6 +18,14 @@ pub enum Error {
         "thread {tid} belongs to none of the --pid processes: list their threads with `ls /proc/PID/task`"
     )]
     NotATargetThread { tid: u32 },
+    #[error("no thread with id {tid}: check it with `ls /proc/{tid}`")]
+    NoSuchThread { tid: u32 },
+    #[error("pid {pid} is a kernel thread: it runs no user code to probe; pass the pid of a user process")]
+    KernelThread { pid: u32 },
+    #[error(
+        "cannot read /proc/{pid}/{what}: permission denied; trace a process you own, or run xtrace as root"
+    )]
+    ProcNotPermitted { pid: u32, what: String },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
     #[error("{path}: {reason}")]
@@ -62,6 +70,8 @@ pub enum Error {
     BadProbe { spec: String, reason: String },
     #[error("command `{command}` not found in PATH: check the name or give its path")]
     CommandNotFound { command: String },
+    #[error("cannot run `{command}`: {why}; give the path of an executable")]
+    CommandUnusable { command: String, why: String },
     #[error("cannot start `{command}`: {source}")]
     Launch { command: String, source: std::io::Error },
     #[error(

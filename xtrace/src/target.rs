@@ -46,14 +46,28 @@ impl Process {
         if zombie {
             return Err(Error::Exited { pid });
         }
+        if is_kernel_thread(pid) {
+            return Err(Error::KernelThread { pid });
+        }
         let pidfd = pidfd_open(pid).map_err(|_| Error::NoSuchProcess { pid })?;
         Ok(Process { pid, pidfd })
+    }
+
+    /// The error for a failed read of the process's `/proc/PID/WHAT`: gone, or not permitted.
+    fn proc_error(&self, what: &str, e: std::io::Error) -> Error {
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Error::ProcNotPermitted {
+                pid: self.pid,
+                what: what.to_string(),
+            },
+            _ => Error::NoSuchProcess { pid: self.pid },
+        }
     }
 
     /// The main executable of the process.
     pub fn executable(&self) -> Result<TargetFile> {
         let open = PathBuf::from(format!("/proc/{}/exe", self.pid));
-        let shown = std::fs::read_link(&open).map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+        let shown = std::fs::read_link(&open).map_err(|e| self.proc_error("exe", e))?;
         Ok(TargetFile { open, shown })
     }
 
@@ -77,7 +91,7 @@ impl Process {
     /// The mapped library named `name` (`libc`, `libc.so.6`, ...).
     pub fn library(&self, name: &str) -> Result<TargetFile> {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+            .map_err(|e| self.proc_error("maps", e))?;
         let shown = maps
             .lines()
             .filter_map(|line| line.split_whitespace().nth(5))
@@ -94,7 +108,7 @@ impl Process {
     /// once.
     pub fn mapped_files(&self) -> Result<Vec<TargetFile>> {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map_err(|_| Error::NoSuchProcess { pid: self.pid })?;
+            .map_err(|e| self.proc_error("maps", e))?;
         let exe = self.executable()?;
         let mut files = vec![exe.clone()];
         for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)) {
@@ -237,6 +251,19 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 }
 
 /// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
+/// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags): it has no user code.
+fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The name (field 2) may hold spaces and parentheses: count fields after its last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+        .and_then(|flags| flags.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
 pub fn resolve_command(command: &str) -> Result<PathBuf> {
     let not_found = || Error::CommandNotFound {
         command: command.to_string(),
@@ -248,11 +275,19 @@ pub fn resolve_command(command: &str) -> Result<PathBuf> {
     };
     if command.contains('/') {
         let path = PathBuf::from(command);
-        return if is_exec(&path) {
-            Ok(path)
-        } else {
-            Err(not_found())
+        if is_exec(&path) {
+            return Ok(path);
+        }
+        let why = match path.metadata() {
+            Err(e) => e.to_string(),
+            Ok(m) if m.is_dir() => "it is a directory".to_string(),
+            Ok(m) if !m.is_file() => "it is not a regular file".to_string(),
+            Ok(_) => "it is not executable (chmod +x)".to_string(),
         };
+        return Err(Error::CommandUnusable {
+            command: command.to_string(),
+            why,
+        });
     }
     let path = std::env::var_os("PATH").ok_or_else(not_found)?;
     std::env::split_paths(&path)
@@ -441,7 +476,7 @@ mod tests {
         ));
         assert!(matches!(
             resolve_command("/etc/passwd"),
-            Err(Error::CommandNotFound { .. })
+            Err(Error::CommandUnusable { why, .. }) if why.contains("not executable")
         ));
     }
 

@@ -94,8 +94,9 @@ pub struct RecordArgs {
     pub overhead: bool,
 
     /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
-    /// thread must belong to one of the processes.
-    #[arg(long = "tid", value_name = "TID")]
+    /// thread must belong to one of the processes; not with a launched command, whose threads do
+    /// not exist yet.
+    #[arg(long = "tid", value_name = "TID", conflicts_with = "command")]
     pub tid: Vec<u32>,
 
     /// How -u functions' returns are probed: `auto` probes the ret and tail-call instructions of

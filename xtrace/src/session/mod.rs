@@ -242,6 +242,11 @@ impl Specs {
 /// else has been validated, the output directory included.
 fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path::PathBuf)> {
     if args.system_wide {
+        for &tid in &args.tid {
+            if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
+                return Err(Error::NoSuchThread { tid });
+            }
+        }
         let plan = specs.plan(&[Scope::SystemWide], args.max_probes)?;
         let out = output::prepare(args.output.as_deref())?;
         Ok((Targets::SystemWide, plan, out))
