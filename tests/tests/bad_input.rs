@@ -400,6 +400,33 @@ fn command_that_cannot_run() {
     }
 }
 
+/// XTRACE_TOOL_LIB set to what is not a file is named, not taken for a missing build.
+#[test]
+fn tool_library_variable_not_a_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("tool-env");
+    let before = Programs::snapshot();
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--ranges",
+            "-o",
+            tmp.join("out"),
+            "--",
+            &fixtures().spans,
+            "exit",
+            "0"
+        ],
+        &[("XTRACE_TOOL_LIB", "/nonexistent/libxtrace_tool.so")],
+    );
+    assert_eq!(
+        expect_user_error(&before, xtrace),
+        "xtrace: error: --ranges: XTRACE_TOOL_LIB=/nonexistent/libxtrace_tool.so is not a file; set it \
+         to the path of libxtrace_tool.so, or unset it; see `xtrace --help`"
+    );
+}
+
 #[test]
 fn invalid_buffer_size() {
     if !require_bpf() {

@@ -126,3 +126,25 @@ fn launched_command_exit_status() {
         "spans carry the command pid {pid}"
     );
 }
+
+/// A command argument that is not UTF-8 (a file name, say) reaches the command unchanged; the
+/// summary shows it lossily.
+#[test]
+fn launched_command_takes_arguments_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("not-utf8");
+    let out_dir = tmp.join("out");
+    let raw = std::ffi::OsStr::from_bytes(b"\xff");
+    // `spans exit ARG` calls work() 3 times and exits with atoi(ARG): 0 here.
+    let out = run_to_exit(
+        args!["-u", "work", "-o", &out_dir, "--", &fixtures().spans, "exit", raw],
+        &out_dir,
+    );
+    assert_eq!(out.probe_count("work"), 3);
+    let command = &out.summary["command"];
+    assert_eq!(command["exit_code"].as_i64(), Some(0), "command: {command}");
+    assert_eq!(command["argv"][2], "\u{fffd}", "command: {command}");
+}

@@ -124,6 +124,22 @@ fn waits_that_dominate_are_pointed_out() {
     );
 }
 
+/// `-o` naming a directory is a file that cannot be written: said with the advice for a file.
+#[test]
+fn report_to_a_directory_is_refused_in_one_line() {
+    let tmp = TempDir::new("report-o-dir");
+    let line = xtrace(args!["report", data(WORKLOAD), "-o", tmp.path()])
+        .user_error()
+        .to_string();
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: cannot write {}: Is a directory (os error 21); give another file with -o FILE",
+            tmp.path().display()
+        )
+    );
+}
+
 #[test]
 fn what_is_not_a_capture_is_refused_in_one_line() {
     let tmp = TempDir::new("report-bad");

@@ -80,6 +80,8 @@ pub enum Error {
     MissingCapability { missing: String },
     #[error("cannot write {path}: {source}; choose another output directory with -o DIR")]
     Output { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {source}; give another file with -o FILE")]
+    OutputFile { path: PathBuf, source: std::io::Error },
     #[error("attaching {what}: {source}")]
     Attach {
         what: String,

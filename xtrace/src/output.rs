@@ -143,7 +143,11 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
             } else {
                 dir
             };
-            write(dir, &name.to_string_lossy(), bytes)
+            // The advice of a recording's output directory does not fit a file named with -o.
+            write(dir, &name.to_string_lossy(), bytes).map_err(|e| match e {
+                Error::Output { path, source } => Error::OutputFile { path, source },
+                e => e,
+            })
         }
         _ => Err(Error::Usage(format!(
             "-o {}: give the path of a file to write",

@@ -250,7 +250,6 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
 /// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags): it has no user code.
 fn is_kernel_thread(pid: u32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
@@ -264,16 +263,18 @@ fn is_kernel_thread(pid: u32) -> bool {
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
-pub fn resolve_command(command: &str) -> Result<PathBuf> {
+/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
+pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
     let not_found = || Error::CommandNotFound {
-        command: command.to_string(),
+        command: command.to_string_lossy().into_owned(),
     };
     let is_exec = |p: &Path| {
         use std::os::unix::fs::PermissionsExt;
         p.metadata()
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if command.contains('/') {
+    if command.as_bytes().contains(&b'/') {
         let path = PathBuf::from(command);
         if is_exec(&path) {
             return Ok(path);
@@ -285,7 +286,7 @@ pub fn resolve_command(command: &str) -> Result<PathBuf> {
             Ok(_) => "it is not executable (chmod +x)".to_string(),
         };
         return Err(Error::CommandUnusable {
-            command: command.to_string(),
+            command: command.to_string_lossy().into_owned(),
             why,
         });
     }
@@ -309,8 +310,12 @@ pub struct Launch {
 impl Launch {
     /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
     /// `env` is added to xtrace's own environment for the command.
-    pub fn start(program: &Path, argv: &[String], env: &[(&str, std::ffi::OsString)]) -> Result<Self> {
-        let command = argv[0].clone();
+    pub fn start(
+        program: &Path,
+        argv: &[std::ffi::OsString],
+        env: &[(&str, std::ffi::OsString)],
+    ) -> Result<Self> {
+        let command = argv[0].to_string_lossy().into_owned();
         let launch_err = |source| Error::Launch {
             command: command.clone(),
             source,
@@ -369,7 +374,8 @@ impl Launch {
         let pidfd = pidfd_open(pid).map_err(launch_err)?;
         Ok(Launch {
             process: Process { pid, pidfd },
-            argv: argv.to_vec(),
+            // For the summary and messages: arguments that are not UTF-8 are shown lossily.
+            argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
             gate,
             spawned,
             exited: Some(exited),
@@ -469,13 +475,15 @@ mod tests {
 
     #[test]
     fn commands_resolve_through_path() {
-        assert!(resolve_command("sh").unwrap().ends_with("sh"));
+        assert!(resolve_command(std::ffi::OsStr::new("sh"))
+            .unwrap()
+            .ends_with("sh"));
         assert!(matches!(
-            resolve_command("no-such-command-xtrace"),
+            resolve_command(std::ffi::OsStr::new("no-such-command-xtrace")),
             Err(Error::CommandNotFound { .. })
         ));
         assert!(matches!(
-            resolve_command("/etc/passwd"),
+            resolve_command(std::ffi::OsStr::new("/etc/passwd")),
             Err(Error::CommandUnusable { why, .. }) if why.contains("not executable")
         ));
     }
@@ -492,8 +500,8 @@ mod tests {
 
     #[test]
     fn launch_waits_at_the_gate_and_reports_exit() {
-        let program = resolve_command("sh").unwrap();
-        let argv = vec!["sh".to_string(), "-c".to_string(), "exit 7".to_string()];
+        let program = resolve_command(std::ffi::OsStr::new("sh")).unwrap();
+        let argv: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), "exit 7".into()];
         let mut launch = Launch::start(&program, &argv, &[]).unwrap();
         // Still held at the gate: it is our forked copy, not yet `sh`.
         assert_ne!(launch.process.info().comm.as_deref(), Some("sh"));
@@ -505,8 +513,8 @@ mod tests {
     #[test]
     fn unreleased_launch_never_runs_the_command() {
         let marker = std::env::temp_dir().join(format!("xtrace-gate-{}", std::process::id()));
-        let program = resolve_command("touch").unwrap();
-        let argv = vec!["touch".to_string(), marker.display().to_string()];
+        let program = resolve_command(std::ffi::OsStr::new("touch")).unwrap();
+        let argv: Vec<std::ffi::OsString> = vec!["touch".into(), marker.clone().into_os_string()];
         let mut launch = Launch::start(&program, &argv, &[]).unwrap();
         let exited = launch.take_exit().unwrap();
         drop(launch);

@@ -40,7 +40,7 @@ fn folded(path: &Path) -> Result<String> {
         reason: if path.is_dir() {
             "no stacks.folded in this directory: give a capture recorded with CPU sampling (-F) or a folded-stack file".into()
         } else {
-            e.to_string()
+            format!("{e}; give a capture directory or a folded-stack file")
         },
     })?;
     let valid = |line: &str| {

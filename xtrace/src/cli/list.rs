@@ -85,7 +85,7 @@ pub fn run(args: &ListArgs) -> Result<(String, String)> {
 fn standalone_target(target: &mut TargetSpec) {
     if let TargetSpec::Library(name) = target {
         if crate::target::library_from_cache(name).is_err() {
-            if let Ok(path) = resolve_command(name) {
+            if let Ok(path) = resolve_command(name.as_ref()) {
                 *target = TargetSpec::Path(path);
             }
         }

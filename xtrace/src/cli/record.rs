@@ -136,8 +136,8 @@ pub struct RecordArgs {
     pub quiet: bool,
 
     /// Launch COMMAND with ARGS and trace it until it exits.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
+    #[arg(last = true, value_name = "COMMAND", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `--gpu-metrics[=PERIOD]`.
@@ -164,10 +164,17 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let seconds: f64 = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !(seconds.is_finite() && seconds > 0.0 && seconds < 1e9) {
+    if seconds.is_nan() || seconds <= 0.0 {
         return Err(format!("`{text}` must be a positive number of seconds"));
     }
-    Ok(std::time::Duration::from_secs_f64(seconds))
+    if seconds >= 1e9 {
+        return Err(format!("`{text}` is too long: at most 999999999 seconds"));
+    }
+    let duration = std::time::Duration::from_secs_f64(seconds);
+    if duration.is_zero() {
+        return Err(format!("`{text}` is shorter than 1ns"));
+    }
+    Ok(duration)
 }
 
 /// `50us` → 50,000 (ns). Units: ns, us (or µs), ms, s; fractions allowed.
@@ -184,7 +191,10 @@ fn parse_span_duration(text: &str) -> Result<u64, String> {
         .ok_or_else(bad)?;
     let value: f64 = number.trim().parse().map_err(|_| bad())?;
     let ns = value * scale;
-    if !(ns.is_finite() && (1.0..1e18).contains(&ns)) {
+    if ns >= 1e18 {
+        return Err(format!("`{text}` is too long: at most 1000000000s"));
+    }
+    if ns.is_nan() || ns < 1.0 {
         return Err(format!("`{text}` must be at least 1ns"));
     }
     Ok(ns.round() as u64)
@@ -281,5 +291,22 @@ mod tests {
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("abc").is_err());
         assert!(parse_duration("inf").is_err());
+        // Too long is said to be too long, not "not positive"; below 1 ns is not accepted as 0.
+        assert_eq!(
+            parse_duration("1e20"),
+            Err("`1e20` is too long: at most 999999999 seconds".into())
+        );
+        assert_eq!(
+            parse_duration("0.0000000001"),
+            Err("`0.0000000001` is shorter than 1ns".into())
+        );
+        assert_eq!(
+            parse_span_duration("99999999999999999999s"),
+            Err("`99999999999999999999s` is too long: at most 1000000000s".into())
+        );
+        assert_eq!(
+            parse_span_duration("0.1ns"),
+            Err("`0.1ns` must be at least 1ns".into())
+        );
     }
 }

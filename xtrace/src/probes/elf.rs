@@ -26,7 +26,7 @@ impl SymbolCache {
     pub fn get(&mut self, file: &TargetFile) -> Result<(&ElfSymbols, bool)> {
         let meta = std::fs::metadata(&file.open).map_err(|e| Error::Unreadable {
             path: file.shown.clone(),
-            reason: e.to_string(),
+            reason: format!("{e}; check the path"),
         })?;
         match self.files.entry((meta.dev(), meta.ino())) {
             Entry::Occupied(known) => Ok((known.into_mut(), false)),
@@ -128,7 +128,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| unreadable(e.to_string()))?;
+        let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("{e}; check the path")))?;
         regular_file(&meta, shown)?;
         let data = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
         let not_elf = |reason: String| Error::NotElf {

@@ -32,11 +32,12 @@ pub const TOOL_ENV: &str = "XTRACE_TOOL_LIB";
 pub const NVTX_ENV: &str = "NVTX_INJECTION64_PATH";
 pub const ITT_ENV: &str = "INTEL_LIBITTNOTIFY64";
 
-/// The shipped tool library: `$XTRACE_TOOL_LIB`, else `libxtrace_tool.so` next to the xtrace
-/// binary; None when neither exists.
+/// The shipped tool library: `$XTRACE_TOOL_LIB` (when set and not empty), else
+/// `libxtrace_tool.so` next to the xtrace binary; None when that is not a file.
 pub fn shipped() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(TOOL_ENV) {
-        return Some(PathBuf::from(path));
+    if let Some(path) = std::env::var_os(TOOL_ENV).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
     }
     let exe = std::env::current_exe().ok()?;
     let path = exe.parent()?.join(TOOL_LIBRARY);
@@ -148,10 +149,16 @@ fn missing(scope: &Scope, wanted: Wanted) -> Error {
             p.pid,
             if wanted.nvtx { " nor libnvToolsExt" } else { "" }
         )),
-        _ => Error::Usage(format!(
-            "{flag}: {TOOL_LIBRARY} is not next to the xtrace binary; build it with `cargo build -p \
-             xtrace-tool` or set {TOOL_ENV} to its path"
-        )),
+        _ => match std::env::var_os(TOOL_ENV).filter(|p| !p.is_empty()) {
+            Some(set) => Error::Usage(format!(
+                "{flag}: {TOOL_ENV}={} is not a file; set it to the path of {TOOL_LIBRARY}, or unset it",
+                set.to_string_lossy()
+            )),
+            None => Error::Usage(format!(
+                "{flag}: {TOOL_LIBRARY} is not next to the xtrace binary; build it with `cargo build \
+                 -p xtrace-tool` or set {TOOL_ENV} to its path"
+            )),
+        },
     }
 }
 

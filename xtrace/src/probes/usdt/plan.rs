@@ -84,7 +84,7 @@ impl NoteCache {
                 meta
             }
             Err(_) if quiet => return Ok(None),
-            Err(e) => return Err(unreadable(e.to_string())),
+            Err(e) => return Err(unreadable(format!("{e}; check the path"))),
         };
         let key = (meta.dev(), meta.ino());
         let notes = match self.files.entry(key) {
