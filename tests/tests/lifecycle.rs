@@ -13,9 +13,22 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::Xtrace,
+    run::{Finished, Xtrace},
     TempDir,
 };
+
+/// The one `xtrace: error: ` line of a run that stopped on an output error (exit 2); warnings may
+/// come before it.
+fn the_error(finished: &Finished) -> &str {
+    assert_eq!(finished.status.code(), Some(2), "stderr: {:?}", finished.stderr);
+    let errors: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("xtrace: error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {:?}", finished.stderr);
+    errors[0]
+}
 
 #[test]
 fn sigkill_leaves_nothing_attached() {
@@ -103,19 +116,9 @@ fn full_output_disk_marks_the_trace_partial() {
     xtrace.wait_attached();
     let finished = xtrace.wait();
     before.assert_none_left();
-    assert_eq!(finished.status.code(), Some(2), "stderr: {:?}", finished.stderr);
-    let errors: Vec<&String> = finished
-        .stderr
-        .iter()
-        .filter(|l| l.starts_with("xtrace: error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "one error line: {:?}", finished.stderr);
-    assert!(
-        errors[0].contains("No space left on device"),
-        "says why: {}",
-        errors[0]
-    );
-    assert!(errors[0].contains("trace.json"), "names the file: {}", errors[0]);
+    let error = the_error(&finished);
+    assert!(error.contains("No space left on device"), "says why: {error}");
+    assert!(error.contains("trace.json"), "names the file: {error}");
     assert!(
         out_dir.join("trace.json.partial").exists(),
         "the cut-short trace is marked partial"
@@ -152,18 +155,8 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
     std::fs::create_dir_all(out_dir.join("summary.json")).unwrap();
     let finished = xtrace.wait();
     before.assert_none_left();
-    assert_eq!(finished.status.code(), Some(2), "stderr: {:?}", finished.stderr);
-    let errors: Vec<&String> = finished
-        .stderr
-        .iter()
-        .filter(|l| l.starts_with("xtrace: error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "one error line: {:?}", finished.stderr);
-    assert!(
-        errors[0].contains("summary.json"),
-        "names the file: {}",
-        errors[0]
-    );
+    let error = the_error(&finished);
+    assert!(error.contains("summary.json"), "names the file: {error}");
     assert!(
         !out_dir.join("trace.json.partial").exists(),
         "a whole trace is not marked partial"
