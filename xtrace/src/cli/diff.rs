@@ -46,7 +46,8 @@ pub struct DiffArgs {
 
 /// `5%`, `5` or `2.5%` → 0.05, 0.05, 0.025.
 fn parse_percent(text: &str) -> Result<f64, String> {
-    let number = text.trim().trim_end_matches('%');
+    let trimmed = text.trim();
+    let number = trimmed.strip_suffix('%').unwrap_or(trimmed);
     match number.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / 100.0),
         _ => Err(format!("`{text}` is not a percentage such as 5% or 2.5")),
@@ -330,6 +331,7 @@ mod tests {
         assert_eq!(parse_percent("2.5"), Ok(0.025));
         assert!(parse_percent("-1%").is_err());
         assert!(parse_percent("five").is_err());
+        assert!(parse_percent("5%%%").is_err(), "one % at most");
     }
 
     #[test]
