@@ -212,7 +212,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| format!("`{text}` is not a size in bytes (e.g. 65536, 256K, 16M)"))
+        .ok_or_else(|| format!("`{text}` is not a size in bytes (e.g. 4096, 16K, 16M)"))
 }
 
 fn parse_user_stack(text: &str) -> Result<u32, String> {

@@ -101,7 +101,11 @@ impl UprobeSpec {
             reason: format!("{reason} at column {}", rest_at + at + 1),
         })?;
         if symbol.is_empty() {
-            return Err(bad("no symbol after the ':'; write [TARGET:]SYMBOL"));
+            return Err(bad(if rest_at == 0 {
+                "no symbol; write [TARGET:]SYMBOL"
+            } else {
+                "no symbol after the ':'; write [TARGET:]SYMBOL"
+            }));
         }
         let target = if split.is_none() {
             TargetSpec::MainExecutable
@@ -255,5 +259,14 @@ mod tests {
         for text in ["libc:", ":malloc", ""] {
             assert!(UprobeSpec::parse(text).is_err(), "{text:?} should be rejected");
         }
+        // Only a spec with a ':' is told about the ':'.
+        let message = |text: &str| UprobeSpec::parse(text).unwrap_err().to_string();
+        assert!(
+            message("").ends_with(": no symbol; write [TARGET:]SYMBOL"),
+            "{}",
+            message("")
+        );
+        assert!(message("(u64)").ends_with(": no symbol; write [TARGET:]SYMBOL"));
+        assert!(message("libc:").ends_with(": no symbol after the ':'; write [TARGET:]SYMBOL"));
     }
 }
