@@ -400,6 +400,28 @@ fn command_that_cannot_run() {
     }
 }
 
+/// An XTRACE_UPROBE_ATTACH that names no mechanism is refused before anything is created: no
+/// output directory is left behind.
+#[test]
+fn bad_attach_variable() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("attach-env");
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let xtrace = Xtrace::spawn_with_env(
+        args!["-u", "work", "-o", &out, "--", &fixtures().spans, "exit", "0"],
+        &[("XTRACE_UPROBE_ATTACH", "bogus")],
+    );
+    assert_eq!(
+        expect_user_error(&before, xtrace),
+        "xtrace: error: environment variable XTRACE_UPROBE_ATTACH=bogus is not understood: set it \
+         to uprobe_multi or perf_event, or unset it"
+    );
+    assert!(!out.exists(), "no output directory made");
+}
+
 /// XTRACE_TOOL_LIB set to what is not a file is named, not taken for a missing build.
 #[test]
 fn tool_library_variable_not_a_file() {

@@ -447,31 +447,38 @@ pub fn attach_more(
     Ok(())
 }
 
+/// The mechanism `XTRACE_UPROBE_ATTACH` asks for: None to choose by the kernel. Checked when a
+/// recording starts, before anything is created, and again when attaching.
+pub fn forced_mechanism() -> Result<Option<Mechanism>> {
+    match std::env::var(ATTACH_ENV).ok().as_deref() {
+        None | Some("") => Ok(None),
+        Some("perf_event") => Ok(Some(Mechanism::PerfEvent)),
+        Some("uprobe_multi") => Ok(Some(Mechanism::UprobeMulti)),
+        Some(other) => Err(Error::BadEnvironment {
+            name: ATTACH_ENV,
+            value: other.to_string(),
+            expected: "uprobe_multi or perf_event",
+        }),
+    }
+}
+
 /// Loads the programs and attaches every planned probe; `pids[scope]` is each scope's process
 /// (None: every process). uprobe_multi links are used where the kernel has them, unless
 /// `XTRACE_UPROBE_ATTACH=perf_event`. The thread-exit tracepoint that keeps the per-thread map
 /// small is attached last.
 pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
-    let forced = std::env::var(ATTACH_ENV).ok();
-    let attached = match forced.as_deref() {
-        Some("perf_event") => attach_perf_event(ebpf, plan, pids)?,
-        Some("uprobe_multi") => attach_multi(ebpf, plan, pids)?.ok_or_else(|| {
+    let attached = match forced_mechanism()? {
+        Some(Mechanism::PerfEvent) => attach_perf_event(ebpf, plan, pids)?,
+        Some(Mechanism::UprobeMulti) => attach_multi(ebpf, plan, pids)?.ok_or_else(|| {
             Error::io(
                 format!("{ATTACH_ENV}=uprobe_multi"),
                 std::io::Error::other("this kernel refuses uprobe_multi links (Linux 6.6+)"),
             )
         })?,
-        None | Some("") => match attach_multi(ebpf, plan, pids)? {
+        None => match attach_multi(ebpf, plan, pids)? {
             Some(attached) => attached,
             None => attach_perf_event(ebpf, plan, pids)?,
         },
-        Some(other) => {
-            return Err(Error::BadEnvironment {
-                name: ATTACH_ENV,
-                value: other.to_string(),
-                expected: "uprobe_multi or perf_event",
-            })
-        }
     };
     for (program, tracepoint) in [
         ("thread_exit", "sched_process_exit"),

@@ -280,6 +280,7 @@ fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path
 /// Records until a stop condition, telling `observer` what happens.
 pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
     privilege::check()?;
+    crate::probes::attach::forced_mechanism()?;
     let mut signals = run::Signals::install()?;
     let specs = Specs::parse(args)?;
     // Without any probe, xtrace profiles the CPU.
