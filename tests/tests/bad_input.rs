@@ -162,6 +162,18 @@ fn function_the_kernel_cannot_probe() {
         head.len() + "xx xx xx xx".len() + tail.len(),
         "{line}"
     );
+    // Named exactly after a glob already left it out: still refused.
+    let again = run_error(args![
+        "-u",
+        "*_entry",
+        "-u",
+        "locked_entry",
+        "-o",
+        tmp.join("out"),
+        "--",
+        program
+    ]);
+    assert_eq!(again, line);
     let out = tmp.join("glob");
     let before = Programs::snapshot();
     let finished = Xtrace::spawn(args!["-u", "*_entry", "-u", "plain", "-o", &out, "--", program]).wait();

@@ -37,6 +37,9 @@ pub struct ExitSite {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Exits {
     pub sites: Vec<ExitSite>,
+    /// An exit instruction the kernel's uprobes refuse (`probes::insn`): the function needs a
+    /// return probe.
+    pub refused: bool,
     /// The function calls or jumps elsewhere, so an exception can unwind through it.
     pub calls_out: bool,
 }
@@ -125,6 +128,7 @@ pub(crate) fn scan(
             continue;
         }
         if let Some(how) = exit_of(&instruction, inside, landing, exits, cold) {
+            exits.refused |= super::insn::why_refused(&instruction).is_some();
             exits.sites.push(ExitSite {
                 offset: instruction.ip() - code.address + code.file_offset,
                 how,
@@ -240,6 +244,18 @@ mod tests {
         assert_eq!(exits.sites, [site(0x10d, EXIT_TAIL_CALL)]);
         assert!(exits.calls_out);
         assert_eq!(cold, [0]);
+    }
+
+    #[test]
+    fn exits_the_kernel_refuses_are_flagged() {
+        // ret: probed.
+        assert!(!exits_of(&[0xc3]).0.refused);
+        // cs jmp 0x2000 (a tail call with a segment-override prefix): the kernel refuses it.
+        let mut code = vec![0x2e, 0xe9];
+        code.extend((0x2000i32 - 0x1006).to_le_bytes());
+        let (exits, _) = exits_of(&code);
+        assert_eq!(exits.sites, [site(0x100, EXIT_TAIL_CALL)]);
+        assert!(exits.refused);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! which, so xtrace checks each offset first and names the function.
 use std::{os::unix::fs::FileExt, path::Path};
 
-use iced_x86::{Code, Decoder, DecoderOptions, Register};
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};
 
 /// The longest x86 instruction.
 const MAX_INSN: usize = 15;
@@ -33,26 +33,31 @@ pub fn refused_bytes(bytes: &[u8]) -> Option<String> {
     if insn.is_invalid() {
         return None;
     }
-    let why = if insn.has_lock_prefix() {
-        "a lock prefix"
+    let why = why_refused(&insn)?;
+    let code: Vec<String> = bytes[..insn.len()].iter().map(|b| format!("{b:02x}")).collect();
+    let mnemonic = format!("{:?}", insn.mnemonic()).to_lowercase();
+    Some(format!("its `{mnemonic}` ({}) has {why}", code.join(" ")))
+}
+
+/// What in the decoded `insn` the kernel's uprobes refuse, if anything.
+pub fn why_refused(insn: &Instruction) -> Option<&'static str> {
+    if insn.has_lock_prefix() {
+        Some("a lock prefix")
     } else if matches!(
         insn.segment_prefix(),
         Register::ES | Register::CS | Register::SS | Register::DS
     ) {
-        "a segment-override prefix"
+        Some("a segment-override prefix")
     } else if matches!(
         insn.code(),
         Code::Mov_Sreg_rm16 | Code::Mov_Sreg_r32m16 | Code::Mov_Sreg_r64m16
     ) && insn.op0_register() == Register::SS
         || matches!(insn.code(), Code::Popw_SS | Code::Popd_SS)
     {
-        "a load of SS, which holds off the breakpoint's trap"
+        Some("a load of SS, which holds off the breakpoint's trap")
     } else {
-        return None;
-    };
-    let code: Vec<String> = bytes[..insn.len()].iter().map(|b| format!("{b:02x}")).collect();
-    let mnemonic = format!("{:?}", insn.mnemonic()).to_lowercase();
-    Some(format!("its `{mnemonic}` ({}) has {why}", code.join(" ")))
+        None
+    }
 }
 
 #[cfg(test)]

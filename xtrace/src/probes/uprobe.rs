@@ -2,7 +2,7 @@
 //! (the probe id is the BPF cookie of both the entry and the return probe), and the scopes TARGETs
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap},
     path::Path,
 };
 
@@ -126,13 +126,13 @@ type Planned = (u32, Option<Vec<ExitSite>>);
 pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: ExitMode) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut elves = SymbolCache::default();
-    // The probe id and exit sites of each (file shown, entry offset) planned.
-    let mut ids: HashMap<(String, u64), Planned> = HashMap::new();
+    // The probe id and exit sites of each (file shown, entry offset) planned; or why the kernel's
+    // uprobes refuse its entry.
+    let mut ids: HashMap<(String, u64), std::result::Result<Planned, String>> = HashMap::new();
     // Per file shown: functions whose exits are probed at instructions, and those that could not be.
     let mut at_exits: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
     let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut refused_entries: HashSet<(String, u64)> = HashSet::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -156,58 +156,48 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
             for function in symbols.find(&spec.symbol)? {
                 let shown = file.shown.display().to_string();
                 let key = (shown.clone(), function.probe_offset);
-                if refused_entries.contains(&key) {
-                    continue;
-                }
-                let (id, sites) = match ids.get(&key) {
+                let planned = match ids.get(&key) {
                     Some(known) => known.clone(),
                     None => {
-                        let unreadable = |e: std::io::Error| Error::Unreadable {
-                            path: file.shown.clone(),
-                            reason: e.to_string(),
-                        };
-                        if let Some(why) =
-                            insn::refused(&file.open, function.probe_offset).map_err(unreadable)?
-                        {
-                            if !super::glob::is_glob(&spec.symbol) {
-                                return Err(Error::Unprobeable {
-                                    path: file.shown.clone(),
-                                    symbol: function.demangled.clone(),
-                                    why,
-                                });
+                        let refused = insn::refused(&file.open, function.probe_offset).map_err(|e| {
+                            Error::Unreadable {
+                                path: file.shown.clone(),
+                                reason: e.to_string(),
                             }
-                            unprobeable
-                                .entry(shown)
-                                .or_default()
-                                .push(function.demangled.clone());
-                            refused_entries.insert(key);
-                            continue;
-                        }
-                        let sites = exit_sites(exits, &file, symbols, function)?;
-                        let count = at_exits.entry(shown.clone()).or_default();
-                        // Under auto, only a function whose code could not be read is left
-                        // exposed; the others with return probes are leaves.
-                        let exposed = exits == ExitMode::Ret
-                            || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
-                        match &sites {
-                            Some(_) => count.0 += 1,
-                            None if exposed => count.1 += 1,
-                            None => {}
-                        }
-                        plan.probes.push(ProbeInfo {
-                            name: function.demangled.clone(),
-                            kind: "uprobe",
-                            target: shown,
-                            offset: function.probe_offset,
-                            capture: Capture {
-                                args: spec.args.clone(),
-                                ret: spec.ret,
-                            },
-                        });
-                        let known = ((plan.probes.len() - 1) as u32, sites);
+                        })?;
+                        let known = match refused {
+                            Some(why) => {
+                                unprobeable
+                                    .entry(shown)
+                                    .or_default()
+                                    .push(function.demangled.clone());
+                                Err(why)
+                            }
+                            None => Ok(new_probe(
+                                &mut plan,
+                                &mut at_exits,
+                                exits,
+                                spec,
+                                &file,
+                                symbols,
+                                function,
+                            )?),
+                        };
                         ids.insert(key, known.clone());
                         known
                     }
+                };
+                let (id, sites) = match planned {
+                    Ok(planned) => planned,
+                    // Named exactly: refused. Matched by a glob: left out (one warning per file).
+                    Err(why) if !super::glob::is_glob(&spec.symbol) => {
+                        return Err(Error::Unprobeable {
+                            path: file.shown.clone(),
+                            symbol: function.demangled.clone(),
+                            why,
+                        })
+                    }
+                    Err(_) => continue,
                 };
                 plan.attachments.push(Attachment {
                     probe_id: id,
@@ -254,6 +244,42 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
     Ok(plan)
 }
 
+/// Adds `function`'s probe to `plan` and returns its id and exit sites, counting in `at_exits`
+/// how its exits are probed.
+fn new_probe(
+    plan: &mut Plan,
+    at_exits: &mut BTreeMap<String, (usize, usize)>,
+    exits: ExitMode,
+    spec: &UprobeSpec,
+    file: &TargetFile,
+    symbols: &ElfSymbols,
+    function: &FunctionSymbol,
+) -> Result<Planned> {
+    let shown = file.shown.display().to_string();
+    let sites = exit_sites(exits, file, symbols, function)?;
+    let count = at_exits.entry(shown.clone()).or_default();
+    // Under auto, only a function whose code could not be read is left exposed; the others with
+    // return probes are leaves.
+    let exposed =
+        exits == ExitMode::Ret || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
+    match &sites {
+        Some(_) => count.0 += 1,
+        None if exposed => count.1 += 1,
+        None => {}
+    }
+    plan.probes.push(ProbeInfo {
+        name: function.demangled.clone(),
+        kind: "uprobe",
+        target: shown,
+        offset: function.probe_offset,
+        capture: Capture {
+            args: spec.args.clone(),
+            ret: spec.ret,
+        },
+    });
+    Ok(((plan.probes.len() - 1) as u32, sites))
+}
+
 /// Where `function`'s exits are probed under `mode`: None for a return probe.
 fn exit_sites(
     mode: ExitMode,
@@ -282,14 +308,8 @@ fn exit_sites(
     if found.sites.iter().any(|s| s.offset == function.probe_offset) {
         return Ok(None); // its entry is its exit: one probe cannot be both
     }
-    for site in &found.sites {
-        let refused = insn::refused(&file.open, site.offset).map_err(|e| Error::Unreadable {
-            path: file.shown.clone(),
-            reason: e.to_string(),
-        })?;
-        if refused.is_some() {
-            return Ok(None); // an exit uprobes refuse (a `notrack jmp`, say): a return probe
-        }
+    if found.refused {
+        return Ok(None); // an exit uprobes refuse (a `cs`-prefixed `jmp`, say): a return probe
     }
     Ok(Some(found.sites))
 }
