@@ -325,6 +325,11 @@ pub fn expect_user_error(before: &crate::bpf::Programs, xtrace: Xtrace) -> Strin
 
 /// Runs xtrace with `args` and checks the user-error contract ([`expect_user_error`]).
 pub fn run_error(args: Vec<OsString>) -> String {
+    run_error_with_env(args, &[])
+}
+
+/// [`run_error`] with extra environment variables.
+pub fn run_error_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> String {
     let before = crate::bpf::Programs::snapshot();
-    expect_user_error(&before, Xtrace::spawn(args))
+    expect_user_error(&before, Xtrace::spawn_with_env(args, env))
 }

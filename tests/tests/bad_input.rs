@@ -11,7 +11,7 @@ use xtrace_tests::{
     bpf::Programs,
     fixtures::{fixtures, Fixture},
     require_bpf,
-    run::{expect_user_error, run_error, Xtrace},
+    run::{expect_user_error, run_error, run_error_with_env, Xtrace},
     TempDir,
 };
 
@@ -421,13 +421,12 @@ fn bad_attach_variable() {
     }
     let tmp = TempDir::new("attach-env");
     let out = tmp.join("out");
-    let before = Programs::snapshot();
-    let xtrace = Xtrace::spawn_with_env(
+    let line = run_error_with_env(
         args!["-u", "work", "-o", &out, "--", &fixtures().spans, "exit", "0"],
         &[("XTRACE_UPROBE_ATTACH", "bogus")],
     );
     assert_eq!(
-        expect_user_error(&before, xtrace),
+        line,
         "xtrace: error: environment variable XTRACE_UPROBE_ATTACH=bogus is not understood: set it \
          to uprobe_multi or perf_event, or unset it"
     );
@@ -441,8 +440,7 @@ fn tool_library_variable_not_a_file() {
         return;
     }
     let tmp = TempDir::new("tool-env");
-    let before = Programs::snapshot();
-    let xtrace = Xtrace::spawn_with_env(
+    let line = run_error_with_env(
         args![
             "--ranges",
             "-o",
@@ -455,7 +453,7 @@ fn tool_library_variable_not_a_file() {
         &[("XTRACE_TOOL_LIB", "/nonexistent/libxtrace_tool.so")],
     );
     assert_eq!(
-        expect_user_error(&before, xtrace),
+        line,
         "xtrace: error: --ranges: XTRACE_TOOL_LIB=/nonexistent/libxtrace_tool.so is not a file; set it \
          to the path of libxtrace_tool.so, or unset it; see `xtrace --help`"
     );

@@ -269,17 +269,14 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
     let not_found = || Error::CommandNotFound {
         command: command.to_string_lossy().into_owned(),
     };
-    let is_exec = |p: &Path| {
+    let executable = |m: &std::fs::Metadata| {
         use std::os::unix::fs::PermissionsExt;
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        m.is_file() && m.permissions().mode() & 0o111 != 0
     };
     if command.as_bytes().contains(&b'/') {
         let path = PathBuf::from(command);
-        if is_exec(&path) {
-            return Ok(path);
-        }
         let why = match path.metadata() {
+            Ok(m) if executable(&m) => return Ok(path),
             Err(e) => e.to_string(),
             Ok(m) if m.is_dir() => "it is a directory".to_string(),
             Ok(m) if !m.is_file() => "it is not a regular file".to_string(),
@@ -293,7 +290,7 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").ok_or_else(not_found)?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(command))
-        .find(|p| is_exec(p))
+        .find(|p| p.metadata().is_ok_and(|m| executable(&m)))
         .ok_or_else(not_found)
 }
 

@@ -24,10 +24,7 @@ pub struct SymbolCache {
 impl SymbolCache {
     /// The symbols of `file`, and whether this is the first time it was asked for.
     pub fn get(&mut self, file: &TargetFile) -> Result<(&ElfSymbols, bool)> {
-        let meta = std::fs::metadata(&file.open).map_err(|e| Error::Unreadable {
-            path: file.shown.clone(),
-            reason: format!("{e}; check the path"),
-        })?;
+        let meta = target_metadata(&file.open, &file.shown)?;
         match self.files.entry((meta.dev(), meta.ino())) {
             Entry::Occupied(known) => Ok((known.into_mut(), false)),
             Entry::Vacant(new) => Ok((new.insert(ElfSymbols::read(&file.open, &file.shown)?), true)),
@@ -94,9 +91,19 @@ fn is_cold_part(name: &str) -> bool {
     name.ends_with(".cold") || name.contains(".cold.")
 }
 
-/// Refuses what is not a regular file (a directory, a FIFO whose open would block, a device that
-/// never ends) before it is opened.
-pub fn regular_file(meta: &std::fs::Metadata, shown: &Path) -> Result<()> {
+/// The metadata of the TARGET file at `open` (named `shown` in errors). Refuses one that cannot be
+/// read, and what is not a regular file (a directory, a FIFO whose open would block, a device
+/// that never ends) before it is opened.
+pub fn target_metadata(open: &Path, shown: &Path) -> Result<std::fs::Metadata> {
+    let meta = std::fs::metadata(open).map_err(|e| Error::Unreadable {
+        path: shown.to_path_buf(),
+        reason: format!("{e}; check the path"),
+    })?;
+    regular_file(&meta, shown)?;
+    Ok(meta)
+}
+
+fn regular_file(meta: &std::fs::Metadata, shown: &Path) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
     let what = if kind.is_file() {
@@ -128,8 +135,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| unreadable(format!("{e}; check the path")))?;
-        regular_file(&meta, shown)?;
+        target_metadata(path, shown)?;
         let data = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
         let not_elf = |reason: String| Error::NotElf {
             path: shown.to_path_buf(),

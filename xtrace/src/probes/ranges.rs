@@ -35,13 +35,18 @@ pub const ITT_ENV: &str = "INTEL_LIBITTNOTIFY64";
 /// The shipped tool library: `$XTRACE_TOOL_LIB` (when set and not empty), else
 /// `libxtrace_tool.so` next to the xtrace binary; None when that is not a file.
 pub fn shipped() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(TOOL_ENV).filter(|p| !p.is_empty()) {
+    if let Some(path) = tool_env() {
         let path = PathBuf::from(path);
         return path.is_file().then_some(path);
     }
     let exe = std::env::current_exe().ok()?;
     let path = exe.parent()?.join(TOOL_LIBRARY);
     path.is_file().then_some(path)
+}
+
+/// `$XTRACE_TOOL_LIB`, when set and not empty.
+fn tool_env() -> Option<std::ffi::OsString> {
+    std::env::var_os(TOOL_ENV).filter(|p| !p.is_empty())
 }
 
 /// What a hit of the tool library's probe `name` (`xtrace_common::ranges::PROBES`) does.
@@ -149,7 +154,7 @@ fn missing(scope: &Scope, wanted: Wanted) -> Error {
             p.pid,
             if wanted.nvtx { " nor libnvToolsExt" } else { "" }
         )),
-        _ => match std::env::var_os(TOOL_ENV).filter(|p| !p.is_empty()) {
+        _ => match tool_env() {
             Some(set) => Error::Usage(format!(
                 "{flag}: {TOOL_ENV}={} is not a file; set it to the path of {TOOL_LIBRARY}, or unset it",
                 set.to_string_lossy()

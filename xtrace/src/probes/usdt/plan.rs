@@ -71,20 +71,10 @@ impl NoteCache {
         quiet: bool,
         notices: &mut Vec<String>,
     ) -> Result<Option<(FileKey, &[UsdtNote])>> {
-        let unreadable = |reason: String| Error::Unreadable {
-            path: file.shown.clone(),
-            reason,
-        };
-        let meta = match std::fs::metadata(&file.open) {
-            Ok(meta) if meta.is_file() => meta,
-            Ok(_) if quiet => return Ok(None),
-            Ok(meta) => {
-                // Not a regular file: refused, naming what it is.
-                crate::probes::elf::regular_file(&meta, &file.shown)?;
-                meta
-            }
+        let meta = match crate::probes::elf::target_metadata(&file.open, &file.shown) {
+            Ok(meta) => meta,
             Err(_) if quiet => return Ok(None),
-            Err(e) => return Err(unreadable(format!("{e}; check the path"))),
+            Err(e) => return Err(e),
         };
         let key = (meta.dev(), meta.ino());
         let notes = match self.files.entry(key) {
