@@ -96,10 +96,15 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Every file a recording may write into its output directory.
+/// The trace, plain and gzipped (`--gzip`).
+pub const TRACE_FILE: &str = "trace.json";
+pub const TRACE_FILE_GZ: &str = "trace.json.gz";
+
+/// Every file a recording may write into its output directory (a cut-short trace gets
+/// `.partial`: see [`mark_partial`]).
 pub const FILES: &[&str] = &[
-    "trace.json",
-    "trace.json.gz",
+    TRACE_FILE,
+    TRACE_FILE_GZ,
     "trace.json.partial",
     "trace.json.gz.partial",
     "summary.json",

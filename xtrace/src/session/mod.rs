@@ -42,10 +42,6 @@ use crate::{
 
 pub use run::Progress;
 
-/// The trace's file name in the output directory, plain or compressed (`--gzip`).
-const TRACE_FILE: &str = "trace.json";
-const TRACE_FILE_GZ: &str = "trace.json.gz";
-
 /// Wraps an I/O error on output file `path`.
 fn output_error(path: &std::path::Path) -> impl Fn(std::io::Error) -> Error + Copy + '_ {
     move |source| Error::Output {
@@ -341,7 +337,11 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let mut reader = RingReader::new(ring)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
-    let trace_name = if args.gzip { TRACE_FILE_GZ } else { TRACE_FILE };
+    let trace_name = if args.gzip {
+        output::TRACE_FILE_GZ
+    } else {
+        output::TRACE_FILE
+    };
     let trace_path = out.join(trace_name);
     let trace_file = output::create(&out, trace_name)?;
     let writer = TraceWriter::spawn(output::Sink::new(trace_file, args.gzip), &names)
