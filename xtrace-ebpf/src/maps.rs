@@ -84,13 +84,8 @@ fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: impl FnOnce() -> u3
     unsafe { set.get(&key()).is_some() }
 }
 
-/// Whether the calling thread is traced (always, unless `--tid` restricts it).
-#[inline(always)]
-pub fn thread_traced(pid_tgid: u64) -> bool {
-    allowed(&TID_FILTER, &TIDS, || pid_tgid as u32)
-}
-
-/// [`thread_traced`] for a caller that has not read its thread id: it is read only with `--tid`.
+/// Whether the calling thread is traced (always, unless `--tid` restricts it); its thread id is
+/// read only with `--tid`.
 #[inline(always)]
 pub fn current_thread_traced() -> bool {
     allowed(&TID_FILTER, &TIDS, || bpf_get_current_pid_tgid() as u32)

@@ -22,20 +22,22 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{reserve, submit_flags, thread_traced, USDT_SITES},
+    maps::{current_thread_traced, reserve, submit_flags, USDT_SITES},
     uprobe::{header, thread_stack},
 };
 
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
-    let pid_tgid = bpf_get_current_pid_tgid();
-    if !thread_traced(pid_tgid) {
+    if !current_thread_traced() {
         return 0;
     }
     // A thread's first hit names it (a thread that only hits USDT probes may be gone, /proc and
-    // all, by the time user space reads the hit).
-    let _ = thread_stack(now);
+    // all, by the time user space reads the hit); its stack keeps its ids from then on.
+    let pid_tgid = match thread_stack(now) {
+        Some(stack) => stack.pid_tgid,
+        None => bpf_get_current_pid_tgid(),
+    };
     // SAFETY: the helper only reads the program context.
     let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let Some(site) = USDT_SITES.get(site_index) else {
