@@ -159,11 +159,11 @@ impl ElfSymbols {
         let mut cold_parts = Vec::new();
         let mut throws = false;
         for symbol in file.symbols().chain(file.dynamic_symbols()) {
-            throws |= matches!(symbol.name(), Ok("__gxx_personality_v0" | "rust_eh_personality"));
+            let Ok(name) = symbol.name() else { continue };
+            throws |= matches!(name, "__gxx_personality_v0" | "rust_eh_personality");
             if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
                 continue;
             }
-            let Ok(name) = symbol.name() else { continue };
             if name.is_empty() {
                 continue;
             }

@@ -3,7 +3,7 @@
 //! an exception (or a Rust panic) can unwind through: a return probe swaps the return address on
 //! the stack for the kernel's trampoline, which has no unwind information, so the unwinder stops
 //! there and the runtime aborts the process.
-use std::{os::unix::fs::FileExt, path::Path};
+use std::os::unix::fs::FileExt;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 use xtrace_common::event::{EXIT_RETURN, EXIT_TAIL_CALL};
@@ -65,12 +65,15 @@ pub(crate) struct Code<'a> {
     pub bytes: &'a [u8],
 }
 
-/// The exits of `function` in `path` (whose symbols are `symbols`); None when its size is unknown.
-pub fn find(path: &Path, symbols: &ElfSymbols, function: &FunctionSymbol) -> std::io::Result<Option<Exits>> {
+/// The exits of `function` in `file` (whose symbols are `symbols`); None when its size is unknown.
+pub fn find(
+    file: &std::fs::File,
+    symbols: &ElfSymbols,
+    function: &FunctionSymbol,
+) -> std::io::Result<Option<Exits>> {
     if function.size == 0 {
         return Ok(None);
     }
-    let file = std::fs::File::open(path)?;
     let read = |file_offset: u64, size: u64| -> std::io::Result<Vec<u8>> {
         let mut bytes = vec![0; size.min(MAX_CODE) as usize];
         file.read_exact_at(&mut bytes, file_offset)?;
@@ -288,7 +291,9 @@ mod tests {
             .next()
             .unwrap();
         std::hint::black_box(xtrace_exits_test_leaf(3));
-        let exits = find(&exe, &symbols, function).unwrap().unwrap();
+        let exits = find(&std::fs::File::open(&exe).unwrap(), &symbols, function)
+            .unwrap()
+            .unwrap();
         assert!(!exits.sites.is_empty());
         let data = std::fs::read(&exe).unwrap();
         for s in &exits.sites {

@@ -3,18 +3,17 @@
 //! with a lock prefix or an ES/CS/SS/DS segment-override prefix, and `mov ss`/`pop ss`, which
 //! hold off the trap. An uprobe_multi link with such an offset fails as a whole, without saying
 //! which, so xtrace checks each offset first and names the function.
-use std::{os::unix::fs::FileExt, path::Path};
+use std::os::unix::fs::FileExt;
 
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};
 
 /// The longest x86 instruction.
 const MAX_INSN: usize = 15;
 
-/// Why the kernel would refuse to probe the instruction at `offset` of the file at `path`, with the
+/// Why the kernel would refuse to probe the instruction at `offset` of `file`, with the
 /// instruction as text; None when it can be probed. An instruction that does not decode is left
 /// for the kernel to judge.
-pub fn refused(path: &Path, offset: u64) -> std::io::Result<Option<String>> {
-    let file = std::fs::File::open(path)?;
+pub fn refused(file: &std::fs::File, offset: u64) -> std::io::Result<Option<String>> {
     let mut bytes = [0u8; MAX_INSN];
     let mut read = 0;
     while read < MAX_INSN {

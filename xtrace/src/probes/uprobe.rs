@@ -153,18 +153,17 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
                     ));
                 }
             }
-            for function in symbols.find(&spec.symbol)? {
+            let functions = symbols.find(&spec.symbol)?;
+            // Opened once for every function's instructions (entry, exits).
+            let code = std::fs::File::open(&file.open).map_err(unreadable(&file))?;
+            for function in functions {
                 let shown = file.shown.display().to_string();
                 let key = (shown.clone(), function.probe_offset);
                 let planned = match ids.get(&key) {
                     Some(known) => known.clone(),
                     None => {
-                        let refused = insn::refused(&file.open, function.probe_offset).map_err(|e| {
-                            Error::Unreadable {
-                                path: file.shown.clone(),
-                                reason: e.to_string(),
-                            }
-                        })?;
+                        let refused =
+                            insn::refused(&code, function.probe_offset).map_err(unreadable(&file))?;
                         let known = match refused {
                             Some(why) => {
                                 unprobeable
@@ -178,7 +177,7 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
                                 &mut at_exits,
                                 exits,
                                 spec,
-                                &file,
+                                (&file, &code),
                                 symbols,
                                 function,
                             )?),
@@ -251,12 +250,12 @@ fn new_probe(
     at_exits: &mut BTreeMap<String, (usize, usize)>,
     exits: ExitMode,
     spec: &UprobeSpec,
-    file: &TargetFile,
+    (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
     function: &FunctionSymbol,
 ) -> Result<Planned> {
     let shown = file.shown.display().to_string();
-    let sites = exit_sites(exits, file, symbols, function)?;
+    let sites = exit_sites(exits, (file, code), symbols, function)?;
     let count = at_exits.entry(shown.clone()).or_default();
     // Under auto, only a function whose code could not be read is left exposed; the others with
     // return probes are leaves.
@@ -280,10 +279,18 @@ fn new_probe(
     Ok(((plan.probes.len() - 1) as u32, sites))
 }
 
+/// The error for a failed read of `file`.
+fn unreadable(file: &TargetFile) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Unreadable {
+        path: file.shown.clone(),
+        reason: e.to_string(),
+    }
+}
+
 /// Where `function`'s exits are probed under `mode`: None for a return probe.
 fn exit_sites(
     mode: ExitMode,
-    file: &TargetFile,
+    (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
     function: &FunctionSymbol,
 ) -> Result<Option<Vec<ExitSite>>> {
@@ -295,10 +302,7 @@ fn exit_sites(
     if !wanted {
         return Ok(None);
     }
-    let found = exits::find(&file.open, symbols, function).map_err(|e| Error::Unreadable {
-        path: file.shown.clone(),
-        reason: e.to_string(),
-    })?;
+    let found = exits::find(code, symbols, function).map_err(unreadable(file))?;
     let Some(found) = found else {
         return Ok(None); // no size: the code cannot be decoded
     };
