@@ -44,21 +44,17 @@ fn main() -> anyhow::Result<()> {
     };
     let usdt = symbol.starts_with("usdt:");
     let mode = args.next();
-    let (with_return, clock) = match mode.as_deref() {
-        None => (false, false),
-        Some("--return") => (true, false),
-        Some("--clock") => (true, true),
+    let programs: &[&str] = match mode.as_deref() {
+        None => &["noop"],
+        Some("--return") => &["noop_ret", "noop"],
+        Some("--clock") => &["clock_ret", "clock"],
         Some(other) => anyhow::bail!("unknown flag {other}: give --return or --clock"),
     };
+    let clock = mode.as_deref() == Some("--clock");
     let mut ebpf = xtrace::bpf::load(&xtrace::bpf::LoadOptions {
         ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
         ..Default::default()
     })?;
-    let programs: &[&str] = match (with_return, clock) {
-        (_, true) => &["clock_ret", "clock"],
-        (true, false) => &["noop_ret", "noop"],
-        (false, false) => &["noop"],
-    };
     let mut links = Vec::new();
     let multi = std::env::var(ATTACH_ENV).as_deref() != Ok("perf_event");
     let loaded = if multi {
