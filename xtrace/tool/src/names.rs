@@ -117,7 +117,7 @@ impl<const N: usize> Table<N> {
 
 /// The bytes of `name` the tracer would read: up to its NUL, at most `ARG_STR_LEN - 1`. Bounded,
 /// so a long name costs no more than a short one.
-fn traced_bytes(name: &CStr) -> &[u8] {
+pub(crate) fn traced_bytes(name: &CStr) -> &[u8] {
     let p = name.as_ptr().cast::<u8>();
     let mut len = 0;
     // SAFETY: within the NUL-terminated string (the loop stops at its NUL).

@@ -90,9 +90,20 @@ struct Entry {
     name: u64,
 }
 
+impl Entry {
+    /// What a slot outside the open entries holds; never read.
+    const EMPTY: Entry = Entry {
+        start_ns: 0,
+        key: (Source::Xtrace, 0),
+        domain: 0,
+        name: 0,
+    };
+}
+
 /// A thread's open ranges, oldest first, in a ring: when it is full, a push forgets the oldest.
 struct Stack {
-    entries: [Option<Entry>; OPEN_DEPTH],
+    /// Slots `base..base + len` (mod `OPEN_DEPTH`) hold the open entries.
+    entries: [Entry; OPEN_DEPTH],
     /// The copies of names passed as they are, by slot.
     copies: [[u8; ARG_STR_LEN]; OPEN_DEPTH],
     /// The slot of the oldest entry, and how many there are.
@@ -107,7 +118,7 @@ thread_local! {
 impl Stack {
     const fn new() -> Self {
         Stack {
-            entries: [None; OPEN_DEPTH],
+            entries: [Entry::EMPTY; OPEN_DEPTH],
             copies: [[0; ARG_STR_LEN]; OPEN_DEPTH],
             base: 0,
             len: 0,
@@ -124,12 +135,12 @@ impl Stack {
             self.len -= 1;
         }
         let slot = self.slot(self.len);
-        self.entries[slot] = Some(entry);
+        self.entries[slot] = entry;
         if entry.name != 0 && entry.name & INTERNED == 0 {
-            let bytes = name.map_or(&[][..], CStr::to_bytes);
-            let n = bytes.len().min(ARG_STR_LEN - 1);
-            self.copies[slot][..n].copy_from_slice(&bytes[..n]);
-            self.copies[slot][n] = 0;
+            // What the tracer reads of it: at most ARG_STR_LEN - 1 bytes, found with a bound.
+            let bytes = name.map_or(&[][..], names::traced_bytes);
+            self.copies[slot][..bytes.len()].copy_from_slice(bytes);
+            self.copies[slot][bytes.len()] = 0;
         }
         self.len += 1;
     }
@@ -139,20 +150,18 @@ impl Stack {
     fn pop(&mut self, key: Key, copy: &mut [u8; ARG_STR_LEN]) -> Option<(Entry, u64)> {
         let at = (0..self.len)
             .rev()
-            .find(|&i| self.entries[self.slot(i)].is_some_and(|e| e.key == key))?;
+            .find(|&i| self.entries[self.slot(i)].key == key)?;
         let slot = self.slot(at);
-        let entry = self.entries[slot].take()?;
+        let entry = self.entries[slot];
         *copy = self.copies[slot];
         // Entries of other keys opened inside it move down (rare: domains interleaved).
         for i in at..self.len - 1 {
             let (to, from) = (self.slot(i), self.slot(i + 1));
-            self.entries[to] = self.entries[from].take();
+            self.entries[to] = self.entries[from];
             self.copies[to] = self.copies[from];
         }
         self.len -= 1;
-        let depth = (0..at)
-            .filter(|&i| self.entries[self.slot(i)].is_some_and(|e| e.key == key))
-            .count();
+        let depth = (0..at).filter(|&i| self.entries[self.slot(i)].key == key).count();
         Some((entry, depth as u64))
     }
 }
