@@ -50,21 +50,18 @@ impl ProgramCost {
 /// The programs that ran, most time first: those aya loaded and `others` (name, file descriptor),
 /// the ones loaded for uprobe_multi links. Programs without statistics are left out.
 pub fn read(ebpf: &aya::Ebpf, others: &[(&str, BorrowedFd)]) -> Vec<ProgramCost> {
-    let mut costs: Vec<ProgramCost> = ebpf
+    // Both kinds read the same kernel counters through their file descriptors (a program aya
+    // never loaded has none).
+    let loaded = ebpf
         .programs()
-        .filter_map(|(name, program)| {
-            let info = program.info().ok()?;
-            Some(ProgramCost::new(
-                name,
-                info.run_count(),
-                info.run_time().as_nanos() as u64,
-            ))
+        .filter_map(|(name, program)| Some((name, program.fd().ok()?.as_fd())));
+    let mut costs: Vec<ProgramCost> = loaded
+        .chain(others.iter().copied())
+        .filter_map(|(name, fd)| {
+            let (runs, ns) = fdinfo_stats(fd)?;
+            Some(ProgramCost::new(name, runs, ns))
         })
         .collect();
-    costs.extend(others.iter().filter_map(|(name, fd)| {
-        let (runs, ns) = fdinfo_stats(fd.as_fd())?;
-        Some(ProgramCost::new(name, runs, ns))
-    }));
     costs.retain(|c| c.runs > 0);
     costs.sort_by(|a, b| b.run_time_ns.cmp(&a.run_time_ns).then(a.name.cmp(&b.name)));
     costs
