@@ -97,6 +97,38 @@ fn split_shares_with_and_without_frame_pointers() {
     assert_unwound(&out, "profile-nofp;_start;", ";main;hot_");
 }
 
+#[test]
+fn traced_functions_keep_their_callers_in_unwound_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    // Return probes on main and on both hot functions put the kernel's trampoline in the place of
+    // their return addresses, where the CFI unwinder would stop: each entry's address is put back.
+    let tmp = TempDir::new("sample-uretprobe");
+    let out = profile_command(
+        args![
+            "-F",
+            "999",
+            "-u",
+            "main",
+            "-u",
+            "hot_a",
+            "-u",
+            "hot_b",
+            "--exits",
+            "uretprobe"
+        ],
+        &fixtures().profile_nofp,
+        &["split", "1000"],
+        &tmp,
+    );
+    assert_unwound(&out, "profile-nofp;_start;", ";main;hot_");
+    assert_eq!(out.spans_named("main").len(), 1);
+    let rounds = out.spans_named("hot_a").len();
+    assert!(rounds >= 1000, "{rounds} rounds of 40..760 µs in 1 s");
+    assert_eq!(out.spans_named("hot_b").len(), rounds, "hot_b follows each hot_a");
+}
+
 /// Every sample in the split's hot functions (but for 1 in 100: a sample can land where no CFI
 /// row applies, such as a PLT stub) has its whole user stack: the process name and `root` first,
 /// then `chain` down to the hot function. No stack was cut short.

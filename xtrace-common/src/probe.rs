@@ -77,7 +77,7 @@ pub mod counter {
     pub const COUNT: u32 = 4;
 }
 
-/// One open call on a thread's `EntryStack`; 24 bytes, so a call's fields share a cache line.
+/// One open call on a thread's `EntryStack`; 32 bytes, so a call's fields share a cache line.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OpenCall {
@@ -86,6 +86,10 @@ pub struct OpenCall {
     /// finds the stack pointer 8 bytes above it, so a return is paired with exactly its own call,
     /// even in recursion after a longjmp or an exception.
     pub frame: u64,
+    /// The return address the call found in that slot, before a return probe swapped it for the
+    /// kernel's trampoline; read only when CPU samples copy user stacks (0 otherwise), so that a
+    /// sample can put it back in its copy of the stack for the unwinder.
+    pub return_address: u64,
     pub probe_id: u32,
     pub _pad: u32,
 }
@@ -105,5 +109,5 @@ pub struct EntryStack {
 }
 
 #[cfg(feature = "user")]
-// SAFETY: repr(C), integer fields only, no padding (16 + 64 x 24 bytes).
+// SAFETY: repr(C), integer fields only, no padding (16 + 64 x 32 bytes).
 unsafe impl aya::Pod for EntryStack {}

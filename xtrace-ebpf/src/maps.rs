@@ -119,6 +119,18 @@ pub static OUT_PTRS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_THR
 #[btf_map]
 pub static STACKS: TaskStorage<EntryStack> = TaskStorage::new();
 
+/// Set to 1 at load time when CPU samples copy user stacks: each call's entry then keeps its
+/// return address (`OpenCall::return_address`), which a sample writes back over the return
+/// probe's trampoline in its copy of the stack.
+#[unsafe(no_mangle)]
+static RETURN_ADDRESSES: u8 = 0;
+
+/// Whether entries keep their return address (see `RETURN_ADDRESSES`).
+#[inline(always)]
+pub fn keep_return_addresses() -> bool {
+    load_time(&RETURN_ADDRESSES) != 0
+}
+
 /// Adds one to a per-CPU counter.
 #[inline(always)]
 pub fn count(index: u32) {

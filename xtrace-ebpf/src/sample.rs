@@ -20,11 +20,11 @@ use xtrace_common::{
         SampleEvent, SampleScratch, KIND_SAMPLE, MAX_FRAMES, STACK_CHUNK, USER_BP, USER_IP, USER_SP,
         USER_STACK_MAX,
     },
-    probe::counter,
+    probe::{counter, MAX_DEPTH},
 };
 
 use crate::{
-    maps::{count, load_time, output_flags, EVENTS},
+    maps::{count, keep_return_addresses, load_time, output_flags, EVENTS, STACKS},
     regs::{PT_REGS_BP, PT_REGS_IP, PT_REGS_SIZE, PT_REGS_SP},
     uprobe::header,
 };
@@ -61,6 +61,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         (*event).kernel_frames = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
         (*event).user_regs = [0; 3];
         let stack_len = copy_user_stack(scratch);
+        restore_return_addresses(scratch, stack_len);
         (*event).stack_len = stack_len;
         // The frame-pointer walk only when no stack was copied to unwind in user space.
         (*event).user_frames = 0;
@@ -149,4 +150,44 @@ unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
         chunk = STACK_CHUNK as u32;
     }
     copied
+}
+
+/// Writes each open traced call's return address back over its slot in the copied stack, where a
+/// return probe has put the kernel's trampoline: the trampoline has no unwind information, so the
+/// unwinder would stop there and lose every caller. A slot still holding the address gets the same
+/// value. Innermost call first, so that when two calls share a slot (a traced function tail-called
+/// another) the outer one's address, the real one, is written last.
+///
+/// # Safety
+/// `scratch` must point at this CPU's scratch value, `copied` bytes of it copied from the stack
+/// pointer in `user_regs`.
+#[inline(always)]
+unsafe fn restore_return_addresses(scratch: *mut SampleScratch, copied: u32) {
+    if !keep_return_addresses() || copied < 8 {
+        return;
+    }
+    let Some(calls) = STACKS.current(false) else {
+        return;
+    };
+    // SAFETY: as the caller promises; the thread's storage is only read here.
+    unsafe {
+        let sp = (*scratch).event.user_regs[USER_SP];
+        let bytes = (&raw mut (*scratch).stack).cast::<u8>();
+        let depth = ((*calls).depth as usize).min(MAX_DEPTH);
+        let last = u64::from(copied - 8);
+        for i in 0..MAX_DEPTH {
+            if i >= depth {
+                break;
+            }
+            let call = &(*calls).calls[(depth - 1 - i) & (MAX_DEPTH - 1)];
+            let offset = call.frame.wrapping_sub(sp);
+            if call.return_address == 0 || offset > last {
+                continue;
+            }
+            // offset <= copied - 8 < USER_STACK_MAX, a power of two: the mask changes nothing,
+            // and tells the verifier the 8 bytes stay within the stack area.
+            let at = bytes.add(offset as usize & (USER_STACK_MAX - 1)).cast::<u64>();
+            at.write_unaligned(call.return_address);
+        }
+    }
 }

@@ -26,8 +26,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    add, args_enabled, count, count_n, current_thread_traced, min_duration_ns, reserve, submit_flags,
-    ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
+    add, args_enabled, count, count_n, current_thread_traced, keep_return_addresses, min_duration_ns,
+    reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_sp};
 
@@ -83,9 +83,17 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let slot = depth & (MAX_DEPTH - 1);
+    // The kernel swaps the return address for its trampoline after every entry program has run.
+    let return_address = if keep_return_addresses() {
+        // SAFETY: a checked read of user memory.
+        unsafe { bpf_probe_read_user(frame as *const u64) }.unwrap_or(0)
+    } else {
+        0
+    };
     stack.calls[slot] = OpenCall {
         start_ns: now,
         frame,
+        return_address,
         probe_id,
         _pad: 0,
     };

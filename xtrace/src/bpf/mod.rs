@@ -41,6 +41,9 @@ pub struct LoadOptions {
     pub sample_pids: Vec<u32>,
     /// `--user-stack`: bytes of user stack copied per sample (0: frame pointers only).
     pub user_stack_bytes: u32,
+    /// Whether span entries keep their return address, for samples to restore over return
+    /// probes' trampolines in the user stacks they copy (only when sampling copies stacks).
+    pub return_addresses: bool,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -82,6 +85,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("TID_FILTER", &tid_filter, true)
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
         .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
+        .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
         .load(OBJECT)?;
     if !options.arg_specs.is_empty() {
         let mut specs: Array<_, u32> =

@@ -134,24 +134,29 @@ impl Resolver {
         }
     }
 
-    /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, or the bare
-    /// address.
+    /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, the name of
+    /// a special mapping (`[uprobes]`: the return probes' trampoline), or the bare address.
     fn unfiled(&self, samples: &Samples, pid: u32, address: u64, jit: &[JitSymbol]) -> String {
-        let vdso = samples
+        let special = samples
             .maps
             .get(&pid)
             .and_then(|m| find(m, address))
-            .filter(|m| m.path == "[vdso]");
-        if let Some(vdso) = vdso {
-            let offset = address - vdso.start;
-            let name = self
-                .vdso
-                .iter()
-                .find(|(start, size, _)| offset >= *start && offset < start + size)
-                .map_or_else(|| format!("[vdso]+{offset:#x}"), |(_, _, name)| name.clone());
-            return name;
+            .filter(|m| m.path.starts_with('['));
+        match special {
+            Some(vdso) if vdso.path == "[vdso]" => {
+                let offset = address - vdso.start;
+                self.vdso
+                    .iter()
+                    .find(|(start, size, _)| offset >= *start && offset < start + size)
+                    .map_or_else(|| format!("[vdso]+{offset:#x}"), |(_, _, name)| name.clone())
+            }
+            // A JIT may name its anonymous mappings (`[anon:NAME]`): its perf map comes first.
+            _ => match (find_jit(jit, address), special) {
+                (Some(symbol), _) => symbol.name.clone(),
+                (None, Some(mapping)) => mapping.path.clone(),
+                (None, None) => format!("{address:#x}"),
+            },
         }
-        find_jit(jit, address).map_or_else(|| format!("{address:#x}"), |s| s.name.clone())
     }
 
     /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
@@ -403,4 +408,32 @@ fn percent(n: u64, total: u64) -> f64 {
         return 0.0;
     }
     (n as f64 * 10_000.0 / total as f64).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::samples::parse_maps;
+
+    #[test]
+    fn addresses_outside_files_are_named_by_their_mapping() {
+        let mut samples = Samples::default();
+        let maps = "\
+7f0000000000-7f0000001000 r-xp 00000000 00:00 0 [anon:jit]
+7fffffffe000-7ffffffff000 r-xp 00000000 00:00 0 [uprobes]
+";
+        samples.maps.insert(7, parse_maps(maps));
+        let jit = [JitSymbol {
+            start: 0x7f00_0000_0100,
+            size: 0x10,
+            name: "jitted".into(),
+        }];
+        let resolver = Resolver::new();
+        let name = |address| resolver.unfiled(&samples, 7, address, &jit);
+        assert_eq!(name(0x7fff_ffff_e00d), "[uprobes]");
+        // A JIT's perf map names code in its named anonymous mapping; the rest takes the name.
+        assert_eq!(name(0x7f00_0000_0104), "jitted");
+        assert_eq!(name(0x7f00_0000_0200), "[anon:jit]");
+        assert_eq!(name(0x1234), "0x1234");
+    }
 }

@@ -312,6 +312,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
         sample_pids: targets.pids(),
         user_stack_bytes: args.user_stack,
+        return_addresses: sampling.is_some() && args.user_stack > 0,
     })?;
     let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
