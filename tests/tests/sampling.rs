@@ -249,6 +249,40 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
 }
 
 #[test]
+fn threads_that_exit_keep_the_names_their_samples_carry() {
+    if !require_bpf() {
+        return;
+    }
+    // 20 threads one after another, each naming itself and living 10 ms: most are gone before
+    // their first sample is read, so /proc cannot name them; the samples do.
+    let tmp = TempDir::new("sample-threads");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["threads", "200"], &tmp);
+    let mut spun: Vec<(u64, String)> = out
+        .metadata("thread_name")
+        .iter()
+        .filter(|e| e["tid"] != e["pid"])
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    spun.sort();
+    let names: Vec<&str> = spun.iter().map(|(_, name)| name.as_str()).collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("spin-{i}")).collect();
+    assert_eq!(names, expected, "in thread id order");
+    // Every sample is on a named thread.
+    let tids: std::collections::HashSet<u64> = spun.iter().map(|(tid, _)| *tid).collect();
+    let main = out.events.iter().find(|e| e["cat"] == "sample").unwrap()["pid"].clone();
+    assert!(out
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "sample" && e["tid"] != main)
+        .all(|e| tids.contains(&e["tid"].as_u64().unwrap())));
+}
+
+#[test]
 fn a_pid_that_exits_mid_capture_is_noted() {
     if !require_bpf() {
         return;

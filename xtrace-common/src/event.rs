@@ -155,6 +155,9 @@ pub const USDT_STRINGS_AT: usize = core::mem::size_of::<UsdtEvent>() + 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SampleEvent {
     pub header: EventHeader,
+    /// NUL-padded `comm` of the interrupted thread: its name is kept even if it exits before the
+    /// capture ends.
+    pub comm: [u8; COMM_LEN],
     /// Frames in `kernel` (0 when the sample hit user mode).
     pub kernel_frames: u32,
     /// Frames in `user` (0 for a kernel thread).
@@ -228,6 +231,6 @@ const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
-const _: () = assert!(core::mem::size_of::<SampleEvent>() == 32 + 2 * 8 * MAX_FRAMES + 32);
+const _: () = assert!(core::mem::size_of::<SampleEvent>() == 48 + 2 * 8 * MAX_FRAMES + 32);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);
 const _: () = assert!(core::mem::offset_of!(UsdtStrEvent, strings) == USDT_STRINGS_AT);

@@ -6,8 +6,8 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack, bpf_ktime_get_ns,
-        bpf_task_pt_regs,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_task_pt_regs,
         generated::{bpf_probe_read_kernel, bpf_probe_read_user},
     },
     macros::{map, perf_event},
@@ -57,6 +57,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
     let stack_len = unsafe {
         let event = &raw mut (*scratch).event;
         (*event).header = header(KIND_SAMPLE, pid_tgid, now);
+        (*event).comm = bpf_get_current_comm().unwrap_or_default();
         let kernel = bpf_get_stack(ctx.as_ptr(), (*event).kernel.as_mut_ptr().cast(), STACK_BYTES, 0);
         (*event).kernel_frames = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
         (*event).user_regs = [0; 3];

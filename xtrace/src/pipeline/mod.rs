@@ -149,7 +149,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
             Ok(Event::Sample(event, stack)) => {
-                self.names.saw(event.header.pid, event.header.tid);
+                let comm = values::c_str(&event.comm);
+                self.names.sampled(event.header.pid, event.header.tid, &comm);
                 self.samples.add(&event, &stack);
                 Ok(())
             }

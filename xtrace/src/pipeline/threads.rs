@@ -1,6 +1,7 @@
-//! Names of the processes and threads seen in records: from the kernel's thread records (taken at a
-//! thread's first traced call), else from /proc when first seen (a thread may be gone by the time
-//! the recording ends). A process's name and namespace pid are read from /proc when its first record arrives, while it
+//! Names of the processes and threads seen in records: the kernel's name of the thread in its
+//! latest thread record (taken at its first traced call) or CPU sample, so a thread that renames
+//! itself keeps its new name and one that exits is still named; else read from /proc when first
+//! seen (a thread may be gone by the time the recording ends). A process's name and namespace pid are read from /proc when its first record arrives, while it
 //! most likely still runs (system-wide captures see processes that come and go).
 use std::collections::{BTreeMap, HashSet};
 
@@ -24,6 +25,17 @@ impl Names {
         self.seen.insert(tid);
         self.process(pid);
         self.threads.insert((pid, tid), Some(name));
+    }
+
+    /// A thread's name as a CPU sample carried it; a string is made only when it changed.
+    pub fn sampled(&mut self, pid: u32, tid: u32, comm: &str) {
+        if self.seen.insert(tid) {
+            self.process(pid);
+        }
+        let name = self.threads.entry((pid, tid)).or_default();
+        if name.as_deref() != Some(comm) {
+            *name = Some(comm.to_string());
+        }
     }
 
     /// A name the program gave one of its threads (`nvtxNameOsThread`, `__itt_thread_set_name`).
@@ -59,5 +71,25 @@ impl Names {
         let mut pids: Vec<u32> = self.threads.keys().map(|(pid, _)| *pid).collect();
         pids.dedup();
         pids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    #[test]
+    fn the_latest_kernel_name_wins() {
+        let mut names = Names::default();
+        names.sampled(1, 2, "python3");
+        names.named(1, 2, "worker".into());
+        assert_eq!(names.thread_label(1, 2), Some("worker"));
+        names.sampled(1, 2, "pt_data_0");
+        assert_eq!(names.thread_label(1, 2), Some("pt_data_0"));
+        // A name the program gave the thread (NVTX, ITT) still comes first.
+        names.given(1, 2, "loader".into());
+        names.sampled(1, 2, "pt_data_1");
+        assert_eq!(names.thread_label(1, 2), Some("loader"));
+        assert_eq!(names.threads.len(), 1);
     }
 }

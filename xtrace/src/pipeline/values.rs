@@ -26,8 +26,13 @@ pub enum Value {
 
 /// The text of string bytes read by the kernel, up to their NUL (lossy UTF-8).
 pub fn c_text(bytes: &[u8]) -> String {
+    c_str(bytes).into_owned()
+}
+
+/// [`c_text`], borrowed from `bytes` when they are valid UTF-8.
+pub fn c_str(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    String::from_utf8_lossy(&bytes[..end])
 }
 
 /// A `wchar_t` string (UTF-32, native byte order) up to its NUL or the end of `bytes`; characters
