@@ -289,6 +289,37 @@ fn ranges_begun_before_the_capture_are_unpaired_never_mispaired() {
     );
 }
 
+/// `range_push` fires for other tracers (xtrace hooks only the pop), which read its strings as
+/// they are: its name is a plain address, never tagged, and passing it does not use up the one
+/// read of a kept name that xtrace's `range_pop` relies on. Here xtrace itself is the other
+/// tracer, through `-U`.
+#[test]
+fn range_push_passes_plain_strings_to_other_tracers() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ranges-push");
+    let mut fixture = Fixture::spawn(&fixtures().ranges, &["script"]);
+    fixture.wait_ready();
+    let out = tmp.join("out");
+    let pid = fixture.pid().to_string();
+    let spec = "xtrace:range_push(_,_,str)";
+    let mut xtrace = Xtrace::spawn(args!["-p", &pid, "--ranges", "-U", spec, "-o", &out]);
+    xtrace.wait_attached();
+    script_steps(&mut fixture, &["push a", "push b", "pop", "push a", "pop", "pop"]);
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out);
+    let pushed: Vec<&Value> = out
+        .instants("xtrace:range_push")
+        .iter()
+        .map(|args| &args["arg2"])
+        .collect();
+    assert_eq!(pushed, [&Value::from("a"), &Value::from("b"), &Value::from("a")]);
+    assert_eq!(range_counts(&out), owned(&[("a", "push", 2), ("b", "push", 1)]));
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+}
+
 #[test]
 fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
     if !require_bpf() {

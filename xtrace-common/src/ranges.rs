@@ -17,7 +17,8 @@ pub const INTERNED: u64 = 1 << 63;
 /// reads it (at the address without this bit) and user space remembers it for later [`INTERNED`]
 /// uses.
 pub const INTERNED_FIRST: u64 = 1 << 62;
-/// The address bits of a string argument.
+/// The address bits of a string argument. (`range_push`, which only other tracers read, passes
+/// bare addresses.)
 pub const ADDRESS: u64 = !(INTERNED | INTERNED_FIRST);
 
 // # Interned names

@@ -1,7 +1,8 @@
 //! Push/pop ranges in one probe hit: while `range_pop` is traced, each thread keeps its open
 //! ranges here with the CLOCK_MONOTONIC time each began, and a pop fires `range_pop` with the
 //! range's name, start and depth (`xtrace_common::ranges`, *One probe per push/pop range*).
-//! `range_push` fires too, but only while a tracer raised its own semaphore.
+//! `range_push` fires too, but only while a tracer raised its own semaphore, with plain string
+//! addresses (other tracers read it, not xtrace).
 //!
 //! Only traced calls come here (behind the semaphore checks), so an untraced range still costs a
 //! semaphore check. A push from a traced session whose pop went untraced stays behind at the
@@ -12,7 +13,7 @@ use core::{cell::RefCell, ffi::CStr};
 
 use xtrace_common::{
     event::ARG_STR_LEN,
-    ranges::{INTERNED, OPEN_DEPTH},
+    ranges::{ADDRESS, INTERNED, OPEN_DEPTH},
 };
 
 use crate::{
@@ -30,7 +31,10 @@ pub(crate) fn push_wanted() -> bool {
 pub(crate) fn push(source: Source, domain: Option<&CStr>, name: Option<&CStr>) {
     let (d, n) = (names::keep(domain), names::keep(name));
     if enabled!(xtrace_range_push_semaphore) {
-        usdt::range_push(source, names::announce(d), names::announce(n));
+        // For other tracers, which read the strings as they are: plain addresses (a kept copy
+        // lives as long as the process), and no `announce`, whose one INTERNED_FIRST tag is for
+        // the probe xtrace reads.
+        usdt::range_push(source, d & ADDRESS, n & ADDRESS);
     }
     if enabled!(xtrace_range_pop_semaphore) {
         let entry = Entry {

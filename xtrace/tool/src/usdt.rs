@@ -96,7 +96,7 @@ macro_rules! site {
 }
 
 /// `xtrace:range_push(source, domain, name)`: opens a range on this thread's stack of `domain`
-/// (arguments as `names::arg` makes them). xtrace does not attach here; see `open.rs`.
+/// (plain string addresses, never tagged). xtrace does not attach here; see `open.rs`.
 #[inline(never)]
 pub fn range_push(source: Source, domain: u64, name: u64) {
     let s = source as u64;
