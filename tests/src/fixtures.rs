@@ -50,7 +50,7 @@ pub struct Fixtures {
     /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
     /// each called 5 times.
     pub unprobeable: PathBuf,
-    /// `profile split|syscalls|jit|threads MS` (see profile.c), with frame pointers (-O0).
+    /// `profile split|syscalls|jit|libc|threads MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,

@@ -282,6 +282,30 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
         .all(|e| tids.contains(&e["tid"].as_u64().unwrap())));
 }
 
+/// A PLT stub has no symbol of its own: it is named for the function its GOT slot holds, as perf
+/// does, not for the symbol before it (`_init`).
+#[test]
+fn plt_stubs_are_named_for_their_function() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-plt");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["libc", "1000"], &tmp);
+    let folded = out.folded();
+    let in_stub: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.ends_with(";main;libc_calls;rand_r@plt"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(in_stub > 0, "no sample in rand_r's stub: {folded:?}");
+    assert!(
+        folded
+            .iter()
+            .all(|(stack, _)| !stack.split(';').any(|f| f == "_init")),
+        "{folded:?}"
+    );
+}
+
 #[test]
 fn a_pid_that_exits_mid_capture_is_noted() {
     if !require_bpf() {

@@ -1,11 +1,13 @@
 //! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table),
 //! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary),
 //! `span_flamegraph` (span-flamegraph.svg), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
-//! `derived` (the span flamegraph and profile a recording writes last).
+//! `derived` (the span flamegraph and profile a recording writes last); `plt` names PLT stubs in
+//! the profile's frames.
 pub mod callgrind;
 pub mod chrome;
 pub mod cuda;
 pub mod derived;
+pub mod plt;
 pub mod pprof;
 pub mod profile;
 pub mod span_flamegraph;

@@ -1,8 +1,9 @@
 //! The CPU profile: sampled stacks symbolized with blazesym (ELF symbols and DWARF of each mapped
 //! file, by file offset; the kernel through kallsyms), written as `stacks.folded` (process name as
 //! the root frame, kernel frames suffixed `_[k]`) and an inferno `flamegraph.svg`, and summarised
-//! as the hottest functions and stacks. Code outside any file is named from the vDSO's symbols or,
-//! for a JIT's code, from `/tmp/perf-PID.map`. Addresses that no symbol covers are shown as `module+0xOFFSET`.
+//! as the hottest functions and stacks. PLT stubs are named `NAME@plt` (`plt`). Code outside any
+//! file is named from the vDSO's symbols or, for a JIT's code, from `/tmp/perf-PID.map`. Addresses
+//! that no symbol covers are shown as `module+0xOFFSET`.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::Path,
@@ -14,6 +15,7 @@ use blazesym::symbolize::{
 };
 use serde::Serialize;
 
+use super::plt;
 use crate::{
     error::{Error, Result},
     pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
@@ -189,7 +191,10 @@ impl Resolver {
             let offsets: Vec<u64> = offsets.iter().copied().collect();
             let names = symbolize_elf(&self.symbolizer, path, Input::FileOffset(&offsets))
                 .map_or_else(|_| vec![None; offsets.len()], sym_names);
+            // A PLT stub has no symbol: the one before it (`_init`) would name it.
+            let stubs = plt::stubs(path);
             for (offset, name) in offsets.iter().zip(names) {
+                let name = plt::find(&stubs, *offset).map(|s| s.name.clone()).or(name);
                 if let Some(name) = name {
                     file_names.insert((path.clone(), *offset), name);
                 }

@@ -1,0 +1,142 @@
+//! Names of PLT stubs, `rand_r@plt` as perf and objdump show them. A call into a shared library
+//! goes through its caller's stub, which has no symbol of its own, so a sample there would take
+//! the name of the symbol before it (`_init`). Each stub jumps through a GOT slot
+//! (`jmp *SLOT(%rip)`, after an `endbr64` in `.plt.sec`), and a dynamic relocation names the
+//! function that slot holds. Only the ELF headers, the PLT sections and the dynamic symbols and
+//! relocations are read, not the whole file.
+use std::{collections::HashMap, fs::File, ops::Range};
+
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+use object::{
+    read::{elf::ElfFile64, ReadCache},
+    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget,
+};
+
+/// Stub size when a PLT section does not say (`sh_entsize` 0).
+const DEFAULT_ENTRY: u64 = 16;
+
+/// One PLT stub: the file offsets of its entry and the name it is shown by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stub {
+    pub offsets: Range<u64>,
+    pub name: String,
+}
+
+/// The PLT stubs of the x86-64 ELF file at `path`, sorted by offset; none when it has no PLT or
+/// cannot be read.
+pub fn stubs(path: &str) -> Vec<Stub> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let cache = ReadCache::new(file);
+    let Ok(elf) = ElfFile64::<Endianness, _>::parse(&cache) else {
+        return Vec::new();
+    };
+    let slots = got_slots(&elf);
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    let mut stubs = Vec::new();
+    for section in elf.sections() {
+        if !matches!(section.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
+            continue;
+        }
+        let (Ok(data), Some((file_offset, _))) = (section.data(), section.file_range()) else {
+            continue;
+        };
+        let entry = match section.elf_section_header().sh_entsize.get(elf.endian()) {
+            0 => DEFAULT_ENTRY,
+            size => size,
+        };
+        for (index, bytes) in data.chunks(entry as usize).enumerate() {
+            let at = index as u64 * entry;
+            let Some(name) = jump_slot(bytes, section.address() + at).and_then(|slot| slots.get(&slot))
+            else {
+                continue; // PLT0, or a lazy-binding entry that only pushes its index
+            };
+            stubs.push(Stub {
+                offsets: file_offset + at..file_offset + at + bytes.len() as u64,
+                name: format!("{name}@plt"),
+            });
+        }
+    }
+    stubs.sort_by_key(|s| s.offsets.start);
+    stubs
+}
+
+/// The stub holding file offset `offset`, in stubs sorted by offset.
+pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
+    let after = stubs.partition_point(|s| s.offsets.start <= offset);
+    stubs[..after].last().filter(|s| offset < s.offsets.end)
+}
+
+/// Address of each GOT slot a dynamic relocation fills with a named symbol → that name.
+fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> HashMap<u64, String> {
+    let (Some(symbols), Some(relocations)) = (elf.dynamic_symbol_table(), elf.dynamic_relocations()) else {
+        return HashMap::new();
+    };
+    relocations
+        .filter_map(|(slot, relocation)| {
+            let RelocationTarget::Symbol(index) = relocation.target() else {
+                return None;
+            };
+            let symbol = symbols.symbol_by_index(index).ok()?;
+            let name = symbol.name().ok().filter(|n| !n.is_empty())?;
+            Some((slot, name.to_string()))
+        })
+        .collect()
+}
+
+/// The GOT slot an entry's code at `address` jumps through (`jmp qword ptr [rip+disp]`), if any.
+fn jump_slot(bytes: &[u8], address: u64) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    decoder.iter().take(4).find_map(|insn| {
+        let through_rip = insn.mnemonic() == Mnemonic::Jmp
+            && insn.op_count() == 1
+            && insn.op0_kind() == OpKind::Memory
+            && insn.memory_base() == Register::RIP;
+        through_rip.then(|| insn.ip_rel_memory_address())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stub_jumps_through_its_got_slot() {
+        // .plt.sec: endbr64; bnd jmp *0x2fe2(%rip); nopl 0(%rax,%rax,1)
+        let sec = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0xe2, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00,
+        ];
+        assert_eq!(jump_slot(&sec, 0x1050), Some(0x1050 + 11 + 0x2fe2));
+        // .plt lazy entry: jmp *0x2fc2(%rip); push $0; jmp PLT0
+        let lazy = [
+            0xff, 0x25, 0xc2, 0x2f, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00, 0x00, 0xe9, 0xe0, 0xff, 0xff, 0xff,
+        ];
+        assert_eq!(jump_slot(&lazy, 0x1030), Some(0x1030 + 6 + 0x2fc2));
+        // An IBT lazy entry: endbr64; push $0; bnd jmp PLT0 — no slot.
+        let ibt = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x68, 0x00, 0x00, 0x00, 0x00, 0xf2, 0xe9, 0xe1, 0xff, 0xff, 0xff, 0x90,
+        ];
+        assert_eq!(jump_slot(&ibt, 0x1020), None);
+    }
+
+    #[test]
+    fn stubs_are_found_by_offset() {
+        let stubs = [
+            Stub {
+                offsets: 0x1030..0x1040,
+                name: "puts@plt".into(),
+            },
+            Stub {
+                offsets: 0x1040..0x1050,
+                name: "rand_r@plt".into(),
+            },
+        ];
+        assert_eq!(find(&stubs, 0x1044).map(|s| s.name.as_str()), Some("rand_r@plt"));
+        assert_eq!(find(&stubs, 0x1030).map(|s| s.name.as_str()), Some("puts@plt"));
+        assert_eq!(find(&stubs, 0x1050), None);
+        assert_eq!(find(&stubs, 0x1000), None);
+    }
+}
