@@ -99,6 +99,15 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
 /// The trace, plain and gzipped (`--gzip`).
 pub const TRACE_FILE: &str = "trace.json";
 pub const TRACE_FILE_GZ: &str = "trace.json.gz";
+/// The summary, as JSON and as the table printed at the end.
+pub const SUMMARY_JSON: &str = "summary.json";
+pub const SUMMARY_TXT: &str = "summary.txt";
+/// The CPU profile (`-F`): folded stacks and their flamegraph.
+pub const STACKS_FOLDED: &str = "stacks.folded";
+pub const FLAMEGRAPH_SVG: &str = "flamegraph.svg";
+/// The spans as a flamegraph, and the pprof profile.
+pub const SPAN_FLAMEGRAPH_SVG: &str = "span-flamegraph.svg";
+pub const PROFILE_PB_GZ: &str = "profile.pb.gz";
 
 /// Every file a recording may write into its output directory (a cut-short trace gets
 /// `.partial`: see [`mark_partial`]).
@@ -107,12 +116,12 @@ pub const FILES: &[&str] = &[
     TRACE_FILE_GZ,
     "trace.json.partial",
     "trace.json.gz.partial",
-    "summary.json",
-    "summary.txt",
-    "stacks.folded",
-    "flamegraph.svg",
-    "span-flamegraph.svg",
-    "profile.pb.gz",
+    SUMMARY_JSON,
+    SUMMARY_TXT,
+    STACKS_FOLDED,
+    FLAMEGRAPH_SVG,
+    SPAN_FLAMEGRAPH_SVG,
+    PROFILE_PB_GZ,
 ];
 
 /// Creates (truncates) `dir/name`; a symbolic link there is refused, not followed.
@@ -215,6 +224,13 @@ pub fn mark_partial(dir: &Path, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_trace_name_has_its_partial_name_listed() {
+        for name in [TRACE_FILE, TRACE_FILE_GZ] {
+            assert!(FILES.contains(&format!("{name}.partial").as_str()), "{name}");
+        }
+    }
 
     #[test]
     fn default_name_shape() {

@@ -126,7 +126,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
             "no such directory"
         }));
     }
-    let summary_path = dir.join("summary.json");
+    let summary_path = dir.join(crate::output::SUMMARY_JSON);
     let text = match std::fs::read(&summary_path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_capture("no summary.json")),
@@ -159,7 +159,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
     if what.trace {
         read_trace(dir, &mut capture, what.spans)?;
     }
-    let folded_path = dir.join("stacks.folded");
+    let folded_path = dir.join(crate::output::STACKS_FOLDED);
     match std::fs::read_to_string(&folded_path) {
         Ok(text) => capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -175,8 +175,8 @@ fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()>
         reason: reason.into(),
     };
     let (trace_path, reader): (PathBuf, Box<dyn Read>) = {
-        let plain = dir.join("trace.json");
-        let gz = dir.join("trace.json.gz");
+        let plain = dir.join(crate::output::TRACE_FILE);
+        let gz = dir.join(crate::output::TRACE_FILE_GZ);
         if let Ok(file) = File::open(&plain) {
             (plain, Box::new(file))
         } else if let Ok(file) = File::open(&gz) {

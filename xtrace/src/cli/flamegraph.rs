@@ -31,7 +31,7 @@ pub struct FlamegraphArgs {
 /// hold at least one `frames COUNT` line.
 fn folded(path: &Path) -> Result<String> {
     let file = if path.is_dir() {
-        path.join("stacks.folded")
+        path.join(crate::output::STACKS_FOLDED)
     } else {
         path.to_path_buf()
     };

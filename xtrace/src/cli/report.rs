@@ -385,7 +385,10 @@ pub fn run(args: &ReportArgs) -> Result<Rendered> {
             (text.into_bytes(), None)
         }
         Format::Callgrind => (callgrind::write(&capture, &nesting).into_bytes(), None),
-        Format::Pprof => (pprof_bytes(&capture, &nesting)?, Some("profile.pb.gz")),
+        Format::Pprof => (
+            pprof_bytes(&capture, &nesting)?,
+            Some(crate::output::PROFILE_PB_GZ),
+        ),
         Format::SpanFlamegraph => {
             if capture.spans.is_empty() {
                 return Err(Error::Xtrace(crate::error::Error::Usage(format!(
@@ -398,7 +401,7 @@ pub fn run(args: &ReportArgs) -> Result<Rendered> {
                 what: "drawing the span flamegraph".into(),
                 source: e,
             })?;
-            (svg, Some("span-flamegraph.svg"))
+            (svg, Some(crate::output::SPAN_FLAMEGRAPH_SVG))
         }
     };
     match (&args.output, default_file) {

@@ -44,11 +44,11 @@ pub fn write(out: &Path, spans: u64, icicle: bool) -> Result<Vec<&'static str>> 
     let mut written = Vec::new();
     if !stacks.is_empty() {
         let svg = span_flamegraph::svg(&stacks, icicle).map_err(|source| Error::Output {
-            path: out.join("span-flamegraph.svg"),
+            path: out.join(output::SPAN_FLAMEGRAPH_SVG),
             source,
         })?;
-        output::write(out, "span-flamegraph.svg", &svg)?;
-        written.push("span-flamegraph.svg");
+        output::write(out, output::SPAN_FLAMEGRAPH_SVG, &svg)?;
+        written.push(output::SPAN_FLAMEGRAPH_SVG);
     }
     if !stacks.is_empty() || !capture.folded.is_empty() {
         let bytes = pprof::encode(&pprof::Input {
@@ -58,11 +58,11 @@ pub fn write(out: &Path, spans: u64, icicle: bool) -> Result<Vec<&'static str>> 
             duration_ns: capture.field("duration_ns"),
         })
         .map_err(|source| Error::Output {
-            path: out.join("profile.pb.gz"),
+            path: out.join(output::PROFILE_PB_GZ),
             source,
         })?;
-        output::write(out, "profile.pb.gz", &bytes)?;
-        written.push("profile.pb.gz");
+        output::write(out, output::PROFILE_PB_GZ, &bytes)?;
+        written.push(output::PROFILE_PB_GZ);
     }
     Ok(written)
 }

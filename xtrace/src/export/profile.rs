@@ -351,7 +351,11 @@ pub fn write(
         }
     }
     let lines: Vec<String> = folded.iter().map(|(stack, n)| format!("{stack} {n}")).collect();
-    crate::output::write(out, "stacks.folded", (lines.join("\n") + "\n").as_bytes())?;
+    crate::output::write(
+        out,
+        crate::output::STACKS_FOLDED,
+        (lines.join("\n") + "\n").as_bytes(),
+    )?;
     let mut svg = Vec::new();
     let mut options = inferno::flamegraph::Options::default();
     options.title = format!("xtrace: {} samples at {frequency_hz} Hz", samples.total);
@@ -366,12 +370,12 @@ pub fn write(
     } else {
         inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
             |source| Error::Output {
-                path: out.join("flamegraph.svg"),
+                path: out.join(crate::output::FLAMEGRAPH_SVG),
                 source,
             },
         )?;
     }
-    crate::output::write(out, "flamegraph.svg", &svg)?;
+    crate::output::write(out, crate::output::FLAMEGRAPH_SVG, &svg)?;
 
     let mut hot_functions: Vec<HotFunction> = functions
         .into_iter()

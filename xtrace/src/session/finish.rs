@@ -197,8 +197,8 @@ pub fn write(
         ranges_unpaired: plan.ranges.map(|_| ranges.unpaired + ranges.still_open()),
         warn_over: warnings.summary(),
     };
-    output::write(out, "summary.json", summary.to_json().as_bytes())?;
-    output::write(out, "summary.txt", summary.table().as_bytes())?;
+    output::write(out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
+    output::write(out, output::SUMMARY_TXT, summary.table().as_bytes())?;
     let spans = summary
         .probes
         .iter()

@@ -496,9 +496,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         output::mark_partial(&out, trace_name);
     }
     let (summary, derived) = result?;
-    let mut files = vec![trace_name, "summary.json", "summary.txt"];
+    let mut files = vec![trace_name, output::SUMMARY_JSON, output::SUMMARY_TXT];
     if summary.profile.is_some() {
-        files.extend(["stacks.folded", "flamegraph.svg"]);
+        files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
     }
     files.extend(derived);
     Ok(Recording {
