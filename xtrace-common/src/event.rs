@@ -169,8 +169,17 @@ pub struct SampleEvent {
     pub user_regs: [u64; 3],
     /// Bytes of user stack that follow this record, copied from `user_regs[USER_SP]` up.
     pub stack_len: u32,
-    pub _pad: u32,
+    /// Entries used in `returns`.
+    pub return_slots: u32,
+    /// The thread's innermost open traced calls, innermost first, as (return-address slot, the
+    /// address the call found there at entry): a return probe has since put the kernel's
+    /// trampoline in the slot, where the unwinder would stop. User space puts each address back
+    /// where its slot lies in the copied stack and holds the trampoline (the `[uprobes]` mapping).
+    pub returns: [[u64; 2]; MAX_RETURN_SLOTS],
 }
+
+/// Most return-address slots a sample carries (see [`SampleEvent::returns`]); a power of two.
+pub const MAX_RETURN_SLOTS: usize = 32;
 
 /// Index of the instruction pointer in [`SampleEvent::user_regs`].
 pub const USER_IP: usize = 0;
@@ -231,6 +240,7 @@ const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);
-const _: () = assert!(core::mem::size_of::<SampleEvent>() == 48 + 2 * 8 * MAX_FRAMES + 32);
+const _: () =
+    assert!(core::mem::size_of::<SampleEvent>() == 48 + 2 * 8 * MAX_FRAMES + 32 + 16 * MAX_RETURN_SLOTS);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);
 const _: () = assert!(core::mem::offset_of!(UsdtStrEvent, strings) == USDT_STRINGS_AT);

@@ -77,7 +77,7 @@ pub mod counter {
     pub const COUNT: u32 = 4;
 }
 
-/// One open call on a thread's `EntryStack`; 32 bytes, so a call's fields share a cache line.
+/// One open call on a thread's `EntryStack` (32 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OpenCall {
@@ -87,8 +87,8 @@ pub struct OpenCall {
     /// even in recursion after a longjmp or an exception.
     pub frame: u64,
     /// The return address the call found in that slot, before a return probe swapped it for the
-    /// kernel's trampoline; read only when CPU samples copy user stacks (0 otherwise), so that a
-    /// sample can put it back in its copy of the stack for the unwinder.
+    /// kernel's trampoline; read only when CPU samples copy user stacks (0 otherwise), which list
+    /// it (`SampleEvent::returns`) for user space to put back in their copy for the unwinder.
     pub return_address: u64,
     pub probe_id: u32,
     pub _pad: u32,

@@ -120,8 +120,8 @@ pub static OUT_PTRS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(MAX_THR
 pub static STACKS: TaskStorage<EntryStack> = TaskStorage::new();
 
 /// Set to 1 at load time when CPU samples copy user stacks: each call's entry then keeps its
-/// return address (`OpenCall::return_address`), which a sample writes back over the return
-/// probe's trampoline in its copy of the stack.
+/// return address (`OpenCall::return_address`), which a sample lists for user space to put back
+/// over the return probe's trampoline in its copy of the stack.
 #[unsafe(no_mangle)]
 static RETURN_ADDRESSES: u8 = 0;
 

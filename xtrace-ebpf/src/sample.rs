@@ -17,8 +17,8 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{
-        SampleEvent, SampleScratch, KIND_SAMPLE, MAX_FRAMES, STACK_CHUNK, USER_BP, USER_IP, USER_SP,
-        USER_STACK_MAX,
+        SampleEvent, SampleScratch, KIND_SAMPLE, MAX_FRAMES, MAX_RETURN_SLOTS, STACK_CHUNK, USER_BP, USER_IP,
+        USER_SP, USER_STACK_MAX,
     },
     probe::{counter, MAX_DEPTH},
 };
@@ -62,7 +62,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         (*event).kernel_frames = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
         (*event).user_regs = [0; 3];
         let stack_len = copy_user_stack(scratch);
-        restore_return_addresses(scratch, stack_len);
+        (*event).return_slots = list_return_slots(scratch, stack_len);
         (*event).stack_len = stack_len;
         // The frame-pointer walk only when no stack was copied to unwind in user space.
         (*event).user_frames = 0;
@@ -153,42 +153,34 @@ unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
     copied
 }
 
-/// Writes each open traced call's return address back over its slot in the copied stack, where a
-/// return probe has put the kernel's trampoline: the trampoline has no unwind information, so the
-/// unwinder would stop there and lose every caller. A slot still holding the address gets the same
-/// value. Innermost call first, so that when two calls share a slot (a traced function tail-called
-/// another) the outer one's address, the real one, is written last.
+/// Lists the innermost `MAX_RETURN_SLOTS` open traced calls with the return address each found
+/// at entry (`SampleEvent::returns`), innermost first, for user space to put back where a return
+/// probe's trampoline is in the copied stack. (Only user space knows where the trampoline is
+/// mapped, so only it can tell a live trampoline from a slot reused since by something else, such
+/// as the slot of a call an exception or a longjmp left; it also skips slots outside the copy.)
+/// The loop has no branch on the values it copies, so the verifier walks it once.
 ///
 /// # Safety
-/// `scratch` must point at this CPU's scratch value, `copied` bytes of it copied from the stack
-/// pointer in `user_regs`.
+/// `scratch` must point at this CPU's scratch value.
 #[inline(always)]
-unsafe fn restore_return_addresses(scratch: *mut SampleScratch, copied: u32) {
+unsafe fn list_return_slots(scratch: *mut SampleScratch, copied: u32) -> u32 {
     if !keep_return_addresses() || copied < 8 {
-        return;
+        return 0;
     }
     let Some(calls) = STACKS.current(false) else {
-        return;
+        return 0;
     };
     // SAFETY: as the caller promises; the thread's storage is only read here.
     unsafe {
-        let sp = (*scratch).event.user_regs[USER_SP];
-        let bytes = (&raw mut (*scratch).stack).cast::<u8>();
         let depth = ((*calls).depth as usize).min(MAX_DEPTH);
-        let last = u64::from(copied - 8);
-        for i in 0..MAX_DEPTH {
-            if i >= depth {
+        let listed = depth.min(MAX_RETURN_SLOTS);
+        for i in 0..MAX_RETURN_SLOTS {
+            if i >= listed {
                 break;
             }
             let call = &(*calls).calls[(depth - 1 - i) & (MAX_DEPTH - 1)];
-            let offset = call.frame.wrapping_sub(sp);
-            if call.return_address == 0 || offset > last {
-                continue;
-            }
-            // offset <= copied - 8 < USER_STACK_MAX, a power of two: the mask changes nothing,
-            // and tells the verifier the 8 bytes stay within the stack area.
-            let at = bytes.add(offset as usize & (USER_STACK_MAX - 1)).cast::<u64>();
-            at.write_unaligned(call.return_address);
+            (*scratch).event.returns[i] = [call.frame, call.return_address];
         }
+        listed as u32
     }
 }

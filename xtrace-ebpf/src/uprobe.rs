@@ -97,6 +97,11 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         probe_id,
         _pad: 0,
     };
+    // A CPU sample can interrupt this program and read the stack: the entry is whole before the
+    // depth covers it. (An empty asm statement that may touch memory: a compiler barrier, which
+    // the BPF backend cannot select as a fence.)
+    // SAFETY: it emits no instruction.
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
         write_args(ctx, key, probe_id, now, depth as u8, frame);

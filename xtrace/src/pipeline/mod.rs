@@ -148,10 +148,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
-            Ok(Event::Sample(event, stack)) => {
+            Ok(Event::Sample(event, mut stack)) => {
                 let comm = values::c_str(&event.comm);
                 self.names.sampled(event.header.pid, event.header.tid, &comm);
-                self.samples.add(&event, &stack);
+                self.samples.add(&event, &mut stack);
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => {

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use xtrace_common::event::{SampleEvent, MAX_FRAMES, USER_IP};
+use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, USER_SP};
 
 use super::unwind::Unwinders;
 
@@ -92,8 +92,9 @@ const REREAD: Duration = Duration::from_millis(50);
 
 impl Samples {
     /// Counts a sample; `stack` is the user stack copied with it, from which its user frames are
-    /// unwound (else they are the kernel's frame-pointer walk).
-    pub fn add(&mut self, event: &SampleEvent, stack: &[u8]) {
+    /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
+    /// traced calls are put back in it.
+    pub fn add(&mut self, event: &SampleEvent, stack: &mut [u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
         let walked = frames(&event.user, event.user_frames);
         let pid = event.header.pid;
@@ -104,7 +105,12 @@ impl Samples {
         // unwound here (its callers' modules were mapped before it ran), else every walked frame.
         let wanted: &[u64] = if copied { std::slice::from_ref(&ip) } else { walked };
         let known = self.maps.get(&pid);
-        let covered = |maps: &Vec<Mapping>| wanted.iter().all(|a| find(maps, *a).is_some());
+        // Return slots to restore need the return probes' trampoline, mapped at the first hit.
+        let returns = &event.returns[..(event.return_slots as usize).min(MAX_RETURN_SLOTS)];
+        let covered = |maps: &Vec<Mapping>| {
+            wanted.iter().all(|a| find(maps, *a).is_some())
+                && (returns.is_empty() || maps.iter().any(|m| m.path == TRAMPOLINES))
+        };
         let due = self.read_at.get(&pid).is_none_or(|at| at.elapsed() >= REREAD);
         if due && known.is_none_or(|maps| !covered(maps)) {
             self.read_at.insert(pid, Instant::now());
@@ -112,6 +118,7 @@ impl Samples {
         }
         let user: Box<[u64]> = if copied {
             let maps = self.maps.get(&pid).map_or(&[][..], Vec::as_slice);
+            restore_returns(maps, event.user_regs[USER_SP], returns, stack);
             let unwound = self.unwinders.unwind(pid, maps, event.user_regs, stack);
             if unwound.truncated {
                 self.truncated += 1;
@@ -139,6 +146,34 @@ impl Samples {
             self.timeline_dropped += 1;
         }
         *self.stacks.entry(key).or_default() += 1;
+    }
+}
+
+/// The special mapping that holds the return probes' trampoline (and the single-step slots of
+/// probed instructions).
+const TRAMPOLINES: &str = "[uprobes]";
+
+/// Puts each traced call's return address back in `stack` (copied from `sp` up) where its slot
+/// holds the return probes' trampoline, so the unwinder walks on to its caller. A slot that holds
+/// anything else is left alone: the call's return probe was not installed (its exits are probed
+/// at its `ret` instructions, or it nests too deep), or the call was left by an exception or a
+/// longjmp and the slot has been reused since. `returns` is innermost first, so when two calls
+/// share a slot (a tail call) the outer one, which found the real address, writes last.
+fn restore_returns(maps: &[Mapping], sp: u64, returns: &[[u64; 2]], stack: &mut [u8]) {
+    let Some(trampolines) = maps.iter().find(|m| m.path == TRAMPOLINES) else {
+        return;
+    };
+    for &[slot, address] in returns {
+        let Some(at) = slot.checked_sub(sp).and_then(|o| usize::try_from(o).ok()) else {
+            continue;
+        };
+        let Some(word) = stack.get_mut(at..at.saturating_add(8)) else {
+            continue;
+        };
+        let value = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        if (trampolines.start..trampolines.end).contains(&value) {
+            word.copy_from_slice(&address.to_le_bytes());
+        }
     }
 }
 
@@ -234,6 +269,34 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn return_addresses_go_back_only_over_the_trampoline() {
+        let maps = parse_maps("7fffffffe000-7ffffffff000 r-xp 00000000 00:00 0 [uprobes]\n");
+        let sp = 0x7ffd_0000_1000u64;
+        let word = |stack: &[u8], at: usize| u64::from_le_bytes(stack[at..at + 8].try_into().unwrap());
+        let mut stack = vec![0u8; 64];
+        stack[8..16].copy_from_slice(&0x7fff_ffff_e000u64.to_le_bytes()); // the trampoline
+        stack[24..32].copy_from_slice(&0x1234u64.to_le_bytes()); // reused since: left alone
+        stack[40..48].copy_from_slice(&0x7fff_ffff_e000u64.to_le_bytes()); // shared by a tail call
+        let returns = [
+            [sp + 8, 0x5555_0000_1111],
+            [sp + 24, 0x5555_0000_2222],
+            [sp + 40, 0x7fff_ffff_e000], // the callee found the trampoline already there
+            [sp + 40, 0x5555_0000_3333], // the caller, written last
+            [sp + 60, 0x5555_0000_4444], // past the copy
+            [sp - 8, 0x5555_0000_5555],  // below the stack pointer
+        ];
+        restore_returns(&maps, sp, &returns, &mut stack);
+        assert_eq!(word(&stack, 8), 0x5555_0000_1111);
+        assert_eq!(word(&stack, 24), 0x1234);
+        assert_eq!(word(&stack, 40), 0x5555_0000_3333);
+        // Without the trampoline's mapping nothing is touched.
+        let mut untouched = vec![0u8; 16];
+        untouched[8..16].copy_from_slice(&0x7fff_ffff_e000u64.to_le_bytes());
+        restore_returns(&[], sp, &returns, &mut untouched);
+        assert_eq!(word(&untouched, 8), 0x7fff_ffff_e000);
+    }
 
     #[test]
     fn executable_mappings_only() {
