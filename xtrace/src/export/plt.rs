@@ -2,14 +2,16 @@
 //! goes through its caller's stub, which has no symbol of its own, so a sample there would take
 //! the name of the symbol before it (`_init`). Each stub jumps through a GOT slot
 //! (`jmp *SLOT(%rip)`, after an `endbr64` in `.plt.sec`), and a dynamic relocation names the
-//! function that slot holds. Only the ELF headers, the PLT sections and the dynamic symbols and
+//! function that slot holds (an `R_X86_64_IRELATIVE` one by its resolver's address). Only the ELF headers, the PLT sections and the dynamic symbols and
 //! relocations are read, not the whole file.
 use std::{collections::HashMap, fs::File, ops::Range};
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 use object::{
+    elf,
     read::{elf::ElfFile64, ReadCache},
-    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget,
+    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
+    SymbolKind,
 };
 
 /// Stub size when a PLT section does not say (`sh_entsize` 0).
@@ -32,6 +34,9 @@ pub fn stubs(path: &str) -> Vec<Stub> {
     let Ok(elf) = ElfFile64::<Endianness, _>::parse(&cache) else {
         return Vec::new();
     };
+    if elf.elf_header().e_machine.get(elf.endian()) != elf::EM_X86_64 {
+        return Vec::new(); // its code is not decoded as x86-64
+    }
     let slots = got_slots(&elf);
     if slots.is_empty() {
         return Vec::new();
@@ -70,20 +75,51 @@ pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
     stubs[..after].last().filter(|s| offset < s.offsets.end)
 }
 
-/// Address of each GOT slot a dynamic relocation fills with a named symbol → that name.
+/// Address of each GOT slot a dynamic relocation fills → the name of what it holds: the symbol
+/// the relocation names, or for an `R_X86_64_IRELATIVE` slot (a library's own call to an IFUNC,
+/// such as libc's to `strnlen`) the symbol at its resolver's address, else `*ABS*+0xADDRESS` as
+/// objdump writes it.
 fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> HashMap<u64, String> {
-    let (Some(symbols), Some(relocations)) = (elf.dynamic_symbol_table(), elf.dynamic_relocations()) else {
+    let Some(relocations) = elf.dynamic_relocations() else {
         return HashMap::new();
     };
+    let dynamic = elf.dynamic_symbol_table();
+    let mut at_address: Option<HashMap<u64, String>> = None;
     relocations
         .filter_map(|(slot, relocation)| {
-            let RelocationTarget::Symbol(index) = relocation.target() else {
-                return None;
+            let name = match relocation.target() {
+                RelocationTarget::Symbol(index) => {
+                    let symbol = dynamic.as_ref()?.symbol_by_index(index).ok()?;
+                    symbol.name().ok().filter(|n| !n.is_empty())?.to_string()
+                }
+                RelocationTarget::Absolute
+                    if relocation.flags()
+                        == (RelocationFlags::Elf {
+                            r_type: elf::R_X86_64_IRELATIVE,
+                        }) =>
+                {
+                    let resolver = relocation.addend() as u64;
+                    let named = at_address.get_or_insert_with(|| functions_by_address(elf));
+                    named
+                        .get(&resolver)
+                        .cloned()
+                        .unwrap_or_else(|| format!("*ABS*+{resolver:#x}"))
+                }
+                _ => return None,
             };
-            let symbol = symbols.symbol_by_index(index).ok()?;
-            let name = symbol.name().ok().filter(|n| !n.is_empty())?;
-            Some((slot, name.to_string()))
+            Some((slot, name))
         })
+        .collect()
+}
+
+/// The functions (IFUNCs included) of both symbol tables by address.
+fn functions_by_address<'d, R: object::ReadRef<'d>>(
+    elf: &ElfFile64<'d, Endianness, R>,
+) -> HashMap<u64, String> {
+    elf.dynamic_symbols()
+        .chain(elf.symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.name().ok().filter(|n| !n.is_empty())?.to_string())))
         .collect()
 }
 
@@ -120,6 +156,27 @@ mod tests {
             0xf3, 0x0f, 0x1e, 0xfa, 0x68, 0x00, 0x00, 0x00, 0x00, 0xf2, 0xe9, 0xe1, 0xff, 0xff, 0xff, 0x90,
         ];
         assert_eq!(jump_slot(&ibt, 0x1020), None);
+    }
+
+    /// The C library this test runs with: glibc calls its own IFUNCs (`strnlen`, `memcpy`, ...)
+    /// through `R_X86_64_IRELATIVE` slots, which name no symbol. Every stub is named all the same.
+    #[test]
+    fn irelative_stubs_of_the_c_library_are_named() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so"))
+            .expect("the test links libc");
+        let stubs = stubs(libc);
+        let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
+        assert!(stubs.len() >= 10, "{names:?}");
+        assert!(names.iter().all(|n| n.ends_with("@plt") && !n.starts_with('@')));
+        assert!(
+            names.contains(&"strnlen@plt") || names.iter().any(|n| n.starts_with("*ABS*+0x")),
+            "{names:?}"
+        );
+        assert!(stubs.windows(2).all(|w| w[0].offsets.end <= w[1].offsets.start));
     }
 
     #[test]
