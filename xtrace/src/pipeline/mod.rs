@@ -131,8 +131,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 })
             }
             Ok(Event::Thread(thread)) => {
-                let name = values::c_text(&thread.comm);
-                self.names.named(thread.header.pid, thread.header.tid, name);
+                let name = values::c_str(&thread.comm);
+                self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
             }
             Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {
@@ -150,7 +150,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
             Ok(Event::Sample(event, mut stack)) => {
                 let comm = values::c_str(&event.comm);
-                self.names.sampled(event.header.pid, event.header.tid, &comm);
+                self.names.named(event.header.pid, event.header.tid, &comm);
                 self.samples.add(&event, &mut stack);
                 Ok(())
             }

@@ -20,21 +20,15 @@ pub struct Names {
 }
 
 impl Names {
-    /// A thread's name as the kernel reported it.
-    pub fn named(&mut self, pid: u32, tid: u32, name: String) {
-        self.seen.insert(tid);
-        self.process(pid);
-        self.threads.insert((pid, tid), Some(name));
-    }
-
-    /// A thread's name as a CPU sample carried it; a string is made only when it changed.
-    pub fn sampled(&mut self, pid: u32, tid: u32, comm: &str) {
+    /// A thread's name as the kernel sent it, with a thread record or a CPU sample; the latest
+    /// wins. A string is made only when the name changed.
+    pub fn named(&mut self, pid: u32, tid: u32, name: &str) {
         if self.seen.insert(tid) {
             self.process(pid);
         }
-        let name = self.threads.entry((pid, tid)).or_default();
-        if name.as_deref() != Some(comm) {
-            *name = Some(comm.to_string());
+        let kept = self.threads.entry((pid, tid)).or_default();
+        if kept.as_deref() != Some(name) {
+            *kept = Some(name.to_string());
         }
     }
 
@@ -81,14 +75,14 @@ mod tests {
     #[test]
     fn the_latest_kernel_name_wins() {
         let mut names = Names::default();
-        names.sampled(1, 2, "python3");
-        names.named(1, 2, "worker".into());
+        names.named(1, 2, "python3");
+        names.named(1, 2, "worker");
         assert_eq!(names.thread_label(1, 2), Some("worker"));
-        names.sampled(1, 2, "pt_data_0");
+        names.named(1, 2, "pt_data_0");
         assert_eq!(names.thread_label(1, 2), Some("pt_data_0"));
         // A name the program gave the thread (NVTX, ITT) still comes first.
         names.given(1, 2, "loader".into());
-        names.sampled(1, 2, "pt_data_1");
+        names.named(1, 2, "pt_data_1");
         assert_eq!(names.thread_label(1, 2), Some("loader"));
         assert_eq!(names.threads.len(), 1);
     }
