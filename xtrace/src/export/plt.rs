@@ -71,8 +71,7 @@ pub fn stubs(path: &str) -> Vec<Stub> {
 
 /// The stub holding file offset `offset`, in stubs sorted by offset.
 pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
-    let after = stubs.partition_point(|s| s.offsets.start <= offset);
-    stubs[..after].last().filter(|s| offset < s.offsets.end)
+    crate::pipeline::samples::covering(stubs, offset, |s| s.offsets.clone())
 }
 
 /// Address of each GOT slot a dynamic relocation fills → the name of what it holds: the symbol

@@ -4,6 +4,7 @@
 //! symbolized from the files it mapped.
 use std::{
     collections::HashMap,
+    ops::Range,
     time::{Duration, Instant},
 };
 
@@ -210,10 +211,16 @@ pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
 
 /// The JIT symbol covering `address` in symbols sorted by start.
 pub fn find_jit(symbols: &[JitSymbol], address: u64) -> Option<&JitSymbol> {
-    let after = symbols.partition_point(|s| s.start <= address);
-    symbols[..after]
+    covering(symbols, address, |s| s.start..s.start.saturating_add(s.size))
+}
+
+/// The item of `sorted` (by the start of its `range`, none overlapping) whose range holds
+/// `address`.
+pub fn covering<T>(sorted: &[T], address: u64, range: impl Fn(&T) -> Range<u64>) -> Option<&T> {
+    let after = sorted.partition_point(|item| range(item).start <= address);
+    sorted[..after]
         .last()
-        .filter(|s| address < s.start.saturating_add(s.size))
+        .filter(|item| range(item).contains(&address))
 }
 
 /// The valid frames of a stack: its first `count`, up to the first zero (the end of a frame-pointer
