@@ -452,8 +452,19 @@ fn mark_compressed_sections_zstd(elf: &mut [u8]) -> usize {
     marked
 }
 
+/// The file offset `xtrace list symbols` gives `symbol` of `program`.
+fn symbol_offset(program: &Path, symbol: &str) -> u64 {
+    let listed = Xtrace::spawn(args!["list", "symbols", program, symbol]).wait();
+    listed.assert_success();
+    let row = listed.stdout.lines().nth(1).expect("one row under the header");
+    let offset = row.split_whitespace().next().expect("OFFSET column");
+    u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset")
+}
+
+/// Without symbols, every sample in a function is one frame, named by the start of the function
+/// its unwind entry (.eh_frame) covers: the split's shares come out exactly as with symbols.
 #[test]
-fn stripped_binary_frames_are_module_offsets() {
+fn stripped_binary_functions_are_named_by_their_unwind_entries() {
     if !require_bpf() {
         return;
     }
@@ -466,12 +477,28 @@ fn stripped_binary_frames_are_module_offsets() {
         .status()
         .expect("running strip (binutils)");
     assert!(status.success());
-    let out = profile_command(args!["-F", "999"], &stripped, &["split", "500"], &tmp);
-    let hot = out.summary["hot_functions"].as_array().unwrap();
-    let top: Vec<&str> = hot.iter().take(2).map(|f| f["name"].as_str().unwrap()).collect();
+    let name = |symbol| {
+        format!(
+            "fun_{:x} (profile-stripped)",
+            symbol_offset(&fixtures().profile, symbol)
+        )
+    };
+    let (hot_a, hot_b) = (name("hot_a"), name("hot_b"));
+    let out = profile_command(args!["-F", "999"], &stripped, &["split", "1000"], &tmp);
+    assert_split(&out, "stripped", [&hot_a, &hot_b]);
+    // Each function is one frame: no sample of the split is left at a bare offset.
+    assert_no_offsets(&out, "profile-stripped+0x");
+    let main = name("main");
+    let through_main: u64 = out
+        .folded()
+        .iter()
+        .filter(|(stack, _)| stack.split(';').any(|frame| frame == main))
+        .map(|(_, n)| n)
+        .sum();
+    let samples = out.summary["samples"].as_u64().unwrap();
     assert!(
-        top.iter().all(|name| name.starts_with("profile-stripped+0x")),
-        "no symbols: frames are module+offset, got {top:?}"
+        through_main * 100 >= samples * 99,
+        "{through_main} of {samples} samples under {main}"
     );
 }
 

@@ -2,11 +2,12 @@
 //! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary),
 //! `span_flamegraph` (span-flamegraph.svg), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
 //! `derived` (the span flamegraph and profile a recording writes last); `plt` names PLT stubs in
-//! the profile's frames.
+//! the profile's frames, `fde` functions without symbols by their unwind entries.
 pub mod callgrind;
 pub mod chrome;
 pub mod cuda;
 pub mod derived;
+pub mod fde;
 pub mod plt;
 pub mod pprof;
 pub mod profile;

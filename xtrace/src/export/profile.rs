@@ -3,9 +3,11 @@
 //! the root frame, kernel frames suffixed `_[k]`) and an inferno `flamegraph.svg`, and summarised
 //! as the hottest functions and stacks. PLT stubs are named `NAME@plt` (`plt`). Code outside any
 //! file is named from the vDSO's symbols or, for a JIT's code, from `/tmp/perf-PID.map`. Addresses
-//! that no symbol covers are shown as `module+0xOFFSET`.
+//! that no symbol covers are named by the function their unwind entry covers
+//! (`fun_OFFSET (module)`, see `fde`), else shown as `module+0xOFFSET`.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
+    ops::Range,
     path::Path,
 };
 
@@ -15,7 +17,7 @@ use blazesym::symbolize::{
 };
 use serde::Serialize;
 
-use super::plt;
+use super::{fde, plt};
 use crate::{
     error::{Error, Result},
     pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
@@ -193,8 +195,16 @@ impl Resolver {
                 .map_or_else(|_| vec![None; offsets.len()], sym_names);
             // A PLT stub has no symbol: the one before it (`_init`) would name it.
             let stubs = plt::stubs(path);
+            // Read only for files with offsets no symbol names.
+            let mut functions: Option<Vec<Range<u64>>> = None;
             for (offset, name) in offsets.iter().zip(names) {
-                let name = plt::find(&stubs, *offset).map(|s| s.name.clone()).or(name);
+                let name = plt::find(&stubs, *offset)
+                    .map(|s| s.name.clone())
+                    .or(name)
+                    .or_else(|| {
+                        let functions = functions.get_or_insert_with(|| fde::functions(path));
+                        fde::find(functions, *offset).map(|f| fde::name(f, module_name(path)))
+                    });
                 if let Some(name) = name {
                     file_names.insert((path.clone(), *offset), name);
                 }
