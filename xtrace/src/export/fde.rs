@@ -3,9 +3,9 @@
 //! libcuda), leave sampled addresses without a name, and each address would be a frame of its
 //! own: ten samples in one function, ten frames. The call frame information (`.eh_frame`) that
 //! unwinding needs has one entry (an FDE) per function with its address range, so such an
-//! address is named by the start of its function: `fun_29c240 (libcrypto.so.3)`, where
-//! `29c240` is the function's file offset, the offset `module+0x…` frames show. Only the ELF
-//! headers and `.eh_frame` are read, not the whole file.
+//! address is named by the file offset of its function's start, `libcrypto.so.3+0x29c240`, in
+//! the `module+0xOFFSET` form of addresses without a name. Only the ELF headers and `.eh_frame`
+//! are read, not the whole file.
 use std::{fs::File, ops::Range};
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
@@ -92,9 +92,9 @@ pub fn find(functions: &[Range<u64>], offset: u64) -> Option<&Range<u64>> {
     crate::pipeline::samples::covering(functions, offset, Range::clone)
 }
 
-/// How a sampled offset in function `function` of `module` is shown: `fun_29c240 (libcrypto.so.3)`.
+/// How a sampled offset in function `function` of `module` is shown: `libcrypto.so.3+0x29c240`.
 pub fn name(function: &Range<u64>, module: &str) -> String {
-    format!("fun_{:x} ({module})", function.start)
+    format!("{module}+{:#x}", function.start)
 }
 
 #[cfg(test)]
@@ -110,7 +110,7 @@ mod tests {
         assert_eq!(find(&ranges[..1], 0x180), None);
         assert_eq!(
             name(&(0x29c240..0x29c57e), "libcrypto.so.3"),
-            "fun_29c240 (libcrypto.so.3)"
+            "libcrypto.so.3+0x29c240"
         );
         assert!(functions("/nonexistent").is_empty());
         assert!(functions("/proc/self/status").is_empty());

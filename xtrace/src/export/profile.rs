@@ -3,8 +3,8 @@
 //! the root frame, kernel frames suffixed `_[k]`) and an inferno `flamegraph.svg`, and summarised
 //! as the hottest functions and stacks. PLT stubs are named `NAME@plt` (`plt`). Code outside any
 //! file is named from the vDSO's symbols or, for a JIT's code, from `/tmp/perf-PID.map`. Addresses
-//! that no symbol covers are named by the function their unwind entry covers
-//! (`fun_OFFSET (module)`, see `fde`), else shown as `module+0xOFFSET`.
+//! that no symbol covers are shown as `module+0xOFFSET`, OFFSET being the start of the function
+//! their unwind entry covers (`fde`) where there is one.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     ops::Range,
