@@ -333,3 +333,18 @@ pub fn run_error_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> String {
     let before = crate::bpf::Programs::snapshot();
     expect_user_error(&before, Xtrace::spawn_with_env(args, env))
 }
+
+/// The file offset `xtrace list symbols PROGRAM SYMBOL` gives `symbol` (its only row).
+pub fn symbol_offset(program: &std::path::Path, symbol: &str) -> u64 {
+    let listed = Xtrace::spawn([
+        OsStr::new("list"),
+        OsStr::new("symbols"),
+        program.as_os_str(),
+        OsStr::new(symbol),
+    ])
+    .wait();
+    listed.assert_success();
+    let row = listed.stdout.lines().nth(1).expect("one row under the header");
+    let offset = row.split_whitespace().next().expect("OFFSET column");
+    u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset")
+}

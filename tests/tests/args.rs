@@ -6,11 +6,10 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use xtrace_tests::{
-    args,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_new_fixture, Xtrace},
+    run::{symbol_offset, trace_new_fixture},
     TempDir,
 };
 
@@ -19,13 +18,8 @@ const SPEC: &str = "argfn(u64, i32, str, i8, u16, i64) -> i32";
 /// The entry-probe offset summary.json gives `argfn`, and the symbol's offset `xtrace list
 /// symbols` shows.
 fn argfn_offsets(out: &Outputs, program: &Path) -> (String, u64) {
-    let listed = Xtrace::spawn(args!["list", "symbols", program, "argfn"]).wait();
-    listed.assert_success();
-    let row = listed.stdout.lines().nth(1).expect("one row under the header");
-    let offset = row.split_whitespace().next().expect("OFFSET column");
-    let offset = u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset");
     let probed = out.probe("argfn")["offset"].as_str().expect("offset").to_owned();
-    (probed, offset)
+    (probed, symbol_offset(program, "argfn"))
 }
 
 #[test]

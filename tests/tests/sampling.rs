@@ -11,7 +11,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{run_error, Xtrace},
+    run::{run_error, symbol_offset, Xtrace},
     TempDir,
 };
 
@@ -450,15 +450,6 @@ fn mark_compressed_sections_zstd(elf: &mut [u8]) -> usize {
         }
     }
     marked
-}
-
-/// The file offset `xtrace list symbols` gives `symbol` of `program`.
-fn symbol_offset(program: &Path, symbol: &str) -> u64 {
-    let listed = Xtrace::spawn(args!["list", "symbols", program, symbol]).wait();
-    listed.assert_success();
-    let row = listed.stdout.lines().nth(1).expect("one row under the header");
-    let offset = row.split_whitespace().next().expect("OFFSET column");
-    u64::from_str_radix(offset.trim_start_matches("0x"), 16).expect("hex offset")
 }
 
 /// Without symbols, frames are module+offset, and every sample in a function is one frame, at the

@@ -48,16 +48,21 @@ pub fn functions(path: &str) -> Vec<Range<u64>> {
             .find(|(range, _)| range.contains(&address))
             .map(|(range, offset)| address - range.start + offset)
     };
-    let mut functions: Vec<Range<u64>> = addresses(data, section.address())
+    let functions: Vec<Range<u64>> = addresses(data, section.address())
         .into_iter()
         .filter_map(|range| {
             let start = to_offset(range.start)?;
             Some(start..start + (range.end - range.start))
         })
         .collect();
-    functions.sort_by_key(|r| (r.start, r.end));
-    let mut kept: Vec<Range<u64>> = Vec::with_capacity(functions.len());
-    for range in functions {
+    disjoint(functions)
+}
+
+/// `ranges` sorted by start, without those that overlap an earlier one.
+fn disjoint(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| (r.start, r.end));
+    let mut kept: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for range in ranges {
         if kept.last().is_none_or(|last| range.start >= last.end) {
             kept.push(range);
         }
@@ -104,10 +109,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn overlapping_and_out_of_file_entries_are_dropped() {
-        let ranges = [0x100..0x180, 0x120..0x140, 0x180..0x200];
-        assert_eq!(find(&ranges[..1], 0x17f), Some(&(0x100..0x180)));
-        assert_eq!(find(&ranges[..1], 0x180), None);
+    fn overlapping_entries_are_dropped_and_offsets_found() {
+        let ranges = disjoint(vec![0x180..0x200, 0x120..0x140, 0x100..0x180, 0x100..0x110]);
+        assert_eq!(ranges, [0x100..0x110, 0x120..0x140, 0x180..0x200]);
+        assert_eq!(find(&ranges, 0x13f), Some(&(0x120..0x140)));
+        assert_eq!(find(&ranges, 0x110), None);
+        assert_eq!(find(&ranges, 0x200), None);
         assert_eq!(
             name(&(0x29c240..0x29c57e), "libcrypto.so.3"),
             "libcrypto.so.3+0x29c240"
