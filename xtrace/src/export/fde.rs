@@ -128,12 +128,7 @@ mod tests {
     /// segments in `functions`.
     #[test]
     fn libc_functions_start_at_their_unwind_entries() {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let path = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so"))
-            .expect("the test links libc");
+        let path = &crate::test_libc();
         let functions = functions(path);
         assert!(functions.len() > 1000, "{} entries in {path}", functions.len());
         assert!(functions.windows(2).all(|w| w[0].end <= w[1].start));

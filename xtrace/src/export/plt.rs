@@ -161,13 +161,7 @@ mod tests {
     /// through `R_X86_64_IRELATIVE` slots, which name no symbol. Every stub is named all the same.
     #[test]
     fn irelative_stubs_of_the_c_library_are_named() {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let libc = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so"))
-            .expect("the test links libc");
-        let stubs = stubs(libc);
+        let stubs = stubs(&crate::test_libc());
         let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
         assert!(stubs.len() >= 10, "{names:?}");
         assert!(names.iter().all(|n| n.ends_with("@plt") && !n.starts_with('@')));

@@ -390,13 +390,7 @@ mod tests {
         // This test binary is Rust with panic=unwind; libc has .gcc_except_table for thread
         // cancellation, with C's personality routine.
         assert!(own().cxx_exceptions);
-        let libc = std::fs::read_to_string("/proc/self/maps")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so"))
-            .map(PathBuf::from)
-            .unwrap();
+        let libc = PathBuf::from(crate::test_libc());
         let symbols = ElfSymbols::read(&libc, &libc).unwrap();
         assert!(!symbols.cxx_exceptions, "{}", libc.display());
     }
