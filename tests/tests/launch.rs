@@ -148,3 +148,45 @@ fn launched_command_takes_arguments_that_are_not_utf8() {
     assert_eq!(command["exit_code"].as_i64(), Some(0), "command: {command}");
     assert_eq!(command["argv"][2], "\u{fffd}", "command: {command}");
 }
+
+/// The attach notice and summary.txt show the command as words a shell reads back: an argument
+/// with a space and a newline is quoted on one line, not split over two.
+#[test]
+fn launched_command_is_shown_quoted_on_one_line() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("quoted");
+    let out_dir = tmp.join("out");
+    let spans = &fixtures().spans;
+    let before = Programs::snapshot();
+    // atoi("3 it's\nhere") is 3.
+    let mut xtrace = Xtrace::spawn(args![
+        "-u",
+        "work",
+        "-o",
+        &out_dir,
+        "--",
+        spans,
+        "exit",
+        "3 it's\nhere"
+    ]);
+    let notice = xtrace.wait_attached();
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let shown = format!(r"{} exit $'3 it\'s\nhere'", spans.display());
+    let pid = xtrace_tests::output::u64_field(&Outputs::read(&out_dir).summary["command"], "pid");
+    assert_eq!(
+        notice,
+        format!(
+            "xtrace: attached 1 probe (2 uprobes, uprobe_multi) to `{shown}` (pid {pid}); Ctrl-C to stop"
+        )
+    );
+    let summary = Outputs::read(&out_dir).summary_txt;
+    let line = format!("command `{shown}` (pid {pid}) exited with status 3");
+    assert!(
+        summary.lines().any(|l| l == line),
+        "{line:?} in summary.txt:\n{summary}"
+    );
+}

@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod privilege;
 pub mod probes;
 pub mod session;
+pub mod shell;
 pub mod target;
 
 pub use error::Error;

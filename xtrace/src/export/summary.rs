@@ -181,7 +181,7 @@ impl Summary {
             };
             out += &format!(
                 "command `{}` (pid {}) {status}\n",
-                command.argv.join(" "),
+                crate::shell::quote_words(&command.argv),
                 command.pid
             );
         }

@@ -102,7 +102,9 @@ impl Targets {
 
     fn describe(&self) -> String {
         match self {
-            Targets::Launched(l) => format!("`{}` (pid {})", l.argv.join(" "), l.process.pid),
+            Targets::Launched(l) => {
+                format!("`{}` (pid {})", crate::shell::quote_words(&l.argv), l.process.pid)
+            }
             Targets::SystemWide => "every process".into(),
             Targets::Pids(_) => {
                 let pids: Vec<String> = self.pids().iter().map(u32::to_string).collect();
