@@ -17,14 +17,19 @@ use xtrace_tests::{
 /// Runs `xtrace <args>` to completion, expecting the attached line and exit 0 with no program
 /// left, and returns its outputs.
 fn run_to_exit(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path) -> Outputs {
+    run_to_exit_noticed(args, out_dir).0
+}
+
+/// [`run_to_exit`], also returning the attached line.
+fn run_to_exit_noticed(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path) -> (Outputs, String) {
     let before = Programs::snapshot();
     let mut xtrace = Xtrace::spawn(args);
-    xtrace.wait_attached();
+    let notice = xtrace.wait_attached();
     let finished = xtrace.wait();
     finished.assert_success();
     assert!(!finished.left_processes, "the command outlived xtrace");
     before.assert_none_left();
-    Outputs::read(out_dir)
+    (Outputs::read(out_dir), notice)
 }
 
 #[test]
@@ -159,31 +164,20 @@ fn launched_command_is_shown_quoted_on_one_line() {
     let tmp = TempDir::new("quoted");
     let out_dir = tmp.join("out");
     let spans = &fixtures().spans;
-    let before = Programs::snapshot();
     // atoi("3 it's\nhere") is 3.
-    let mut xtrace = Xtrace::spawn(args![
-        "-u",
-        "work",
-        "-o",
+    let (out, notice) = run_to_exit_noticed(
+        args!["-u", "work", "-o", &out_dir, "--", spans, "exit", "3 it's\nhere"],
         &out_dir,
-        "--",
-        spans,
-        "exit",
-        "3 it's\nhere"
-    ]);
-    let notice = xtrace.wait_attached();
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
+    );
     let shown = format!(r"{} exit $'3 it\'s\nhere'", spans.display());
-    let pid = xtrace_tests::output::u64_field(&Outputs::read(&out_dir).summary["command"], "pid");
+    let pid = u64_field(&out.summary["command"], "pid");
     assert_eq!(
         notice,
         format!(
             "xtrace: attached 1 probe (2 uprobes, uprobe_multi) to `{shown}` (pid {pid}); Ctrl-C to stop"
         )
     );
-    let summary = Outputs::read(&out_dir).summary_txt;
+    let summary = &out.summary_txt;
     let line = format!("command `{shown}` (pid {pid}) exited with status 3");
     assert!(
         summary.lines().any(|l| l == line),
