@@ -6,25 +6,14 @@
 //! address is named by the file offset of its function's start, `libcrypto.so.3+0x29c240`, in
 //! the `module+0xOFFSET` form of addresses without a name. Only the ELF headers and `.eh_frame`
 //! are read, not the whole file.
-use std::{fs::File, ops::Range};
+use std::ops::Range;
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
-use object::{
-    read::{elf::ElfFile64, ReadCache},
-    Endianness, Object, ObjectSection, ObjectSegment,
-};
+use object::{read::elf::ElfFile64, Endianness, Object, ObjectSection, ObjectSegment};
 
-/// The file-offset ranges of the functions `.eh_frame` describes in the ELF file at `path`,
-/// sorted and not overlapping (of two overlapping entries the first is kept); none when the file
-/// cannot be read or has no `.eh_frame`.
-pub fn functions(path: &str) -> Vec<Range<u64>> {
-    let Ok(file) = File::open(path) else {
-        return Vec::new();
-    };
-    let cache = ReadCache::new(file);
-    let Ok(elf) = ElfFile64::<Endianness, _>::parse(&cache) else {
-        return Vec::new();
-    };
+/// The file-offset ranges of the functions `.eh_frame` describes in ELF file `elf`, sorted and not
+/// overlapping (of two overlapping entries the first is kept); none when it has no `.eh_frame`.
+pub fn functions<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> Vec<Range<u64>> {
     if elf.endian() != Endianness::Little {
         return Vec::new();
     }
@@ -108,6 +97,8 @@ mod tests {
 
     use super::*;
 
+    // The closures stay: `functions` is generic over the file's lifetime, which read_elf chooses.
+    #[allow(clippy::redundant_closure)]
     #[test]
     fn overlapping_entries_are_dropped_and_offsets_found() {
         let ranges = disjoint(vec![0x180..0x200, 0x120..0x140, 0x100..0x180, 0x100..0x110]);
@@ -119,17 +110,19 @@ mod tests {
             name(&(0x29c240..0x29c57e), "libcrypto.so.3"),
             "libcrypto.so.3+0x29c240"
         );
-        assert!(functions("/nonexistent").is_empty());
-        assert!(functions("/proc/self/status").is_empty());
+        let read = |path| crate::export::read_elf(path, |elf| functions(elf));
+        assert!(read("/nonexistent").is_empty());
+        assert!(read("/proc/self/status").is_empty());
     }
 
     /// Every one of these exported functions of the C library this test runs with starts where
     /// the unwind entry holding it starts. Offsets come from the symbol's section here, from the
     /// segments in `functions`.
+    #[allow(clippy::redundant_closure)]
     #[test]
     fn libc_functions_start_at_their_unwind_entries() {
         let path = &crate::test_libc();
-        let functions = functions(path);
+        let functions = crate::export::read_elf(path, |elf| functions(elf));
         assert!(functions.len() > 1000, "{} entries in {path}", functions.len());
         assert!(functions.windows(2).all(|w| w[0].end <= w[1].start));
         let data = std::fs::read(path).unwrap();

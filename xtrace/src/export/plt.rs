@@ -4,14 +4,12 @@
 //! (`jmp *SLOT(%rip)`, after an `endbr64` in `.plt.sec`), and a dynamic relocation names the
 //! function that slot holds (an `R_X86_64_IRELATIVE` one by its resolver's address). Only the ELF headers, the PLT sections and the dynamic symbols and
 //! relocations are read, not the whole file.
-use std::{collections::HashMap, fs::File, ops::Range};
+use std::{collections::HashMap, ops::Range};
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 use object::{
-    elf,
-    read::{elf::ElfFile64, ReadCache},
-    Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
-    SymbolKind,
+    elf, read::elf::ElfFile64, Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable,
+    RelocationFlags, RelocationTarget, SymbolKind,
 };
 
 /// Stub size when a PLT section does not say (`sh_entsize` 0).
@@ -24,20 +22,12 @@ pub struct Stub {
     pub name: String,
 }
 
-/// The PLT stubs of the x86-64 ELF file at `path`, sorted by offset; none when it has no PLT or
-/// cannot be read.
-pub fn stubs(path: &str) -> Vec<Stub> {
-    let Ok(file) = File::open(path) else {
-        return Vec::new();
-    };
-    let cache = ReadCache::new(file);
-    let Ok(elf) = ElfFile64::<Endianness, _>::parse(&cache) else {
-        return Vec::new();
-    };
+/// The PLT stubs of x86-64 ELF file `elf`, sorted by offset; none when it has no PLT.
+pub fn stubs<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> Vec<Stub> {
     if elf.elf_header().e_machine.get(elf.endian()) != elf::EM_X86_64 {
         return Vec::new(); // its code is not decoded as x86-64
     }
-    let slots = got_slots(&elf);
+    let slots = got_slots(elf);
     if slots.is_empty() {
         return Vec::new();
     }
@@ -159,9 +149,11 @@ mod tests {
 
     /// The C library this test runs with: glibc calls its own IFUNCs (`strnlen`, `memcpy`, ...)
     /// through `R_X86_64_IRELATIVE` slots, which name no symbol. Every stub is named all the same.
+    // The closure stays: `stubs` is generic over the file's lifetime, which read_elf chooses.
+    #[allow(clippy::redundant_closure)]
     #[test]
     fn irelative_stubs_of_the_c_library_are_named() {
-        let stubs = stubs(&crate::test_libc());
+        let stubs = crate::export::read_elf(&crate::test_libc(), |elf| stubs(elf));
         let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
         assert!(stubs.len() >= 10, "{names:?}");
         assert!(names.iter().all(|n| n.ends_with("@plt") && !n.starts_with('@')));

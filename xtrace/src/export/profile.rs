@@ -7,7 +7,6 @@
 //! their unwind entry covers (`fde`) where there is one.
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    ops::Range,
     path::Path,
 };
 
@@ -193,18 +192,18 @@ impl Resolver {
             let offsets: Vec<u64> = offsets.iter().copied().collect();
             let names = symbolize_elf(&self.symbolizer, path, Input::FileOffset(&offsets))
                 .map_or_else(|_| vec![None; offsets.len()], sym_names);
-            // A PLT stub has no symbol: the one before it (`_init`) would name it.
-            let stubs = plt::stubs(path);
-            // Read only for files with offsets no symbol names.
-            let mut functions: Option<Vec<Range<u64>>> = None;
+            // A PLT stub has no symbol: the one before it (`_init`) would name it. Unwind entries
+            // are read only for files with offsets no symbol names; one read of the ELF serves both.
+            let unnamed = names.iter().any(Option::is_none);
+            let (stubs, functions) = super::read_elf(path, |elf| {
+                let functions = if unnamed { fde::functions(elf) } else { Vec::new() };
+                (plt::stubs(elf), functions)
+            });
             for (offset, name) in offsets.iter().zip(names) {
                 let name = plt::find(&stubs, *offset)
                     .map(|s| s.name.clone())
                     .or(name)
-                    .or_else(|| {
-                        let functions = functions.get_or_insert_with(|| fde::functions(path));
-                        fde::find(functions, *offset).map(|f| fde::name(f, module_name(path)))
-                    });
+                    .or_else(|| fde::find(&functions, *offset).map(|f| fde::name(f, module_name(path))));
                 if let Some(name) = name {
                     file_names.insert((path.clone(), *offset), name);
                 }
