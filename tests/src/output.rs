@@ -83,6 +83,28 @@ impl Outputs {
         Outputs::read(dir)
     }
 
+    /// Self samples of `name` in summary.json's hot_functions, in percent of all samples.
+    pub fn self_share(&self, name: &str) -> f64 {
+        let samples = self.summary["samples"].as_f64().expect("samples");
+        let hot = self.summary["hot_functions"].as_array().expect("hot_functions");
+        let found = hot.iter().find(|f| f["name"] == name);
+        found.map_or(0.0, |f| f["self"].as_f64().unwrap() * 100.0 / samples)
+    }
+
+    /// Shares of the profile fixture's split functions, in percent of the samples in either (with
+    /// what they call, such as the vDSO clock reads), so time outside the split (start-up, the
+    /// loop) does not count.
+    pub fn split_shares(&self, [hot_a, hot_b]: [&str; 2]) -> (f64, f64) {
+        let hot = self.summary["hot_functions"].as_array().expect("hot_functions");
+        let total = |name: &str| {
+            let found = hot.iter().find(|f| f["name"] == name);
+            found.map_or(0.0, |f| f["total"].as_f64().unwrap())
+        };
+        let (a, b) = (total(hot_a), total(hot_b));
+        assert!(a + b > 0.0, "no samples in {hot_a} or {hot_b}: {hot:?}");
+        (a * 100.0 / (a + b), b * 100.0 / (a + b))
+    }
+
     /// stacks.folded as (stack, samples) lines.
     pub fn folded(&self) -> Vec<(String, u64)> {
         let path = self.dir.join("stacks.folded");

@@ -381,6 +381,20 @@ fn tid_without_pid() {
     );
 }
 
+/// --no-inherit limits sampling to the targets; -a samples every process, so it has none.
+#[test]
+fn no_inherit_with_system_wide() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("no-inherit-a");
+    let line = run_error(args!["-a", "--no-inherit", "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        "xtrace: error: the argument '--system-wide' cannot be used with '--no-inherit'; see `xtrace --help`"
+    );
+}
+
 /// A command path that is a directory, not executable, or missing says which, not "not found in
 /// PATH".
 #[test]

@@ -29,40 +29,19 @@ fn profile_command(flags: Vec<OsString>, program: &Path, program_args: &[&str], 
     Outputs::read_profiled(&out)
 }
 
-/// Self samples of `name` in summary.json's hot_functions, in percent of all samples.
-fn self_share(out: &Outputs, name: &str) -> f64 {
-    let samples = out.summary["samples"].as_f64().expect("samples");
-    let hot = out.summary["hot_functions"].as_array().expect("hot_functions");
-    let found = hot.iter().find(|f| f["name"] == name);
-    found.map_or(0.0, |f| f["self"].as_f64().unwrap() * 100.0 / samples)
-}
-
-/// Shares of the split's two functions, in percent of the samples in either (with what they call,
-/// such as the vDSO clock reads), so time outside the split (start-up, the loop) does not count.
-fn split_shares(out: &Outputs, [hot_a, hot_b]: [&str; 2]) -> (f64, f64) {
-    let hot = out.summary["hot_functions"].as_array().expect("hot_functions");
-    let total = |name: &str| {
-        let found = hot.iter().find(|f| f["name"] == name);
-        found.map_or(0.0, |f| f["total"].as_f64().unwrap())
-    };
-    let (a, b) = (total(hot_a), total(hot_b));
-    assert!(a + b > 0.0, "no samples in {hot_a} or {hot_b}: {hot:?}");
-    (a * 100.0 / (a + b), b * 100.0 / (a + b))
-}
-
 fn assert_split(out: &Outputs, build: &str, [hot_a, hot_b]: [&str; 2]) {
     let samples = out.summary["samples"].as_u64().unwrap();
     assert!(
         (800..=1200).contains(&samples),
         "{build}: ~1000 samples at 999 Hz for 1 s, got {samples}"
     );
-    let (a, b) = split_shares(out, [hot_a, hot_b]);
+    let (a, b) = out.split_shares([hot_a, hot_b]);
     assert!(
         (a - 75.0).abs() <= 5.0,
         "{build}: {hot_a} {a:.1}%, {hot_b} {b:.1}% of the split's samples, expected 75/25 ± 5"
     );
     // Most samples are named by the hot function itself, not only by a frame further out.
-    let named = self_share(out, hot_a) + self_share(out, hot_b);
+    let named = out.self_share(hot_a) + out.self_share(hot_b);
     assert!(
         named >= 80.0,
         "{build}: {hot_a} and {hot_b} are the innermost frame of {named:.1}% of samples, expected ≥ 80"
@@ -241,7 +220,7 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
         (100..=200).contains(&samples),
         "~150 samples at 99 Hz for 1.5 s, got {samples}"
     );
-    let (a, b) = split_shares(&out, ["hot_a", "hot_b"]);
+    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
     assert!(
         a > 55.0 && b > 10.0,
         "hot_a {a:.1}%, hot_b {b:.1}% of the split's samples"
@@ -360,7 +339,7 @@ fn a_pid_that_exits_mid_capture_is_noted() {
     let line = format!("pid {} (profile) exited during the capture", short.pid());
     assert!(finished.stdout.contains(&line), "{}", finished.stdout);
     // Its samples were symbolized after it had gone.
-    assert!(self_share(&out, "hot_a") > 0.0);
+    assert!(out.self_share("hot_a") > 0.0);
 }
 
 #[test]
@@ -403,7 +382,7 @@ fn jit_code_named_from_the_perf_map() {
     }
     let tmp = TempDir::new("sample-jit");
     let out = profile_command(args!["-F", "999"], &fixtures().profile, &["jit", "500"], &tmp);
-    let share = self_share(&out, "jitted_spin");
+    let share = out.self_share("jitted_spin");
     assert!(
         share > 80.0,
         "jitted_spin has {share:.1}% of samples: {}",

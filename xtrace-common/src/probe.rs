@@ -73,8 +73,14 @@ pub mod counter {
     /// Entries left without a return (longjmp, C++ exceptions, a thread or process ending inside
     /// a traced call): skipped over when an outer call returns, or dropped when the thread exits.
     pub const UNMATCHED_ENTRIES: u32 = 3;
+    /// Processes started by a sampled process (fork, vfork, clone without CLONE_THREAD) that are
+    /// sampled from then on.
+    pub const FOLLOWED_PROCESSES: u32 = 4;
+    /// Processes started by a sampled process while the sampled-process table was full: not
+    /// sampled.
+    pub const PROCESSES_NOT_FOLLOWED: u32 = 5;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 6;
 }
 
 /// One open call on a thread's `EntryStack` (32 bytes).

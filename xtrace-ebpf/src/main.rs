@@ -5,6 +5,7 @@
 #![feature(asm_experimental_arch)]
 
 mod floor;
+mod follow;
 mod lifecycle;
 mod maps;
 mod regs;

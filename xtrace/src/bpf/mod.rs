@@ -41,6 +41,9 @@ pub struct LoadOptions {
     pub sample_pids: Vec<u32>,
     /// `--user-stack`: bytes of user stack copied per sample (0: frame pointers only).
     pub user_stack_bytes: u32,
+    /// With sampling limited to `sample_pids`: follow the processes they start, with the
+    /// tracepoints' field offsets on this kernel (None: `--no-inherit`, `-a`, or no sampling).
+    pub follow: Option<crate::probes::follow::Offsets>,
     /// Whether span entries keep their return address, for samples to restore over return
     /// probes' trampolines in the user stacks they copy (only when sampling copies stacks).
     pub return_addresses: bool,
@@ -69,6 +72,13 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
+    let followed_room = options.follow.map_or(0, |_| crate::probes::follow::FOLLOW_MAX);
+    let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
+    let offsets = options.follow.unwrap_or(crate::probes::follow::Offsets {
+        newtask_pid: 0,
+        newtask_clone_flags: 0,
+        exit_group_dead: None,
+    });
     let mut ebpf = EbpfLoader::new()
         // STACKS is task storage, which aya creates but has no user-space type for (xtrace
         // never reads it from user space).
@@ -77,7 +87,10 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("ARG_SPECS", slots(args_enabled != 0))
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
-        .map_max_entries("SAMPLE_PIDS", options.sample_pids.len().max(1) as u32)
+        .map_max_entries("SAMPLE_PIDS", sample_slots)
+        .override_global("NEWTASK_PID", &offsets.newtask_pid, true)
+        .override_global("NEWTASK_CLONE_FLAGS", &offsets.newtask_clone_flags, true)
+        .override_global("EXIT_GROUP_DEAD", &offsets.exit_group_dead.unwrap_or(0), true)
         .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
@@ -185,6 +198,15 @@ pub fn read_short_calls(map: &PerCpuArray<MapData, ShortCalls>, probes: usize) -
             Ok(sum)
         })
         .collect()
+}
+
+/// Processes that sampled processes started: (sampled too, not sampled because the table was
+/// full).
+pub fn read_followed(counters: &PerCpuArray<MapData, u64>) -> Result<(u64, u64)> {
+    Ok((
+        counter_sum(counters, counter::FOLLOWED_PROCESSES)?,
+        counter_sum(counters, counter::PROCESSES_NOT_FOLLOWED)?,
+    ))
 }
 
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).

@@ -72,6 +72,11 @@ pub struct RecordArgs {
     #[arg(long = "user-stack", value_name = "BYTES", default_value = "16K", value_parser = parse_user_stack)]
     pub user_stack: u32,
 
+    /// Sample only the target processes, not the processes they start. By default a process that
+    /// a sampled process starts (fork, vfork, posix_spawn) is sampled too, as perf record does.
+    #[arg(long = "no-inherit", conflicts_with = "system_wide")]
+    pub no_inherit: bool,
+
     /// Draw the flamegraph as an icicle graph (stacks hanging from the top).
     #[arg(long = "icicle")]
     pub icicle: bool,

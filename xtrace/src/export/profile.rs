@@ -53,6 +53,12 @@ pub struct ProfileSummary {
     pub truncated_stacks: u64,
     /// Samples also written to trace.json as instant events (the first 100,000).
     pub timeline_samples: u64,
+    /// Processes started by sampled processes and sampled from then on; null when none are
+    /// followed (`-a`, `--no-inherit`).
+    pub followed_processes: Option<u64>,
+    /// Processes started by sampled processes that were not sampled because the table of sampled
+    /// processes was full; null when none are followed.
+    pub processes_not_followed: Option<u64>,
     pub hot_functions: Vec<HotFunction>,
     pub hot_stacks: Vec<HotStack>,
 }
@@ -415,6 +421,8 @@ pub fn write(
         sample_frequency_hz: frequency_hz,
         truncated_stacks: samples.truncated,
         timeline_samples: samples.timeline.len() as u64,
+        followed_processes: None,
+        processes_not_followed: None,
         hot_functions,
         hot_stacks,
     })

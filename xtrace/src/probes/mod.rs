@@ -1,9 +1,11 @@
 //! Probe specifications and their attachment. `spec` parses what the user wrote, `elf` finds
 //! symbols in executables and libraries (`glob` matches their names), `uprobe` resolves function
-//! spans, `usdt` resolves USDT call sites, `attach` attaches both.
+//! spans, `usdt` resolves USDT call sites, `attach` attaches both; `sampler` starts CPU sampling and
+//! `follow` has it follow the processes that sampled processes start.
 pub mod attach;
 pub mod elf;
 pub mod exits;
+pub mod follow;
 pub mod glob;
 pub mod insn;
 pub mod needed;

@@ -49,6 +49,9 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
     pub hz: u64,
+    /// Whether processes the sampled ones start are sampled too, and when the capture is read:
+    /// how many were (`FOLLOWED_PROCESSES`), how many were not for want of room.
+    pub followed: Option<(u64, u64)>,
 }
 
 /// Closes trace.json with its metadata and writes summary.json and summary.txt, then the outputs
@@ -155,14 +158,10 @@ pub fn write(
                 .iter()
                 .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
                 .collect();
-            Some(profile::write(
-                out,
-                &samples,
-                frames,
-                &names,
-                sampling.hz,
-                icicle,
-            )?)
+            let mut profile = profile::write(out, &samples, frames, &names, sampling.hz, icicle)?;
+            profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
+            profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
+            Some(profile)
         }
         _ => None,
     };

@@ -32,7 +32,7 @@ use crate::{
     probes::{
         attach,
         exits::ExitMode,
-        ranges, sampler,
+        follow, ranges, sampler,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
@@ -296,11 +296,26 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
     }
-    let sampling = hz.map(|hz| Sampling { hz });
     let (mut targets, mut plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
     }
+    // Sampling limited to target processes follows the processes they start, unless told not to.
+    let follow = match hz {
+        Some(_) if !args.no_inherit && !targets.pids().is_empty() => Some(follow::offsets()?),
+        _ => None,
+    };
+    if follow.is_some_and(|f| f.exit_group_dead.is_none()) {
+        observer.warning(
+            "this kernel's sched_process_exit tracepoint has no group_dead field: a followed child \
+             process's pid stays sampled after it exits (a new process given that pid is sampled \
+             too); --no-inherit samples the targets only",
+        );
+    }
+    let sampling = hz.map(|hz| Sampling {
+        hz,
+        followed: follow.map(|_| (0, 0)),
+    });
 
     let stats_on = args.overhead.then(bpf::overhead::enable).transpose()?;
     let attach_started = Instant::now();
@@ -315,6 +330,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         sample_pids: targets.pids(),
         user_stack_bytes: args.user_stack,
         return_addresses: sampling.is_some() && args.user_stack > 0,
+        follow,
     })?;
     let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
@@ -323,6 +339,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             None => e,
         }
     })?;
+    if let Some(offsets) = &follow {
+        // Before the sampler and before a launched command runs, so no child is missed.
+        follow::attach(&mut ebpf, offsets)?;
+    }
     let cpus = match sampling {
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
         None => 0,
@@ -452,6 +472,13 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         }
         let lost = bpf::read_lost(&counters)?;
         let unmatched_entries = bpf::read_unmatched(&counters)?;
+        let sampling = match sampling {
+            Some(s) if s.followed.is_some() => Some(Sampling {
+                followed: Some(bpf::read_followed(&counters)?),
+                ..s
+            }),
+            other => other,
+        };
         if args.min_duration.is_some() {
             let short = bpf::read_short_calls(&short_calls, plan.probes.len())?;
             for (stats, short) in pipeline.stats.iter_mut().zip(&short) {

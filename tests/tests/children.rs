@@ -1,0 +1,147 @@
+//! CPU sampling follows the processes a sampled process starts, on the real kernel. Fixture
+//! `profile children MS` (tests/fixtures/profile.c) starts two children one after the other and
+//! spins in neither itself: the first, forked, runs the 75/25 split for MS/2 ms; the second execs
+//! `profile split MS/2`. It prints each child's pid and then "children exited", and waits for one
+//! more line before it exits.
+
+use std::collections::BTreeSet;
+
+use xtrace_tests::{
+    args,
+    bpf::{map_u32_keys, Programs},
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+/// Runs the fixture under `xtrace -F 999 -p PID FLAGS`; returns the outputs, the children's pids
+/// and the pids in xtrace's sampled-process table once both children had exited.
+fn sample_children(flags: &[&str], tmp: &TempDir) -> (Outputs, Vec<u32>, Vec<u32>) {
+    let mut fixture = Fixture::spawn(&fixtures().profile, &["children", "1000"]);
+    fixture.wait_ready();
+    let out = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut all = args!["-F", "999", "-p", fixture.pid().to_string(), "-o", &out];
+    all.extend(flags.iter().map(Into::into));
+    let mut xtrace = Xtrace::spawn(all);
+    xtrace.wait_attached();
+    fixture.send("go");
+    let mut children = Vec::new();
+    loop {
+        let line = fixture.next_line();
+        if line == "children exited" {
+            break;
+        }
+        if let Some(pid) = line.strip_prefix("child ") {
+            children.push(pid.parse().expect("child PID"));
+        }
+    }
+    let table = map_u32_keys(xtrace.pid(), "SAMPLE_PIDS");
+    fixture.go();
+    assert!(fixture.wait().success());
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    (Outputs::read_profiled(&out), children, table)
+}
+
+/// Samples on the timeline per process.
+fn samples_by_pid(out: &Outputs) -> Vec<(u32, u64)> {
+    let timeline: Vec<u32> = out
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "sample")
+        .map(|e| e["pid"].as_u64().unwrap() as u32)
+        .collect();
+    let pids: BTreeSet<u32> = timeline.iter().copied().collect();
+    pids.into_iter()
+        .map(|pid| (pid, timeline.iter().filter(|p| **p == pid).count() as u64))
+        .collect()
+}
+
+#[test]
+fn children_are_sampled_and_leave_the_table_when_they_exit() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("children");
+    let (out, children, table) = sample_children(&[], &tmp);
+    assert_eq!(children.len(), 2, "the fixture starts two children");
+    let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
+    // The children left the table at their exit; the parent is still in it.
+    assert_eq!(
+        table,
+        vec![parent],
+        "sampled-process table after the children exited"
+    );
+    assert_eq!(out.summary["followed_processes"], 2);
+    assert_eq!(out.summary["processes_not_followed"], 0);
+    let samples = out.summary["samples"].as_u64().unwrap();
+    assert!(
+        (800..=1200).contains(&samples),
+        "~1000 samples at 999 Hz over the two 500 ms children, got {samples}"
+    );
+    // Each child ran the split for 500 ms (~500 samples); the parent only waited.
+    let by_pid = samples_by_pid(&out);
+    for child in &children {
+        let n = by_pid.iter().find(|(pid, _)| pid == child).map_or(0, |(_, n)| *n);
+        assert!(
+            (400..=600).contains(&n),
+            "child {child}: {n} samples, expected ~500: {by_pid:?}"
+        );
+    }
+    let others: u64 = by_pid
+        .iter()
+        .filter(|(pid, _)| !children.contains(pid))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(others <= 20, "{others} samples outside the children: {by_pid:?}");
+    // Both children symbolized: the forked one in the parent's program, under `children`; the
+    // exec'd one in its own (the same file, mapped anew), from its own `main`.
+    let folded = out.folded();
+    let hot_a_stack = |child: u32| {
+        let sample = out
+            .events
+            .iter()
+            .find(|e| e["cat"] == "sample" && e["pid"] == child && e["name"] == "hot_a");
+        let stack = sample.unwrap_or_else(|| panic!("no hot_a sample of child {child}"))["args"]["stack"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        stack
+    };
+    let forked = hot_a_stack(children[0]);
+    assert!(forked.ends_with(";main;children;split;hot_a"), "{forked}");
+    let execed = hot_a_stack(children[1]);
+    assert!(
+        execed.ends_with(";main;split;hot_a") && !execed.contains("children"),
+        "{execed}"
+    );
+    assert!(
+        folded.iter().all(|(stack, _)| stack.starts_with("profile;")),
+        "every stack's root is the process name: {folded:?}"
+    );
+}
+
+#[test]
+fn no_inherit_samples_the_target_only() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("children-no-inherit");
+    let (out, children, table) = sample_children(&["--no-inherit"], &tmp);
+    assert_eq!(children.len(), 2);
+    let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(table, vec![parent]);
+    assert_eq!(out.summary["followed_processes"], serde_json::Value::Null);
+    assert_eq!(out.summary["processes_not_followed"], serde_json::Value::Null);
+    let by_pid = samples_by_pid(&out);
+    assert!(
+        by_pid.iter().all(|(pid, _)| *pid == parent),
+        "only the target is sampled: {by_pid:?}"
+    );
+    let samples = out.summary["samples"].as_u64().unwrap();
+    assert!(samples <= 20, "the target only waits: {samples} samples");
+}
