@@ -131,6 +131,30 @@ fn list_symbols_shows_what_uprobe_attaches() {
     assert!(rows[0].ends_with(" lib_work"), "{rows:?}");
 }
 
+/// A listing into a pipe whose reader has gone (`xtrace list symbols ... | head`) ends quietly,
+/// with 0, as perf and grep do, instead of a panic on the broken pipe.
+#[test]
+fn list_into_a_closed_pipe_ends_quietly() {
+    if !require_bpf() {
+        return;
+    }
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = Command::new(xtrace_tests::xtrace_bin())
+        .args(["list", "symbols"])
+        .arg(&fixtures().many)
+        .arg("glob_fn_*")
+        .stdout(writer)
+        .output()
+        .expect("running xtrace");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!("xtrace: 300 functions in {}", fixtures().many.display())
+    );
+}
+
 #[test]
 fn stripped_library_falls_back_to_dynsym() {
     if !require_bpf() {

@@ -3,11 +3,24 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{diff, flamegraph, list, report, status::Console, Cli, Command},
+    cli::{diff, flamegraph, list, print_err, print_out, report, status::Console, Cli, Command},
     session,
 };
 
+/// `eprintln!` that never panics (see [`print_err`]).
+macro_rules! err {
+    ($($arg:tt)*) => { print_err(&format!($($arg)*)) };
+}
+
+/// `print!` that never panics (see [`print_out`]).
+macro_rules! out {
+    ($($arg:tt)*) => { print_out(&format!($($arg)*)) };
+}
+
 fn main() -> ExitCode {
+    // Log lines (xtrace's and its libraries', aya's included) only when RUST_LOG asks for them,
+    // e.g. RUST_LOG=debug or RUST_LOG=xtrace=debug.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off")).init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -15,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!(
+            err!(
                 "xtrace: error: {}; see `xtrace --help`",
                 one_line(&e.render().to_string())
             );
@@ -30,11 +43,11 @@ fn main() -> ExitCode {
         Command::Flamegraph(args) => {
             return match flamegraph::run(&args) {
                 Ok(note) => {
-                    eprintln!("xtrace: {note}");
+                    err!("xtrace: {note}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("xtrace: error: {e}");
+                    err!("xtrace: error: {e}");
                     ExitCode::from(e.exit_code())
                 }
             }
@@ -43,7 +56,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("xtrace: error: starting the runtime: {e}");
+            err!("xtrace: error: starting the runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -53,8 +66,8 @@ fn main() -> ExitCode {
     match result {
         Ok(recording) => {
             if !quiet {
-                print!("{}", recording.summary.table());
-                eprintln!(
+                out!("{}", recording.summary.table());
+                err!(
                     "xtrace: wrote {}/{{{}}}",
                     recording.output.display(),
                     recording.files.join(",")
@@ -63,7 +76,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("xtrace: error: {e}");
+            err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
     }
@@ -73,14 +86,14 @@ fn main() -> ExitCode {
 fn list(args: &list::ListArgs) -> ExitCode {
     match list::run(args) {
         Ok((table, note)) => {
-            print!("{table}");
+            out!("{table}");
             for line in note.lines() {
-                eprintln!("xtrace: {line}");
+                err!("xtrace: {line}");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("xtrace: error: {e}");
+            err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
     }
@@ -95,11 +108,11 @@ fn report(args: &report::ReportArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(report::Rendered::Wrote(note)) => {
-            eprintln!("xtrace: {note}");
+            err!("xtrace: {note}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("xtrace: error: {e}");
+            err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
     }
@@ -111,7 +124,7 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
         Ok(outcome) => {
             let _ = std::io::stdout().lock().write_all(outcome.text.as_bytes());
             if let Some(svg) = &outcome.wrote {
-                eprintln!("xtrace: wrote {}", svg.display());
+                err!("xtrace: wrote {}", svg.display());
             }
             if outcome.regressed.is_empty() {
                 ExitCode::SUCCESS
@@ -120,7 +133,7 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("xtrace: error: {e}");
+            err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
     }

@@ -8,6 +8,8 @@ pub mod record;
 pub mod report;
 pub mod status;
 
+use std::io::Write;
+
 use clap::{Parser, Subcommand};
 
 pub use record::RecordArgs;
@@ -46,4 +48,17 @@ impl Cli {
     pub fn into_command(self) -> Command {
         self.command.unwrap_or(Command::Record(self.record))
     }
+}
+
+/// Writes `text` to stdout. A reader that went away (`xtrace report DIR | head`) or a terminal
+/// that hung up is no reason to panic, as `print!` would: what cannot be shown is dropped.
+pub fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Writes `line` and a newline to stderr; a failure (a hung-up terminal) is ignored, not a panic
+/// as with `eprintln!`.
+pub fn print_err(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

@@ -49,8 +49,8 @@ impl Console {
             return;
         }
         match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{text}")),
-            None => eprintln!("{text}"),
+            Some(bar) => bar.suspend(|| super::print_err(text)),
+            None => super::print_err(text),
         }
     }
 }
@@ -68,7 +68,7 @@ impl Observer for Console {
         if self.quiet {
             return;
         }
-        eprintln!("xtrace: {notice}");
+        super::print_err(&format!("xtrace: {notice}"));
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::new_spinner();
             bar.set_style(

@@ -245,7 +245,15 @@ fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
 /// Adds the executable mappings `pid` has now to `known`. Mappings are only added: code seen
 /// earlier may have been unmapped since, and a process that is exiting has none left.
 pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
-    for mapping in read_maps(pid).unwrap_or_default() {
+    let Some(maps) = read_maps(pid) else {
+        log::debug!("process {pid} is gone: its maps cannot be read");
+        return;
+    };
+    log::debug!(
+        "read the maps of process {pid}: {} executable mappings",
+        maps.len()
+    );
+    for mapping in maps {
         if !known.contains(&mapping) {
             known.push(mapping);
         }

@@ -339,9 +339,16 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             None => e,
         }
     })?;
+    log::info!(
+        "attached {} uprobes ({}) in {:.1} ms",
+        attached.uprobes,
+        attached.mechanism.name(),
+        attach_started.elapsed().as_secs_f64() * 1e3
+    );
     if let Some(offsets) = &follow {
         // Before the sampler and before a launched command runs, so no child is missed.
         follow::attach(&mut ebpf, offsets)?;
+        log::debug!("following child processes of the sampled ones: {offsets:?}");
     }
     let cpus = match sampling {
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
@@ -462,6 +469,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     attached.detach(&mut ebpf);
     drop(ebpf);
     let detach_ns = detach_started.elapsed().as_nanos() as u64;
+    log::info!("detached in {:.1} ms", detach_ns as f64 / 1e6);
     let result = async {
         let stop = stopped?;
         reader
