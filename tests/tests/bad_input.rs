@@ -1,6 +1,6 @@
 //! Bad input: each case must print exactly one stderr line starting `xtrace: error: ` that names
 //! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
-//! reaped pids, a non-ELF, a directory, a FIFO, a device and another machine's ELF as TARGET, an unknown symbol (with a close-name
+//! reaped pids, a pid that exits during attach, a non-ELF, a directory, a FIFO, a device and another machine's ELF as TARGET, an unknown symbol (with a close-name
 //! suggestion), running without root, invalid flag combinations, an unusable output directory
 //! and an invalid ring-buffer size, a zombie pid, and a truncated ELF.
 
@@ -36,6 +36,40 @@ fn reaped_pid() {
     let tmp = TempDir::new("reaped-pid");
     let line = run_error(args!["-p", &pid, "-u", "work", "-o", tmp.join("out")]);
     assert!(line.contains(&pid), "names the pid {pid}: {line}");
+}
+
+/// A process that exits while xtrace attaches: `spans exit-when-probed` exits the moment the
+/// breakpoint of `-u work` appears in its code, while xtrace still has the sampler to start.
+#[test]
+fn pid_that_exits_during_attach() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["exit-when-probed"]);
+    fixture.wait_ready();
+    let pid = fixture.pid();
+    let tmp = TempDir::new("exits-during-attach");
+    let line = run_error(args![
+        "-p",
+        pid.to_string(),
+        "-u",
+        "work",
+        "-F",
+        "99",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: process {pid} exited while xtrace was attaching: trace a process that \
+             keeps running, or launch it with `xtrace -- COMMAND`"
+        )
+    );
+    assert!(
+        fixture.wait().success(),
+        "the fixture saw the breakpoint and exited"
+    );
 }
 
 #[test]

@@ -189,3 +189,42 @@ fn duration_covers_every_span_of_a_launched_command() {
         );
     }
 }
+
+/// `-d` is kept to within 100 ms while two threads call a traced function as fast as they can
+/// (`spans threads 2 N`, ~700,000 calls/s between them here): the reader drains the ring a few
+/// milliseconds at a time, between its checks of the stop conditions.
+#[test]
+fn duration_is_kept_while_calls_flood_the_ring() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "2", "100000000"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("stop-flood");
+    let out_dir = tmp.join("out");
+    let before = Programs::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "-d",
+        "0.5",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    fixture.go();
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.stop_reason(), "duration");
+    let duration = u64_field(&out.summary, "duration_ns");
+    assert!(
+        (500_000_000..=600_000_000).contains(&duration),
+        "duration_ns {duration}: -d 0.5 kept to within 100 ms"
+    );
+    let calls = out.summary["probes"][0]["count"].as_u64().unwrap();
+    assert!(calls > 10_000, "the threads were calling: {calls} spans");
+}

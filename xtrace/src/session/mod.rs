@@ -354,6 +354,13 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
         None => 0,
     };
+    // A --pid process that exited while its probes were placed: refuse, as when the kernel
+    // refuses an attachment to it (returning drops every attachment).
+    if let Targets::Pids(processes) = &targets {
+        if let Some(gone) = processes.iter().find(|p| p.has_exited()) {
+            return Err(Error::ExitedDuringAttach { pid: gone.pid });
+        }
+    }
     let attach_ns = attach_started.elapsed().as_nanos() as u64;
     // The recording runs from here: a launched command is released below, and -d counts from
     // this moment as duration_ns does.
@@ -473,7 +480,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let result = async {
         let stop = stopped?;
         reader
-            .drain(|bytes| pipeline.record(bytes))
+            .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_path))?;
         for warning in pipeline.warnings.take() {
             observer.warning(&warning);
