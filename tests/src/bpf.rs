@@ -38,18 +38,7 @@ pub struct Programs(BTreeSet<(u64, String)>);
 impl Programs {
     /// Lists the currently loaded programs named like xtrace's.
     pub fn snapshot() -> Programs {
-        let output = Command::new("bpftool")
-            .args(["prog", "show", "--json"])
-            .output()
-            .unwrap_or_else(|e| panic!("running bpftool (install the bpftool package): {e}"));
-        assert!(
-            output.status.success(),
-            "bpftool prog show --json failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let list: Value = serde_json::from_slice(&output.stdout)
-            .unwrap_or_else(|e| panic!("bpftool printed invalid JSON: {e}"));
+        let list = bpftool_json(&["prog", "show"]);
         let programs = list
             .as_array()
             .expect("bpftool prog show --json prints an array")
