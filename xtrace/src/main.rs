@@ -1,5 +1,5 @@
 //! The xtrace command: parse arguments, run, print the summary or one line of error.
-use std::{io::Write, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
@@ -14,7 +14,7 @@ macro_rules! err {
 
 /// `print!` that never panics (see [`print_out`]).
 macro_rules! out {
-    ($($arg:tt)*) => { print_out(&format!($($arg)*)) };
+    ($($arg:tt)*) => { print_out(format!($($arg)*).as_bytes()) };
 }
 
 fn main() -> ExitCode {
@@ -103,8 +103,7 @@ fn list(args: &list::ListArgs) -> ExitCode {
 fn report(args: &report::ReportArgs) -> ExitCode {
     match report::run(args) {
         Ok(report::Rendered::Stdout(bytes)) => {
-            // A closed pipe (`| head`) is not an error worth a message.
-            let _ = std::io::stdout().lock().write_all(&bytes);
+            print_out(&bytes);
             ExitCode::SUCCESS
         }
         Ok(report::Rendered::Wrote(note)) => {
@@ -122,7 +121,7 @@ fn report(args: &report::ReportArgs) -> ExitCode {
 fn diff(args: &diff::DiffArgs) -> ExitCode {
     match diff::run(args) {
         Ok(outcome) => {
-            let _ = std::io::stdout().lock().write_all(outcome.text.as_bytes());
+            print_out(outcome.text.as_bytes());
             if let Some(svg) = &outcome.wrote {
                 err!("xtrace: wrote {}", svg.display());
             }

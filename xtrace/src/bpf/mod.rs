@@ -74,11 +74,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
     let followed_room = options.follow.map_or(0, |_| crate::probes::follow::FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
-    let offsets = options.follow.unwrap_or(crate::probes::follow::Offsets {
-        newtask_pid: 0,
-        newtask_clone_flags: 0,
-        exit_group_dead: None,
-    });
+    let offsets = options.follow.unwrap_or_default();
     let mut ebpf = EbpfLoader::new()
         // STACKS is task storage, which aya creates but has no user-space type for (xtrace
         // never reads it from user space).

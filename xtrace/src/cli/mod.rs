@@ -50,11 +50,11 @@ impl Cli {
     }
 }
 
-/// Writes `text` to stdout. A reader that went away (`xtrace report DIR | head`) or a terminal
+/// Writes `bytes` to stdout. A reader that went away (`xtrace report DIR | head`) or a terminal
 /// that hung up is no reason to panic, as `print!` would: what cannot be shown is dropped.
-pub fn print_out(text: &str) {
+pub fn print_out(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
 }
 
 /// Writes `line` and a newline to stderr; a failure (a hung-up terminal) is ignored, not a panic

@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 /// Room in the sampled-process table for followed processes alive at once, beyond the targets.
 pub const FOLLOW_MAX: u32 = 8192;
 
-/// Where the fields the programs read lie in the tracepoints' records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the fields the programs read lie in the tracepoints' records (all 0 when not following).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Offsets {
     /// task/task_newtask `pid`: the new task.
     pub newtask_pid: u32,

@@ -96,6 +96,11 @@ impl Targets {
         }
     }
 
+    /// A target process that has exited, if any: during the attach, the cause of a failure.
+    fn exited_pid(&self) -> Option<u32> {
+        self.processes().iter().find(|p| p.has_exited()).map(|p| p.pid)
+    }
+
     fn pids(&self) -> Vec<u32> {
         self.processes().iter().map(|p| p.pid).collect()
     }
@@ -334,8 +339,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     })?;
     let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
-        match targets.processes().iter().find(|p| p.has_exited()) {
-            Some(p) => Error::ExitedDuringAttach { pid: p.pid },
+        match targets.exited_pid() {
+            Some(pid) => Error::ExitedDuringAttach { pid },
             None => e,
         }
     })?;
@@ -356,10 +361,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     };
     // A --pid process that exited while its probes were placed: refuse, as when the kernel
     // refuses an attachment to it (returning drops every attachment).
-    if let Targets::Pids(processes) = &targets {
-        if let Some(gone) = processes.iter().find(|p| p.has_exited()) {
-            return Err(Error::ExitedDuringAttach { pid: gone.pid });
-        }
+    if let (Targets::Pids(_), Some(pid)) = (&targets, targets.exited_pid()) {
+        return Err(Error::ExitedDuringAttach { pid });
     }
     let attach_ns = attach_started.elapsed().as_nanos() as u64;
     // The recording runs from here: a launched command is released below, and -d counts from
