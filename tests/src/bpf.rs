@@ -1,13 +1,17 @@
-//! Checking that xtrace leaves no BPF program loaded, with `bpftool prog show --json`; reading
-//! the keys of one of its maps while it runs.
+//! Checking that xtrace leaves nothing attached in the kernel, with bpftool; reading the keys of
+//! one of its maps while it runs.
 //!
-//! xtrace's kernel programs are named as in [`XTRACE_PROGRAMS`]. A test takes a
-//! [`Programs`] snapshot before it starts xtrace and, after xtrace exits, asserts that no program
-//! with those names and a new id remains. Program release is asynchronous (the kernel frees it
-//! after the last reference — fd, perf event, link — goes away), so the check polls for up to 3 s.
+//! xtrace's kernel programs are named as in [`XTRACE_PROGRAMS`]. A test takes an [`Attachments`]
+//! snapshot before it starts xtrace and, after xtrace exits, asserts that nothing of xtrace's that
+//! is new since then remains: no program (`bpftool prog show`), no BPF link (`bpftool link show`:
+//! uprobe_multi, perf_event and raw tracepoint links) and no perf event with one of its programs
+//! attached (`bpftool perf show`, which walks every process's fds: uprobe perf events and raw
+//! tracepoint fds). A link or perf event is xtrace's when its program has one of xtrace's names.
+//! Release is asynchronous (the kernel frees a program after the last reference — fd, perf event,
+//! link — goes away), so the check polls for up to 3 s.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     process::Command,
     thread,
     time::{Duration, Instant},
@@ -31,17 +35,26 @@ pub const XTRACE_PROGRAMS: &[&str] = &[
 /// How long a released program may take to disappear.
 const RELEASE_GRACE: Duration = Duration::from_secs(3);
 
-/// The xtrace programs loaded at one moment: (id, name).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Programs(BTreeSet<(u64, String)>);
+/// One kernel object of xtrace's: a program, a link or a perf event, with the name of its program.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Attached {
+    /// A loaded program: id, name.
+    Program(u64, String),
+    /// A BPF link: link id, link type, program name.
+    Link(u64, String, String),
+    /// A perf event (or raw tracepoint fd) with a program attached: holder pid, fd, fd type,
+    /// program name.
+    PerfEvent(u64, u64, String, String),
+}
 
-impl Programs {
-    /// Lists the currently loaded programs named like xtrace's.
-    pub fn snapshot() -> Programs {
-        let list = bpftool_json(&["prog", "show"]);
-        let programs = list
-            .as_array()
-            .expect("bpftool prog show --json prints an array")
+/// Everything of xtrace's attached in the kernel at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachments(BTreeSet<Attached>);
+
+impl Attachments {
+    /// Lists the programs named like xtrace's and the links and perf events that hold them.
+    pub fn snapshot() -> Attachments {
+        let names: BTreeMap<u64, String> = array(&bpftool_json(&["prog", "show"]))
             .iter()
             .filter_map(|prog| {
                 let name = prog["name"].as_str()?;
@@ -49,29 +62,79 @@ impl Programs {
                 XTRACE_PROGRAMS.contains(&name).then(|| (id, name.to_owned()))
             })
             .collect();
-        Programs(programs)
+        let program_of = |entry: &Value| names.get(&entry["prog_id"].as_u64()?).cloned();
+        let mut all: BTreeSet<Attached> = names
+            .iter()
+            .map(|(id, name)| Attached::Program(*id, name.clone()))
+            .collect();
+        for link in array(&bpftool_json(&["link", "show"])) {
+            if let (Some(name), Some(id)) = (program_of(link), link["id"].as_u64()) {
+                all.insert(Attached::Link(id, kind(&link["type"]), name));
+            }
+        }
+        for event in array(&bpftool_json(&["perf", "show"])) {
+            if let (Some(name), Some(pid), Some(fd)) =
+                (program_of(event), event["pid"].as_u64(), event["fd"].as_u64())
+            {
+                all.insert(Attached::PerfEvent(pid, fd, kind(&event["fd_type"]), name));
+            }
+        }
+        Attachments(all)
     }
 
-    /// Programs in `self` that were not in `before`.
-    pub fn new_since(&self, before: &Programs) -> Vec<(u64, String)> {
+    /// What `self` holds that `before` did not.
+    pub fn new_since(&self, before: &Attachments) -> Vec<Attached> {
         self.0.difference(&before.0).cloned().collect()
     }
 
-    /// Asserts that, within the grace period, every xtrace program loaded since this snapshot
-    /// was taken is gone again.
+    /// Attachments new since `before`.
+    pub fn programs_since(&self, before: &Attachments) -> Vec<Attached> {
+        self.new_since(before)
+            .into_iter()
+            .filter(|a| matches!(a, Attached::Program(..)))
+            .collect()
+    }
+
+    /// Links and perf events new since `before`: what holds a program in the kernel.
+    pub fn hooks_since(&self, before: &Attachments) -> Vec<Attached> {
+        self.new_since(before)
+            .into_iter()
+            .filter(|a| !matches!(a, Attached::Program(..)))
+            .collect()
+    }
+
+    /// Asserts that, within the grace period, every program, link and perf event of xtrace's
+    /// that appeared since this snapshot was taken is gone again.
     pub fn assert_none_left(&self) {
         let deadline = Instant::now() + RELEASE_GRACE;
         loop {
-            let left = Programs::snapshot().new_since(self);
+            let left = Attachments::snapshot().new_since(self);
             if left.is_empty() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "xtrace left BPF programs loaded {RELEASE_GRACE:?} after exiting: {left:?}"
+                "xtrace left these attached {RELEASE_GRACE:?} after exiting: {left:?}"
             );
             thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A bpftool JSON array (bpftool prints `[]` or nothing useful otherwise).
+fn array(value: &Value) -> &[Value] {
+    value
+        .as_array()
+        .map(Vec::as_slice)
+        .expect("bpftool --json prints an array")
+}
+
+/// A bpftool type field: a name, or a number for types this bpftool has no name for
+/// (uprobe_multi links are type 12 to bpftool 7.x).
+fn kind(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -214,13 +214,13 @@ impl Xtrace {
         self.stderr_all.lock().unwrap().join("\n")
     }
 
-    /// Polls until xtrace's process group is empty or `grace` passes; true if it is not empty.
+    /// Polls until no process of xtrace's process group runs (zombies, which an init that reaps
+    /// slowly may keep for seconds, do not count) or `grace` passes; true if one still runs.
     fn group_alive_after(&self, grace: Duration) -> bool {
-        let pgid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        let pgid = self.child.id();
         let deadline = Instant::now() + grace;
         loop {
-            // SAFETY: signal 0 only checks for existence.
-            if unsafe { libc::kill(-pgid, 0) } != 0 {
+            if !group_runs(pgid) {
                 return false;
             }
             if Instant::now() >= deadline {
@@ -237,6 +237,23 @@ impl Xtrace {
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = self.child.wait();
     }
+}
+
+/// Whether a process of process group `pgid` runs (exists and is not a zombie), from /proc/*/stat.
+fn group_runs(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .any(|stat| {
+            // After the command name in parentheses: state, ppid, pgrp, ...
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+        })
 }
 
 impl Drop for Xtrace {
@@ -269,7 +286,7 @@ pub fn trace_fixture_with(
     env: &[(&str, &str)],
     out: &std::path::Path,
 ) -> Finished {
-    let before = crate::bpf::Programs::snapshot();
+    let before = crate::bpf::Attachments::snapshot();
     let mut args = crate::args!["-p", fixture.pid().to_string()];
     args.extend(flags);
     args.extend(crate::args!["-o", out]);
@@ -303,7 +320,7 @@ pub fn trace_new_fixture(
 /// Waits for `xtrace` (started after `before` was taken) and checks the user-error contract: exit
 /// code 2, exactly one stderr line starting `xtrace: error: `, no xtrace BPF program left.
 /// Returns the error line.
-pub fn expect_user_error(before: &crate::bpf::Programs, xtrace: Xtrace) -> String {
+pub fn expect_user_error(before: &crate::bpf::Attachments, xtrace: Xtrace) -> String {
     let Finished { status, stderr, .. } = xtrace.wait();
     before.assert_none_left();
     assert_eq!(
@@ -330,7 +347,7 @@ pub fn run_error(args: Vec<OsString>) -> String {
 
 /// [`run_error`] with extra environment variables.
 pub fn run_error_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> String {
-    let before = crate::bpf::Programs::snapshot();
+    let before = crate::bpf::Attachments::snapshot();
     expect_user_error(&before, Xtrace::spawn_with_env(args, env))
 }
 

@@ -5,7 +5,7 @@
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
@@ -62,7 +62,7 @@ fn unknown_mechanism_is_refused() {
     }
     let mut fixture = Fixture::spin();
     let tmp = TempDir::new("mechanism-bad");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let line = expect_user_error(
         &before,
         Xtrace::spawn_with_env(

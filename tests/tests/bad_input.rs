@@ -8,7 +8,7 @@ use std::{os::unix::fs::PermissionsExt, process::Command};
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     require_bpf,
     run::{expect_user_error, run_error, run_error_with_env, Xtrace},
@@ -209,7 +209,7 @@ fn function_the_kernel_cannot_probe() {
     ]);
     assert_eq!(again, line);
     let out = tmp.join("glob");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let finished = Xtrace::spawn(args!["-u", "*_entry", "-u", "plain", "-o", &out, "--", program]).wait();
     finished.assert_success();
     before.assert_none_left();
@@ -267,7 +267,7 @@ fn without_root_needs_cap_bpf() {
     // uid 65534 must be able to create the output directory, so that only the missing
     // capability can be the error.
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let xtrace = Xtrace::spawn_unprivileged(args![
         "-p",
         fixture.pid().to_string(),

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use xtrace_tests::{
     args,
-    bpf::{map_u32_keys, Programs},
+    bpf::{map_u32_keys, Attachments},
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -22,7 +22,7 @@ fn sample_children(flags: &[&str], tmp: &TempDir) -> (Outputs, Vec<u32>, Vec<u32
     let mut fixture = Fixture::spawn(&fixtures().profile, &["children", "1000"]);
     fixture.wait_ready();
     let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut all = args!["-F", "999", "-p", fixture.pid().to_string(), "-o", &out];
     all.extend(flags.iter().map(Into::into));
     let mut xtrace = Xtrace::spawn(all);

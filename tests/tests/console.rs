@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use xtrace_tests::{bpf::Programs, fixtures::fixtures, output::Outputs, require_bpf, xtrace_bin, TempDir};
+use xtrace_tests::{bpf::Attachments, fixtures::fixtures, output::Outputs, require_bpf, xtrace_bin, TempDir};
 
 /// Runs `xtrace FLAGS -F 99 -o OUT -- profile split MS` on a pseudo-terminal; returns what
 /// the terminal showed.
@@ -15,7 +15,7 @@ fn on_terminal(flags: &str, ms: u32, out: &std::path::Path) -> String {
         out.display(),
         fixtures().profile.display()
     );
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let ran = Command::new("script")
         .args(["-qefc", &line, "/dev/null"])
         .env_remove("RUST_LOG")
@@ -85,7 +85,7 @@ fn with_log(log: Option<&str>, out: &std::path::Path) -> Output {
     if let Some(log) = log {
         command.env("RUST_LOG", log);
     }
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let ran = command.output().expect("running xtrace");
     before.assert_none_left();
     assert!(ran.status.success(), "{ran:?}");

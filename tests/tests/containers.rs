@@ -8,7 +8,7 @@ use std::path::Path;
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -81,7 +81,7 @@ fn pid_in_other_namespaces_resolves_files_through_its_root() {
         listed.stdout
     );
 
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let out_dir = tmp.join("out");
     let mut xtrace = Xtrace::spawn(args![
         "-p",

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{Outputs, Span},
     require_bpf,
@@ -328,7 +328,7 @@ fn cuda_without_a_cuda_library_watches_or_is_refused() {
     }
     // A process may load CUDA later: xtrace says so and watches its dlopen calls.
     let fixture = Fixture::spin();
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "--cuda",
         "-p",

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::json;
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -35,7 +35,7 @@ fn libraries_loaded_after_attach_are_traced() {
     fixture.wait_ready();
     let tmp = TempDir::new("cuda-late");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--cuda", "-o", &out_dir]);
     let attached = xtrace.wait_attached();
     // Only the dlopen probe in libc: no CUDA library is mapped yet.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::fixtures,
     output::{u64_field, Outputs, Span},
     require_bpf,
@@ -22,7 +22,7 @@ fn run_to_exit(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path) -> Outp
 
 /// [`run_to_exit`], also returning the attached line.
 fn run_to_exit_noticed(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path) -> (Outputs, String) {
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args);
     let notice = xtrace.wait_attached();
     let finished = xtrace.wait();

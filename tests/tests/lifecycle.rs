@@ -1,7 +1,8 @@
-//! Lifecycle: nothing of xtrace survives it, however it ends. SIGKILL (no chance to clean up) must
-//! still leave no BPF program loaded, because every attachment is an fd the kernel closes. A full
-//! output disk stops the recording with one error line, detaches, and renames the cut-short trace
-//! to `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
+//! Lifecycle: nothing of xtrace survives it, however it ends. SIGKILL and a panic (no chance to
+//! clean up) must still leave no BPF program, link or perf event, because every attachment is an
+//! fd the kernel closes; a launched command gets SIGTERM when xtrace dies, and the trace keeps the
+//! name it is written under, `trace.json.partial`. A full output disk stops the recording with one
+//! error line, detaches, and leaves the cut-short trace as `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
 //! complete outputs. A file that fails after the trace was closed (summary.json) leaves trace.json
 //! whole, under its own name. Under sudo, the outputs belong to the invoking user.
 
@@ -9,7 +10,7 @@ use std::{os::unix::fs::MetadataExt, process::Command};
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -37,7 +38,7 @@ fn sigkill_leaves_nothing_attached() {
     }
     let mut fixture = Fixture::spin();
     let tmp = TempDir::new("sigkill");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "-p",
         fixture.pid().to_string(),
@@ -47,9 +48,10 @@ fn sigkill_leaves_nothing_attached() {
         tmp.join("out")
     ]);
     xtrace.wait_attached();
+    let attached = Attachments::snapshot();
     assert!(
-        !Programs::snapshot().new_since(&before).is_empty(),
-        "programs are visible while attached"
+        !attached.programs_since(&before).is_empty() && !attached.hooks_since(&before).is_empty(),
+        "programs and their links are visible while attached"
     );
     xtrace.signal(libc::SIGKILL);
     let finished = xtrace.wait();
@@ -61,6 +63,86 @@ fn sigkill_leaves_nothing_attached() {
     assert!(
         fixture.is_running(),
         "the traced process survives xtrace being killed"
+    );
+}
+
+/// Launches `spans spin` under xtrace (with `env`), lets it record, ends xtrace with `signal` (or
+/// lets the panic that `env` asks for end it), and checks what every abnormal end must leave:
+/// nothing attached, no process of the command alive, and the trace marked partial.
+fn end_abnormally(env: &[(&str, &str)], signal: Option<i32>) -> xtrace_tests::run::Finished {
+    let tmp = TempDir::new("abnormal-end");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn_with_env(
+        args!["-u", "work", "-o", &out_dir, "--", &fixtures().spans, "spin"],
+        env,
+    );
+    xtrace.wait_attached();
+    let attached = Attachments::snapshot();
+    assert!(
+        !attached.programs_since(&before).is_empty() && !attached.hooks_since(&before).is_empty(),
+        "programs and their links are visible while attached"
+    );
+    if let Some(signal) = signal {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        xtrace.signal(signal);
+    }
+    let finished = xtrace.wait();
+    before.assert_none_left();
+    assert!(
+        !finished.left_processes,
+        "the launched command is gone once xtrace is"
+    );
+    assert!(
+        out_dir.join("trace.json.partial").exists(),
+        "the trace is marked partial"
+    );
+    for name in ["trace.json", "summary.json", "summary.txt"] {
+        assert!(!out_dir.join(name).exists(), "no {name} pretends to be whole");
+    }
+    finished
+}
+
+#[test]
+fn sigkill_ends_a_launched_command_and_leaves_a_partial_trace() {
+    if !require_bpf() {
+        return;
+    }
+    let finished = end_abnormally(&[], Some(libc::SIGKILL));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&finished.status),
+        Some(libc::SIGKILL)
+    );
+}
+
+#[test]
+fn a_panic_mid_capture_is_one_line_and_leaves_nothing_attached() {
+    if !require_bpf() {
+        return;
+    }
+    // XTRACE_TEST_PANIC (debug builds only) panics once the first events are read; without
+    // RUST_BACKTRACE the report is one line.
+    let finished = end_abnormally(&[("XTRACE_TEST_PANIC", "1"), ("RUST_BACKTRACE", "0")], None);
+    assert_eq!(finished.status.code(), Some(101), "stderr: {:?}", finished.stderr);
+    let after_attach: Vec<&String> = finished
+        .stderr
+        .iter()
+        .skip_while(|l| !l.starts_with("xtrace: attached"))
+        .skip(1)
+        .collect();
+    assert_eq!(
+        after_attach.len(),
+        1,
+        "one line after the attached one: {after_attach:?}"
+    );
+    let line = after_attach[0];
+    assert!(
+        line.starts_with("xtrace: internal error: XTRACE_TEST_PANIC is set at xtrace/src/session/run.rs:")
+            && line.ends_with(
+                "(thread main); this is a bug in xtrace: please report it, with the output of \
+             RUST_BACKTRACE=1"
+            ),
+        "{line}"
     );
 }
 
@@ -101,7 +183,7 @@ fn full_output_disk_marks_the_trace_partial() {
     let tmp = TempDir::new("full-disk");
     let disk = TinyDisk::mount(tmp.join("disk"));
     let out_dir = disk.dir.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     // `spin` makes ~100 spans a millisecond, ~10 MB of trace a second: 64 KiB fills at once.
     let mut xtrace = Xtrace::spawn(args![
         "-p",
@@ -138,7 +220,7 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
     let mut fixture = Fixture::spin();
     let tmp = TempDir::new("summary-fails");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "-p",
         fixture.pid().to_string(),
@@ -213,7 +295,7 @@ fn target_crash_mid_capture_leaves_complete_outputs() {
     let pid = fixture.pid();
     let tmp = TempDir::new("crash");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir]);
     xtrace.wait_attached();
     std::thread::sleep(std::time::Duration::from_millis(200));

@@ -7,7 +7,7 @@
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
@@ -327,7 +327,7 @@ fn several_processes_at_once() {
     b.wait_ready();
     let tmp = TempDir::new("nesting-pids");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "-p",
         a.pid().to_string(),

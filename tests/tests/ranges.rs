@@ -41,7 +41,7 @@ fn trace_by_pid(
 /// succeed and no program left, and returns the outputs and how xtrace finished.
 fn launch_nvtx(script_name: &str, tmp: &TempDir) -> (Outputs, Finished) {
     let out_dir = tmp.join("out");
-    let before = xtrace_tests::bpf::Programs::snapshot();
+    let before = xtrace_tests::bpf::Attachments::snapshot();
     let finished = Xtrace::spawn(args![
         "--nvtx",
         "-o",
@@ -185,7 +185,7 @@ fn xtrace_range_api_by_pid() {
 /// Ctrl-C. Returns (name, count) of every range, sorted by name.
 fn names_session(fixture: &mut Fixture, rounds: usize, tmp: &TempDir, label: &str) -> Vec<(String, u64)> {
     let out = tmp.join(label);
-    let before = xtrace_tests::bpf::Programs::snapshot();
+    let before = xtrace_tests::bpf::Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--ranges", "-o", &out]);
     xtrace.wait_attached();
     for _ in 0..rounds {
@@ -240,7 +240,7 @@ fn script_steps(fixture: &mut Fixture, steps: &[&str]) {
 /// One xtrace session by pid on a `ranges script` fixture while it runs `steps`, then Ctrl-C.
 fn script_session(fixture: &mut Fixture, steps: &[&str], tmp: &TempDir, label: &str) -> Outputs {
     let out = tmp.join(label);
-    let before = xtrace_tests::bpf::Programs::snapshot();
+    let before = xtrace_tests::bpf::Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--ranges", "-o", &out]);
     xtrace.wait_attached();
     script_steps(fixture, steps);

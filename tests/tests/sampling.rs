@@ -7,7 +7,7 @@ use std::{ffi::OsString, path::Path};
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -19,7 +19,7 @@ use xtrace_tests::{
 /// wait for a go line); returns the outputs.
 fn profile_command(flags: Vec<OsString>, program: &Path, program_args: &[&str], tmp: &TempDir) -> Outputs {
     let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut all = flags;
     all.extend(args!["-o", &out, "--", program]);
     all.extend(program_args.iter().map(OsString::from));
@@ -199,7 +199,7 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
     fixture.wait_ready();
     let tmp = TempDir::new("sample-pid");
     let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "-o", &out]);
     let attached = xtrace.wait_attached();
     assert!(

@@ -8,7 +8,7 @@ use std::{thread, time::Duration};
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
@@ -50,7 +50,7 @@ fn stop_spin_under_pid(stop: Stop, reason: &str) {
     let pid = fixture.pid();
     let tmp = TempDir::new("stop");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
 
     let mut args = args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir];
     if let Stop::Duration = stop {
@@ -58,10 +58,15 @@ fn stop_spin_under_pid(stop: Stop, reason: &str) {
     }
     let mut xtrace = Xtrace::spawn(&args);
     xtrace.wait_attached();
-    // Proves that the leak check below can see xtrace's programs at all.
+    // Proves that the leak check below can see xtrace's programs and what holds them at all.
+    let attached = Attachments::snapshot();
     assert!(
-        !Programs::snapshot().new_since(&before).is_empty(),
+        !attached.programs_since(&before).is_empty(),
         "no span_enter/span_exit program is loaded while xtrace is attached"
+    );
+    assert!(
+        !attached.hooks_since(&before).is_empty(),
+        "no link or perf event holds xtrace's programs while it is attached"
     );
     if let Stop::Signal(signal) = stop {
         thread::sleep(Duration::from_millis(300));
@@ -119,7 +124,7 @@ fn duration_expiry_terminates_launched_command() {
     }
     let tmp = TempDir::new("stop-launch");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "-u",
         "work",
@@ -202,7 +207,7 @@ fn duration_is_kept_while_calls_flood_the_ring() {
     fixture.wait_ready();
     let tmp = TempDir::new("stop-flood");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args![
         "-p",
         fixture.pid().to_string(),

@@ -4,7 +4,7 @@
 
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
@@ -20,7 +20,7 @@ fn processes_started_after_attach_are_traced() {
     let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
     let tmp = TempDir::new("system-wide");
     let out_dir = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-a", "-u", format!("{lib}:lib_work"), "-o", &out_dir]);
     let notice = xtrace.wait_attached();
     assert!(notice.contains("every process"), "{notice}");

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use serde_json::{json, Value};
 use xtrace_tests::{
     args,
-    bpf::Programs,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
@@ -32,14 +32,39 @@ fn number_after(line: &str, prefix: &str) -> u32 {
         .unwrap_or_else(|| panic!("expected `{prefix}N`, got {line:?}"))
 }
 
-/// The rest of a `usdt run` once it has its go line: `guarded K`, `fired`; then stop `xtrace`
-/// (SIGINT) and read the semaphore the fixture sees after xtrace exited.
-fn finish_run(mut fixture: Fixture, xtrace: Xtrace, before: &Programs) -> (u32, u32, Vec<String>) {
+/// How a traced `usdt run` ends: SIGINT (a clean stop), SIGKILL, or a panic mid-capture
+/// (`XTRACE_TEST_PANIC`, debug builds).
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Sigint,
+    Sigkill,
+    Panic,
+}
+
+/// The rest of a `usdt run` once it has its go line: `guarded K`, `fired`; then end `xtrace` and
+/// read the semaphore the fixture sees after xtrace exited.
+fn finish_run(
+    mut fixture: Fixture,
+    xtrace: Xtrace,
+    before: &Attachments,
+    end: End,
+) -> (u32, u32, Vec<String>) {
     let guarded = number_after(&fixture.next_line(), "guarded ");
     assert_eq!(fixture.next_line(), "fired");
-    xtrace.signal(libc::SIGINT);
+    match end {
+        End::Sigint => xtrace.signal(libc::SIGINT),
+        End::Sigkill => xtrace.signal(libc::SIGKILL),
+        End::Panic => {}
+    }
     let finished = xtrace.wait();
-    finished.assert_success();
+    match end {
+        End::Sigint => finished.assert_success(),
+        End::Sigkill => assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&finished.status),
+            Some(libc::SIGKILL)
+        ),
+        End::Panic => assert_eq!(finished.status.code(), Some(101), "{:?}", finished.stderr),
+    }
     before.assert_none_left();
     fixture.send("after");
     let after = number_after(&fixture.next_line(), "sem ");
@@ -47,27 +72,64 @@ fn finish_run(mut fixture: Fixture, xtrace: Xtrace, before: &Programs) -> (u32, 
     (guarded, after, finished.stderr)
 }
 
-/// Traces `usdt run` by `--pid` with `flags` (and `env` for xtrace).
-fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
+/// Traces `usdt run` by `--pid` with `flags` (and `env` for xtrace) until `end`; returns the
+/// output directory (in `tmp`), xtrace's stderr and the semaphore before, used, after.
+fn run_usdt(
+    flags: Vec<OsString>,
+    env: &[(&str, &str)],
+    end: End,
+    tmp: &TempDir,
+) -> (Vec<String>, (u32, u32, u32)) {
     let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
     let early = fixture.wait_ready();
     assert_eq!(early.len(), 1, "lines before ready: {early:?}");
     let before_sem = number_after(&early[0], "sem ");
-    let tmp = TempDir::new("usdt");
-    let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut all = args!["-p", fixture.pid().to_string()];
     all.extend(flags);
-    all.extend(args!["-o", &out]);
+    all.extend(args!["-o", tmp.join("out")]);
     let mut xtrace = Xtrace::spawn_with_env(&all, env);
     xtrace.wait_attached();
     fixture.send("go");
-    let (guarded, after, stderr) = finish_run(fixture, xtrace, &before);
+    let (guarded, after, stderr) = finish_run(fixture, xtrace, &before, end);
+    (stderr, (before_sem, guarded, after))
+}
+
+/// Traces `usdt run` by `--pid` with `flags` (and `env` for xtrace), stopped by SIGINT.
+fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
+    let tmp = TempDir::new("usdt");
+    let (stderr, semaphore) = run_usdt(flags, env, End::Sigint, &tmp);
     UsdtRun {
-        out: Outputs::read(&out),
+        out: Outputs::read(&tmp.join("out")),
         stderr,
-        semaphore: (before_sem, guarded, after),
+        semaphore,
         _tmp: tmp,
+    }
+}
+
+#[test]
+fn semaphores_are_back_to_zero_after_sigkill_and_a_panic() {
+    if !require_bpf() {
+        return;
+    }
+    for mechanism in ["uprobe_multi", "perf_event"] {
+        for (end, env) in [
+            (End::Sigkill, vec![]),
+            (
+                End::Panic,
+                vec![("XTRACE_TEST_PANIC", "1"), ("RUST_BACKTRACE", "0")],
+            ),
+        ] {
+            let tmp = TempDir::new("usdt-end");
+            let mut env = env;
+            env.push(("XTRACE_UPROBE_ATTACH", mechanism));
+            let (stderr, semaphore) = run_usdt(args!["-U", "xtfix:guarded"], &env, end, &tmp);
+            assert_eq!(
+                semaphore,
+                (0, 3, 0),
+                "semaphore before, uses while attached, after {end:?} ({mechanism}); stderr: {stderr:?}"
+            );
+        }
     }
 }
 
@@ -196,7 +258,7 @@ fn launched_command_every_inlined_site() {
     }
     let tmp = TempDir::new("usdt-launch");
     let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
     // stdin is /dev/null: the fixture reads EOF at both of its waits and runs straight through.
     let finished = Xtrace::spawn(args![
@@ -274,7 +336,7 @@ fn system_wide_semaphore_in_a_process_started_after_attach() {
     let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();
     let tmp = TempDir::new("usdt-a");
     let out = tmp.join("out");
-    let before = Programs::snapshot();
+    let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-a", "-U", format!("{usdt}:xtfix:guarded"), "-o", &out]);
     xtrace.wait_attached();
     let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
@@ -285,7 +347,7 @@ fn system_wide_semaphore_in_a_process_started_after_attach() {
         "the kernel raised the semaphore at exec"
     );
     fixture.send("go");
-    let (guarded, after, _) = finish_run(fixture, xtrace, &before);
+    let (guarded, after, _) = finish_run(fixture, xtrace, &before, End::Sigint);
     assert_eq!(
         (guarded, after),
         (3, 0),

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
     // Log lines (xtrace's and its libraries', aya's included) only when RUST_LOG asks for them,
     // e.g. RUST_LOG=debug or RUST_LOG=xtrace=debug.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off")).init();
+    std::panic::set_hook(Box::new(report_panic));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
@@ -135,6 +136,32 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
             err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// A panic (a bug in xtrace) as one `xtrace: internal error:` line, the backtrace after it when
+/// RUST_BACKTRACE asks for one. The process then exits with 101; everything it attached goes with
+/// its fds, and a launched command gets SIGTERM (see `target::Launch`).
+fn report_panic(info: &std::panic::PanicHookInfo) {
+    let payload = info.payload();
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    let at = info
+        .location()
+        .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+    let thread = std::thread::current();
+    let thread = thread.name().unwrap_or("unnamed");
+    err!(
+        "xtrace: internal error: {}{at} (thread {thread}); this is a bug in xtrace: please report it, \
+         with the output of RUST_BACKTRACE=1",
+        one_line(message)
+    );
+    let backtrace = std::backtrace::Backtrace::capture();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        err!("{backtrace}");
     }
 }
 

@@ -1,6 +1,8 @@
 //! The output directory: its default name, creating it, and creating files in it without following
 //! symbolic links. Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
-//! The trace file is written through a [`Sink`], plain or gzip-compressed (`--gzip`).
+//! Every file is written as `NAME.partial` and renamed to NAME once whole, so a file cut short (a
+//! full disk, SIGKILL, a panic) never looks whole. The trace file is written through a [`Sink`],
+//! plain or gzip-compressed (`--gzip`).
 use std::{
     fs::File,
     io::{BufWriter, Write},
@@ -40,10 +42,18 @@ fn invoking_user() -> Option<(u32, u32)> {
     Some((id("SUDO_UID")?, id("SUDO_GID")?))
 }
 
-/// Hands `path` to the invoking user under sudo.
+/// Hands the directory at `path` to the invoking user under sudo.
 fn give_to_invoking_user(path: &Path) -> std::io::Result<()> {
     match invoking_user() {
         Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+        None => Ok(()),
+    }
+}
+
+/// Hands an open file to the invoking user under sudo (by its fd: no path is looked up again).
+fn give_file_to_invoking_user(file: &File) -> std::io::Result<()> {
+    match invoking_user() {
+        Some((uid, gid)) => std::os::unix::fs::fchown(file, Some(uid), Some(gid)),
         None => Ok(()),
     }
 }
@@ -74,8 +84,10 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
     let _ = std::fs::remove_file(&probe);
     // An output name taken by a directory, a symbolic link (never followed) or anything else
     // that is not a file would fail only at the end of the recording.
-    for name in FILES {
-        let path = dir.join(name);
+    for path in FILES
+        .iter()
+        .flat_map(|name| [dir.join(name), dir.join(partial(name))])
+    {
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             let what = meta.file_type();
             let taken = if what.is_file() {
@@ -109,13 +121,11 @@ pub const FLAMEGRAPH_SVG: &str = "flamegraph.svg";
 pub const SPAN_FLAMEGRAPH_SVG: &str = "span-flamegraph.svg";
 pub const PROFILE_PB_GZ: &str = "profile.pb.gz";
 
-/// Every file a recording may write into its output directory (a cut-short trace gets
-/// `.partial`: see [`mark_partial`]).
+/// Every file a recording may write into its output directory (each also as `NAME.partial` while
+/// it is written: see [`create`]).
 pub const FILES: &[&str] = &[
     TRACE_FILE,
     TRACE_FILE_GZ,
-    "trace.json.partial",
-    "trace.json.gz.partial",
     SUMMARY_JSON,
     SUMMARY_TXT,
     STACKS_FOLDED,
@@ -124,9 +134,26 @@ pub const FILES: &[&str] = &[
     PROFILE_PB_GZ,
 ];
 
-/// Creates (truncates) `dir/name`; a symbolic link there is refused, not followed.
+/// The name of file `name` while it is written.
+pub fn partial(name: &str) -> String {
+    format!("{name}.partial")
+}
+
+/// Starts writing `dir/name`: creates (truncates) `dir/name.partial`, refusing a symbolic link
+/// there, and removes an older `dir/name`, so that no whole-looking file of another run is left
+/// beside it. [`complete`] gives the file its name once it is whole.
 pub fn create(dir: &Path, name: &str) -> Result<File> {
-    let path = dir.join(name);
+    let whole = dir.join(name);
+    match std::fs::remove_file(&whole) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::Output {
+                path: whole,
+                source: e,
+            })
+        }
+        _ => {}
+    }
+    let path = dir.join(partial(name));
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -134,17 +161,25 @@ pub fn create(dir: &Path, name: &str) -> Result<File> {
         .custom_flags(libc::O_NOFOLLOW)
         .mode(0o644)
         .open(&path)
-        .and_then(|file| give_to_invoking_user(&path).map(|()| file))
+        .and_then(|file| give_file_to_invoking_user(&file).map(|()| file))
         .map_err(|source| Error::Output { path, source })
 }
 
-/// Writes `dir/name` whole.
+/// Renames the whole `dir/name.partial` to `dir/name` (replacing, not following, what is there).
+pub fn complete(dir: &Path, name: &str) -> Result<()> {
+    let path = dir.join(name);
+    std::fs::rename(dir.join(partial(name)), &path).map_err(|source| Error::Output { path, source })
+}
+
+/// Writes `dir/name` whole (through `name.partial`).
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let mut file = create(dir, name)?;
     file.write_all(bytes).map_err(|source| Error::Output {
-        path: dir.join(name),
+        path: dir.join(partial(name)),
         source,
-    })
+    })?;
+    drop(file);
+    complete(dir, name)
 }
 
 /// Writes the file at `path` whole (a file name, with or without a directory); a path without a
@@ -216,21 +251,9 @@ impl Write for Sink {
     }
 }
 
-/// Renames `dir/name` to `dir/name.partial` after a failed write, so no one mistakes it for whole.
-pub fn mark_partial(dir: &Path, name: &str) {
-    let _ = std::fs::rename(dir.join(name), dir.join(format!("{name}.partial")));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_trace_name_has_its_partial_name_listed() {
-        for name in [TRACE_FILE, TRACE_FILE_GZ] {
-            assert!(FILES.contains(&format!("{name}.partial").as_str()), "{name}");
-        }
-    }
 
     #[test]
     fn default_name_shape() {
@@ -268,6 +291,13 @@ mod tests {
         let message = prepare(Some(&dir)).unwrap_err().to_string();
         assert!(message.contains("trace.json: it is a symbolic link"), "{message}");
         std::fs::remove_file(dir.join("trace.json")).unwrap();
+        std::fs::create_dir(dir.join("stacks.folded.partial")).unwrap();
+        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        assert!(
+            message.contains("stacks.folded.partial: it is a directory"),
+            "{message}"
+        );
+        std::fs::remove_dir(dir.join("stacks.folded.partial")).unwrap();
         std::fs::write(dir.join("summary.txt"), "old").unwrap();
         assert!(prepare(Some(&dir)).is_ok(), "an old file is overwritten");
         let file = dir.join("summary.txt");
@@ -277,18 +307,32 @@ mod tests {
     }
 
     #[test]
-    fn partial_outputs_are_renamed() {
+    fn files_are_partial_until_complete() {
         let dir = prepare(Some(
             &std::env::temp_dir().join(format!("xtrace-partial-{}", std::process::id())),
         ))
         .unwrap();
-        write(&dir, "trace.json", b"{\"traceEvents\":[").unwrap();
-        mark_partial(&dir, "trace.json");
-        assert!(!dir.join("trace.json").exists());
+        std::fs::write(dir.join("trace.json"), "an older run's trace").unwrap();
+        let mut file = create(&dir, "trace.json").unwrap();
+        file.write_all(b"{\"traceEvents\":[").unwrap();
+        assert!(!dir.join("trace.json").exists(), "the older trace is gone");
         assert_eq!(
             std::fs::read(dir.join("trace.json.partial")).unwrap(),
             b"{\"traceEvents\":["
         );
+        complete(&dir, "trace.json").unwrap();
+        assert!(!dir.join("trace.json.partial").exists());
+        assert_eq!(
+            std::fs::read(dir.join("trace.json")).unwrap(),
+            b"{\"traceEvents\":["
+        );
+        write(&dir, "summary.txt", b"whole").unwrap();
+        assert_eq!(std::fs::read(dir.join("summary.txt")).unwrap(), b"whole");
+        assert!(!dir.join("summary.txt.partial").exists());
+        // A name taken by a directory since `prepare` is reported.
+        std::fs::create_dir(dir.join("summary.json")).unwrap();
+        let message = write(&dir, "summary.json", b"{}").unwrap_err().to_string();
+        assert!(message.contains("summary.json: Is a directory"), "{message}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -296,7 +340,7 @@ mod tests {
     fn refuses_symlinks() {
         let dir = std::env::temp_dir().join(format!("xtrace-out-test-{}", std::process::id()));
         let dir = prepare(Some(&dir)).unwrap();
-        std::os::unix::fs::symlink("/tmp/xtrace-out-test-elsewhere", dir.join("trace.json")).unwrap();
+        std::os::unix::fs::symlink("/tmp/xtrace-out-test-elsewhere", dir.join("trace.json.partial")).unwrap();
         assert!(matches!(create(&dir, "trace.json"), Err(Error::Output { .. })));
         assert!(create(&dir, "summary.json").is_ok());
         std::fs::remove_dir_all(&dir).unwrap();

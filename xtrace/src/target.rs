@@ -295,7 +295,8 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
 }
 
 /// A launched command, stopped before `exec` until `release` is called. Dropping it unreleased
-/// makes the child exit without running the command.
+/// makes the child exit without running the command. The command gets SIGTERM if xtrace dies
+/// (PR_SET_PDEATHSIG).
 pub struct Launch {
     pub process: Process,
     pub argv: Vec<String>,
@@ -324,11 +325,19 @@ impl Launch {
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let (gate_fd, gate_write_fd, pid_fd) =
             (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
-        // SAFETY: the hook only calls async-signal-safe functions (close, getpid, write, read).
+        let xtrace = std::process::id() as libc::pid_t;
+        // SAFETY: the hook only calls async-signal-safe functions (close, prctl, getppid, getpid,
+        // write, read).
         unsafe {
             cmd.pre_exec(move || {
                 // Our copy of the gate's write end would keep the read below from ever seeing EOF.
                 libc::close(gate_write_fd);
+                // The command never outlives xtrace, however xtrace ends (SIGKILL, a panic): it
+                // gets SIGTERM when the thread that forked it (the launcher, alive until the
+                // command exits) dies. If xtrace died before this line, stop here.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 || libc::getppid() != xtrace {
+                    return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
+                }
                 let pid = libc::getpid().to_ne_bytes();
                 libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
                 let mut byte = 0u8;

@@ -60,7 +60,7 @@ pub struct Sampling {
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     out: &Path,
-    trace_path: &Path,
+    trace_name: &str,
     plan: &Plan,
     pipeline: Pipeline<Sink>,
     mut infos: Vec<(u32, ProcessInfo)>,
@@ -73,7 +73,8 @@ pub fn write(
     icicle: bool,
     gpus: &[DeviceSeries],
 ) -> Result<(Summary, Vec<&'static str>)> {
-    let trace_err = output_error(trace_path);
+    let trace_path = out.join(output::partial(trace_name));
+    let trace_err = output_error(&trace_path);
     let Pipeline {
         stats,
         trace,
@@ -132,6 +133,7 @@ pub fn write(
         .into_inner()
         .close()
         .map_err(trace_err)?;
+    output::complete(out, trace_name)?;
 
     let mut probes: Vec<ProbeSummary> = plan
         .probes

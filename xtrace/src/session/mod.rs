@@ -1,7 +1,7 @@
 //! One recording from start to stop: validate input, attach, read until a stop condition (`run`),
 //! detach, and write the outputs (`finish`). Every stop path ends with complete outputs; every error
-//! path drops the kernel attachments (they are fd-based), and a trace cut short by an output error
-//! is renamed `trace.json.partial`.
+//! path drops the kernel attachments (they are fd-based), and a file cut short keeps the name it is
+//! written under, `NAME.partial` (see `output::create`).
 mod finish;
 use finish::Sampling;
 mod run;
@@ -382,7 +382,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     } else {
         output::TRACE_FILE
     };
-    let trace_path = out.join(trace_name);
+    let trace_path = out.join(output::partial(trace_name));
     let trace_file = output::create(&out, trace_name)?;
     let writer = TraceWriter::spawn(output::Sink::new(trace_file, args.gzip), &names)
         .map_err(output_error(&trace_path))?;
@@ -518,7 +518,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         };
         finish::write(
             &out,
-            &trace_path,
+            trace_name,
             &plan,
             pipeline,
             infos,
@@ -537,11 +537,6 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         )
     }
     .await;
-    // Only a trace cut short is partial: when a later file (summary.json, say) fails, the trace
-    // was already closed whole.
-    if matches!(&result, Err(Error::Output { path, .. }) if *path == trace_path) {
-        output::mark_partial(&out, trace_name);
-    }
     let (summary, derived) = result?;
     let mut files = vec![trace_name, output::SUMMARY_JSON, output::SUMMARY_TXT];
     if summary.profile.is_some() {

@@ -128,6 +128,12 @@ pub async fn run<W: Write + Send + 'static>(
                     .drain(|bytes| pipeline.record(bytes))
                     .and_then(|_| pipeline.trace.flush())
                     .map_err(output_error(trace_path))?;
+                // A test hook in debug builds only: a panic once events arrive, for the lifecycle
+                // tests that check a panic mid-capture leaves nothing attached.
+                #[cfg(debug_assertions)]
+                if pipeline.events > 0 && std::env::var_os("XTRACE_TEST_PANIC").is_some() {
+                    panic!("XTRACE_TEST_PANIC is set");
+                }
                 for warning in pipeline.warnings.take() {
                     observer.warning(&warning);
                 }
