@@ -9,12 +9,13 @@ use xtrace_tests::{bpf::Attachments, fixtures::fixtures, output::Outputs, requir
 /// Runs `xtrace FLAGS -F 99 -o OUT -- profile split MS` on a pseudo-terminal; returns what
 /// the terminal showed.
 fn on_terminal(flags: &str, ms: u32, out: &std::path::Path) -> String {
-    let line = format!(
-        "{} {flags} -F 99 -o {} -- {} split {ms} </dev/null",
-        xtrace_bin().display(),
-        out.display(),
-        fixtures().profile.display()
-    );
+    let command = format!("-F 99 -- {} split {ms}", fixtures().profile.display());
+    run_on_terminal(&format!("{flags} -o {} {command}", out.display()))
+}
+
+/// Runs `xtrace ARGS` on a pseudo-terminal; returns what the terminal showed.
+fn run_on_terminal(args: &str) -> String {
+    let line = format!("{} {args} </dev/null", xtrace_bin().display());
     let before = Attachments::snapshot();
     let ran = Command::new("script")
         .args(["-qefc", &line, "/dev/null"])
@@ -28,20 +29,20 @@ fn on_terminal(flags: &str, ms: u32, out: &std::path::Path) -> String {
     shown
 }
 
-/// The status line's fields, each time it was drawn: (events, lost, trace.json size text).
-fn status_lines(shown: &str) -> Vec<(u64, u64, String)> {
+/// The status line's fields, each time it was drawn: (events, lost, size text of `file`).
+fn status_lines(shown: &str, file: &str) -> Vec<(u64, u64, String)> {
     shown
         .split(['\r', '\n'])
         .map(|part| part.trim_start_matches("\x1b[2K"))
         .filter_map(|part| {
             let words: Vec<&str> = part.split_whitespace().collect();
-            // spinner, elapsed, N, events, R/s, L, lost, trace.json, SIZE, UNIT
+            // spinner, elapsed, N, events, R/s, L, lost, FILE, SIZE, UNIT
             let at = words.iter().position(|w| *w == "events")?;
             let events = words.get(at - 1)?.parse().ok()?;
             assert!(words.get(at + 1)?.ends_with("/s"), "{part:?}");
             assert_eq!(words.get(at + 3), Some(&"lost"), "{part:?}");
             let lost = words.get(at + 2)?.parse().ok()?;
-            assert_eq!(words.get(at + 4), Some(&"trace.json"), "{part:?}");
+            assert_eq!(words.get(at + 4), Some(&file), "{part:?}");
             Some((events, lost, words[at + 5..].join(" ")))
         })
         .collect()
@@ -55,7 +56,7 @@ fn a_terminal_shows_the_live_status_line() {
     let tmp = TempDir::new("console-tty");
     let out = tmp.join("out");
     let shown = on_terminal("", 1500, &out);
-    let drawn = status_lines(&shown);
+    let drawn = status_lines(&shown, "trace.json");
     assert!(!drawn.is_empty(), "no status line on the terminal:\n{shown}");
     let samples = Outputs::read_profiled(&out).summary["samples"].as_u64().unwrap();
     // Events only grow, never past what the capture holds; nothing was lost.
@@ -69,10 +70,40 @@ fn a_terminal_shows_the_live_status_line() {
     );
     assert!(shown.contains("xtrace: attached the sampler"), "{shown}");
 
+    // --gzip, recording `spans spin` (~100 spans a ms streamed as they come): the status line
+    // names trace.json.gz and counts its compressed bytes, which the file on disk ends with at
+    // least (the uncompressed JSON is several times more).
+    let tmp = TempDir::new("console-tty-gzip");
+    let shown = run_on_terminal(&format!(
+        "--gzip -u work -d 1.5 -o {} -- {} spin",
+        tmp.join("out").display(),
+        fixtures().spans.display()
+    ));
+    let drawn = status_lines(&shown, "trace.json.gz");
+    let last = drawn.last().unwrap_or_else(|| panic!("no status line:\n{shown}"));
+    let on_disk = std::fs::metadata(tmp.join("out/trace.json.gz")).unwrap().len() as f64;
+    assert!(
+        bytes(&last.2) <= on_disk * 1.05,
+        "{last:?} shown, {on_disk} bytes on disk"
+    );
+
     // -q: nothing from xtrace at all (the fixture's own `ready` line is all there is).
     let tmp = TempDir::new("console-tty-quiet");
     let shown = on_terminal("-q", 300, &tmp.join("out"));
     assert_eq!(shown.trim(), "ready", "-q on a terminal");
+}
+
+/// The bytes a status-line size shows ("830 B", "1.5 kB", "2.0 MB").
+fn bytes(size: &str) -> f64 {
+    let (number, unit) = size.split_once(' ').unwrap_or_else(|| panic!("a size: {size:?}"));
+    let scale = match unit {
+        "B" => 1.0,
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        _ => panic!("unit of {size:?}"),
+    };
+    number.parse::<f64>().expect("a number") * scale
 }
 
 /// Runs `xtrace -q -F 999 -o OUT -- profile split 300` with stderr piped and RUST_LOG set to

@@ -8,9 +8,13 @@ use std::{
     io::{BufWriter, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
+    sync::{atomic::AtomicU64, Arc},
 };
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    pipeline::writer::Counted,
+};
 
 /// `xtrace-YYYYmmdd-HHMMSS` in local time.
 pub fn default_dir() -> PathBuf {
@@ -208,21 +212,22 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz).
 pub enum Sink {
     Plain(BufWriter<File>),
-    Gzip(Box<flate2::write::GzEncoder<BufWriter<File>>>),
+    /// The encoder's output is counted for the live status line.
+    Gzip(Box<flate2::write::GzEncoder<Counted<BufWriter<File>>>>),
 }
 
 impl Sink {
-    /// Buffers writes to `file`, compressing them when `gzip`.
-    pub fn new(file: File, gzip: bool) -> Sink {
+    /// Buffers writes to `file`, compressing them when `gzip`; with `gzip`, also the count of
+    /// compressed bytes produced so far.
+    pub fn new(file: File, gzip: bool) -> (Sink, Option<Arc<AtomicU64>>) {
         let file = BufWriter::with_capacity(1 << 20, file);
         if gzip {
+            let (file, compressed) = Counted::new(file);
             // Fast compression: the writer thread must keep up with the ring buffer.
-            Sink::Gzip(Box::new(flate2::write::GzEncoder::new(
-                file,
-                flate2::Compression::fast(),
-            )))
+            let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+            (Sink::Gzip(Box::new(gz)), Some(compressed))
         } else {
-            Sink::Plain(file)
+            (Sink::Plain(file), None)
         }
     }
 
@@ -230,7 +235,7 @@ impl Sink {
     pub fn close(self) -> std::io::Result<()> {
         match self {
             Sink::Plain(mut file) => file.flush(),
-            Sink::Gzip(gz) => (*gz).finish()?.flush(),
+            Sink::Gzip(gz) => (*gz).finish()?.into_inner().flush(),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The console side of a recording: the attach notice and, on a terminal, a one-line live status
-//! (elapsed, events, events/s, lost, trace.json size) drawn with indicatif. `-q` silences both.
+//! (elapsed, events, events/s, lost, the trace file's size) drawn with indicatif. `-q` silences both.
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -33,11 +33,12 @@ fn size(bytes: u64) -> String {
 /// The status line's text.
 pub fn status_line(p: &Progress) -> String {
     format!(
-        "{}  {} events  {:.0}/s  {} lost  trace.json {}",
+        "{}  {} events  {:.0}/s  {} lost  {} {}",
         human(p.elapsed.as_nanos() as u64),
         p.events,
         p.rate,
         p.lost,
+        p.output,
         size(p.output_bytes)
     )
 }
@@ -106,11 +107,12 @@ mod tests {
             events: 12345,
             rate: 4000.4,
             lost: 2,
+            output: "trace.json.gz",
             output_bytes: 1_500_000,
         };
         assert_eq!(
             status_line(&p),
-            "2.500s  12345 events  4000/s  2 lost  trace.json 1.5 MB"
+            "2.500s  12345 events  4000/s  2 lost  trace.json.gz 1.5 MB"
         );
     }
 }

@@ -58,6 +58,18 @@ pub struct Counted<W> {
 }
 
 impl<W> Counted<W> {
+    /// Counts what is written to `inner`; the count can be read while it is written.
+    pub fn new(inner: W) -> (Self, Arc<AtomicU64>) {
+        let bytes = Arc::new(AtomicU64::new(0));
+        (
+            Counted {
+                inner,
+                bytes: bytes.clone(),
+            },
+            bytes,
+        )
+    }
+
     /// The writer underneath, e.g. to close it.
     pub fn into_inner(self) -> W {
         self.inner
@@ -88,14 +100,8 @@ pub struct TraceWriter<W: Write + Send + 'static> {
 impl<W: Write + Send + 'static> TraceWriter<W> {
     /// Starts the writer thread on `out`, writing the trace header for `probes` (name, category).
     pub fn spawn(out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
-        let bytes = Arc::new(AtomicU64::new(0));
-        let mut chrome = ChromeWriter::new(
-            Counted {
-                inner: out,
-                bytes: bytes.clone(),
-            },
-            probes,
-        )?;
+        let (out, bytes) = Counted::new(out);
+        let mut chrome = ChromeWriter::new(out, probes)?;
         let (tx, rx) = sync_channel::<Vec<SpanOut>>(BATCHES_IN_FLIGHT);
         let thread = std::thread::Builder::new()
             .name("xtrace-writer".into())
@@ -149,9 +155,15 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
             .map_err(|_| io::Error::other("the trace writer panicked"))?
     }
 
-    /// Bytes written to the output so far.
+    /// Bytes written to the output so far (what the writer counts; see [`Self::size_from`]).
     pub fn bytes(&self) -> Arc<AtomicU64> {
         self.bytes.clone()
+    }
+
+    /// Reports the output's size from `bytes` instead of counting what it writes: for an output
+    /// that compresses, the count below the compressor.
+    pub fn size_from(&mut self, bytes: Arc<AtomicU64>) {
+        self.bytes = bytes;
     }
 
     /// Sends what is pending, waits for the writer thread, and returns the trace for its metadata

@@ -384,8 +384,11 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     };
     let trace_path = out.join(output::partial(trace_name));
     let trace_file = output::create(&out, trace_name)?;
-    let writer = TraceWriter::spawn(output::Sink::new(trace_file, args.gzip), &names)
-        .map_err(output_error(&trace_path))?;
+    let (sink, compressed) = output::Sink::new(trace_file, args.gzip);
+    let mut writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_path))?;
+    if let Some(compressed) = compressed {
+        writer.size_from(compressed);
+    }
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
         launch.release()?;
@@ -463,7 +466,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         &counters,
         &targets.processes(),
         args.duration.map(|d| started + d),
-        &trace_path,
+        (&trace_path, trace_name),
         observer,
         &mut on_load,
     )

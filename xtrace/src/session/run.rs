@@ -32,6 +32,8 @@ pub struct Progress {
     /// Events per second over the last interval.
     pub rate: f64,
     pub lost: u64,
+    /// The trace file's name (trace.json or trace.json.gz) and the bytes written to it so far.
+    pub output: &'static str,
     pub output_bytes: u64,
 }
 
@@ -84,7 +86,7 @@ pub async fn run<W: Write + Send + 'static>(
     counters: &PerCpuArray<MapData, u64>,
     processes: &[&Process],
     deadline: Option<Instant>,
-    trace_path: &std::path::Path,
+    (trace_path, trace_name): (&std::path::Path, &'static str),
     observer: &mut dyn Observer,
     on_load: &mut dyn FnMut(u32) -> Vec<std::result::Result<String, String>>,
 ) -> Result<Stop> {
@@ -162,6 +164,7 @@ pub async fn run<W: Write + Send + 'static>(
                 events: pipeline.events,
                 rate,
                 lost: bpf::read_lost(counters).map(|l| l.total()).unwrap_or(0),
+                output: trace_name,
                 output_bytes: output_bytes.load(Ordering::Relaxed),
             });
         }
