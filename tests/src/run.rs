@@ -54,6 +54,15 @@ impl Finished {
 }
 
 impl Xtrace {
+    /// Starts `xtrace -p PID -u work FLAGS... -o OUT`: the usual recording of a running `spans`
+    /// fixture.
+    pub fn record_work(pid: u32, flags: Vec<OsString>, out: impl AsRef<std::path::Path>) -> Xtrace {
+        let mut args = crate::args!["-p", pid.to_string(), "-u", "work"];
+        args.extend(flags);
+        args.extend(crate::args!["-o", out.as_ref()]);
+        Xtrace::spawn(args)
+    }
+
     /// Starts xtrace with `args` (stdin null; environment inherited except `RUST_LOG`, so that
     /// stderr holds only what the CLI prints).
     pub fn spawn<I, S>(args: I) -> Xtrace

@@ -39,14 +39,7 @@ fn sigkill_leaves_nothing_attached() {
     let mut fixture = Fixture::spin();
     let tmp = TempDir::new("sigkill");
     let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-o",
-        tmp.join("out")
-    ]);
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args![], tmp.join("out"));
     xtrace.wait_attached();
     let attached = Attachments::snapshot();
     assert!(
@@ -185,16 +178,7 @@ fn full_output_disk_marks_the_trace_partial() {
     let out_dir = disk.dir.join("out");
     let before = Attachments::snapshot();
     // `spin` makes ~100 spans a millisecond, ~10 MB of trace a second: 64 KiB fills at once.
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-d",
-        "20",
-        "-o",
-        &out_dir
-    ]);
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-d", "20"], &out_dir);
     xtrace.wait_attached();
     let finished = xtrace.wait();
     before.assert_none_left();
@@ -221,16 +205,7 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
     let tmp = TempDir::new("summary-fails");
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-d",
-        "0.5",
-        "-o",
-        &out_dir
-    ]);
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-d", "0.5"], &out_dir);
     xtrace.wait_attached();
     // A directory where summary.json goes, made after xtrace checked the names: the trace is closed
     // whole before summary.json fails.
@@ -296,7 +271,7 @@ fn target_crash_mid_capture_leaves_complete_outputs() {
     let tmp = TempDir::new("crash");
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir]);
+    let mut xtrace = Xtrace::record_work(pid, args![], &out_dir);
     xtrace.wait_attached();
     std::thread::sleep(std::time::Duration::from_millis(200));
     // SAFETY: kill(2) on our own child.

@@ -35,19 +35,11 @@ fn a_recording_opens_no_network_socket() {
     }
     let fixture = Fixture::spin();
     let tmp = TempDir::new("network");
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-F",
-        "99",
-        "--gpu-metrics=100ms",
-        "-d",
-        "1",
-        "-o",
-        tmp.join("out")
-    ]);
+    let mut xtrace = Xtrace::record_work(
+        fixture.pid(),
+        args!["-F", "99", "--gpu-metrics=100ms", "-d", "1"],
+        tmp.join("out"),
+    );
     xtrace.wait_attached();
     let pid = xtrace.pid();
     let sockets = socket_inodes(pid);

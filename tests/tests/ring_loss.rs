@@ -41,16 +41,7 @@ fn a_full_ring_counts_every_dropped_call() {
     let tmp = TempDir::new("ring-loss");
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "--buffer-size",
-        "4K",
-        "-o",
-        &out_dir
-    ]);
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["--buffer-size", "4K"], &out_dir);
     xtrace.wait_attached();
     xtrace.signal(libc::SIGSTOP);
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -52,11 +52,11 @@ fn stop_spin_under_pid(stop: Stop, reason: &str) {
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
 
-    let mut args = args!["-p", pid.to_string(), "-u", "work", "-o", &out_dir];
-    if let Stop::Duration = stop {
-        args.extend(args!["-d", "0.5"]);
-    }
-    let mut xtrace = Xtrace::spawn(&args);
+    let flags = match stop {
+        Stop::Duration => args!["-d", "0.5"],
+        Stop::Signal(_) => args![],
+    };
+    let mut xtrace = Xtrace::record_work(pid, flags, &out_dir);
     xtrace.wait_attached();
     // Proves that the leak check below can see xtrace's programs and what holds them at all.
     let attached = Attachments::snapshot();
@@ -208,16 +208,7 @@ fn duration_is_kept_while_calls_flood_the_ring() {
     let tmp = TempDir::new("stop-flood");
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "work",
-        "-d",
-        "0.5",
-        "-o",
-        &out_dir
-    ]);
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-d", "0.5"], &out_dir);
     xtrace.wait_attached();
     fixture.go();
     let finished = xtrace.wait();
