@@ -237,7 +237,8 @@ fn outputs_belong_to_the_sudo_user() {
         return;
     }
     let tmp = TempDir::new("sudo-owner");
-    let out_dir = tmp.join("out");
+    // Two directories xtrace creates, `runs` and `runs/out`, under one that exists.
+    let out_dir = tmp.join("runs/out");
     let xtrace = Xtrace::spawn_with_env(
         args!["-u", "work", "-o", &out_dir, "--", &fixtures().spans, "exit", "0"],
         &[("SUDO_UID", "65534"), ("SUDO_GID", "65533")],
@@ -245,7 +246,14 @@ fn outputs_belong_to_the_sudo_user() {
     xtrace.wait().assert_success();
     let out = Outputs::read(&out_dir);
     assert_eq!(out.probe_count("work"), 3);
+    let tmp_meta = std::fs::metadata(tmp.path()).unwrap();
+    assert_eq!(
+        (tmp_meta.uid(), tmp_meta.gid()),
+        (0, 0),
+        "a directory that existed stays root's"
+    );
     for path in [
+        tmp.join("runs"),
         out_dir.clone(),
         out_dir.join("trace.json"),
         out_dir.join("summary.json"),

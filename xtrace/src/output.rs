@@ -62,8 +62,9 @@ fn give_file_to_invoking_user(file: &File) -> std::io::Result<()> {
     }
 }
 
-/// Creates `dir` if needed (its parents too); a directory xtrace creates belongs to the invoking
-/// user under sudo. Fails now, before anything is attached, if files cannot be created there.
+/// Creates `dir` if needed (its parents too); every directory xtrace creates belongs to the
+/// invoking user under sudo. Fails now, before anything is attached, if files cannot be created
+/// there.
 pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
     let err = |source| Error::Output {
@@ -73,10 +74,7 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
     match std::fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Err(err(std::io::Error::other("it is a file, not a directory"))),
-        Err(_) => {
-            std::fs::create_dir_all(&dir).map_err(err)?;
-            give_to_invoking_user(&dir).map_err(err)?;
-        }
+        Err(_) => create_dirs(&dir).map_err(err)?,
     }
     let probe = dir.join(format!(".xtrace-{}", std::process::id()));
     std::fs::OpenOptions::new()
@@ -110,6 +108,23 @@ pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// Creates `dir` and its missing parents, outermost first, each handed to the invoking user.
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_err())
+        .collect();
+    for path in missing.iter().rev() {
+        match std::fs::create_dir(path) {
+            Ok(()) => give_to_invoking_user(path)?,
+            // Made meanwhile by someone else: theirs, left as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The trace, plain and gzipped (`--gzip`).
