@@ -2,6 +2,8 @@
 //! known number of times with known arguments, including a hand-written note holding every operand
 //! form, a semaphore-guarded probe and a note with an invalid argument string; `matrix` throws and
 //! catches exactly 2 C++ exceptions, which libstdc++'s own `libstdcxx:throw`/`catch` probes see.
+//! The semaphore is back to 0 after every way xtrace can end: SIGINT, SIGTERM, SIGHUP, SIGKILL and
+//! a panic, under both attach mechanisms.
 
 use std::ffi::OsString;
 
@@ -32,11 +34,11 @@ fn number_after(line: &str, prefix: &str) -> u32 {
         .unwrap_or_else(|| panic!("expected `{prefix}N`, got {line:?}"))
 }
 
-/// How a traced `usdt run` ends: SIGINT (a clean stop), SIGKILL, or a panic mid-capture
-/// (`XTRACE_TEST_PANIC`, debug builds).
+/// How a traced `usdt run` ends: a stop signal (SIGINT, SIGTERM or SIGHUP: a clean stop),
+/// SIGKILL, or a panic mid-capture (`XTRACE_TEST_PANIC`, debug builds).
 #[derive(Clone, Copy, Debug)]
 enum End {
-    Sigint,
+    Stop(i32),
     Sigkill,
     Panic,
 }
@@ -52,13 +54,13 @@ fn finish_run(
     let guarded = number_after(&fixture.next_line(), "guarded ");
     assert_eq!(fixture.next_line(), "fired");
     match end {
-        End::Sigint => xtrace.signal(libc::SIGINT),
+        End::Stop(signal) => xtrace.signal(signal),
         End::Sigkill => xtrace.signal(libc::SIGKILL),
         End::Panic => {}
     }
     let finished = xtrace.wait();
     match end {
-        End::Sigint => finished.assert_success(),
+        End::Stop(_) => finished.assert_success(),
         End::Sigkill => assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&finished.status),
             Some(libc::SIGKILL)
@@ -98,7 +100,7 @@ fn run_usdt(
 /// Traces `usdt run` by `--pid` with `flags` (and `env` for xtrace), stopped by SIGINT.
 fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
     let tmp = TempDir::new("usdt");
-    let (stderr, semaphore) = run_usdt(flags, env, End::Sigint, &tmp);
+    let (stderr, semaphore) = run_usdt(flags, env, End::Stop(libc::SIGINT), &tmp);
     UsdtRun {
         out: Outputs::read(&tmp.join("out")),
         stderr,
@@ -108,12 +110,14 @@ fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
 }
 
 #[test]
-fn semaphores_are_back_to_zero_after_sigkill_and_a_panic() {
+fn semaphores_are_back_to_zero_after_every_exit_path() {
     if !require_bpf() {
         return;
     }
     for mechanism in ["uprobe_multi", "perf_event"] {
         for (end, env) in [
+            (End::Stop(libc::SIGTERM), vec![]),
+            (End::Stop(libc::SIGHUP), vec![]),
             (End::Sigkill, vec![]),
             (
                 End::Panic,
@@ -347,7 +351,7 @@ fn system_wide_semaphore_in_a_process_started_after_attach() {
         "the kernel raised the semaphore at exec"
     );
     fixture.send("go");
-    let (guarded, after, _) = finish_run(fixture, xtrace, &before, End::Sigint);
+    let (guarded, after, _) = finish_run(fixture, xtrace, &before, End::Stop(libc::SIGINT));
     assert_eq!(
         (guarded, after),
         (3, 0),
