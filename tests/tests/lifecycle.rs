@@ -14,7 +14,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{Finished, Xtrace},
+    run::{run_error, Finished, Xtrace},
     TempDir,
 };
 
@@ -93,6 +93,15 @@ fn end_abnormally(env: &[(&str, &str)], signal: Option<i32>) -> xtrace_tests::ru
     for name in ["trace.json", "summary.json", "summary.txt"] {
         assert!(!out_dir.join(name).exists(), "no {name} pretends to be whole");
     }
+    assert_eq!(
+        run_error(args!["report", &out_dir]),
+        format!(
+            "xtrace: error: {}: a recording cut short (trace.json.partial was never completed: \
+             xtrace was killed, panicked or could not write it); record it again",
+            out_dir.display()
+        ),
+        "xtrace report says what the directory holds"
+    );
     finished
 }
 

@@ -129,7 +129,9 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
     let summary_path = dir.join(crate::output::SUMMARY_JSON);
     let text = match std::fs::read(&summary_path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_capture("no summary.json")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(cut_short(dir).unwrap_or_else(|| not_capture("no summary.json")))
+        }
         Err(e) => return Err(malformed(&summary_path, e)),
     };
     let summary: Value = serde_json::from_slice(&text).map_err(|e| malformed(&summary_path, e))?;
@@ -168,6 +170,22 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
     Ok(capture)
 }
 
+/// The error for a directory whose recording was cut short: a file of it left as `NAME.partial`.
+fn cut_short(dir: &Path) -> Option<Error> {
+    let name = [
+        crate::output::TRACE_FILE,
+        crate::output::TRACE_FILE_GZ,
+        crate::output::SUMMARY_JSON,
+    ]
+    .into_iter()
+    .map(crate::output::partial)
+    .find(|partial| dir.join(partial).exists())?;
+    Some(Error::CutShort {
+        path: dir.to_path_buf(),
+        partial: name,
+    })
+}
+
 /// Streams trace.json (or trace.json.gz) of `dir` into `capture`.
 fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
     let not_capture = |reason: &str| Error::NotACapture {
@@ -182,7 +200,7 @@ fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()>
         } else if let Ok(file) = File::open(&gz) {
             (gz, Box::new(flate2::read::GzDecoder::new(file)))
         } else {
-            return Err(not_capture("no trace.json or trace.json.gz"));
+            return Err(cut_short(dir).unwrap_or_else(|| not_capture("no trace.json or trace.json.gz")));
         }
     };
     let mut sink = Sink {
@@ -482,6 +500,16 @@ mod tests {
                 "not an xtrace capture (no summary.json); give a directory written by `xtrace -o DIR`"
             ),
             "{e}"
+        );
+        std::fs::rename(d.join("trace.json"), d.join("trace.json.partial")).unwrap();
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: a recording cut short (trace.json.partial was never completed: xtrace was \
+                 killed, panicked or could not write it); record it again",
+                d.display()
+            )
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

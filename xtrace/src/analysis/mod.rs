@@ -30,6 +30,8 @@ pub enum Error {
         base_version: u64,
         new_version: u64,
     },
+    #[error("{path}: a recording cut short ({partial} was never completed: xtrace was killed, panicked or could not write it); record it again")]
+    CutShort { path: PathBuf, partial: String },
     #[error("{path}: the capture is empty (no spans and no samples); record again with probes (-u, -U, --cuda) or CPU sampling (-F) while the program does work")]
     Empty { path: PathBuf },
     #[error("{path}: {reason}; the capture is damaged: record it again")]
