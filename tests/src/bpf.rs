@@ -154,9 +154,9 @@ fn bpftool_json(args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("bpftool printed invalid JSON: {e}"))
 }
 
-/// The u32 keys of map `name` that process `pid` holds (found through the map ids in its
-/// /proc/PID/fdinfo), sorted.
-pub fn map_u32_keys(pid: u32, name: &str) -> Vec<u32> {
+/// The entries (key bytes, value bytes) of map `name` that process `pid` holds, found through the
+/// map ids in its /proc/PID/fdinfo.
+fn map_entries(pid: u32, name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("reading the fdinfo of xtrace");
     let ids: BTreeSet<String> = fds
         .filter_map(|fd| std::fs::read_to_string(fd.ok()?.path()).ok())
@@ -169,20 +169,35 @@ pub fn map_u32_keys(pid: u32, name: &str) -> Vec<u32> {
         .iter()
         .find(|id| bpftool_json(&["map", "show", "id", id])["name"] == name)
         .unwrap_or_else(|| panic!("process {pid} holds no map named {name}"));
-    let mut keys: Vec<u32> = bpftool_json(&["map", "dump", "id", id])
-        .as_array()
-        .expect("a map dump is an array")
+    let bytes = |field: &Value| -> Vec<u8> {
+        field
+            .as_array()
+            .expect("raw bytes")
+            .iter()
+            .map(|b| u8::from_str_radix(b.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+            .collect()
+    };
+    array(&bpftool_json(&["map", "dump", "id", id]))
         .iter()
-        .map(|entry| {
-            let bytes: Vec<u8> = entry["key"]
-                .as_array()
-                .expect("raw key bytes")
-                .iter()
-                .map(|b| u8::from_str_radix(b.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
-                .collect();
-            u32::from_le_bytes(bytes.try_into().expect("a 4-byte key"))
-        })
+        .map(|entry| (bytes(&entry["key"]), bytes(&entry["value"])))
+        .collect()
+}
+
+/// The u32 keys of map `name` that process `pid` holds, sorted.
+pub fn map_u32_keys(pid: u32, name: &str) -> Vec<u32> {
+    let mut keys: Vec<u32> = map_entries(pid, name)
+        .into_iter()
+        .map(|(key, _)| u32::from_le_bytes(key.try_into().expect("a 4-byte key")))
         .collect();
     keys.sort_unstable();
     keys
+}
+
+/// The u32 value at index `index` of array map `name` that process `pid` holds.
+pub fn array_u32(pid: u32, name: &str, index: u32) -> u32 {
+    let (_, value) = map_entries(pid, name)
+        .into_iter()
+        .find(|(key, _)| key.as_slice() == index.to_le_bytes())
+        .unwrap_or_else(|| panic!("map {name} of process {pid} has no index {index}"));
+    u32::from_le_bytes(value.try_into().expect("a 4-byte value"))
 }

@@ -29,6 +29,13 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[unsafe(no_mangle)]
 static RING_BYTES: u64 = DEFAULT_RING_BYTES as u64;
 
+/// 1 once a record above the ring's quarter mark has woken the reader; user space sets it back to
+/// 0 before it waits for the ring again. A flag rather than "the record that crossed the mark": two
+/// CPUs that reserve at once can both find the unread bytes already past the crossing record's
+/// window, and the crossing would wake no one.
+#[map]
+pub static WOKEN: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Per-CPU counters indexed by `xtrace_common::probe::counter`.
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -178,23 +185,22 @@ pub fn reserve<T: 'static>() -> Option<RingBufEntry<T>> {
     entry
 }
 
-/// Flags for submitting a reserved record of `len` bytes: no wake-up (user space polls every
-/// 10 ms) except for the record that takes the unread data past a quarter of the ring, so a burst
-/// is drained before the ring fills. One wake-up per crossing, not one per record above it: a
-/// wake-up is an interrupt (an IPI, a trap to the hypervisor in a VM) that costs the traced thread
-/// microseconds, and above the mark the reader is awake and draining anyway.
+/// Flags for submitting a reserved record: no wake-up (user space polls every
+/// 10 ms) except for the first record above a quarter of the ring since the reader last waited
+/// (`WOKEN`), so a burst is drained before the ring fills. One wake-up per wait, not one per
+/// record above the mark: a wake-up is an interrupt (an IPI, a trap to the hypervisor in a VM)
+/// that costs the traced thread microseconds, and once woken the reader drains anyway.
 #[inline(always)]
-pub fn submit_flags(len: usize) -> u64 {
+pub fn submit_flags() -> u64 {
     // The reserved record is already counted as unread.
-    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64), footprint(len))
+    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64))
 }
 
 /// [`submit_flags`] for a record of `len` bytes written with `bpf_ringbuf_output` (not yet in the
 /// ring when asked).
 #[inline(always)]
 pub fn output_flags(len: usize) -> u64 {
-    let footprint = footprint(len);
-    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64) + footprint, footprint)
+    wake_flags(EVENTS.query(BPF_RB_AVAIL_DATA as u64) + footprint(len))
 }
 
 /// Ring bytes a record of `len` bytes takes: rounded up to 8, plus its 8-byte header.
@@ -203,14 +209,23 @@ fn footprint(len: usize) -> u64 {
     ((len as u64 + 7) & !7) + 8
 }
 
-/// Wake-up only when the record that brings the unread data to `unread_with_record` crossed the
-/// quarter mark.
+/// Wake-up only when the unread data with this record, `unread_with_record`, is past the quarter
+/// mark and no record has woken the reader since it last waited. Two CPUs may both see `WOKEN`
+/// at 0 and both wake it: a spare wake-up, never a missed one.
 #[inline(always)]
-fn wake_flags(unread_with_record: u64, footprint: u64) -> u64 {
-    let mark = load_time(&RING_BYTES) / 4;
-    if unread_with_record >= mark && unread_with_record < mark + footprint {
-        BPF_RB_FORCE_WAKEUP as u64
-    } else {
-        BPF_RB_NO_WAKEUP as u64
+fn wake_flags(unread_with_record: u64) -> u64 {
+    if unread_with_record < load_time(&RING_BYTES) / 4 {
+        return BPF_RB_NO_WAKEUP as u64;
     }
+    let Some(woken) = WOKEN.get_ptr_mut(0) else {
+        return BPF_RB_FORCE_WAKEUP as u64;
+    };
+    // SAFETY: the map's one value, a u32; a racing write by another CPU is benign (see above).
+    unsafe {
+        if core::ptr::read_volatile(woken) != 0 {
+            return BPF_RB_NO_WAKEUP as u64;
+        }
+        core::ptr::write_volatile(woken, 1);
+    }
+    BPF_RB_FORCE_WAKEUP as u64
 }

@@ -168,7 +168,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
             };
         }
     }
-    entry.submit(submit_flags(core::mem::size_of::<ArgsEvent>()));
+    entry.submit(submit_flags());
 }
 
 /// The `OUT_PTRS` key of the call at `depth` on thread `pid_tgid`.
@@ -210,7 +210,7 @@ fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u6
             // SAFETY: a checked read of user memory.
             value: unsafe { bpf_probe_read_user(ptr as *const u64) }.unwrap_or(0),
         });
-        entry.submit(submit_flags(core::mem::size_of::<OutEvent>()));
+        entry.submit(submit_flags());
         // One out-pointer per call is kept (one `OUT_PTRS` slot per call).
         return;
     }
@@ -242,7 +242,7 @@ fn announce_thread(pid_tgid: u64, now: u64) {
         header: header(KIND_THREAD, pid_tgid, now),
         comm: bpf_get_current_comm().unwrap_or_default(),
     });
-    entry.submit(submit_flags(core::mem::size_of::<ThreadEvent>()));
+    entry.submit(submit_flags());
 }
 
 #[inline(always)]
@@ -399,6 +399,6 @@ fn end_span(
         exit,
         ret: user_ax(regs),
     });
-    entry.submit(submit_flags(core::mem::size_of::<SpanEvent>()));
+    entry.submit(submit_flags());
     Ok(0)
 }

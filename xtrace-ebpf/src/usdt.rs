@@ -60,7 +60,7 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
     // SAFETY: `event` points at a reserved record of UsdtEvent's size; every field is written
     // before it is submitted.
     unsafe { fill(ctx, &mut *event, site, site_index, pid_tgid, now, KIND_USDT) };
-    entry.submit(submit_flags(core::mem::size_of::<UsdtEvent>()));
+    entry.submit(submit_flags());
 }
 
 /// A hit of a site that reads strings, written in place in a ring record that ends with the slot
@@ -151,7 +151,7 @@ fn send_with_strings<const SLOTS: usize>(hit: &Hit) {
             };
         }
     }
-    entry.submit(submit_flags(core::mem::size_of::<StrRecord<SLOTS>>()));
+    entry.submit(submit_flags());
 }
 
 /// `ARG_STR_LEN` bytes at `pointer` as they are; when that fails (the string ends near the end

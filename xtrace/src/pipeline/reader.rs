@@ -1,10 +1,12 @@
 //! Ring-buffer reader. Kernel programs submit without waking user space until a quarter of the ring
-//! is unread, so the reader waits for readiness *or* a short tick, then drains what is there, for
+//! is unread, and then wake it once until it waits again (the kernel's `WOKEN` flag, which the
+//! reader clears before each wait), so the reader waits for readiness *or* a short tick, then
+//! drains what is there, for
 //! at most `DRAIN_BUDGET` at a time so that producers faster than the reader cannot keep the
 //! recording loop from its stop conditions (signals, `-d`).
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, RingBuf};
+use aya::maps::{Array, MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 use crate::error::{Error, Result};
@@ -19,16 +21,22 @@ const BUDGET_CHECK_EVERY: usize = 1024;
 
 pub struct RingReader {
     ring: AsyncFd<RingBuf<MapData>>,
+    /// The kernel's `WOKEN` flag: 1 once a record past the quarter mark has woken the reader.
+    woken: Array<MapData, u32>,
     /// The last drain stopped on its budget with records left.
     more: bool,
 }
 
 impl RingReader {
-    pub fn new(ring: RingBuf<MapData>) -> Result<Self> {
+    pub fn new(ring: RingBuf<MapData>, woken: Array<MapData, u32>) -> Result<Self> {
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for as long as it lives.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| Error::io("watching the ring buffer", std::io::Error::other(e.to_string())))?;
-        Ok(RingReader { ring, more: false })
+        Ok(RingReader {
+            ring,
+            woken,
+            more: false,
+        })
     }
 
     /// Waits until the kernel signals data or `POLL_INTERVAL` passes; returns at once (after
@@ -37,6 +45,11 @@ impl RingReader {
         if std::mem::take(&mut self.more) {
             tokio::task::yield_now().await;
             return;
+        }
+        // The next record past the quarter mark wakes the reader again. Should this fail, the
+        // reader still drains every POLL_INTERVAL.
+        if let Err(e) = self.woken.set(0, 0, 0) {
+            log::debug!("clearing WOKEN: {e}");
         }
         if let Ok(Ok(mut guard)) = tokio::time::timeout(POLL_INTERVAL, self.ring.readable_mut()).await {
             guard.clear_ready();

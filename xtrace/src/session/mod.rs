@@ -8,7 +8,7 @@ mod run;
 
 use std::time::Instant;
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use xtrace_common::probe::ShortCalls;
 
 use crate::{
@@ -374,7 +374,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         PerCpuArray::try_from(bpf::take_map(&mut ebpf, "COUNTERS")?).map_err(map_err("COUNTERS"))?;
     let short_calls: PerCpuArray<MapData, ShortCalls> =
         PerCpuArray::try_from(bpf::take_map(&mut ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
-    let mut reader = RingReader::new(ring)?;
+    let woken = Array::try_from(bpf::take_map(&mut ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
+    let mut reader = RingReader::new(ring, woken)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
     let trace_name = if args.gzip {
