@@ -8,13 +8,13 @@ use std::{
     io::{BufWriter, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::{atomic::AtomicU64, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
 };
 
-use crate::{
-    error::{Error, Result},
-    pipeline::writer::Counted,
-};
+use crate::error::{Error, Result};
 
 /// `xtrace-YYYYmmdd-HHMMSS` in local time.
 pub fn default_dir() -> PathBuf {
@@ -224,33 +224,73 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
     }
 }
 
-/// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz).
+/// The trace file of a recording while it is written.
+pub struct TraceFile {
+    /// `trace.json`, or `trace.json.gz` with `--gzip`.
+    pub name: &'static str,
+    /// Where it is written until it is whole: `DIR/NAME.partial`.
+    pub path: PathBuf,
+    /// Bytes handed to the file so far (compressed ones with `--gzip`), for the live status line.
+    pub bytes: Arc<AtomicU64>,
+}
+
+/// Starts the trace file in `dir` (see [`create`]), compressed when `gzip`.
+pub fn create_trace(dir: &Path, gzip: bool) -> Result<(Sink, TraceFile)> {
+    let name = if gzip { TRACE_FILE_GZ } else { TRACE_FILE };
+    let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
+    let path = dir.join(partial(name));
+    Ok((sink, TraceFile { name, path, bytes }))
+}
+
+/// Counts bytes passing through to `W`.
+pub struct Counted<W> {
+    inner: W,
+    bytes: Arc<AtomicU64>,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz). What goes
+/// into the file's buffer is counted, after compression.
 pub enum Sink {
-    Plain(BufWriter<File>),
-    /// The encoder's output is counted for the live status line.
+    Plain(Counted<BufWriter<File>>),
     Gzip(Box<flate2::write::GzEncoder<Counted<BufWriter<File>>>>),
 }
 
 impl Sink {
-    /// Buffers writes to `file`, compressing them when `gzip`; with `gzip`, also the count of
-    /// compressed bytes produced so far.
-    pub fn new(file: File, gzip: bool) -> (Sink, Option<Arc<AtomicU64>>) {
-        let file = BufWriter::with_capacity(1 << 20, file);
-        if gzip {
-            let (file, compressed) = Counted::new(file);
+    /// Buffers writes to `file`, compressing them when `gzip`; returns the count of bytes given
+    /// to the file so far, which can be read while it is written.
+    pub fn new(file: File, gzip: bool) -> (Sink, Arc<AtomicU64>) {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let file = Counted {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            bytes: bytes.clone(),
+        };
+        let sink = if gzip {
             // Fast compression: the writer thread must keep up with the ring buffer.
             let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-            (Sink::Gzip(Box::new(gz)), Some(compressed))
+            Sink::Gzip(Box::new(gz))
         } else {
-            (Sink::Plain(file), None)
-        }
+            Sink::Plain(file)
+        };
+        (sink, bytes)
     }
 
     /// Writes what is buffered and, compressed, the gzip trailer.
     pub fn close(self) -> std::io::Result<()> {
         match self {
             Sink::Plain(mut file) => file.flush(),
-            Sink::Gzip(gz) => (*gz).finish()?.into_inner().flush(),
+            Sink::Gzip(gz) => (*gz).finish()?.flush(),
         }
     }
 }
@@ -353,6 +393,27 @@ mod tests {
         std::fs::create_dir(dir.join("summary.json")).unwrap();
         let message = write(&dir, "summary.json", b"{}").unwrap_err().to_string();
         assert!(message.contains("summary.json: Is a directory"), "{message}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_trace_file_counts_what_it_is_given() {
+        let dir = prepare(Some(
+            &std::env::temp_dir().join(format!("xtrace-sink-{}", std::process::id())),
+        ))
+        .unwrap();
+        let json = "{\"traceEvents\":[]}".repeat(10_000);
+        for gzip in [false, true] {
+            let (mut sink, trace) = create_trace(&dir, gzip).unwrap();
+            sink.write_all(json.as_bytes()).unwrap();
+            sink.close().unwrap();
+            complete(&dir, trace.name).unwrap();
+            let on_disk = std::fs::metadata(dir.join(trace.name)).unwrap().len();
+            assert_eq!(trace.bytes.load(Ordering::Relaxed), on_disk, "{}", trace.name);
+            assert_eq!(trace.path, dir.join(format!("{}.partial", trace.name)));
+        }
+        let gz = std::fs::metadata(dir.join(TRACE_FILE_GZ)).unwrap().len();
+        assert!(gz * 10 < json.len() as u64, "{gz} compressed bytes counted");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,14 +1,9 @@
 //! The trace writer thread: the reader hands it spans in batches over a bounded channel, so writing
 //! trace.json never stalls draining the ring buffer (back-pressure only when the disk is slower
-//! than the event stream for longer than the channel holds). Counts the bytes written for the live
-//! status line.
+//! than the event stream for longer than the channel holds).
 use std::{
     io::{self, Write},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        mpsc::{sync_channel, SyncSender},
-        Arc,
-    },
+    sync::mpsc::{sync_channel, SyncSender},
     thread::JoinHandle,
 };
 
@@ -51,56 +46,17 @@ const BATCH: usize = 4096;
 /// batches could hold a million spans, >100 MB, behind a slow disk or --gzip).
 const BATCHES_IN_FLIGHT: usize = 16;
 
-/// Counts bytes passing through to `W`.
-pub struct Counted<W> {
-    inner: W,
-    bytes: Arc<AtomicU64>,
-}
-
-impl<W> Counted<W> {
-    /// Counts what is written to `inner`; the count can be read while it is written.
-    pub fn new(inner: W) -> (Self, Arc<AtomicU64>) {
-        let bytes = Arc::new(AtomicU64::new(0));
-        (
-            Counted {
-                inner,
-                bytes: bytes.clone(),
-            },
-            bytes,
-        )
-    }
-
-    /// The writer underneath, e.g. to close it.
-    pub fn into_inner(self) -> W {
-        self.inner
-    }
-}
-
-impl<W: Write> Write for Counted<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 pub struct TraceWriter<W: Write + Send + 'static> {
     /// None once finishing (closing the channel ends the writer thread's loop).
     tx: Option<SyncSender<Vec<SpanOut>>>,
     /// None once joined (after the thread stopped on an error).
-    thread: Option<JoinHandle<io::Result<ChromeWriter<Counted<W>>>>>,
+    thread: Option<JoinHandle<io::Result<ChromeWriter<W>>>>,
     batch: Vec<SpanOut>,
-    bytes: Arc<AtomicU64>,
 }
 
 impl<W: Write + Send + 'static> TraceWriter<W> {
     /// Starts the writer thread on `out`, writing the trace header for `probes` (name, category).
     pub fn spawn(out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
-        let (out, bytes) = Counted::new(out);
         let mut chrome = ChromeWriter::new(out, probes)?;
         let (tx, rx) = sync_channel::<Vec<SpanOut>>(BATCHES_IN_FLIGHT);
         let thread = std::thread::Builder::new()
@@ -117,7 +73,6 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
             tx: Some(tx),
             thread: Some(thread),
             batch: Vec::with_capacity(BATCH),
-            bytes,
         })
     }
 
@@ -145,7 +100,7 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
         }
     }
 
-    fn join(&mut self) -> io::Result<ChromeWriter<Counted<W>>> {
+    fn join(&mut self) -> io::Result<ChromeWriter<W>> {
         let thread = self
             .thread
             .take()
@@ -155,20 +110,9 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
             .map_err(|_| io::Error::other("the trace writer panicked"))?
     }
 
-    /// Bytes written to the output so far (what the writer counts; see [`Self::size_from`]).
-    pub fn bytes(&self) -> Arc<AtomicU64> {
-        self.bytes.clone()
-    }
-
-    /// Reports the output's size from `bytes` instead of counting what it writes: for an output
-    /// that compresses, the count below the compressor.
-    pub fn size_from(&mut self, bytes: Arc<AtomicU64>) {
-        self.bytes = bytes;
-    }
-
     /// Sends what is pending, waits for the writer thread, and returns the trace for its metadata
     /// and closing; the writer's own error, if it had one.
-    pub fn finish(mut self) -> io::Result<ChromeWriter<Counted<W>>> {
+    pub fn finish(mut self) -> io::Result<ChromeWriter<W>> {
         self.flush()?;
         self.tx = None;
         self.join()
@@ -182,7 +126,6 @@ mod tests {
     #[test]
     fn writes_every_span_in_order_across_batches() {
         let mut writer = TraceWriter::spawn(Vec::new(), &[("work", "uprobe")]).unwrap();
-        let bytes = writer.bytes();
         let n = BATCH * 3 + 17;
         for i in 0..n {
             let span = SpanOut {
@@ -198,8 +141,7 @@ mod tests {
             writer.span(span.clone()).unwrap();
         }
         let out = writer.finish().unwrap().finish().unwrap();
-        assert_eq!(bytes.load(Ordering::Relaxed), out.inner.len() as u64);
-        let doc: serde_json::Value = serde_json::from_slice(&out.inner).unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let events = doc["traceEvents"].as_array().unwrap();
         assert_eq!(events.len(), n);
         for (i, e) in events.iter().enumerate() {

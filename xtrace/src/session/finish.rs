@@ -11,7 +11,7 @@ use crate::{
         profile,
         summary::{self, CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
-    output::{self, Sink},
+    output::{self, Sink, TraceFile},
     pipeline::Pipeline,
     probes::uprobe::Plan,
     target::{Launch, ProcessInfo},
@@ -60,7 +60,7 @@ pub struct Sampling {
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     out: &Path,
-    trace_name: &str,
+    trace_file: &TraceFile,
     plan: &Plan,
     pipeline: Pipeline<Sink>,
     mut infos: Vec<(u32, ProcessInfo)>,
@@ -73,8 +73,7 @@ pub fn write(
     icicle: bool,
     gpus: &[DeviceSeries],
 ) -> Result<(Summary, Vec<&'static str>)> {
-    let trace_path = out.join(output::partial(trace_name));
-    let trace_err = output_error(&trace_path);
+    let trace_err = output_error(&trace_file.path);
     let Pipeline {
         stats,
         trace,
@@ -127,13 +126,8 @@ pub fn write(
                 .map_err(trace_err)?;
         }
     }
-    trace
-        .finish()
-        .map_err(trace_err)?
-        .into_inner()
-        .close()
-        .map_err(trace_err)?;
-    output::complete(out, trace_name)?;
+    trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
+    output::complete(out, trace_file.name)?;
 
     let mut probes: Vec<ProbeSummary> = plan
         .probes

@@ -378,18 +378,8 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let mut reader = RingReader::new(ring, woken)?;
 
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
-    let trace_name = if args.gzip {
-        output::TRACE_FILE_GZ
-    } else {
-        output::TRACE_FILE
-    };
-    let trace_path = out.join(output::partial(trace_name));
-    let trace_file = output::create(&out, trace_name)?;
-    let (sink, compressed) = output::Sink::new(trace_file, args.gzip);
-    let mut writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_path))?;
-    if let Some(compressed) = compressed {
-        writer.size_from(compressed);
-    }
+    let (sink, trace_file) = output::create_trace(&out, args.gzip)?;
+    let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
         launch.release()?;
@@ -467,7 +457,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         &counters,
         &targets.processes(),
         args.duration.map(|d| started + d),
-        (&trace_path, trace_name),
+        &trace_file,
         observer,
         &mut on_load,
     )
@@ -488,7 +478,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         let stop = stopped?;
         reader
             .drain_all(|bytes| pipeline.record(bytes))
-            .map_err(output_error(&trace_path))?;
+            .map_err(output_error(&trace_file.path))?;
         for warning in pipeline.warnings.take() {
             observer.warning(&warning);
         }
@@ -522,7 +512,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         };
         finish::write(
             &out,
-            trace_name,
+            &trace_file,
             &plan,
             pipeline,
             infos,
@@ -542,7 +532,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     }
     .await;
     let (summary, derived) = result?;
-    let mut files = vec![trace_name, output::SUMMARY_JSON, output::SUMMARY_TXT];
+    let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
     if summary.profile.is_some() {
         files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
     }

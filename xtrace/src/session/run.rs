@@ -17,6 +17,7 @@ use super::{output_error, Observer};
 use crate::{
     bpf,
     error::{Error, Result},
+    output::TraceFile,
     pipeline::{reader::RingReader, Pipeline},
     target::Process,
 };
@@ -86,7 +87,7 @@ pub async fn run<W: Write + Send + 'static>(
     counters: &PerCpuArray<MapData, u64>,
     processes: &[&Process],
     deadline: Option<Instant>,
-    (trace_path, trace_name): (&std::path::Path, &'static str),
+    trace_file: &TraceFile,
     observer: &mut dyn Observer,
     on_load: &mut dyn FnMut(u32) -> Vec<std::result::Result<String, String>>,
 ) -> Result<Stop> {
@@ -121,7 +122,6 @@ pub async fn run<W: Write + Send + 'static>(
     };
     tokio::pin!(deadline);
     let started = Instant::now();
-    let output_bytes = pipeline.trace.bytes();
     let (mut last_report, mut last_events) = (started, 0);
     loop {
         tokio::select! {
@@ -129,7 +129,7 @@ pub async fn run<W: Write + Send + 'static>(
                 reader
                     .drain(|bytes| pipeline.record(bytes))
                     .and_then(|_| pipeline.trace.flush())
-                    .map_err(output_error(trace_path))?;
+                    .map_err(output_error(&trace_file.path))?;
                 // A test hook in debug builds only: a panic once events arrive, for the lifecycle
                 // tests that check a panic mid-capture leaves nothing attached.
                 #[cfg(debug_assertions)]
@@ -164,8 +164,8 @@ pub async fn run<W: Write + Send + 'static>(
                 events: pipeline.events,
                 rate,
                 lost: bpf::read_lost(counters).map(|l| l.total()).unwrap_or(0),
-                output: trace_name,
-                output_bytes: output_bytes.load(Ordering::Relaxed),
+                output: trace_file.name,
+                output_bytes: trace_file.bytes.load(Ordering::Relaxed),
             });
         }
     }
