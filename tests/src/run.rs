@@ -256,13 +256,24 @@ fn group_runs(pgid: u32) -> bool {
     entries
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
         .any(|stat| {
-            // After the command name in parentheses: state, ppid, pgrp, ...
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let fields = stat_fields(&stat);
             fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
         })
+}
+
+/// The fields of a /proc/PID/stat line after the command name in parentheses (which may hold
+/// spaces): state, ppid, pgrp, ...
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit_once(')')
+        .map_or_else(Vec::new, |(_, rest)| rest.split_whitespace().collect())
+}
+
+/// The state letter of process `pid` (R, S, T, ...), from /proc/PID/stat.
+pub fn process_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading /proc/PID/stat");
+    let fields = stat_fields(&stat);
+    let state = fields.first().expect("a state after the command name");
+    state.chars().next().expect("a state letter")
 }
 
 impl Drop for Xtrace {

@@ -19,22 +19,13 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::Xtrace,
+    run::{process_state, Xtrace},
     TempDir,
 };
 
 const CALLS: u64 = 10_000;
 /// Span records that fit in a 4 KiB ring after the thread's name record.
 const FITS: u64 = 72;
-
-/// The state letter of process `pid` in /proc/PID/stat (R, S, T, ...).
-fn state(pid: u32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading /proc/PID/stat");
-    let (_, rest) = stat
-        .rsplit_once(')')
-        .expect("stat has the command in parentheses");
-    rest.trim_start().chars().next().expect("a state letter")
-}
 
 /// Polls (up to 5 s) until `done` holds, else fails with `what`.
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -48,7 +39,9 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// With xtrace stopped, lets `fixture` make its calls and checks that they woke xtrace's ring.
 fn burst_while_stopped(xtrace: &Xtrace, fixture: &mut Fixture) {
     xtrace.signal(libc::SIGSTOP);
-    wait_until("xtrace did not stop on SIGSTOP", || state(xtrace.pid()) == 'T');
+    wait_until("xtrace did not stop on SIGSTOP", || {
+        process_state(xtrace.pid()) == 'T'
+    });
     assert_eq!(array_u32(xtrace.pid(), "WOKEN", 0), 0, "WOKEN while xtrace waits");
     fixture.go();
     assert!(fixture.wait().success(), "the fixture failed");
