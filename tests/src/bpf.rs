@@ -87,20 +87,18 @@ impl Attachments {
         self.0.difference(&before.0).cloned().collect()
     }
 
-    /// Attachments new since `before`.
-    pub fn programs_since(&self, before: &Attachments) -> Vec<Attached> {
-        self.new_since(before)
-            .into_iter()
-            .filter(|a| matches!(a, Attached::Program(..)))
-            .collect()
-    }
-
-    /// Links and perf events new since `before`: what holds a program in the kernel.
-    pub fn hooks_since(&self, before: &Attachments) -> Vec<Attached> {
-        self.new_since(before)
-            .into_iter()
-            .filter(|a| !matches!(a, Attached::Program(..)))
-            .collect()
+    /// Asserts that programs of xtrace's, and links or perf events that hold them, are loaded now
+    /// that were not at this snapshot: proof that [`Self::assert_none_left`] sees what it checks.
+    pub fn assert_attached_since(&self) {
+        let new = Attachments::snapshot().new_since(self);
+        assert!(
+            new.iter().any(|a| matches!(a, Attached::Program(..))),
+            "no program of xtrace's is loaded while it is attached: {new:?}"
+        );
+        assert!(
+            new.iter().any(|a| !matches!(a, Attached::Program(..))),
+            "no link or perf event holds xtrace's programs while it is attached: {new:?}"
+        );
     }
 
     /// Asserts that, within the grace period, every program, link and perf event of xtrace's

@@ -58,16 +58,7 @@ fn stop_spin_under_pid(stop: Stop, reason: &str) {
     };
     let mut xtrace = Xtrace::record_work(pid, flags, &out_dir);
     xtrace.wait_attached();
-    // Proves that the leak check below can see xtrace's programs and what holds them at all.
-    let attached = Attachments::snapshot();
-    assert!(
-        !attached.programs_since(&before).is_empty(),
-        "no span_enter/span_exit program is loaded while xtrace is attached"
-    );
-    assert!(
-        !attached.hooks_since(&before).is_empty(),
-        "no link or perf event holds xtrace's programs while it is attached"
-    );
+    before.assert_attached_since();
     if let Stop::Signal(signal) = stop {
         thread::sleep(Duration::from_millis(300));
         xtrace.signal(signal);
