@@ -149,6 +149,11 @@ impl Outputs {
             .collect()
     }
 
+    /// The CPU samples on the timeline (instant events of category `sample`), in trace order.
+    pub fn timeline_samples(&self) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["cat"] == "sample").collect()
+    }
+
     /// `M` events whose name is `kind` (`process_name` or `thread_name`).
     pub fn metadata(&self, kind: &str) -> Vec<&Value> {
         self.events

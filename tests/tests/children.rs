@@ -50,9 +50,8 @@ fn sample_children(flags: &[&str], tmp: &TempDir) -> (Outputs, Vec<u32>, Vec<u32
 /// Samples on the timeline per process.
 fn samples_by_pid(out: &Outputs) -> Vec<(u32, u64)> {
     let timeline: Vec<u32> = out
-        .events
+        .timeline_samples()
         .iter()
-        .filter(|e| e["cat"] == "sample")
         .map(|e| e["pid"].as_u64().unwrap() as u32)
         .collect();
     let pids: BTreeSet<u32> = timeline.iter().copied().collect();
@@ -101,16 +100,15 @@ fn children_are_sampled_and_leave_the_table_when_they_exit() {
     // Both children symbolized: the forked one in the parent's program, under `children`; the
     // exec'd one in its own (the same file, mapped anew), from its own `main`.
     let folded = out.folded();
+    let timeline = out.timeline_samples();
     let hot_a_stack = |child: u32| {
-        let sample = out
-            .events
+        let sample = timeline
             .iter()
-            .find(|e| e["cat"] == "sample" && e["pid"] == child && e["name"] == "hot_a");
-        let stack = sample.unwrap_or_else(|| panic!("no hot_a sample of child {child}"))["args"]["stack"]
+            .find(|e| e["pid"] == child && e["name"] == "hot_a");
+        sample.unwrap_or_else(|| panic!("no hot_a sample of child {child}"))["args"]["stack"]
             .as_str()
             .unwrap()
-            .to_owned();
-        stack
+            .to_owned()
     };
     let forked = hot_a_stack(children[0]);
     assert!(forked.ends_with(";main;children;split;hot_a"), "{forked}");

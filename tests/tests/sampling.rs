@@ -230,7 +230,7 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
         "the terminal summary lists the top functions"
     );
     // Every sample is also an instant event on its thread's track, named by its innermost frame.
-    let timeline: Vec<&serde_json::Value> = out.events.iter().filter(|e| e["cat"] == "sample").collect();
+    let timeline = out.timeline_samples();
     assert_eq!(timeline.len() as u64, samples);
     assert_eq!(out.summary["timeline_samples"], samples);
     assert!(timeline
@@ -276,11 +276,11 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
     assert_eq!(names, expected);
     // Every sample is on a named thread.
     let tids: std::collections::HashSet<u64> = spun.iter().map(|(tid, _)| *tid).collect();
-    let main = out.events.iter().find(|e| e["cat"] == "sample").unwrap()["pid"].clone();
-    assert!(out
-        .events
+    let timeline = out.timeline_samples();
+    let main = timeline[0]["pid"].clone();
+    assert!(timeline
         .iter()
-        .filter(|e| e["cat"] == "sample" && e["tid"] != main)
+        .filter(|e| e["tid"] != main)
         .all(|e| tids.contains(&e["tid"].as_u64().unwrap())));
 }
 
