@@ -1,9 +1,8 @@
 //! Ring-buffer reader. Kernel programs submit without waking user space until a quarter of the ring
 //! is unread, and then wake it once until it waits again (the kernel's `WOKEN` flag, which the
 //! reader clears before each wait), so the reader waits for readiness *or* a short tick, then
-//! drains what is there, for
-//! at most `DRAIN_BUDGET` at a time so that producers faster than the reader cannot keep the
-//! recording loop from its stop conditions (signals, `-d`).
+//! drains what is there, for at most `DRAIN_BUDGET` at a time so that producers faster than the
+//! reader cannot keep the recording loop from its stop conditions (signals, `-d`).
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, MapData, RingBuf};
