@@ -4,6 +4,7 @@
 //! One module per measurement: per_hit, throughput, attach, sampling, rss. prep builds and installs what is needed; runs, bpftrace, tracer and
 //! workload run the processes; report holds the rows and writes the table and the JSON.
 mod attach;
+mod bpf_stats;
 mod bpftrace;
 mod per_hit;
 mod prep;
@@ -72,12 +73,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     setup::run(setup::Verbosity::ChangesOnly)?;
     let ws = Workspace::locate()?;
     let env = prep::prepare(&ws)?;
+    let stats = bpf_stats::StatsOff::take();
     let cfg = Config {
         runs: args.runs as usize,
         quick: args.quick,
     };
     let mut report = Report::default();
     report.machine = prep::machine(&ws, &env);
+    report
+        .machine
+        .insert("bpf_stats_enabled".into(), json!(stats.fact));
     report.config = json!({"runs": cfg.runs, "quick": cfg.quick, "only": format!("{:?}", args.only)})
         .as_object()
         .cloned()
