@@ -260,6 +260,9 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
+/// The buffer in front of an output file; trace.json's writer hands over pieces this large.
+pub const FILE_BUFFER: usize = 1 << 20;
+
 /// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz). What goes
 /// into the file's buffer is counted, after compression.
 pub enum Sink {
@@ -273,7 +276,7 @@ impl Sink {
     pub fn new(file: File, gzip: bool) -> (Sink, Arc<AtomicU64>) {
         let bytes = Arc::new(AtomicU64::new(0));
         let file = Counted {
-            inner: BufWriter::with_capacity(1 << 20, file),
+            inner: BufWriter::with_capacity(FILE_BUFFER, file),
             bytes: bytes.clone(),
         };
         let sink = if gzip {

@@ -1,13 +1,20 @@
 //! Chrome Trace Event format (trace.json), streamed: events are written as they arrive, metadata
 //! naming processes and threads at the end, so memory does not grow with the trace.
 //! Object form `{"traceEvents":[...]}`; spans are complete events (`"ph":"X"`), times in µs.
+//! Events are formatted into one buffer, handed to the output in 1 MiB pieces: a span is a few
+//! byte copies and integer conversions, not a `write!` per field through the output's layers,
+//! and a piece as large as the output's own buffer goes to the file without another copy.
 use std::io::{self, Write};
 
-use super::micros;
 use crate::pipeline::writer::SpanOut;
+
+/// Buffered bytes handed to the output at once: as many as the output file's buffer holds.
+const SPILL: usize = crate::output::FILE_BUFFER;
 
 pub struct ChromeWriter<W: Write> {
     out: W,
+    /// Events not yet handed to `out`.
+    buf: Vec<u8>,
     /// Per probe id: the JSON-quoted name and category, prepared once.
     names: Vec<(String, String)>,
     first: bool,
@@ -17,35 +24,63 @@ fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"?\"".into())
 }
 
+/// Appends an integer.
+fn push_int(buf: &mut Vec<u8>, n: impl itoa::Integer) {
+    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Appends nanoseconds as Chrome trace microseconds with all nanosecond digits: 1234567 →
+/// `1234.567`.
+fn push_micros(buf: &mut Vec<u8>, ns: u64) {
+    push_int(buf, ns / 1000);
+    let frac = ns % 1000;
+    let digit = |d: u64| b'0' + (d % 10) as u8;
+    buf.extend_from_slice(&[b'.', digit(frac / 100), digit(frac / 10), digit(frac)]);
+}
+
+/// The `"ts":T,"pid":P` members, and `,"tid":T` when there is a thread.
+fn push_when_where(buf: &mut Vec<u8>, ts_ns: u64, pid: u32, tid: Option<u32>) {
+    buf.extend_from_slice(b"\"ts\":");
+    push_micros(buf, ts_ns);
+    buf.extend_from_slice(b",\"pid\":");
+    push_int(buf, pid);
+    if let Some(tid) = tid {
+        buf.extend_from_slice(b",\"tid\":");
+        push_int(buf, tid);
+    }
+}
+
 /// A counter event; `values` are the `args` members, already JSON.
-fn write_counter(
-    out: &mut impl Write,
-    pid: u32,
-    quoted_name: &str,
-    ts_ns: u64,
-    values: &str,
-) -> io::Result<()> {
-    write!(
-        out,
-        "{{\"ph\":\"C\",\"name\":{quoted_name},\"ts\":{},\"pid\":{pid},\"args\":{{{values}}}}}",
-        micros(ts_ns)
-    )
+fn push_counter(buf: &mut Vec<u8>, pid: u32, quoted_name: &str, ts_ns: u64, values: &str) {
+    buf.extend_from_slice(b"{\"ph\":\"C\",\"name\":");
+    buf.extend_from_slice(quoted_name.as_bytes());
+    buf.push(b',');
+    push_when_where(buf, ts_ns, pid, None);
+    push_args(buf, values);
 }
 
 /// A thread-scoped instant event; `name` and `cat` are JSON-quoted, `values` the `args` members.
-fn write_instant(
-    out: &mut impl Write,
-    (pid, tid): (u32, u32),
-    name: &str,
-    cat: &str,
-    ts_ns: u64,
-    values: &str,
-) -> io::Result<()> {
-    write!(
-        out,
-        "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{values}}}}}",
-        micros(ts_ns)
-    )
+fn push_instant(buf: &mut Vec<u8>, (pid, tid): (u32, u32), name: &str, cat: &str, ts_ns: u64, values: &str) {
+    buf.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",");
+    push_name_cat(buf, name, cat);
+    push_when_where(buf, ts_ns, pid, Some(tid));
+    push_args(buf, values);
+}
+
+/// `"name":N,"cat":C,` (both already JSON-quoted).
+fn push_name_cat(buf: &mut Vec<u8>, name: &str, cat: &str) {
+    buf.extend_from_slice(b"\"name\":");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b",\"cat\":");
+    buf.extend_from_slice(cat.as_bytes());
+    buf.push(b',');
+}
+
+/// `,"args":{VALUES}}`: the `args` object and the event's closing brace.
+fn push_args(buf: &mut Vec<u8>, values: &str) {
+    buf.extend_from_slice(b",\"args\":{");
+    buf.extend_from_slice(values.as_bytes());
+    buf.extend_from_slice(b"}}");
 }
 
 impl<W: Write> ChromeWriter<W> {
@@ -58,89 +93,111 @@ impl<W: Write> ChromeWriter<W> {
             .collect();
         Ok(ChromeWriter {
             out,
+            buf: Vec::with_capacity(SPILL + 4096),
             names,
             first: true,
         })
     }
 
-    fn separator(&mut self) -> io::Result<()> {
+    /// Starts an event: the separator after the one before it.
+    fn separator(&mut self) {
         if self.first {
             self.first = false;
-            Ok(())
         } else {
-            self.out.write_all(b",\n")
+            self.buf.extend_from_slice(b",\n");
         }
+    }
+
+    /// Ends an event: hands the buffer to the output once it holds `SPILL` bytes.
+    fn spill(&mut self) -> io::Result<()> {
+        if self.buf.len() >= SPILL {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 
     /// A completed call; its captured values join `depth` under `args`. An instant event has
     /// only its values under `args`.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
-        self.separator()?;
+        self.separator();
         let (probe_name, probe_cat) = &self.names[span.probe];
         let renamed = span.name.as_deref().map(quote);
         let name = renamed.as_ref().unwrap_or(probe_name);
         let recat = span.cat.as_deref().map(quote);
         let cat = recat.as_ref().unwrap_or(probe_cat);
-        let SpanOut { pid, tid, depth, .. } = span;
+        let SpanOut { pid, tid, depth, .. } = *span;
+        let values = span.values.as_deref().unwrap_or("");
+        let buf = &mut self.buf;
         if let Some(value) = span.counter {
-            let values = format!("\"bytes\":{value}");
-            return write_counter(&mut self.out, *pid, name, span.start_ns, &values);
-        }
-        if let Some(edge) = span.edge {
-            let values = span.values.as_deref().unwrap_or("");
+            push_counter(buf, pid, name, span.start_ns, &format!("\"bytes\":{value}"));
+        } else if let Some(edge) = span.edge {
             let values = values.strip_prefix(',').unwrap_or(values);
-            let (ph, id) = (if edge.begin { 'b' } else { 'e' }, edge.id);
-            return write!(
-                self.out,
-                "{{\"ph\":\"{ph}\",\"name\":{name},\"cat\":{cat},\"id\":\"{id:#x}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{{values}}}}}",
-                micros(span.start_ns)
-            );
-        }
-        if span.instant {
-            let values = span.values.as_deref().unwrap_or("");
+            buf.extend_from_slice(if edge.begin {
+                b"{\"ph\":\"b\","
+            } else {
+                b"{\"ph\":\"e\","
+            });
+            push_name_cat(buf, name, cat);
+            let _ = write!(buf, "\"id\":\"{:#x}\",", edge.id);
+            push_when_where(buf, span.start_ns, pid, Some(tid));
+            push_args(buf, values);
+        } else if span.instant {
             let values = values.strip_prefix(',').unwrap_or(values);
-            return write_instant(&mut self.out, (*pid, *tid), name, cat, span.start_ns, values);
+            push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
+        } else {
+            buf.extend_from_slice(b"{\"ph\":\"X\",");
+            push_name_cat(buf, name, cat);
+            buf.extend_from_slice(b"\"ts\":");
+            push_micros(buf, span.start_ns);
+            buf.extend_from_slice(b",\"dur\":");
+            push_micros(buf, span.dur_ns);
+            buf.extend_from_slice(b",\"pid\":");
+            push_int(buf, pid);
+            buf.extend_from_slice(b",\"tid\":");
+            push_int(buf, tid);
+            buf.extend_from_slice(b",\"args\":{\"depth\":");
+            push_int(buf, depth);
+            buf.extend_from_slice(values.as_bytes());
+            buf.extend_from_slice(b"}}");
         }
-        write!(
-            self.out,
-            "{{\"ph\":\"X\",\"name\":{name},\"cat\":{cat},\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"depth\":{depth}{}}}}}",
-            micros(span.start_ns),
-            micros(span.dur_ns),
-            span.values.as_deref().unwrap_or("")
-        )
+        self.spill()
     }
 
     /// A counter sample (`"ph":"C"`): one track per process and name, one series per value.
     pub fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(String, f64)]) -> io::Result<()> {
-        self.separator()?;
+        self.separator();
         let values: Vec<String> = values
             .iter()
             .map(|(series, v)| format!("{}:{}", quote(series), serde_json::json!(v)))
             .collect();
-        write_counter(&mut self.out, pid, &quote(name), ts_ns, &values.join(","))
+        push_counter(&mut self.buf, pid, &quote(name), ts_ns, &values.join(","));
+        self.spill()
     }
 
     /// One CPU sample: an instant event on its thread's track named by the innermost frame.
     pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
-        self.separator()?;
+        self.separator();
         let values = format!("\"stack\":{}", quote(stack));
-        write_instant(
-            &mut self.out,
+        push_instant(
+            &mut self.buf,
             (pid, tid),
             &quote(leaf),
             "\"sample\"",
             ts_ns,
             &values,
-        )
+        );
+        self.spill()
     }
 
     fn metadata(&mut self, what: &str, pid: u32, tid: u32, name: &str) -> io::Result<()> {
-        self.separator()?;
-        write!(
-            self.out,
+        self.separator();
+        let _ = write!(
+            self.buf,
             "{{\"ph\":\"M\",\"name\":\"{what}\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
             quote(name)
-        )
+        );
+        self.spill()
     }
 
     pub fn process_name(&mut self, pid: u32, name: &str) -> io::Result<()> {
@@ -153,7 +210,8 @@ impl<W: Write> ChromeWriter<W> {
 
     /// Closes the JSON document and returns the writer, flushed.
     pub fn finish(mut self) -> io::Result<W> {
-        self.out.write_all(b"\n],\"displayTimeUnit\":\"ns\"}\n")?;
+        self.buf.extend_from_slice(b"\n],\"displayTimeUnit\":\"ns\"}\n");
+        self.out.write_all(&self.buf)?;
         self.out.flush()?;
         Ok(self.out)
     }
@@ -221,6 +279,20 @@ mod tests {
         assert_eq!(events[4]["args"]["name"], "app");
         assert_eq!(events[5]["name"], "thread_name");
         assert_eq!(events[5]["tid"], 11);
+    }
+
+    #[test]
+    fn micros_keep_nanoseconds() {
+        let micros = |ns| {
+            let mut buf = Vec::new();
+            push_micros(&mut buf, ns);
+            String::from_utf8(buf).unwrap()
+        };
+        assert_eq!(micros(1_234_567), "1234.567");
+        assert_eq!(micros(1_234_050), "1234.050");
+        assert_eq!(micros(5), "0.005");
+        assert_eq!(micros(0), "0.000");
+        assert_eq!(micros(u64::MAX), "18446744073709551.615");
     }
 
     #[test]

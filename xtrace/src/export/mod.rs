@@ -39,18 +39,3 @@ pub(crate) fn read_elf<T: Default>(
         Err(_) => T::default(),
     }
 }
-
-/// Nanoseconds as Chrome trace microseconds with all nanosecond digits: 1234567 → "1234.567".
-pub fn micros(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn micros_keep_nanoseconds() {
-        assert_eq!(super::micros(1_234_567), "1234.567");
-        assert_eq!(super::micros(5), "0.005");
-        assert_eq!(super::micros(0), "0.000");
-    }
-}
