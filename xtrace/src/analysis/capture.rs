@@ -1,19 +1,14 @@
 //! Loading a capture directory: summary.json (required; `format_version` checked, missing = 1),
-//! trace.json or trace.json.gz (stream-parsed: complete events `"ph":"X"` become spans, instants are
-//! counted, `M` events name processes and threads) and stacks.folded (optional CPU samples).
+//! trace.json or trace.json.gz (read by `trace_file`: complete events `"ph":"X"` become spans,
+//! instants are counted, `M` events name processes and threads) and stacks.folded (optional CPU
+//! samples).
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     fmt,
-    fs::File,
-    io::{BufReader, Read},
     path::{Path, PathBuf},
 };
 
-use serde::{
-    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
-    Deserialize, Deserializer,
-};
-use serde_json::{value::RawValue, Value};
+use serde_json::Value;
 
 use super::{Error, Result};
 use crate::export::summary::FORMAT_VERSION;
@@ -159,7 +154,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         ..Capture::default()
     };
     if what.trace {
-        read_trace(dir, &mut capture, what.spans)?;
+        super::trace_file::read(dir, &mut capture, what.spans)?;
     }
     let folded_path = dir.join(crate::output::STACKS_FOLDED);
     match std::fs::read_to_string(&folded_path) {
@@ -171,7 +166,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
 }
 
 /// The error for a directory whose recording was cut short: a file of it left as `NAME.partial`.
-fn cut_short(dir: &Path) -> Option<Error> {
+pub(super) fn cut_short(dir: &Path) -> Option<Error> {
     let name = [
         crate::output::TRACE_FILE,
         crate::output::TRACE_FILE_GZ,
@@ -186,35 +181,6 @@ fn cut_short(dir: &Path) -> Option<Error> {
     })
 }
 
-/// Streams trace.json (or trace.json.gz) of `dir` into `capture`.
-fn read_trace(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
-    let not_capture = |reason: &str| Error::NotACapture {
-        path: dir.to_path_buf(),
-        reason: reason.into(),
-    };
-    let (trace_path, reader): (PathBuf, Box<dyn Read>) = {
-        let plain = dir.join(crate::output::TRACE_FILE);
-        let gz = dir.join(crate::output::TRACE_FILE_GZ);
-        if let Ok(file) = File::open(&plain) {
-            (plain, Box::new(file))
-        } else if let Ok(file) = File::open(&gz) {
-            (gz, Box::new(flate2::read::GzDecoder::new(file)))
-        } else {
-            return Err(cut_short(dir).unwrap_or_else(|| not_capture("no trace.json or trace.json.gz")));
-        }
-    };
-    let mut sink = Sink {
-        capture,
-        keep_spans,
-        interned: HashMap::new(),
-    };
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, reader));
-    TraceSeed(&mut sink)
-        .deserialize(&mut de)
-        .and_then(|()| de.end())
-        .map_err(|e| malformed(&trace_path, e))
-}
-
 /// Loads `dir` and refuses it when there is nothing in it to analyse.
 pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     let capture = load(dir, what)?;
@@ -226,7 +192,7 @@ pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     Ok(capture)
 }
 
-fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
+pub(super) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
     Error::Malformed {
         path: path.to_path_buf(),
         reason: reason.to_string(),
@@ -251,178 +217,6 @@ pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
         }
     }
     Ok(stacks)
-}
-
-/// Where parsed events go.
-struct Sink<'c> {
-    capture: &'c mut Capture,
-    keep_spans: bool,
-    interned: HashMap<(String, String), u32>,
-}
-
-/// One trace event; unknown members are ignored.
-#[derive(Deserialize)]
-struct RawEvent {
-    ph: Option<String>,
-    name: Option<String>,
-    cat: Option<String>,
-    ts: Option<f64>,
-    dur: Option<f64>,
-    pid: Option<u64>,
-    tid: Option<u64>,
-    args: Option<Box<RawValue>>,
-}
-
-/// Chrome µs (with ns decimals) to ns; None when negative or not finite.
-fn micros_to_ns(us: f64) -> Option<u64> {
-    let ns = (us * 1000.0).round();
-    (0.0..1.8e19).contains(&ns).then_some(ns as u64)
-}
-
-impl Sink<'_> {
-    fn event(&mut self, event: RawEvent) -> Result<(), String> {
-        let ph = event.ph.as_deref().unwrap_or("");
-        let pid = u32::try_from(event.pid.unwrap_or(0)).map_err(|_| "a pid does not fit 32 bits")?;
-        let tid = u32::try_from(event.tid.unwrap_or(0)).map_err(|_| "a tid does not fit 32 bits")?;
-        match ph {
-            "X" => {
-                let (Some(ts), Some(dur)) = (event.ts, event.dur) else {
-                    return Err("a complete event (\"ph\":\"X\") lacks ts or dur".into());
-                };
-                let (Some(start_ns), Some(dur_ns)) = (micros_to_ns(ts), micros_to_ns(dur)) else {
-                    return Err(format!(
-                        "a complete event has a negative time (ts {ts}, dur {dur})"
-                    ));
-                };
-                let name = self.intern(event.name.unwrap_or_default(), event.cat.unwrap_or_default());
-                if self.keep_spans {
-                    // `{"depth":N}` alone has no comma; anything more is worth keeping.
-                    let args = event
-                        .args
-                        .map(|a| a.get().to_string())
-                        .filter(|a| a.contains(','))
-                        .map(String::into_boxed_str);
-                    self.capture.spans.push(Span {
-                        name,
-                        pid,
-                        tid,
-                        start_ns,
-                        dur_ns,
-                        args,
-                    });
-                }
-            }
-            "i" | "I" => {
-                let cat = event.cat.unwrap_or_default();
-                if cat != "sample" {
-                    let name = Name {
-                        name: event.name.unwrap_or_default(),
-                        cat,
-                    };
-                    *self.capture.instants.entry(name).or_default() += 1;
-                }
-            }
-            "M" => {
-                #[derive(Deserialize)]
-                struct Named {
-                    name: Option<String>,
-                }
-                let named = event
-                    .args
-                    .and_then(|a| serde_json::from_str::<Named>(a.get()).ok())
-                    .and_then(|n| n.name);
-                match (event.name.as_deref(), named) {
-                    (Some("process_name"), Some(n)) => {
-                        self.capture.processes.insert(pid, n);
-                    }
-                    (Some("thread_name"), Some(n)) => {
-                        self.capture.threads.insert((pid, tid), n);
-                    }
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn intern(&mut self, name: String, cat: String) -> u32 {
-        let next = self.capture.names.len() as u32;
-        let names = &mut self.capture.names;
-        *self
-            .interned
-            .entry((name.clone(), cat.clone()))
-            .or_insert_with(|| {
-                names.push(Name { name, cat });
-                next
-            })
-    }
-}
-
-/// The whole trace: `{"traceEvents":[...], ...}` or a bare array of events.
-struct TraceSeed<'s, 'c>(&'s mut Sink<'c>);
-
-impl<'de> DeserializeSeed<'de> for TraceSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TraceSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a Chrome trace: {\"traceEvents\": [...]}")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = false;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "traceEvents" {
-                map.next_value_seed(EventsSeed(&mut *self.0))?;
-                seen = true;
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        if seen {
-            Ok(())
-        } else {
-            Err(serde::de::Error::custom("no traceEvents array"))
-        }
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        EventsSeed(self.0).visit_seq(seq)
-    }
-}
-
-/// The `traceEvents` array, one event at a time.
-struct EventsSeed<'s, 'c>(&'s mut Sink<'c>);
-
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
-        de.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of trace events")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(event) = seq.next_element::<RawEvent>()? {
-            self.0.event(event).map_err(serde::de::Error::custom)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod mannwhitney;
 pub mod outliers;
 pub mod spans;
 pub mod stats;
+mod trace_file;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,459 @@
+//! Reading trace.json (or trace.json.gz) of a capture into a [`Capture`]. A trace laid out the way
+//! xtrace writes it — the line `{"traceEvents":[`, then one event per line, then
+//! `],"displayTimeUnit":"ns"}` — is read a line at a time, each event parsed from its own bytes
+//! (serde_json's slice parser, about three times faster than its reader parser). Any other layout
+//! of valid JSON, and any trace the line reader finds wrong, is read again by the streaming parser,
+//! which accepts every layout and gives the error of a malformed one.
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    fmt,
+    fs::File,
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+};
+
+use serde::{
+    de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
+    Deserialize, Deserializer,
+};
+use serde_json::value::RawValue;
+
+use super::{
+    capture::{cut_short, malformed, Capture, Name, Span},
+    Error, Result,
+};
+
+/// The first line of a trace as xtrace writes it.
+const HEAD: &[u8] = b"{\"traceEvents\":[";
+/// Its last line.
+const TAIL: &[u8] = b"],\"displayTimeUnit\":\"ns\"}";
+
+/// Reads the trace of `dir` into `capture`: names, instants, process and thread names, and the
+/// spans when `keep_spans`.
+pub(super) fn read(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
+    let (path, reader) = open(dir)?;
+    let mut sink = Sink {
+        capture,
+        keep_spans,
+        interned: HashMap::new(),
+    };
+    if read_lines(BufReader::with_capacity(1 << 20, reader), &mut sink) == Some(()) {
+        return Ok(());
+    }
+    sink.clear();
+    let (_, reader) = open(dir)?;
+    stream(reader, &mut sink).map_err(|e| malformed(&path, e))
+}
+
+/// Reads a trace of any layout with serde_json's streaming parser.
+fn stream(reader: impl Read, sink: &mut Sink) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, reader));
+    TraceSeed(sink).deserialize(&mut de).and_then(|()| de.end())
+}
+
+/// trace.json, else trace.json.gz (decompressed as it is read).
+fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
+    let plain = dir.join(crate::output::TRACE_FILE);
+    let gz = dir.join(crate::output::TRACE_FILE_GZ);
+    if let Ok(file) = File::open(&plain) {
+        Ok((plain, Box::new(file)))
+    } else if let Ok(file) = File::open(&gz) {
+        Ok((gz, Box::new(flate2::read::GzDecoder::new(file))))
+    } else {
+        Err(cut_short(dir).unwrap_or_else(|| Error::NotACapture {
+            path: dir.to_path_buf(),
+            reason: "no trace.json or trace.json.gz".into(),
+        }))
+    }
+}
+
+/// Reads a trace laid out one event per line; None at the first line that is not in that layout,
+/// or an event the sink refuses (the caller then reads the file again with the streaming parser).
+fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
+    let mut line = Vec::with_capacity(4096);
+    let mut next = |line: &mut Vec<u8>| -> Option<bool> {
+        line.clear();
+        let n = reader.read_until(b'\n', line).ok()?;
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        Some(n > 0)
+    };
+    if !next(&mut line)? || line != HEAD {
+        return None;
+    }
+    loop {
+        if !next(&mut line)? {
+            return None; // no closing line
+        }
+        match line.first() {
+            None => continue, // the empty line before the tail of an empty trace
+            Some(b'{') => {
+                let event = line.strip_suffix(b",").unwrap_or(&line);
+                let event: LineEvent = serde_json::from_slice(event).ok()?;
+                sink.event(event.view()).ok()?;
+            }
+            Some(_) if line == TAIL => break,
+            Some(_) => return None,
+        }
+    }
+    // Nothing but white space may follow.
+    while next(&mut line)? {
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// Where parsed events go.
+struct Sink<'c> {
+    capture: &'c mut Capture,
+    keep_spans: bool,
+    /// category → name → index into `capture.names`.
+    interned: HashMap<String, HashMap<String, u32>>,
+}
+
+/// One trace event as the line reader parses it: strings borrowed from the line where they have
+/// no escapes. Unknown members are ignored.
+#[derive(Deserialize)]
+struct LineEvent<'a> {
+    #[serde(borrow)]
+    ph: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    cat: Option<Cow<'a, str>>,
+    ts: Option<f64>,
+    dur: Option<f64>,
+    pid: Option<u64>,
+    tid: Option<u64>,
+    #[serde(borrow)]
+    args: Option<&'a RawValue>,
+}
+
+/// One trace event as the streaming parser gives it (a reader cannot lend its bytes).
+#[derive(Deserialize)]
+struct RawEvent {
+    ph: Option<String>,
+    name: Option<String>,
+    cat: Option<String>,
+    ts: Option<f64>,
+    dur: Option<f64>,
+    pid: Option<u64>,
+    tid: Option<u64>,
+    args: Option<Box<RawValue>>,
+}
+
+/// What the sink reads of an event, however it was parsed.
+struct EventView<'a> {
+    ph: &'a str,
+    name: Option<&'a str>,
+    cat: Option<&'a str>,
+    ts: Option<f64>,
+    dur: Option<f64>,
+    pid: Option<u64>,
+    tid: Option<u64>,
+    /// The `args` object as JSON.
+    args: Option<&'a str>,
+}
+
+impl LineEvent<'_> {
+    fn view(&self) -> EventView<'_> {
+        EventView {
+            ph: self.ph.as_deref().unwrap_or(""),
+            name: self.name.as_deref(),
+            cat: self.cat.as_deref(),
+            ts: self.ts,
+            dur: self.dur,
+            pid: self.pid,
+            tid: self.tid,
+            args: self.args.map(RawValue::get),
+        }
+    }
+}
+
+impl RawEvent {
+    fn view(&self) -> EventView<'_> {
+        EventView {
+            ph: self.ph.as_deref().unwrap_or(""),
+            name: self.name.as_deref(),
+            cat: self.cat.as_deref(),
+            ts: self.ts,
+            dur: self.dur,
+            pid: self.pid,
+            tid: self.tid,
+            args: self.args.as_deref().map(RawValue::get),
+        }
+    }
+}
+
+/// Chrome µs (with ns decimals) to ns; None when negative or not finite.
+fn micros_to_ns(us: f64) -> Option<u64> {
+    let ns = (us * 1000.0).round();
+    (0.0..1.8e19).contains(&ns).then_some(ns as u64)
+}
+
+impl Sink<'_> {
+    /// Forgets what was read (before reading the trace again).
+    fn clear(&mut self) {
+        let c = &mut *self.capture;
+        c.names.clear();
+        c.spans.clear();
+        c.instants.clear();
+        c.processes.clear();
+        c.threads.clear();
+        self.interned.clear();
+    }
+
+    fn event(&mut self, event: EventView) -> Result<(), String> {
+        let pid = u32::try_from(event.pid.unwrap_or(0)).map_err(|_| "a pid does not fit 32 bits")?;
+        let tid = u32::try_from(event.tid.unwrap_or(0)).map_err(|_| "a tid does not fit 32 bits")?;
+        match event.ph {
+            "X" => {
+                let (Some(ts), Some(dur)) = (event.ts, event.dur) else {
+                    return Err("a complete event (\"ph\":\"X\") lacks ts or dur".into());
+                };
+                let (Some(start_ns), Some(dur_ns)) = (micros_to_ns(ts), micros_to_ns(dur)) else {
+                    return Err(format!(
+                        "a complete event has a negative time (ts {ts}, dur {dur})"
+                    ));
+                };
+                let name = self.intern(event.name.unwrap_or(""), event.cat.unwrap_or(""));
+                if self.keep_spans {
+                    // `{"depth":N}` alone has no comma; anything more is worth keeping.
+                    let args = event.args.filter(|a| a.contains(',')).map(Box::from);
+                    self.capture.spans.push(Span {
+                        name,
+                        pid,
+                        tid,
+                        start_ns,
+                        dur_ns,
+                        args,
+                    });
+                }
+            }
+            "i" | "I" => {
+                let cat = event.cat.unwrap_or("");
+                if cat != "sample" {
+                    let name = Name {
+                        name: event.name.unwrap_or("").to_owned(),
+                        cat: cat.to_owned(),
+                    };
+                    *self.capture.instants.entry(name).or_default() += 1;
+                }
+            }
+            "M" => {
+                #[derive(Deserialize)]
+                struct Named {
+                    name: Option<String>,
+                }
+                let named = event
+                    .args
+                    .and_then(|a| serde_json::from_str::<Named>(a).ok())
+                    .and_then(|n| n.name);
+                match (event.name, named) {
+                    (Some("process_name"), Some(n)) => {
+                        self.capture.processes.insert(pid, n);
+                    }
+                    (Some("thread_name"), Some(n)) => {
+                        self.capture.threads.insert((pid, tid), n);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The index of (name, category) in `capture.names`, added when first seen.
+    fn intern(&mut self, name: &str, cat: &str) -> u32 {
+        if let Some(&id) = self.interned.get(cat).and_then(|names| names.get(name)) {
+            return id;
+        }
+        let id = self.capture.names.len() as u32;
+        self.capture.names.push(Name {
+            name: name.to_owned(),
+            cat: cat.to_owned(),
+        });
+        self.interned
+            .entry(cat.to_owned())
+            .or_default()
+            .insert(name.to_owned(), id);
+        id
+    }
+}
+
+/// The whole trace: `{"traceEvents":[...], ...}` or a bare array of events.
+struct TraceSeed<'s, 'c>(&'s mut Sink<'c>);
+
+impl<'de> DeserializeSeed<'de> for TraceSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TraceSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome trace: {\"traceEvents\": [...]}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "traceEvents" {
+                map.next_value_seed(EventsSeed(&mut *self.0))?;
+                seen = true;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        if seen {
+            Ok(())
+        } else {
+            Err(serde::de::Error::custom("no traceEvents array"))
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        EventsSeed(self.0).visit_seq(seq)
+    }
+}
+
+/// The `traceEvents` array, one event at a time.
+struct EventsSeed<'s, 'c>(&'s mut Sink<'c>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(event) = seq.next_element::<RawEvent>()? {
+            self.0.event(event.view()).map_err(serde::de::Error::custom)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trace as xtrace writes it, with a name that needs escapes.
+    const TRACE: &str = r#"{"traceEvents":[
+{"ph":"X","name":"work","cat":"uprobe","ts":1000.500,"dur":2.250,"pid":7,"tid":8,"args":{"depth":0}},
+{"ph":"X","name":"in\"ner","cat":"uprobe","ts":1010.000,"dur":1.000,"pid":7,"tid":8,"args":{"depth":1,"arg0":3}},
+{"ph":"X","name":"work","cat":"uprobe","ts":1020.000,"dur":4.000,"pid":7,"tid":9,"args":{"depth":0}},
+{"ph":"i","s":"t","name":"app:tick","cat":"usdt","ts":1011.000,"pid":7,"tid":8,"args":{"arg0":1}},
+{"ph":"i","s":"t","name":"hot","cat":"sample","ts":1012.000,"pid":7,"tid":8,"args":{"stack":"a;hot"}},
+{"ph":"C","name":"CUDA device memory (bytes)","ts":1013.000,"pid":7,"args":{"bytes":5}},
+{"ph":"M","name":"process_name","pid":7,"tid":7,"args":{"name":"app"}},
+{"ph":"M","name":"thread_name","pid":7,"tid":8,"args":{"name":"worker"}}
+],"displayTimeUnit":"ns"}
+"#;
+
+    fn sink(capture: &mut Capture) -> Sink<'_> {
+        Sink {
+            capture,
+            keep_spans: true,
+            interned: HashMap::new(),
+        }
+    }
+
+    fn by_lines(text: &str) -> Option<Capture> {
+        let mut capture = Capture::default();
+        read_lines(text.as_bytes(), &mut sink(&mut capture))?;
+        Some(capture)
+    }
+
+    fn streamed(text: &str) -> Capture {
+        let mut capture = Capture::default();
+        stream(text.as_bytes(), &mut sink(&mut capture)).unwrap();
+        capture
+    }
+
+    /// The same capture; `args` compared as JSON values (a pretty-printed trace spaces them out).
+    fn same(a: &Capture, b: &Capture) {
+        let spans = |c: &Capture| -> Vec<(Span, Option<serde_json::Value>)> {
+            c.spans
+                .iter()
+                .map(|s| {
+                    let args = s.args.as_deref().map(|a| serde_json::from_str(a).unwrap());
+                    (
+                        Span {
+                            args: None,
+                            ..s.clone()
+                        },
+                        args,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(a.names, b.names);
+        assert_eq!(spans(a), spans(b));
+        assert_eq!(a.instants, b.instants);
+        assert_eq!(a.processes, b.processes);
+        assert_eq!(a.threads, b.threads);
+    }
+
+    #[test]
+    fn the_line_reader_reads_what_the_streaming_parser_reads() {
+        let lines = by_lines(TRACE).expect("xtrace's own layout is read a line at a time");
+        same(&lines, &streamed(TRACE));
+        assert_eq!(lines.spans.len(), 3);
+        assert_eq!(lines.names.len(), 2, "two spans of `work` share one name");
+        assert_eq!(lines.names[lines.spans[1].name as usize].name, "in\"ner");
+        assert_eq!(lines.spans[1].args.as_deref(), Some(r#"{"depth":1,"arg0":3}"#));
+        assert_eq!(
+            (lines.spans[0].start_ns, lines.spans[0].dur_ns),
+            (1_000_500, 2_250)
+        );
+        assert_eq!(lines.instants.values().sum::<u64>(), 1);
+        assert_eq!(lines.threads[&(7, 8)], "worker");
+        let empty = "{\"traceEvents\":[\n\n],\"displayTimeUnit\":\"ns\"}\n";
+        assert!(by_lines(empty).expect("an empty trace").names.is_empty());
+    }
+
+    #[test]
+    fn other_layouts_are_left_to_the_streaming_parser() {
+        let pretty =
+            serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(TRACE).unwrap()).unwrap();
+        let one_line = TRACE.replace('\n', "");
+        let two_per_line = TRACE.replacen("}},\n{", "}},{", 1);
+        let cut = &TRACE[..TRACE.len() - 30];
+        let extra_tail = TRACE.replace("\"ns\"}", "\"ns\",\"otherData\":{}}");
+        for other in [pretty.as_str(), &one_line, &two_per_line, cut, &extra_tail] {
+            assert!(by_lines(other).is_none(), "{other}");
+        }
+        same(&streamed(&pretty), &streamed(TRACE));
+        same(&streamed(&two_per_line), &streamed(TRACE));
+    }
+
+    #[test]
+    fn an_event_the_sink_refuses_gets_the_streaming_parsers_error() {
+        let bad = TRACE.replace("\"ts\":1020.000", "\"ts\":-1");
+        assert!(by_lines(&bad).is_none());
+        let mut capture = Capture::default();
+        let e = stream(bad.as_bytes(), &mut sink(&mut capture))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("negative time"), "{e}");
+    }
+}
