@@ -23,11 +23,7 @@ use super::{
     capture::{cut_short, malformed, Capture, Name, Span},
     Error, Result,
 };
-
-/// The first line of a trace as xtrace writes it.
-const HEAD: &[u8] = b"{\"traceEvents\":[";
-/// Its last line.
-const TAIL: &[u8] = b"],\"displayTimeUnit\":\"ns\"}";
+use crate::export::chrome::{HEAD_LINE, TAIL_LINE};
 
 /// Reads the trace of `dir` into `capture`: names, instants, process and thread names, and the
 /// spans when `keep_spans`.
@@ -80,7 +76,7 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
         }
         Some(n > 0)
     };
-    if !next(&mut line)? || line != HEAD {
+    if !next(&mut line)? || line != HEAD_LINE {
         return None;
     }
     loop {
@@ -91,10 +87,10 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
             None => continue, // the empty line before the tail of an empty trace
             Some(b'{') => {
                 let event = line.strip_suffix(b",").unwrap_or(&line);
-                let event: LineEvent = serde_json::from_slice(event).ok()?;
-                sink.event(event.view()).ok()?;
+                let event: RawEvent = serde_json::from_slice(event).ok()?;
+                sink.event(&event).ok()?;
             }
-            Some(_) if line == TAIL => break,
+            Some(_) if line == TAIL_LINE => break,
             Some(_) => return None,
         }
     }
@@ -115,10 +111,10 @@ struct Sink<'c> {
     interned: HashMap<String, HashMap<String, u32>>,
 }
 
-/// One trace event as the line reader parses it: strings borrowed from the line where they have
-/// no escapes. Unknown members are ignored.
+/// One trace event; unknown members are ignored. The line reader's strings are borrowed from the
+/// line where they have no escapes; the streaming parser's are owned (a reader lends no bytes).
 #[derive(Deserialize)]
-struct LineEvent<'a> {
+struct RawEvent<'a> {
     #[serde(borrow)]
     ph: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -129,64 +125,7 @@ struct LineEvent<'a> {
     dur: Option<f64>,
     pid: Option<u64>,
     tid: Option<u64>,
-    #[serde(borrow)]
-    args: Option<&'a RawValue>,
-}
-
-/// One trace event as the streaming parser gives it (a reader cannot lend its bytes).
-#[derive(Deserialize)]
-struct RawEvent {
-    ph: Option<String>,
-    name: Option<String>,
-    cat: Option<String>,
-    ts: Option<f64>,
-    dur: Option<f64>,
-    pid: Option<u64>,
-    tid: Option<u64>,
     args: Option<Box<RawValue>>,
-}
-
-/// What the sink reads of an event, however it was parsed.
-struct EventView<'a> {
-    ph: &'a str,
-    name: Option<&'a str>,
-    cat: Option<&'a str>,
-    ts: Option<f64>,
-    dur: Option<f64>,
-    pid: Option<u64>,
-    tid: Option<u64>,
-    /// The `args` object as JSON.
-    args: Option<&'a str>,
-}
-
-impl LineEvent<'_> {
-    fn view(&self) -> EventView<'_> {
-        EventView {
-            ph: self.ph.as_deref().unwrap_or(""),
-            name: self.name.as_deref(),
-            cat: self.cat.as_deref(),
-            ts: self.ts,
-            dur: self.dur,
-            pid: self.pid,
-            tid: self.tid,
-            args: self.args.map(RawValue::get),
-        }
-    }
-}
-
-impl RawEvent {
-    fn view(&self) -> EventView<'_> {
-        EventView {
-            ph: self.ph.as_deref().unwrap_or(""),
-            name: self.name.as_deref(),
-            cat: self.cat.as_deref(),
-            ts: self.ts,
-            dur: self.dur,
-            pid: self.pid,
-            tid: self.tid,
-            args: self.args.as_deref().map(RawValue::get),
-        }
-    }
 }
 
 /// Chrome µs (with ns decimals) to ns; None when negative or not finite.
@@ -207,10 +146,12 @@ impl Sink<'_> {
         self.interned.clear();
     }
 
-    fn event(&mut self, event: EventView) -> Result<(), String> {
+    fn event(&mut self, event: &RawEvent) -> Result<(), String> {
         let pid = u32::try_from(event.pid.unwrap_or(0)).map_err(|_| "a pid does not fit 32 bits")?;
         let tid = u32::try_from(event.tid.unwrap_or(0)).map_err(|_| "a tid does not fit 32 bits")?;
-        match event.ph {
+        let (name, cat) = (event.name.as_deref(), event.cat.as_deref());
+        let args = event.args.as_deref().map(RawValue::get);
+        match event.ph.as_deref().unwrap_or("") {
             "X" => {
                 let (Some(ts), Some(dur)) = (event.ts, event.dur) else {
                     return Err("a complete event (\"ph\":\"X\") lacks ts or dur".into());
@@ -220,10 +161,10 @@ impl Sink<'_> {
                         "a complete event has a negative time (ts {ts}, dur {dur})"
                     ));
                 };
-                let name = self.intern(event.name.unwrap_or(""), event.cat.unwrap_or(""));
+                let name = self.intern(name.unwrap_or(""), cat.unwrap_or(""));
                 if self.keep_spans {
                     // `{"depth":N}` alone has no comma; anything more is worth keeping.
-                    let args = event.args.filter(|a| a.contains(',')).map(Box::from);
+                    let args = args.filter(|a| a.contains(',')).map(Box::from);
                     self.capture.spans.push(Span {
                         name,
                         pid,
@@ -235,10 +176,10 @@ impl Sink<'_> {
                 }
             }
             "i" | "I" => {
-                let cat = event.cat.unwrap_or("");
+                let cat = cat.unwrap_or("");
                 if cat != "sample" {
                     let name = Name {
-                        name: event.name.unwrap_or("").to_owned(),
+                        name: name.unwrap_or("").to_owned(),
                         cat: cat.to_owned(),
                     };
                     *self.capture.instants.entry(name).or_default() += 1;
@@ -249,11 +190,10 @@ impl Sink<'_> {
                 struct Named {
                     name: Option<String>,
                 }
-                let named = event
-                    .args
+                let named = args
                     .and_then(|a| serde_json::from_str::<Named>(a).ok())
                     .and_then(|n| n.name);
-                match (event.name, named) {
+                match (name, named) {
                     (Some("process_name"), Some(n)) => {
                         self.capture.processes.insert(pid, n);
                     }
@@ -346,7 +286,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(event) = seq.next_element::<RawEvent>()? {
-            self.0.event(event.view()).map_err(serde::de::Error::custom)?;
+            self.0.event(&event).map_err(serde::de::Error::custom)?;
         }
         Ok(())
     }
@@ -427,8 +367,30 @@ mod tests {
         );
         assert_eq!(lines.instants.values().sum::<u64>(), 1);
         assert_eq!(lines.threads[&(7, 8)], "worker");
-        let empty = "{\"traceEvents\":[\n\n],\"displayTimeUnit\":\"ns\"}\n";
-        assert!(by_lines(empty).expect("an empty trace").names.is_empty());
+    }
+
+    #[test]
+    fn what_the_chrome_writer_writes_is_read_a_line_at_a_time() {
+        use crate::{export::chrome::ChromeWriter, pipeline::writer::SpanOut};
+        let text = |w: ChromeWriter<Vec<u8>>| String::from_utf8(w.finish().unwrap()).unwrap();
+        let mut w = ChromeWriter::new(Vec::new(), &[("work", "uprobe")]).unwrap();
+        let span = SpanOut {
+            pid: 7,
+            tid: 8,
+            start_ns: 1_000_500,
+            dur_ns: 2_250,
+            ..Default::default()
+        };
+        w.span(&span).unwrap();
+        w.thread_name(7, 8, "worker").unwrap();
+        let c = by_lines(&text(w)).expect("the writer's layout");
+        assert_eq!(
+            (c.spans.len(), c.spans[0].start_ns, c.spans[0].dur_ns),
+            (1, 1_000_500, 2_250)
+        );
+        assert_eq!(c.threads[&(7, 8)], "worker");
+        let empty = by_lines(&text(ChromeWriter::new(Vec::new(), &[]).unwrap()));
+        assert!(empty.expect("an empty trace").names.is_empty());
     }
 
     #[test]

@@ -8,6 +8,12 @@ use std::io::{self, Write};
 
 use crate::pipeline::writer::SpanOut;
 
+/// The first line of the trace; events follow one per line (which `xtrace report` relies on to
+/// read a trace a line at a time).
+pub const HEAD_LINE: &[u8] = b"{\"traceEvents\":[";
+/// The last line.
+pub const TAIL_LINE: &[u8] = b"],\"displayTimeUnit\":\"ns\"}";
+
 /// Buffered bytes handed to the output at once: as many as the output file's buffer holds.
 const SPILL: usize = crate::output::FILE_BUFFER;
 
@@ -86,7 +92,8 @@ fn push_args(buf: &mut Vec<u8>, values: &str) {
 impl<W: Write> ChromeWriter<W> {
     /// Starts the trace; `probes` are (name, category) by probe id.
     pub fn new(mut out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
-        out.write_all(b"{\"traceEvents\":[\n")?;
+        out.write_all(HEAD_LINE)?;
+        out.write_all(b"\n")?;
         let names = probes
             .iter()
             .map(|(name, cat)| (quote(name), quote(cat)))
@@ -210,7 +217,9 @@ impl<W: Write> ChromeWriter<W> {
 
     /// Closes the JSON document and returns the writer, flushed.
     pub fn finish(mut self) -> io::Result<W> {
-        self.buf.extend_from_slice(b"\n],\"displayTimeUnit\":\"ns\"}\n");
+        self.buf.push(b'\n');
+        self.buf.extend_from_slice(TAIL_LINE);
+        self.buf.push(b'\n');
         self.out.write_all(&self.buf)?;
         self.out.flush()?;
         Ok(self.out)
