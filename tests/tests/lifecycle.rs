@@ -4,7 +4,9 @@
 //! name it is written under, `trace.json.partial`. A full output disk stops the recording with one
 //! error line, detaches, and leaves the cut-short trace as `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
 //! complete outputs. A file that fails after the trace was closed (summary.json) leaves trace.json
-//! whole, under its own name. Under sudo, the outputs belong to the invoking user.
+//! whole, under its own name. Under sudo, the outputs belong to the invoking user. Once open, the
+//! output directory is written through its descriptor: swapping it for a symbolic link mid-capture
+//! sends nothing elsewhere.
 
 use std::{os::unix::fs::MetadataExt, process::Command};
 
@@ -268,6 +270,54 @@ fn outputs_belong_to_the_sudo_user() {
             path.display()
         );
     }
+}
+
+#[test]
+fn an_output_directory_swapped_for_a_link_mid_capture_keeps_the_outputs() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let tmp = TempDir::new("swapped-out");
+    let out_dir = tmp.join("out");
+    let elsewhere = tmp.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-d", "0.5"], &out_dir);
+    xtrace.wait_attached();
+    let moved = tmp.join("moved");
+    std::fs::rename(&out_dir, &moved).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &out_dir).unwrap();
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&moved);
+    assert!(
+        out.probe_count("work") > 0,
+        "the outputs are in the directory xtrace opened"
+    );
+    assert_eq!(
+        out.probe_count("work"),
+        out.spans().len() as u64,
+        "summary count == spans in trace.json, read back through the same directory"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&moved)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "profile.pb.gz",
+            "span-flamegraph.svg",
+            "summary.json",
+            "summary.txt",
+            "trace.json"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing followed the link"
+    );
 }
 
 #[test]

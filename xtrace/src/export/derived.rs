@@ -3,7 +3,6 @@
 //! spans). They are read back from the files just written, so a recording and a later report
 //! give the same bytes. Above [`SPAN_LIMIT`] spans the recorder leaves the span parts out (they
 //! would hold every span in memory); `xtrace report` makes them from the capture afterwards.
-use std::path::Path;
 
 use crate::{
     analysis::{
@@ -32,13 +31,14 @@ fn internal(e: analysis::Error) -> Error {
 
 /// Writes the derived outputs of the capture in `out`, which holds `spans` spans; returns the
 /// names of the files written.
-pub fn write(out: &Path, spans: u64, icicle: bool) -> Result<Vec<&'static str>> {
+pub fn write(out: &output::Dir, spans: u64, icicle: bool) -> Result<Vec<&'static str>> {
     let with_spans = spans > 0 && spans <= SPAN_LIMIT;
     let what = Load {
         trace: with_spans,
         spans: with_spans,
     };
-    let capture = capture::load(out, what).map_err(internal)?;
+    // Read through the directory's descriptor, like everything written there.
+    let capture = capture::load(&out.by_descriptor(), what).map_err(internal)?;
     let nesting = spans::nest(&capture.spans);
     let stacks = spans::stacks(&capture, &nesting);
     let mut written = Vec::new();

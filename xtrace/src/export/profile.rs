@@ -5,10 +5,7 @@
 //! file is named from the vDSO's symbols or, for a JIT's code, from `/tmp/perf-PID.map`. Addresses
 //! that no symbol covers are shown as `module+0xOFFSET`, OFFSET being the start of the function
 //! their unwind entry covers (`fde`) where there is one.
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    path::Path,
-};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -332,7 +329,7 @@ pub fn timeline<W: std::io::Write>(
 /// Writes `stacks.folded` and `flamegraph.svg` into `out` and returns the profile summary.
 /// `process_names` gives each pid's root frame.
 pub fn write(
-    out: &Path,
+    out: &crate::output::Dir,
     samples: &Samples,
     frames: &Frames,
     process_names: &HashMap<u32, String>,

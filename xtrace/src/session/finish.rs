@@ -1,6 +1,6 @@
 //! The end of a recording: the launched command's exit, trace metadata (process and thread names),
 //! the CPU profile (stacks.folded, flamegraph.svg) and the summary files.
-use std::{collections::HashMap, path::Path, time::Duration};
+use std::{collections::HashMap, time::Duration};
 
 use super::{output_error, run::Stop};
 use crate::{
@@ -59,7 +59,7 @@ pub struct Sampling {
 /// the derived files.
 #[allow(clippy::too_many_arguments)]
 pub fn write(
-    out: &Path,
+    out: &output::Dir,
     trace_file: &TraceFile,
     plan: &Plan,
     pipeline: Pipeline<Sink>,

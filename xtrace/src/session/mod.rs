@@ -243,7 +243,7 @@ impl Specs {
 
 /// Resolves targets and probes; a command is launched (held at its gate) only once everything
 /// else has been validated, the output directory included.
-fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, std::path::PathBuf)> {
+fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, output::Dir)> {
     if args.system_wide {
         for &tid in &args.tid {
             if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
@@ -539,7 +539,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     files.extend(derived);
     Ok(Recording {
         summary,
-        output: out,
+        output: out.path().to_path_buf(),
         files,
     })
 }

@@ -1,18 +1,20 @@
-//! The output directory: its default name, creating it, and creating files in it without following
-//! symbolic links. Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
+//! The output directory: its default name, creating it, and creating files in it through its
+//! descriptor, without following symbolic links (see [`Dir`]). Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
 //! Every file is written as `NAME.partial` and renamed to NAME once whole, so a file cut short (a
 //! full disk, SIGKILL, a panic) never looks whole. The trace file is written through a [`Sink`],
 //! plain or gzip-compressed (`--gzip`).
+mod dir;
+mod sink;
+
 use std::{
     fs::File,
-    io::{BufWriter, Write},
-    os::unix::fs::OpenOptionsExt,
+    io::Write,
     path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::AtomicU64, Arc},
 };
+
+pub use dir::{Dir, Kind};
+pub use sink::{Sink, FILE_BUFFER};
 
 use crate::error::{Error, Result};
 
@@ -46,14 +48,6 @@ fn invoking_user() -> Option<(u32, u32)> {
     Some((id("SUDO_UID")?, id("SUDO_GID")?))
 }
 
-/// Hands the directory at `path` to the invoking user under sudo.
-fn give_to_invoking_user(path: &Path) -> std::io::Result<()> {
-    match invoking_user() {
-        Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
-        None => Ok(()),
-    }
-}
-
 /// Hands an open file to the invoking user under sudo (by its fd: no path is looked up again).
 fn give_file_to_invoking_user(file: &File) -> std::io::Result<()> {
     match invoking_user() {
@@ -62,69 +56,38 @@ fn give_file_to_invoking_user(file: &File) -> std::io::Result<()> {
     }
 }
 
-/// Creates `dir` if needed (its parents too); every directory xtrace creates belongs to the
-/// invoking user under sudo. Fails now, before anything is attached, if files cannot be created
-/// there.
-pub fn prepare(dir: Option<&Path>) -> Result<PathBuf> {
-    let dir = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
+/// Opens `dir` (the default name when None), creating it and its parents if needed: every
+/// directory xtrace creates belongs to the invoking user under sudo. Fails now, before anything
+/// is attached, if files cannot be created there. Every file of the recording is then made through
+/// the returned descriptor (see [`Dir`]).
+pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
+    let path = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
     let err = |source| Error::Output {
-        path: dir.clone(),
+        path: path.clone(),
         source,
     };
-    match std::fs::metadata(&dir) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return Err(err(std::io::Error::other("it is a file, not a directory"))),
-        Err(_) => create_dirs(&dir).map_err(err)?,
+    if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_dir()) {
+        return Err(err(std::io::Error::other("it is a file, not a directory")));
     }
-    let probe = dir.join(format!(".xtrace-{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&probe)
-        .map_err(err)?;
-    let _ = std::fs::remove_file(&probe);
+    let dir = Dir::open_or_create(&path, invoking_user()).map_err(err)?;
+    let probe = format!(".xtrace-{}", std::process::id());
+    dir.create_file(&probe, true).map_err(err)?;
+    let _ = dir.remove_file(&probe);
     // An output name taken by a directory, a symbolic link (never followed) or anything else
     // that is not a file would fail only at the end of the recording.
-    for path in FILES
-        .iter()
-        .flat_map(|name| [dir.join(name), dir.join(partial(name))])
-    {
-        if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            let what = meta.file_type();
-            let taken = if what.is_file() {
-                continue;
-            } else if what.is_dir() {
-                "a directory"
-            } else if what.is_symlink() {
-                "a symbolic link, which xtrace does not follow"
-            } else {
-                "not a regular file"
-            };
-            return Err(Error::Output {
-                path,
-                source: std::io::Error::other(format!("it is {taken}")),
-            });
-        }
+    for name in FILES.iter().flat_map(|name| [name.to_string(), partial(name)]) {
+        let taken = match dir.kind(&name) {
+            Ok(Some(Kind::Directory)) => "a directory",
+            Ok(Some(Kind::Symlink)) => "a symbolic link, which xtrace does not follow",
+            Ok(Some(Kind::Other)) => "not a regular file",
+            Ok(Some(Kind::File) | None) | Err(_) => continue,
+        };
+        return Err(Error::Output {
+            path: dir.join(&name),
+            source: std::io::Error::other(format!("it is {taken}")),
+        });
     }
     Ok(dir)
-}
-
-/// Creates `dir` and its missing parents, outermost first, each handed to the invoking user.
-fn create_dirs(dir: &Path) -> std::io::Result<()> {
-    let missing: Vec<&Path> = dir
-        .ancestors()
-        .take_while(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_err())
-        .collect();
-    for path in missing.iter().rev() {
-        match std::fs::create_dir(path) {
-            Ok(()) => give_to_invoking_user(path)?,
-            // Made meanwhile by someone else: theirs, left as it is.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// The trace, plain and gzipped (`--gzip`).
@@ -161,40 +124,38 @@ pub fn partial(name: &str) -> String {
 /// Starts writing `dir/name`: creates (truncates) `dir/name.partial`, refusing a symbolic link
 /// there, and removes an older `dir/name`, so that no whole-looking file of another run is left
 /// beside it. [`complete`] gives the file its name once it is whole.
-pub fn create(dir: &Path, name: &str) -> Result<File> {
-    let whole = dir.join(name);
-    match std::fs::remove_file(&whole) {
+pub fn create(dir: &Dir, name: &str) -> Result<File> {
+    match dir.remove_file(name) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(Error::Output {
-                path: whole,
+                path: dir.join(name),
                 source: e,
             })
         }
         _ => {}
     }
-    let path = dir.join(partial(name));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o644)
-        .open(&path)
+    let partial = partial(name);
+    dir.create_file(&partial, false)
         .and_then(|file| give_file_to_invoking_user(&file).map(|()| file))
-        .map_err(|source| Error::Output { path, source })
+        .map_err(|source| Error::Output {
+            path: dir.join(&partial),
+            source,
+        })
 }
 
 /// Renames the whole `dir/name.partial` to `dir/name` (replacing, not following, what is there).
-pub fn complete(dir: &Path, name: &str) -> Result<()> {
-    let path = dir.join(name);
-    std::fs::rename(dir.join(partial(name)), &path).map_err(|source| Error::Output { path, source })
+pub fn complete(dir: &Dir, name: &str) -> Result<()> {
+    dir.rename(&partial(name), name).map_err(|source| Error::Output {
+        path: dir.join(name),
+        source,
+    })
 }
 
 /// Writes `dir/name` whole (through `name.partial`).
-pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+pub fn write(dir: &Dir, name: &str, bytes: &[u8]) -> Result<()> {
     let mut file = create(dir, name)?;
     file.write_all(bytes).map_err(|source| Error::Output {
-        path: dir.join(partial(name)),
+        path: dir.join(&partial(name)),
         source,
     })?;
     drop(file);
@@ -204,6 +165,11 @@ pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 /// Writes the file at `path` whole (a file name, with or without a directory); a path without a
 /// file name is refused.
 pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
+    // The advice of a recording's output directory does not fit a file named with -o.
+    let as_file = |e| match e {
+        Error::Output { path, source } => Error::OutputFile { path, source },
+        e => e,
+    };
     match (path.parent(), path.file_name()) {
         (Some(dir), Some(name)) => {
             let dir = if dir.as_os_str().is_empty() {
@@ -211,11 +177,11 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
             } else {
                 dir
             };
-            // The advice of a recording's output directory does not fit a file named with -o.
-            write(dir, &name.to_string_lossy(), bytes).map_err(|e| match e {
-                Error::Output { path, source } => Error::OutputFile { path, source },
-                e => e,
-            })
+            let dir = Dir::open(dir).map_err(|source| Error::OutputFile {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            write(&dir, &name.to_string_lossy(), bytes).map_err(as_file)
         }
         _ => Err(Error::Usage(format!(
             "-o {}: give the path of a file to write",
@@ -235,87 +201,17 @@ pub struct TraceFile {
 }
 
 /// Starts the trace file in `dir` (see [`create`]), compressed when `gzip`.
-pub fn create_trace(dir: &Path, gzip: bool) -> Result<(Sink, TraceFile)> {
+pub fn create_trace(dir: &Dir, gzip: bool) -> Result<(Sink, TraceFile)> {
     let name = if gzip { TRACE_FILE_GZ } else { TRACE_FILE };
     let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
-    let path = dir.join(partial(name));
+    let path = dir.join(&partial(name));
     Ok((sink, TraceFile { name, path, bytes }))
-}
-
-/// Counts bytes passing through to `W`.
-pub struct Counted<W> {
-    inner: W,
-    bytes: Arc<AtomicU64>,
-}
-
-impl<W: Write> Write for Counted<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// The buffer in front of an output file; trace.json's writer hands over pieces this large.
-pub const FILE_BUFFER: usize = 1 << 20;
-
-/// The trace file as it is streamed: plain, or compressed on the way (trace.json.gz). What goes
-/// into the file's buffer is counted, after compression.
-pub enum Sink {
-    Plain(Counted<BufWriter<File>>),
-    Gzip(Box<flate2::write::GzEncoder<Counted<BufWriter<File>>>>),
-}
-
-impl Sink {
-    /// Buffers writes to `file`, compressing them when `gzip`; returns the count of bytes given
-    /// to the file so far, which can be read while it is written.
-    pub fn new(file: File, gzip: bool) -> (Sink, Arc<AtomicU64>) {
-        let bytes = Arc::new(AtomicU64::new(0));
-        let file = Counted {
-            inner: BufWriter::with_capacity(FILE_BUFFER, file),
-            bytes: bytes.clone(),
-        };
-        let sink = if gzip {
-            // Fast compression: the writer thread must keep up with the ring buffer.
-            let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-            Sink::Gzip(Box::new(gz))
-        } else {
-            Sink::Plain(file)
-        };
-        (sink, bytes)
-    }
-
-    /// Writes what is buffered and, compressed, the gzip trailer.
-    pub fn close(self) -> std::io::Result<()> {
-        match self {
-            Sink::Plain(mut file) => file.flush(),
-            Sink::Gzip(gz) => (*gz).finish()?.flush(),
-        }
-    }
-}
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Sink::Plain(w) => w.write(buf),
-            Sink::Gzip(w) => w.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.flush(),
-            Sink::Gzip(w) => w.flush(),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     #[test]
@@ -396,7 +292,7 @@ mod tests {
         std::fs::create_dir(dir.join("summary.json")).unwrap();
         let message = write(&dir, "summary.json", b"{}").unwrap_err().to_string();
         assert!(message.contains("summary.json: Is a directory"), "{message}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
     }
 
     #[test]
@@ -413,11 +309,11 @@ mod tests {
             complete(&dir, trace.name).unwrap();
             let on_disk = std::fs::metadata(dir.join(trace.name)).unwrap().len();
             assert_eq!(trace.bytes.load(Ordering::Relaxed), on_disk, "{}", trace.name);
-            assert_eq!(trace.path, dir.join(format!("{}.partial", trace.name)));
+            assert_eq!(trace.path, dir.join(&format!("{}.partial", trace.name)));
         }
         let gz = std::fs::metadata(dir.join(TRACE_FILE_GZ)).unwrap().len();
         assert!(gz * 10 < json.len() as u64, "{gz} compressed bytes counted");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
     }
 
     #[test]
@@ -427,6 +323,6 @@ mod tests {
         std::os::unix::fs::symlink("/tmp/xtrace-out-test-elsewhere", dir.join("trace.json.partial")).unwrap();
         assert!(matches!(create(&dir, "trace.json"), Err(Error::Output { .. })));
         assert!(create(&dir, "summary.json").is_ok());
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
     }
 }
