@@ -12,6 +12,7 @@ pub mod bpf;
 pub mod captures;
 pub mod fixtures;
 pub mod output;
+pub mod ranges;
 pub mod run;
 
 use std::{
