@@ -1,7 +1,8 @@
 //! The output directory: its default name, creating it, and creating files in it through its
-//! descriptor, without following symbolic links (see [`Dir`]). Under sudo, what xtrace creates belongs to the invoking user (SUDO_UID/SUDO_GID).
-//! Every file is written as `NAME.partial` and renamed to NAME once whole, so a file cut short (a
-//! full disk, SIGKILL, a panic) never looks whole. The trace file is written through a [`Sink`],
+//! descriptor, without following symbolic links (see [`Dir`]). Under sudo, what xtrace creates
+//! belongs to the invoking user (SUDO_UID/SUDO_GID). Every file is written as `NAME.partial` and
+//! renamed to NAME once whole, so a file cut short (a full disk, SIGKILL, a panic) never looks
+//! whole. The trace file is written through a [`Sink`],
 //! plain or gzip-compressed (`--gzip`).
 mod dir;
 mod sink;
