@@ -79,10 +79,25 @@ impl Xtrace {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        Self::spawn_with_capabilities(&[], args)
+    }
+
+    /// Like [`Xtrace::spawn_unprivileged`], keeping capabilities `caps` (setpriv names: `bpf`,
+    /// `perfmon`) as ambient ones, so they stay effective in xtrace as user 65534.
+    pub fn spawn_with_capabilities<I, S>(caps: &[&str], args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let mut setpriv = Command::new("setpriv");
-        setpriv
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(xtrace_bin());
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        if !caps.is_empty() {
+            let caps: Vec<String> = caps.iter().map(|cap| format!("+{cap}")).collect();
+            let caps = caps.join(",");
+            setpriv.arg(format!("--inh-caps={caps}"));
+            setpriv.arg(format!("--ambient-caps={caps}"));
+        }
+        setpriv.arg("--").arg(xtrace_bin());
         Self::spawn_command(setpriv, args)
     }
 

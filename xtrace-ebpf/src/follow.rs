@@ -1,12 +1,17 @@
 //! Following the processes that sampled processes start, as `perf record` does (its counters are
-//! inherited): `process_fork` (tracepoint task/task_newtask, which runs in the parent before the
+//! inherited): `process_fork` (raw tracepoint task_newtask, which runs in the parent before the
 //! child first runs, so none of the child's time is missed) adds each new process a process in
-//! `SAMPLE_PIDS` starts to it; `process_exit` (tracepoint sched/sched_process_exit, on kernels
-//! whose record has `group_dead`) takes a process out when its last thread exits, so a later
-//! process that reuses its pid is not sampled. User space attaches them only when sampling is
-//! limited to target processes and `--no-inherit` is not given. Field offsets are the tracepoints'
-//! formats', set at load time.
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+//! `SAMPLE_PIDS` starts to it; `process_exit` (raw tracepoint sched_process_exit, on kernels that
+//! pass `group_dead`) takes a process out when its last thread exits, so a later process that
+//! reuses its pid is not sampled. User space attaches them only when sampling is limited to target
+//! processes and `--no-inherit` is not given. Raw tracepoints pass the tracepoint's own arguments;
+//! where `pid` lies in the new task's `task_struct` is read from the kernel's BTF and set at load
+//! time.
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
 use xtrace_common::probe::counter;
 
 use crate::maps::{count, load_time, SAMPLE_PIDS};
@@ -18,35 +23,30 @@ const BPF_NOEXIST: u64 = 1;
 /// The map update's error when the key is present.
 const EEXIST: i32 = 17;
 
-/// Offset of `pid` (the new task's id) in the task_newtask record.
+/// Offset of `pid` in `struct task_struct`.
 #[unsafe(no_mangle)]
-static NEWTASK_PID: u32 = 8;
-/// Offset of `clone_flags` in the task_newtask record.
-#[unsafe(no_mangle)]
-static NEWTASK_CLONE_FLAGS: u32 = 32;
-/// Offset of `group_dead` (the process's last thread is exiting) in the sched_process_exit record.
-#[unsafe(no_mangle)]
-static EXIT_GROUP_DEAD: u32 = 32;
+static TASK_PID: u32 = 0;
 
-#[tracepoint]
-pub fn process_fork(ctx: TracePointContext) -> u32 {
+/// task_newtask(struct task_struct *task, u64 clone_flags), in the parent.
+#[raw_tracepoint(tracepoint = "task_newtask")]
+pub fn process_fork(ctx: RawTracePointContext) -> u32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the value is not read.
     if unsafe { SAMPLE_PIDS.get(&parent) }.is_none() {
         return 0;
     }
-    // SAFETY: checked reads of the tracepoint's record, at the offsets of its format.
-    let (flags, child) = unsafe {
-        (
-            ctx.read_at::<u64>(load_time(&NEWTASK_CLONE_FLAGS) as usize),
-            ctx.read_at::<i32>(load_time(&NEWTASK_PID) as usize),
-        )
-    };
-    let (Ok(flags), Ok(child)) = (flags, child) else {
+    let task: u64 = ctx.arg(0);
+    let flags: u64 = ctx.arg(1);
+    if flags & CLONE_THREAD != 0 {
+        return 0; // a thread: its process is sampled already
+    }
+    let field = task.wrapping_add(u64::from(load_time(&TASK_PID)));
+    // SAFETY: a checked read of kernel memory.
+    let Ok(child) = (unsafe { bpf_probe_read_kernel(field as *const i32) }) else {
         return 0;
     };
-    if flags & CLONE_THREAD != 0 || child <= 0 {
-        return 0; // a thread: its process is sampled already
+    if child <= 0 {
+        return 0;
     }
     match SAMPLE_PIDS.insert(&(child as u32), &1, BPF_NOEXIST) {
         Ok(()) => count(counter::FOLLOWED_PROCESSES),
@@ -57,11 +57,11 @@ pub fn process_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
-#[tracepoint]
-pub fn process_exit(ctx: TracePointContext) -> u32 {
-    // SAFETY: a checked read of the tracepoint's record, at the offset of its format.
-    let group_dead = unsafe { ctx.read_at::<u8>(load_time(&EXIT_GROUP_DEAD) as usize) };
-    if group_dead.is_ok_and(|dead| dead != 0) {
+/// sched_process_exit(struct task_struct *task, bool group_dead), in the exiting task.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit(ctx: RawTracePointContext) -> u32 {
+    let group_dead: u64 = ctx.arg(1);
+    if group_dead & 0xff != 0 {
         // The exiting task is the current one.
         let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
         let _ = SAMPLE_PIDS.remove(&tgid);

@@ -1,5 +1,6 @@
 //! The embedded kernel object (built from xtrace-ebpf by build.rs), loading it, and reading its
 //! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot.
+pub mod btf;
 pub mod overhead;
 pub mod perf_uprobe;
 pub mod uprobe_multi;
@@ -41,8 +42,8 @@ pub struct LoadOptions {
     pub sample_pids: Vec<u32>,
     /// `--user-stack`: bytes of user stack copied per sample (0: frame pointers only).
     pub user_stack_bytes: u32,
-    /// With sampling limited to `sample_pids`: follow the processes they start, with the
-    /// tracepoints' field offsets on this kernel (None: `--no-inherit`, `-a`, or no sampling).
+    /// With sampling limited to `sample_pids`: follow the processes they start, with what those
+    /// programs read on this kernel (None: `--no-inherit`, `-a`, or no sampling).
     pub follow: Option<crate::probes::follow::Offsets>,
     /// Whether span entries keep their return address, for samples to restore over return
     /// probes' trampolines in the user stacks they copy (only when sampling copies stacks).
@@ -84,9 +85,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
         .map_max_entries("SAMPLE_PIDS", sample_slots)
-        .override_global("NEWTASK_PID", &offsets.newtask_pid, true)
-        .override_global("NEWTASK_CLONE_FLAGS", &offsets.newtask_clone_flags, true)
-        .override_global("EXIT_GROUP_DEAD", &offsets.exit_group_dead.unwrap_or(0), true)
+        .override_global("TASK_PID", &offsets.task_pid, true)
         .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)

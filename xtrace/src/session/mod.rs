@@ -310,9 +310,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         Some(_) if !args.no_inherit && !targets.pids().is_empty() => Some(follow::offsets()?),
         _ => None,
     };
-    if follow.is_some_and(|f| f.exit_group_dead.is_none()) {
+    if follow.is_some_and(|f| !f.exit_group_dead) {
         observer.warning(
-            "this kernel's sched_process_exit tracepoint has no group_dead field: a followed child \
+            "this kernel's sched_process_exit tracepoint passes no group_dead: a followed child \
              process's pid stays sampled after it exits (a new process given that pid is sampled \
              too); --no-inherit samples the targets only",
         );
