@@ -128,6 +128,21 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     Ok(ebpf)
 }
 
+/// Loads program `program` of the object and attaches it to raw tracepoint `tracepoint` (by name:
+/// no tracefs); the link is an fd that goes with the object.
+pub fn attach_raw_tracepoint(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> Result<()> {
+    let hook: &mut aya::programs::RawTracePoint = program_mut(ebpf, program)?;
+    hook.load().map_err(|source| Error::Attach {
+        what: format!("loading {program}"),
+        source,
+    })?;
+    hook.attach(tracepoint).map_err(|source| Error::Attach {
+        what: format!("{program} to raw tracepoint {tracepoint}"),
+        source,
+    })?;
+    Ok(())
+}
+
 /// Program `name` of the loaded object as its kind (`UProbe`, `PerfEvent`, `RawTracePoint`).
 pub fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
 where

@@ -484,15 +484,7 @@ pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Atta
         ("thread_exit", "sched_process_exit"),
         ("thread_exec", "sched_process_exec"),
     ] {
-        let hook: &mut aya::programs::RawTracePoint = bpf::program_mut(ebpf, program)?;
-        hook.load().map_err(|source| Error::Attach {
-            what: format!("loading {program}"),
-            source,
-        })?;
-        hook.attach(tracepoint).map_err(|source| Error::Attach {
-            what: format!("{program} to {tracepoint}"),
-            source,
-        })?;
+        bpf::attach_raw_tracepoint(ebpf, program, tracepoint)?;
     }
     Ok(attached)
 }

@@ -1,7 +1,7 @@
 //! Following the processes that sampled processes start (the kernel side is
 //! xtrace-ebpf/src/follow.rs): what the programs need to know of this kernel, read from its BTF,
 //! and attaching them to their raw tracepoints, which the kernel names without tracefs.
-use aya::{programs::RawTracePoint, Ebpf};
+use aya::Ebpf;
 
 use crate::{
     bpf::btf::KernelBtf,
@@ -51,15 +51,7 @@ pub fn attach(ebpf: &mut Ebpf, offsets: &Offsets) -> Result<()> {
         hooks.push(("process_exit", "sched_process_exit"));
     }
     for (program, tracepoint) in hooks {
-        let hook: &mut RawTracePoint = crate::bpf::program_mut(ebpf, program)?;
-        hook.load().map_err(|source| Error::Attach {
-            what: format!("loading {program}"),
-            source,
-        })?;
-        hook.attach(tracepoint).map_err(|source| Error::Attach {
-            what: format!("{program} to raw tracepoint {tracepoint}"),
-            source,
-        })?;
+        crate::bpf::attach_raw_tracepoint(ebpf, program, tracepoint)?;
     }
     Ok(())
 }
