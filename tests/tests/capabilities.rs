@@ -55,17 +55,25 @@ fn without_root_needs_cap_bpf_and_cap_perfmon() {
     assert!(!tmp.join("out").exists(), "nothing is written before the check");
 }
 
+/// Runs xtrace with `args` as user 65534 holding only CAP_BPF and CAP_PERFMON; expects it to
+/// succeed and leave nothing attached.
+fn record_with_the_two_capabilities(args: Vec<std::ffi::OsString>) {
+    let before = Attachments::snapshot();
+    Xtrace::spawn_with_capabilities(&["bpf", "perfmon"], args)
+        .wait()
+        .assert_success();
+    before.assert_none_left();
+}
+
 #[test]
 fn cap_bpf_and_cap_perfmon_suffice_without_root() {
     if !require_bpf() {
         return;
     }
     let tmp = open_to_all("caps-only");
-    let caps = ["bpf", "perfmon"];
     // Spans of a launched command.
     let spans_out = tmp.join("spans");
-    let before = Attachments::snapshot();
-    let spans = args![
+    record_with_the_two_capabilities(args![
         "-u",
         "work",
         "-o",
@@ -74,11 +82,7 @@ fn cap_bpf_and_cap_perfmon_suffice_without_root() {
         &fixtures().spans,
         "exit",
         "0"
-    ];
-    Xtrace::spawn_with_capabilities(&caps, spans)
-        .wait()
-        .assert_success();
-    before.assert_none_left();
+    ]);
     let out = Outputs::read(&spans_out);
     assert_eq!(out.probe_count("work"), 3);
     let meta = std::fs::metadata(spans_out.join("trace.json")).unwrap();
@@ -90,8 +94,7 @@ fn cap_bpf_and_cap_perfmon_suffice_without_root() {
     // Samples of a launched command and of the two processes it starts (stdin is /dev/null, so
     // `children` does not wait): one forked, one that execs.
     let profile_out = tmp.join("profile");
-    let before = Attachments::snapshot();
-    let profile = args![
+    record_with_the_two_capabilities(args![
         "-F",
         "999",
         "-o",
@@ -100,11 +103,7 @@ fn cap_bpf_and_cap_perfmon_suffice_without_root() {
         &fixtures().profile,
         "children",
         "400"
-    ];
-    Xtrace::spawn_with_capabilities(&caps, profile)
-        .wait()
-        .assert_success();
-    before.assert_none_left();
+    ]);
     let out = Outputs::read_profiled(&profile_out);
     assert_eq!(out.summary["followed_processes"], 2);
     assert_eq!(out.summary["processes_not_followed"], 0);
