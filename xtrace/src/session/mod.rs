@@ -5,6 +5,8 @@
 mod finish;
 use finish::Sampling;
 mod run;
+mod specs;
+use specs::Specs;
 
 use std::time::Instant;
 
@@ -22,7 +24,6 @@ use crate::{
     export::summary::{RunInfo, Summary},
     output,
     pipeline::{
-        ranges::Wanted,
         reader::RingReader,
         usdt::{SiteView, Usdt},
         writer::TraceWriter,
@@ -30,12 +31,8 @@ use crate::{
     },
     privilege,
     probes::{
-        attach,
-        exits::ExitMode,
-        follow, ranges, sampler,
-        spec::UprobeSpec,
+        attach, follow, sampler,
         uprobe::{self, Plan, Scope},
-        usdt::{self, spec::UsdtSpec},
     },
     target::{resolve_command, Launch, Process, ProcessInfo},
 };
@@ -116,128 +113,6 @@ impl Targets {
                 format!("pid {}", pids.join(", "))
             }
         }
-    }
-}
-
-/// Whether CUDA calls are traced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CudaMode {
-    Off,
-    /// `--cuda`: a target without a CUDA library is an error.
-    On,
-    /// No probe flags with `--pid`: traced when the process maps a CUDA library.
-    Auto,
-}
-
-/// Whether annotation ranges are recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RangeMode {
-    Off,
-    /// `--ranges`, `--nvtx`, `--itt`: a process without the tool library is an error.
-    On(Wanted),
-    /// No probe flags with `--pid`: recorded when the process has loaded the tool library.
-    Auto,
-}
-
-/// The probes asked for: `-u`, `-U`, `--cuda` and the range flags.
-struct Specs {
-    uprobes: Vec<UprobeSpec>,
-    exits: ExitMode,
-    usdt: Vec<UsdtSpec>,
-    cuda: CudaMode,
-    ranges: RangeMode,
-}
-
-impl Specs {
-    fn parse(args: &RecordArgs) -> Result<Self> {
-        Ok(Specs {
-            exits: args.exits,
-            uprobes: args
-                .uprobe
-                .iter()
-                .map(|s| UprobeSpec::parse(s))
-                .collect::<Result<_>>()?,
-            usdt: args
-                .usdt
-                .iter()
-                .map(|s| UsdtSpec::parse(s))
-                .collect::<Result<_>>()?,
-            cuda: match (args.cuda, args.uprobe.is_empty() && args.usdt.is_empty()) {
-                (true, _) => CudaMode::On,
-                (false, true) if !args.pid.is_empty() => CudaMode::Auto,
-                (false, _) => CudaMode::Off,
-            },
-            ranges: match Self::wanted(args) {
-                Some(wanted) => RangeMode::On(wanted),
-                None if args.uprobe.is_empty() && args.usdt.is_empty() && !args.pid.is_empty() => {
-                    RangeMode::Auto
-                }
-                None => RangeMode::Off,
-            },
-        })
-    }
-
-    /// The range sources the flags ask for; None without any range flag.
-    fn wanted(args: &RecordArgs) -> Option<Wanted> {
-        (args.ranges || args.nvtx || args.itt).then_some(Wanted {
-            xtrace: args.ranges,
-            nvtx: args.ranges || args.nvtx,
-            itt: args.ranges || args.itt,
-        })
-    }
-
-    /// The environment a launched command gets: the variables that make NVTX and ITT load the tool
-    /// library, when ranges are recorded and the user has not set them (then a notice says so).
-    fn launch_env(&self, notices: &mut Vec<String>) -> Vec<(&'static str, std::ffi::OsString)> {
-        let (RangeMode::On(_), Some(tool)) = (self.ranges, ranges::shipped()) else {
-            return Vec::new();
-        };
-        let mut env = Vec::new();
-        for name in [ranges::NVTX_ENV, ranges::ITT_ENV] {
-            match std::env::var_os(name) {
-                Some(set) if set != tool.as_os_str() => notices.push(format!(
-                    "{name} is already set to {}: the command's ranges of that API go to that tool, \
-                     not to xtrace; unset it to record them",
-                    set.to_string_lossy()
-                )),
-                _ => env.push((name, tool.clone().into_os_string())),
-            }
-        }
-        env
-    }
-
-    fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
-        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes, self.exits)?;
-        usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
-        if self.cuda != CudaMode::Off {
-            // With --cuda, libraries loaded later are watched for (not system-wide: every process
-            // that maps a library planned now is traced anyway).
-            let system_wide = scopes.iter().any(|s| matches!(s, Scope::SystemWide));
-            let watching =
-                self.cuda == CudaMode::On && !system_wide && cuda::late::plan_watch(&mut plan, scopes)?;
-            let found = cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On && !watching)?;
-            if watching && found == 0 {
-                plan.notices.push(
-                    "--cuda: no CUDA library is loaded yet; xtrace attaches to libcudart/libcuda \
-                     when the program loads them (dlopen)"
-                        .into(),
-                );
-            }
-        }
-        match self.ranges {
-            RangeMode::Off => {}
-            RangeMode::On(wanted) => {
-                ranges::plan(&mut plan, scopes, wanted, true)?;
-                plan.ranges = Some(wanted);
-            }
-            // Auto means --pid: scopes are processes, planned only where one maps the library.
-            RangeMode::Auto => {
-                if ranges::plan(&mut plan, scopes, Wanted::ALL, false)? {
-                    plan.ranges = Some(Wanted::ALL);
-                }
-            }
-        }
-        Ok(plan)
     }
 }
 
