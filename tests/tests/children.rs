@@ -1,8 +1,9 @@
 //! CPU sampling follows the processes a sampled process starts, on the real kernel. Fixture
 //! `profile children MS` (tests/fixtures/profile.c) starts two children one after the other and
 //! spins in neither itself: the first, forked, runs the 75/25 split for MS/2 ms; the second execs
-//! `profile split MS/2`. It prints each child's pid and then "children exited", and waits for one
-//! more line before it exits.
+//! `profile split MS/2`. `profile forks MS` starts 40 such children, alternately forked and exec'd,
+//! each living about MS ms. Both print each child's pid and then "children exited", and wait for
+//! one more line before they exit.
 
 use std::collections::BTreeSet;
 
@@ -16,10 +17,10 @@ use xtrace_tests::{
     TempDir,
 };
 
-/// Runs the fixture under `xtrace -F 999 -p PID FLAGS`; returns the outputs, the children's pids
-/// and the pids in xtrace's sampled-process table once both children had exited.
-fn sample_children(flags: &[&str], tmp: &TempDir) -> (Outputs, Vec<u32>, Vec<u32>) {
-    let mut fixture = Fixture::spawn(&fixtures().profile, &["children", "1000"]);
+/// Runs `profile MODE` under `xtrace -F 999 -p PID FLAGS`; returns the outputs, the children's pids
+/// and the pids in xtrace's sampled-process table once every child had exited.
+fn sample_children(mode: &[&str], flags: &[&str], tmp: &TempDir) -> (Outputs, Vec<u32>, Vec<u32>) {
+    let mut fixture = Fixture::spawn(&fixtures().profile, mode);
     fixture.wait_ready();
     let out = tmp.join("out");
     let before = Attachments::snapshot();
@@ -66,7 +67,7 @@ fn children_are_sampled_and_leave_the_table_when_they_exit() {
         return;
     }
     let tmp = TempDir::new("children");
-    let (out, children, table) = sample_children(&[], &tmp);
+    let (out, children, table) = sample_children(&["children", "1000"], &[], &tmp);
     assert_eq!(children.len(), 2, "the fixture starts two children");
     let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
     // The children left the table at their exit; the parent is still in it.
@@ -129,7 +130,7 @@ fn no_inherit_samples_the_target_only() {
         return;
     }
     let tmp = TempDir::new("children-no-inherit");
-    let (out, children, table) = sample_children(&["--no-inherit"], &tmp);
+    let (out, children, table) = sample_children(&["children", "1000"], &["--no-inherit"], &tmp);
     assert_eq!(children.len(), 2);
     let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
     assert_eq!(table, vec![parent]);
@@ -142,4 +143,59 @@ fn no_inherit_samples_the_target_only() {
     );
     let samples = out.summary["samples"].as_u64().unwrap();
     assert!(samples <= 20, "the target only waits: {samples} samples");
+}
+
+/// Whether a folded stack has a frame named by its address: `0x...` or `module+0x...`.
+fn has_bare_frame(stack: &str) -> bool {
+    stack
+        .split(';')
+        .any(|frame| frame.starts_with("0x") || frame.contains("+0x"))
+}
+
+#[test]
+fn children_that_live_milliseconds_are_symbolized() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("children-forks");
+    let (out, children, table) = sample_children(&["forks", "5"], &[], &tmp);
+    assert_eq!(children.len(), 40, "the fixture starts 40 children");
+    let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(table, vec![parent]);
+    assert_eq!(out.summary["followed_processes"], 40);
+    assert_eq!(out.summary["processes_not_followed"], 0);
+    assert_eq!(out.summary["lost_mapping_records"], 0);
+    // Each child is gone within milliseconds, before its /proc/PID/maps could be read: every frame
+    // of every sample is named from the side band's fork, exec and mapping records, the forked
+    // children's in their parent's program, the exec'd ones' in their own.
+    let (mut forked, mut execed) = (0, 0);
+    for sample in out.timeline_samples() {
+        let pid = sample["pid"].as_u64().unwrap() as u32;
+        let Some(i) = children.iter().position(|c| *c == pid) else {
+            continue;
+        };
+        let stack = sample["args"]["stack"].as_str().unwrap();
+        assert!(!has_bare_frame(stack), "child {pid} (#{i}): {stack}");
+        if !stack.contains(";split;") {
+            continue; // starting or leaving
+        }
+        if i % 2 == 0 {
+            assert!(
+                stack.contains(";main;forks;split;"),
+                "forked child {pid}: {stack}"
+            );
+            forked += 1;
+        } else {
+            assert!(
+                stack.contains(";main;split;") && !stack.contains("forks"),
+                "exec'd child {pid}: {stack}"
+            );
+            execed += 1;
+        }
+    }
+    // 20 children of each kind spin for ~5 ms: ~100 samples of each kind at 999 Hz.
+    assert!(
+        (50..=150).contains(&forked) && (50..=150).contains(&execed),
+        "samples in split: {forked} of forked children, {execed} of exec'd ones"
+    );
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::{fde, plt};
 use crate::{
     error::{Error, Result},
-    pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
+    pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Mapping, Samples, StackKey},
 };
 
 /// Hottest functions and stacks listed in summary.json.
@@ -56,6 +56,9 @@ pub struct ProfileSummary {
     /// Processes started by sampled processes that were not sampled because the table of sampled
     /// processes was full; null when none are followed.
     pub processes_not_followed: Option<u64>,
+    /// Fork, exec and mapping records the kernel's side band dropped because its ring was full:
+    /// samples of those processes may show bare addresses.
+    pub lost_mapping_records: u64,
     pub hot_functions: Vec<HotFunction>,
     pub hot_stacks: Vec<HotStack>,
 }
@@ -142,12 +145,8 @@ impl Resolver {
 
     /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, the name of
     /// a special mapping (`[uprobes]`: the return probes' trampoline), or the bare address.
-    fn unfiled(&self, samples: &Samples, pid: u32, address: u64, jit: &[JitSymbol]) -> String {
-        let special = samples
-            .maps
-            .get(&pid)
-            .and_then(|m| find(m, address))
-            .filter(|m| m.path.starts_with('['));
+    fn unfiled(&self, maps: &[Mapping], address: u64, jit: &[JitSymbol]) -> String {
+        let special = find(maps, address).filter(|m| m.path.starts_with('['));
         match special {
             Some(vdso) if vdso.path == "[vdso]" => {
                 let offset = address - vdso.start;
@@ -167,19 +166,17 @@ impl Resolver {
 
     /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
     fn resolve<'s>(&self, samples: &'s Samples) -> HashMap<&'s StackKey, Vec<String>> {
-        // User frames: (pid, address) → (file to open, file offset, shown module).
+        // User frames: (image, address) → (file to open, file offset, shown module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
         let mut places: HashMap<(u32, u64), Option<FilePlace>> = HashMap::new();
         for key in samples.stacks.keys() {
-            let maps = samples.maps.get(&key.pid);
+            let maps = samples.images.maps(key.image);
             for (i, &address) in key.user.iter().enumerate() {
                 let address = lookup_address(i, address);
-                places.entry((key.pid, address)).or_insert_with(|| {
+                places.entry((key.image, address)).or_insert_with(|| {
                     // Only file-backed code has symbols to read; the rest ([vdso], JIT) is None.
-                    let mapping = maps
-                        .and_then(|m| find(m, address))
-                        .filter(|m| m.path.starts_with('/'))?;
+                    let mapping = find(maps, address).filter(|m| m.path.starts_with('/'))?;
                     let offset = address - mapping.start + mapping.offset;
                     let open = mapping.open_path(key.pid);
                     by_file.entry(open.clone()).or_default().insert(offset);
@@ -235,12 +232,15 @@ impl Resolver {
                     .rev()
                     .map(|(i, &address)| {
                         let address = lookup_address(i, address);
-                        match &places[&(key.pid, address)] {
+                        match &places[&(key.image, address)] {
                             Some((open, offset, module)) => file_names
                                 .get(&(open.clone(), *offset))
                                 .cloned()
                                 .unwrap_or_else(|| format!("{module}+{offset:#x}")),
-                            None => self.unfiled(samples, key.pid, address, &jit[&key.pid]),
+                            None => {
+                                let maps = samples.images.maps(key.image);
+                                self.unfiled(maps, address, &jit[&key.pid])
+                            }
                         }
                     })
                     .collect();
@@ -420,6 +420,7 @@ pub fn write(
         timeline_samples: samples.timeline.len() as u64,
         followed_processes: None,
         processes_not_followed: None,
+        lost_mapping_records: samples.images.lost(),
         hot_functions,
         hot_stacks,
     })
@@ -440,19 +441,19 @@ mod tests {
 
     #[test]
     fn addresses_outside_files_are_named_by_their_mapping() {
-        let mut samples = Samples::default();
-        let maps = "\
+        let maps = parse_maps(
+            "\
 7f0000000000-7f0000001000 r-xp 00000000 00:00 0 [anon:jit]
 7fffffffe000-7ffffffff000 r-xp 00000000 00:00 0 [uprobes]
-";
-        samples.maps.insert(7, parse_maps(maps));
+",
+        );
         let jit = [JitSymbol {
             start: 0x7f00_0000_0100,
             size: 0x10,
             name: "jitted".into(),
         }];
         let resolver = Resolver::new();
-        let name = |address| resolver.unfiled(&samples, 7, address, &jit);
+        let name = |address| resolver.unfiled(&maps, address, &jit);
         assert_eq!(name(0x7fff_ffff_e00d), "[uprobes]");
         // A JIT's perf map names code in its named anonymous mapping; the rest takes the name.
         assert_eq!(name(0x7f00_0000_0104), "jitted");

@@ -3,11 +3,13 @@
 //! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
 //! hits into annotation ranges, `threads` names pids and tids.
 pub mod decode;
+pub mod images;
 pub mod kept_names;
 pub mod pending;
 pub mod ranges;
 pub mod reader;
 pub mod samples;
+pub mod sideband;
 pub mod stats;
 pub mod threads;
 pub mod unwind;

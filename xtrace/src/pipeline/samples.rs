@@ -1,16 +1,13 @@
-//! CPU samples, counted per distinct (process, kernel stack, user stack). Each process's executable
-//! mappings are read from /proc/PID/maps when its first sample arrives (and again when a sample
-//! falls outside them, after a dlopen), so a process that exits before the capture ends is still
-//! symbolized from the files it mapped.
-use std::{
-    collections::HashMap,
-    ops::Range,
-    time::{Duration, Instant},
-};
+//! CPU samples, counted per distinct (process image, kernel stack, user stack). Each sample is
+//! unwound and later symbolized against the image its process had when it was taken (`images`):
+//! the mappings /proc/PID/maps showed when the process was first sampled (read again when a sample
+//! falls outside them, after a dlopen), and those the side band reported since, so a process that
+//! exits before the capture ends, however soon, is still symbolized from the files it mapped.
+use std::{collections::HashMap, ops::Range};
 
 use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, USER_SP};
 
-use super::unwind::Unwinders;
+use super::{images::Images, unwind::Unwinders};
 
 /// One executable mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +37,8 @@ impl Mapping {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub pid: u32,
+    /// The process's image when sampled ([`Images`]): whose mappings name the user frames.
+    pub image: u32,
     /// Innermost first.
     pub kernel: Box<[u64]>,
     /// Innermost first; the first is the interrupted instruction.
@@ -53,11 +52,8 @@ pub struct Samples {
     /// an unwind that needed more stack than the sample carried.
     pub truncated: u64,
     pub stacks: HashMap<StackKey, u64>,
-    /// Every executable mapping each process was seen with (mappings are only added: earlier
-    /// samples may be in code that was unmapped since).
-    pub maps: HashMap<u32, Vec<Mapping>>,
-    /// When each process's maps were last read.
-    read_at: HashMap<u32, Instant>,
+    /// What each sampled process had mapped, and when.
+    pub images: Images,
     /// The first `TIMELINE_MAX` samples in arrival order, for the thread tracks of trace.json.
     pub timeline: Vec<TimedSample>,
     /// Samples past `TIMELINE_MAX`: counted in the profile, not on the timeline.
@@ -87,17 +83,13 @@ pub fn stack_hash(key: &StackKey) -> u64 {
     hasher.finish()
 }
 
-/// Least time between two reads of one process's maps: stacks walked without frame pointers hold
-/// values that are in no mapping, and must not cost a read each.
-const REREAD: Duration = Duration::from_millis(50);
-
 impl Samples {
     /// Counts a sample; `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
     /// traced calls are put back in it.
     pub fn add(&mut self, event: &SampleEvent, stack: &mut [u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
-        let walked = frames(&event.user, event.user_frames);
+        let walked = code_frames(frames(&event.user, event.user_frames));
         let pid = event.header.pid;
         let ip = event.user_regs[USER_IP];
         let copied = !stack.is_empty() && ip != 0;
@@ -105,26 +97,37 @@ impl Samples {
         // The mappings must hold the user addresses: the interrupted instruction when the stack is
         // unwound here (its callers' modules were mapped before it ran), else every walked frame.
         let wanted: &[u64] = if copied { std::slice::from_ref(&ip) } else { walked };
-        let known = self.maps.get(&pid);
         // Return slots to restore need the return probes' trampoline, mapped at the first hit.
         let returns = &event.returns[..(event.return_slots as usize).min(MAX_RETURN_SLOTS)];
-        let covered = |maps: &Vec<Mapping>| {
+        let covered = |maps: &[Mapping]| {
             wanted.iter().all(|a| find(maps, *a).is_some())
                 && (returns.is_empty() || maps.iter().any(|m| m.path == TRAMPOLINES))
         };
-        let due = self.read_at.get(&pid).is_none_or(|at| at.elapsed() >= REREAD);
-        if due && known.is_none_or(|maps| !covered(maps)) {
-            self.read_at.insert(pid, Instant::now());
-            merge_maps(self.maps.entry(pid).or_default(), pid);
+        let ts = event.header.ts_ns;
+        let mut image = self.images.at(pid, ts);
+        if !covered(self.images.maps(image)) {
+            // The side band may not have been read up to this sample: its fork, exec or mappings.
+            self.images.poll();
+            image = self.images.at(pid, ts);
+            if !covered(self.images.maps(image)) {
+                self.images.read_proc(image);
+            }
+            // In the kernel, in an exec: the user registers are the old program's.
+            if let Some(old) = self.images.replaced(image) {
+                if !kernel.is_empty() && !covered(self.images.maps(image)) && covered(self.images.maps(old)) {
+                    image = old;
+                }
+            }
         }
+        self.images.use_image(image);
         let user: Box<[u64]> = if copied {
-            let maps = self.maps.get(&pid).map_or(&[][..], Vec::as_slice);
+            let maps = self.images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
-            let unwound = self.unwinders.unwind(pid, maps, event.user_regs, stack);
+            let unwound = self.unwinders.unwind(image, pid, maps, event.user_regs, stack);
             if unwound.truncated {
                 self.truncated += 1;
             }
-            unwound.frames.into()
+            code_frames(&unwound.frames).into()
         } else {
             if walked.len() == MAX_FRAMES {
                 self.truncated += 1;
@@ -133,6 +136,7 @@ impl Samples {
         };
         let key = StackKey {
             pid,
+            image,
             kernel: kernel.into(),
             user,
         };
@@ -231,6 +235,21 @@ fn frames(stack: &[u64; MAX_FRAMES], count: u32) -> &[u64] {
     &stack[..end]
 }
 
+/// Lowest address code can be mapped at: the kernel's default `vm.mmap_min_addr`.
+const LOWEST_CODE: u64 = 0x1_0000;
+/// Highest user-space address with 5-level page tables.
+const HIGHEST_USER: u64 = 0x00ff_ffff_ffff_ffff;
+
+/// A user stack up to its first frame that cannot be code: a walk that ran past the outermost
+/// frame reads whatever lies above it (at a program's first instruction, `argc`; a string).
+fn code_frames(frames: &[u64]) -> &[u64] {
+    let end = frames
+        .iter()
+        .position(|a| !(LOWEST_CODE..=HIGHEST_USER).contains(a))
+        .unwrap_or(frames.len());
+    &frames[..end]
+}
+
 /// The mapping holding `address`.
 pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
     maps.iter().find(|m| address >= m.start && address < m.end)
@@ -311,6 +330,20 @@ mod tests {
         untouched[8..16].copy_from_slice(&0x7fff_ffff_e000u64.to_le_bytes());
         restore_returns(&[], sp, &returns, &mut untouched);
         assert_eq!(word(&untouched, 8), 0x7fff_ffff_e000);
+    }
+
+    #[test]
+    fn user_stacks_end_at_the_first_frame_that_cannot_be_code() {
+        assert_eq!(
+            code_frames(&[0x5555_0000_1000, 0x7f00_0000_2000, 0x2]),
+            [0x5555_0000_1000, 0x7f00_0000_2000]
+        );
+        assert_eq!(
+            code_frames(&[0x40_1000, 0x6572_2d70_6970_006a, 0x40_2000]),
+            [0x40_1000]
+        );
+        assert_eq!(code_frames(&[0x1_0000, HIGHEST_USER]), [0x1_0000, HIGHEST_USER]);
+        assert!(code_frames(&[0xffff]).is_empty());
     }
 
     #[test]

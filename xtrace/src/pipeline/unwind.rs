@@ -130,14 +130,14 @@ pub struct Unwound {
     pub truncated: bool,
 }
 
-/// The modules known for one process.
+/// The modules known for one process image.
 struct Process {
     unwinder: UnwinderX86_64<Bytes>,
-    /// How many of the process's mappings were turned into modules (mappings are only appended).
+    /// How many of the image's mappings were turned into modules (mappings are only appended).
     added: usize,
 }
 
-/// Unwinders for every sampled process, and the files their modules come from.
+/// Unwinders for every sampled process image, and the files their modules come from.
 pub struct Unwinders {
     files: HashMap<String, Option<Arc<FileUnwind>>>,
     processes: HashMap<u32, Process>,
@@ -164,11 +164,18 @@ impl std::fmt::Debug for Unwinders {
 }
 
 impl Unwinders {
-    /// Unwinds a sample of process `pid` whose executable mappings are `maps`, from its user-mode
-    /// registers and `stack`, the bytes copied from its stack pointer up.
-    pub fn unwind(&mut self, pid: u32, maps: &[Mapping], regs: [u64; 3], stack: &[u8]) -> Unwound {
-        self.sync(pid, maps);
-        let Some(process) = self.processes.get(&pid) else {
+    /// Unwinds a sample of process `pid` in `image`, whose executable mappings are `maps`, from
+    /// its user-mode registers and `stack`, the bytes copied from its stack pointer up.
+    pub fn unwind(
+        &mut self,
+        image: u32,
+        pid: u32,
+        maps: &[Mapping],
+        regs: [u64; 3],
+        stack: &[u8],
+    ) -> Unwound {
+        self.sync(image, pid, maps);
+        let Some(process) = self.processes.get(&image) else {
             return Unwound::default();
         };
         let (ip, sp) = (regs[USER_IP], regs[USER_SP]);
@@ -205,9 +212,9 @@ impl Unwinders {
         unwound
     }
 
-    /// Makes modules of the mappings of `pid` not seen before.
-    fn sync(&mut self, pid: u32, maps: &[Mapping]) {
-        let process = self.processes.entry(pid).or_insert_with(|| Process {
+    /// Makes modules of the mappings of `image` (of process `pid`) not seen before.
+    fn sync(&mut self, image: u32, pid: u32, maps: &[Mapping]) {
+        let process = self.processes.entry(image).or_insert_with(|| Process {
             unwinder: UnwinderX86_64::new(),
             added: 0,
         });
@@ -327,7 +334,7 @@ mod tests {
         let pid = std::process::id();
         let maps = super::super::samples::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let mut unwinders = Unwinders::default();
-        let unwound = unwinders.unwind(pid, &maps, regs, &stack);
+        let unwound = unwinders.unwind(0, pid, &maps, regs, &stack);
         assert!(!unwound.truncated, "{unwound:?}");
         assert_eq!(unwound.frames[0], regs[USER_IP]);
         // Return addresses just after the calls in middle and outer (each well under 1 KiB long).
@@ -343,7 +350,7 @@ mod tests {
         );
 
         // 256 bytes copied: the walk stops early, with the same inner frames, as truncated.
-        let short = unwinders.unwind(pid, &maps, regs, &stack[..256]);
+        let short = unwinders.unwind(0, pid, &maps, regs, &stack[..256]);
         assert!(
             short.truncated && short.frames.len() < unwound.frames.len(),
             "{short:x?}"

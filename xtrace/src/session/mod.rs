@@ -24,7 +24,9 @@ use crate::{
     export::summary::{RunInfo, Summary},
     output,
     pipeline::{
+        images::Sampled,
         reader::RingReader,
+        sideband::Sideband,
         usdt::{SiteView, Usdt},
         writer::TraceWriter,
         Pipeline,
@@ -225,6 +227,17 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         attached.mechanism.name(),
         attach_started.elapsed().as_secs_f64() * 1e3
     );
+    // Opened before children are followed and a launched command runs: every fork, exec and
+    // mapping of theirs is reported.
+    let sideband = sampling.and_then(|_| {
+        Sideband::open()
+            .map_err(|e| {
+                observer.warning(&format!(
+                    "{e}: a process that exits soon after its first sample may show bare addresses"
+                ))
+            })
+            .ok()
+    });
     if let Some(offsets) = &follow {
         // Before the sampler and before a launched command runs, so no child is missed.
         follow::attach(&mut ebpf, offsets)?;
@@ -304,6 +317,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
     let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns);
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
+    if let Some(sideband) = sideband {
+        let sampled = Sampled::of(targets.pids(), follow.is_some());
+        pipeline.samples.images.watch(sideband, sampled);
+    }
     pipeline.loaders = plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default();
     pipeline.warnings = crate::pipeline::warnings::Warnings::new(
         args.warn_over.clone(),

@@ -130,6 +130,7 @@ pub async fn run<W: Write + Send + 'static>(
                     .drain(|bytes| pipeline.record(bytes))
                     .and_then(|_| pipeline.trace.flush())
                     .map_err(output_error(&trace_file.path))?;
+                pipeline.samples.images.poll();
                 // A test hook in debug builds only: a panic once events arrive, for the lifecycle
                 // tests that check a panic mid-capture leaves nothing attached.
                 #[cfg(debug_assertions)]

@@ -1,0 +1,352 @@
+//! Which code each sampled process had mapped, and when: its images. A process's image begins when
+//! it is first seen (filled from /proc/PID/maps), when it is forked (a copy of its parent's image
+//! at that moment) and when it execs (empty: the new program's code arrives as it maps it), and
+//! grows by each executable mapping the side band reports. A sample is unwound and symbolized
+//! against the image its process had at the sample's time, so a child that exits within
+//! milliseconds is named from the code it inherited or mapped, and a program is never named from
+//! the files of the program it replaced (two non-PIE executables share addresses).
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    time::{Duration, Instant},
+};
+
+use super::{
+    samples::{merge_maps, Mapping},
+    sideband::{Change, Sideband},
+};
+
+/// Least time between two reads of one image's /proc/PID/maps: stacks walked without frame
+/// pointers hold values that are in no mapping, and must not cost a read each.
+const REREAD: Duration = Duration::from_millis(50);
+
+/// How long the images of a process that exited unsampled are kept: its last samples may still be
+/// unread in the ring buffer when its exit is read from the side band.
+const KEEP_EXITED: Duration = Duration::from_secs(2);
+
+/// Whose changes are kept.
+#[derive(Clone, Debug, Default)]
+pub enum Sampled {
+    /// Every process (`-a`).
+    #[default]
+    All,
+    /// These processes and, when `follow`, the processes they start.
+    Pids { pids: HashSet<u32>, follow: bool },
+}
+
+impl Sampled {
+    /// The processes sampled: `pids` (every process when there are none) and, when `follow`,
+    /// the processes they start.
+    pub fn of(pids: Vec<u32>, follow: bool) -> Self {
+        if pids.is_empty() {
+            return Sampled::All;
+        }
+        Sampled::Pids {
+            pids: pids.into_iter().collect(),
+            follow,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Image {
+    pub pid: u32,
+    /// When it began (CLOCK_MONOTONIC): 0 for a process as first seen, else its fork or exec.
+    pub start_ns: u64,
+    /// Executable mappings, only added to: code seen earlier may have been unmapped since.
+    pub maps: Vec<Mapping>,
+    /// When /proc/PID/maps was last read into it.
+    read_at: Option<Instant>,
+    /// A sample was taken in it.
+    used: bool,
+    /// The image its exec replaced.
+    replaced: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+pub struct Images {
+    images: Vec<Image>,
+    /// Each process's images, in order of start.
+    by_pid: HashMap<u32, Vec<u32>>,
+    sampled: Sampled,
+    sideband: Option<Sideband>,
+    /// Processes that exited, for their unused images to be dropped after `KEEP_EXITED`.
+    exited: VecDeque<(Instant, u32)>,
+}
+
+impl Images {
+    /// Reads forks, execs and mappings of the processes `sampled` from `sideband` from now on.
+    pub fn watch(&mut self, sideband: Sideband, sampled: Sampled) {
+        self.sideband = Some(sideband);
+        self.sampled = sampled;
+    }
+
+    /// Side-band records the kernel dropped because a ring was full.
+    pub fn lost(&self) -> u64 {
+        self.sideband.as_ref().map_or(0, |s| s.lost)
+    }
+
+    pub fn maps(&self, image: u32) -> &[Mapping] {
+        self.images.get(image as usize).map_or(&[], |i| &i.maps)
+    }
+
+    /// The image process `pid` had at `ns`; one begun as first seen if none had begun.
+    pub fn at(&mut self, pid: u32, ns: u64) -> u32 {
+        let images = &self.images;
+        let ids = self.by_pid.entry(pid).or_default();
+        let after = ids.partition_point(|&id| images[id as usize].start_ns <= ns);
+        if after > 0 {
+            return ids[after - 1];
+        }
+        let id = self.images.len() as u32;
+        self.images.push(Image::new(pid, 0, Vec::new()));
+        ids.insert(0, id);
+        id
+    }
+
+    /// The image an exec replaced with `image`, if it began with one. Until the new program first
+    /// runs, the process's user registers are still the old program's: a sample taken in the
+    /// kernel during the exec is in the replaced image.
+    pub fn replaced(&self, image: u32) -> Option<u32> {
+        self.images.get(image as usize)?.replaced
+    }
+
+    /// Marks `image` as one a sample was taken in: it is kept after its process exits.
+    pub fn use_image(&mut self, image: u32) {
+        if let Some(image) = self.images.get_mut(image as usize) {
+            image.used = true;
+        }
+    }
+
+    /// Adds what /proc/PID/maps shows now to `image`, if that is its process's latest image (an
+    /// earlier one ended with an exec, and /proc shows the new program) and it was not read in the
+    /// last `REREAD`.
+    pub fn read_proc(&mut self, image: u32) {
+        let Some(img) = self.images.get_mut(image as usize) else {
+            return;
+        };
+        let latest = self.by_pid.get(&img.pid).and_then(|ids| ids.last()) == Some(&image);
+        if latest && img.read_at.is_none_or(|at| at.elapsed() >= REREAD) {
+            img.read_at = Some(Instant::now());
+            merge_maps(&mut img.maps, img.pid);
+        }
+    }
+
+    /// Reads the side band's new records into the images.
+    pub fn poll(&mut self) {
+        let Some(sideband) = &mut self.sideband else {
+            return;
+        };
+        for change in sideband.read() {
+            self.apply(change);
+        }
+        while let Some(&(at, pid)) = self.exited.front() {
+            if at.elapsed() < KEEP_EXITED {
+                break;
+            }
+            self.exited.pop_front();
+            self.forget_unused(pid);
+        }
+    }
+
+    fn keeps(&self, pid: u32) -> bool {
+        match &self.sampled {
+            Sampled::All => true,
+            Sampled::Pids { pids, .. } => pids.contains(&pid),
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        match change {
+            Change::Fork { pid, parent, ns } => {
+                if !self.keeps(parent) {
+                    return;
+                }
+                if let Sampled::Pids { pids, follow } = &mut self.sampled {
+                    if !*follow {
+                        return; // not sampled
+                    }
+                    pids.insert(pid);
+                }
+                let from = self.at(parent, ns);
+                if self.images[from as usize].read_at.is_none() && self.images[from as usize].start_ns == 0 {
+                    // A parent seen for the first time: what it has mapped is in /proc alone.
+                    self.read_proc(from);
+                }
+                let maps = self.images[from as usize].maps.clone();
+                let n = maps.len();
+                let id = self.begin(pid, ns, maps);
+                log::debug!("process {pid}, forked by {parent}: image {id}, {n} mappings inherited");
+            }
+            Change::Exec { pid, ns } if self.keeps(pid) => {
+                let replaced = self.at(pid, ns);
+                let id = self.begin(pid, ns, Vec::new());
+                self.images[id as usize].replaced = Some(replaced);
+                log::debug!("process {pid} replaced its program: image {id}");
+            }
+            Change::Map { pid, ns, mapping } if self.keeps(pid) => {
+                let id = self.at(pid, ns);
+                let maps = &mut self.images[id as usize].maps;
+                if !maps.contains(&mapping) {
+                    maps.push(mapping);
+                }
+            }
+            Change::Exit { pid, .. } if self.keeps(pid) => {
+                if let Sampled::Pids { pids, follow: true } = &mut self.sampled {
+                    pids.remove(&pid); // its pid may be given to an unrelated process
+                }
+                self.exited.push_back((Instant::now(), pid));
+            }
+            _ => {}
+        }
+    }
+
+    /// Begins an image of `pid` at `ns` with `maps`.
+    fn begin(&mut self, pid: u32, ns: u64, maps: Vec<Mapping>) -> u32 {
+        let id = self.images.len() as u32;
+        self.images.push(Image::new(pid, ns, maps));
+        let images = &self.images;
+        let ids = self.by_pid.entry(pid).or_default();
+        let at = ids.partition_point(|&i| images[i as usize].start_ns <= ns);
+        ids.insert(at, id);
+        id
+    }
+
+    /// Frees the mappings of the images of `pid` no sample was taken in, and forgets them.
+    fn forget_unused(&mut self, pid: u32) {
+        let Some(ids) = self.by_pid.get_mut(&pid) else {
+            return;
+        };
+        let images = &mut self.images;
+        ids.retain(|&id| {
+            let image = &mut images[id as usize];
+            if image.used {
+                return true;
+            }
+            image.maps = Vec::new();
+            false
+        });
+        if ids.is_empty() {
+            self.by_pid.remove(&pid);
+        }
+    }
+}
+
+impl Image {
+    fn new(pid: u32, start_ns: u64, maps: Vec<Mapping>) -> Self {
+        Image {
+            pid,
+            start_ns,
+            maps,
+            read_at: None,
+            used: false,
+            replaced: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(start: u64, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end: start + 0x1000,
+            offset: 0,
+            path: path.into(),
+        }
+    }
+
+    fn paths(images: &Images, image: u32) -> Vec<&str> {
+        images.maps(image).iter().map(|m| m.path.as_str()).collect()
+    }
+
+    #[test]
+    fn forks_copy_execs_start_empty_and_samples_pick_by_time() {
+        let mut images = Images {
+            sampled: Sampled::Pids {
+                pids: HashSet::from([10]),
+                follow: true,
+            },
+            ..Images::default()
+        };
+        let parent = images.at(10, 5);
+        images.images[parent as usize].read_at = Some(Instant::now()); // as if /proc were read
+        images.apply(Change::Map {
+            pid: 10,
+            ns: 100,
+            mapping: mapping(0x400000, "/bin/sh"),
+        });
+        images.apply(Change::Fork {
+            pid: 11,
+            parent: 10,
+            ns: 200,
+        });
+        // Mapped by the parent after the fork: not the child's.
+        images.apply(Change::Map {
+            pid: 10,
+            ns: 250,
+            mapping: mapping(0x7f00_0000, "/lib/libparent.so"),
+        });
+        images.apply(Change::Exec { pid: 11, ns: 300 });
+        images.apply(Change::Map {
+            pid: 11,
+            ns: 310,
+            mapping: mapping(0x400000, "/bin/ls"),
+        });
+        // Not sampled: a process neither targeted nor started by one.
+        images.apply(Change::Map {
+            pid: 99,
+            ns: 320,
+            mapping: mapping(0x400000, "/bin/other"),
+        });
+        let forked = images.at(11, 250);
+        assert_eq!(paths(&images, forked), ["/bin/sh"]);
+        let exec = images.at(11, 400);
+        assert_eq!(paths(&images, exec), ["/bin/ls"]);
+        assert_eq!(images.replaced(exec), Some(forked));
+        assert_eq!(images.replaced(forked), None);
+        let parent_now = images.at(10, 400);
+        assert_eq!(parent_now, parent);
+        assert_eq!(paths(&images, parent), ["/bin/sh", "/lib/libparent.so"]);
+        assert!(!images.by_pid.contains_key(&99));
+        // A sample before its process's first image began: an image as first seen.
+        let early = images.at(11, 100);
+        assert!(images.maps(early).is_empty() && early != forked);
+        // /proc is read into a process's latest image only.
+        images.read_proc(forked);
+        assert_eq!(paths(&images, forked), ["/bin/sh"]);
+
+        // The exited child's unused images go; the used one stays.
+        images.use_image(exec);
+        images.apply(Change::Exit { pid: 11, ns: 500 });
+        assert!(matches!(&images.sampled, Sampled::Pids { pids, .. } if !pids.contains(&11)));
+        images.forget_unused(11);
+        assert_eq!(images.by_pid[&11], [exec]);
+        assert!(images.maps(forked).is_empty());
+        assert_eq!(paths(&images, exec), ["/bin/ls"]);
+    }
+
+    #[test]
+    fn without_following_forks_are_not_kept() {
+        let mut images = Images {
+            sampled: Sampled::Pids {
+                pids: HashSet::from([10]),
+                follow: false,
+            },
+            ..Images::default()
+        };
+        images.apply(Change::Fork {
+            pid: 11,
+            parent: 10,
+            ns: 200,
+        });
+        images.apply(Change::Exec { pid: 10, ns: 300 });
+        assert!(!images.by_pid.contains_key(&11));
+        // The target's own exec is kept: as first seen, then the new program.
+        let ids = &images.by_pid[&10];
+        assert_eq!(ids.len(), 2);
+        assert_eq!(images.replaced(ids[1]), Some(ids[0]));
+        assert_eq!(images.images[ids[1] as usize].start_ns, 300);
+    }
+}
