@@ -356,6 +356,21 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("fixture `{}` printed no line in time: {e}", self.name))
     }
 
+    /// The pids of the `child PID` lines `profile children|forks` prints, up to its
+    /// `children exited` line.
+    pub fn children_until_exited(&mut self) -> Vec<u32> {
+        let mut children = Vec::new();
+        loop {
+            let line = self.next_line();
+            if line == "children exited" {
+                return children;
+            }
+            if let Some(pid) = line.strip_prefix("child ") {
+                children.push(pid.parse().expect("child PID"));
+            }
+        }
+    }
+
     /// Waits (with the safety timeout) for the fixture to exit.
     pub fn wait(&mut self) -> ExitStatus {
         wait_child(&mut self.child, SAFETY_TIMEOUT)

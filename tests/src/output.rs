@@ -155,6 +155,43 @@ impl Outputs {
     }
 
     /// `M` events whose name is `kind` (`process_name` or `thread_name`).
+    /// Checks the samples of the children `profile forks MS` started (`children`, in order: even
+    /// ones forked, odd ones exec'd): no frame is named by its address (`0x...`, `module+0x...`),
+    /// a forked child's samples in `split` are under `;main;forks;split;`, an exec'd one's under
+    /// its own `;main;split;`. Returns how many samples of forked and of exec'd children were in
+    /// `split`.
+    pub fn forked_and_execed_split_samples(&self, children: &[u32]) -> (u64, u64) {
+        let (mut forked, mut execed) = (0, 0);
+        for sample in self.timeline_samples() {
+            let pid = sample["pid"].as_u64().unwrap() as u32;
+            let Some(i) = children.iter().position(|c| *c == pid) else {
+                continue;
+            };
+            let stack = sample["args"]["stack"].as_str().unwrap();
+            let bare = stack
+                .split(';')
+                .any(|frame| frame.starts_with("0x") || frame.contains("+0x"));
+            assert!(!bare, "child {pid} (#{i}): {stack}");
+            if !stack.contains(";split;") {
+                continue; // starting or leaving
+            }
+            if i % 2 == 0 {
+                assert!(
+                    stack.contains(";main;forks;split;"),
+                    "forked child {pid}: {stack}"
+                );
+                forked += 1;
+            } else {
+                assert!(
+                    stack.contains(";main;split;") && !stack.contains("forks"),
+                    "exec'd child {pid}: {stack}"
+                );
+                execed += 1;
+            }
+        }
+        (forked, execed)
+    }
+
     pub fn metadata(&self, kind: &str) -> Vec<&Value> {
         self.events
             .iter()

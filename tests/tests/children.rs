@@ -29,16 +29,7 @@ fn sample_children(mode: &[&str], flags: &[&str], tmp: &TempDir) -> (Outputs, Ve
     let mut xtrace = Xtrace::spawn(all);
     xtrace.wait_attached();
     fixture.send("go");
-    let mut children = Vec::new();
-    loop {
-        let line = fixture.next_line();
-        if line == "children exited" {
-            break;
-        }
-        if let Some(pid) = line.strip_prefix("child ") {
-            children.push(pid.parse().expect("child PID"));
-        }
-    }
+    let children = fixture.children_until_exited();
     let table = map_u32_keys(xtrace.pid(), "SAMPLE_PIDS");
     fixture.go();
     assert!(fixture.wait().success());
@@ -145,13 +136,6 @@ fn no_inherit_samples_the_target_only() {
     assert!(samples <= 20, "the target only waits: {samples} samples");
 }
 
-/// Whether a folded stack has a frame named by its address: `0x...` or `module+0x...`.
-fn has_bare_frame(stack: &str) -> bool {
-    stack
-        .split(';')
-        .any(|frame| frame.starts_with("0x") || frame.contains("+0x"))
-}
-
 #[test]
 fn children_that_live_milliseconds_are_symbolized() {
     if !require_bpf() {
@@ -168,31 +152,7 @@ fn children_that_live_milliseconds_are_symbolized() {
     // Each child is gone within milliseconds, before its /proc/PID/maps could be read: every frame
     // of every sample is named from the side band's fork, exec and mapping records, the forked
     // children's in their parent's program, the exec'd ones' in their own.
-    let (mut forked, mut execed) = (0, 0);
-    for sample in out.timeline_samples() {
-        let pid = sample["pid"].as_u64().unwrap() as u32;
-        let Some(i) = children.iter().position(|c| *c == pid) else {
-            continue;
-        };
-        let stack = sample["args"]["stack"].as_str().unwrap();
-        assert!(!has_bare_frame(stack), "child {pid} (#{i}): {stack}");
-        if !stack.contains(";split;") {
-            continue; // starting or leaving
-        }
-        if i % 2 == 0 {
-            assert!(
-                stack.contains(";main;forks;split;"),
-                "forked child {pid}: {stack}"
-            );
-            forked += 1;
-        } else {
-            assert!(
-                stack.contains(";main;split;") && !stack.contains("forks"),
-                "exec'd child {pid}: {stack}"
-            );
-            execed += 1;
-        }
-    }
+    let (forked, execed) = out.forked_and_execed_split_samples(&children);
     // 20 children of each kind spin for ~5 ms: ~100 samples of each kind at 999 Hz.
     assert!(
         (50..=150).contains(&forked) && (50..=150).contains(&execed),

@@ -1,6 +1,8 @@
 //! System-wide (`-a`): probes on a file fire in every process that maps it, including processes
 //! started after xtrace attached; trace.json names each process. Fixture: `uselib` (lib_work x 7
-//! after `go`), two instances started after attach.
+//! after `go`), two instances started after attach. Sampling every process symbolizes processes
+//! that live a few milliseconds: fixture `profile forks MS` (40 children, alternately forked and
+//! exec'd, each living about MS ms).
 
 use xtrace_tests::{
     args,
@@ -72,4 +74,36 @@ fn system_wide_needs_a_target_file() {
     );
     let line = run_error(args!["-a", "-p", "1", "-u", "libc:malloc", "-o", tmp.join("out")]);
     assert!(line.contains("--system-wide") && line.contains("--pid"), "{line}");
+}
+
+#[test]
+fn sampling_every_process_symbolizes_children_that_live_milliseconds() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("system-wide-forks");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-a", "-F", "999", "-o", &out_dir]);
+    xtrace.wait_attached();
+    let mut fixture = Fixture::spawn(&fixtures().profile, &["forks", "5"]);
+    fixture.wait_ready();
+    fixture.send("go");
+    let children = fixture.children_until_exited();
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+
+    let out = Outputs::read_profiled(&out_dir);
+    assert_eq!(children.len(), 40);
+    assert_eq!(out.summary["followed_processes"], serde_json::Value::Null);
+    assert_eq!(out.summary["lost_mapping_records"], 0);
+    let (forked, execed) = out.forked_and_execed_split_samples(&children);
+    // 20 children of each kind spin for ~5 ms: ~100 samples of each kind at 999 Hz.
+    assert!(
+        (50..=150).contains(&forked) && (50..=150).contains(&execed),
+        "samples in split: {forked} of forked children, {execed} of exec'd ones"
+    );
 }
