@@ -64,7 +64,9 @@ pub struct Image {
 
 #[derive(Debug, Default)]
 pub struct Images {
-    images: Vec<Image>,
+    /// By id; the images of exited processes that no sample used are removed.
+    images: HashMap<u32, Image>,
+    next_id: u32,
     /// Each process's images, in order of start.
     by_pid: HashMap<u32, Vec<u32>>,
     sampled: Sampled,
@@ -86,20 +88,21 @@ impl Images {
     }
 
     pub fn maps(&self, image: u32) -> &[Mapping] {
-        self.images.get(image as usize).map_or(&[], |i| &i.maps)
+        self.images.get(&image).map_or(&[], |i| &i.maps)
     }
 
     /// The image process `pid` had at `ns`; one begun as first seen if none had begun.
     pub fn at(&mut self, pid: u32, ns: u64) -> u32 {
         let images = &self.images;
         let ids = self.by_pid.entry(pid).or_default();
-        let after = ids.partition_point(|&id| images[id as usize].start_ns <= ns);
+        let after = ids.partition_point(|id| images[id].start_ns <= ns);
         if after > 0 {
             return ids[after - 1];
         }
-        let id = self.images.len() as u32;
-        self.images.push(Image::new(pid, 0, Vec::new()));
+        let id = self.next_id;
         ids.insert(0, id);
+        self.images.insert(id, Image::new(pid, 0, Vec::new()));
+        self.next_id += 1;
         id
     }
 
@@ -107,12 +110,12 @@ impl Images {
     /// runs, the process's user registers are still the old program's: a sample taken in the
     /// kernel during the exec is in the replaced image.
     pub fn replaced(&self, image: u32) -> Option<u32> {
-        self.images.get(image as usize)?.replaced
+        self.images.get(&image)?.replaced
     }
 
     /// Marks `image` as one a sample was taken in: it is kept after its process exits.
     pub fn use_image(&mut self, image: u32) {
-        if let Some(image) = self.images.get_mut(image as usize) {
+        if let Some(image) = self.images.get_mut(&image) {
             image.used = true;
         }
     }
@@ -121,7 +124,7 @@ impl Images {
     /// earlier one ended with an exec, and /proc shows the new program) and it was not read in the
     /// last `REREAD`.
     pub fn read_proc(&mut self, image: u32) {
-        let Some(img) = self.images.get_mut(image as usize) else {
+        let Some(img) = self.images.get_mut(&image) else {
             return;
         };
         let latest = self.by_pid.get(&img.pid).and_then(|ids| ids.last()) == Some(&image);
@@ -168,11 +171,11 @@ impl Images {
                     pids.insert(pid);
                 }
                 let from = self.at(parent, ns);
-                if self.images[from as usize].read_at.is_none() && self.images[from as usize].start_ns == 0 {
+                if self.images[&from].read_at.is_none() && self.images[&from].start_ns == 0 {
                     // A parent seen for the first time: what it has mapped is in /proc alone.
                     self.read_proc(from);
                 }
-                let maps = self.images[from as usize].maps.clone();
+                let maps = self.images[&from].maps.clone();
                 let n = maps.len();
                 let id = self.begin(pid, ns, maps);
                 log::debug!("process {pid}, forked by {parent}: image {id}, {n} mappings inherited");
@@ -180,14 +183,17 @@ impl Images {
             Change::Exec { pid, ns } if self.keeps(pid) => {
                 let replaced = self.at(pid, ns);
                 let id = self.begin(pid, ns, Vec::new());
-                self.images[id as usize].replaced = Some(replaced);
+                if let Some(image) = self.images.get_mut(&id) {
+                    image.replaced = Some(replaced);
+                }
                 log::debug!("process {pid} replaced its program: image {id}");
             }
             Change::Map { pid, ns, mapping } if self.keeps(pid) => {
                 let id = self.at(pid, ns);
-                let maps = &mut self.images[id as usize].maps;
-                if !maps.contains(&mapping) {
-                    maps.push(mapping);
+                if let Some(image) = self.images.get_mut(&id) {
+                    if !image.maps.contains(&mapping) {
+                        image.maps.push(mapping);
+                    }
                 }
             }
             Change::Exit { pid, .. } if self.keeps(pid) => {
@@ -202,28 +208,28 @@ impl Images {
 
     /// Begins an image of `pid` at `ns` with `maps`.
     fn begin(&mut self, pid: u32, ns: u64, maps: Vec<Mapping>) -> u32 {
-        let id = self.images.len() as u32;
-        self.images.push(Image::new(pid, ns, maps));
+        let id = self.next_id;
+        self.next_id += 1;
+        self.images.insert(id, Image::new(pid, ns, maps));
         let images = &self.images;
         let ids = self.by_pid.entry(pid).or_default();
-        let at = ids.partition_point(|&i| images[i as usize].start_ns <= ns);
+        let at = ids.partition_point(|i| images[i].start_ns <= ns);
         ids.insert(at, id);
         id
     }
 
-    /// Frees the mappings of the images of `pid` no sample was taken in, and forgets them.
+    /// Removes the images of `pid` no sample was taken in.
     fn forget_unused(&mut self, pid: u32) {
         let Some(ids) = self.by_pid.get_mut(&pid) else {
             return;
         };
         let images = &mut self.images;
-        ids.retain(|&id| {
-            let image = &mut images[id as usize];
-            if image.used {
-                return true;
+        ids.retain(|id| {
+            let used = images.get(id).is_some_and(|i| i.used);
+            if !used {
+                images.remove(id);
             }
-            image.maps = Vec::new();
-            false
+            used
         });
         if ids.is_empty() {
             self.by_pid.remove(&pid);
@@ -271,7 +277,7 @@ mod tests {
             ..Images::default()
         };
         let parent = images.at(10, 5);
-        images.images[parent as usize].read_at = Some(Instant::now()); // as if /proc were read
+        images.images.get_mut(&parent).unwrap().read_at = Some(Instant::now()); // as if /proc were read
         images.apply(Change::Map {
             pid: 10,
             ns: 100,
@@ -323,7 +329,7 @@ mod tests {
         assert!(matches!(&images.sampled, Sampled::Pids { pids, .. } if !pids.contains(&11)));
         images.forget_unused(11);
         assert_eq!(images.by_pid[&11], [exec]);
-        assert!(images.maps(forked).is_empty());
+        assert!(!images.images.contains_key(&forked) && !images.images.contains_key(&early));
         assert_eq!(paths(&images, exec), ["/bin/ls"]);
     }
 
@@ -347,6 +353,6 @@ mod tests {
         let ids = &images.by_pid[&10];
         assert_eq!(ids.len(), 2);
         assert_eq!(images.replaced(ids[1]), Some(ids[0]));
-        assert_eq!(images.images[ids[1] as usize].start_ns, 300);
+        assert_eq!(images.images[&ids[1]].start_ns, 300);
     }
 }
