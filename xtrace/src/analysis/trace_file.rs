@@ -68,6 +68,15 @@ fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
 /// or an event the sink refuses (the caller then reads the file again with the streaming parser).
 fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
     let mut line = Vec::with_capacity(4096);
+    // The head line is read through a bound: a trace in another layout may be one long line, which
+    // the streaming parser reads in bounded memory.
+    (&mut reader)
+        .take(HEAD_LINE.len() as u64 + 1)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    if line.strip_suffix(b"\n") != Some(HEAD_LINE) {
+        return None;
+    }
     let mut next = |line: &mut Vec<u8>| -> Option<bool> {
         line.clear();
         let n = reader.read_until(b'\n', line).ok()?;
@@ -76,9 +85,6 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
         }
         Some(n > 0)
     };
-    if !next(&mut line)? || line != HEAD_LINE {
-        return None;
-    }
     loop {
         if !next(&mut line)? {
             return None; // no closing line
