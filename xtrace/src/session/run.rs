@@ -123,6 +123,7 @@ pub async fn run<W: Write + Send + 'static>(
     tokio::pin!(deadline);
     let started = Instant::now();
     let (mut last_report, mut last_events) = (started, 0);
+    let test_panic = cfg!(debug_assertions) && std::env::var_os("XTRACE_TEST_PANIC").is_some();
     loop {
         tokio::select! {
             _ = reader.wait() => {
@@ -133,8 +134,7 @@ pub async fn run<W: Write + Send + 'static>(
                 pipeline.samples.images.poll();
                 // A test hook in debug builds only: a panic once events arrive, for the lifecycle
                 // tests that check a panic mid-capture leaves nothing attached.
-                #[cfg(debug_assertions)]
-                if pipeline.events > 0 && std::env::var_os("XTRACE_TEST_PANIC").is_some() {
+                if test_panic && pipeline.events > 0 {
                     panic!("XTRACE_TEST_PANIC is set");
                 }
                 for warning in pipeline.warnings.take() {
