@@ -67,7 +67,7 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             }
         }
     }
-    let mb = median(&runs.iter().map(|r| r.mb).collect::<Vec<_>>());
+    let mb = median(&runs.iter().map(Once::mb).collect::<Vec<_>>());
     let (spans, lost) = (
         runs.iter().map(|r| r.spans).min().unwrap_or(0),
         runs.iter().map(|r| r.lost).max().unwrap_or(0),
@@ -77,7 +77,7 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     } else {
         Verdict::from_bool(mb < GOAL_MB && lost == 0)
     };
-    let each: Vec<String> = runs.iter().map(|r| format!("{:.1}", r.mb)).collect();
+    let each: Vec<String> = runs.iter().map(|r| format!("{:.1}", r.mb())).collect();
     let mut note = format!(
         "median of {} runs ({} MB); each: {} spans delivered or more, {} lost at most; trace.json \
          {:.2} GB (deleted); {} threads, GNU time %M",
@@ -97,7 +97,7 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     let per_run: Vec<_> = runs
         .iter()
         .map(|r| {
-            json!({"max_rss_kib": r.kib, "mb": r.mb, "spans": r.spans, "lost": r.lost,
+            json!({"max_rss_kib": r.kib, "mb": r.mb(), "spans": r.spans, "lost": r.lost,
                 "trace_json_bytes": r.trace_bytes})
         })
         .collect();
@@ -113,10 +113,16 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
 /// One capture's numbers.
 struct Once {
     kib: u64,
-    mb: f64,
     spans: u64,
     lost: u64,
     trace_bytes: u64,
+}
+
+impl Once {
+    /// The peak RSS in MB (10^6 bytes).
+    fn mb(&self) -> f64 {
+        self.kib as f64 * 1024.0 / 1e6
+    }
 }
 
 /// Records `events` calls under GNU time; trace.json is measured and deleted.
@@ -151,7 +157,6 @@ fn once(env: &Env, events: u64) -> Result<Once> {
         .with_context(|| format!("GNU time wrote no maximum RSS: {text}"))?;
     Ok(Once {
         kib,
-        mb: kib as f64 * 1024.0 / 1e6,
         spans: probe_count(&summary, SYMBOL),
         lost: lost_events(&summary),
         trace_bytes,
