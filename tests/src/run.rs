@@ -40,7 +40,26 @@ pub struct Finished {
     pub left_processes: bool,
 }
 
+/// The environment that makes a debug build of xtrace panic once the first events are read
+/// (`XTRACE_TEST_PANIC`), with its report on one line.
+pub const PANIC_ENV: [(&str, &str); 2] = [("XTRACE_TEST_PANIC", "1"), ("RUST_BACKTRACE", "0")];
+
 impl Finished {
+    /// Asserts xtrace was killed by `signal`.
+    pub fn assert_killed_by(&self, signal: i32) {
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&self.status),
+            Some(signal),
+            "stderr: {:?}",
+            self.stderr
+        );
+    }
+
+    /// Asserts xtrace ended by a panic (exit code 101).
+    pub fn assert_panicked(&self) {
+        assert_eq!(self.status.code(), Some(101), "stderr: {:?}", self.stderr);
+    }
+
     /// Asserts exit code 0, showing stderr otherwise.
     pub fn assert_success(&self) {
         assert_eq!(

@@ -16,7 +16,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{run_error, Finished, Xtrace},
+    run::{run_error, Finished, Xtrace, PANIC_ENV},
     TempDir,
 };
 
@@ -46,10 +46,7 @@ fn sigkill_leaves_nothing_attached() {
     before.assert_attached_since();
     xtrace.signal(libc::SIGKILL);
     let finished = xtrace.wait();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&finished.status),
-        Some(libc::SIGKILL)
-    );
+    finished.assert_killed_by(libc::SIGKILL);
     before.assert_none_left();
     assert!(
         fixture.is_running(),
@@ -60,7 +57,7 @@ fn sigkill_leaves_nothing_attached() {
 /// Launches `spans spin` under xtrace (with `env`), lets it record, ends xtrace with `signal` (or
 /// lets the panic that `env` asks for end it), and checks what every abnormal end must leave:
 /// nothing attached, no process of the command alive, and the trace marked partial.
-fn end_abnormally(env: &[(&str, &str)], signal: Option<i32>) -> xtrace_tests::run::Finished {
+fn end_abnormally(env: &[(&str, &str)], signal: Option<i32>) -> Finished {
     let tmp = TempDir::new("abnormal-end");
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
@@ -105,10 +102,7 @@ fn sigkill_ends_a_launched_command_and_leaves_a_partial_trace() {
         return;
     }
     let finished = end_abnormally(&[], Some(libc::SIGKILL));
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&finished.status),
-        Some(libc::SIGKILL)
-    );
+    finished.assert_killed_by(libc::SIGKILL);
 }
 
 #[test]
@@ -118,8 +112,8 @@ fn a_panic_mid_capture_is_one_line_and_leaves_nothing_attached() {
     }
     // XTRACE_TEST_PANIC (debug builds only) panics once the first events are read; without
     // RUST_BACKTRACE the report is one line.
-    let finished = end_abnormally(&[("XTRACE_TEST_PANIC", "1"), ("RUST_BACKTRACE", "0")], None);
-    assert_eq!(finished.status.code(), Some(101), "stderr: {:?}", finished.stderr);
+    let finished = end_abnormally(&PANIC_ENV, None);
+    finished.assert_panicked();
     let after_attach: Vec<&String> = finished
         .stderr
         .iter()

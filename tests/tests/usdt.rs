@@ -14,7 +14,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{run_error, trace_fixture_with, Xtrace},
+    run::{run_error, trace_fixture_with, Xtrace, PANIC_ENV},
     TempDir,
 };
 
@@ -61,11 +61,8 @@ fn finish_run(
     let finished = xtrace.wait();
     match end {
         End::Stop(_) => finished.assert_success(),
-        End::Sigkill => assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&finished.status),
-            Some(libc::SIGKILL)
-        ),
-        End::Panic => assert_eq!(finished.status.code(), Some(101), "{:?}", finished.stderr),
+        End::Sigkill => finished.assert_killed_by(libc::SIGKILL),
+        End::Panic => finished.assert_panicked(),
     }
     before.assert_none_left();
     fixture.send("after");
@@ -119,10 +116,7 @@ fn semaphores_are_back_to_zero_after_every_exit_path() {
             (End::Stop(libc::SIGTERM), vec![]),
             (End::Stop(libc::SIGHUP), vec![]),
             (End::Sigkill, vec![]),
-            (
-                End::Panic,
-                vec![("XTRACE_TEST_PANIC", "1"), ("RUST_BACKTRACE", "0")],
-            ),
+            (End::Panic, PANIC_ENV.to_vec()),
         ] {
             let tmp = TempDir::new("usdt-end");
             let mut env = env;
