@@ -24,28 +24,33 @@ pub enum Kind {
     Other,
 }
 
-/// An open output directory and the path it was opened by (for messages).
+/// An open output directory, the path it was opened by (for messages), and who is given what is
+/// created in it.
 #[derive(Debug)]
 pub struct Dir {
     path: PathBuf,
     fd: OwnedFd,
+    /// (uid, gid) each file and directory xtrace creates is handed to (the user who ran sudo).
+    owner: Option<(u32, u32)>,
 }
 
 impl Dir {
-    /// Opens the existing directory `path`.
-    pub fn open(path: &Path) -> io::Result<Dir> {
+    /// Opens the existing directory `path`; files created in it are handed to `owner` when given.
+    pub fn open(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Dir> {
         Ok(Dir {
             path: path.to_path_buf(),
             fd: open_at(libc::AT_FDCWD, path.as_os_str(), false)?,
+            owner,
         })
     }
 
     /// Opens `path`, first creating it and its missing parents, outermost first; each directory
-    /// it creates is handed to `owner` (uid, gid) when given.
+    /// it creates, and each file created in it, is handed to `owner` when given.
     pub fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Dir> {
         Ok(Dir {
             path: path.to_path_buf(),
             fd: open_or_create(path, owner)?,
+            owner,
         })
     }
 
@@ -66,7 +71,8 @@ impl Dir {
     }
 
     /// Creates file `name` (mode 0644 before the umask), never through a symbolic link:
-    /// truncating one that is there, or failing if one is when `exclusive`.
+    /// truncating one that is there, or failing if one is when `exclusive`. It is handed to the
+    /// directory's owner by its descriptor (no path is looked up again).
     pub fn create_file(&self, name: &str, exclusive: bool) -> io::Result<File> {
         let name = c_name(OsStr::new(name))?;
         let flags = libc::O_WRONLY
@@ -77,7 +83,11 @@ impl Dir {
         // SAFETY: a live directory descriptor and a NUL-terminated name.
         let fd = unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags, 0o644 as libc::c_uint) };
         // SAFETY: a descriptor openat just returned, owned by nothing else.
-        checked(fd).map(|fd| File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let file = checked(fd).map(|fd| File::from(unsafe { OwnedFd::from_raw_fd(fd) }))?;
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+        }
+        Ok(file)
     }
 
     /// Removes file `name` (not a directory).

@@ -49,18 +49,10 @@ fn invoking_user() -> Option<(u32, u32)> {
     Some((id("SUDO_UID")?, id("SUDO_GID")?))
 }
 
-/// Hands an open file to the invoking user under sudo (by its fd: no path is looked up again).
-fn give_file_to_invoking_user(file: &File) -> std::io::Result<()> {
-    match invoking_user() {
-        Some((uid, gid)) => std::os::unix::fs::fchown(file, Some(uid), Some(gid)),
-        None => Ok(()),
-    }
-}
-
 /// Opens `dir` (the default name when None), creating it and its parents if needed: every
-/// directory xtrace creates belongs to the invoking user under sudo. Fails now, before anything
-/// is attached, if files cannot be created there. Every file of the recording is then made through
-/// the returned descriptor (see [`Dir`]).
+/// directory and file xtrace creates belongs to the invoking user under sudo. Fails now, before
+/// anything is attached, if files cannot be created there. Every file of the recording is then
+/// made through the returned descriptor (see [`Dir`]).
 pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
     let path = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
     let err = |source| Error::Output {
@@ -136,12 +128,10 @@ pub fn create(dir: &Dir, name: &str) -> Result<File> {
         _ => {}
     }
     let partial = partial(name);
-    dir.create_file(&partial, false)
-        .and_then(|file| give_file_to_invoking_user(&file).map(|()| file))
-        .map_err(|source| Error::Output {
-            path: dir.join(&partial),
-            source,
-        })
+    dir.create_file(&partial, false).map_err(|source| Error::Output {
+        path: dir.join(&partial),
+        source,
+    })
 }
 
 /// Renames the whole `dir/name.partial` to `dir/name` (replacing, not following, what is there).
@@ -178,7 +168,7 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
             } else {
                 dir
             };
-            let dir = Dir::open(dir).map_err(|source| Error::OutputFile {
+            let dir = Dir::open(dir, invoking_user()).map_err(|source| Error::OutputFile {
                 path: path.to_path_buf(),
                 source,
             })?;
