@@ -72,6 +72,22 @@ impl Finished {
     }
 }
 
+/// A `setpriv` command that runs the program appended to it as uid/gid 65534 with no groups,
+/// keeping capabilities `caps` (setpriv names: `bpf`, `perfmon`, `syslog`) as ambient ones, so
+/// they stay effective as user 65534.
+pub fn as_nobody(caps: &[&str]) -> Command {
+    let mut setpriv = Command::new("setpriv");
+    setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+    if !caps.is_empty() {
+        let caps: Vec<String> = caps.iter().map(|cap| format!("+{cap}")).collect();
+        let caps = caps.join(",");
+        setpriv.arg(format!("--inh-caps={caps}"));
+        setpriv.arg(format!("--ambient-caps={caps}"));
+    }
+    setpriv.arg("--");
+    setpriv
+}
+
 impl Xtrace {
     /// Starts `xtrace -p PID -u work FLAGS... -o OUT`: the usual recording of a running `spans`
     /// fixture.
@@ -108,15 +124,8 @@ impl Xtrace {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut setpriv = Command::new("setpriv");
-        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
-        if !caps.is_empty() {
-            let caps: Vec<String> = caps.iter().map(|cap| format!("+{cap}")).collect();
-            let caps = caps.join(",");
-            setpriv.arg(format!("--inh-caps={caps}"));
-            setpriv.arg(format!("--ambient-caps={caps}"));
-        }
-        setpriv.arg("--").arg(xtrace_bin());
+        let mut setpriv = as_nobody(caps);
+        setpriv.arg(xtrace_bin());
         Self::spawn_command(setpriv, args)
     }
 

@@ -11,7 +11,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{expect_user_error, Xtrace},
+    run::{as_nobody, expect_user_error, Finished, Xtrace},
     TempDir,
 };
 
@@ -55,14 +55,19 @@ fn without_root_needs_cap_bpf_and_cap_perfmon() {
     assert!(!tmp.join("out").exists(), "nothing is written before the check");
 }
 
-/// Runs xtrace with `args` as user 65534 holding only CAP_BPF and CAP_PERFMON; expects it to
-/// succeed and leave nothing attached.
-fn record_with_the_two_capabilities(args: Vec<std::ffi::OsString>) {
+/// Runs xtrace with `args` as user 65534 holding only capabilities `caps`; expects it to succeed
+/// and leave nothing attached.
+fn record_as_nobody(caps: &[&str], args: Vec<std::ffi::OsString>) -> Finished {
     let before = Attachments::snapshot();
-    Xtrace::spawn_with_capabilities(&["bpf", "perfmon"], args)
-        .wait()
-        .assert_success();
+    let finished = Xtrace::spawn_with_capabilities(caps, args).wait();
+    finished.assert_success();
     before.assert_none_left();
+    finished
+}
+
+/// Runs xtrace with `args` as user 65534 holding only CAP_BPF and CAP_PERFMON.
+fn record_with_the_two_capabilities(args: Vec<std::ffi::OsString>) {
+    record_as_nobody(&["bpf", "perfmon"], args);
 }
 
 #[test]
@@ -118,4 +123,66 @@ fn cap_bpf_and_cap_perfmon_suffice_without_root() {
         forked && execed,
         "both children sampled and symbolized: {folded:?}"
     );
+}
+
+/// Whether /proc/kallsyms shows user 65534 holding `caps` every address as 0, as `head` reads it.
+fn kallsyms_hidden_from_nobody(caps: &[&str]) -> bool {
+    let mut head = as_nobody(caps);
+    head.args(["head", "-n1", "/proc/kallsyms"]);
+    let output = head.output().expect("setpriv runs");
+    let line = String::from_utf8_lossy(&output.stdout).into_owned();
+    let address = line.split_whitespace().next().expect("kallsyms has a first line");
+    u64::from_str_radix(address, 16) == Ok(0)
+}
+
+/// Without CAP_SYSLOG (and with kernel.perf_event_paranoid at 2, its default) the kernel shows
+/// the two-capability user no kallsyms address: xtrace says once that kernel frames stay bare
+/// addresses, and how to name them; with CAP_SYSLOG it names them and says nothing.
+#[test]
+fn kernel_frames_are_named_only_where_kallsyms_shows_addresses() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = open_to_all("caps-kallsyms");
+    let warning = "xtrace: warning: kernel frames will show bare addresses: /proc/kallsyms hides \
+                   addresses from this user";
+    let mut hidden_seen = Vec::new();
+    for caps in [&["bpf", "perfmon"][..], &["bpf", "perfmon", "syslog"][..]] {
+        let hidden = kallsyms_hidden_from_nobody(caps);
+        hidden_seen.push(hidden);
+        let out = tmp.join(&caps.join("-"));
+        let finished = record_as_nobody(
+            caps,
+            args![
+                "-F",
+                "999",
+                "-o",
+                &out,
+                "--",
+                &fixtures().profile,
+                "syscalls",
+                "400"
+            ],
+        );
+        let warned = finished.stderr.iter().filter(|l| l.starts_with(warning)).count();
+        assert_eq!(
+            warned,
+            usize::from(hidden),
+            "with {caps:?}: {:?}",
+            finished.stderr
+        );
+        let folded = Outputs::read_profiled(&out).folded();
+        let named = folded
+            .iter()
+            .any(|(stack, _)| stack.contains(";do_syscall_64_[k]"));
+        let bare = folded.iter().any(|(stack, _)| stack.contains(";0xffff"));
+        assert_eq!((named, bare), (!hidden, hidden), "with {caps:?}: {folded:?}");
+    }
+    let kptr_restrict = std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").unwrap();
+    if kptr_restrict.trim() != "2" {
+        assert!(
+            !hidden_seen[1],
+            "CAP_SYSLOG shows kallsyms addresses unless kptr_restrict is 2"
+        );
+    }
 }

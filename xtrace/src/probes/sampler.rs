@@ -53,3 +53,53 @@ pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
     }
     Ok(cpus.len())
 }
+
+/// Why kernel frames will show bare addresses, when they will: `/proc/kallsyms` lists every
+/// address as 0 to a reader the kernel does not trust (`kernel.kptr_restrict`: with 0, readers
+/// that have CAP_SYSLOG or when `kernel.perf_event_paranoid` is 1 or lower; with 1, CAP_SYSLOG
+/// only; with 2, none). The kernel decides when the file is opened, with the opener's
+/// credentials: this process's, as blazesym's when it names the frames.
+pub fn kernel_names_hidden() -> Option<String> {
+    use std::io::BufRead;
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    let mut first = String::new();
+    std::io::BufReader::new(file).read_line(&mut first).ok()?;
+    let address = first.split_ascii_whitespace().next()?;
+    if u64::from_str_radix(address, 16) != Ok(0) {
+        return None;
+    }
+    let sysctl = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+            .map_or_else(|_| "?".to_string(), |v| v.trim().to_string())
+    };
+    Some(hidden_why(
+        &sysctl("kptr_restrict"),
+        &sysctl("perf_event_paranoid"),
+    ))
+}
+
+/// The warning for kernel frames that kallsyms will not name, with what would let it.
+fn hidden_why(kptr_restrict: &str, paranoid: &str) -> String {
+    let remedy = match kptr_restrict {
+        "0" => "run as root, grant CAP_SYSLOG, or set kernel.perf_event_paranoid to 1",
+        "1" => "run as root or grant CAP_SYSLOG",
+        _ => "set kernel.kptr_restrict to 1 or 0 and run as root",
+    };
+    format!(
+        "kernel frames will show bare addresses: /proc/kallsyms hides addresses from this user \
+         (kernel.kptr_restrict={kptr_restrict}, kernel.perf_event_paranoid={paranoid}); to name \
+         them, {remedy}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden_why;
+
+    #[test]
+    fn hidden_kernel_names_say_what_would_show_them() {
+        assert!(hidden_why("0", "2").ends_with("grant CAP_SYSLOG, or set kernel.perf_event_paranoid to 1"));
+        assert!(hidden_why("1", "2").ends_with("run as root or grant CAP_SYSLOG"));
+        assert!(hidden_why("2", "-1").contains("(kernel.kptr_restrict=2, kernel.perf_event_paranoid=-1)"));
+    }
+}

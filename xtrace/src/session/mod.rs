@@ -198,6 +198,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         hz,
         followed: follow.map(|_| (0, 0)),
     });
+    if let Some(why) = sampling.and_then(|_| sampler::kernel_names_hidden()) {
+        observer.warning(&why);
+    }
 
     let stats_on = args.overhead.then(bpf::overhead::enable).transpose()?;
     let attach_started = Instant::now();
