@@ -190,9 +190,10 @@ impl Ring {
         if head == tail || size == 0 || offset + size > self.len {
             return;
         }
-        // SAFETY: the data area lies inside the mapping (checked above); the kernel writes only
-        // between data_head and data_tail, which is not read here.
-        let data = unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), size) };
+        // The data area lies inside the mapping (checked above). It is read through a raw pointer,
+        // never as a slice: the kernel writes the part outside tail..head meanwhile.
+        // SAFETY: in bounds of the mapping.
+        let data = Data(unsafe { self.base.as_ptr().add(offset) }, size);
         let mut at = tail;
         while head.saturating_sub(at) >= 8 {
             copy_wrapping(data, at, 8, &mut self.record);
@@ -211,13 +212,25 @@ impl Ring {
     }
 }
 
-/// Copies `len` bytes of the ring `data` from position `at` (which wraps) into `out`.
-fn copy_wrapping(data: &[u8], at: u64, len: usize, out: &mut Vec<u8>) {
+/// A ring's data area: its start and size.
+#[derive(Clone, Copy)]
+struct Data(*const u8, usize);
+
+/// Copies `len` bytes (at most the ring's size) of the ring `data` from position `at` (which
+/// wraps) into `out`.
+fn copy_wrapping(Data(base, size): Data, at: u64, len: usize, out: &mut Vec<u8>) {
     out.clear();
-    let start = (at % data.len() as u64) as usize;
-    let first = len.min(data.len() - start);
-    out.extend_from_slice(&data[start..start + first]);
-    out.extend_from_slice(&data[..len - first]);
+    let len = len.min(size);
+    let start = (at % size as u64) as usize;
+    let first = len.min(size - start);
+    out.reserve(len);
+    // SAFETY: both runs lie inside the data area (start + first <= size, len - first <= size),
+    // which the kernel has finished writing between tail and head; `out` has room for `len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(base.add(start), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(base, out.as_mut_ptr().add(first), len - first);
+        out.set_len(len);
+    }
 }
 
 enum Parsed {
@@ -390,10 +403,11 @@ mod tests {
     #[test]
     fn records_are_copied_across_the_end_of_the_ring() {
         let data: Vec<u8> = (0..16).collect();
+        let data = Data(data.as_ptr(), data.len());
         let mut out = Vec::new();
-        copy_wrapping(&data, 30, 5, &mut out);
+        copy_wrapping(data, 30, 5, &mut out);
         assert_eq!(out, [14, 15, 0, 1, 2]);
-        copy_wrapping(&data, 2, 3, &mut out);
+        copy_wrapping(data, 2, 3, &mut out);
         assert_eq!(out, [2, 3, 4]);
     }
 }
