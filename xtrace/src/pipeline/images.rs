@@ -5,6 +5,12 @@
 //! against the image its process had at the sample's time, so a child that exits within
 //! milliseconds is named from the code it inherited or mapped, and a program is never named from
 //! the files of the program it replaced (two non-PIE executables share addresses).
+//!
+//! Each CPU's records are in time order, but not the CPUs' records together: a record written just
+//! after its CPU's ring was read comes in the next read, after later ones of other CPUs. Records
+//! wait in `pending` and are applied in time order up to the start of the previous read (by then
+//! every earlier record has been written), or, before a sample is placed, up to the sample's time:
+//! what its own process did before it (fork, exec, mappings) was written before the sample was.
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
@@ -71,8 +77,14 @@ pub struct Images {
     by_pid: HashMap<u32, Vec<u32>>,
     sampled: Sampled,
     sideband: Option<Sideband>,
-    /// Processes that exited, for their unused images to be dropped after `KEEP_EXITED`.
+    /// Processes whose main thread exited, for their unused images to be dropped after
+    /// `KEEP_EXITED` if the process is gone by then.
     exited: VecDeque<(Instant, u32)>,
+    /// Records read but not applied yet, and the time up to which they have been.
+    pending: Vec<Change>,
+    applied_ns: u64,
+    /// When the last read of the side band began.
+    read_ns: u64,
 }
 
 impl Images {
@@ -134,21 +146,56 @@ impl Images {
         }
     }
 
-    /// Reads the side band's new records into the images.
+    /// Reads the side band's new records and applies those written before the previous read
+    /// began; drops the unused images of processes gone for `KEEP_EXITED`.
     pub fn poll(&mut self) {
-        let Some(sideband) = &mut self.sideband else {
+        if self.sideband.is_none() {
             return;
-        };
-        for change in sideband.read() {
-            self.apply(change);
         }
+        let previous = self.read_ns;
+        self.read_ns = crate::clock::monotonic_ns();
+        self.read_pending();
+        self.apply_up_to(previous);
         while let Some(&(at, pid)) = self.exited.front() {
             if at.elapsed() < KEEP_EXITED {
                 break;
             }
             self.exited.pop_front();
-            self.forget_unused(pid);
+            // An EXIT record of a main thread: the process may live on in its other threads (the
+            // main thread called pthread_exit, or another thread exec'd and took its pid).
+            if !process_alive(pid) {
+                if let Sampled::Pids { pids, follow: true } = &mut self.sampled {
+                    pids.remove(&pid); // its pid may be given to an unrelated process
+                }
+                self.forget_unused(pid);
+            }
         }
+    }
+
+    /// Applies every record written up to `ns`, the time of a sample about to be placed: those
+    /// of its own process are all in the side band by the time the sample is read.
+    pub fn settle(&mut self, ns: u64) {
+        if self.sideband.is_some() && ns > self.applied_ns {
+            self.read_pending();
+            self.apply_up_to(ns);
+        }
+    }
+
+    fn read_pending(&mut self) {
+        if let Some(sideband) = &mut self.sideband {
+            self.pending.extend(sideband.read());
+        }
+    }
+
+    /// Applies the pending records written up to `ns`, in time order.
+    fn apply_up_to(&mut self, ns: u64) {
+        self.pending.sort_by_key(Change::ns);
+        let due = self.pending.partition_point(|c| c.ns() <= ns);
+        let due: Vec<Change> = self.pending.drain(..due).collect();
+        for change in due {
+            self.apply(change);
+        }
+        self.applied_ns = self.applied_ns.max(ns);
     }
 
     fn keeps(&self, pid: u32) -> bool {
@@ -197,9 +244,6 @@ impl Images {
                 }
             }
             Change::Exit { pid, .. } if self.keeps(pid) => {
-                if let Sampled::Pids { pids, follow: true } = &mut self.sampled {
-                    pids.remove(&pid); // its pid may be given to an unrelated process
-                }
                 self.exited.push_back((Instant::now(), pid));
             }
             _ => {}
@@ -235,6 +279,22 @@ impl Images {
             self.by_pid.remove(&pid);
         }
     }
+}
+
+/// Whether process `pid` still runs: its /proc entry is there and is not a zombie's (a process
+/// whose main thread has exited but whose other threads run lists them in its `task` directory).
+fn process_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the parenthesised name, which may itself hold spaces and parentheses.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    if !matches!(state, Some("Z" | "X")) {
+        return true;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1)
 }
 
 impl Image {
@@ -326,7 +386,7 @@ mod tests {
         // The exited child's unused images go; the used one stays.
         images.use_image(exec);
         images.apply(Change::Exit { pid: 11, ns: 500 });
-        assert!(matches!(&images.sampled, Sampled::Pids { pids, .. } if !pids.contains(&11)));
+        assert_eq!(images.exited.back().map(|(_, pid)| *pid), Some(11));
         images.forget_unused(11);
         assert_eq!(images.by_pid[&11], [exec]);
         assert!(!images.images.contains_key(&forked) && !images.images.contains_key(&early));
@@ -354,5 +414,58 @@ mod tests {
         assert_eq!(ids.len(), 2);
         assert_eq!(images.replaced(ids[1]), Some(ids[0]));
         assert_eq!(images.images[&ids[1]].start_ns, 300);
+    }
+
+    #[test]
+    fn records_read_out_of_order_are_applied_in_time_order() {
+        let mut images = Images {
+            sampled: Sampled::Pids {
+                pids: HashSet::from([10]),
+                follow: true,
+            },
+            ..Images::default()
+        };
+        // The child's exec and first mapping were read before its fork (another CPU's ring), and
+        // the mapping before the exec.
+        images.pending = vec![
+            Change::Map {
+                pid: 11,
+                ns: 310,
+                mapping: mapping(0x400000, "/bin/ls"),
+            },
+            Change::Exec { pid: 11, ns: 300 },
+            Change::Fork {
+                pid: 11,
+                parent: 10,
+                ns: 200,
+            },
+            Change::Map {
+                pid: 11,
+                ns: 900,
+                mapping: mapping(0x7f00_0000, "/lib/late.so"),
+            },
+        ];
+        images.apply_up_to(400);
+        let ids = images.by_pid[&11].clone();
+        assert_eq!(ids.len(), 2, "forked, then exec'd");
+        assert_eq!(paths(&images, ids[1]), ["/bin/ls"]);
+        assert_eq!(images.replaced(ids[1]), Some(ids[0]));
+        // Written after 400: waits.
+        assert_eq!(images.pending.len(), 1);
+        assert_eq!(images.applied_ns, 400);
+    }
+
+    #[test]
+    fn a_process_is_alive_until_it_is_gone() {
+        assert!(process_alive(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited, not yet reaped: a zombie with no other thread.
+        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z ")) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!process_alive(pid));
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
     }
 }

@@ -104,14 +104,12 @@ impl Samples {
                 && (returns.is_empty() || maps.iter().any(|m| m.path == TRAMPOLINES))
         };
         let ts = event.header.ts_ns;
+        // Its process's fork, exec and mappings before it, even where an earlier image covers it
+        // (a non-PIE program exec'd by another).
+        self.images.settle(ts);
         let mut image = self.images.at(pid, ts);
         if !covered(self.images.maps(image)) {
-            // The side band may not have been read up to this sample: its fork, exec or mappings.
-            self.images.poll();
-            image = self.images.at(pid, ts);
-            if !covered(self.images.maps(image)) {
-                self.images.read_proc(image);
-            }
+            self.images.read_proc(image);
             // In the kernel, in an exec: the user registers are the old program's.
             if let Some(old) = self.images.replaced(image) {
                 if !kernel.is_empty() && !covered(self.images.maps(image)) && covered(self.images.maps(old)) {
@@ -250,9 +248,10 @@ fn code_frames(frames: &[u64]) -> &[u64] {
     &frames[..end]
 }
 
-/// The mapping holding `address`.
+/// The mapping holding `address`; the latest one where mappings overlap (code mapped over code
+/// unmapped earlier, which an image keeps).
 pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
-    maps.iter().find(|m| address >= m.start && address < m.end)
+    maps.iter().rev().find(|m| address >= m.start && address < m.end)
 }
 
 /// The executable mappings of `pid`, or None when it is gone.
