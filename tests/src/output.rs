@@ -154,6 +154,16 @@ impl Outputs {
         self.events.iter().filter(|e| e["cat"] == "sample").collect()
     }
 
+    /// Checks that no sample of process `pid` on the timeline has a frame named by its address.
+    pub fn assert_symbolized(&self, pid: u32) {
+        for sample in self.timeline_samples() {
+            let stack = sample["args"]["stack"].as_str().unwrap();
+            if sample["pid"] == pid {
+                assert!(!has_bare_frame(stack), "process {pid}: {stack}");
+            }
+        }
+    }
+
     /// Checks the samples of the children `profile forks 5` started (`children`, in order: even
     /// ones forked, odd ones exec'd): no frame is named by its address (`0x...`, `module+0x...`),
     /// a forked child's samples in `split` are under `;main;forks;split;`, an exec'd one's under
@@ -167,10 +177,7 @@ impl Outputs {
                 continue;
             };
             let stack = sample["args"]["stack"].as_str().unwrap();
-            let bare = stack
-                .split(';')
-                .any(|frame| frame.starts_with("0x") || frame.contains("+0x"));
-            assert!(!bare, "child {pid} (#{i}): {stack}");
+            assert!(!has_bare_frame(stack), "child {pid} (#{i}): {stack}");
             if !stack.contains(";split;") {
                 continue; // starting or leaving
             }
@@ -276,4 +283,11 @@ fn parse_span(event: &Value) -> Span {
             .unwrap_or_else(|| panic!("X event without args.depth: {event}")),
         args: event["args"].clone(),
     }
+}
+
+/// Whether a folded stack has a frame named by its address (`0x...`, `module+0x...`).
+fn has_bare_frame(stack: &str) -> bool {
+    stack
+        .split(';')
+        .any(|frame| frame.starts_with("0x") || frame.contains("+0x"))
 }

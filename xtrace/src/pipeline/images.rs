@@ -94,6 +94,14 @@ impl Images {
         self.sampled = sampled;
     }
 
+    /// Begins the image of `pid`, a command xtrace forked and has not exec'd yet, as xtrace's own:
+    /// samples taken in the kernel during its exec hold the user frames of xtrace's code.
+    pub fn launched(&mut self, pid: u32) {
+        let mut maps = Vec::new();
+        merge_maps(&mut maps, std::process::id());
+        self.begin(pid, 0, maps);
+    }
+
     /// Side-band records the kernel dropped because a ring was full.
     pub fn lost(&self) -> u64 {
         self.sideband.as_ref().map_or(0, |s| s.lost)

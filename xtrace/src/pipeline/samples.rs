@@ -130,7 +130,7 @@ impl Samples {
             if walked.len() == MAX_FRAMES {
                 self.truncated += 1;
             }
-            walked.into()
+            mapped_callers(self.images.maps(image), walked).into()
         };
         let key = StackKey {
             pid,
@@ -248,6 +248,19 @@ fn code_frames(frames: &[u64]) -> &[u64] {
     &frames[..end]
 }
 
+/// A frame-pointer walk up to its first caller outside the process's code. The kernel's walk
+/// (taken when the user stack could not be copied, as when the sample interrupts the fault that
+/// grows the stack) follows the frame register, which code built without frame pointers uses for
+/// data: past the first frame it reads values such as a pointer into a library's data.
+fn mapped_callers<'f>(maps: &[Mapping], frames: &'f [u64]) -> &'f [u64] {
+    let end = frames
+        .iter()
+        .skip(1)
+        .position(|a| find(maps, *a).is_none())
+        .map_or(frames.len(), |i| i + 1);
+    &frames[..end]
+}
+
 /// The mapping holding `address`; the latest one where mappings overlap (code mapped over code
 /// unmapped earlier, which an image keeps).
 pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
@@ -343,6 +356,27 @@ mod tests {
         );
         assert_eq!(code_frames(&[0x1_0000, HIGHEST_USER]), [0x1_0000, HIGHEST_USER]);
         assert!(code_frames(&[0xffff]).is_empty());
+    }
+
+    #[test]
+    fn a_frame_pointer_walk_ends_at_its_first_caller_outside_the_code() {
+        let maps = [Mapping {
+            start: 0x7f00_0000_1000,
+            end: 0x7f00_0002_6000,
+            offset: 0x1000,
+            path: "/lib/ld.so".into(),
+        }];
+        // The interrupted instruction is kept wherever it is; the walk stops at ld.so's data.
+        let frames = [
+            0x7f00_0000_2000,
+            0x7f00_0000_3000,
+            0x7f00_0003_18a7,
+            0x7f00_0000_4000,
+        ];
+        assert_eq!(mapped_callers(&maps, &frames), &frames[..2]);
+        assert_eq!(mapped_callers(&maps, &[0x1234_5000]), [0x1234_5000]);
+        assert_eq!(mapped_callers(&maps, &frames[..2]), &frames[..2]);
+        assert!(mapped_callers(&maps, &[]).is_empty());
     }
 
     #[test]

@@ -323,6 +323,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(sideband) = sideband {
         let sampled = Sampled::of(targets.pids(), follow.is_some());
         pipeline.samples.images.watch(sideband, sampled);
+        if let Targets::Launched(launch) = &targets {
+            pipeline.samples.images.launched(launch.process.pid);
+        }
     }
     pipeline.loaders = plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default();
     pipeline.warnings = crate::pipeline::warnings::Warnings::new(
