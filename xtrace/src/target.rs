@@ -253,14 +253,17 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 /// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags): it has no user code.
 fn is_kernel_thread(pid: u32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // The name (field 2) may hold spaces and parentheses: count fields after its last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(6))
-        .and_then(|flags| flags.parse::<u64>().ok())
+    stat_after_name(pid)
+        .and_then(|rest| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// The fields of /proc/PID/stat after the name (field 3, the state, onwards), None when the
+/// process is gone. The name (field 2) may hold spaces and parentheses: the fields follow its
+/// last ')'.
+pub(crate) fn stat_after_name(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
 }
 
 /// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.

@@ -292,14 +292,10 @@ impl Images {
 /// Whether process `pid` still runs: its /proc entry is there and is not a zombie's (a process
 /// whose main thread has exited but whose other threads run lists them in its `task` directory).
 fn process_alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(stat) = crate::target::stat_after_name(pid) else {
         return false;
     };
-    // The state follows the parenthesised name, which may itself hold spaces and parentheses.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    if !matches!(state, Some("Z" | "X")) {
+    if !matches!(stat.split_whitespace().next(), Some("Z" | "X")) {
         return true;
     }
     std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1)

@@ -15,11 +15,13 @@ pub const DEFAULT_HZ: u64 = 99;
 
 /// The kernel's limit on sampling rates (`kernel.perf_event_max_sample_rate`), if readable.
 pub fn max_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    sysctl("perf_event_max_sample_rate")?.parse().ok()
+}
+
+/// The value of the sysctl `kernel.NAME`, trimmed, if readable.
+fn sysctl(name: &str) -> Option<String> {
+    let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
+    Some(value.trim().to_string())
 }
 
 /// Refuses a frequency the kernel would not keep.
@@ -68,14 +70,8 @@ pub fn kernel_names_hidden() -> Option<String> {
     if u64::from_str_radix(address, 16) != Ok(0) {
         return None;
     }
-    let sysctl = |name: &str| {
-        std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
-            .map_or_else(|_| "?".to_string(), |v| v.trim().to_string())
-    };
-    Some(hidden_why(
-        &sysctl("kptr_restrict"),
-        &sysctl("perf_event_paranoid"),
-    ))
+    let value = |name| sysctl(name).unwrap_or_else(|| "?".to_string());
+    Some(hidden_why(&value("kptr_restrict"), &value("perf_event_paranoid")))
 }
 
 /// The warning for kernel frames that kallsyms will not name, with what would let it.
