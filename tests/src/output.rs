@@ -154,6 +154,15 @@ impl Outputs {
         self.events.iter().filter(|e| e["cat"] == "sample").collect()
     }
 
+    /// Samples on the timeline per process: (pid, count), by pid.
+    pub fn samples_by_pid(&self) -> Vec<(u32, u64)> {
+        let mut by_pid = std::collections::BTreeMap::new();
+        for sample in self.timeline_samples() {
+            *by_pid.entry(sample["pid"].as_u64().unwrap() as u32).or_insert(0) += 1;
+        }
+        by_pid.into_iter().collect()
+    }
+
     /// Checks that no sample of process `pid` on the timeline has a frame named by its address.
     pub fn assert_symbolized(&self, pid: u32) {
         for sample in self.timeline_samples() {

@@ -72,6 +72,28 @@ impl Finished {
     }
 }
 
+/// The one child process of `pid` (of its main thread), such as the process `unshare --fork`
+/// starts.
+pub fn only_child(pid: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_else(|e| panic!("reading the children of {pid}: {e}"));
+    match children.split_whitespace().collect::<Vec<_>>().as_slice() {
+        [child] => child.parse().expect("a pid"),
+        other => panic!("process {pid} has children {other:?}, not one"),
+    }
+}
+
+/// The pid of host process `pid` in its own PID namespace (the last number of its `NSpid:` line).
+pub fn namespace_pid(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .and_then(|pids| pids.split_whitespace().last()?.parse().ok())
+        .unwrap_or_else(|| panic!("no NSpid line in /proc/{pid}/status"))
+}
+
 /// A `setpriv` command that runs the program appended to it as uid/gid 65534 with no groups,
 /// keeping capabilities `caps` (setpriv names: `bpf`, `perfmon`, `syslog`) as ambient ones, so
 /// they stay effective as user 65534.
@@ -127,6 +149,37 @@ impl Xtrace {
         let mut setpriv = as_nobody(caps);
         setpriv.arg(xtrace_bin());
         Self::spawn_command(setpriv, args)
+    }
+
+    /// Like [`Xtrace::spawn`] but as the first process of new PID and mount namespaces with their
+    /// own /proc (`unshare --pid --fork --mount-proc`), as in a container. [`Xtrace::pid`] is then
+    /// `unshare`'s; xtrace's own (host) pid is its [`only_child`].
+    pub fn spawn_in_pid_namespace<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::spawn_unshared(&["--pid", "--fork", "--mount-proc"], args)
+    }
+
+    /// Like [`Xtrace::spawn_in_pid_namespace`] but keeping the host's /proc (`unshare --pid
+    /// --fork`), whose pids are not xtrace's.
+    pub fn spawn_in_pid_namespace_with_host_proc<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::spawn_unshared(&["--pid", "--fork"], args)
+    }
+
+    fn spawn_unshared<I, S>(flags: &[&str], args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut unshare = Command::new("unshare");
+        unshare.args(flags).arg("--").arg(xtrace_bin());
+        Self::spawn_command(unshare, args)
     }
 
     /// Like [`Xtrace::spawn`] with extra environment variables.

@@ -5,8 +5,6 @@
 //! each living about MS ms. Both print each child's pid and then "children exited", and wait for
 //! one more line before they exit.
 
-use std::collections::BTreeSet;
-
 use xtrace_tests::{
     args,
     bpf::{map_u32_keys, Attachments},
@@ -39,19 +37,6 @@ fn sample_children(mode: &[&str], flags: &[&str], tmp: &TempDir) -> (Outputs, Ve
     (Outputs::read_profiled(&out), children, table)
 }
 
-/// Samples on the timeline per process.
-fn samples_by_pid(out: &Outputs) -> Vec<(u32, u64)> {
-    let timeline: Vec<u32> = out
-        .timeline_samples()
-        .iter()
-        .map(|e| e["pid"].as_u64().unwrap() as u32)
-        .collect();
-    let pids: BTreeSet<u32> = timeline.iter().copied().collect();
-    pids.into_iter()
-        .map(|pid| (pid, timeline.iter().filter(|p| **p == pid).count() as u64))
-        .collect()
-}
-
 #[test]
 fn children_are_sampled_and_leave_the_table_when_they_exit() {
     if !require_bpf() {
@@ -75,7 +60,7 @@ fn children_are_sampled_and_leave_the_table_when_they_exit() {
         "~1000 samples at 999 Hz over the two 500 ms children, got {samples}"
     );
     // Each child ran the split for 500 ms (~500 samples); the parent only waited.
-    let by_pid = samples_by_pid(&out);
+    let by_pid = out.samples_by_pid();
     for child in &children {
         let n = by_pid.iter().find(|(pid, _)| pid == child).map_or(0, |(_, n)| *n);
         assert!(
@@ -127,7 +112,7 @@ fn no_inherit_samples_the_target_only() {
     assert_eq!(table, vec![parent]);
     assert_eq!(out.summary["followed_processes"], serde_json::Value::Null);
     assert_eq!(out.summary["processes_not_followed"], serde_json::Value::Null);
-    let by_pid = samples_by_pid(&out);
+    let by_pid = out.samples_by_pid();
     assert!(
         by_pid.iter().all(|(pid, _)| *pid == parent),
         "only the target is sampled: {by_pid:?}"

@@ -3,6 +3,11 @@
 //! into it and runs `uselib` from there as pid 1 of the new PID namespace. The library's path exists
 //! only inside the namespace, so probing it works only through /proc/PID/root; the trace must name
 //! the host pid on every span and report the namespace pid beside it.
+//!
+//! And xtrace itself in a container: `unshare --pid --fork --mount-proc xtrace ...` runs it as the
+//! first process of new PID and mount namespaces with their own /proc. Every pid it reports must
+//! then be that namespace's (the ones the fixtures print), and a process outside the namespace,
+//! which hits the same probe, must not be traced.
 
 use std::path::Path;
 
@@ -12,7 +17,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::Xtrace,
+    run::{expect_user_error, namespace_pid, only_child, Xtrace},
     TempDir,
 };
 
@@ -33,14 +38,7 @@ fn spawn_in_namespaces(root: &Path) -> (Fixture, u32) {
         ],
     );
     fixture.wait_ready();
-    let unshare = fixture.pid();
-    let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
-        .expect("reading unshare's children");
-    let child: u32 = children
-        .split_whitespace()
-        .next()
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("unshare has no child: {children:?}"));
+    let child = only_child(fixture.pid());
     (fixture, child)
 }
 
@@ -121,4 +119,142 @@ fn pid_in_other_namespaces_resolves_files_through_its_root() {
     assert_eq!(names.len(), 1, "process names: {names:?}");
     assert_eq!(names[0]["pid"], u64::from(pid));
     assert_eq!(names[0]["args"]["name"], "uselib (pid 1 in its namespace)");
+}
+
+#[test]
+fn xtrace_in_a_pid_namespace_samples_and_follows_with_its_pids() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("containers-sampling");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let profile = &fixtures().profile;
+    let finished =
+        Xtrace::spawn_in_pid_namespace(args!["-F", "999", "-o", &out_dir, "--", profile, "forks", "5"])
+            .wait();
+    finished.assert_success();
+    before.assert_none_left();
+    // The fixture prints each child's pid as fork() returned it: the namespace's.
+    let children: Vec<u32> = finished
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("child ")?.parse().ok())
+        .collect();
+    assert_eq!(children.len(), 40, "stdout: {}", finished.stdout);
+
+    let out = Outputs::read_profiled(&out_dir);
+    let parent = out.summary["targets"][0]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(out.summary["targets"][0]["ns_pid"], serde_json::Value::Null);
+    assert_eq!(out.summary["followed_processes"], 40);
+    assert_eq!(out.summary["processes_not_followed"], 0);
+    assert_eq!(out.summary["lost_mapping_records"], 0);
+    let by_pid = out.samples_by_pid();
+    assert!(
+        by_pid
+            .iter()
+            .all(|(pid, _)| *pid == parent || children.contains(pid)),
+        "samples of processes other than the launched one ({parent}) and its children {children:?}: {by_pid:?}"
+    );
+    out.assert_forks_symbolized(&children);
+    out.assert_symbolized(parent);
+    let names = out.metadata("process_name");
+    assert!(
+        names
+            .iter()
+            .any(|name| name["pid"] == parent && name["args"]["name"] == "profile"),
+        "process names: {names:?}"
+    );
+}
+
+#[test]
+fn xtrace_in_a_pid_namespace_traces_only_its_processes_with_its_pids() {
+    if !require_bpf() {
+        return;
+    }
+    let fx = fixtures();
+    let spans = fx.spans.to_str().expect("UTF-8 path");
+    let tmp = TempDir::new("containers-system-wide");
+    let out_dir = tmp.join("out");
+    // A process outside the namespace, calling the probed function 5 times.
+    let mut outside = Fixture::spawn(&fx.spans, &["threads", "1", "5"]);
+    outside.wait_ready_tids();
+    let before = Attachments::snapshot();
+    let mut xtrace =
+        Xtrace::spawn_in_pid_namespace(args!["-a", "-u", format!("{spans}:work"), "-o", &out_dir]);
+    xtrace.wait_attached();
+    let xtrace_pid = only_child(xtrace.pid());
+    // A process inside it: 2 threads calling it 7 times each, printing their tids there.
+    let mut inside = Fixture::spawn(
+        Path::new("nsenter"),
+        &[
+            "--target",
+            &xtrace_pid.to_string(),
+            "--pid",
+            "--mount",
+            "--",
+            spans,
+            "threads",
+            "2",
+            "7",
+        ],
+    );
+    let mut tids: Vec<u64> = inside.wait_ready_tids().into_iter().map(u64::from).collect();
+    tids.sort_unstable();
+    let inside_pid = u64::from(namespace_pid(only_child(inside.pid())));
+    outside.go();
+    inside.go();
+    assert!(outside.wait().success() && inside.wait().success());
+    // SAFETY: kill has no memory-safety preconditions; xtrace is alive until it is signalled.
+    assert_eq!(unsafe { libc::kill(xtrace_pid as i32, libc::SIGINT) }, 0);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+
+    let out = Outputs::read(&out_dir);
+    let spans = out.spans();
+    assert_eq!(
+        spans.len(),
+        14,
+        "only the 14 calls inside the namespace: {spans:?}"
+    );
+    for tid in &tids {
+        let calls = spans.iter().filter(|span| span.tid == *tid).count();
+        assert_eq!(calls, 7, "thread {tid} (tids {tids:?}): {spans:?}");
+    }
+    assert!(
+        spans.iter().all(|span| span.pid == inside_pid),
+        "every span carries the namespace pid {inside_pid}: {spans:?}"
+    );
+    let names = out.metadata("process_name");
+    assert_eq!(names.len(), 1, "process names: {names:?}");
+    assert_eq!(names[0]["pid"], inside_pid);
+    assert_eq!(names[0]["args"]["name"], "spans");
+}
+
+#[test]
+fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("containers-host-proc");
+    let before = Attachments::snapshot();
+    let xtrace = Xtrace::spawn_in_pid_namespace_with_host_proc(args![
+        "-u",
+        "work",
+        "-o",
+        tmp.join("out"),
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+    let line = expect_user_error(&before, xtrace);
+    assert_eq!(
+        line,
+        "xtrace: error: /proc belongs to another PID namespace than xtrace's (a container that kept \
+         the host's /proc): mount /proc for xtrace's namespace, or run xtrace in the host's PID \
+         namespace"
+    );
+    assert!(!tmp.join("out").exists(), "no output directory is made");
 }

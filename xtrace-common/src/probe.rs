@@ -106,10 +106,11 @@ pub struct OpenCall {
 pub struct EntryStack {
     /// Number of valid entries.
     pub depth: u32,
-    /// Set once the thread's `ThreadEvent` is sent; cleared when the thread execs.
+    /// 1 once the thread's `ThreadEvent` is sent, 2 when the thread is outside xtrace's PID
+    /// namespace (it is not traced); cleared when the thread execs.
     pub announced: u32,
-    /// The thread's `bpf_get_current_pid_tgid()`, kept when it is announced, so a return reads it
-    /// from here instead of calling the helper again.
+    /// The thread's ids as xtrace sees them (the host's, or in xtrace's PID namespace), kept when
+    /// it is announced, so a return reads them from here instead of calling a helper again.
     pub pid_tgid: u64,
     pub calls: [OpenCall; MAX_DEPTH],
 }

@@ -1,8 +1,8 @@
 //! Maps shared by all probe families: the event ring buffer, per-CPU loss counters, and the
 //! per-thread stacks of open calls. User space sizes `EVENTS` at load time (`--buffer-size`).
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::bpf_get_current_pid_tgid,
+    bindings::{bpf_pidns_info, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_ns_current_pid_tgid},
     macros::{btf_map, map},
     maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -19,6 +19,42 @@ use crate::task_storage::TaskStorage;
 pub fn load_time<T: Copy>(global: &'static T) -> T {
     // SAFETY: a plain read of a static that nothing writes after the program is loaded.
     unsafe { core::ptr::read_volatile(global) }
+}
+
+/// xtrace's PID namespace when it is not the initial one (it runs in a container): the device and
+/// inode of its /proc/self/ns/pid, set at load time; 0 in the initial namespace.
+#[unsafe(no_mangle)]
+static PIDNS_DEV: u64 = 0;
+#[unsafe(no_mangle)]
+static PIDNS_INO: u64 = 0;
+
+/// Whether xtrace runs in a PID namespace of its own (see `PIDNS_INO`).
+#[inline(always)]
+pub fn in_pid_namespace() -> bool {
+    load_time(&PIDNS_INO) != 0
+}
+
+/// The current thread's process and thread ids (tgid in the high half) as xtrace sees them: the
+/// host's, or in xtrace's own PID namespace when it runs in one. None for a thread whose PID
+/// namespace is not xtrace's (a process outside xtrace's container, or in one nested inside it),
+/// which xtrace cannot name: it is not traced. The check is a load-time constant, so the
+/// verifier drops the branch not taken.
+#[inline(always)]
+pub fn current_pid_tgid() -> Option<u64> {
+    if !in_pid_namespace() {
+        return Some(bpf_get_current_pid_tgid());
+    }
+    let mut ids = bpf_pidns_info { pid: 0, tgid: 0 };
+    // SAFETY: the helper writes exactly `size_of::<bpf_pidns_info>()` bytes into `ids`.
+    let found = unsafe {
+        bpf_get_ns_current_pid_tgid(
+            load_time(&PIDNS_DEV),
+            load_time(&PIDNS_INO),
+            &mut ids,
+            core::mem::size_of::<bpf_pidns_info>() as u32,
+        )
+    };
+    (found == 0).then_some((u64::from(ids.tgid) << 32) | u64::from(ids.pid))
 }
 
 /// Every record for user space.
@@ -95,7 +131,8 @@ fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: impl FnOnce() -> u3
 /// read only with `--tid`.
 #[inline(always)]
 pub fn current_thread_traced() -> bool {
-    allowed(&TID_FILTER, &TIDS, || bpf_get_current_pid_tgid() as u32)
+    // A thread outside xtrace's PID namespace gets tid 0, which no `--tid` names.
+    allowed(&TID_FILTER, &TIDS, || current_pid_tgid().unwrap_or(0) as u32)
 }
 
 /// USDT call sites by attach cookie; sized and filled by user space before attaching.

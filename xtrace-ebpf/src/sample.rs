@@ -6,8 +6,7 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_task_pt_regs,
+        bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs,
         generated::{bpf_probe_read_kernel, bpf_probe_read_user},
     },
     macros::{map, perf_event},
@@ -24,7 +23,7 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{count, keep_return_addresses, load_time, output_flags, EVENTS, STACKS},
+    maps::{count, current_pid_tgid, keep_return_addresses, load_time, output_flags, EVENTS, STACKS},
     regs::{PT_REGS_BP, PT_REGS_IP, PT_REGS_SIZE, PT_REGS_SP},
     uprobe::header,
 };
@@ -43,7 +42,10 @@ static USER_STACK_BYTES: u32 = 0;
 
 #[perf_event]
 pub fn sample(ctx: PerfEventContext) -> u32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
+    // A thread outside xtrace's PID namespace is not sampled.
+    let Some(pid_tgid) = current_pid_tgid() else {
+        return 0;
+    };
     let tgid = (pid_tgid >> 32) as u32;
     if tgid == 0 || !crate::maps::sampled(tgid) {
         return 0;

@@ -10,8 +10,8 @@ use core::ptr;
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
     },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -26,8 +26,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    add, args_enabled, count, count_n, current_thread_traced, keep_return_addresses, min_duration_ns,
-    reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
+    add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, keep_return_addresses,
+    min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_sp};
 
@@ -69,9 +69,13 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     }
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let Some(stack) = thread_stack(now) else {
-        count(counter::LOST_NO_THREAD_SLOT);
-        return Err(0);
+    let stack = match thread_stack(now) {
+        Ok(stack) => stack,
+        Err(NoStack::NoSlot) => {
+            count(counter::LOST_NO_THREAD_SLOT);
+            return Err(0);
+        }
+        Err(NoStack::OutsideNamespace) => return Ok(0),
     };
     let key = stack.pid_tgid;
     let frame = user_sp(ctx.regs);
@@ -216,20 +220,41 @@ fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u6
     }
 }
 
+/// Why a thread has no stack of open calls.
+pub enum NoStack {
+    /// The kernel could not allocate it.
+    NoSlot,
+    /// The thread is outside xtrace's PID namespace ([`crate::maps::current_pid_tgid`]): it is
+    /// not traced.
+    OutsideNamespace,
+}
+
+/// `EntryStack::announced`: the thread's `ThreadEvent` is sent.
+const ANNOUNCED: u32 = 1;
+/// `EntryStack::announced`: the thread is outside xtrace's PID namespace.
+const OUTSIDE_NAMESPACE: u32 = 2;
+
 /// The current thread's stack of open calls, made at its first traced call (a function's entry or
-/// a USDT hit), which also sends the thread's `ThreadEvent`: its name then, and its ids. None when
-/// the kernel could not allocate it.
+/// a USDT hit), which also sends the thread's `ThreadEvent`: its name then, and its ids.
 #[inline(always)]
-pub fn thread_stack(now: u64) -> Option<&'static mut EntryStack> {
-    let stack = STACKS.current(true)?;
+pub fn thread_stack(now: u64) -> Result<&'static mut EntryStack, NoStack> {
+    let stack = STACKS.current(true).ok_or(NoStack::NoSlot)?;
     // SAFETY: this thread's storage; only this thread's programs touch it, one at a time.
     let stack = unsafe { &mut *stack };
-    if stack.announced == 0 {
-        stack.announced = 1;
-        stack.pid_tgid = bpf_get_current_pid_tgid();
-        announce_thread(stack.pid_tgid, now);
+    if stack.announced == ANNOUNCED {
+        return Ok(stack);
     }
-    Some(stack)
+    if stack.announced == 0 {
+        // Its ids are looked up once, here: a thread never changes PID namespace.
+        if let Some(pid_tgid) = current_pid_tgid() {
+            stack.announced = ANNOUNCED;
+            stack.pid_tgid = pid_tgid;
+            announce_thread(pid_tgid, now);
+            return Ok(stack);
+        }
+        stack.announced = OUTSIDE_NAMESPACE;
+    }
+    Err(NoStack::OutsideNamespace)
 }
 
 /// Writes the `ThreadEvent` for a thread's first traced call.

@@ -8,8 +8,8 @@ use core::ptr;
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{
-        bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf,
+        bpf_probe_read_user_str_bytes,
     },
     macros::uprobe,
     programs::ProbeContext,
@@ -22,8 +22,8 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{current_thread_traced, reserve, submit_flags, USDT_SITES},
-    uprobe::{header, thread_stack},
+    maps::{current_pid_tgid, current_thread_traced, reserve, submit_flags, USDT_SITES},
+    uprobe::{header, thread_stack, NoStack},
 };
 
 #[uprobe]
@@ -35,8 +35,12 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     // A thread's first hit names it (a thread that only hits USDT probes may be gone, /proc and
     // all, by the time user space reads the hit); its stack keeps its ids from then on.
     let pid_tgid = match thread_stack(now) {
-        Some(stack) => stack.pid_tgid,
-        None => bpf_get_current_pid_tgid(),
+        Ok(stack) => stack.pid_tgid,
+        Err(NoStack::NoSlot) => match current_pid_tgid() {
+            Some(pid_tgid) => pid_tgid,
+            None => return 0,
+        },
+        Err(NoStack::OutsideNamespace) => return 0,
     };
     // SAFETY: the helper only reads the program context.
     let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;

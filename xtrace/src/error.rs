@@ -28,6 +28,8 @@ pub enum Error {
     ProcNotPermitted { pid: u32, what: String },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
+    #[error("/proc belongs to another PID namespace than xtrace's (a container that kept the host's /proc): mount /proc for xtrace's namespace, or run xtrace in the host's PID namespace")]
+    ProcOfAnotherNamespace,
     #[error("{path}: {reason}")]
     Unreadable { path: PathBuf, reason: String },
     #[error("{path}: is a {what}, not a file; give an executable or shared library as TARGET")]

@@ -13,6 +13,7 @@ pub mod demangle;
 pub mod error;
 pub mod export;
 pub mod output;
+pub mod pidns;
 pub mod pipeline;
 pub mod privilege;
 pub mod probes;

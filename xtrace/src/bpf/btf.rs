@@ -128,6 +128,11 @@ impl KernelBtf {
         self.offset_in(self.find(KIND_STRUCT, name)?, member, 0)
     }
 
+    /// The size in bytes of struct `name`.
+    pub fn struct_size(&self, name: &str) -> Option<u32> {
+        Some(self.ty(self.find(KIND_STRUCT, name)?)?.size_or_type)
+    }
+
     fn offset_in(&self, id: u32, member: &str, base_bits: u32) -> Option<u32> {
         let t = self.ty(id)?;
         if t.kind != KIND_STRUCT && t.kind != KIND_UNION {

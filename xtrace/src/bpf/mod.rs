@@ -45,6 +45,8 @@ pub struct LoadOptions {
     /// With sampling limited to `sample_pids`: follow the processes they start, with what those
     /// programs read on this kernel (None: `--no-inherit`, `-a`, or no sampling).
     pub follow: Option<crate::probes::follow::Offsets>,
+    /// xtrace's PID namespace when it is not the initial one: the programs report pids there.
+    pub pid_namespace: Option<crate::pidns::PidNamespace>,
     /// Whether span entries keep their return address, for samples to restore over return
     /// probes' trampolines in the user stacks they copy (only when sampling copies stacks).
     pub return_addresses: bool,
@@ -76,6 +78,9 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let followed_room = options.follow.map_or(0, |_| crate::probes::follow::FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
     let offsets = options.follow.unwrap_or_default();
+    let pid_namespace = options
+        .pid_namespace
+        .unwrap_or(crate::pidns::PidNamespace { dev: 0, ino: 0 });
     let mut ebpf = EbpfLoader::new()
         // STACKS is task storage, which aya creates but has no user-space type for (xtrace
         // never reads it from user space).
@@ -86,6 +91,12 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
         .map_max_entries("SAMPLE_PIDS", sample_slots)
         .override_global("TASK_PID", &offsets.task_pid, true)
+        .override_global("TASK_THREAD_PID", &offsets.task_thread_pid, true)
+        .override_global("PID_LEVEL", &offsets.pid_level, true)
+        .override_global("PID_NUMBERS", &offsets.pid_numbers, true)
+        .override_global("UPID_SIZE", &offsets.upid_size, true)
+        .override_global("PIDNS_DEV", &pid_namespace.dev, true)
+        .override_global("PIDNS_INO", &pid_namespace.ino, true)
         .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)

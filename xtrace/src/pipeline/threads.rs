@@ -89,6 +89,19 @@ impl Names {
             .or_insert_with(|| ProcessInfo::read(pid));
     }
 
+    /// The name of process `pid`'s track. The kernel's name for its main thread (taken at its
+    /// first traced call) beats `read`, the name read from /proc: a launched command was read
+    /// before its exec, and a short-lived process may be gone by the time its first record is
+    /// read. When neither is known (the process was gone and its main thread never traced), its
+    /// first traced thread's name stands in: threads inherit the process's name unless they
+    /// rename themselves.
+    pub fn process_comm(&self, pid: u32, read: Option<String>) -> Option<String> {
+        let threads = || self.threads.range((pid, 0)..=(pid, u32::MAX));
+        let main = self.threads.get(&(pid, pid)).cloned().flatten();
+        main.or(read)
+            .or_else(|| threads().find_map(|(_, name)| name.clone()))
+    }
+
     /// The pids seen, in order.
     pub fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.threads.keys().map(|(pid, _)| *pid).collect();
@@ -114,5 +127,18 @@ mod tests {
         names.named(1, 2, "pt_data_1");
         assert_eq!(names.thread_label(1, 2), Some("loader"));
         assert_eq!(names.threads.len(), 1);
+    }
+
+    #[test]
+    fn a_process_is_named_by_its_main_thread_then_proc_then_its_first_thread() {
+        let mut names = Names::default();
+        names.named(10, 12, "worker");
+        names.named(10, 11, "spans");
+        names.named(20, 21, "other");
+        assert_eq!(names.process_comm(10, Some("sh".into())).as_deref(), Some("sh"));
+        assert_eq!(names.process_comm(10, None).as_deref(), Some("spans"));
+        names.named(10, 10, "main");
+        assert_eq!(names.process_comm(10, Some("sh".into())).as_deref(), Some("main"));
+        assert_eq!(names.process_comm(30, None), None);
     }
 }

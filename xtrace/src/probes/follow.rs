@@ -19,10 +19,18 @@ pub struct Offsets {
     /// Whether sched_process_exit passes `group_dead` (Linux 6.16+); without it a followed process
     /// stays in the table after it exits.
     pub exit_group_dead: bool,
+    /// When xtrace runs in a PID namespace of its own, where a new task's pid there is found:
+    /// `task_struct.thread_pid`, `pid.level`, `pid.numbers` and the size of `struct upid` (all 0
+    /// in the initial namespace).
+    pub task_thread_pid: u32,
+    pub pid_level: u32,
+    pub pid_numbers: u32,
+    pub upid_size: u32,
 }
 
-/// The facts on this kernel.
-pub fn offsets() -> Result<Offsets> {
+/// The facts on this kernel; those of `struct pid` only when xtrace runs in a PID namespace of
+/// its own (`in_namespace`).
+pub fn offsets(in_namespace: bool) -> Result<Offsets> {
     let needed = |what: &str| format!("{what} (needed to follow child processes; --no-inherit does without)");
     let btf = KernelBtf::read().map_err(|e| Error::io(needed("the kernel's BTF"), e))?;
     let missing = |what: &str| {
@@ -36,12 +44,24 @@ pub fn offsets() -> Result<Offsets> {
             "it has no task_newtask tracepoint of (task, clone_flags)",
         ));
     }
-    Ok(Offsets {
-        task_pid: btf
-            .member_offset("task_struct", "pid")
-            .ok_or_else(|| missing("its struct task_struct has no `pid`"))?,
+    let member = |name: &str, member: &str| {
+        btf.member_offset(name, member)
+            .ok_or_else(|| missing(&format!("its struct {name} has no `{member}`")))
+    };
+    let mut offsets = Offsets {
+        task_pid: member("task_struct", "pid")?,
         exit_group_dead: btf.tracepoint_args("sched_process_exit") == Some(2),
-    })
+        ..Offsets::default()
+    };
+    if in_namespace {
+        offsets.task_thread_pid = member("task_struct", "thread_pid")?;
+        offsets.pid_level = member("pid", "level")?;
+        offsets.pid_numbers = member("pid", "numbers")?;
+        offsets.upid_size = btf
+            .struct_size("upid")
+            .ok_or_else(|| missing("it has no struct upid"))?;
+    }
+    Ok(offsets)
 }
 
 /// Loads and attaches the programs (fd-based: they go with the object).

@@ -95,13 +95,8 @@ pub fn write(
             infos.push((*pid, info.clone()));
         }
     }
-    // The kernel's name for a process's main thread (taken at its first traced call) beats /proc:
-    // a launched command was read before exec, and a short-lived process may be gone by the time
-    // its first record is read.
     for (pid, info) in infos.iter_mut() {
-        if let Some(name) = names.threads.get(&(*pid, *pid)).cloned().flatten() {
-            info.comm = Some(name);
-        }
+        info.comm = names.process_comm(*pid, info.comm.take());
     }
     for (pid, info) in &infos {
         trace.process_name(*pid, &info.label()).map_err(trace_err)?;

@@ -178,13 +178,16 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
     }
+    let pid_namespace = crate::pidns::own()?;
     let (mut targets, mut plan, out) = resolve(args, &specs)?;
     for notice in &plan.notices {
         observer.warning(notice);
     }
     // Sampling limited to target processes follows the processes they start, unless told not to.
     let follow = match hz {
-        Some(_) if !args.no_inherit && !targets.pids().is_empty() => Some(follow::offsets()?),
+        Some(_) if !args.no_inherit && !targets.pids().is_empty() => {
+            Some(follow::offsets(pid_namespace.is_some())?)
+        }
         _ => None,
     };
     if follow.is_some_and(|f| !f.exit_group_dead) {
@@ -216,6 +219,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         user_stack_bytes: args.user_stack,
         return_addresses: sampling.is_some() && args.user_stack > 0,
         follow,
+        pid_namespace,
     })?;
     let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
