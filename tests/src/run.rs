@@ -83,15 +83,23 @@ pub fn only_child(pid: u32) -> u32 {
     }
 }
 
-/// The pid of host process `pid` in its own PID namespace (the last number of its `NSpid:` line).
-pub fn namespace_pid(pid: u32) -> u32 {
+/// The pids of host process `pid` in each PID namespace it is in, the host's first (its
+/// `NSpid:` line).
+pub fn namespace_pids(pid: u32) -> Vec<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
-    status
+    let line = status
         .lines()
         .find_map(|line| line.strip_prefix("NSpid:"))
-        .and_then(|pids| pids.split_whitespace().last()?.parse().ok())
-        .unwrap_or_else(|| panic!("no NSpid line in /proc/{pid}/status"))
+        .unwrap_or_else(|| panic!("no NSpid line in /proc/{pid}/status"));
+    line.split_whitespace()
+        .map(|n| n.parse().expect("a pid"))
+        .collect()
+}
+
+/// The pid of host process `pid` in its own PID namespace.
+pub fn namespace_pid(pid: u32) -> u32 {
+    *namespace_pids(pid).last().expect("NSpid lists one pid at least")
 }
 
 /// A `setpriv` command that runs the program appended to it as uid/gid 65534 with no groups,
@@ -170,6 +178,20 @@ impl Xtrace {
         S: AsRef<OsStr>,
     {
         Self::spawn_unshared(&["--pid", "--fork"], args)
+    }
+
+    /// Like [`Xtrace::spawn`] but in the PID namespace of process `pid_of` and the mount namespace
+    /// of process `mount_of` (`nsenter`); [`Xtrace::pid`] is `nsenter`'s.
+    pub fn spawn_in_namespaces_of<I, S>(pid_of: u32, mount_of: u32, args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut nsenter = Command::new("nsenter");
+        nsenter.arg(format!("--pid=/proc/{pid_of}/ns/pid"));
+        nsenter.arg(format!("--mount=/proc/{mount_of}/ns/mnt"));
+        nsenter.arg("--").arg(xtrace_bin());
+        Self::spawn_command(nsenter, args)
     }
 
     fn spawn_unshared<I, S>(flags: &[&str], args: I) -> Xtrace

@@ -17,7 +17,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{expect_user_error, namespace_pid, only_child, Xtrace},
+    run::{expect_user_error, namespace_pid, namespace_pids, only_child, Xtrace},
     TempDir,
 };
 
@@ -252,9 +252,64 @@ fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
     let line = expect_user_error(&before, xtrace);
     assert_eq!(
         line,
-        "xtrace: error: /proc belongs to another PID namespace than xtrace's (a container that kept \
-         the host's /proc): mount /proc for xtrace's namespace, or run xtrace in the host's PID \
-         namespace"
+        "xtrace: error: /proc is not of xtrace's own PID namespace (a container that kept the \
+         host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the \
+         host's PID namespace"
     );
     assert!(!tmp.join("out").exists(), "no output directory is made");
+}
+
+#[test]
+fn xtrace_in_a_pid_namespace_refuses_a_process_of_a_nested_one_and_a_proc_not_its_own() {
+    if !require_bpf() {
+        return;
+    }
+    let spans = fixtures().spans.to_str().expect("UTF-8 path");
+    // `spans spin` as pid 1 of an inner namespace nested in an outer one, each with its /proc:
+    // the outer unshare's mount namespace has the outer /proc, the inner unshare's (the outer
+    // namespace's pid 1) the inner /proc.
+    let unshare = ["unshare", "--pid", "--fork", "--mount-proc"];
+    let mut command: Vec<&str> = unshare[1..].to_vec();
+    command.extend(unshare);
+    command.extend([spans, "spin"]);
+    let mut fixture = Fixture::spawn(Path::new("unshare"), &command);
+    fixture.wait_ready();
+    let outer_init = only_child(fixture.pid());
+    let target = only_child(outer_init);
+    let pids = namespace_pids(target);
+    assert_eq!(
+        pids.len(),
+        3,
+        "host, outer and inner pids of the target: {pids:?}"
+    );
+    assert_eq!(pids[2], 1);
+    let tmp = TempDir::new("containers-nested");
+    let record = args!["-p", pids[1].to_string(), "-u", "work", "-o", tmp.join("out")];
+
+    // In the outer namespace with the inner one's /proc, which does not show xtrace.
+    let before = Attachments::snapshot();
+    let xtrace = Xtrace::spawn_in_namespaces_of(outer_init, outer_init, record.clone());
+    let wrong_proc = expect_user_error(&before, xtrace);
+    // In the outer namespace with its own /proc.
+    let xtrace = Xtrace::spawn_in_namespaces_of(outer_init, fixture.pid(), record);
+    let nested = expect_user_error(&before, xtrace);
+    // SAFETY: kill has no memory-safety preconditions; the outer namespace's first process is
+    // alive, and with it go all the namespaces' processes.
+    assert_eq!(unsafe { libc::kill(outer_init as i32, libc::SIGKILL) }, 0);
+    fixture.wait();
+    assert_eq!(
+        wrong_proc,
+        "xtrace: error: /proc is not of xtrace's own PID namespace (a container that kept the \
+         host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the \
+         host's PID namespace"
+    );
+    assert_eq!(
+        nested,
+        format!(
+            "xtrace: error: process {} is in a PID namespace nested in xtrace's (it is pid 1 there), \
+             and xtrace in a container traces only its own namespace's processes: run xtrace in the \
+             host's PID namespace, or in that process's",
+            pids[1]
+        )
+    );
 }

@@ -28,8 +28,10 @@ pub enum Error {
     ProcNotPermitted { pid: u32, what: String },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
-    #[error("/proc belongs to another PID namespace than xtrace's (a container that kept the host's /proc): mount /proc for xtrace's namespace, or run xtrace in the host's PID namespace")]
+    #[error("/proc is not of xtrace's own PID namespace (a container that kept the host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the host's PID namespace")]
     ProcOfAnotherNamespace,
+    #[error("process {pid} is in a PID namespace nested in xtrace's (it is pid {ns_pid} there), and xtrace in a container traces only its own namespace's processes: run xtrace in the host's PID namespace, or in that process's")]
+    NestedNamespaceTarget { pid: u32, ns_pid: u32 },
     #[error("{path}: {reason}")]
     Unreadable { path: PathBuf, reason: String },
     #[error("{path}: is a {what}, not a file; give an executable or shared library as TARGET")]

@@ -18,13 +18,11 @@ pub struct PidNamespace {
 }
 
 /// xtrace's PID namespace when it is not the initial one (None in the host's, or on a kernel
-/// without PID namespaces). An error when /proc is another namespace's (a container that kept the
+/// without PID namespaces). An error when /proc is not its namespace's (a container that kept the
 /// host's /proc): the pids on the command line, in /proc and from the kernel would disagree.
 pub fn own() -> Result<Option<PidNamespace>> {
-    let shown = std::fs::read_link("/proc/self")
-        .ok()
-        .and_then(|pid| pid.to_str()?.parse::<u32>().ok());
-    if shown.is_some_and(|pid| pid != std::process::id()) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !proc_shows_own_namespace(&status, std::process::id()) {
         return Err(Error::ProcOfAnotherNamespace);
     }
     let file = match std::fs::metadata("/proc/self/ns/pid") {
@@ -38,6 +36,21 @@ pub fn own() -> Result<Option<PidNamespace>> {
     }))
 }
 
+/// Whether /proc is the namespace of process `pid` (its pid as the kernel gave it), from the
+/// `status` /proc shows it as `/proc/self`: its `NSpid:` line lists its pids from /proc's
+/// namespace down to its own, so exactly `pid`. Without the line (a kernel without PID
+/// namespaces) any /proc that shows the process is its own; one that does not show it (empty
+/// `status`: /proc/self missing, /proc not mounted) is not.
+fn proc_shows_own_namespace(status: &str, pid: u32) -> bool {
+    if status.is_empty() {
+        return false;
+    }
+    match status.lines().find_map(|line| line.strip_prefix("NSpid:")) {
+        Some(pids) => pids.split_whitespace().eq([pid.to_string().as_str()]),
+        None => true,
+    }
+}
+
 /// The kernel's internal encoding of a device number `stat` gave (major in the bits above 20).
 fn kernel_dev(dev: u64) -> u64 {
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
@@ -48,6 +61,18 @@ fn kernel_dev(dev: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_is_the_namespace_that_shows_the_process_at_one_level() {
+        assert!(proc_shows_own_namespace("Name:\txtrace\nNSpid:\t7\n", 7));
+        // The host's /proc seen from a container: host pid, then the container's.
+        assert!(!proc_shows_own_namespace("NSpid:\t4321\t7\n", 7));
+        // Same number at one level, but not xtrace's.
+        assert!(!proc_shows_own_namespace("NSpid:\t8\n", 7));
+        // /proc/self missing: xtrace is not in /proc's namespace at all.
+        assert!(!proc_shows_own_namespace("", 7));
+        assert!(proc_shows_own_namespace("Name:\txtrace\nPid:\t7\n", 7));
+    }
 
     #[test]
     fn device_numbers_in_the_kernels_encoding() {

@@ -207,6 +207,11 @@ impl Images {
     }
 
     fn keeps(&self, pid: u32) -> bool {
+        // The kernel writes pid 0 for a task outside xtrace's PID namespace (when xtrace runs in a
+        // container): such a record is of no process xtrace can sample.
+        if pid == 0 {
+            return false;
+        }
         match &self.sampled {
             Sampled::All => true,
             Sampled::Pids { pids, .. } => pids.contains(&pid),

@@ -92,9 +92,9 @@ impl Names {
     /// The name of process `pid`'s track. The kernel's name for its main thread (taken at its
     /// first traced call) beats `read`, the name read from /proc: a launched command was read
     /// before its exec, and a short-lived process may be gone by the time its first record is
-    /// read. When neither is known (the process was gone and its main thread never traced), its
-    /// first traced thread's name stands in: threads inherit the process's name unless they
-    /// rename themselves.
+    /// read. When neither is known (the process was gone and its main thread never traced), the
+    /// name of its traced thread with the lowest id stands in: threads inherit the process's name
+    /// unless they rename themselves.
     pub fn process_comm(&self, pid: u32, read: Option<String>) -> Option<String> {
         let threads = || self.threads.range((pid, 0)..=(pid, u32::MAX));
         let main = self.threads.get(&(pid, pid)).cloned().flatten();

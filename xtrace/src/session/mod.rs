@@ -159,6 +159,8 @@ fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, output::D
 
 /// Records until a stop condition, telling `observer` what happens.
 pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Recording> {
+    // First: privilege::check reads /proc/self, which a /proc of another namespace may not have.
+    let pid_namespace = crate::pidns::own()?;
     privilege::check()?;
     crate::probes::attach::forced_mechanism()?;
     let mut signals = run::Signals::install()?;
@@ -178,8 +180,19 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
     }
-    let pid_namespace = crate::pidns::own()?;
     let (mut targets, mut plan, out) = resolve(args, &specs)?;
+    if pid_namespace.is_some() {
+        // The kernel programs find ids in xtrace's namespace only (`bpf_get_ns_current_pid_tgid`
+        // matches a thread's own namespace): a process in a nested one would record nothing.
+        for process in targets.processes() {
+            if let Some(ns_pid) = process.info().ns_pid {
+                return Err(Error::NestedNamespaceTarget {
+                    pid: process.pid,
+                    ns_pid,
+                });
+            }
+        }
+    }
     for notice in &plan.notices {
         observer.warning(notice);
     }
