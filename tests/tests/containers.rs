@@ -7,7 +7,8 @@
 //! And xtrace itself in a container: `unshare --pid --fork --mount-proc xtrace ...` runs it as the
 //! first process of new PID and mount namespaces with their own /proc. Every pid it reports must
 //! then be that namespace's (the ones the fixtures print), and a process outside the namespace,
-//! which hits the same probe, must not be traced.
+//! which hits the same probe, must not be traced. A `--pid` in a namespace nested in xtrace's, and
+//! a /proc that is not xtrace's namespace's, are refused.
 
 use std::path::Path;
 
