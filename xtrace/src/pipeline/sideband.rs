@@ -73,7 +73,9 @@ impl Sideband {
         Ok(Sideband { rings, lost: 0 })
     }
 
-    /// Every record written since the last read, in time order.
+    /// Every record written since the last read: each CPU's in time order, one CPU after another
+    /// (a child's records may be on another CPU than its fork). `Images` puts them in time order
+    /// together with the records still pending.
     pub fn read(&mut self) -> Vec<Change> {
         let mut changes = Vec::new();
         for ring in &mut self.rings {
@@ -83,8 +85,6 @@ impl Sideband {
                 None => {}
             });
         }
-        // Each CPU's records are in order; a child's records may be on another CPU than its fork.
-        changes.sort_by_key(Change::ns);
         changes
     }
 }
