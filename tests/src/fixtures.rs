@@ -365,9 +365,7 @@ impl Fixture {
             if line == "children exited" {
                 return children;
             }
-            if let Some(pid) = line.strip_prefix("child ") {
-                children.push(pid.parse().expect("child PID"));
-            }
+            children.extend(child_pid(&line));
         }
     }
 
@@ -390,6 +388,12 @@ impl Drop for Fixture {
         }
         let _ = self.child.wait();
     }
+}
+
+/// The pid of a `child PID` line that `profile children|forks` prints; None for other lines.
+pub fn child_pid(line: &str) -> Option<u32> {
+    line.strip_prefix("child ")
+        .map(|pid| pid.parse().expect("child PID"))
 }
 
 /// Polls `child` until it exits or `timeout` passes (then returns None and leaves it running).

@@ -83,6 +83,15 @@ pub fn only_child(pid: u32) -> u32 {
     }
 }
 
+/// `nsenter` flags that enter the PID namespace of process `pid_of` (for the program nsenter
+/// starts) and the mount namespace of process `mount_of`.
+pub fn nsenter_flags(pid_of: u32, mount_of: u32) -> [String; 2] {
+    [
+        format!("--pid=/proc/{pid_of}/ns/pid"),
+        format!("--mount=/proc/{mount_of}/ns/mnt"),
+    ]
+}
+
 /// The pids of host process `pid` in each PID namespace it is in, the host's first (its
 /// `NSpid:` line).
 pub fn namespace_pids(pid: u32) -> Vec<u32> {
@@ -188,8 +197,7 @@ impl Xtrace {
         S: AsRef<OsStr>,
     {
         let mut nsenter = Command::new("nsenter");
-        nsenter.arg(format!("--pid=/proc/{pid_of}/ns/pid"));
-        nsenter.arg(format!("--mount=/proc/{mount_of}/ns/mnt"));
+        nsenter.args(nsenter_flags(pid_of, mount_of));
         nsenter.arg("--").arg(xtrace_bin());
         Self::spawn_command(nsenter, args)
     }

@@ -15,10 +15,10 @@ use std::path::Path;
 use xtrace_tests::{
     args,
     bpf::Attachments,
-    fixtures::{fixtures, Fixture},
+    fixtures::{child_pid, fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{expect_user_error, namespace_pid, namespace_pids, only_child, Xtrace},
+    run::{expect_user_error, namespace_pid, namespace_pids, nsenter_flags, only_child, Xtrace},
     TempDir,
 };
 
@@ -137,11 +137,7 @@ fn xtrace_in_a_pid_namespace_samples_and_follows_with_its_pids() {
     finished.assert_success();
     before.assert_none_left();
     // The fixture prints each child's pid as fork() returned it: the namespace's.
-    let children: Vec<u32> = finished
-        .stdout
-        .lines()
-        .filter_map(|line| line.strip_prefix("child ")?.parse().ok())
-        .collect();
+    let children: Vec<u32> = finished.stdout.lines().filter_map(child_pid).collect();
     assert_eq!(children.len(), 40, "stdout: {}", finished.stdout);
 
     let out = Outputs::read_profiled(&out_dir);
@@ -186,19 +182,10 @@ fn xtrace_in_a_pid_namespace_traces_only_its_processes_with_its_pids() {
     xtrace.wait_attached();
     let xtrace_pid = only_child(xtrace.pid());
     // A process inside it: 2 threads calling it 7 times each, printing their tids there.
+    let [pid_ns, mount_ns] = nsenter_flags(xtrace_pid, xtrace_pid);
     let mut inside = Fixture::spawn(
         Path::new("nsenter"),
-        &[
-            "--target",
-            &xtrace_pid.to_string(),
-            "--pid",
-            "--mount",
-            "--",
-            spans,
-            "threads",
-            "2",
-            "7",
-        ],
+        &[&pid_ns, &mount_ns, "--", spans, "threads", "2", "7"],
     );
     let mut tids: Vec<u64> = inside.wait_ready_tids().into_iter().map(u64::from).collect();
     tids.sort_unstable();
@@ -233,6 +220,11 @@ fn xtrace_in_a_pid_namespace_traces_only_its_processes_with_its_pids() {
     assert_eq!(names[0]["args"]["name"], "spans");
 }
 
+/// The refusal of a /proc that is not of xtrace's PID namespace.
+const PROC_NOT_OWN: &str = "xtrace: error: /proc is not of xtrace's own PID namespace (a container \
+                            that kept the host's /proc, or none mounted): mount /proc for xtrace's \
+                            namespace, or run xtrace in the host's PID namespace";
+
 #[test]
 fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
     if !require_bpf() {
@@ -251,12 +243,7 @@ fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
         "0"
     ]);
     let line = expect_user_error(&before, xtrace);
-    assert_eq!(
-        line,
-        "xtrace: error: /proc is not of xtrace's own PID namespace (a container that kept the \
-         host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the \
-         host's PID namespace"
-    );
+    assert_eq!(line, PROC_NOT_OWN);
     assert!(!tmp.join("out").exists(), "no output directory is made");
 }
 
@@ -298,12 +285,7 @@ fn xtrace_in_a_pid_namespace_refuses_a_process_of_a_nested_one_and_a_proc_not_it
     // alive, and with it go all the namespaces' processes.
     assert_eq!(unsafe { libc::kill(outer_init as i32, libc::SIGKILL) }, 0);
     fixture.wait();
-    assert_eq!(
-        wrong_proc,
-        "xtrace: error: /proc is not of xtrace's own PID namespace (a container that kept the \
-         host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the \
-         host's PID namespace"
-    );
+    assert_eq!(wrong_proc, PROC_NOT_OWN);
     assert_eq!(
         nested,
         format!(
