@@ -50,6 +50,9 @@ pub struct Fixtures {
     /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
     /// each called 5 times.
     pub unprobeable: PathBuf,
+    /// `entries`: functions in assembly whose entry probes move past their first instructions, or
+    /// must not; each called 7 times (see entries.c).
+    pub entries: PathBuf,
     /// `profile split|syscalls|jit|libc|threads MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
@@ -122,6 +125,7 @@ fn build() -> Fixtures {
         usdt: out.join("usdt"),
         usdt_malformed: out.join("usdt_malformed"),
         unprobeable: out.join("unprobeable"),
+        entries: out.join("entries"),
         profile: out.join("profile"),
         profile_nofp: out.join("profile-nofp"),
         profile_gz: out.join("profile-gz"),
@@ -149,6 +153,11 @@ fn build() -> Fixtures {
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
     compile(&[src.join("unprobeable.c")], &fixtures.unprobeable, &["-O1"]);
+    compile(
+        &[src.join("entries.c")],
+        &fixtures.entries,
+        &["-fcf-protection=none"],
+    );
     compile(&[src.join("calls.c")], &fixtures.calls, &[]);
     compile(
         &[src.join("calls.c")],

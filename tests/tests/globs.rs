@@ -96,7 +96,7 @@ fn cold_parts_of_split_functions_are_not_functions() {
     let matrix = fixtures().matrix_o2.to_str().expect("UTF-8 path").to_owned();
     let (code, rows, stderr) = list(&[&matrix, "*er(int)*"]);
     assert_eq!(code, Some(0), "{stderr}");
-    let mut names: Vec<&str> = rows.iter().filter_map(|r| r.split_whitespace().nth(3)).collect();
+    let mut names: Vec<&str> = rows.iter().filter_map(|r| r.split_whitespace().nth(4)).collect();
     names.sort_unstable();
     assert_eq!(names, ["catcher(int)", "thrower(int)"], "{rows:?}");
     let out = trace(&fixtures().matrix_o2, &["catcher"], "glob-cold");
@@ -116,9 +116,13 @@ fn list_symbols_shows_what_uprobe_attaches() {
     assert_eq!(stderr.trim(), format!("xtrace: 300 functions in {many}"));
     for (k, row) in rows.iter().enumerate() {
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells.len(), 4, "OFFSET ADDRESS SIZE NAME: {row}");
-        assert_eq!(cells[3], format!("glob_fn_{k:03}"), "sorted by offset: {row}");
+        assert_eq!(cells.len(), 5, "OFFSET ADDRESS SIZE PROBE NAME: {row}");
+        assert_eq!(cells[4], format!("glob_fn_{k:03}"), "sorted by offset: {row}");
         assert!(cells[0].starts_with("0x") && cells[1].starts_with("0x"), "{row}");
+        assert_eq!(
+            cells[3], cells[0],
+            "glob_fn_* start with push %rbp: probed there: {row}"
+        );
         assert!(cells[2].parse::<u64>().is_ok_and(|size| size > 0), "{row}");
     }
     // The same spec through a process: `-u` syntax, resolved in the process's mappings.

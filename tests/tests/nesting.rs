@@ -11,7 +11,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{trace_fixture_with, Finished, Xtrace},
+    run::{run_error, trace_fixture_with, Finished, Xtrace},
     TempDir,
 };
 
@@ -99,6 +99,47 @@ fn longjmp_leaves_unmatched_entries() {
     for span in out.spans() {
         assert_eq!(span.depth, 0, "nothing nests under a stale entry: {span:?}");
     }
+}
+
+/// `_setjmp` returns twice and saves its own return address: a return probe would have it save
+/// the kernel's trampoline instead, and the longjmp back would land there (with one, the
+/// fixture died of SIGSEGV after 64 such calls). Its exit is probed at its instruction, a tail
+/// call to `__sigsetjmp`, under every `--exits` mode, and the fixture runs to its end.
+#[test]
+fn setjmp_is_traced_without_a_return_probe() {
+    if !require_bpf() {
+        return;
+    }
+    for exits in [&["--exits", "uretprobe"][..], &[]] {
+        let out = trace_calls("longjmp", &["libc:_setjmp", "lj_outer", "lj_plain"], exits);
+        assert_eq!(out.probe_count("_setjmp"), 3, "{exits:?}");
+        for span in out.spans_named("_setjmp") {
+            assert_eq!(span.args["exit"], "tail call", "{span:?}");
+            assert_eq!(span.depth, 1, "under lj_outer: {span:?}");
+        }
+        assert_eq!(out.probe_count("lj_outer"), 3, "{exits:?}");
+        assert_eq!(out.probe_count("lj_plain"), 1, "{exits:?}");
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0, "{exits:?}");
+    }
+}
+
+/// A function named as one that returns twice whose exit cannot be probed apart from its entry
+/// (`savectx` in calls.c is nothing but its `ret`) is refused, with one line and exit 2.
+#[test]
+fn a_returns_twice_function_without_probeable_exits_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let calls = fixtures().calls.to_str().expect("UTF-8 path").to_owned();
+    let line = run_error(args!["-u", "savectx", "--", &calls, "tail"]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {calls}: cannot trace `savectx`: it returns twice, as setjmp does, and \
+             its exit instructions cannot be found to probe, while a return probe would break its \
+             second return; trace a function that calls it"
+        )
+    );
 }
 
 /// A longjmp from the deepest of six recursive calls back into the third: each return is paired

@@ -4,7 +4,9 @@
  *   emulated_site  starts with `nop`, which x86 uprobes emulate (cheap hit);
  *   stepped_site   starts with `lea`, which the kernel must single-step (expensive hit);
  *   cet_site       starts with `endbr64`, as every function of code built with -fcf-protection
- *                  does (Ubuntu's default), then `nop`: the kernel single-steps `endbr64`.
+ *                  does (Ubuntu's default), then `nop`: the kernel single-steps `endbr64`;
+ *   moved_site     stepped_site's `lea`, then a `nop`: xtrace moves its entry probe onto the
+ *                  `nop` (--entry auto), as it does for about a third of libc's functions.
  * The bench checks both first instructions with objdump before trusting any number.
  *
  * Every mode waits for one line on stdin first, so a tracer can attach before the first call.
@@ -34,6 +36,12 @@ __attribute__((noinline)) long stepped_site(long x) {
 __attribute__((noinline)) long cet_site(long x) {
     __asm__ volatile("endbr64\n\tnop");
     return x * 3 + 1;
+}
+
+__attribute__((naked, noinline)) long moved_site(long x) {
+    __asm__("lea 0x1(%rdi,%rdi,2), %rax\n\t"
+            "nop\n\t"
+            "ret");
 }
 
 static long (*site)(long);
@@ -94,6 +102,8 @@ int main(int argc, char **argv) {
         site = stepped_site;
     else if (strcmp(argv[2], "cet_site") == 0)
         site = cet_site;
+    else if (strcmp(argv[2], "moved_site") == 0)
+        site = moved_site;
     else
         usage();
     int threads = 1;

@@ -1,5 +1,5 @@
 //! Attaches the empty `noop` uprobe program to SYMBOL in the executable or library FILE (for every
-//! process), and with `--return` also the empty `noop_ret` uretprobe program (the hooks a span
+//! process; on the instruction xtrace's entry probe goes on, `--entry auto`), and with `--return` also the empty `noop_ret` uretprobe program (the hooks a span
 //! needs), prints `attached`, and detaches when its standard input closes. `--clock` attaches
 //! `clock` and `clock_ret` instead (the hooks, two clock reads and one ring-buffer record per call:
 //! a lower bound for a span) and drains the ring buffer every 10 ms, as xtrace does. `cargo xtask bench` uses
@@ -25,7 +25,11 @@ use aya::{
 };
 use xtrace::{
     bpf::uprobe_multi::{self, MultiTarget},
-    probes::{attach::ATTACH_ENV, elf::ElfSymbols},
+    probes::{
+        attach::ATTACH_ENV,
+        elf::ElfSymbols,
+        entry::{EntryMode, EntrySites},
+    },
 };
 
 fn main() -> anyhow::Result<()> {
@@ -36,11 +40,17 @@ fn main() -> anyhow::Result<()> {
     let path = std::path::Path::new(&file);
     let (offsets, ref_ctrs): (Vec<u64>, Vec<u64>) = match symbol.strip_prefix("usdt:") {
         Some(probes) => usdt_sites(path, probes)?,
-        None => ElfSymbols::read(path, path)?
-            .find(&symbol)?
-            .into_iter()
-            .map(|f| (f.probe_offset, 0))
-            .unzip(),
+        None => {
+            // Where xtrace's entry probe goes (`--entry auto`, no arguments captured).
+            let symbols = ElfSymbols::read(path, path)?;
+            let code = std::fs::File::open(path)?;
+            let mut sites = EntrySites::default();
+            let mut offsets = Vec::new();
+            for f in symbols.find(&symbol)? {
+                offsets.push((sites.offset(EntryMode::Auto, &code, &symbols, f, 0)?, 0));
+            }
+            offsets.into_iter().unzip()
+        }
     };
     let usdt = symbol.starts_with("usdt:");
     let mode = args.next();

@@ -46,6 +46,8 @@ pub enum Error {
         symbol: String,
         why: String,
     },
+    #[error("{path}: cannot trace `{symbol}`: it returns twice, as setjmp does, and its exit instructions cannot be found to probe, while a return probe would break its second return; trace a function that calls it")]
+    ReturnsTwice { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{suggestions}")]
     SymbolNotFound {
         symbol: String,

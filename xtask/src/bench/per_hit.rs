@@ -1,7 +1,10 @@
 //! Per-hit cost on the same fixture function, once on a site whose first instruction x86 uprobes
 //! emulate (`emulated_site`, nop), once on one the kernel single-steps (`stepped_site`, lea), and
 //! once on one that starts with `endbr64` then `nop` (`cet_site`, as code built with
-//! -fcf-protection does; xtrace and the floor probe the nop after it, bpftrace the `endbr64`):
+//! -fcf-protection does; xtrace and the floor probe the nop after it, bpftrace the `endbr64`), and
+//! once on one that starts with the stepped site's `lea`, then a `nop` (`moved_site`: xtrace
+//! moves its entry probe onto the `nop`, `--entry auto`, and so does the floor; bpftrace probes the
+//! `lea`):
 //! unprobed, the bare floors (an empty uprobe; an empty uprobe + uretprobe, the hooks a span
 //! needs), the span lower bound (those hooks reading the clock twice and writing one record), an
 //! xtrace span, an xtrace span whose exit is probed at the `ret` (`--exits ret`, which
@@ -25,6 +28,7 @@ enum Site {
     Emulated,
     Stepped,
     Cet,
+    Moved,
 }
 
 impl Site {
@@ -33,6 +37,7 @@ impl Site {
             Self::Emulated => "emulated_site",
             Self::Stepped => "stepped_site",
             Self::Cet => "cet_site",
+            Self::Moved => "moved_site",
         }
     }
 
@@ -41,6 +46,7 @@ impl Site {
             Self::Emulated => "emulated (nop)",
             Self::Stepped => "stepped (lea)",
             Self::Cet => "CET (endbr64, nop)",
+            Self::Moved => "moved (lea, nop)",
         }
     }
 
@@ -55,14 +61,14 @@ impl Site {
             (Self::Stepped, Tool::BpftracePrintf) => 50_000,
             (Self::Stepped, _) => 100_000,
             // bpftrace single-steps the endbr64; xtrace and the floor hit the nop after it.
-            (Self::Cet, Tool::BpftracePrintf | Tool::BpftraceCount) => 50_000,
-            (Self::Cet, _) => 1_000_000,
+            (Self::Cet | Self::Moved, Tool::BpftracePrintf | Tool::BpftraceCount) => 50_000,
+            (Self::Cet | Self::Moved, _) => 1_000_000,
         }
     }
 }
 
 pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
-    for site in [Site::Emulated, Site::Stepped, Site::Cet] {
+    for site in [Site::Emulated, Site::Stepped, Site::Cet, Site::Moved] {
         measure(env, cfg, site, report);
     }
     Ok(())

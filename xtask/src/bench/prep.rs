@@ -133,8 +133,13 @@ fn check_sites(hits: &Path) -> Result<()> {
     if !c.starts_with("endbr64") {
         bail!("cet_site starts with `{c}`, not endbr64: the compiler changed the fixture");
     }
+    let m = first("moved_site")?;
+    if m != s {
+        bail!("moved_site starts with `{m}`, not stepped_site's `{s}`: the fixture changed");
+    }
     eprintln!(
-        "bench: emulated_site starts with `{e}`, stepped_site with `{s}`, cet_site with `{c}` (objdump)"
+        "bench: emulated_site starts with `{e}`, stepped_site and moved_site with `{s}`, cet_site \
+         with `{c}` (objdump)"
     );
     Ok(())
 }

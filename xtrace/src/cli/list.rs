@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use crate::{
     error::{Error, Result},
     probes::{
+        entry::{EntryMode, EntrySites},
         spec::{TargetSpec, UprobeSpec},
         uprobe::{self, Scope},
         usdt,
@@ -50,6 +51,9 @@ pub struct SymbolsArgs {
     /// TARGET [GLOB] (GLOB defaults to `*`); with --pid, a `-u` spec `[TARGET:]GLOB`, or TARGET GLOB.
     #[arg(value_name = "TARGET|SPEC", num_args = 0..=2)]
     pub args: Vec<String>,
+    /// Where the PROBE column places entry probes, as `xtrace --entry` does.
+    #[arg(long = "entry", value_name = "WHERE", value_enum, default_value_t = EntryMode::Auto)]
+    pub entry: EntryMode,
 }
 
 /// The spec the arguments describe.
@@ -152,13 +156,28 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
     };
     let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
     let found = symbols.find(&spec.symbol)?;
-    let mut out = format!("{:<18} {:<18} {:>8}  NAME\n", "OFFSET", "ADDRESS", "SIZE");
+    let code = std::fs::File::open(&file.open).map_err(|e| Error::Unreadable {
+        path: file.shown.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut entries = EntrySites::default();
+    let mut out = format!(
+        "{:<18} {:<18} {:>8} {:<18}  NAME\n",
+        "OFFSET", "ADDRESS", "SIZE", "PROBE"
+    );
     for f in &found {
+        let probe = entries
+            .offset(args.entry, &code, &symbols, f, spec.args.len())
+            .map_err(|e| Error::Unreadable {
+                path: file.shown.clone(),
+                reason: e.to_string(),
+            })?;
         out += &format!(
-            "{:<18} {:<18} {:>8}  {}\n",
+            "{:<18} {:<18} {:>8} {:<18}  {}\n",
             format!("{:#x}", f.file_offset),
             format!("{:#x}", f.address),
             f.size,
+            format!("{probe:#x}"),
             f.demangled
         );
     }

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
 
-use crate::probes::exits::ExitMode;
+use crate::probes::{entry::EntryMode, exits::ExitMode};
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
@@ -111,6 +111,13 @@ pub struct RecordArgs {
     /// instructions of every function.
     #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto)]
     pub exits: ExitMode,
+
+    /// Where -u functions' entries are probed: `auto` moves the probe of a function that starts
+    /// with instructions the kernel single-steps (~10x dearer a hit) onto the first one it
+    /// emulates, when nothing a span shows changes; `symbol` probes the first instruction (after a
+    /// leading endbr64).
+    #[arg(long = "entry", value_name = "WHERE", value_enum, default_value_t = EntryMode::Auto)]
+    pub entry: EntryMode,
 
     /// Refuse to attach more than this many functions (globs can match whole libraries).
     #[arg(long = "max-probes", value_name = "N", default_value_t = 10_000)]

@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
 use crate::{
     demangle::demangle,
@@ -50,6 +50,36 @@ pub struct FunctionSymbol {
     /// or `nop` that usually follows (< 1 µs); it changes no register and no memory, so a probe
     /// after it sees the same arguments, stack pointer and return address.
     pub probe_offset: u64,
+    /// Some name at this address is of a function that returns twice ([`returns_twice`]).
+    pub returns_twice: bool,
+}
+
+/// Whether `name` is a function that saves its own return address to return through it again
+/// later: `setjmp` and kin (a `longjmp` returns from them a second time), `getcontext`,
+/// `swapcontext` and `savectx` (a later `setcontext` or `swapcontext` does), and Boost.Context's
+/// `jump_fcontext` and `ontop_fcontext`. A return probe replaces that return address with the
+/// kernel's trampoline before the function saves it, so the second return jumps into the
+/// trampoline with no return pending, and the kernel kills the process or it goes astray. The
+/// names GCC treats as returning twice (`setjmp`, `sigsetjmp`, `savectx`, `vfork`,
+/// `getcontext`, after a leading `_`, `__` or `__x`), without `vfork` (the kernel copies a
+/// pending return to the child, and glibc's `vfork` keeps its return address in a register), and
+/// with the context switches.
+pub fn returns_twice(name: &str) -> bool {
+    let bare = name
+        .strip_prefix("__x")
+        .or_else(|| name.strip_prefix("__"))
+        .or_else(|| name.strip_prefix('_'))
+        .unwrap_or(name);
+    matches!(
+        bare,
+        "setjmp"
+            | "sigsetjmp"
+            | "savectx"
+            | "getcontext"
+            | "swapcontext"
+            | "jump_fcontext"
+            | "ontop_fcontext"
+    )
 }
 
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
@@ -70,6 +100,8 @@ pub struct ElfSymbols {
     /// The cold parts of split functions (`f.cold`), sorted by address: not functions, but code
     /// their functions jump to (see [`super::exits`]).
     pub cold_parts: Vec<CodeRange>,
+    /// The executable sections (`.text`, `.plt`, ...): all the code any jump could come from.
+    pub code: Vec<CodeRange>,
     /// Addresses of function entries, sorted: where a tail call can jump.
     starts: Vec<u64>,
     /// The PLT sections' address ranges: a jump there is a call of another module's function.
@@ -193,7 +225,17 @@ impl ElfSymbols {
                     Some(first) if first == ENDBR64 && symbol.size() != 4 => file_offset + 4,
                     _ => file_offset,
                 },
+                returns_twice: false,
             });
+        }
+        // Aliases share the flag: `_setjmp` is traced under whichever of its names is kept.
+        let twice: std::collections::HashSet<u64> = functions
+            .iter()
+            .filter(|f| returns_twice(&f.name))
+            .map(|f| f.file_offset)
+            .collect();
+        for f in &mut functions {
+            f.returns_twice = twice.contains(&f.file_offset);
         }
         functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
         functions.dedup_by(|a, b| a.name == b.name && a.file_offset == b.file_offset);
@@ -207,12 +249,25 @@ impl ElfSymbols {
             .filter_map(|name| file.section_by_name(name))
             .map(|s| (s.address(), s.address() + s.size()))
             .collect();
+        let code = file
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| {
+                let (file_offset, size) = s.file_range()?;
+                Some(CodeRange {
+                    address: s.address(),
+                    size,
+                    file_offset,
+                })
+            })
+            .collect();
         Ok(ElfSymbols {
             path: shown.to_path_buf(),
             functions,
             stripped: file.symbols().next().is_none(),
             cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
             cold_parts,
+            code,
             starts,
             plt,
         })
@@ -322,6 +377,34 @@ fn strip_args(name: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn functions_that_return_twice_by_name() {
+        for name in [
+            "setjmp",
+            "_setjmp",
+            "__sigsetjmp",
+            "sigsetjmp",
+            "__xsetjmp",
+            "getcontext",
+            "__getcontext",
+            "swapcontext",
+            "savectx",
+            "jump_fcontext",
+        ] {
+            assert!(returns_twice(name), "{name}");
+        }
+        for name in [
+            "longjmp",
+            "vfork",
+            "setjmp_helper",
+            "___setjmp",
+            "makecontext",
+            "fork",
+        ] {
+            assert!(!returns_twice(name), "{name}");
+        }
+    }
+
     use super::*;
 
     #[no_mangle]

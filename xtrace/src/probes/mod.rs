@@ -4,6 +4,7 @@
 //! `follow` has it follow the processes that sampled processes start.
 pub mod attach;
 pub mod elf;
+pub mod entry;
 pub mod exits;
 pub mod follow;
 pub mod glob;

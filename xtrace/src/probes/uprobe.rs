@@ -8,6 +8,7 @@ use std::{
 
 use super::{
     elf::{ElfSymbols, FunctionSymbol, SymbolCache},
+    entry::{EntryMode, EntrySites},
     exits::{self, ExitMode, ExitSite},
     insn,
     spec::{ArgType, TargetSpec, UprobeSpec},
@@ -117,22 +118,41 @@ impl Plan {
     }
 }
 
-/// A function's probe id and where its exits are probed (see [`Attachment::exits`]).
-type Planned = (u32, Option<Vec<ExitSite>>);
+/// A function's probe id, its entry probe's file offset, and where its exits are probed (see
+/// [`Attachment::exits`]).
+type Planned = (u32, u64, Option<Vec<ExitSite>>);
+
+/// Why a matched function is not traced.
+#[derive(Clone, Debug)]
+enum Untraceable {
+    /// Its first instruction is one the kernel's uprobes refuse ([`insn::refused`]).
+    Refused(String),
+    /// It returns twice ([`super::elf::returns_twice`]) and its exit instructions cannot be
+    /// probed, while a return probe would break its second return.
+    ReturnsTwice,
+}
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
-/// more than `max_probes` functions match, before anything is attached. `exits` says how returns
-/// are probed.
-pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: ExitMode) -> Result<Plan> {
+/// more than `max_probes` functions match, before anything is attached. `entries` says where
+/// entries are probed, `exits` how returns are.
+pub fn plan(
+    specs: &[UprobeSpec],
+    scopes: &[Scope],
+    max_probes: usize,
+    (entries, exits): (EntryMode, ExitMode),
+) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut elves = SymbolCache::default();
-    // The probe id and exit sites of each (file shown, entry offset) planned; or why the kernel's
-    // uprobes refuse its entry.
-    let mut ids: HashMap<(String, u64), std::result::Result<Planned, String>> = HashMap::new();
+    let mut entry_sites = EntrySites::default();
+    // The probe id and exit sites of each (file shown, entry offset) planned; or why it is not
+    // traced.
+    let mut ids: HashMap<(String, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
     // Per file shown: functions whose exits are probed at instructions, and those that could not be.
     let mut at_exits: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
     let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: functions a glob matched that return twice and whose exits cannot be found.
+    let mut twice: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -165,43 +185,53 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
                         let refused =
                             insn::refused(&code, function.probe_offset).map_err(unreadable(&file))?;
                         let known = match refused {
-                            Some(why) => {
-                                unprobeable
-                                    .entry(shown)
-                                    .or_default()
-                                    .push(function.demangled.clone());
-                                Err(why)
+                            Some(why) => Err(Untraceable::Refused(why)),
+                            None => {
+                                let offset = entry_sites
+                                    .offset(entries, &code, symbols, function, spec.args.len())
+                                    .map_err(unreadable(&file))?;
+                                new_probe(
+                                    &mut plan,
+                                    &mut at_exits,
+                                    exits,
+                                    spec,
+                                    (&file, &code),
+                                    symbols,
+                                    (function, offset),
+                                )?
                             }
-                            None => Ok(new_probe(
-                                &mut plan,
-                                &mut at_exits,
-                                exits,
-                                spec,
-                                (&file, &code),
-                                symbols,
-                                function,
-                            )?),
                         };
+                        let left_out = match &known {
+                            Ok(_) => None,
+                            Err(Untraceable::Refused(_)) => Some(&mut unprobeable),
+                            Err(Untraceable::ReturnsTwice) => Some(&mut twice),
+                        };
+                        if let Some(left_out) = left_out {
+                            left_out
+                                .entry(shown)
+                                .or_default()
+                                .push(function.demangled.clone());
+                        }
                         ids.insert(key, known.clone());
                         known
                     }
                 };
-                let (id, sites) = match planned {
+                let (id, offset, sites) = match planned {
                     Ok(planned) => planned,
                     // Named exactly: refused. Matched by a glob: left out (one warning per file).
                     Err(why) if !super::glob::is_glob(&spec.symbol) => {
-                        return Err(Error::Unprobeable {
-                            path: file.shown.clone(),
-                            symbol: function.demangled.clone(),
-                            why,
-                        })
+                        let (path, symbol) = (file.shown.clone(), function.demangled.clone());
+                        return Err(match why {
+                            Untraceable::Refused(why) => Error::Unprobeable { path, symbol, why },
+                            Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
+                        });
                     }
                     Err(_) => continue,
                 };
                 plan.attachments.push(Attachment {
                     probe_id: id,
                     file: file.clone(),
-                    offset: function.probe_offset,
+                    offset,
                     scope: scope_index,
                     exits: sites,
                 });
@@ -240,11 +270,21 @@ pub fn plan(specs: &[UprobeSpec], scopes: &[Scope], max_probes: usize, exits: Ex
             shown.join(", ")
         ));
     }
+    for (file, names) in twice {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) return twice, as setjmp does, and their exit \
+             instructions cannot be found to probe; a return probe would break their second \
+             return, so they are not traced: {}",
+            names.len(),
+            names.join(", ")
+        ));
+    }
     Ok(plan)
 }
 
-/// Adds `function`'s probe to `plan` and returns its id and exit sites, counting in `at_exits`
-/// how its exits are probed.
+/// Adds the probe of `function`, whose entry is probed at file offset `entry`, to `plan` and
+/// returns its id, entry and exit sites, counting in `at_exits` how its exits are probed; or,
+/// for a function that returns twice whose exits cannot be probed at instructions, adds nothing.
 fn new_probe(
     plan: &mut Plan,
     at_exits: &mut BTreeMap<String, (usize, usize)>,
@@ -252,10 +292,18 @@ fn new_probe(
     spec: &UprobeSpec,
     (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
-    function: &FunctionSymbol,
-) -> Result<Planned> {
+    (function, entry): (&FunctionSymbol, u64),
+) -> Result<std::result::Result<Planned, Untraceable>> {
     let shown = file.shown.display().to_string();
-    let sites = exit_sites(exits, (file, code), symbols, function)?;
+    let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
+    if function.returns_twice && sites.is_none() {
+        return Ok(Err(Untraceable::ReturnsTwice));
+    }
+    // A moved entry on an exit (a tail call's `jmp`) would make one probe both: it stays.
+    let entry = match &sites {
+        Some(sites) if sites.iter().any(|s| s.offset == entry) => function.probe_offset,
+        _ => entry,
+    };
     let count = at_exits.entry(shown.clone()).or_default();
     // Under auto, only a function whose code could not be read is left exposed; the others with
     // return probes are leaves.
@@ -270,13 +318,13 @@ fn new_probe(
         name: function.demangled.clone(),
         kind: "uprobe",
         target: shown,
-        offset: function.probe_offset,
+        offset: entry,
         capture: Capture {
             args: spec.args.clone(),
             ret: spec.ret,
         },
     });
-    Ok(((plan.probes.len() - 1) as u32, sites))
+    Ok(Ok(((plan.probes.len() - 1) as u32, entry, sites)))
 }
 
 /// The error for a failed read of `file`.
@@ -287,18 +335,21 @@ fn unreadable(file: &TargetFile) -> impl Fn(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Where `function`'s exits are probed under `mode`: None for a return probe.
+/// Where `function`'s exits are probed under `mode`, its entry being probed at file offset
+/// `entry`: None for a return probe. A function that returns twice has its exits probed at
+/// their instructions under every mode.
 fn exit_sites(
     mode: ExitMode,
     (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
-    function: &FunctionSymbol,
+    (function, entry): (&FunctionSymbol, u64),
 ) -> Result<Option<Vec<ExitSite>>> {
-    let wanted = match mode {
-        ExitMode::Uretprobe => false,
-        ExitMode::Auto => symbols.cxx_exceptions,
-        ExitMode::Ret => true,
-    };
+    let wanted = function.returns_twice
+        || match mode {
+            ExitMode::Uretprobe => false,
+            ExitMode::Auto => symbols.cxx_exceptions,
+            ExitMode::Ret => true,
+        };
     if !wanted {
         return Ok(None);
     }
@@ -306,10 +357,10 @@ fn exit_sites(
     let Some(found) = found else {
         return Ok(None); // no size: the code cannot be decoded
     };
-    if mode == ExitMode::Auto && !found.calls_out {
+    if mode == ExitMode::Auto && !found.calls_out && !function.returns_twice {
         return Ok(None); // a leaf: nothing it runs can throw through it
     }
-    if found.sites.iter().any(|s| s.offset == function.probe_offset) {
+    if found.sites.iter().any(|s| s.offset == entry) {
         return Ok(None); // its entry is its exit: one probe cannot be both
     }
     if found.refused {

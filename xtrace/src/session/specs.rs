@@ -6,6 +6,7 @@ use crate::{
     error::Result,
     pipeline::ranges::Wanted,
     probes::{
+        entry::EntryMode,
         exits::ExitMode,
         ranges,
         spec::UprobeSpec,
@@ -38,6 +39,7 @@ pub(super) enum RangeMode {
 pub(super) struct Specs {
     pub(super) uprobes: Vec<UprobeSpec>,
     pub(super) exits: ExitMode,
+    pub(super) entries: EntryMode,
     pub(super) usdt: Vec<UsdtSpec>,
     pub(super) cuda: CudaMode,
     pub(super) ranges: RangeMode,
@@ -47,6 +49,7 @@ impl Specs {
     pub(super) fn parse(args: &RecordArgs) -> Result<Self> {
         Ok(Specs {
             exits: args.exits,
+            entries: args.entry,
             uprobes: args
                 .uprobe
                 .iter()
@@ -102,7 +105,7 @@ impl Specs {
     }
 
     pub(super) fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
-        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes, self.exits)?;
+        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes, (self.entries, self.exits))?;
         usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
         if self.cuda != CudaMode::Off {
             // With --cuda, libraries loaded later are watched for (not system-wide: every process

@@ -1,0 +1,195 @@
+//! Where entry probes go (`--entry`): on the `entries` fixture (see entries.c: functions in
+//! assembly, each called 7 times with x = 0..6, every one starting with an instruction the
+//! kernel single-steps), a probe moves onto the first instruction the kernel emulates only where
+//! nothing a span shows changes. Each function's entry offset in summary.json is asserted
+//! exactly, and so are its span count, arguments and return values: a probe moved into a loop
+//! would count extra entries, one moved past a write to its argument would show the new value.
+
+use std::ffi::OsString;
+
+use xtrace_tests::{
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::{symbol_offset, trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+const CALLS: u64 = 7;
+
+/// Traces a fresh `entries` fixture to its exit with `flags`.
+fn trace(flags: &[&str], label: &str) -> Outputs {
+    let mut fixture = Fixture::spawn(&fixtures().entries, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new(label);
+    let out = tmp.join("out");
+    let flags: Vec<OsString> = flags.iter().map(OsString::from).collect();
+    trace_fixture_with(&mut fixture, flags, &[], &out);
+    Outputs::read(&out)
+}
+
+/// How far past its symbol `name`'s entry probe is, by summary.json.
+fn moved_by(out: &Outputs, name: &str) -> u64 {
+    let probed = out.probe(name)["offset"].as_str().expect("offset");
+    let probed = u64::from_str_radix(probed.trim_start_matches("0x"), 16).expect("hex offset");
+    probed - symbol_offset(&fixtures().entries, name)
+}
+
+/// `name`'s spans as (arg0 or None, ret), in call order.
+fn values(out: &Outputs, name: &str) -> Vec<(Option<u64>, u64)> {
+    let mut spans = out.spans_named(name);
+    spans.sort_by_key(|s| s.start_ns());
+    spans
+        .iter()
+        .map(|s| {
+            let arg = s.args.get("arg0").map(|a| a.as_u64().expect("u64 arg0"));
+            (
+                arg,
+                s.args["ret"].as_u64().unwrap_or_else(|| panic!("ret: {s:?}")),
+            )
+        })
+        .collect()
+}
+
+fn expect(f: impl Fn(u64) -> u64, with_arg: bool) -> Vec<(Option<u64>, u64)> {
+    (0..CALLS).map(|x| (with_arg.then_some(x), f(x))).collect()
+}
+
+#[test]
+fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
+    if !require_bpf() {
+        return;
+    }
+    let out = trace(
+        &[
+            "-u",
+            "moved(u64) -> u64",
+            "-u",
+            "writes_arg(u64) -> u64",
+            "-u",
+            "redzone -> u64",
+            "-u",
+            "tail -> u64",
+            "-u",
+            "loops -> u64",
+            "-u",
+            "stack -> u64",
+            "-u",
+            "switchy -> u64",
+            "-u",
+            "syscall_first",
+        ],
+        "entries",
+    );
+    // Moved onto the first emulated instruction: a push, or the tail call's jmp.
+    assert_eq!(moved_by(&out, "moved"), 7);
+    assert_eq!(
+        moved_by(&out, "redzone"),
+        10,
+        "a write below the stack pointer is no obstacle"
+    );
+    assert_eq!(moved_by(&out, "tail"), 3);
+    // Kept: its captured argument is written before the push; the jb jumps back into the
+    // instructions before it; sub writes the stack pointer; an indirect jump could land anywhere;
+    // a syscall is no plain instruction.
+    for name in ["writes_arg", "loops", "stack", "switchy", "syscall_first"] {
+        assert_eq!(moved_by(&out, name), 0, "{name}");
+    }
+    for name in [
+        "moved",
+        "writes_arg",
+        "redzone",
+        "tail",
+        "loops",
+        "stack",
+        "switchy",
+        "syscall_first",
+    ] {
+        assert_eq!(out.probe_count(name), CALLS, "{name}");
+        assert_eq!(out.spans_named(name).len() as u64, CALLS, "{name}");
+    }
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+    assert_eq!(values(&out, "moved"), expect(|x| x + 1, true));
+    assert_eq!(values(&out, "writes_arg"), expect(|x| x + 2, true));
+    assert_eq!(values(&out, "redzone"), expect(|x| x, false));
+    assert_eq!(values(&out, "tail"), expect(|x| 2 * x, false));
+    assert_eq!(values(&out, "loops"), expect(|x| x.max(1), false));
+    assert_eq!(values(&out, "stack"), expect(|x| x, false));
+    assert_eq!(
+        values(&out, "switchy"),
+        expect(|x| if x <= 1 { x + 10 } else { x }, false)
+    );
+}
+
+/// Without its argument captured, `writes_arg` moves too; with `--exits ret`, `tail`'s jmp is its
+/// exit, so its entry stays; `--entry symbol` keeps every entry on the first instruction.
+#[test]
+fn captures_exit_probes_and_entry_symbol_keep_entries() {
+    if !require_bpf() {
+        return;
+    }
+    let out = trace(
+        &[
+            "--exits",
+            "ret",
+            "-u",
+            "writes_arg",
+            "-u",
+            "tail -> u64",
+            "-u",
+            "moved",
+        ],
+        "entries-ret",
+    );
+    assert_eq!(moved_by(&out, "writes_arg"), 7);
+    assert_eq!(moved_by(&out, "tail"), 0);
+    assert_eq!(moved_by(&out, "moved"), 7);
+    for name in ["writes_arg", "tail", "moved"] {
+        assert_eq!(out.probe_count(name), CALLS, "{name}");
+    }
+    // A span that ends at a tail call has no return value.
+    for span in out.spans_named("tail") {
+        assert_eq!(span.args["exit"], "tail call", "{span:?}");
+    }
+
+    let out = trace(
+        &["--entry", "symbol", "-u", "moved", "-u", "tail"],
+        "entries-symbol",
+    );
+    assert_eq!(moved_by(&out, "moved"), 0);
+    assert_eq!(moved_by(&out, "tail"), 0);
+    assert_eq!(out.probe_count("moved"), CALLS);
+    assert_eq!(out.probe_count("tail"), CALLS);
+}
+
+/// `xtrace list symbols` shows where each entry probe goes (PROBE), as a trace places it.
+#[test]
+fn list_symbols_shows_the_probe_offset() {
+    if !require_bpf() {
+        return;
+    }
+    let entries = fixtures().entries.as_os_str().to_owned();
+    for (flags, moved, loops) in [(&[][..], 7, 0), (&["--entry", "symbol"][..], 0, 0)] {
+        let mut args = vec![OsString::from("list"), "symbols".into()];
+        args.extend(flags.iter().map(OsString::from));
+        args.extend([entries.clone(), "*o*".into()]);
+        let listed = Xtrace::spawn(args).wait();
+        listed.assert_success();
+        let rows: Vec<Vec<&str>> = listed
+            .stdout
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let probe = |name: &str| {
+            let row = rows
+                .iter()
+                .find(|r| r[4] == name)
+                .unwrap_or_else(|| panic!("{name}: {rows:?}"));
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+            hex(row[3]) - hex(row[0])
+        };
+        assert_eq!(probe("moved"), moved, "{flags:?}");
+        assert_eq!(probe("loops"), loops, "{flags:?}");
+    }
+}
