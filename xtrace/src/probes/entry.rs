@@ -49,9 +49,12 @@ pub enum EntryMode {
 /// The most instructions an entry probe is moved past.
 pub const MAX_PREFIX: usize = 12;
 
-/// The most executable code decoded per file for its branch targets; a larger file keeps its
-/// entry probes on the functions' first instructions.
+/// The most executable code decoded per file for its branch targets (~2 s here); a larger file keeps
+/// its entry probes on the functions' first instructions.
 const MAX_SWEEP: u64 = 256 << 20;
+
+/// The code read at a time for the branch sweep.
+const SWEEP_CHUNK: u64 = 1 << 20;
 
 /// The most code of a function decoded for its indirect jumps; a larger one keeps its entry.
 const MAX_FUNCTION: u64 = 1 << 20;
@@ -303,44 +306,89 @@ fn plain(mnemonic: Mnemonic) -> bool {
     )
 }
 
-/// The direct branch targets of a file's code and the places of its indirect jumps, sorted.
+/// The direct branch targets of a file's code, one bit per byte of the address range its
+/// executable sections span (an eighth of the code's size), and the places of its indirect jumps,
+/// sorted.
 #[derive(Debug, Default)]
 pub struct Branches {
+    /// The address bit 0 of `targets` stands for.
+    base: u64,
     targets: Vec<u64>,
     /// Indirect jumps other than through a RIP-relative slot (a GOT entry: a tail call).
     indirect: Vec<u64>,
 }
 
 impl Branches {
-    /// Decodes every executable section of `file` (listed in `code`); None when they hold more
-    /// than [`MAX_SWEEP`] bytes.
+    /// No branch yet, over the addresses `start..end`.
+    fn over(start: u64, end: u64) -> Self {
+        Branches {
+            base: start,
+            targets: vec![0; (end.saturating_sub(start) as usize).div_ceil(64)],
+            indirect: Vec::new(),
+        }
+    }
+
+    /// Marks `target`; one outside the code (another file's, through its PLT) cannot land in it.
+    fn mark(&mut self, target: u64) {
+        let Some(bit) = target.checked_sub(self.base) else {
+            return;
+        };
+        if let Some(word) = self.targets.get_mut((bit / 64) as usize) {
+            *word |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether some branch lands on an address in `start..=end`.
+    fn lands_in(&self, start: u64, end: u64) -> bool {
+        (start..=end).any(|address| {
+            address.checked_sub(self.base).is_some_and(|bit| {
+                self.targets
+                    .get((bit / 64) as usize)
+                    .is_some_and(|word| word & (1 << (bit % 64)) != 0)
+            })
+        })
+    }
+
     pub fn sweep(file: &std::fs::File, code: &[CodeRange]) -> std::io::Result<Option<Self>> {
         if code.iter().map(|c| c.size).sum::<u64>() > MAX_SWEEP {
             return Ok(None);
         }
-        let mut branches = Branches::default();
+        let start = code.iter().map(|c| c.address).min().unwrap_or(0);
+        let end = code.iter().map(|c| c.address + c.size).max().unwrap_or(0);
+        let mut branches = Branches::over(start, end);
+        let mut bytes = Vec::new();
         for range in code {
-            let mut bytes = vec![0; range.size as usize];
-            file.read_exact_at(&mut bytes, range.file_offset)?;
-            branches.add(&bytes, range.address);
+            // A chunk at a time, each read with the longest instruction's bytes past its end, so
+            // an instruction that starts in it decodes whole.
+            let mut done = 0;
+            while done < range.size {
+                let len = (range.size - done).min(SWEEP_CHUNK + MAX_INSN);
+                bytes.resize(len as usize, 0);
+                file.read_exact_at(&mut bytes, range.file_offset + done)?;
+                let until = if done + len == range.size {
+                    len
+                } else {
+                    SWEEP_CHUNK
+                };
+                done += branches.add(&bytes, range.address + done, until as usize) as u64;
+            }
         }
-        branches.targets.sort_unstable();
-        branches.targets.dedup();
         branches.indirect.sort_unstable();
         Ok(Some(branches))
     }
 
-    /// Adds the branches of the code `bytes` at `address`.
-    fn add(&mut self, bytes: &[u8], address: u64) {
+    /// Adds the branches of the instructions of `bytes` (the code at `address`) that start
+    /// before byte `until`, and returns where the next one starts.
+    fn add(&mut self, bytes: &[u8], address: u64, until: usize) -> usize {
         let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
         let mut insn = Instruction::default();
-        while decoder.can_decode() {
+        while decoder.can_decode() && decoder.position() < until {
             decoder.decode_out(&mut insn);
             match insn.flow_control() {
                 FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
                     if insn.near_branch_target() != 0 =>
                 {
-                    self.targets.push(insn.near_branch_target())
+                    self.mark(insn.near_branch_target())
                 }
                 FlowControl::IndirectBranch if !insn.is_ip_rel_memory_operand() => {
                     self.indirect.push(insn.ip())
@@ -348,6 +396,7 @@ impl Branches {
                 _ => {}
             }
         }
+        decoder.position()
     }
 
     /// Whether the entry probe of `function` (in `code`, whose symbols are `symbols`) may move to
@@ -360,8 +409,7 @@ impl Branches {
         function: &FunctionSymbol,
         candidate: &Candidate,
     ) -> std::io::Result<bool> {
-        let first = self.targets.partition_point(|&t| t <= function.address);
-        if self.targets.get(first).is_some_and(|&t| t <= candidate.address) {
+        if self.lands_in(function.address + 1, candidate.address) {
             return Ok(false);
         }
         if function.size > MAX_FUNCTION {
@@ -556,11 +604,43 @@ mod tests {
         let code = [
             0x31, 0xc0, 0x48, 0x83, 0xc0, 0x01, 0x48, 0x39, 0xf8, 0x72, 0xf7, 0xc3,
         ];
-        let mut branches = Branches::default();
-        branches.add(&code, START);
-        assert_eq!(branches.targets, [0x1002]);
+        let mut branches = Branches::over(START, 0x2008);
+        assert_eq!(branches.add(&code, START, code.len()), code.len());
+        let marked = |b: &Branches| (START..0x2008).filter(|&a| b.lands_in(a, a)).collect::<Vec<_>>();
+        assert_eq!(marked(&branches), [0x1002]);
+        assert!(branches.lands_in(START + 1, START + 9) && !branches.lands_in(START + 3, START + 9));
         // jmp *%rcx; jmp *0x10(%rip)
-        branches.add(&[0xff, 0xe1, 0xff, 0x25, 0x10, 0, 0, 0], 0x2000);
+        branches.add(&[0xff, 0xe1, 0xff, 0x25, 0x10, 0, 0, 0], 0x2000, 8);
         assert_eq!(branches.indirect, [0x2000], "a GOT jump is a tail call");
+        // Decoding stops at the first instruction that starts at or past `until`: the jb.
+        let mut first = Branches::over(START, 0x2008);
+        assert_eq!(first.add(&code, START, 9), 9);
+        assert!(marked(&first).is_empty());
+    }
+
+    #[test]
+    fn the_sweep_decodes_instructions_across_its_chunks() {
+        // 5-byte `jmp` to the next instruction, 300,000 times: the one at 1,048,575 straddles the
+        // first chunk's end.
+        let n = 300_000u64;
+        let code: Vec<u8> = (0..n).flat_map(|_| [0xe9, 0, 0, 0, 0]).collect();
+        let path = std::env::temp_dir().join(format!("xtrace-sweep-{}", std::process::id()));
+        std::fs::write(&path, &code).expect("writing the test code");
+        let file = std::fs::File::open(&path).expect("opening it");
+        let range = CodeRange {
+            address: START,
+            size: code.len() as u64,
+            file_offset: 0,
+        };
+        let branches = Branches::sweep(&file, &[range])
+            .expect("read")
+            .expect("small enough");
+        std::fs::remove_file(&path).expect("removing it");
+        // Every instruction's end but the last (the end of the code) is a target.
+        for i in 0..n {
+            let at = START + 5 * i;
+            assert_eq!(branches.lands_in(at, at), i > 0, "{at:#x}");
+            assert!(!branches.lands_in(at + 1, at + 4), "{at:#x}");
+        }
     }
 }
