@@ -10,6 +10,7 @@ use crate::{
     error::{Error, Result},
     probes::{
         entry::{EntryMode, EntrySites},
+        exits::ExitMode,
         spec::{TargetSpec, UprobeSpec},
         uprobe::{self, Scope},
         usdt,
@@ -54,6 +55,10 @@ pub struct SymbolsArgs {
     /// Where the PROBE column places entry probes, as `xtrace --entry` does.
     #[arg(long = "entry", value_name = "WHERE", value_enum, default_value_t = EntryMode::Auto)]
     pub entry: EntryMode,
+    /// How returns would be probed, as `xtrace --exits` does: an entry never moves onto an exit
+    /// probed at its instruction.
+    #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto)]
+    pub exits: ExitMode,
 }
 
 /// The spec the arguments describe.
@@ -166,18 +171,21 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
         "OFFSET", "ADDRESS", "SIZE", "PROBE"
     );
     for f in &found {
-        let probe = entries
-            .offset(args.entry, &code, &symbols, f, spec.args.len())
-            .map_err(|e| Error::Unreadable {
-                path: file.shown.clone(),
-                reason: e.to_string(),
-            })?;
+        let placed = uprobe::placement(
+            (args.entry, args.exits),
+            (&file, &code),
+            &symbols,
+            f,
+            spec.args.len(),
+            &mut entries,
+        )?;
+        let probe = placed.map_or("-".to_string(), |(entry, _)| format!("{entry:#x}"));
         out += &format!(
             "{:<18} {:<18} {:>8} {:<18}  {}\n",
             format!("{:#x}", f.file_offset),
             format!("{:#x}", f.address),
             f.size,
-            format!("{probe:#x}"),
+            probe,
             f.demangled
         );
     }

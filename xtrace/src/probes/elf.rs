@@ -61,9 +61,9 @@ pub struct FunctionSymbol {
 /// kernel's trampoline before the function saves it, so the second return jumps into the
 /// trampoline with no return pending, and the kernel kills the process or it goes astray. The
 /// names GCC treats as returning twice (`setjmp`, `sigsetjmp`, `savectx`, `vfork`,
-/// `getcontext`, after a leading `_`, `__` or `__x`), without `vfork` (the kernel copies a
-/// pending return to the child, and glibc's `vfork` keeps its return address in a register), and
-/// with the context switches.
+/// `getcontext`), here after any leading `_`, `__` or `__x`, without `vfork` (the kernel copies a
+/// pending return to the child, and glibc's `vfork` keeps its return address in a register), with
+/// the context switches and libucontext's and libunwind's (`_Ux86_64_getcontext`) `getcontext`.
 pub fn returns_twice(name: &str) -> bool {
     let bare = name
         .strip_prefix("__x")
@@ -271,6 +271,18 @@ impl ElfSymbols {
             starts,
             plt,
         })
+    }
+
+    /// Whether a function starts in `start..=end`.
+    pub(crate) fn starts_in(&self, start: u64, end: u64) -> bool {
+        let i = self.starts.partition_point(|&a| a < start);
+        self.starts.get(i).is_some_and(|&a| a <= end)
+    }
+
+    /// The first function start after `address`, or `u64::MAX`.
+    pub(crate) fn next_start(&self, address: u64) -> u64 {
+        let i = self.starts.partition_point(|&a| a <= address);
+        self.starts.get(i).copied().unwrap_or(u64::MAX)
     }
 
     /// What a jump from a function to `target`, outside it, lands on.

@@ -26,7 +26,7 @@ use std::{
 
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, MemorySize, Mnemonic,
-    OpAccess, Register,
+    OpAccess, OpKind, Register,
 };
 
 use super::{
@@ -96,7 +96,9 @@ pub fn candidate(
     }
     let len = (function.size - skipped).min(MAX_INSN * (MAX_PREFIX as u64 + 1));
     let mut bytes = vec![0; len as usize];
-    code.read_exact_at(&mut bytes, function.probe_offset)?;
+    if !read_whole(code, &mut bytes, function.probe_offset)? {
+        return Ok(None); // a symbol past the end of the file
+    }
     let start = function.address + skipped;
     let kept = &ARG_REGISTERS[..arguments.min(ARG_REGISTERS.len())];
     Ok(
@@ -186,15 +188,21 @@ fn movable(insn: &Instruction, info: &mut InstructionInfoFactory, kept: &[Regist
         !written(used.access())
             || !(full == Register::RSP || used.register().is_segment_register() || kept.contains(&full))
     });
+    // A copy of the stack pointer (`mov %rsp,%rax`, `lea 8(%rsp),%rax`) could be written through
+    // later: only loads and stores based on it are plain.
+    let copies_rsp = (0..insn.op_count())
+        .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == Register::RSP)
+        || (insn.mnemonic() == Mnemonic::Lea && insn.memory_base() == Register::RSP);
     // The red zone below the stack pointer is the function's own; at and above it lie the return
-    // address and the caller's frame.
+    // address and the caller's frame. With arguments captured, no other write either: one through
+    // a pointer argument would change the string the entry reads.
     let memory_ok = info.used_memory().iter().all(|used| {
-        !written(used.access())
-            || used.base() != Register::RSP
-            || (used.index() == Register::None
-                && (used.displacement() as i64) + size_of(used.memory_size()) <= 0)
+        let red_zone = used.base() == Register::RSP
+            && used.index() == Register::None
+            && (used.displacement() as i64) + size_of(used.memory_size()) <= 0;
+        !written(used.access()) || red_zone || (kept.is_empty() && used.base() != Register::RSP)
     });
-    registers_ok && memory_ok
+    registers_ok && !copies_rsp && memory_ok
 }
 
 /// Bytes a memory operand of `size` covers (at most 64; unknown sizes count as 64).
@@ -306,56 +314,68 @@ fn plain(mnemonic: Mnemonic) -> bool {
     )
 }
 
-/// The direct branch targets of a file's code, one bit per byte of the address range its
-/// executable sections span (an eighth of the code's size), and the places of its indirect jumps,
-/// sorted.
+/// The places a file's code can jump to, one bit per byte of each executable section, and the
+/// places of its indirect jumps, sorted: the direct branch and call targets, and the code
+/// addresses its instructions compute (a RIP-relative `lea`, an immediate), which a later
+/// indirect jump or call could use.
 #[derive(Debug, Default)]
 pub struct Branches {
-    /// The address bit 0 of `targets` stands for.
-    base: u64,
-    targets: Vec<u64>,
+    /// Per executable section, by address: where it starts and ends, and its bits.
+    sections: Vec<(u64, u64, Vec<u64>)>,
     /// Indirect jumps other than through a RIP-relative slot (a GOT entry: a tail call).
     indirect: Vec<u64>,
 }
 
 impl Branches {
-    /// No branch yet, over the addresses `start..end`.
-    fn over(start: u64, end: u64) -> Self {
+    /// No branch yet, over the sections `code`.
+    fn over(code: &[CodeRange]) -> Self {
+        let mut sections: Vec<(u64, u64, Vec<u64>)> = code
+            .iter()
+            .map(|c| {
+                (
+                    c.address,
+                    c.address + c.size,
+                    vec![0; (c.size as usize).div_ceil(64)],
+                )
+            })
+            .collect();
+        sections.sort_by_key(|s| s.0);
         Branches {
-            base: start,
-            targets: vec![0; (end.saturating_sub(start) as usize).div_ceil(64)],
+            sections,
             indirect: Vec::new(),
         }
     }
 
+    /// The section holding `address`, and the address's bit in it.
+    fn bit(&self, address: u64) -> Option<(usize, u64)> {
+        let i = self.sections.partition_point(|s| s.0 <= address).checked_sub(1)?;
+        let (start, end, _) = &self.sections[i];
+        (address < *end).then_some((i, address - start))
+    }
+
     /// Marks `target`; one outside the code (another file's, through its PLT) cannot land in it.
     fn mark(&mut self, target: u64) {
-        let Some(bit) = target.checked_sub(self.base) else {
-            return;
-        };
-        if let Some(word) = self.targets.get_mut((bit / 64) as usize) {
-            *word |= 1 << (bit % 64);
+        if let Some((i, bit)) = self.bit(target) {
+            self.sections[i].2[(bit / 64) as usize] |= 1 << (bit % 64);
         }
     }
 
-    /// Whether some branch lands on an address in `start..=end`.
-    fn lands_in(&self, start: u64, end: u64) -> bool {
-        (start..=end).any(|address| {
-            address.checked_sub(self.base).is_some_and(|bit| {
-                self.targets
-                    .get((bit / 64) as usize)
-                    .is_some_and(|word| word & (1 << (bit % 64)) != 0)
-            })
-        })
+    /// Whether something can land on an address in `start..=end`; None when those addresses are
+    /// not all in one swept section.
+    fn lands_in(&self, start: u64, end: u64) -> Option<bool> {
+        let (i, first) = self.bit(start)?;
+        if self.bit(end)?.0 != i {
+            return None;
+        }
+        let bits = &self.sections[i].2;
+        Some((first..=first + (end - start)).any(|bit| bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0))
     }
 
     pub fn sweep(file: &std::fs::File, code: &[CodeRange]) -> std::io::Result<Option<Self>> {
         if code.iter().map(|c| c.size).sum::<u64>() > MAX_SWEEP {
             return Ok(None);
         }
-        let start = code.iter().map(|c| c.address).min().unwrap_or(0);
-        let end = code.iter().map(|c| c.address + c.size).max().unwrap_or(0);
-        let mut branches = Branches::over(start, end);
+        let mut branches = Branches::over(code);
         let mut bytes = Vec::new();
         for range in code {
             // A chunk at a time, each read with the longest instruction's bytes past its end, so
@@ -364,7 +384,9 @@ impl Branches {
             while done < range.size {
                 let len = (range.size - done).min(SWEEP_CHUNK + MAX_INSN);
                 bytes.resize(len as usize, 0);
-                file.read_exact_at(&mut bytes, range.file_offset + done)?;
+                if !read_whole(file, &mut bytes, range.file_offset + done)? {
+                    return Ok(None); // a section past the end of the file: nothing is moved
+                }
                 let until = if done + len == range.size {
                     len
                 } else {
@@ -395,13 +417,25 @@ impl Branches {
                 }
                 _ => {}
             }
+            if insn.mnemonic() == Mnemonic::Lea && insn.is_ip_rel_memory_operand() {
+                self.mark(insn.ip_rel_memory_address());
+            }
+            for i in 0..insn.op_count() {
+                if matches!(
+                    insn.op_kind(i),
+                    OpKind::Immediate32 | OpKind::Immediate32to64 | OpKind::Immediate64
+                ) {
+                    self.mark(insn.immediate(i));
+                }
+            }
         }
         decoder.position()
     }
 
     /// Whether the entry probe of `function` (in `code`, whose symbols are `symbols`) may move to
-    /// `candidate`: nothing jumps into the instructions moved past or onto the candidate, and no
-    /// indirect jump of the function, or of a cold part it jumps to, could.
+    /// `candidate`: nothing lands on the instructions moved past or on the candidate (no branch,
+    /// no other symbol), and no indirect jump of the function, or of code outside it that it jumps
+    /// to (a cold part, or unknown code up to the next function), could.
     pub fn allows(
         &self,
         code: &std::fs::File,
@@ -409,34 +443,52 @@ impl Branches {
         function: &FunctionSymbol,
         candidate: &Candidate,
     ) -> std::io::Result<bool> {
-        if self.lands_in(function.address + 1, candidate.address) {
-            return Ok(false);
-        }
-        if function.size > MAX_FUNCTION {
+        let moved_past = function.address + 1..=candidate.address;
+        if self.lands_in(*moved_past.start(), *moved_past.end()) != Some(false)
+            || symbols.starts_in(*moved_past.start(), *moved_past.end())
+            || function.size > MAX_FUNCTION
+        {
             return Ok(false);
         }
         let mut bytes = vec![0; function.size as usize];
-        code.read_exact_at(&mut bytes, function.file_offset)?;
+        if !read_whole(code, &mut bytes, function.file_offset)? {
+            return Ok(false);
+        }
         let end = function.address + function.size;
         let mut decoder = Decoder::with_ip(64, &bytes, function.address, DecoderOptions::NONE);
         let mut insn = Instruction::default();
         while decoder.can_decode() {
             decoder.decode_out(&mut insn);
-            match insn.flow_control() {
+            let target = insn.near_branch_target();
+            let outside = match insn.flow_control() {
                 FlowControl::IndirectBranch if !insn.is_ip_rel_memory_operand() => return Ok(false),
-                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
-                    let target = insn.near_branch_target();
-                    if (function.address..end).contains(&target) {
-                        continue;
-                    }
-                    if let Landing::Cold(i) = symbols.landing(target) {
-                        let cold = &symbols.cold_parts[i];
-                        if self.indirect_in(cold.address, cold.address + cold.size) {
-                            return Ok(false);
-                        }
-                    }
+                // Also decoded here, from the function's own start: a sweep of the whole section
+                // can lose its place in data between functions.
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
+                    if moved_past.contains(&target) =>
+                {
+                    return Ok(false)
                 }
-                _ => {}
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                    !(function.address..end).contains(&target)
+                }
+                _ => false,
+            };
+            if !outside {
+                continue;
+            }
+            let (from, to) = match symbols.landing(target) {
+                Landing::Function => continue,
+                Landing::Cold(i) => {
+                    let cold = &symbols.cold_parts[i];
+                    (cold.address, cold.address + cold.size)
+                }
+                // A cold part or local function a stripped file does not name: up to the next
+                // function it does, at most 64 KiB.
+                Landing::Unknown => (target, symbols.next_start(target).min(target + (64 << 10))),
+            };
+            if from == to || self.indirect_in(from, to) {
+                return Ok(false);
             }
         }
         Ok(true)
@@ -445,6 +497,15 @@ impl Branches {
     fn indirect_in(&self, start: u64, end: u64) -> bool {
         let i = self.indirect.partition_point(|&a| a < start);
         self.indirect.get(i).is_some_and(|&a| a < end)
+    }
+}
+
+/// Fills `bytes` from `file` at `offset`; false when the file ends first.
+fn read_whole(file: &std::fs::File, bytes: &mut [u8], offset: u64) -> std::io::Result<bool> {
+    match file.read_exact_at(bytes, offset) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -575,6 +636,18 @@ mod tests {
         let code = then_push(&[&[0x48, 0x83, 0xc7, 0x02]]);
         assert_eq!(past(&code, &[Register::RDI]), None);
         assert_eq!(past(&code, &[]), Some(1));
+        // With an argument captured, a store through a pointer (movb $0,(%rdi)) could change the
+        // string read at entry; a store into the red zone cannot.
+        let code = then_push(&[&[0xc6, 0x07, 0x00]]);
+        assert_eq!(past(&code, &[Register::RDI]), None);
+        assert_eq!(past(&code, &[]), Some(1));
+        let red = then_push(&[&[0x48, 0x89, 0x7c, 0x24, 0xf8]]);
+        assert_eq!(past(&red, &[Register::RDI]), Some(1));
+        // mov %rsp,%rax and lea 0x8(%rsp),%rax copy the stack pointer.
+        assert_eq!(past(&then_push(&[&[0x48, 0x89, 0xe0]]), &[]), None);
+        assert_eq!(past(&then_push(&[&[0x48, 0x8d, 0x44, 0x24, 0x08]]), &[]), None);
+        // mov -0x8(%rsp),%rax loads through it: plain.
+        assert_eq!(past(&then_push(&[&[0x48, 0x8b, 0x44, 0x24, 0xf8]]), &[]), Some(1));
         // mov %edi,%edi writes RDI too (its 32-bit half).
         assert_eq!(past(&then_push(&[&[0x89, 0xff]]), &[Register::RDI]), None);
         // lock incl (%rdi); syscall; rep stos; cpuid; mov %eax,%ss.
@@ -604,16 +677,47 @@ mod tests {
         let code = [
             0x31, 0xc0, 0x48, 0x83, 0xc0, 0x01, 0x48, 0x39, 0xf8, 0x72, 0xf7, 0xc3,
         ];
-        let mut branches = Branches::over(START, 0x2008);
+        let sections = [
+            CodeRange {
+                address: START,
+                size: 0x100,
+                file_offset: 0,
+            },
+            CodeRange {
+                address: 0x2000,
+                size: 0x100,
+                file_offset: 0x100,
+            },
+        ];
+        let mut branches = Branches::over(&sections);
         assert_eq!(branches.add(&code, START, code.len()), code.len());
-        let marked = |b: &Branches| (START..0x2008).filter(|&a| b.lands_in(a, a)).collect::<Vec<_>>();
+        let marked = |b: &Branches| {
+            (START..0x2100)
+                .filter(|&a| b.lands_in(a, a) == Some(true))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(marked(&branches), [0x1002]);
-        assert!(branches.lands_in(START + 1, START + 9) && !branches.lands_in(START + 3, START + 9));
-        // jmp *%rcx; jmp *0x10(%rip)
-        branches.add(&[0xff, 0xe1, 0xff, 0x25, 0x10, 0, 0, 0], 0x2000, 8);
+        assert_eq!(branches.lands_in(START + 1, START + 9), Some(true));
+        assert_eq!(branches.lands_in(START + 3, START + 9), Some(false));
+        // Outside the code, or across two sections: unknown.
+        assert_eq!(branches.lands_in(0x1200, 0x1201), None);
+        assert_eq!(branches.lands_in(0x10f0, 0x2001), None);
+        // jmp *%rcx; jmp *0x10(%rip); lea -0x100b(%rip),%rax (0x1004); mov $0x1003,%eax
+        let more = [
+            &[0xff, 0xe1, 0xff, 0x25, 0x10, 0, 0, 0][..],
+            &[0x48, 0x8d, 0x05, 0xf5, 0xef, 0xff, 0xff],
+            &[0xb8, 0x03, 0x10, 0, 0],
+        ]
+        .concat();
+        branches.add(&more, 0x2000, more.len());
         assert_eq!(branches.indirect, [0x2000], "a GOT jump is a tail call");
+        assert_eq!(
+            marked(&branches),
+            [0x1002, 0x1003, 0x1004],
+            "computed code addresses count"
+        );
         // Decoding stops at the first instruction that starts at or past `until`: the jb.
-        let mut first = Branches::over(START, 0x2008);
+        let mut first = Branches::over(&sections);
         assert_eq!(first.add(&code, START, 9), 9);
         assert!(marked(&first).is_empty());
     }
@@ -639,8 +743,8 @@ mod tests {
         // Every instruction's end but the last (the end of the code) is a target.
         for i in 0..n {
             let at = START + 5 * i;
-            assert_eq!(branches.lands_in(at, at), i > 0, "{at:#x}");
-            assert!(!branches.lands_in(at + 1, at + 4), "{at:#x}");
+            assert_eq!(branches.lands_in(at, at), Some(i > 0), "{at:#x}");
+            assert_eq!(branches.lands_in(at + 1, at + 4), Some(false), "{at:#x}");
         }
     }
 }

@@ -3,6 +3,7 @@
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
     collections::{BTreeMap, HashMap},
+    os::unix::fs::MetadataExt,
     path::Path,
 };
 
@@ -122,9 +123,13 @@ impl Plan {
 /// [`Attachment::exits`]).
 type Planned = (u32, u64, Option<Vec<ExitSite>>);
 
+/// Where a function's probes go: its entry probe's file offset, and where its exits are probed
+/// (None: a return probe).
+pub type Placed = (u64, Option<Vec<ExitSite>>);
+
 /// Why a matched function is not traced.
 #[derive(Clone, Debug)]
-enum Untraceable {
+pub enum Untraceable {
     /// Its first instruction is one the kernel's uprobes refuse ([`insn::refused`]).
     Refused(String),
     /// It returns twice ([`super::elf::returns_twice`]) and its exit instructions cannot be
@@ -144,11 +149,12 @@ pub fn plan(
     let mut plan = Plan::default();
     let mut elves = SymbolCache::default();
     let mut entry_sites = EntrySites::default();
-    // The probe id and exit sites of each (file shown, entry offset) planned; or why it is not
-    // traced.
-    let mut ids: HashMap<(String, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
-    // Per file shown: functions whose exits are probed at instructions, and those that could not be.
-    let mut at_exits: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    // The probe id and exit sites of each (file shown, its device and inode, entry offset)
+    // planned; or why it is not traced.
+    let mut ids: HashMap<(String, u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
+    // Per file shown: functions whose exits are probed at instructions, those that could not be,
+    // and those that return twice (probed at instructions under every mode).
+    let mut at_exits: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
     let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: functions a glob matched that return twice and whose exits cannot be found.
@@ -176,30 +182,31 @@ pub fn plan(
             let functions = symbols.find(&spec.symbol)?;
             // Opened once for every function's instructions (entry, exits).
             let code = std::fs::File::open(&file.open).map_err(unreadable(&file))?;
+            let meta = code.metadata().map_err(unreadable(&file))?;
             for function in functions {
                 let shown = file.shown.display().to_string();
-                let key = (shown.clone(), function.probe_offset);
+                let key = (shown.clone(), meta.dev(), meta.ino(), function.probe_offset);
                 let planned = match ids.get(&key) {
                     Some(known) => known.clone(),
                     None => {
-                        let refused =
-                            insn::refused(&code, function.probe_offset).map_err(unreadable(&file))?;
-                        let known = match refused {
-                            Some(why) => Err(Untraceable::Refused(why)),
-                            None => {
-                                let offset = entry_sites
-                                    .offset(entries, &code, symbols, function, spec.args.len())
-                                    .map_err(unreadable(&file))?;
-                                new_probe(
-                                    &mut plan,
-                                    &mut at_exits,
-                                    exits,
-                                    spec,
-                                    (&file, &code),
-                                    symbols,
-                                    (function, offset),
-                                )?
-                            }
+                        let known = match placement(
+                            (entries, exits),
+                            (&file, &code),
+                            symbols,
+                            function,
+                            spec.args.len(),
+                            &mut entry_sites,
+                        )? {
+                            Ok((entry, sites)) => Ok(new_probe(
+                                &mut plan,
+                                &mut at_exits,
+                                exits,
+                                spec,
+                                &file,
+                                symbols,
+                                (function, entry, sites),
+                            )),
+                            Err(why) => Err(why),
                         };
                         let left_out = match &known {
                             Ok(_) => None,
@@ -244,7 +251,14 @@ pub fn plan(
             }
         }
     }
-    for (file, (probed, not)) in at_exits {
+    for (file, (probed, not, twice_probed)) in at_exits {
+        if twice_probed > 0 {
+            plan.notices.push(format!(
+                "{file}: {twice_probed} traced function(s) return twice, as setjmp does: their \
+                 exits are probed at their ret and tail-call instructions, as a return probe would \
+                 break their second return"
+            ));
+        }
         if probed > 0 && exits == ExitMode::Auto {
             plan.notices.push(format!(
                 "{file} has exception tables: {probed} traced function(s) that call others end at \
@@ -282,34 +296,56 @@ pub fn plan(
     Ok(plan)
 }
 
-/// Adds the probe of `function`, whose entry is probed at file offset `entry`, to `plan` and
-/// returns its id, entry and exit sites, counting in `at_exits` how its exits are probed; or,
-/// for a function that returns twice whose exits cannot be probed at instructions, adds nothing.
-fn new_probe(
-    plan: &mut Plan,
-    at_exits: &mut BTreeMap<String, (usize, usize)>,
-    exits: ExitMode,
-    spec: &UprobeSpec,
+/// Where `function`'s probes go (in `file`, read through `code`): the file offset of its entry
+/// probe and where its exits are probed (None: a return probe); or why it is not traced.
+/// `arguments` is how many argument registers its spec captures.
+pub fn placement(
+    (entries, exits): (EntryMode, ExitMode),
     (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
-    (function, entry): (&FunctionSymbol, u64),
-) -> Result<std::result::Result<Planned, Untraceable>> {
-    let shown = file.shown.display().to_string();
+    function: &FunctionSymbol,
+    arguments: usize,
+    entry_sites: &mut EntrySites,
+) -> Result<std::result::Result<Placed, Untraceable>> {
+    if let Some(why) = insn::refused(code, function.probe_offset).map_err(unreadable(file))? {
+        return Ok(Err(Untraceable::Refused(why)));
+    }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
-    if function.returns_twice && sites.is_none() {
+    if function.returns_twice && sites.as_ref().is_none_or(Vec::is_empty) {
+        // No exit to end its spans at (say `jmp *%r8`), and a return probe is no option.
         return Ok(Err(Untraceable::ReturnsTwice));
     }
+    let moved = entry_sites
+        .offset(entries, code, symbols, function, arguments)
+        .map_err(unreadable(file))?;
     // A moved entry on an exit (a tail call's `jmp`) would make one probe both: it stays.
     let entry = match &sites {
-        Some(sites) if sites.iter().any(|s| s.offset == entry) => function.probe_offset,
-        _ => entry,
+        Some(sites) if sites.iter().any(|s| s.offset == moved) => function.probe_offset,
+        _ => moved,
     };
+    Ok(Ok((entry, sites)))
+}
+
+/// Adds the probe of `function`, whose entry is probed at file offset `entry` and exits at
+/// `sites` (see [`placement`]), to `plan` and returns its id, entry and exit sites, counting in
+/// `at_exits` how its exits are probed.
+fn new_probe(
+    plan: &mut Plan,
+    at_exits: &mut BTreeMap<String, (usize, usize, usize)>,
+    exits: ExitMode,
+    spec: &UprobeSpec,
+    file: &TargetFile,
+    symbols: &ElfSymbols,
+    (function, entry, sites): (&FunctionSymbol, u64, Option<Vec<ExitSite>>),
+) -> Planned {
+    let shown = file.shown.display().to_string();
     let count = at_exits.entry(shown.clone()).or_default();
     // Under auto, only a function whose code could not be read is left exposed; the others with
     // return probes are leaves.
     let exposed =
         exits == ExitMode::Ret || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
     match &sites {
+        Some(_) if function.returns_twice => count.2 += 1,
         Some(_) => count.0 += 1,
         None if exposed => count.1 += 1,
         None => {}
@@ -324,7 +360,7 @@ fn new_probe(
             ret: spec.ret,
         },
     });
-    Ok(Ok(((plan.probes.len() - 1) as u32, entry, sites)))
+    ((plan.probes.len() - 1) as u32, entry, sites)
 }
 
 /// The error for a failed read of `file`.
