@@ -32,6 +32,7 @@ use iced_x86::{
 use super::{
     elf::{CodeRange, ElfSymbols, FunctionSymbol},
     exits::Landing,
+    insn::MAX_INSN,
 };
 
 /// How entry probes of `-u` functions are placed (`--entry`).
@@ -59,9 +60,6 @@ const SWEEP_CHUNK: u64 = 1 << 20;
 /// The most code of a function decoded for its indirect jumps; a larger one keeps its entry.
 const MAX_FUNCTION: u64 = 1 << 20;
 
-/// The longest x86 instruction.
-const MAX_INSN: u64 = 15;
-
 /// The argument registers of the x86-64 SysV calling convention, in order.
 const ARG_REGISTERS: [Register; 6] = [
     Register::RDI,
@@ -77,8 +75,6 @@ const ARG_REGISTERS: [Register; 6] = [
 pub struct Candidate {
     pub address: u64,
     pub file_offset: u64,
-    /// How many instructions it is past the entry.
-    pub past: usize,
 }
 
 /// The first emulated instruction `function` (read from `code`) can be probed on instead of its
@@ -94,7 +90,7 @@ pub fn candidate(
     if function.size <= skipped {
         return Ok(None);
     }
-    let len = (function.size - skipped).min(MAX_INSN * (MAX_PREFIX as u64 + 1));
+    let len = (function.size - skipped).min(MAX_INSN as u64 * (MAX_PREFIX as u64 + 1));
     let mut bytes = vec![0; len as usize];
     if !read_whole(code, &mut bytes, function.probe_offset)? {
         return Ok(None); // a symbol past the end of the file
@@ -102,15 +98,15 @@ pub fn candidate(
     let start = function.address + skipped;
     let kept = &ARG_REGISTERS[..arguments.min(ARG_REGISTERS.len())];
     Ok(
-        find_candidate(&bytes, start, function, kept).map(|(address, past)| Candidate {
+        find_candidate(&bytes, start, function, kept).map(|(address, _)| Candidate {
             address,
             file_offset: function.probe_offset + (address - start),
-            past,
         }),
     )
 }
 
-/// [`candidate`] on the code at `start` (`bytes`, the function's from its probe offset on).
+/// [`candidate`] on the code at `start` (`bytes`, the function's from its probe offset on): the
+/// site's address, and how many instructions it is past the first.
 fn find_candidate(
     bytes: &[u8],
     start: u64,
@@ -382,7 +378,7 @@ impl Branches {
             // an instruction that starts in it decodes whole.
             let mut done = 0;
             while done < range.size {
-                let len = (range.size - done).min(SWEEP_CHUNK + MAX_INSN);
+                let len = (range.size - done).min(SWEEP_CHUNK + MAX_INSN as u64);
                 bytes.resize(len as usize, 0);
                 if !read_whole(file, &mut bytes, range.file_offset + done)? {
                     return Ok(None); // a section past the end of the file: nothing is moved

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};
 
 /// The longest x86 instruction.
-const MAX_INSN: usize = 15;
+pub(crate) const MAX_INSN: usize = 15;
 
 /// Why the kernel would refuse to probe the instruction at `offset` of `file`, with the
 /// instruction as text; None when it can be probed. An instruction that does not decode is left
