@@ -103,6 +103,20 @@ pub fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }
 
+/// `gocalls calls|grow|fail` (see gocalls.go), built with `go build` on first use (only the Go
+/// tests need it).
+pub fn gocalls() -> &'static Path {
+    static GOCALLS: OnceLock<PathBuf> = OnceLock::new();
+    GOCALLS.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gocalls.go");
+        let out = target_dir().join("xtrace-fixtures");
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+        let binary = out.join("gocalls");
+        compile(&[src], &binary, &[]);
+        binary
+    })
+}
+
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
 pub fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
@@ -237,10 +251,16 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         Some("cpp") => ("CXX", "c++", CFLAGS),
         // Rust fixtures take only their own flags (rustc is the toolchain building the tests).
         Some("rs") => ("RUSTC", "rustc", &[][..]),
+        // Go fixtures: `go build`, with its build cache under the target directory.
+        Some("go") => ("GO", "go", &["build"][..]),
         _ => ("CC", "cc", CFLAGS),
     };
     let cc = std::env::var(var).unwrap_or_else(|_| default.to_owned());
-    let result = Command::new(&cc)
+    let mut command = Command::new(&cc);
+    if extension == Some("go") {
+        command.env("GOCACHE", target_dir().join("xtrace-fixtures/go-cache"));
+    }
+    let result = command
         .args(flags)
         .arg("-o")
         .arg(&tmp)
@@ -248,7 +268,7 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         .args(extra)
         .output()
         .unwrap_or_else(|e| {
-            panic!("running {cc} (C, C++ and Rust compilers are needed for the fixtures): {e}")
+            panic!("running {cc} (C, C++, Rust and Go compilers are needed for the fixtures): {e}")
         });
     assert!(
         result.status.success(),

@@ -40,6 +40,9 @@ pub mod args {
     pub const fn int(i: usize) -> u32 {
         1 << i
     }
+    /// The function is Go code: argument `i` is the `i`th integer register of Go's register ABI
+    /// (`rax rbx rcx rdi rsi r8`), not of System V's (`rdi rsi rdx rcx r8 r9`).
+    pub const GO_ABI: u32 = 1 << 6;
     /// Argument `i` is also read as a NUL-terminated string.
     pub const fn string(i: usize) -> u32 {
         1 << (8 + i)

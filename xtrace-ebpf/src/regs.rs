@@ -5,6 +5,16 @@
 pub const PT_REGS_SIZE: usize = 21 * 8;
 /// Offset of `ax`.
 pub const PT_REGS_AX: usize = 10 * 8;
+/// Offset of `bx`.
+pub const PT_REGS_BX: usize = 5 * 8;
+/// Offset of `r8`.
+pub const PT_REGS_R8: usize = 9 * 8;
+/// Offset of `cx`.
+pub const PT_REGS_CX: usize = 11 * 8;
+/// Offset of `si`.
+pub const PT_REGS_SI: usize = 13 * 8;
+/// Offset of `di`.
+pub const PT_REGS_DI: usize = 14 * 8;
 /// Offset of `bp`.
 pub const PT_REGS_BP: usize = 4 * 8;
 /// Offset of `ip`.
@@ -47,4 +57,30 @@ context_register!(
     /// The user `rax`: a function's return value at its `ret`.
     user_ax,
     PT_REGS_AX
+);
+
+context_register!(
+    /// The user `rbx`: a Go function's second integer argument.
+    user_bx,
+    PT_REGS_BX
+);
+context_register!(
+    /// The user `rcx`: a Go function's third integer argument.
+    user_cx,
+    PT_REGS_CX
+);
+context_register!(
+    /// The user `rdi`: a Go function's fourth integer argument.
+    user_di,
+    PT_REGS_DI
+);
+context_register!(
+    /// The user `rsi`: a Go function's fifth integer argument.
+    user_si,
+    PT_REGS_SI
+);
+context_register!(
+    /// The user `r8`: a Go function's sixth integer argument.
+    user_r8,
+    PT_REGS_R8
 );

@@ -29,7 +29,7 @@ use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, keep_return_addresses,
     min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
-use crate::regs::{user_ax, user_sp};
+use crate::regs::{user_ax, user_bx, user_cx, user_di, user_r8, user_si, user_sp};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -136,14 +136,26 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         (*event).depth = depth;
         (*event)._pad = 0;
         // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
-        let regs: [u64; MAX_ARGS] = [
-            ctx.arg(0).unwrap_or(0),
-            ctx.arg(1).unwrap_or(0),
-            ctx.arg(2).unwrap_or(0),
-            ctx.arg(3).unwrap_or(0),
-            ctx.arg(4).unwrap_or(0),
-            ctx.arg(5).unwrap_or(0),
-        ];
+        let regs: [u64; MAX_ARGS] = if spec & args::GO_ABI != 0 {
+            let r = ctx.regs;
+            [
+                user_ax(r),
+                user_bx(r),
+                user_cx(r),
+                user_di(r),
+                user_si(r),
+                user_r8(r),
+            ]
+        } else {
+            [
+                ctx.arg(0).unwrap_or(0),
+                ctx.arg(1).unwrap_or(0),
+                ctx.arg(2).unwrap_or(0),
+                ctx.arg(3).unwrap_or(0),
+                ctx.arg(4).unwrap_or(0),
+                ctx.arg(5).unwrap_or(0),
+            ]
+        };
         for i in 0..MAX_ARGS {
             let value = regs[i];
             (*event).args[i] = value;

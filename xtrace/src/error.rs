@@ -48,6 +48,8 @@ pub enum Error {
     },
     #[error("{path}: cannot trace `{symbol}`: it returns twice, as setjmp does, and its exit instructions cannot be found to probe, while a return probe would break its second return; trace a function that calls it")]
     ReturnsTwice { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it is Go code and has no exit instruction that can be probed (no ret, or one uprobes refuse), while a return probe would make the Go runtime abort the process; trace a function that calls it")]
+    GoStack { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{suggestions}")]
     SymbolNotFound {
         symbol: String,

@@ -63,6 +63,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
             capture: Capture {
                 args: vec![ArgType::Str],
                 ret: None,
+                go: false,
             },
         });
         if !loaders.contains(&id) {

@@ -174,6 +174,8 @@ impl ValueStats {
 pub struct Capture {
     pub args: Vec<ArgType>,
     pub ret: Option<ArgType>,
+    /// Go code: `args` are read from Go's register ABI (see `args::GO_ABI`).
+    pub go: bool,
 }
 
 /// Pairs arguments with spans and aggregates values.
@@ -307,6 +309,7 @@ mod tests {
             Capture {
                 args: vec![ArgType::U64, ArgType::I32, ArgType::Str],
                 ret: Some(ArgType::I32),
+                go: false,
             },
             Capture::default(),
         ])

@@ -97,6 +97,11 @@ pub struct ElfSymbols {
     /// trampoline. (C code built with -fexceptions, such as libc for thread cancellation, has the
     /// tables with C's personality routine; it throws nothing and is left out.)
     pub cxx_exceptions: bool,
+    /// Go code (a `.go.buildinfo` section or a `.note.go.buildid` note): the Go runtime walks its
+    /// goroutines' stacks (garbage collection, stack growth, preemption, tracebacks) and aborts
+    /// the process at a return address it cannot place, such as a return probe's trampoline.
+    /// Its functions also take their arguments in Go's register ABI, not the System V one.
+    pub go: bool,
     /// The cold parts of split functions (`f.cold`), sorted by address: not functions, but code
     /// their functions jump to (see [`super::exits`]).
     pub cold_parts: Vec<CodeRange>,
@@ -266,6 +271,9 @@ impl ElfSymbols {
             functions,
             stripped: file.symbols().next().is_none(),
             cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
+            go: [".go.buildinfo", ".note.go.buildid"]
+                .iter()
+                .any(|name| file.section_by_name(name).is_some()),
             cold_parts,
             code,
             starts,

@@ -60,14 +60,25 @@ const SWEEP_CHUNK: u64 = 1 << 20;
 /// The most code of a function decoded for its indirect jumps; a larger one keeps its entry.
 const MAX_FUNCTION: u64 = 1 << 20;
 
-/// The argument registers of the x86-64 SysV calling convention, in order.
-const ARG_REGISTERS: [Register; 6] = [
+/// The integer argument registers xtrace reads, in order: the x86-64 System V calling
+/// convention's.
+const SYSV_ARGS: [Register; 6] = [
     Register::RDI,
     Register::RSI,
     Register::RDX,
     Register::RCX,
     Register::R8,
     Register::R9,
+];
+
+/// The same for Go code: the first six of Go's register ABI (ABIInternal).
+const GO_ARGS: [Register; 6] = [
+    Register::RAX,
+    Register::RBX,
+    Register::RCX,
+    Register::RDI,
+    Register::RSI,
+    Register::R8,
 ];
 
 /// Where an entry probe could move: the first emulated instruction of a function's start.
@@ -80,11 +91,11 @@ pub struct Candidate {
 /// The first emulated instruction `function` (read from `code`) can be probed on instead of its
 /// first one, before the branch check ([`Branches::allows`]); None when the first is emulated,
 /// the size is unknown, or something on the way disqualifies the move. `arguments` is how many
-/// argument registers the probe captures.
+/// argument registers the probe captures, of Go's register ABI when `go`.
 pub fn candidate(
     code: &std::fs::File,
     function: &FunctionSymbol,
-    arguments: usize,
+    (arguments, go): (usize, bool),
 ) -> std::io::Result<Option<Candidate>> {
     let skipped = function.probe_offset - function.file_offset;
     if function.size <= skipped {
@@ -96,7 +107,8 @@ pub fn candidate(
         return Ok(None); // a symbol past the end of the file
     }
     let start = function.address + skipped;
-    let kept = &ARG_REGISTERS[..arguments.min(ARG_REGISTERS.len())];
+    let registers = if go { &GO_ARGS } else { &SYSV_ARGS };
+    let kept = &registers[..arguments.min(registers.len())];
     Ok(
         find_candidate(&bytes, start, function, kept).map(|(address, _)| Candidate {
             address,
@@ -185,10 +197,13 @@ fn movable(insn: &Instruction, info: &mut InstructionInfoFactory, kept: &[Regist
             || !(full == Register::RSP || used.register().is_segment_register() || kept.contains(&full))
     });
     // A copy of the stack pointer (`mov %rsp,%rax`, `lea 8(%rsp),%rax`) could be written through
-    // later: only loads and stores based on it are plain.
-    let copies_rsp = (0..insn.op_count())
-        .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == Register::RSP)
-        || (insn.mnemonic() == Mnemonic::Lea && insn.memory_base() == Register::RSP);
+    // later: only loads and stores based on it are plain, and compares (Go's stack check, `cmp
+    // 0x10(%r14),%rsp`), which write only flags.
+    let compares = matches!(insn.mnemonic(), Mnemonic::Cmp | Mnemonic::Test);
+    let copies_rsp = !compares
+        && ((0..insn.op_count()).any(|i| {
+            insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == Register::RSP
+        }) || (insn.mnemonic() == Mnemonic::Lea && insn.memory_base() == Register::RSP));
     // The red zone below the stack pointer is the function's own; at and above it lie the return
     // address and the caller's frame. With arguments captured, no other write either: one through
     // a pointer argument would change the string the entry reads.
@@ -515,7 +530,7 @@ pub struct EntrySites {
 
 impl EntrySites {
     /// The file offset `function`'s entry probe goes on under `mode`. `arguments` is how many
-    /// argument registers the probe captures.
+    /// argument registers the probe captures (of Go's register ABI in Go code).
     pub fn offset(
         &mut self,
         mode: EntryMode,
@@ -528,7 +543,7 @@ impl EntrySites {
         if mode == EntryMode::Symbol {
             return Ok(unmoved);
         }
-        let Some(candidate) = candidate(code, function, arguments)? else {
+        let Some(candidate) = candidate(code, function, (arguments, symbols.go))? else {
             return Ok(unmoved);
         };
         let meta = code.metadata()?;
@@ -644,6 +659,11 @@ mod tests {
         assert_eq!(past(&then_push(&[&[0x48, 0x8d, 0x44, 0x24, 0x08]]), &[]), None);
         // mov -0x8(%rsp),%rax loads through it: plain.
         assert_eq!(past(&then_push(&[&[0x48, 0x8b, 0x44, 0x24, 0xf8]]), &[]), Some(1));
+        // Go's stack check, cmp 0x10(%r14),%rsp, and test %rsp,%rsp only read it.
+        assert_eq!(past(&then_push(&[&[0x49, 0x3b, 0x66, 0x10]]), &[]), Some(1));
+        assert_eq!(past(&then_push(&[&[0x48, 0x85, 0xe4]]), &[]), Some(1));
+        // With Go's first argument (rax) captured, mov %rdi,%rax may not be moved past.
+        assert_eq!(past(&then_push(&[&MOV_RDI_RAX]), &GO_ARGS[..1]), None);
         // mov %edi,%edi writes RDI too (its 32-bit half).
         assert_eq!(past(&then_push(&[&[0x89, 0xff]]), &[Register::RDI]), None);
         // lock incl (%rdi); syscall; rep stos; cpuid; mov %eax,%ss.

@@ -135,6 +135,9 @@ pub enum Untraceable {
     /// It returns twice ([`super::elf::returns_twice`]) and its exit instructions cannot be
     /// probed, while a return probe would break its second return.
     ReturnsTwice,
+    /// It is Go code ([`ElfSymbols::go`]) whose exit instructions cannot be probed, while a return
+    /// probe would make the Go runtime abort the process.
+    GoStack,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -152,13 +155,14 @@ pub fn plan(
     // The probe id and exit sites of each (file shown, its device and inode, entry offset)
     // planned; or why it is not traced.
     let mut ids: HashMap<(String, u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
-    // Per file shown: functions whose exits are probed at instructions, those that could not be,
-    // and those that return twice (probed at instructions under every mode).
-    let mut at_exits: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    // Per file shown: how many functions' exits are probed at instructions, and why.
+    let mut at_exits: BTreeMap<String, AtExits> = BTreeMap::new();
     // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
     let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: functions a glob matched that return twice and whose exits cannot be found.
     let mut twice: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: Go functions a glob matched whose exits cannot be found.
+    let mut go_stack: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -167,6 +171,15 @@ pub fn plan(
                 if symbols.stripped {
                     plan.notices.push(format!(
                         "{} is stripped (no .symtab): only its exported .dynsym functions can be traced",
+                        file.shown.display()
+                    ));
+                }
+                if symbols.go && exits == ExitMode::Uretprobe {
+                    plan.notices.push(format!(
+                        "{} is Go code: with --exits uretprobe, the Go runtime aborts the process \
+                         (\"unexpected return pc\") when it walks a goroutine's stack inside a traced \
+                         call (stack growth, garbage collection, preemption), because return probes \
+                         replace return addresses",
                         file.shown.display()
                     ));
                 }
@@ -212,6 +225,7 @@ pub fn plan(
                             Ok(_) => None,
                             Err(Untraceable::Refused(_)) => Some(&mut unprobeable),
                             Err(Untraceable::ReturnsTwice) => Some(&mut twice),
+                            Err(Untraceable::GoStack) => Some(&mut go_stack),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -231,6 +245,7 @@ pub fn plan(
                         return Err(match why {
                             Untraceable::Refused(why) => Error::Unprobeable { path, symbol, why },
                             Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
+                            Untraceable::GoStack => Error::GoStack { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -251,7 +266,13 @@ pub fn plan(
             }
         }
     }
-    for (file, (probed, not, twice_probed)) in at_exits {
+    for (file, counts) in at_exits {
+        let AtExits {
+            probed,
+            not,
+            twice: twice_probed,
+            go,
+        } = counts;
         if twice_probed > 0 {
             plan.notices.push(format!(
                 "{file}: {twice_probed} traced function(s) return twice, as setjmp does: their \
@@ -259,7 +280,13 @@ pub fn plan(
                  break their second return"
             ));
         }
-        if probed > 0 && exits == ExitMode::Auto {
+        if probed > 0 && exits == ExitMode::Auto && go {
+            plan.notices.push(format!(
+                "{file} is Go code: {probed} traced function(s) end at their own ret and tail-call \
+                 instructions, as the Go runtime aborts a process whose goroutine stack holds a \
+                 return probe's address (slower than return probes)"
+            ));
+        } else if probed > 0 && exits == ExitMode::Auto {
             plan.notices.push(format!(
                 "{file} has exception tables: {probed} traced function(s) that call others end at \
                  their own ret and tail-call instructions, so an exception or panic unwinding through \
@@ -280,6 +307,16 @@ pub fn plan(
         plan.notices.push(format!(
             "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
              (a lock or segment-override prefix) and are not traced: {}{more}",
+            names.len(),
+            shown.join(", ")
+        ));
+    }
+    for (file, names) in go_stack {
+        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+        let more = if names.len() > 5 { ", ..." } else { "" };
+        plan.notices.push(format!(
+            "{file}: {} matched Go function(s) have no exit instruction that can be probed, and a \
+             return probe would make the Go runtime abort the process, so they are not traced: {}{more}",
             names.len(),
             shown.join(", ")
         ));
@@ -311,9 +348,14 @@ pub fn placement(
         return Ok(Err(Untraceable::Refused(why)));
     }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
-    if function.returns_twice && sites.as_ref().is_none_or(Vec::is_empty) {
+    if sites.as_ref().is_none_or(Vec::is_empty) {
         // No exit to end its spans at (say `jmp *%r8`), and a return probe is no option.
-        return Ok(Err(Untraceable::ReturnsTwice));
+        if function.returns_twice {
+            return Ok(Err(Untraceable::ReturnsTwice));
+        }
+        if symbols.go && exits != ExitMode::Uretprobe {
+            return Ok(Err(Untraceable::GoStack));
+        }
     }
     let moved = entry_sites
         .offset(entries, code, symbols, function, arguments)
@@ -331,7 +373,7 @@ pub fn placement(
 /// `at_exits` how its exits are probed.
 fn new_probe(
     plan: &mut Plan,
-    at_exits: &mut BTreeMap<String, (usize, usize, usize)>,
+    at_exits: &mut BTreeMap<String, AtExits>,
     exits: ExitMode,
     spec: &UprobeSpec,
     file: &TargetFile,
@@ -340,14 +382,15 @@ fn new_probe(
 ) -> Planned {
     let shown = file.shown.display().to_string();
     let count = at_exits.entry(shown.clone()).or_default();
+    count.go = symbols.go;
     // Under auto, only a function whose code could not be read is left exposed; the others with
     // return probes are leaves.
     let exposed =
         exits == ExitMode::Ret || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
     match &sites {
-        Some(_) if function.returns_twice => count.2 += 1,
-        Some(_) => count.0 += 1,
-        None if exposed => count.1 += 1,
+        Some(_) if function.returns_twice => count.twice += 1,
+        Some(_) => count.probed += 1,
+        None if exposed => count.not += 1,
         None => {}
     }
     plan.probes.push(ProbeInfo {
@@ -358,9 +401,23 @@ fn new_probe(
         capture: Capture {
             args: spec.args.clone(),
             ret: spec.ret,
+            go: symbols.go,
         },
     });
     ((plan.probes.len() - 1) as u32, entry, sites)
+}
+
+/// How a file's traced functions have their exits probed, for the plan's notices.
+#[derive(Default)]
+struct AtExits {
+    /// At their instructions, as `--exits auto` or `ret` asks.
+    probed: usize,
+    /// With return probes, where `--exits` asked for their instructions.
+    not: usize,
+    /// At their instructions, as they return twice (under every mode).
+    twice: usize,
+    /// The file is Go code.
+    go: bool,
 }
 
 /// The error for a failed read of `file`.
@@ -383,7 +440,7 @@ fn exit_sites(
     let wanted = function.returns_twice
         || match mode {
             ExitMode::Uretprobe => false,
-            ExitMode::Auto => symbols.cxx_exceptions,
+            ExitMode::Auto => symbols.cxx_exceptions || symbols.go,
             ExitMode::Ret => true,
         };
     if !wanted {
@@ -393,8 +450,10 @@ fn exit_sites(
     let Some(found) = found else {
         return Ok(None); // no size: the code cannot be decoded
     };
-    if mode == ExitMode::Auto && !found.calls_out && !function.returns_twice {
-        return Ok(None); // a leaf: nothing it runs can throw through it
+    if mode == ExitMode::Auto && !found.calls_out && !function.returns_twice && !symbols.go {
+        // A leaf: nothing it runs can throw through it. (The Go runtime walks a leaf's stack
+        // too: when it preempts it, or a signal lands in it.)
+        return Ok(None);
     }
     if found.sites.iter().any(|s| s.offset == entry) {
         return Ok(None); // its entry is its exit: one probe cannot be both
@@ -421,7 +480,8 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
         .enumerate()
         .filter(|(_, p)| !p.capture.args.is_empty())
         .map(|(id, p)| {
-            let spec = p.capture.args.iter().enumerate().fold(0, |spec, (i, t)| {
+            let abi = if p.capture.go { args::GO_ABI } else { 0 };
+            let spec = p.capture.args.iter().enumerate().fold(abi, |spec, (i, t)| {
                 let string = if *t == ArgType::Str { args::string(i) } else { 0 };
                 spec | args::int(i) | string
             });

@@ -1,0 +1,164 @@
+//! Go code (the `gocalls` fixture, gocalls.go, built with `go build`). The Go runtime walks
+//! goroutine stacks (stack growth, garbage collection, preemption) and aborts the process at a
+//! return address it cannot place, such as a return probe's trampoline; so in Go code xtrace ends
+//! spans at the functions' own `ret` instructions, and reads arguments from Go's register ABI.
+
+use std::ffi::OsString;
+
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::{gocalls, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::{run_error, symbol_offset, trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+/// Traces a fresh `gocalls MODE` to its exit with `flags`; returns the outputs and xtrace's stderr.
+fn trace(mode: &str, flags: &[&str], label: &str) -> (Outputs, Vec<String>) {
+    let mut fixture = Fixture::spawn(gocalls(), &[mode]);
+    fixture.wait_ready();
+    let tmp = TempDir::new(label);
+    let out = tmp.join("out");
+    let flags: Vec<OsString> = flags.iter().map(OsString::from).collect();
+    let finished = trace_fixture_with(&mut fixture, flags, &[], &out);
+    (Outputs::read(&out), finished.stderr)
+}
+
+/// A span's integer argument or return value.
+fn value(span: &xtrace_tests::output::Span, key: &str) -> i64 {
+    span.args[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{key}: {span:?}"))
+}
+
+/// `outer(i)` for i = 0..6 calls `add(i, 10)` and `add(2i, 10)`: every span exact, with its
+/// arguments from rax and rbx (System V's rdi and rsi hold something else), and no entry left
+/// unmatched. `outer`'s entry probe moves past Go's stack check (`cmp 0x10(%r14),%rsp`, which only
+/// reads the stack pointer) onto its `jbe`.
+#[test]
+fn go_functions_are_traced_with_their_arguments_and_end_at_their_rets() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, stderr) = trace(
+        "calls",
+        &["-u", "main.add(i64, i64) -> i64", "-u", "main.outer(i64) -> i64"],
+        "go-calls",
+    );
+    let fixture = gocalls().display().to_string();
+    let notice = format!(
+        "xtrace: warning: {fixture} is Go code: 2 traced function(s) end at their own ret and \
+         tail-call instructions, as the Go runtime aborts a process whose goroutine stack holds a \
+         return probe's address (slower than return probes)"
+    );
+    assert!(stderr.contains(&notice), "{stderr:#?}");
+    assert_eq!(out.probe_count("main.outer"), 7);
+    assert_eq!(out.probe_count("main.add"), 14);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+
+    let mut outer = out.spans_named("main.outer");
+    outer.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, i64)> = outer
+        .iter()
+        .map(|s| (value(s, "arg0"), value(s, "ret")))
+        .collect();
+    let want: Vec<(i64, i64)> = (0..7).map(|i| (i, 3 * i + 20)).collect();
+    assert_eq!(got, want);
+
+    let mut add = out.spans_named("main.add");
+    add.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, i64, i64)> = add
+        .iter()
+        .map(|s| (value(s, "arg0"), value(s, "arg1"), value(s, "ret")))
+        .collect();
+    let want: Vec<(i64, i64, i64)> = (0..7)
+        .flat_map(|i| [(i, 10, i + 10), (2 * i, 10, 2 * i + 10)])
+        .collect();
+    assert_eq!(got, want);
+    for span in &add {
+        assert_eq!(span.depth, 1, "{span:?}");
+        assert!(span.args.get("exit").is_none(), "a ret: {span:?}");
+    }
+
+    let probed = out.probe("main.outer")["offset"].as_str().expect("offset");
+    let probed = u64::from_str_radix(probed.trim_start_matches("0x"), 16).expect("hex offset");
+    assert_eq!(probed - symbol_offset(gocalls(), "main.outer"), 4, "onto the jbe");
+}
+
+/// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
+/// Under the default `--exits auto` the process lives on: the first call's entry was recorded on
+/// the old stack and is counted unmatched, the other six are spans. With `--exits uretprobe`,
+/// which xtrace warns about, the Go runtime finds the trampoline and aborts the process: the
+/// fixture really does walk a traced frame.
+#[test]
+fn a_go_stack_that_moves_under_a_traced_call_does_not_abort_the_process() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace("grow", &["-u", "main.grower -> i64"], "go-grow");
+    let spans = out.spans_named("main.grower");
+    assert_eq!(spans.len(), 6, "{spans:?}");
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1);
+    let mut rets: Vec<i64> = spans.iter().map(|s| value(s, "ret")).collect();
+    rets.sort_unstable();
+    assert_eq!(rets, vec![2, 3, 4, 5, 6, 7]);
+
+    // The runtime's fatal error without its goroutine dump.
+    let quiet = [("GOTRACEBACK", std::path::Path::new("none"))];
+    let mut fixture = Fixture::spawn_with_env(gocalls(), &["grow"], &quiet);
+    fixture.wait_ready();
+    let before = Attachments::snapshot();
+    let tmp = TempDir::new("go-grow-uretprobe");
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "--exits",
+        "uretprobe",
+        "-u",
+        "main.grower",
+        "-o",
+        tmp.join("out")
+    ]);
+    xtrace.wait_attached();
+    fixture.go();
+    let status = fixture.wait();
+    assert_eq!(status.code(), Some(2), "the Go runtime's fatal error: {status}");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let fixture = gocalls().display().to_string();
+    let warning = format!(
+        "xtrace: warning: {fixture} is Go code: with --exits uretprobe, the Go runtime aborts the \
+         process (\"unexpected return pc\") when it walks a goroutine's stack inside a traced call \
+         (stack growth, garbage collection, preemption), because return probes replace return \
+         addresses"
+    );
+    assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
+}
+
+/// A Go function with no `ret` (it panics) has no exit to probe, and a return probe is no option:
+/// named, it is refused with one line, and `list symbols` shows `-` for its probe.
+#[test]
+fn a_go_function_without_probeable_exits_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = gocalls().to_str().expect("UTF-8 path").to_owned();
+    let line = run_error(args!["-u", "main.fails", "--", &fixture, "calls"]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {fixture}: cannot trace `main.fails`: it is Go code and has no exit \
+             instruction that can be probed (no ret, or one uprobes refuse), while a return probe \
+             would make the Go runtime abort the process; trace a function that calls it"
+        )
+    );
+
+    let listed = Xtrace::spawn(args!["list", "symbols", &fixture, "main.f*"]).wait();
+    listed.assert_success();
+    let row = listed.stdout.lines().nth(1).expect("one row under the header");
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns[3..], ["-", "main.fails"], "{row}");
+}
