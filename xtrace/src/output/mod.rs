@@ -114,24 +114,31 @@ pub fn partial(name: &str) -> String {
     format!("{name}.partial")
 }
 
-/// Starts writing `dir/name`: creates (truncates) `dir/name.partial`, refusing a symbolic link
-/// there, and removes an older `dir/name`, so that no whole-looking file of another run is left
-/// beside it. [`complete`] gives the file its name once it is whole.
+/// Starts writing `dir/name`: creates `dir/name.partial` anew, and removes an older `dir/name`, so
+/// that no whole-looking file of another run is left beside it. [`complete`] gives the file its
+/// name once it is whole. An older `name.partial` is removed first and the new one is created
+/// exclusively (`O_EXCL`, never through a symbolic link), so the file handed to the invoking user
+/// under sudo is always one xtrace made: never another file a hard link planted there names.
 pub fn create(dir: &Dir, name: &str) -> Result<File> {
-    match dir.remove_file(name) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::Output {
-                path: dir.join(name),
-                source: e,
-            })
-        }
-        _ => {}
-    }
     let partial = partial(name);
-    dir.create_file(&partial, false).map_err(|source| Error::Output {
+    for old in [name, partial.as_str()] {
+        remove_if_there(dir, old)?;
+    }
+    dir.create_file(&partial, true).map_err(|source| Error::Output {
         path: dir.join(&partial),
         source,
     })
+}
+
+/// Removes file `dir/name` if there is one.
+fn remove_if_there(dir: &Dir, name: &str) -> Result<()> {
+    match dir.remove_file(name) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Output {
+            path: dir.join(name),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Renames the whole `dir/name.partial` to `dir/name` (replacing, not following, what is there).
@@ -191,8 +198,15 @@ pub struct TraceFile {
     pub bytes: Arc<AtomicU64>,
 }
 
-/// Starts the trace file in `dir` (see [`create`]), compressed when `gzip`.
+/// Starts the trace file in `dir` (see [`create`]), compressed when `gzip`, as the recording
+/// starts. First every output of an older recording in `dir` goes (each of [`FILES`], whole or
+/// partial), so that the directory holds one recording's files: `xtrace report` would read an old
+/// `stacks.folded` or `trace.json` left beside the new ones as part of the new recording.
 pub fn create_trace(dir: &Dir, gzip: bool) -> Result<(Sink, TraceFile)> {
+    for name in FILES {
+        remove_if_there(dir, name)?;
+        remove_if_there(dir, &partial(name))?;
+    }
     let name = if gzip { TRACE_FILE_GZ } else { TRACE_FILE };
     let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
     let path = dir.join(&partial(name));
@@ -257,6 +271,51 @@ mod tests {
     }
 
     #[test]
+    fn a_planted_hard_link_is_replaced_not_written_through() {
+        let base = std::env::temp_dir().join(format!("xtrace-hardlink-{}", std::process::id()));
+        let dir = prepare(Some(&base.join("out"))).unwrap();
+        let victim = base.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::hard_link(&victim, dir.join("summary.json.partial")).unwrap();
+        write(&dir, "summary.json", b"{}").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::nlink(&victim.metadata().unwrap()),
+            1
+        );
+        assert_eq!(std::fs::read(dir.join("summary.json")).unwrap(), b"{}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_new_recording_removes_the_outputs_of_an_older_one() {
+        let path = std::env::temp_dir().join(format!("xtrace-older-{}", std::process::id()));
+        let dir = prepare(Some(&path)).unwrap();
+        for old in [
+            "trace.json",
+            "stacks.folded",
+            "flamegraph.svg.partial",
+            "notes.txt",
+        ] {
+            std::fs::write(dir.join(old), "older").unwrap();
+        }
+        let (sink, trace) = create_trace(&dir, true).unwrap();
+        drop(sink);
+        let mut left: Vec<String> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["notes.txt", "trace.json.gz.partial"],
+            "only xtrace's names go"
+        );
+        assert_eq!(trace.name, "trace.json.gz");
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
     fn files_are_partial_until_complete() {
         let dir = prepare(Some(
             &std::env::temp_dir().join(format!("xtrace-partial-{}", std::process::id())),
@@ -311,9 +370,13 @@ mod tests {
     fn refuses_symlinks() {
         let dir = std::env::temp_dir().join(format!("xtrace-out-test-{}", std::process::id()));
         let dir = prepare(Some(&dir)).unwrap();
-        std::os::unix::fs::symlink("/tmp/xtrace-out-test-elsewhere", dir.join("trace.json.partial")).unwrap();
-        assert!(matches!(create(&dir, "trace.json"), Err(Error::Output { .. })));
-        assert!(create(&dir, "summary.json").is_ok());
+        let elsewhere = dir.join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, dir.join("trace.json.partial")).unwrap();
+        // The link planted since `prepare` is removed, not followed: a new file takes its name.
+        assert!(create(&dir, "trace.json").is_ok());
+        assert!(!elsewhere.exists());
+        let made = std::fs::symlink_metadata(dir.join("trace.json.partial")).unwrap();
+        assert!(made.file_type().is_file());
         std::fs::remove_dir_all(dir.path()).unwrap();
     }
 }
