@@ -50,6 +50,8 @@ pub enum Error {
     ReturnsTwice { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it is Go code and has no exit instruction that can be probed (no ret, or one uprobes refuse), while a return probe would make the Go runtime abort the process; trace a function that calls it")]
     GoStack { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it is entered without a return address (a program's entry point, a signal-return or lazy-binding trampoline), where a span's return probe would overwrite what the stack holds; trace a function it calls")]
+    Uncalled { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{suggestions}")]
     SymbolNotFound {
         symbol: String,

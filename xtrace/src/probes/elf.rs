@@ -52,6 +52,21 @@ pub struct FunctionSymbol {
     pub probe_offset: u64,
     /// Some name at this address is of a function that returns twice ([`returns_twice`]).
     pub returns_twice: bool,
+    /// It is entered without a return address on the stack ([`uncalled`], or the file's entry
+    /// point): where a return probe would write its trampoline lies something else.
+    pub uncalled: bool,
+}
+
+/// Whether `name` is code that is entered without a return address on the stack: a program's
+/// `_start` (the kernel leaves `argc` there) and ld.so's `_dl_start_user`; the signal-return
+/// trampoline `__restore_rt` (a signal frame); ld.so's lazy-binding trampolines
+/// `_dl_runtime_resolve*` and `_dl_runtime_profile*` (the PLT pushes a relocation index and a
+/// link map). A return probe writes its trampoline's address over that word (a program traced
+/// from `_start` saw `argc` -8192), and a span of such code could never end anyway.
+pub fn uncalled(name: &str) -> bool {
+    matches!(name, "_start" | "_dl_start_user" | "__restore_rt")
+        || name.starts_with("_dl_runtime_resolve")
+        || name.starts_with("_dl_runtime_profile")
 }
 
 /// Whether `name` is a function that saves its own return address to return through it again
@@ -231,6 +246,7 @@ impl ElfSymbols {
                     _ => file_offset,
                 },
                 returns_twice: false,
+                uncalled: false,
             });
         }
         // Aliases share the flag: `_setjmp` is traced under whichever of its names is kept.
@@ -239,8 +255,17 @@ impl ElfSymbols {
             .filter(|f| returns_twice(&f.name))
             .map(|f| f.file_offset)
             .collect();
+        // Aliases share this flag too; the entry point is entered by the kernel, whatever its name
+        // (`_start`, Go's `_rt0_amd64_linux`, libc.so.6's own `__libc_main`).
+        let entry = file.entry();
+        let uncalled: std::collections::HashSet<u64> = functions
+            .iter()
+            .filter(|f| uncalled(&f.name) || (entry != 0 && f.address == entry))
+            .map(|f| f.file_offset)
+            .collect();
         for f in &mut functions {
             f.returns_twice = twice.contains(&f.file_offset);
+            f.uncalled = uncalled.contains(&f.file_offset);
         }
         functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
         functions.dedup_by(|a, b| a.name == b.name && a.file_offset == b.file_offset);
@@ -423,6 +448,27 @@ mod tests {
         ] {
             assert!(!returns_twice(name), "{name}");
         }
+    }
+
+    #[test]
+    fn code_entered_without_a_return_address_is_known() {
+        for name in [
+            "_start",
+            "_dl_start_user",
+            "__restore_rt",
+            "_dl_runtime_resolve_xsavec",
+        ] {
+            assert!(uncalled(name), "{name}");
+        }
+        for name in ["start", "__libc_start_main", "_dl_start", "restore"] {
+            assert!(!uncalled(name), "{name}");
+        }
+        // This test binary's entry point, by name and by the ELF header; main is called.
+        let symbols = own();
+        let named = |name: &str| symbols.functions.iter().find(|f| f.name == name).unwrap();
+        assert!(named("_start").uncalled);
+        assert!(!named("main").uncalled);
+        assert!(!named("xtrace_elf_test_function").uncalled);
     }
 
     use super::*;

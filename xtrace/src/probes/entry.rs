@@ -576,6 +576,7 @@ mod tests {
             size: code.len() as u64,
             probe_offset: START,
             returns_twice: false,
+            uncalled: false,
         };
         find_candidate(code, START, &function, kept).map(|(address, past)| {
             assert!(address > START && address < START + code.len() as u64);

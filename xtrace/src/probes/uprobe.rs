@@ -138,6 +138,8 @@ pub enum Untraceable {
     /// It is Go code ([`ElfSymbols::go`]) whose exit instructions cannot be probed, while a return
     /// probe would make the Go runtime abort the process.
     GoStack,
+    /// It is entered without a return address ([`FunctionSymbol::uncalled`]).
+    Uncalled,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -163,6 +165,8 @@ pub fn plan(
     let mut twice: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: Go functions a glob matched whose exits cannot be found.
     let mut go_stack: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: functions a glob matched that are entered without a return address.
+    let mut uncalled: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -226,6 +230,7 @@ pub fn plan(
                             Err(Untraceable::Refused(_)) => Some(&mut unprobeable),
                             Err(Untraceable::ReturnsTwice) => Some(&mut twice),
                             Err(Untraceable::GoStack) => Some(&mut go_stack),
+                            Err(Untraceable::Uncalled) => Some(&mut uncalled),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -246,6 +251,7 @@ pub fn plan(
                             Untraceable::Refused(why) => Error::Unprobeable { path, symbol, why },
                             Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
                             Untraceable::GoStack => Error::GoStack { path, symbol },
+                            Untraceable::Uncalled => Error::Uncalled { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -321,6 +327,15 @@ pub fn plan(
             shown.join(", ")
         ));
     }
+    for (file, names) in uncalled {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) are entered without a return address (a program's \
+             entry point, a signal-return or lazy-binding trampoline), where a span's return probe \
+             would overwrite what the stack holds, so they are not traced: {}",
+            names.len(),
+            names.join(", ")
+        ));
+    }
     for (file, names) in twice {
         plan.notices.push(format!(
             "{file}: {} matched function(s) return twice, as setjmp does, and their exit \
@@ -346,6 +361,9 @@ pub fn placement(
 ) -> Result<std::result::Result<Placed, Untraceable>> {
     if let Some(why) = insn::refused(code, function.probe_offset).map_err(unreadable(file))? {
         return Ok(Err(Untraceable::Refused(why)));
+    }
+    if function.uncalled {
+        return Ok(Err(Untraceable::Uncalled));
     }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
     if sites.as_ref().is_none_or(Vec::is_empty) {
