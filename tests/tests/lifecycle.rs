@@ -1,6 +1,7 @@
 //! Lifecycle: nothing of xtrace survives it, however it ends. SIGKILL and a panic (no chance to
 //! clean up) must still leave no BPF program, link or perf event, because every attachment is an
-//! fd the kernel closes; a launched command gets SIGTERM when xtrace dies, and the trace keeps the
+//! fd the kernel closes; a launched command gets SIGTERM when xtrace dies (one still held before
+//! its exec leaves quietly), and the trace keeps the
 //! name it is written under, `trace.json.partial`. A full output disk stops the recording with one
 //! error line, detaches, and leaves the cut-short trace as `trace.json.partial`. A traced process that crashes mid-capture ends the recording with
 //! complete outputs. A file that fails after the trace was closed (summary.json) leaves trace.json
@@ -346,4 +347,79 @@ fn target_crash_mid_capture_leaves_complete_outputs() {
         spans.len() as u64,
         "summary count == spans in trace.json"
     );
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // After the parenthesised name: state, then the parent's pid.
+            let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1) == Some(pid.to_string().as_str())
+        })
+        .collect()
+}
+
+/// SIGKILL while the launched command waits to exec (xtrace is still attaching): the waiting
+/// child leaves quietly. It used to report the closed gate to its dead parent and abort inside
+/// Rust's spawn code ("fatal runtime error: assertion failed: output.write(&bytes).is_ok()"),
+/// leaving a core file. The command is caught before its exec by polling for xtrace's child while
+/// that child still runs xtrace's own binary (retried if the exec wins).
+#[test]
+fn sigkill_before_the_command_starts_ends_the_waiting_child_quietly() {
+    if !require_bpf() {
+        return;
+    }
+    let xtrace_bin = std::fs::canonicalize(xtrace_tests::xtrace_bin()).expect("xtrace binary");
+    for _ in 0..10 {
+        let tmp = TempDir::new("sigkill-held");
+        let xtrace = Xtrace::spawn(args![
+            "-u",
+            "libc:*",
+            "-o",
+            tmp.join("out"),
+            "--",
+            &fixtures().spans,
+            "spin"
+        ]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let held = loop {
+            let exe = children_of(xtrace.pid())
+                .into_iter()
+                .find_map(|c| Some((c, std::fs::read_link(format!("/proc/{c}/exe")).ok()?)));
+            match exe {
+                Some((child, exe)) if exe == xtrace_bin => break Some(child),
+                Some(_) => break None, // exec'd already
+                None if std::time::Instant::now() > deadline => panic!("xtrace started no command"),
+                None => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        };
+        let Some(child) = held else {
+            xtrace.signal(libc::SIGKILL);
+            xtrace.wait();
+            continue;
+        };
+        xtrace.signal(libc::SIGKILL);
+        // Read to EOF: the child writes to the same stderr until it exits.
+        let finished = xtrace.wait();
+        finished.assert_killed_by(libc::SIGKILL);
+        assert!(
+            !finished.stderr.iter().any(|l| l.contains("fatal runtime error")),
+            "{:#?}",
+            finished.stderr
+        );
+        let state = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let state = state.rsplit_once(") ").map_or("", |(_, rest)| rest);
+        assert!(
+            state.is_empty() || state.starts_with('Z'),
+            "the waiting child is gone: {state}"
+        );
+        return;
+    }
+    panic!("the command exec'd before xtrace could be killed, 10 times");
 }

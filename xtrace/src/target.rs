@@ -330,7 +330,7 @@ impl Launch {
             (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
         let xtrace = std::process::id() as libc::pid_t;
         // SAFETY: the hook only calls async-signal-safe functions (close, prctl, getppid, getpid,
-        // write, read).
+        // write, read, _exit).
         unsafe {
             cmd.pre_exec(move || {
                 // Our copy of the gate's write end would keep the read below from ever seeing EOF.
@@ -338,17 +338,19 @@ impl Launch {
                 // The command never outlives xtrace, however xtrace ends (SIGKILL, a panic): it
                 // gets SIGTERM when the thread that forked it (the launcher, alive until the
                 // command exits) dies. If xtrace died before this line, stop here.
+                // Not running the command, the child leaves at once with _exit: returning an error
+                // would have it report the error to the parent, which aborts the child (a core
+                // file) when xtrace is dead.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 || libc::getppid() != xtrace {
-                    return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
+                    libc::_exit(1);
                 }
                 let pid = libc::getpid().to_ne_bytes();
                 libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
                 let mut byte = 0u8;
-                if libc::read(gate_fd, (&raw mut byte).cast(), 1) == 1 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::from_raw_os_error(libc::ECANCELED))
+                if libc::read(gate_fd, (&raw mut byte).cast(), 1) != 1 {
+                    libc::_exit(1); // the gate closed unopened: xtrace dropped the launch or died
                 }
+                Ok(())
             });
         }
         let (spawned_tx, spawned) = std::sync::mpsc::channel();
@@ -527,7 +529,9 @@ mod tests {
         let mut launch = Launch::start(&program, &argv, &[]).unwrap();
         let exited = launch.take_exit().unwrap();
         drop(launch);
-        assert!(exited.blocking_recv().is_err(), "the child must fail before exec");
+        // The child leaves with _exit(1) before exec: the command never runs.
+        let status = exited.blocking_recv().unwrap().unwrap();
+        assert_eq!(status.code(), Some(1));
         assert!(!marker.exists());
     }
 }
