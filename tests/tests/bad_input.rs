@@ -324,6 +324,27 @@ fn output_names_taken() {
         line.ends_with("a-file: it is a file, not a directory; choose another output directory with -o DIR"),
         "{line}"
     );
+    let line = error_on_spinner(args!["-u", "work", "-o", "/dev/null"]);
+    assert_eq!(
+        line,
+        "xtrace: error: cannot write /dev/null: it is not a directory; choose another output \
+         directory with -o DIR"
+    );
+}
+
+/// `xtrace list` without what to list: one line naming what is missing (clap would show the
+/// command's help, whose first line is no error).
+#[test]
+fn list_without_a_subcommand() {
+    if !require_bpf() {
+        return;
+    }
+    let line = run_error(args!["list"]);
+    assert_eq!(
+        line,
+        "xtrace: error: a subcommand is missing: list what could be traced, e.g. `xtrace list \
+         symbols TARGET [GLOB]`; see `xtrace --help`"
+    );
 }
 
 /// pid 2 (kthreadd) exists but is a kernel thread: said so, not "no process".

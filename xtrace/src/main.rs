@@ -29,10 +29,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            err!(
-                "xtrace: error: {}; see `xtrace --help`",
-                one_line(&e.render().to_string())
-            );
+            let what = one_line(&e.render().to_string());
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // clap shows the command's help, whose first line is its description.
+                let mut chars = what.chars();
+                let described: String = chars
+                    .next()
+                    .map(|c| c.to_ascii_lowercase())
+                    .into_iter()
+                    .chain(chars)
+                    .collect();
+                err!("xtrace: error: a subcommand is missing: {described}; see `xtrace --help`");
+            } else {
+                err!("xtrace: error: {what}; see `xtrace --help`");
+            }
             return ExitCode::from(2);
         }
     };

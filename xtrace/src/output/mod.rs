@@ -59,8 +59,13 @@ pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
         path: path.clone(),
         source,
     };
-    if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_dir()) {
-        return Err(err(std::io::Error::other("it is a file, not a directory")));
+    if let Ok(meta) = std::fs::metadata(&path) {
+        if meta.is_file() {
+            return Err(err(std::io::Error::other("it is a file, not a directory")));
+        }
+        if !meta.is_dir() {
+            return Err(err(std::io::Error::other("it is not a directory")));
+        }
     }
     let dir = Dir::open_or_create(&path, invoking_user()).map_err(err)?;
     let probe = format!(".xtrace-{}", std::process::id());
