@@ -320,6 +320,31 @@ fn tail_calls() {
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
+/// A function that leaves by a jump to code no symbol names (as stripped libc's
+/// `pthread_mutex_unlock` does): `--exits ret` cannot see that exit, so in C code (no exception
+/// tables) it keeps a return probe, with a warning, and every call is a span. Before, it got no
+/// exit at all and all five calls were lost as unmatched.
+#[test]
+fn a_jump_to_unnamed_code_keeps_the_return_probe() {
+    if !require_bpf() {
+        return;
+    }
+    let flags = args!["--exits", "ret", "-u", "tc_unnamed(i32) -> i32"];
+    let (out, finished) = trace_with(&fixtures().calls, &["tail"], flags);
+    assert_eq!(
+        arg_and_ret(&out, "tc_unnamed"),
+        (0..5).map(|k| (k, 3 * k)).collect::<Vec<_>>()
+    );
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+    let warning = format!(
+        "xtrace: warning: {}: 1 traced function(s) have no size in the symbol table, start with \
+         their return, leave at an instruction uprobes refuse or may leave through code no symbol \
+         names, so their returns are probed with return probes",
+        fixtures().calls.display()
+    );
+    assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
+}
+
 #[test]
 fn thread_exiting_mid_call() {
     if !require_bpf() {

@@ -42,6 +42,10 @@ pub struct Exits {
     pub refused: bool,
     /// The function calls or jumps elsewhere, so an exception can unwind through it.
     pub calls_out: bool,
+    /// A direct jump leaves the function for code that is no known function entry (a stripped
+    /// file's unnamed function, or cold part) or is conditional: the function may leave there,
+    /// unseen, so its exits found are not all of them.
+    pub unseen_exit: bool,
 }
 
 /// The most code decoded per function (and per cold part).
@@ -169,7 +173,10 @@ fn exit_of(
                 return Some(EXIT_TAIL_CALL);
             }
             // A conditional tail call is not probed (the probe would fire either way).
-            Landing::Function | Landing::Unknown => exits.calls_out = true,
+            Landing::Function | Landing::Unknown => {
+                exits.calls_out = true;
+                exits.unseen_exit = true;
+            }
         }
     } else if jmp {
         exits.calls_out = true;
@@ -278,6 +285,9 @@ mod tests {
         let (exits, _) = exits_of(&code);
         assert_eq!(exits.sites, [site(0x107, EXIT_RETURN)]);
         assert!(exits.calls_out);
+        assert!(exits.unseen_exit, "it may leave through the unknown code");
+        let (exits, _) = exits_of(&[0xeb, 0x00, 0xc3]);
+        assert!(!exits.unseen_exit && !exits.calls_out);
     }
 
     #[test]

@@ -302,8 +302,8 @@ pub fn plan(
         if not > 0 {
             plan.notices.push(format!(
                 "{file}: {not} traced function(s) have no size in the symbol table, start with \
-                 their return or leave at an instruction uprobes refuse, so their returns are probed \
-                 with return probes"
+                 their return, leave at an instruction uprobes refuse or may leave through code no \
+                 symbol names, so their returns are probed with return probes"
             ));
         }
     }
@@ -478,6 +478,14 @@ fn exit_sites(
     }
     if found.refused {
         return Ok(None); // an exit uprobes refuse (a `cs`-prefixed `jmp`, say): a return probe
+    }
+    // It may leave through code no symbol names (stripped libc's `pthread_mutex_unlock` ends in
+    // `jmp` to an unnamed function): probed at the exits found, such calls would never end. A
+    // return probe sees every return, where nothing can unwind through it (no exception tables,
+    // not Go) and it returns once; elsewhere the exits found are kept, and a call that leaves
+    // unseen is counted unmatched.
+    if found.unseen_exit && !symbols.cxx_exceptions && !symbols.go && !function.returns_twice {
+        return Ok(None);
     }
     Ok(Some(found.sites))
 }
