@@ -195,7 +195,13 @@ impl Report {
     }
 
     pub fn to_text(&self, top: usize) -> String {
-        let mut out = format!("{} spans from {} probes", self.spans, self.probes.len());
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let (spans, probes) = (self.spans as usize, self.probes.len());
+        let mut out = format!(
+            "{spans} span{} from {probes} probe{}",
+            plural(spans),
+            plural(probes)
+        );
         if self.samples > 0 {
             let hz = self
                 .sample_frequency_hz
