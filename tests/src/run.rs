@@ -497,6 +497,21 @@ pub fn run_error_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> String {
     expect_user_error(&before, Xtrace::spawn_with_env(args, env))
 }
 
+/// The rows of `xtrace list symbols ARGS...` (which must succeed), split into their columns:
+/// OFFSET, ADDRESS, SIZE, PROBE, NAME.
+pub fn listed_symbols(args: Vec<OsString>) -> Vec<Vec<String>> {
+    let mut all = vec![OsString::from("list"), "symbols".into()];
+    all.extend(args);
+    let listed = Xtrace::spawn(all).wait();
+    listed.assert_success();
+    listed
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
 /// The file offset `xtrace list symbols PROGRAM SYMBOL` gives `symbol` (its only row).
 pub fn symbol_offset(program: &std::path::Path, symbol: &str) -> u64 {
     let listed = Xtrace::spawn([

@@ -11,7 +11,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{symbol_offset, trace_fixture_with, Xtrace},
+    run::{listed_symbols, symbol_offset, trace_fixture_with},
     TempDir,
 };
 
@@ -170,24 +170,16 @@ fn list_symbols_shows_the_probe_offset() {
     }
     let entries = fixtures().entries.as_os_str().to_owned();
     for (flags, moved, loops) in [(&[][..], 7, 0), (&["--entry", "symbol"][..], 0, 0)] {
-        let mut args = vec![OsString::from("list"), "symbols".into()];
-        args.extend(flags.iter().map(OsString::from));
+        let mut args: Vec<OsString> = flags.iter().map(OsString::from).collect();
         args.extend([entries.clone(), "*o*".into()]);
-        let listed = Xtrace::spawn(args).wait();
-        listed.assert_success();
-        let rows: Vec<Vec<&str>> = listed
-            .stdout
-            .lines()
-            .skip(1)
-            .map(|l| l.split_whitespace().collect())
-            .collect();
+        let rows = listed_symbols(args);
         let probe = |name: &str| {
             let row = rows
                 .iter()
                 .find(|r| r[4] == name)
                 .unwrap_or_else(|| panic!("{name}: {rows:?}"));
             let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
-            hex(row[3]) - hex(row[0])
+            hex(&row[3]) - hex(&row[0])
         };
         assert_eq!(probe("moved"), moved, "{flags:?}");
         assert_eq!(probe("loops"), loops, "{flags:?}");

@@ -11,7 +11,7 @@ use xtrace_tests::{
     fixtures::{gocalls, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{run_error, symbol_offset, trace_fixture_with, Xtrace},
+    run::{listed_symbols, run_error, symbol_offset, trace_fixture_with, Xtrace},
     TempDir,
 };
 
@@ -156,9 +156,7 @@ fn a_go_function_without_probeable_exits_is_refused() {
         )
     );
 
-    let listed = Xtrace::spawn(args!["list", "symbols", &fixture, "main.f*"]).wait();
-    listed.assert_success();
-    let row = listed.stdout.lines().nth(1).expect("one row under the header");
-    let columns: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(columns[3..], ["-", "main.fails"], "{row}");
+    let rows = listed_symbols(args![&fixture, "main.f*"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][3..], ["-", "main.fails"]);
 }

@@ -9,7 +9,7 @@ use xtrace_tests::{
     fixtures::{fixtures, gocalls},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{run_error, Xtrace},
+    run::{listed_symbols, run_error, Xtrace},
     TempDir,
 };
 
@@ -65,18 +65,7 @@ fn list_symbols_shows_no_probe_for_the_entry_point() {
     if !require_bpf() {
         return;
     }
-    let listed = Xtrace::spawn(args!["list", "symbols", gocalls(), "_rt0_amd64_linux"]).wait();
-    listed.assert_success();
-    let rows: Vec<Vec<&str>> = listed
-        .stdout
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let probe = |name: &str| {
-        rows.iter()
-            .find(|r| r[4] == name)
-            .unwrap_or_else(|| panic!("{name}: {rows:?}"))[3]
-    };
-    assert_eq!(probe("_rt0_amd64_linux"), "-");
+    let rows = listed_symbols(args![gocalls(), "_rt0_amd64_linux"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][3..], ["-", "_rt0_amd64_linux"]);
 }
