@@ -308,23 +308,19 @@ pub fn plan(
         }
     }
     for (file, names) in unprobeable {
-        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
-        let more = if names.len() > 5 { ", ..." } else { "" };
         plan.notices.push(format!(
             "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
-             (a lock or segment-override prefix) and are not traced: {}{more}",
+             (a lock or segment-override prefix) and are not traced: {}",
             names.len(),
-            shown.join(", ")
+            first_names(&names)
         ));
     }
     for (file, names) in go_stack {
-        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
-        let more = if names.len() > 5 { ", ..." } else { "" };
         plan.notices.push(format!(
             "{file}: {} matched Go function(s) have no exit instruction that can be probed, and a \
-             return probe would make the Go runtime abort the process, so they are not traced: {}{more}",
+             return probe would make the Go runtime abort the process, so they are not traced: {}",
             names.len(),
-            shown.join(", ")
+            first_names(&names)
         ));
     }
     for (file, names) in uncalled {
@@ -366,14 +362,13 @@ pub fn placement(
         return Ok(Err(Untraceable::Uncalled));
     }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
-    if sites.as_ref().is_none_or(Vec::is_empty) {
+    if sites.as_ref().is_none_or(Vec::is_empty) && no_return_probe(exits, symbols, function) {
         // No exit to end its spans at (say `jmp *%r8`), and a return probe is no option.
-        if function.returns_twice {
-            return Ok(Err(Untraceable::ReturnsTwice));
-        }
-        if symbols.go && exits != ExitMode::Uretprobe {
-            return Ok(Err(Untraceable::GoStack));
-        }
+        return Ok(Err(if function.returns_twice {
+            Untraceable::ReturnsTwice
+        } else {
+            Untraceable::GoStack
+        }));
     }
     let moved = entry_sites
         .offset(entries, code, symbols, function, arguments)
@@ -425,6 +420,12 @@ fn new_probe(
     ((plan.probes.len() - 1) as u32, entry, sites)
 }
 
+/// The first five of `names`, joined, with `, ...` when there are more.
+fn first_names(names: &[String]) -> String {
+    let more = if names.len() > 5 { ", ..." } else { "" };
+    names[..names.len().min(5)].join(", ") + more
+}
+
 /// How a file's traced functions have their exits probed, for the plan's notices.
 #[derive(Default)]
 struct AtExits {
@@ -446,19 +447,26 @@ fn unreadable(file: &TargetFile) -> impl Fn(std::io::Error) -> Error + '_ {
     }
 }
 
+/// Whether a return probe on `function` would break its process under `mode`: it returns twice
+/// (under every mode), or it is Go code (unless `--exits uretprobe` asks for return probes).
+fn no_return_probe(mode: ExitMode, symbols: &ElfSymbols, function: &FunctionSymbol) -> bool {
+    function.returns_twice || (symbols.go && mode != ExitMode::Uretprobe)
+}
+
 /// Where `function`'s exits are probed under `mode`, its entry being probed at file offset
-/// `entry`: None for a return probe. A function that returns twice has its exits probed at
-/// their instructions under every mode.
+/// `entry`: None for a return probe. Where a return probe is no option ([`no_return_probe`]),
+/// its exits are probed at their instructions under every mode.
 fn exit_sites(
     mode: ExitMode,
     (file, code): (&TargetFile, &std::fs::File),
     symbols: &ElfSymbols,
     (function, entry): (&FunctionSymbol, u64),
 ) -> Result<Option<Vec<ExitSite>>> {
-    let wanted = function.returns_twice
+    let unsafe_return = no_return_probe(mode, symbols, function);
+    let wanted = unsafe_return
         || match mode {
             ExitMode::Uretprobe => false,
-            ExitMode::Auto => symbols.cxx_exceptions || symbols.go,
+            ExitMode::Auto => symbols.cxx_exceptions,
             ExitMode::Ret => true,
         };
     if !wanted {
@@ -468,7 +476,7 @@ fn exit_sites(
     let Some(found) = found else {
         return Ok(None); // no size: the code cannot be decoded
     };
-    if mode == ExitMode::Auto && !found.calls_out && !function.returns_twice && !symbols.go {
+    if mode == ExitMode::Auto && !found.calls_out && !unsafe_return {
         // A leaf: nothing it runs can throw through it. (The Go runtime walks a leaf's stack
         // too: when it preempts it, or a signal lands in it.)
         return Ok(None);
@@ -484,7 +492,7 @@ fn exit_sites(
     // return probe sees every return, where nothing can unwind through it (no exception tables,
     // not Go) and it returns once; elsewhere the exits found are kept, and a call that leaves
     // unseen is counted unmatched.
-    if found.unseen_exit && !symbols.cxx_exceptions && !symbols.go && !function.returns_twice {
+    if found.unseen_exit && !symbols.cxx_exceptions && !unsafe_return {
         return Ok(None);
     }
     Ok(Some(found.sites))
