@@ -70,16 +70,12 @@ impl Dir {
         PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 
-    /// Creates file `name` (mode 0644 before the umask), never through a symbolic link:
-    /// truncating one that is there, or failing if one is when `exclusive`. It is handed to the
-    /// directory's owner by its descriptor (no path is looked up again).
-    pub fn create_file(&self, name: &str, exclusive: bool) -> io::Result<File> {
+    /// Creates the new file `name` (mode 0644 before the umask), failing if anything is there
+    /// (`O_EXCL`: a symbolic link is never followed, a hard link never written through). It is
+    /// handed to the directory's owner by its descriptor (no path is looked up again).
+    pub fn create_file(&self, name: &str) -> io::Result<File> {
         let name = c_name(OsStr::new(name))?;
-        let flags = libc::O_WRONLY
-            | libc::O_CREAT
-            | libc::O_NOFOLLOW
-            | libc::O_CLOEXEC
-            | if exclusive { libc::O_EXCL } else { libc::O_TRUNC };
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         // SAFETY: a live directory descriptor and a NUL-terminated name.
         let fd = unsafe { libc::openat(self.fd.as_raw_fd(), name.as_ptr(), flags, 0o644 as libc::c_uint) };
         // SAFETY: a descriptor openat just returned, owned by nothing else.
@@ -208,7 +204,7 @@ mod tests {
         std::fs::rename(top.join("a/b"), top.join("a/moved")).unwrap();
         std::fs::create_dir(top.join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(top.join("elsewhere"), top.join("a/b")).unwrap();
-        dir.create_file("x", false).unwrap();
+        dir.create_file("x").unwrap();
         dir.rename("x", "y").unwrap();
         assert_eq!(dir.kind("y").unwrap(), Some(Kind::File));
         assert!(top.join("a/moved/y").is_file());
@@ -227,13 +223,13 @@ mod tests {
         let top = scratch("link");
         let dir = Dir::open_or_create(&top, None).unwrap();
         std::os::unix::fs::symlink(top.join("target"), top.join("link")).unwrap();
-        let err = dir.create_file("link", false).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        let err = dir.create_file("link").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EEXIST), "{err}");
         assert!(!top.join("target").exists());
         assert_eq!(dir.kind("link").unwrap(), Some(Kind::Symlink));
-        dir.create_file("new", true).unwrap();
+        dir.create_file("new").unwrap();
         assert_eq!(
-            dir.create_file("new", true).unwrap_err().kind(),
+            dir.create_file("new").unwrap_err().kind(),
             io::ErrorKind::AlreadyExists
         );
         std::fs::create_dir(top.join("sub")).unwrap();

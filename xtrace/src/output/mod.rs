@@ -69,11 +69,11 @@ pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
     }
     let dir = Dir::open_or_create(&path, invoking_user()).map_err(err)?;
     let probe = format!(".xtrace-{}", std::process::id());
-    dir.create_file(&probe, true).map_err(err)?;
+    dir.create_file(&probe).map_err(err)?;
     let _ = dir.remove_file(&probe);
     // An output name taken by a directory, a symbolic link (never followed) or anything else
     // that is not a file would fail only at the end of the recording.
-    for name in FILES.iter().flat_map(|name| [name.to_string(), partial(name)]) {
+    for name in output_names() {
         let taken = match dir.kind(&name) {
             Ok(Some(Kind::Directory)) => "a directory",
             Ok(Some(Kind::Symlink)) => "a symbolic link, which xtrace does not follow",
@@ -114,6 +114,12 @@ pub const FILES: &[&str] = &[
     PROFILE_PB_GZ,
 ];
 
+/// Every name a recording may leave in its output directory: each of [`FILES`], whole and
+/// partial.
+fn output_names() -> impl Iterator<Item = String> {
+    FILES.iter().flat_map(|name| [name.to_string(), partial(name)])
+}
+
 /// The name of file `name` while it is written.
 pub fn partial(name: &str) -> String {
     format!("{name}.partial")
@@ -129,7 +135,7 @@ pub fn create(dir: &Dir, name: &str) -> Result<File> {
     for old in [name, partial.as_str()] {
         remove_if_there(dir, old)?;
     }
-    dir.create_file(&partial, true).map_err(|source| Error::Output {
+    dir.create_file(&partial).map_err(|source| Error::Output {
         path: dir.join(&partial),
         source,
     })
@@ -208,9 +214,8 @@ pub struct TraceFile {
 /// partial), so that the directory holds one recording's files: `xtrace report` would read an old
 /// `stacks.folded` or `trace.json` left beside the new ones as part of the new recording.
 pub fn create_trace(dir: &Dir, gzip: bool) -> Result<(Sink, TraceFile)> {
-    for name in FILES {
-        remove_if_there(dir, name)?;
-        remove_if_there(dir, &partial(name))?;
+    for name in output_names() {
+        remove_if_there(dir, &name)?;
     }
     let name = if gzip { TRACE_FILE_GZ } else { TRACE_FILE };
     let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
