@@ -2,7 +2,7 @@
 //! the problem, exit with code 2, and leave no xtrace BPF program loaded. Cases: nonexistent and
 //! reaped pids, a pid that exits during attach, a non-ELF, a directory, a FIFO, a device and another machine's ELF as TARGET, an unknown symbol (with a close-name
 //! suggestion), invalid flag combinations, an unusable output directory
-//! and an invalid ring-buffer size, a zombie pid, and a truncated ELF.
+//! and an invalid ring-buffer size, a zombie pid, a truncated ELF, and control characters in a name.
 
 use std::{os::unix::fs::PermissionsExt, process::Command};
 
@@ -579,4 +579,28 @@ fn truncated_elf_target() {
         "says the file is no usable ELF: {line}"
     );
     assert!(line.contains("truncated"), "names the file: {line}");
+}
+
+/// A name the user gave with a newline or a terminal escape in it is shown escaped: the error
+/// stays one line and cannot drive the terminal.
+#[test]
+fn control_characters_in_a_name() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spin();
+    let tmp = TempDir::new("control-chars");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "/no/such\nfile\u{1b}[2J:work",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert!(
+        line.contains("/no/such\\nfile\\u{1b}[2J"),
+        "the name, escaped: {line}"
+    );
+    assert!(fixture.is_running(), "the traced process survives the error");
 }

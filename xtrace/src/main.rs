@@ -1,5 +1,5 @@
 //! The xtrace command: parse arguments, run, print the summary or one line of error.
-use std::process::ExitCode;
+use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
@@ -171,7 +171,8 @@ fn report_panic(info: &std::panic::PanicHookInfo) {
     );
     let backtrace = std::backtrace::Backtrace::capture();
     if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
-        err!("{backtrace}");
+        // Many lines, on purpose: past print_err, which would escape its newlines.
+        let _ = writeln!(std::io::stderr().lock(), "{backtrace}");
     }
 }
 

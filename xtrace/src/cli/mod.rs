@@ -58,7 +58,26 @@ pub fn print_out(bytes: &[u8]) {
 }
 
 /// Writes `line` and a newline to stderr; a failure (a hung-up terminal) is ignored, not a panic
-/// as with `eprintln!`.
+/// as with `eprintln!`. A control character in it (from a name or path the user gave: a newline,
+/// a terminal escape) is written escaped, as `\n` or `\u{1b}`, so that one message stays one line
+/// and cannot drive the terminal.
 pub fn print_err(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let _ = writeln!(std::io::stderr().lock(), "{}", escape_controls(line));
+}
+
+/// `text` with each control character as its Rust escape.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
