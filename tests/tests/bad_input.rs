@@ -410,6 +410,13 @@ fn tid_without_pid() {
         line,
         "xtrace: error: no thread with id 999999999: check it with `ls /proc/999999999`"
     );
+    // kthreadd (pid 2) runs no user code: with probes only, it would record nothing.
+    let line = run_error(args!["-a", "-u", &spans, "--tid", "2", "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        "xtrace: error: thread 2 is a kernel thread: it runs no user code to probe; name a thread \
+         of a user process, or sample it with -F HZ"
+    );
 }
 
 /// --no-inherit limits sampling to the targets; -a samples every process, so it has none.

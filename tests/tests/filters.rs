@@ -1,5 +1,5 @@
-//! Kernel-side filters: `--tid` keeps exactly the calls of the named threads (the others never
-//! reach user space), and a thread outside the traced processes is refused; `--min-duration` sends
+//! Kernel-side filters: `--tid` keeps exactly the calls and CPU samples of the named threads (the
+//! others never reach user space), and a thread outside the traced processes is refused; `--min-duration` sends
 //! only long calls as spans while counts and totals stay exact. Fixtures: `spans threads 4 500`
 //! (4 threads, each prints its tid, then calls work() exactly 500 times after `go`) and
 //! `calls durations` (quick() x 100, slow() x 5 sleeping 3 ms each).
@@ -50,6 +50,43 @@ fn tid_filter_keeps_exactly_that_threads_calls() {
     }
     assert_eq!(out.probe_count("work"), 1000);
     assert_eq!(out.lost_events(), 0);
+}
+
+/// `--tid` limits CPU samples too, as `perf record -t` does: 4 threads each call work() 50 M
+/// times at once (about a second of CPU on this machine), sampled at 999 Hz; every sample is on
+/// one of the two named threads, and each of them has many.
+#[test]
+fn tid_filter_keeps_exactly_that_threads_samples() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "4", "50000000"]);
+    let tids = fixture.wait_ready_tids();
+    let chosen = [tids[0], tids[2]];
+    let out = trace(
+        &mut fixture,
+        args![
+            "-F",
+            "999",
+            "--tid",
+            chosen[0].to_string(),
+            "--tid",
+            chosen[1].to_string()
+        ],
+        "tid-samples",
+    );
+    let samples = out.timeline_samples();
+    for tid in chosen {
+        let on_tid = samples.iter().filter(|e| e["tid"] == tid).count();
+        assert!(on_tid >= 20, "{on_tid} samples on tid {tid}");
+    }
+    let others: Vec<&serde_json::Value> = samples
+        .iter()
+        .copied()
+        .filter(|e| !chosen.iter().any(|&tid| e["tid"] == tid))
+        .collect();
+    assert!(others.is_empty(), "samples of other threads: {others:?}");
+    assert_eq!(out.summary["samples"], samples.len() as u64);
 }
 
 #[test]

@@ -135,6 +135,12 @@ pub fn current_thread_traced() -> bool {
     allowed(&TID_FILTER, &TIDS, || current_pid_tgid().unwrap_or(0) as u32)
 }
 
+/// Whether thread `tid` is traced (always, unless `--tid` restricts it).
+#[inline(always)]
+pub fn thread_traced(tid: u32) -> bool {
+    allowed(&TID_FILTER, &TIDS, || tid)
+}
+
 /// USDT call sites by attach cookie; sized and filled by user space before attaching.
 #[map]
 pub static USDT_SITES: Array<UsdtSite> = Array::with_max_entries(1, 0);

@@ -47,7 +47,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     let tgid = (pid_tgid >> 32) as u32;
-    if tgid == 0 || !crate::maps::sampled(tgid) {
+    if tgid == 0 || !crate::maps::sampled(tgid) || !crate::maps::thread_traced(pid_tgid as u32) {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };

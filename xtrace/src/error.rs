@@ -22,6 +22,8 @@ pub enum Error {
     NoSuchThread { tid: u32 },
     #[error("pid {pid} is a kernel thread: it runs no user code to probe; pass the pid of a user process")]
     KernelThread { pid: u32 },
+    #[error("thread {tid} is a kernel thread: it runs no user code to probe; name a thread of a user process, or sample it with -F HZ")]
+    KernelThreadTid { tid: u32 },
     #[error(
         "cannot read /proc/{pid}/{what}: permission denied; trace a process you own, or run xtrace as root"
     )]

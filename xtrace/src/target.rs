@@ -251,7 +251,7 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 }
 
 /// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags): it has no user code.
-fn is_kernel_thread(pid: u32) -> bool {
+pub(crate) fn is_kernel_thread(pid: u32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
     stat_after_name(pid)
         .and_then(|rest| rest.split_whitespace().nth(6)?.parse::<u64>().ok())

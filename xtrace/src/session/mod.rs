@@ -120,11 +120,15 @@ impl Targets {
 
 /// Resolves targets and probes; a command is launched (held at its gate) only once everything
 /// else has been validated, the output directory included.
-fn resolve(args: &RecordArgs, specs: &Specs) -> Result<(Targets, Plan, output::Dir)> {
+/// `sampling`: whether CPU samples are taken (of which a kernel thread has some).
+fn resolve(args: &RecordArgs, specs: &Specs, sampling: bool) -> Result<(Targets, Plan, output::Dir)> {
     if args.system_wide {
         for &tid in &args.tid {
             if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
                 return Err(Error::NoSuchThread { tid });
+            }
+            if !sampling && crate::target::is_kernel_thread(tid) {
+                return Err(Error::KernelThreadTid { tid });
             }
         }
         let plan = specs.plan(&[Scope::SystemWide], args.max_probes)?;
@@ -180,7 +184,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
     }
-    let (mut targets, mut plan, out) = resolve(args, &specs)?;
+    let (mut targets, mut plan, out) = resolve(args, &specs, hz.is_some())?;
     if pid_namespace.is_some() {
         // The kernel programs find ids in xtrace's namespace only (`bpf_get_ns_current_pid_tgid`
         // matches a thread's own namespace): a process in a nested one would record nothing.
