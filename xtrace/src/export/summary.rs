@@ -246,9 +246,13 @@ impl Summary {
 /// The CPU profile's lines of the table: sample count and the hottest functions by self samples.
 fn profile_table(profile: &super::profile::ProfileSummary) -> String {
     let mut out = format!(
-        "{} samples at {} Hz ({} stacks truncated)\n{:>7} {:>7} {:>7}  FUNCTION\n",
-        profile.samples, profile.sample_frequency_hz, profile.truncated_stacks, "SELF", "SELF%", "TOTAL%"
+        "{} samples at {} Hz ({} stacks truncated)\n",
+        profile.samples, profile.sample_frequency_hz, profile.truncated_stacks
     );
+    if profile.hot_functions.is_empty() {
+        return out;
+    }
+    out += &format!("{:>7} {:>7} {:>7}  FUNCTION\n", "SELF", "SELF%", "TOTAL%");
     let share = |n: u64| {
         if profile.samples == 0 {
             0.0
