@@ -507,3 +507,42 @@ fn bad_frequencies_are_refused() {
     let line = run_error(args!["-p", &pid, "-F", (max + 1).to_string()]);
     assert!(line.contains(&format!("sampling limit of {max} Hz")), "{line}");
 }
+
+/// A thread that never runs while sampled (blocked at the fixture's barrier) has no samples: the
+/// capture says 0, stacks.folded is empty, the flamegraph says so, and the summary lists no
+/// function.
+#[test]
+fn a_capture_without_samples_writes_empty_profiles() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "2", "1"]);
+    let tids = fixture.wait_ready_tids();
+    let tmp = TempDir::new("no-samples");
+    let out = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "--tid",
+        tids[0].to_string(),
+        "-F",
+        "999",
+        "-d",
+        "0.5",
+        "-o",
+        &out
+    ])
+    .wait();
+    finished.assert_success();
+    fixture.go();
+    assert!(fixture.wait().success());
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["samples"], 0);
+    assert_eq!(std::fs::read(out.join("stacks.folded")).unwrap(), b"");
+    let svg = std::fs::read_to_string(out.join("flamegraph.svg")).unwrap();
+    assert!(svg.contains(">no samples<"), "{svg}");
+    let table = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(table.contains("0 samples at 999 Hz"), "{table}");
+    assert!(!table.contains("FUNCTION"), "{table}");
+}

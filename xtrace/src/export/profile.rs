@@ -366,7 +366,11 @@ pub fn write(
     crate::output::write(
         out,
         crate::output::STACKS_FOLDED,
-        lines.iter().map(|l| format!("{l}\n")).collect::<String>().as_bytes(),
+        lines
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+            .as_bytes(),
     )?;
     let mut svg = Vec::new();
     let mut options = inferno::flamegraph::Options::default();
