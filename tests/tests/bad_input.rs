@@ -143,6 +143,13 @@ fn target_is_not_a_regular_file() {
         line.contains("/dev/zero: is a character device, not a file"),
         "{line}"
     );
+    // A regular file by its type whose content cannot be read.
+    let line = error_on_spinner(args!["-u", "/proc/self/mem:work", "-o", tmp.join("out")]);
+    assert_eq!(
+        line,
+        "xtrace: error: /proc/self/mem: Input/output error (os error 5); give an executable or \
+         shared library that can be read"
+    );
     // Without root too: `list` must not hang on it either.
     let listed = Xtrace::spawn(args!["list", "symbols", &fifo]).wait();
     assert_eq!(listed.status.code(), Some(2), "{:?}", listed.stderr);

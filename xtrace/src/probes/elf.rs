@@ -188,7 +188,11 @@ impl ElfSymbols {
             reason,
         };
         target_metadata(path, shown)?;
-        let data = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
+        let data = std::fs::read(path).map_err(|e| {
+            unreadable(format!(
+                "{e}; give an executable or shared library that can be read"
+            ))
+        })?;
         let not_elf = |reason: String| Error::NotElf {
             path: shown.to_path_buf(),
             reason,
