@@ -66,6 +66,11 @@ pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
         if !meta.is_dir() {
             return Err(err(std::io::Error::other("it is not a directory")));
         }
+    } else if let Ok(target) = std::fs::read_link(&path) {
+        return Err(err(std::io::Error::other(format!(
+            "it is a symbolic link to {}, which does not exist",
+            target.display()
+        ))));
     }
     let dir = Dir::open_or_create(&path, invoking_user()).map_err(err)?;
     let probe = format!(".xtrace-{}", std::process::id());
@@ -277,6 +282,13 @@ mod tests {
         let file = dir.join("summary.txt");
         let message = prepare(Some(&file)).unwrap_err().to_string();
         assert!(message.contains("it is a file, not a directory"), "{message}");
+        let dangling = dir.join("dangling");
+        std::os::unix::fs::symlink("/xtrace-missing", &dangling).unwrap();
+        let message = prepare(Some(&dangling)).unwrap_err().to_string();
+        assert!(
+            message.contains("dangling: it is a symbolic link to /xtrace-missing, which does not exist"),
+            "{message}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
