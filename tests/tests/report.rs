@@ -140,6 +140,51 @@ fn report_to_a_directory_is_refused_in_one_line() {
     );
 }
 
+/// `-o -` is standard output; a device is written to and stays a device (through a symbolic link
+/// too); a symbolic link to a file, or a name ending in `/`, is refused and nothing changes.
+#[test]
+fn report_to_standard_output_devices_and_links() {
+    let to_stdout = xtrace(args!["report", data(WORKLOAD), "--format", "csv"]);
+    let ran = xtrace(args!["report", data(WORKLOAD), "--format", "csv", "-o", "-"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.stdout, to_stdout.stdout);
+    assert_eq!(ran.stderr, "xtrace: wrote standard output\n");
+    let tmp = TempDir::new("report-o-links");
+    let null = tmp.join("null");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    let ran = xtrace(args!["report", data(WORKLOAD), "-o", &null]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(std::fs::symlink_metadata(&null).unwrap().file_type().is_symlink());
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &std::fs::metadata("/dev/null").unwrap().file_type()
+    ));
+    let victim = tmp.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = tmp.join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let line = xtrace(args!["report", data(WORKLOAD), "-o", &link])
+        .user_error()
+        .to_string();
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: cannot write {}: it is a symbolic link, which xtrace does not follow; \
+             give another file with -o FILE",
+            link.display()
+        )
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let slash = format!("{}/new/", tmp.path().display());
+    let line = xtrace(args!["report", data(WORKLOAD), "-o", &slash])
+        .user_error()
+        .to_string();
+    assert!(
+        line.ends_with("a file name cannot end in '/'; give another file with -o FILE"),
+        "{line}"
+    );
+    assert!(!tmp.join("new").exists());
+}
+
 #[test]
 fn what_is_not_a_capture_is_refused_in_one_line() {
     let tmp = TempDir::new("report-bad");

@@ -134,7 +134,7 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
         Ok(outcome) => {
             print_out(outcome.text.as_bytes());
             if let Some(svg) = &outcome.wrote {
-                err!("xtrace: wrote {}", svg.display());
+                err!("xtrace: wrote {}", xtrace::output::shown(svg));
             }
             if outcome.regressed.is_empty() {
                 ExitCode::SUCCESS

@@ -82,5 +82,5 @@ pub fn run(args: &FlamegraphArgs) -> Result<String> {
     let title = format!("xtrace: {} vs {}", args.diff[1].display(), args.diff[0].display());
     let svg = draw_diff(&base, &new, title, args.normalize)?;
     output::write_path(&args.output, &svg)?;
-    Ok(format!("wrote {}", args.output.display()))
+    Ok(format!("wrote {}", output::shown(&args.output)))
 }

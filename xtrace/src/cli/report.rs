@@ -413,7 +413,7 @@ pub fn run(args: &ReportArgs) -> Result<Rendered> {
     match (&args.output, default_file) {
         (Some(path), _) => {
             output::write_path(path, &bytes)?;
-            Ok(Rendered::Wrote(format!("wrote {}", path.display())))
+            Ok(Rendered::Wrote(format!("wrote {}", output::shown(path))))
         }
         (None, Some(name)) => {
             output::write_path(std::path::Path::new(name), &bytes)?;

@@ -5,6 +5,7 @@
 //! whole. The trace file is written through a [`Sink`],
 //! plain or gzip-compressed (`--gzip`).
 mod dir;
+mod named;
 mod sink;
 
 use std::{
@@ -15,6 +16,7 @@ use std::{
 };
 
 pub use dir::{Dir, Kind};
+pub use named::{shown, write_path};
 pub use sink::{Sink, FILE_BUFFER};
 
 use crate::error::{Error, Result};
@@ -174,34 +176,6 @@ pub fn write(dir: &Dir, name: &str, bytes: &[u8]) -> Result<()> {
     })?;
     drop(file);
     complete(dir, name)
-}
-
-/// Writes the file at `path` whole (a file name, with or without a directory); a path without a
-/// file name is refused.
-pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
-    // The advice of a recording's output directory does not fit a file named with -o.
-    let as_file = |e| match e {
-        Error::Output { path, source } => Error::OutputFile { path, source },
-        e => e,
-    };
-    match (path.parent(), path.file_name()) {
-        (Some(dir), Some(name)) => {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            let dir = Dir::open(dir, invoking_user()).map_err(|source| Error::OutputFile {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            write(&dir, &name.to_string_lossy(), bytes).map_err(as_file)
-        }
-        _ => Err(Error::Usage(format!(
-            "-o {}: give the path of a file to write",
-            path.display()
-        ))),
-    }
 }
 
 /// The trace file of a recording while it is written.
