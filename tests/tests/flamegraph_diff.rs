@@ -66,15 +66,51 @@ fn diff_of_what_is_not_a_capture_is_refused() {
     let good = tmp.join("good.folded");
     std::fs::write(&good, "app;main 1\n").unwrap();
     let line = run_error(args!["flamegraph", "--diff", tmp.path(), &good]);
-    assert!(
-        line.contains("stacks.folded: no stacks.folded in this directory"),
-        "{line}"
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: no stacks.folded in this directory: give a capture recorded with CPU \
+             sampling (-F) or a folded-stack file",
+            tmp.path().display()
+        )
     );
     let text = tmp.join("notes.txt");
     std::fs::write(&text, "hello world\n").unwrap();
     let line = run_error(args!["flamegraph", "--diff", &good, &text]);
     assert!(
         line.ends_with("not folded stacks (lines of `frame;frame;... COUNT`)"),
+        "{line}"
+    );
+    // One bad line among good ones is refused, as `xtrace report` refuses it.
+    let mixed = tmp.join("mixed.folded");
+    std::fs::write(&mixed, "app;main 1\ngarbage\n").unwrap();
+    let line = run_error(args!["flamegraph", "--diff", &good, &mixed]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: line 2 is not `frame;frame;... COUNT`: not folded stacks (lines of \
+             `frame;frame;... COUNT`)",
+            mixed.display()
+        )
+    );
+    // A FIFO is refused at once, not waited on.
+    let fifo = tmp.join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let line = run_error(args!["flamegraph", "--diff", &fifo, &good]);
+    assert!(line.contains("fifo: it is not a regular file"), "{line}");
+    // A recording cut short says so.
+    let cut = tmp.join("cut");
+    std::fs::create_dir(&cut).unwrap();
+    std::fs::write(cut.join("trace.json.partial"), "{").unwrap();
+    let line = run_error(args!["flamegraph", "--diff", &cut, &good]);
+    assert!(
+        line.ends_with(
+            "cut: a recording cut short (trace.json.partial was never completed); record it again"
+        ),
         "{line}"
     );
 }

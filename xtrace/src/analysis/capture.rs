@@ -122,7 +122,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         }));
     }
     let summary_path = dir.join(crate::output::SUMMARY_JSON);
-    let text = match std::fs::read(&summary_path) {
+    let text = match super::read_regular(&summary_path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(cut_short(dir).unwrap_or_else(|| not_capture("no summary.json")))
@@ -157,8 +157,11 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         super::trace_file::read(dir, &mut capture, what.spans)?;
     }
     let folded_path = dir.join(crate::output::STACKS_FOLDED);
-    match std::fs::read_to_string(&folded_path) {
-        Ok(text) => capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?,
+    match super::read_regular(&folded_path) {
+        Ok(text) => {
+            let text = String::from_utf8(text).map_err(|e| malformed(&folded_path, e))?;
+            capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(malformed(&folded_path, e)),
     }
@@ -166,7 +169,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
 }
 
 /// The error for a directory whose recording was cut short: a file of it left as `NAME.partial`.
-pub(super) fn cut_short(dir: &Path) -> Option<Error> {
+pub(crate) fn cut_short(dir: &Path) -> Option<Error> {
     let name = [
         crate::output::TRACE_FILE,
         crate::output::TRACE_FILE_GZ,
@@ -202,6 +205,7 @@ pub(super) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
 /// Folded stacks: `frame;frame;... COUNT` per line; blank lines are skipped.
 pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
     let mut stacks = Vec::new();
+    let mut total: u64 = 0;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim_end();
         if line.is_empty() {
@@ -215,6 +219,10 @@ pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
             Some((stack, n)) => stacks.push((stack.to_string(), n)),
             None => return Err(format!("line {} is not `frame;frame;... COUNT`", i + 1)),
         }
+        // No sum of the counts (per frame, per function) can overflow when their total does not.
+        total = total
+            .checked_add(stacks.last().map_or(0, |s| s.1))
+            .ok_or_else(|| format!("the counts add up past 2^64 at line {}", i + 1))?;
     }
     Ok(stacks)
 }
@@ -279,7 +287,7 @@ mod tests {
         )
         .unwrap();
         let e = load(&d, Load::default()).unwrap_err().to_string();
-        assert!(e.contains("negative time"), "{e}");
+        assert!(e.contains("is negative or past 146 years"), "{e}");
         std::fs::write(d.join("trace.json"), r#"{"traceEvents":[{"ph":"X""#).unwrap();
         assert!(matches!(load(&d, Load::default()), Err(Error::Malformed { .. })));
         std::fs::write(d.join("trace.json"), r#"{"traceEvents":[]}"#).unwrap();
@@ -306,6 +314,19 @@ mod tests {
             )
         );
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn folded_counts_that_add_up_past_64_bits_are_refused() {
+        let max = u64::MAX;
+        assert_eq!(
+            parse_folded(&format!("a;b {max}\n")).unwrap(),
+            [("a;b".to_string(), max)]
+        );
+        assert_eq!(
+            parse_folded(&format!("a;b {max}\n\na;c 1\n")).unwrap_err(),
+            "the counts add up past 2^64 at line 3"
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@ use std::{
     borrow::Cow,
     collections::HashMap,
     fmt,
-    fs::File,
     io::{BufRead, BufReader, Read},
     path::{Path, PathBuf},
 };
@@ -33,6 +32,7 @@ pub(super) fn read(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Resul
         capture,
         keep_spans,
         interned: HashMap::new(),
+        durations: 0,
     };
     if read_lines(BufReader::with_capacity(1 << 20, reader), &mut sink) == Some(()) {
         return Ok(());
@@ -52,10 +52,14 @@ fn stream(reader: impl Read, sink: &mut Sink) -> serde_json::Result<()> {
 fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
     let plain = dir.join(crate::output::TRACE_FILE);
     let gz = dir.join(crate::output::TRACE_FILE_GZ);
-    if let Ok(file) = File::open(&plain) {
-        Ok((plain, Box::new(file)))
-    } else if let Ok(file) = File::open(&gz) {
-        Ok((gz, Box::new(flate2::read::GzDecoder::new(file))))
+    let found = |path: &Path| match super::open_regular(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        other => Some(other.map_err(|e| malformed(path, e))),
+    };
+    if let Some(file) = found(&plain) {
+        Ok((plain, Box::new(file?)))
+    } else if let Some(file) = found(&gz) {
+        Ok((gz, Box::new(flate2::read::GzDecoder::new(file?))))
     } else {
         Err(cut_short(dir).unwrap_or_else(|| Error::NotACapture {
             path: dir.to_path_buf(),
@@ -115,6 +119,9 @@ struct Sink<'c> {
     keep_spans: bool,
     /// category → name → index into `capture.names`.
     interned: HashMap<String, HashMap<String, u32>>,
+    /// The durations of the complete events so far, added: past `u64::MAX` the capture is refused,
+    /// so that no sum of them (per name, thread or call edge) can overflow.
+    durations: u128,
 }
 
 /// One trace event; unknown members are ignored. The line reader's strings are borrowed from the
@@ -134,10 +141,22 @@ struct RawEvent<'a> {
     args: Option<Box<RawValue>>,
 }
 
-/// Chrome µs (with ns decimals) to ns; None when negative or not finite.
+/// The latest time (and longest duration) an event may have: 2^62 ns, 146 years.
+const MAX_TIME_NS: u64 = 1 << 62;
+
+/// Chrome µs (with ns decimals) to ns; None when negative, past [`MAX_TIME_NS`] or not finite.
 fn micros_to_ns(us: f64) -> Option<u64> {
     let ns = (us * 1000.0).round();
-    (0.0..1.8e19).contains(&ns).then_some(ns as u64)
+    (0.0..=MAX_TIME_NS as f64).contains(&ns).then_some(ns as u64)
+}
+
+/// A time in µs for a message: in scientific notation when it is huge.
+fn shown_micros(us: f64) -> String {
+    if us.abs() < 1e15 {
+        format!("{us}")
+    } else {
+        format!("{us:e}")
+    }
 }
 
 impl Sink<'_> {
@@ -150,6 +169,7 @@ impl Sink<'_> {
         c.processes.clear();
         c.threads.clear();
         self.interned.clear();
+        self.durations = 0;
     }
 
     fn event(&mut self, event: &RawEvent) -> Result<(), String> {
@@ -164,9 +184,15 @@ impl Sink<'_> {
                 };
                 let (Some(start_ns), Some(dur_ns)) = (micros_to_ns(ts), micros_to_ns(dur)) else {
                     return Err(format!(
-                        "a complete event has a negative time (ts {ts}, dur {dur})"
+                        "a complete event's time is negative or past 146 years (ts {} µs, dur {} µs)",
+                        shown_micros(ts),
+                        shown_micros(dur)
                     ));
                 };
+                self.durations += u128::from(dur_ns);
+                if self.durations > u128::from(u64::MAX) {
+                    return Err("the complete events' durations add up past 2^64 ns".into());
+                }
                 let name = self.intern(name.unwrap_or(""), cat.unwrap_or(""));
                 if self.keep_spans {
                     // `{"depth":N}` alone has no comma; anything more is worth keeping.
@@ -320,6 +346,7 @@ mod tests {
             capture,
             keep_spans: true,
             interned: HashMap::new(),
+            durations: 0,
         }
     }
 
@@ -422,6 +449,33 @@ mod tests {
         let e = stream(bad.as_bytes(), &mut sink(&mut capture))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("negative time"), "{e}");
+        assert!(
+            e.contains("is negative or past 146 years (ts -1 µs, dur 4 µs)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn huge_times_and_durations_that_add_up_past_64_bits_are_refused() {
+        let huge = TRACE.replace("\"ts\":1020.000", "\"ts\":1e300");
+        let mut capture = Capture::default();
+        let e = stream(huge.as_bytes(), &mut sink(&mut capture))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(ts 1e300 µs, dur 4 µs)"), "{e}");
+        // Five spans of nearly 2^62 ns each: each allowed, their sum not.
+        let long = format!("{}", (1u64 << 62) / 1000);
+        let events: Vec<String> = (0..5)
+            .map(|tid| format!(r#"{{"ph":"X","name":"f","ts":0,"dur":{long},"pid":1,"tid":{tid}}}"#))
+            .collect();
+        let trace = format!(r#"{{"traceEvents":[{}]}}"#, events.join(","));
+        let e = stream(trace.as_bytes(), &mut sink(&mut capture))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("durations add up past 2^64 ns"), "{e}");
+        let four = format!(r#"{{"traceEvents":[{}]}}"#, events[..4].join(","));
+        let mut capture = Capture::default();
+        stream(four.as_bytes(), &mut sink(&mut capture)).unwrap();
+        assert_eq!(capture.spans.len(), 4);
     }
 }

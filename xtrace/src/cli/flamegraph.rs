@@ -27,31 +27,52 @@ pub struct FlamegraphArgs {
     pub normalize: bool,
 }
 
-/// The folded stacks of a capture argument: `DIR/stacks.folded` or the file itself, checked to
-/// hold at least one `frames COUNT` line.
+/// The folded stacks of a capture argument: `DIR/stacks.folded` or the file itself, each line
+/// `frames COUNT` as `xtrace report` reads them, at least one.
 fn folded(path: &Path) -> Result<String> {
-    let file = if path.is_dir() {
+    let is_dir = path.is_dir();
+    let file = if is_dir {
         path.join(crate::output::STACKS_FOLDED)
     } else {
         path.to_path_buf()
     };
-    let text = std::fs::read_to_string(&file).map_err(|e| Error::Unreadable {
-        path: file.clone(),
-        reason: if path.is_dir() {
-            "no stacks.folded in this directory: give a capture recorded with CPU sampling (-F) or a folded-stack file".into()
-        } else {
-            format!("{e}; give a capture directory or a folded-stack file")
-        },
-    })?;
-    let valid = |line: &str| {
-        line.rsplit_once(' ')
-            .is_some_and(|(stack, n)| !stack.is_empty() && n.parse::<u64>().is_ok())
+    let unreadable = |path: &Path, reason: String| Error::Unreadable {
+        path: path.to_path_buf(),
+        reason,
     };
-    if !text.lines().any(valid) {
-        return Err(Error::Unreadable {
-            path: file,
-            reason: "not folded stacks (lines of `frame;frame;... COUNT`)".into(),
-        });
+    let bytes = match crate::analysis::read_regular(&file) {
+        Ok(bytes) => bytes,
+        Err(e) if is_dir && e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(crate::analysis::Error::CutShort { partial, .. }) =
+                crate::analysis::capture::cut_short(path)
+            {
+                return Err(unreadable(
+                    path,
+                    format!("a recording cut short ({partial} was never completed); record it again"),
+                ));
+            }
+            return Err(unreadable(
+                path,
+                "no stacks.folded in this directory: give a capture recorded with CPU sampling (-F) or a folded-stack file".into(),
+            ));
+        }
+        Err(e) => {
+            return Err(unreadable(
+                &file,
+                format!("{e}; give a capture directory or a folded-stack file"),
+            ))
+        }
+    };
+    let not_folded = |why: String| {
+        unreadable(
+            &file,
+            format!("{why}: not folded stacks (lines of `frame;frame;... COUNT`)"),
+        )
+    };
+    let text = String::from_utf8(bytes).map_err(|e| not_folded(e.to_string()))?;
+    let stacks = crate::analysis::capture::parse_folded(&text).map_err(not_folded)?;
+    if stacks.is_empty() {
+        return Err(not_folded("no stack".into()));
     }
     Ok(text)
 }

@@ -62,22 +62,9 @@ pub fn print_out(bytes: &[u8]) {
 /// a terminal escape) is written escaped, as `\n` or `\u{1b}`, so that one message stays one line
 /// and cannot drive the terminal.
 pub fn print_err(line: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{}", escape_controls(line));
-}
-
-/// `text` with each control character as its Rust escape.
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "{}",
+        crate::export::table::escape_controls(line)
+    );
 }

@@ -208,16 +208,24 @@ impl Report {
                 .map_or(String::new(), |hz| format!(" at {hz} Hz"));
             out += &format!(", {} CPU samples{hz}", self.samples);
         }
+        // A part summary.json lacks (a hand-made or older capture) is left out, not shown empty.
+        let within = |text: String| {
+            if text.is_empty() {
+                text
+            } else {
+                format!(" ({text})")
+            }
+        };
         out += &format!(
-            " in {} ({})\n",
+            " in {}{}\n",
             human(self.duration_ns),
-            self.stop_reason.replace('_', " ")
+            within(self.stop_reason.replace('_', " "))
         );
         let lost: Vec<String> = self.lost.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out += &format!(
-            "lost events: {} ({}); unmatched entries: {}; decode errors: {}\n",
+            "lost events: {}{}; unmatched entries: {}; decode errors: {}\n",
             self.lost_events,
-            lost.join(", "),
+            within(lost.join(", ")),
             self.unmatched_entries,
             self.decode_errors
         );

@@ -6,8 +6,13 @@ pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
     if rows.is_empty() {
         return String::new();
     }
+    // A name with a newline or a terminal escape in it (an NVTX message, say) stays in its cell.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| escape_controls(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -25,10 +30,27 @@ pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
         text.trim_end().to_string() + "\n"
     };
     let mut out = line(&mut header.iter().copied());
-    for row in rows {
+    for row in &rows {
         out += &line(&mut row.iter().map(String::as_str));
     }
     out
+}
+
+/// `text` with each control character as its Rust escape.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
@@ -57,5 +79,16 @@ mod tests {
         assert_eq!(render(&["NAME"], &[], 1), "");
         assert_eq!(csv_field("a,b\"c"), "\"a,b\"\"c\"");
         assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn control_characters_stay_in_their_cell() {
+        let rows = vec![vec!["w\nx\u{1b}[2J".to_string(), "1".to_string()]];
+        assert_eq!(
+            render(&["NAME", "N"], &rows, 1),
+            "NAME           N\nw\\nx\\u{1b}[2J  1\n"
+        );
+        assert_eq!(escape_controls("plain"), "plain");
+        assert_eq!(escape_controls("tab\there"), "tab\\there");
     }
 }
