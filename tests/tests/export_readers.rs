@@ -141,4 +141,37 @@ fn callgrind_annotate_reads_the_callgrind_output_with_the_capture_totals() {
         sums[1] += costs[1];
     }
     assert_eq!(sums, [outer_ns, samples], "{text}");
+    // Inclusive costs come from the edges into a function: an outermost span's function, also
+    // reached by sampled edges (thread_main → train_step), has all its spans' time.
+    let inclusive = run(
+        "callgrind_annotate",
+        &[
+            "--inclusive=yes".as_ref(),
+            "--threshold=100".as_ref(),
+            file.as_os_str(),
+        ],
+    );
+    let report = xtrace(args!["report", data(WORKLOAD), "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&report.stdout).unwrap();
+    let total_of = |name: &str| {
+        report["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["total_ns"]
+            .as_u64()
+            .unwrap()
+    };
+    let inclusive_of = |name: &str| -> u64 {
+        let line = inclusive
+            .lines()
+            .find(|l| l.ends_with(&format!("???:{name}")))
+            .unwrap_or_else(|| panic!("no {name} in {inclusive}"));
+        number(line.split_whitespace().find(|w| is_count(w)).unwrap())
+    };
+    for name in ["train_step", "load_batch", "forward"] {
+        assert_eq!(inclusive_of(name), total_of(name), "{name}: {inclusive}");
+    }
+    assert_eq!(inclusive_of("workload"), outer_ns, "{inclusive}");
 }

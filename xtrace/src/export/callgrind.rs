@@ -1,5 +1,6 @@
 //! Callgrind format (KCachegrind, callgrind_annotate) of a capture: one function per span name
-//! and per sampled frame, with self cost and call edges. Events: `Span_ns` (self time of spans;
+//! and per sampled frame, with self cost and call edges; outermost spans are called by their
+//! process, the root frame of sampled stacks. Events: `Span_ns` (self time of spans;
 //! an edge carries the callee spans' total time and their number as `calls=`) and `Samples` (self
 //! samples; an edge carries the samples with the callee below the caller, `calls=1` when no span
 //! backs it). Positions are all line 0: xtrace has no source lines.
@@ -51,17 +52,23 @@ pub fn write(capture: &Capture, nesting: &Nesting) -> String {
     for (i, span) in capture.spans.iter().enumerate() {
         let name = clean(&capture.names[span.name as usize].name);
         functions.entry(name.clone()).or_default().own.span_ns += nesting.self_ns[i];
-        if let Some(parent) = nesting.parent[i] {
-            let caller = clean(&capture.names[capture.spans[parent as usize].name as usize].name);
-            let edge = functions
-                .entry(caller)
-                .or_default()
-                .callees
-                .entry(name)
-                .or_default();
-            edge.calls += 1;
-            edge.span_ns += span.dur_ns;
-        }
+        // An outermost span is called by its process, the root frame of the sampled stacks too:
+        // readers take a function's inclusive cost from the edges into it, so one reached by a
+        // sampled edge (main → f) and no span edge would show no span time.
+        let caller = clean(&match nesting.parent[i] {
+            Some(parent) => capture.names[capture.spans[parent as usize].name as usize]
+                .name
+                .clone(),
+            None => capture.process_name(span.pid),
+        });
+        let edge = functions
+            .entry(caller)
+            .or_default()
+            .callees
+            .entry(name)
+            .or_default();
+        edge.calls += 1;
+        edge.span_ns += span.dur_ns;
     }
     for (stack, n) in &capture.folded {
         let frames: Vec<String> = stack.split(';').map(clean).collect();
@@ -137,6 +144,7 @@ mod tests {
             names: names.to_vec(),
             spans: vec![span(1, 10, 20), span(1, 40, 30), span(0, 0, 100)],
             folded: vec![("app;main;work".into(), 3), ("app;main".into(), 1)],
+            processes: [(1, "app".to_string())].into(),
             ..Capture::default()
         };
         let text = write(&capture, &nest(&capture.spans));
@@ -144,7 +152,7 @@ mod tests {
             text,
             "# callgrind format\nversion: 1\ncreator: xtrace\npositions: line\n\
              events: Span_ns Samples\nsummary: 100 4\n\nfl=(1) ???\n\
-             fn=(1) app\n0 0 0\ncfn=(2) main\ncalls=1 0\n0 0 4\n\n\
+             fn=(1) app\n0 0 0\ncfn=(2) main\ncalls=1 0\n0 100 4\n\n\
              fn=(2)\n0 50 1\ncfn=(3) work\ncalls=2 0\n0 50 3\n\n\
              fn=(3)\n0 50 3\n\n"
         );
