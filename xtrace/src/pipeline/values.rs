@@ -14,8 +14,8 @@ const MAX_DISTINCT: usize = 1024;
 /// Most frequent values listed per argument in summary.json.
 const TOP: usize = 10;
 
-/// One rendered value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One rendered value; ordered by number (integers, pointers) or text (strings).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Value {
     Int(i128),
     /// A pointer, shown in hex.
@@ -148,7 +148,8 @@ impl ValueStats {
 
     fn summary(&self) -> ValueSummary {
         let mut top: Vec<&(Value, u64)> = self.counts.values().collect();
-        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.json().cmp(&b.0.json())));
+        // Most frequent first; equally frequent ones in the values' order (-7 before -1 before 10).
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let number = |v: i128| serde_json::from_str(&v.to_string()).unwrap_or_default();
         ValueSummary {
             name: self.name.clone(),
@@ -335,6 +336,16 @@ mod tests {
         assert_eq!(summary[1].min, Some(serde_json::json!(-3)));
         assert_eq!(summary[1].max, Some(serde_json::json!(1)));
         assert_eq!(summary[2].top.len(), 2);
+        // Equally frequent values in numeric order: -3 before 1 (JSON text would put "-3" first
+        // too, but "10" before "9").
+        let top: Vec<&serde_json::Value> = summary[1].top.iter().map(|t| &t.value).collect();
+        assert_eq!(top, [&serde_json::json!(-3), &serde_json::json!(1)]);
+        for (arg0, ret) in [(10, 1), (9, 2)] {
+            v.args(&args_event(0, 9, 100, [arg0, 0, 0, 0, 0, 0], "x"));
+            v.span(0, 9, 100, Some(ret)).unwrap();
+        }
+        let top: Vec<serde_json::Value> = v.summaries()[0][0].top.iter().map(|t| t.value.clone()).collect();
+        assert_eq!(top, [5, 6, 9, 10].map(|n| serde_json::json!(n)));
         assert_eq!(summary[3].name, "ret");
         assert_eq!(summary[3].count, 2);
     }
