@@ -154,11 +154,24 @@ impl Summary {
         } else {
             String::new()
         };
+        // With --min-duration the shorter calls are counted, not recorded as spans.
+        let below: Option<u64> = self
+            .probes
+            .iter()
+            .filter_map(|p| p.below_min_duration)
+            .reduce(|a, b| a + b);
+        let calls = match below {
+            Some(below) => format!(
+                "{} calls ({} as spans, {below} under --min-duration)",
+                count(false),
+                count(false).saturating_sub(below)
+            ),
+            None => format!("{} spans", count(false)),
+        };
         let what = match &self.profile {
             Some(profile) if self.probes.is_empty() => format!("{} samples", profile.samples),
             _ => format!(
-                "{} spans{hits} from {} probe{}",
-                count(false),
+                "{calls}{hits} from {} probe{}",
                 self.probes.len(),
                 if self.probes.len() == 1 { "" } else { "s" }
             ),
@@ -367,6 +380,13 @@ mod tests {
 
     #[test]
     fn table() {
+        let mut below = summary();
+        below.probes[0].below_min_duration = Some(3);
+        let first = below.table().lines().next().unwrap().to_string();
+        assert_eq!(
+            first,
+            "4 calls (1 as spans, 3 under --min-duration) from 1 probe in 1.500s (targets exited), 0 lost"
+        );
         let text = summary().table();
         assert_eq!(
             text,
