@@ -618,3 +618,37 @@ fn control_characters_in_a_name() {
     );
     assert!(fixture.is_running(), "the traced process survives the error");
 }
+
+/// `xtrace list symbols` of a glob that matches nothing, or of a file without function symbols,
+/// does not advise running `xtrace list symbols`, which is what was run.
+#[test]
+fn list_symbols_that_match_nothing() {
+    if !require_bpf() {
+        return;
+    }
+    let spans = fixtures().spans.display().to_string();
+    let line = run_error(args!["list", "symbols", &spans, "zz*qq"]);
+    assert_eq!(
+        line,
+        format!("xtrace: error: {spans}: no function matches `zz*qq`; list them all with `xtrace list symbols {spans}`")
+    );
+    // A stripped copy with no exported function.
+    let tmp = TempDir::new("list-stripped");
+    let stripped = tmp.join("stripped");
+    let ran = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&fixtures().spans)
+        .status()
+        .expect("running strip");
+    assert!(ran.success());
+    let line = run_error(args!["list", "symbols", &stripped]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: no function symbols (it is stripped and exports none); trace its \
+             calls into libraries (-u LIB:FUNC) or sample it (-F HZ)",
+            stripped.display()
+        )
+    );
+}
