@@ -69,7 +69,8 @@ fn pid_that_exits_during_attach() {
     assert!(
         fixture.wait().success(),
         "the fixture saw the breakpoint and exited"
-    );
+    ); // The output directory xtrace made for the recording is gone again: nothing was written.
+    assert!(!tmp.join("out").exists(), "an empty output directory left behind");
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Lifecycle: nothing of xtrace survives it, however it ends. SIGKILL and a panic (no chance to
+//! Lifecycle: nothing of xtrace survives it, however it ends, and its detach does not hang on a
+//! call that never returns. SIGKILL and a panic (no chance to
 //! clean up) must still leave no BPF program, link or perf event, because every attachment is an
 //! fd the kernel closes; a launched command gets SIGTERM when xtrace dies (one still held before
 //! its exec leaves quietly), and the trace keeps the
@@ -53,6 +54,65 @@ fn sigkill_leaves_nothing_attached() {
         fixture.is_running(),
         "the traced process survives xtrace being killed"
     );
+}
+
+/// A call that never returns (`forever`) while its thread calls `work` 100 times a second: since
+/// Linux 6.12 its pending return probe holds the kernel's uretprobe SRCU lock for as long as the
+/// thread keeps hitting return probes, and each uprobe link's close waits for that lock. Closed one
+/// after another, the links left xtrace in uninterruptible sleep for as long as the program ran;
+/// closed together, it stops at `-d` and leaves nothing attached while the program runs on.
+#[test]
+fn a_call_that_never_returns_does_not_hang_the_detach() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["forever"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("never-returns");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "forever",
+        "-u",
+        "work",
+        "-d",
+        "1",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    fixture.go();
+    // A hung detach sleeps in the kernel, deaf to SIGKILL, until the program stops: the watchdog
+    // stops it after 20 s, so that the test fails instead of hanging the suite.
+    let (done, finished_rx) = std::sync::mpsc::channel::<()>();
+    let pid = fixture.pid() as i32;
+    let watchdog = std::thread::spawn(move || {
+        let hung = finished_rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .is_err();
+        if hung {
+            // SAFETY: kill(2) with the fixture's pid, which this test still owns.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        hung
+    });
+    let finished = xtrace.wait();
+    let _ = done.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "xtrace hung detaching until the traced program was killed"
+    );
+    finished.assert_success();
+    before.assert_none_left();
+    assert!(fixture.is_running(), "the program runs on");
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.stop_reason(), "duration");
+    assert_eq!(out.probe_count("forever"), 0, "its one call never returned");
+    let work = out.probe_count("work");
+    assert!(work >= 30, "work ran 100 times a second: {work} spans");
 }
 
 /// Launches `spans spin` under xtrace (with `env`), lets it record, ends xtrace with `signal` (or

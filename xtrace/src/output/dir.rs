@@ -32,6 +32,18 @@ pub struct Dir {
     fd: OwnedFd,
     /// (uid, gid) each file and directory xtrace creates is handed to (the user who ran sudo).
     owner: Option<(u32, u32)>,
+    /// Whether xtrace made the directory itself: then it is removed when dropped empty (a
+    /// recording that failed before writing anything leaves no trace of itself).
+    created: bool,
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if self.created {
+            // Fails, leaving it, unless it is still empty.
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
 }
 
 impl Dir {
@@ -41,16 +53,19 @@ impl Dir {
             path: path.to_path_buf(),
             fd: open_at(libc::AT_FDCWD, path.as_os_str(), false)?,
             owner,
+            created: false,
         })
     }
 
     /// Opens `path`, first creating it and its missing parents, outermost first; each directory
     /// it creates, and each file created in it, is handed to `owner` when given.
     pub fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<Dir> {
+        let (fd, created) = open_or_create(path, owner)?;
         Ok(Dir {
             path: path.to_path_buf(),
-            fd: open_or_create(path, owner)?,
+            fd,
             owner,
+            created,
         })
     }
 
@@ -130,10 +145,11 @@ impl Dir {
 
 /// Opens the directory `path` if it exists; else opens (creating) its parent, creates it there
 /// and enters it without following a link, so nothing swapped in meanwhile is entered.
-fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<OwnedFd> {
+/// [`Dir::open_or_create`]'s descriptor, and whether the last directory was made here.
+fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<(OwnedFd, bool)> {
     match open_at(libc::AT_FDCWD, path.as_os_str(), false) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        found => return found,
+        found => return found.map(|fd| (fd, false)),
     }
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(io::Error::from_raw_os_error(libc::ENOENT));
@@ -143,7 +159,7 @@ fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<OwnedFd>
     } else {
         parent
     };
-    let parent = open_or_create(parent, owner)?;
+    let (parent, _) = open_or_create(parent, owner)?;
     let c = c_name(name)?;
     // SAFETY: a live directory descriptor and a NUL-terminated name.
     let created = match checked(unsafe { libc::mkdirat(parent.as_raw_fd(), c.as_ptr(), 0o777) }) {
@@ -156,7 +172,7 @@ fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<OwnedFd>
     if let (true, Some((uid, gid))) = (created, owner) {
         std::os::unix::fs::fchown(&dir, Some(uid), Some(gid))?;
     }
-    Ok(dir)
+    Ok((dir, created))
 }
 
 /// Opens directory `name` relative to directory descriptor `at` (or the working directory for

@@ -58,7 +58,8 @@ impl Mechanism {
 pub const ATTACH_ENV: &str = "XTRACE_UPROBE_ATTACH";
 
 /// Attached probes. Dropping it detaches entry probes before return probes, so calls in flight
-/// still complete their spans and no entry is pushed without a return probe to pop it.
+/// still complete their spans and no entry is pushed without a return probe to pop it, and the
+/// return probes all at once (see [`super::detach`]).
 #[derive(Debug)]
 pub struct Attached {
     pub mechanism: Mechanism,
@@ -98,11 +99,18 @@ impl Attached {
         }
     }
 
+    /// The links, taken out: entry ones, USDT perf events, return ones.
+    pub(super) fn take_links(&mut self) -> (Vec<MultiLink>, Vec<(OwnedFd, OwnedFd)>, Vec<MultiLink>) {
+        (
+            std::mem::take(&mut self.enter),
+            std::mem::take(&mut self.usdt_events),
+            std::mem::take(&mut self.exit),
+        )
+    }
+
     /// Detaches every probe (see the type's documentation for the order).
     pub fn detach(mut self, ebpf: &mut Ebpf) {
-        self.enter.clear();
-        self.usdt_events.clear();
-        self.exit.clear();
+        super::detach::close(&mut self);
         self.programs.clear();
         if self.mechanism == Mechanism::PerfEvent {
             for name in ["span_enter", "span_exit", "span_ret", "usdt_hit"] {
@@ -111,6 +119,12 @@ impl Attached {
                 }
             }
         }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        super::detach::close(self);
     }
 }
 
@@ -419,7 +433,7 @@ pub fn attach_more(
                 }
             }
             // Kept only once all are made: a refused group drops the others, detaching them.
-            let mut links = Vec::new();
+            let mut links = Attached::new(Mechanism::UprobeMulti);
             for name in &names {
                 let Some(program) = attached.programs.iter().find(|p| p.name() == *name) else {
                     continue;
@@ -428,12 +442,13 @@ pub fn attach_more(
                     let pid = pids[g.scope];
                     let link =
                         link_group(program, &g, pid, false).map_err(|e| group_error(name, &g, pid, e))?;
-                    links.push((link, is_exit(name), g.offsets.len()));
+                    links.keep(link, is_exit(name), g.offsets.len());
                 }
             }
-            for (link, exit, uprobes) in links {
-                attached.keep(link, exit, uprobes);
-            }
+            let (enter, _, exit) = links.take_links();
+            attached.uprobes += links.uprobes;
+            attached.enter.extend(enter);
+            attached.exit.extend(exit);
         }
         Mechanism::PerfEvent => {
             for name in names {

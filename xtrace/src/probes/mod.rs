@@ -4,6 +4,7 @@
 //! `follow` has it follow the processes that sampled processes start.
 pub mod attach;
 pub mod branches;
+mod detach;
 pub mod elf;
 pub mod entry;
 pub mod exits;
