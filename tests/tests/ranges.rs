@@ -28,6 +28,39 @@ const API_FIXTURE_RANGES: &[(&str, &str, u64)] = &[
     ("work", "push", 5),
 ];
 
+/// A child forked while the range sites are probed reaches them too and lives on: the sites are
+/// 1-byte nops, not the 5-byte nop Linux 6.18 turns into a call to a trampoline page a forked
+/// child does not have (its first range killed it with SIGSEGV). Only the launched process is
+/// traced, so the child's range is not recorded.
+#[test]
+fn a_forked_child_survives_its_ranges() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ranges-fork");
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "--ranges",
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().ranges,
+        "fork"
+    ])
+    .wait();
+    finished.assert_success();
+    assert!(finished.stdout.contains("child exit 6"), "{}", finished.stdout);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.summary["command"]["exit_code"], 0, "the child exited 6");
+    let names: Vec<(&str, u64)> = out.summary["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(names, [("parent", 1)]);
+}
+
 #[test]
 fn xtrace_range_api_by_pid() {
     if !require_bpf() {

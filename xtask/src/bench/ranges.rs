@@ -1,6 +1,6 @@
 //! Range cost through xtrace's tool library: the `ranges` workload (xtask/bench/ranges.c) makes
 //! push/pop pairs through `xtrace_range_push`/`_pop`, untraced (a semaphore check each), under the
-//! floor (uprobe_floor: empty uprobes on the two 5-byte-nop USDT sites, semaphores raised) and under
+//! floor (uprobe_floor: empty uprobes on the two 1-byte-nop USDT sites, semaphores raised) and under
 //! `xtrace --ranges --pid`. Cost per pair = ns per pair under the tool - ns per pair untraced; runs
 //! are interleaved.
 //!
@@ -125,7 +125,7 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     report.row(
         Row::new(
             "ranges.floor",
-            "range push+pop: floor (empty uprobes, 2 nop5 USDT sites)",
+            "range push+pop: floor (empty uprobes, 2 nop USDT sites)",
             fmt_ns(floor_cost),
         )
         .note(format!(

@@ -1,6 +1,7 @@
 //! The USDT probes every range ends in (provider `xtrace`), in the `<sys/sdt.h>` note format with a
-//! semaphore each and a 5-byte nop at the call site (`nopl 0x0(%rax,%rax,1)`, which the kernel can
-//! turn into a fast uprobe). Untraced, a range costs the semaphore load in `enabled`; xtrace
+//! semaphore each and a 1-byte `nop` at the call site, as `<sys/sdt.h>` places. Not the 5-byte
+//! `nopl 0x0(%rax,%rax,1)`: Linux 6.18 turns a uprobe on that into a call to an `[uprobes-trampoline]`
+//! page that a forked child does not inherit, so a child that reached the site crashed. Untraced, a range costs the semaphore load in `enabled`; xtrace
 //! raises the semaphore (the kernel's uprobe reference counter) while it is attached.
 //!
 //! Arguments are 8-byte registers: `source` says which API the range came from ([`Source`]),
@@ -65,7 +66,7 @@ macro_rules! site {
         // itself (the tracer reads the arguments' pointees), touches no stack or flags.
         unsafe {
             core::arch::asm!(
-                "990: .byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+                "990: nop",
                 ".pushsection .note.stapsdt, \"\", \"note\"",
                 ".balign 4",
                 ".4byte 992f-991f, 994f-993f, 3",
