@@ -78,6 +78,10 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
             "switchy -> u64",
             "-u",
             "syscall_first",
+            "-u",
+            "nop5_first -> u64",
+            "-u",
+            "nop5_only -> u64",
         ],
         "entries",
     );
@@ -89,6 +93,10 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
         "a write below the stack pointer is no obstacle"
     );
     assert_eq!(moved_by(&out, "tail"), 3);
+    // Never onto a 5-byte nop, whose probe a forked child would die at (the fixture's child calls
+    // both; it and so the fixture exit 0): past it, onto the push, or onto the lea after it.
+    assert_eq!(moved_by(&out, "nop5_first"), 8);
+    assert_eq!(moved_by(&out, "nop5_only"), 5);
     // Kept: its captured argument is written before the push; the jb jumps back into the
     // instructions before it; sub writes the stack pointer; an indirect jump could land anywhere;
     // a syscall is no plain instruction.
@@ -104,6 +112,8 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
         "stack",
         "switchy",
         "syscall_first",
+        "nop5_first",
+        "nop5_only",
     ] {
         assert_eq!(out.probe_count(name), CALLS, "{name}");
         assert_eq!(out.spans_named(name).len() as u64, CALLS, "{name}");
@@ -115,6 +125,8 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
     assert_eq!(values(&out, "tail"), expect(|x| 2 * x, false));
     assert_eq!(values(&out, "loops"), expect(|x| x.max(1), false));
     assert_eq!(values(&out, "stack"), expect(|x| x, false));
+    assert_eq!(values(&out, "nop5_first"), expect(|x| x, false));
+    assert_eq!(values(&out, "nop5_only"), expect(|x| x + 1, false));
     assert_eq!(
         values(&out, "switchy"),
         expect(|x| if x <= 1 { x + 10 } else { x }, false)

@@ -108,7 +108,9 @@ pub fn candidate(
 }
 
 /// [`candidate`] on the code at `start` (`bytes`, the function's from its probe offset on): the
-/// site's address, and how many instructions it is past the first.
+/// site's address, and how many instructions it is past the first. A 5-byte nop is never the
+/// site ([`trampolined`]); a function that starts with one is probed on the instruction after it
+/// when nothing cheaper follows.
 fn find_candidate(
     bytes: &[u8],
     start: u64,
@@ -119,26 +121,44 @@ fn find_candidate(
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     let mut insn = Instruction::default();
+    // The instruction after a leading 5-byte nop: better than the nop, if nothing cheaper.
+    let (mut leading_nop5, mut after_nop5) = (false, None);
     for past in 0..=MAX_PREFIX {
         if !decoder.can_decode() {
-            return None;
+            return after_nop5;
         }
         decoder.decode_out(&mut insn);
         if insn.is_invalid() || insn.next_ip() > end {
-            return None;
+            return after_nop5;
+        }
+        if past == 1 && leading_nop5 && super::insn::why_refused(&insn).is_none() {
+            after_nop5 = Some((insn.ip(), 1));
         }
         let at = (insn.ip() - start) as usize;
-        if emulated(&bytes[at..at + insn.len()]) {
+        let code = &bytes[at..at + insn.len()];
+        if trampolined(code) {
+            leading_nop5 |= past == 0;
+            continue; // a nop: moved past
+        }
+        if emulated(code) {
             if past == 0 {
                 return None; // already cheap
             }
             return Some((insn.ip(), past));
         }
         if !movable(&insn, &mut info, kept) {
-            return None;
+            return after_nop5;
         }
     }
-    None
+    after_nop5
+}
+
+/// Whether a uprobe on `bytes` would be "optimized" by the kernel: since Linux 6.18 a probed
+/// 5-byte nop (`nopl 0x0(%rax,%rax,1)`) becomes a call to an `[uprobes-trampoline]` page, which a
+/// process forked while it is probed does not inherit: the child dies with SIGSEGV when it gets
+/// there. So no entry probe moves onto one.
+fn trampolined(bytes: &[u8]) -> bool {
+    bytes == [0x0f, 0x1f, 0x44, 0x00, 0x00]
 }
 
 /// Whether the kernel emulates the instruction `bytes` when it is probed (arch/x86/kernel/uprobes.c:
@@ -413,6 +433,26 @@ mod tests {
         ] {
             assert!(!emulated(bytes), "{bytes:x?}");
         }
+    }
+
+    #[test]
+    fn never_onto_a_5_byte_nop() {
+        const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0, 0];
+        // nop5; mov; push: past both, onto the push.
+        assert_eq!(past(&then_push(&[&NOP5, &MOV_RDI_RAX]), &[]), Some(2));
+        // mov; nop5; push: past the nop too.
+        assert_eq!(past(&then_push(&[&MOV_RDI_RAX, &NOP5]), &[]), Some(2));
+        // nop5; lea 1(%rdi),%rax; ret: nothing emulated follows, so the lea after the nop.
+        let code = [&NOP5[..], &[0x48, 0x8d, 0x47, 0x01, 0xc3]].concat();
+        assert_eq!(past(&code, &[]), Some(1));
+        // nop5; syscall: the syscall, after the nop, all the same (the probe is on it, not past it).
+        let code = [&NOP5[..], &[0x0f, 0x05, 0xc3]].concat();
+        assert_eq!(past(&code, &[]), Some(1));
+        // nop5; lock incl (%rdi): the kernel refuses a probe on a locked instruction.
+        let code = [&NOP5[..], &[0xf0, 0xff, 0x07, 0xc3]].concat();
+        assert_eq!(past(&code, &[]), None);
+        // A function that is only a nop5 keeps its entry.
+        assert_eq!(past(&NOP5, &[]), None);
     }
 
     #[test]
