@@ -303,6 +303,40 @@ fn launched_command_every_inlined_site() {
     );
 }
 
+/// Stopped with `-d` while `usdt loop` fires begin/end pairs (10 per ms): what the sites record
+/// while they are being detached (each site's probe removed in turn: an end may still fire after
+/// its begin's is gone) is after the stop and left out, so no end is unpaired. The loop starts
+/// after the attach, so nothing began before the capture either.
+#[test]
+fn hits_while_detaching_are_left_out() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().usdt, &["loop"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("usdt-stop");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-U",
+        "xtfix:request_*",
+        "-d",
+        "1",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    fixture.go();
+    xtrace.wait().assert_success();
+    assert!(fixture.is_running());
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.summary["usdt_unpaired"], 0);
+    assert_eq!(out.lost_events(), 0);
+    let pairs = out.spans_named("xtfix:request").len();
+    assert!(pairs > 1000, "{pairs} begin/end pairs in a second");
+}
+
 #[test]
 fn semaphore_probe_through_perf_event_uprobes() {
     if !require_bpf() {

@@ -60,6 +60,9 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub loaders: Vec<u32>,
     /// Processes whose `dlopen` returned since the session last looked, in order, once each.
     pub loaded: Vec<u32>,
+    /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
+    /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
+    stopped_at: Option<u64>,
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
@@ -89,13 +92,37 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             events: 0,
             loaders: Vec::new(),
             loaded: Vec::new(),
+            stopped_at: None,
         }
     }
 
     /// Handles one ring-buffer record.
+    /// Ends the capture at `ns`: samples, USDT hits and range ends after it, and calls that
+    /// began after it, are left out. They come from the moments the probes are being detached,
+    /// when entry probes are already gone (a sample there has lost its callers: the return
+    /// probes' trampoline addresses are no longer put back) and an end's begin may be missed. A
+    /// call that began before it still ends its span.
+    pub fn stop_at(&mut self, ns: u64) {
+        self.stopped_at = Some(ns);
+    }
+
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
-        match decode::decode(bytes) {
+        let event = decode::decode(bytes);
+        if let (Some(stop), Ok(event)) = (self.stopped_at, &event) {
+            let after = match event {
+                Event::Span(span) => span.start_ns > stop,
+                Event::Args(args) => args.start_ns > stop,
+                Event::Usdt(hit) => hit.header.ts_ns > stop,
+                Event::UsdtStr(hit) => hit.event.header.ts_ns > stop,
+                Event::Sample(sample, _) => sample.header.ts_ns > stop,
+                Event::Thread(_) | Event::Out(_) => false,
+            };
+            if after {
+                return Ok(());
+            }
+        }
+        match event {
             Ok(Event::Span(span)) => {
                 let id = span.probe_id as usize;
                 let Some(stats) = self.stats.get_mut(id) else {

@@ -382,6 +382,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     )
     .await;
     let duration_ns = started.elapsed().as_nanos() as u64;
+    pipeline.stop_at(crate::clock::monotonic_ns());
     let gpus = gpu_metrics.map(GpuMetrics::stop).unwrap_or_default();
     observer.stopped();
     // Detach first so nothing new arrives, then read what is left.
