@@ -157,7 +157,10 @@ pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
 }
 
 /// `BPF_PROG_LOAD` of one kprobe-type program with the uprobe_multi expected attach type. On a
-/// verifier rejection the load is repeated with a log, whose last lines join the error.
+/// verifier rejection the load is repeated with a log, whose last lines join the error. The
+/// verifier gives up with EAGAIN when a signal is pending (a SIGTERM during the load): the load
+/// is then repeated, the signal having been handled in between, and the session sees it once
+/// attached.
 fn load_one(name: &str, insns: &[aya_obj::generated::bpf_insn], license: &CString) -> io::Result<OwnedFd> {
     let mut attr = ProgLoadAttr {
         prog_type: bpf_prog_type::BPF_PROG_TYPE_KPROBE as u32,
@@ -170,16 +173,20 @@ fn load_one(name: &str, insns: &[aya_obj::generated::bpf_insn], license: &CStrin
     for (dst, src) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
         *dst = src;
     }
-    let error = match bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr) {
-        Ok(fd) => return Ok(fd),
-        Err(e) => e,
+    let mut tries = 0;
+    let error = loop {
+        match bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < 5 => tries += 1,
+            Err(e) => break e,
+        }
     };
     let mut log = vec![0u8; 1 << 20];
     attr.log_level = 1;
     attr.log_size = log.len() as u32;
     attr.log_buf = log.as_mut_ptr() as u64;
-    if bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr).is_ok() {
-        return Err(error); // loads with a log but not without: report the first error as is
+    if let Ok(fd) = bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr) {
+        return Ok(fd); // the first failure passed (a signal once more)
     }
     let text = String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)]).into_owned();
     let tail: Vec<&str> = text.lines().rev().take(3).collect();
