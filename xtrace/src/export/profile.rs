@@ -146,7 +146,15 @@ impl Resolver {
     /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, the name of
     /// a special mapping (`[uprobes]`: the return probes' trampoline), or the bare address.
     fn unfiled(&self, maps: &[Mapping], address: u64, jit: &[JitSymbol]) -> String {
-        let special = find(maps, address).filter(|m| m.path.starts_with('['));
+        // A caller frame is looked up one byte before its return address, so that it falls in the
+        // call: a return into the trampoline, the first byte of `[uprobes]`, falls before it.
+        let special = find(maps, address)
+            .or_else(|| {
+                let next = address.checked_add(1)?;
+                find(maps, next)
+                    .filter(|m| m.start == next && m.path == crate::pipeline::samples::TRAMPOLINES)
+            })
+            .filter(|m| m.path.starts_with('['));
         match special {
             Some(vdso) if vdso.path == "[vdso]" => {
                 let offset = address - vdso.start;
@@ -459,6 +467,10 @@ mod tests {
         let resolver = Resolver::new();
         let name = |address| resolver.unfiled(&maps, address, &jit);
         assert_eq!(name(0x7fff_ffff_e00d), "[uprobes]");
+        // A return into the trampoline, looked up one byte before it.
+        assert_eq!(name(0x7fff_ffff_dfff), "[uprobes]");
+        assert_eq!(name(0x7fff_ffff_dffe), "0x7fffffffdffe");
+        assert_eq!(name(u64::MAX), "0xffffffffffffffff");
         // A JIT's perf map names code in its named anonymous mapping; the rest takes the name.
         assert_eq!(name(0x7f00_0000_0104), "jitted");
         assert_eq!(name(0x7f00_0000_0200), "[anon:jit]");

@@ -154,7 +154,7 @@ impl Samples {
 
 /// The special mapping that holds the return probes' trampoline (and the single-step slots of
 /// probed instructions).
-const TRAMPOLINES: &str = "[uprobes]";
+pub(crate) const TRAMPOLINES: &str = "[uprobes]";
 
 /// Puts each traced call's return address back in `stack` (copied from `sp` up) where its slot
 /// holds the return probes' trampoline, so the unwinder walks on to its caller. A slot that holds
