@@ -54,11 +54,14 @@ pub enum Error {
     GoStack { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it is entered without a return address (a program's entry point, a signal-return or lazy-binding trampoline), where a span's return probe would overwrite what the stack holds; trace a function it calls")]
     Uncalled { path: PathBuf, symbol: String },
-    #[error("symbol `{symbol}` not found in {path}{suggestions}")]
+    #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .close))]
     SymbolNotFound {
         symbol: String,
         path: PathBuf,
-        suggestions: String,
+        /// The file has only its exported `.dynsym` symbols.
+        stripped: bool,
+        /// Up to five names close to `symbol`.
+        close: Vec<String>,
     },
     #[error("USDT probe `{spec}` matches no probe in {searched}{hint}")]
     UsdtNotFound {

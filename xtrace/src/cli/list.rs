@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use crate::{
     error::{Error, Result},
     probes::{
+        elf,
         entry::{EntryMode, EntrySites},
         exits::ExitMode,
         spec::{TargetSpec, UprobeSpec},
@@ -160,30 +161,32 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
         }
     };
     let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
-    let found =
-        symbols.find(&spec.symbol).map_err(|e| match e {
-            // The advice of -u (`list the functions with xtrace list symbols`) does not fit here.
-            Error::SymbolNotFound { path, .. } if spec.symbol == "*" => Error::Unreadable {
+    let found = symbols.find(&spec.symbol).map_err(|e| match e {
+        // The advice of -u (`list the functions with xtrace list symbols`) does not fit here.
+        Error::SymbolNotFound { path, stripped, .. } if spec.symbol == "*" => {
+            let stripped = if stripped { " (it is stripped and exports none)" } else { "" };
+            Error::Unreadable {
                 path,
                 reason: format!(
-                "no function symbols{}; trace its calls into libraries (-u LIB:FUNC) or sample it (-F HZ)",
-                if symbols.stripped { " (it is stripped and exports none)" } else { "" }
-            ),
-            },
-            Error::SymbolNotFound {
-                symbol,
-                path,
-                suggestions,
-            } if suggestions.ends_with("`xtrace list symbols`") => Error::Unreadable {
-                reason: format!(
-                    "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
-                    suggestions.trim_end_matches("; list the functions with `xtrace list symbols`"),
-                    crate::shell::quote_words(&[path.display().to_string()])
+                    "no function symbols{stripped}; trace its calls into libraries (-u LIB:FUNC) or sample it (-F HZ)"
                 ),
-                path,
-            },
-            e => e,
-        })?;
+            }
+        }
+        Error::SymbolNotFound {
+            symbol,
+            path,
+            stripped,
+            close,
+        } if close.is_empty() => Error::Unreadable {
+            reason: format!(
+                "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
+                elf::stripped_note(stripped),
+                crate::shell::quote_words(&[path.display().to_string()])
+            ),
+            path,
+        },
+        e => e,
+    })?;
     let code = std::fs::File::open(&file.open).map_err(|e| Error::Unreadable {
         path: file.shown.clone(),
         reason: e.to_string(),

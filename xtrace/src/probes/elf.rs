@@ -373,13 +373,15 @@ impl ElfSymbols {
             return Err(Error::SymbolNotFound {
                 symbol: pattern.to_string(),
                 path: self.path.clone(),
-                suggestions: self.suggestions(&query),
+                stripped: self.stripped,
+                close: self.close_names(&query),
             });
         }
         Ok(found)
     }
 
-    fn suggestions(&self, symbol: &str) -> String {
+    /// Up to five function names close to `symbol`, closest first.
+    fn close_names(&self, symbol: &str) -> Vec<String> {
         let mut scored: Vec<(f64, &str)> = self
             .functions
             .iter()
@@ -394,25 +396,36 @@ impl ElfSymbols {
             .filter(|(score, _)| *score > 0.7)
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-        let mut names: Vec<&str> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for (_, name) in scored {
-            if !names.contains(&name) {
-                names.push(name);
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
             }
             if names.len() == 5 {
                 break;
             }
         }
-        let stripped = if self.stripped {
-            " (the file is stripped: only its exported .dynsym functions are known)"
-        } else {
-            ""
-        };
-        if names.is_empty() {
-            format!("{stripped}; list the functions with `xtrace list symbols`")
-        } else {
-            format!("{stripped}; did you mean: {}?", names.join(", "))
-        }
+        names
+    }
+}
+
+/// What a stripped file's "not found" says of it.
+pub fn stripped_note(stripped: bool) -> &'static str {
+    if stripped {
+        " (the file is stripped: only its exported .dynsym functions are known)"
+    } else {
+        ""
+    }
+}
+
+/// The end of [`Error::SymbolNotFound`]'s message: the stripped note, then the close names, or
+/// where to see them all.
+pub fn not_found_hint(stripped: bool, close: &[String]) -> String {
+    let stripped = stripped_note(stripped);
+    if close.is_empty() {
+        format!("{stripped}; list the functions with `xtrace list symbols`")
+    } else {
+        format!("{stripped}; did you mean: {}?", close.join(", "))
     }
 }
 
