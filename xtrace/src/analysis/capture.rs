@@ -215,14 +215,14 @@ pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
             .rsplit_once(' ')
             .and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?)))
             .filter(|(stack, _)| !stack.is_empty());
-        match parsed {
-            Some((stack, n)) => stacks.push((stack.to_string(), n)),
-            None => return Err(format!("line {} is not `frame;frame;... COUNT`", i + 1)),
-        }
+        let Some((stack, n)) = parsed else {
+            return Err(format!("line {} is not `frame;frame;... COUNT`", i + 1));
+        };
         // No sum of the counts (per frame, per function) can overflow when their total does not.
         total = total
-            .checked_add(stacks.last().map_or(0, |s| s.1))
+            .checked_add(n)
             .ok_or_else(|| format!("the counts add up past 2^64 at line {}", i + 1))?;
+        stacks.push((stack.to_string(), n));
     }
     Ok(stacks)
 }

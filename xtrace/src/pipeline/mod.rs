@@ -96,7 +96,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
     }
 
-    /// Handles one ring-buffer record.
     /// Ends the capture at `ns`: samples, USDT hits and range ends after it, and calls that
     /// began after it, are left out. They come from the moments the probes are being detached,
     /// when entry probes are already gone (a sample there has lost its callers: the return
@@ -106,6 +105,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         self.stopped_at = Some(ns);
     }
 
+    /// Handles one ring-buffer record.
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
         let event = decode::decode(bytes);
