@@ -12,6 +12,7 @@ use crate::{
         elf,
         entry::{EntryMode, EntrySites},
         exits::ExitMode,
+        ifunc::Ifunc,
         spec::{TargetSpec, UprobeSpec},
         uprobe::{self, Scope},
         usdt,
@@ -221,8 +222,17 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
         ""
     };
     let plural = if found.len() == 1 { "" } else { "s" };
+    let resolved = found
+        .iter()
+        .filter(|f| matches!(f.ifunc, Ifunc::Resolved { .. }))
+        .count();
+    let ifuncs = match resolved {
+        0 => String::new(),
+        1 => "; 1 is an IFUNC, shown at the implementation its resolver picks on this machine".into(),
+        n => format!("; {n} are IFUNCs, shown at the implementations their resolvers pick on this machine"),
+    };
     let note = format!(
-        "{} function{plural} in {}{stripped}",
+        "{} function{plural} in {}{stripped}{ifuncs}",
         found.len(),
         file.shown.display()
     );

@@ -8,6 +8,7 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
+use super::ifunc::{Ifunc, OwnCopy};
 use crate::{
     demangle::demangle,
     error::{Error, Result},
@@ -55,6 +56,9 @@ pub struct FunctionSymbol {
     /// It is entered without a return address on the stack ([`uncalled`], or the file's entry
     /// point): where a return probe would write its trampoline lies something else.
     pub uncalled: bool,
+    /// Whether the symbol is a GNU indirect function, and then whether the offsets above are of
+    /// the implementation its resolver picks ([`super::ifunc`]).
+    pub ifunc: Ifunc,
 }
 
 /// Whether `name` is code that is entered without a return address on the stack: a program's
@@ -187,7 +191,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             reason,
         };
-        target_metadata(path, shown)?;
+        let meta = target_metadata(path, shown)?;
         let data = std::fs::read(path).map_err(|e| {
             unreadable(format!(
                 "{e}; give an executable or shared library that can be read"
@@ -214,16 +218,44 @@ impl ElfSymbols {
         let mut functions = Vec::new();
         let mut cold_parts = Vec::new();
         let mut throws = false;
-        for symbol in file.symbols().chain(file.dynamic_symbols()) {
-            let Ok(name) = symbol.name() else { continue };
-            throws |= matches!(name, "__gxx_personality_v0" | "rust_eh_personality");
-            if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
+        let versions = Versions::read(&data);
+        // Where this process maps the same file, to resolve IFUNCs: looked up at the first one.
+        let mut own_copy: Option<Option<OwnCopy>> = None;
+        let dynamic = file.dynamic_symbols().map(|s| (true, s));
+        for (in_dynsym, symbol) in file.symbols().map(|s| (false, s)).chain(dynamic) {
+            let Ok(stored) = symbol.name() else { continue };
+            throws |= matches!(stored, "__gxx_personality_v0" | "rust_eh_personality");
+            let is_ifunc = matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
+                if st_info & 0xf == super::ifunc::STT_GNU_IFUNC);
+            // `is_definition` is false for every IFUNC: one in a section of this file is defined.
+            let defined = symbol.is_definition()
+                || (is_ifunc && matches!(symbol.section(), object::SymbolSection::Section(_)));
+            if symbol.kind() != SymbolKind::Text || !defined || symbol.address() == 0 {
                 continue;
             }
-            if name.is_empty() {
+            if stored.is_empty() {
                 continue;
             }
-            let address = symbol.address();
+            let name = if in_dynsym {
+                versions.name(stored, symbol.index())
+            } else {
+                default_version(stored).into()
+            };
+            let name = name.as_ref();
+            let mut address = symbol.address();
+            let mut size = symbol.size();
+            let mut ifunc = Ifunc::No;
+            if is_ifunc {
+                let copy = own_copy.get_or_insert_with(|| OwnCopy::find(&meta));
+                ifunc = match copy.as_ref().and_then(|c| c.resolve(address)) {
+                    Some(implementation) => {
+                        let resolver = address;
+                        (address, size) = (implementation, 0);
+                        Ifunc::Resolved { resolver }
+                    }
+                    None => Ifunc::Unresolved,
+                };
+            }
             let Some(file_offset) = segments
                 .iter()
                 .find(|(start, size, _)| address >= *start && address < start + size)
@@ -244,13 +276,38 @@ impl ElfSymbols {
                 demangled: demangle(name),
                 file_offset,
                 address,
-                size: symbol.size(),
+                size,
                 probe_offset: match data.get(file_offset as usize..file_offset as usize + 4) {
-                    Some(first) if first == ENDBR64 && symbol.size() != 4 => file_offset + 4,
+                    Some(first) if first == ENDBR64 && size != 4 => file_offset + 4,
                     _ => file_offset,
                 },
                 returns_twice: false,
                 uncalled: false,
+                ifunc,
+            });
+        }
+        // An implementation that the symbol table also names (`__strlen_avx2` in an unstripped
+        // libc) has that symbol's size: its code can be read for entry moves and exits.
+        let sizes: HashMap<u64, u64> = functions
+            .iter()
+            .filter(|f| f.ifunc == Ifunc::No && f.size > 0)
+            .map(|f| (f.address, f.size))
+            .collect();
+        // Else (a stripped libc) the function its unwind entry (`.eh_frame` FDE) covers from there.
+        let mut unwound: Option<Vec<std::ops::Range<u64>>> = None;
+        for f in functions
+            .iter_mut()
+            .filter(|f| matches!(f.ifunc, Ifunc::Resolved { .. }))
+        {
+            f.size = sizes.get(&f.address).copied().unwrap_or_else(|| {
+                let fdes = unwound.get_or_insert_with(|| {
+                    object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+                        .map(|elf| crate::export::fde::functions(&elf))
+                        .unwrap_or_default()
+                });
+                crate::export::fde::find(fdes, f.file_offset)
+                    .filter(|range| range.start == f.file_offset)
+                    .map_or(0, |range| range.end - range.start)
             });
         }
         // Aliases share the flag: `_setjmp` is traced under whichever of its names is kept.
@@ -409,6 +466,60 @@ impl ElfSymbols {
     }
 }
 
+/// A `.symtab` name as the assembler stored a versioned definition: `f@@VERSION` (the default
+/// version, what programs linking now get) is `f`; `f@VERSION` (an older one kept for programs
+/// linked before) stays as it is, as `nm` shows it.
+fn default_version(stored: &str) -> &str {
+    stored.split_once("@@").map_or(stored, |(name, _)| name)
+}
+
+/// The symbol versions of `.dynsym` (`.gnu.version`, `.gnu.version_d`): a function defined in
+/// several versions (glibc's `realpath`, `memcpy`, `pthread_cond_wait`) is several symbols of one
+/// name at different addresses.
+struct Versions<'data> {
+    table: Option<object::read::elf::VersionTable<'data, object::elf::FileHeader64<object::Endianness>>>,
+    endian: object::Endianness,
+}
+
+impl<'data> Versions<'data> {
+    fn read(data: &'data [u8]) -> Self {
+        use object::read::elf::FileHeader;
+        let parsed = object::elf::FileHeader64::<object::Endianness>::parse(data)
+            .ok()
+            .and_then(|header| {
+                let endian = header.endian().ok()?;
+                let sections = header.sections(endian, data).ok()?;
+                Some((sections.versions(endian, data).ok()??, endian))
+            });
+        match parsed {
+            Some((table, endian)) => Versions {
+                table: Some(table),
+                endian,
+            },
+            None => Versions {
+                table: None,
+                endian: object::Endianness::Little,
+            },
+        }
+    }
+
+    /// The name of `.dynsym` symbol `index`, stored as `name`: `name@VERSION` when its version is
+    /// hidden (not the default: `realpath@GLIBC_2.2.5` beside `realpath`, which is
+    /// `realpath@@GLIBC_2.3`), else `name`.
+    fn name<'n>(&self, name: &'n str, index: object::SymbolIndex) -> std::borrow::Cow<'n, str> {
+        let Some(table) = &self.table else {
+            return name.into();
+        };
+        let version = table.version_index(self.endian, index);
+        match table.version(version) {
+            Ok(Some(v)) if version.is_hidden() => {
+                format!("{name}@{}", String::from_utf8_lossy(v.name())).into()
+            }
+            _ => name.into(),
+        }
+    }
+}
+
 /// What a stripped file's "not found" says of it.
 pub fn stripped_note(stripped: bool) -> &'static str {
     if stripped {
@@ -439,6 +550,47 @@ fn strip_args(name: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
+    /// The C library this test runs with.
+    fn own_libc() -> std::path::PathBuf {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+            .expect("this test maps a C library")
+            .into()
+    }
+
+    /// glibc defines `realpath` twice: `realpath@@GLIBC_2.3` (the default) and the older
+    /// `realpath@GLIBC_2.2.5`. The plain name is the default one; the older one keeps its version.
+    #[test]
+    fn versioned_functions_are_named_apart() {
+        let libc = own_libc();
+        let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
+        let plain = symbols.find("realpath").unwrap();
+        assert_eq!(plain.len(), 1, "{plain:?}");
+        assert_eq!(plain[0].name, "realpath");
+        let old = symbols.find("realpath@GLIBC_2.2.5").unwrap();
+        assert_eq!(old.len(), 1, "{old:?}");
+        assert_ne!(old[0].file_offset, plain[0].file_offset);
+        assert_eq!(symbols.find("realpath*").unwrap().len(), 2);
+        assert_eq!(super::default_version("f@@V_1"), "f");
+        assert_eq!(super::default_version("f@V_1"), "f@V_1");
+    }
+
+    /// `strlen` is an IFUNC: found (`is_definition` is false for IFUNCs), at its implementation.
+    #[test]
+    fn ifuncs_are_found_at_their_implementation() {
+        let libc = own_libc();
+        let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
+        let found = symbols.find("strlen").unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        let super::Ifunc::Resolved { resolver } = found[0].ifunc else {
+            panic!("{found:?}")
+        };
+        assert_ne!(resolver, found[0].address);
+        assert!(found[0].size > 0, "sized by its unwind entry: {found:?}");
+    }
+
     #[test]
     fn functions_that_return_twice_by_name() {
         for name in [

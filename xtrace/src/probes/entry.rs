@@ -392,6 +392,7 @@ mod tests {
             probe_offset: START,
             returns_twice: false,
             uncalled: false,
+            ifunc: Default::default(),
         };
         find_candidate(code, START, &function, kept).map(|(address, past)| {
             assert!(address > START && address < START + code.len() as u64);

@@ -10,6 +10,7 @@ pub mod entry;
 pub mod exits;
 pub mod follow;
 pub mod glob;
+pub mod ifunc;
 pub mod insn;
 pub mod needed;
 pub mod nvtx;

@@ -140,6 +140,8 @@ pub enum Untraceable {
     GoStack,
     /// It is entered without a return address ([`FunctionSymbol::uncalled`]).
     Uncalled,
+    /// It is an IFUNC whose implementation is unknown ([`super::ifunc::Ifunc::Unresolved`]).
+    Ifunc,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -167,6 +169,8 @@ pub fn plan(
     let mut go_stack: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: functions a glob matched that are entered without a return address.
     let mut uncalled: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: IFUNCs a glob matched whose implementation is unknown.
+    let mut ifuncs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -231,6 +235,7 @@ pub fn plan(
                             Err(Untraceable::ReturnsTwice) => Some(&mut twice),
                             Err(Untraceable::GoStack) => Some(&mut go_stack),
                             Err(Untraceable::Uncalled) => Some(&mut uncalled),
+                            Err(Untraceable::Ifunc) => Some(&mut ifuncs),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -252,6 +257,7 @@ pub fn plan(
                             Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
                             Untraceable::GoStack => Error::GoStack { path, symbol },
                             Untraceable::Uncalled => Error::Uncalled { path, symbol },
+                            Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -332,6 +338,15 @@ pub fn plan(
             names.join(", ")
         ));
     }
+    for (file, names) in ifuncs {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) of a library xtrace \
+             has not loaded itself, so the code their resolvers pick is unknown, and they are not \
+             traced: {}",
+            names.len(),
+            first_names(&names)
+        ));
+    }
     for (file, names) in twice {
         plan.notices.push(format!(
             "{file}: {} matched function(s) return twice, as setjmp does, and their exit \
@@ -355,6 +370,9 @@ pub fn placement(
     arguments: usize,
     entry_sites: &mut EntrySites,
 ) -> Result<std::result::Result<Placed, Untraceable>> {
+    if function.ifunc == super::ifunc::Ifunc::Unresolved {
+        return Ok(Err(Untraceable::Ifunc));
+    }
     if let Some(why) = insn::refused(code, function.probe_offset).map_err(unreadable(file))? {
         return Ok(Err(Untraceable::Refused(why)));
     }

@@ -1,0 +1,132 @@
+//! GNU indirect functions (IFUNCs): glibc's `strlen`, `memcpy`, `strcmp` and most of libm are
+//! resolvers that pick an implementation by CPU at load time. A probe on the symbol's address
+//! records nothing but the dynamic linker's one call (bpftrace and perf probe do that); xtrace
+//! probes the implementation the resolver picks. Fixtures: `calls ifunc` (strlen through a
+//! function pointer 7 times, on a marker string) and libxtfix.so's `pick_ifunc`, an IFUNC of a
+//! library xtrace does not load itself.
+
+use serde_json::json;
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{listed_symbols, run_error, trace_fixture_to_exit, trace_new_fixture},
+    TempDir,
+};
+
+const MARKER: &str = "ifunc-marker-0123456789";
+
+/// The C library this test process runs with, and the file offset of the strlen code its calls
+/// reach (what the dynamic linker's run of the resolver picked here, on this CPU).
+fn own_strlen() -> (String, u64) {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"strlen".as_ptr()) } as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (start, end) = fields[0].split_once('-').expect("range");
+        let (start, end) = (
+            u64::from_str_radix(start, 16).unwrap(),
+            u64::from_str_radix(end, 16).unwrap(),
+        );
+        if (start..end).contains(&address) {
+            let offset = u64::from_str_radix(fields[2], 16).unwrap();
+            return (fields[5].to_owned(), address - start + offset);
+        }
+    }
+    panic!("strlen at {address:#x} is in no mapping")
+}
+
+#[test]
+fn strlen_is_traced_where_its_resolver_points() {
+    if !require_bpf() {
+        return;
+    }
+    let (libc_path, implementation) = own_strlen();
+    let rows = listed_symbols(args![&libc_path, "strlen"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][0], format!("{implementation:#x}"), "{rows:?}");
+    assert_eq!(rows[0][4], "strlen");
+
+    let (out, finished) = trace_new_fixture(
+        &fixtures().calls,
+        &["ifunc"],
+        &["libc:strlen(str) -> u64"],
+        "ifunc-strlen",
+    );
+    finished.assert_success();
+    assert_eq!(out.probe("strlen")["offset"], json!(rows[0][3]));
+    // The fixture's own calls, told from libc's by their argument.
+    let mut ours: Vec<_> = out
+        .spans_named("strlen")
+        .into_iter()
+        .filter(|s| {
+            s.args["arg0"]
+                .as_str()
+                .is_some_and(|a| MARKER.ends_with(a) && a.len() >= 17)
+        })
+        .collect();
+    ours.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    assert_eq!(ours.len(), 7, "{ours:?}");
+    for (k, span) in ours.iter().enumerate() {
+        assert_eq!(span.args["arg0"], json!(&MARKER[k..]), "call {k}");
+        assert_eq!(span.args["ret"], json!(23 - k), "call {k}");
+    }
+    assert_eq!(out.lost_events(), 0);
+}
+
+#[test]
+fn an_ifunc_of_a_library_xtrace_has_not_loaded_is_refused_by_name() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ifunc-refused");
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        format!("{lib}:pick_ifunc"),
+        "-o",
+        tmp.join("out")
+    ]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {lib}: cannot trace `pick_ifunc`: it is a GNU indirect function (IFUNC), \
+             whose code a resolver picks when the library is loaded, and xtrace runs the resolvers \
+             only of libraries it has loaded itself (libc, libm); trace the implementation by its \
+             own name (`xtrace list symbols` lists the file's functions) or a function that calls it"
+        )
+    );
+    let rows = listed_symbols(args![&lib, "pick_ifunc"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][3..], ["-", "pick_ifunc"]);
+}
+
+/// A glob leaves such an IFUNC out with a warning and traces the rest.
+#[test]
+fn a_glob_leaves_an_unresolved_ifunc_out() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ifunc-glob");
+    let out_dir = tmp.join("out");
+    let glob = format!("{lib}:[lp]i*");
+    let finished = trace_fixture_to_exit(&mut fixture, &[&glob], &out_dir);
+    let warning = format!(
+        "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) of a \
+         library xtrace has not loaded itself, so the code their resolvers pick is unknown, and they \
+         are not traced: pick_ifunc"
+    );
+    assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe_count("lib_work"), 7);
+    assert_eq!(out.spans().len(), 7);
+}
