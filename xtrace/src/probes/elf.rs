@@ -218,7 +218,7 @@ impl ElfSymbols {
         let mut functions = Vec::new();
         let mut cold_parts = Vec::new();
         let mut throws = false;
-        let versions = Versions::read(&data);
+        let versions = super::symver::Versions::read(&data);
         // Where this process maps the same file, to resolve IFUNCs: looked up at the first one.
         let mut own_copy: Option<Option<OwnCopy>> = None;
         let dynamic = file.dynamic_symbols().map(|s| (true, s));
@@ -239,7 +239,7 @@ impl ElfSymbols {
             let name = if in_dynsym {
                 versions.name(stored, symbol.index())
             } else {
-                default_version(stored).into()
+                super::symver::default_version(stored).into()
             };
             let name = name.as_ref();
             let mut address = symbol.address();
@@ -466,60 +466,6 @@ impl ElfSymbols {
     }
 }
 
-/// A `.symtab` name as the assembler stored a versioned definition: `f@@VERSION` (the default
-/// version, what programs linking now get) is `f`; `f@VERSION` (an older one kept for programs
-/// linked before) stays as it is, as `nm` shows it.
-fn default_version(stored: &str) -> &str {
-    stored.split_once("@@").map_or(stored, |(name, _)| name)
-}
-
-/// The symbol versions of `.dynsym` (`.gnu.version`, `.gnu.version_d`): a function defined in
-/// several versions (glibc's `realpath`, `memcpy`, `pthread_cond_wait`) is several symbols of one
-/// name at different addresses.
-struct Versions<'data> {
-    table: Option<object::read::elf::VersionTable<'data, object::elf::FileHeader64<object::Endianness>>>,
-    endian: object::Endianness,
-}
-
-impl<'data> Versions<'data> {
-    fn read(data: &'data [u8]) -> Self {
-        use object::read::elf::FileHeader;
-        let parsed = object::elf::FileHeader64::<object::Endianness>::parse(data)
-            .ok()
-            .and_then(|header| {
-                let endian = header.endian().ok()?;
-                let sections = header.sections(endian, data).ok()?;
-                Some((sections.versions(endian, data).ok()??, endian))
-            });
-        match parsed {
-            Some((table, endian)) => Versions {
-                table: Some(table),
-                endian,
-            },
-            None => Versions {
-                table: None,
-                endian: object::Endianness::Little,
-            },
-        }
-    }
-
-    /// The name of `.dynsym` symbol `index`, stored as `name`: `name@VERSION` when its version is
-    /// hidden (not the default: `realpath@GLIBC_2.2.5` beside `realpath`, which is
-    /// `realpath@@GLIBC_2.3`), else `name`.
-    fn name<'n>(&self, name: &'n str, index: object::SymbolIndex) -> std::borrow::Cow<'n, str> {
-        let Some(table) = &self.table else {
-            return name.into();
-        };
-        let version = table.version_index(self.endian, index);
-        match table.version(version) {
-            Ok(Some(v)) if version.is_hidden() => {
-                format!("{name}@{}", String::from_utf8_lossy(v.name())).into()
-            }
-            _ => name.into(),
-        }
-    }
-}
-
 /// What a stripped file's "not found" says of it.
 pub fn stripped_note(stripped: bool) -> &'static str {
     if stripped {
@@ -573,8 +519,6 @@ mod tests {
         assert_eq!(old.len(), 1, "{old:?}");
         assert_ne!(old[0].file_offset, plain[0].file_offset);
         assert_eq!(symbols.find("realpath*").unwrap().len(), 2);
-        assert_eq!(super::default_version("f@@V_1"), "f");
-        assert_eq!(super::default_version("f@V_1"), "f@V_1");
     }
 
     /// `strlen` is an IFUNC: found (`is_definition` is false for IFUNCs), at its implementation.

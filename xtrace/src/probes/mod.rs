@@ -17,6 +17,7 @@ pub mod nvtx;
 pub mod ranges;
 pub mod sampler;
 pub mod spec;
+pub mod symver;
 pub mod uprobe;
 pub mod usdt;
 
