@@ -1,12 +1,16 @@
 //! Uprobes in a shared library: TARGET given as a library name (`libxtfix`, resolved through the
-//! traced process's mappings) and as the library's full path. Fixture: `uselib`, linked against
-//! `libxtfix.so`, calls `lib_work` exactly 7 times after `go`.
+//! traced process's mappings, or for a launched command through its DT_NEEDED libraries and their
+//! RUNPATH) and as the library's full path. Fixture: `uselib`, linked against `libxtfix.so` (with
+//! a RUNPATH to the fixture directory, which the linker cache does not know), calls `lib_work`
+//! exactly 7 times after `go` (or at once with `now`).
 
 use xtrace_tests::{
+    args,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::trace_fixture_to_exit,
+    run::{run_error, trace_fixture_to_exit, Xtrace},
     TempDir,
 };
 
@@ -57,4 +61,55 @@ fn library_target_by_path() {
     }
     let path = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
     trace_uselib(&format!("{path}:lib_work"));
+}
+
+/// A launched command's library is found where the command will load it from (its RUNPATH), not
+/// only in the linker cache: before, `-u libxtfix:lib_work -- uselib` said the library was not
+/// in the linker cache.
+#[test]
+fn library_target_by_name_for_a_launched_command() {
+    if !require_bpf() {
+        return;
+    }
+    let fx = fixtures();
+    let tmp = TempDir::new("uselib-launch");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-u",
+        "libxtfix:lib_work",
+        "-o",
+        &out_dir,
+        "--",
+        &fx.uselib,
+        "now"
+    ]);
+    xtrace.wait_attached();
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.spans_named("lib_work").len(), 7);
+    assert_eq!(out.probe_count("lib_work"), 7);
+    let target = out.probe("lib_work")["target"].as_str().expect("target");
+    assert_eq!(
+        std::fs::canonicalize(target).ok(),
+        std::fs::canonicalize(&fx.libxtfix).ok()
+    );
+}
+
+#[test]
+fn a_library_the_launched_command_does_not_load_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let spans = fixtures().spans.to_str().expect("UTF-8 path").to_owned();
+    let line = run_error(args!["-u", "libxtfix:lib_work", "--", &spans, "exit", "0"]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: library `libxtfix` is neither among the libraries {spans} loads at its \
+             start (DT_NEEDED, found through RPATH/RUNPATH, LD_LIBRARY_PATH and the defaults) nor in \
+             the linker cache (ldconfig -p): give its path as TARGET"
+        )
+    );
 }

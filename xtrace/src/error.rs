@@ -77,6 +77,8 @@ pub enum Error {
     LibraryNotMapped { name: String, pid: u32 },
     #[error("library `{name}` not found in the linker cache (ldconfig -p): give its path as TARGET")]
     LibraryNotFound { name: String },
+    #[error("library `{name}` is neither among the libraries {program} loads at its start (DT_NEEDED, found through RPATH/RUNPATH, LD_LIBRARY_PATH and the defaults) nor in the linker cache (ldconfig -p): give its path as TARGET")]
+    LibraryNotNeeded { name: String, program: PathBuf },
     #[error("`{spec}` takes the probes past --max-probes {max}: narrow the pattern, or raise --max-probes if that many are meant")]
     TooManyProbes { spec: String, max: usize },
     #[error("-F {hz} is above the kernel's sampling limit of {max} Hz (kernel.perf_event_max_sample_rate): choose at most -F {max}")]

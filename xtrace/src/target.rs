@@ -198,12 +198,18 @@ pub fn library_from_cache(name: &str) -> Result<TargetFile> {
     let not_found = || Error::LibraryNotFound {
         name: name.to_string(),
     };
-    let output = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
-        .iter()
-        .find_map(|ldconfig| std::process::Command::new(ldconfig).arg("-p").output().ok())
+    // Read once: a dependency tree's search asks for many names.
+    static LISTING: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let listing = LISTING
+        .get_or_init(|| {
+            ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
+                .iter()
+                .find_map(|ldconfig| std::process::Command::new(ldconfig).arg("-p").output().ok())
+                .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+        })
+        .as_deref()
         .ok_or_else(not_found)?;
-    let listing = String::from_utf8_lossy(&output.stdout);
-    let path = parse_ldconfig(&listing, name).ok_or_else(not_found)?;
+    let path = parse_ldconfig(listing, name).ok_or_else(not_found)?;
     Ok(TargetFile {
         open: path.clone(),
         shown: path,

@@ -1,24 +1,33 @@
 //! The shared libraries a program about to be launched will load: its `DT_NEEDED` entries, found
 //! the way the dynamic linker looks (`DT_RPATH`/`DT_RUNPATH` with `$ORIGIN`, `LD_LIBRARY_PATH`,
-//! the linker cache, the default directories). Direct dependencies only; libraries loaded with
-//! dlopen later cannot be known before they are.
-use std::path::{Path, PathBuf};
+//! the linker cache, the default directories), and theirs in turn. Libraries loaded with dlopen
+//! later cannot be known before they are. Only each file's headers and dynamic section are read
+//! (a CUDA or PyTorch library can be a gigabyte).
+use std::{
+    collections::{HashSet, VecDeque},
+    path::{Path, PathBuf},
+};
 
 use object::{
     elf,
     read::elf::{Dyn, FileHeader},
-    Endianness,
+    Endianness, ReadCache,
 };
 
-use crate::target::{library_from_cache, TargetFile};
+use crate::target::{library_from_cache, library_matches, TargetFile};
 
-/// The `DT_NEEDED` names and the run path directories of the ELF file `data`.
-fn dynamic_entries(data: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
-    let header = elf::FileHeader64::<Endianness>::parse(data).ok()?;
+/// How many files the search of a dependency tree reads at most.
+const MAX_FILES: usize = 512;
+
+/// The `DT_NEEDED` names and the run path directories of the ELF file at `path`.
+fn dynamic_entries(path: &Path) -> Option<(Vec<String>, Vec<String>)> {
+    let file = std::fs::File::open(path).ok()?;
+    let data = ReadCache::new(file);
+    let header = elf::FileHeader64::<Endianness>::parse(&data).ok()?;
     let endian = header.endian().ok()?;
-    let sections = header.sections(endian, data).ok()?;
-    let (dynamic, index) = sections.dynamic(endian, data).ok()??;
-    let strings = sections.strings(endian, data, index).ok()?;
+    let sections = header.sections(endian, &data).ok()?;
+    let (dynamic, index) = sections.dynamic(endian, &data).ok()??;
+    let strings = sections.strings(endian, &data, index).ok()?;
     let (mut needed, mut paths) = (Vec::new(), Vec::new());
     for entry in dynamic {
         let tag = entry.d_tag(endian) as u32;
@@ -38,15 +47,13 @@ fn dynamic_entries(data: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
     Some((needed, paths))
 }
 
-/// The libraries `program` names in `DT_NEEDED` that can be found; unfound ones are skipped.
-pub fn needed_libraries(program: &Path) -> Vec<TargetFile> {
-    let Ok(data) = std::fs::read(program) else {
+/// The paths of the libraries the ELF file `object` names in `DT_NEEDED` that can be found;
+/// unfound ones are skipped.
+fn resolve_needed(object: &Path) -> Vec<PathBuf> {
+    let Some((needed, paths)) = dynamic_entries(object) else {
         return Vec::new();
     };
-    let Some((needed, paths)) = dynamic_entries(&data) else {
-        return Vec::new();
-    };
-    let origin = program.parent().unwrap_or(Path::new("/"));
+    let origin = object.parent().unwrap_or(Path::new("/"));
     let mut dirs: Vec<PathBuf> = paths
         .iter()
         .map(|p| PathBuf::from(p.replace("$ORIGIN", &origin.to_string_lossy())))
@@ -79,11 +86,39 @@ pub fn needed_libraries(program: &Path) -> Vec<TargetFile> {
                         .find(|p| p.is_file())
                 })
         })
-        .map(|path| TargetFile {
-            open: path.clone(),
-            shown: path,
-        })
         .collect()
+}
+
+fn target(path: PathBuf) -> TargetFile {
+    TargetFile {
+        open: path.clone(),
+        shown: path,
+    }
+}
+
+/// The libraries `program` names in `DT_NEEDED` that can be found; unfound ones are skipped.
+pub fn needed_libraries(program: &Path) -> Vec<TargetFile> {
+    resolve_needed(program).into_iter().map(target).collect()
+}
+
+/// The library `name` (`libfoo`, `libfoo.so.1`: see [`library_matches`]) that `program` will
+/// load at its start: among its `DT_NEEDED` libraries and theirs, breadth first, each found
+/// through the run paths of the file that needs it, so a library beside the program
+/// (`RUNPATH=$ORIGIN/lib`) that the linker cache does not know is found.
+pub fn find_library(program: &Path, name: &str) -> Option<TargetFile> {
+    let mut queue = VecDeque::from([program.to_path_buf()]);
+    let mut seen: HashSet<PathBuf> = HashSet::from([program.to_path_buf()]);
+    while let Some(object) = queue.pop_front() {
+        for library in resolve_needed(&object) {
+            if library_matches(&library.to_string_lossy(), name) {
+                return Some(target(library));
+            }
+            if seen.len() < MAX_FILES && seen.insert(library.clone()) {
+                queue.push_back(library);
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -96,5 +131,15 @@ mod tests {
             libs.iter().any(|l| l.shown.to_string_lossy().contains("libc.so")),
             "{libs:?}"
         );
+    }
+
+    /// `libc` found for a program whose DT_NEEDED names it; a library no file in the tree needs
+    /// is not.
+    #[test]
+    fn finds_a_library_in_the_dependency_tree() {
+        let exe = std::env::current_exe().unwrap();
+        let libc = super::find_library(&exe, "libc").expect("the test links libc");
+        assert!(libc.shown.to_string_lossy().contains("/libc.so"), "{libc:?}");
+        assert_eq!(super::find_library(&exe, "libxtrace-nonexistent"), None);
     }
 }

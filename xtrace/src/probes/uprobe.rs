@@ -48,9 +48,16 @@ impl Scope<'_> {
                 open: path.clone(),
                 shown: path.clone(),
             }),
-            (Scope::Command(_) | Scope::SystemWide, TargetSpec::Library(name)) => {
-                library_from_cache(name)
+            (Scope::Command(program), TargetSpec::Library(name)) => {
+                match super::needed::find_library(program, name) {
+                    Some(file) => Ok(file),
+                    None => library_from_cache(name).map_err(|_| Error::LibraryNotNeeded {
+                        name: name.clone(),
+                        program: program.to_path_buf(),
+                    }),
+                }
             }
+            (Scope::SystemWide, TargetSpec::Library(name)) => library_from_cache(name),
         }
     }
 
