@@ -222,8 +222,9 @@ fn function_the_kernel_cannot_probe() {
     finished.assert_success();
     before.assert_none_left();
     let warning = format!(
-        "xtrace: warning: {}: 2 matched function(s) start with an instruction the kernel's uprobes \
-         refuse (a lock or segment-override prefix) and are not traced: locked_entry, segment_entry",
+        "xtrace: warning: {}: 3 matched function(s) start with an instruction the kernel's uprobes \
+         refuse (a lock or segment-override prefix) or would not run (a vector instruction they \
+         take for a jump) and are not traced: locked_entry, segment_entry, vector_entry",
         program.display()
     );
     assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);

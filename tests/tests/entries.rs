@@ -8,10 +8,12 @@
 use std::ffi::OsString;
 
 use xtrace_tests::{
+    args,
+    bpf::Attachments,
     fixtures::{fixtures, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{listed_symbols, symbol_offset, trace_fixture_with},
+    run::{listed_symbols, run_error, symbol_offset, trace_fixture_with, Xtrace},
     TempDir,
 };
 
@@ -196,4 +198,62 @@ fn list_symbols_shows_the_probe_offset() {
         assert_eq!(probe("moved"), moved, "{flags:?}");
         assert_eq!(probe("loops"), loops, "{flags:?}");
     }
+}
+
+/// The kernel's uprobes take a VEX-encoded instruction whose opcode byte is a jump's (`vpcmpeqb`,
+/// 0x74: `je`) for that jump and skip it: probed there, vector_entry returned garbage. Named, it
+/// is refused; vector_moved, whose `vpcmpeqb` is followed by a `nop`, is probed on the `nop` and
+/// computes what it does untraced (the fixture exits 3 on a wrong result).
+#[test]
+fn vector_instruction_the_kernel_would_skip() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("unprobeable-vector");
+    let program = &fixtures().unprobeable;
+    let line = run_error(args!["-u", "vector_entry", "-o", tmp.join("out"), "--", program]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: cannot probe `vector_entry`: its `vpcmpeqb` (c5 f9 74 c8) has a VEX \
+             prefix and the opcode byte 0x74 of a jump, call or nop, which the kernel's uprobes \
+             emulate as one instead of running the instruction (the traced program would compute \
+             wrong results); trace a function that calls it",
+            program.display()
+        )
+    );
+    let refused = run_error(args![
+        "--entry",
+        "symbol",
+        "-u",
+        "vector_moved",
+        "-o",
+        tmp.join("out"),
+        "--",
+        program
+    ]);
+    assert!(
+        refused.contains("cannot probe `vector_moved`: its `vpcmpeqb`"),
+        "{refused}"
+    );
+
+    let out = tmp.join("moved");
+    let before = Attachments::snapshot();
+    let finished = Xtrace::spawn(args!["-u", "vector_moved", "-o", &out, "--", program]).wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let outputs = Outputs::read(&out);
+    assert_eq!(
+        u64_field(&outputs.summary["command"], "exit_code"),
+        0,
+        "the traced vector functions computed their results: {:?}",
+        finished.stderr
+    );
+    assert_eq!(outputs.probe_count("vector_moved"), 5);
+    let symbol = symbol_offset(program, "vector_moved");
+    assert_eq!(
+        outputs.probe("vector_moved")["offset"],
+        serde_json::json!(format!("{:#x}", symbol + 4)),
+        "on the nop after the 4-byte vpcmpeqb"
+    );
 }

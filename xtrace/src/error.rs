@@ -42,7 +42,7 @@ pub enum Error {
     NotElf { path: PathBuf, reason: String },
     #[error("{path}: {architecture} code, not x86-64; xtrace traces x86-64 executables and libraries")]
     NotX86_64 { path: PathBuf, architecture: String },
-    #[error("{path}: cannot probe `{symbol}`: {why}, which the kernel's uprobes refuse; trace a function that calls it")]
+    #[error("{path}: cannot probe `{symbol}`: {why}; trace a function that calls it")]
     Unprobeable {
         path: PathBuf,
         symbol: String,

@@ -25,8 +25,8 @@ use std::{
 };
 
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, MemorySize, Mnemonic,
-    OpAccess, OpKind, Register,
+    Decoder, DecoderOptions, EncodingKind, FlowControl, Instruction, InstructionInfoFactory, MemorySize,
+    Mnemonic, OpAccess, OpKind, Register,
 };
 
 use super::{
@@ -131,11 +131,11 @@ fn find_candidate(
         if insn.is_invalid() || insn.next_ip() > end {
             return after_nop5;
         }
-        if past == 1 && leading_nop5 && super::insn::why_refused(&insn).is_none() {
-            after_nop5 = Some((insn.ip(), 1));
-        }
         let at = (insn.ip() - start) as usize;
         let code = &bytes[at..at + insn.len()];
+        if past == 1 && leading_nop5 && super::insn::why_refused(&insn, code).is_none() {
+            after_nop5 = Some((insn.ip(), 1));
+        }
         if trampolined(code) {
             leading_nop5 |= past == 0;
             continue; // a nop: moved past
@@ -190,7 +190,7 @@ fn movable(insn: &Instruction, info: &mut InstructionInfoFactory, kept: &[Regist
         || insn.has_lock_prefix()
         || insn.has_rep_prefix()
         || insn.has_repne_prefix()
-        || !plain(insn.mnemonic())
+        || !(plain(insn.mnemonic()) || vector(insn))
     {
         return false;
     }
@@ -232,6 +232,14 @@ fn size_of(size: MemorySize) -> i64 {
         0 => 64,
         n => n as i64,
     }
+}
+
+/// An AVX or AVX-512 instruction (VEX or EVEX encoded) that falls through: it works on vector and
+/// mask registers, and on the general registers and memory [`movable`] checks like any other's.
+/// glibc's AVX2 and EVEX string functions start with a few (`vpbroadcastb %esi,%ymm17`), which
+/// the kernel's uprobes cannot be put on ([`super::insn`]).
+fn vector(insn: &Instruction) -> bool {
+    matches!(insn.encoding(), EncodingKind::VEX | EncodingKind::EVEX)
 }
 
 /// Plain moves, arithmetic, logic and compares: fast, no side effect outside their operands, no

@@ -135,7 +135,9 @@ pub(crate) fn scan(
             continue;
         }
         if let Some(how) = exit_of(&instruction, inside, landing, exits, cold) {
-            exits.refused |= super::insn::why_refused(&instruction).is_some();
+            let at = (instruction.ip() - code.address) as usize;
+            let bytes = &code.bytes[at..at + instruction.len()];
+            exits.refused |= super::insn::why_refused(&instruction, bytes).is_some();
             exits.sites.push(ExitSite {
                 offset: instruction.ip() - code.address + code.file_offset,
                 how,

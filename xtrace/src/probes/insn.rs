@@ -1,11 +1,20 @@
-//! Instructions the kernel's x86 uprobes refuse. Before it installs a breakpoint the kernel decodes
-//! the instruction it replaces (arch/x86/kernel/uprobes.c) and rejects, with ENOTSUPP (524), one
-//! with a lock prefix or an ES/CS/SS/DS segment-override prefix, and `mov ss`/`pop ss`, which
-//! hold off the trap. An uprobe_multi link with such an offset fails as a whole, without saying
-//! which, so xtrace checks each offset first and names the function.
+//! Instructions the kernel's x86 uprobes refuse or mishandle. Before it installs a breakpoint the
+//! kernel decodes the instruction it replaces (arch/x86/kernel/uprobes.c) and rejects, with
+//! ENOTSUPP (524), one with a lock prefix or an ES/CS/SS/DS segment-override prefix, and
+//! `mov ss`/`pop ss`, which hold off the trap. An uprobe_multi link with such an offset fails as a
+//! whole, without saying which, so xtrace checks each offset first and names the function.
+//!
+//! The kernel also emulates, instead of running, a VEX-, EVEX- or XOP-encoded instruction whose
+//! opcode byte is that of a one-byte jump, call or `nop` (0x70–0x7f, 0x90, 0xe8, 0xe9, 0xeb): its
+//! branch and nop emulation look at that byte alone. Such an instruction (`vpcmpeqb`, `vpshufd`,
+//! `vzeroupper`, `kmovw`, EVEX `vpbroadcastb`, which glibc's AVX2 and EVEX string functions start
+//! with) is skipped, or becomes a jump, and the traced program computes wrong results: measured on
+//! Linux 6.18, where a probe on an EVEX `vpbroadcastb %esi,%ymm1` left `%ymm1` unchanged, and
+//! `strchrnul` so probed broke printf (`python3` launched under `-u 'libc:*'` printed `%s: %s: %s`
+//! and exited 127). xtrace never probes one.
 use std::os::unix::fs::FileExt;
 
-use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};
+use iced_x86::{Code, Decoder, DecoderOptions, EncodingKind, Instruction, Register};
 
 /// The longest x86 instruction.
 pub(crate) const MAX_INSN: usize = 15;
@@ -32,31 +41,55 @@ pub fn refused_bytes(bytes: &[u8]) -> Option<String> {
     if insn.is_invalid() {
         return None;
     }
-    let why = why_refused(&insn)?;
-    let code: Vec<String> = bytes[..insn.len()].iter().map(|b| format!("{b:02x}")).collect();
+    let code = &bytes[..insn.len()];
+    let why = why_refused(&insn, code)?;
+    let hex: Vec<String> = code.iter().map(|b| format!("{b:02x}")).collect();
     let mnemonic = format!("{:?}", insn.mnemonic()).to_lowercase();
-    Some(format!("its `{mnemonic}` ({}) has {why}", code.join(" ")))
+    Some(format!("its `{mnemonic}` ({}) has {why}", hex.join(" ")))
 }
 
-/// What in the decoded `insn` the kernel's uprobes refuse, if anything.
-pub fn why_refused(insn: &Instruction) -> Option<&'static str> {
-    if insn.has_lock_prefix() {
-        Some("a lock prefix")
+/// What in the decoded `insn`, whose bytes are `code`, the kernel's uprobes refuse or would not
+/// run, if anything: a clause that says which.
+pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
+    let refused = if insn.has_lock_prefix() {
+        "a lock prefix"
     } else if matches!(
         insn.segment_prefix(),
         Register::ES | Register::CS | Register::SS | Register::DS
     ) {
-        Some("a segment-override prefix")
+        "a segment-override prefix"
     } else if matches!(
         insn.code(),
         Code::Mov_Sreg_rm16 | Code::Mov_Sreg_r32m16 | Code::Mov_Sreg_r64m16
     ) && insn.op0_register() == Register::SS
         || matches!(insn.code(), Code::Popw_SS | Code::Popd_SS)
     {
-        Some("a load of SS, which holds off the breakpoint's trap")
+        "a load of SS, which holds off the breakpoint's trap"
     } else {
-        None
-    }
+        let opcode = taken_for_a_jump(insn, code)?;
+        let prefix = format!("{:?}", insn.encoding()).to_uppercase();
+        return Some(format!(
+            "a {prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
+             kernel's uprobes emulate as one instead of running the instruction (the traced \
+             program would compute wrong results)"
+        ));
+    };
+    Some(format!("{refused}, which the kernel's uprobes refuse"))
+}
+
+/// The opcode byte of a VEX-, EVEX- or XOP-encoded `insn` (bytes `code`) when the kernel's
+/// uprobes take it for a one-byte jump, call or nop (see the module's header).
+fn taken_for_a_jump(insn: &Instruction, code: &[u8]) -> Option<u8> {
+    let skip = match insn.encoding() {
+        EncodingKind::VEX | EncodingKind::XOP => None,
+        EncodingKind::EVEX => Some(4),
+        _ => return None,
+    };
+    // Legacy prefixes (a segment override, 0x67) come first; none is one of these bytes.
+    let start = code.iter().position(|b| matches!(b, 0xc4 | 0xc5 | 0x62 | 0x8f))?;
+    let skip = skip.unwrap_or(if code[start] == 0xc5 { 2 } else { 3 });
+    let opcode = *code.get(start + skip)?;
+    matches!(opcode, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb).then_some(opcode)
 }
 
 #[cfg(test)]
@@ -84,6 +117,37 @@ mod tests {
             &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0], // mov %fs:0x28,%rax
             &[0xc3],                                        // ret
             &[0x0f, 0x1f, 0x44, 0, 0],                      // nopl 0x0(%rax,%rax,1)
+        ] {
+            assert_eq!(refused_bytes(bytes), None, "{bytes:x?}");
+        }
+    }
+
+    #[test]
+    fn vector_instructions_the_kernel_takes_for_jumps() {
+        for bytes in [
+            &[0xc5, 0xed, 0x74, 0xd9][..],   // vpcmpeqb %ymm1,%ymm2,%ymm3 (VEX2 0x74: je)
+            &[0xc5, 0xf8, 0x77],             // vzeroupper (0x77: ja)
+            &[0xc5, 0xf9, 0x70, 0xd9, 0x1b], // vpshufd $0x1b,%xmm1,%xmm3 (0x70: jo)
+            &[0xc5, 0xf8, 0x90, 0xd1],       // kmovw %k1,%k2 (0x90: nop)
+            &[0xc5, 0xe9, 0xe8, 0xd9],       // vpsubsb (0xe8: call)
+            &[0xc4, 0xe2, 0x7d, 0x78, 0xc1], // vpbroadcastb %xmm1,%ymm0 (VEX3 0x78)
+            &[0x62, 0xe2, 0x7d, 0x28, 0x7a, 0xce], // vpbroadcastb %esi,%ymm17 (EVEX 0x7a)
+        ] {
+            let why = refused_bytes(bytes).unwrap_or_else(|| panic!("{bytes:x?} refused"));
+            assert!(why.contains("emulate as one instead of running"), "{why}");
+        }
+        let evex = refused_bytes(&[0x62, 0xe2, 0x7d, 0x28, 0x7a, 0xce]).unwrap();
+        assert!(
+            evex.starts_with(
+                "its `vpbroadcastb` (62 e2 7d 28 7a ce) has a EVEX prefix and the opcode byte 0x7a"
+            ),
+            "{evex}"
+        );
+        for bytes in [
+            &[0xc5, 0xf8, 0x57, 0xc0][..],         // vxorps (0x57): single-stepped, runs
+            &[0xc5, 0xe9, 0xdf, 0xd9],             // vpandn
+            &[0x62, 0xe1, 0x7d, 0x08, 0x6e, 0xce], // vmovd %esi,%xmm17 (EVEX 0x6e)
+            &[0x74, 0x05],                         // je: a real jump, emulated correctly
         ] {
             assert_eq!(refused_bytes(bytes), None, "{bytes:x?}");
         }

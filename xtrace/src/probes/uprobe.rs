@@ -323,7 +323,8 @@ pub fn plan(
     for (file, names) in unprobeable {
         plan.notices.push(format!(
             "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
-             (a lock or segment-override prefix) and are not traced: {}",
+             (a lock or segment-override prefix) or would not run (a vector instruction they take \
+             for a jump) and are not traced: {}",
             names.len(),
             first_names(&names)
         ));
@@ -380,9 +381,6 @@ pub fn placement(
     if function.ifunc == super::ifunc::Ifunc::Unresolved {
         return Ok(Err(Untraceable::Ifunc));
     }
-    if let Some(why) = insn::refused(code, function.probe_offset).map_err(unreadable(file))? {
-        return Ok(Err(Untraceable::Refused(why)));
-    }
     if function.uncalled {
         return Ok(Err(Untraceable::Uncalled));
     }
@@ -403,6 +401,11 @@ pub fn placement(
         Some(sites) if sites.iter().any(|s| s.offset == moved) => function.probe_offset,
         _ => moved,
     };
+    // Where the entry probe goes, past what entry moves may pass (a vector instruction the
+    // kernel would not run, say), the kernel must take and run the instruction.
+    if let Some(why) = insn::refused(code, entry).map_err(unreadable(file))? {
+        return Ok(Err(Untraceable::Refused(why)));
+    }
     Ok(Ok((entry, sites)))
 }
 
