@@ -57,7 +57,72 @@ fn strlen_is_traced_where_its_resolver_points() {
     );
     finished.assert_success();
     assert_eq!(out.probe("strlen")["offset"], json!(rows[0][3]));
-    // The fixture's own calls, told from libc's by their argument.
+    assert_marker_calls(&out);
+}
+
+/// A process whose C library is another file than xtrace's (as in a container: here a copy, found
+/// through LD_LIBRARY_PATH) has its strlen resolved from the slot the dynamic linker filled in it:
+/// the same code as in xtrace's own copy.
+#[test]
+fn strlen_of_another_libc_file_is_read_from_the_process() {
+    if !require_bpf() {
+        return;
+    }
+    let (libc_path, _) = own_strlen();
+    let tmp = TempDir::new("ifunc-other-libc");
+    let dir = tmp.join("lib");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(std::path::Path::new(&libc_path).file_name().unwrap());
+    std::fs::copy(&libc_path, &copy).unwrap();
+    let system = listed_symbols(args![&libc_path, "strlen"]);
+
+    let mut fixture = Fixture::spawn_with_env(&fixtures().calls, &["ifunc"], &[("LD_LIBRARY_PATH", &dir)]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(
+        maps.contains(copy.to_str().unwrap()),
+        "the fixture runs with the copy:\n{maps}"
+    );
+    let listed = listed_symbols(args!["--pid", &pid, "libc:strlen"]);
+    assert_eq!(listed, system, "resolved in the process as in xtrace");
+    let out_dir = tmp.join("out");
+    trace_fixture_to_exit(&mut fixture, &["libc:strlen(str) -> u64"], &out_dir);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe("strlen")["target"], json!(copy.to_str().unwrap()));
+    assert_eq!(out.probe("strlen")["offset"], json!(system[0][3]));
+    assert_marker_calls(&out);
+}
+
+/// glibc's `time` picks the kernel's vDSO, where no uprobe can go.
+#[test]
+fn an_ifunc_that_picks_the_vdso_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let spans = fixtures().spans.to_str().expect("UTF-8 path").to_owned();
+    let (libc_path, _) = own_strlen();
+    let line = run_error(args![
+        "-u",
+        format!("{libc_path}:time"),
+        "--",
+        &spans,
+        "exit",
+        "0"
+    ]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {libc_path}: cannot trace `time`: it is a GNU indirect function \
+             (IFUNC) whose resolver picks code outside this file (the kernel's vDSO), where uprobes \
+             cannot go; trace a function that calls it"
+        )
+    );
+}
+
+/// The fixture's 7 strlen calls on its marker, told from libc's own by their argument, with their
+/// exact arguments and results.
+fn assert_marker_calls(out: &Outputs) {
     let mut ours: Vec<_> = out
         .spans_named("strlen")
         .into_iter()
@@ -97,9 +162,11 @@ fn an_ifunc_of_a_library_xtrace_has_not_loaded_is_refused_by_name() {
         line,
         format!(
             "xtrace: error: {lib}: cannot trace `pick_ifunc`: it is a GNU indirect function (IFUNC), \
-             whose code a resolver picks when the library is loaded, and xtrace runs the resolvers \
-             only of libraries it has loaded itself (libc, libm); trace the implementation by its \
-             own name (`xtrace list symbols` lists the file's functions) or a function that calls it"
+             whose code a resolver picks when the library is loaded; xtrace runs the resolvers only \
+             of libraries it has loaded itself (libc, libm), and finds what the others picked only \
+             in a traced process (--pid) whose library has a slot for it; trace the implementation \
+             by its own name (`xtrace list symbols` lists the file's functions) or a function that \
+             calls it"
         )
     );
     let rows = listed_symbols(args![&lib, "pick_ifunc"]);
@@ -121,9 +188,9 @@ fn a_glob_leaves_an_unresolved_ifunc_out() {
     let glob = format!("{lib}:[lp]i*");
     let finished = trace_fixture_to_exit(&mut fixture, &[&glob], &out_dir);
     let warning = format!(
-        "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) of a \
-         library xtrace has not loaded itself, so the code their resolvers pick is unknown, and they \
-         are not traced: pick_ifunc"
+        "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) whose \
+         code is unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
+         traced process), and they are not traced: pick_ifunc"
     );
     assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
     let out = Outputs::read(&out_dir);

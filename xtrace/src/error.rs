@@ -54,8 +54,10 @@ pub enum Error {
     GoStack { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it is entered without a return address (a program's entry point, a signal-return or lazy-binding trampoline), where a span's return probe would overwrite what the stack holds; trace a function it calls")]
     Uncalled { path: PathBuf, symbol: String },
-    #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC), whose code a resolver picks when the library is loaded, and xtrace runs the resolvers only of libraries it has loaded itself (libc, libm); trace the implementation by its own name (`xtrace list symbols` lists the file's functions) or a function that calls it")]
+    #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC), whose code a resolver picks when the library is loaded; xtrace runs the resolvers only of libraries it has loaded itself (libc, libm), and finds what the others picked only in a traced process (--pid) whose library has a slot for it; trace the implementation by its own name (`xtrace list symbols` lists the file's functions) or a function that calls it")]
     IfuncUnresolved { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC) whose resolver picks code outside this file (the kernel's vDSO), where uprobes cannot go; trace a function that calls it")]
+    IfuncOutside { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .close))]
     SymbolNotFound {
         symbol: String,

@@ -12,7 +12,7 @@ use crate::{
         elf,
         entry::{EntryMode, EntrySites},
         exits::ExitMode,
-        ifunc::Ifunc,
+        ifunc::{Ifunc, InProcess},
         spec::{TargetSpec, UprobeSpec},
         uprobe::{self, Scope},
         usdt,
@@ -192,6 +192,13 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
         path: file.shown.clone(),
         reason: e.to_string(),
     })?;
+    // IFUNCs resolved in the process, as a trace resolves them; sorted by offset again.
+    let mut in_process = InProcess::default();
+    let mut found: Vec<_> = found
+        .into_iter()
+        .map(|f| uprobe::in_scope(f, &scope, (&file, &code), &symbols, &mut in_process))
+        .collect();
+    found.sort_by_key(|f| f.file_offset);
     let mut entries = EntrySites::default();
     let mut out = format!(
         "{:<18} {:<18} {:>8} {:<18}  NAME\n",

@@ -8,7 +8,7 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
-use super::ifunc::{Ifunc, OwnCopy};
+use super::ifunc::{Ifunc, ImplementationSizes, OwnCopy};
 use crate::{
     demangle::demangle,
     error::{Error, Result},
@@ -104,6 +104,15 @@ pub fn returns_twice(name: &str) -> bool {
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
+/// Where the entry probe of the function at `file_offset` of `size` bytes, whose code starts with
+/// `code`, goes: past a leading `endbr64` (see [`FunctionSymbol::probe_offset`]).
+fn entry_offset(code: Option<&[u8]>, file_offset: u64, size: u64) -> u64 {
+    match code.and_then(|c| c.get(..4)) {
+        Some(first) if first == ENDBR64 && size != 4 => file_offset + 4,
+        _ => file_offset,
+    }
+}
+
 #[derive(Debug)]
 pub struct ElfSymbols {
     pub path: PathBuf,
@@ -130,6 +139,10 @@ pub struct ElfSymbols {
     starts: Vec<u64>,
     /// The PLT sections' address ranges: a jump there is a call of another module's function.
     plt: Vec<(u64, u64)>,
+    /// The segments: (address, size in memory, file offset).
+    segments: Vec<(u64, u64, u64)>,
+    /// What sizes an IFUNC's implementation.
+    sizes: ImplementationSizes,
 }
 
 /// A run of code in the file.
@@ -248,11 +261,12 @@ impl ElfSymbols {
             if is_ifunc {
                 let copy = own_copy.get_or_insert_with(|| OwnCopy::find(&meta));
                 ifunc = match copy.as_ref().and_then(|c| c.resolve(address)) {
-                    Some(implementation) => {
+                    Some(Ok(implementation)) => {
                         let resolver = address;
                         (address, size) = (implementation, 0);
                         Ifunc::Resolved { resolver }
                     }
+                    Some(Err(())) => Ifunc::Outside,
                     None => Ifunc::Unresolved,
                 };
             }
@@ -277,38 +291,35 @@ impl ElfSymbols {
                 file_offset,
                 address,
                 size,
-                probe_offset: match data.get(file_offset as usize..file_offset as usize + 4) {
-                    Some(first) if first == ENDBR64 && size != 4 => file_offset + 4,
-                    _ => file_offset,
-                },
+                probe_offset: entry_offset(data.get(file_offset as usize..), file_offset, size),
                 returns_twice: false,
                 uncalled: false,
                 ifunc,
             });
         }
-        // An implementation that the symbol table also names (`__strlen_avx2` in an unstripped
-        // libc) has that symbol's size: its code can be read for entry moves and exits.
-        let sizes: HashMap<u64, u64> = functions
-            .iter()
-            .filter(|f| f.ifunc == Ifunc::No && f.size > 0)
-            .map(|f| (f.address, f.size))
-            .collect();
-        // Else (a stripped libc) the function its unwind entry (`.eh_frame` FDE) covers from there.
-        let mut unwound: Option<Vec<std::ops::Range<u64>>> = None;
+        // Where IFUNCs' implementations are sized: their unwind entries, read only for a file
+        // that has IFUNCs.
+        let unwind = if functions.iter().any(|f| f.ifunc != Ifunc::No) {
+            object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
+                .map(|elf| crate::export::fde::functions(&elf))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let sizes = ImplementationSizes {
+            functions: functions
+                .iter()
+                .filter(|f| f.ifunc == Ifunc::No && f.size > 0)
+                .map(|f| (f.address, f.size))
+                .collect(),
+            unwind,
+        };
         for f in functions
             .iter_mut()
             .filter(|f| matches!(f.ifunc, Ifunc::Resolved { .. }))
         {
-            f.size = sizes.get(&f.address).copied().unwrap_or_else(|| {
-                let fdes = unwound.get_or_insert_with(|| {
-                    object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
-                        .map(|elf| crate::export::fde::functions(&elf))
-                        .unwrap_or_default()
-                });
-                crate::export::fde::find(fdes, f.file_offset)
-                    .filter(|range| range.start == f.file_offset)
-                    .map_or(0, |range| range.end - range.start)
-            });
+            f.size = sizes.of(f.address, f.file_offset);
+            f.probe_offset = entry_offset(data.get(f.file_offset as usize..), f.file_offset, f.size);
         }
         // Aliases share the flag: `_setjmp` is traced under whichever of its names is kept.
         let twice: std::collections::HashSet<u64> = functions
@@ -364,6 +375,54 @@ impl ElfSymbols {
             code,
             starts,
             plt,
+            segments,
+            sizes,
+        })
+    }
+
+    /// The file offset of file address `address`, when a segment holds it.
+    fn file_offset(&self, address: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(start, size, _)| address >= *start && address < start + size)
+            .map(|(start, _, offset)| address - start + offset)
+    }
+
+    /// Whether `address` is in a PLT section.
+    pub(crate) fn in_plt(&self, address: u64) -> bool {
+        self.plt.iter().any(|(a, b)| (*a..*b).contains(&address))
+    }
+
+    /// IFUNC `function`, whose implementation is unknown in the file alone, as it is probed where
+    /// its resolver picked the code at file address `implementation` (in a traced process: see
+    /// [`super::ifunc::InProcess`]); `code` reads the file. None when that is no code of the file.
+    pub fn at_implementation(
+        &self,
+        function: &FunctionSymbol,
+        implementation: u64,
+        code: &std::fs::File,
+    ) -> Option<FunctionSymbol> {
+        use std::os::unix::fs::FileExt;
+        let in_code = self
+            .code
+            .iter()
+            .any(|c| (c.address..c.address + c.size).contains(&implementation));
+        if !in_code || self.in_plt(implementation) {
+            return None;
+        }
+        let file_offset = self.file_offset(implementation)?;
+        let size = self.sizes.of(implementation, file_offset);
+        let mut first = [0u8; 4];
+        let read = code.read_at(&mut first, file_offset).ok()?;
+        Some(FunctionSymbol {
+            file_offset,
+            address: implementation,
+            size,
+            probe_offset: entry_offset(Some(&first[..read]), file_offset, size),
+            ifunc: Ifunc::Resolved {
+                resolver: function.address,
+            },
+            ..function.clone()
         })
     }
 
@@ -519,20 +578,6 @@ mod tests {
         assert_eq!(old.len(), 1, "{old:?}");
         assert_ne!(old[0].file_offset, plain[0].file_offset);
         assert_eq!(symbols.find("realpath*").unwrap().len(), 2);
-    }
-
-    /// `strlen` is an IFUNC: found (`is_definition` is false for IFUNCs), at its implementation.
-    #[test]
-    fn ifuncs_are_found_at_their_implementation() {
-        let libc = own_libc();
-        let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
-        let found = symbols.find("strlen").unwrap();
-        assert_eq!(found.len(), 1, "{found:?}");
-        let super::Ifunc::Resolved { resolver } = found[0].ifunc else {
-            panic!("{found:?}")
-        };
-        assert_ne!(resolver, found[0].address);
-        assert!(found[0].size > 0, "sized by its unwind entry: {found:?}");
     }
 
     #[test]

@@ -5,8 +5,23 @@
 //! function's. xtrace probes the implementation instead, found where xtrace's own process maps the
 //! same file (libc, libm, ld.so, libgcc_s): there the resolver is run again, in-process, as the
 //! dynamic linker ran it. Only code xtrace has already loaded itself is ever run; a library it has
-//! not loaded is never loaded to resolve one (its constructors would run as root).
-use std::{ffi::CStr, os::unix::fs::MetadataExt};
+//! not loaded is never loaded to resolve one (its constructors would run as root). In a traced
+//! process (`--pid`), an IFUNC of any other library (a container's own libc, say) is resolved by
+//! reading what the dynamic linker wrote there: the library's own slots for it (`IRELATIVE`
+//! relocations, and `GLOB_DAT` or bound `JUMP_SLOT` ones naming it) in `/proc/PID/mem`.
+use std::{
+    collections::HashMap,
+    ffi::CStr,
+    os::unix::fs::{FileExt, MetadataExt},
+    path::PathBuf,
+};
+
+use object::{
+    elf, Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags,
+    RelocationTarget,
+};
+
+use crate::target::{Process, TargetFile};
 
 /// What a function symbol is to IFUNC resolution.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -20,6 +35,9 @@ pub enum Ifunc {
     /// An IFUNC of a library xtrace has not loaded itself: its implementation is unknown, and a
     /// probe on the resolver would record only the dynamic linker's one call.
     Unresolved,
+    /// An IFUNC whose resolver picks code outside its file: glibc's `time` and `gettimeofday`
+    /// pick the kernel's vDSO, where no uprobe can go.
+    Outside,
 }
 
 /// Where xtrace's own process maps one file: its load bias (added to a file address gives the
@@ -47,9 +65,10 @@ impl OwnCopy {
         wanted.found
     }
 
-    /// Runs the IFUNC resolver at file address `resolver` and returns the file address of the
-    /// implementation it picks, when both are code of this file.
-    pub fn resolve(&self, resolver: u64) -> Option<u64> {
+    /// Runs the IFUNC resolver at file address `resolver` and returns what it picks: the file
+    /// address of the implementation, when both are code of this file; Err(()) for code outside
+    /// the file (the vDSO); None when the resolver is no code of the file (it is not run).
+    pub fn resolve(&self, resolver: u64) -> Option<Result<u64, ()>> {
         if !self.is_code(resolver) {
             return None;
         }
@@ -64,7 +83,11 @@ impl OwnCopy {
             resolve()
         };
         let implementation = (picked as u64).wrapping_sub(self.bias);
-        self.is_code(implementation).then_some(implementation)
+        Some(if self.is_code(implementation) {
+            Ok(implementation)
+        } else {
+            Err(())
+        })
     }
 
     fn is_code(&self, address: u64) -> bool {
@@ -115,6 +138,130 @@ unsafe extern "C" fn visit(
     1
 }
 
+/// What sizes an IFUNC's implementation, which has no symbol of its own in a stripped file.
+#[derive(Debug, Default)]
+pub struct ImplementationSizes {
+    /// The functions' sizes by address: an implementation the symbol table also names
+    /// (`__strlen_avx2` in an unstripped libc) has that symbol's size.
+    pub functions: HashMap<u64, u64>,
+    /// Else the function the unwind entry (`.eh_frame` FDE) that starts there covers: file-offset
+    /// ranges, read only for a file with IFUNCs.
+    pub unwind: Vec<std::ops::Range<u64>>,
+}
+
+impl ImplementationSizes {
+    /// The size of the code at `address` (file offset `file_offset`); 0 when unknown.
+    pub fn of(&self, address: u64, file_offset: u64) -> u64 {
+        self.functions.get(&address).copied().unwrap_or_else(|| {
+            crate::export::fde::find(&self.unwind, file_offset)
+                .filter(|range| range.start == file_offset)
+                .map_or(0, |range| range.end - range.start)
+        })
+    }
+}
+
+/// IFUNCs resolved in traced processes, from the slots the dynamic linker filled: per process and
+/// file, each resolver's implementation (file addresses).
+#[derive(Default)]
+pub struct InProcess {
+    resolved: HashMap<(u32, PathBuf), HashMap<u64, u64>>,
+}
+
+impl InProcess {
+    /// The file address of the code the IFUNC resolver at file address `resolver` of `file` picked
+    /// in `process`, when one of the file's own slots for it says so.
+    pub fn resolve(&mut self, process: &Process, file: &TargetFile, resolver: u64) -> Option<u64> {
+        self.resolved
+            .entry((process.pid, file.open.clone()))
+            .or_insert_with(|| filled_slots(process.pid, file).unwrap_or_default())
+            .get(&resolver)
+            .copied()
+    }
+}
+
+/// Each IFUNC resolver of `file` (by file address) whose slot in process `pid` holds code of the
+/// file outside its PLT: the address of that code.
+fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
+    let meta = std::fs::metadata(&file.open).ok()?;
+    let data = std::fs::read(&file.open).ok()?;
+    let elf = object::File::parse(&*data).ok()?;
+    let dynsym = elf.dynamic_symbol_table();
+    let ifunc_at = |target: RelocationTarget| {
+        let RelocationTarget::Symbol(index) = target else {
+            return None;
+        };
+        let symbol = dynsym.as_ref()?.symbol_by_index(index).ok()?;
+        let is_ifunc = matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
+            if st_info & 0xf == STT_GNU_IFUNC);
+        (is_ifunc && symbol.address() != 0).then(|| symbol.address())
+    };
+    // (slot, resolver), as file addresses.
+    let slots: Vec<(u64, u64)> = elf
+        .dynamic_relocations()?
+        .filter_map(|(slot, relocation)| {
+            let RelocationFlags::Elf { r_type } = relocation.flags() else {
+                return None;
+            };
+            let resolver = match r_type {
+                elf::R_X86_64_IRELATIVE => u64::try_from(relocation.addend()).ok()?,
+                elf::R_X86_64_GLOB_DAT | elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_64 => {
+                    ifunc_at(relocation.target())?
+                }
+                _ => return None,
+            };
+            Some((slot, resolver))
+        })
+        .collect();
+    if slots.is_empty() {
+        return None;
+    }
+    let code: Vec<(u64, u64)> = elf
+        .segments()
+        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & elf::PF_X != 0))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let plt: Vec<(u64, u64)> = elf
+        .sections()
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    let within = |ranges: &[(u64, u64)], a: u64| ranges.iter().any(|&(start, end)| (start..end).contains(&a));
+    let bias = load_bias(pid, meta.ino(), &elf)?;
+    let memory = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut resolved = HashMap::new();
+    for (slot, resolver) in slots {
+        let mut word = [0u8; 8];
+        if memory.read_at(&mut word, slot.wrapping_add(bias)).ok()? != 8 {
+            continue;
+        }
+        // A JUMP_SLOT not yet bound holds its PLT stub; a resolver the slot's own address.
+        let implementation = u64::from_le_bytes(word).wrapping_sub(bias);
+        if implementation != resolver && within(&code, implementation) && !within(&plt, implementation) {
+            resolved.insert(resolver, implementation);
+        }
+    }
+    Some(resolved)
+}
+
+/// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
+/// the page of the address the file gives that offset.
+fn load_bias(pid: u32, inode: u64, elf: &object::File) -> Option<u64> {
+    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
+    let at_zero = first.address() & !0xfff;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [range, _, offset, _, ino, ..] = fields.as_slice() else {
+            return None;
+        };
+        if *offset != "00000000" || ino.parse::<u64>().ok()? != inode {
+            return None;
+        }
+        let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
+        Some(start.wrapping_sub(at_zero))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,12 +293,26 @@ mod tests {
             panic!("ELF flags")
         };
         assert_eq!(st_info & 0xf, STT_GNU_IFUNC, "glibc's strlen is an IFUNC");
-        let implementation = copy.resolve(resolver.address()).expect("resolved");
+        let implementation = copy.resolve(resolver.address()).expect("run").expect("in libc");
         assert_ne!(implementation, resolver.address());
         // What this process's own calls reach: the address libc's dlsym gives for strlen.
         // SAFETY: dlsym with a NUL-terminated name.
         let called = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"strlen".as_ptr()) } as u64;
         assert_eq!(implementation.wrapping_add(copy.bias), called);
+    }
+
+    /// `strlen` is an IFUNC: found (`is_definition` is false for IFUNCs), at its implementation.
+    #[test]
+    fn ifuncs_are_found_at_their_implementation() {
+        let (libc, _) = own_libc();
+        let symbols = crate::probes::elf::ElfSymbols::read(&libc, &libc).unwrap();
+        let found = symbols.find("strlen").unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        let Ifunc::Resolved { resolver } = found[0].ifunc else {
+            panic!("{found:?}")
+        };
+        assert_ne!(resolver, found[0].address);
+        assert!(found[0].size > 0, "sized by its unwind entry: {found:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (the probe id is the BPF cookie of both the entry and the return probe), and the scopes TARGETs
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     os::unix::fs::MetadataExt,
     path::Path,
@@ -11,6 +12,7 @@ use super::{
     elf::{ElfSymbols, FunctionSymbol, SymbolCache},
     entry::{EntryMode, EntrySites},
     exits::{self, ExitMode, ExitSite},
+    ifunc::{Ifunc, InProcess},
     insn,
     spec::{ArgType, TargetSpec, UprobeSpec},
     usdt::plan::{SiteAttachment, UsdtProbe},
@@ -147,8 +149,10 @@ pub enum Untraceable {
     GoStack,
     /// It is entered without a return address ([`FunctionSymbol::uncalled`]).
     Uncalled,
-    /// It is an IFUNC whose implementation is unknown ([`super::ifunc::Ifunc::Unresolved`]).
+    /// It is an IFUNC whose implementation is unknown ([`Ifunc::Unresolved`]).
     Ifunc,
+    /// It is an IFUNC whose implementation is outside its file ([`Ifunc::Outside`]).
+    IfuncOutside,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -162,6 +166,7 @@ pub fn plan(
 ) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut elves = SymbolCache::default();
+    let mut in_process = InProcess::default();
     let mut entry_sites = EntrySites::default();
     // The probe id and exit sites of each (file shown, its device and inode, entry offset)
     // planned; or why it is not traced.
@@ -176,8 +181,9 @@ pub fn plan(
     let mut go_stack: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: functions a glob matched that are entered without a return address.
     let mut uncalled: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: IFUNCs a glob matched whose implementation is unknown.
+    // Per file shown: IFUNCs a glob matched whose implementation is unknown, or outside the file.
     let mut ifuncs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut outside: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -212,6 +218,7 @@ pub fn plan(
             let code = std::fs::File::open(&file.open).map_err(unreadable(&file))?;
             let meta = code.metadata().map_err(unreadable(&file))?;
             for function in functions {
+                let function = &*in_scope(function, scope, (&file, &code), symbols, &mut in_process);
                 let shown = file.shown.display().to_string();
                 let key = (shown.clone(), meta.dev(), meta.ino(), function.probe_offset);
                 let planned = match ids.get(&key) {
@@ -243,6 +250,7 @@ pub fn plan(
                             Err(Untraceable::GoStack) => Some(&mut go_stack),
                             Err(Untraceable::Uncalled) => Some(&mut uncalled),
                             Err(Untraceable::Ifunc) => Some(&mut ifuncs),
+                            Err(Untraceable::IfuncOutside) => Some(&mut outside),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -265,6 +273,7 @@ pub fn plan(
                             Untraceable::GoStack => Error::GoStack { path, symbol },
                             Untraceable::Uncalled => Error::Uncalled { path, symbol },
                             Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
+                            Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -348,9 +357,18 @@ pub fn plan(
     }
     for (file, names) in ifuncs {
         plan.notices.push(format!(
-            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) of a library xtrace \
-             has not loaded itself, so the code their resolvers pick is unknown, and they are not \
-             traced: {}",
+            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose code is \
+             unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
+             traced process), and they are not traced: {}",
+            names.len(),
+            first_names(&names)
+        ));
+    }
+    for (file, names) in outside {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose resolvers \
+             pick code outside the file (the kernel's vDSO), where uprobes cannot go, and they are \
+             not traced: {}",
             names.len(),
             first_names(&names)
         ));
@@ -367,6 +385,25 @@ pub fn plan(
     Ok(plan)
 }
 
+/// `function` of `symbols` (the symbols of `file`, read through `code`) as traced in `scope`: an
+/// IFUNC that xtrace could not resolve itself at its implementation in a traced process, when
+/// that process's slots for it say which ([`InProcess`]); else as it is.
+pub fn in_scope<'f>(
+    function: &'f FunctionSymbol,
+    scope: &Scope,
+    (file, code): (&TargetFile, &std::fs::File),
+    symbols: &ElfSymbols,
+    in_process: &mut InProcess,
+) -> Cow<'f, FunctionSymbol> {
+    let resolved = match scope {
+        Scope::Process(process) if function.ifunc == Ifunc::Unresolved => in_process
+            .resolve(process, file, function.address)
+            .and_then(|implementation| symbols.at_implementation(function, implementation, code)),
+        _ => None,
+    };
+    resolved.map_or(Cow::Borrowed(function), Cow::Owned)
+}
+
 /// Where `function`'s probes go (in `file`, read through `code`): the file offset of its entry
 /// probe and where its exits are probed (None: a return probe); or why it is not traced.
 /// `arguments` is how many argument registers its spec captures.
@@ -378,8 +415,10 @@ pub fn placement(
     arguments: usize,
     entry_sites: &mut EntrySites,
 ) -> Result<std::result::Result<Placed, Untraceable>> {
-    if function.ifunc == super::ifunc::Ifunc::Unresolved {
-        return Ok(Err(Untraceable::Ifunc));
+    match function.ifunc {
+        Ifunc::Unresolved => return Ok(Err(Untraceable::Ifunc)),
+        Ifunc::Outside => return Ok(Err(Untraceable::IfuncOutside)),
+        Ifunc::No | Ifunc::Resolved { .. } => {}
     }
     if function.uncalled {
         return Ok(Err(Untraceable::Uncalled));
