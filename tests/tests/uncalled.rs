@@ -1,15 +1,18 @@
-//! Code entered without a return address (a program's entry point, signal-return and lazy-binding
-//! trampolines) is not traced: a span's return probe would write the kernel's trampoline address
-//! over what the stack holds there. At `_start` that is `argc`: before xtrace knew, `-u '*'` over
-//! `spans exit 0` made the fixture see argc -8192, print its usage and exit 64.
+//! Code a return probe would break is not traced. Code entered without a return address (a
+//! program's entry point, signal-return and lazy-binding trampolines): a span's return probe would
+//! write the kernel's trampoline address over what the stack holds there. At `_start` that is
+//! `argc`: before xtrace knew, `-u '*'` over `spans exit 0` made the fixture see argc -8192, print
+//! its usage and exit 64. And the unwinder's entry points and glibc's thread exit, which unwind
+//! from their own return address; libc functions with return probes get a warning about thread
+//! cancellation.
 
 use xtrace_tests::{
     args,
     bpf::Attachments,
-    fixtures::{fixtures, gocalls},
+    fixtures::{fixtures, gocalls, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
-    run::{listed_symbols, run_error, Xtrace},
+    run::{listed_symbols, run_error, trace_fixture_to_exit, Xtrace},
     TempDir,
 };
 
@@ -68,4 +71,108 @@ fn list_symbols_shows_no_probe_for_the_entry_point() {
     let rows = listed_symbols(args![gocalls(), "_rt0_amd64_linux"]);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0][3..], ["-", "_rt0_amd64_linux"]);
+}
+
+/// The unwinder's entry points find their caller through their own return address, which a
+/// return probe replaces: before xtrace refused them, `-u 'libgcc_s:*'` made every C++ throw
+/// abort the process (`terminate called after throwing`). Named, one is refused; a glob leaves
+/// the five out, and the `matrix` fixture's two throws are caught (it exits 0).
+#[test]
+fn unwinders_are_refused_and_throws_still_work() {
+    if !require_bpf() {
+        return;
+    }
+    let matrix = fixtures().matrix.to_str().expect("UTF-8 path").to_owned();
+    let mut fixture = Fixture::spawn(&fixtures().matrix, &[]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let tmp = TempDir::new("unwinders");
+    let line = run_error(args![
+        "-p",
+        &pid,
+        "-u",
+        "libgcc_s:_Unwind_RaiseException",
+        "-o",
+        tmp.join("named")
+    ]);
+    let libgcc = line
+        .strip_prefix("xtrace: error: ")
+        .and_then(|rest| rest.split_once(": cannot trace "))
+        .map(|(path, _)| path.to_owned())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(libgcc.contains("libgcc_s.so"), "{line}");
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {libgcc}: cannot trace `_Unwind_RaiseException`: it unwinds the stack \
+             from its own frame (C++ throws, thread cancellation and pthread_exit, backtraces), \
+             which a return probe would cut short (a throw would abort the process, a thread skip \
+             its cleanup handlers), and it leaves through no exit instruction that can be probed; \
+             trace a function that calls it"
+        )
+    );
+    let out_dir = tmp.join("glob");
+    let finished = trace_fixture_to_exit(&mut fixture, &["libgcc_s:*"], &out_dir);
+    let warning = format!(
+        "xtrace: warning: {libgcc}: 5 matched function(s) unwind the stack from their own frame \
+         (C++ throws, thread cancellation and pthread_exit, backtraces), which a return probe would \
+         cut short, and leave through no exit instruction that can be probed, so they are not \
+         traced: _Unwind_RaiseException, _Unwind_ForcedUnwind, _Unwind_Resume, \
+         _Unwind_Resume_or_Rethrow, _Unwind_Backtrace"
+    );
+    assert!(
+        finished.stderr.contains(&warning),
+        "{matrix}: {:#?}",
+        finished.stderr
+    );
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.stop_reason(), "targets_exited");
+    assert!(out.probe_count("_Unwind_Find_FDE") > 0, "the throws unwound");
+}
+
+/// libc's exception tables are C's, for thread cancellation: a return probe there is said to cut
+/// cancellation and pthread_exit short, with the remedy; `--exits ret` needs no such warning.
+#[test]
+fn return_probes_in_libc_warn_of_cancellation() {
+    if !require_bpf() {
+        return;
+    }
+    let spans = fixtures().spans.to_str().expect("UTF-8 path").to_owned();
+    let tmp = TempDir::new("cleanups");
+    let run = |exits: &str, dir: &str| {
+        let finished = Xtrace::spawn(args![
+            "--exits",
+            exits,
+            "-u",
+            "libc:malloc",
+            "-o",
+            tmp.join(dir),
+            "--",
+            &spans,
+            "exit",
+            "0"
+        ])
+        .wait();
+        finished.assert_success();
+        finished.stderr
+    };
+    let stderr = run("auto", "auto");
+    let warning = stderr
+        .iter()
+        .find(|l| l.contains("traced function(s) have return probes"))
+        .unwrap_or_else(|| panic!("{stderr:#?}"));
+    assert!(
+        warning.ends_with(
+            "libc.so.6: 1 traced function(s) have return probes: a thread cancelled, or ending \
+             with pthread_exit, while one of them is on its stack skips the cleanup handlers and \
+             C++ destructors of the frames above it (the unwinder cannot pass a return probe); \
+             --exits ret probes their exit instructions instead (slower)"
+        ),
+        "{warning}"
+    );
+    let stderr = run("ret", "ret");
+    assert!(
+        !stderr.iter().any(|l| l.contains("have return probes")),
+        "{stderr:#?}"
+    );
 }

@@ -58,6 +58,8 @@ pub enum Error {
     IfuncUnresolved { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC) whose resolver picks code outside this file (the kernel's vDSO), where uprobes cannot go; trace a function that calls it")]
     IfuncOutside { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it unwinds the stack from its own frame (C++ throws, thread cancellation and pthread_exit, backtraces), which a return probe would cut short (a throw would abort the process, a thread skip its cleanup handlers), and it leaves through no exit instruction that can be probed; trace a function that calls it")]
+    UnwindsOwnStack { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .close))]
     SymbolNotFound {
         symbol: String,

@@ -101,6 +101,32 @@ pub fn returns_twice(name: &str) -> bool {
     )
 }
 
+/// Whether `name` (less any `@VERSION`) unwinds the stack starting from its own frame: the
+/// unwinder's entry points (GCC's libgcc_s and LLVM's libunwind: `_Unwind_RaiseException` for
+/// every C++ throw, `_Unwind_Resume`, `_Unwind_Resume_or_Rethrow`, `_Unwind_ForcedUnwind` for
+/// thread cancellation, `_Unwind_Backtrace` for `backtrace()`) and glibc's thread exit
+/// (`pthread_exit`, `__pthread_unwind`, `__pthread_unwind_next`), which never returns. They find
+/// their caller through their own return address, which a return probe replaces with the kernel's
+/// trampoline, which no unwind table covers: a throw then aborts the process, a cancelled or
+/// exiting thread skips its cleanup handlers and destructors, a backtrace ends there. They leave
+/// through an indirect jump (`__builtin_eh_return`) or not at all, so no exit instruction can be
+/// probed instead.
+pub fn unwinds_own_stack(name: &str) -> bool {
+    let bare = name.split('@').next().unwrap_or(name);
+    matches!(
+        bare,
+        "_Unwind_RaiseException"
+            | "_Unwind_Resume"
+            | "_Unwind_Resume_or_Rethrow"
+            | "_Unwind_ForcedUnwind"
+            | "_Unwind_Backtrace"
+            | "pthread_exit"
+            | "__pthread_exit"
+            | "__pthread_unwind"
+            | "__pthread_unwind_next"
+    )
+}
+
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
@@ -125,6 +151,11 @@ pub struct ElfSymbols {
     /// trampoline. (C code built with -fexceptions, such as libc for thread cancellation, has the
     /// tables with C's personality routine; it throws nothing and is left out.)
     pub cxx_exceptions: bool,
+    /// C code with exception tables (`.gcc_except_table` without a C++ or Rust personality
+    /// routine): glibc, for thread cancellation. A thread cancelled, or ending with
+    /// `pthread_exit`, beneath a return probe of any function skips the cleanup handlers and
+    /// destructors of the frames above it (the unwinder cannot pass the trampoline).
+    pub c_cleanups: bool,
     /// Go code (a `.go.buildinfo` section or a `.note.go.buildid` note): the Go runtime walks its
     /// goroutines' stacks (garbage collection, stack growth, preemption, tracebacks) and aborts
     /// the process at a return address it cannot place, such as a return probe's trampoline.
@@ -368,6 +399,7 @@ impl ElfSymbols {
             functions,
             stripped: file.symbols().next().is_none(),
             cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
+            c_cleanups: !throws && file.section_by_name(".gcc_except_table").is_some(),
             go: [".go.buildinfo", ".note.go.buildid"]
                 .iter()
                 .any(|name| file.section_by_name(name).is_some()),

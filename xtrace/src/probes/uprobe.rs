@@ -153,6 +153,8 @@ pub enum Untraceable {
     Ifunc,
     /// It is an IFUNC whose implementation is outside its file ([`Ifunc::Outside`]).
     IfuncOutside,
+    /// It unwinds the stack from its own frame ([`super::elf::unwinds_own_stack`]).
+    Unwinds,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -184,6 +186,8 @@ pub fn plan(
     // Per file shown: IFUNCs a glob matched whose implementation is unknown, or outside the file.
     let mut ifuncs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut outside: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: functions a glob matched that unwind the stack from their own frame.
+    let mut unwinders: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -251,6 +255,7 @@ pub fn plan(
                             Err(Untraceable::Uncalled) => Some(&mut uncalled),
                             Err(Untraceable::Ifunc) => Some(&mut ifuncs),
                             Err(Untraceable::IfuncOutside) => Some(&mut outside),
+                            Err(Untraceable::Unwinds) => Some(&mut unwinders),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -274,6 +279,7 @@ pub fn plan(
                             Untraceable::Uncalled => Error::Uncalled { path, symbol },
                             Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
                             Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
+                            Untraceable::Unwinds => Error::UnwindsOwnStack { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -300,7 +306,16 @@ pub fn plan(
             not,
             twice: twice_probed,
             go,
+            cleanups,
         } = counts;
+        if cleanups > 0 {
+            plan.notices.push(format!(
+                "{file}: {cleanups} traced function(s) have return probes: a thread cancelled, or \
+                 ending with pthread_exit, while one of them is on its stack skips the cleanup \
+                 handlers and C++ destructors of the frames above it (the unwinder cannot pass a \
+                 return probe); --exits ret probes their exit instructions instead (slower)"
+            ));
+        }
         if twice_probed > 0 {
             plan.notices.push(format!(
                 "{file}: {twice_probed} traced function(s) return twice, as setjmp does: their \
@@ -364,6 +379,16 @@ pub fn plan(
             first_names(&names)
         ));
     }
+    for (file, names) in unwinders {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) unwind the stack from their own frame (C++ throws, \
+             thread cancellation and pthread_exit, backtraces), which a return probe would cut \
+             short, and leave through no exit instruction that can be probed, so they are not \
+             traced: {}",
+            names.len(),
+            first_names(&names)
+        ));
+    }
     for (file, names) in outside {
         plan.notices.push(format!(
             "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose resolvers \
@@ -423,6 +448,9 @@ pub fn placement(
     if function.uncalled {
         return Ok(Err(Untraceable::Uncalled));
     }
+    if super::elf::unwinds_own_stack(&function.name) {
+        return Ok(Err(Untraceable::Unwinds));
+    }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
     if sites.as_ref().is_none_or(Vec::is_empty) && no_return_probe(exits, symbols, function) {
         // No exit to end its spans at (say `jmp *%r8`), and a return probe is no option.
@@ -467,6 +495,9 @@ fn new_probe(
     // return probes are leaves.
     let exposed =
         exits == ExitMode::Ret || (exits == ExitMode::Auto && symbols.cxx_exceptions && function.size == 0);
+    if sites.is_none() && symbols.c_cleanups {
+        count.cleanups += 1;
+    }
     match &sites {
         Some(_) if function.returns_twice => count.twice += 1,
         Some(_) => count.probed += 1,
@@ -504,6 +535,8 @@ struct AtExits {
     twice: usize,
     /// The file is Go code.
     go: bool,
+    /// With return probes, in a file with C cleanup tables ([`ElfSymbols::c_cleanups`]).
+    cleanups: usize,
 }
 
 /// The error for a failed read of `file`.
