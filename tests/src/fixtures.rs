@@ -43,6 +43,8 @@ pub struct Fixtures {
     pub calls: PathBuf,
     /// `calls` built with `-fcf-protection=full`: every function starts with `endbr64`.
     pub calls_cet: PathBuf,
+    /// `calls` linked statically: glibc's IFUNCs (`strlen`) are in the executable itself.
+    pub calls_static: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
     pub usdt: PathBuf,
     /// `usdt_malformed`: two malformed USDT notes (0 and 1), then good:hit.
@@ -136,6 +138,7 @@ fn build() -> Fixtures {
         matrix_o2: out.join("matrix-o2"),
         calls: out.join("calls"),
         calls_cet: out.join("calls-cet"),
+        calls_static: out.join("calls-static"),
         usdt: out.join("usdt"),
         usdt_malformed: out.join("usdt_malformed"),
         unprobeable: out.join("unprobeable"),
@@ -178,6 +181,7 @@ fn build() -> Fixtures {
         &fixtures.calls_cet,
         &["-fcf-protection=full"],
     );
+    compile(&[src.join("calls.c")], &fixtures.calls_static, &["-static"]);
     compile(&[src.join("many.c")], &fixtures.many, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
     compile(&[src.join("matrix.cpp")], &fixtures.matrix_o2, &["-O2"]);

@@ -94,6 +94,44 @@ fn strlen_of_another_libc_file_is_read_from_the_process() {
     assert_marker_calls(&out);
 }
 
+/// A static executable holds glibc's IFUNCs itself: the running process's IRELATIVE slots (in
+/// `.rela.plt`, with no dynamic section) give strlen's code; a command about to be launched has
+/// none yet, and its strlen is refused.
+#[test]
+fn strlen_of_a_static_executable_is_read_from_the_process() {
+    if !require_bpf() {
+        return;
+    }
+    let program = fixtures().calls_static.to_str().expect("UTF-8 path").to_owned();
+    let unstarted = listed_symbols(args![&program, "strlen"]);
+    assert_eq!(unstarted.len(), 1, "{unstarted:?}");
+    assert_eq!(unstarted[0][3], "-", "{unstarted:?}");
+    let line = run_error(args!["-u", "strlen", "--", &program, "ifunc"]);
+    assert!(
+        line.starts_with(&format!(
+            "xtrace: error: {program}: cannot trace `strlen`: it is a GNU indirect function (IFUNC)"
+        )),
+        "{line}"
+    );
+
+    let mut fixture = Fixture::spawn(&fixtures().calls_static, &["ifunc"]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let listed = listed_symbols(args!["--pid", &pid, "strlen"]);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_ne!(
+        listed[0][0], unstarted[0][0],
+        "the implementation, not the resolver"
+    );
+    assert_ne!(listed[0][3], "-", "{listed:?}");
+    let tmp = TempDir::new("ifunc-static");
+    let out_dir = tmp.join("out");
+    trace_fixture_to_exit(&mut fixture, &["strlen(str) -> u64"], &out_dir);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe("strlen")["offset"], json!(listed[0][3]));
+    assert_marker_calls(&out);
+}
+
 /// glibc's `time` picks the kernel's vDSO, where no uprobe can go.
 #[test]
 fn an_ifunc_that_picks_the_vdso_is_refused() {

@@ -195,23 +195,21 @@ fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
             if st_info & 0xf == STT_GNU_IFUNC);
         (is_ifunc && symbol.address() != 0).then(|| symbol.address())
     };
-    // (slot, resolver), as file addresses.
-    let slots: Vec<(u64, u64)> = elf
-        .dynamic_relocations()?
-        .filter_map(|(slot, relocation)| {
-            let RelocationFlags::Elf { r_type } = relocation.flags() else {
-                return None;
-            };
-            let resolver = match r_type {
-                elf::R_X86_64_IRELATIVE => u64::try_from(relocation.addend()).ok()?,
-                elf::R_X86_64_GLOB_DAT | elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_64 => {
-                    ifunc_at(relocation.target())?
-                }
-                _ => return None,
-            };
-            Some((slot, resolver))
+    // (slot, resolver), as file addresses: the slots of symbols that are IFUNCs, and every
+    // IRELATIVE one, whose addend is its resolver (read from every relocation section, so a
+    // static executable's `.rela.plt`, which has no dynamic section, counts too).
+    let mut slots: Vec<(u64, u64)> = elf
+        .dynamic_relocations()
+        .into_iter()
+        .flatten()
+        .filter_map(|(slot, relocation)| match relocation.flags() {
+            RelocationFlags::Elf {
+                r_type: elf::R_X86_64_GLOB_DAT | elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_64,
+            } => Some((slot, ifunc_at(relocation.target())?)),
+            _ => None,
         })
         .collect();
+    slots.extend(irelative_slots(&data));
     if slots.is_empty() {
         return None;
     }
@@ -241,6 +239,29 @@ fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
         }
     }
     Some(resolved)
+}
+
+/// Every `R_X86_64_IRELATIVE` relocation of the ELF file `data`: (slot, resolver).
+fn irelative_slots(data: &[u8]) -> Vec<(u64, u64)> {
+    use object::read::elf::{FileHeader, Rela, SectionHeader};
+    let parsed = elf::FileHeader64::<object::Endianness>::parse(data)
+        .ok()
+        .and_then(|header| {
+            Some((
+                header.endian().ok()?,
+                header.sections(header.endian().ok()?, data).ok()?,
+            ))
+        });
+    let Some((endian, sections)) = parsed else {
+        return Vec::new();
+    };
+    sections
+        .iter()
+        .filter_map(|section| section.rela(endian, data).ok().flatten())
+        .flat_map(|(relocations, _)| relocations.iter())
+        .filter(|r| r.r_type(endian, false) == elf::R_X86_64_IRELATIVE)
+        .filter_map(|r| Some((r.r_offset(endian), u64::try_from(r.r_addend(endian)).ok()?)))
+        .collect()
 }
 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
