@@ -339,10 +339,62 @@ fn a_jump_to_unnamed_code_keeps_the_return_probe() {
     let warning = format!(
         "xtrace: warning: {}: 1 traced function(s) have no size in the symbol table, start with \
          their return, leave at an instruction uprobes refuse or may leave through code no symbol \
-         names, so their returns are probed with return probes",
+         names or an indirect jump, so their returns are probed with return probes",
         fixtures().calls.display()
     );
     assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
+}
+
+/// A function that leaves only through a jump through a register (`jmp *%rax`: a call through a
+/// pointer, as virtual-call and closure wrappers end at -O2) has no exit to probe. In C code
+/// `--exits ret` keeps its return probe (before, every call was lost as unmatched); in C++ code,
+/// where a return probe could abort the process when an exception unwinds through it, `auto`
+/// refuses it by name (before, it was attached and recorded 0 spans, silently), and `--exits
+/// uretprobe` traces it.
+#[test]
+fn a_function_leaving_through_an_indirect_jump() {
+    if !require_bpf() {
+        return;
+    }
+    let flags = args!["--exits", "ret", "-u", "tc_pointer(i32) -> i32"];
+    let (out, _) = trace_with(&fixtures().calls, &["tail"], flags);
+    assert_eq!(
+        arg_and_ret(&out, "tc_pointer"),
+        (0..5).map(|k| (k, 4 * (k + 2))).collect::<Vec<_>>()
+    );
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+
+    let matrix = fixtures().matrix_o2.to_str().expect("UTF-8 path").to_owned();
+    let mut fixture = Fixture::spawn(&fixtures().matrix_o2, &[]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let tmp = TempDir::new("indirect-exit");
+    let line = run_error(args!["-p", &pid, "-u", "pcall", "-o", tmp.join("refused")]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {matrix}: cannot trace `pcall(long (*)(long), long)`: it has no exit \
+             instruction that can be probed (it leaves through an indirect jump, or never \
+             returns), and in code with exception tables a return probe could abort the process \
+             when an exception unwinds through it; --exits uretprobe traces it with a return \
+             probe at that risk, or trace a function that calls it"
+        )
+    );
+    let out_dir = tmp.join("uretprobe");
+    trace_fixture_with(
+        &mut fixture,
+        args!["--exits", "uretprobe", "-u", "pcall(u64, i64) -> i64"],
+        &[],
+        &out_dir,
+    );
+    let out = Outputs::read(&out_dir);
+    let mut spans = out.spans_named("pcall(long (*)(long), long)");
+    spans.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, i64)> = spans
+        .iter()
+        .map(|s| (s.args["arg1"].as_i64().unwrap(), s.args["ret"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(got, [(0, 1), (1, 2), (2, 3)]);
 }
 
 #[test]

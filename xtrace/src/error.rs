@@ -60,6 +60,8 @@ pub enum Error {
     IfuncOutside { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it unwinds the stack from its own frame (C++ throws, thread cancellation and pthread_exit, backtraces), which a return probe would cut short (a throw would abort the process, a thread skip its cleanup handlers), and it leaves through no exit instruction that can be probed; trace a function that calls it")]
     UnwindsOwnStack { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it has no exit instruction that can be probed (it leaves through an indirect jump, or never returns), and in code with exception tables a return probe could abort the process when an exception unwinds through it; --exits uretprobe traces it with a return probe at that risk, or trace a function that calls it")]
+    NoProbeableExit { path: PathBuf, symbol: String },
     #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .close))]
     SymbolNotFound {
         symbol: String,

@@ -43,8 +43,8 @@ pub struct Exits {
     /// The function calls or jumps elsewhere, so an exception can unwind through it.
     pub calls_out: bool,
     /// A direct jump leaves the function for code that is no known function entry (a stripped
-    /// file's unnamed function, or cold part) or is conditional: the function may leave there,
-    /// unseen, so its exits found are not all of them.
+    /// file's unnamed function, or cold part) or is conditional, or a jump goes through a register
+    /// or memory: the function may leave there, unseen, so its exits found are not all of them.
     pub unseen_exit: bool,
 }
 
@@ -183,10 +183,12 @@ fn exit_of(
     } else if jmp {
         exits.calls_out = true;
         // `jmp *f@GOTPCREL(%rip)`: a tail call through the GOT (-fno-plt). A jump through a
-        // register (a jump table, or a tail call through a pointer) is not told apart: not an exit.
+        // register or memory (a jump table, or a tail call through a pointer: a C++ virtual call
+        // wrapper is `jmp *(%rax)`) is not told apart: not probed, but the function may leave there.
         if instruction.is_ip_rel_memory_operand() {
             return Some(EXIT_TAIL_CALL);
         }
+        exits.unseen_exit = true;
     }
     None
 }

@@ -155,6 +155,9 @@ pub enum Untraceable {
     IfuncOutside,
     /// It unwinds the stack from its own frame ([`super::elf::unwinds_own_stack`]).
     Unwinds,
+    /// Its exits are to be probed at their instructions, and it has none that can be (it leaves
+    /// through an indirect jump, or never returns): its calls would never end.
+    NoExit,
 }
 
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
@@ -188,6 +191,8 @@ pub fn plan(
     let mut outside: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Per file shown: functions a glob matched that unwind the stack from their own frame.
     let mut unwinders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Per file shown: functions a glob matched whose exits are wanted and cannot be probed.
+    let mut no_exit: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -256,6 +261,7 @@ pub fn plan(
                             Err(Untraceable::Ifunc) => Some(&mut ifuncs),
                             Err(Untraceable::IfuncOutside) => Some(&mut outside),
                             Err(Untraceable::Unwinds) => Some(&mut unwinders),
+                            Err(Untraceable::NoExit) => Some(&mut no_exit),
                         };
                         if let Some(left_out) = left_out {
                             left_out
@@ -280,6 +286,7 @@ pub fn plan(
                             Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
                             Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
                             Untraceable::Unwinds => Error::UnwindsOwnStack { path, symbol },
+                            Untraceable::NoExit => Error::NoProbeableExit { path, symbol },
                         });
                     }
                     Err(_) => continue,
@@ -340,7 +347,7 @@ pub fn plan(
             plan.notices.push(format!(
                 "{file}: {not} traced function(s) have no size in the symbol table, start with \
                  their return, leave at an instruction uprobes refuse or may leave through code no \
-                 symbol names, so their returns are probed with return probes"
+                 symbol names or an indirect jump, so their returns are probed with return probes"
             ));
         }
     }
@@ -385,6 +392,16 @@ pub fn plan(
              thread cancellation and pthread_exit, backtraces), which a return probe would cut \
              short, and leave through no exit instruction that can be probed, so they are not \
              traced: {}",
+            names.len(),
+            first_names(&names)
+        ));
+    }
+    for (file, names) in no_exit {
+        plan.notices.push(format!(
+            "{file}: {} matched function(s) have no exit instruction that can be probed (they \
+             leave through an indirect jump, or never return), where a return probe could abort \
+             the process when an exception unwinds through them, so they are not traced \
+             (--exits uretprobe traces them at that risk): {}",
             names.len(),
             first_names(&names)
         ));
@@ -459,6 +476,10 @@ pub fn placement(
         } else {
             Untraceable::GoStack
         }));
+    }
+    if sites.as_ref().is_some_and(Vec::is_empty) {
+        // Exits wanted at their instructions, in code with exception tables, and none found.
+        return Ok(Err(Untraceable::NoExit));
     }
     let moved = entry_sites
         .offset(entries, code, symbols, function, arguments)
@@ -592,7 +613,9 @@ fn exit_sites(
     // return probe sees every return, where nothing can unwind through it (no exception tables,
     // not Go) and it returns once; elsewhere the exits found are kept, and a call that leaves
     // unseen is counted unmatched.
-    if found.unseen_exit && !symbols.cxx_exceptions && !unsafe_return {
+    // So does a function with no exit found at all (it never returns), whose spans could never
+    // end at one.
+    if (found.unseen_exit || found.sites.is_empty()) && !symbols.cxx_exceptions && !unsafe_return {
         return Ok(None);
     }
     Ok(Some(found.sites))
