@@ -577,12 +577,34 @@ pub fn not_found_hint(stripped: bool, close: &[String]) -> String {
     }
 }
 
-/// `outer(int)` → `outer`: C++ names can be given without their parameter list.
+/// `outer(int)` → `outer`: C++ names can be given without their parameter list, the last
+/// parenthesised group when only qualifiers (`const`, `&`, `noexcept`, ...) follow it. Parentheses
+/// elsewhere are part of the name: Go's methods (`main.(*T).Run`), `(anonymous namespace)::f`,
+/// template arguments and lambdas (`main::{lambda(int)#1}::operator()(int) const` →
+/// `main::{lambda(int)#1}::operator()`).
 fn strip_args(name: &str) -> &str {
-    match name.find('(') {
-        Some(at) if at > 0 => &name[..at],
-        _ => name,
+    const QUALIFIERS: [&str; 6] = [" const", " volatile", " &&", " &", " noexcept", " restrict"];
+    let mut rest = name;
+    while let Some(shorter) = QUALIFIERS.iter().find_map(|q| rest.strip_suffix(q)) {
+        rest = shorter;
     }
+    if !rest.ends_with(')') {
+        return name;
+    }
+    let mut depth = 0usize;
+    for (at, c) in rest.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return if at > 0 { &rest[..at] } else { name };
+                }
+            }
+            _ => {}
+        }
+    }
+    name
 }
 
 #[cfg(test)]
@@ -739,5 +761,23 @@ mod tests {
         assert_eq!(strip_args("outer(int)"), "outer");
         assert_eq!(strip_args("plain"), "plain");
         assert_eq!(strip_args("(anonymous namespace)::f"), "(anonymous namespace)::f");
+        assert_eq!(
+            strip_args("(anonymous namespace)::f(int)"),
+            "(anonymous namespace)::f"
+        );
+        assert_eq!(strip_args("pcall(long (*)(long), long)"), "pcall");
+        assert_eq!(strip_args("ns::Matrix::trace() const"), "ns::Matrix::trace");
+        assert_eq!(
+            strip_args("main::{lambda(int)#1}::operator()(int) const"),
+            "main::{lambda(int)#1}::operator()"
+        );
+        assert_eq!(
+            strip_args("f<(anonymous namespace)::X>(int)"),
+            "f<(anonymous namespace)::X>"
+        );
+        // Go methods have no parameter list in their names.
+        assert_eq!(strip_args("main.(*A).Ap"), "main.(*A).Ap");
+        assert_eq!(strip_args("(unbalanced))"), "(unbalanced))");
+        assert_eq!(strip_args("()"), "()");
     }
 }
