@@ -8,7 +8,10 @@ use std::{
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionKind, SymbolKind};
 
-use super::ifunc::{Ifunc, ImplementationSizes, OwnCopy};
+use super::{
+    ifunc::{Ifunc, ImplementationSizes, OwnCopy},
+    names::{is_cold_part, returns_twice, strip_args, uncalled},
+};
 use crate::{
     demangle::demangle,
     error::{Error, Result},
@@ -59,72 +62,6 @@ pub struct FunctionSymbol {
     /// Whether the symbol is a GNU indirect function, and then whether the offsets above are of
     /// the implementation its resolver picks ([`super::ifunc`]).
     pub ifunc: Ifunc,
-}
-
-/// Whether `name` is code that is entered without a return address on the stack: a program's
-/// `_start` (the kernel leaves `argc` there) and ld.so's `_dl_start_user`; the signal-return
-/// trampoline `__restore_rt` (a signal frame); ld.so's lazy-binding trampolines
-/// `_dl_runtime_resolve*` and `_dl_runtime_profile*` (the PLT pushes a relocation index and a
-/// link map). A return probe writes its trampoline's address over that word (a program traced
-/// from `_start` saw `argc` -8192), and a span of such code could never end anyway.
-pub fn uncalled(name: &str) -> bool {
-    matches!(name, "_start" | "_dl_start_user" | "__restore_rt")
-        || name.starts_with("_dl_runtime_resolve")
-        || name.starts_with("_dl_runtime_profile")
-}
-
-/// Whether `name` is a function that saves its own return address to return through it again
-/// later: `setjmp` and kin (a `longjmp` returns from them a second time), `getcontext`,
-/// `swapcontext` and `savectx` (a later `setcontext` or `swapcontext` does), and Boost.Context's
-/// `jump_fcontext` and `ontop_fcontext`. A return probe replaces that return address with the
-/// kernel's trampoline before the function saves it, so the second return jumps into the
-/// trampoline with no return pending, and the kernel kills the process or it goes astray. The
-/// names GCC treats as returning twice (`setjmp`, `sigsetjmp`, `savectx`, `vfork`,
-/// `getcontext`), here after any leading `_`, `__` or `__x`, without `vfork` (the kernel copies a
-/// pending return to the child, and glibc's `vfork` keeps its return address in a register), with
-/// the context switches and libucontext's and libunwind's (`_Ux86_64_getcontext`) `getcontext`.
-pub fn returns_twice(name: &str) -> bool {
-    let bare = name
-        .strip_prefix("__x")
-        .or_else(|| name.strip_prefix("__"))
-        .or_else(|| name.strip_prefix('_'))
-        .unwrap_or(name);
-    matches!(
-        bare,
-        "setjmp"
-            | "sigsetjmp"
-            | "savectx"
-            | "getcontext"
-            | "swapcontext"
-            | "jump_fcontext"
-            | "ontop_fcontext"
-    )
-}
-
-/// Whether `name` (less any `@VERSION`) unwinds the stack starting from its own frame: the
-/// unwinder's entry points (GCC's libgcc_s and LLVM's libunwind: `_Unwind_RaiseException` for
-/// every C++ throw, `_Unwind_Resume`, `_Unwind_Resume_or_Rethrow`, `_Unwind_ForcedUnwind` for
-/// thread cancellation, `_Unwind_Backtrace` for `backtrace()`) and glibc's thread exit
-/// (`pthread_exit`, `__pthread_unwind`, `__pthread_unwind_next`), which never returns. They find
-/// their caller through their own return address, which a return probe replaces with the kernel's
-/// trampoline, which no unwind table covers: a throw then aborts the process, a cancelled or
-/// exiting thread skips its cleanup handlers and destructors, a backtrace ends there. They leave
-/// through an indirect jump (`__builtin_eh_return`) or not at all, so no exit instruction can be
-/// probed instead.
-pub fn unwinds_own_stack(name: &str) -> bool {
-    let bare = name.split('@').next().unwrap_or(name);
-    matches!(
-        bare,
-        "_Unwind_RaiseException"
-            | "_Unwind_Resume"
-            | "_Unwind_Resume_or_Rethrow"
-            | "_Unwind_ForcedUnwind"
-            | "_Unwind_Backtrace"
-            | "pthread_exit"
-            | "__pthread_exit"
-            | "__pthread_unwind"
-            | "__pthread_unwind_next"
-    )
 }
 
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
@@ -182,13 +119,6 @@ pub struct CodeRange {
     pub address: u64,
     pub size: u64,
     pub file_offset: u64,
-}
-
-/// Whether `name` is the cold part of a function GCC split in two (`f.cold`, or `f.cold.N` before
-/// GCC 9): code the function jumps to, never calls. It is no function entry: a return probe there
-/// would replace whatever word is on top of the stack, not a return address.
-fn is_cold_part(name: &str) -> bool {
-    name.ends_with(".cold") || name.contains(".cold.")
 }
 
 /// The metadata of the TARGET file at `open` (named `shown` in errors). Refuses one that cannot be
@@ -577,36 +507,6 @@ pub fn not_found_hint(stripped: bool, close: &[String]) -> String {
     }
 }
 
-/// `outer(int)` → `outer`: C++ names can be given without their parameter list, the last
-/// parenthesised group when only qualifiers (`const`, `&`, `noexcept`, ...) follow it. Parentheses
-/// elsewhere are part of the name: Go's methods (`main.(*T).Run`), `(anonymous namespace)::f`,
-/// template arguments and lambdas (`main::{lambda(int)#1}::operator()(int) const` →
-/// `main::{lambda(int)#1}::operator()`).
-fn strip_args(name: &str) -> &str {
-    const QUALIFIERS: [&str; 6] = [" const", " volatile", " &&", " &", " noexcept", " restrict"];
-    let mut rest = name;
-    while let Some(shorter) = QUALIFIERS.iter().find_map(|q| rest.strip_suffix(q)) {
-        rest = shorter;
-    }
-    if !rest.ends_with(')') {
-        return name;
-    }
-    let mut depth = 0usize;
-    for (at, c) in rest.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return if at > 0 { &rest[..at] } else { name };
-                }
-            }
-            _ => {}
-        }
-    }
-    name
-}
-
 #[cfg(test)]
 mod tests {
     /// The C library this test runs with.
@@ -635,46 +535,7 @@ mod tests {
     }
 
     #[test]
-    fn functions_that_return_twice_by_name() {
-        for name in [
-            "setjmp",
-            "_setjmp",
-            "__sigsetjmp",
-            "sigsetjmp",
-            "__xsetjmp",
-            "getcontext",
-            "__getcontext",
-            "swapcontext",
-            "savectx",
-            "jump_fcontext",
-        ] {
-            assert!(returns_twice(name), "{name}");
-        }
-        for name in [
-            "longjmp",
-            "vfork",
-            "setjmp_helper",
-            "___setjmp",
-            "makecontext",
-            "fork",
-        ] {
-            assert!(!returns_twice(name), "{name}");
-        }
-    }
-
-    #[test]
     fn code_entered_without_a_return_address_is_known() {
-        for name in [
-            "_start",
-            "_dl_start_user",
-            "__restore_rt",
-            "_dl_runtime_resolve_xsavec",
-        ] {
-            assert!(uncalled(name), "{name}");
-        }
-        for name in ["start", "__libc_start_main", "_dl_start", "restore"] {
-            assert!(!uncalled(name), "{name}");
-        }
         // This test binary's entry point, by name and by the ELF header; main is called.
         let symbols = own();
         let named = |name: &str| symbols.functions.iter().find(|f| f.name == name).unwrap();
@@ -754,30 +615,5 @@ mod tests {
         let libc = PathBuf::from(crate::test_libc());
         let symbols = ElfSymbols::read(&libc, &libc).unwrap();
         assert!(!symbols.cxx_exceptions, "{}", libc.display());
-    }
-
-    #[test]
-    fn strips_parameter_lists() {
-        assert_eq!(strip_args("outer(int)"), "outer");
-        assert_eq!(strip_args("plain"), "plain");
-        assert_eq!(strip_args("(anonymous namespace)::f"), "(anonymous namespace)::f");
-        assert_eq!(
-            strip_args("(anonymous namespace)::f(int)"),
-            "(anonymous namespace)::f"
-        );
-        assert_eq!(strip_args("pcall(long (*)(long), long)"), "pcall");
-        assert_eq!(strip_args("ns::Matrix::trace() const"), "ns::Matrix::trace");
-        assert_eq!(
-            strip_args("main::{lambda(int)#1}::operator()(int) const"),
-            "main::{lambda(int)#1}::operator()"
-        );
-        assert_eq!(
-            strip_args("f<(anonymous namespace)::X>(int)"),
-            "f<(anonymous namespace)::X>"
-        );
-        // Go methods have no parameter list in their names.
-        assert_eq!(strip_args("main.(*A).Ap"), "main.(*A).Ap");
-        assert_eq!(strip_args("(unbalanced))"), "(unbalanced))");
-        assert_eq!(strip_args("()"), "()");
     }
 }

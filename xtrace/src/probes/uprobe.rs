@@ -141,7 +141,7 @@ pub type Placed = (u64, Option<Vec<ExitSite>>);
 pub enum Untraceable {
     /// Its first instruction is one the kernel's uprobes refuse ([`insn::refused`]).
     Refused(String),
-    /// It returns twice ([`super::elf::returns_twice`]) and its exit instructions cannot be
+    /// It returns twice ([`super::names::returns_twice`]) and its exit instructions cannot be
     /// probed, while a return probe would break its second return.
     ReturnsTwice,
     /// It is Go code ([`ElfSymbols::go`]) whose exit instructions cannot be probed, while a return
@@ -153,7 +153,7 @@ pub enum Untraceable {
     Ifunc,
     /// It is an IFUNC whose implementation is outside its file ([`Ifunc::Outside`]).
     IfuncOutside,
-    /// It unwinds the stack from its own frame ([`super::elf::unwinds_own_stack`]).
+    /// It unwinds the stack from its own frame ([`super::names::unwinds_own_stack`]).
     Unwinds,
     /// Its exits are to be probed at their instructions, and it has none that can be (it leaves
     /// through an indirect jump, or never returns): its calls would never end.
@@ -465,7 +465,7 @@ pub fn placement(
     if function.uncalled {
         return Ok(Err(Untraceable::Uncalled));
     }
-    if super::elf::unwinds_own_stack(&function.name) {
+    if super::names::unwinds_own_stack(&function.name) {
         return Ok(Err(Untraceable::Unwinds));
     }
     let sites = exit_sites(exits, (file, code), symbols, (function, function.probe_offset))?;
