@@ -12,6 +12,7 @@ pub mod follow;
 pub mod glob;
 pub mod ifunc;
 pub mod insn;
+mod left_out;
 pub mod names;
 pub mod needed;
 pub mod nvtx;

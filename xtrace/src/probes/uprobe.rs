@@ -14,6 +14,7 @@ use super::{
     exits::{self, ExitMode, ExitSite},
     ifunc::{Ifunc, InProcess},
     insn,
+    left_out::{self, AtExits, LeftOut},
     spec::{ArgType, TargetSpec, UprobeSpec},
     usdt::plan::{SiteAttachment, UsdtProbe},
     ProbeInfo,
@@ -178,21 +179,8 @@ pub fn plan(
     let mut ids: HashMap<(String, u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
     // Per file shown: how many functions' exits are probed at instructions, and why.
     let mut at_exits: BTreeMap<String, AtExits> = BTreeMap::new();
-    // Per file shown: functions a glob matched whose entry the kernel's uprobes refuse.
-    let mut unprobeable: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: functions a glob matched that return twice and whose exits cannot be found.
-    let mut twice: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: Go functions a glob matched whose exits cannot be found.
-    let mut go_stack: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: functions a glob matched that are entered without a return address.
-    let mut uncalled: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: IFUNCs a glob matched whose implementation is unknown, or outside the file.
-    let mut ifuncs: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut outside: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: functions a glob matched that unwind the stack from their own frame.
-    let mut unwinders: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Per file shown: functions a glob matched whose exits are wanted and cannot be probed.
-    let mut no_exit: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // What globs matched that is not traced, and why.
+    let mut left_out = LeftOut::default();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
             let file = scope.resolve(&spec.target)?;
@@ -252,22 +240,8 @@ pub fn plan(
                             )),
                             Err(why) => Err(why),
                         };
-                        let left_out = match &known {
-                            Ok(_) => None,
-                            Err(Untraceable::Refused(_)) => Some(&mut unprobeable),
-                            Err(Untraceable::ReturnsTwice) => Some(&mut twice),
-                            Err(Untraceable::GoStack) => Some(&mut go_stack),
-                            Err(Untraceable::Uncalled) => Some(&mut uncalled),
-                            Err(Untraceable::Ifunc) => Some(&mut ifuncs),
-                            Err(Untraceable::IfuncOutside) => Some(&mut outside),
-                            Err(Untraceable::Unwinds) => Some(&mut unwinders),
-                            Err(Untraceable::NoExit) => Some(&mut no_exit),
-                        };
-                        if let Some(left_out) = left_out {
-                            left_out
-                                .entry(shown)
-                                .or_default()
-                                .push(function.demangled.clone());
+                        if let Err(why) = &known {
+                            left_out.add(why, shown, function.demangled.clone());
                         }
                         ids.insert(key, known.clone());
                         known
@@ -307,123 +281,8 @@ pub fn plan(
             }
         }
     }
-    for (file, counts) in at_exits {
-        let AtExits {
-            probed,
-            not,
-            twice: twice_probed,
-            go,
-            cleanups,
-        } = counts;
-        if cleanups > 0 {
-            plan.notices.push(format!(
-                "{file}: {cleanups} traced function(s) have return probes: a thread cancelled, or \
-                 ending with pthread_exit, while one of them is on its stack skips the cleanup \
-                 handlers and C++ destructors of the frames above it (the unwinder cannot pass a \
-                 return probe); --exits ret probes their exit instructions instead (slower)"
-            ));
-        }
-        if twice_probed > 0 {
-            plan.notices.push(format!(
-                "{file}: {twice_probed} traced function(s) return twice, as setjmp does: their \
-                 exits are probed at their ret and tail-call instructions, as a return probe would \
-                 break their second return"
-            ));
-        }
-        if probed > 0 && exits == ExitMode::Auto && go {
-            plan.notices.push(format!(
-                "{file} is Go code: {probed} traced function(s) end at their own ret and tail-call \
-                 instructions, as the Go runtime aborts a process whose goroutine stack holds a \
-                 return probe's address (slower than return probes)"
-            ));
-        } else if probed > 0 && exits == ExitMode::Auto {
-            plan.notices.push(format!(
-                "{file} has exception tables: {probed} traced function(s) that call others end at \
-                 their own ret and tail-call instructions, so an exception or panic unwinding through \
-                 them cannot abort the process (slower than return probes; --exits uretprobe for those)"
-            ));
-        }
-        if not > 0 {
-            plan.notices.push(format!(
-                "{file}: {not} traced function(s) have no size in the symbol table, start with \
-                 their return, leave at an instruction uprobes refuse or may leave through code no \
-                 symbol names or an indirect jump, so their returns are probed with return probes"
-            ));
-        }
-    }
-    for (file, names) in unprobeable {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
-             (a lock or segment-override prefix) or would not run (a vector instruction they take \
-             for a jump) and are not traced: {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in go_stack {
-        plan.notices.push(format!(
-            "{file}: {} matched Go function(s) have no exit instruction that can be probed, and a \
-             return probe would make the Go runtime abort the process, so they are not traced: {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in uncalled {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) are entered without a return address (a program's \
-             entry point, a signal-return or lazy-binding trampoline), where a span's return probe \
-             would overwrite what the stack holds, so they are not traced: {}",
-            names.len(),
-            names.join(", ")
-        ));
-    }
-    for (file, names) in ifuncs {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose code is \
-             unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
-             traced process), and they are not traced: {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in unwinders {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) unwind the stack from their own frame (C++ throws, \
-             thread cancellation and pthread_exit, backtraces), which a return probe would cut \
-             short, and leave through no exit instruction that can be probed, so they are not \
-             traced: {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in no_exit {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) have no exit instruction that can be probed (they \
-             leave through an indirect jump, or never return), where a return probe could abort \
-             the process when an exception unwinds through them, so they are not traced \
-             (--exits uretprobe traces them at that risk): {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in outside {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose resolvers \
-             pick code outside the file (the kernel's vDSO), where uprobes cannot go, and they are \
-             not traced: {}",
-            names.len(),
-            first_names(&names)
-        ));
-    }
-    for (file, names) in twice {
-        plan.notices.push(format!(
-            "{file}: {} matched function(s) return twice, as setjmp does, and their exit \
-             instructions cannot be found to probe; a return probe would break their second \
-             return, so they are not traced: {}",
-            names.len(),
-            names.join(", ")
-        ));
-    }
+    left_out::exit_notices(at_exits, exits, &mut plan.notices);
+    left_out.notices(&mut plan.notices);
     Ok(plan)
 }
 
@@ -537,27 +396,6 @@ fn new_probe(
         },
     });
     ((plan.probes.len() - 1) as u32, entry, sites)
-}
-
-/// The first five of `names`, joined, with `, ...` when there are more.
-fn first_names(names: &[String]) -> String {
-    let more = if names.len() > 5 { ", ..." } else { "" };
-    names[..names.len().min(5)].join(", ") + more
-}
-
-/// How a file's traced functions have their exits probed, for the plan's notices.
-#[derive(Default)]
-struct AtExits {
-    /// At their instructions, as `--exits auto` or `ret` asks.
-    probed: usize,
-    /// With return probes, where `--exits` asked for their instructions.
-    not: usize,
-    /// At their instructions, as they return twice (under every mode).
-    twice: usize,
-    /// The file is Go code.
-    go: bool,
-    /// With return probes, in a file with C cleanup tables ([`ElfSymbols::c_cleanups`]).
-    cleanups: usize,
 }
 
 /// The error for a failed read of `file`.
