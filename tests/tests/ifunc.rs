@@ -94,6 +94,34 @@ fn strlen_of_another_libc_file_is_read_from_the_process() {
     assert_marker_calls(&out);
 }
 
+/// A process that sees other CPU features than xtrace (GLIBC_TUNABLES masking AVX and AVX2) picks
+/// another strlen (SSE2); traced with `--pid`, strlen is probed where the process's own slot
+/// points, not where xtrace's copy of libc resolves it, and its 7 marker calls are exact.
+#[test]
+fn a_process_with_other_cpu_features_is_traced_at_its_own_choice() {
+    if !require_bpf() {
+        return;
+    }
+    let (libc_path, _) = own_strlen();
+    let system = listed_symbols(args![&libc_path, "strlen"]);
+    let masked = std::path::Path::new("glibc.cpu.hwcaps=-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX,-BMI2");
+    let mut fixture = Fixture::spawn_with_env(&fixtures().calls, &["ifunc"], &[("GLIBC_TUNABLES", masked)]);
+    fixture.wait_ready();
+    let pid = fixture.pid().to_string();
+    let listed = listed_symbols(args!["--pid", &pid, "libc:strlen"]);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_ne!(
+        listed[0][0], system[0][0],
+        "with AVX and AVX2 masked (this machine has them), glibc picks another strlen"
+    );
+    let tmp = TempDir::new("ifunc-tunables");
+    let out_dir = tmp.join("out");
+    trace_fixture_to_exit(&mut fixture, &["libc:strlen(str) -> u64"], &out_dir);
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe("strlen")["offset"], json!(listed[0][3]));
+    assert_marker_calls(&out);
+}
+
 /// A static executable holds glibc's IFUNCs itself: the running process's IRELATIVE slots (in
 /// `.rela.plt`, with no dynamic section) give strlen's code; a command about to be launched has
 /// none yet, and its strlen is refused.

@@ -287,8 +287,9 @@ pub fn plan(
 }
 
 /// `function` of `symbols` (the symbols of `file`, read through `code`) as traced in `scope`: an
-/// IFUNC that xtrace could not resolve itself at its implementation in a traced process, when
-/// that process's slots for it say which ([`InProcess`]); else as it is.
+/// IFUNC at the implementation a traced process's own slots for it say its resolver picked there
+/// ([`InProcess`]), when they say so: for one xtrace could not resolve itself, and for one it
+/// did, as the process may see other CPU features (`GLIBC_TUNABLES`); else as it is.
 pub fn in_scope<'f>(
     function: &'f FunctionSymbol,
     scope: &Scope,
@@ -296,10 +297,22 @@ pub fn in_scope<'f>(
     symbols: &ElfSymbols,
     in_process: &mut InProcess,
 ) -> Cow<'f, FunctionSymbol> {
+    let resolver = match function.ifunc {
+        Ifunc::Unresolved => function.address,
+        Ifunc::Resolved { resolver } => resolver,
+        Ifunc::No | Ifunc::Outside => return Cow::Borrowed(function),
+    };
     let resolved = match scope {
-        Scope::Process(process) if function.ifunc == Ifunc::Unresolved => in_process
-            .resolve(process, file, function.address)
-            .and_then(|implementation| symbols.at_implementation(function, implementation, code)),
+        Scope::Process(process) => in_process
+            .resolve(process, file, resolver)
+            .filter(|&implementation| implementation != function.address)
+            .and_then(|implementation| {
+                let unresolved = FunctionSymbol {
+                    address: resolver,
+                    ..function.clone()
+                };
+                symbols.at_implementation(&unresolved, implementation, code)
+            }),
         _ => None,
     };
     resolved.map_or(Cow::Borrowed(function), Cow::Owned)
