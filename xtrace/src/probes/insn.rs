@@ -67,9 +67,13 @@ pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
         "a load of SS, which holds off the breakpoint's trap"
     } else {
         let opcode = taken_for_a_jump(insn, code)?;
-        let prefix = format!("{:?}", insn.encoding()).to_uppercase();
+        let prefix = match insn.encoding() {
+            EncodingKind::EVEX => "an EVEX",
+            EncodingKind::XOP => "an XOP",
+            _ => "a VEX",
+        };
         return Some(format!(
-            "a {prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
+            "{prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
              kernel's uprobes emulate as one instead of running the instruction (the traced \
              program would compute wrong results)"
         ));
@@ -139,7 +143,7 @@ mod tests {
         let evex = refused_bytes(&[0x62, 0xe2, 0x7d, 0x28, 0x7a, 0xce]).unwrap();
         assert!(
             evex.starts_with(
-                "its `vpbroadcastb` (62 e2 7d 28 7a ce) has a EVEX prefix and the opcode byte 0x7a"
+                "its `vpbroadcastb` (62 e2 7d 28 7a ce) has an EVEX prefix and the opcode byte 0x7a"
             ),
             "{evex}"
         );
