@@ -67,6 +67,15 @@ pub struct FunctionSymbol {
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
+/// The file offset of file address `address` in `segments` ((address, size in memory, file
+/// offset) each), when one holds it.
+fn segment_offset(segments: &[(u64, u64, u64)], address: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|(start, size, _)| address >= *start && address < start + size)
+        .map(|(start, _, offset)| address - start + offset)
+}
+
 /// Where the entry probe of the function at `file_offset` of `size` bytes, whose code starts with
 /// `code`, goes: past a leading `endbr64` (see [`FunctionSymbol::probe_offset`]).
 fn entry_offset(code: Option<&[u8]>, file_offset: u64, size: u64) -> u64 {
@@ -199,8 +208,7 @@ impl ElfSymbols {
         for (in_dynsym, symbol) in file.symbols().map(|s| (false, s)).chain(dynamic) {
             let Ok(stored) = symbol.name() else { continue };
             throws |= matches!(stored, "__gxx_personality_v0" | "rust_eh_personality");
-            let is_ifunc = matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
-                if st_info & 0xf == super::ifunc::STT_GNU_IFUNC);
+            let is_ifunc = super::ifunc::is_ifunc(&symbol);
             // `is_definition` is false for every IFUNC: one in a section of this file is defined.
             let defined = symbol.is_definition()
                 || (is_ifunc && matches!(symbol.section(), object::SymbolSection::Section(_)));
@@ -231,11 +239,7 @@ impl ElfSymbols {
                     None => Ifunc::Unresolved,
                 };
             }
-            let Some(file_offset) = segments
-                .iter()
-                .find(|(start, size, _)| address >= *start && address < start + size)
-                .map(|(start, _, offset)| address - start + offset)
-            else {
+            let Some(file_offset) = segment_offset(&segments, address) else {
                 continue;
             };
             if is_cold_part(name) {
@@ -342,37 +346,35 @@ impl ElfSymbols {
         })
     }
 
-    /// The file offset of file address `address`, when a segment holds it.
-    fn file_offset(&self, address: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|(start, size, _)| address >= *start && address < start + size)
-            .map(|(start, _, offset)| address - start + offset)
-    }
-
     /// Whether `address` is in a PLT section.
-    pub(crate) fn in_plt(&self, address: u64) -> bool {
+    fn in_plt(&self, address: u64) -> bool {
         self.plt.iter().any(|(a, b)| (*a..*b).contains(&address))
     }
 
-    /// IFUNC `function`, whose implementation is unknown in the file alone, as it is probed where
-    /// its resolver picked the code at file address `implementation` (in a traced process: see
+    /// Whether file address `address` is in the file's code outside its PLT: where an IFUNC's
+    /// implementation can be.
+    pub(crate) fn holds_code(&self, address: u64) -> bool {
+        let in_code = self
+            .code
+            .iter()
+            .any(|c| (c.address..c.address + c.size).contains(&address));
+        in_code && !self.in_plt(address)
+    }
+
+    /// IFUNC `function`, whose resolver is at file address `resolver`, as it is probed where that
+    /// resolver picked the code at file address `implementation` (in a traced process: see
     /// [`super::ifunc::InProcess`]); `code` reads the file. None when that is no code of the file.
     pub fn at_implementation(
         &self,
         function: &FunctionSymbol,
-        implementation: u64,
+        (resolver, implementation): (u64, u64),
         code: &std::fs::File,
     ) -> Option<FunctionSymbol> {
         use std::os::unix::fs::FileExt;
-        let in_code = self
-            .code
-            .iter()
-            .any(|c| (c.address..c.address + c.size).contains(&implementation));
-        if !in_code || self.in_plt(implementation) {
+        if !self.holds_code(implementation) {
             return None;
         }
-        let file_offset = self.file_offset(implementation)?;
+        let file_offset = segment_offset(&self.segments, implementation)?;
         let size = self.sizes.of(implementation, file_offset);
         let mut first = [0u8; 4];
         let read = code.read_at(&mut first, file_offset).ok()?;
@@ -381,9 +383,7 @@ impl ElfSymbols {
             address: implementation,
             size,
             probe_offset: entry_offset(Some(&first[..read]), file_offset, size),
-            ifunc: Ifunc::Resolved {
-                resolver: function.address,
-            },
+            ifunc: Ifunc::Resolved { resolver },
             ..function.clone()
         })
     }
@@ -403,9 +403,7 @@ impl ElfSymbols {
     /// What a jump from a function to `target`, outside it, lands on.
     pub(crate) fn landing(&self, target: u64) -> super::exits::Landing {
         use super::exits::Landing;
-        if self.starts.binary_search(&target).is_ok()
-            || self.plt.iter().any(|(a, b)| (*a..*b).contains(&target))
-        {
+        if self.starts.binary_search(&target).is_ok() || self.in_plt(target) {
             return Landing::Function;
         }
         let after = self.cold_parts.partition_point(|c| c.address <= target);
@@ -509,21 +507,11 @@ pub fn not_found_hint(stripped: bool, close: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// The C library this test runs with.
-    fn own_libc() -> std::path::PathBuf {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
-            .expect("this test maps a C library")
-            .into()
-    }
-
     /// glibc defines `realpath` twice: `realpath@@GLIBC_2.3` (the default) and the older
     /// `realpath@GLIBC_2.2.5`. The plain name is the default one; the older one keeps its version.
     #[test]
     fn versioned_functions_are_named_apart() {
-        let libc = own_libc();
+        let libc = std::path::PathBuf::from(crate::test_libc());
         let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
         let plain = symbols.find("realpath").unwrap();
         assert_eq!(plain.len(), 1, "{plain:?}");

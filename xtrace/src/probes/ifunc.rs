@@ -17,10 +17,10 @@ use std::{
 };
 
 use object::{
-    elf, Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags,
-    RelocationTarget,
+    elf, Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
 };
 
+use super::elf::ElfSymbols;
 use crate::target::{Process, TargetFile};
 
 /// What a function symbol is to IFUNC resolution.
@@ -48,8 +48,11 @@ pub struct OwnCopy {
     code: Vec<(u64, u64)>,
 }
 
-/// The IFUNC `STT_*` type.
-pub const STT_GNU_IFUNC: u8 = object::elf::STT_GNU_IFUNC;
+/// Whether `symbol` is an IFUNC (`STT_GNU_IFUNC`).
+pub fn is_ifunc<'d>(symbol: &impl ObjectSymbol<'d>) -> bool {
+    matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
+        if st_info & 0xf == elf::STT_GNU_IFUNC)
+}
 
 impl OwnCopy {
     /// The copy of the file of `meta` (by device and inode) that this process has loaded, if any.
@@ -168,20 +171,25 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// The file address of the code the IFUNC resolver at file address `resolver` of `file` picked
-    /// in `process`, when one of the file's own slots for it says so.
-    pub fn resolve(&mut self, process: &Process, file: &TargetFile, resolver: u64) -> Option<u64> {
+    /// The file address of the code the IFUNC resolver at file address `resolver` of `file` (whose
+    /// symbols are `symbols`) picked in `process`, when one of the file's own slots for it says so.
+    pub fn resolve(
+        &mut self,
+        process: &Process,
+        (file, symbols): (&TargetFile, &ElfSymbols),
+        resolver: u64,
+    ) -> Option<u64> {
         self.resolved
             .entry((process.pid, file.open.clone()))
-            .or_insert_with(|| filled_slots(process.pid, file).unwrap_or_default())
+            .or_insert_with(|| filled_slots(process.pid, file, symbols).unwrap_or_default())
             .get(&resolver)
             .copied()
     }
 }
 
 /// Each IFUNC resolver of `file` (by file address) whose slot in process `pid` holds code of the
-/// file outside its PLT: the address of that code.
-fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
+/// file outside its PLT ([`ElfSymbols::holds_code`]): the address of that code.
+fn filled_slots(pid: u32, file: &TargetFile, symbols: &ElfSymbols) -> Option<HashMap<u64, u64>> {
     let meta = std::fs::metadata(&file.open).ok()?;
     let data = std::fs::read(&file.open).ok()?;
     let elf = object::File::parse(&*data).ok()?;
@@ -191,9 +199,7 @@ fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
             return None;
         };
         let symbol = dynsym.as_ref()?.symbol_by_index(index).ok()?;
-        let is_ifunc = matches!(symbol.flags(), object::SymbolFlags::Elf { st_info, .. }
-            if st_info & 0xf == STT_GNU_IFUNC);
-        (is_ifunc && symbol.address() != 0).then(|| symbol.address())
+        (is_ifunc(&symbol) && symbol.address() != 0).then(|| symbol.address())
     };
     // (slot, resolver), as file addresses: the slots of symbols that are IFUNCs, and every
     // IRELATIVE one, whose addend is its resolver (read from every relocation section, so a
@@ -213,17 +219,6 @@ fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
     if slots.is_empty() {
         return None;
     }
-    let code: Vec<(u64, u64)> = elf
-        .segments()
-        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & elf::PF_X != 0))
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
-    let plt: Vec<(u64, u64)> = elf
-        .sections()
-        .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
-    let within = |ranges: &[(u64, u64)], a: u64| ranges.iter().any(|&(start, end)| (start..end).contains(&a));
     let bias = load_bias(pid, meta.ino(), &elf)?;
     let memory = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut resolved = HashMap::new();
@@ -234,7 +229,7 @@ fn filled_slots(pid: u32, file: &TargetFile) -> Option<HashMap<u64, u64>> {
         }
         // A JUMP_SLOT not yet bound holds its PLT stub; a resolver the slot's own address.
         let implementation = u64::from_le_bytes(word).wrapping_sub(bias);
-        if implementation != resolver && within(&code, implementation) && !within(&plt, implementation) {
+        if implementation != resolver && symbols.holds_code(implementation) {
             resolved.insert(resolver, implementation);
         }
     }
@@ -287,15 +282,9 @@ fn load_bias(pid: u32, inode: u64, elf: &object::File) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// The C library this test runs with, as the dynamic linker loaded it.
+    /// The C library this test runs with, and where the dynamic linker loaded it.
     fn own_libc() -> (std::path::PathBuf, OwnCopy) {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let path = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
-            .expect("this test maps a C library")
-            .to_string();
+        let path = crate::test_libc();
         let copy = OwnCopy::find(&std::fs::metadata(&path).unwrap()).expect("libc is loaded");
         (path.into(), copy)
     }
@@ -305,15 +294,11 @@ mod tests {
         let (path, copy) = own_libc();
         let data = std::fs::read(&path).unwrap();
         let file = object::File::parse(&*data).unwrap();
-        use object::{Object, ObjectSymbol};
         let resolver = file
             .dynamic_symbols()
             .find(|s| s.name() == Ok("strlen"))
             .expect("libc exports strlen");
-        let object::SymbolFlags::Elf { st_info, .. } = resolver.flags() else {
-            panic!("ELF flags")
-        };
-        assert_eq!(st_info & 0xf, STT_GNU_IFUNC, "glibc's strlen is an IFUNC");
+        assert!(is_ifunc(&resolver), "glibc's strlen is an IFUNC");
         let implementation = copy.resolve(resolver.address()).expect("run").expect("in libc");
         assert_ne!(implementation, resolver.address());
         // What this process's own calls reach: the address libc's dlsym gives for strlen.

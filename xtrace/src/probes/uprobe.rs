@@ -304,15 +304,9 @@ pub fn in_scope<'f>(
     };
     let resolved = match scope {
         Scope::Process(process) => in_process
-            .resolve(process, file, resolver)
+            .resolve(process, (file, symbols), resolver)
             .filter(|&implementation| implementation != function.address)
-            .and_then(|implementation| {
-                let unresolved = FunctionSymbol {
-                    address: resolver,
-                    ..function.clone()
-                };
-                symbols.at_implementation(&unresolved, implementation, code)
-            }),
+            .and_then(|implementation| symbols.at_implementation(function, (resolver, implementation), code)),
         _ => None,
     };
     resolved.map_or(Cow::Borrowed(function), Cow::Owned)
