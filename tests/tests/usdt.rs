@@ -337,6 +337,35 @@ fn hits_while_detaching_are_left_out() {
     assert!(pairs > 1000, "{pairs} begin/end pairs in a second");
 }
 
+/// `usdt_unpaired` counts both halves that lack the other: an end with no open span on its
+/// thread (begun before the capture) and a begin still open at the stop. Neither is a span.
+#[test]
+fn ends_without_begins_and_begins_open_at_the_stop_are_unpaired() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().usdt, &["halves"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("usdt-halves");
+    let out_dir = tmp.join("out");
+    let pid = fixture.pid().to_string();
+    let mut xtrace = Xtrace::spawn(args!["-p", &pid, "-U", "xtfix:request_*", "-o", &out_dir]);
+    xtrace.wait_attached();
+    fixture.send("go");
+    assert_eq!(fixture.next_line(), "fired");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    fixture.go();
+    assert!(fixture.wait().success());
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.summary["usdt_unpaired"], 2);
+    assert_eq!(out.probe_count("xtfix:request_end"), 1);
+    assert_eq!(out.probe_count("xtfix:request_begin"), 1);
+    assert_eq!(out.probe_count("xtfix:request"), 0);
+    assert!(out.spans_named("xtfix:request").is_empty());
+    assert_eq!(out.lost_events(), 0);
+}
+
 #[test]
 fn semaphore_probe_through_perf_event_uprobes() {
     if !require_bpf() {

@@ -100,7 +100,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// began after it, are left out. They come from the moments the probes are being detached,
     /// when entry probes are already gone (a sample there has lost its callers: the return
     /// probes' trampoline addresses are no longer put back) and an end's begin may be missed. A
-    /// call that began before it still ends its span.
+    /// call that began before it still ends its span, and so do a USDT span and a range begun
+    /// before it whose end comes after it.
     pub fn stop_at(&mut self, ns: u64) {
         self.stopped_at = Some(ns);
     }
@@ -113,8 +114,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             let after = match event {
                 Event::Span(span) => span.start_ns > stop,
                 Event::Args(args) => args.start_ns > stop,
-                Event::Usdt(hit) => hit.header.ts_ns > stop,
-                Event::UsdtStr(hit) => hit.event.header.ts_ns > stop,
+                // Decided by `usdt_hit`: an end may close what began before the stop.
+                Event::Usdt(_) | Event::UsdtStr(_) => false,
                 Event::Sample(sample, _) => sample.header.ts_ns > stop,
                 Event::Thread(_) | Event::Out(_) => false,
             };
@@ -237,6 +238,25 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
     }
 
+    /// A USDT hit after the stop at `stop`, when it ends a span or a range begun before it (see
+    /// [`Pipeline::stop_at`]); None for any other, which is left out.
+    fn ends_after_stop(
+        &mut self,
+        event: &xtrace_common::event::UsdtEvent,
+        strings: &[&[u8]],
+        stop: u64,
+    ) -> Option<Hit> {
+        if self.usdt.ends_open(event) {
+            return Some(self.usdt.hit(event, strings));
+        }
+        let hit = self.usdt.range(event, strings)?;
+        let (pid, tid) = (event.header.pid, event.header.tid);
+        match &hit {
+            Hit::Range { op, args, .. } if self.ranges.ends_open(*op, args, (pid, tid), stop) => Some(hit),
+            _ => None,
+        }
+    }
+
     /// One USDT hit: counted for its probe, then written as an instant or a span.
     fn usdt_hit(
         &mut self,
@@ -244,7 +264,13 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         strings: &[&[u8]],
     ) -> std::io::Result<()> {
         let (pid, tid, ts_ns) = (event.header.pid, event.header.tid, event.header.ts_ns);
-        let hit = self.usdt.hit(event, strings);
+        let hit = match self.stopped_at.filter(|&stop| ts_ns > stop) {
+            None => self.usdt.hit(event, strings),
+            Some(stop) => match self.ends_after_stop(event, strings, stop) {
+                Some(hit) => hit,
+                None => return Ok(()),
+            },
+        };
         let probe = match &hit {
             Hit::Instant { probe, .. }
             | Hit::Opened { probe }

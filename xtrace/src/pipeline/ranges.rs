@@ -337,6 +337,34 @@ impl Ranges {
         }
     }
 
+    /// Whether a hit after the stop at `stop_ns` ends a range that began in the capture, before
+    /// the stop: a pop or an end of a range xtrace saw begin, or the tool library's pop of a range
+    /// it kept from then. Such a range is recorded, as a call in flight at the stop still ends
+    /// its span; any other hit after the stop is left out.
+    pub fn ends_open(&self, op: RangeOp, args: &[RangeArg], (pid, tid): (u32, u32), stop_ns: u64) -> bool {
+        let Some(source) = Source::from_arg(int(args, 0)) else {
+            return false;
+        };
+        if !self.wanted.keeps(source) {
+            return false;
+        }
+        match op {
+            RangeOp::Pop => self
+                .stacks
+                .get(&(pid, tid, source, text(args, 1)))
+                .is_some_and(|stack| !stack.is_empty()),
+            RangeOp::Closed => {
+                let start_ns = int(args, 3);
+                start_ns != 0 && (self.since_ns..=stop_ns).contains(&start_ns)
+            }
+            RangeOp::End => {
+                self.open_async.contains_key(&(pid, int(args, 1)))
+                    || self.unnumbered.get(&pid).is_some_and(|open| !open.is_empty())
+            }
+            RangeOp::Push | RangeOp::Start | RangeOp::Mark | RangeOp::ThreadName => false,
+        }
+    }
+
     /// Ranges still open at the stop (never ended during the capture).
     pub fn still_open(&self) -> u64 {
         self.stacks.values().map(|s| s.len() as u64).sum::<u64>()
@@ -363,204 +391,5 @@ impl Ranges {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(text: &str) -> RangeArg {
-        RangeArg::Str(Some(text.into()))
-    }
-
-    const NVTX: RangeArg = RangeArg::Int(2);
-    const NONE: RangeArg = RangeArg::Str(None);
-
-    fn events(output: Output) -> Vec<SpanOut> {
-        match output {
-            Output::Events(events) => events,
-            other => panic!("expected events, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn push_pop_nest_per_thread_and_domain() {
-        let mut r = Ranges::new(
-            Wanted {
-                nvtx: true,
-                ..Default::default()
-            },
-            0,
-        );
-        assert_eq!(
-            r.hit(0, RangeOp::Push, &[NVTX, NONE, s("outer")], (1, 1, 10)),
-            Output::Nothing
-        );
-        assert_eq!(
-            r.hit(0, RangeOp::Push, &[NVTX, NONE, s("inner")], (1, 1, 20)),
-            Output::Nothing
-        );
-        // Another domain's stack and another thread's stack are separate.
-        r.hit(0, RangeOp::Push, &[NVTX, s("io"), s("read")], (1, 1, 25));
-        r.hit(0, RangeOp::Push, &[NVTX, NONE, s("other")], (1, 2, 26));
-        let inner = events(r.hit(1, RangeOp::Pop, &[NVTX, NONE], (1, 1, 30)));
-        assert_eq!(
-            (
-                inner[0].name.as_deref(),
-                inner[0].start_ns,
-                inner[0].dur_ns,
-                inner[0].depth
-            ),
-            (Some("inner"), 20, 10, 1)
-        );
-        assert_eq!(inner[0].cat.as_deref(), Some("nvtx"));
-        let read = events(r.hit(1, RangeOp::Pop, &[NVTX, s("io")], (1, 1, 35)));
-        assert_eq!(
-            (read[0].name.as_deref(), read[0].cat.as_deref()),
-            (Some("read"), Some("io"))
-        );
-        let outer = events(r.hit(1, RangeOp::Pop, &[NVTX, NONE], (1, 1, 40)));
-        assert_eq!((outer[0].depth, outer[0].dur_ns), (0, 30));
-        assert_eq!(r.hit(1, RangeOp::Pop, &[NVTX, NONE], (1, 1, 50)), Output::Nothing);
-        assert_eq!(r.unpaired, 1);
-        assert_eq!(r.still_open(), 1, "thread 2's range");
-        let summary = r.summary();
-        assert_eq!(summary[0].name, "outer");
-        assert_eq!(summary.len(), 3);
-    }
-
-    #[test]
-    fn a_pop_with_its_start_is_a_range_unless_it_began_before_the_capture() {
-        let mut r = Ranges::new(Wanted::ALL, 100);
-        let closed = |r: &mut Ranges, name: RangeArg, start: u64, end: u64| {
-            let args = [
-                RangeArg::Int(1),
-                NONE,
-                name,
-                RangeArg::Int(start),
-                RangeArg::Int(1),
-            ];
-            r.hit(0, RangeOp::Closed, &args, (1, 1, end))
-        };
-        let step = events(closed(&mut r, s("step"), 150, 200));
-        assert_eq!(
-            (
-                step[0].name.as_deref(),
-                step[0].start_ns,
-                step[0].dur_ns,
-                step[0].depth,
-                step[0].cat.as_deref()
-            ),
-            (Some("step"), 150, 50, 1, Some("xtrace"))
-        );
-        // A push kept in an earlier session, and a pop the library kept no push for.
-        assert_eq!(closed(&mut r, s("old"), 90, 210), Output::Nothing);
-        assert_eq!(closed(&mut r, NONE, 0, 220), Output::Nothing);
-        assert_eq!((r.unpaired, r.still_open()), (2, 0));
-        let summary = r.summary();
-        assert_eq!(summary.len(), 1);
-        assert_eq!(
-            (
-                summary[0].name.as_str(),
-                summary[0].kind,
-                summary[0].stats.count,
-                summary[0].stats.total_ns
-            ),
-            ("step", "push", 1, 50)
-        );
-    }
-
-    #[test]
-    fn start_end_crosses_threads_and_marks_count() {
-        let mut r = Ranges::new(
-            Wanted {
-                itt: true,
-                ..Default::default()
-            },
-            0,
-        );
-        let itt = RangeArg::Int(3);
-        r.hit(
-            2,
-            RangeOp::Start,
-            &[RangeArg::Int(3), s("d"), s("load"), RangeArg::Int(7)],
-            (5, 5, 100),
-        );
-        let edges = events(r.hit(
-            3,
-            RangeOp::End,
-            &[RangeArg::Int(3), RangeArg::Int(7)],
-            (5, 6, 150),
-        ));
-        assert_eq!(edges.len(), 2);
-        assert_eq!(
-            (edges[0].tid, edges[0].start_ns, edges[0].edge.unwrap().begin),
-            (5, 100, true)
-        );
-        assert_eq!(
-            (edges[1].tid, edges[1].start_ns, edges[1].edge.unwrap().begin),
-            (6, 150, false)
-        );
-        assert_eq!(edges[0].edge.unwrap().id, edges[1].edge.unwrap().id);
-        let mark = events(r.hit(
-            4,
-            RangeOp::Mark,
-            &[RangeArg::Int(3), NONE, s("tick")],
-            (5, 5, 160),
-        ));
-        assert!(mark[0].instant);
-        assert_eq!(mark[0].cat.as_deref(), Some("itt"));
-        // NVTX is not kept in this recording.
-        assert_eq!(
-            r.hit(4, RangeOp::Mark, &[NVTX, NONE, s("x")], (5, 5, 170)),
-            Output::Nothing
-        );
-        assert_eq!(
-            r.hit(
-                5,
-                RangeOp::ThreadName,
-                &[itt, RangeArg::Int(0), s("worker")],
-                (5, 6, 180)
-            ),
-            Output::ThreadName {
-                pid: 5,
-                tid: 6,
-                name: "worker".into()
-            }
-        );
-        let summary = r.summary();
-        assert_eq!(summary.len(), 2);
-        assert_eq!(r.still_open(), 0);
-        assert_eq!((summary[0].kind, summary[0].stats.total_ns), ("start", 50));
-        assert_eq!((summary[1].kind, summary[1].stats.count), ("mark", 1));
-    }
-
-    #[test]
-    fn ranges_without_ids_end_oldest_first() {
-        let mut r = Ranges::new(Wanted::ALL, 0);
-        let start = |r: &mut Ranges, name: &str, ts| {
-            r.hit(
-                0,
-                RangeOp::Start,
-                &[NVTX, NONE, s(name), RangeArg::Int(0)],
-                (5, 5, ts),
-            )
-        };
-        let end = |r: &mut Ranges, id: u64, ts| {
-            events(r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(id)], (5, 6, ts)))
-        };
-        start(&mut r, "a", 10);
-        start(&mut r, "b", 20);
-        let a = end(&mut r, 0, 30);
-        assert_eq!(
-            (a[0].name.as_deref(), a[0].start_ns, a[1].start_ns),
-            (Some("a"), 10, 30)
-        );
-        // Another tool's id, never seen at a start.
-        let b = end(&mut r, 77, 40);
-        assert_eq!((b[0].name.as_deref(), b[0].start_ns), (Some("b"), 20));
-        assert_ne!(a[0].edge.unwrap().id, b[0].edge.unwrap().id);
-        assert_eq!(
-            r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(0)], (5, 6, 50)),
-            Output::Nothing
-        );
-        assert_eq!((r.unpaired, r.still_open()), (1, 0));
-    }
-}
+#[path = "ranges_tests.rs"]
+mod tests;

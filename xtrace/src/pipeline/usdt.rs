@@ -177,6 +177,30 @@ impl Usdt {
         }
     }
 
+    /// Whether `event` is an end probe's hit that would close a span open on its thread: such a
+    /// hit ends a span begun during the capture, so it is kept even after the stop, as a call in
+    /// flight at the stop still ends its span.
+    pub fn ends_open(&self, event: &UsdtEvent) -> bool {
+        let Some(site) = self.sites.get(event.site as usize) else {
+            return false;
+        };
+        match self.probes.get(&site.probe_id).map(|p| &p.role) {
+            Some(Role::End { span }) => self
+                .open
+                .get(&(event.header.tid, *span))
+                .is_some_and(|open| !open.is_empty()),
+            _ => false,
+        }
+    }
+
+    /// The hit of a range probe's site (what [`Usdt::hit`] gives it, which changes no span);
+    /// None for any other site.
+    pub fn range(&mut self, event: &UsdtEvent, strings: &[&[u8]]) -> Option<Hit> {
+        let site = self.sites.get(event.site as usize)?;
+        let info = self.probes.get(&site.probe_id)?;
+        matches!(info.role, Role::Range(_)).then(|| self.hit(event, strings))
+    }
+
     /// Spans still open (their end never came during the capture).
     pub fn still_open(&self) -> u64 {
         self.open.values().map(|v| v.len() as u64).sum()
@@ -308,6 +332,12 @@ mod tests {
         };
         assert_eq!((start_ns, depth), (10, 0));
         assert_eq!(usdt.still_open(), 1, "thread 8's span is still open");
+        // After the stop, an end is kept only where it closes an open span of its thread.
+        assert!(usdt.ends_open(&event(1, 8, 45, &[3])), "thread 8's end");
+        assert!(!usdt.ends_open(&event(1, 7, 45, &[3])), "thread 7 has none open");
+        assert!(!usdt.ends_open(&event(0, 8, 45, &[4, 0])), "a begin");
+        assert!(!usdt.ends_open(&event(2, 8, 45, &[])), "an instant");
+        assert!(!usdt.ends_open(&event(9, 8, 45, &[])), "an unknown site");
         assert_eq!(
             usdt.hit(&event(2, 7, 50, &[u64::MAX, u64::MAX]), &[]),
             Hit::Instant {
