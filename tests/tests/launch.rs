@@ -116,6 +116,8 @@ fn launched_command_exit_status() {
     assert!(command.is_object(), "summary.json command: {command}");
     assert_eq!(command["exit_code"].as_i64(), Some(3), "command: {command}");
     assert!(command["signal"].is_null(), "command: {command}");
+    assert_eq!(command["ended_by_xtrace"], false, "command: {command}");
+    assert_eq!(out.summary["targets"][0]["exited"], true);
     let argv: Vec<&str> = command["argv"]
         .as_array()
         .expect("command.argv is an array")

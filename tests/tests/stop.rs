@@ -142,6 +142,16 @@ fn duration_expiry_terminates_launched_command() {
         "the command was ended by SIGTERM: {command}"
     );
     assert!(command["exit_code"].is_null(), "command: {command}");
+    assert_eq!(command["ended_by_xtrace"], true, "command: {command}");
+    assert_eq!(
+        out.summary["targets"][0]["exited"], false,
+        "running when the capture ended"
+    );
+    let line = format!(
+        "command `{} spin` (pid {pid}) was still running when xtrace stopped; xtrace ended it (killed by signal 15)",
+        fixtures().spans.display()
+    );
+    assert!(out.summary_txt.lines().any(|l| l == line), "{}", out.summary_txt);
     assert!(
         !finished.left_processes,
         "the launched command {pid} outlived xtrace"

@@ -45,6 +45,9 @@ pub struct CommandSummary {
     pub pid: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// The command was still running when the capture stopped, and xtrace ended it (SIGTERM, then
+    /// SIGKILL after 2 s): `exit_code` or `signal` then says how it took that.
+    pub ended_by_xtrace: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -187,10 +190,17 @@ impl Summary {
             out.push('\n');
         }
         if let Some(command) = &self.command {
-            let status = match (command.exit_code, command.signal) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("killed by signal {signal}"),
-                (None, None) => "still running when xtrace stopped".into(),
+            let ended = match (command.exit_code, command.signal) {
+                (Some(code), _) => Some(format!("exited with status {code}")),
+                (None, Some(signal)) => Some(format!("killed by signal {signal}")),
+                (None, None) => None,
+            };
+            let status = match (command.ended_by_xtrace, ended) {
+                (false, Some(ended)) => ended,
+                (true, Some(ended)) => {
+                    format!("was still running when xtrace stopped; xtrace ended it ({ended})")
+                }
+                (_, None) => "was still running when xtrace stopped".into(),
             };
             out += &format!(
                 "command `{}` (pid {}) {status}\n",
@@ -331,6 +341,7 @@ mod tests {
                 pid: 42,
                 exit_code: Some(3),
                 signal: None,
+                ended_by_xtrace: false,
             }),
             targets: vec![TargetSummary {
                 pid: 42,
@@ -376,6 +387,7 @@ mod tests {
         assert_eq!(p["kind"], "uprobe");
         assert_eq!(v["command"]["exit_code"], 3);
         assert!(v["command"]["signal"].is_null());
+        assert_eq!(v["command"]["ended_by_xtrace"], false);
     }
 
     #[test]
@@ -394,6 +406,28 @@ mod tests {
              command `app -x` (pid 42) exited with status 3\n\
              PROBE  COUNT  TOTAL    MIN   MEAN    P50    P90    P99    MAX\n\
              work       4  4.0µs  500ns  1.0µs  900ns  1.6µs  1.6µs  1.6µs\n"
+        );
+        let command_line = |exit_code, signal, ended_by_xtrace| {
+            let mut s = summary();
+            s.command = Some(CommandSummary {
+                exit_code,
+                signal,
+                ended_by_xtrace,
+                ..s.command.unwrap()
+            });
+            s.table().lines().nth(1).unwrap().to_string()
+        };
+        assert_eq!(
+            command_line(None, Some(15), true),
+            "command `app -x` (pid 42) was still running when xtrace stopped; xtrace ended it (killed by signal 15)"
+        );
+        assert_eq!(
+            command_line(None, Some(11), false),
+            "command `app -x` (pid 42) killed by signal 11"
+        );
+        assert_eq!(
+            command_line(None, None, true),
+            "command `app -x` (pid 42) was still running when xtrace stopped"
         );
     }
 

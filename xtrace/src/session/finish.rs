@@ -24,7 +24,8 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
     use std::os::unix::process::ExitStatusExt;
     let pid = launch.process.pid;
     let mut status = exit.try_recv().ok();
-    if status.is_none() {
+    let ended_by_xtrace = status.is_none();
+    if ended_by_xtrace {
         // SAFETY: plain kill(2); the child is unreaped (its waiter has not reported), so the pid is ours.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         status = match tokio::time::timeout(Duration::from_secs(2), &mut exit).await {
@@ -42,6 +43,7 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
         pid,
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
+        ended_by_xtrace,
     }
 }
 

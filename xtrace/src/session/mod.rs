@@ -417,6 +417,13 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
                 stats.add_short(short);
             }
         }
+        // Whether each target was gone before the capture ended: asked before a launched command
+        // still running is ended below.
+        let exited: Vec<(u32, bool)> = targets
+            .processes()
+            .iter()
+            .map(|p| (p.pid, p.has_exited()))
+            .collect();
         let command = match (&targets, exit) {
             (Targets::Launched(launch), Some(exit)) => Some(finish::command(launch, exit).await),
             _ => None,
@@ -436,11 +443,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             &plan,
             pipeline,
             infos,
-            &targets
-                .processes()
-                .iter()
-                .map(|p| (p.pid, p.has_exited()))
-                .collect::<Vec<_>>(),
+            &exited,
             stop,
             (lost, unmatched_entries),
             command,
