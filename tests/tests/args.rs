@@ -37,6 +37,42 @@ fn integer_string_and_return_values_exactly() {
     );
 }
 
+/// `-> str` reads the string the return value points at when the call returns: pick(K) returns
+/// "alpha", "", NULL and 70 x 'x' (cut to 63 bytes), with its argument captured at entry or
+/// nothing captured at entry at all.
+#[test]
+fn returned_strings_are_read_at_the_return() {
+    if !require_bpf() {
+        return;
+    }
+    let long = "x".repeat(63);
+    let returned = [json!("alpha"), json!(""), Value::Null, json!(long)];
+    for (spec, label, with_arg) in [
+        ("pick(i32) -> str", "ret-str-arg", true),
+        ("pick -> str", "ret-str", false),
+    ] {
+        let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &[spec], label);
+        let mut spans: Vec<&Value> = out
+            .events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == "pick")
+            .collect();
+        spans.sort_by(|a, b| a["ts"].as_f64().partial_cmp(&b["ts"].as_f64()).unwrap());
+        assert_eq!(spans.len(), 4, "{spec}");
+        for (k, (span, ret)) in spans.iter().zip(&returned).enumerate() {
+            let mut expected = json!({"depth": 0, "ret": ret});
+            if with_arg {
+                expected["arg0"] = json!(k);
+            }
+            assert_eq!(span["args"], expected, "{spec}: call {k}");
+        }
+        let values = &out.probe("pick")["values"];
+        let ret = values.as_array().expect("values").last().expect("ret");
+        assert_eq!((&ret["name"], u64_field(ret, "count")), (&json!("ret"), 4), "{spec}");
+        assert_eq!(out.lost_events(), 0);
+    }
+}
+
 /// Code built with `-fcf-protection` starts every function with `endbr64`, which x86 uprobes
 /// single-step (~10 µs a hit, as `cargo xtask bench`'s stepped site shows) where they emulate the
 /// `push` that follows. The entry probe goes on that next instruction and sees the same

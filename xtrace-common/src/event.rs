@@ -14,6 +14,8 @@ pub const KIND_USDT_STR: u32 = 5;
 pub const KIND_SAMPLE: u32 = 6;
 /// `EventHeader::kind` of an [`OutEvent`].
 pub const KIND_OUT: u32 = 7;
+/// `EventHeader::kind` of a [`SpanStrEvent`].
+pub const KIND_SPAN_STR: u32 = 8;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;
@@ -64,6 +66,19 @@ pub struct SpanEvent {
     /// The return value register (rax), whether or not the function returns anything; for a tail
     /// call, not yet the return value.
     pub ret: u64,
+}
+
+/// The span of a call whose probe reads its return value as a string (`-> str`): the span (its
+/// header's kind is [`KIND_SPAN_STR`]) and the string the return value points at.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanStrEvent {
+    pub span: SpanEvent,
+    /// Bytes of `string` read, its NUL included; 0 when unreadable (or a tail call: no return
+    /// value yet).
+    pub str_len: u32,
+    pub _pad: u32,
+    pub string: [u8; ARG_STR_LEN],
 }
 
 /// `SpanEvent::exit` of a function that returned (through its return probe or a `ret`).
@@ -231,11 +246,14 @@ mod pod {
     unsafe impl aya::Pod for super::SampleEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::OutEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::SpanStrEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<SpanStrEvent>() == 120);
 const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);

@@ -43,6 +43,9 @@ pub mod args {
     /// The function is Go code: argument `i` is the `i`th integer register of Go's register ABI
     /// (`rax rbx rcx rdi rsi r8`), not of System V's (`rdi rsi rdx rcx r8 r9`).
     pub const GO_ABI: u32 = 1 << 6;
+    /// The return value points at a NUL-terminated string, read when the call returns (the span
+    /// is then a `SpanStrEvent`).
+    pub const RET_STRING: u32 = 1 << 7;
     /// Argument `i` is also read as a NUL-terminated string.
     pub const fn string(i: usize) -> u32 {
         1 << (8 + i)

@@ -19,8 +19,9 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{
-        ArgsEvent, EventHeader, OutEvent, SpanEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN, EXIT_RETURN,
-        KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
+        ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN,
+        EXIT_RETURN, EXIT_TAIL_CALL, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS,
+        MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
@@ -118,7 +119,8 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
 #[inline(always)]
 fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8, sp: u64) {
     let spec = match ARG_SPECS.get(probe_id) {
-        Some(&spec) if spec != 0 => spec,
+        // Only the return value read (`-> str`): nothing to capture at entry.
+        Some(&spec) if spec & !args::RET_STRING != 0 => spec,
         _ => return,
     };
     let Some(mut entry) = reserve::<ArgsEvent>() else {
@@ -193,13 +195,39 @@ fn out_key(pid_tgid: u64, depth: u8) -> u64 {
     ((pid_tgid as u32 as u64) << 8) | u64::from(depth)
 }
 
-/// The spec of `probe_id` when it has out-pointers (only when some probe captures arguments).
+/// What of `probe_id`'s spec its return needs: its out-pointers and whether its return value is a
+/// string (only when some probe captures arguments).
 #[inline(always)]
-fn out_spec(probe_id: u32) -> u32 {
+fn return_spec(probe_id: u32) -> u32 {
     if !args_enabled() {
         return 0;
     }
-    ARG_SPECS.get(probe_id).map_or(0, |spec| spec & args::OUT_MASK)
+    ARG_SPECS
+        .get(probe_id)
+        .map_or(0, |spec| spec & (args::OUT_MASK | args::RET_STRING))
+}
+
+/// Sends `span` with the string its return value points at (`-> str`).
+#[inline(always)]
+fn write_span_str(span: SpanEvent) {
+    let Some(mut entry) = reserve::<SpanStrEvent>() else {
+        return;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved ring-buffer record of SpanStrEvent's size; every field
+    // user space reads is written below before it is submitted (`string` past `str_len` is not).
+    unsafe {
+        (*event).span = span;
+        (*event).str_len = 0;
+        (*event)._pad = 0;
+        if span.exit != EXIT_TAIL_CALL {
+            if let Ok(read) = bpf_probe_read_user_str_bytes(span.ret as *const u8, &mut (*event).string) {
+                // The helper's count includes the NUL; the slice it returns does not.
+                (*event).str_len = (read.len() + 1).min(ARG_STR_LEN) as u32;
+            }
+        }
+    }
+    entry.submit(submit_flags());
 }
 
 /// Writes the `OutEvent` of each out-pointer of the call at `slot` that entered at `start_ns`.
@@ -418,11 +446,23 @@ fn end_span(
     stack.depth = slot as u32;
     let start_ns = stack.calls[slot & (MAX_DEPTH - 1)].start_ns;
     let duration = now.saturating_sub(start_ns);
-    let outs = out_spec(probe_id);
+    let spec = return_spec(probe_id);
+    let outs = spec & args::OUT_MASK;
     if outs != 0 {
         write_outs(pid_tgid, probe_id, outs, slot, start_ns, now);
     } else if duration < min_duration_ns() {
         count_short(probe_id, duration);
+        return Ok(0);
+    }
+    if spec & args::RET_STRING != 0 {
+        write_span_str(SpanEvent {
+            header: header(KIND_SPAN_STR, pid_tgid, now),
+            start_ns,
+            probe_id,
+            depth: slot as u16,
+            exit,
+            ret: user_ax(regs),
+        });
         return Ok(0);
     }
     let Some(mut entry) = reserve::<SpanEvent>() else {

@@ -1,13 +1,16 @@
 //! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
-    ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, ThreadEvent, UsdtEvent, UsdtStrEvent,
-    KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_THREAD, KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT,
+    ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, SpanStrEvent, ThreadEvent, UsdtEvent,
+    UsdtStrEvent, KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, KIND_USDT,
+    KIND_USDT_STR, USDT_STRINGS_AT,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     Span(SpanEvent),
+    /// A span whose return value is read as a string (`-> str`).
+    SpanStr(Box<SpanStrEvent>),
     Thread(ThreadEvent),
     Args(Box<ArgsEvent>),
     Usdt(UsdtEvent),
@@ -63,6 +66,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     let header: EventHeader = read(bytes)?;
     match header.kind {
         KIND_SPAN => Ok(Event::Span(read(bytes)?)),
+        KIND_SPAN_STR => Ok(Event::SpanStr(Box::new(read(bytes)?))),
         KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
         KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
         KIND_USDT => Ok(Event::Usdt(read(bytes)?)),

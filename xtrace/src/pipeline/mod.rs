@@ -29,7 +29,7 @@ use crate::pipeline::{
     values::{Capture, Values},
     writer::{SpanOut, TraceWriter},
 };
-use xtrace_common::event::EXIT_TAIL_CALL;
+use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 
 /// The trace.json counter track of a process's live CUDA device memory.
 pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
@@ -113,6 +113,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         if let (Some(stop), Ok(event)) = (self.stopped_at, &event) {
             let after = match event {
                 Event::Span(span) => span.start_ns > stop,
+                Event::SpanStr(event) => event.span.start_ns > stop,
                 Event::Args(args) => args.start_ns > stop,
                 // Decided by `usdt_hit`: an end may close what began before the stop.
                 Event::Usdt(_) | Event::UsdtStr(_) => false,
@@ -124,41 +125,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
         }
         match event {
-            Ok(Event::Span(span)) => {
-                let id = span.probe_id as usize;
-                let Some(stats) = self.stats.get_mut(id) else {
-                    self.unknown_probe += 1;
-                    return Ok(());
-                };
-                let duration = span.header.ts_ns.saturating_sub(span.start_ns);
-                stats.add(duration);
-                self.names.saw(span.header.pid, span.header.tid);
-                if self.loaders.contains(&span.probe_id) && !self.loaded.contains(&span.header.pid) {
-                    self.loaded.push(span.header.pid);
-                }
-                if self.cuda.owns(span.probe_id) {
-                    return self.cuda_span(&span);
-                }
-                let tail_call = span.exit == EXIT_TAIL_CALL;
-                let ret = (!tail_call).then_some(span.ret);
-                let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
-                if tail_call {
-                    // The span ends at the jump: the callee's time is not in it.
-                    values
-                        .get_or_insert_with(String::new)
-                        .push_str(",\"exit\":\"tail call\"");
-                }
-                let values = values.map(String::into_boxed_str);
-                self.emit(SpanOut {
-                    probe: id,
-                    pid: span.header.pid,
-                    tid: span.header.tid,
-                    start_ns: span.start_ns,
-                    dur_ns: duration,
-                    depth: span.depth.into(),
-                    values,
-                    ..Default::default()
-                })
+            Ok(Event::Span(span)) => self.span(&span, &[]),
+            Ok(Event::SpanStr(event)) => {
+                let len = (event.str_len as usize).min(event.string.len());
+                self.span(&event.span, &event.string[..len])
             }
             Ok(Event::Thread(thread)) => {
                 let name = values::c_str(&thread.comm);
@@ -193,6 +163,44 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
         }
+    }
+
+    /// One span; `ret_str`, the string its return value points at (`-> str`; else empty).
+    fn span(&mut self, span: &SpanEvent, ret_str: &[u8]) -> std::io::Result<()> {
+        let id = span.probe_id as usize;
+        let Some(stats) = self.stats.get_mut(id) else {
+            self.unknown_probe += 1;
+            return Ok(());
+        };
+        let duration = span.header.ts_ns.saturating_sub(span.start_ns);
+        stats.add(duration);
+        self.names.saw(span.header.pid, span.header.tid);
+        if self.loaders.contains(&span.probe_id) && !self.loaded.contains(&span.header.pid) {
+            self.loaded.push(span.header.pid);
+        }
+        if self.cuda.owns(span.probe_id) {
+            return self.cuda_span(span);
+        }
+        let tail_call = span.exit == EXIT_TAIL_CALL;
+        let ret = (!tail_call).then_some((span.ret, ret_str));
+        let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
+        if tail_call {
+            // The span ends at the jump: the callee's time is not in it.
+            values
+                .get_or_insert_with(String::new)
+                .push_str(",\"exit\":\"tail call\"");
+        }
+        let values = values.map(String::into_boxed_str);
+        self.emit(SpanOut {
+            probe: id,
+            pid: span.header.pid,
+            tid: span.header.tid,
+            start_ns: span.start_ns,
+            dur_ns: duration,
+            depth: span.depth.into(),
+            values,
+            ..Default::default()
+        })
     }
 
     /// Writes one event to trace.json, checking spans against the `--warn-over` rules.

@@ -230,12 +230,18 @@ impl Values {
             .enter(event.header.tid, event.start_ns, event.depth, values);
     }
 
-    /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret` (None: left
-    /// by a tail call, so no return value yet): its values as trace.json `args` members
+    /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret` with the
+    /// string it points at, when read (None: left by a tail call, so no return value yet): its values as trace.json `args` members
     /// (`"arg0":1,"ret":-2`), or None when the probe captures none.
     /// Arguments still waiting on this thread from calls that entered at or after `start_ns` belong
     /// to calls that ended without a span (longjmp, exceptions) and are dropped.
-    pub fn span(&mut self, probe: usize, tid: u32, start_ns: u64, ret: Option<u64>) -> Option<String> {
+    pub fn span(
+        &mut self,
+        probe: usize,
+        tid: u32,
+        start_ns: u64,
+        ret: Option<(u64, &[u8])>,
+    ) -> Option<String> {
         let capture = self.captures.get(probe)?;
         if capture.args.is_empty() && capture.ret.is_none() {
             return None;
@@ -247,8 +253,8 @@ impl Values {
             // The arguments were not recorded (ring buffer full, too many pending): no values.
             None => return Some(String::new()),
         };
-        if let (Some(t), Some(ret)) = (capture.ret, ret) {
-            values.push(Value::from_register(t, ret, &[]));
+        if let (Some(t), Some((ret, string))) = (capture.ret, ret) {
+            values.push(Value::from_register(t, ret, string));
         }
         let stats = &mut self.stats[probe];
         let mut json = String::new();
@@ -316,6 +322,22 @@ mod tests {
         ])
     }
 
+    /// `-> str`: the string read at the return; `null` when unreadable (nothing read) or left by a
+    /// tail call (no return value yet: no `ret` at all).
+    #[test]
+    fn a_returned_string_is_the_one_read_at_the_return() {
+        let mut v = Values::new(vec![Capture {
+            args: vec![],
+            ret: Some(ArgType::Str),
+            go: false,
+        }]);
+        let json = v.span(0, 7, 100, Some((0x1000, b"alpha\0"))).unwrap();
+        assert_eq!(json, r#","ret":"alpha""#);
+        assert_eq!(v.span(0, 7, 200, Some((0, &[]))).unwrap(), r#","ret":null"#);
+        assert_eq!(v.span(0, 7, 300, None).unwrap(), "");
+        assert_eq!(v.summaries()[0][0].count, 2);
+    }
+
     #[test]
     fn renders_typed_values_and_pairs_by_thread_and_entry() {
         let mut v = values();
@@ -327,11 +349,11 @@ mod tests {
             "hello",
         ));
         v.args(&args_event(0, 8, 100, [6, 1, 0, 0, 0, 0], "other"));
-        let json = v.span(0, 7, 100, Some((-1i64) as u64)).unwrap();
+        let json = v.span(0, 7, 100, Some(((-1i64) as u64, &[]))).unwrap();
         assert_eq!(json, r#","arg0":5,"arg1":-3,"arg2":"hello","ret":-1"#);
-        let json = v.span(0, 8, 100, Some(0)).unwrap();
+        let json = v.span(0, 8, 100, Some((0, &[]))).unwrap();
         assert_eq!(json, r#","arg0":6,"arg1":1,"arg2":"other","ret":0"#);
-        assert_eq!(v.span(1, 7, 200, Some(0)), None);
+        assert_eq!(v.span(1, 7, 200, Some((0, &[]))), None);
         let summary = &v.summaries()[0];
         assert_eq!(summary[1].min, Some(serde_json::json!(-3)));
         assert_eq!(summary[1].max, Some(serde_json::json!(1)));
@@ -342,7 +364,7 @@ mod tests {
         assert_eq!(top, [&serde_json::json!(-3), &serde_json::json!(1)]);
         for (arg0, ret) in [(10, 1), (9, 2)] {
             v.args(&args_event(0, 9, 100, [arg0, 0, 0, 0, 0, 0], "x"));
-            v.span(0, 9, 100, Some(ret)).unwrap();
+            v.span(0, 9, 100, Some((ret, &[]))).unwrap();
         }
         let top: Vec<serde_json::Value> = v.summaries()[0][0].top.iter().map(|t| t.value.clone()).collect();
         assert_eq!(top, [5, 6, 9, 10].map(|n| serde_json::json!(n)));
@@ -357,9 +379,9 @@ mod tests {
         v.args(&args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"));
         v.args(&args_at(0, 7, 150, 1, [2, 0, 0, 0, 0, 0], "b"));
         v.args(&args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"));
-        assert!(v.span(0, 7, 100, Some(0)).unwrap().contains(r#""arg0":1"#));
+        assert!(v.span(0, 7, 100, Some((0, &[]))).unwrap().contains(r#""arg0":1"#));
         assert_eq!(v.pending.len(), 1, "the other thread's call still waits");
-        assert!(v.span(0, 9, 120, Some(0)).unwrap().contains(r#""arg0":3"#));
+        assert!(v.span(0, 9, 120, Some((0, &[]))).unwrap().contains(r#""arg0":3"#));
         assert!(v.pending.is_empty());
     }
 
@@ -377,7 +399,10 @@ mod tests {
         );
         v.args(&args_at(0, 7, 130, 1, [4, 0, 0, 0, 0, 0], "c"));
         assert_eq!(v.pending.len(), 2);
-        assert!(v.span(0, 7, 100, Some(0)).unwrap().contains(r#""arg2":"outer""#));
+        assert!(v
+            .span(0, 7, 100, Some((0, &[])))
+            .unwrap()
+            .contains(r#""arg2":"outer""#));
         assert!(v.pending.is_empty());
     }
 

@@ -480,10 +480,17 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
         .probes
         .iter()
         .enumerate()
-        .filter(|(_, p)| !p.capture.args.is_empty())
+        .filter(|(_, p)| !p.capture.args.is_empty() || p.capture.ret == Some(ArgType::Str))
         .map(|(id, p)| {
-            let abi = if p.capture.go { args::GO_ABI } else { 0 };
-            let spec = p.capture.args.iter().enumerate().fold(abi, |spec, (i, t)| {
+            let abi = match p.capture.go && !p.capture.args.is_empty() {
+                true => args::GO_ABI,
+                false => 0,
+            };
+            let ret = match p.capture.ret {
+                Some(ArgType::Str) => args::RET_STRING,
+                _ => 0,
+            };
+            let spec = p.capture.args.iter().enumerate().fold(abi | ret, |spec, (i, t)| {
                 let string = if *t == ArgType::Str { args::string(i) } else { 0 };
                 spec | args::int(i) | string
             });
