@@ -68,7 +68,11 @@ fn returned_strings_are_read_at_the_return() {
         }
         let values = &out.probe("pick")["values"];
         let ret = values.as_array().expect("values").last().expect("ret");
-        assert_eq!((&ret["name"], u64_field(ret, "count")), (&json!("ret"), 4), "{spec}");
+        assert_eq!(
+            (&ret["name"], u64_field(ret, "count")),
+            (&json!("ret"), 4),
+            "{spec}"
+        );
         assert_eq!(out.lost_events(), 0);
     }
 }

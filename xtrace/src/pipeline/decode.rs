@@ -124,6 +124,36 @@ mod tests {
     }
 
     #[test]
+    fn decodes_spans_with_their_returned_string() {
+        let mut string = [0u8; ARG_STR_LEN];
+        string[..6].copy_from_slice(b"alpha\0");
+        let span = SpanEvent {
+            header: EventHeader {
+                kind: KIND_SPAN_STR,
+                tid: 9,
+                ..Default::default()
+            },
+            start_ns: 10,
+            ..Default::default()
+        };
+        let mut bytes = span_bytes(&span);
+        bytes.extend(6u32.to_ne_bytes());
+        bytes.extend(0u32.to_ne_bytes());
+        bytes.extend(string);
+        let expected = SpanStrEvent {
+            span,
+            str_len: 6,
+            _pad: 0,
+            string,
+        };
+        assert_eq!(decode(&bytes), Ok(Event::SpanStr(Box::new(expected))));
+        assert_eq!(
+            decode(&bytes[..119]),
+            Err(DecodeError::Short { len: 119, need: 120 })
+        );
+    }
+
+    #[test]
     fn decodes_threads() {
         let mut comm = [0u8; 16];
         comm[..6].copy_from_slice(b"worker");
