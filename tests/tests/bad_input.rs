@@ -473,6 +473,57 @@ fn command_that_cannot_run() {
     }
 }
 
+/// A command whose interpreter is missing (here a script's `#!` line; a binary's dynamic linker
+/// alike) exists, so exec's ENOENT is explained, and the failed start leaves the last recording in
+/// the output directory as it was.
+#[test]
+fn command_whose_interpreter_is_missing() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("bad-interpreter");
+    let out = tmp.join("out");
+    let recorded = Xtrace::spawn(args![
+        "-q",
+        "-u",
+        "work",
+        "-o",
+        &out,
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+    recorded.wait().assert_success();
+    let files = |dir: &std::path::Path| {
+        let mut names: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        names.sort();
+        names
+    };
+    let before = files(&out);
+    assert!(before.iter().any(|(name, _)| name.ends_with("/summary.json")));
+    let script = tmp.join("script");
+    std::fs::write(&script, "#!/nonexistent/interpreter -u\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let line = run_error(args!["-F", "99", "-o", &out, "--", &script]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: cannot start `{}`: its interpreter /nonexistent/interpreter does not \
+             exist (No such file or directory (os error 2))",
+            script.display()
+        )
+    );
+    assert_eq!(files(&out), before, "the last recording is left as it was");
+    let fresh = tmp.join("fresh");
+    run_error(args!["-F", "99", "-o", &fresh, "--", &script]);
+    assert!(!fresh.exists(), "no output directory made");
+}
+
 /// An XTRACE_UPROBE_ATTACH that names no mechanism is refused before anything is created: no
 /// output directory is left behind.
 #[test]

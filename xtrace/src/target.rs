@@ -309,6 +309,8 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
 pub struct Launch {
     pub process: Process,
     pub argv: Vec<String>,
+    /// The file run (argv[0] resolved).
+    program: PathBuf,
     gate: std::io::PipeWriter,
     spawned: std::sync::mpsc::Receiver<std::io::Result<()>>,
     exited: Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>>,
@@ -393,6 +395,7 @@ impl Launch {
             process: Process { pid, pidfd },
             // For the summary and messages: arguments that are not UTF-8 are shown lossily.
             argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+            program: program.to_path_buf(),
             gate,
             spawned,
             exited: Some(exited),
@@ -408,6 +411,17 @@ impl Launch {
         })?;
         match self.spawned.recv() {
             Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) if source.kind() == std::io::ErrorKind::NotFound => {
+                // The file is there (it was resolved): what exec missed is its interpreter.
+                let source = match missing_interpreter(&self.program) {
+                    Some(interpreter) => std::io::Error::new(
+                        source.kind(),
+                        format!("its interpreter {interpreter} does not exist ({source})"),
+                    ),
+                    None => source,
+                };
+                Err(Error::Launch { command, source })
+            }
             Ok(Err(source)) => Err(Error::Launch { command, source }),
             Err(_) => Err(Error::Launch {
                 command,
@@ -420,6 +434,35 @@ impl Launch {
     pub fn take_exit(&mut self) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>> {
         self.exited.take()
     }
+}
+
+/// The interpreter `program` names that does not exist: an ELF file's dynamic linker
+/// (`PT_INTERP`), or a script's `#!` line; None when it names none or it exists.
+fn missing_interpreter(program: &Path) -> Option<String> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let mut head = Vec::new();
+    std::fs::File::open(program)
+        .ok()?
+        .take(64 << 10)
+        .read_to_end(&mut head)
+        .ok()?;
+    let interpreter = if let Some(line) = head.strip_prefix(b"#!") {
+        let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+        let word = line.split(|b| b.is_ascii_whitespace()).find(|w| !w.is_empty())?;
+        String::from_utf8_lossy(word).into_owned()
+    } else {
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(&*head).ok()?;
+        let endian = header.endian().ok()?;
+        let interp = header
+            .program_headers(endian, &*head)
+            .ok()?
+            .iter()
+            .find(|p| p.p_type(endian) == object::elf::PT_INTERP)?;
+        let bytes = interp.data(endian, &*head).ok()?;
+        let bytes = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
+        String::from_utf8_lossy(bytes).into_owned()
+    };
+    (!Path::new(&interpreter).exists()).then_some(interpreter)
 }
 
 #[cfg(test)]
@@ -503,6 +546,33 @@ mod tests {
             resolve_command(std::ffi::OsStr::new("/etc/passwd")),
             Err(Error::CommandUnusable { why, .. }) if why.contains("not executable")
         ));
+    }
+
+    /// A binary whose dynamic linker is missing: a copy of one with its `PT_INTERP` path changed.
+    #[test]
+    fn a_missing_interpreter_is_named() {
+        let ours = std::fs::read("/proc/self/exe").unwrap();
+        let interpreter = b"/lib64/ld-linux-x86-64.so.2\0";
+        let Some(at) = ours.windows(interpreter.len()).position(|w| w == interpreter) else {
+            return; // linked otherwise (static, another loader): nothing to change
+        };
+        let dir = std::env::temp_dir().join(format!("xtrace-interp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, bad) = (dir.join("good"), dir.join("bad"));
+        std::fs::write(&good, &ours).unwrap();
+        let mut changed = ours.clone();
+        changed[at + interpreter.len() - 2] = b'9';
+        std::fs::write(&bad, &changed).unwrap();
+        assert_eq!(missing_interpreter(&good), None);
+        assert_eq!(
+            missing_interpreter(&bad).as_deref(),
+            Some("/lib64/ld-linux-x86-64.so.9")
+        );
+        std::fs::write(&bad, "#!/nonexistent/sh -e\necho\n").unwrap();
+        assert_eq!(missing_interpreter(&bad).as_deref(), Some("/nonexistent/sh"));
+        std::fs::write(&bad, "#!/bin/sh\n").unwrap();
+        assert_eq!(missing_interpreter(&bad), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -289,14 +289,16 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let woken = Array::try_from(bpf::take_map(&mut ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
     let mut reader = RingReader::new(ring, woken)?;
 
-    let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
-    let (sink, trace_file) = output::create_trace(&out, args.gzip)?;
-    let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
+    // A command whose exec fails ends the recording before its outputs replace the last ones in
+    // the output directory; what it does meanwhile waits in the ring buffer.
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
         launch.release()?;
         exit = launch.take_exit();
     }
+    let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
+    let (sink, trace_file) = output::create_trace(&out, args.gzip)?;
+    let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
     let sampler = sampling.map(|s| format!("the sampler ({cpus} CPUs at {} Hz)", s.hz));
     // Probes kept for libraries loaded later are not attached yet.
     let planned = plan.probes.iter().filter(|p| p.is_placed()).count();
