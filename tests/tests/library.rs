@@ -63,6 +63,40 @@ fn library_target_by_path() {
     trace_uselib(&format!("{path}:lib_work"));
 }
 
+/// A library a `--pid` process maps that was deleted, or replaced on disk by another file (as a
+/// package upgrade renames the new one over it), is probed as the process maps it (through
+/// /proc/PID/map_files), not refused or looked up in the file now at its path. The process loads
+/// a copy of libxtfix.so (LD_LIBRARY_PATH wins over uselib's RUNPATH).
+#[test]
+fn a_deleted_or_replaced_library_is_the_one_mapped() {
+    if !require_bpf() {
+        return;
+    }
+    let fx = fixtures();
+    for replaced in [false, true] {
+        let tmp = TempDir::new("lib-gone");
+        let copy = tmp.join("libxtfix.so");
+        std::fs::copy(&fx.libxtfix, &copy).unwrap();
+        let mut fixture = Fixture::spawn_with_env(&fx.uselib, &[], &[("LD_LIBRARY_PATH", tmp.path())]);
+        fixture.wait_ready();
+        if replaced {
+            // Another ELF file, without lib_work, renamed over the library's path.
+            let other = tmp.join("other.so");
+            std::fs::copy(&fx.uselib, &other).unwrap();
+            std::fs::rename(&other, &copy).unwrap();
+        } else {
+            std::fs::remove_file(&copy).unwrap();
+        }
+        let out_dir = tmp.join("out");
+        trace_fixture_to_exit(&mut fixture, &["libxtfix:lib_work"], &out_dir);
+        let out = Outputs::read(&out_dir);
+        assert_eq!(out.spans_named("lib_work").len(), 7, "replaced: {replaced}");
+        assert_eq!(out.probe_count("lib_work"), 7);
+        assert_eq!(out.probe("lib_work")["target"], copy.display().to_string());
+        assert_eq!(out.lost_events(), 0);
+    }
+}
+
 /// A launched command's library is found where the command will load it from (its RUNPATH), not
 /// only in the linker cache: before, `-u libxtfix:lib_work -- uselib` said the library was not
 /// in the linker cache.

@@ -71,7 +71,8 @@ impl Process {
         Ok(TargetFile { open, shown })
     }
 
-    /// A file of `TARGET` given as a path, reached through the process's root directory.
+    /// A file of `TARGET` given as a path, reached through the process's root directory; the
+    /// file the process maps at that path when it maps one (see [`Process::mapped`]).
     pub fn path(&self, path: &Path) -> TargetFile {
         let absolute = if path.is_absolute() {
             path.to_path_buf()
@@ -80,6 +81,19 @@ impl Process {
                 .map(|d| d.join(path))
                 .unwrap_or_else(|_| path.to_path_buf())
         };
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        match maps
+            .lines()
+            .filter_map(Mapping::parse)
+            .find(|m| Path::new(m.path) == absolute)
+        {
+            Some(mapping) => self.mapped(&mapping),
+            None => self.at_path(absolute),
+        }
+    }
+
+    /// The file at `absolute` in the process's root directory.
+    fn at_path(&self, absolute: PathBuf) -> TargetFile {
         let open = PathBuf::from(format!("/proc/{}/root", self.pid))
             .join(absolute.strip_prefix("/").unwrap_or(&absolute));
         TargetFile {
@@ -88,20 +102,40 @@ impl Process {
         }
     }
 
+    /// The file of `mapping`, as the process has it: the file at its path when that is still
+    /// the one mapped (same device and inode), else (deleted, or replaced on disk, as by a package
+    /// upgrade) the mapped file itself, through `/proc/PID/map_files/` (which needs
+    /// CAP_SYS_ADMIN).
+    fn mapped(&self, mapping: &Mapping) -> TargetFile {
+        let file = self.at_path(PathBuf::from(mapping.path));
+        use std::os::unix::fs::MetadataExt;
+        let same = !mapping.deleted
+            && std::fs::metadata(&file.open).is_ok_and(|meta| {
+                let dev = (libc::major(meta.dev()), libc::minor(meta.dev()));
+                (dev, meta.ino()) == (mapping.dev, mapping.ino)
+            });
+        if same {
+            return file;
+        }
+        TargetFile {
+            open: PathBuf::from(format!("/proc/{}/map_files/{}", self.pid, mapping.range)),
+            shown: file.shown,
+        }
+    }
+
     /// The mapped library named `name` (`libc`, `libc.so.6`, ...).
     pub fn library(&self, name: &str) -> Result<TargetFile> {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
             .map_err(|e| self.proc_error("maps", e))?;
-        let shown = maps
+        let mapping = maps
             .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
-            .filter(|path| path.starts_with('/'))
-            .find(|path| library_matches(path, name))
+            .filter_map(Mapping::parse)
+            .find(|m| library_matches(m.path, name))
             .ok_or_else(|| Error::LibraryNotMapped {
                 name: name.to_string(),
                 pid: self.pid,
             })?;
-        Ok(self.path(Path::new(shown)))
+        Ok(self.mapped(&mapping))
     }
 
     /// The main executable, then every other file the process maps (from /proc/PID/maps), each
@@ -111,10 +145,10 @@ impl Process {
             .map_err(|e| self.proc_error("maps", e))?;
         let exe = self.executable()?;
         let mut files = vec![exe.clone()];
-        for path in maps.lines().filter_map(|line| line.split_whitespace().nth(5)) {
-            let path = Path::new(path);
-            if path.is_absolute() && path != exe.shown && !files.iter().any(|f| f.shown == path) {
-                files.push(self.path(path));
+        for mapping in maps.lines().filter_map(Mapping::parse) {
+            let path = Path::new(mapping.path);
+            if path != exe.shown && !files.iter().any(|f| f.shown == path) {
+                files.push(self.mapped(&mapping));
             }
         }
         Ok(files)
@@ -139,6 +173,51 @@ impl Process {
     /// Name and namespace pid of the process, if it still exists.
     pub fn info(&self) -> ProcessInfo {
         ProcessInfo::read(self.pid)
+    }
+}
+
+/// A file mapping, one line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE PATH`.
+#[derive(Debug, PartialEq, Eq)]
+struct Mapping<'a> {
+    /// `START-END`, as `/proc/PID/map_files/` names the mapping.
+    range: &'a str,
+    dev: (u32, u32),
+    ino: u64,
+    /// The path, which may hold spaces, without the kernel's ` (deleted)`.
+    path: &'a str,
+    /// The file was deleted (or replaced by a rename over its path) since it was mapped.
+    deleted: bool,
+}
+
+impl<'a> Mapping<'a> {
+    /// The mapping of `line` when it maps a file (its path is absolute).
+    fn parse(line: &'a str) -> Option<Mapping<'a>> {
+        let mut rest = line;
+        let mut fields = [""; 5];
+        for field in &mut fields {
+            rest = rest.trim_start_matches(' ');
+            let end = rest.find(' ')?;
+            (*field, rest) = rest.split_at(end);
+        }
+        let path = rest.trim_start_matches(' ');
+        if !path.starts_with('/') {
+            return None;
+        }
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(path) => (path, true),
+            None => (path, false),
+        };
+        let (major, minor) = fields[3].split_once(':')?;
+        Some(Mapping {
+            range: fields[0],
+            dev: (
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            ),
+            ino: fields[4].parse().ok()?,
+            path,
+            deleted,
+        })
     }
 }
 
@@ -476,6 +555,34 @@ mod tests {
         assert_eq!(parse_ns_pid("NSpid:\t4321\n"), None);
         assert_eq!(parse_ns_pid("Name:\tx\n"), None);
         assert_eq!(parse_ns_pid("NSpid:\t4321\tx\n"), None);
+    }
+
+    #[test]
+    fn mappings_of_files() {
+        let line = "7f1c2a400000-7f1c2a428000 r--p 00000000 fd:01 1835040                    /usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert_eq!(
+            Mapping::parse(line),
+            Some(Mapping {
+                range: "7f1c2a400000-7f1c2a428000",
+                dev: (0xfd, 1),
+                ino: 1835040,
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                deleted: false,
+            })
+        );
+        let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
+        let gone = Mapping::parse(gone).unwrap();
+        assert_eq!(
+            (gone.path, gone.deleted, gone.dev),
+            ("/tmp/my app/libmy.so", true, (0x103, 2))
+        );
+        for not_a_file in [
+            "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]",
+            "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ",
+            "7f1c2a3fd000-7f1c2a400000 rw-p",
+        ] {
+            assert_eq!(Mapping::parse(not_a_file), None, "{not_a_file}");
+        }
     }
 
     #[test]
