@@ -342,6 +342,48 @@ fn a_pid_that_exits_mid_capture_is_noted() {
     assert!(out.self_share("hot_a") > 0.0);
 }
 
+/// A `--pid` process whose executable was deleted, or replaced on disk by another program renamed
+/// over it (a package upgrade), is named from the file it runs (read through /proc/PID/map_files),
+/// never from the file now at its path: `spans`, whose `work` and `main` are elsewhere.
+#[test]
+fn a_deleted_or_replaced_executable_is_named_from_the_file_it_runs() {
+    if !require_bpf() {
+        return;
+    }
+    for replaced in [false, true] {
+        let tmp = TempDir::new("sample-replaced");
+        let app = tmp.join("app");
+        std::fs::copy(&fixtures().profile, &app).unwrap();
+        let mut fixture = Fixture::spawn(&app, &["split", "2000"]);
+        fixture.wait_ready();
+        fixture.go();
+        if replaced {
+            let other = tmp.join("other");
+            std::fs::copy(&fixtures().spans, &other).unwrap();
+            std::fs::rename(&other, &app).unwrap();
+        } else {
+            std::fs::remove_file(&app).unwrap();
+        }
+        let out = tmp.join("out");
+        let pid = fixture.pid().to_string();
+        let xtrace = Xtrace::spawn(args!["-p", &pid, "-F", "199", "-d", "0.6", "-o", &out]);
+        xtrace.wait().assert_success();
+        let out = Outputs::read_profiled(&out);
+        let folded = out.folded();
+        assert!(out.self_share("hot_a") > 30.0, "replaced: {replaced}: {folded:?}");
+        assert!(out.self_share("hot_b") > 5.0, "replaced: {replaced}: {folded:?}");
+        let in_main = folded
+            .iter()
+            .filter(|(stack, _)| stack.contains(";main;split;hot_"))
+            .count();
+        assert!(in_main > 0, "callers named: {folded:?}");
+        assert!(
+            folded.iter().all(|(stack, _)| !stack.split(';').any(|f| f == "work")),
+            "named from the other program: {folded:?}"
+        );
+    }
+}
+
 #[test]
 fn kernel_frames_of_a_syscall_heavy_process() {
     if !require_bpf() {

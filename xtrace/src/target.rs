@@ -84,7 +84,7 @@ impl Process {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
         match maps
             .lines()
-            .filter_map(Mapping::parse)
+            .filter_map(MapsLine::file)
             .find(|m| Path::new(m.path) == absolute)
         {
             Some(mapping) => self.mapped(&mapping),
@@ -102,19 +102,12 @@ impl Process {
         }
     }
 
-    /// The file of `mapping`, as the process has it: the file at its path when that is still
-    /// the one mapped (same device and inode), else (deleted, or replaced on disk, as by a package
-    /// upgrade) the mapped file itself, through `/proc/PID/map_files/` (which needs
-    /// CAP_SYS_ADMIN).
-    fn mapped(&self, mapping: &Mapping) -> TargetFile {
+    /// The file of `mapping`, as the process has it: the file at its path, or when the mapping
+    /// says the file was deleted (or replaced on disk, as by a package upgrade) the mapped file
+    /// itself, through `/proc/PID/map_files/` (which needs CAP_SYS_ADMIN).
+    fn mapped(&self, mapping: &MapsLine) -> TargetFile {
         let file = self.at_path(PathBuf::from(mapping.path));
-        use std::os::unix::fs::MetadataExt;
-        let same = !mapping.deleted
-            && std::fs::metadata(&file.open).is_ok_and(|meta| {
-                let dev = (libc::major(meta.dev()), libc::minor(meta.dev()));
-                (dev, meta.ino()) == (mapping.dev, mapping.ino)
-            });
-        if same {
+        if !mapping.deleted {
             return file;
         }
         TargetFile {
@@ -129,7 +122,7 @@ impl Process {
             .map_err(|e| self.proc_error("maps", e))?;
         let mapping = maps
             .lines()
-            .filter_map(Mapping::parse)
+            .filter_map(MapsLine::file)
             .find(|m| library_matches(m.path, name))
             .ok_or_else(|| Error::LibraryNotMapped {
                 name: name.to_string(),
@@ -145,7 +138,7 @@ impl Process {
             .map_err(|e| self.proc_error("maps", e))?;
         let exe = self.executable()?;
         let mut files = vec![exe.clone()];
-        for mapping in maps.lines().filter_map(Mapping::parse) {
+        for mapping in maps.lines().filter_map(MapsLine::file) {
             let path = Path::new(mapping.path);
             if path != exe.shown && !files.iter().any(|f| f.shown == path) {
                 files.push(self.mapped(&mapping));
@@ -176,48 +169,50 @@ impl Process {
     }
 }
 
-/// A file mapping, one line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE PATH`.
+/// One line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
 #[derive(Debug, PartialEq, Eq)]
-struct Mapping<'a> {
+pub struct MapsLine<'a> {
     /// `START-END`, as `/proc/PID/map_files/` names the mapping.
-    range: &'a str,
-    dev: (u32, u32),
-    ino: u64,
-    /// The path, which may hold spaces, without the kernel's ` (deleted)`.
-    path: &'a str,
-    /// The file was deleted (or replaced by a rename over its path) since it was mapped.
-    deleted: bool,
+    pub range: &'a str,
+    pub perms: &'a str,
+    pub offset: &'a str,
+    /// The path (which may hold spaces) without the kernel's ` (deleted)`; `[vdso]` and such for
+    /// special mappings, empty for anonymous memory.
+    pub path: &'a str,
+    /// The file was deleted since it was mapped, or replaced by another renamed over its path
+    /// (a package upgrade): the file at `path`, if any, is not the one mapped.
+    pub deleted: bool,
 }
 
-impl<'a> Mapping<'a> {
-    /// The mapping of `line` when it maps a file (its path is absolute).
-    fn parse(line: &'a str) -> Option<Mapping<'a>> {
+impl<'a> MapsLine<'a> {
+    pub fn parse(line: &'a str) -> Option<MapsLine<'a>> {
         let mut rest = line;
         let mut fields = [""; 5];
         for field in &mut fields {
             rest = rest.trim_start_matches(' ');
-            let end = rest.find(' ')?;
+            let end = rest.find(' ').unwrap_or(rest.len());
             (*field, rest) = rest.split_at(end);
+            if field.is_empty() {
+                return None;
+            }
         }
         let path = rest.trim_start_matches(' ');
-        if !path.starts_with('/') {
-            return None;
-        }
         let (path, deleted) = match path.strip_suffix(" (deleted)") {
-            Some(path) => (path, true),
-            None => (path, false),
+            Some(path) if path.starts_with('/') => (path, true),
+            _ => (path, false),
         };
-        let (major, minor) = fields[3].split_once(':')?;
-        Some(Mapping {
+        Some(MapsLine {
             range: fields[0],
-            dev: (
-                u32::from_str_radix(major, 16).ok()?,
-                u32::from_str_radix(minor, 16).ok()?,
-            ),
-            ino: fields[4].parse().ok()?,
+            perms: fields[1],
+            offset: fields[2],
             path,
             deleted,
         })
+    }
+
+    /// The line when it maps a file (its path is absolute).
+    fn file(line: &'a str) -> Option<MapsLine<'a>> {
+        Self::parse(line).filter(|m| m.path.starts_with('/'))
     }
 }
 
@@ -558,31 +553,30 @@ mod tests {
     }
 
     #[test]
-    fn mappings_of_files() {
+    fn maps_lines() {
         let line = "7f1c2a400000-7f1c2a428000 r--p 00000000 fd:01 1835040                    /usr/lib/x86_64-linux-gnu/libc.so.6";
         assert_eq!(
-            Mapping::parse(line),
-            Some(Mapping {
+            MapsLine::parse(line),
+            Some(MapsLine {
                 range: "7f1c2a400000-7f1c2a428000",
-                dev: (0xfd, 1),
-                ino: 1835040,
+                perms: "r--p",
+                offset: "00000000",
                 path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
                 deleted: false,
             })
         );
         let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
-        let gone = Mapping::parse(gone).unwrap();
+        let gone = MapsLine::file(gone).unwrap();
+        assert_eq!((gone.path, gone.deleted), ("/tmp/my app/libmy.so", true));
+        let stack = "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]";
+        assert_eq!(MapsLine::parse(stack).map(|m| m.path), Some("[stack]"));
+        assert_eq!(MapsLine::file(stack), None);
+        let anonymous = "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ";
         assert_eq!(
-            (gone.path, gone.deleted, gone.dev),
-            ("/tmp/my app/libmy.so", true, (0x103, 2))
+            MapsLine::parse(anonymous).map(|m| (m.path, m.deleted)),
+            Some(("", false))
         );
-        for not_a_file in [
-            "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]",
-            "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ",
-            "7f1c2a3fd000-7f1c2a400000 rw-p",
-        ] {
-            assert_eq!(Mapping::parse(not_a_file), None, "{not_a_file}");
-        }
+        assert_eq!(MapsLine::parse("7f1c2a3fd000-7f1c2a400000 rw-p"), None);
     }
 
     #[test]

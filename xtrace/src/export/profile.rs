@@ -186,8 +186,11 @@ impl Resolver {
                     // Only file-backed code has symbols to read; the rest ([vdso], JIT) is None.
                     let mapping = find(maps, address).filter(|m| m.path.starts_with('/'))?;
                     let offset = address - mapping.start + mapping.offset;
-                    let open = mapping.open_path(key.pid);
-                    by_file.entry(open.clone()).or_default().insert(offset);
+                    // A file gone with its process: named by file and offset (see `open_path`).
+                    let open = mapping.open_path(key.pid).unwrap_or_default();
+                    if !open.is_empty() {
+                        by_file.entry(open.clone()).or_default().insert(offset);
+                    }
                     Some((open, offset, module_name(&mapping.path).to_string()))
                 });
             }

@@ -329,6 +329,7 @@ mod tests {
             end: start + 0x1000,
             offset: 0,
             path: path.into(),
+            deleted: false,
         }
     }
 

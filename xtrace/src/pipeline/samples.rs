@@ -18,18 +18,28 @@ pub struct Mapping {
     pub offset: u64,
     /// The file as the process sees it (`[vdso]` and such for special mappings).
     pub path: String,
+    /// /proc/PID/maps said the file was deleted, or replaced by another renamed over its path (a
+    /// package upgrade): the file at `path`, if any, is not this one.
+    pub deleted: bool,
 }
 
 impl Mapping {
     /// Where xtrace opens the mapped file of process `pid`: through the process's root (its mount
-    /// namespace: containers), or by the path itself once the process is gone.
-    pub fn open_path(&self, pid: u32) -> String {
+    /// namespace: containers), or by the path itself once the process is gone. A deleted or
+    /// replaced file is opened as mapped, through /proc/PID/map_files/, while the process lives;
+    /// after that it is None: a frame in it is named by file and offset, never by the symbols of
+    /// whatever file has its path now.
+    pub fn open_path(&self, pid: u32) -> Option<String> {
+        if self.deleted {
+            let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", self.start, self.end);
+            return std::fs::File::open(&mapped).is_ok().then_some(mapped);
+        }
         let inside = format!("/proc/{pid}/root{}", self.path);
-        if std::path::Path::new(&inside).exists() {
+        Some(if std::path::Path::new(&inside).exists() {
             inside
         } else {
             self.path.clone()
-        }
+        })
     }
 }
 
@@ -295,18 +305,17 @@ pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     text.lines()
         .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (range, perms, offset) = (fields.next()?, fields.next()?, fields.next()?);
-            let path = fields.nth(2).unwrap_or("").to_string();
-            if !perms.contains('x') {
+            let line = crate::target::MapsLine::parse(line)?;
+            if !line.perms.contains('x') {
                 return None;
             }
-            let (start, end) = range.split_once('-')?;
+            let (start, end) = line.range.split_once('-')?;
             Some(Mapping {
                 start: u64::from_str_radix(start, 16).ok()?,
                 end: u64::from_str_radix(end, 16).ok()?,
-                offset: u64::from_str_radix(offset, 16).ok()?,
-                path,
+                offset: u64::from_str_radix(line.offset, 16).ok()?,
+                path: line.path.to_string(),
+                deleted: line.deleted,
             })
         })
         .collect()
@@ -365,6 +374,7 @@ mod tests {
             end: 0x7f00_0002_6000,
             offset: 0x1000,
             path: "/lib/ld.so".into(),
+            deleted: false,
         }];
         // The interrupted instruction is kept wherever it is; the walk stops at ld.so's data.
         let frames = [
@@ -396,7 +406,8 @@ mod tests {
                 start: 0x55d0b000,
                 end: 0x55d0c000,
                 offset: 0x1000,
-                path: "/usr/bin/app".into()
+                path: "/usr/bin/app".into(),
+                deleted: false,
             }
         );
         assert_eq!(maps[2].path, "[vdso]");
@@ -405,6 +416,27 @@ mod tests {
             Some("/lib/libc.so.6")
         );
         assert!(find(&maps, 0x1).is_none());
+    }
+
+    /// A deleted (or replaced) file is opened as mapped while its process lives, never by its
+    /// path, where another file or none is now.
+    #[test]
+    fn a_deleted_file_is_opened_as_mapped_or_not_at_all() {
+        let maps = parse_maps("55d0b000-55d0c000 r-xp 00001000 08:01 123 /opt/my app/libx.so (deleted)\n");
+        assert_eq!((maps[0].path.as_str(), maps[0].deleted), ("/opt/my app/libx.so", true));
+        // This process maps its own executable: the same mapping, marked deleted.
+        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut mine = parse_maps(&own)
+            .into_iter()
+            .find(|m| std::path::Path::new(&m.path) == exe)
+            .unwrap();
+        let pid = std::process::id();
+        assert_eq!(mine.open_path(pid), Some(format!("/proc/{pid}/root{}", mine.path)));
+        mine.deleted = true;
+        let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", mine.start, mine.end);
+        assert_eq!(mine.open_path(pid), Some(mapped));
+        assert_eq!(mine.open_path(u32::MAX), None, "its process is gone");
     }
 
     #[test]

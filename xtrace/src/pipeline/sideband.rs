@@ -267,6 +267,8 @@ fn parse(record: &[u8]) -> Option<Parsed> {
                     end: addr.checked_add(len)?,
                     offset: pgoff,
                     path,
+                    // Mapped now: the file at the path is this one.
+                    deleted: false,
                 },
             })
         }
@@ -342,7 +344,8 @@ mod tests {
                     start: 0x5555_0000_1000,
                     end: 0x5555_0000_3000,
                     offset: 0x1000,
-                    path: "/usr/bin/app".into()
+                    path: "/usr/bin/app".into(),
+                    deleted: false,
                 }
             })
         );

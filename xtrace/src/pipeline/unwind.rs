@@ -227,14 +227,15 @@ impl Unwinders {
             } else if mapping.path.starts_with('/') {
                 // Files are told apart by device and inode: one path can name different files in
                 // different mount namespaces.
-                let open = mapping.open_path(pid);
-                let key = std::fs::metadata(&open)
-                    .map(|m| format!("{}:{}", m.dev(), m.ino()))
-                    .unwrap_or_else(|_| open.clone());
-                self.files
-                    .entry(key)
-                    .or_insert_with(|| FileUnwind::read(&open).map(Arc::new))
-                    .clone()
+                mapping.open_path(pid).and_then(|open| {
+                    let key = std::fs::metadata(&open)
+                        .map(|m| format!("{}:{}", m.dev(), m.ino()))
+                        .unwrap_or_else(|_| open.clone());
+                    self.files
+                        .entry(key)
+                        .or_insert_with(|| FileUnwind::read(&open).map(Arc::new))
+                        .clone()
+                })
             } else {
                 None
             };
@@ -269,6 +270,7 @@ mod tests {
             end: 0x5555_5555_9000,
             offset: 0x1000,
             path: "/bin/app".into(),
+            deleted: false,
         };
         let module = file.module(&mapping).expect("the segment holds offset 0x1000");
         // File offset 0x1000 is address 0x2000: the file's address 0 is mapped 0x2000 below start.
