@@ -378,7 +378,9 @@ fn a_deleted_or_replaced_executable_is_named_from_the_file_it_runs() {
             .count();
         assert!(in_main > 0, "callers named: {folded:?}");
         assert!(
-            folded.iter().all(|(stack, _)| !stack.split(';').any(|f| f == "work")),
+            folded
+                .iter()
+                .all(|(stack, _)| !stack.split(';').any(|f| f == "work")),
             "named from the other program: {folded:?}"
         );
     }

@@ -423,7 +423,10 @@ mod tests {
     #[test]
     fn a_deleted_file_is_opened_as_mapped_or_not_at_all() {
         let maps = parse_maps("55d0b000-55d0c000 r-xp 00001000 08:01 123 /opt/my app/libx.so (deleted)\n");
-        assert_eq!((maps[0].path.as_str(), maps[0].deleted), ("/opt/my app/libx.so", true));
+        assert_eq!(
+            (maps[0].path.as_str(), maps[0].deleted),
+            ("/opt/my app/libx.so", true)
+        );
         // This process maps its own executable: the same mapping, marked deleted.
         let own = std::fs::read_to_string("/proc/self/maps").unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -432,7 +435,10 @@ mod tests {
             .find(|m| std::path::Path::new(&m.path) == exe)
             .unwrap();
         let pid = std::process::id();
-        assert_eq!(mine.open_path(pid), Some(format!("/proc/{pid}/root{}", mine.path)));
+        assert_eq!(
+            mine.open_path(pid),
+            Some(format!("/proc/{pid}/root{}", mine.path))
+        );
         mine.deleted = true;
         let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", mine.start, mine.end);
         assert_eq!(mine.open_path(pid), Some(mapped));
