@@ -33,7 +33,7 @@ pub struct Fixtures {
     /// `many`: glob_fn_000..glob_fn_299, glob_fn_K called (K % 5) + 1 times, other_fn 4 times.
     pub many: PathBuf,
     /// `matrix` (C++): ns::Matrix::{add x3, scale x5, trace x2}, ns::MatrixView::get x4, then
-    /// catcher x4 calling thrower, which throws twice.
+    /// thrower(1) from main, which throws, then catcher x4 calling thrower, which throws twice.
     pub matrix: PathBuf,
     /// `matrix` built with -O2: GCC splits catcher and thrower, moving their exception paths to
     /// `catcher(int) [clone .cold]` and `thrower(int) [clone .cold]`.

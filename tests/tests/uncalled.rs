@@ -76,7 +76,7 @@ fn list_symbols_shows_no_probe_for_the_entry_point() {
 /// The unwinder's entry points find their caller through their own return address, which a
 /// return probe replaces: before xtrace refused them, `-u 'libgcc_s:*'` made every C++ throw
 /// abort the process (`terminate called after throwing`). Named, one is refused; a glob leaves
-/// the five out, and the `matrix` fixture's two throws are caught (it exits 0).
+/// the five out, and the `matrix` fixture's three throws are caught (it exits 0).
 #[test]
 fn unwinders_are_refused_and_throws_still_work() {
     if !require_bpf() {

@@ -87,6 +87,10 @@ pub const EXIT_RETURN: u16 = 0;
 /// returns to this one's caller): the span ends at the jump, without the callee's time.
 pub const EXIT_TAIL_CALL: u16 = 1;
 
+/// Set in the attach cookie of `span_enter` (the probe id in the low 32 bits) for a function whose
+/// exits are probed at their instructions (`OpenCall::exits_probed`).
+pub const ENTRY_EXITS_PROBED: u64 = 1 << 32;
+
 /// The BPF attach cookie of a probe on one of a function's exit instructions: the probe id in the
 /// low 32 bits, how it leaves (`EXIT_*`) above them.
 pub const fn exit_cookie(probe_id: u32, exit: u16) -> u64 {

@@ -103,7 +103,10 @@ pub struct OpenCall {
     /// it (`SampleEvent::returns`) for user space to put back in their copy for the unwinder.
     pub return_address: u64,
     pub probe_id: u32,
-    pub _pad: u32,
+    /// 1 when the call's exits are probed at their instructions (`span_ret`): its tail jumps end
+    /// it, so a new call at its frame proves it gone (left by longjmp or an exception). 0 for a
+    /// call with a return probe, which a tail call at its frame leaves open.
+    pub exits_probed: u32,
 }
 
 /// Per-thread stack of open calls, innermost last.

@@ -20,8 +20,8 @@ use aya_ebpf::{
 use xtrace_common::{
     event::{
         ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN,
-        EXIT_RETURN, EXIT_TAIL_CALL, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS,
-        MAX_STACK_ARGS,
+        ENTRY_EXITS_PROBED, EXIT_RETURN, EXIT_TAIL_CALL, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR,
+        KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
@@ -69,7 +69,9 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         return Ok(0); // --tid: another thread; without an entry its return is ignored too
     }
     // SAFETY: the helper only reads the program context.
-    let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let probe_id = cookie as u32;
+    let exits_probed = u32::from(cookie & ENTRY_EXITS_PROBED != 0);
     let stack = match thread_stack(now) {
         Ok(stack) => stack,
         Err(NoStack::NoSlot) => {
@@ -100,7 +102,7 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         frame,
         return_address,
         probe_id,
-        _pad: 0,
+        exits_probed,
     };
     // A CPU sample can interrupt this program and read the stack: the entry is whole before the
     // depth covers it. (An empty asm statement that may touch memory: a compiler barrier, which
@@ -324,9 +326,11 @@ pub fn header(kind: u32, pid_tgid: u64, ts_ns: u64) -> EventHeader {
 
 /// Drops the entries a new call at `frame` proves dead, counting them unmatched, and returns the
 /// depth left. A frame below `frame` has been unwound (its function was left by longjmp or an
-/// exception); so has one at `frame` of the same probe (the caller called the function again). An
-/// entry at `frame` of another probe may be alive: a tail call reuses its caller's slot, and the
-/// kernel returns from both. Each step tests one entry, so the verifier walks the loop once.
+/// exception); so has one at `frame` of the same probe (the caller called the function again), or
+/// of a function whose exits are probed at their instructions (a tail jump of it would have ended
+/// it). An entry at `frame` of another function with a return probe may be alive: a tail call
+/// reuses its caller's slot, and the kernel returns from both. Each step tests one entry, so the
+/// verifier walks the loop once.
 #[inline(always)]
 fn drop_dead(stack: &mut EntryStack, frame: u64, probe_id: u32) -> usize {
     let depth = (stack.depth as usize).min(MAX_DEPTH);
@@ -336,7 +340,7 @@ fn drop_dead(stack: &mut EntryStack, frame: u64, probe_id: u32) -> usize {
             break;
         }
         let top = &stack.calls[(depth - 1 - i) & (MAX_DEPTH - 1)];
-        if top.frame > frame || (top.frame == frame && top.probe_id != probe_id) {
+        if top.frame > frame || (top.frame == frame && top.probe_id != probe_id && top.exits_probed == 0) {
             break;
         }
         left = depth - 1 - i;

@@ -18,7 +18,7 @@ use aya::{
 };
 
 use super::uprobe::{Attachment, Plan};
-use xtrace_common::event::exit_cookie;
+use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED};
 
 use crate::{
     bpf::{
@@ -168,11 +168,16 @@ fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>
 /// functions with return probes (`span_exit`), or the exit instructions of the others (`span_ret`).
 fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Group<'a>> {
     match program {
-        "span_enter" => group(
-            attachments
-                .iter()
-                .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
-        ),
+        "span_enter" => group(attachments.iter().map(|a| {
+            let exits_probed = if a.exits.is_some() { ENTRY_EXITS_PROBED } else { 0 };
+            (
+                a.scope,
+                &a.file,
+                a.offset,
+                u64::from(a.probe_id) | exits_probed,
+                0,
+            )
+        })),
         "span_exit" => group(
             attachments
                 .iter()
