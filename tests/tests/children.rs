@@ -100,6 +100,36 @@ fn children_are_sampled_and_leave_the_table_when_they_exit() {
     );
 }
 
+/// With `-u hot_a`, the forked child runs hot_a's breakpoint too (it has a copy of the parent's
+/// memory), and the kernel swaps its return address for the trampoline, but the child's calls
+/// are not traced: its samples in hot_a show `[uprobes]` in place of `split` (the fixture keeps
+/// frame pointers, so the walk goes on to `main`) and are counted in truncated_stacks, exactly.
+/// The exec'd child maps the program anew, without the probes: its stacks are whole.
+#[test]
+fn a_forked_childs_stacks_through_the_trampoline_are_counted_truncated() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("children-traced");
+    let (out, children, _) = sample_children(&["children", "600"], &["-u", "hot_a"], &tmp);
+    assert_eq!(out.probe_count("hot_a"), 0, "the children's calls are not traced");
+    let folded = out.folded();
+    let cut: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.split(';').any(|f| f == "[uprobes]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(cut > 0, "{folded:?}");
+    assert_eq!(out.summary["truncated_stacks"], cut, "{folded:?}");
+    let timeline = out.timeline_samples();
+    let execed = timeline
+        .iter()
+        .find(|e| e["pid"] == children[1] && e["name"] == "hot_a")
+        .expect("a hot_a sample of the exec'd child");
+    let stack = execed["args"]["stack"].as_str().unwrap();
+    assert!(stack.ends_with(";main;split;hot_a"), "{stack}");
+}
+
 #[test]
 fn no_inherit_samples_the_target_only() {
     if !require_bpf() {

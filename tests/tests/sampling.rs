@@ -125,7 +125,9 @@ fn traced_functions_keep_their_callers_in_unwound_stacks() {
 
 /// Every sample in the split's hot functions (but for 1 in 100: a sample can land where no CFI
 /// row applies, such as a PLT stub) has its whole user stack: the process name and `root` first,
-/// then `chain` down to the hot function. No stack was cut short.
+/// then `chain` down to the hot function. No stack was cut short, but for samples taken in the
+/// return probes' trampoline itself, as a traced call returns (`[uprobes]`, with no callers):
+/// exactly those are counted truncated, and they are rare.
 fn assert_unwound(out: &Outputs, root: &str, chain: &str) {
     let folded = out.folded();
     let hot: Vec<&(String, u64)> = folded
@@ -143,7 +145,13 @@ fn assert_unwound(out: &Outputs, root: &str, chain: &str) {
         whole * 100 >= total * 99,
         "{whole} of {total} hot stacks start with {root:?} and hold {chain:?}: {hot:?}"
     );
-    assert_eq!(out.summary["truncated_stacks"], 0);
+    let in_trampoline: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.split(';').any(|f| f == "[uprobes]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(out.summary["truncated_stacks"], in_trampoline, "{folded:?}");
+    assert!(in_trampoline * 100 <= total, "{in_trampoline} of {total}");
 }
 
 #[test]

@@ -132,15 +132,16 @@ impl Samples {
             let maps = self.images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
             let unwound = self.unwinders.unwind(image, pid, maps, event.user_regs, stack);
-            if unwound.truncated {
+            if unwound.truncated || lost_to_trampoline(maps, &unwound.frames) {
                 self.truncated += 1;
             }
             code_frames(&unwound.frames).into()
         } else {
-            if walked.len() == MAX_FRAMES {
+            let maps = self.images.maps(image);
+            if walked.len() == MAX_FRAMES || lost_to_trampoline(maps, walked) {
                 self.truncated += 1;
             }
-            mapped_callers(self.images.maps(image), walked).into()
+            mapped_callers(maps, walked).into()
         };
         let key = StackKey {
             pid,
@@ -165,6 +166,19 @@ impl Samples {
 /// The special mapping that holds the return probes' trampoline (and the single-step slots of
 /// probed instructions).
 pub(crate) const TRAMPOLINES: &str = "[uprobes]";
+
+/// Whether a frame of `frames` is in the return probes' trampoline: a return address a return
+/// probe swapped in and nothing put back (a child forked by a traced process runs the probes'
+/// breakpoints too, but its calls are not recorded), in place of a caller, or where a walk
+/// without frame pointers ends.
+fn lost_to_trampoline(maps: &[Mapping], frames: &[u64]) -> bool {
+    let Some(trampolines) = maps.iter().find(|m| m.path == TRAMPOLINES) else {
+        return false;
+    };
+    frames
+        .iter()
+        .any(|a| (trampolines.start..trampolines.end).contains(a))
+}
 
 /// Puts each traced call's return address back in `stack` (copied from `sp` up) where its slot
 /// holds the return probes' trampoline, so the unwinder walks on to its caller. A slot that holds
