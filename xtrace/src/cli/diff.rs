@@ -32,11 +32,16 @@ pub struct DiffArgs {
 
     /// Relative growth of a probe's p50 or mean beyond which it regressed (with statistical
     /// support): a percentage such as `5%` or `5`.
-    #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
+    #[arg(allow_hyphen_values = true, long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
     pub threshold: f64,
 
     /// Judge only probes with at least N spans in each capture.
-    #[arg(long = "min-count", value_name = "N", default_value_t = 20)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "min-count",
+        value_name = "N",
+        default_value_t = 20
+    )]
     pub min_count: u64,
 
     /// Where to write the differential flamegraph (when both captures have stacks.folded).

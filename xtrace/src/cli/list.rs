@@ -39,7 +39,7 @@ pub enum ListCommand {
 #[derive(Debug, Args)]
 pub struct UsdtArgs {
     /// List the modules this process maps (its main executable and every library).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    #[arg(allow_negative_numbers = true, short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
     /// An executable or library: a path, a library name, or a command in PATH.
     #[arg(value_name = "TARGET")]
@@ -49,7 +49,7 @@ pub struct UsdtArgs {
 #[derive(Debug, Args)]
 pub struct SymbolsArgs {
     /// Resolve TARGET in this process (its main executable when TARGET is omitted).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    #[arg(allow_negative_numbers = true, short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
     /// TARGET [GLOB] (GLOB defaults to `*`); with --pid, a `-u` spec `[TARGET:]GLOB`, or TARGET GLOB.
     #[arg(value_name = "TARGET|SPEC", num_args = 0..=2)]

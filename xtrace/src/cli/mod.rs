@@ -68,3 +68,36 @@ pub fn print_err(line: &str) {
         crate::export::table::escape_controls(line)
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// A negative number given to a numeric flag is refused by that flag's own check, which names
+    /// it, not taken for an unknown flag (`unexpected argument '-1' found`).
+    #[test]
+    fn negative_values_name_their_flag() {
+        for (args, flag) in [
+            (&["-d", "-1"][..], "'--duration <SECONDS>'"),
+            (&["-F", "-1"], "'--freq <HZ>'"),
+            (&["--min-duration", "-1ms"], "'--min-duration <DURATION>'"),
+            (&["--user-stack", "-1"], "'--user-stack <BYTES>'"),
+            (&["--buffer-size", "-4K"], "'--buffer-size <BYTES>'"),
+            (&["--max-probes", "-1"], "'--max-probes <N>'"),
+            (&["-p", "-5"], "'--pid <PID>'"),
+            (&["report", "x", "--top", "-1"], "'--top <N>'"),
+            (&["report", "x", "--min-count", "-1"], "'--min-count <N>'"),
+            (
+                &["diff", "a", "b", "--threshold", "-5%"],
+                "'--threshold <PERCENT>'",
+            ),
+            (&["diff", "a", "b", "--min-count", "-1"], "'--min-count <N>'"),
+            (&["list", "symbols", "-p", "-1"], "'--pid <PID>'"),
+        ] {
+            let argv = std::iter::once("xtrace").chain(args.iter().copied());
+            let error = super::Cli::try_parse_from(argv).unwrap_err().to_string();
+            let wanted = format!("invalid value '{}' for {flag}", args[args.len() - 1]);
+            assert!(error.contains(&wanted), "{args:?}: {error}");
+        }
+    }
+}

@@ -9,7 +9,13 @@ use crate::probes::{entry::EntryMode, exits::ExitMode};
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
 pub struct RecordArgs {
     /// Trace this running process, all its threads (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
+    #[arg(
+        allow_negative_numbers = true,
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Vec<u32>,
 
     /// Trace every process that maps each probe's file, including processes started after attach
@@ -63,13 +69,13 @@ pub struct RecordArgs {
     /// Sample on-CPU stacks of the traced processes (every process with -a) this many times a
     /// second on every CPU. Without -u, -U, --cuda, --nvtx, --itt or --ranges, xtrace samples at
     /// 99 Hz.
-    #[arg(short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(allow_negative_numbers = true, short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
     pub freq: Option<u64>,
 
     /// Bytes of user stack copied with each CPU sample, from the stack pointer up, to unwind code
     /// built without frame pointers from its CFI (.eh_frame/.debug_frame); 0 walks frame pointers
     /// only. At most 16K, with an optional K suffix.
-    #[arg(long = "user-stack", value_name = "BYTES", default_value = "16K", value_parser = parse_user_stack)]
+    #[arg(allow_hyphen_values = true, long = "user-stack", value_name = "BYTES", default_value = "16K", value_parser = parse_user_stack)]
     pub user_stack: u32,
 
     /// Sample only the target processes, not the processes they start. By default a process that
@@ -83,7 +89,7 @@ pub struct RecordArgs {
 
     /// Send only calls lasting at least this long as spans (e.g. 50us, 2ms, 1s). Shorter calls are
     /// counted and timed in the kernel, so per-probe counts and totals stay exact.
-    #[arg(long = "min-duration", value_name = "DURATION", value_parser = parse_span_duration)]
+    #[arg(allow_hyphen_values = true, long = "min-duration", value_name = "DURATION", value_parser = parse_span_duration)]
     pub min_duration: Option<u64>,
 
     /// Warn while recording about every span longer than DURATION whose name PATTERN (a glob)
@@ -101,7 +107,12 @@ pub struct RecordArgs {
     /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
     /// thread must belong to one of the processes; not with a launched command, whose threads do
     /// not exist yet.
-    #[arg(long = "tid", value_name = "TID", conflicts_with = "command")]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "tid",
+        value_name = "TID",
+        conflicts_with = "command"
+    )]
     pub tid: Vec<u32>,
 
     /// How -u functions' returns are probed: `auto` probes the ret and tail-call instructions of
@@ -120,11 +131,16 @@ pub struct RecordArgs {
     pub entry: EntryMode,
 
     /// Refuse to attach more than this many functions (globs can match whole libraries).
-    #[arg(long = "max-probes", value_name = "N", default_value_t = 10_000)]
+    #[arg(
+        allow_negative_numbers = true,
+        long = "max-probes",
+        value_name = "N",
+        default_value_t = 10_000
+    )]
     pub max_probes: usize,
 
     /// Stop after this many seconds (fractions allowed).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
+    #[arg(allow_negative_numbers = true, short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,
 
     /// Directory for the outputs: trace.json, summary.json, summary.txt, and as the capture has them
@@ -135,7 +151,7 @@ pub struct RecordArgs {
 
     /// Size of the kernel ring buffer that carries events to xtrace: a power of two from 4K to
     /// 1G, with an optional K, M or G suffix. A larger buffer rides out longer bursts.
-    #[arg(long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
+    #[arg(allow_hyphen_values = true, long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
     pub buffer_size: u32,
 
     /// Write the trace compressed as it is recorded, as trace.json.gz (Perfetto opens it): for

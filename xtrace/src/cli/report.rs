@@ -53,11 +53,16 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 
     /// Rows of the top-N tables and of the outlier and share lists.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value_t = 10)]
     pub top: usize,
 
     /// Search only probes with at least N spans for outliers.
-    #[arg(long = "min-count", value_name = "N", default_value_t = 10)]
+    #[arg(
+        long = "min-count",
+        allow_negative_numbers = true,
+        value_name = "N",
+        default_value_t = 10
+    )]
     pub min_count: u64,
 
     /// With --format span-flamegraph: draw it as an icicle graph (stacks hanging from the top).
