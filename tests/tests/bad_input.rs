@@ -524,6 +524,30 @@ fn command_whose_interpreter_is_missing() {
     assert!(!fresh.exists(), "no output directory made");
 }
 
+/// A TARGET whose path is not UTF-8 (only a launched command may be) is named in the error, with
+/// what to do, for `list symbols` and inside a `-u` spec.
+#[test]
+fn arguments_that_are_not_utf8_are_named() {
+    use std::os::unix::ffi::OsStringExt;
+    let path = std::ffi::OsString::from_vec(b"/tmp/bad\xffname".to_vec());
+    let mut spec = path.clone();
+    spec.push(":main");
+    for (args, n) in [
+        (vec!["list".into(), "symbols".into(), path.clone()], 3),
+        (args!["-u", spec, "--", "/bin/true"], 2),
+    ] {
+        assert_eq!(
+            run_error(args),
+            format!(
+                "xtrace: error: argument {n} (`/tmp/bad\u{fffd}name{}`) is not valid UTF-8, which \
+                 only a launched command and its arguments (after `--`) may be; give that file a \
+                 UTF-8 name or a symlink with one",
+                if n == 2 { ":main" } else { "" }
+            )
+        );
+    }
+}
+
 /// An XTRACE_UPROBE_ATTACH that names no mechanism is refused before anything is created: no
 /// output directory is left behind.
 #[test]

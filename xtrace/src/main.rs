@@ -17,6 +17,18 @@ macro_rules! out {
     ($($arg:tt)*) => { print_out(format!($($arg)*).as_bytes()) };
 }
 
+/// What to say when clap refuses an argument that is not UTF-8: which one, and what to do.
+fn not_utf8(args: impl Iterator<Item = std::ffi::OsString>) -> String {
+    match args.enumerate().skip(1).find(|(_, a)| a.to_str().is_none()) {
+        Some((n, arg)) => format!(
+            "argument {n} (`{}`) is not valid UTF-8, which only a launched command and its \
+             arguments (after `--`) may be; give that file a UTF-8 name or a symlink with one",
+            arg.to_string_lossy()
+        ),
+        None => "an argument is not valid UTF-8; see `xtrace --help`".into(),
+    }
+}
+
 fn main() -> ExitCode {
     // Log lines (xtrace's and its libraries', aya's included) only when RUST_LOG asks for them,
     // e.g. RUST_LOG=debug or RUST_LOG=xtrace=debug.
@@ -40,6 +52,8 @@ fn main() -> ExitCode {
                     .chain(chars)
                     .collect();
                 err!("xtrace: error: a subcommand is missing: {described}; see `xtrace --help`");
+            } else if e.kind() == ErrorKind::InvalidUtf8 {
+                err!("xtrace: error: {}", not_utf8(std::env::args_os()));
             } else {
                 err!("xtrace: error: {what}; see `xtrace --help`");
             }
