@@ -709,6 +709,20 @@ fn list_symbols_that_match_nothing() {
         line,
         format!("xtrace: error: {spans}: no function matches `zz*qq`; list them all with `xtrace list symbols {spans}`")
     );
+    // Of a process: listed as it maps the file (which may be deleted or replaced on disk since).
+    let fixture = Fixture::spin();
+    let pid = fixture.pid().to_string();
+    for (glob, all) in [("zz*qq", "*"), ("libc:zz*qq", "libc:*")] {
+        let line = run_error(args!["list", "symbols", "--pid", &pid, glob]);
+        assert!(
+            line.contains(": no function matches `zz*qq`")
+                && line.ends_with(&format!(
+                    "; list them all with `xtrace list symbols --pid {pid} '{all}'`"
+                )),
+            "{line}"
+        );
+    }
+    drop(fixture);
     // A stripped copy with no exported function.
     let tmp = TempDir::new("list-stripped");
     let stripped = tmp.join("stripped");

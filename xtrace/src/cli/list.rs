@@ -150,6 +150,15 @@ fn usdt(args: &UsdtArgs) -> Result<(String, String)> {
     Ok((out, note.join("\n")))
 }
 
+/// The `[TARGET:]*` spec that lists every function of `target` in a process.
+fn all_of(target: &TargetSpec) -> String {
+    match target {
+        TargetSpec::MainExecutable => "*".into(),
+        TargetSpec::Path(path) => format!("{}:*", path.display()),
+        TargetSpec::Library(name) => format!("{name}:*"),
+    }
+}
+
 fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
     let mut spec = spec(args)?;
     let process = args.pid.map(Process::open).transpose()?;
@@ -182,7 +191,11 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
             reason: format!(
                 "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
                 elf::stripped_note(stripped),
-                crate::shell::quote_words(&[path.display().to_string()])
+                match args.pid {
+                    // As the process maps it: its file may be deleted or replaced on disk.
+                    Some(pid) => format!("--pid {pid} {}", crate::shell::quote_words(&[all_of(&spec.target)])),
+                    None => crate::shell::quote_words(&[path.display().to_string()]),
+                }
             ),
             path,
         },
