@@ -137,10 +137,13 @@ impl Process {
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
             .map_err(|e| self.proc_error("maps", e))?;
         let exe = self.executable()?;
+        // A deleted executable's link reads `PATH (deleted)`; its mappings, PATH.
+        let exe_path = exe.shown.to_str().and_then(|s| s.strip_suffix(" (deleted)"));
+        let exe_path = exe_path.map_or(exe.shown.as_path(), Path::new);
         let mut files = vec![exe.clone()];
         for mapping in maps.lines().filter_map(MapsLine::file) {
             let path = Path::new(mapping.path);
-            if path != exe.shown && !files.iter().any(|f| f.shown == path) {
+            if path != exe_path && !files.iter().any(|f| f.shown == path) {
                 files.push(self.mapped(&mapping));
             }
         }
