@@ -61,6 +61,36 @@ fn processes_started_after_attach_are_traced() {
     }
 }
 
+/// xtrace's own calls are never traced: with `-a -u libc:malloc` its reader and writer threads,
+/// which allocate for every batch they handle, would feed the ring they read (about a thousand of
+/// its own spans a second before). uselib's 7 calls to lib_work are there.
+#[test]
+fn xtrace_does_not_trace_itself() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
+    let tmp = TempDir::new("system-wide-self");
+    let out_dir = tmp.join("out");
+    let probes = args!["-u", "libc:malloc", "-u", "libc:free", "-u", format!("{lib}:lib_work")];
+    let mut all = args!["-a", "-o", &out_dir];
+    all.extend(probes);
+    let mut xtrace = Xtrace::spawn(all);
+    xtrace.wait_attached();
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.signal(libc::SIGINT);
+    let own = u64::from(xtrace.pid());
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.spans_named("lib_work").len(), 7);
+    assert!(out.probe_count("malloc") > 0, "uselib and others allocate");
+    let mine = out.spans().into_iter().filter(|s| s.pid == own).count();
+    assert_eq!(mine, 0, "spans of xtrace itself (pid {own})");
+}
+
 #[test]
 fn system_wide_needs_a_target_file() {
     if !require_bpf() {

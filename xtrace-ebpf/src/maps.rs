@@ -28,6 +28,17 @@ static PIDNS_DEV: u64 = 0;
 #[unsafe(no_mangle)]
 static PIDNS_INO: u64 = 0;
 
+/// xtrace's own process id (in its PID namespace), set at load time: its threads are never traced
+/// (with `-a`, its own calls to a probed function would feed the ring it reads).
+#[unsafe(no_mangle)]
+static SELF_TGID: u32 = 0;
+
+/// Whether `pid_tgid` (from [`current_pid_tgid`]) is a thread of xtrace itself.
+#[inline(always)]
+pub fn is_self(pid_tgid: u64) -> bool {
+    (pid_tgid >> 32) as u32 == load_time(&SELF_TGID)
+}
+
 /// Whether xtrace runs in a PID namespace of its own (see `PIDNS_INO`).
 #[inline(always)]
 pub fn in_pid_namespace() -> bool {

@@ -27,7 +27,7 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, keep_return_addresses,
+    add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self, keep_return_addresses,
     min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_bx, user_cx, user_di, user_r8, user_si, user_sp};
@@ -266,14 +266,14 @@ fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u6
 pub enum NoStack {
     /// The kernel could not allocate it.
     NoSlot,
-    /// The thread is outside xtrace's PID namespace ([`crate::maps::current_pid_tgid`]): it is
-    /// not traced.
+    /// The thread is outside xtrace's PID namespace ([`crate::maps::current_pid_tgid`]), or it
+    /// is one of xtrace's own ([`crate::maps::is_self`]): it is not traced.
     OutsideNamespace,
 }
 
 /// `EntryStack::announced`: the thread's `ThreadEvent` is sent.
 const ANNOUNCED: u32 = 1;
-/// `EntryStack::announced`: the thread is outside xtrace's PID namespace.
+/// `EntryStack::announced`: the thread is outside xtrace's PID namespace, or one of xtrace's own.
 const OUTSIDE_NAMESPACE: u32 = 2;
 
 /// The current thread's stack of open calls, made at its first traced call (a function's entry or
@@ -287,8 +287,9 @@ pub fn thread_stack(now: u64) -> Result<&'static mut EntryStack, NoStack> {
         return Ok(stack);
     }
     if stack.announced == 0 {
-        // Its ids are looked up once, here: a thread never changes PID namespace.
-        if let Some(pid_tgid) = current_pid_tgid() {
+        // Its ids are looked up once, here: a thread never changes PID namespace, and xtrace's
+        // threads are xtrace's for good (it never execs).
+        if let Some(pid_tgid) = current_pid_tgid().filter(|&ids| !is_self(ids)) {
             stack.announced = ANNOUNCED;
             stack.pid_tgid = pid_tgid;
             announce_thread(pid_tgid, now);

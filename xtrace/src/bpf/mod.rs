@@ -97,6 +97,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("UPID_SIZE", &offsets.upid_size, true)
         .override_global("PIDNS_DEV", &pid_namespace.dev, true)
         .override_global("PIDNS_INO", &pid_namespace.ino, true)
+        .override_global("SELF_TGID", &std::process::id(), true)
         .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
