@@ -72,7 +72,14 @@ fn xtrace_does_not_trace_itself() {
     let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
     let tmp = TempDir::new("system-wide-self");
     let out_dir = tmp.join("out");
-    let probes = args!["-u", "libc:malloc", "-u", "libc:free", "-u", format!("{lib}:lib_work")];
+    let probes = args![
+        "-u",
+        "libc:malloc",
+        "-u",
+        "libc:free",
+        "-u",
+        format!("{lib}:lib_work")
+    ];
     let mut all = args!["-a", "-o", &out_dir];
     all.extend(probes);
     let mut xtrace = Xtrace::spawn(all);

@@ -194,8 +194,8 @@ fn every_probe_form_and_pair_exactly() {
     assert!(out.instants("xtfix:broken").is_empty());
     assert_eq!(
         out.instants("xtfix:globals"),
-        [&json!({"arg0": -12345, "arg1": 9876543210u64})],
-        "%rip-relative symbol operands"
+        [&json!({"arg0": -12345, "arg1": 9876543210u64, "arg2": 9876543210u64, "arg3": 9876543210u64})],
+        "%rip-relative symbol operands, the offset after or before the symbol"
     );
 
     // request_begin/_end pair per thread, innermost first, named by the begin's string argument.

@@ -27,8 +27,8 @@ use xtrace_common::{
 };
 
 use crate::maps::{
-    add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self, keep_return_addresses,
-    min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
+    add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
+    keep_return_addresses, min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_bx, user_cx, user_di, user_r8, user_si, user_sp};
 

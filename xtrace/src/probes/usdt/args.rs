@@ -66,7 +66,9 @@ pub enum Operand {
     Constant(i64),
     Register(Register),
     Memory {
-        base: Register,
+        /// None for an absolute address (`sym(,%reg,4)`, as GCC writes an array element in a
+        /// position-dependent executable).
+        base: Option<Register>,
         /// Index register and scale (1, 2, 4 or 8).
         index: Option<(Register, u8)>,
         displacement: i64,
@@ -179,7 +181,9 @@ fn parse_operand(text: &str) -> Result<Operand, Failure> {
     let base_text = parts.next().unwrap_or("");
     let base_at = open + 1;
     let base = match base_text.strip_prefix('%') {
-        Some(name) => register(name, base_at)?,
+        Some(name) => Some(register(name, base_at)?),
+        // No base: the displacement and the index make the address (an index is required).
+        None if base_text.is_empty() && inner.contains(',') => None,
         None => return Err((base_at, format!("base `{base_text}` is not a %register"))),
     };
     let index = match parts.next() {
@@ -213,7 +217,9 @@ fn parse_operand(text: &str) -> Result<Operand, Failure> {
     })
 }
 
-/// `-16` → (-16, None); `counter+8` → (8, Some("counter")); `` → (0, None).
+/// `-16` → (-16, None); `counter+8` → (8, Some("counter")); `8+counter`, GCC's order for a
+/// field or element of a global, → (8, Some("counter")); `` → (0, None). Terms are integers and
+/// at most one symbol, joined by `+` and `-` (a symbol only added).
 fn parse_displacement(text: &str) -> Result<(i64, Option<String>), Failure> {
     if text.is_empty() {
         return Ok((0, None));
@@ -221,26 +227,41 @@ fn parse_displacement(text: &str) -> Result<(i64, Option<String>), Failure> {
     if let Some(value) = parse_int(text) {
         return Ok((value, None));
     }
-    // A sign after the symbol's first character starts the addend (`sym-8`).
-    let symbol_end = text
+    // A sign after a term's first character starts the next term.
+    let mut starts: Vec<usize> = text
         .char_indices()
         .skip(1)
-        .find(|(_, c)| matches!(c, '+' | '-'))
-        .map_or(text.len(), |(i, _)| i);
-    let (symbol, addend) = text.split_at(symbol_end);
-    let valid_symbol = symbol
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$' | '@'))
-        && !symbol.starts_with(|c: char| c.is_ascii_digit());
-    if !valid_symbol {
-        return Err((0, format!("displacement `{text}` is not a number or symbol")));
+        .filter(|(_, c)| matches!(c, '+' | '-'))
+        .map(|(i, _)| i)
+        .collect();
+    starts.insert(0, 0);
+    let mut displacement = 0i64;
+    let mut symbol: Option<String> = None;
+    for (n, &start) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).copied().unwrap_or(text.len());
+        let term = &text[start..end];
+        if let Some(value) = parse_int(term) {
+            displacement = displacement.wrapping_add(value);
+            continue;
+        }
+        let name = term.strip_prefix('+').unwrap_or(term);
+        let valid_symbol = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$' | '@'))
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid_symbol || symbol.is_some() {
+            return Err(match n {
+                0 => (0, format!("displacement `{text}` is not a number or symbol")),
+                _ => (start, format!("offset `{term}` is not an integer")),
+            });
+        }
+        symbol = Some(name.to_string());
     }
-    let addend = match addend {
-        "" => 0,
-        _ => parse_int(addend.strip_prefix('+').unwrap_or(addend))
-            .ok_or((symbol_end, format!("offset `{addend}` is not an integer")))?,
-    };
-    Ok((addend, Some(symbol.to_string())))
+    match symbol {
+        Some(symbol) => Ok((displacement, Some(symbol))),
+        None => Err((0, format!("displacement `{text}` is not a number or symbol"))),
+    }
 }
 
 /// Register `name` (written after a `%` at byte `at`).
@@ -289,7 +310,7 @@ impl ArgSpec {
         } = &mut self.operand
         {
             let absolute = symbol_address.wrapping_add(*displacement as u64);
-            if base.pt_regs_offset == RIP && index.is_none() {
+            if base.is_some_and(|b| b.pt_regs_offset == RIP) && index.is_none() {
                 self.operand = Operand::SiteRelative(absolute.wrapping_sub(site) as i64);
             } else {
                 *displacement = absolute as i64;
@@ -337,11 +358,12 @@ impl ArgSpec {
                 displacement,
                 symbol: None,
             } => {
-                if base.pt_regs_offset == RIP {
+                if base.is_some_and(|b| b.pt_regs_offset == RIP) {
                     return Err("operand relative to %rip without a symbol is not supported".into());
                 }
                 arg.kind = arg_kind::MEM;
-                arg.reg = base.pt_regs_offset;
+                // No base register: the kernel reads NO_REG as 0.
+                arg.reg = base.map_or(NO_REG, |b| b.pt_regs_offset);
                 arg.offset = *displacement;
                 if let Some((index, scale)) = index {
                     arg.index_reg = index.pt_regs_offset;
@@ -410,7 +432,7 @@ mod tests {
         assert_eq!(
             specs[4].operand,
             Operand::Memory {
-                base: reg("rbp"),
+                base: Some(reg("rbp")),
                 index: None,
                 displacement: -16,
                 symbol: None
@@ -419,7 +441,7 @@ mod tests {
         assert_eq!(
             specs[6].operand,
             Operand::Memory {
-                base: reg("rbp"),
+                base: Some(reg("rbp")),
                 index: Some((reg("rax"), 8)),
                 displacement: -96,
                 symbol: None
@@ -428,7 +450,7 @@ mod tests {
         assert_eq!(
             specs[7].operand,
             Operand::Memory {
-                base: reg("rdx"),
+                base: Some(reg("rdx")),
                 index: None,
                 displacement: 0,
                 symbol: None
@@ -443,7 +465,7 @@ mod tests {
         assert_eq!(
             specs[0].operand,
             Operand::Memory {
-                base: reg("rip"),
+                base: Some(reg("rip")),
                 index: None,
                 displacement: 8,
                 symbol: Some("counter".into())
@@ -477,6 +499,54 @@ mod tests {
         assert_eq!(specs[3].operand, Operand::Constant(-1));
         assert_eq!(parse_args("").unwrap(), vec![]);
         assert_eq!(parse_args("  8@%rdi  ").unwrap().len(), 1);
+    }
+
+    /// What GCC -O2 writes for a field or element of a global: the offset before the symbol
+    /// (`8+gp(%rip)`), and in a position-dependent executable an absolute address with an index
+    /// and no base (`garr(,%rdi,4)`).
+    #[test]
+    fn gcc_global_fields_and_elements() {
+        let symbolic = |text: &str| match parse_arg(text).unwrap().operand {
+            Operand::Memory {
+                base,
+                displacement,
+                symbol,
+                ..
+            } => (base.map(|b| b.pt_regs_offset), displacement, symbol.unwrap()),
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(symbolic("-8@8+gp(%rip)"), (Some(RIP), 8, "gp".to_string()));
+        assert_eq!(symbolic("-4@12+garr(%rip)"), (Some(RIP), 12, "garr".to_string()));
+        assert_eq!(symbolic("4@-4+garr+8(%rip)"), (Some(RIP), 4, "garr".to_string()));
+        assert_eq!(symbolic("4@garr-4(%rip)"), (Some(RIP), -4, "garr".to_string()));
+        let mut element = parse_arg("-4@garr(,%rdi,4)").unwrap();
+        element.resolve_symbol(0x404040, 0x401136);
+        let arg = element.to_kernel(string_kind::NONE).unwrap();
+        assert_eq!(
+            (arg.kind, arg.reg, arg.offset, arg.index_reg, arg.scale),
+            (arg_kind::MEM, NO_REG, 0x404040, 112, 4)
+        );
+        assert_eq!(
+            parse_arg("4@0x10(,%rax,8)")
+                .unwrap()
+                .to_kernel(string_kind::NONE)
+                .unwrap()
+                .reg,
+            NO_REG
+        );
+        for (bad, column, reason) in [
+            ("8@a+b(%rip)", 3, "offset `+b` is not an integer"),
+            ("8@8+-(%rip)", 3, "offset `+` is not an integer"),
+            ("8@gp(,)", 0, ""),
+            ("8@gp()", 5, "base `` is not a %register"),
+        ] {
+            let Err((at, why)) = parse_arg(bad) else {
+                panic!("{bad} parsed");
+            };
+            if !reason.is_empty() {
+                assert_eq!((at, why.as_str()), (column, reason), "{bad}");
+            }
+        }
     }
 
     #[test]

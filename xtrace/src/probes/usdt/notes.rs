@@ -129,10 +129,20 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
 }
 
 /// Every defined symbol of `.symtab` and `.dynsym` by name.
+/// Symbols an operand may name, by name: every symbol defined in a section, data or code, and
+/// also one without a type (a global an assembly file declares with no `.type`, which
+/// `is_definition` leaves out); not section, file or thread-local symbols.
 fn symbol_table<'data>(file: &object::File<'data, impl object::ReadRef<'data>>) -> HashMap<String, u64> {
+    use object::SymbolKind;
     file.symbols()
         .chain(file.dynamic_symbols())
-        .filter(|s| s.is_definition())
+        .filter(|s| s.section_index().is_some())
+        .filter(|s| {
+            matches!(
+                s.kind(),
+                SymbolKind::Data | SymbolKind::Text | SymbolKind::Unknown
+            )
+        })
         .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
         .collect()
 }
