@@ -16,7 +16,9 @@ use xtrace_tests::{
 };
 
 /// `xtrace FLAGS -o OUT -- PROGRAM ARGS` to its end (stdin is /dev/null, so the fixture does not
-/// wait for a go line); returns the outputs.
+/// wait for a go line); returns the outputs. The command ended by itself, and the summary says so
+/// (it said `ended_by_xtrace` in 4 of 20 such runs when the stop came before its waiter had
+/// reported its exit).
 fn profile_command(flags: Vec<OsString>, program: &Path, program_args: &[&str], tmp: &TempDir) -> Outputs {
     let out = tmp.join("out");
     let before = Attachments::snapshot();
@@ -26,7 +28,12 @@ fn profile_command(flags: Vec<OsString>, program: &Path, program_args: &[&str], 
     let finished = Xtrace::spawn(all).wait();
     finished.assert_success();
     before.assert_none_left();
-    Outputs::read_profiled(&out)
+    let out = Outputs::read_profiled(&out);
+    let command = &out.summary["command"];
+    assert_eq!(command["ended_by_xtrace"], false, "{command}");
+    assert_eq!(command["exit_code"], 0, "{command}");
+    assert_eq!(out.summary["targets"][0]["exited"], true);
+    out
 }
 
 fn assert_split(out: &Outputs, build: &str, [hot_a, hot_b]: [&str; 2]) {

@@ -161,6 +161,25 @@ impl Process {
         unsafe { libc::poll(&mut poll, 1, 0) == 1 }
     }
 
+    /// Sends `signal` to the process through its pidfd: never to another process that took its
+    /// pid after it was reaped. Fails once it has exited.
+    pub fn signal(&self, signal: i32) -> std::io::Result<()> {
+        // SAFETY: pidfd_send_signal takes the pidfd, a signal, a null siginfo and no flags.
+        let sent = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if sent < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Whether `tid` is one of the process's threads.
     pub fn has_thread(&self, tid: u32) -> bool {
         Path::new(&format!("/proc/{}/task/{tid}", self.pid)).exists()

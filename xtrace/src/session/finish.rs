@@ -19,23 +19,25 @@ use crate::{
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
 
-/// The launched command's exit; a command still running gets SIGTERM, then SIGKILL after 2 s.
+/// The launched command's exit; a command still running gets SIGTERM, then SIGKILL after 2 s. One
+/// that has exited (its pidfd says so) is waited for, not signalled: its waiter may not have
+/// reported yet.
 pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary {
     use std::os::unix::process::ExitStatusExt;
     let pid = launch.process.pid;
     let mut status = exit.try_recv().ok();
-    let ended_by_xtrace = status.is_none();
+    let ended_by_xtrace = status.is_none() && !launch.process.has_exited();
     if ended_by_xtrace {
-        // SAFETY: plain kill(2); the child is unreaped (its waiter has not reported), so the pid is ours.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let _ = launch.process.signal(libc::SIGTERM);
         status = match tokio::time::timeout(Duration::from_secs(2), &mut exit).await {
             Ok(result) => result.ok(),
             Err(_) => {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                let _ = launch.process.signal(libc::SIGKILL);
                 exit.await.ok()
             }
         };
+    } else if status.is_none() {
+        status = exit.await.ok();
     }
     let status = status.and_then(|r| r.ok());
     CommandSummary {
