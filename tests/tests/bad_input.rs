@@ -604,6 +604,21 @@ fn invalid_buffer_size() {
     let line = error_on_spinner(args!["-u", "work", "--buffer-size", "3M", "-o", tmp.join("out")]);
     assert!(line.contains("power of two"), "says what a valid size is: {line}");
     assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
+    // A ring too small for one sample and its stack copy would lose every sample.
+    for (flags, enough) in [
+        (args!["-F", "99"], "32K"),
+        (args!["-F", "99", "--user-stack", "2K"], "8K"),
+    ] {
+        let mut all = flags;
+        all.extend(args!["--buffer-size", "4K", "-o", tmp.join("out")]);
+        let line = error_on_spinner(all);
+        assert!(
+            line.starts_with("xtrace: error: --buffer-size 4K cannot hold a CPU sample with its stack copy")
+                && line.contains(&format!("give --buffer-size {enough} or more")),
+            "{line}"
+        );
+        assert!(!tmp.join("out").exists());
+    }
 }
 
 #[test]

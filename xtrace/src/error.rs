@@ -89,6 +89,13 @@ pub enum Error {
     TooManyProbes { spec: String, max: usize },
     #[error("-F {hz} is above the kernel's sampling limit of {max} Hz (kernel.perf_event_max_sample_rate): choose at most -F {max}")]
     FrequencyTooHigh { hz: u64, max: u64 },
+    #[error("--buffer-size {ring} cannot hold a CPU sample with its stack copy, up to {needed} bytes with --user-stack {stack}: give --buffer-size {enough} or more, or a smaller --user-stack")]
+    RingTooSmallForSamples {
+        ring: String,
+        needed: u64,
+        stack: String,
+        enough: String,
+    },
     #[error("{0}; see `xtrace --help`")]
     Usage(String),
     #[error("invalid probe `{spec}`: {reason}")]

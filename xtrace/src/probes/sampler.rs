@@ -32,6 +32,32 @@ pub fn check_rate(hz: u64) -> Result<()> {
     }
 }
 
+/// Refuses a ring buffer of `ring_bytes` too small for one CPU sample with `user_stack` bytes of
+/// user stack: every sample would be lost (`lost.ring_full`).
+pub fn check_ring(ring_bytes: u32, user_stack: u32) -> Result<()> {
+    // The record (its fixed part and the stack copy, padded to 8) and its 8-byte ring header.
+    let record = std::mem::size_of::<xtrace_common::event::SampleEvent>() as u64 + u64::from(user_stack);
+    let needed = record.div_ceil(8) * 8 + 8;
+    if needed <= u64::from(ring_bytes) {
+        return Ok(());
+    }
+    Err(Error::RingTooSmallForSamples {
+        ring: size(u64::from(ring_bytes)),
+        needed,
+        stack: size(u64::from(user_stack)),
+        enough: size(needed.next_power_of_two()),
+    })
+}
+
+/// `16384` → `16K`, as the size flags take it.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
 /// Loads the sampling program and starts one perf event per online CPU. Returns the CPU count.
 pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
     let program: &mut PerfEvent = crate::bpf::program_mut(ebpf, "sample")?;
@@ -90,7 +116,25 @@ fn hidden_why(kptr_restrict: &str, paranoid: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::hidden_why;
+    use super::{check_ring, hidden_why};
+
+    /// A sample is its fixed part (2,624 bytes) and up to --user-stack bytes of stack, plus the
+    /// ring's 8-byte header: 4K holds one with 1K of stack, not with 2K.
+    #[test]
+    fn a_ring_must_hold_one_sample() {
+        assert!(check_ring(4096, 1024).is_ok());
+        assert!(check_ring(16 << 20, 16384).is_ok());
+        assert_eq!(
+            check_ring(4096, 16384).unwrap_err().to_string(),
+            "--buffer-size 4K cannot hold a CPU sample with its stack copy, up to 19016 bytes with \
+             --user-stack 16K: give --buffer-size 32K or more, or a smaller --user-stack"
+        );
+        assert!(check_ring(4096, 2048)
+            .unwrap_err()
+            .to_string()
+            .contains("--buffer-size 8K or more"));
+        assert!(check_ring(32768, 16384).is_ok());
+    }
 
     #[test]
     fn hidden_kernel_names_say_what_would_show_them() {

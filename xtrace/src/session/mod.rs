@@ -183,6 +183,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     };
     if let Some(hz) = hz {
         sampler::check_rate(hz)?;
+        sampler::check_ring(args.buffer_size, args.user_stack)?;
     }
     let (mut targets, mut plan, out) = resolve(args, &specs, hz.is_some())?;
     if pid_namespace.is_some() {
