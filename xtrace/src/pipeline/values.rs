@@ -246,19 +246,25 @@ impl Values {
         if capture.args.is_empty() && capture.ret.is_none() {
             return None;
         }
-        let mine = self.pending.take(tid, start_ns);
-        let mut values = match mine {
-            Some(values) => values,
-            None if capture.args.is_empty() => Vec::new(),
-            // The arguments were not recorded (ring buffer full, too many pending): no values.
-            None => return Some(String::new()),
+        // None when the arguments were not recorded (ring buffer full, too many pending): the span
+        // still has its return value, which its own record carries.
+        let args = match self.pending.take(tid, start_ns) {
+            Some(values) => Some(values),
+            None if capture.args.is_empty() => Some(Vec::new()),
+            None => None,
         };
-        if let (Some(t), Some((ret, string))) = (capture.ret, ret) {
-            values.push(Value::from_register(t, ret, string));
-        }
+        let ret = match (capture.ret, ret) {
+            (Some(t), Some((ret, string))) => Some(Value::from_register(t, ret, string)),
+            _ => None,
+        };
         let stats = &mut self.stats[probe];
         let mut json = String::new();
-        for (stat, value) in stats.iter_mut().zip(&values) {
+        let (arg_stats, ret_stat) = stats.split_at_mut(capture.args.len());
+        for (stat, value) in arg_stats.iter_mut().zip(args.iter().flatten()) {
+            stat.add(value);
+            json += &format!(",\"{}\":{}", stat.name, value.json());
+        }
+        if let (Some(stat), Some(value)) = (ret_stat.first_mut(), &ret) {
             stat.add(value);
             json += &format!(",\"{}\":{}", stat.name, value.json());
         }
@@ -336,6 +342,20 @@ mod tests {
         assert_eq!(v.span(0, 7, 200, Some((0, &[]))).unwrap(), r#","ret":null"#);
         assert_eq!(v.span(0, 7, 300, None).unwrap(), "");
         assert_eq!(v.summaries()[0][0].count, 2);
+    }
+
+    /// A span whose argument record was dropped (ring buffer full) keeps its return value, which
+    /// its own record carries; only the return value's statistics count it.
+    #[test]
+    fn a_span_without_its_arguments_keeps_its_return_value() {
+        let mut v = values();
+        assert_eq!(
+            v.span(0, 7, 100, Some(((-5i64) as u64, &[]))).unwrap(),
+            r#","ret":-5"#
+        );
+        let summary = &v.summaries()[0];
+        assert_eq!(summary[0].count, 0, "arg0 was not recorded");
+        assert_eq!((summary[3].name.as_str(), summary[3].count), ("ret", 1));
     }
 
     #[test]
