@@ -77,6 +77,30 @@ fn returned_strings_are_read_at_the_return() {
     }
 }
 
+/// A function matched by several `-u` takes one spec's value types: an exact name's before a
+/// glob's, whatever their order; of two exact names, the first's, and xtrace says so.
+#[test]
+fn an_exact_spec_beats_a_glob_for_value_types() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace_new_fixture(&fixtures().calls, &["args"], &["argf*", SPEC], "args-glob");
+    assert_argfn_values(&out);
+    let (out, finished) = trace_new_fixture(
+        &fixtures().calls,
+        &["args"],
+        &["pick(i32) -> str", "pick(i64)"],
+        "args-twice",
+    );
+    assert_eq!(out.spans_named("pick")[3].args["ret"], json!("x".repeat(63)));
+    assert!(
+        finished.stderr.iter().any(|l| l
+            == "xtrace: warning: -u 'pick(i64)': `pick` is traced already by an earlier -u, whose value types apply"),
+        "{:?}",
+        finished.stderr
+    );
+}
+
 /// Code built with `-fcf-protection` starts every function with `endbr64`, which x86 uprobes
 /// single-step (~10 µs a hit, as `cargo xtask bench`'s stepped site shows) where they emulate the
 /// `push` that follows. The entry probe goes on that next instruction and sees the same

@@ -219,7 +219,23 @@ pub fn plan(
                 let shown = file.shown.display().to_string();
                 let key = (shown.clone(), meta.dev(), meta.ino(), function.probe_offset);
                 let planned = match ids.get(&key) {
-                    Some(known) => known.clone(),
+                    Some(known) => {
+                        if let Ok((id, ..)) = known {
+                            let capture = &plan.probes[*id as usize].capture;
+                            let typed = !spec.args.is_empty() || spec.ret.is_some();
+                            let note = format!(
+                                "-u '{}': `{}` is traced already by an earlier -u, whose value types apply",
+                                spec.text, function.demangled
+                            );
+                            if typed
+                                && (capture.args != spec.args || capture.ret != spec.ret)
+                                && !plan.notices.contains(&note)
+                            {
+                                plan.notices.push(note);
+                            }
+                        }
+                        known.clone()
+                    }
                     None => {
                         let known = match placement(
                             (entries, exits),

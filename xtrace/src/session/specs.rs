@@ -8,7 +8,7 @@ use crate::{
     probes::{
         entry::EntryMode,
         exits::ExitMode,
-        ranges,
+        glob, ranges,
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
@@ -105,8 +105,14 @@ impl Specs {
     }
 
     pub(super) fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
-        let mut plan = uprobe::plan(&self.uprobes, scopes, max_probes, (self.entries, self.exits))?;
-        usdt::plan::plan(&mut plan, &self.usdt, scopes)?;
+        // A function or probe matched by several specs takes the first one's value types: exact
+        // names go before globs, so `-u 'f*' -u 'f(i32)'` captures f's argument.
+        let mut uprobes = self.uprobes.clone();
+        uprobes.sort_by_key(|s| glob::is_glob(&s.symbol));
+        let mut usdt = self.usdt.clone();
+        usdt.sort_by_key(|s| glob::is_glob(&s.provider) || glob::is_glob(&s.name));
+        let mut plan = uprobe::plan(&uprobes, scopes, max_probes, (self.entries, self.exits))?;
+        usdt::plan::plan(&mut plan, &usdt, scopes)?;
         if self.cuda != CudaMode::Off {
             // With --cuda, libraries loaded later are watched for (not system-wide: every process
             // that maps a library planned now is traced anyway).
