@@ -231,8 +231,9 @@ impl Values {
     }
 
     /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret` with the
-    /// string it points at, when read (None: left by a tail call, so no return value yet): its values as trace.json `args` members
-    /// (`"arg0":1,"ret":-2`), or None when the probe captures none.
+    /// string it points at, when read (None: left by a tail call, so no return value yet): its
+    /// values as trace.json `args` members (`"arg0":1,"ret":-2`), or None when the probe captures
+    /// none.
     /// Arguments still waiting on this thread from calls that entered at or after `start_ns` belong
     /// to calls that ended without a span (longjmp, exceptions) and are dropped.
     pub fn span(
