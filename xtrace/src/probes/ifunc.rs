@@ -168,6 +168,15 @@ impl ImplementationSizes {
 #[derive(Default)]
 pub struct InProcess {
     resolved: HashMap<(u32, PathBuf), HashMap<u64, u64>>,
+    /// Each file's slots, by device and inode: read once however many processes map it.
+    files: HashMap<(u64, u64), Option<std::rc::Rc<FileSlots>>>,
+}
+
+/// What every process that maps a file shares about its IFUNC slots: (slot, resolver) as file
+/// addresses, and the page address of the segment that holds file offset 0.
+struct FileSlots {
+    slots: Vec<(u64, u64)>,
+    at_zero: u64,
 }
 
 impl InProcess {
@@ -179,18 +188,31 @@ impl InProcess {
         (file, symbols): (&TargetFile, &ElfSymbols),
         resolver: u64,
     ) -> Option<u64> {
+        let files = &mut self.files;
         self.resolved
             .entry((process.pid, file.open.clone()))
-            .or_insert_with(|| filled_slots(process.pid, file, symbols).unwrap_or_default())
+            .or_insert_with(|| {
+                let meta = std::fs::metadata(&file.open).ok();
+                let slots = meta.as_ref().and_then(|meta| {
+                    files
+                        .entry((meta.dev(), meta.ino()))
+                        .or_insert_with(|| file_slots(file).map(std::rc::Rc::new))
+                        .clone()
+                });
+                match (meta, slots) {
+                    (Some(meta), Some(slots)) => {
+                        filled_slots(process.pid, meta.ino(), &slots, symbols).unwrap_or_default()
+                    }
+                    _ => HashMap::new(),
+                }
+            })
             .get(&resolver)
             .copied()
     }
 }
 
-/// Each IFUNC resolver of `file` (by file address) whose slot in process `pid` holds code of the
-/// file outside its PLT ([`ElfSymbols::holds_code`]): the address of that code.
-fn filled_slots(pid: u32, file: &TargetFile, symbols: &ElfSymbols) -> Option<HashMap<u64, u64>> {
-    let meta = std::fs::metadata(&file.open).ok()?;
+/// The IFUNC slots of `file`, None when it has none (or cannot be read).
+fn file_slots(file: &TargetFile) -> Option<FileSlots> {
     let data = std::fs::read(&file.open).ok()?;
     let elf = object::File::parse(&*data).ok()?;
     let dynsym = elf.dynamic_symbol_table();
@@ -219,10 +241,21 @@ fn filled_slots(pid: u32, file: &TargetFile, symbols: &ElfSymbols) -> Option<Has
     if slots.is_empty() {
         return None;
     }
-    let bias = load_bias(pid, meta.ino(), &elf)?;
+    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
+    Some(FileSlots {
+        slots,
+        at_zero: first.address() & !0xfff,
+    })
+}
+
+/// Each IFUNC resolver of the file with inode `inode` (whose `file` slots and `symbols` are given,
+/// by file address) whose slot in process `pid` holds code of the file outside its PLT
+/// ([`ElfSymbols::holds_code`]): the address of that code.
+fn filled_slots(pid: u32, inode: u64, file: &FileSlots, symbols: &ElfSymbols) -> Option<HashMap<u64, u64>> {
+    let bias = load_bias(pid, inode, file.at_zero)?;
     let memory = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut resolved = HashMap::new();
-    for (slot, resolver) in slots {
+    for &(slot, resolver) in &file.slots {
         let mut word = [0u8; 8];
         if memory.read_at(&mut word, slot.wrapping_add(bias)).ok()? != 8 {
             continue;
@@ -260,10 +293,8 @@ fn irelative_slots(data: &[u8]) -> Vec<(u64, u64)> {
 }
 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
-/// the page of the address the file gives that offset.
-fn load_bias(pid: u32, inode: u64, elf: &object::File) -> Option<u64> {
-    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
-    let at_zero = first.address() & !0xfff;
+/// `at_zero`, the page of the address the file gives that offset.
+fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     maps.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
