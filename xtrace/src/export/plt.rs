@@ -40,7 +40,7 @@ pub fn stubs<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> 
             continue;
         };
         let entry = match section.elf_section_header().sh_entsize.get(elf.endian()) {
-            0 => DEFAULT_ENTRY,
+            0 => unsized_entry(data),
             size => size,
         };
         for (index, bytes) in data.chunks(entry as usize).enumerate() {
@@ -59,6 +59,17 @@ pub fn stubs<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> 
     stubs
 }
 
+/// The stub size of a PLT section that does not say: 8 bytes for a static executable's `.plt`
+/// (`jmp *SLOT(%rip)`, a 2-byte nop, the next `jmp` at byte 8), else [`DEFAULT_ENTRY`].
+fn unsized_entry(data: &[u8]) -> u64 {
+    const JMP_RIP: [u8; 2] = [0xff, 0x25];
+    if data.get(0..2) == Some(&JMP_RIP) && data.get(8..10) == Some(&JMP_RIP) {
+        8
+    } else {
+        DEFAULT_ENTRY
+    }
+}
+
 /// The stub holding file offset `offset`, in stubs sorted by offset.
 pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
     crate::pipeline::samples::covering(stubs, offset, |s| s.offsets.clone())
@@ -69,12 +80,12 @@ pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
 /// such as libc's to `strnlen`) the symbol at its resolver's address, else `*ABS*+0xADDRESS` as
 /// objdump writes it.
 fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> HashMap<u64, String> {
-    let Some(relocations) = elf.dynamic_relocations() else {
-        return HashMap::new();
-    };
     let dynamic = elf.dynamic_symbol_table();
     let mut at_address: Option<HashMap<u64, String>> = None;
-    relocations
+    let mut slots: HashMap<u64, String> = elf
+        .dynamic_relocations()
+        .into_iter()
+        .flatten()
         .filter_map(|(slot, relocation)| {
             let name = match relocation.target() {
                 RelocationTarget::Symbol(index) => {
@@ -98,18 +109,49 @@ fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> 
             };
             Some((slot, name))
         })
-        .collect()
+        .collect();
+    // A static executable's IFUNC stubs: its `.rela.plt` is no dynamic relocation section.
+    for (slot, resolver) in crate::probes::ifunc::irelative_slots(elf.data()) {
+        slots.entry(slot).or_insert_with(|| {
+            let named = at_address.get_or_insert_with(|| functions_by_address(elf));
+            named
+                .get(&resolver)
+                .cloned()
+                .unwrap_or_else(|| format!("*ABS*+{resolver:#x}"))
+        });
+    }
+    slots
 }
 
-/// The functions (IFUNCs included) of both symbol tables by address.
+/// The functions (IFUNCs included) of both symbol tables by address; of several names at one
+/// address, the public one (`memchr` before `__memchr`), then the shortest.
 fn functions_by_address<'d, R: object::ReadRef<'d>>(
     elf: &ElfFile64<'d, Endianness, R>,
 ) -> HashMap<u64, String> {
-    elf.dynamic_symbols()
+    let rank = |name: &str| {
+        (
+            name.len() - name.trim_start_matches('_').len(),
+            name.len(),
+            name.to_string(),
+        )
+    };
+    let mut named: HashMap<u64, String> = HashMap::new();
+    let functions = elf
+        .dynamic_symbols()
         .chain(elf.symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.name().ok().filter(|n| !n.is_empty())?.to_string())))
-        .collect()
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0);
+    for symbol in functions {
+        let Some(name) = symbol.name().ok().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        match named.get(&symbol.address()) {
+            Some(kept) if rank(kept) <= rank(name) => {}
+            _ => {
+                named.insert(symbol.address(), name.to_string());
+            }
+        }
+    }
+    named
 }
 
 /// The GOT slot an entry's code at `address` jumps through (`jmp qword ptr [rip+disp]`), if any.
@@ -162,6 +204,40 @@ mod tests {
             "{names:?}"
         );
         assert!(stubs.windows(2).all(|w| w[0].offsets.end <= w[1].offsets.start));
+    }
+
+    /// A static executable's IFUNC stubs (`strlen`, `memchr`: 8-byte `.plt` entries whose slots
+    /// `.rela.plt` fills with R_X86_64_IRELATIVE, no dynamic section) are named too. Built here
+    /// with the C compiler the fixtures need.
+    #[allow(clippy::redundant_closure)]
+    #[test]
+    fn irelative_stubs_of_a_static_executable_are_named() {
+        let dir = std::env::temp_dir().join(format!("xtrace-plt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (source, program) = (dir.join("s.c"), dir.join("s"));
+        std::fs::write(
+            &source,
+            "#include <string.h>\nint main(int c, char **v) { return (int)strlen(v[0]) + (memchr(v[0], 'x', c) != 0); }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-O1", "-static", "-o"])
+            .arg(&program)
+            .arg(&source)
+            .status()
+            .expect("running cc");
+        assert!(built.success(), "cc -static (libc6-dev's static libc)");
+        let stubs = crate::export::read_elf(program.to_str().unwrap(), |elf| stubs(elf));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.contains(&"strlen@plt") && names.contains(&"memchr@plt"),
+            "{names:?}"
+        );
+        assert!(
+            stubs.iter().all(|s| s.offsets.end - s.offsets.start == 8),
+            "{stubs:?}"
+        );
     }
 
     #[test]

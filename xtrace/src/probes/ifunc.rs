@@ -237,7 +237,7 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
             _ => None,
         })
         .collect();
-    slots.extend(irelative_slots(&data));
+    slots.extend(irelative_slots(&*data));
     if slots.is_empty() {
         return None;
     }
@@ -269,8 +269,9 @@ fn filled_slots(pid: u32, inode: u64, file: &FileSlots, symbols: &ElfSymbols) ->
     Some(resolved)
 }
 
-/// Every `R_X86_64_IRELATIVE` relocation of the ELF file `data`: (slot, resolver).
-fn irelative_slots(data: &[u8]) -> Vec<(u64, u64)> {
+/// Every `R_X86_64_IRELATIVE` relocation of the ELF file `data`, from every relocation section
+/// (a static executable's `.rela.plt` included): (slot, resolver).
+pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
     use object::read::elf::{FileHeader, Rela, SectionHeader};
     let parsed = elf::FileHeader64::<object::Endianness>::parse(data)
         .ok()
