@@ -216,15 +216,27 @@ fn function_the_kernel_cannot_probe() {
         program
     ]);
     assert_eq!(again, line);
+    // `int3`: the kernel takes the probe, but the program hung at the first call.
+    let trap = run_error(args!["-u", "trap_entry", "-o", tmp.join("out"), "--", program]);
+    assert_eq!(
+        trap,
+        format!(
+            "xtrace: error: {}: cannot probe `trap_entry`: its `int3` (cc) is the program's own \
+             trap, which a uprobe cannot step over (the program would hang); trace a function that \
+             calls it",
+            program.display()
+        )
+    );
     let out = tmp.join("glob");
     let before = Attachments::snapshot();
     let finished = Xtrace::spawn(args!["-u", "*_entry", "-u", "plain", "-o", &out, "--", program]).wait();
     finished.assert_success();
     before.assert_none_left();
     let warning = format!(
-        "xtrace: warning: {}: 3 matched function(s) start with an instruction the kernel's uprobes \
+        "xtrace: warning: {}: 4 matched function(s) start with an instruction the kernel's uprobes \
          refuse (a lock or segment-override prefix) or would not run (a vector instruction they \
-         take for a jump) and are not traced: locked_entry, segment_entry, vector_entry",
+         take for a jump, a trap of the program's own) and are not traced: locked_entry, \
+         segment_entry, trap_entry, vector_entry",
         program.display()
     );
     assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);

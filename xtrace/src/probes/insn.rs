@@ -45,12 +45,19 @@ pub fn refused_bytes(bytes: &[u8]) -> Option<String> {
     let why = why_refused(&insn, code)?;
     let hex: Vec<String> = code.iter().map(|b| format!("{b:02x}")).collect();
     let mnemonic = format!("{:?}", insn.mnemonic()).to_lowercase();
-    Some(format!("its `{mnemonic}` ({}) has {why}", hex.join(" ")))
+    Some(format!("its `{mnemonic}` ({}) {why}", hex.join(" ")))
 }
 
 /// What in the decoded `insn`, whose bytes are `code`, the kernel's uprobes refuse or would not
-/// run, if anything: a clause that says which.
+/// run, if anything: a predicate that says which (`has a lock prefix, ...`).
 pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
+    if matches!(insn.code(), Code::Int3 | Code::Int1 | Code::Int_imm8 | Code::Into) {
+        // The kernel accepts the probe, but stepping over a trap the program placed itself loops:
+        // the program spins, its calls unrecorded, until the probe is removed.
+        return Some(
+            "is the program's own trap, which a uprobe cannot step over (the program would hang)".into(),
+        );
+    }
     let refused = if insn.has_lock_prefix() {
         "a lock prefix"
     } else if matches!(
@@ -73,12 +80,12 @@ pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
             _ => "a VEX",
         };
         return Some(format!(
-            "{prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
+            "has {prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
              kernel's uprobes emulate as one instead of running the instruction (the traced \
              program would compute wrong results)"
         ));
     };
-    Some(format!("{refused}, which the kernel's uprobes refuse"))
+    Some(format!("has {refused}, which the kernel's uprobes refuse"))
 }
 
 /// The opcode byte of a VEX-, EVEX- or XOP-encoded `insn` (bytes `code`) when the kernel's
@@ -110,6 +117,15 @@ mod tests {
         assert!(cs.contains("segment-override"), "{cs}");
         // mov %eax,%ss
         assert!(refused_bytes(&[0x8e, 0xd0]).is_some());
+        // int3, int $0x80, int1 (icebp): the program's own traps.
+        let int3 = refused_bytes(&[0xcc, 0x48, 0x8d, 0x47, 0x05, 0xc3]).expect("refused");
+        assert_eq!(
+            int3,
+            "its `int3` (cc) is the program's own trap, which a uprobe cannot step over (the \
+             program would hang)"
+        );
+        assert!(refused_bytes(&[0xcd, 0x80]).is_some());
+        assert!(refused_bytes(&[0xf1]).is_some());
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl LeftOut {
             out.push(format!(
                 "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
                  (a lock or segment-override prefix) or would not run (a vector instruction they take \
-                 for a jump) and are not traced: {}",
+                 for a jump, a trap of the program's own) and are not traced: {}",
                 names.len(),
                 first_names(&names)
             ));
