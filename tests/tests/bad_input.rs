@@ -73,6 +73,30 @@ fn pid_that_exits_during_attach() {
     assert!(!tmp.join("out").exists(), "an empty output directory left behind");
 }
 
+/// A process whose main thread has exited (`pthread_exit`) while another thread runs: /proc/PID
+/// shows no mappings any more, so it is refused, saying why and what to do.
+#[test]
+fn pid_whose_main_thread_has_exited() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().calls, &["leaderexit"]);
+    fixture.wait_ready();
+    let pid = fixture.pid();
+    let line = run_error(args!["-p", pid.to_string(), "-u", "argfn"]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: process {pid}'s main thread has exited (pthread_exit) while 1 other \
+             thread(s) run: its mappings are no longer readable through /proc/{pid}, so xtrace \
+             cannot resolve its files; attach before the main thread exits, or launch it with \
+             `xtrace -- COMMAND`"
+        )
+    );
+    fixture.go();
+    assert!(fixture.wait().success());
+}
+
 #[test]
 fn target_not_elf() {
     if !require_bpf() {

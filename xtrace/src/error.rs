@@ -12,6 +12,8 @@ pub enum Error {
     ThreadNotProcess { pid: u32, tgid: u32 },
     #[error("process {pid} has exited (a zombie waiting for its parent): trace a running process")]
     Exited { pid: u32 },
+    #[error("process {pid}'s main thread has exited (pthread_exit) while {threads} other thread(s) run: its mappings are no longer readable through /proc/{pid}, so xtrace cannot resolve its files; attach before the main thread exits, or launch it with `xtrace -- COMMAND`")]
+    LeaderExited { pid: u32, threads: usize },
     #[error("process {pid} exited while xtrace was attaching: trace a process that keeps running, or launch it with `xtrace -- COMMAND`")]
     ExitedDuringAttach { pid: u32 },
     #[error(
