@@ -152,6 +152,13 @@ fn build() -> Fixtures {
         ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
+    for plugin in ["plugin_a", "plugin_b"] {
+        compile(
+            &[src.join("plugin.c")],
+            &out.join(format!("lib{plugin}.so")),
+            &["-shared", "-fPIC", &format!("-DPLUGIN={plugin}")],
+        );
+    }
     compile(
         &[src.join("profile.c")],
         &fixtures.profile_nofp,

@@ -401,6 +401,45 @@ fn a_deleted_or_replaced_executable_is_named_from_the_file_it_runs() {
     }
 }
 
+/// A plugin unloaded and another loaded in its place (the same address) does not name the first
+/// one's samples, nor does the first loaded again name the second's: `plugins` spends a quarter
+/// each in plugin_a, plugin_b, plugin_a, plugin_b. Before, every sample took the name of the
+/// library mapped last at that address.
+#[test]
+fn plugins_loaded_in_turn_at_one_address_name_their_own_samples() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-plugins");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["plugins", "800"], &tmp);
+    let folded = out.folded();
+    let count = |name: &str| -> u64 {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.split(';').any(|f| f == name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (a, b) = (count("plugin_a"), count("plugin_b"));
+    assert!(a + b >= 600, "{a} + {b} samples in the plugins: {folded:?}");
+    assert!(
+        a * 100 >= (a + b) * 35 && b * 100 >= (a + b) * 35,
+        "plugin_a {a}, plugin_b {b}: each about half"
+    );
+    // On the timeline, the four 200 ms rounds are a, b, a, b.
+    let mut rounds: Vec<&str> = Vec::new();
+    for sample in out.timeline_samples() {
+        let stack = sample["args"]["stack"].as_str().unwrap_or("");
+        let name = ["plugin_a", "plugin_b"].into_iter().find(|n| stack.contains(n));
+        if let Some(name) = name {
+            if rounds.last() != Some(&name) {
+                rounds.push(name);
+            }
+        }
+    }
+    assert_eq!(rounds, ["plugin_a", "plugin_b", "plugin_a", "plugin_b"]);
+}
+
 #[test]
 fn kernel_frames_of_a_syscall_heavy_process() {
     if !require_bpf() {

@@ -174,15 +174,16 @@ impl Resolver {
 
     /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
     fn resolve<'s>(&self, samples: &'s Samples) -> HashMap<&'s StackKey, Vec<String>> {
-        // User frames: (image, address) → (file to open, file offset, shown module).
+        // User frames: (image, its mappings then, address) → (file to open, file offset, shown
+        // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
-        let mut places: HashMap<(u32, u64), Option<FilePlace>> = HashMap::new();
+        let mut places: HashMap<(u32, u32, u64), Option<FilePlace>> = HashMap::new();
         for key in samples.stacks.keys() {
-            let maps = samples.images.maps(key.image);
+            let maps = mapped_then(samples, key);
             for (i, &address) in key.user.iter().enumerate() {
                 let address = lookup_address(i, address);
-                places.entry((key.image, address)).or_insert_with(|| {
+                places.entry((key.image, key.mapped, address)).or_insert_with(|| {
                     // Only file-backed code has symbols to read; the rest ([vdso], JIT) is None.
                     let mapping = find(maps, address).filter(|m| m.path.starts_with('/'))?;
                     let offset = address - mapping.start + mapping.offset;
@@ -243,15 +244,12 @@ impl Resolver {
                     .rev()
                     .map(|(i, &address)| {
                         let address = lookup_address(i, address);
-                        match &places[&(key.image, address)] {
+                        match &places[&(key.image, key.mapped, address)] {
                             Some((open, offset, module)) => file_names
                                 .get(&(open.clone(), *offset))
                                 .cloned()
                                 .unwrap_or_else(|| format!("{module}+{offset:#x}")),
-                            None => {
-                                let maps = samples.images.maps(key.image);
-                                self.unfiled(maps, address, &jit[&key.pid])
-                            }
+                            None => self.unfiled(mapped_then(samples, key), address, &jit[&key.pid]),
                         }
                     })
                     .collect();
@@ -296,6 +294,12 @@ fn vdso_symbols() -> Vec<(u64, u64, String)> {
             ))
         })
         .collect()
+}
+
+/// The mappings `key`'s image had when the sample was taken.
+fn mapped_then<'s>(samples: &'s Samples, key: &StackKey) -> &'s [crate::pipeline::samples::Mapping] {
+    let maps = samples.images.maps(key.image);
+    &maps[..(key.mapped as usize).min(maps.len())]
 }
 
 /// A frame name safe for the folded format (no `;`, no line breaks).

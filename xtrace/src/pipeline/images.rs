@@ -251,7 +251,7 @@ impl Images {
             Change::Map { pid, ns, mapping } if self.keeps(pid) => {
                 let id = self.at(pid, ns);
                 if let Some(image) = self.images.get_mut(&id) {
-                    if !image.maps.contains(&mapping) {
+                    if !super::samples::is_current(&image.maps, &mapping) {
                         image.maps.push(mapping);
                     }
                 }

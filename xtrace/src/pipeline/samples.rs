@@ -49,6 +49,10 @@ pub struct StackKey {
     pub pid: u32,
     /// The process's image when sampled ([`Images`]): whose mappings name the user frames.
     pub image: u32,
+    /// How many mappings the image had then. Mappings are only added, so the first `mapped` are
+    /// the image as it was: a library loaded later at the same address (a plugin unloaded and
+    /// another loaded in its place) does not name this sample.
+    pub mapped: u32,
     /// Innermost first.
     pub kernel: Box<[u64]>,
     /// Innermost first; the first is the interrupted instruction.
@@ -146,6 +150,7 @@ impl Samples {
         let key = StackKey {
             pid,
             image,
+            mapped: self.images.maps(image).len() as u32,
             kernel: kernel.into(),
             user,
         };
@@ -297,6 +302,13 @@ fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
     Some(parse_maps(&text))
 }
 
+/// Whether `mapping` is already in `maps` and the latest there over its start: a library mapped
+/// again where another was mapped since (a plugin loaded, unloaded, another in its place, the
+/// first again) is added again, so that it names the samples taken from then on.
+pub fn is_current(maps: &[Mapping], mapping: &Mapping) -> bool {
+    find(maps, mapping.start) == Some(mapping)
+}
+
 /// Adds the executable mappings `pid` has now to `known`. Mappings are only added: code seen
 /// earlier may have been unmapped since, and a process that is exiting has none left.
 pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
@@ -309,7 +321,7 @@ pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
         maps.len()
     );
     for mapping in maps {
-        if !known.contains(&mapping) {
+        if !is_current(known, &mapping) {
             known.push(mapping);
         }
     }
