@@ -114,11 +114,12 @@ pub struct Ranges {
     /// Open push/pop ranges per (pid, tid, source, domain), innermost last.
     stacks: HashMap<(u32, u32, Source, Option<String>), Vec<Open>>,
     /// Open start/end ranges per (pid, id).
-    open_async: HashMap<(u32, u64), AsyncOpen>,
+    /// Open start/end ranges per (pid, source, id): NVTX and ITT number their ranges apart.
+    open_async: HashMap<(u32, Source, u64), AsyncOpen>,
     /// Open start/end ranges of id 0 per pid, oldest first, with the id each has in trace.json:
     /// libnvToolsExt's probes see no range id (it returns 0 when no NVTX tool is loaded), so an
     /// end of id 0, or of an id not open, closes the process's oldest such range.
-    unnumbered: HashMap<u32, VecDeque<(u64, AsyncOpen)>>,
+    unnumbered: HashMap<(u32, Source), VecDeque<(u64, AsyncOpen)>>,
     /// Ids given to ranges of id 0.
     next_unnumbered: u64,
     stats: HashMap<StatKey, ProbeStats>,
@@ -154,9 +155,9 @@ fn int(args: &[RangeArg], i: usize) -> u64 {
     }
 }
 
-/// The async id in trace.json: the tool's id is unique within its process.
-fn trace_id(pid: u32, id: u64) -> u64 {
-    (u64::from(pid) << 40) ^ id
+/// The async id in trace.json: the tool's id is unique within its process and source.
+fn trace_id(pid: u32, source: Source, id: u64) -> u64 {
+    (u64::from(pid) << 40) ^ ((source as u64) << 37) ^ id
 }
 
 /// Where the ids trace.json gives ranges of id 0 begin (above any id the tool library hands out).
@@ -268,10 +269,17 @@ impl Ranges {
                     0 => {
                         self.next_unnumbered += 1;
                         let id = UNNUMBERED_IDS | self.next_unnumbered;
-                        self.unnumbered.entry(pid).or_default().push_back((id, open));
+                        self.unnumbered
+                            .entry((pid, source))
+                            .or_default()
+                            .push_back((id, open));
                     }
                     id => {
-                        self.open_async.insert((pid, id), open);
+                        // A range of that id still open never ends now (its process started its
+                        // numbering again: an exec): it is counted as unpaired.
+                        if self.open_async.insert((pid, source, id), open).is_some() {
+                            self.unpaired += 1;
+                        }
                     }
                 }
                 Output::Nothing
@@ -282,9 +290,13 @@ impl Ranges {
                 let id = int(args, 1);
                 let found = self
                     .open_async
-                    .remove(&(pid, id))
+                    .remove(&(pid, source, id))
                     .map(|open| (id, open))
-                    .or_else(|| self.unnumbered.get_mut(&pid).and_then(VecDeque::pop_front));
+                    .or_else(|| {
+                        self.unnumbered
+                            .get_mut(&(pid, source))
+                            .and_then(VecDeque::pop_front)
+                    });
                 let Some((id, open)) = found else {
                     self.unpaired += 1;
                     return Output::Nothing;
@@ -295,7 +307,7 @@ impl Ranges {
                 let edge = |begin| {
                     Some(AsyncEdge {
                         begin,
-                        id: trace_id(pid, id),
+                        id: trace_id(pid, source, id),
                     })
                 };
                 let begin = SpanOut {
@@ -358,8 +370,11 @@ impl Ranges {
                 start_ns != 0 && (self.since_ns..=stop_ns).contains(&start_ns)
             }
             RangeOp::End => {
-                self.open_async.contains_key(&(pid, int(args, 1)))
-                    || self.unnumbered.get(&pid).is_some_and(|open| !open.is_empty())
+                self.open_async.contains_key(&(pid, source, int(args, 1)))
+                    || self
+                        .unnumbered
+                        .get(&(pid, source))
+                        .is_some_and(|open| !open.is_empty())
             }
             RangeOp::Push | RangeOp::Start | RangeOp::Mark | RangeOp::ThreadName => false,
         }

@@ -251,3 +251,45 @@ fn after_the_stop_only_ends_of_ranges_begun_before_it_count() {
         "the oldest range of id 0"
     );
 }
+
+/// NVTX and ITT number their start/end ranges apart, both from 1: an end closes the range of its
+/// own source. A start that reuses an id still open (the process started its numbering again, as
+/// after an exec) leaves the older range unended: counted as unpaired.
+#[test]
+fn start_end_ids_are_per_source() {
+    let mut r = Ranges::new(Wanted::ALL, 0);
+    const ITT: RangeArg = RangeArg::Int(3);
+    r.hit(
+        0,
+        RangeOp::Start,
+        &[NVTX, NONE, s("nv"), RangeArg::Int(1)],
+        (1, 1, 10),
+    );
+    r.hit(
+        0,
+        RangeOp::Start,
+        &[ITT, NONE, s("it"), RangeArg::Int(1)],
+        (1, 1, 20),
+    );
+    let nv = events(r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(1)], (1, 1, 30)));
+    assert_eq!((nv[0].name.as_deref(), nv[0].start_ns), (Some("nv"), 10));
+    let it = events(r.hit(1, RangeOp::End, &[ITT, RangeArg::Int(1)], (1, 1, 50)));
+    assert_eq!((it[0].name.as_deref(), it[0].start_ns), (Some("it"), 20));
+    assert_ne!(nv[0].edge.unwrap().id, it[0].edge.unwrap().id);
+    assert_eq!((r.unpaired, r.still_open()), (0, 0));
+    r.hit(
+        0,
+        RangeOp::Start,
+        &[NVTX, NONE, s("old"), RangeArg::Int(2)],
+        (1, 1, 60),
+    );
+    r.hit(
+        0,
+        RangeOp::Start,
+        &[NVTX, NONE, s("new"), RangeArg::Int(2)],
+        (1, 1, 70),
+    );
+    let new = events(r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(2)], (1, 1, 80)));
+    assert_eq!(new[0].name.as_deref(), Some("new"));
+    assert_eq!((r.unpaired, r.still_open()), (1, 0));
+}
