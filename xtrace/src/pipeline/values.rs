@@ -29,10 +29,19 @@ pub fn c_text(bytes: &[u8]) -> String {
     c_str(bytes).into_owned()
 }
 
-/// [`c_text`], borrowed from `bytes` when they are valid UTF-8.
+/// [`c_text`], borrowed from `bytes` when they are valid UTF-8. A string cut at the bytes kept
+/// (63, or no NUL at all) loses a character the cut split instead of ending in U+FFFD.
 pub fn c_str(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end])
+    let mut text = &bytes[..end];
+    let cut = end == bytes.len() || end + 1 >= xtrace_common::event::ARG_STR_LEN;
+    if let Err(e) = std::str::from_utf8(text) {
+        // No error length: the bytes end inside a character.
+        if cut && e.error_len().is_none() {
+            text = &text[..e.valid_up_to()];
+        }
+    }
+    String::from_utf8_lossy(text)
 }
 
 /// A `wchar_t` string (UTF-32, native byte order) up to its NUL or the end of `bytes`; characters
@@ -327,6 +336,20 @@ mod tests {
             },
             Capture::default(),
         ])
+    }
+
+    /// A string cut at 63 bytes inside a character ends before it; invalid bytes elsewhere are
+    /// U+FFFD as ever.
+    #[test]
+    fn a_cut_string_does_not_end_in_half_a_character() {
+        let mut cut = vec![b'L'; 61];
+        cut.extend("日日".as_bytes());
+        cut.truncate(63);
+        cut.push(0);
+        assert_eq!(c_text(&cut), "L".repeat(61));
+        assert_eq!(c_text(b"ab\xe6\x97\0"), "ab\u{fffd}");
+        assert_eq!(c_text(b"\xffok\0"), "\u{fffd}ok");
+        assert_eq!(c_text("日本".as_bytes()), "日本");
     }
 
     /// `-> str`: the string read at the return; `null` when unreadable (nothing read) or left by a
