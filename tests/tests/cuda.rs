@@ -65,11 +65,18 @@ fn launches<'a>(spans: &'a [Span], kernel: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.args["kernel"] == kernel).collect()
 }
 
-/// The byte values of trace.json's counter track `name`, in order.
+/// The byte values of trace.json's counter track `name`, in order; its times never go back
+/// (a viewer draws the track in time order).
 fn counter_track(out: &Outputs, name: &str) -> Vec<u64> {
-    out.events
+    let track: Vec<&Value> = out
+        .events
         .iter()
         .filter(|e| e["ph"] == "C" && e["name"] == name)
+        .collect();
+    let times: Vec<f64> = track.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{name}: {times:?}");
+    track
+        .iter()
         .map(|e| e["args"]["bytes"].as_u64().unwrap_or(u64::MAX))
         .collect()
 }

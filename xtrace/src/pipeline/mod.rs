@@ -63,6 +63,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
+    /// The time of each process's last memory counter value, per memory space.
+    counter_at: std::collections::HashMap<(u32, Space), u64>,
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
@@ -93,6 +95,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             loaders: Vec::new(),
             loaded: Vec::new(),
             stopped_at: None,
+            counter_at: std::collections::HashMap::new(),
         }
     }
 
@@ -227,21 +230,29 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             ..Default::default()
         })?;
         match rendered.memory {
-            Some((space, bytes)) => self.emit(SpanOut {
-                probe: span.probe_id as usize,
-                pid,
-                tid: pid,
-                start_ns: end_ns,
-                name: Some(
-                    match space {
-                        Space::Device => CUDA_MEMORY_TRACK,
-                        Space::PinnedHost => CUDA_PINNED_TRACK,
-                    }
-                    .into(),
-                ),
-                counter: Some(bytes),
-                ..Default::default()
-            }),
+            // The counter follows the calls in the order their records came, which two CPUs can
+            // swap by nanoseconds: its times never go back, so no viewer draws a change that
+            // never happened.
+            Some((space, bytes)) => {
+                let at = self.counter_at.entry((pid, space)).or_default();
+                *at = end_ns.max(*at);
+                let at = *at;
+                self.emit(SpanOut {
+                    probe: span.probe_id as usize,
+                    pid,
+                    tid: pid,
+                    start_ns: at,
+                    name: Some(
+                        match space {
+                            Space::Device => CUDA_MEMORY_TRACK,
+                            Space::PinnedHost => CUDA_PINNED_TRACK,
+                        }
+                        .into(),
+                    ),
+                    counter: Some(bytes),
+                    ..Default::default()
+                })
+            }
             None => Ok(()),
         }
     }
