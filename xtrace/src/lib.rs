@@ -12,6 +12,7 @@ pub mod cuda;
 pub mod demangle;
 pub mod error;
 pub mod export;
+pub mod launch;
 pub mod output;
 pub mod pidns;
 pub mod pipeline;

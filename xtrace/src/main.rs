@@ -165,7 +165,7 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
 
 /// A panic (a bug in xtrace) as one `xtrace: internal error:` line, the backtrace after it when
 /// RUST_BACKTRACE asks for one. The process then exits with 101; everything it attached goes with
-/// its fds, and a launched command gets SIGTERM (see `target::Launch`).
+/// its fds, and a launched command gets SIGTERM (see `launch::Launch`).
 fn report_panic(info: &std::panic::PanicHookInfo) {
     let payload = info.payload();
     let message = payload

@@ -1,11 +1,9 @@
-//! Traced processes: validating `--pid`, launching `-- COMMAND` held at a gate until the probes are
-//! attached, watching for exit through pidfds (Linux 5.3+), and resolving probe TARGETs to files.
+//! Traced processes: validating `--pid`, watching for exit through pidfds (Linux 5.3+), and
+//! resolving probe TARGETs to files, as a process maps them (launching `-- COMMAND` is
+//! `crate::launch`'s).
 use std::{
-    io::{Read, Write},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    os::unix::process::CommandExt,
     path::{Path, PathBuf},
-    process::ExitStatus,
 };
 
 use crate::error::{Error, Result};
@@ -364,7 +362,7 @@ pub fn thread_comm(pid: u32, tid: u32) -> Option<String> {
     read_comm(&format!("/proc/{pid}/task/{tid}/comm"))
 }
 
-fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
@@ -388,199 +386,6 @@ pub(crate) fn is_kernel_thread(pid: u32) -> bool {
 pub(crate) fn stat_after_name(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
-}
-
-/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
-pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let not_found = || Error::CommandNotFound {
-        command: command.to_string_lossy().into_owned(),
-    };
-    let executable = |m: &std::fs::Metadata| {
-        use std::os::unix::fs::PermissionsExt;
-        m.is_file() && m.permissions().mode() & 0o111 != 0
-    };
-    if command.as_bytes().contains(&b'/') {
-        let path = PathBuf::from(command);
-        let why = match path.metadata() {
-            Ok(m) if executable(&m) => return Ok(path),
-            Err(e) => e.to_string(),
-            Ok(m) if m.is_dir() => "it is a directory".to_string(),
-            Ok(m) if !m.is_file() => "it is not a regular file".to_string(),
-            Ok(_) => "it is not executable (chmod +x)".to_string(),
-        };
-        return Err(Error::CommandUnusable {
-            command: command.to_string_lossy().into_owned(),
-            why,
-        });
-    }
-    let path = std::env::var_os("PATH").ok_or_else(not_found)?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(command))
-        .find(|p| p.metadata().is_ok_and(|m| executable(&m)))
-        .ok_or_else(not_found)
-}
-
-/// A launched command, stopped before `exec` until `release` is called. Dropping it unreleased
-/// makes the child exit without running the command. The command gets SIGTERM if xtrace dies
-/// (PR_SET_PDEATHSIG).
-pub struct Launch {
-    pub process: Process,
-    pub argv: Vec<String>,
-    /// The file run (argv[0] resolved).
-    program: PathBuf,
-    gate: std::io::PipeWriter,
-    spawned: std::sync::mpsc::Receiver<std::io::Result<()>>,
-    exited: Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>>,
-}
-
-impl Launch {
-    /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
-    /// `env` is added to xtrace's own environment for the command.
-    pub fn start(
-        program: &Path,
-        argv: &[std::ffi::OsString],
-        env: &[(&str, std::ffi::OsString)],
-    ) -> Result<Self> {
-        let command = argv[0].to_string_lossy().into_owned();
-        let launch_err = |source| Error::Launch {
-            command: command.clone(),
-            source,
-        };
-        let (gate_read, gate) = std::io::pipe().map_err(launch_err)?;
-        let (mut pid_read, pid_write) = std::io::pipe().map_err(launch_err)?;
-        let mut cmd = std::process::Command::new(program);
-        cmd.arg0(&argv[0]).args(&argv[1..]);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        let (gate_fd, gate_write_fd, pid_fd) =
-            (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
-        let xtrace = std::process::id() as libc::pid_t;
-        // SAFETY: the hook only calls async-signal-safe functions (close, prctl, getppid, getpid,
-        // write, read, _exit).
-        unsafe {
-            cmd.pre_exec(move || {
-                // Our copy of the gate's write end would keep the read below from ever seeing EOF.
-                libc::close(gate_write_fd);
-                // The command never outlives xtrace, however xtrace ends (SIGKILL, a panic): it
-                // gets SIGTERM when the thread that forked it (the launcher, alive until the
-                // command exits) dies. If xtrace died before this line, stop here.
-                // Not running the command, the child leaves at once with _exit: returning an error
-                // would have it report the error to the parent, which aborts the child (a core
-                // file) when xtrace is dead.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 || libc::getppid() != xtrace {
-                    libc::_exit(1);
-                }
-                let pid = libc::getpid().to_ne_bytes();
-                libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
-                let mut byte = 0u8;
-                if libc::read(gate_fd, (&raw mut byte).cast(), 1) != 1 {
-                    libc::_exit(1); // the gate closed unopened: xtrace dropped the launch or died
-                }
-                Ok(())
-            });
-        }
-        let (spawned_tx, spawned) = std::sync::mpsc::channel();
-        let (exited_tx, exited) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("xtrace-launch".into())
-            .spawn(move || {
-                // The pipe ends stay open in this thread until the child has exec'd or failed.
-                let _ends = (gate_read, pid_write);
-                match cmd.spawn() {
-                    Ok(mut child) => {
-                        drop(_ends);
-                        let _ = spawned_tx.send(Ok(()));
-                        let _ = exited_tx.send(child.wait());
-                    }
-                    Err(e) => {
-                        let _ = spawned_tx.send(Err(e));
-                    }
-                }
-            })
-            .map_err(launch_err)?;
-        let mut pid = [0u8; 4];
-        if pid_read.read_exact(&mut pid).is_err() {
-            let error = spawned
-                .recv()
-                .ok()
-                .and_then(|r| r.err())
-                .unwrap_or_else(|| std::io::Error::other("fork failed"));
-            return Err(launch_err(error));
-        }
-        let pid = i32::from_ne_bytes(pid) as u32;
-        let pidfd = pidfd_open(pid).map_err(launch_err)?;
-        Ok(Launch {
-            process: Process { pid, pidfd },
-            // For the summary and messages: arguments that are not UTF-8 are shown lossily.
-            argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-            program: program.to_path_buf(),
-            gate,
-            spawned,
-            exited: Some(exited),
-        })
-    }
-
-    /// Lets the child exec the command; fails if the exec failed.
-    pub fn release(&mut self) -> Result<()> {
-        let command = self.argv[0].clone();
-        self.gate.write_all(&[1]).map_err(|source| Error::Launch {
-            command: command.clone(),
-            source,
-        })?;
-        match self.spawned.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(source)) if source.kind() == std::io::ErrorKind::NotFound => {
-                // The file is there (it was resolved): what exec missed is its interpreter.
-                let source = match missing_interpreter(&self.program) {
-                    Some(interpreter) => std::io::Error::new(
-                        source.kind(),
-                        format!("its interpreter {interpreter} does not exist ({source})"),
-                    ),
-                    None => source,
-                };
-                Err(Error::Launch { command, source })
-            }
-            Ok(Err(source)) => Err(Error::Launch { command, source }),
-            Err(_) => Err(Error::Launch {
-                command,
-                source: std::io::Error::other("launcher thread died"),
-            }),
-        }
-    }
-
-    /// The receiver of the command's exit status (once).
-    pub fn take_exit(&mut self) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>> {
-        self.exited.take()
-    }
-}
-
-/// The interpreter `program` names that does not exist: an ELF file's dynamic linker
-/// (`PT_INTERP`), or a script's `#!` line; None when it names none or it exists.
-fn missing_interpreter(program: &Path) -> Option<String> {
-    use object::read::elf::{FileHeader, ProgramHeader};
-    let mut head = Vec::new();
-    std::fs::File::open(program)
-        .ok()?
-        .take(64 << 10)
-        .read_to_end(&mut head)
-        .ok()?;
-    let interpreter = if let Some(line) = head.strip_prefix(b"#!") {
-        let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
-        let word = line.split(|b| b.is_ascii_whitespace()).find(|w| !w.is_empty())?;
-        String::from_utf8_lossy(word).into_owned()
-    } else {
-        let header = object::elf::FileHeader64::<object::Endianness>::parse(&*head).ok()?;
-        let endian = header.endian().ok()?;
-        let interp = header
-            .program_headers(endian, &*head)
-            .ok()?
-            .iter()
-            .find(|p| p.p_type(endian) == object::elf::PT_INTERP)?;
-        let bytes = interp.data(endian, &*head).ok()?;
-        let bytes = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
-        String::from_utf8_lossy(bytes).into_owned()
-    };
-    (!Path::new(&interpreter).exists()).then_some(interpreter)
 }
 
 #[cfg(test)]
@@ -679,48 +484,6 @@ mod tests {
     }
 
     #[test]
-    fn commands_resolve_through_path() {
-        assert!(resolve_command(std::ffi::OsStr::new("sh"))
-            .unwrap()
-            .ends_with("sh"));
-        assert!(matches!(
-            resolve_command(std::ffi::OsStr::new("no-such-command-xtrace")),
-            Err(Error::CommandNotFound { .. })
-        ));
-        assert!(matches!(
-            resolve_command(std::ffi::OsStr::new("/etc/passwd")),
-            Err(Error::CommandUnusable { why, .. }) if why.contains("not executable")
-        ));
-    }
-
-    /// A binary whose dynamic linker is missing: a copy of one with its `PT_INTERP` path changed.
-    #[test]
-    fn a_missing_interpreter_is_named() {
-        let ours = std::fs::read("/proc/self/exe").unwrap();
-        let interpreter = b"/lib64/ld-linux-x86-64.so.2\0";
-        let Some(at) = ours.windows(interpreter.len()).position(|w| w == interpreter) else {
-            return; // linked otherwise (static, another loader): nothing to change
-        };
-        let dir = std::env::temp_dir().join(format!("xtrace-interp-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (good, bad) = (dir.join("good"), dir.join("bad"));
-        std::fs::write(&good, &ours).unwrap();
-        let mut changed = ours.clone();
-        changed[at + interpreter.len() - 2] = b'9';
-        std::fs::write(&bad, &changed).unwrap();
-        assert_eq!(missing_interpreter(&good), None);
-        assert_eq!(
-            missing_interpreter(&bad).as_deref(),
-            Some("/lib64/ld-linux-x86-64.so.9")
-        );
-        std::fs::write(&bad, "#!/nonexistent/sh -e\necho\n").unwrap();
-        assert_eq!(missing_interpreter(&bad).as_deref(), Some("/nonexistent/sh"));
-        std::fs::write(&bad, "#!/bin/sh\n").unwrap();
-        assert_eq!(missing_interpreter(&bad), None);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
     fn exit_is_seen_through_the_pidfd() {
         let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
         let process = Process::open(child.id()).unwrap();
@@ -728,31 +491,5 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(process.has_exited());
-    }
-
-    #[test]
-    fn launch_waits_at_the_gate_and_reports_exit() {
-        let program = resolve_command(std::ffi::OsStr::new("sh")).unwrap();
-        let argv: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), "exit 7".into()];
-        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
-        // Still held at the gate: it is our forked copy, not yet `sh`.
-        assert_ne!(launch.process.info().comm.as_deref(), Some("sh"));
-        launch.release().unwrap();
-        let status = launch.take_exit().unwrap().blocking_recv().unwrap().unwrap();
-        assert_eq!(status.code(), Some(7));
-    }
-
-    #[test]
-    fn unreleased_launch_never_runs_the_command() {
-        let marker = std::env::temp_dir().join(format!("xtrace-gate-{}", std::process::id()));
-        let program = resolve_command(std::ffi::OsStr::new("touch")).unwrap();
-        let argv: Vec<std::ffi::OsString> = vec!["touch".into(), marker.clone().into_os_string()];
-        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
-        let exited = launch.take_exit().unwrap();
-        drop(launch);
-        // The child leaves with _exit(1) before exec: the command never runs.
-        let status = exited.blocking_recv().unwrap().unwrap();
-        assert_eq!(status.code(), Some(1));
-        assert!(!marker.exists());
     }
 }

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 
 use crate::{
     error::{Error, Result},
+    launch::resolve_command,
     probes::{
         elf,
         entry::{EntryMode, EntrySites},
@@ -17,7 +18,7 @@ use crate::{
         uprobe::{self, Scope},
         usdt,
     },
-    target::{resolve_command, Process},
+    target::Process,
 };
 
 #[derive(Debug, Args)]

@@ -11,10 +11,11 @@ use crate::{
         profile,
         summary::{self, CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
+    launch::Launch,
     output::{self, Sink, TraceFile},
     pipeline::Pipeline,
     probes::uprobe::Plan,
-    target::{Launch, ProcessInfo},
+    target::ProcessInfo,
 };
 
 type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;

@@ -22,6 +22,7 @@ use crate::{
     },
     error::{Error, Result},
     export::summary::{RunInfo, Summary},
+    launch::{resolve_command, Launch},
     output,
     pipeline::{
         images::Sampled,
@@ -36,7 +37,7 @@ use crate::{
         attach, follow, sampler,
         uprobe::{self, Plan, Scope},
     },
-    target::{resolve_command, Launch, Process, ProcessInfo},
+    target::{Process, ProcessInfo},
 };
 
 pub use run::Progress;
