@@ -224,7 +224,12 @@ impl Calls {
             } => {
                 let n = rows_of(size, rows).saturating_mul(layers.map_or(1, get));
                 let ptr = call.out.unwrap_or(0);
-                values = format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values;
+                values = if code == 0 {
+                    format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values
+                } else {
+                    // A failed call writes no pointer: what the out-pointer holds is not its.
+                    format!(",\"bytes\":{n},\"ptr\":null") + &values
+                };
                 if count && ptr != 0 {
                     let m = self.totals.memory.entry((space, pid)).or_default();
                     let allocation = Allocation {
