@@ -113,10 +113,9 @@ pub struct Ranges {
     since_ns: u64,
     /// Open push/pop ranges per (pid, tid, source, domain), innermost last.
     stacks: HashMap<(u32, u32, Source, Option<String>), Vec<Open>>,
-    /// Open start/end ranges per (pid, id).
     /// Open start/end ranges per (pid, source, id): NVTX and ITT number their ranges apart.
     open_async: HashMap<(u32, Source, u64), AsyncOpen>,
-    /// Open start/end ranges of id 0 per pid, oldest first, with the id each has in trace.json:
+    /// Open start/end ranges of id 0 per pid and source, oldest first, with the id each has in trace.json:
     /// libnvToolsExt's probes see no range id (it returns 0 when no NVTX tool is loaded), so an
     /// end of id 0, or of an id not open, closes the process's oldest such range.
     unnumbered: HashMap<(u32, Source), VecDeque<(u64, AsyncOpen)>>,
