@@ -266,7 +266,11 @@ fn cuda_calls_by_pid_exactly() {
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].args["error"], 2);
     assert_eq!(failed[0].args["bytes"], 1u64 << 41);
-    assert_eq!(failed[0].args["ptr"], Value::Null, "a failed call hands out no pointer");
+    assert_eq!(
+        failed[0].args["ptr"],
+        Value::Null,
+        "a failed call hands out no pointer"
+    );
 
     assert!(finished
         .stdout

@@ -9,7 +9,7 @@ use std::{collections::HashMap, ops::Range};
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 use object::{
     elf, read::elf::ElfFile64, Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable,
-    RelocationFlags, RelocationTarget, SymbolKind,
+    RelocationTarget, SymbolKind,
 };
 
 /// Stub size when a PLT section does not say (`sh_entsize` 0).
@@ -75,50 +75,32 @@ pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
     crate::pipeline::samples::covering(stubs, offset, |s| s.offsets.clone())
 }
 
-/// Address of each GOT slot a dynamic relocation fills → the name of what it holds: the symbol
-/// the relocation names, or for an `R_X86_64_IRELATIVE` slot (a library's own call to an IFUNC,
-/// such as libc's to `strnlen`) the symbol at its resolver's address, else `*ABS*+0xADDRESS` as
-/// objdump writes it.
+/// Address of each GOT slot a relocation fills → the name of what it holds: the symbol a dynamic
+/// relocation names, or for an `R_X86_64_IRELATIVE` slot (a library's own call to an IFUNC, such
+/// as libc's to `strnlen`; every IFUNC call of a static executable, whose `.rela.plt` is no dynamic
+/// relocation section) the symbol at its resolver's address, else `*ABS*+0xADDRESS` as objdump
+/// writes it.
 fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> HashMap<u64, String> {
     let dynamic = elf.dynamic_symbol_table();
-    let mut at_address: Option<HashMap<u64, String>> = None;
     let mut slots: HashMap<u64, String> = elf
         .dynamic_relocations()
         .into_iter()
         .flatten()
         .filter_map(|(slot, relocation)| {
-            let name = match relocation.target() {
-                RelocationTarget::Symbol(index) => {
-                    let symbol = dynamic.as_ref()?.symbol_by_index(index).ok()?;
-                    symbol.name().ok().filter(|n| !n.is_empty())?.to_string()
-                }
-                RelocationTarget::Absolute
-                    if relocation.flags()
-                        == (RelocationFlags::Elf {
-                            r_type: elf::R_X86_64_IRELATIVE,
-                        }) =>
-                {
-                    let resolver = relocation.addend() as u64;
-                    let named = at_address.get_or_insert_with(|| functions_by_address(elf));
-                    named
-                        .get(&resolver)
-                        .cloned()
-                        .unwrap_or_else(|| format!("*ABS*+{resolver:#x}"))
-                }
-                _ => return None,
+            let RelocationTarget::Symbol(index) = relocation.target() else {
+                return None;
             };
-            Some((slot, name))
+            let symbol = dynamic.as_ref()?.symbol_by_index(index).ok()?;
+            Some((slot, symbol.name().ok().filter(|n| !n.is_empty())?.to_string()))
         })
         .collect();
-    // A static executable's IFUNC stubs: its `.rela.plt` is no dynamic relocation section.
-    for (slot, resolver) in crate::probes::ifunc::irelative_slots(elf.data()) {
-        slots.entry(slot).or_insert_with(|| {
-            let named = at_address.get_or_insert_with(|| functions_by_address(elf));
-            named
-                .get(&resolver)
-                .cloned()
-                .unwrap_or_else(|| format!("*ABS*+{resolver:#x}"))
-        });
+    let irelative = crate::probes::ifunc::irelative_slots(elf.data());
+    if !irelative.is_empty() {
+        let named = functions_by_address(elf);
+        for (slot, resolver) in irelative {
+            let name = named.get(&resolver).cloned();
+            slots.insert(slot, name.unwrap_or_else(|| format!("*ABS*+{resolver:#x}")));
+        }
     }
     slots
 }
