@@ -42,7 +42,7 @@ impl Process {
             .lines()
             .any(|line| line.starts_with("State:") && line.contains("zombie"));
         if zombie {
-            return Err(match live_threads(pid) {
+            return Err(match other_threads(pid) {
                 0 => Error::Exited { pid },
                 threads => Error::LeaderExited { pid, threads },
             });
@@ -338,23 +338,10 @@ fn read_comm(path: &str) -> Option<String> {
         .map(|s| s.trim_end().to_string())
 }
 
-/// How many threads of process `pid` other than its main thread have not exited.
-fn live_threads(pid: u32) -> usize {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter(|task| task.file_name() != pid.to_string().as_str())
-        .filter(|task| {
-            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-            // The state follows the name, which ends at the last `)`.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next());
-            !matches!(state, None | Some("Z" | "X"))
-        })
-        .count()
+/// How many threads other than its main one process `pid` has: a process whose main thread has
+/// exited (`pthread_exit`, a zombie) lives on in them.
+pub(crate) fn other_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |tasks| tasks.count().saturating_sub(1))
 }
 
 /// Thread name of `tid` in process `pid`, if the thread still exists.

@@ -300,10 +300,7 @@ fn process_alive(pid: u32) -> bool {
     let Some(stat) = crate::target::stat_after_name(pid) else {
         return false;
     };
-    if !matches!(stat.split_whitespace().next(), Some("Z" | "X")) {
-        return true;
-    }
-    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| tasks.count() > 1)
+    !matches!(stat.split_whitespace().next(), Some("Z" | "X")) || crate::target::other_threads(pid) > 0
 }
 
 impl Image {
