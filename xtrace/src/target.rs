@@ -199,6 +199,8 @@ pub struct MapsLine<'a> {
     pub range: &'a str,
     pub perms: &'a str,
     pub offset: &'a str,
+    /// The file's inode number (0 for anonymous memory), in decimal.
+    pub inode: &'a str,
     /// The path (which may hold spaces) without the kernel's ` (deleted)`; `[vdso]` and such for
     /// special mappings, empty for anonymous memory.
     pub path: &'a str,
@@ -228,6 +230,7 @@ impl<'a> MapsLine<'a> {
             range: fields[0],
             perms: fields[1],
             offset: fields[2],
+            inode: fields[4],
             path,
             deleted,
         })
@@ -397,6 +400,7 @@ mod tests {
                 range: "7f1c2a400000-7f1c2a428000",
                 perms: "r--p",
                 offset: "00000000",
+                inode: "1835040",
                 path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
                 deleted: false,
             })

@@ -297,17 +297,15 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
 /// `at_zero`, the page of the address the file gives that offset.
 fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [range, _, offset, _, ino, ..] = fields.as_slice() else {
-            return None;
-        };
-        if *offset != "00000000" || ino.parse::<u64>().ok()? != inode {
-            return None;
-        }
-        let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
-        Some(start.wrapping_sub(at_zero))
-    })
+    maps.lines()
+        .filter_map(crate::target::MapsLine::parse)
+        .find_map(|m| {
+            if m.offset != "00000000" || m.inode.parse::<u64>().ok()? != inode {
+                return None;
+            }
+            let start = u64::from_str_radix(m.range.split_once('-')?.0, 16).ok()?;
+            Some(start.wrapping_sub(at_zero))
+        })
 }
 
 #[cfg(test)]
