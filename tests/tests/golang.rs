@@ -87,6 +87,40 @@ fn go_functions_are_traced_with_their_arguments_and_end_at_their_rets() {
     assert_eq!(probed - symbol_offset(gocalls(), "main.outer"), 4, "onto the jbe");
 }
 
+/// `down(2000)` calls `big(d)` at each depth d of its recursion, and `big`'s stack check (`lea
+/// -0x380(%rsp),%r12; cmp 0x10(%r14),%r12; jbe`) fails each time the stack runs out: `big` grows
+/// the stack and starts again from its first instruction (so does a call the runtime asks to
+/// yield, at any time). xtrace probes the check's `jbe` and counts only the hits that fall
+/// through: 2000 calls, none unmatched. Probed on its first instruction (`--entry symbol`), each
+/// restart is an entry that never returns.
+#[test]
+fn a_go_function_that_restarts_to_grow_its_stack_is_one_call() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace("restart", &["-u", "main.big(i64) -> i64"], "go-restart");
+    let mut big = out.spans_named("main.big");
+    assert_eq!(big.len(), 2000);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+    big.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, i64)> = big.iter().map(|s| (value(s, "arg0"), value(s, "ret"))).collect();
+    let want: Vec<(i64, i64)> = (1..=2000).rev().map(|d| (d, d + 1)).collect();
+    assert_eq!(got, want);
+    assert!(big.iter().all(|s| s.depth == 0), "down is untraced");
+    let probed = out.probe("main.big")["offset"].as_str().expect("offset");
+    let probed = u64::from_str_radix(probed.trim_start_matches("0x"), 16).expect("hex offset");
+    assert_eq!(probed - symbol_offset(gocalls(), "main.big"), 12, "onto the jbe");
+
+    let (out, _) = trace(
+        "restart",
+        &["--entry", "symbol", "-u", "main.big(i64) -> i64"],
+        "go-restart-symbol",
+    );
+    assert_eq!(out.probe_count("main.big"), 2000);
+    let restarts = u64_field(&out.summary, "unmatched_entries");
+    assert!(restarts > 0, "the fixture restarts big: {restarts}");
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
 /// Under the default `--exits auto` the process lives on: the first call's entry was recorded on
 /// the old stack and is counted unmatched, the other six are spans. With `--exits uretprobe`,

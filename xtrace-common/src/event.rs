@@ -91,6 +91,15 @@ pub const EXIT_TAIL_CALL: u16 = 1;
 /// exits are probed at their instructions (`OpenCall::exits_probed`).
 pub const ENTRY_EXITS_PROBED: u64 = 1 << 32;
 
+/// Set in the attach cookie of `span_enter` when the entry probe is on a Go function's stack-check
+/// branch (`jbe` after `cmp 0x10(%r14),%rsp`): a hit whose flags take the branch (CF or ZF set) is
+/// not a call yet. The function grows its stack, or yields to a preemption request, and restarts
+/// from its first instruction, where the probe is hit again.
+pub const ENTRY_GO_STACK_CHECK: u64 = 1 << 33;
+
+/// The x86 flags a `jbe` branches on: CF (bit 0) or ZF (bit 6).
+pub const JBE_TAKEN_FLAGS: u64 = 1 | 1 << 6;
+
 /// The BPF attach cookie of a probe on one of a function's exit instructions: the probe id in the
 /// low 32 bits, how it leaves (`EXIT_*`) above them.
 pub const fn exit_cookie(probe_id: u32, exit: u16) -> u64 {

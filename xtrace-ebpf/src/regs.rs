@@ -19,6 +19,8 @@ pub const PT_REGS_DI: usize = 14 * 8;
 pub const PT_REGS_BP: usize = 4 * 8;
 /// Offset of `ip`.
 pub const PT_REGS_IP: usize = 16 * 8;
+/// Offset of `flags`.
+pub const PT_REGS_FLAGS: usize = 18 * 8;
 /// Offset of `sp`.
 pub const PT_REGS_SP: usize = 19 * 8;
 
@@ -52,6 +54,11 @@ context_register!(
     /// The user stack pointer.
     user_sp,
     PT_REGS_SP
+);
+context_register!(
+    /// The user flags register (`rflags`).
+    user_flags,
+    PT_REGS_FLAGS
 );
 context_register!(
     /// The user `rax`: a function's return value at its `ret`.

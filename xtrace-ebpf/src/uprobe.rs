@@ -20,8 +20,8 @@ use aya_ebpf::{
 use xtrace_common::{
     event::{
         ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN,
-        ENTRY_EXITS_PROBED, EXIT_RETURN, EXIT_TAIL_CALL, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR,
-        KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
+        ENTRY_EXITS_PROBED, ENTRY_GO_STACK_CHECK, EXIT_RETURN, EXIT_TAIL_CALL, JBE_TAKEN_FLAGS, KIND_ARGS,
+        KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
@@ -30,7 +30,7 @@ use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
     keep_return_addresses, min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
-use crate::regs::{user_ax, user_bx, user_cx, user_di, user_r8, user_si, user_sp};
+use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_si, user_sp};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -71,6 +71,9 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     // SAFETY: the helper only reads the program context.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let probe_id = cookie as u32;
+    if cookie & ENTRY_GO_STACK_CHECK != 0 && user_flags(ctx.regs) & JBE_TAKEN_FLAGS != 0 {
+        return Ok(0); // on its way to grow its stack (or yield), then to start again
+    }
     let exits_probed = u32::from(cookie & ENTRY_EXITS_PROBED != 0);
     let stack = match thread_stack(now) {
         Ok(stack) => stack,

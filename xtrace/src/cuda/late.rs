@@ -75,6 +75,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
             offset: dlopen.probe_offset,
             scope: scope_index,
             exits: None,
+            go_stack_check: false,
         });
     }
     if loaders.is_empty() {
@@ -165,6 +166,7 @@ impl Late {
                     offset: symbol.probe_offset,
                     scope,
                     exits: None,
+                    go_stack_check: false,
                 });
             }
             if !attachments.is_empty() {

@@ -100,6 +100,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
                     offset: symbol.probe_offset,
                     scope: scope_index,
                     exits: None,
+                    go_stack_check: false,
                 });
             }
             if !missing.is_empty() && first_time {

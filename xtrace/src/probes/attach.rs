@@ -18,7 +18,7 @@ use aya::{
 };
 
 use super::uprobe::{Attachment, Plan};
-use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED};
+use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED, ENTRY_GO_STACK_CHECK};
 
 use crate::{
     bpf::{
@@ -170,11 +170,12 @@ fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Grou
     match program {
         "span_enter" => group(attachments.iter().map(|a| {
             let exits_probed = if a.exits.is_some() { ENTRY_EXITS_PROBED } else { 0 };
+            let stack_check = if a.go_stack_check { ENTRY_GO_STACK_CHECK } else { 0 };
             (
                 a.scope,
                 &a.file,
                 a.offset,
-                u64::from(a.probe_id) | exits_probed,
+                u64::from(a.probe_id) | exits_probed | stack_check,
                 0,
             )
         })),

@@ -16,6 +16,9 @@
 //! - where returns are probed at the function's exit instructions, the site is not one of them
 //!   (a tail call's `jmp`): [`super::uprobe`] keeps the entry there.
 //!
+//! Go code's stack check is moved past whole, onto its `jbe` ([`go_stack_check`]), where the span
+//! program counts only the hits that fall through.
+//!
 //! `perf probe` moves function probes past the prologue too (with debug information), for the
 //! arguments; here it is for the cost, and only where nothing a span shows changes but when it
 //! starts: a few plain instructions later.
@@ -99,12 +102,85 @@ pub fn candidate(
     let start = function.address + skipped;
     let registers = if go { &GO_ARGS } else { &SYSV_ARGS };
     let kept = &registers[..arguments.min(registers.len())];
-    Ok(
-        find_candidate(&bytes, start, function, kept).map(|(address, _)| Candidate {
-            address,
-            file_offset: function.probe_offset + (address - start),
-        }),
-    )
+    let end = function.address + function.size;
+    let site = match go.then(|| go_stack_check(&bytes, start, end)).flatten() {
+        Some(branch) => Some(branch),
+        None => find_candidate(&bytes, start, function, kept).map(|(address, _)| address),
+    };
+    Ok(site.map(|address| Candidate {
+        address,
+        file_offset: function.probe_offset + (address - start),
+    }))
+}
+
+/// Whether the entry probe of `function` (Go code, read from `code`) at file offset `offset` is on
+/// the branch of its stack check ([`go_stack_check`]), where the span program tells a call from a
+/// restart by the flags.
+pub fn on_go_stack_check(
+    code: &std::fs::File,
+    function: &FunctionSymbol,
+    offset: u64,
+) -> std::io::Result<bool> {
+    let skipped = function.probe_offset - function.file_offset;
+    if function.size <= skipped || offset <= function.probe_offset {
+        return Ok(false);
+    }
+    let len = (function.size - skipped).min(3 * MAX_INSN as u64);
+    let mut bytes = vec![0; len as usize];
+    if !read_whole(code, &mut bytes, function.probe_offset)? {
+        return Ok(false);
+    }
+    let start = function.address + skipped;
+    let end = function.address + function.size;
+    Ok(go_stack_check(&bytes, start, end) == Some(start + (offset - function.probe_offset)))
+}
+
+/// The address of the `jbe` that ends the stack check a Go function (Go 1.17's register ABI on,
+/// the goroutine in `r14`) starts with, when `bytes` (its code at `start`, ending at `end`) starts
+/// with one: `cmp 0x10(%r14),%rsp` (the stack pointer against the goroutine's `stackguard0`) for
+/// frames up to 128 bytes, or `lea -N(%rsp),%r12; cmp 0x10(%r14),%r12` for frames up to 4 KiB,
+/// then a `jbe` forward inside the function, to its call of `runtime.morestack`. That call grows
+/// the stack (moving it), or yields the thread to a preemption request (the runtime sets
+/// `stackguard0` so that the next check fails), then jumps back to the function's first
+/// instruction. A probe on the `jbe` sees the compare's flags: a hit that takes the branch is not
+/// a call yet, and the call is the hit that falls through. The `lea` only writes `r12`, which is
+/// no argument register of Go's ABI.
+fn go_stack_check(bytes: &[u8], start: u64, end: u64) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
+    let mut next = || {
+        decoder
+            .can_decode()
+            .then(|| decoder.decode())
+            .filter(|i| !i.is_invalid())
+    };
+    let mut insn = next()?;
+    let compared = if insn.mnemonic() == Mnemonic::Lea
+        && insn.op0_register() == Register::R12
+        && insn.memory_base() == Register::RSP
+        && insn.memory_index() == Register::None
+    {
+        insn = next()?;
+        Register::R12
+    } else {
+        Register::RSP
+    };
+    let guard = insn.mnemonic() == Mnemonic::Cmp
+        && insn.op_count() == 2
+        && insn.op0_kind() == OpKind::Register
+        && insn.op0_register() == compared
+        && insn.op1_kind() == OpKind::Memory
+        && insn.memory_base() == Register::R14
+        && insn.memory_index() == Register::None
+        && insn.memory_displacement64() == 0x10;
+    if !guard {
+        return None;
+    }
+    let branch = next()?;
+    let forward = branch.mnemonic() == Mnemonic::Jbe
+        && branch.flow_control() == FlowControl::ConditionalBranch
+        && branch.near_branch_target() > branch.next_ip()
+        && branch.near_branch_target() < end;
+    forward.then(|| branch.ip())
 }
 
 /// [`candidate`] on the code at `start` (`bytes`, the function's from its probe offset on): the
@@ -442,6 +518,41 @@ mod tests {
         ] {
             assert!(!emulated(bytes), "{bytes:x?}");
         }
+    }
+
+    /// Go's stack checks, as `go build` (1.19) writes them: `main.down` and `main.big` of the
+    /// gocalls fixture.
+    #[test]
+    fn go_stack_checks() {
+        const SMALL: [u8; 8] = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x51, 0x48, 0x83]; // cmp 0x10(%r14),%rsp; jbe +0x51
+        const LARGE: [u8; 14] = [
+            0x4c, 0x8d, 0xa4, 0x24, 0x80, 0xfc, 0xff, 0xff, // lea -0x380(%rsp),%r12
+            0x4d, 0x3b, 0x66, 0x10, // cmp 0x10(%r14),%r12
+            0x76, 0x7c, // jbe +0x7c
+        ];
+        let end = START + 0x100;
+        assert_eq!(go_stack_check(&SMALL, START, end), Some(START + 4));
+        assert_eq!(go_stack_check(&LARGE, START, end), Some(START + 12));
+        // The morestack call past the function's end, or a branch back: no stack check.
+        assert_eq!(go_stack_check(&SMALL, START, START + 0x50), None);
+        let backward = [&SMALL[..4], &[0x76, 0xf0]].concat();
+        assert_eq!(go_stack_check(&backward, START, end), None);
+        // Another field of the goroutine (0x18), or another register than r14.
+        assert_eq!(
+            go_stack_check(&[0x49, 0x3b, 0x66, 0x18, 0x76, 0x51], START, end),
+            None
+        );
+        assert_eq!(
+            go_stack_check(&[0x49, 0x3b, 0x67, 0x10, 0x76, 0x51], START, end),
+            None
+        );
+        // `jb`, not `jbe`; and the large form's compare of the stack pointer itself.
+        assert_eq!(
+            go_stack_check(&[0x49, 0x3b, 0x66, 0x10, 0x72, 0x51], START, end),
+            None
+        );
+        let mixed = [&LARGE[..8], &SMALL[..6]].concat();
+        assert_eq!(go_stack_check(&mixed, START, end), None);
     }
 
     #[test]

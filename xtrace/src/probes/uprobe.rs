@@ -91,6 +91,9 @@ pub struct Attachment {
     /// Where the function's exits are probed (`span_ret`), or None for a return probe
     /// (`span_exit`).
     pub exits: Option<Vec<ExitSite>>,
+    /// Whether the entry probe is on a Go function's stack-check branch
+    /// ([`super::entry::on_go_stack_check`]).
+    pub go_stack_check: bool,
 }
 
 #[derive(Debug, Default)]
@@ -281,12 +284,15 @@ pub fn plan(
                     }
                     Err(_) => continue,
                 };
+                let go_stack_check = symbols.go
+                    && super::entry::on_go_stack_check(&code, function, offset).map_err(unreadable(&file))?;
                 plan.attachments.push(Attachment {
                     probe_id: id,
                     file: file.clone(),
                     offset,
                     scope: scope_index,
                     exits: sites,
+                    go_stack_check,
                 });
             }
             if plan.probes.len() > max_probes {
