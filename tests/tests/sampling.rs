@@ -301,6 +301,51 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
 
 /// A PLT stub has no symbol of its own: it is named for the function its GOT slot holds, as perf
 /// does, not for the symbol before it (`_init`).
+/// C functions named `f` and `St` are named so in samples, as in spans, not `float` and `std`
+/// (what a C++ demangler makes of them as type codes): both frames, under main, in the folded
+/// stacks, the profile and the flamegraph.
+#[test]
+fn short_c_names_are_not_read_as_cxx_type_codes() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-names");
+    let out = profile_command(
+        args!["-F", "999", "-u", "f", "-u", "St"],
+        &fixtures().profile,
+        &["names", "400"],
+        &tmp,
+    );
+    let folded = out.folded();
+    let leaf = |name: &str| -> u64 {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.ends_with(&format!(";main;{name}")))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert!(leaf("f") > 50 && leaf("St") > 50, "{folded:?}");
+    for wrong in ["float", "std"] {
+        assert!(
+            folded
+                .iter()
+                .all(|(stack, _)| !stack.split(';').any(|f| f == wrong)),
+            "{wrong}: {folded:?}"
+        );
+    }
+    assert_eq!(out.probe_count("f"), 1);
+    assert_eq!(out.probe_count("St"), 1);
+    let svg = std::fs::read_to_string(tmp.join("out/flamegraph.svg")).expect("flamegraph.svg");
+    assert!(
+        svg.contains(">St ") || svg.contains("<title>St "),
+        "St in the flamegraph"
+    );
+    assert!(
+        !svg.contains("<title>float ") && !svg.contains("<title>std "),
+        "{svg}"
+    );
+}
+
 #[test]
 fn plt_stubs_are_named_for_their_function() {
     if !require_bpf() {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use crate::{
+    demangle::demangle,
     export::profile::{module_name, symbolize_elf, symbolizer},
     pipeline::samples::{find, merge_maps, Mapping},
 };
@@ -69,9 +70,11 @@ impl KernelNames {
         for open in [root, mapping.path.clone()] {
             let found = symbolize_elf(&self.symbolizer, &open, Input::FileOffset(&[offset]));
             match found.map(|mut results| results.pop()) {
-                Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return sym.name.into_owned(),
+                Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return demangle(&sym.name),
                 // Inside a function rather than at its start: not a stub.
-                Ok(Some(Symbolized::Sym(sym))) => return format!("{}+{:#x}", sym.name, sym.offset),
+                Ok(Some(Symbolized::Sym(sym))) => {
+                    return format!("{}+{:#x}", demangle(&sym.name), sym.offset)
+                }
                 Ok(_) => break,
                 Err(_) => continue,
             }

@@ -87,10 +87,12 @@ pub(crate) fn module_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// xtrace's blazesym symbolizer: demangled names only (no inlined frames, no source lines).
+/// xtrace's blazesym symbolizer: names only (no inlined frames, no source lines), as stored:
+/// [`crate::demangle::demangle`] reads them as the spans' names are read. blazesym's own demangling
+/// takes any name for a C++ one, so a C function `a` came out `signed char`, `f` `float`.
 pub(crate) fn symbolizer() -> Symbolizer {
     Symbolizer::builder()
-        .enable_demangling(true)
+        .enable_demangling(false)
         .enable_inlined_fns(false)
         .enable_code_info(false)
         .build()
@@ -115,12 +117,12 @@ pub(crate) fn symbolize_elf<'s>(
     }
 }
 
-/// The names of `results`, None for addresses without one.
+/// The names of `results`, demangled, None for addresses without one.
 fn sym_names(results: Vec<Symbolized<'_>>) -> Vec<Option<String>> {
     results
         .into_iter()
         .map(|r| match r {
-            Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+            Symbolized::Sym(sym) => Some(crate::demangle::demangle(&sym.name)),
             Symbolized::Unknown(_) => None,
         })
         .collect()
