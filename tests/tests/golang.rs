@@ -121,23 +121,57 @@ fn a_go_function_that_restarts_to_grow_its_stack_is_one_call() {
     assert!(restarts > 0, "the fixture restarts big: {restarts}");
 }
 
+/// Goroutines park inside their traced calls and their threads run others meanwhile, which make
+/// traced calls too; a goroutine may resume on another thread. Open calls are kept per goroutine:
+/// every call is a span with its own arguments and return value, `add` one level under its
+/// `parked`, none unmatched. (Kept per thread, all 20 `parked` calls were lost.)
+#[test]
+fn goroutines_that_park_inside_traced_calls_keep_their_own_calls() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace(
+        "park",
+        &["-u", "main.parked(i64) -> i64", "-u", "main.add(i64, i64) -> i64"],
+        "go-park",
+    );
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+    let mut parked: Vec<(i64, i64, u64)> = out
+        .spans_named("main.parked")
+        .iter()
+        .map(|s| (value(s, "arg0"), value(s, "ret"), s.depth))
+        .collect();
+    parked.sort_unstable();
+    let want: Vec<(i64, i64, u64)> = (0..20).map(|i| (i, 2 * i + 10, 0)).collect();
+    assert_eq!(parked, want);
+    let mut add: Vec<(i64, i64, i64, u64)> = out
+        .spans_named("main.add")
+        .iter()
+        .map(|s| (value(s, "arg0"), value(s, "arg1"), value(s, "ret"), s.depth))
+        .collect();
+    add.sort_unstable();
+    let want: Vec<(i64, i64, i64, u64)> = (0..20).map(|i| (i, 10, i + 10, 1)).collect();
+    assert_eq!(add, want);
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
-/// Under the default `--exits auto` the process lives on: the first call's entry was recorded on
-/// the old stack and is counted unmatched, the other six are spans. With `--exits uretprobe`,
-/// which xtrace warns about, the Go runtime finds the trampoline and aborts the process: the
-/// fixture really does walk a traced frame.
+/// Under the default `--exits auto` the process lives on, and the first call, whose frame moved
+/// under it, is a span like the other six: its goroutine keeps its frame as an offset from the
+/// stack's top. With `--exits uretprobe`, which xtrace warns about, the Go runtime finds the
+/// trampoline and aborts the process: the fixture really does walk a traced frame.
 #[test]
 fn a_go_stack_that_moves_under_a_traced_call_does_not_abort_the_process() {
     if !require_bpf() {
         return;
     }
     let (out, _) = trace("grow", &["-u", "main.grower -> i64"], "go-grow");
-    let spans = out.spans_named("main.grower");
-    assert_eq!(spans.len(), 6, "{spans:?}");
-    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1);
-    let mut rets: Vec<i64> = spans.iter().map(|s| value(s, "ret")).collect();
-    rets.sort_unstable();
-    assert_eq!(rets, vec![2, 3, 4, 5, 6, 7]);
+    let mut spans = out.spans_named("main.grower");
+    spans.sort_by_key(|s| s.start_ns());
+    let rets: Vec<i64> = spans.iter().map(|s| value(s, "ret")).collect();
+    assert_eq!(rets, vec![1, 2, 3, 4, 5, 6, 7], "{spans:?}");
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+    // The first call grew the stack: 300 frames of 600 bytes, and the move, inside it.
+    assert!(spans[0].dur > spans[1].dur * 5.0, "{spans:?}");
 
     // The runtime's fatal error without its goroutine dump.
     let quiet = [("GOTRACEBACK", std::path::Path::new("none"))];

@@ -97,6 +97,15 @@ pub const ENTRY_EXITS_PROBED: u64 = 1 << 32;
 /// from its first instruction, where the probe is hit again.
 pub const ENTRY_GO_STACK_CHECK: u64 = 1 << 33;
 
+/// Set in the attach cookie of `span_enter` for a function of Go code whose exits are probed at
+/// their instructions: its open calls are kept per goroutine, not per thread (the eBPF crate's
+/// `goroutine.rs`).
+pub const ENTRY_GO: u64 = 1 << 34;
+
+/// Set in the attach cookie of `span_ret` for a function of Go code (as [`ENTRY_GO`]), above the
+/// exit kind ([`exit_cookie`]).
+pub const EXIT_GO: u64 = 1 << 48;
+
 /// The x86 flags a `jbe` branches on: CF (bit 0) or ZF (bit 6).
 pub const JBE_TAKEN_FLAGS: u64 = 1 | 1 << 6;
 

@@ -9,6 +9,10 @@ pub const MAX_DEPTH: usize = 64;
 /// out); the per-thread stacks of open calls have no such limit.
 pub const MAX_THREADS: u32 = 16_384;
 
+/// Goroutines with open traced calls of Go code at once (the eBPF crate's `goroutine.rs`); a call
+/// of another is not recorded (counted in `LOST_NO_THREAD_SLOT`).
+pub const MAX_GOROUTINES: u32 = 16_384;
+
 /// Default ring buffer size in bytes (a power of two, at least a page).
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 
@@ -100,7 +104,9 @@ pub struct OpenCall {
     pub frame: u64,
     /// The return address the call found in that slot, before a return probe swapped it for the
     /// kernel's trampoline; read only when CPU samples copy user stacks (0 otherwise), which list
-    /// it (`SampleEvent::returns`) for user space to put back in their copy for the unwinder.
+    /// it (`SampleEvent::returns`) for user space to put back in their copy for the unwinder. In
+    /// a goroutine's stack (Go code, whose returns are not probed by return probes): the ids
+    /// (`pid_tgid`) of the thread the call entered on, whose span it is.
     pub return_address: u64,
     pub probe_id: u32,
     /// 1 when the call's exits are probed at their instructions (`span_ret`): its tail jumps end

@@ -6,6 +6,7 @@
 
 mod floor;
 mod follow;
+mod goroutine;
 mod lifecycle;
 mod maps;
 mod regs;

@@ -7,6 +7,8 @@ pub const PT_REGS_SIZE: usize = 21 * 8;
 pub const PT_REGS_AX: usize = 10 * 8;
 /// Offset of `bx`.
 pub const PT_REGS_BX: usize = 5 * 8;
+/// Offset of `r14`.
+pub const PT_REGS_R14: usize = 8;
 /// Offset of `r8`.
 pub const PT_REGS_R8: usize = 9 * 8;
 /// Offset of `cx`.
@@ -85,6 +87,11 @@ context_register!(
     /// The user `rsi`: a Go function's fifth integer argument.
     user_si,
     PT_REGS_SI
+);
+context_register!(
+    /// The user `r14`: Go code's running goroutine (`runtime.g`).
+    user_r14,
+    PT_REGS_R14
 );
 context_register!(
     /// The user `r8`: a Go function's sixth integer argument.

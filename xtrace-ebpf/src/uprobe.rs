@@ -20,12 +20,14 @@ use aya_ebpf::{
 use xtrace_common::{
     event::{
         ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN,
-        ENTRY_EXITS_PROBED, ENTRY_GO_STACK_CHECK, EXIT_RETURN, EXIT_TAIL_CALL, JBE_TAKEN_FLAGS, KIND_ARGS,
-        KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS, MAX_STACK_ARGS,
+        ENTRY_EXITS_PROBED, ENTRY_GO, ENTRY_GO_STACK_CHECK, EXIT_GO, EXIT_RETURN, EXIT_TAIL_CALL,
+        JBE_TAKEN_FLAGS, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS,
+        MAX_STACK_ARGS,
     },
     probe::{args, counter, EntryStack, OpenCall, LOG2_BUCKETS, MAX_DEPTH},
 };
 
+use crate::goroutine;
 use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
     keep_return_addresses, min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
@@ -46,7 +48,7 @@ pub fn span_enter(ctx: ProbeContext) -> u32 {
 pub fn span_exit(ctx: RetProbeContext) -> u32 {
     // The return has popped the return address: its slot is one word below the stack pointer.
     let frame = user_sp(ctx.regs).wrapping_sub(8);
-    match end_span(ctx.regs, frame, None, EXIT_RETURN) {
+    match end_span(ctx.regs, frame, None, (EXIT_RETURN, false)) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -58,7 +60,8 @@ pub fn span_ret(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper only reads the program context.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let frame = user_sp(ctx.regs);
-    match end_span(ctx.regs, frame, Some(cookie as u32), (cookie >> 32) as u16) {
+    let go = cookie & EXIT_GO != 0;
+    match end_span(ctx.regs, frame, Some(cookie as u32), ((cookie >> 32) as u16, go)) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -84,7 +87,23 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         Err(NoStack::OutsideNamespace) => return Ok(0),
     };
     let key = stack.pid_tgid;
-    let frame = user_sp(ctx.regs);
+    let sp = user_sp(ctx.regs);
+    // Go code: the goroutine's stack of open calls, and the frame as it keeps it.
+    let running = if cookie & ENTRY_GO != 0 {
+        goroutine::running((key >> 32) as u32, ctx.regs, sp)
+    } else {
+        None
+    };
+    let (stack, frame) = match running {
+        Some((goroutine, frame)) => match goroutine::stack(&goroutine, true) {
+            Some(stack) => (stack, frame),
+            None => {
+                count(counter::LOST_NO_THREAD_SLOT);
+                return Err(0);
+            }
+        },
+        None => (stack, sp),
+    };
     let depth = drop_dead(stack, frame, probe_id);
     if depth >= MAX_DEPTH {
         // The kernel installs no return probe this deep (its uretprobe nesting limit is 64 per
@@ -93,10 +112,13 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let slot = depth & (MAX_DEPTH - 1);
-    // The kernel swaps the return address for its trampoline after every entry program has run.
-    let return_address = if keep_return_addresses() {
+    let return_address = if running.is_some() {
+        key // whose span it is: the goroutine may return on another thread
+    } else if keep_return_addresses() {
+        // The kernel swaps the return address for its trampoline after every entry program has
+        // run.
         // SAFETY: a checked read of user memory.
-        unsafe { bpf_probe_read_user(frame as *const u64) }.unwrap_or(0)
+        unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0)
     } else {
         0
     };
@@ -114,7 +136,7 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
-        write_args(ctx, key, probe_id, now, depth as u8, frame);
+        write_args(ctx, key, probe_id, now, depth as u8, sp);
     }
     Ok(0)
 }
@@ -424,18 +446,30 @@ fn log2_bucket(value: u64) -> usize {
 }
 
 /// Ends the open call (of `probe_id` when given, see [`find_open`]) whose return-address slot is
-/// `frame`, left as `exit` says (`EXIT_*`), and writes its span; `regs` is the program's context.
+/// at `sp`, left as `exit` says (`EXIT_*`), and writes its span; `go` when the probe is Go code's
+/// (`EXIT_GO`); `regs` is the program's context.
 #[inline(always)]
 fn end_span(
     regs: *const aya_ebpf::bindings::pt_regs,
-    frame: u64,
+    sp: u64,
     probe_id: Option<u32>,
-    exit: u16,
+    (exit, go): (u16, bool),
 ) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
-    let stack = STACKS.current(false).ok_or(0u32)?;
-    // SAFETY: this thread's storage; only this thread's probes touch it.
-    let stack = unsafe { &mut *stack };
+    // Go code: the goroutine's stack, when the call entered on it (see `goroutine`). Its thread
+    // may have had no traced call yet.
+    let running = match go.then(current_pid_tgid).flatten() {
+        Some(ids) => goroutine::running((ids >> 32) as u32, regs, sp),
+        None => None,
+    };
+    let (stack, frame) = match running {
+        Some((goroutine, frame)) => (goroutine::stack(&goroutine, false).ok_or(0u32)?, frame),
+        None => {
+            let stack = STACKS.current(false).ok_or(0u32)?;
+            // SAFETY: this thread's storage; only this thread's probes touch it.
+            (unsafe { &mut *stack }, sp)
+        }
+    };
     let depth = stack.depth as usize;
     if depth == 0 {
         return Ok(0); // a return whose entry was not seen
@@ -444,15 +478,22 @@ fn end_span(
     let Some(slot) = find_open(stack, depth, probe_id, frame) else {
         return Ok(0);
     };
-    let pid_tgid = stack.pid_tgid;
-    let probe_id = stack.calls[slot & (MAX_DEPTH - 1)].probe_id;
+    let call = &stack.calls[slot & (MAX_DEPTH - 1)];
+    let (probe_id, start_ns) = (call.probe_id, call.start_ns);
+    let pid_tgid = if running.is_some() {
+        call.return_address
+    } else {
+        stack.pid_tgid
+    };
     // Entries above the matched one were left without returning (longjmp, exceptions).
     let abandoned = depth - 1 - slot;
     if abandoned > 0 {
         count_n(counter::UNMATCHED_ENTRIES, abandoned as u64);
     }
     stack.depth = slot as u32;
-    let start_ns = stack.calls[slot & (MAX_DEPTH - 1)].start_ns;
+    if let (Some((goroutine, _)), 0) = (running, slot) {
+        goroutine::done(&goroutine);
+    }
     let duration = now.saturating_sub(start_ns);
     let spec = return_spec(probe_id);
     let outs = spec & args::OUT_MASK;

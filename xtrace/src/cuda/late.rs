@@ -76,6 +76,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
             scope: scope_index,
             exits: None,
             go_stack_check: false,
+            go: false,
         });
     }
     if loaders.is_empty() {
@@ -167,6 +168,7 @@ impl Late {
                     scope,
                     exits: None,
                     go_stack_check: false,
+                    go: false,
                 });
             }
             if !attachments.is_empty() {

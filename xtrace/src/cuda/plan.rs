@@ -101,6 +101,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
                     scope: scope_index,
                     exits: None,
                     go_stack_check: false,
+                    go: false,
                 });
             }
             if !missing.is_empty() && first_time {

@@ -2,14 +2,29 @@
 //! depth ends the waiting calls at that depth or deeper (they ended without a span: shorter than
 //! `--min-duration`, or left without returning); taking a call's record drops the records of
 //! calls that entered after it on its thread (left by longjmp or an exception).
-use std::collections::BTreeMap;
+//!
+//! Calls of Go code ([`Pending::enter_goroutine`]) are kept per goroutine, which shares its
+//! thread with others and moves between threads: neither rule holds for them, and they are
+//! dropped oldest first, when the [`MAX_GOROUTINE_CALLS`]th call of Go code after them enters.
+use std::collections::{BTreeMap, VecDeque};
 
 /// Calls waiting at most; past it new records are dropped (counted).
 const MAX_PENDING: usize = 1 << 16;
 
+/// Calls of Go code kept at most, taken or not; past it the oldest is dropped (one still waiting
+/// ended without a span).
+const MAX_GOROUTINE_CALLS: usize = 1 << 12;
+
+/// `depth` of a waiting call of Go code: no depth on its thread.
+const GOROUTINE: u16 = u16::MAX;
+
 #[derive(Debug)]
 pub struct Pending<T> {
-    calls: BTreeMap<(u32, u64), (u8, T)>,
+    /// Per (thread, entry time): the call's depth on its thread ([`GOROUTINE`] for Go code) and
+    /// its record.
+    calls: BTreeMap<(u32, u64), (u16, T)>,
+    /// The waiting calls of Go code, oldest first (some may be taken already).
+    goroutine_calls: VecDeque<(u32, u64)>,
     /// Records dropped because too many calls were waiting for their spans.
     pub dropped: u64,
 }
@@ -18,6 +33,7 @@ impl<T> Default for Pending<T> {
     fn default() -> Self {
         Pending {
             calls: BTreeMap::new(),
+            goroutine_calls: VecDeque::new(),
             dropped: 0,
         }
     }
@@ -29,7 +45,7 @@ impl<T> Pending<T> {
         let ended: Vec<(u32, u64)> = self
             .calls
             .range((tid, 0)..=(tid, u64::MAX))
-            .filter(|(_, (d, _))| *d >= depth)
+            .filter(|(_, (d, _))| *d >= u16::from(depth) && *d != GOROUTINE)
             .map(|(key, _)| *key)
             .collect();
         for key in ended {
@@ -39,7 +55,23 @@ impl<T> Pending<T> {
             self.dropped += 1;
             return;
         }
-        self.calls.insert((tid, start_ns), (depth, record));
+        self.calls.insert((tid, start_ns), (u16::from(depth), record));
+    }
+
+    /// The entry record of a call of Go code that entered on `tid` at `start_ns`: it waits until
+    /// its span takes it, or until the [`MAX_GOROUTINE_CALLS`]th call of Go code after it enters.
+    pub fn enter_goroutine(&mut self, tid: u32, start_ns: u64, record: T) {
+        while self.goroutine_calls.len() >= MAX_GOROUTINE_CALLS {
+            if let Some(oldest) = self.goroutine_calls.pop_front() {
+                self.calls.remove(&oldest);
+            }
+        }
+        if self.calls.len() >= MAX_PENDING {
+            self.dropped += 1;
+            return;
+        }
+        self.calls.insert((tid, start_ns), (GOROUTINE, record));
+        self.goroutine_calls.push_back((tid, start_ns));
     }
 
     /// Takes the record of the call on `tid` that entered at `start_ns` (its span arrived).
@@ -47,6 +79,7 @@ impl<T> Pending<T> {
         let stale: Vec<(u32, u64)> = self
             .calls
             .range((tid, start_ns)..=(tid, u64::MAX))
+            .filter(|(key, (d, _))| key.1 == start_ns || *d != GOROUTINE)
             .map(|(key, _)| *key)
             .collect();
         let mut mine = None;

@@ -235,8 +235,13 @@ impl Values {
                 Value::from_register(*t, event.args[i], &event.strings[i][..len])
             })
             .collect();
-        self.pending
-            .enter(event.header.tid, event.start_ns, event.depth, values);
+        if capture.go {
+            self.pending
+                .enter_goroutine(event.header.tid, event.start_ns, values);
+        } else {
+            self.pending
+                .enter(event.header.tid, event.start_ns, event.depth, values);
+        }
     }
 
     /// The span of probe `probe` on `tid` that entered at `start_ns` and returned `ret` with the
@@ -448,6 +453,35 @@ mod tests {
             .unwrap()
             .contains(r#""arg2":"outer""#));
         assert!(v.pending.is_empty());
+    }
+
+    /// Go code: goroutines take turns on thread 7 inside their calls, all at depth 0 of their
+    /// own goroutine, and their spans come in another order: each finds its own arguments.
+    #[test]
+    fn calls_of_go_code_wait_per_call_not_per_thread_depth() {
+        let mut v = Values::new(vec![Capture {
+            args: vec![ArgType::I64],
+            ret: None,
+            go: true,
+        }]);
+        for (start, arg) in [(100, 1), (110, 2), (120, 3)] {
+            v.args(&args_at(0, 7, start, 0, [arg, 0, 0, 0, 0, 0], ""));
+        }
+        assert_eq!(v.pending.len(), 3);
+        assert_eq!(v.span(0, 7, 110, None).unwrap(), r#","arg0":2"#);
+        assert_eq!(v.span(0, 7, 100, None).unwrap(), r#","arg0":1"#);
+        assert_eq!(v.span(0, 7, 120, None).unwrap(), r#","arg0":3"#);
+        assert!(v.pending.is_empty());
+        // One that never ends is dropped when the 4096th call after it enters.
+        v.args(&args_at(0, 7, 1, 0, [9, 0, 0, 0, 0, 0], ""));
+        for start in 2..4097 {
+            v.args(&args_at(0, 8, start, 0, [start, 0, 0, 0, 0, 0], ""));
+            v.span(0, 8, start, None);
+        }
+        assert_eq!(v.pending.len(), 1);
+        v.args(&args_at(0, 8, 5000, 0, [5, 0, 0, 0, 0, 0], ""));
+        assert_eq!(v.pending.len(), 1, "the call at 1 is dropped");
+        assert_eq!(v.span(0, 8, 5000, None).unwrap(), r#","arg0":5"#);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use aya::{
 };
 
 use super::uprobe::{Attachment, Plan};
-use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED, ENTRY_GO_STACK_CHECK};
+use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED, ENTRY_GO, ENTRY_GO_STACK_CHECK, EXIT_GO};
 
 use crate::{
     bpf::{
@@ -171,11 +171,13 @@ fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Grou
         "span_enter" => group(attachments.iter().map(|a| {
             let exits_probed = if a.exits.is_some() { ENTRY_EXITS_PROBED } else { 0 };
             let stack_check = if a.go_stack_check { ENTRY_GO_STACK_CHECK } else { 0 };
+            // A Go function's return probe (`--exits uretprobe`) finds its call per thread.
+            let go = if a.go && a.exits.is_some() { ENTRY_GO } else { 0 };
             (
                 a.scope,
                 &a.file,
                 a.offset,
-                u64::from(a.probe_id) | exits_probed | stack_check,
+                u64::from(a.probe_id) | exits_probed | stack_check | go,
                 0,
             )
         })),
@@ -187,7 +189,7 @@ fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Grou
         ),
         _ => group(attachments.iter().flat_map(|a| {
             a.exits.iter().flatten().map(|site| {
-                let cookie = exit_cookie(a.probe_id, site.how);
+                let cookie = exit_cookie(a.probe_id, site.how) | if a.go { EXIT_GO } else { 0 };
                 (a.scope, &a.file, site.offset, cookie, 0)
             })
         })),

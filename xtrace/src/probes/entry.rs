@@ -125,7 +125,7 @@ pub fn on_go_stack_check(
     if function.size <= skipped || offset <= function.probe_offset {
         return Ok(false);
     }
-    let len = (function.size - skipped).min(3 * MAX_INSN as u64);
+    let len = (function.size - skipped).min(5 * MAX_INSN as u64);
     let mut bytes = vec![0; len as usize];
     if !read_whole(code, &mut bytes, function.probe_offset)? {
         return Ok(false);
@@ -138,13 +138,14 @@ pub fn on_go_stack_check(
 /// The address of the `jbe` that ends the stack check a Go function (Go 1.17's register ABI on,
 /// the goroutine in `r14`) starts with, when `bytes` (its code at `start`, ending at `end`) starts
 /// with one: `cmp 0x10(%r14),%rsp` (the stack pointer against the goroutine's `stackguard0`) for
-/// frames up to 128 bytes, or `lea -N(%rsp),%r12; cmp 0x10(%r14),%r12` for frames up to 4 KiB,
-/// then a `jbe` forward inside the function, to its call of `runtime.morestack`. That call grows
+/// frames up to 128 bytes, `lea -N(%rsp),%r12; cmp 0x10(%r14),%r12` for frames up to 4 KiB, or
+/// `mov %rsp,%r12; sub $N,%r12; jb; cmp 0x10(%r14),%r12` for larger ones, then a `jbe` forward
+/// inside the function, to its call of `runtime.morestack` (so does the `jb`). That call grows
 /// the stack (moving it), or yields the thread to a preemption request (the runtime sets
 /// `stackguard0` so that the next check fails), then jumps back to the function's first
 /// instruction. A probe on the `jbe` sees the compare's flags: a hit that takes the branch is not
-/// a call yet, and the call is the hit that falls through. The `lea` only writes `r12`, which is
-/// no argument register of Go's ABI.
+/// a call yet, and the call is the hit that falls through. The `lea`, `mov` and `sub` only write
+/// `r12`, which is no argument register of Go's ABI.
 fn go_stack_check(bytes: &[u8], start: u64, end: u64) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut next = || {
@@ -153,12 +154,35 @@ fn go_stack_check(bytes: &[u8], start: u64, end: u64) -> Option<u64> {
             .then(|| decoder.decode())
             .filter(|i| !i.is_invalid())
     };
+    let forward = |branch: &Instruction, mnemonic: Mnemonic| {
+        branch.mnemonic() == mnemonic
+            && branch.flow_control() == FlowControl::ConditionalBranch
+            && branch.near_branch_target() > branch.next_ip()
+            && branch.near_branch_target() < end
+    };
     let mut insn = next()?;
     let compared = if insn.mnemonic() == Mnemonic::Lea
         && insn.op0_register() == Register::R12
         && insn.memory_base() == Register::RSP
         && insn.memory_index() == Register::None
     {
+        insn = next()?;
+        Register::R12
+    } else if insn.mnemonic() == Mnemonic::Mov
+        && insn.op0_kind() == OpKind::Register
+        && insn.op0_register() == Register::R12
+        && insn.op1_kind() == OpKind::Register
+        && insn.op1_register() == Register::RSP
+    {
+        // Frames over 4 KiB: `mov %rsp,%r12; sub $N,%r12; jb` (the subtraction wrapped) first.
+        let sub = next()?;
+        let subtracts = sub.mnemonic() == Mnemonic::Sub
+            && sub.op0_kind() == OpKind::Register
+            && sub.op0_register() == Register::R12
+            && matches!(sub.op1_kind(), OpKind::Immediate32to64 | OpKind::Immediate8to64);
+        if !subtracts || !forward(&next()?, Mnemonic::Jb) {
+            return None;
+        }
         insn = next()?;
         Register::R12
     } else {
@@ -176,11 +200,7 @@ fn go_stack_check(bytes: &[u8], start: u64, end: u64) -> Option<u64> {
         return None;
     }
     let branch = next()?;
-    let forward = branch.mnemonic() == Mnemonic::Jbe
-        && branch.flow_control() == FlowControl::ConditionalBranch
-        && branch.near_branch_target() > branch.next_ip()
-        && branch.near_branch_target() < end;
-    forward.then(|| branch.ip())
+    forward(&branch, Mnemonic::Jbe).then(|| branch.ip())
 }
 
 /// [`candidate`] on the code at `start` (`bytes`, the function's from its probe offset on): the
@@ -553,6 +573,17 @@ mod tests {
         );
         let mixed = [&LARGE[..8], &SMALL[..6]].concat();
         assert_eq!(go_stack_check(&mixed, START, end), None);
+        // A 16 KiB frame (the `jb` and the `jbe` go to the same morestack call).
+        const HUGE: [u8; 26] = [
+            0x49, 0x89, 0xe4, // mov %rsp,%r12
+            0x49, 0x81, 0xec, 0x98, 0x3f, 0x00, 0x00, // sub $0x3f98,%r12
+            0x0f, 0x82, 0xca, 0x00, 0x00, 0x00, // jb +0xca
+            0x4d, 0x3b, 0x66, 0x10, // cmp 0x10(%r14),%r12
+            0x0f, 0x86, 0xc0, 0x00, 0x00, 0x00, // jbe +0xc0
+        ];
+        assert_eq!(go_stack_check(&HUGE, START, end), Some(START + 20));
+        let backward_jb = [&HUGE[..10], &[0x72, 0xf0], &HUGE[16..]].concat();
+        assert_eq!(go_stack_check(&backward_jb, START, end), None);
     }
 
     #[test]

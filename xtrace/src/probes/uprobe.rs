@@ -94,6 +94,9 @@ pub struct Attachment {
     /// Whether the entry probe is on a Go function's stack-check branch
     /// ([`super::entry::on_go_stack_check`]).
     pub go_stack_check: bool,
+    /// Go code: with its exits probed at their instructions, its open calls are kept per
+    /// goroutine (`ENTRY_GO`).
+    pub go: bool,
 }
 
 #[derive(Debug, Default)]
@@ -293,6 +296,7 @@ pub fn plan(
                     scope: scope_index,
                     exits: sites,
                     go_stack_check,
+                    go: symbols.go,
                 });
             }
             if plan.probes.len() > max_probes {
