@@ -134,6 +134,40 @@ fn launched_command_exit_status() {
     );
 }
 
+/// A launched command that exits before any record names it, its name read from /proc before or
+/// after its exec (as xtrace's launcher thread) or not at all, is named as the kernel names it
+/// after its exec: its file's name.
+#[test]
+fn a_short_command_with_no_traced_call_is_named_by_its_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("short-named");
+    let out_dir = tmp.join("out");
+    let out = run_to_exit(
+        args![
+            "-u",
+            "inner",
+            "-o",
+            &out_dir,
+            "--",
+            &fixtures().spans,
+            "exit",
+            "0"
+        ],
+        &out_dir,
+    );
+    assert_eq!(out.probe_count("inner"), 0);
+    let pid = u64_field(&out.summary["command"], "pid");
+    assert_eq!(out.summary["targets"][0]["comm"], "spans");
+    let names = out.metadata("process_name");
+    let named = names
+        .iter()
+        .find(|m| m["pid"].as_u64() == Some(pid))
+        .expect("named");
+    assert_eq!(named["args"]["name"], "spans", "{names:?}");
+}
+
 /// A command argument that is not UTF-8 (a file name, say) reaches the command unchanged; the
 /// summary shows it lossily.
 #[test]

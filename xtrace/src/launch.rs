@@ -47,6 +47,9 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
 /// A launched command, stopped before `exec` until `release` is called. Dropping it unreleased
 /// makes the child exit without running the command. The command gets SIGTERM if xtrace dies
 /// (PR_SET_PDEATHSIG).
+/// The name of xtrace's launcher thread, which a launched command keeps until its exec.
+pub const LAUNCHER_THREAD: &str = "xtrace-launch";
+
 pub struct Launch {
     pub process: Process,
     pub argv: Vec<String>,
@@ -58,6 +61,14 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The name the kernel gives the command at its exec: the name of the file run (a `#!`
+    /// script's own), cut to 15 bytes.
+    pub fn comm(&self) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        let name = self.program.file_name().map_or(&[][..], |n| n.as_bytes());
+        String::from_utf8_lossy(&name[..name.len().min(15)]).into_owned()
+    }
+
     /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
     /// `env` is added to xtrace's own environment for the command.
     pub fn start(
@@ -105,7 +116,7 @@ impl Launch {
         let (spawned_tx, spawned) = std::sync::mpsc::channel();
         let (exited_tx, exited) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
-            .name("xtrace-launch".into())
+            .name(LAUNCHER_THREAD.into())
             .spawn(move || {
                 // The pipe ends stay open in this thread until the child has exec'd or failed.
                 let _ends = (gate_read, pid_write);

@@ -153,7 +153,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
             Ok(Event::Sample(event, mut stack)) => {
                 let comm = values::c_str(&event.comm);
-                self.names.named(event.header.pid, event.header.tid, &comm);
+                if comm == crate::launch::LAUNCHER_THREAD {
+                    // A launched command's sample in its exec, before the kernel renames it.
+                    self.names.saw(event.header.pid, event.header.tid);
+                } else {
+                    self.names.named(event.header.pid, event.header.tid, &comm);
+                }
                 self.samples.add(&event, &mut stack);
                 Ok(())
             }

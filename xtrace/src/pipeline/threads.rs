@@ -1,6 +1,6 @@
 //! Names of the processes and threads seen in records: the kernel's name of the thread in its
-//! latest thread record (taken at its first traced call) or CPU sample, so a thread that renames
-//! itself keeps its new name and one that exits is still named; else read from /proc when first
+//! latest thread record (taken at its first traced call) or CPU sample, so a thread sampled after
+//! it renamed itself has its new name and one that exits is still named; else read from /proc when first
 //! seen (a thread may be gone by the time the recording ends). A process's name and namespace pid are read from /proc when its first record arrives, while it
 //! most likely still runs (system-wide captures see processes that come and go).
 use std::{

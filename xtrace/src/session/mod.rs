@@ -22,7 +22,7 @@ use crate::{
     },
     error::{Error, Result},
     export::summary::{RunInfo, Summary},
-    launch::{resolve_command, Launch},
+    launch::{resolve_command, Launch, LAUNCHER_THREAD},
     output,
     pipeline::{
         images::Sampled,
@@ -329,7 +329,15 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     });
     // Read before the attached notice: a target may exit as soon as it is told recording runs, and
     // its namespace pid is readable only while it exists.
-    let infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
+    let mut infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
+    if let Targets::Launched(launch) = &targets {
+        // Read before or after its exec, or after its exit: the name it has after its exec.
+        for (_, info) in infos.iter_mut() {
+            if info.comm.as_deref().is_none_or(|comm| comm == LAUNCHER_THREAD) {
+                info.comm = Some(launch.comm());
+            }
+        }
+    }
     observer.attached(&format!("{what} to {}; Ctrl-C to stop", targets.describe()));
 
     let captures = plan.probes.iter().map(|p| p.capture.clone()).collect();
