@@ -115,6 +115,29 @@ fn bad_inputs_exit_2() {
     write_capture(&empty, Some(1), &[]);
     let ran = xtrace(args!["diff", &empty, &new]);
     assert!(ran.user_error().contains("the capture is empty"));
+    // NEW recorded with --min-duration: its trace.json holds only the calls that lasted 100 µs.
+    let filtered = tmp.join("filtered");
+    write_capture(
+        &filtered,
+        Some(1),
+        &[("work", noisy_durations(5, 300, 200_000.0, 1.0))],
+    );
+    let path = filtered.join("summary.json");
+    let text = std::fs::read_to_string(&path).expect("summary.json");
+    let mut summary: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    summary["min_duration_ns"] = 100_000.into();
+    std::fs::write(&path, summary.to_string()).expect("summary.json written");
+    let ran = xtrace(args!["diff", &base, &filtered]);
+    assert_eq!(
+        ran.user_error(),
+        format!(
+            "xtrace: error: the captures were recorded with different --min-duration ({}: none, {}: \
+             100.0µs), so their trace.json files hold different shares of the calls and their \
+             durations cannot be compared; record both with the same --min-duration, or without",
+            base.display(),
+            filtered.display()
+        )
+    );
     let ran = xtrace(args!["diff", &base, &new, "--threshold", "lots"]);
     assert!(ran
         .user_error()

@@ -31,6 +31,13 @@ pub enum Error {
         base_version: u64,
         new_version: u64,
     },
+    #[error("the captures were recorded with different --min-duration ({base}: {base_min}, {new}: {new_min}), so their trace.json files hold different shares of the calls and their durations cannot be compared; record both with the same --min-duration, or without")]
+    MinDurationMismatch {
+        base: PathBuf,
+        new: PathBuf,
+        base_min: String,
+        new_min: String,
+    },
     #[error("{path}: a recording cut short ({partial} was never completed: xtrace was killed, panicked or could not write it); record it again")]
     CutShort { path: PathBuf, partial: String },
     #[error("{path}: the capture is empty (no spans and no samples); record again with probes (-u, -U, --cuda) or CPU sampling (-F) while the program does work")]

@@ -187,6 +187,16 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
             new_version: new.format_version,
         });
     }
+    let min_duration = |c: &Capture| c.summary.get("min_duration_ns").and_then(|v| v.as_u64());
+    if min_duration(&base) != min_duration(&new) {
+        let shown = |c: &Capture| min_duration(c).map_or("none".into(), |ns| human(ns));
+        return Err(Error::MinDurationMismatch {
+            base: args.base.clone(),
+            new: args.new.clone(),
+            base_min: shown(&base),
+            new_min: shown(&new),
+        });
+    }
     let rows = compare(&base, &new, args.threshold, args.min_count);
     let mut text = String::new();
     let regressed: Vec<String> = rows
