@@ -189,7 +189,7 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
     }
     let min_duration = |c: &Capture| c.summary.get("min_duration_ns").and_then(|v| v.as_u64());
     if min_duration(&base) != min_duration(&new) {
-        let shown = |c: &Capture| min_duration(c).map_or("none".into(), |ns| human(ns));
+        let shown = |c: &Capture| min_duration(c).map_or("none".into(), human);
         return Err(Error::MinDurationMismatch {
             base: args.base.clone(),
             new: args.new.clone(),
