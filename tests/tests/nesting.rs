@@ -439,6 +439,68 @@ fn exec_mid_call() {
     }
 }
 
+/// A thread other than the main one execs inside a traced call. The kernel ties a process's
+/// uprobe links to its main thread, which that exec ends: xtrace closes the process's links and
+/// attaches them again, and says so, and the new program's call is traced, on the thread that
+/// took the process id, under its new name. The call that execs never returns: one unmatched.
+#[test]
+fn exec_by_another_thread_attaches_the_probes_again() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().calls, &["threadexec"]);
+    fixture.wait_ready();
+    let pid = fixture.pid();
+    let tmp = TempDir::new("nesting-thread-exec");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        pid.to_string(),
+        "-u",
+        "ex_execs",
+        "-u",
+        "ex_plain",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    fixture.send("go");
+    fixture.wait_ready(); // the program it execs
+    let notice = xtrace.wait_stderr("xtrace: pid ");
+    assert_eq!(
+        notice,
+        format!(
+            "xtrace: pid {pid}: a thread other than its first ran exec, which ends the kernel's \
+             probes of the process: attached its 4 uprobes again (its calls in between are not \
+             traced)"
+        )
+    );
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe_count("ex_execs"), 0);
+    assert_eq!(out.probe_count("ex_plain"), 2);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 1);
+    let mut spans = out.spans_named("ex_plain");
+    spans.sort_by_key(|s| s.start_ns());
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.pid == u64::from(pid) && s.tid == u64::from(pid)),
+        "{spans:?}"
+    );
+    let names: Vec<&str> = out
+        .metadata("thread_name")
+        .into_iter()
+        .filter(|m| m["tid"].as_u64() == Some(u64::from(pid)))
+        .map(|m| m["args"]["name"].as_str().expect("thread name"))
+        .collect();
+    assert_eq!(names, ["post-exec"]);
+}
+
 #[test]
 fn several_processes_at_once() {
     if !require_bpf() {

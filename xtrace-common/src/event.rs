@@ -16,6 +16,11 @@ pub const KIND_SAMPLE: u32 = 6;
 pub const KIND_OUT: u32 = 7;
 /// `EventHeader::kind` of a [`SpanStrEvent`].
 pub const KIND_SPAN_STR: u32 = 8;
+/// `EventHeader::kind` of a [`ThreadEvent`] sent when a thread other than its process's first ran
+/// exec: the kernel ties a process's uprobe links to that first thread, which the exec ended, so
+/// user space attaches the process's probes again. The header has the ids after the exec (the
+/// thread took the process id), `comm` the new name.
+pub const KIND_EXEC: u32 = 9;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;

@@ -2,8 +2,8 @@
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
     ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, SpanStrEvent, ThreadEvent, UsdtEvent,
-    UsdtStrEvent, KIND_ARGS, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, KIND_USDT,
-    KIND_USDT_STR, USDT_STRINGS_AT,
+    UsdtStrEvent, KIND_ARGS, KIND_EXEC, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD,
+    KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +18,8 @@ pub enum Event {
     /// A CPU sample and the user stack bytes that follow it (empty with `--user-stack 0`).
     Sample(Box<SampleEvent>, Vec<u8>),
     Out(OutEvent),
+    /// A thread other than its process's first ran exec (`KIND_EXEC`).
+    Exec(ThreadEvent),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +70,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         KIND_SPAN => Ok(Event::Span(read(bytes)?)),
         KIND_SPAN_STR => Ok(Event::SpanStr(Box::new(read(bytes)?))),
         KIND_THREAD => Ok(Event::Thread(read(bytes)?)),
+        KIND_EXEC => Ok(Event::Exec(read(bytes)?)),
         KIND_ARGS => Ok(Event::Args(Box::new(read(bytes)?))),
         KIND_USDT => Ok(Event::Usdt(read(bytes)?)),
         KIND_USDT_STR => Ok(Event::UsdtStr(Box::new(read_trimmed(bytes, USDT_STRINGS_AT)?))),

@@ -60,6 +60,9 @@ pub struct Pipeline<W: Write + Send + 'static> {
     pub loaders: Vec<u32>,
     /// Processes whose `dlopen` returned since the session last looked, in order, once each.
     pub loaded: Vec<u32>,
+    /// Processes in which a thread other than the first ran exec since the session last looked,
+    /// in order, once each.
+    pub execs: Vec<u32>,
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
@@ -94,6 +97,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             events: 0,
             loaders: Vec::new(),
             loaded: Vec::new(),
+            execs: Vec::new(),
             stopped_at: None,
             counter_at: std::collections::HashMap::new(),
         }
@@ -121,7 +125,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 // Decided by `usdt_hit`: an end may close what began before the stop.
                 Event::Usdt(_) | Event::UsdtStr(_) => false,
                 Event::Sample(sample, _) => sample.header.ts_ns > stop,
-                Event::Thread(_) | Event::Out(_) => false,
+                Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
             };
             if after {
                 return Ok(());
@@ -136,6 +140,14 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Ok(Event::Thread(thread)) => {
                 let name = values::c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
+                Ok(())
+            }
+            Ok(Event::Exec(exec)) => {
+                // Sent for every process on the machine: the session keeps those it traces. The
+                // thread's next traced call names it.
+                if !self.execs.contains(&exec.header.pid) {
+                    self.execs.push(exec.header.pid);
+                }
                 Ok(())
             }
             Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {

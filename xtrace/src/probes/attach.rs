@@ -65,8 +65,9 @@ pub struct Attached {
     pub mechanism: Mechanism,
     /// Kernel uprobes placed (entry, return and USDT).
     pub uprobes: usize,
-    enter: Vec<MultiLink>,
-    exit: Vec<MultiLink>,
+    /// uprobe_multi links, with the plan scope each is for.
+    enter: Vec<(usize, MultiLink)>,
+    exit: Vec<(usize, MultiLink)>,
     /// Perf-event USDT uprobes opened by hand: (event, link).
     usdt_events: Vec<(OwnedFd, OwnedFd)>,
     programs: Vec<MultiProgram>,
@@ -89,23 +90,40 @@ impl Attached {
         }
     }
 
-    /// Keeps a uprobe_multi link of `uprobes` probes: with the exit probes when `exit`.
-    fn keep(&mut self, link: MultiLink, exit: bool, uprobes: usize) {
+    /// Keeps a uprobe_multi link of `uprobes` probes for plan scope `scope`: with the exit probes
+    /// when `exit`.
+    fn keep(&mut self, scope: usize, link: MultiLink, exit: bool, uprobes: usize) {
         self.uprobes += uprobes;
         if exit {
-            self.exit.push(link);
+            self.exit.push((scope, link));
         } else {
-            self.enter.push(link);
+            self.enter.push((scope, link));
         }
     }
 
     /// The links, taken out: entry ones, USDT perf events, return ones.
     pub(super) fn take_links(&mut self) -> (Vec<MultiLink>, Vec<(OwnedFd, OwnedFd)>, Vec<MultiLink>) {
+        let links =
+            |all: &mut Vec<(usize, MultiLink)>| std::mem::take(all).into_iter().map(|(_, l)| l).collect();
         (
-            std::mem::take(&mut self.enter),
+            links(&mut self.enter),
             std::mem::take(&mut self.usdt_events),
-            std::mem::take(&mut self.exit),
+            links(&mut self.exit),
         )
+    }
+
+    /// The uprobe_multi links of plan scope `scope`, taken out (see [`reattach`]).
+    pub fn take_scope(&mut self, scope: usize) -> Attached {
+        let mut taken = Attached::new(self.mechanism);
+        for (from, to) in [
+            (&mut self.enter, &mut taken.enter),
+            (&mut self.exit, &mut taken.exit),
+        ] {
+            let (theirs, kept) = std::mem::take(from).into_iter().partition(|(s, _)| *s == scope);
+            *to = theirs;
+            *from = kept;
+        }
+        taken
     }
 
     /// Detaches every probe (see the type's documentation for the order).
@@ -263,7 +281,7 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
                 }
                 Err(e) => return Err(group_error(name, &g, pids[g.scope], e)),
             };
-            attached.keep(link, is_exit(name), g.offsets.len());
+            attached.keep(g.scope, link, is_exit(name), g.offsets.len());
         }
     }
     attached.programs = programs;
@@ -422,6 +440,42 @@ fn attach_functions_perf_event(
     Ok(placed)
 }
 
+/// Attaches again, for process `pid`, every probe of the plan's scope `scope` (function probes and
+/// USDT sites), after a thread other than the process's first ran exec: the kernel ties a link's
+/// process to the task that was its first thread, which that exec ended, so the old links no
+/// longer place their probes in it; but where the new ones do, the old ones fire too (the task
+/// they hold is still of the process), so they must be closed first ([`Attached::take_scope`]).
+/// Returns the uprobes placed.
+/// uprobe_multi only: a perf-event uprobe's process is its first thread's too, and aya keeps
+/// those links in the programs, which it cannot attach twice to one offset.
+pub fn reattach(attached: &mut Attached, plan: &Plan, scope: usize, pid: u32) -> Result<usize> {
+    if attached.mechanism != Mechanism::UprobeMulti {
+        return Err(Error::io(
+            format!("attaching the probes of pid {pid} again"),
+            std::io::Error::other("only uprobe_multi links (Linux 6.6+) can be attached again"),
+        ));
+    }
+    // Kept only once all are made: a refused group drops the others, detaching them.
+    let mut links = Attached::new(Mechanism::UprobeMulti);
+    for program in &attached.programs {
+        let name = program.name();
+        let usdt = name == "usdt_hit";
+        let groups = if usdt {
+            usdt_groups(plan)
+        } else {
+            function_groups(name, &plan.attachments)
+        };
+        for g in groups.into_iter().filter(|g| g.scope == scope) {
+            let link =
+                link_group(program, &g, Some(pid), usdt).map_err(|e| group_error(name, &g, Some(pid), e))?;
+            links.keep(g.scope, link, is_exit(name), g.offsets.len());
+        }
+    }
+    attached.enter.append(&mut links.enter);
+    attached.exit.append(&mut links.exit);
+    Ok(links.uprobes)
+}
+
 /// Attaches span probes planned after recording started (libraries a target loaded later) with
 /// the mechanism of the first attachment, loading the span programs if nothing used them yet.
 /// The new probes' ids must already have their slots in the kernel maps.
@@ -450,13 +504,12 @@ pub fn attach_more(
                     let pid = pids[g.scope];
                     let link =
                         link_group(program, &g, pid, false).map_err(|e| group_error(name, &g, pid, e))?;
-                    links.keep(link, is_exit(name), g.offsets.len());
+                    links.keep(g.scope, link, is_exit(name), g.offsets.len());
                 }
             }
-            let (enter, _, exit) = links.take_links();
             attached.uprobes += links.uprobes;
-            attached.enter.extend(enter);
-            attached.exit.extend(exit);
+            attached.enter.append(&mut links.enter);
+            attached.exit.append(&mut links.exit);
         }
         Mechanism::PerfEvent => {
             for name in names {

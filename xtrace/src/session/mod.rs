@@ -2,9 +2,11 @@
 //! detach, and write the outputs (`finish`). Every stop path ends with complete outputs; every error
 //! path drops the kernel attachments (they are fd-based), and a file cut short keeps the name it is
 //! written under, `NAME.partial` (see `output::create`).
+mod changes;
 mod finish;
 use finish::Sampling;
 mod run;
+use run::Change;
 mod specs;
 use specs::Specs;
 
@@ -366,20 +368,25 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         plan.probes.iter().map(|p| p.name.clone()).collect(),
     );
     let mut late = cuda::late::Late::new(&plan);
+    let mut execs = changes::Execs::default();
     let scope_pids = targets.scope_pids();
-    let mut on_load = |pid: u32| -> Vec<std::result::Result<String, String>> {
-        let Some(late) = late.as_mut() else {
-            return Vec::new();
-        };
-        late_attach(
-            late,
-            pid,
-            &targets,
-            &scope_pids,
-            &mut plan,
-            &mut ebpf,
-            &mut attached,
-        )
+    let mut on_change = |change: Change| -> Vec<std::result::Result<String, String>> {
+        match change {
+            Change::Loaded(pid) => match late.as_mut() {
+                Some(late) => changes::late_attach(
+                    late,
+                    pid,
+                    &targets,
+                    &scope_pids,
+                    &mut plan,
+                    &mut ebpf,
+                    &mut attached,
+                ),
+                None => Vec::new(),
+            },
+            Change::Exec(pid) => execs.exec(pid, &scope_pids, &mut attached),
+            Change::Tick => execs.attach_closed(&plan, &mut attached),
+        }
     };
     let stopped = run::run(
         &mut signals,
@@ -390,7 +397,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         args.duration.map(|d| started + d),
         &trace_file,
         observer,
-        &mut on_load,
+        &mut on_change,
     )
     .await;
     let duration_ns = started.elapsed().as_nanos() as u64;
@@ -477,47 +484,4 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         output: out.path().to_path_buf(),
         files,
     })
-}
-
-/// Attaches the CUDA libraries process `pid` loaded since it was last looked at; returns a line
-/// for the user per library: a notice when attached, a warning saying why not.
-fn late_attach(
-    late: &mut cuda::late::Late,
-    pid: u32,
-    targets: &Targets,
-    scope_pids: &[Option<u32>],
-    plan: &mut Plan,
-    ebpf: &mut aya::Ebpf,
-    attached: &mut attach::Attached,
-) -> Vec<std::result::Result<String, String>> {
-    let processes = targets.processes();
-    let (Some(scope), Some(process)) = (
-        scope_pids.iter().position(|p| *p == Some(pid)),
-        processes.iter().find(|p| p.pid == pid),
-    ) else {
-        return Vec::new();
-    };
-    let found = match late.scan(plan, scope, process) {
-        Ok(found) => found,
-        Err(e) => {
-            return vec![Err(format!(
-                "could not look for CUDA libraries pid {pid} loaded: {e}"
-            ))]
-        }
-    };
-    found
-        .iter()
-        .map(|f| {
-            let path = f.file.shown.display();
-            match attach::attach_more(ebpf, attached, plan, &f.attachments, scope_pids) {
-                Ok(()) => Ok(format!(
-                    "attached {} CUDA probes to {path}, loaded by pid {pid} after the start",
-                    f.attachments.len()
-                )),
-                Err(e) => Err(format!(
-                    "could not attach to {path}, loaded by pid {pid}: {e}; it is not traced"
-                )),
-            }
-        })
-        .collect()
 }

@@ -78,6 +78,17 @@ impl Signals {
     }
 }
 
+/// What happened in a traced process that the session answers while recording.
+#[derive(Clone, Copy, Debug)]
+pub enum Change {
+    /// Its `dlopen` returned.
+    Loaded(u32),
+    /// A thread other than its first ran exec.
+    Exec(u32),
+    /// Another pass of the loop (the ring buffer drained): for what the session waits on.
+    Tick,
+}
+
 /// Reads records until a stop condition: a signal, every target gone, or `deadline` (-d).
 #[allow(clippy::too_many_arguments)]
 pub async fn run<W: Write + Send + 'static>(
@@ -89,7 +100,7 @@ pub async fn run<W: Write + Send + 'static>(
     deadline: Option<Instant>,
     trace_file: &TraceFile,
     observer: &mut dyn Observer,
-    on_load: &mut dyn FnMut(u32) -> Vec<std::result::Result<String, String>>,
+    on_change: &mut dyn FnMut(Change) -> Vec<std::result::Result<String, String>>,
 ) -> Result<Stop> {
     let Signals { int, term, hup } = signals;
     let pidfds = processes
@@ -140,9 +151,12 @@ pub async fn run<W: Write + Send + 'static>(
                 for warning in pipeline.warnings.take() {
                     observer.warning(&warning);
                 }
-                // A traced process finished a dlopen: attach what it loaded (--cuda).
-                for pid in std::mem::take(&mut pipeline.loaded) {
-                    for line in on_load(pid) {
+                // A traced process finished a dlopen: attach what it loaded (--cuda). A process
+                // whose thread other than the first ran exec: attach its probes again.
+                let loaded = std::mem::take(&mut pipeline.loaded).into_iter().map(Change::Loaded);
+                let execs = std::mem::take(&mut pipeline.execs).into_iter().map(Change::Exec);
+                for change in loaded.chain(execs).chain([Change::Tick]) {
+                    for line in on_change(change) {
                         match line {
                             Ok(notice) => observer.notice(&notice),
                             Err(warning) => observer.warning(&warning),
