@@ -96,6 +96,28 @@ fn two_runs_of_the_same_noisy_workload_pass_the_gate() {
     assert_eq!(ran.stdout.matches("no change").count(), 6, "{}", ran.stdout);
 }
 
+/// A probe recorded in one capture only: its row says so, with `-` for the durations of the side
+/// that has none.
+#[test]
+fn a_probe_in_one_capture_only_has_no_durations_on_the_other() {
+    let tmp = TempDir::new("diff-only");
+    let (base, new) = (tmp.join("base"), tmp.join("new"));
+    write_capture(&base, Some(1), &[("work", vec![1_000; 30])]);
+    write_capture(
+        &new,
+        Some(1),
+        &[("work", vec![1_000; 30]), ("extra", vec![2_000; 30])],
+    );
+    let ran = xtrace(args!["diff", &base, &new]);
+    assert_eq!(ran.code, Some(0), "{}\n{}", ran.stdout, ran.stderr);
+    let extra = ran.stdout.lines().find(|l| l.starts_with("extra ")).unwrap();
+    let cells: Vec<&str> = extra.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["extra", "0", "30", "-", "2.0µs", "-", "-", "2.0µs", "-", "-", "only", "in", "NEW"]
+    );
+}
+
 #[test]
 fn bad_inputs_exit_2() {
     let tmp = TempDir::new("diff-bad");

@@ -165,6 +165,17 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(malformed(&folded_path, e)),
     }
+    let counted = capture
+        .summary
+        .get("samples")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if counted > 0 && capture.folded.is_empty() {
+        return Err(malformed(
+            &folded_path,
+            format!("missing or empty, while summary.json counts {counted} CPU samples"),
+        ));
+    }
     Ok(capture)
 }
 
@@ -327,6 +338,26 @@ mod tests {
             parse_folded(&format!("a;b {max}\n\na;c 1\n")).unwrap_err(),
             "the counts add up past 2^64 at line 3"
         );
+    }
+
+    /// A capture whose summary counts CPU samples but whose stacks.folded is gone or empty is
+    /// damaged, not empty.
+    #[test]
+    fn samples_counted_without_their_stacks_are_damage() {
+        let d = dir("no-folded", r#"{"duration_ns": 5, "samples": 301}"#, TRACE);
+        let e = load(&d, Load::default()).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: missing or empty, while summary.json counts 301 CPU samples; the capture is \
+                 damaged: record it again",
+                d.join("stacks.folded").display()
+            )
+        );
+        std::fs::write(d.join("stacks.folded"), "").unwrap();
+        assert!(matches!(load(&d, Load::default()), Err(Error::Malformed { .. })));
+        std::fs::write(d.join("stacks.folded"), "app;main 301\n").unwrap();
+        assert_eq!(load(&d, Load::default()).unwrap().samples(), 301);
     }
 
     #[test]

@@ -216,15 +216,17 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
                         "-".into()
                     }
                 };
+                // A side without spans has no durations: `-`, not 0ns.
+                let time = |count: u64, ns: u64| if count > 0 { human(ns) } else { "-".into() };
                 vec![
                     r.name.clone(),
                     r.base_count.to_string(),
                     r.new_count.to_string(),
-                    human(r.base_p50),
-                    human(r.new_p50),
+                    time(r.base_count, r.base_p50),
+                    time(r.new_count, r.new_p50),
                     delta(r.base_p50, r.new_p50),
-                    human(r.base_mean),
-                    human(r.new_mean),
+                    time(r.base_count, r.base_mean),
+                    time(r.new_count, r.new_mean),
                     delta(r.base_mean, r.new_mean),
                     r.p.map_or("-".into(), |p| {
                         if p < 0.001 {

@@ -196,7 +196,10 @@ pub fn profile(input: &Input) -> Profile {
         let mut value = vec![0; columns];
         value[first_span_column] = clamp(s.spans);
         value[first_span_column + 1] = clamp(s.self_ns);
-        b.sample(s.frames.iter().map(String::as_str), value);
+        // Named as the CPU samples' frames are (read from stacks.folded), so that both meet at
+        // one root when a name holds `;` or a line break (a process's name may).
+        let frames: Vec<String> = s.frames.iter().map(|f| super::profile::folded_frame(f)).collect();
+        b.sample(frames.iter().map(String::as_str), value);
     }
     let filename = b.string("xtrace");
     b.profile.mapping.push(Mapping {
@@ -271,5 +274,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(decoded, p);
+    }
+
+    /// A process named `x;y` (newline) `z`: its CPU samples' root, read from stacks.folded, is
+    /// `x:y:z`; its spans' root is named the same, so both meet at one location.
+    #[test]
+    fn span_and_sample_roots_meet_for_names_with_separators() {
+        let folded = vec![("x:y:z;main".to_string(), 1)];
+        let stacks = vec![SpanStack {
+            frames: vec!["x;y\nz".into(), "main".into()],
+            spans: 1,
+            self_ns: 5,
+        }];
+        let p = profile(&Input {
+            folded: &folded,
+            sample_hz: Some(100),
+            span_stacks: &stacks,
+            duration_ns: 7,
+        });
+        assert_eq!(p.sample[0].location_id, p.sample[1].location_id);
+        assert_eq!(p.location.len(), 2);
     }
 }
