@@ -154,6 +154,59 @@ fn goroutines_that_park_inside_traced_calls_keep_their_own_calls() {
     assert_eq!(add, want);
 }
 
+/// Go strings are a pointer and a length, with no NUL after their bytes (the bytes of the next
+/// constant follow): a `str` argument reads as many bytes as the register after it says, and a
+/// `-> str` result as many as `rbx`, its second word; cut at 63 bytes like C strings.
+#[test]
+fn go_strings_are_read_by_their_length() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace(
+        "strings",
+        &[
+            "-u",
+            "main.greet(str, i64, i64) -> i64",
+            "-u",
+            "main.label(i64) -> str",
+        ],
+        "go-strings",
+    );
+    let string = |s: &xtrace_tests::output::Span, key: &str| s.args[key].as_str().map(str::to_owned);
+    let mut greet = out.spans_named("main.greet");
+    greet.sort_by_key(|s| s.start_ns());
+    let got: Vec<(Option<String>, i64, i64, i64)> = greet
+        .iter()
+        .map(|s| {
+            (
+                string(s, "arg0"),
+                value(s, "arg1"),
+                value(s, "arg2"),
+                value(s, "ret"),
+            )
+        })
+        .collect();
+    let cut = |c: &str| Some(c.repeat(63));
+    assert_eq!(
+        got,
+        [
+            (Some("hi".into()), 2, 0, 2),
+            (Some(String::new()), 0, 1, 1),
+            (cut("w"), 70, 2, 72)
+        ]
+    );
+    let mut label = out.spans_named("main.label");
+    label.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, Option<String>)> = label
+        .iter()
+        .map(|s| (value(s, "arg0"), string(s, "ret")))
+        .collect();
+    assert_eq!(
+        got,
+        [(0, Some("alpha".into())), (1, Some(String::new())), (2, cut("l"))]
+    );
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
 /// Under the default `--exits auto` the process lives on, and the first call, whose frame moved
 /// under it, is a span like the other six: its goroutine keeps its frame as an offset from the

@@ -45,7 +45,9 @@ pub mod args {
         1 << i
     }
     /// The function is Go code: argument `i` is the `i`th integer register of Go's register ABI
-    /// (`rax rbx rcx rdi rsi r8`), not of System V's (`rdi rsi rdx rcx r8 r9`).
+    /// (`rax rbx rcx rdi rsi r8`), not of System V's (`rdi rsi rdx rcx r8 r9`), and a string (an
+    /// argument, or the return value) is a Go string: its bytes at the pointer, as many as the next
+    /// register says (`rbx` for the return value), not up to a NUL.
     pub const GO_ABI: u32 = 1 << 6;
     /// The return value points at a NUL-terminated string, read when the call returns (the span
     /// is then a `SpanStrEvent`).

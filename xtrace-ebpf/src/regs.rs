@@ -9,6 +9,8 @@ pub const PT_REGS_AX: usize = 10 * 8;
 pub const PT_REGS_BX: usize = 5 * 8;
 /// Offset of `r14`.
 pub const PT_REGS_R14: usize = 8;
+/// Offset of `r9`.
+pub const PT_REGS_R9: usize = 8 * 8;
 /// Offset of `r8`.
 pub const PT_REGS_R8: usize = 9 * 8;
 /// Offset of `cx`.
@@ -97,4 +99,9 @@ context_register!(
     /// The user `r8`: a Go function's sixth integer argument.
     user_r8,
     PT_REGS_R8
+);
+context_register!(
+    /// The user `r9`: a Go function's seventh integer argument (the length of a string in `r8`).
+    user_r9,
+    PT_REGS_R9
 );

@@ -32,7 +32,7 @@ use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
     keep_return_addresses, min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
 };
-use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_si, user_sp};
+use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_r9, user_si, user_sp};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
@@ -147,7 +147,7 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
 fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8, sp: u64) {
     let spec = match ARG_SPECS.get(probe_id) {
         // Only the return value read (`-> str`): nothing to capture at entry.
-        Some(&spec) if spec & !args::RET_STRING != 0 => spec,
+        Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI) != 0 => spec,
         _ => return,
     };
     let Some(mut entry) = reserve::<ArgsEvent>() else {
@@ -165,7 +165,10 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         (*event).depth = depth;
         (*event)._pad = 0;
         // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
-        let regs: [u64; MAX_ARGS] = if spec & args::GO_ABI != 0 {
+        let go = spec & args::GO_ABI != 0;
+        // Go's seventh integer register: the length of a string in the sixth.
+        let r9 = if go { user_r9(ctx.regs) } else { 0 };
+        let regs: [u64; MAX_ARGS] = if go {
             let r = ctx.regs;
             [
                 user_ax(r),
@@ -188,7 +191,15 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         for i in 0..MAX_ARGS {
             let value = regs[i];
             (*event).args[i] = value;
-            if spec & args::string(i) != 0 {
+            if spec & args::string(i) != 0 && go {
+                // A Go string: its length is in the next register.
+                let len = if i + 1 < MAX_ARGS {
+                    regs[(i + 1) & (MAX_ARGS - 1)]
+                } else {
+                    r9
+                };
+                (*event).str_len[i] = read_counted(value, len, &mut (*event).strings[i]);
+            } else if spec & args::string(i) != 0 {
                 let dst = &mut (*event).strings[i];
                 if let Ok(read) = bpf_probe_read_user_str_bytes(value as *const u8, dst) {
                     // The helper's count includes the NUL; the slice it returns does not.
@@ -216,6 +227,20 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
     entry.submit(submit_flags());
 }
 
+/// Reads the string of `len` bytes at `ptr` (a Go string, which no NUL ends) into `dst`, cut to
+/// 63 bytes, and ends it with a NUL; returns the bytes kept with the NUL, as the string reads of
+/// C strings count them, or 0 when unreadable.
+#[inline(always)]
+fn read_counted(ptr: u64, len: u64, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
+    let n = (len as usize).min(ARG_STR_LEN - 1);
+    // SAFETY: a checked read of user memory into `dst`.
+    if n > 0 && unsafe { bpf_probe_read_user_buf(ptr as *const u8, &mut dst[..n]) }.is_err() {
+        return 0;
+    }
+    dst[n] = 0;
+    (n + 1) as u8
+}
+
 /// The `OUT_PTRS` key of the call at `depth` on thread `pid_tgid`.
 #[inline(always)]
 fn out_key(pid_tgid: u64, depth: u8) -> u64 {
@@ -229,14 +254,15 @@ fn return_spec(probe_id: u32) -> u32 {
     if !args_enabled() {
         return 0;
     }
-    ARG_SPECS
-        .get(probe_id)
-        .map_or(0, |spec| spec & (args::OUT_MASK | args::RET_STRING))
+    ARG_SPECS.get(probe_id).map_or(0, |spec| {
+        spec & (args::OUT_MASK | args::RET_STRING | args::GO_ABI)
+    })
 }
 
-/// Sends `span` with the string its return value points at (`-> str`).
+/// Sends `span` with the string its return value points at (`-> str`): NUL-terminated, or of
+/// `go_len` bytes (a Go string, whose length is its function's second result, in `rbx`).
 #[inline(always)]
-fn write_span_str(span: SpanEvent) {
+fn write_span_str(span: SpanEvent, go_len: Option<u64>) {
     let Some(mut entry) = reserve::<SpanStrEvent>() else {
         return;
     };
@@ -247,11 +273,13 @@ fn write_span_str(span: SpanEvent) {
         (*event).span = span;
         (*event).str_len = 0;
         (*event)._pad = 0;
-        if span.exit != EXIT_TAIL_CALL {
-            if let Ok(read) = bpf_probe_read_user_str_bytes(span.ret as *const u8, &mut (*event).string) {
-                // The helper's count includes the NUL; the slice it returns does not.
-                (*event).str_len = (read.len() + 1).min(ARG_STR_LEN) as u32;
-            }
+        if span.exit == EXIT_TAIL_CALL {
+            // No return value yet.
+        } else if let Some(len) = go_len {
+            (*event).str_len = u32::from(read_counted(span.ret, len, &mut (*event).string));
+        } else if let Ok(read) = bpf_probe_read_user_str_bytes(span.ret as *const u8, &mut (*event).string) {
+            // The helper's count includes the NUL; the slice it returns does not.
+            (*event).str_len = (read.len() + 1).min(ARG_STR_LEN) as u32;
         }
     }
     entry.submit(submit_flags());
@@ -504,14 +532,18 @@ fn end_span(
         return Ok(0);
     }
     if spec & args::RET_STRING != 0 {
-        write_span_str(SpanEvent {
-            header: header(KIND_SPAN_STR, pid_tgid, now),
-            start_ns,
-            probe_id,
-            depth: slot as u16,
-            exit,
-            ret: user_ax(regs),
-        });
+        let go_len = (spec & args::GO_ABI != 0).then(|| user_bx(regs));
+        write_span_str(
+            SpanEvent {
+                header: header(KIND_SPAN_STR, pid_tgid, now),
+                start_ns,
+                probe_id,
+                depth: slot as u16,
+                exit,
+                ret: user_ax(regs),
+            },
+            go_len,
+        );
         return Ok(0);
     }
     let Some(mut entry) = reserve::<SpanEvent>() else {

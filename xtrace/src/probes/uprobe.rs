@@ -508,10 +508,8 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
         .enumerate()
         .filter(|(_, p)| !p.capture.args.is_empty() || p.capture.ret == Some(ArgType::Str))
         .map(|(id, p)| {
-            let abi = match p.capture.go && !p.capture.args.is_empty() {
-                true => args::GO_ABI,
-                false => 0,
-            };
+            // Go code: argument registers, and string lengths, of Go's ABI.
+            let abi = if p.capture.go { args::GO_ABI } else { 0 };
             let ret = match p.capture.ret {
                 Some(ArgType::Str) => args::RET_STRING,
                 _ => 0,
