@@ -251,16 +251,28 @@ fn function_the_kernel_cannot_probe() {
             program.display()
         )
     );
+    // `vmovdqu (%rdi),%xmm1`: the kernel looks its opcode byte up as `outs` and refuses it.
+    let load = run_error(args!["-u", "load_entry", "-o", tmp.join("out"), "--", program]);
+    assert_eq!(
+        load,
+        format!(
+            "xtrace: error: {}: cannot probe `load_entry`: its `vmovdqu` (c5 fa 6f 0f) has a VEX \
+             prefix and the opcode byte 0x6f, which the kernel's uprobes look up as a one-byte \
+             opcode and refuse; trace a function that calls it",
+            program.display()
+        )
+    );
     let out = tmp.join("glob");
     let before = Attachments::snapshot();
     let finished = Xtrace::spawn(args!["-u", "*_entry", "-u", "plain", "-o", &out, "--", program]).wait();
     finished.assert_success();
     before.assert_none_left();
     let warning = format!(
-        "xtrace: warning: {}: 4 matched function(s) start with an instruction the kernel's uprobes \
-         refuse (a lock or segment-override prefix) or would not run (a vector instruction they \
-         take for a jump, a trap of the program's own) and are not traced: locked_entry, \
-         segment_entry, trap_entry, vector_entry",
+        "xtrace: warning: {}: 5 matched function(s) start with an instruction the kernel's uprobes \
+         refuse (a lock or segment-override prefix, a vector instruction whose opcode byte they \
+         refuse) or would not run (a vector instruction they take for a jump, a trap of the \
+         program's own) and are not traced: locked_entry, segment_entry, trap_entry, load_entry, \
+         vector_entry",
         program.display()
     );
     assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);

@@ -84,6 +84,10 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
             "nop5_first -> u64",
             "-u",
             "nop5_only -> u64",
+            "-u",
+            "labelled(u64) -> u64",
+            "-u",
+            "cet_loop -> u64",
         ],
         "entries",
     );
@@ -102,7 +106,18 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
     // Kept: its captured argument is written before the push; the jb jumps back into the
     // instructions before it; sub writes the stack pointer; an indirect jump could land anywhere;
     // a syscall is no plain instruction.
-    for name in ["writes_arg", "loops", "stack", "switchy", "syscall_first"] {
+    // And labelled: a symbol names an instruction it would move past (labelled_alt, where main
+    // enters it too). cet_loop starts with endbr64 and is probed on it, not after it: its jg
+    // jumps back to the instruction after it.
+    for name in [
+        "writes_arg",
+        "loops",
+        "stack",
+        "switchy",
+        "syscall_first",
+        "labelled",
+        "cet_loop",
+    ] {
         assert_eq!(moved_by(&out, name), 0, "{name}");
     }
     for name in [
@@ -116,6 +131,8 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
         "syscall_first",
         "nop5_first",
         "nop5_only",
+        "labelled",
+        "cet_loop",
     ] {
         assert_eq!(out.probe_count(name), CALLS, "{name}");
         assert_eq!(out.spans_named(name).len() as u64, CALLS, "{name}");
@@ -129,6 +146,11 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
     assert_eq!(values(&out, "stack"), expect(|x| x, false));
     assert_eq!(values(&out, "nop5_first"), expect(|x| x, false));
     assert_eq!(values(&out, "nop5_only"), expect(|x| x + 1, false));
+    assert_eq!(values(&out, "labelled"), expect(|x| x + 1, true));
+    assert_eq!(
+        values(&out, "cet_loop"),
+        expect(|x| if x == 0 { u64::MAX } else { 0 }, false)
+    );
     assert_eq!(
         values(&out, "switchy"),
         expect(|x| if x <= 1 { x + 10 } else { x }, false)
@@ -197,6 +219,7 @@ fn list_symbols_shows_the_probe_offset() {
         };
         assert_eq!(probe("moved"), moved, "{flags:?}");
         assert_eq!(probe("loops"), loops, "{flags:?}");
+        assert_eq!(probe("cet_loop"), 0, "on its endbr64, {flags:?}");
     }
 }
 

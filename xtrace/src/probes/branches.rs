@@ -71,7 +71,7 @@ impl Branches {
 
     /// Whether something can land on an address in `start..=end`; None when those addresses are
     /// not all in one swept section.
-    fn lands_in(&self, start: u64, end: u64) -> Option<bool> {
+    pub(super) fn lands_in(&self, start: u64, end: u64) -> Option<bool> {
         let (i, first) = self.bit(start)?;
         if self.bit(end)?.0 != i {
             return None;

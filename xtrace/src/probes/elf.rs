@@ -114,6 +114,9 @@ pub struct ElfSymbols {
     pub code: Vec<CodeRange>,
     /// Addresses of function entries, sorted: where a tail call can jump.
     starts: Vec<u64>,
+    /// Addresses in the code that other symbols name (a label of hand-written assembly, an
+    /// untyped global), sorted: code may be entered there too.
+    labels: Vec<u64>,
     /// The PLT sections' address ranges: a jump there is a call of another module's function.
     plt: Vec<(u64, u64)>,
     /// The segments: (address, size in memory, file offset).
@@ -316,7 +319,7 @@ impl ElfSymbols {
             .filter_map(|name| file.section_by_name(name))
             .map(|s| (s.address(), s.address() + s.size()))
             .collect();
-        let code = file
+        let code: Vec<CodeRange> = file
             .sections()
             .filter(|s| s.kind() == SectionKind::Text)
             .filter_map(|s| {
@@ -328,6 +331,21 @@ impl ElfSymbols {
                 })
             })
             .collect();
+        // Any other symbol in the code but a section's or a file's.
+        let mut labels: Vec<u64> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| {
+                !matches!(
+                    s.kind(),
+                    SymbolKind::Text | SymbolKind::Section | SymbolKind::File
+                )
+            })
+            .map(|s| s.address())
+            .filter(|&a| a != 0 && code.iter().any(|c| (c.address..c.address + c.size).contains(&a)))
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
         Ok(ElfSymbols {
             path: shown.to_path_buf(),
             functions,
@@ -340,6 +358,7 @@ impl ElfSymbols {
             cold_parts,
             code,
             starts,
+            labels,
             plt,
             segments,
             sizes,
@@ -388,10 +407,12 @@ impl ElfSymbols {
         })
     }
 
-    /// Whether a function starts in `start..=end`.
+    /// Whether a function starts in `start..=end`, or another symbol names an address there.
     pub(crate) fn starts_in(&self, start: u64, end: u64) -> bool {
-        let i = self.starts.partition_point(|&a| a < start);
-        self.starts.get(i).is_some_and(|&a| a <= end)
+        [&self.starts, &self.labels].iter().any(|sorted| {
+            let i = sorted.partition_point(|&a| a < start);
+            sorted.get(i).is_some_and(|&a| a <= end)
+        })
     }
 
     /// The first function start after `address`, or `u64::MAX`.

@@ -11,7 +11,8 @@
 //!   return address the return probe replaces are the entry's; none writes a register whose
 //!   argument the probe captures;
 //! - no code of the file jumps or calls into the instructions moved past or onto the new site
-//!   (every direct branch of every executable section is decoded once per file), and neither the
+//!   (every direct branch of every executable section is decoded once per file), no symbol names
+//!   one (an assembly label a pointer in data may reach), and neither the
 //!   function nor a cold part it jumps to has an indirect jump that could land there;
 //! - where returns are probed at the function's exit instructions, the site is not one of them
 //!   (a tail call's `jmp`): [`super::uprobe`] keeps the entry there.
@@ -459,23 +460,40 @@ impl EntrySites {
         arguments: usize,
     ) -> std::io::Result<u64> {
         let unmoved = function.probe_offset;
+        let skipped = unmoved - function.file_offset;
+        if skipped > 0 {
+            // The instruction after a leading `endbr64`, where a loop may jump back to: probed
+            // there, each pass would be a call. Then the `endbr64` itself (single-stepped).
+            let after = function.address + skipped;
+            if self
+                .branches(code, symbols)?
+                .is_some_and(|b| b.lands_in(after, after) == Some(true))
+            {
+                return Ok(function.file_offset);
+            }
+        }
         if mode == EntryMode::Symbol {
             return Ok(unmoved);
         }
         let Some(candidate) = candidate(code, function, (arguments, symbols.go))? else {
             return Ok(unmoved);
         };
-        let meta = code.metadata()?;
-        let branches = match self.branches.entry((meta.dev(), meta.ino())) {
-            Entry::Occupied(known) => known.into_mut(),
-            Entry::Vacant(new) => new.insert(Branches::sweep(code, &symbols.code)?),
-        };
-        match branches {
+        match self.branches(code, symbols)? {
             Some(branches) if branches.allows(code, symbols, function, &candidate)? => {
                 Ok(candidate.file_offset)
             }
             _ => Ok(unmoved),
         }
+    }
+
+    /// The branches of `code`'s file (swept once per file), None when it is too large.
+    fn branches(&mut self, code: &std::fs::File, symbols: &ElfSymbols) -> std::io::Result<Option<&Branches>> {
+        let meta = code.metadata()?;
+        let branches = match self.branches.entry((meta.dev(), meta.ino())) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => new.insert(Branches::sweep(code, &symbols.code)?),
+        };
+        Ok(branches.as_ref())
     }
 }
 

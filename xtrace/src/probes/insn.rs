@@ -12,6 +12,11 @@
 //! Linux 6.18, where a probe on an EVEX `vpbroadcastb %esi,%ymm1` left `%ymm1` unchanged, and
 //! `strchrnul` so probed broke printf (`python3` launched under `-u 'libc:*'` printed `%s: %s: %s`
 //! and exited 127). xtrace never probes one.
+//!
+//! Nor one whose opcode byte the kernel refuses as a one-byte opcode: it looks a VEX, EVEX or XOP
+//! instruction's opcode byte up in its table of one-byte opcodes (`good_insns_64`), so `vmovdqu`
+//! loads (0x6f), `vmovd` into a vector register (0x6e), `vpxor` (0xef), `vcomiss` (0x2f) and
+//! others are refused with ENOTSUPP like the instructions those bytes are alone.
 use std::os::unix::fs::FileExt;
 
 use iced_x86::{Code, Decoder, DecoderOptions, EncodingKind, Instruction, Register};
@@ -73,12 +78,21 @@ pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
     {
         "a load of SS, which holds off the breakpoint's trap"
     } else {
-        let opcode = taken_for_a_jump(insn, code)?;
+        let opcode = vector_opcode(insn, code)?;
         let prefix = match insn.encoding() {
             EncodingKind::EVEX => "an EVEX",
             EncodingKind::XOP => "an XOP",
             _ => "a VEX",
         };
+        if REFUSED_ONE_BYTE.contains(&opcode) {
+            return Some(format!(
+                "has {prefix} prefix and the opcode byte {opcode:#04x}, which the kernel's uprobes \
+                 look up as a one-byte opcode and refuse"
+            ));
+        }
+        if !matches!(opcode, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb) {
+            return None;
+        }
         return Some(format!(
             "has {prefix} prefix and the opcode byte {opcode:#04x} of a jump, call or nop, which the \
              kernel's uprobes emulate as one instead of running the instruction (the traced \
@@ -88,9 +102,18 @@ pub fn why_refused(insn: &Instruction, code: &[u8]) -> Option<String> {
     Some(format!("has {refused}, which the kernel's uprobes refuse"))
 }
 
-/// The opcode byte of a VEX-, EVEX- or XOP-encoded `insn` (bytes `code`) when the kernel's
-/// uprobes take it for a one-byte jump, call or nop (see the module's header).
-fn taken_for_a_jump(insn: &Instruction, code: &[u8]) -> Option<u8> {
+/// The one-byte opcodes the kernel's x86-64 uprobes refuse (the zeros of `good_insns_64` in
+/// arch/x86/kernel/uprobes.c), which it also refuses as the opcode byte of a VEX, EVEX or XOP
+/// instruction.
+const REFUSED_ONE_BYTE: [u8; 40] = [
+    0x06, 0x07, 0x0e, 0x16, 0x17, 0x1e, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x60, 0x61, 0x62, 0x6c, 0x6d, 0x6e,
+    0x6f, 0x82, 0x9a, 0xcc, 0xcd, 0xce, 0xcf, 0xd4, 0xd5, 0xd6, 0xe4, 0xe5, 0xe6, 0xe7, 0xea, 0xec, 0xed,
+    0xee, 0xef, 0xf1, 0xf4, 0xfa, 0xfb,
+];
+
+/// The opcode byte of a VEX-, EVEX- or XOP-encoded `insn` (bytes `code`), which the kernel's
+/// uprobes read as a one-byte opcode (see the module's header).
+fn vector_opcode(insn: &Instruction, code: &[u8]) -> Option<u8> {
     let skip = match insn.encoding() {
         EncodingKind::VEX | EncodingKind::XOP => None,
         EncodingKind::EVEX => Some(4),
@@ -99,8 +122,7 @@ fn taken_for_a_jump(insn: &Instruction, code: &[u8]) -> Option<u8> {
     // Legacy prefixes (a segment override, 0x67) come first; none is one of these bytes.
     let start = code.iter().position(|b| matches!(b, 0xc4 | 0xc5 | 0x62 | 0x8f))?;
     let skip = skip.unwrap_or(if code[start] == 0xc5 { 2 } else { 3 });
-    let opcode = *code.get(start + skip)?;
-    matches!(opcode, 0x70..=0x7f | 0x90 | 0xe8 | 0xe9 | 0xeb).then_some(opcode)
+    code.get(start + skip).copied()
 }
 
 #[cfg(test)]
@@ -163,13 +185,35 @@ mod tests {
             ),
             "{evex}"
         );
+        // Checked on Linux 6.18 (uprobe_multi links on each as a function's first instruction).
         for bytes in [
             &[0xc5, 0xf8, 0x57, 0xc0][..],         // vxorps (0x57): single-stepped, runs
             &[0xc5, 0xe9, 0xdf, 0xd9],             // vpandn
-            &[0x62, 0xe1, 0x7d, 0x08, 0x6e, 0xce], // vmovd %esi,%xmm17 (EVEX 0x6e)
+            &[0xc5, 0xf8, 0x10, 0x0f],             // vmovups (%rdi),%xmm1
+            &[0xc5, 0xf8, 0x28, 0xca],             // vmovaps %xmm2,%xmm1
+            &[0x62, 0xe1, 0x7c, 0x48, 0x10, 0x0f], // vmovups (%rdi),%zmm17 (EVEX 0x10)
             &[0x74, 0x05],                         // je: a real jump, emulated correctly
         ] {
             assert_eq!(refused_bytes(bytes), None, "{bytes:x?}");
+        }
+        // Refused by the kernel (ENOTSUPP): opcode bytes its one-byte table refuses.
+        for (bytes, opcode) in [
+            (&[0xc5, 0xfa, 0x6f, 0x0f][..], 0x6f),         // vmovdqu (%rdi),%xmm1
+            (&[0xc5, 0xf9, 0x6e, 0xce], 0x6e),             // vmovd %esi,%xmm1
+            (&[0xc5, 0xf1, 0xef, 0xc9], 0xef),             // vpxor %xmm1,%xmm1,%xmm1
+            (&[0xc5, 0xf8, 0x2f, 0xca], 0x2f),             // vcomiss %xmm2,%xmm1
+            (&[0xc5, 0xf9, 0xd6, 0x0f], 0xd6),             // vmovq %xmm1,(%rdi)
+            (&[0x62, 0xe1, 0xfe, 0x48, 0x6f, 0x0f], 0x6f), // vmovdqu64 (%rdi),%zmm17
+            (&[0x62, 0xe1, 0x7d, 0x08, 0x6e, 0xce], 0x6e), // vmovd %esi,%xmm17 (EVEX)
+        ] {
+            let why = refused_bytes(bytes).unwrap_or_else(|| panic!("{bytes:x?}"));
+            assert!(
+                why.ends_with(&format!(
+                    "prefix and the opcode byte {opcode:#04x}, which the kernel's uprobes look up as a \
+                     one-byte opcode and refuse"
+                )),
+                "{why}"
+            );
         }
     }
 

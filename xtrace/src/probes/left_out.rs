@@ -69,8 +69,9 @@ impl LeftOut {
         for (file, names) in self.unprobeable {
             out.push(format!(
                 "{file}: {} matched function(s) start with an instruction the kernel's uprobes refuse \
-                 (a lock or segment-override prefix) or would not run (a vector instruction they take \
-                 for a jump, a trap of the program's own) and are not traced: {}",
+                 (a lock or segment-override prefix, a vector instruction whose opcode byte they \
+                 refuse) or would not run (a vector instruction they take for a jump, a trap of the \
+                 program's own) and are not traced: {}",
                 names.len(),
                 first_names(&names)
             ));
