@@ -207,6 +207,38 @@ fn go_strings_are_read_by_their_length() {
     );
 }
 
+/// CPU samples in a Go leaf without a frame of its own keep its caller: `go build` writes the
+/// CFI zlib-compressed (`.debug_frame`, `SHF_COMPRESSED`, no `.eh_frame`), which is inflated for
+/// the unwinder. (A frame-pointer walk skips the caller: the leaf has pushed no frame pointer.)
+#[test]
+fn samples_in_a_go_leaf_keep_its_caller() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(gocalls(), &["spin"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("go-spin");
+    let out = tmp.join("out");
+    trace_fixture_with(&mut fixture, args!["-F", "999"], &[], &out);
+    let folded = Outputs::read_profiled(&out).folded();
+    let in_leaf = |suffix: &str| -> u64 {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.ends_with(suffix))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (all, under_alpha) = (
+        in_leaf(";main.spinLeaf"),
+        in_leaf(";main.main;main.alpha;main.spinLeaf"),
+    );
+    assert!(all >= 200, "{all} samples in spinLeaf: {folded:?}");
+    assert!(
+        under_alpha * 100 >= all * 95,
+        "{under_alpha} of {all}: {folded:?}"
+    );
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
 /// Under the default `--exits auto` the process lives on, and the first call, whose frame moved
 /// under it, is a span like the other six: its goroutine keeps its frame as an offset from the

@@ -38,6 +38,29 @@ struct FileUnwind {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// The most bytes a compressed unwind section is inflated to.
+const MAX_INFLATED: u64 = 256 << 20;
+
+/// A section's bytes, inflated when it is zlib-compressed (`SHF_COMPRESSED`, as `go build` writes
+/// `.debug_frame`, or a GNU `.zdebug_` section); None for another compression (zstd) or bytes
+/// that do not inflate.
+fn section_bytes<'d>(section: &impl ObjectSection<'d>) -> Option<std::borrow::Cow<'d, [u8]>> {
+    let compressed = section.compressed_data().ok()?;
+    match compressed.format {
+        object::CompressionFormat::None => Some(std::borrow::Cow::Borrowed(compressed.data)),
+        object::CompressionFormat::Zlib if compressed.uncompressed_size <= MAX_INFLATED => {
+            let mut inflated = Vec::with_capacity(compressed.uncompressed_size as usize);
+            flate2::read::ZlibDecoder::new(compressed.data)
+                .take(compressed.uncompressed_size)
+                .read_to_end(&mut inflated)
+                .ok()?;
+            (inflated.len() as u64 == compressed.uncompressed_size)
+                .then_some(std::borrow::Cow::Owned(inflated))
+        }
+        _ => None,
+    }
+}
+
 impl FileUnwind {
     fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileUnwind> {
         let file = object::File::parse(data).ok()?;
@@ -46,8 +69,7 @@ impl FileUnwind {
             Some(section.address()..section.address() + section.size())
         };
         let bytes = |name: &str| -> Option<Bytes> {
-            let section = file.section_by_name(name)?;
-            let data = section.uncompressed_data().ok()?;
+            let data = section_bytes(&file.section_by_name(name)?)?;
             (!data.is_empty()).then(|| Arc::from(&*data))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
