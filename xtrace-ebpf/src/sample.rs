@@ -40,6 +40,58 @@ static SAMPLE_SCRATCH: PerCpuArray<SampleScratch> = PerCpuArray::with_max_entrie
 #[unsafe(no_mangle)]
 static USER_STACK_BYTES: u32 = 0;
 
+/// Where a task's uprobe state lies (`task_struct.utask`; `state`, `vaddr`, `xol_vaddr` in
+/// `struct uprobe_task`), set at load time from the kernel's BTF; 0 when unknown.
+#[unsafe(no_mangle)]
+static TASK_UTASK: u32 = 0;
+#[unsafe(no_mangle)]
+static UTASK_STATE: u32 = 0;
+#[unsafe(no_mangle)]
+static UTASK_VADDR: u32 = 0;
+#[unsafe(no_mangle)]
+static UTASK_XOL_VADDR: u32 = 0;
+
+/// The longest instruction the kernel copies to an out-of-line slot (`MAX_UINSN_BYTES`).
+const MAX_UINSN_BYTES: u64 = 16;
+
+/// The user instruction pointer `ip` of the current task as its unwinder should see it: while the
+/// kernel single-steps a probed instruction's copy in its out-of-line slot (`uprobe_task.state`
+/// not `UTASK_RUNNING`), `ip` lies in the slot, before or after the copy, and stands for the same
+/// place at the probed instruction (`vaddr`); elsewhere `ip` itself.
+#[inline(always)]
+fn stepped_from(ip: u64) -> u64 {
+    let task_utask = load_time(&TASK_UTASK);
+    if task_utask == 0 {
+        return ip;
+    }
+    // SAFETY: no preconditions; the task is read only through checked reads.
+    let task = unsafe { bpf_get_current_task_btf() } as u64;
+    let read = |address: u64| -> u64 {
+        let mut value = 0u64;
+        // SAFETY: a checked read of kernel memory into a local.
+        let failed =
+            unsafe { bpf_probe_read_kernel((&raw mut value).cast(), 8, address as *const core::ffi::c_void) }
+                != 0;
+        if failed {
+            0
+        } else {
+            value
+        }
+    };
+    let utask = read(task + u64::from(task_utask));
+    // `state` is an enum (4 bytes); RUNNING is 0.
+    if utask == 0 || read(utask + u64::from(load_time(&UTASK_STATE))) as u32 == 0 {
+        return ip;
+    }
+    let xol = read(utask + u64::from(load_time(&UTASK_XOL_VADDR)));
+    let vaddr = read(utask + u64::from(load_time(&UTASK_VADDR)));
+    if xol != 0 && vaddr != 0 && ip >= xol && ip - xol <= MAX_UINSN_BYTES {
+        vaddr + (ip - xol)
+    } else {
+        ip
+    }
+}
+
 #[perf_event]
 pub fn sample(ctx: PerfEventContext) -> u32 {
     // A thread outside xtrace's PID namespace is not sampled.
@@ -119,7 +171,7 @@ unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
     let sp = regs[PT_REGS_SP / 8];
     // SAFETY: as the caller promises.
     unsafe {
-        (*scratch).event.user_regs[USER_IP] = regs[PT_REGS_IP / 8];
+        (*scratch).event.user_regs[USER_IP] = stepped_from(regs[PT_REGS_IP / 8]);
         (*scratch).event.user_regs[USER_SP] = sp;
         (*scratch).event.user_regs[USER_BP] = regs[PT_REGS_BP / 8];
     }

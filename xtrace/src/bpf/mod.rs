@@ -50,6 +50,9 @@ pub struct LoadOptions {
     /// Whether span entries keep their return address, for samples to restore over return
     /// probes' trampolines in the user stacks they copy (only when sampling copies stacks).
     pub return_addresses: bool,
+    /// Where a task's uprobe state lies, for samples taken while a probed instruction's copy is
+    /// single-stepped (all 0: not read).
+    pub uprobe_task: crate::probes::sampler::UprobeTask,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -106,6 +109,10 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
         .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
         .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
+        .override_global("TASK_UTASK", &options.uprobe_task.task_utask, true)
+        .override_global("UTASK_STATE", &options.uprobe_task.state, true)
+        .override_global("UTASK_VADDR", &options.uprobe_task.vaddr, true)
+        .override_global("UTASK_XOL_VADDR", &options.uprobe_task.xol_vaddr, true)
         .load(OBJECT)?;
     if !options.arg_specs.is_empty() {
         let mut specs: Array<_, u32> =

@@ -12,6 +12,7 @@ pub mod samples;
 pub mod sideband;
 pub mod stats;
 pub mod threads;
+pub mod traps;
 pub mod unwind;
 pub mod usdt;
 pub mod values;

@@ -73,6 +73,10 @@ pub struct Samples {
     /// Samples past `TIMELINE_MAX`: counted in the profile, not on the timeline.
     pub timeline_dropped: u64,
     unwinders: Unwinders,
+    /// Whether uprobes are attached, whose traps and trampoline samples may land in.
+    pub probed: bool,
+    /// Read at the first sample that copied its stack, when `probed`.
+    traps: Option<super::traps::Traps>,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -135,11 +139,24 @@ impl Samples {
         let user: Box<[u64]> = if copied {
             let maps = self.images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
-            let unwound = self.unwinders.unwind(image, pid, maps, event.user_regs, stack);
-            if unwound.truncated || lost_to_trampoline(maps, &unwound.frames) {
-                self.truncated += 1;
-            }
-            code_frames(&unwound.frames).into()
+            // Where the thread stands when the sample lands in a uprobe's trap or trampoline.
+            let probed = self.probed;
+            let traps = self.traps.get_or_insert_with(|| match probed {
+                true => super::traps::Traps::read(),
+                false => super::traps::Traps::default(),
+            });
+            let mut regs = event.user_regs;
+            let sp = regs[USER_SP];
+            (regs[USER_IP], regs[USER_SP]) = traps.user_regs((ip, sp), kernel, maps, returns);
+            // The copy starts at the sampled stack pointer; above it when that moved up.
+            let stack = usize::try_from(regs[USER_SP] - sp)
+                .ok()
+                .and_then(|skip| stack.get(skip..))
+                .unwrap_or_default();
+            let unwound = self.unwinders.unwind(image, pid, maps, regs, stack);
+            let (kept, cut) = unwound_callers(maps, &unwound.frames, unwound.truncated);
+            self.truncated += u64::from(cut);
+            kept.into()
         } else {
             let maps = self.images.maps(image);
             if walked.len() == MAX_FRAMES || lost_to_trampoline(maps, walked) {
@@ -275,6 +292,19 @@ fn code_frames(frames: &[u64]) -> &[u64] {
         .position(|a| !(LOWEST_CODE..=HIGHEST_USER).contains(a))
         .unwrap_or(frames.len());
     &frames[..end]
+}
+
+/// The frames of an unwound user stack (`past_copy`: it went on past the stack's copy) that are
+/// code, and whether it is cut short. It ends before its first frame that cannot be code
+/// ([`code_frames`]) and before its first caller outside every mapping: a walk by frame pointer
+/// through code without CFI that uses the register for data reads values such as
+/// `0x10097cdd`, and such a stack is cut short, as one past the copy or lost in the return probes'
+/// trampoline is.
+fn unwound_callers<'f>(maps: &[Mapping], frames: &'f [u64], past_copy: bool) -> (&'f [u64], bool) {
+    let code = code_frames(frames);
+    let kept = mapped_callers(maps, code);
+    let cut = past_copy || kept.len() < code.len() || lost_to_trampoline(maps, kept);
+    (kept, cut)
 }
 
 /// A frame-pointer walk up to its first caller outside the process's code. The kernel's walk
@@ -413,6 +443,27 @@ mod tests {
         assert_eq!(mapped_callers(&maps, &[0x1234_5000]), [0x1234_5000]);
         assert_eq!(mapped_callers(&maps, &frames[..2]), &frames[..2]);
         assert!(mapped_callers(&maps, &[]).is_empty());
+    }
+
+    /// An unwound stack whose walk by frame pointer read data (`0x10097cdd`, in no mapping) ends
+    /// before it and is cut short; a whole one is kept whole.
+    #[test]
+    fn an_unwound_stack_ends_at_a_caller_outside_the_code() {
+        let maps = [Mapping {
+            start: 0x5555_0000_0000,
+            end: 0x5555_0001_0000,
+            offset: 0,
+            path: "/usr/bin/app".into(),
+            deleted: false,
+        }];
+        let whole = [0x5555_0000_1000, 0x5555_0000_2000, 0x5555_0000_3000];
+        assert_eq!(unwound_callers(&maps, &whole, false), (&whole[..], false));
+        assert_eq!(unwound_callers(&maps, &whole, true), (&whole[..], true));
+        let junk = [0x5555_0000_1000, 0x5555_0000_2000, 0x1009_7cdd, 0x5555_0000_3000];
+        assert_eq!(unwound_callers(&maps, &junk, false), (&junk[..2], true));
+        // Past the outermost frame, a value that cannot be code ends it too, not cut short.
+        let argc = [0x5555_0000_1000, 0x5555_0000_2000, 3];
+        assert_eq!(unwound_callers(&maps, &argc, false), (&argc[..2], false));
     }
 
     #[test]

@@ -239,6 +239,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         sample_pids: targets.pids(),
         user_stack_bytes: args.user_stack,
         return_addresses: sampling.is_some() && args.user_stack > 0,
+        uprobe_task: match sampling.is_some() && args.user_stack > 0 {
+            true => crate::probes::sampler::UprobeTask::read(),
+            false => Default::default(),
+        },
         follow,
         pid_namespace,
     })?;
@@ -361,6 +365,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         if let Targets::Launched(launch) = &targets {
             pipeline.samples.images.launched(launch.process.pid);
         }
+        pipeline.samples.probed = attached.uprobes > 0;
     }
     pipeline.loaders = plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default();
     pipeline.warnings = crate::pipeline::warnings::Warnings::new(
