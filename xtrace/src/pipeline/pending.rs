@@ -5,15 +5,15 @@
 //!
 //! Calls of Go code ([`Pending::enter_goroutine`]) are kept per goroutine, which shares its
 //! thread with others and moves between threads: neither rule holds for them, and they are
-//! dropped oldest first, when the [`MAX_GOROUTINE_CALLS`]th call of Go code after them enters.
-use std::collections::{BTreeMap, VecDeque};
+//! dropped oldest first once [`MAX_GOROUTINE_CALLS`] wait.
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Calls waiting at most; past it new records are dropped (counted).
 const MAX_PENDING: usize = 1 << 16;
 
-/// Calls of Go code kept at most, taken or not; past it the oldest is dropped (one still waiting
-/// ended without a span).
-const MAX_GOROUTINE_CALLS: usize = 1 << 12;
+/// Calls of Go code waiting at most; past it the oldest is dropped (it ended without a span, or
+/// waits in one of so many goroutines parked inside traced calls).
+const MAX_GOROUTINE_CALLS: usize = 1 << 15;
 
 /// `depth` of a waiting call of Go code: no depth on its thread.
 const GOROUTINE: u16 = u16::MAX;
@@ -23,8 +23,8 @@ pub struct Pending<T> {
     /// Per (thread, entry time): the call's depth on its thread ([`GOROUTINE`] for Go code) and
     /// its record.
     calls: BTreeMap<(u32, u64), (u16, T)>,
-    /// The waiting calls of Go code, oldest first (some may be taken already).
-    goroutine_calls: VecDeque<(u32, u64)>,
+    /// The waiting calls of Go code, by entry time and thread: oldest first.
+    goroutine_calls: BTreeSet<(u64, u32)>,
     /// Records dropped because too many calls were waiting for their spans.
     pub dropped: u64,
 }
@@ -33,7 +33,7 @@ impl<T> Default for Pending<T> {
     fn default() -> Self {
         Pending {
             calls: BTreeMap::new(),
-            goroutine_calls: VecDeque::new(),
+            goroutine_calls: BTreeSet::new(),
             dropped: 0,
         }
     }
@@ -59,11 +59,11 @@ impl<T> Pending<T> {
     }
 
     /// The entry record of a call of Go code that entered on `tid` at `start_ns`: it waits until
-    /// its span takes it, or until the [`MAX_GOROUTINE_CALLS`]th call of Go code after it enters.
+    /// its span takes it, or until it is the oldest of [`MAX_GOROUTINE_CALLS`] waiting.
     pub fn enter_goroutine(&mut self, tid: u32, start_ns: u64, record: T) {
         while self.goroutine_calls.len() >= MAX_GOROUTINE_CALLS {
-            if let Some(oldest) = self.goroutine_calls.pop_front() {
-                self.calls.remove(&oldest);
+            if let Some((start, tid)) = self.goroutine_calls.pop_first() {
+                self.calls.remove(&(tid, start));
             }
         }
         if self.calls.len() >= MAX_PENDING {
@@ -71,7 +71,7 @@ impl<T> Pending<T> {
             return;
         }
         self.calls.insert((tid, start_ns), (GOROUTINE, record));
-        self.goroutine_calls.push_back((tid, start_ns));
+        self.goroutine_calls.insert((start_ns, tid));
     }
 
     /// Takes the record of the call on `tid` that entered at `start_ns` (its span arrived).
@@ -85,6 +85,9 @@ impl<T> Pending<T> {
         let mut mine = None;
         for key in stale {
             let record = self.calls.remove(&key);
+            if matches!(record, Some((GOROUTINE, _))) {
+                self.goroutine_calls.remove(&(key.1, key.0));
+            }
             if key.1 == start_ns {
                 mine = record.map(|(_, r)| r);
             }

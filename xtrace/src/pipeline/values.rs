@@ -472,16 +472,23 @@ mod tests {
         assert_eq!(v.span(0, 7, 100, None).unwrap(), r#","arg0":1"#);
         assert_eq!(v.span(0, 7, 120, None).unwrap(), r#","arg0":3"#);
         assert!(v.pending.is_empty());
-        // One that never ends is dropped when the 4096th call after it enters.
+        // One that never ends waits while thousands of others come and go.
         v.args(&args_at(0, 7, 1, 0, [9, 0, 0, 0, 0, 0], ""));
-        for start in 2..4097 {
+        for start in 2..20_000 {
             v.args(&args_at(0, 8, start, 0, [start, 0, 0, 0, 0, 0], ""));
             v.span(0, 8, start, None);
         }
         assert_eq!(v.pending.len(), 1);
-        v.args(&args_at(0, 8, 5000, 0, [5, 0, 0, 0, 0, 0], ""));
-        assert_eq!(v.pending.len(), 1, "the call at 1 is dropped");
-        assert_eq!(v.span(0, 8, 5000, None).unwrap(), r#","arg0":5"#);
+        v.args(&args_at(0, 8, 50_000, 0, [5, 0, 0, 0, 0, 0], ""));
+        assert_eq!(v.span(0, 7, 1, None).unwrap(), r#","arg0":9"#);
+        assert_eq!(v.span(0, 8, 50_000, None).unwrap(), r#","arg0":5"#);
+        // Past 32,768 waiting at once, the oldest is dropped.
+        for start in 100_000..100_000 + (1 << 15) + 1 {
+            v.args(&args_at(0, 9, start, 0, [1, 0, 0, 0, 0, 0], ""));
+        }
+        assert_eq!(v.pending.len(), 1 << 15);
+        assert_eq!(v.span(0, 9, 100_000, None).unwrap(), "");
+        assert_eq!(v.span(0, 9, 100_001, None).unwrap(), r#","arg0":1"#);
     }
 
     #[test]
