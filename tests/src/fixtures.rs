@@ -119,6 +119,19 @@ pub fn gocalls() -> &'static Path {
     })
 }
 
+/// `gocgo` (see gocgo.go): Go code calling C code through cgo, built with `go build` on first use.
+pub fn gocgo() -> &'static Path {
+    static GOCGO: OnceLock<PathBuf> = OnceLock::new();
+    GOCGO.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gocgo.go");
+        let out = target_dir().join("xtrace-fixtures");
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+        let binary = out.join("gocgo");
+        compile(&[src], &binary, &[]);
+        binary
+    })
+}
+
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
 pub fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();

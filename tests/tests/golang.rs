@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use xtrace_tests::{
     args,
     bpf::Attachments,
-    fixtures::{gocalls, Fixture},
+    fixtures::{gocalls, gocgo, Fixture},
     output::{u64_field, Outputs},
     require_bpf,
     run::{listed_symbols, run_error, symbol_offset, trace_fixture_with, Xtrace},
@@ -237,6 +237,34 @@ fn samples_in_a_go_leaf_keep_its_caller() {
         under_alpha * 100 >= all * 95,
         "{under_alpha} of {all}: {folded:?}"
     );
+}
+
+/// In a cgo program, the C function takes its argument in System V's `rdi`, the Go function in
+/// Go's `rax`: each is read from its own ABI, and each call is a span at depth 0 (the C call runs
+/// on the thread's own stack, paired per thread; the Go call per goroutine).
+#[test]
+fn c_code_of_a_cgo_program_takes_system_v_arguments() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(gocgo(), &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("go-cgo");
+    let out = tmp.join("out");
+    let flags = args!["-u", "main.gtriple(i64) -> i64", "-u", "c_triple(i64) -> i64"];
+    trace_fixture_with(&mut fixture, flags, &[], &out);
+    let out = Outputs::read(&out);
+    for name in ["main.gtriple", "c_triple"] {
+        let mut spans = out.spans_named(name);
+        spans.sort_by_key(|s| s.start_ns());
+        let got: Vec<(i64, i64, u64)> = spans
+            .iter()
+            .map(|s| (value(s, "arg0"), value(s, "ret"), s.depth))
+            .collect();
+        let want: Vec<(i64, i64, u64)> = (0..5).map(|i| (i, 3 * i + 1, 0)).collect();
+        assert_eq!(got, want, "{name}");
+    }
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.

@@ -407,6 +407,15 @@ impl ElfSymbols {
         })
     }
 
+    /// Whether `function` is Go code: a function of a Go file whose name is a Go one, qualified by
+    /// its package (`main.f`, `runtime.mallocgc`, `main.(*T).M`). The C code of a cgo program
+    /// (`c_func`, `_cgo_...`, `crosscall2`, or GCC's clones `f.part.0`, `f.isra.0`) is not: it
+    /// takes its arguments in System V's registers and runs on the thread's own stack.
+    pub fn go_code(&self, function: &FunctionSymbol) -> bool {
+        const C_CLONES: [&str; 5] = [".part.", ".isra.", ".constprop.", ".lto_priv.", ".localalias"];
+        self.go && function.name.contains('.') && !C_CLONES.iter().any(|c| function.name.contains(c))
+    }
+
     /// Whether a function starts in `start..=end`, or another symbol names an address there.
     pub(crate) fn starts_in(&self, start: u64, end: u64) -> bool {
         [&self.starts, &self.labels].iter().any(|sorted| {

@@ -475,7 +475,7 @@ impl EntrySites {
         if mode == EntryMode::Symbol {
             return Ok(unmoved);
         }
-        let Some(candidate) = candidate(code, function, (arguments, symbols.go))? else {
+        let Some(candidate) = candidate(code, function, (arguments, symbols.go_code(function)))? else {
             return Ok(unmoved);
         };
         match self.branches(code, symbols)? {

@@ -287,7 +287,8 @@ pub fn plan(
                     }
                     Err(_) => continue,
                 };
-                let go_stack_check = symbols.go
+                let go = symbols.go_code(function);
+                let go_stack_check = go
                     && super::entry::on_go_stack_check(&code, function, offset).map_err(unreadable(&file))?;
                 plan.attachments.push(Attachment {
                     probe_id: id,
@@ -296,7 +297,7 @@ pub fn plan(
                     scope: scope_index,
                     exits: sites,
                     go_stack_check,
-                    go: symbols.go,
+                    go,
                 });
             }
             if plan.probes.len() > max_probes {
@@ -425,7 +426,7 @@ fn new_probe(
         capture: Capture {
             args: spec.args.clone(),
             ret: spec.ret,
-            go: symbols.go,
+            go: symbols.go_code(function),
         },
     });
     ((plan.probes.len() - 1) as u32, entry, sites)
