@@ -267,6 +267,25 @@ fn c_code_of_a_cgo_program_takes_system_v_arguments() {
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
+/// A Go program that execs itself from inside traced calls, twice: the last program's main
+/// goroutine lies where the first two's did, but its calls are not nested under their calls that
+/// never returned (open calls are kept per address space too).
+#[test]
+fn a_go_program_after_exec_keeps_none_of_the_old_programs_calls() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace(
+        "exec",
+        &["-u", "main.gen(i64)", "-u", "main.add(i64, i64) -> i64"],
+        "go-exec",
+    );
+    assert_eq!(out.probe_count("main.gen"), 0);
+    let add = out.spans_named("main.add");
+    assert_eq!(add.len(), 1);
+    assert_eq!((value(&add[0], "ret"), add[0].depth), (12, 0));
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
 /// Under the default `--exits auto` the process lives on, and the first call, whose frame moved
 /// under it, is a span like the other six: its goroutine keeps its frame as an offset from the

@@ -8,9 +8,11 @@
 //! the goroutine's stack (`stack.lo`, `stack.hi`). A call is the goroutine's when its stack pointer
 //! lies within them (C code of a cgo program, or an assembly function that uses `r14` otherwise,
 //! fails the test and keeps its calls per thread). Its frame is kept as an offset from the stack's
-//! top, which stays the same when the runtime moves the stack to grow it.
+//! top, which stays the same when the runtime moves the stack to grow it. The key holds the
+//! process's address space (`task_struct.mm`) too: after an exec the new program's first
+//! goroutine lies at the address the old one's did, and must not find its open calls.
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::map,
     maps::{Array, HashMap},
 };
@@ -23,11 +25,16 @@ const BPF_F_NO_PREALLOC: u32 = 1;
 /// Map update flag: only if the key is absent.
 const BPF_NOEXIST: u64 = 1;
 
-/// Open calls per goroutine with any, keyed by (process id, `runtime.g` address); an element is
-/// removed when its last open call ends.
+/// Open calls per goroutine with any, keyed by (process id, `runtime.g` address, address space);
+/// an element is removed when its last open call ends.
 #[map]
-static GO_STACKS: HashMap<[u64; 2], EntryStack> =
+static GO_STACKS: HashMap<[u64; 3], EntryStack> =
     HashMap::with_max_entries(MAX_GOROUTINES, BPF_F_NO_PREALLOC);
+
+/// Offset of `mm` in `struct task_struct`, set at load time from the kernel's BTF (0: unknown, and
+/// the key's address space is 0).
+#[unsafe(no_mangle)]
+static TASK_MM: u32 = 0;
 
 /// One empty stack, never written: what a goroutine's stack starts as.
 #[map]
@@ -37,17 +44,33 @@ static EMPTY_STACK: Array<EntryStack> = Array::with_max_entries(1, 0);
 /// [`GO_STACKS`], and the frame at `sp` as the goroutine keeps it (see the module's documentation).
 /// None when `r14` holds no goroutine whose stack `sp` is on.
 #[inline(always)]
-pub fn running(tgid: u32, regs: *const aya_ebpf::bindings::pt_regs, sp: u64) -> Option<([u64; 2], u64)> {
+pub fn running(tgid: u32, regs: *const aya_ebpf::bindings::pt_regs, sp: u64) -> Option<([u64; 3], u64)> {
     let g = user_r14(regs);
     // SAFETY: a checked read of user memory.
     let [lo, hi] = unsafe { bpf_probe_read_user(g as *const [u64; 2]) }.ok()?;
+    if !(lo <= sp && sp < hi) {
+        return None;
+    }
     // Below the top, so the offset wraps: deeper frames stay lower, as addresses are.
-    (lo <= sp && sp < hi).then_some(([u64::from(tgid), g], sp.wrapping_sub(hi)))
+    Some(([u64::from(tgid), g, address_space()], sp.wrapping_sub(hi)))
+}
+
+/// The current task's `mm`, or 0.
+#[inline(always)]
+fn address_space() -> u64 {
+    let offset = crate::maps::load_time(&TASK_MM);
+    if offset == 0 {
+        return 0;
+    }
+    // SAFETY: no preconditions; the task is read only through a checked read.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: a checked read of kernel memory.
+    unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u64) }.unwrap_or(0)
 }
 
 /// The stack of open calls of the goroutine `key`, made empty when it has none and `create`.
 #[inline(always)]
-pub fn stack(key: &[u64; 2], create: bool) -> Option<&'static mut EntryStack> {
+pub fn stack(key: &[u64; 3], create: bool) -> Option<&'static mut EntryStack> {
     let found = match GO_STACKS.get_ptr_mut(key) {
         Some(found) => found,
         None if create => {
@@ -64,6 +87,6 @@ pub fn stack(key: &[u64; 2], create: bool) -> Option<&'static mut EntryStack> {
 
 /// Forgets goroutine `key`, whose last open call has ended.
 #[inline(always)]
-pub fn done(key: &[u64; 2]) {
+pub fn done(key: &[u64; 3]) {
     let _ = GO_STACKS.remove(key);
 }

@@ -243,6 +243,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             true => crate::probes::sampler::UprobeTask::read(),
             false => Default::default(),
         },
+        go_code: plan.attachments.iter().any(|a| a.go),
         follow,
         pid_namespace,
     })?;
