@@ -105,7 +105,7 @@ pub fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
 }
 
-/// `gocalls calls|grow|restart|park|strings|spin|exec|fail` (see gocalls.go), built with `go build` on first use (only the Go
+/// `gocalls calls|grow|restart|park|parkexit|strings|spin|exec|fail` (see gocalls.go), built with `go build` on first use (only the Go
 /// tests need it).
 pub fn gocalls() -> &'static Path {
     static GOCALLS: OnceLock<PathBuf> = OnceLock::new();

@@ -267,6 +267,19 @@ fn c_code_of_a_cgo_program_takes_system_v_arguments() {
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
+/// A Go program that exits with 20 goroutines parked inside traced calls: their calls never
+/// return and are counted in `unmatched_entries`, as a thread's calls are when it exits, and the
+/// kernel's table of goroutines is emptied of them.
+#[test]
+fn goroutines_left_inside_traced_calls_at_exit_are_unmatched() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace("parkexit", &["-u", "main.parked(i64) -> i64"], "go-parkexit");
+    assert_eq!(out.probe_count("main.parked"), 0);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 20);
+}
+
 /// A Go program that execs itself from inside traced calls, twice: the last program's main
 /// goroutine lies where the first two's did, but its calls are not nested under their calls that
 /// never returned (open calls are kept per address space too).

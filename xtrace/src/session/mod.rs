@@ -296,6 +296,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let short_calls: PerCpuArray<MapData, ShortCalls> =
         PerCpuArray::try_from(bpf::take_map(&mut ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
     let woken = Array::try_from(bpf::take_map(&mut ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
+    let mut goroutines = match plan.attachments.iter().any(|a| a.go) {
+        true => Some(bpf::goroutines::Goroutines::take(&mut ebpf)?),
+        false => None,
+    };
     let mut reader = RingReader::new(ring, woken)?;
 
     // A command whose exec fails ends the recording before its outputs replace the last ones in
@@ -391,7 +395,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
                 None => Vec::new(),
             },
             Change::Exec(pid) => execs.exec(pid, &scope_pids, &mut attached),
-            Change::Tick => execs.attach_closed(&plan, &mut attached),
+            Change::Tick => {
+                if let Some(goroutines) = goroutines.as_mut() {
+                    goroutines.sweep(false);
+                }
+                execs.attach_closed(&plan, &mut attached)
+            }
         }
     };
     let stopped = run::run(
@@ -428,7 +437,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
             observer.warning(&warning);
         }
         let lost = bpf::read_lost(&counters)?;
-        let unmatched_entries = bpf::read_unmatched(&counters)?;
+        // Go calls left open by processes that exited.
+        let gone = goroutines.as_mut().map_or(0, |g| {
+            g.sweep(true);
+            g.unmatched
+        });
+        let unmatched_entries = bpf::read_unmatched(&counters)? + gone;
         let sampling = match sampling {
             Some(s) if s.followed.is_some() => Some(Sampling {
                 followed: Some(bpf::read_followed(&counters)?),
