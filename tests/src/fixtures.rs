@@ -109,27 +109,23 @@ pub fn script(name: &str) -> PathBuf {
 /// tests need it).
 pub fn gocalls() -> &'static Path {
     static GOCALLS: OnceLock<PathBuf> = OnceLock::new();
-    GOCALLS.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gocalls.go");
-        let out = target_dir().join("xtrace-fixtures");
-        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-        let binary = out.join("gocalls");
-        compile(&[src], &binary, &[]);
-        binary
-    })
+    GOCALLS.get_or_init(|| go_build("gocalls"))
 }
 
 /// `gocgo` (see gocgo.go): Go code calling C code through cgo, built with `go build` on first use.
 pub fn gocgo() -> &'static Path {
     static GOCGO: OnceLock<PathBuf> = OnceLock::new();
-    GOCGO.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gocgo.go");
-        let out = target_dir().join("xtrace-fixtures");
-        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-        let binary = out.join("gocgo");
-        compile(&[src], &binary, &[]);
-        binary
-    })
+    GOCGO.get_or_init(|| go_build("gocgo"))
+}
+
+/// Builds fixtures/NAME.go into the fixtures directory with `go build`; returns the binary.
+fn go_build(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/{name}.go"));
+    let out = target_dir().join("xtrace-fixtures");
+    std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+    let binary = out.join(name);
+    compile(&[src], &binary, &[]);
+    binary
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.

@@ -64,7 +64,9 @@ fn alive(pid: u64) -> bool {
         return false;
     };
     // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses; the state follows the last `)`.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
     !matches!(state, Some('Z' | 'X') | None)
 }
 

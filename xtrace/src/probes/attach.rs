@@ -242,6 +242,15 @@ fn usdt_groups(plan: &Plan) -> Vec<Group<'_>> {
     )
 }
 
+/// The groups program `name` (a span program or `usdt_hit`) attaches to in `plan`.
+fn program_groups<'p>(name: &str, plan: &'p Plan) -> Vec<Group<'p>> {
+    if name == "usdt_hit" {
+        usdt_groups(plan)
+    } else {
+        function_groups(name, &plan.attachments)
+    }
+}
+
 /// The programs a plan needs, exit probes first so that no entry is left without its exit.
 fn programs_for(plan: &Plan) -> Vec<&'static str> {
     let mut names = span_programs(&plan.attachments);
@@ -264,14 +273,8 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
     };
     let mut attached = Attached::new(Mechanism::UprobeMulti);
     for program in &programs {
-        let name = program.name();
-        let usdt = name == "usdt_hit";
-        let groups = if usdt {
-            usdt_groups(plan)
-        } else {
-            function_groups(name, &plan.attachments)
-        };
-        for g in groups {
+        let (name, usdt) = (program.name(), program.name() == "usdt_hit");
+        for g in program_groups(name, plan) {
             let link = match link_group(program, &g, pids[g.scope], usdt) {
                 Ok(link) => link,
                 // A kernel without uprobe_multi refuses the first link; one with it refuses a
@@ -458,14 +461,11 @@ pub fn reattach(attached: &mut Attached, plan: &Plan, scope: usize, pid: u32) ->
     // Kept only once all are made: a refused group drops the others, detaching them.
     let mut links = Attached::new(Mechanism::UprobeMulti);
     for program in &attached.programs {
-        let name = program.name();
-        let usdt = name == "usdt_hit";
-        let groups = if usdt {
-            usdt_groups(plan)
-        } else {
-            function_groups(name, &plan.attachments)
-        };
-        for g in groups.into_iter().filter(|g| g.scope == scope) {
+        let (name, usdt) = (program.name(), program.name() == "usdt_hit");
+        for g in program_groups(name, plan)
+            .into_iter()
+            .filter(|g| g.scope == scope)
+        {
             let link =
                 link_group(program, &g, Some(pid), usdt).map_err(|e| group_error(name, &g, Some(pid), e))?;
             links.keep(g.scope, link, is_exit(name), g.offsets.len());
