@@ -2,7 +2,9 @@
 //! writes the interrupted thread's kernel and user stacks as a `SampleEvent`. With `--pid` or a
 //! launched command only the processes in `SAMPLE_PIDS` are sampled; with `-a` every thread but
 //! the idle task. With `--user-stack` above 0 the record also carries the thread's user-mode
-//! registers and the top of its user stack, for unwinding code without frame pointers.
+//! registers and the top of its user stack, for unwinding code without frame pointers; while the
+//! kernel single-steps a probed instruction's copy out of line, the registers say the probed
+//! instruction's address instead of the copy's ([`stepped_from`]).
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
