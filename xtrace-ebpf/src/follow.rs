@@ -10,18 +10,15 @@
 //! through the task's `struct pid` (`thread_pid->numbers[level].nr`), whose layout is read from
 //! BTF too.
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
-    macros::raw_tracepoint,
+    bindings::BPF_NOEXIST, helpers::bpf_get_current_task, macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use xtrace_common::probe::counter;
 
-use crate::maps::{count, current_pid_tgid, in_pid_namespace, load_time, SAMPLE_PIDS};
+use crate::maps::{count, current_pid_tgid, in_pid_namespace, load_time, read_kernel, SAMPLE_PIDS};
 
 /// `clone()` flag: a thread of the caller's process, not a new process.
 const CLONE_THREAD: u64 = 0x0001_0000;
-/// Map update flag: only if the key is absent.
-const BPF_NOEXIST: u64 = 1;
 /// The map update's error when the key is present.
 const EEXIST: i32 = 17;
 
@@ -75,7 +72,7 @@ pub fn process_fork(ctx: RawTracePointContext) -> u32 {
     if child <= 0 {
         return 0;
     }
-    match SAMPLE_PIDS.insert(&(child as u32), &1, BPF_NOEXIST) {
+    match SAMPLE_PIDS.insert(&(child as u32), &1, u64::from(BPF_NOEXIST)) {
         Ok(()) => count(counter::FOLLOWED_PROCESSES),
         // Present: the pid of a process that exited on a kernel without `group_dead`.
         Err(e) if e == -EEXIST => count(counter::FOLLOWED_PROCESSES),
@@ -95,14 +92,6 @@ pub fn process_exit(ctx: RawTracePointContext) -> u32 {
         }
     }
     0
-}
-
-/// The value of type `T` at `offset` bytes into kernel object `at`.
-#[inline(always)]
-fn read_kernel<T>(at: u64, offset: u32) -> Option<T> {
-    let field = at.wrapping_add(u64::from(offset));
-    // SAFETY: a checked read of kernel memory.
-    unsafe { bpf_probe_read_kernel(field as *const T) }.ok()
 }
 
 /// The level of task `task`'s own PID namespace and its pid there.

@@ -12,21 +12,21 @@
 //! process's address space (`task_struct.mm`) too: after an exec the new program's first
 //! goroutine lies at the address the old one's did, and must not find its open calls.
 use aya_ebpf::{
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user},
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    helpers::{bpf_get_current_task, bpf_probe_read_user},
     macros::map,
     maps::{Array, HashMap},
 };
 use xtrace_common::probe::{EntryStack, MAX_GOROUTINES};
 
-use crate::regs::user_r14;
-
-/// Map flag: allocate elements when inserted, not all at load (most programs have no Go code).
-const BPF_F_NO_PREALLOC: u32 = 1;
-/// Map update flag: only if the key is absent.
-const BPF_NOEXIST: u64 = 1;
+use crate::{
+    maps::{load_time, read_kernel},
+    regs::user_r14,
+};
 
 /// Open calls per goroutine with any, keyed by (process id, `runtime.g` address, address space);
-/// an element is removed when its last open call ends.
+/// an element is removed when its last open call ends. Elements are allocated when inserted, not
+/// all at load: most traced programs have no Go code.
 #[map]
 static GO_STACKS: HashMap<[u64; 3], EntryStack> =
     HashMap::with_max_entries(MAX_GOROUTINES, BPF_F_NO_PREALLOC);
@@ -58,14 +58,12 @@ pub fn running(tgid: u32, regs: *const aya_ebpf::bindings::pt_regs, sp: u64) -> 
 /// The current task's `mm`, or 0.
 #[inline(always)]
 fn address_space() -> u64 {
-    let offset = crate::maps::load_time(&TASK_MM);
+    let offset = load_time(&TASK_MM);
     if offset == 0 {
         return 0;
     }
     // SAFETY: no preconditions; the task is read only through a checked read.
-    let task = unsafe { bpf_get_current_task() };
-    // SAFETY: a checked read of kernel memory.
-    unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u64) }.unwrap_or(0)
+    read_kernel(unsafe { bpf_get_current_task() }, offset).unwrap_or(0)
 }
 
 /// The stack of open calls of the goroutine `key`, made empty when it has none and `create`.
@@ -75,7 +73,7 @@ pub fn stack(key: &[u64; 3], create: bool) -> Option<&'static mut EntryStack> {
         Some(found) => found,
         None if create => {
             let empty = EMPTY_STACK.get(0)?;
-            GO_STACKS.insert(key, empty, BPF_NOEXIST).ok()?;
+            GO_STACKS.insert(key, empty, u64::from(BPF_NOEXIST)).ok()?;
             GO_STACKS.get_ptr_mut(key)?
         }
         None => return None,

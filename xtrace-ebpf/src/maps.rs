@@ -39,6 +39,15 @@ pub fn is_self(pid_tgid: u64) -> bool {
     (pid_tgid >> 32) as u32 == load_time(&SELF_TGID)
 }
 
+/// The value of type `T` at `offset` bytes into kernel object `at` (offsets from the kernel's
+/// BTF, set at load time).
+#[inline(always)]
+pub fn read_kernel<T>(at: u64, offset: u32) -> Option<T> {
+    let field = at.wrapping_add(u64::from(offset));
+    // SAFETY: a checked read of kernel memory.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(field as *const T) }.ok()
+}
+
 /// Whether xtrace runs in a PID namespace of its own (see `PIDNS_INO`).
 #[inline(always)]
 pub fn in_pid_namespace() -> bool {

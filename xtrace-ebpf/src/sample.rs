@@ -25,7 +25,9 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{count, current_pid_tgid, keep_return_addresses, load_time, output_flags, EVENTS, STACKS},
+    maps::{
+        count, current_pid_tgid, keep_return_addresses, load_time, output_flags, read_kernel, EVENTS, STACKS,
+    },
     regs::{PT_REGS_BP, PT_REGS_IP, PT_REGS_SIZE, PT_REGS_SP},
     uprobe::header,
 };
@@ -68,25 +70,15 @@ fn stepped_from(ip: u64) -> u64 {
     }
     // SAFETY: no preconditions; the task is read only through checked reads.
     let task = unsafe { bpf_get_current_task_btf() } as u64;
-    let read = |address: u64| -> u64 {
-        let mut value = 0u64;
-        // SAFETY: a checked read of kernel memory into a local.
-        let failed =
-            unsafe { bpf_probe_read_kernel((&raw mut value).cast(), 8, address as *const core::ffi::c_void) }
-                != 0;
-        if failed {
-            0
-        } else {
-            value
-        }
+    let Some(utask) = read_kernel::<u64>(task, task_utask).filter(|&utask| utask != 0) else {
+        return ip;
     };
-    let utask = read(task + u64::from(task_utask));
     // `state` is an enum (4 bytes); RUNNING is 0.
-    if utask == 0 || read(utask + u64::from(load_time(&UTASK_STATE))) as u32 == 0 {
+    if read_kernel::<u32>(utask, load_time(&UTASK_STATE)).unwrap_or(0) == 0 {
         return ip;
     }
-    let xol = read(utask + u64::from(load_time(&UTASK_XOL_VADDR)));
-    let vaddr = read(utask + u64::from(load_time(&UTASK_VADDR)));
+    let xol = read_kernel::<u64>(utask, load_time(&UTASK_XOL_VADDR)).unwrap_or(0);
+    let vaddr = read_kernel::<u64>(utask, load_time(&UTASK_VADDR)).unwrap_or(0);
     if xol != 0 && vaddr != 0 && ip >= xol && ip - xol <= MAX_UINSN_BYTES {
         vaddr + (ip - xol)
     } else {

@@ -200,11 +200,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
                 };
                 (*event).str_len[i] = read_counted(value, len, &mut (*event).strings[i]);
             } else if spec & args::string(i) != 0 {
-                let dst = &mut (*event).strings[i];
-                if let Ok(read) = bpf_probe_read_user_str_bytes(value as *const u8, dst) {
-                    // The helper's count includes the NUL; the slice it returns does not.
-                    (*event).str_len[i] = (read.len() + 1).min(ARG_STR_LEN) as u8;
-                }
+                (*event).str_len[i] = read_c_string(value as *const u8, &mut (*event).strings[i]);
             } else if spec & args::block(i) != 0 {
                 let dst = &mut (&mut (*event).strings[i])[..ARG_BLOCK_LEN];
                 if bpf_probe_read_user_buf(value as *const u8, dst).is_ok() {
@@ -225,6 +221,18 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         }
     }
     entry.submit(submit_flags());
+}
+
+/// Reads the NUL-terminated string at `ptr` into `dst`, cut to 63 bytes; returns the bytes kept
+/// with the NUL, or 0 when unreadable.
+#[inline(always)]
+pub fn read_c_string(ptr: *const u8, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
+    // SAFETY: the helper checks the user address and writes at most `dst.len()` bytes.
+    match unsafe { bpf_probe_read_user_str_bytes(ptr, dst) } {
+        // The helper's count includes the NUL; the slice it returns does not.
+        Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
+        Err(_) => 0,
+    }
 }
 
 /// Reads the string of `len` bytes at `ptr` (a Go string, which no NUL ends) into `dst`, cut to
@@ -277,9 +285,8 @@ fn write_span_str(span: SpanEvent, go_len: Option<u64>) {
             // No return value yet.
         } else if let Some(len) = go_len {
             (*event).str_len = u32::from(read_counted(span.ret, len, &mut (*event).string));
-        } else if let Ok(read) = bpf_probe_read_user_str_bytes(span.ret as *const u8, &mut (*event).string) {
-            // The helper's count includes the NUL; the slice it returns does not.
-            (*event).str_len = (read.len() + 1).min(ARG_STR_LEN) as u32;
+        } else {
+            (*event).str_len = u32::from(read_c_string(span.ret as *const u8, &mut (*event).string));
         }
     }
     entry.submit(submit_flags());

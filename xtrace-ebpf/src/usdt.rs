@@ -7,10 +7,7 @@ use core::ptr;
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::{
-        bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf,
-        bpf_probe_read_user_str_bytes,
-    },
+    helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::uprobe,
     programs::ProbeContext,
     EbpfContext,
@@ -146,12 +143,7 @@ fn send_with_strings<const SLOTS: usize>(hit: &Hit) {
             (*record).str_len[i] = if site.args[i].string == string_kind::RAW {
                 read_raw(pointer, dst)
             } else {
-                // The helper checks the user address.
-                match bpf_probe_read_user_str_bytes(pointer, dst) {
-                    // The helper's count includes the NUL; the slice it returns does not.
-                    Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
-                    Err(_) => 0,
-                }
+                crate::uprobe::read_c_string(pointer, dst)
             };
         }
     }
