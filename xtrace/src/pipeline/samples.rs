@@ -119,7 +119,7 @@ impl Samples {
         let returns = &event.returns[..(event.return_slots as usize).min(MAX_RETURN_SLOTS)];
         let covered = |maps: &[Mapping]| {
             wanted.iter().all(|a| find(maps, *a).is_some())
-                && (returns.is_empty() || maps.iter().any(|m| m.path == TRAMPOLINES))
+                && (returns.is_empty() || trampolines(maps).is_some())
         };
         let ts = event.header.ts_ns;
         // Its process's fork, exec and mappings before it, even where an earlier image covers it
@@ -189,17 +189,20 @@ impl Samples {
 /// probed instructions).
 pub(crate) const TRAMPOLINES: &str = "[uprobes]";
 
+/// The addresses of the process's [`TRAMPOLINES`] mapping, once it has one (at its first uprobe
+/// hit).
+pub(crate) fn trampolines(maps: &[Mapping]) -> Option<std::ops::Range<u64>> {
+    maps.iter()
+        .find(|m| m.path == TRAMPOLINES)
+        .map(|m| m.start..m.end)
+}
+
 /// Whether a frame of `frames` is in the return probes' trampoline: a return address a return
 /// probe swapped in and nothing put back (a child forked by a traced process runs the probes'
 /// breakpoints too, but its calls are not recorded), in place of a caller, or where a walk
 /// without frame pointers ends.
 fn lost_to_trampoline(maps: &[Mapping], frames: &[u64]) -> bool {
-    let Some(trampolines) = maps.iter().find(|m| m.path == TRAMPOLINES) else {
-        return false;
-    };
-    frames
-        .iter()
-        .any(|a| (trampolines.start..trampolines.end).contains(a))
+    trampolines(maps).is_some_and(|t| frames.iter().any(|a| t.contains(a)))
 }
 
 /// Puts each traced call's return address back in `stack` (copied from `sp` up) where its slot
@@ -209,7 +212,7 @@ fn lost_to_trampoline(maps: &[Mapping], frames: &[u64]) -> bool {
 /// longjmp and the slot has been reused since. `returns` is innermost first, so when two calls
 /// share a slot (a tail call) the outer one, which found the real address, writes last.
 fn restore_returns(maps: &[Mapping], sp: u64, returns: &[[u64; 2]], stack: &mut [u8]) {
-    let Some(trampolines) = maps.iter().find(|m| m.path == TRAMPOLINES) else {
+    let Some(trampolines) = trampolines(maps) else {
         return;
     };
     for &[slot, address] in returns {
@@ -220,7 +223,7 @@ fn restore_returns(maps: &[Mapping], sp: u64, returns: &[[u64; 2]], stack: &mut 
             continue;
         };
         let value = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        if (trampolines.start..trampolines.end).contains(&value) {
+        if trampolines.contains(&value) {
             word.copy_from_slice(&address.to_le_bytes());
         }
     }

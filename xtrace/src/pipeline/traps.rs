@@ -13,7 +13,7 @@
 //! callers or gains made-up ones.
 use std::ops::Range;
 
-use super::samples::{Mapping, TRAMPOLINES};
+use super::samples::{trampolines, Mapping};
 
 /// The kernel code that says where a trap stands: read from /proc/kallsyms once (empty when it
 /// shows no addresses: without CAP_SYSLOG, or under `kptr_restrict`).
@@ -72,10 +72,7 @@ impl Traps {
         if within(&self.int3) && !within(&self.resume) {
             return (ip.saturating_sub(1), sp);
         }
-        let in_trampolines = maps
-            .iter()
-            .any(|m| m.path == TRAMPOLINES && (m.start..m.end).contains(&ip));
-        if in_trampolines {
+        if trampolines(maps).is_some_and(|t| t.contains(&ip)) {
             // The call that returned through it had its return address at the slot just below
             // the stack pointer, or 3 words above it once the trampoline has saved its registers.
             let returned = returns
@@ -92,6 +89,7 @@ impl Traps {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::samples::TRAMPOLINES;
 
     const KALLSYMS: &str = "\
 ffffffff81000c00 T asm_exc_int3_before

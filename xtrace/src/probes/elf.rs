@@ -208,7 +208,17 @@ impl ElfSymbols {
         // Where this process maps the same file, to resolve IFUNCs: looked up at the first one.
         let mut own_copy: Option<Option<OwnCopy>> = None;
         let dynamic = file.dynamic_symbols().map(|s| (true, s));
+        // Addresses other symbols name than functions, sections and files: those in the code are
+        // labels (kept below, once the code is known).
+        let mut labels = Vec::new();
         for (in_dynsym, symbol) in file.symbols().map(|s| (false, s)).chain(dynamic) {
+            if !matches!(
+                symbol.kind(),
+                SymbolKind::Text | SymbolKind::Section | SymbolKind::File
+            ) && symbol.address() != 0
+            {
+                labels.push(symbol.address());
+            }
             let Ok(stored) = symbol.name() else { continue };
             throws |= matches!(stored, "__gxx_personality_v0" | "rust_eh_personality");
             let is_ifunc = super::ifunc::is_ifunc(&symbol);
@@ -331,19 +341,7 @@ impl ElfSymbols {
                 })
             })
             .collect();
-        // Any other symbol in the code but a section's or a file's.
-        let mut labels: Vec<u64> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| {
-                !matches!(
-                    s.kind(),
-                    SymbolKind::Text | SymbolKind::Section | SymbolKind::File
-                )
-            })
-            .map(|s| s.address())
-            .filter(|&a| a != 0 && code.iter().any(|c| (c.address..c.address + c.size).contains(&a)))
-            .collect();
+        labels.retain(|&a| code.iter().any(|c| (c.address..c.address + c.size).contains(&a)));
         labels.sort_unstable();
         labels.dedup();
         Ok(ElfSymbols {

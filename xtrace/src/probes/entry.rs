@@ -91,16 +91,9 @@ pub fn candidate(
     function: &FunctionSymbol,
     (arguments, go): (usize, bool),
 ) -> std::io::Result<Option<Candidate>> {
-    let skipped = function.probe_offset - function.file_offset;
-    if function.size <= skipped {
+    let Some((bytes, start)) = start_code(code, function, MAX_INSN * (MAX_PREFIX + 1))? else {
         return Ok(None);
-    }
-    let len = (function.size - skipped).min(MAX_INSN as u64 * (MAX_PREFIX as u64 + 1));
-    let mut bytes = vec![0; len as usize];
-    if !read_whole(code, &mut bytes, function.probe_offset)? {
-        return Ok(None); // a symbol past the end of the file
-    }
-    let start = function.address + skipped;
+    };
     let registers = if go { &GO_ARGS } else { &SYSV_ARGS };
     let kept = &registers[..arguments.min(registers.len())];
     let end = function.address + function.size;
@@ -122,18 +115,34 @@ pub fn on_go_stack_check(
     function: &FunctionSymbol,
     offset: u64,
 ) -> std::io::Result<bool> {
-    let skipped = function.probe_offset - function.file_offset;
-    if function.size <= skipped || offset <= function.probe_offset {
+    if offset <= function.probe_offset {
         return Ok(false);
     }
-    let len = (function.size - skipped).min(5 * MAX_INSN as u64);
-    let mut bytes = vec![0; len as usize];
-    if !read_whole(code, &mut bytes, function.probe_offset)? {
+    let Some((bytes, start)) = start_code(code, function, 5 * MAX_INSN)? else {
         return Ok(false);
-    }
-    let start = function.address + skipped;
+    };
     let end = function.address + function.size;
     Ok(go_stack_check(&bytes, start, end) == Some(start + (offset - function.probe_offset)))
+}
+
+/// The first `most` bytes of `function`'s code (read from `code`) from its probe offset (after a
+/// leading `endbr64`), and their address; None when it has no code there (no size, or a symbol
+/// past the end of the file).
+fn start_code(
+    code: &std::fs::File,
+    function: &FunctionSymbol,
+    most: usize,
+) -> std::io::Result<Option<(Vec<u8>, u64)>> {
+    let skipped = function.probe_offset - function.file_offset;
+    if function.size <= skipped {
+        return Ok(None);
+    }
+    let len = (function.size - skipped).min(most as u64);
+    let mut bytes = vec![0; len as usize];
+    if !read_whole(code, &mut bytes, function.probe_offset)? {
+        return Ok(None);
+    }
+    Ok(Some((bytes, function.address + skipped)))
 }
 
 /// The address of the `jbe` that ends the stack check a Go function (Go 1.17's register ABI on,

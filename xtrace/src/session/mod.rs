@@ -229,6 +229,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let stats_on = args.overhead.then(bpf::overhead::enable).transpose()?;
     let attach_started = Instant::now();
     let since_ns = crate::clock::monotonic_ns();
+    // Samples carry user stacks to unwind; functions of Go code are traced.
+    let copies_stacks = sampling.is_some() && args.user_stack > 0;
+    let go_code = plan.attachments.iter().any(|a| a.go);
     let mut ebpf = bpf::load(&bpf::LoadOptions {
         ring_bytes: args.buffer_size,
         arg_specs: uprobe::arg_specs(&plan),
@@ -238,12 +241,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
         sample_pids: targets.pids(),
         user_stack_bytes: args.user_stack,
-        return_addresses: sampling.is_some() && args.user_stack > 0,
-        uprobe_task: match sampling.is_some() && args.user_stack > 0 {
+        return_addresses: copies_stacks,
+        uprobe_task: match copies_stacks {
             true => crate::probes::sampler::UprobeTask::read(),
             false => Default::default(),
         },
-        go_code: plan.attachments.iter().any(|a| a.go),
+        go_code,
         follow,
         pid_namespace,
     })?;
@@ -296,7 +299,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let short_calls: PerCpuArray<MapData, ShortCalls> =
         PerCpuArray::try_from(bpf::take_map(&mut ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
     let woken = Array::try_from(bpf::take_map(&mut ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
-    let mut goroutines = match plan.attachments.iter().any(|a| a.go) {
+    let mut goroutines = match go_code {
         true => Some(bpf::goroutines::Goroutines::take(&mut ebpf)?),
         false => None,
     };
