@@ -1,7 +1,8 @@
 //! Where a sampled thread stands when the sample lands in the kernel's handling of a uprobe, whose
 //! user registers are then not those of a place in the program's code:
 //! - in the breakpoint's trap, before the kernel has looked up the uprobe (`asm_exc_int3`, and
-//!   `uprobe_notify_resume` not yet entered), the instruction pointer is one past the breakpoint,
+//!   `uprobe_notify_resume` not yet entered, or still in its look-up: `uprobe_get_swbp_addr`,
+//!   `find_active_uprobe_rcu`), the instruction pointer is one past the breakpoint,
 //!   inside the probed instruction (or past a one-byte one, a `push`, as if it had run);
 //! - in the return probes' trampoline (`[uprobes]`), the traced call has returned, and its return
 //!   address, which the kernel keeps, is where the thread stands, with the stack pointer just
@@ -24,6 +25,9 @@ pub struct Traps {
     /// `uprobe_notify_resume`, where the kernel looks the uprobe up and moves the instruction
     /// pointer back onto the breakpoint before it runs the probe's programs.
     resume: Option<Range<u64>>,
+    /// `uprobe_get_swbp_addr` and `find_active_uprobe_rcu`, the look-up, before the pointer is
+    /// moved back.
+    lookup: [Option<Range<u64>>; 2],
 }
 
 impl Traps {
@@ -50,6 +54,7 @@ impl Traps {
         Traps {
             int3: range("asm_exc_int3"),
             resume: range("uprobe_notify_resume"),
+            lookup: [range("uprobe_get_swbp_addr"), range("find_active_uprobe_rcu")],
         }
     }
 
@@ -69,7 +74,7 @@ impl Traps {
                 .as_ref()
                 .is_some_and(|r| kernel.iter().any(|a| r.contains(a)))
         };
-        if within(&self.int3) && !within(&self.resume) {
+        if within(&self.int3) && (!within(&self.resume) || self.lookup.iter().any(within)) {
             return (ip.saturating_sub(1), sp);
         }
         if trampolines(maps).is_some_and(|t| t.contains(&ip)) {
@@ -95,6 +100,10 @@ mod tests {
 ffffffff81000c00 T asm_exc_int3_before
 ffffffff81000c20 T asm_exc_int3
 ffffffff81000c60 T asm_exc_debug
+ffffffff81582f00 t find_active_uprobe_rcu
+ffffffff81583240 T __pfx_uprobe_write
+ffffffff81585470 W uprobe_get_swbp_addr
+ffffffff81585490 T __pfx_uprobe_get_trap_addr
 ffffffff815863c0 T uprobe_notify_resume
 ffffffff81586480 T uprobe_deny_signal
 ffffffffc0001000 t helper [some_module]
@@ -115,13 +124,23 @@ ffffffffc0001000 t helper [some_module]
         let traps = Traps::parse(KALLSYMS);
         assert_eq!(traps.int3, Some(0xffff_ffff_8100_0c20..0xffff_ffff_8100_0c60));
         assert_eq!(traps.resume, Some(0xffff_ffff_8158_63c0..0xffff_ffff_8158_6480));
+        assert_eq!(
+            traps.lookup,
+            [
+                Some(0xffff_ffff_8158_5470..0xffff_ffff_8158_5490),
+                Some(0xffff_ffff_8158_2f00..0xffff_ffff_8158_3240)
+            ]
+        );
         // Without CAP_SYSLOG every address reads 0.
         let hidden: String = KALLSYMS
             .lines()
             .map(|l| format!("0000000000000000{}\n", &l[16..]))
             .collect();
         let hidden = Traps::parse(&hidden);
-        assert_eq!((hidden.int3, hidden.resume), (None, None));
+        assert_eq!(
+            (hidden.int3, hidden.resume, hidden.lookup),
+            (None, None, [None, None])
+        );
     }
 
     #[test]
@@ -137,8 +156,14 @@ ffffffffc0001000 t helper [some_module]
             traps.user_regs(at, &[other, int3], &[], &[]),
             (0x5555_0000_1000, at.1)
         );
-        // Once the kernel is looking the uprobe up, it has moved the pointer back itself.
+        // Once the kernel has looked the uprobe up, it has moved the pointer back itself.
         assert_eq!(traps.user_regs(at, &[resume, other, int3], &[], &[]), at);
+        for lookup in [0xffff_ffff_8158_3000, 0xffff_ffff_8158_5480] {
+            assert_eq!(
+                traps.user_regs(at, &[lookup, resume, other, int3], &[], &[]),
+                (0x5555_0000_1000, at.1)
+            );
+        }
         assert_eq!(traps.user_regs(at, &[other], &[], &[]), at);
         assert_eq!(Traps::default().user_regs(at, &[int3], &[], &[]), at);
     }
