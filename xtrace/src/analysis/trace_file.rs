@@ -33,13 +33,24 @@ pub(super) fn read(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Resul
         keep_spans,
         interned: HashMap::new(),
         durations: 0,
+        events: 0,
+        refused: None,
     };
     if read_lines(BufReader::with_capacity(1 << 20, reader), &mut sink) == Some(()) {
         return Ok(());
     }
+    if let Some(refused) = sink.refused.take() {
+        return Err(malformed(&path, refused));
+    }
     sink.clear();
     let (_, reader) = open(dir)?;
-    stream(reader, &mut sink).map_err(|e| malformed(&path, e))
+    let streamed = stream(reader, &mut sink);
+    // serde_json places an error raised between events after the separator that follows, so an
+    // event the sink refuses is named by its place in the array instead.
+    match sink.refused.take() {
+        Some(refused) => Err(malformed(&path, refused)),
+        None => streamed.map_err(|e| malformed(&path, e)),
+    }
 }
 
 /// Reads a trace of any layout with serde_json's streaming parser.
@@ -68,8 +79,9 @@ fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
     }
 }
 
-/// Reads a trace laid out one event per line; None at the first line that is not in that layout,
-/// or an event the sink refuses (the caller then reads the file again with the streaming parser).
+/// Reads a trace laid out one event per line; None at the first line that is not in that layout
+/// (the caller then reads the file again with the streaming parser), and at an event the sink
+/// refuses, which is then in `sink.refused` with its line's number.
 fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
     let mut line = Vec::with_capacity(4096);
     // The head line is read through a bound: a trace in another layout may be one long line, which
@@ -89,7 +101,7 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
         }
         Some(n > 0)
     };
-    loop {
+    for number in 2.. {
         if !next(&mut line)? {
             return None; // no closing line
         }
@@ -98,7 +110,10 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
             Some(b'{') => {
                 let event = line.strip_suffix(b",").unwrap_or(&line);
                 let event: RawEvent = serde_json::from_slice(event).ok()?;
-                sink.event(&event).ok()?;
+                if let Err(e) = sink.event(&event) {
+                    sink.refused = Some(format!("{e} at line {number}"));
+                    return None;
+                }
             }
             Some(_) if line == TAIL_LINE => break,
             Some(_) => return None,
@@ -122,6 +137,10 @@ struct Sink<'c> {
     /// The durations of the complete events so far, added: past `u64::MAX` the capture is refused,
     /// so that no sum of them (per name, thread or call edge) can overflow.
     durations: u128,
+    /// The events read so far (the streaming parser names a refused event by its place).
+    events: u64,
+    /// Why the sink refused an event, and where it is.
+    refused: Option<String>,
 }
 
 /// One trace event; unknown members are ignored. The line reader's strings are borrowed from the
@@ -170,6 +189,8 @@ impl Sink<'_> {
         c.threads.clear();
         self.interned.clear();
         self.durations = 0;
+        self.events = 0;
+        self.refused = None;
     }
 
     fn event(&mut self, event: &RawEvent) -> Result<(), String> {
@@ -318,7 +339,13 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(event) = seq.next_element::<RawEvent>()? {
-            self.0.event(&event).map_err(serde::de::Error::custom)?;
+            let sink = &mut *self.0;
+            sink.events += 1;
+            if let Err(e) = sink.event(&event) {
+                let refused = format!("{e} in event {} of traceEvents", sink.events);
+                sink.refused = Some(refused.clone());
+                return Err(serde::de::Error::custom(refused));
+            }
         }
         Ok(())
     }
@@ -347,6 +374,8 @@ mod tests {
             keep_spans: true,
             interned: HashMap::new(),
             durations: 0,
+            events: 0,
+            refused: None,
         }
     }
 
@@ -441,18 +470,27 @@ mod tests {
         same(&streamed(&two_per_line), &streamed(TRACE));
     }
 
+    /// The error `read` gives for a capture whose trace is `text`.
+    fn refused(name: &str, text: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("xtrace-trace-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(crate::output::TRACE_FILE), text).unwrap();
+        let e = read(&dir, &mut Capture::default(), true).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        e
+    }
+
     #[test]
-    fn an_event_the_sink_refuses_gets_the_streaming_parsers_error() {
+    fn an_event_the_sink_refuses_is_named_by_its_line_or_its_place() {
         let bad = TRACE.replace("\"ts\":1020.000", "\"ts\":-1");
         assert!(by_lines(&bad).is_none());
-        let mut capture = Capture::default();
-        let e = stream(bad.as_bytes(), &mut sink(&mut capture))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("is negative or past 146 years (ts -1 µs, dur 4 µs)"),
-            "{e}"
-        );
+        let why = "is negative or past 146 years (ts -1 µs, dur 4 µs)";
+        // One event per line: the third event is on the fourth line.
+        let e = refused("lines", &bad);
+        assert!(e.contains(&format!("{why} at line 4;")), "{e}");
+        // Any other layout: serde_json would place it on the line after, so its place is given.
+        let e = refused("pretty", &bad.replace("},\n{", "},\n\n  {"));
+        assert!(e.contains(&format!("{why} in event 3 of traceEvents;")), "{e}");
     }
 
     #[test]
