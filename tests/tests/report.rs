@@ -29,6 +29,30 @@ fn report_formats_match_golden_files() {
     golden("workload-1.report.txt", &ran.stdout);
 }
 
+/// `--top N` bounds every table of the text report, the threads (sorted by traced time) too.
+#[test]
+fn top_bounds_the_threads_table_too() {
+    let ran = xtrace(args!["report", data(WORKLOAD), "--top", "1"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let threads: Vec<&str> = ran
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("THREADS"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(threads.len(), 3, "{}", ran.stdout);
+    assert_eq!(threads[0], "THREADS: TOP 1 BY TRACED TIME (of 2)");
+    assert!(
+        threads[2].contains("24390  24407  workload    134  313.95ms"),
+        "{}",
+        threads[2]
+    );
+    let ran = xtrace(args!["report", data(WORKLOAD), "--top", "0"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(!ran.stdout.contains("THREADS"), "{}", ran.stdout);
+    assert!(!ran.stdout.contains("TOP"), "{}", ran.stdout);
+}
+
 #[test]
 fn report_numbers_agree_with_the_capture() {
     let ran = xtrace(args!["report", data(WORKLOAD), "--format", "json"]);

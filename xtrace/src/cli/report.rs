@@ -288,6 +288,7 @@ impl Report {
         let rows: Vec<Vec<String>> = self
             .threads
             .iter()
+            .take(top)
             .map(|t| {
                 vec![
                     t.pid.to_string(),
@@ -300,7 +301,15 @@ impl Report {
             })
             .collect();
         if !rows.is_empty() {
-            out += "\nTHREADS\n";
+            out += &if rows.len() < self.threads.len() {
+                format!(
+                    "\nTHREADS: TOP {} BY TRACED TIME (of {})\n",
+                    rows.len(),
+                    self.threads.len()
+                )
+            } else {
+                "\nTHREADS\n".to_string()
+            };
             out += &render(
                 &["PID", "TID", "THREAD", "SPANS", "TRACED", "MOST SELF TIME"],
                 &rows,
