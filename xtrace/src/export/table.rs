@@ -11,16 +11,18 @@ pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
         .iter()
         .map(|row| row.iter().map(|c| escape_controls(c).into_owned()).collect())
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    // Columns on a terminal: a CJK character or an emoji takes two, a combining mark none.
+    let columns = |cell: &str| unicode_width::UnicodeWidthStr::width(cell);
+    let mut widths: Vec<usize> = header.iter().map(|h| columns(h)).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(columns(cell));
         }
     }
     let line = |cells: &mut dyn Iterator<Item = &str>| {
         let mut text = String::new();
         for (i, (cell, width)) in cells.zip(&widths).enumerate() {
-            let pad = " ".repeat(width - cell.chars().count());
+            let pad = " ".repeat(width - columns(cell));
             if i < left {
                 text += &format!("{cell}{pad}  ");
             } else {
@@ -89,6 +91,15 @@ mod tests {
             "NAME           N\nw\\nx\\u{1b}[2J  1\n"
         );
         assert_eq!(escape_controls("plain"), "plain");
+        // Wide and zero-width characters are padded by the columns they take.
+        let rows = vec![
+            vec!["训练".to_string(), "1".to_string()],
+            vec!["e\u{301}".to_string(), "22".to_string()],
+        ];
+        assert_eq!(
+            render(&["NAME", "N"], &rows, 1),
+            "NAME   N\n训练   1\ne\u{301}     22\n"
+        );
         assert_eq!(escape_controls("tab\there"), "tab\\there");
     }
 }
