@@ -299,6 +299,44 @@ fn a_go_program_after_exec_keeps_none_of_the_old_programs_calls() {
     assert_eq!((value(&add[0], "ret"), add[0].depth), (12, 0));
 }
 
+/// The same, but the last program outlives the capture: the two gen calls its exec ended are
+/// unmatched entries when the capture ends, not only once the process exits.
+#[test]
+fn calls_an_exec_ended_are_unmatched_while_the_new_program_runs() {
+    if !require_bpf() {
+        return;
+    }
+    let stay = [("GOCALLS_STAY", std::path::Path::new("1"))];
+    let mut fixture = Fixture::spawn_with_env(gocalls(), &["exec"], &stay);
+    fixture.wait_ready();
+    let before = Attachments::snapshot();
+    let tmp = TempDir::new("go-exec-stay");
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "main.gen(i64)",
+        "-u",
+        "main.add(i64, i64) -> i64",
+        "-o",
+        &out
+    ]);
+    xtrace.wait_attached();
+    fixture.send("go");
+    assert_eq!(fixture.next_line(), "sum 12");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    assert!(fixture.is_running());
+    fixture.go();
+    assert!(fixture.wait().success());
+    let out = Outputs::read(&out);
+    assert_eq!(out.probe_count("main.gen"), 0);
+    assert_eq!(out.spans_named("main.add").len(), 1);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 2);
+}
+
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.
 /// Under the default `--exits auto` the process lives on, and the first call, whose frame moved
 /// under it, is a span like the other six: its goroutine keeps its frame as an offset from the

@@ -15,7 +15,7 @@ use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_task, bpf_probe_read_user},
     macros::map,
-    maps::{Array, HashMap},
+    maps::{Array, HashMap, LruHashMap},
 };
 use xtrace_common::probe::{EntryStack, MAX_GOROUTINES};
 
@@ -35,6 +35,20 @@ static GO_STACKS: HashMap<[u64; 3], EntryStack> =
 /// the key's address space is 0).
 #[unsafe(no_mangle)]
 static TASK_MM: u32 = 0;
+
+/// The address space of each process that ran exec since the capture began (the latest 1024):
+/// the goroutines its old program left with open calls are keyed by the old one, and user space
+/// removes them (xtrace/src/bpf/goroutines.rs).
+#[map]
+static GO_EXECS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
+
+/// Notes that process `tgid` ran exec (the current task finished it), when Go code is traced.
+#[inline(always)]
+pub fn exec_done(tgid: u32) {
+    if load_time(&TASK_MM) != 0 {
+        let _ = GO_EXECS.insert(&tgid, &address_space(), 0);
+    }
+}
 
 /// One empty stack, never written: what a goroutine's stack starts as.
 #[map]

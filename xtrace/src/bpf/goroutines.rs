@@ -1,8 +1,10 @@
 //! The kernel's table of goroutines with open calls of Go code (`GO_STACKS`, see
 //! xtrace-ebpf/src/goroutine.rs). The kernel removes a goroutine when its last open call ends; a
-//! process that exits with calls open leaves its goroutines there, so xtrace removes those of
-//! processes that are gone, about once a second and at the end, and counts their open calls as
-//! unmatched entries, as the kernel does for a thread that exits inside traced calls.
+//! process that exits or runs exec with calls open leaves its goroutines there, so xtrace removes
+//! those of processes that are gone and those of programs replaced by an exec (the kernel notes
+//! each process's address space after its exec in `GO_EXECS`), about once a second and at the
+//! end, and counts their open calls as unmatched entries, as the kernel does for a thread that
+//! exits inside traced calls.
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -18,6 +20,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Goroutines {
     table: HashMap<MapData, [u64; 3], EntryStack>,
+    /// Process id → its address space since its latest exec.
+    execs: HashMap<MapData, u32, u64>,
     /// Open calls of the goroutines removed.
     pub unmatched: u64,
     swept: Instant,
@@ -30,15 +34,20 @@ impl Goroutines {
             name: "GO_STACKS",
             source,
         })?;
+        let execs = HashMap::try_from(super::take_map(ebpf, "GO_EXECS")?).map_err(|source| Error::Map {
+            name: "GO_EXECS",
+            source,
+        })?;
         Ok(Goroutines {
             table,
+            execs,
             unmatched: 0,
             swept: Instant::now(),
         })
     }
 
-    /// Removes the goroutines of processes that are gone: now when `now`, else at most once per
-    /// [`SWEEP_EVERY`].
+    /// Removes the goroutines of processes that are gone or run another program: now when `now`,
+    /// else at most once per [`SWEEP_EVERY`].
     pub fn sweep(&mut self, now: bool) {
         if !now && self.swept.elapsed() < SWEEP_EVERY {
             return;
@@ -46,8 +55,15 @@ impl Goroutines {
         self.swept = Instant::now();
         // Keys first: removing while walking the kernel's table could skip some.
         let keys: Vec<[u64; 3]> = self.table.keys().filter_map(|k| k.ok()).collect();
+        let execs: std::collections::HashMap<u64, u64> = self
+            .execs
+            .iter()
+            .filter_map(|e| e.ok())
+            .map(|(pid, mm)| (u64::from(pid), mm))
+            .collect();
         for key in keys {
-            if alive(key[0]) {
+            let replaced = execs.get(&key[0]).is_some_and(|&mm| mm != key[2]);
+            if alive(key[0]) && !replaced {
                 continue;
             }
             if let Ok(stack) = self.table.get(&key, 0) {
