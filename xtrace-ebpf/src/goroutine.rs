@@ -9,8 +9,10 @@
 //! lies within them (C code of a cgo program, or an assembly function that uses `r14` otherwise,
 //! fails the test and keeps its calls per thread). Its frame is kept as an offset from the stack's
 //! top, which stays the same when the runtime moves the stack to grow it. The key holds the
-//! process's address space (`task_struct.mm`) too: after an exec the new program's first
-//! goroutine lies at the address the old one's did, and must not find its open calls.
+//! program's exec count (`task_struct.self_exec_id`, which each exec raises and each new thread
+//! copies from its creator) too: after an exec the new program's first goroutine lies at the
+//! address the old one's did, and must not find its open calls. (Not the address space, `mm`: a
+//! second exec may get the first one's freed `mm` at the same address.)
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
     helpers::{bpf_get_current_task, bpf_probe_read_user},
@@ -24,20 +26,20 @@ use crate::{
     regs::user_r14,
 };
 
-/// Open calls per goroutine with any, keyed by (process id, `runtime.g` address, address space);
+/// Open calls per goroutine with any, keyed by (process id, `runtime.g` address, exec count);
 /// an element is removed when its last open call ends. Elements are allocated when inserted, not
 /// all at load: most traced programs have no Go code.
 #[map]
 static GO_STACKS: HashMap<[u64; 3], EntryStack> =
     HashMap::with_max_entries(MAX_GOROUTINES, BPF_F_NO_PREALLOC);
 
-/// Offset of `mm` in `struct task_struct`, set at load time from the kernel's BTF (0: unknown, and
-/// the key's address space is 0).
+/// Offset of `self_exec_id` (a u64 since Linux 5.8) in `struct task_struct`, set at load time
+/// from the kernel's BTF (0: unknown, and the key's exec count is 0).
 #[unsafe(no_mangle)]
-static TASK_MM: u32 = 0;
+static TASK_EXEC_ID: u32 = 0;
 
-/// The address space of each process that ran exec since the capture began (the latest 1024):
-/// the goroutines its old program left with open calls are keyed by the old one, and user space
+/// The exec count of each process that ran exec since the capture began (the latest 1024): the
+/// goroutines its old program left with open calls are keyed by an older one, and user space
 /// removes them (xtrace/src/bpf/goroutines.rs).
 #[map]
 static GO_EXECS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
@@ -45,8 +47,8 @@ static GO_EXECS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
 /// Notes that process `tgid` ran exec (the current task finished it), when Go code is traced.
 #[inline(always)]
 pub fn exec_done(tgid: u32) {
-    if load_time(&TASK_MM) != 0 {
-        let _ = GO_EXECS.insert(&tgid, &address_space(), 0);
+    if load_time(&TASK_EXEC_ID) != 0 {
+        let _ = GO_EXECS.insert(&tgid, &exec_count(), 0);
     }
 }
 
@@ -66,13 +68,13 @@ pub fn running(tgid: u32, regs: *const aya_ebpf::bindings::pt_regs, sp: u64) -> 
         return None;
     }
     // Below the top, so the offset wraps: deeper frames stay lower, as addresses are.
-    Some(([u64::from(tgid), g, address_space()], sp.wrapping_sub(hi)))
+    Some(([u64::from(tgid), g, exec_count()], sp.wrapping_sub(hi)))
 }
 
-/// The current task's `mm`, or 0.
+/// The current task's exec count, or 0.
 #[inline(always)]
-fn address_space() -> u64 {
-    let offset = load_time(&TASK_MM);
+fn exec_count() -> u64 {
+    let offset = load_time(&TASK_EXEC_ID);
     if offset == 0 {
         return 0;
     }

@@ -2,9 +2,9 @@
 //! xtrace-ebpf/src/goroutine.rs). The kernel removes a goroutine when its last open call ends; a
 //! process that exits or runs exec with calls open leaves its goroutines there, so xtrace removes
 //! those of processes that are gone and those of programs replaced by an exec (the kernel notes
-//! each process's address space after its exec in `GO_EXECS`), about once a second and at the
-//! end, and counts their open calls as unmatched entries, as the kernel does for a thread that
-//! exits inside traced calls.
+//! each process's exec count after its exec in `GO_EXECS`), about once a second and at the end,
+//! and counts their open calls as unmatched entries, as the kernel does for a thread that exits
+//! inside traced calls.
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -20,7 +20,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Goroutines {
     table: HashMap<MapData, [u64; 3], EntryStack>,
-    /// Process id → its address space since its latest exec.
+    /// Process id → its exec count since its latest exec.
     execs: HashMap<MapData, u32, u64>,
     /// Open calls of the goroutines removed.
     pub unmatched: u64,
@@ -59,10 +59,10 @@ impl Goroutines {
             .execs
             .iter()
             .filter_map(|e| e.ok())
-            .map(|(pid, mm)| (u64::from(pid), mm))
+            .map(|(pid, execs)| (u64::from(pid), execs))
             .collect();
         for key in keys {
-            let replaced = execs.get(&key[0]).is_some_and(|&mm| mm != key[2]);
+            let replaced = execs.get(&key[0]).is_some_and(|&now| now != key[2]);
             if alive(key[0]) && !replaced {
                 continue;
             }

@@ -55,7 +55,7 @@ pub struct LoadOptions {
     /// single-stepped (all 0: not read).
     pub uprobe_task: crate::probes::sampler::UprobeTask,
     /// Whether functions of Go code are traced, whose open calls are kept per goroutine and
-    /// address space (`task_struct.mm`, whose offset is then read from the kernel's BTF).
+    /// program (`task_struct.self_exec_id`, whose offset is then read from the kernel's BTF).
     pub go_code: bool,
 }
 
@@ -85,10 +85,10 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let followed_room = options.follow.map_or(0, |_| crate::probes::follow::FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
     let offsets = options.follow.unwrap_or_default();
-    let task_mm = match options.go_code {
+    let task_exec_id = match options.go_code {
         true => btf::KernelBtf::read()
             .ok()
-            .and_then(|btf| btf.member_offset("task_struct", "mm"))
+            .and_then(|btf| btf.member_offset("task_struct", "self_exec_id"))
             .unwrap_or(0),
         false => 0,
     };
@@ -120,7 +120,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
         .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
         .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
-        .override_global("TASK_MM", &task_mm, true)
+        .override_global("TASK_EXEC_ID", &task_exec_id, true)
         .override_global("TASK_UTASK", &options.uprobe_task.task_utask, true)
         .override_global("UTASK_STATE", &options.uprobe_task.state, true)
         .override_global("UTASK_VADDR", &options.uprobe_task.vaddr, true)
