@@ -282,7 +282,7 @@ fn goroutines_left_inside_traced_calls_at_exit_are_unmatched() {
 
 /// A Go program that execs itself from inside traced calls, twice: the last program's main
 /// goroutine lies where the first two's did, but its calls are not nested under their calls that
-/// never returned (open calls are kept per address space too).
+/// never returned (open calls are kept per program too: its exec count).
 #[test]
 fn a_go_program_after_exec_keeps_none_of_the_old_programs_calls() {
     if !require_bpf() {
@@ -335,6 +335,42 @@ fn calls_an_exec_ended_are_unmatched_while_the_new_program_runs() {
     assert_eq!(out.probe_count("main.gen"), 0);
     assert_eq!(out.spans_named("main.add").len(), 1);
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 2);
+}
+
+/// With `--min-duration`, the 40,000 short `add` calls inside one long `many` call send their
+/// arguments but (unless the machine stalls one) no span: each ends the one before it in its goroutine, and `many` keeps its own
+/// argument (its goroutine's depth rule, not the oldest dropped past 32,768 waiting).
+#[test]
+fn a_long_go_call_keeps_its_arguments_under_min_duration() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace(
+        "many",
+        &[
+            "-u",
+            "main.many(i64) -> i64",
+            "-u",
+            "main.add(i64, i64) -> i64",
+            "--min-duration",
+            "5ms",
+        ],
+        "go-many",
+    );
+    let many = out.spans_named("main.many");
+    assert_eq!(many.len(), 1);
+    assert_eq!(
+        (value(&many[0], "arg0"), value(&many[0], "ret")),
+        (40_000, 800_380_000)
+    );
+    assert_eq!(out.probe_count("main.add"), 40_000);
+    // An add the scheduler stopped for 5 ms (a busy machine) is a span, with its own arguments.
+    for add in out.spans_named("main.add") {
+        assert!(add.dur >= 5_000.0, "{add:?}");
+        let (a, b, ret) = (value(&add, "arg0"), value(&add, "arg1"), value(&add, "ret"));
+        assert!((0..40_000).contains(&a) && b == 10 && ret == a + 10, "{add:?}");
+    }
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
 
 /// `grower` calls a deep recursion that grows (moves) the goroutine's stack while `grower` is open.

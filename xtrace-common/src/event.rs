@@ -135,9 +135,11 @@ pub struct ArgsEvent {
     pub args: [u64; MAX_ARGS],
     /// Bytes read into `strings[i]`, its NUL included (0: none or unreadable).
     pub str_len: [u8; MAX_ARGS],
-    /// Nesting depth of the call on its thread (as in its span).
+    /// Nesting depth of the call on its thread (as in its span), or in its goroutine.
     pub depth: u8,
     pub _pad: u8,
+    /// The call's goroutine (`runtime.g`) when Go code keeps it per goroutine, else 0.
+    pub goroutine: u64,
     /// String arguments (where the spec says so), NUL-terminated; or the first `ARG_BLOCK_LEN`
     /// bytes of a struct argument.
     pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
@@ -281,7 +283,7 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<SpanStrEvent>() == 120);
-const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 512);
+const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 520);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);

@@ -136,7 +136,8 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
-        write_args(ctx, key, probe_id, now, depth as u8, sp);
+        let g = running.map_or(0, |(goroutine, _)| goroutine[1]);
+        write_args(ctx, key, probe_id, now, (depth as u8, g), sp);
     }
     Ok(0)
 }
@@ -144,7 +145,14 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
 /// Writes the `ArgsEvent` of a call whose probe captures arguments. `sp` is the user stack
 /// pointer at entry, at the return address: the stack arguments follow it.
 #[inline(always)]
-fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth: u8, sp: u64) {
+fn write_args(
+    ctx: &ProbeContext,
+    pid_tgid: u64,
+    probe_id: u32,
+    now: u64,
+    (depth, goroutine): (u8, u64),
+    sp: u64,
+) {
     let spec = match ARG_SPECS.get(probe_id) {
         // Only the return value read (`-> str`): nothing to capture at entry.
         Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI) != 0 => spec,
@@ -164,6 +172,7 @@ fn write_args(ctx: &ProbeContext, pid_tgid: u64, probe_id: u32, now: u64, depth:
         (*event).str_len = [0; MAX_ARGS];
         (*event).depth = depth;
         (*event)._pad = 0;
+        (*event).goroutine = goroutine;
         // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
         let go = spec & args::GO_ABI != 0;
         // Go's seventh integer register: the length of a string in the sixth.

@@ -219,9 +219,9 @@ impl Values {
         }
     }
 
-    /// A call's arguments, to be paired with its span. Arguments still waiting on this thread at
-    /// the same or a greater depth belong to calls that have ended without a span (shorter than
-    /// `--min-duration`, or left without returning) and are dropped.
+    /// A call's arguments, to be paired with its span. Arguments still waiting on this thread (or
+    /// goroutine, for Go code) at the same or a greater depth belong to calls that have ended
+    /// without a span (shorter than `--min-duration`, or left without returning) and are dropped.
     pub fn args(&mut self, event: &ArgsEvent) {
         let Some(capture) = self.captures.get(event.probe_id as usize) else {
             return;
@@ -235,9 +235,11 @@ impl Values {
                 Value::from_register(*t, event.args[i], &event.strings[i][..len])
             })
             .collect();
-        if capture.go {
+        if capture.go && event.goroutine != 0 {
+            let goroutine = (event.header.pid, event.goroutine);
+            let (tid, start_ns) = (event.header.tid, event.start_ns);
             self.pending
-                .enter_goroutine(event.header.tid, event.start_ns, values);
+                .enter_goroutine(goroutine, tid, start_ns, event.depth, values);
         } else {
             self.pending
                 .enter(event.header.tid, event.start_ns, event.depth, values);
@@ -311,6 +313,19 @@ mod tests {
     }
 
     fn args_at(probe_id: u32, tid: u32, start_ns: u64, depth: u8, regs: [u64; 6], text: &str) -> ArgsEvent {
+        args_in(0, probe_id, tid, start_ns, depth, regs, text)
+    }
+
+    /// [`args_at`] of a call of Go code kept by `goroutine` (0: by its thread).
+    fn args_in(
+        goroutine: u64,
+        probe_id: u32,
+        tid: u32,
+        start_ns: u64,
+        depth: u8,
+        regs: [u64; 6],
+        text: &str,
+    ) -> ArgsEvent {
         let mut strings = [[0u8; 64]; 6];
         strings[2][..text.len()].copy_from_slice(text.as_bytes());
         let mut str_len = [0u8; 6];
@@ -327,6 +342,7 @@ mod tests {
             str_len,
             depth,
             _pad: 0,
+            goroutine,
             strings,
             stack: [0; 4],
         }
@@ -458,14 +474,17 @@ mod tests {
     /// Go code: goroutines take turns on thread 7 inside their calls, all at depth 0 of their
     /// own goroutine, and their spans come in another order: each finds its own arguments.
     #[test]
-    fn calls_of_go_code_wait_per_call_not_per_thread_depth() {
+    fn calls_of_go_code_wait_per_goroutine_not_per_thread() {
         let mut v = Values::new(vec![Capture {
             args: vec![ArgType::I64],
             ret: None,
             go: true,
         }]);
-        for (start, arg) in [(100, 1), (110, 2), (120, 3)] {
-            v.args(&args_at(0, 7, start, 0, [arg, 0, 0, 0, 0, 0], ""));
+        let go = |g: u64, tid: u32, start: u64, depth: u8, arg: u64| {
+            args_in(g, 0, tid, start, depth, [arg, 0, 0, 0, 0, 0], "")
+        };
+        for (g, start, arg) in [(0xc1, 100, 1), (0xc2, 110, 2), (0xc3, 120, 3)] {
+            v.args(&go(g, 7, start, 0, arg));
         }
         assert_eq!(v.pending.len(), 3);
         assert_eq!(v.span(0, 7, 110, None).unwrap(), r#","arg0":2"#);
@@ -473,22 +492,39 @@ mod tests {
         assert_eq!(v.span(0, 7, 120, None).unwrap(), r#","arg0":3"#);
         assert!(v.pending.is_empty());
         // One that never ends waits while thousands of others come and go.
-        v.args(&args_at(0, 7, 1, 0, [9, 0, 0, 0, 0, 0], ""));
+        v.args(&go(0xc1, 7, 1, 0, 9));
         for start in 2..20_000 {
-            v.args(&args_at(0, 8, start, 0, [start, 0, 0, 0, 0, 0], ""));
+            v.args(&go(0xc2, 8, start, 0, start));
             v.span(0, 8, start, None);
         }
         assert_eq!(v.pending.len(), 1);
-        v.args(&args_at(0, 8, 50_000, 0, [5, 0, 0, 0, 0, 0], ""));
+        v.args(&go(0xc2, 8, 50_000, 0, 5));
         assert_eq!(v.span(0, 7, 1, None).unwrap(), r#","arg0":9"#);
         assert_eq!(v.span(0, 8, 50_000, None).unwrap(), r#","arg0":5"#);
-        // Past 32,768 waiting at once, the oldest is dropped.
-        for start in 100_000..100_000 + (1 << 15) + 1 {
-            v.args(&args_at(0, 9, start, 0, [1, 0, 0, 0, 0, 0], ""));
+        // --min-duration: a long call's goroutine makes 40,000 short calls, whose spans never
+        // come, on two threads; each ends the one before it, and the long call keeps its own.
+        v.args(&go(0xc4, 7, 60_000, 0, 4));
+        for start in 60_001..100_000 {
+            v.args(&go(0xc4, 7 + (start % 2) as u32, start, 1, 1));
+        }
+        assert_eq!(v.pending.len(), 2);
+        assert_eq!(v.span(0, 7, 60_000, None).unwrap(), r#","arg0":4"#);
+        // The next call at depth 0 ends the last short one.
+        v.args(&go(0xc4, 8, 100_000, 0, 6));
+        assert_eq!(v.pending.len(), 1);
+        assert_eq!(v.span(0, 8, 100_000, None).unwrap(), r#","arg0":6"#);
+        // Calls the kernel kept by thread (no goroutine) follow the thread's rule.
+        v.args(&go(0, 9, 100_001, 0, 7));
+        v.args(&go(0, 9, 100_002, 0, 8));
+        assert_eq!(v.pending.len(), 1);
+        assert_eq!(v.span(0, 9, 100_002, None).unwrap(), r#","arg0":8"#);
+        // Past 32,768 waiting at once (goroutines parked inside calls), the oldest is dropped.
+        for start in 200_000..200_000 + (1 << 15) + 1 {
+            v.args(&go(start, 9, start, 0, 1));
         }
         assert_eq!(v.pending.len(), 1 << 15);
-        assert_eq!(v.span(0, 9, 100_000, None).unwrap(), "");
-        assert_eq!(v.span(0, 9, 100_001, None).unwrap(), r#","arg0":1"#);
+        assert_eq!(v.span(0, 9, 200_000, None).unwrap(), "");
+        assert_eq!(v.span(0, 9, 200_001, None).unwrap(), r#","arg0":1"#);
     }
 
     #[test]
