@@ -235,6 +235,18 @@ fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
         finished.stderr
     );
     assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
+    // The same through a symbolic link of another name.
+    let tmp = TempDir::new("ranges-nvtx-v2-tool-link");
+    let link = tmp.join("nvtx-tool.so");
+    std::os::unix::fs::symlink(&tool, &link).expect("symlink");
+    let fixture = nvtx_v2_fixture(&[("NVTX_INJECTION64_PATH", &link)]);
+    let (out, _, finished) = trace_by_pid(fixture, args!["--nvtx"], &tmp);
+    assert!(
+        finished.stderr.iter().any(|l| l.contains("attached 5 probes")),
+        "{:?}",
+        finished.stderr
+    );
+    assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
 }
 
 #[test]

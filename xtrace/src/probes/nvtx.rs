@@ -148,7 +148,8 @@ const FUNCTIONS: &[Function] = &[
 ];
 
 /// Whether `process` was started with xtrace's tool library as its NVTX tool: then libnvToolsExt
-/// forwards every call to it, and its own probes see them.
+/// forwards every call to it, and its own probes see them. The variable may name it through a
+/// symbolic link, or relative to the process's working directory.
 fn injects_tool(process: &Process) -> bool {
     let Ok(environ) = std::fs::read(format!("/proc/{}/environ", process.pid)) else {
         return false;
@@ -157,7 +158,18 @@ fn injects_tool(process: &Process) -> bool {
     environ
         .split(|&b| b == 0)
         .filter_map(|entry| entry.strip_prefix(prefix.as_bytes()))
-        .any(|value| is_tool(Path::new(std::ffi::OsStr::from_bytes(value))))
+        .map(|value| Path::new(std::ffi::OsStr::from_bytes(value)))
+        .any(|value| is_tool(value) || is_tool_link(process.pid, value))
+}
+
+/// Whether `value`, as process `pid` sees it (from its root, or its working directory), is a
+/// link to xtrace's tool library.
+fn is_tool_link(pid: u32, value: &Path) -> bool {
+    let seen = match value.strip_prefix("/") {
+        Ok(inside) => Path::new(&format!("/proc/{pid}/root")).join(inside),
+        Err(_) => Path::new(&format!("/proc/{pid}/cwd")).join(value),
+    };
+    std::fs::canonicalize(seen).is_ok_and(|file| is_tool(&file))
 }
 
 /// Adds a site on every NVTX v2 function of every NVTX v2 library among `mapped`, the files of
