@@ -166,8 +166,15 @@ fn nvtx_v2_ranges(registered: &str) -> Vec<(String, String, u64)> {
 
 /// tests/fixtures/nvtx_v2.py started (with `env`) and waiting for its `go` line.
 fn nvtx_v2_fixture(env: &[(&str, &std::path::Path)]) -> Fixture {
+    nvtx_v2_fixture_with(&[], env)
+}
+
+/// [`nvtx_v2_fixture`] with the script's arguments `args`.
+fn nvtx_v2_fixture_with(args: &[&str], env: &[(&str, &std::path::Path)]) -> Fixture {
     let script = script("nvtx_v2.py");
-    let mut fixture = Fixture::spawn_with_env(&python(), &[script.to_str().expect("UTF-8 path")], env);
+    let mut argv = vec![script.to_str().expect("UTF-8 path")];
+    argv.extend(args);
+    let mut fixture = Fixture::spawn_with_env(&python(), &argv, env);
     fixture.wait_ready();
     fixture
 }
@@ -211,6 +218,24 @@ fn nvtx_v2_library_by_pid_without_an_nvtx_tool() {
     assert_async_pair(&out, "prefetch", main, worker);
     assert_eq!(out.instants("tick").len(), 4);
     assert_eq!(thread_name(&out, worker), Some(Value::from("loader")));
+}
+
+/// The process's first NVTX call passes through libnvToolsExt's initialisation, which jumps back
+/// to the function's entry once it has set the library's pointers: one call, not two (before,
+/// "step" was pushed 4 times and every later range sat one level deeper).
+#[test]
+fn nvtx_v2_first_call_through_the_librarys_initialisation_is_one_call() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ranges-nvtx-v2-fresh");
+    let fixture = nvtx_v2_fixture_with(&["fresh"], &[]);
+    let (out, (main, _), _) = trace_by_pid(fixture, args!["--nvtx"], &tmp);
+    assert_eq!(range_counts(&out), nvtx_v2_ranges("(unnamed)"));
+    assert_eq!(out.summary["ranges_unpaired"], 0);
+    assert_nested(&out, "step", "layer");
+    let steps = out.spans_named("step");
+    assert!(steps.iter().all(|s| s.depth == 0 && s.tid == main), "{steps:?}");
 }
 
 #[test]

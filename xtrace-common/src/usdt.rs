@@ -69,6 +69,13 @@ pub struct UsdtSite {
     pub strings: u8,
     pub _pad: [u8; 2],
     pub args: [UsdtArg; MAX_USDT_ARGS],
+    /// A hit is not sent while the code pointer at `site + guard_slot` points within
+    /// `site + guard_lo .. site + guard_hi` (0: no guard). An NVTX v2 function jumps through its
+    /// pointer, which points into the library's own initialisation until the first call sets it,
+    /// and that initialisation jumps back to the function: its first pass is no call.
+    pub guard_slot: i64,
+    pub guard_lo: i64,
+    pub guard_hi: i64,
 }
 
 #[cfg(feature = "user")]
@@ -78,4 +85,4 @@ mod pod {
 }
 
 const _: () = assert!(core::mem::size_of::<UsdtArg>() == 24);
-const _: () = assert!(core::mem::size_of::<UsdtSite>() == 8 + 24 * MAX_USDT_ARGS);
+const _: () = assert!(core::mem::size_of::<UsdtSite>() == 8 + 24 * MAX_USDT_ARGS + 24);

@@ -60,6 +60,11 @@ context_register!(
     PT_REGS_SP
 );
 context_register!(
+    /// The user instruction pointer.
+    user_ip,
+    PT_REGS_IP
+);
+context_register!(
     /// The user flags register (`rflags`).
     user_flags,
     PT_REGS_FLAGS

@@ -20,6 +20,7 @@ use xtrace_common::{
 
 use crate::{
     maps::{current_pid_tgid, current_thread_traced, reserve, submit_flags, USDT_SITES},
+    regs::user_ip,
     uprobe::{header, thread_stack, NoStack},
 };
 
@@ -44,12 +45,29 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
     let Some(site) = USDT_SITES.get(site_index) else {
         return 0;
     };
+    if site.guard_slot != 0 && guarded(&ctx, site) {
+        return 0;
+    }
     if site.strings != 0 && reads_strings(&ctx, site) {
         write_with_strings(&ctx, site, site_index, pid_tgid, now);
     } else {
         write_plain(&ctx, site, site_index, pid_tgid, now);
     }
     0
+}
+
+/// Whether the site's guard pointer points within its guarded range (see `UsdtSite::guard_slot`).
+#[inline(always)]
+fn guarded(ctx: &ProbeContext, site: &UsdtSite) -> bool {
+    // The kernel sets the saved instruction pointer to the probed address before the programs run.
+    let ip = user_ip(ctx.regs);
+    let slot = ip.wrapping_add(site.guard_slot as u64);
+    // SAFETY: a checked read of user memory.
+    let Ok(target) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
+        return false;
+    };
+    let lo = ip.wrapping_add(site.guard_lo as u64);
+    target.wrapping_sub(lo) < site.guard_hi.wrapping_sub(site.guard_lo) as u64
 }
 
 #[inline(always)]

@@ -10,8 +10,10 @@
 //! range (`pipeline::ranges`).
 use std::{os::unix::ffi::OsStrExt, path::Path};
 
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+
 use super::{
-    elf::SymbolCache,
+    elf::{ElfSymbols, FunctionSymbol, SymbolCache},
     ranges::{is_tool, NVTX_ENV},
     uprobe::Plan,
     usdt::{
@@ -210,6 +212,9 @@ pub fn plan(
             }
             let (mut site, signed) = site(function);
             site.probe_id = id;
+            if let Some((slot, lo, hi)) = init_guard(symbols, symbol, &file.open) {
+                (site.guard_slot, site.guard_lo, site.guard_hi) = (slot, lo, hi);
+            }
             plan.usdt_sites.push(SiteAttachment {
                 file: file.clone(),
                 offset: symbol.probe_offset,
@@ -221,6 +226,43 @@ pub fn plan(
         }
     }
     Ok(found.len())
+}
+
+/// The guard of an NVTX v2 function's site (see `UsdtSite::guard_slot`), relative to the probed
+/// address: its code pointer, found from its first instructions (`lea d(%rip),%rax; mov
+/// (%rax),%rax`, or `mov d(%rip),%rax`), and the file's code. Until the process's first NVTX call
+/// the pointer leads into the library's initialisation, which jumps back to the function once it
+/// has set every pointer (to the tool's functions, or NULL): that first pass is no call. None when
+/// the function starts otherwise (another build of the library).
+fn init_guard(symbols: &ElfSymbols, symbol: &FunctionSymbol, open: &Path) -> Option<(i64, i64, i64)> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = [0u8; 16];
+    let file = std::fs::File::open(open).ok()?;
+    file.read_exact_at(&mut bytes, symbol.probe_offset).ok()?;
+    let at = symbol.address + (symbol.probe_offset - symbol.file_offset);
+    let mut decoder = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
+    let first = decoder.decode();
+    let slot = match first.mnemonic() {
+        // `lea d(%rip),%reg` then `mov (%reg),%reg`.
+        Mnemonic::Lea if first.is_ip_rel_memory_operand() => {
+            let second = decoder.decode();
+            let loads_it = second.mnemonic() == Mnemonic::Mov
+                && second.op1_kind() == OpKind::Memory
+                && second.memory_base() == first.op0_register()
+                && second.memory_index() == Register::None
+                && second.memory_displacement64() == 0;
+            loads_it.then(|| first.ip_rel_memory_address())?
+        }
+        // `mov d(%rip),%reg`.
+        Mnemonic::Mov if first.op1_kind() == OpKind::Memory && first.is_ip_rel_memory_operand() => {
+            first.ip_rel_memory_address()
+        }
+        _ => return None,
+    };
+    let lo = symbols.code.iter().map(|c| c.address).min()?;
+    let hi = symbols.code.iter().map(|c| c.address + c.size).max()?;
+    let relative = |address: u64| address.wrapping_sub(at) as i64;
+    Some((relative(slot), relative(lo), relative(hi)))
 }
 
 /// The kernel's form of a function's arguments (the table's are valid: see the tests).
