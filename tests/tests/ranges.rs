@@ -89,6 +89,10 @@ fn xtrace_range_api_by_pid() {
     assert_eq!(range(&out, "outer", "push")["source"], "xtrace");
     assert_eq!(range(&out, "outer", "push")["domain"], Value::Null);
     assert!(out.summary_txt.contains("xtrace outer"), "{}", out.summary_txt);
+    // Ranges are spans: the recording draws them, as `xtrace report` would.
+    let svg = std::fs::read_to_string(out.dir.join("span-flamegraph.svg")).expect("span-flamegraph.svg");
+    assert!(svg.contains("outer") && svg.contains("inner"));
+    assert!(out.dir.join("profile.pb.gz").is_file());
 }
 
 /// One xtrace session by pid on a running `ranges names N` fixture: `rounds` rounds, then

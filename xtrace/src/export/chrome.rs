@@ -24,6 +24,8 @@ pub struct ChromeWriter<W: Write> {
     /// Per probe id: the JSON-quoted name and category, prepared once.
     names: Vec<(String, String)>,
     first: bool,
+    /// Complete events (`"ph":"X"`, spans) written.
+    complete: u64,
 }
 
 fn quote(text: &str) -> String {
@@ -103,6 +105,7 @@ impl<W: Write> ChromeWriter<W> {
             buf: Vec::with_capacity(SPILL + 4096),
             names,
             first: true,
+            complete: 0,
         })
     }
 
@@ -153,6 +156,7 @@ impl<W: Write> ChromeWriter<W> {
             let values = values.strip_prefix(',').unwrap_or(values);
             push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
         } else {
+            self.complete += 1;
             buf.extend_from_slice(b"{\"ph\":\"X\",");
             push_name_cat(buf, name, cat);
             buf.extend_from_slice(b"\"ts\":");
@@ -213,6 +217,11 @@ impl<W: Write> ChromeWriter<W> {
 
     pub fn thread_name(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
         self.metadata("thread_name", pid, tid, name)
+    }
+
+    /// The complete events (spans) written so far: functions', USDT begin/end pairs', ranges'.
+    pub fn spans(&self) -> u64 {
+        self.complete
     }
 
     /// Closes the JSON document and returns the writer, flushed.

@@ -126,6 +126,7 @@ pub fn write(
                 .map_err(trace_err)?;
         }
     }
+    let spans = trace.spans();
     trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
     output::complete(out, trace_file.name)?;
 
@@ -194,12 +195,6 @@ pub fn write(
     };
     output::write(out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
     output::write(out, output::SUMMARY_TXT, summary.table().as_bytes())?;
-    let spans = summary
-        .probes
-        .iter()
-        .filter(|p| p.kind != "usdt")
-        .map(|p| p.stats.count.saturating_sub(p.below_min_duration.unwrap_or(0)))
-        .sum();
     let derived = crate::export::derived::write(out, spans, icicle)?;
     Ok((summary, derived))
 }
