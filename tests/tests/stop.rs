@@ -225,3 +225,46 @@ fn duration_is_kept_while_calls_flood_the_ring() {
     let calls = out.probe_count("work");
     assert!(calls > 10_000, "the threads were calling: {calls} spans");
 }
+
+/// Two processes, one inside `forever` (a call that never returns) and one calling `work` ~100
+/// times a millisecond: each has its own entry link. The stop closes both at once before the
+/// return probes, so no call of `work` enters without a return probe left to end it: 0 unmatched
+/// entries (the open `forever` call is counted nowhere). Closed one after another, the second
+/// link kept firing while the first waited out the kernel's grace period, which the open call
+/// holds: thousands of unmatched entries.
+#[test]
+fn a_stop_with_a_call_left_open_counts_no_unmatched_entries() {
+    if !require_bpf() {
+        return;
+    }
+    let busy = Fixture::spin();
+    for round in 0..3 {
+        let mut open = Fixture::spawn(&fixtures().spans, &["forever"]);
+        open.wait_ready();
+        let tmp = TempDir::new("stop-open-call");
+        let out_dir = tmp.join("out");
+        let before = Attachments::snapshot();
+        let mut xtrace = Xtrace::spawn(args![
+            "-p",
+            open.pid().to_string(),
+            "-p",
+            busy.pid().to_string(),
+            "-u",
+            "forever",
+            "-u",
+            "work",
+            "-d",
+            "0.5",
+            "-o",
+            &out_dir
+        ]);
+        xtrace.wait_attached();
+        open.go();
+        let finished = xtrace.wait();
+        finished.assert_success();
+        before.assert_none_left();
+        let out = Outputs::read(&out_dir);
+        assert!(out.probe_count("work") > 1000, "{}", out.summary);
+        assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0, "round {round}");
+    }
+}

@@ -7,16 +7,24 @@
 //! program stops calling them: links closed one after another left xtrace in uninterruptible
 //! sleep for as long as the traced program ran. Closed together, every probe is gone at once, the
 //! timer fires and the grace period ends about 100 ms later.
-use std::{sync::mpsc, time::Duration};
+use std::{
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
 use super::attach::Attached;
 
 /// How long the return probes' removal waits for the entry probes' to finish.
 const ENTRIES_FIRST: Duration = Duration::from_millis(250);
 
-/// Closes `attached`'s links: its entry probes and USDT sites first (one thread), so that a call
+/// Threads that close links at once, at most, per kind (entry and USDT links, return links).
+const CLOSERS: usize = 64;
+
+/// Closes `attached`'s links: its entry probes and USDT sites first, all at once, so that a call
 /// in flight still ends its span, then, once they are closed or after [`ENTRIES_FIRST`], every
-/// return-probe link at once, one thread each. Returns when all are closed.
+/// return-probe link at once. Returns when all are closed. (Entry links closed one after another
+/// left the later ones firing for up to [`ENTRIES_FIRST`] with no return probes left: each of
+/// those calls ended another's as unmatched.)
 pub(super) fn close(attached: &mut Attached) {
     let (entries, usdt, exits) = attached.take_links();
     if entries.is_empty() && usdt.is_empty() && exits.is_empty() {
@@ -24,20 +32,47 @@ pub(super) fn close(attached: &mut Attached) {
     }
     std::thread::scope(|scope| {
         let (closed, entries_closed) = mpsc::channel();
-        let _ = std::thread::Builder::new()
+        let closing = close_all(scope, entries, &closed) + close_all(scope, usdt, &closed);
+        drop(closed);
+        let deadline = Instant::now() + ENTRIES_FIRST;
+        for _ in 0..closing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if entries_closed.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+        let (done, _) = mpsc::channel();
+        close_all(scope, exits, &done);
+    });
+}
+
+/// Closes `links` on up to [`CLOSERS`] threads of `scope`, each sending on `closed` when its
+/// share is closed; returns how many will send. A thread that cannot be made closes its share
+/// here.
+fn close_all<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    links: Vec<T>,
+    closed: &mpsc::Sender<()>,
+) -> usize {
+    if links.is_empty() {
+        return 0;
+    }
+    let share = links.len().div_ceil(CLOSERS);
+    let mut links = links.into_iter().peekable();
+    let mut shares = 0;
+    while links.peek().is_some() {
+        let mine: Vec<T> = links.by_ref().take(share).collect();
+        let closed = closed.clone();
+        shares += 1;
+        let spawned = std::thread::Builder::new()
             .name("xtrace-detach".into())
             .spawn_scoped(scope, move || {
-                drop(entries);
-                drop(usdt);
+                drop(mine);
                 let _ = closed.send(());
-            })
-            .map_err(|e| log::warn!("closing entry probes on this thread: {e}"));
-        let _ = entries_closed.recv_timeout(ENTRIES_FIRST);
-        for link in exits {
-            // A thread that cannot be made closes its link here, as before.
-            let _ = std::thread::Builder::new()
-                .name("xtrace-detach".into())
-                .spawn_scoped(scope, move || drop(link));
+            });
+        if let Err(e) = spawned {
+            log::warn!("closing probes on this thread: {e}");
         }
-    });
+    }
+    shares
 }
