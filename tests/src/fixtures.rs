@@ -38,7 +38,7 @@ pub struct Fixtures {
     /// `matrix` built with -O2: GCC splits catcher and thrower, moving their exception paths to
     /// `catcher(int) [clone .cold]` and `thrower(int) [clone .cold]`.
     pub matrix_o2: PathBuf,
-    /// `calls`: modes `args`, `recurse`, `longjmp`, `ljrecurse`, `threadexit`, `durations` (see
+    /// `calls`: modes `args`, `recurse`, `longjmp`, `ljrecurse`, `threadexit`, `durations`, `sharedvm` (see
     /// calls.c).
     pub calls: PathBuf,
     /// `calls` built with `-fcf-protection=full`: every function starts with `endbr64`.

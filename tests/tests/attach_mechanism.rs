@@ -83,3 +83,27 @@ fn unknown_mechanism_is_refused() {
     );
     assert!(fixture.is_running());
 }
+
+/// Children made with vfork and clone(CLONE_VM) share the target's memory, by which the kernel
+/// filters perf-event uprobes (and uprobe_multi links before Linux 6.12): their calls reach the
+/// programs, and are left out as the calls of any other process are. `calls sharedvm` calls quick
+/// 10 times, then its 4 children 10 times each.
+#[test]
+fn children_that_share_the_targets_memory_are_not_traced() {
+    if !require_bpf() {
+        return;
+    }
+    for env in [&[][..], &[("XTRACE_UPROBE_ATTACH", "perf_event")][..]] {
+        let mut fixture = Fixture::spawn(&fixtures().calls, &["sharedvm"]);
+        fixture.wait_ready();
+        let pid = u64::from(fixture.pid());
+        let tmp = TempDir::new("mechanism-sharedvm");
+        let out = tmp.join("out");
+        trace_fixture_with(&mut fixture, args!["-u", "quick"], env, &out);
+        let out = Outputs::read(&out);
+        assert_eq!(out.probe_count("quick"), 10, "{env:?}");
+        let spans = out.spans_named("quick");
+        assert_eq!(spans.len(), 10, "{env:?}");
+        assert!(spans.iter().all(|s| s.pid == pid), "{env:?}: {spans:?}");
+    }
+}

@@ -64,6 +64,11 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// Processes in which a thread other than the first ran exec since the session last looked,
     /// in order, once each.
     pub execs: Vec<u32>,
+    /// The target processes, unless system-wide: the probes' records of any other process are
+    /// left out. The kernel filters perf-event uprobes (and uprobe_multi links before Linux 6.12)
+    /// by address space, so a child made with vfork or clone(CLONE_VM), which shares its parent's,
+    /// fires its parent's probes.
+    pub targets: Option<std::collections::HashSet<u32>>,
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
@@ -99,6 +104,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             loaders: Vec::new(),
             loaded: Vec::new(),
             execs: Vec::new(),
+            targets: None,
             stopped_at: None,
             counter_at: std::collections::HashMap::new(),
         }
@@ -118,6 +124,22 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
         let event = decode::decode(bytes);
+        if let (Some(targets), Ok(event)) = (&self.targets, &event) {
+            let pid = match event {
+                Event::Span(span) => Some(span.header.pid),
+                Event::SpanStr(event) => Some(event.span.header.pid),
+                Event::Args(args) => Some(args.header.pid),
+                Event::Out(out) => Some(out.header.pid),
+                Event::Usdt(event) => Some(event.header.pid),
+                Event::UsdtStr(event) => Some(event.event.header.pid),
+                Event::Thread(thread) => Some(thread.header.pid),
+                // Samples follow the targets' children; an exec is looked up by the session.
+                Event::Sample(..) | Event::Exec(_) => None,
+            };
+            if pid.is_some_and(|pid| !targets.contains(&pid)) {
+                return Ok(());
+            }
+        }
         if let (Some(stop), Ok(event)) = (self.stopped_at, &event) {
             let after = match event {
                 Event::Span(span) => span.start_ns > stop,

@@ -367,6 +367,9 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
     let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns);
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
+    if !matches!(targets, Targets::SystemWide) {
+        pipeline.targets = Some(targets.pids().into_iter().collect());
+    }
     if let Some(sideband) = sideband {
         let sampled = Sampled::of(targets.pids(), follow.is_some());
         pipeline.samples.images.watch(sideband, sampled);
