@@ -249,6 +249,29 @@ fn every_probe_form_and_pair_exactly() {
     assert_eq!(out.lost_events(), 0);
 }
 
+/// `--min-duration` holds for USDT begin/end spans as for functions' calls: the pairs, a few
+/// microseconds each, are counted (3 requests, 2 ops), each in `below_min_duration`, and none is
+/// written; instants are not durations and stay.
+#[test]
+fn min_duration_leaves_out_short_usdt_spans_and_counts_them() {
+    if !require_bpf() {
+        return;
+    }
+    let run = trace_usdt(args!["-U", "xtfix:*", "--min-duration", "1s"], &[]);
+    let out = &run.out;
+    assert_eq!(out.spans().len(), 0, "{:?}", out.spans());
+    for (name, count) in [("xtfix:request", 3), ("xtfix:op", 2)] {
+        assert_eq!(out.probe_count(name), count, "{name}");
+        assert_eq!(out.probe(name)["below_min_duration"], count, "{name}");
+    }
+    assert_eq!(out.instants("xtfix:tick").len(), 4);
+    assert!(
+        out.summary_txt.contains("(0 as spans, 5 under --min-duration)"),
+        "{}",
+        out.summary_txt
+    );
+}
+
 #[test]
 fn launched_command_every_inlined_site() {
     if !require_bpf() {

@@ -69,6 +69,9 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// by address space, so a child made with vfork or clone(CLONE_VM), which shares its parent's,
     /// fires its parent's probes.
     pub targets: Option<std::collections::HashSet<u32>>,
+    /// `--min-duration` (0: none): a USDT begin/end span shorter is counted, not written, as the
+    /// kernel does for a function's call.
+    pub min_duration_ns: u64,
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
@@ -105,6 +108,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             loaded: Vec::new(),
             execs: Vec::new(),
             targets: None,
+            min_duration_ns: 0,
             stopped_at: None,
             counter_at: std::collections::HashMap::new(),
         }
@@ -366,8 +370,13 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 ..
             } => {
                 let duration = ts_ns.saturating_sub(start_ns);
+                let short = duration < self.min_duration_ns;
                 if let Some(stats) = self.stats.get_mut(span as usize) {
                     stats.add(duration);
+                    stats.short += u64::from(short);
+                }
+                if short {
+                    return Ok(());
                 }
                 self.emit(SpanOut {
                     probe: span as usize,

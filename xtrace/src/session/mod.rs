@@ -370,6 +370,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     if !matches!(targets, Targets::SystemWide) {
         pipeline.targets = Some(targets.pids().into_iter().collect());
     }
+    pipeline.min_duration_ns = args.min_duration.unwrap_or(0);
     if let Some(sideband) = sideband {
         let sampled = Sampled::of(targets.pids(), follow.is_some());
         pipeline.samples.images.watch(sideband, sampled);
