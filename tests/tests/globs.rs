@@ -243,3 +243,25 @@ fn stripped_executable_says_so() {
     ]);
     assert!(line.contains("stripped"), "{line}");
 }
+
+/// A function that several specs match (a name, a glob, the name with its file) is attached
+/// once: each call is one span, and none is left unmatched by a second entry probe.
+#[test]
+fn a_function_several_specs_match_is_attached_once() {
+    if !require_bpf() {
+        return;
+    }
+    let many = fixtures().many.clone();
+    let with_file = format!("{}:other_fn", many.display());
+    let out = trace(
+        &many,
+        &["other_fn", "other_*", &with_file, "glob_fn_001"],
+        "glob-overlap",
+    );
+    assert_eq!(probe_names(&out), ["glob_fn_001", "other_fn"]);
+    assert_eq!(out.probe_count("other_fn"), 4);
+    assert_eq!(out.spans_named("other_fn").len(), 4);
+    assert_eq!(out.probe_count("glob_fn_001"), 2);
+    assert_eq!(u64_field(&out.summary, "uprobes"), 4);
+    assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
+}

@@ -3,7 +3,7 @@
 //! are resolved in. Attaching is `super::attach`'s.
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     os::unix::fs::MetadataExt,
     path::Path,
 };
@@ -183,6 +183,9 @@ pub fn plan(
     // The probe id and exit sites of each (file shown, its device and inode, entry offset)
     // planned; or why it is not traced.
     let mut ids: HashMap<(String, u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
+    // Each function once per scope, however many specs match it: twice, each call would enter
+    // twice and return once.
+    let mut attached: HashSet<(usize, (String, u64, u64, u64))> = HashSet::new();
     // Per file shown: how many functions' exits are probed at instructions, and why.
     let mut at_exits: BTreeMap<String, AtExits> = BTreeMap::new();
     // What globs matched that is not traced, and why.
@@ -265,7 +268,7 @@ pub fn plan(
                         if let Err(why) = &known {
                             left_out.add(why, shown, function.demangled.clone());
                         }
-                        ids.insert(key, known.clone());
+                        ids.insert(key.clone(), known.clone());
                         known
                     }
                 };
@@ -287,6 +290,9 @@ pub fn plan(
                     }
                     Err(_) => continue,
                 };
+                if !attached.insert((scope_index, key)) {
+                    continue;
+                }
                 let go = symbols.go_code(function);
                 let go_stack_check = go
                     && super::entry::on_go_stack_check(&code, function, offset).map_err(unreadable(&file))?;
