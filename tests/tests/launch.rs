@@ -220,3 +220,58 @@ fn launched_command_is_shown_quoted_on_one_line() {
         "{line:?} in summary.txt:\n{summary}"
     );
 }
+
+/// Whether process `pid` has a handler for SIGINT (its `SigCgt` mask in /proc/PID/status).
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+}
+
+/// Ctrl-C while xtrace plans and attaches the probes of every libc function: the command, held
+/// before its exec, never runs (its `touch` leaves no file), xtrace says so in one line and exits
+/// as a shell reports a command SIGINT ended (130), leaving nothing attached.
+#[test]
+fn a_stop_while_attaching_leaves_the_command_unrun() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("launch-stop-early");
+    let marker = tmp.join("ran");
+    let before = Attachments::snapshot();
+    let xtrace = Xtrace::spawn(args![
+        "-u",
+        "libc:*",
+        "-o",
+        tmp.join("out"),
+        "--",
+        "touch",
+        &marker
+    ]);
+    // xtrace catches the stop signals from its start, before it reads any symbol.
+    while !catches_sigint(xtrace.pid()) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    assert_eq!(finished.status.code(), Some(130), "{:?}", finished.stderr);
+    // libc's warnings, then the one error line.
+    let (warnings, rest): (Vec<&String>, Vec<&String>) = finished
+        .stderr
+        .iter()
+        .partition(|l| l.starts_with("xtrace: warning: "));
+    assert!(!warnings.is_empty());
+    assert_eq!(
+        rest,
+        [&format!(
+            "xtrace: error: stopped by SIGINT while attaching, before `touch {}` started: it did not \
+             run and nothing was recorded; stop xtrace after it says it attached",
+            marker.display()
+        )]
+    );
+    before.assert_none_left();
+    assert!(!marker.exists(), "the command ran");
+}

@@ -1,5 +1,6 @@
 //! The library's error type. Every variant renders as one line saying what failed, on which input,
-//! and what to do; `exit_code` separates bad input (2) from internal failures (1).
+//! and what to do; `exit_code` separates bad input (2) from internal failures (1) (and a stop
+//! before a launched command started: 128 + the signal).
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +17,12 @@ pub enum Error {
     LeaderExited { pid: u32, threads: usize },
     #[error("process {pid} exited while xtrace was attaching: trace a process that keeps running, or launch it with `xtrace -- COMMAND`")]
     ExitedDuringAttach { pid: u32 },
+    #[error("stopped by {signal} while attaching, before `{command}` started: it did not run and nothing was recorded; stop xtrace after it says it attached")]
+    StoppedBeforeStart {
+        command: String,
+        signal: &'static str,
+        number: i32,
+    },
     #[error(
         "thread {tid} belongs to none of the --pid processes: list their threads with `ls /proc/PID/task`"
     )]
@@ -145,6 +152,8 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Attach { .. } | Error::Load(_) | Error::Map { .. } | Error::Io { .. } => 1,
+            // As a shell reports a command a signal ended.
+            Error::StoppedBeforeStart { number, .. } => 128 + *number as u8,
             _ => 2,
         }
     }

@@ -309,6 +309,14 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     // the output directory; what it does meanwhile waits in the ring buffer.
     let mut exit = None;
     if let Targets::Launched(launch) = &mut targets {
+        // Stopped while attaching: the command never runs (the launch, dropped, lets it go).
+        if let Some((signal, number)) = signals.arrived().await {
+            return Err(Error::StoppedBeforeStart {
+                command: crate::shell::quote_words(&launch.argv),
+                signal,
+                number,
+            });
+        }
         launch.release()?;
         exit = launch.take_exit();
     }

@@ -76,6 +76,22 @@ impl Signals {
             hup: sig(SignalKind::hangup())?,
         })
     }
+
+    /// A stop signal that arrived since they were installed, by name and number, without
+    /// waiting (it is taken).
+    pub async fn arrived(&mut self) -> Option<(&'static str, i32)> {
+        // The runtime hands a signal to its `Signal` when it polls its drivers, which it does when
+        // a task yields.
+        tokio::task::yield_now().await;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        [
+            (&mut self.int, "SIGINT", libc::SIGINT),
+            (&mut self.term, "SIGTERM", libc::SIGTERM),
+            (&mut self.hup, "SIGHUP", libc::SIGHUP),
+        ]
+        .into_iter()
+        .find_map(|(signal, name, number)| signal.poll_recv(&mut cx).is_ready().then_some((name, number)))
+    }
 }
 
 /// What happened in a traced process that the session answers while recording.
