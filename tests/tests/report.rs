@@ -264,3 +264,52 @@ fn what_is_not_a_capture_is_refused_in_one_line() {
     write_capture(tmp.path(), None, &[("work", vec![1_000; 3])]);
     assert_eq!(xtrace(args!["report", tmp.path()]).code, Some(0));
 }
+
+/// stdout that cannot be written (a full disk behind a redirection; /dev/full here) is an error,
+/// not an empty report that exits 0; a reader that stops early (`| head`) is none.
+#[test]
+fn a_stdout_that_cannot_be_written_is_an_error() {
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full")
+    };
+    let wl = data(WORKLOAD);
+    for argv in [
+        args!["report", &wl, "--format", "json"],
+        args!["diff", &wl, &wl],
+        args!["list", "symbols", "/lib/x86_64-linux-gnu/libm.so.6"],
+    ] {
+        let ran = std::process::Command::new(xtrace_tests::xtrace_bin())
+            .args(&argv)
+            .stdout(full())
+            .output()
+            .expect("running xtrace");
+        assert_eq!(ran.status.code(), Some(2), "{argv:?}");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("xtrace: error: "))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "xtrace: error: cannot write to standard output: No space left on device (os error 28); \
+              send it where there is room"
+            ],
+            "{argv:?}"
+        );
+    }
+    // A reader that goes away: nothing to say, exit 0.
+    let mut head = std::process::Command::new(xtrace_tests::xtrace_bin())
+        .args(args!["report", &wl, "--format", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running xtrace");
+    drop(head.stdout.take());
+    let ran = head.wait_with_output().expect("waiting for xtrace");
+    assert_eq!(ran.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&ran.stderr), "");
+}

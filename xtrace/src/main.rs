@@ -12,9 +12,15 @@ macro_rules! err {
     ($($arg:tt)*) => { print_err(&format!($($arg)*)) };
 }
 
-/// `print!` that never panics (see [`print_out`]).
+/// `print!` that never panics (see [`print_out`]): a failure is said in one line, and the
+/// command's exit code becomes 2.
 macro_rules! out {
-    ($($arg:tt)*) => { print_out(format!($($arg)*).as_bytes()) };
+    ($($arg:tt)*) => { stdout_written(print_out(format!($($arg)*).as_bytes())) };
+}
+
+/// Says why stdout could not be written, if it could not; whether it was.
+fn stdout_written(written: Result<(), String>) -> bool {
+    written.map_err(|why| err!("xtrace: error: {why}")).is_ok()
 }
 
 /// What to say when clap refuses an argument that is not UTF-8: which one, and what to do.
@@ -90,8 +96,12 @@ fn main() -> ExitCode {
     let result = runtime.block_on(session::record(&args, &mut console));
     match result {
         Ok(recording) => {
+            // The outputs are written whatever becomes of the summary on stdout (summary.txt
+            // holds it too).
             if !quiet {
-                out!("{}", recording.summary.table());
+                if !out!("{}", recording.summary.table()) {
+                    return ExitCode::from(2);
+                }
                 err!(
                     "xtrace: wrote {}/{{{}}}",
                     recording.output.display(),
@@ -111,7 +121,9 @@ fn main() -> ExitCode {
 fn list(args: &list::ListArgs) -> ExitCode {
     match list::run(args) {
         Ok((table, note)) => {
-            out!("{table}");
+            if !out!("{table}") {
+                return ExitCode::from(2);
+            }
             for line in note.lines() {
                 err!("xtrace: {line}");
             }
@@ -127,10 +139,10 @@ fn list(args: &list::ListArgs) -> ExitCode {
 /// `xtrace report DIR`: the report on stdout, or a note on stderr about the file written.
 fn report(args: &report::ReportArgs) -> ExitCode {
     match report::run(args) {
-        Ok(report::Rendered::Stdout(bytes)) => {
-            print_out(&bytes);
-            ExitCode::SUCCESS
-        }
+        Ok(report::Rendered::Stdout(bytes)) => match stdout_written(print_out(&bytes)) {
+            true => ExitCode::SUCCESS,
+            false => ExitCode::from(2),
+        },
         Ok(report::Rendered::Wrote(note)) => {
             err!("xtrace: {note}");
             ExitCode::SUCCESS
@@ -146,7 +158,9 @@ fn report(args: &report::ReportArgs) -> ExitCode {
 fn diff(args: &diff::DiffArgs) -> ExitCode {
     match diff::run(args) {
         Ok(outcome) => {
-            print_out(outcome.text.as_bytes());
+            if !stdout_written(print_out(outcome.text.as_bytes())) {
+                return ExitCode::from(2);
+            }
             if let Some(svg) = &outcome.wrote {
                 err!("xtrace: wrote {}", xtrace::output::shown(svg));
             }

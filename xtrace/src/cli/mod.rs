@@ -50,11 +50,18 @@ impl Cli {
     }
 }
 
-/// Writes `bytes` to stdout. A reader that went away (`xtrace report DIR | head`) or a terminal
-/// that hung up is no reason to panic, as `print!` would: what cannot be shown is dropped.
-pub fn print_out(bytes: &[u8]) {
+/// Writes `bytes` to stdout. A reader that went away (`xtrace report DIR | head`) is no error and
+/// no reason to panic, as `print!` would: what it did not read is dropped. Any other failure (a
+/// full disk behind a redirection, /dev/full) is returned as one line to show: a report that
+/// silently came out empty would pass for a good one.
+pub fn print_out(bytes: &[u8]) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(bytes).and_then(|()| out.flush());
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!(
+            "cannot write to standard output: {e}; send it where there is room"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Writes `line` and a newline to stderr; a failure (a hung-up terminal) is ignored, not a panic
