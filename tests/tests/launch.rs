@@ -275,3 +275,56 @@ fn a_stop_while_attaching_leaves_the_command_unrun() {
     before.assert_none_left();
     assert!(!marker.exists(), "the command ran");
 }
+
+/// The command's file replaced (renamed over, as a rebuild does) while xtrace reads libc's
+/// symbols: xtrace reads and attaches to the file it resolved, through its descriptor, so no probe
+/// lands at that file's offsets in the new one, and it says the command runs a file its probes
+/// are not in.
+#[test]
+fn a_command_replaced_while_xtrace_attaches_is_said_and_left_whole() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("launch-replaced");
+    let program = tmp.join("app");
+    std::fs::copy(&fixtures().spans, &program).expect("copying spans");
+    let before = Attachments::snapshot();
+    let xtrace = Xtrace::spawn(args![
+        "-u",
+        "libc:*",
+        "-u",
+        "work",
+        "-o",
+        tmp.join("out"),
+        "--",
+        &program,
+        "exit",
+        "0"
+    ]);
+    while !catches_sigint(xtrace.pid()) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // xtrace has resolved the command by now; it reads libc's 3,000 functions for a while.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let new = tmp.join("app.new");
+    std::fs::copy(&fixtures().many, &new).expect("copying many");
+    std::fs::rename(&new, &program).expect("replacing the command");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let warning = format!(
+        "xtrace: warning: {} was replaced while xtrace read it: the command runs the new file, and \
+         its probes are in the old one, so they see nothing; run xtrace again",
+        program.display()
+    );
+    assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);
+    let out = Outputs::read(&tmp.join("out"));
+    assert_eq!(out.probe_count("work"), 0);
+    // `many` ran whole, no probe in its code: it ignores its arguments and, its stdin empty,
+    // exits 1 (not killed by a signal).
+    assert_eq!(
+        out.summary["command"]["exit_code"], 1,
+        "{}",
+        out.summary["command"]
+    );
+}

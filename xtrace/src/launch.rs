@@ -50,11 +50,50 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
 /// The name of xtrace's launcher thread, which a launched command keeps until its exec.
 pub const LAUNCHER_THREAD: &str = "xtrace-launch";
 
+/// A launched command's file (argv[0] resolved), opened once when resolved: what xtrace reads
+/// and attaches to is that file, through its descriptor, even if the path names another by then
+/// (a rebuild): probes placed by one file's offsets in another would break its code.
+#[derive(Debug)]
+pub struct Program {
+    pub path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Program {
+    pub fn open(path: &Path) -> Result<Program> {
+        let file = std::fs::File::open(path).map_err(|source| Error::Launch {
+            command: path.display().to_string(),
+            source,
+        })?;
+        Ok(Program {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// The file as a target: reached through xtrace's descriptor, shown by its path.
+    pub fn target(&self) -> crate::target::TargetFile {
+        crate::target::TargetFile {
+            open: PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd())),
+            shown: self.path.clone(),
+        }
+    }
+
+    /// Whether process `pid` runs this file (false: the path named another file at its exec);
+    /// None when that cannot be read.
+    pub fn is_run_by(&self, pid: u32) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let ours = self.file.metadata().ok()?;
+        let theirs = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+        Some((ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()))
+    }
+}
+
 pub struct Launch {
     pub process: Process,
     pub argv: Vec<String>,
     /// The file run (argv[0] resolved).
-    program: PathBuf,
+    pub program: Program,
     gate: std::io::PipeWriter,
     spawned: std::sync::mpsc::Receiver<std::io::Result<()>>,
     exited: Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>>,
@@ -65,17 +104,18 @@ impl Launch {
     /// script's own), cut to 15 bytes.
     pub fn comm(&self) -> String {
         use std::os::unix::ffi::OsStrExt;
-        let name = self.program.file_name().map_or(&[][..], |n| n.as_bytes());
+        let name = self.program.path.file_name().map_or(&[][..], |n| n.as_bytes());
         String::from_utf8_lossy(&name[..name.len().min(15)]).into_owned()
     }
 
     /// Forks the child for `argv` (program already resolved to `program`); it waits at the gate.
     /// `env` is added to xtrace's own environment for the command.
     pub fn start(
-        program: &Path,
+        image: Program,
         argv: &[std::ffi::OsString],
         env: &[(&str, std::ffi::OsString)],
     ) -> Result<Self> {
+        let program = image.path.as_path();
         let command = argv[0].to_string_lossy().into_owned();
         let launch_err = |source| Error::Launch {
             command: command.clone(),
@@ -147,7 +187,7 @@ impl Launch {
             process: Process { pid, pidfd },
             // For the summary and messages: arguments that are not UTF-8 are shown lossily.
             argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
-            program: program.to_path_buf(),
+            program: image,
             gate,
             spawned,
             exited: Some(exited),
@@ -165,7 +205,7 @@ impl Launch {
             Ok(Ok(())) => Ok(()),
             Ok(Err(source)) if source.kind() == std::io::ErrorKind::NotFound => {
                 // The file is there (it was resolved): what exec missed is its interpreter.
-                let source = match missing_interpreter(&self.program) {
+                let source = match missing_interpreter(&self.program.path) {
                     Some(interpreter) => std::io::Error::new(
                         source.kind(),
                         format!("its interpreter {interpreter} does not exist ({source})"),
@@ -267,7 +307,7 @@ mod tests {
     fn launch_waits_at_the_gate_and_reports_exit() {
         let program = resolve_command(std::ffi::OsStr::new("sh")).unwrap();
         let argv: Vec<std::ffi::OsString> = vec!["sh".into(), "-c".into(), "exit 7".into()];
-        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
+        let mut launch = Launch::start(Program::open(&program).unwrap(), &argv, &[]).unwrap();
         // Still held at the gate: it is our forked copy, not yet `sh`.
         assert_ne!(launch.process.info().comm.as_deref(), Some("sh"));
         launch.release().unwrap();
@@ -280,7 +320,7 @@ mod tests {
         let marker = std::env::temp_dir().join(format!("xtrace-gate-{}", std::process::id()));
         let program = resolve_command(std::ffi::OsStr::new("touch")).unwrap();
         let argv: Vec<std::ffi::OsString> = vec!["touch".into(), marker.clone().into_os_string()];
-        let mut launch = Launch::start(&program, &argv, &[]).unwrap();
+        let mut launch = Launch::start(Program::open(&program).unwrap(), &argv, &[]).unwrap();
         let exited = launch.take_exit().unwrap();
         drop(launch);
         // The child leaves with _exit(1) before exec: the command never runs.

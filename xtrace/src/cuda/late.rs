@@ -40,7 +40,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
     for (scope_index, scope) in scopes.iter().enumerate() {
         let files = match scope {
             Scope::Process(_) => scope.modules()?,
-            Scope::Command(program) => needed_libraries(program),
+            Scope::Command(program) => needed_libraries(&program.path),
             Scope::SystemWide => continue,
         };
         let Some(libc) = files
@@ -192,8 +192,8 @@ mod tests {
     #[test]
     fn a_command_is_watched_through_its_needed_libc() {
         let mut plan = Plan::default();
-        let sh = std::path::Path::new("/bin/sh");
-        assert!(plan_watch(&mut plan, &[Scope::Command(sh)]).unwrap());
+        let sh = crate::launch::Program::open(std::path::Path::new("/bin/sh")).unwrap();
+        assert!(plan_watch(&mut plan, &[Scope::Command(&sh)]).unwrap());
         let watch = plan.watch.clone().expect("a watch");
         assert_eq!(watch.loaders, [0]);
         let dlopen = &plan.probes[0];

@@ -36,7 +36,7 @@ fn libraries(scope: &Scope, elves: &mut SymbolCache) -> Result<Vec<(TargetFile, 
         _ => scope.modules()?,
     };
     if let Scope::Command(program) = scope {
-        candidates.extend(needed_libraries(program));
+        candidates.extend(needed_libraries(&program.path));
     }
     if !matches!(scope, Scope::Process(_)) {
         // Not running yet, or every process: also the system's libraries (libcudart loads

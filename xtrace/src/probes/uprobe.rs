@@ -5,7 +5,6 @@ use std::{
     borrow::Cow,
     collections::{BTreeMap, HashMap, HashSet},
     os::unix::fs::MetadataExt,
-    path::Path,
 };
 
 use super::{
@@ -29,7 +28,7 @@ use crate::{
 /// system (`-a`: files by path or library name only).
 pub enum Scope<'a> {
     Process(&'a Process),
-    Command(&'a Path),
+    Command(&'a crate::launch::Program),
     SystemWide,
 }
 
@@ -39,10 +38,7 @@ impl Scope<'_> {
             (Scope::Process(p), TargetSpec::MainExecutable) => p.executable(),
             (Scope::Process(p), TargetSpec::Path(path)) => Ok(p.path(path)),
             (Scope::Process(p), TargetSpec::Library(name)) => p.library(name),
-            (Scope::Command(program), TargetSpec::MainExecutable) => Ok(TargetFile {
-                open: program.to_path_buf(),
-                shown: program.to_path_buf(),
-            }),
+            (Scope::Command(program), TargetSpec::MainExecutable) => Ok(program.target()),
             (Scope::SystemWide, TargetSpec::MainExecutable) => Err(Error::Usage(
                 "with -a/--system-wide every -u needs a TARGET (a path or library name), as in -u libc:malloc"
                     .into(),
@@ -52,11 +48,11 @@ impl Scope<'_> {
                 shown: path.clone(),
             }),
             (Scope::Command(program), TargetSpec::Library(name)) => {
-                match super::needed::find_library(program, name) {
+                match super::needed::find_library(&program.path, name) {
                     Some(file) => Ok(file),
                     None => library_from_cache(name).map_err(|_| Error::LibraryNotNeeded {
                         name: name.clone(),
-                        program: program.to_path_buf(),
+                        program: program.path.clone(),
                     }),
                 }
             }
@@ -69,10 +65,7 @@ impl Scope<'_> {
     pub(crate) fn modules(&self) -> Result<Vec<TargetFile>> {
         match self {
             Scope::Process(p) => p.mapped_files(),
-            Scope::Command(program) => Ok(vec![TargetFile {
-                open: program.to_path_buf(),
-                shown: program.to_path_buf(),
-            }]),
+            Scope::Command(program) => Ok(vec![program.target()]),
             Scope::SystemWide => Err(Error::Usage(
                 "with -a/--system-wide every -U needs a TARGET (a path or library name), as in -U /usr/bin/app:myapp:*"
                     .into(),

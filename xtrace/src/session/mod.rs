@@ -24,7 +24,7 @@ use crate::{
     },
     error::{Error, Result},
     export::summary::{RunInfo, Summary},
-    launch::{resolve_command, Launch, LAUNCHER_THREAD},
+    launch::{resolve_command, Launch, Program, LAUNCHER_THREAD},
     output,
     pipeline::{
         images::Sampled,
@@ -152,12 +152,12 @@ fn resolve(args: &RecordArgs, specs: &Specs, sampling: bool) -> Result<(Targets,
         let out = output::prepare(args.output.as_deref())?;
         Ok((Targets::Pids(processes), plan, out))
     } else {
-        let program = resolve_command(&args.command[0])?;
+        let program = Program::open(&resolve_command(&args.command[0])?)?;
         let mut plan = specs.plan(&[Scope::Command(&program)], args.max_probes)?;
         let env = specs.launch_env(&mut plan.notices);
         let out = output::prepare(args.output.as_deref())?;
         Ok((
-            Targets::Launched(Launch::start(&program, &args.command, &env)?),
+            Targets::Launched(Launch::start(program, &args.command, &env)?),
             plan,
             out,
         ))
@@ -319,6 +319,13 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         }
         launch.release()?;
         exit = launch.take_exit();
+        if launch.program.is_run_by(launch.process.pid) == Some(false) {
+            observer.warning(&format!(
+                "{} was replaced while xtrace read it: the command runs the new file, and its \
+                 probes are in the old one, so they see nothing; run xtrace again",
+                launch.program.path.display()
+            ));
+        }
     }
     let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
     let (sink, trace_file) = output::create_trace(&out, args.gzip)?;
