@@ -333,6 +333,41 @@ fn cuda_in_a_launched_command() {
     assert_launches_and_copies(&Outputs::read(&out));
 }
 
+/// `--min-duration` leaves short CUDA calls out of trace.json, as other calls, but the CUDA summary
+/// still counts each one: launches, copies, memsets, and the memory frees give back (the kernel
+/// sends every CUDA call; user space drops the short ones from the trace).
+#[test]
+fn cuda_summary_is_whole_under_min_duration() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("cuda-min-duration");
+    let out = tmp.join("out");
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "--min-duration",
+        "1s",
+        "-o",
+        &out,
+        "--",
+        &fixtures().cudaapp
+    ]);
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out);
+    assert_launches_and_copies(&out);
+    let memory = &cuda(&out)["memory"][0];
+    assert_eq!(
+        (&memory["allocations"], &memory["frees"], &memory["live_bytes"]),
+        (&json!(7), &json!(5), &json!(1048576 + 3000)),
+        "{memory:#}"
+    );
+    assert_eq!(out.spans().len(), 0, "every call is shorter than 1 s");
+    let launches = out.probe("cudaLaunchKernel");
+    assert_eq!(launches["below_min_duration"], launches["count"]);
+    // The device memory track still follows every allocation and free.
+    assert!(!counter_track(&out, "CUDA device memory (bytes)").is_empty());
+}
+
 #[test]
 fn cuda_without_a_cuda_library_watches_or_is_refused() {
     if !require_bpf() {

@@ -154,8 +154,8 @@ fn write_args(
     sp: u64,
 ) {
     let spec = match ARG_SPECS.get(probe_id) {
-        // Only the return value read (`-> str`): nothing to capture at entry.
-        Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI) != 0 => spec,
+        // Only the return value read (`-> str`), or only sent whole: nothing to capture at entry.
+        Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI | args::ALWAYS_SENT) != 0 => spec,
         _ => return,
     };
     let Some(mut entry) = reserve::<ArgsEvent>() else {
@@ -272,7 +272,7 @@ fn return_spec(probe_id: u32) -> u32 {
         return 0;
     }
     ARG_SPECS.get(probe_id).map_or(0, |spec| {
-        spec & (args::OUT_MASK | args::RET_STRING | args::GO_ABI)
+        spec & (args::OUT_MASK | args::RET_STRING | args::GO_ABI | args::ALWAYS_SENT)
     })
 }
 
@@ -543,7 +543,7 @@ fn end_span(
     let outs = spec & args::OUT_MASK;
     if outs != 0 {
         write_outs(pid_tgid, probe_id, outs, slot, start_ns, now);
-    } else if duration < min_duration_ns() {
+    } else if spec & args::ALWAYS_SENT == 0 && duration < min_duration_ns() {
         count_short(probe_id, duration);
         return Ok(0);
     }

@@ -263,16 +263,25 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let rendered = self
             .cuda
             .span(span.probe_id, pid, tid, span.start_ns, end_ns, span.ret);
-        self.emit(SpanOut {
-            probe: span.probe_id as usize,
-            pid,
-            tid,
-            start_ns: span.start_ns,
-            dur_ns: end_ns.saturating_sub(span.start_ns),
-            depth: span.depth.into(),
-            values: Some(rendered.values.into_boxed_str()),
-            ..Default::default()
-        })?;
+        // Every CUDA call is sent (the CUDA summary counts each); one shorter than
+        // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
+        let duration = end_ns.saturating_sub(span.start_ns);
+        if duration < self.min_duration_ns {
+            if let Some(stats) = self.stats.get_mut(span.probe_id as usize) {
+                stats.short += 1;
+            }
+        } else {
+            self.emit(SpanOut {
+                probe: span.probe_id as usize,
+                pid,
+                tid,
+                start_ns: span.start_ns,
+                dur_ns: duration,
+                depth: span.depth.into(),
+                values: Some(rendered.values.into_boxed_str()),
+                ..Default::default()
+            })?;
+        }
         match rendered.memory {
             // The counter follows the calls in the order their records came, which two CPUs can
             // swap by nanoseconds: its times never go back, so no viewer draws a change that

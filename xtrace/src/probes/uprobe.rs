@@ -520,6 +520,9 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
             });
             (id as u32, spec)
         });
-    let cuda = plan.cuda.iter().map(|(id, f)| (*id, f.op.spec()));
+    let cuda = plan
+        .cuda
+        .iter()
+        .map(|(id, f)| (*id, f.op.spec() | args::ALWAYS_SENT));
     typed.chain(cuda).collect()
 }
