@@ -47,7 +47,8 @@ pub struct Fixtures {
     pub calls_static: PathBuf,
     /// `usdt run`: `<sys/sdt.h>` probes with known firings and values (see usdt.c).
     pub usdt: PathBuf,
-    /// `usdt_malformed`: two malformed USDT notes (0 and 1), then good:hit.
+    /// `usdt_malformed`: two malformed USDT notes (the 1st and 2nd), good:hit, and two notes at one
+    /// address (good:twin_a, good:twin_b); run, it fires each once.
     pub usdt_malformed: PathBuf,
     /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
     /// each called 5 times.

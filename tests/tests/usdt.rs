@@ -538,19 +538,81 @@ fn list_usdt_warns_about_each_malformed_note_in_order() {
     let finished = Xtrace::spawn(args!["list", "usdt", &file]).wait();
     finished.assert_success();
     let rows: Vec<&str> = finished.stdout.lines().filter(|l| l.starts_with("  ")).collect();
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert!(rows[0].trim_start().starts_with("good:hit "), "{rows:?}");
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["good:twin_a", "good:twin_b", "good:hit"], "{rows:?}");
     let malformed = |n: u32| {
         format!("xtrace: warning: {file}: USDT note {n} is malformed (empty provider or probe name); skipped")
     };
     assert_eq!(
         finished.stderr,
         [
-            malformed(0),
             malformed(1),
-            "xtrace: 1 USDT call site in 1 file".to_string()
+            malformed(2),
+            "xtrace: 3 USDT call sites in 1 file".to_string()
         ]
     );
+}
+
+/// A probe that two typed -U specs match takes the first's types, and xtrace says so (as for -u).
+#[test]
+fn a_probe_two_typed_specs_match_takes_the_first_and_says_so() {
+    if !require_bpf() {
+        return;
+    }
+    let run = trace_usdt(args!["-U", "xtfix:plain(u8,i64)", "-U", "xtfix:p*(i64,i64)"], &[]);
+    let note = "xtrace: warning: -U 'xtfix:p*(i64,i64)': `xtfix:plain` is traced already by an \
+                earlier -U, whose value types apply";
+    assert_eq!(
+        run.stderr.iter().filter(|l| *l == note).count(),
+        1,
+        "{:?}",
+        run.stderr
+    );
+    let plain = run.out.instants("xtfix:plain");
+    assert_eq!(plain.len(), 5);
+    // i = 0..4 as u8; l = -1000 * i as i64.
+    assert_eq!(plain[4]["arg0"], 4);
+    assert_eq!(plain[4]["arg1"], -4000);
+}
+
+/// Two notes that name one address (hand-written notes can): both probes are placed there, each
+/// reads its own arguments, and each hit is recorded once (the second was dropped before).
+#[test]
+fn two_probes_at_one_call_site_are_both_recorded() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("usdt-twin");
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-U",
+        "good:*",
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().usdt_malformed
+    ])
+    .wait();
+    finished.assert_success();
+    assert!(
+        finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("attached 3 probes (3 uprobes")),
+        "{:?}",
+        finished.stderr
+    );
+    let out = Outputs::read(&out_dir);
+    for (name, arg) in [("good:twin_a", 7), ("good:twin_b", 9)] {
+        let hits = out.instants(name);
+        assert_eq!(hits.len(), 1, "{name}");
+        assert_eq!(hits[0]["arg0"], arg, "{name}");
+        assert_eq!(out.probe_count(name), 1, "{name}");
+    }
+    assert_eq!(out.probe_count("good:hit"), 1);
 }
 
 #[test]

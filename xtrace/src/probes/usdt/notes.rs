@@ -61,12 +61,13 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
     let little = file.is_little_endian();
     // Symbol values by name, read only if some argument names a symbol (`counter(%rip)`).
     let mut symbols: Option<HashMap<String, u64>> = None;
-    for (index, raw) in NoteIter::new(bytes, little).enumerate() {
+    // Notes are counted from 1, in the order of .note.stapsdt (as `readelf -n` lists them).
+    for (number, raw) in (1..).zip(NoteIter::new(bytes, little)) {
         let raw = match raw {
             Ok(raw) => raw,
             Err(reason) => {
                 warnings.push(format!(
-                    "note {index} is malformed ({reason}); the rest are skipped"
+                    "USDT note {number} is malformed ({reason}); it and the notes after it are skipped"
                 ));
                 break;
             }
@@ -122,7 +123,7 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
                     args_text: desc.args,
                 });
             }
-            Err(reason) => warnings.push(format!("USDT note {index} is malformed ({reason}); skipped")),
+            Err(reason) => warnings.push(format!("USDT note {number} is malformed ({reason}); skipped")),
         }
     }
     Ok((notes, warnings))

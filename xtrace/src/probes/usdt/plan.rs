@@ -111,7 +111,8 @@ impl NoteCache {
 pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()> {
     let mut cache = NoteCache::default();
     let mut ids: HashMap<(String, String, String), u32> = HashMap::new();
-    let mut placed: HashSet<(usize, FileKey, u64)> = HashSet::new();
+    // Each probe's site once per scope; two probes whose notes name one address are both placed.
+    let mut placed: HashSet<(usize, FileKey, u64, String)> = HashSet::new();
     for spec in specs {
         let mut matched = 0;
         let mut skipped: Vec<String> = Vec::new();
@@ -150,8 +151,20 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                         }
                     };
                     matched += 1;
-                    if !placed.insert((scope_index, key, note.offset)) {
-                        continue; // the same site through another spec
+                    if !placed.insert((scope_index, key, note.offset, label.clone())) {
+                        // The same site through another spec: the first spec's types apply.
+                        let known = ids.get(&(shown.clone(), note.provider.clone(), note.name.clone()));
+                        let note = format!(
+                            "-U '{}': `{label}` is traced already by an earlier -U, whose value types apply",
+                            spec.text
+                        );
+                        if known.is_some_and(|id| {
+                            !spec.types.is_empty() && plan.usdt_probes[id].types != spec.types
+                        }) && !plan.notices.contains(&note)
+                        {
+                            plan.notices.push(note);
+                        }
+                        continue;
                     }
                     let id = *ids
                         .entry((shown.clone(), note.provider.clone(), note.name.clone()))
