@@ -144,6 +144,13 @@ pub fn parse_arg(word: &str) -> Result<ArgSpec, Failure> {
         "2" => 2,
         "4" => 4,
         "8" => 8,
+        // sdt.h marks a float or double with `f` (`4f@`, `8f@`).
+        _ if digits.ends_with('f') => {
+            return Err((
+                0,
+                format!("`{word}` is a floating-point argument, which xtrace does not read"),
+            ))
+        }
         _ => {
             return Err((
                 0,
@@ -266,7 +273,21 @@ fn parse_displacement(text: &str) -> Result<(i64, Option<String>), Failure> {
 
 /// Register `name` (written after a `%` at byte `at`).
 fn register(name: &str, at: usize) -> Result<Register, Failure> {
-    Register::parse(name).ok_or_else(|| (at, format!("unknown or unsupported register `%{name}`")))
+    Register::parse(name).ok_or_else(|| {
+        let why = match name {
+            _ if name.starts_with("fs:") || name.starts_with("gs:") => {
+                format!("`%{name}` is a thread-local variable (segment-relative), which xtrace does not read")
+            }
+            "ah" | "bh" | "ch" | "dh" => {
+                format!("`%{name}` is a high-byte register, which xtrace does not read")
+            }
+            _ if name.starts_with("xmm") || name.starts_with("ymm") || name.starts_with("st") => {
+                format!("`%{name}` is a floating-point or vector register, which xtrace does not read")
+            }
+            _ => format!("unknown or unsupported register `%{name}`"),
+        };
+        (at, why)
+    })
 }
 
 /// A decimal or `0x` hexadecimal integer with an optional sign.
@@ -583,6 +604,23 @@ mod tests {
         assert_eq!(err("3@%rdi").column, 1);
         assert_eq!(err("8@%rdi 8@%xyz").column, 10);
         assert_eq!(err("8@%ah").column, 3);
+        // What xtrace cannot read is named for what it is.
+        assert_eq!(
+            err("8@%ah").reason,
+            "`%ah` is a high-byte register, which xtrace does not read"
+        );
+        assert_eq!(
+            err("8f@%xmm0").reason,
+            "`8f@%xmm0` is a floating-point argument, which xtrace does not read"
+        );
+        assert_eq!(
+            err("8@%xmm1").reason,
+            "`%xmm1` is a floating-point or vector register, which xtrace does not read"
+        );
+        assert_eq!(
+            err("-4@%fs:tlsv@tpoff").reason,
+            "`%fs:tlsv@tpoff` is a thread-local variable (segment-relative), which xtrace does not read"
+        );
         assert_eq!(err("8@$abc").column, 4);
         assert_eq!(err("8@-16(%rbp").reason, "memory operand does not end with `)`");
         assert_eq!(err("8@(%rbp,%rax,3)").column, 14);
