@@ -117,9 +117,13 @@ fn push_level() -> c_int {
     })
 }
 
+/// The level of the range a pop ends, or -1 (NVTX's negative error) when none is open.
 fn pop_level() -> c_int {
     LEVEL.with(|l| {
-        let level = (l.get() - 1).max(0);
+        let level = l.get() - 1;
+        if level < 0 {
+            return -1;
+        }
         l.set(level);
         level
     })
@@ -361,4 +365,18 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: Option<GetEx
         }
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    /// Push returns the level of the range it starts, pop the level of the one it ends: 0 for
+    /// the outermost, and NVTX's negative error for a pop with none open.
+    #[test]
+    fn levels_as_nvtx_says() {
+        assert_eq!(super::pop_level(), -1);
+        assert_eq!((super::push_level(), super::push_level()), (0, 1));
+        assert_eq!((super::pop_level(), super::pop_level()), (1, 0));
+        assert_eq!(super::pop_level(), -1);
+        assert_eq!(super::push_level(), 0);
+    }
 }
