@@ -68,7 +68,7 @@ pub struct Fixtures {
     /// `cudaapp` (C++): CUDA calls with known counts and sizes (see cudaapp.cpp) through the
     /// stand-in runtime and driver `libcudart.so.12` and `libcuda.so.1` (cudart.c, cudadrv.c).
     pub cudaapp: PathBuf,
-    /// `cudalate LIBCUDART`: dlopen()s the stand-in runtime after the go line, then makes known
+    /// `cudalate LIBCUDART [PLUGIN_DIR]`: dlopen()s the stand-in runtime after the go line, then makes known
     /// CUDA calls after a second line (see cudalate.c).
     pub cudalate: PathBuf,
     /// `ranges run` and `ranges names N` (see ranges.c): known ranges through xtrace's own API,

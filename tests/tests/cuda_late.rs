@@ -115,3 +115,47 @@ fn libraries_loaded_after_attach_are_traced() {
     );
     assert_eq!(cuda["sync_calls"], 1);
 }
+
+/// Kernels whose host stubs lie in plugins loaded in turn at one address (libplugin_a.so,
+/// libplugin_b.so, libplugin_a.so again, each closed after its launch) are named each by its own
+/// plugin: the names found by address are found again after every dlopen (all three were named
+/// plugin_a before).
+#[test]
+fn kernels_of_plugins_loaded_in_turn_at_one_address_keep_their_names() {
+    if !require_bpf() {
+        return;
+    }
+    let runtime = fixtures().cudaapp.with_file_name("libcudart.so.12");
+    let plugins = fixtures()
+        .cudaapp
+        .parent()
+        .expect("the fixtures' directory")
+        .to_path_buf();
+    let mut fixture = Fixture::spawn(
+        &fixtures().cudalate,
+        &[runtime.to_str().unwrap(), plugins.to_str().unwrap()],
+    );
+    fixture.wait_ready();
+    let tmp = TempDir::new("cuda-late-plugins");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    fixture.send("go");
+    assert_eq!(fixture.next_line(), "loaded");
+    // The runtime's and the driver's probes, attached once their dlopen returned.
+    xtrace.wait_stderr("xtrace: attached ");
+    xtrace.wait_stderr("xtrace: attached ");
+    fixture.go();
+    assert!(fixture.wait().success(), "the fixture failed");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(
+        out.summary["cuda"]["launches"],
+        json!([{"kernel": "plugin_a", "count": 2}, {"kernel": "plugin_b", "count": 1}]),
+        "{}",
+        out.summary["cuda"]
+    );
+}

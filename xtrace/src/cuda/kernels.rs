@@ -2,7 +2,8 @@
 //! kernel's own (mangled) name: blazesym names it from the ELF symbols of the file it lies in.
 //! `cuLaunchKernel` receives a `CUfunction` handle: named by the `cuModuleGetFunction` /
 //! `cuLibraryGetKernel` call that returned it. Unknown stubs are shown as `module+0xoffset`,
-//! unknown handles as `CUfunction 0x…`. Results are cached per process and address.
+//! unknown handles as `CUfunction 0x…`. Results are cached per process and address until the
+//! process loads a library.
 use std::collections::HashMap;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -37,6 +38,15 @@ impl KernelNames {
     pub fn saw(&mut self, pid: u32) {
         if let std::collections::hash_map::Entry::Vacant(slot) = self.maps.entry(pid) {
             merge_maps(slot.insert(Vec::new()), pid);
+        }
+    }
+
+    /// Process `pid` loaded a library (its `dlopen` returned): a stub may now lie where another
+    /// library's did (closed with `dlclose`), so the names found by address are found again.
+    pub fn loaded(&mut self, pid: u32) {
+        if self.maps.remove(&pid).is_some() {
+            self.stubs.retain(|&(p, _), _| p != pid);
+            self.saw(pid);
         }
     }
 

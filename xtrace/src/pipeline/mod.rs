@@ -222,8 +222,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let duration = span.header.ts_ns.saturating_sub(span.start_ns);
         stats.add(duration);
         self.names.saw(span.header.pid, span.header.tid);
-        if self.loaders.contains(&span.probe_id) && !self.loaded.contains(&span.header.pid) {
-            self.loaded.push(span.header.pid);
+        if self.loaders.contains(&span.probe_id) {
+            self.cuda.names.loaded(span.header.pid);
+            if !self.loaded.contains(&span.header.pid) {
+                self.loaded.push(span.header.pid);
+            }
         }
         if self.cuda.owns(span.probe_id) {
             return self.cuda_span(span);
