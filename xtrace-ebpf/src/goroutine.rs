@@ -22,7 +22,7 @@ use aya_ebpf::{
 use xtrace_common::probe::{EntryStack, MAX_GOROUTINES};
 
 use crate::{
-    maps::{load_time, read_kernel},
+    maps::{current_pid_tgid, load_time, read_kernel},
     regs::user_r14,
 };
 
@@ -44,11 +44,15 @@ static TASK_EXEC_ID: u32 = 0;
 #[map]
 static GO_EXECS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(1024, 0);
 
-/// Notes that process `tgid` ran exec (the current task finished it), when Go code is traced.
+/// Notes that the current task's process ran exec (the task just finished it), when Go code is
+/// traced.
 #[inline(always)]
-pub fn exec_done(tgid: u32) {
-    if load_time(&TASK_EXEC_ID) != 0 {
-        let _ = GO_EXECS.insert(&tgid, &exec_count(), 0);
+pub fn exec_done() {
+    if load_time(&TASK_EXEC_ID) == 0 {
+        return;
+    }
+    if let Some(ids) = current_pid_tgid() {
+        let _ = GO_EXECS.insert(&((ids >> 32) as u32), &exec_count(), 0);
     }
 }
 

@@ -41,9 +41,7 @@ pub fn thread_exec(ctx: RawTracePointContext) -> u32 {
         // Its next traced call sends a `ThreadEvent` with its new name and ids.
         stack.announced = 0;
     }
-    if let Some(ids) = current_pid_tgid() {
-        crate::goroutine::exec_done((ids >> 32) as u32);
-    }
+    crate::goroutine::exec_done();
     // The thread id before the exec, in the host's namespace, as the tgid read here.
     let old_pid: u64 = ctx.arg(1);
     if old_pid as u32 != (bpf_get_current_pid_tgid() >> 32) as u32 {
