@@ -24,16 +24,15 @@ fn canonical(path: &Path) -> String {
         .to_string()
 }
 
-#[test]
-fn libraries_loaded_after_attach_are_traced() {
-    if !require_bpf() {
-        return;
-    }
+/// A run of `cudalate LIBCUDART [ARGS...]` traced by pid with `--cuda`: its outputs, the two
+/// notices of the probes attached once the runtime's dlopen returned (sorted), and its pid.
+fn trace_late(args: &[&str], label: &str) -> (Outputs, Vec<String>, u32) {
     let runtime = fixtures().cudaapp.with_file_name("libcudart.so.12");
-    let driver = fixtures().cudaapp.with_file_name("libcuda.so.1");
-    let mut fixture = Fixture::spawn(&fixtures().cudalate, &[runtime.to_str().unwrap()]);
+    let mut argv = vec![runtime.to_str().unwrap()];
+    argv.extend(args);
+    let mut fixture = Fixture::spawn(&fixtures().cudalate, &argv);
     fixture.wait_ready();
-    let tmp = TempDir::new("cuda-late");
+    let tmp = TempDir::new(label);
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
     let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--cuda", "-o", &out_dir]);
@@ -47,7 +46,22 @@ fn libraries_loaded_after_attach_are_traced() {
         xtrace.wait_stderr("xtrace: attached "),
     ];
     notices.sort();
-    let pid = fixture.pid();
+    fixture.go();
+    assert!(fixture.wait().success(), "the fixture failed");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    (Outputs::read(&out_dir), notices, fixture.pid())
+}
+
+#[test]
+fn libraries_loaded_after_attach_are_traced() {
+    if !require_bpf() {
+        return;
+    }
+    let runtime = fixtures().cudaapp.with_file_name("libcudart.so.12");
+    let driver = fixtures().cudaapp.with_file_name("libcuda.so.1");
+    let (out, notices, pid) = trace_late(&[], "cuda-late");
     // Every function of xtrace's CUDA table that the stand-ins export: 29 in cudart.c, 32 in
     // cudadrv.c.
     assert_eq!(
@@ -63,13 +77,6 @@ fn libraries_loaded_after_attach_are_traced() {
             ),
         ]
     );
-    fixture.go();
-    assert!(fixture.wait().success(), "the fixture failed");
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-
-    let out = Outputs::read(&out_dir);
     for (name, calls) in [
         ("dlopen", 1),
         ("cudaMalloc", 3),
@@ -125,33 +132,8 @@ fn kernels_of_plugins_loaded_in_turn_at_one_address_keep_their_names() {
     if !require_bpf() {
         return;
     }
-    let runtime = fixtures().cudaapp.with_file_name("libcudart.so.12");
-    let plugins = fixtures()
-        .cudaapp
-        .parent()
-        .expect("the fixtures' directory")
-        .to_path_buf();
-    let mut fixture = Fixture::spawn(
-        &fixtures().cudalate,
-        &[runtime.to_str().unwrap(), plugins.to_str().unwrap()],
-    );
-    fixture.wait_ready();
-    let tmp = TempDir::new("cuda-late-plugins");
-    let out_dir = tmp.join("out");
-    let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args!["-p", fixture.pid().to_string(), "--cuda", "-o", &out_dir]);
-    xtrace.wait_attached();
-    fixture.send("go");
-    assert_eq!(fixture.next_line(), "loaded");
-    // The runtime's and the driver's probes, attached once their dlopen returned.
-    xtrace.wait_stderr("xtrace: attached ");
-    xtrace.wait_stderr("xtrace: attached ");
-    fixture.go();
-    assert!(fixture.wait().success(), "the fixture failed");
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    let out = Outputs::read(&out_dir);
+    let plugins = fixtures().cudaapp.with_file_name("");
+    let (out, _, _) = trace_late(&[plugins.to_str().unwrap()], "cuda-late-plugins");
     assert_eq!(
         out.summary["cuda"]["launches"],
         json!([{"kernel": "plugin_a", "count": 2}, {"kernel": "plugin_b", "count": 1}]),

@@ -250,28 +250,23 @@ fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
     assert_eq!(range(&out, "load", "push")["domain"], "io");
     assert_eq!(range(&out, "reg", "mark")["domain"], "io");
     assert_eq!(out.summary["ranges_unpaired"], 0);
-    // By pid, started with the tool as its NVTX tool: only the tool's probes are attached.
+    // By pid, started with the tool as its NVTX tool: only the tool's probes are attached; so too
+    // when the variable names it through a symbolic link of another name.
     let tool = tool_library();
-    let fixture = nvtx_v2_fixture(&[("NVTX_INJECTION64_PATH", &tool)]);
-    let (out, _, finished) = trace_by_pid(fixture, args!["--nvtx"], &tmp);
-    assert!(
-        finished.stderr.iter().any(|l| l.contains("attached 5 probes")),
-        "{:?}",
-        finished.stderr
-    );
-    assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
-    // The same through a symbolic link of another name.
-    let tmp = TempDir::new("ranges-nvtx-v2-tool-link");
-    let link = tmp.join("nvtx-tool.so");
+    let link_dir = TempDir::new("ranges-nvtx-v2-tool-link");
+    let link = link_dir.join("nvtx-tool.so");
     std::os::unix::fs::symlink(&tool, &link).expect("symlink");
-    let fixture = nvtx_v2_fixture(&[("NVTX_INJECTION64_PATH", &link)]);
-    let (out, _, finished) = trace_by_pid(fixture, args!["--nvtx"], &tmp);
-    assert!(
-        finished.stderr.iter().any(|l| l.contains("attached 5 probes")),
-        "{:?}",
-        finished.stderr
-    );
-    assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
+    for (injected, tmp) in [(&tool, &tmp), (&link, &link_dir)] {
+        let fixture = nvtx_v2_fixture(&[("NVTX_INJECTION64_PATH", injected)]);
+        let (out, _, finished) = trace_by_pid(fixture, args!["--nvtx"], tmp);
+        assert!(
+            finished.stderr.iter().any(|l| l.contains("attached 5 probes")),
+            "{}: {:?}",
+            injected.display(),
+            finished.stderr
+        );
+        assert_eq!(range_counts(&out), nvtx_v2_ranges("reg"));
+    }
 }
 
 #[test]
