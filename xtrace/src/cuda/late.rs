@@ -112,6 +112,8 @@ pub struct Late {
 pub struct Found {
     pub file: TargetFile,
     pub attachments: Vec<Attachment>,
+    /// The expected functions it lacks (see `super::plan::lacks`).
+    pub missing: Vec<&'static str>,
 }
 
 impl Late {
@@ -147,12 +149,15 @@ impl Late {
             let Ok((symbols, _)) = self.elves.get(&file) else {
                 continue;
             };
-            let mut attachments = Vec::new();
+            let (mut attachments, mut missing) = (Vec::new(), Vec::new());
             for (index, function) in FUNCTIONS.iter().enumerate() {
                 if function.library != library {
                     continue;
                 }
                 let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
+                    if super::api::expected(function) {
+                        missing.push(function.name);
+                    }
                     continue;
                 };
                 let id = self.block + index as u32;
@@ -172,7 +177,11 @@ impl Late {
                 });
             }
             if !attachments.is_empty() {
-                found.push(Found { file, attachments });
+                found.push(Found {
+                    file,
+                    attachments,
+                    missing,
+                });
             }
         }
         Ok(found)

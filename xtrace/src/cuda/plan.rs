@@ -104,14 +104,8 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
                     go: false,
                 });
             }
-            if !missing.is_empty() && first_time {
-                plan.notices.push(format!(
-                    "{} lacks {} CUDA function{}, not traced: {}",
-                    file.shown.display(),
-                    missing.len(),
-                    if missing.len() == 1 { "" } else { "s" },
-                    missing.join(", ")
-                ));
+            if let (Some(notice), true) = (lacks(&file.shown, &missing), first_time) {
+                plan.notices.push(notice);
             }
         }
     }
@@ -124,6 +118,19 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> 
         ));
     }
     Ok(libraries_found)
+}
+
+/// The warning for library `file` that lacks the expected CUDA functions `missing`, if any.
+pub fn lacks(file: &std::path::Path, missing: &[&str]) -> Option<String> {
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{} lacks {} CUDA function{}, not traced: {}",
+            file.display(),
+            missing.len(),
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        )
+    })
 }
 
 /// The probe id of `function` at `offset` in `file`, adding the probe the first time.

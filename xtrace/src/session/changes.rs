@@ -38,9 +38,9 @@ pub fn late_attach(
     };
     found
         .iter()
-        .map(|f| {
+        .flat_map(|f| {
             let path = f.file.shown.display();
-            match attach::attach_more(ebpf, attached, plan, &f.attachments, scope_pids) {
+            let attached = match attach::attach_more(ebpf, attached, plan, &f.attachments, scope_pids) {
                 Ok(()) => Ok(format!(
                     "attached {} CUDA probes to {path}, loaded by pid {pid} after the start",
                     f.attachments.len()
@@ -48,7 +48,10 @@ pub fn late_attach(
                 Err(e) => Err(format!(
                     "could not attach to {path}, loaded by pid {pid}: {e}; it is not traced"
                 )),
-            }
+            };
+            // As for a library mapped from the start.
+            let lacks = crate::cuda::plan::lacks(&f.file.shown, &f.missing).map(Err);
+            std::iter::once(attached).chain(lacks)
         })
         .collect()
 }
