@@ -141,6 +141,70 @@ impl Specs {
                 }
             }
         }
+        qualify_shared_names(&mut plan);
         Ok(plan)
+    }
+}
+
+/// Functions of one name traced in several files (`-u ./a:f -u ./b:f`) are told apart by their
+/// file's name, `f (a)`: under one name their spans would be one probe to the summary's table,
+/// `report` and `diff`.
+fn qualify_shared_names(plan: &mut Plan) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut files: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in plan.probes.iter().filter(|p| p.kind == "uprobe") {
+        files.entry(p.name.clone()).or_default().insert(p.target.clone());
+    }
+    let file_name = |target: &str| {
+        std::path::Path::new(target)
+            .file_name()
+            .map_or(target.to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    for p in plan.probes.iter_mut().filter(|p| p.kind == "uprobe") {
+        let Some(targets) = files.get(&p.name).filter(|t| t.len() > 1) else {
+            continue;
+        };
+        // Files of one name in two directories are told apart by their paths.
+        let names: BTreeSet<String> = targets.iter().map(|t| file_name(t)).collect();
+        let which = match names.len() == targets.len() {
+            true => file_name(&p.target),
+            false => p.target.clone(),
+        };
+        p.name = format!("{} ({which})", p.name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probes::ProbeInfo;
+
+    fn probe(name: &str, kind: &'static str, target: &str) -> ProbeInfo {
+        ProbeInfo {
+            name: name.into(),
+            kind,
+            target: target.into(),
+            offset: 0,
+            capture: Default::default(),
+        }
+    }
+
+    #[test]
+    fn functions_of_one_name_in_several_files_are_named_by_file() {
+        let mut plan = Plan::default();
+        plan.probes = vec![
+            probe("f", "uprobe", "/opt/a/app"),
+            probe("f", "uprobe", "/opt/b/lib.so"),
+            probe("g", "uprobe", "/opt/a/app"),
+            probe("h", "uprobe", "/x/app"),
+            probe("h", "uprobe", "/y/app"),
+            probe("f", "usdt", "/opt/c/other"),
+        ];
+        qualify_shared_names(&mut plan);
+        let names: Vec<&str> = plan.probes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["f (app)", "f (lib.so)", "g", "h (/x/app)", "h (/y/app)", "f"]
+        );
     }
 }
