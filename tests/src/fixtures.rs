@@ -409,13 +409,22 @@ impl Fixture {
     /// The pids of the `child PID` lines `profile children|forks` prints, up to its
     /// `children exited` line.
     pub fn children_until_exited(&mut self) -> Vec<u32> {
-        let mut children = Vec::new();
+        self.children_and_cpu_until_exited().0
+    }
+
+    /// [`Fixture::children_until_exited`], with the CPU time (ms) of each child by pid, from the
+    /// `cpu PID MS` lines `profile` prints as it reaps them.
+    pub fn children_and_cpu_until_exited(&mut self) -> (Vec<u32>, Vec<(u32, f64)>) {
+        let (mut children, mut cpu) = (Vec::new(), Vec::new());
         loop {
             let line = self.next_line();
             if line == "children exited" {
-                return children;
+                return (children, cpu);
             }
             children.extend(child_pid(&line));
+            if let Some((pid, ms)) = line.strip_prefix("cpu ").and_then(|r| r.split_once(' ')) {
+                cpu.push((pid.parse().expect("cpu PID"), ms.parse().expect("cpu MS")));
+            }
         }
     }
 
