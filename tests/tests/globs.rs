@@ -265,3 +265,26 @@ fn a_function_several_specs_match_is_attached_once() {
     assert_eq!(u64_field(&out.summary, "uprobes"), 4);
     assert_eq!(u64_field(&out.summary, "unmatched_entries"), 0);
 }
+
+/// C++ names as they are written in source: a function template without the return type its
+/// demangled name starts with (`int tpl::twice<int>(int)`), a function returning std::string
+/// without or with its ABI tag (`tpl::label[abi:cxx11](int)`), and a namespace glob that takes
+/// both in.
+#[test]
+fn cpp_templates_and_abi_tagged_names_are_found_as_written() {
+    if !require_bpf() {
+        return;
+    }
+    for specs in [
+        &["tpl::twice<int>", "tpl::label"][..],
+        &["tpl::label[abi:cxx11]"][..],
+        &["tpl::*"][..],
+    ] {
+        let out = trace(&fixtures().matrix, specs, "glob-cpp-names");
+        let label = "tpl::label[abi:cxx11](int)";
+        assert_eq!(out.probe_count(label), 3, "{specs:?}");
+        if specs.len() != 1 || specs[0] == "tpl::*" {
+            assert_eq!(out.probe_count("int tpl::twice<int>(int)"), 2, "{specs:?}");
+        }
+    }
+}

@@ -460,7 +460,12 @@ impl ElfSymbols {
         let mut found: Vec<&FunctionSymbol> = self
             .functions
             .iter()
-            .filter(|f| hit(&f.name) || hit(&f.demangled) || hit(strip_args(&f.demangled)))
+            .filter(|f| {
+                hit(&f.name)
+                    || hit(&f.demangled)
+                    || hit(strip_args(&f.demangled))
+                    || super::names::bare(&f.demangled).is_some_and(|b| hit(&b))
+            })
             .collect();
         let underscores = |name: &str| name.len() - name.trim_start_matches('_').len();
         found.sort_by(|a, b| {
@@ -486,24 +491,26 @@ impl ElfSymbols {
 
     /// Up to five function names close to `symbol`, closest first.
     fn close_names(&self, symbol: &str) -> Vec<String> {
-        let mut scored: Vec<(f64, &str)> = self
+        // Offered as a user may write them (see `names::bare`).
+        let mut scored: Vec<(f64, String)> = self
             .functions
             .iter()
             .map(|f| {
-                let name = strip_args(&f.demangled);
-                let mut score = strsim::jaro_winkler(symbol, name);
-                if name.contains(symbol) || symbol.contains(name) {
+                let name =
+                    super::names::bare(&f.demangled).unwrap_or_else(|| strip_args(&f.demangled).to_string());
+                let mut score = strsim::jaro_winkler(symbol, &name);
+                if name.contains(symbol) || symbol.contains(name.as_str()) {
                     score += 0.5;
                 }
                 (score, name)
             })
             .filter(|(score, _)| *score > 0.7)
             .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut names: Vec<String> = Vec::new();
         for (_, name) in scored {
-            if !names.iter().any(|n| n == name) {
-                names.push(name.to_string());
+            if !names.contains(&name) {
+                names.push(name);
             }
             if names.len() == 5 {
                 break;

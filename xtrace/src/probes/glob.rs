@@ -1,10 +1,13 @@
 //! Shell-style globs over symbol names: `*` matches any run of characters (`::` included), `?` one
 //! character, `[abc]`, `[a-z]` and `[!abc]` one character of (or not of) a set. A `[` without a
-//! closing `]` is an ordinary character, so demangled names such as `f[abi:cxx11]` can be written.
+//! closing `]`, or a bracketed group with a `:` or a space in it, is ordinary text, so demangled
+//! names such as `f[abi:cxx11]` and `f(long) [clone .isra.0]` can be written.
 
 /// Whether `text` uses any glob syntax (otherwise it names one symbol exactly).
 pub fn is_glob(text: &str) -> bool {
-    text.contains(['*', '?']) || text.find('[').is_some_and(|at| text[at..].contains(']'))
+    let chars: Vec<char> = text.chars().collect();
+    text.contains(['*', '?'])
+        || (0..chars.len()).any(|at| chars[at] == '[' && class(&chars, at, '\0').is_some())
 }
 
 /// Whether `pattern` matches all of `text`.
@@ -60,8 +63,13 @@ pub fn matches(pattern: &str, text: &str) -> bool {
 }
 
 /// Matches `c` against the class starting at `pattern[open]` (a `[`): `Some((matched, index after
-/// the ']'))`, or `None` when the `[` has no closing `]`.
+/// the ']'))`, or `None` when the `[` starts no class: it has no closing `]`, or the group holds a
+/// `:` or a space (a demangled name's `[abi:cxx11]` or `[clone .isra.0]`).
 fn class(pattern: &[char], open: usize, c: char) -> Option<(bool, usize)> {
+    let close = open + 2 + pattern.get(open + 2..)?.iter().position(|&c| c == ']')?;
+    if pattern[open + 1..close].iter().any(|&c| c == ':' || c == ' ') {
+        return None;
+    }
     let mut i = open + 1;
     let negated = matches!(pattern.get(i), Some('!' | '^'));
     if negated {
@@ -128,5 +136,20 @@ mod tests {
         assert!(is_glob("f[ab]"));
         assert!(is_glob("f*"));
         assert!(!is_glob("ns::f(int)"));
+    }
+
+    #[test]
+    fn abi_tags_and_clone_suffixes_are_literal() {
+        for name in [
+            "ns::getname[abi:cxx11]",
+            "ns::Matrix::plain(long) [clone .isra.0]",
+        ] {
+            assert!(!is_glob(name), "{name}");
+            assert!(matches(name, name), "{name}");
+        }
+        assert!(matches("ns::get*[abi:cxx11]", "ns::getname[abi:cxx11]"));
+        assert!(!matches("ns::get*[abi:cxx11]", "ns::getnamec"));
+        assert!(is_glob("f[ab][abi:cxx11]"));
+        assert!(matches("f[ab][abi:cxx11]", "fb[abi:cxx11]"));
     }
 }

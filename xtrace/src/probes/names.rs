@@ -105,9 +105,73 @@ pub fn strip_args(name: &str) -> &str {
     name
 }
 
+/// A demangled C++ name as a user may write it: without GCC's clone suffixes
+/// (`f(long) [clone .isra.0]`), its parameter list, its ABI tags (`getname[abi:cxx11]`), and the
+/// return type a function template's name starts with (`int ns::twice<int>(int)` →
+/// `ns::twice<int>`). None when that is the name as it is, or its parameter list alone.
+pub fn bare(demangled: &str) -> Option<String> {
+    let mut name = demangled;
+    while let Some(at) = name.rfind(" [clone ").filter(|_| name.ends_with(']')) {
+        name = &name[..at];
+    }
+    let mut name = strip_args(name).to_string();
+    while let Some(open) = name.find("[abi:") {
+        let Some(close) = name[open..].find(']') else {
+            break;
+        };
+        name.replace_range(open..open + close + 1, "");
+    }
+    // A template's return type: before the last space outside <...> and (...), when the name
+    // ends with its template arguments.
+    if name.ends_with('>') {
+        let mut depth = 0i32;
+        let mut space = None;
+        for (at, c) in name.char_indices() {
+            match c {
+                '<' | '(' => depth += 1,
+                '>' | ')' => depth -= 1,
+                ' ' if depth == 0 => space = Some(at),
+                _ => {}
+            }
+        }
+        if let Some(at) = space.filter(|&at| !name[..at].ends_with("operator")) {
+            name = name[at + 1..].to_string();
+        }
+    }
+    (name != demangled && name != strip_args(demangled)).then_some(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_names_as_users_write_them() {
+        let cases = [
+            ("ns::getname[abi:cxx11](int)", Some("ns::getname")),
+            (
+                "ns::Matrix::plain(long) [clone .isra.0]",
+                Some("ns::Matrix::plain"),
+            ),
+            ("int ns::twice<int>(int)", Some("ns::twice<int>")),
+            (
+                "void nn::gemm<float>(float const*, float const*, float*, int)",
+                Some("nn::gemm<float>"),
+            ),
+            (
+                "int ns::Matrix::get<int>(int) [clone .isra.0]",
+                Some("ns::Matrix::get<int>"),
+            ),
+            ("std::vector<int, std::allocator<int> >::size() const", None),
+            ("ns::f(int)", None),
+            ("plain", None),
+            ("(anonymous namespace)::f(int)", None),
+            ("bool operator< <int>(int, int)", Some("operator< <int>")),
+        ];
+        for (demangled, expected) in cases {
+            assert_eq!(bare(demangled).as_deref(), expected, "{demangled}");
+        }
+    }
 
     #[test]
     fn functions_that_return_twice_by_name() {

@@ -172,13 +172,26 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
     Ok((name, args, ret))
 }
 
+/// The last `:` that is not half of a `::` and not inside brackets (a demangled name's
+/// `[abi:cxx11]`): where TARGET ends.
 fn last_single_colon(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
-    (0..bytes.len()).rev().find(|&i| {
-        bytes[i] == b':'
-            && (i == 0 || bytes[i - 1] != b':')
-            && bytes.get(i + 1).is_none_or(|&next| next != b':')
-    })
+    let mut depth = 0i32;
+    let mut found = None;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'[' => depth += 1,
+            b']' => depth = (depth - 1).max(0),
+            b':' if depth == 0
+                && (i == 0 || bytes[i - 1] != b':')
+                && bytes.get(i + 1).is_none_or(|&next| next != b':') =>
+            {
+                found = Some(i)
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -200,6 +213,12 @@ mod tests {
             TargetSpec::Path("/usr/lib/libfoo.so".into())
         );
         assert_eq!(parse("./app:main").target, TargetSpec::Path("./app".into()));
+        // A colon inside an ABI tag is part of the name.
+        assert_eq!(parse("ns::getname[abi:cxx11]").target, TargetSpec::MainExecutable);
+        assert_eq!(parse("ns::getname[abi:cxx11]").symbol, "ns::getname[abi:cxx11]");
+        let tagged = parse("./app:ns::getname[abi:cxx11](int)");
+        assert_eq!(tagged.target, TargetSpec::Path("./app".into()));
+        assert_eq!(tagged.symbol, "ns::getname[abi:cxx11](int)");
     }
 
     #[test]
