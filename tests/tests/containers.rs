@@ -296,3 +296,48 @@ fn xtrace_in_a_pid_namespace_refuses_a_process_of_a_nested_one_and_a_proc_not_it
         )
     );
 }
+
+/// A launched command that runs in its own mount namespace, where its path names another file
+/// than on the host (a bind mount), and exits before the capture ends: its frames are left as
+/// `prog+0xOFFSET`, not named from the host's file at that path (the file's device and inode
+/// tell them apart). Here the namespace runs `profile split`; the host's file is `spans`, whose
+/// functions (`outer`, `run_threads`, ...) named profile's frames before.
+#[test]
+fn a_gone_process_of_another_mount_namespace_is_not_named_from_the_hosts_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("containers-bind");
+    let (host, inside) = (tmp.join("host"), tmp.join("inside"));
+    for (dir, program) in [(&host, &fixtures().spans), (&inside, &fixtures().profile)] {
+        std::fs::create_dir(dir).expect("creating a directory");
+        std::fs::copy(program, dir.join("prog")).expect("copying a fixture");
+    }
+    let script = r#"mount --bind "$0" "$1" && exec "$1"/prog split 300"#;
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-F", "999", "-o", &out_dir, "--", "unshare", "--mount", "sh", "-c", script, &inside, &host
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read_profiled(&out_dir);
+    let folded = out.folded();
+    let in_prog: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.starts_with("prog;"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(in_prog >= 100, "{folded:?}");
+    let spans_names = ["outer", "inner", "work", "run_threads", "spin", "forever", "main"];
+    for (stack, _) in &folded {
+        let frames: Vec<&str> = stack.split(';').collect();
+        assert!(
+            !frames.iter().any(|f| spans_names.contains(f)),
+            "a frame named from the host's file: {stack}"
+        );
+    }
+    assert!(
+        folded.iter().any(|(stack, _)| stack.contains(";prog+0x")),
+        "{folded:?}"
+    );
+}

@@ -199,6 +199,8 @@ pub struct MapsLine<'a> {
     pub range: &'a str,
     pub perms: &'a str,
     pub offset: &'a str,
+    /// The file's device, `MAJOR:MINOR` in hex.
+    pub dev: &'a str,
     /// The file's inode number (0 for anonymous memory), in decimal.
     pub inode: &'a str,
     /// The path (which may hold spaces) without the kernel's ` (deleted)`; `[vdso]` and such for
@@ -230,10 +232,23 @@ impl<'a> MapsLine<'a> {
             range: fields[0],
             perms: fields[1],
             offset: fields[2],
+            dev: fields[3],
             inode: fields[4],
             path,
             deleted,
         })
+    }
+
+    /// The mapped file's identity: its device (as `stat`'s `st_dev`) and inode; None when the
+    /// line maps none.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        let (major, minor) = self.dev.split_once(':')?;
+        let (major, minor) = (
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        );
+        let inode: u64 = self.inode.parse().ok().filter(|&i| i != 0)?;
+        Some((libc::makedev(major, minor), inode))
     }
 
     /// The line when it maps a file (its path is absolute).
@@ -400,6 +415,7 @@ mod tests {
                 range: "7f1c2a400000-7f1c2a428000",
                 perms: "r--p",
                 offset: "00000000",
+                dev: "fd:01",
                 inode: "1835040",
                 path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
                 deleted: false,
@@ -408,9 +424,12 @@ mod tests {
         let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
         let gone = MapsLine::file(gone).unwrap();
         assert_eq!((gone.path, gone.deleted), ("/tmp/my app/libmy.so", true));
+        // Device 103:02 and inode 99, as `stat` gives them.
+        assert_eq!(gone.identity(), Some((libc::makedev(0x103, 2), 99)));
         let stack = "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]";
         assert_eq!(MapsLine::parse(stack).map(|m| m.path), Some("[stack]"));
         assert_eq!(MapsLine::file(stack), None);
+        assert_eq!(MapsLine::parse(stack).and_then(|m| m.identity()), None);
         let anonymous = "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ";
         assert_eq!(
             MapsLine::parse(anonymous).map(|m| (m.path, m.deleted)),

@@ -327,6 +327,7 @@ mod tests {
             offset: 0,
             path: path.into(),
             deleted: false,
+            file: None,
         }
     }
 

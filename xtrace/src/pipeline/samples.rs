@@ -21,25 +21,32 @@ pub struct Mapping {
     /// /proc/PID/maps said the file was deleted, or replaced by another renamed over its path (a
     /// package upgrade): the file at `path`, if any, is not this one.
     pub deleted: bool,
+    /// The mapped file's device (as `stat`'s `st_dev`) and inode, when known.
+    pub file: Option<(u64, u64)>,
 }
 
 impl Mapping {
     /// Where xtrace opens the mapped file of process `pid`: through the process's root (its mount
-    /// namespace: containers), or by the path itself once the process is gone. A deleted or
-    /// replaced file is opened as mapped, through /proc/PID/map_files/, while the process lives;
-    /// after that it is None: a frame in it is named by file and offset, never by the symbols of
-    /// whatever file has its path now.
+    /// namespace: containers), or by the path itself once the process is gone, when the file
+    /// there is the one mapped (its device and inode; a process of another mount namespace saw
+    /// another file at that path). A deleted or replaced file is opened as mapped, through
+    /// /proc/PID/map_files/, while the process lives. Otherwise it is None: a frame in it is
+    /// named by file and offset, never by the symbols of whatever file has its path now.
     pub fn open_path(&self, pid: u32) -> Option<String> {
         if self.deleted {
             let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", self.start, self.end);
             return std::fs::File::open(&mapped).is_ok().then_some(mapped);
         }
         let inside = format!("/proc/{pid}/root{}", self.path);
-        Some(if std::path::Path::new(&inside).exists() {
-            inside
-        } else {
-            self.path.clone()
-        })
+        if std::path::Path::new(&inside).exists() {
+            return Some(inside);
+        }
+        let here = std::fs::metadata(&self.path).ok()?;
+        let same = self.file.is_none_or(|file| {
+            use std::os::unix::fs::MetadataExt;
+            file == (here.dev(), here.ino())
+        });
+        same.then(|| self.path.clone())
     }
 }
 
@@ -375,6 +382,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
                 offset: u64::from_str_radix(line.offset, 16).ok()?,
                 path: line.path.to_string(),
                 deleted: line.deleted,
+                file: line.identity(),
             })
         })
         .collect()
@@ -434,6 +442,7 @@ mod tests {
             offset: 0x1000,
             path: "/lib/ld.so".into(),
             deleted: false,
+            file: None,
         }];
         // The interrupted instruction is kept wherever it is; the walk stops at ld.so's data.
         let frames = [
@@ -458,6 +467,7 @@ mod tests {
             offset: 0,
             path: "/usr/bin/app".into(),
             deleted: false,
+            file: None,
         }];
         let whole = [0x5555_0000_1000, 0x5555_0000_2000, 0x5555_0000_3000];
         assert_eq!(unwound_callers(&maps, &whole, false), (&whole[..], false));
@@ -467,6 +477,29 @@ mod tests {
         // Past the outermost frame, a value that cannot be code ends it too, not cut short.
         let argc = [0x5555_0000_1000, 0x5555_0000_2000, 3];
         assert_eq!(unwound_callers(&maps, &argc, false), (&argc[..2], false));
+    }
+
+    /// Once its process is gone, a mapping is named from the file at its path only when that is
+    /// the file mapped (another mount namespace saw another file there).
+    #[test]
+    fn a_gone_process_is_named_from_its_own_file_only() {
+        use std::os::unix::fs::MetadataExt;
+        let path = "/proc/self/exe";
+        let meta = std::fs::metadata(path).unwrap();
+        let gone = u32::MAX;
+        let mapping = |file| Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: path.into(),
+            deleted: false,
+            file,
+        };
+        let own = mapping(Some((meta.dev(), meta.ino())));
+        assert_eq!(own.open_path(gone).as_deref(), Some(path));
+        assert_eq!(mapping(None).open_path(gone).as_deref(), Some(path));
+        let other = mapping(Some((meta.dev(), meta.ino() + 1)));
+        assert_eq!(other.open_path(gone), None);
     }
 
     #[test]
@@ -488,9 +521,11 @@ mod tests {
                 offset: 0x1000,
                 path: "/usr/bin/app".into(),
                 deleted: false,
+                file: Some((libc::makedev(8, 1), 123)),
             }
         );
         assert_eq!(maps[2].path, "[vdso]");
+        assert_eq!(maps[2].file, None);
         assert_eq!(
             find(&maps, 0x7f00010).map(|m| m.path.as_str()),
             Some("/lib/libc.so.6")

@@ -23,6 +23,8 @@ const DATA_PAGES: usize = 32;
 
 /// `misc` of a COMM record written by an exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
+/// `misc` of a PERF_RECORD_MMAP2 that holds a build id where the device and inode would be.
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 
 /// What the side band says happened, at `ns` (CLOCK_MONOTONIC).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -252,6 +254,11 @@ fn parse(record: &[u8]) -> Option<Parsed> {
             // pid, tid, addr, len, pgoff, (maj, min, ino, ino_generation | build id), prot, flags,
             // then the NUL-terminated name, padded to 8, before the 16-byte sample id.
             let (addr, len, pgoff) = (u64_at(16)?, u64_at(24)?, u64_at(32)?);
+            // The file's device and inode, unless the record holds a build id there instead.
+            let file = (misc & MISC_MMAP_BUILD_ID == 0)
+                .then(|| Some((libc::makedev(u32_at(40)?, u32_at(44)?), u64_at(48)?)))
+                .flatten()
+                .filter(|&(_, inode)| inode != 0);
             let name = record.get(72..record.len().checked_sub(16)?)?;
             let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
             let path = match String::from_utf8_lossy(name).into_owned() {
@@ -269,6 +276,7 @@ fn parse(record: &[u8]) -> Option<Parsed> {
                     path,
                     // Mapped now: the file at the path is this one.
                     deleted: false,
+                    file,
                 },
             })
         }
@@ -346,6 +354,7 @@ mod tests {
                     offset: 0x1000,
                     path: "/usr/bin/app".into(),
                     deleted: false,
+                    file: None,
                 }
             })
         );

@@ -116,6 +116,7 @@ ffffffffc0001000 t helper [some_module]
             offset: 0,
             path: TRAMPOLINES.into(),
             deleted: false,
+            file: None,
         }]
     }
 

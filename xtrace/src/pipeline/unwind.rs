@@ -293,6 +293,7 @@ mod tests {
             offset: 0x1000,
             path: "/bin/app".into(),
             deleted: false,
+            file: None,
         };
         let module = file.module(&mapping).expect("the segment holds offset 0x1000");
         // File offset 0x1000 is address 0x2000: the file's address 0 is mapped 0x2000 below start.
