@@ -717,3 +717,38 @@ fn a_capture_without_samples_writes_empty_profiles() {
     assert!(table.contains("0 samples at 999 Hz"), "{table}");
     assert!(!table.contains("FUNCTION"), "{table}");
 }
+
+/// Samples taken before an exec keep the name their process had then: a shell that counts for a
+/// while and then execs `profile split` roots its own samples at `sh` and the program's at
+/// `profile` (all were rooted at `profile`, the process's last name, before).
+#[test]
+fn samples_before_an_exec_keep_the_old_programs_name() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-exec-name");
+    let script = format!(
+        "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec {} split 300",
+        fixtures().profile.display()
+    );
+    let out = profile_command(args!["-F", "999"], Path::new("sh"), &["-c", &script], &tmp);
+    let folded = out.folded();
+    let rooted = |root: &str| -> Vec<&(String, u64)> {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.split(';').next() == Some(root))
+            .collect()
+    };
+    let (shell, program) = (rooted("sh"), rooted("profile"));
+    let count = |stacks: &[&(String, u64)], frame: &str| -> u64 {
+        stacks
+            .iter()
+            .filter(|(stack, _)| stack.split(';').any(|f| f == frame))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let all = |stacks: &[&(String, u64)]| -> u64 { stacks.iter().map(|(_, n)| n).sum() };
+    assert!(all(&shell) >= 30, "{folded:?}");
+    assert!(count(&program, "hot_a") >= 50, "{folded:?}");
+    assert_eq!(count(&shell, "hot_a") + count(&shell, "split"), 0, "{folded:?}");
+}

@@ -344,7 +344,8 @@ pub fn timeline<W: std::io::Write>(
 }
 
 /// Writes `stacks.folded` and `flamegraph.svg` into `out` and returns the profile summary.
-/// `process_names` gives each pid's root frame.
+/// A stack's root frame is its process's name when it was taken, else `process_names`' for its
+/// pid.
 pub fn write(
     out: &crate::output::Dir,
     samples: &Samples,
@@ -357,9 +358,12 @@ pub fn write(
     let mut functions: HashMap<String, (u64, u64)> = HashMap::new();
     for (key, frames) in frames {
         let count = samples.stacks[*key];
-        let root = process_names
-            .get(&key.pid)
-            .cloned()
+        // The process's name when the sample was taken: a program an exec replaced keeps its own.
+        let root = samples
+            .images
+            .comm(key.image)
+            .map(str::to_string)
+            .or_else(|| process_names.get(&key.pid).cloned())
             .unwrap_or_else(|| format!("pid {}", key.pid));
         let mut line = folded_frame(&root);
         for frame in frames.iter() {

@@ -66,6 +66,8 @@ pub struct Image {
     used: bool,
     /// The image its exec replaced.
     replaced: Option<u32>,
+    /// Its process's name (its main thread's, as sampled last in it).
+    comm: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +111,20 @@ impl Images {
 
     pub fn maps(&self, image: u32) -> &[Mapping] {
         self.images.get(&image).map_or(&[], |i| &i.maps)
+    }
+
+    /// Its process's name while it ran `image`, when a sample of its main thread said it.
+    pub fn comm(&self, image: u32) -> Option<&str> {
+        self.images.get(&image)?.comm.as_deref()
+    }
+
+    /// A sample of the main thread of the process running `image` said its name is `comm`.
+    pub fn named(&mut self, image: u32, comm: &str) {
+        if let Some(image) = self.images.get_mut(&image) {
+            if image.comm.as_deref() != Some(comm) {
+                image.comm = Some(comm.to_string());
+            }
+        }
     }
 
     /// The image process `pid` had at `ns`; one begun as first seen if none had begun.
@@ -312,6 +328,7 @@ impl Image {
             read_at: None,
             used: false,
             replaced: None,
+            comm: None,
         }
     }
 }

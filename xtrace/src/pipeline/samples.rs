@@ -143,6 +143,12 @@ impl Samples {
             }
         }
         self.images.use_image(image);
+        // The name its process had then (a sample of another thread holds that thread's name; a
+        // launched command's before its exec, xtrace's launcher thread's).
+        let comm = super::values::c_str(&event.comm);
+        if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
+            self.images.named(image, &comm);
+        }
         let user: Box<[u64]> = if copied {
             let maps = self.images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
