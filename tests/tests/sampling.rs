@@ -752,3 +752,29 @@ fn samples_before_an_exec_keep_the_old_programs_name() {
     assert!(count(&program, "hot_a") >= 50, "{folded:?}");
     assert_eq!(count(&shell, "hot_a") + count(&shell, "split"), 0, "{folded:?}");
 }
+
+/// Two C++ functions of one DWARF name (`burn` in an anonymous namespace and in
+/// `img::(anonymous namespace)`, which GCC's debug info gives no linkage name) are named apart
+/// by their symbols' linkage names: each has its own half of the samples (one `burn` had all).
+#[test]
+fn cpp_functions_of_one_debug_name_are_named_apart() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-cpp-anonymous");
+    let out = profile_command(args!["-F", "999"], &fixtures().matrix, &["spin", "600"], &tmp);
+    let folded = out.folded();
+    let leaf = |name: &str| -> u64 {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.rsplit(';').next() == Some(name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (plain, img) = (
+        leaf("(anonymous namespace)::burn(double)"),
+        leaf("img::(anonymous namespace)::burn(double)"),
+    );
+    assert!(plain >= 100 && img >= 100, "{plain} and {img}: {folded:?}");
+    assert_eq!(leaf("burn"), 0, "{folded:?}");
+}

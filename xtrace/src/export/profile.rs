@@ -101,20 +101,36 @@ pub(crate) fn symbolizer() -> Symbolizer {
 /// Symbolizes `input` in the ELF file at `path`: with its debug symbols (DWARF, or a debug file
 /// its `.gnu_debuglink` names) where they can be read, else with its symbol tables alone, so that
 /// a debug file blazesym cannot read (zstd-compressed sections, a truncated download) does not
-/// cost the file every name `.symtab` and `.dynsym` would give.
+/// cost the file every name `.symtab` and `.dynsym` would give. A function DWARF names by a bare
+/// `DW_AT_name` (GCC gives a lambda, a function of an anonymous namespace or a clone no
+/// `DW_AT_linkage_name`) while the symbol tables have its mangled name takes that name instead:
+/// `operator()` would merge every lambda, `f` both `(anonymous namespace)::f` and
+/// `a::(anonymous namespace)::f`.
 pub(crate) fn symbolize_elf<'s>(
     symbolizer: &'s Symbolizer,
     path: &str,
     input: Input<&[u64]>,
 ) -> blazesym::Result<Vec<Symbolized<'s>>> {
-    let mut elf = Elf::new(path);
-    match symbolizer.symbolize(&Source::Elf(elf.clone()), input) {
-        Ok(results) => Ok(results),
-        Err(_) => {
-            elf.debug_syms = false;
-            symbolizer.symbolize(&Source::Elf(elf), input)
+    let mut tables = Elf::new(path);
+    tables.debug_syms = false;
+    let Ok(mut results) = symbolizer.symbolize(&Source::Elf(Elf::new(path)), input) else {
+        return symbolizer.symbolize(&Source::Elf(tables), input);
+    };
+    let mangled = |r: &Symbolized| match r {
+        Symbolized::Sym(sym) => sym.name.starts_with("_Z") || sym.name.starts_with("_R"),
+        Symbolized::Unknown(_) => false,
+    };
+    if results.iter().all(mangled) {
+        return Ok(results);
+    }
+    if let Ok(linkage) = symbolizer.symbolize(&Source::Elf(tables), input) {
+        for (found, named) in results.iter_mut().zip(linkage) {
+            if mangled(&named) && !mangled(found) {
+                *found = named;
+            }
         }
     }
+    Ok(results)
 }
 
 /// The names of `results`, demangled, None for addresses without one.
