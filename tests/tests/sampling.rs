@@ -778,3 +778,41 @@ fn cpp_functions_of_one_debug_name_are_named_apart() {
     assert!(plain >= 100 && img >= 100, "{plain} and {img}: {folded:?}");
     assert_eq!(leaf("burn"), 0, "{folded:?}");
 }
+
+/// Samples in a signal handler keep the code the signal interrupted below it: the unwind goes
+/// from the handler's return into glibc's signal-return trampoline to the registers the kernel
+/// saved in the signal frame (`profile signal`: handler_work runs from a SIGPROF above
+/// signal_loop). Before, a build with frame pointers lost signal_loop silently, and one without
+/// them stopped at the trampoline.
+#[test]
+fn samples_in_a_signal_handler_keep_the_interrupted_code_below_it() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-signal");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["signal", "600"], &tmp);
+    let folded = out.folded();
+    let in_handler: Vec<&(String, u64)> = folded
+        .iter()
+        .filter(|(stack, _)| stack.split(';').any(|f| f == "handler_work"))
+        .collect();
+    let total: u64 = in_handler.iter().map(|(_, n)| n).sum();
+    let below = |caller: &str| -> u64 {
+        in_handler
+            .iter()
+            .filter(|(stack, _)| stack.contains(caller))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert!(total >= 50, "{total} samples in the handler: {folded:?}");
+    assert!(
+        below(";main;signal_loop;") * 100 >= total * 95,
+        "{total} in the handler: {folded:?}"
+    );
+    // The interrupted instruction itself: most often in signal_leaf, the loop's body (a walk by
+    // frame pointers from the handler goes to its caller, skipping it).
+    assert!(
+        below(";signal_loop;signal_leaf;") * 2 >= total,
+        "{total} in the handler: {folded:?}"
+    );
+}

@@ -36,6 +36,32 @@ struct FileUnwind {
     debug_frame: Option<Bytes>,
     /// (file offset, file size, address) of each executable PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
+    /// Signal-return trampolines (glibc's `__restore_rt`): the code ranges whose `.eh_frame`
+    /// entries are marked as signal frames (augmentation `S`).
+    signal_frames: Vec<Range<u64>>,
+}
+
+/// The address ranges of the `.eh_frame` entries (at address `at`) that describe signal frames.
+fn signal_frames(at: u64, eh_frame: &[u8]) -> Vec<Range<u64>> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    let section = EhFrame::new(eh_frame, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(at);
+    let mut signal_cies = Vec::new();
+    let mut found = Vec::new();
+    let mut entries = section.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        match entry {
+            CieOrFde::Cie(cie) if cie.is_signal_trampoline() => signal_cies.push(cie.offset()),
+            CieOrFde::Cie(_) => {}
+            CieOrFde::Fde(partial) if signal_cies.contains(&partial.cie_offset().0) => {
+                if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                    found.push(fde.initial_address()..fde.end_address());
+                }
+            }
+            CieOrFde::Fde(_) => {}
+        }
+    }
+    found
 }
 
 /// The most bytes a compressed unwind section is inflated to.
@@ -84,13 +110,19 @@ impl FileUnwind {
                 (flags & elf::PF_X != 0).then_some((offset, size, segment.address()))
             })
             .collect();
+        let eh_frame = with_range(".eh_frame");
+        let signal_frames = eh_frame
+            .as_ref()
+            .map(|(range, bytes)| signal_frames(range.start, bytes))
+            .unwrap_or_default();
         Some(FileUnwind {
             text_svma: range(".text"),
             got_svma: range(".got"),
-            eh_frame: with_range(".eh_frame"),
+            eh_frame,
             eh_frame_hdr: with_range(".eh_frame_hdr"),
             debug_frame: bytes(".debug_frame"),
             segments,
+            signal_frames,
         })
     }
 
@@ -117,12 +149,7 @@ impl FileUnwind {
     /// The framehop module for `mapping` of this file: the mapping's start corresponds to its file
     /// offset, which lies in one executable segment, whose address fixes the load bias.
     fn module(&self, mapping: &Mapping) -> Option<Module<Bytes>> {
-        const PAGE: u64 = 4096;
-        let (offset, _, address) = *self.segments.iter().find(|(offset, size, _)| {
-            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset + size
-        })?;
-        let svma_at_start = (address + mapping.offset).checked_sub(offset)?;
-        let base_avma = mapping.start.checked_sub(svma_at_start)?;
+        let base_avma = self.base_avma(mapping)?;
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: self.text_svma.clone(),
@@ -143,6 +170,19 @@ impl FileUnwind {
     }
 }
 
+impl FileUnwind {
+    /// Where address 0 of this file lies in `mapping`: the mapping's start corresponds to its file
+    /// offset, which lies in one executable segment, whose address fixes the load bias.
+    fn base_avma(&self, mapping: &Mapping) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        let (offset, _, address) = *self.segments.iter().find(|(offset, size, _)| {
+            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset + size
+        })?;
+        let svma_at_start = (address + mapping.offset).checked_sub(offset)?;
+        mapping.start.checked_sub(svma_at_start)
+    }
+}
+
 /// A user stack unwound from a sample's copy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unwound {
@@ -157,6 +197,8 @@ struct Process {
     unwinder: UnwinderX86_64<Bytes>,
     /// How many of the image's mappings were turned into modules (mappings are only appended).
     added: usize,
+    /// Where its signal-return trampolines lie.
+    signal_frames: Vec<Range<u64>>,
 }
 
 /// Unwinders for every sampled process image, and the files their modules come from.
@@ -207,20 +249,18 @@ impl Unwinders {
             let word = stack.get(at..at + 8).ok_or(())?;
             Ok(u64::from_le_bytes(word.try_into().map_err(|_| ())?))
         };
-        let regs = UnwindRegsX86_64::new(ip, sp, regs[USER_BP]);
-        let mut frames = process
-            .unwinder
-            .iter_frames(ip, regs, &mut self.cache, &mut read_stack);
-        let mut unwound = Unwound::default();
+        let mut regs = UnwindRegsX86_64::new(ip, sp, regs[USER_BP]);
+        let mut frame = FrameAddress::from_instruction_pointer(ip);
+        let mut unwound = Unwound {
+            frames: vec![ip],
+            truncated: false,
+        };
         loop {
-            match frames.next() {
-                Ok(Some(frame)) => {
-                    if unwound.frames.len() == MAX_FRAMES {
-                        unwound.truncated = true;
-                        break;
-                    }
-                    unwound.frames.push(address(frame));
-                }
+            let next = process
+                .unwinder
+                .unwind_frame(frame, &mut regs, &mut self.cache, &mut read_stack);
+            let next = match next {
+                Ok(Some(return_address)) => return_address,
                 Ok(None) => break,
                 // Past the end of the copy: the stack is deeper than `--user-stack`. Other errors
                 // end a walk at a frame without CFI whose frame pointer leads nowhere.
@@ -229,6 +269,32 @@ impl Unwinders {
                     break;
                 }
                 Err(_) => break,
+            };
+            if unwound.frames.len() == MAX_FRAMES {
+                unwound.truncated = true;
+                break;
+            }
+            unwound.frames.push(next);
+            if process.signal_frames.iter().any(|r| r.contains(&next)) {
+                // A signal handler returns into the signal-return trampoline; the interrupted
+                // code's registers are in the signal frame the kernel wrote above it (framehop
+                // cannot follow the trampoline's CFI, an expression).
+                let Some(interrupted) = signal_context(regs.sp(), &mut read_stack) else {
+                    unwound.truncated = true;
+                    break;
+                };
+                if unwound.frames.len() == MAX_FRAMES {
+                    unwound.truncated = true;
+                    break;
+                }
+                unwound.frames.push(interrupted.ip());
+                frame = FrameAddress::from_instruction_pointer(interrupted.ip());
+                regs = interrupted;
+                continue;
+            }
+            match FrameAddress::from_return_address(next) {
+                Some(address) => frame = address,
+                None => break,
             }
         }
         unwound
@@ -239,6 +305,7 @@ impl Unwinders {
         let process = self.processes.entry(image).or_insert_with(|| Process {
             unwinder: UnwinderX86_64::new(),
             added: 0,
+            signal_frames: Vec::new(),
         });
         for mapping in maps.iter().skip(process.added) {
             let file = if mapping.path == "[vdso]" {
@@ -261,7 +328,14 @@ impl Unwinders {
             } else {
                 None
             };
-            if let Some(module) = file.and_then(|f| f.module(mapping)) {
+            let Some(file) = file else { continue };
+            if let (Some(base), false) = (file.base_avma(mapping), file.signal_frames.is_empty()) {
+                let placed = file.signal_frames.iter().map(|r| r.start + base..r.end + base);
+                process
+                    .signal_frames
+                    .extend(placed.filter(|r| mapping.start <= r.start && r.end <= mapping.end));
+            }
+            if let Some(module) = file.module(mapping) {
                 process.unwinder.add_module(module);
             }
         }
@@ -269,11 +343,15 @@ impl Unwinders {
     }
 }
 
-fn address(frame: FrameAddress) -> u64 {
-    match frame {
-        FrameAddress::InstructionPointer(ip) => ip,
-        FrameAddress::ReturnAddress(ra) => ra.get(),
-    }
+/// The registers of the code a signal interrupted, from the signal frame at `frame` (the stack
+/// pointer as the handler returned into the trampoline: `struct rt_sigframe`'s `uc`, whose
+/// `uc_mcontext` (`struct sigcontext`) follows `uc_flags`, `uc_link` and `uc_stack`, 40 bytes).
+fn signal_context(frame: u64, read: &mut impl FnMut(u64) -> Result<u64, ()>) -> Option<UnwindRegsX86_64> {
+    const MCONTEXT: u64 = 40;
+    let (bp, sp, ip) = (MCONTEXT + 10 * 8, MCONTEXT + 15 * 8, MCONTEXT + 16 * 8);
+    let at = |offset: u64| frame.checked_add(offset);
+    let (ip, sp, bp) = (read(at(ip)?).ok()?, read(at(sp)?).ok()?, read(at(bp)?).ok()?);
+    Some(UnwindRegsX86_64::new(ip, sp, bp))
 }
 
 #[cfg(test)]
