@@ -95,7 +95,7 @@ fn an_exact_spec_beats_a_glob_for_value_types() {
     assert_eq!(out.spans_named("pick")[3].args["ret"], json!("x".repeat(63)));
     assert!(
         finished.stderr.iter().any(|l| l
-            == "xtrace: warning: -u 'pick(i64)': `pick` is traced already by an earlier -u, whose value types apply"),
+            == "xtrace: warning: -u 'pick(i64)': `pick` is traced already through -u 'pick(i32) -> str', whose value types apply"),
         "{:?}",
         finished.stderr
     );

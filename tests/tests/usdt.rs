@@ -563,8 +563,8 @@ fn a_probe_two_typed_specs_match_takes_the_first_and_says_so() {
         return;
     }
     let run = trace_usdt(args!["-U", "xtfix:plain(u8,i64)", "-U", "xtfix:p*(i64,i64)"], &[]);
-    let note = "xtrace: warning: -U 'xtfix:p*(i64,i64)': `xtfix:plain` is traced already by an \
-                earlier -U, whose value types apply";
+    let note = "xtrace: warning: -U 'xtfix:p*(i64,i64)': `xtfix:plain` is traced already through \
+                -U 'xtfix:plain(u8,i64)', whose value types apply";
     assert_eq!(
         run.stderr.iter().filter(|l| *l == note).count(),
         1,

@@ -179,6 +179,8 @@ pub fn plan(
     // Each function once per scope, however many specs match it: twice, each call would enter
     // twice and return once.
     let mut attached: HashSet<(usize, (String, u64, u64, u64))> = HashSet::new();
+    // The spec whose value types each probe takes (the first to match it).
+    let mut typed_by: HashMap<u32, String> = HashMap::new();
     // Per file shown: how many functions' exits are probed at instructions, and why.
     let mut at_exits: BTreeMap<String, AtExits> = BTreeMap::new();
     // What globs matched that is not traced, and why.
@@ -225,8 +227,9 @@ pub fn plan(
                         if let Ok((id, ..)) = known {
                             let capture = &plan.probes[*id as usize].capture;
                             let typed = !spec.args.is_empty() || spec.ret.is_some();
+                            let first = typed_by.get(id).map_or("", String::as_str);
                             let note = format!(
-                                "-u '{}': `{}` is traced already by an earlier -u, whose value types apply",
+                                "-u '{}': `{}` is traced already through -u '{first}', whose value types apply",
                                 spec.text, function.demangled
                             );
                             if typed
@@ -260,6 +263,9 @@ pub fn plan(
                         };
                         if let Err(why) = &known {
                             left_out.add(why, shown, function.demangled.clone());
+                        }
+                        if let Ok((id, ..)) = &known {
+                            typed_by.entry(*id).or_insert_with(|| spec.text.clone());
                         }
                         ids.insert(key.clone(), known.clone());
                         known

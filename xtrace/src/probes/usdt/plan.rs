@@ -113,6 +113,8 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
     let mut ids: HashMap<(String, String, String), u32> = HashMap::new();
     // Each probe's site once per scope; two probes whose notes name one address are both placed.
     let mut placed: HashSet<(usize, FileKey, u64, String)> = HashSet::new();
+    // The spec whose value types each probe takes (the first to match it).
+    let mut typed_by: HashMap<u32, String> = HashMap::new();
     for spec in specs {
         let mut matched = 0;
         let mut skipped: Vec<String> = Vec::new();
@@ -154,8 +156,9 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                     if !placed.insert((scope_index, key, note.offset, label.clone())) {
                         // The same site through another spec: the first spec's types apply.
                         let known = ids.get(&(shown.clone(), note.provider.clone(), note.name.clone()));
+                        let first = known.and_then(|id| typed_by.get(id)).map_or("", String::as_str);
                         let note = format!(
-                            "-U '{}': `{label}` is traced already by an earlier -U, whose value types apply",
+                            "-U '{}': `{label}` is traced already through -U '{first}', whose value types apply",
                             spec.text
                         );
                         if known.is_some_and(|id| {
@@ -177,6 +180,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                                 capture: Default::default(),
                             });
                             let id = (plan.probes.len() - 1) as u32;
+                            typed_by.insert(id, spec.text.clone());
                             plan.usdt_probes.insert(
                                 id,
                                 UsdtProbe {
