@@ -221,6 +221,14 @@ fn list_symbols_shows_the_probe_offset() {
         assert_eq!(probe("loops"), loops, "{flags:?}");
         assert_eq!(probe("cet_loop"), 0, "on its endbr64, {flags:?}");
     }
+    // A GLOB with value types places the probe as a trace with them does: writes_arg's first
+    // instruction writes its captured argument, so its probe stays there.
+    for (glob, offset) in [("writes_arg", 7), ("writes_arg(i64)", 0)] {
+        let rows = listed_symbols(vec![entries.clone(), glob.into()]);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+        assert_eq!(hex(&rows[0][3]) - hex(&rows[0][0]), offset, "{glob}");
+    }
 }
 
 /// The kernel's uprobes take a VEX-encoded instruction whose opcode byte is a jump's (`vpcmpeqb`,

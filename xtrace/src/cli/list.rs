@@ -66,18 +66,22 @@ pub struct SymbolsArgs {
 
 /// The spec the arguments describe.
 fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
-    let explicit = |target: &str, glob: &str| UprobeSpec {
-        text: format!("{target}:{glob}"),
-        target: TargetSpec::named(target),
-        symbol: glob.to_string(),
-        args: Vec::new(),
-        ret: None,
+    // GLOB as a -u spec's symbol part: with value types (`f(i64, i64)`), it places the entry
+    // probe as a trace with those types would (an instruction that writes a captured argument
+    // register is not moved past).
+    let explicit = |target: &str, glob: &str| -> Result<UprobeSpec> {
+        let typed = UprobeSpec::parse(glob)?;
+        Ok(UprobeSpec {
+            text: format!("{target}:{glob}"),
+            target: TargetSpec::named(target),
+            ..typed
+        })
     };
     match (args.pid, args.args.as_slice()) {
-        (_, [target, glob]) => Ok(explicit(target, glob)),
+        (_, [target, glob]) => explicit(target, glob),
         (Some(_), [spec]) => UprobeSpec::parse(spec),
         (Some(_), []) => UprobeSpec::parse("*"),
-        (None, [target]) => Ok(explicit(target, "*")),
+        (None, [target]) => explicit(target, "*"),
         (None, _) => Err(Error::Usage(
             "`xtrace list symbols` needs a TARGET (a path or library name) or --pid PID".into(),
         )),
