@@ -191,15 +191,17 @@ mod tests {
 
     #[test]
     fn functions_of_one_name_in_several_files_are_named_by_file() {
-        let mut plan = Plan::default();
-        plan.probes = vec![
-            probe("f", "uprobe", "/opt/a/app"),
-            probe("f", "uprobe", "/opt/b/lib.so"),
-            probe("g", "uprobe", "/opt/a/app"),
-            probe("h", "uprobe", "/x/app"),
-            probe("h", "uprobe", "/y/app"),
-            probe("f", "usdt", "/opt/c/other"),
-        ];
+        let mut plan = Plan {
+            probes: vec![
+                probe("f", "uprobe", "/opt/a/app"),
+                probe("f", "uprobe", "/opt/b/lib.so"),
+                probe("g", "uprobe", "/opt/a/app"),
+                probe("h", "uprobe", "/x/app"),
+                probe("h", "uprobe", "/y/app"),
+                probe("f", "usdt", "/opt/c/other"),
+            ],
+            ..Plan::default()
+        };
         qualify_shared_names(&mut plan);
         let names: Vec<&str> = plan.probes.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
