@@ -8,11 +8,30 @@ pub fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
         if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
             if let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return text;
+                return literal_operators(text);
             }
         }
     }
     name.to_string()
+}
+
+/// cpp_demangle renders a user-defined literal operator (`li <source-name>`, `_Zli3_msy`) as
+/// `operator_ms::operator ""(unsigned long long)`; it is `operator"" _ms(unsigned long long)`, as
+/// c++filt writes it.
+fn literal_operators(mut text: String) -> String {
+    const BROKEN: &str = "::operator \"\"";
+    while let Some(at) = text.find(BROKEN) {
+        let start = text[..at].rfind([':', ' ', '(', '<', ',']).map_or(0, |i| i + 1);
+        let Some(suffix) = text[start..at].strip_prefix("operator") else {
+            break;
+        };
+        if suffix.is_empty() || !suffix.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            break;
+        }
+        let fixed = format!("operator\"\" {suffix}");
+        text.replace_range(start..at + BROKEN.len(), &fixed);
+    }
+    text
 }
 
 #[cfg(test)]
@@ -28,5 +47,16 @@ mod tests {
             "core::fmt::write"
         );
         assert_eq!(demangle("_Z5outeri"), "outer(int)");
+    }
+
+    #[test]
+    fn user_defined_literal_operators_as_cxxfilt_writes_them() {
+        for (mangled, shown) in [
+            ("_Zli3_msy", "operator\"\" _ms(unsigned long long)"),
+            ("_ZN2nsli3_msEy", "ns::operator\"\" _ms(unsigned long long)"),
+            ("_Zli4_fooPKcm", "operator\"\" _foo(char const*, unsigned long)"),
+        ] {
+            assert_eq!(demangle(mangled), shown, "{mangled}");
+        }
     }
 }
