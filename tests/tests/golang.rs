@@ -169,6 +169,8 @@ fn go_strings_are_read_by_their_length() {
             "main.greet(str, i64, i64) -> i64",
             "-u",
             "main.label(i64) -> str",
+            "-u",
+            "main.between(i64, str, i64, i64) -> i64",
         ],
         "go-strings",
     );
@@ -204,6 +206,30 @@ fn go_strings_are_read_by_their_length() {
     assert_eq!(
         got,
         [(0, Some("alpha".into())), (1, Some(String::new())), (2, cut("l"))]
+    );
+    // A string in the second argument: its pointer in rbx, its length in rcx (arg2), then the
+    // int in rdi.
+    let mut between = out.spans_named("main.between");
+    between.sort_by_key(|s| s.start_ns());
+    let got: Vec<(i64, Option<String>, i64, i64, i64)> = between
+        .iter()
+        .map(|s| {
+            (
+                value(s, "arg0"),
+                string(s, "arg1"),
+                value(s, "arg2"),
+                value(s, "arg3"),
+                value(s, "ret"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1000, Some("hi".into()), 2, 7, 1009),
+            (1001, Some(String::new()), 0, 7, 1008),
+            (1002, cut("w"), 70, 7, 1079)
+        ]
     );
 }
 

@@ -197,17 +197,13 @@ fn write_args(
                 ctx.arg(5).unwrap_or(0),
             ]
         };
+        // A Go string's length is in the register after its pointer's.
+        let lengths: [u64; MAX_ARGS] = [regs[1], regs[2], regs[3], regs[4], regs[5], r9];
         for i in 0..MAX_ARGS {
             let value = regs[i];
             (*event).args[i] = value;
             if spec & args::string(i) != 0 && go {
-                // A Go string: its length is in the next register.
-                let len = if i + 1 < MAX_ARGS {
-                    regs[(i + 1) & (MAX_ARGS - 1)]
-                } else {
-                    r9
-                };
-                (*event).str_len[i] = read_counted(value, len, &mut (*event).strings[i]);
+                (*event).str_len[i] = read_counted(value, lengths[i], &mut (*event).strings[i]);
             } else if spec & args::string(i) != 0 {
                 (*event).str_len[i] = read_c_string(value as *const u8, &mut (*event).strings[i]);
             } else if spec & args::block(i) != 0 {
