@@ -6,15 +6,17 @@
 //! Calls of Go code kept per goroutine ([`Pending::enter_goroutine`]) share their thread with
 //! other goroutines' and move between threads: the depth rule holds per goroutine instead (a new
 //! entry at some depth of a goroutine ends its waiting calls at that depth or deeper), and the
-//! oldest is dropped once [`MAX_GOROUTINE_CALLS`] wait (a goroutine ended inside traced calls
-//! leaves them waiting until its `runtime.g` is reused).
+//! oldest is dropped (and counted) once [`MAX_GOROUTINE_CALLS`] wait (a goroutine ended inside
+//! traced calls leaves them waiting until its `runtime.g` is reused; under `--min-duration`, a
+//! goroutine's short last call waits until the goroutine calls again).
 use std::collections::BTreeMap;
 
 /// Calls waiting at most; past it new records are dropped (counted).
-const MAX_PENDING: usize = 1 << 16;
+const MAX_PENDING: usize = 1 << 18;
 
-/// Calls of Go code waiting at most; past it the oldest is dropped.
-const MAX_GOROUTINE_CALLS: usize = 1 << 15;
+/// Calls of Go code waiting at most; past it the oldest is dropped (counted). Goroutines with
+/// open calls number 16,384 at most in the kernel, each up to 64 deep: this covers 8 each.
+const MAX_GOROUTINE_CALLS: usize = 1 << 17;
 
 /// `depth` of a waiting call of Go code: no depth on its thread.
 const GOROUTINE: u16 = u16::MAX;
@@ -83,6 +85,7 @@ impl<T> Pending<T> {
         while self.goroutine_calls.len() >= MAX_GOROUTINE_CALLS {
             if let Some(((start, tid), _)) = self.goroutine_calls.first_key_value() {
                 self.forget_goroutine_call(*tid, *start);
+                self.dropped += 1;
             }
         }
         if self.calls.len() >= MAX_PENDING {
@@ -102,8 +105,13 @@ impl<T> Pending<T> {
         self.calls.remove(&(tid, start_ns)).map(|(_, r)| r)
     }
 
-    /// Takes the record of the call on `tid` that entered at `start_ns` (its span arrived).
+    /// Takes the record of the call on `tid` that entered at `start_ns` (its span arrived). A
+    /// call kept by its thread drops the records of calls that entered after it on that thread;
+    /// one kept by its goroutine drops none: its thread has run other goroutines' calls since.
     pub fn take(&mut self, tid: u32, start_ns: u64) -> Option<T> {
+        if matches!(self.calls.get(&(tid, start_ns)), Some((GOROUTINE, _))) {
+            return self.forget_goroutine_call(tid, start_ns);
+        }
         let stale: Vec<(u32, u64)> = self
             .calls
             .range((tid, start_ns)..=(tid, u64::MAX))

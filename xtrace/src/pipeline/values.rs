@@ -518,11 +518,22 @@ mod tests {
         v.args(&go(0, 9, 100_002, 0, 8));
         assert_eq!(v.pending.len(), 1);
         assert_eq!(v.span(0, 9, 100_002, None).unwrap(), r#","arg0":8"#);
-        // Past 32,768 waiting at once (goroutines parked inside calls), the oldest is dropped.
-        for start in 200_000..200_000 + (1 << 15) + 1 {
+        // A goroutine's span takes its own arguments only: a call its thread ran later for
+        // another goroutine, or kept by the thread (cgo's C code), keeps its own.
+        v.args(&go(0xc5, 10, 150_000, 0, 11));
+        v.args(&go(0, 10, 150_001, 0, 12));
+        v.args(&go(0xc6, 10, 150_002, 0, 13));
+        assert_eq!(v.span(0, 10, 150_000, None).unwrap(), r#","arg0":11"#);
+        assert_eq!(v.span(0, 10, 150_001, None).unwrap(), r#","arg0":12"#);
+        assert_eq!(v.span(0, 10, 150_002, None).unwrap(), r#","arg0":13"#);
+        assert!(v.pending.is_empty());
+        // Past 131,072 waiting at once (goroutines parked inside calls), the oldest is dropped,
+        // and counted.
+        for start in 200_000..200_000 + (1 << 17) + 1 {
             v.args(&go(start, 9, start, 0, 1));
         }
-        assert_eq!(v.pending.len(), 1 << 15);
+        assert_eq!(v.pending.len(), 1 << 17);
+        assert_eq!(v.dropped(), 1);
         assert_eq!(v.span(0, 9, 200_000, None).unwrap(), "");
         assert_eq!(v.span(0, 9, 200_001, None).unwrap(), r#","arg0":1"#);
     }
