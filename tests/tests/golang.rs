@@ -473,3 +473,19 @@ fn a_go_function_without_probeable_exits_is_refused() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0][3..], ["-", "main.fails"]);
 }
+
+/// A Go method's name holds a `*` (`main.(*T).M`): it names that method, not every one the glob
+/// it reads as would match (`main.(*ST).M` too, before).
+#[test]
+fn a_go_pointer_method_is_named_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, _) = trace("methods", &["-u", "main.(*T).M"], "go-methods");
+    assert_eq!(out.probe_count("main.(*T).M"), 2);
+    assert_eq!(out.summary["probes"].as_array().map(Vec::len), Some(1));
+    // A glob that names no function exactly is still a glob.
+    let (out, _) = trace("methods", &["-u", "main.(*S*).M"], "go-methods-glob");
+    assert_eq!(out.probe_count("main.(*ST).M"), 3);
+    assert_eq!(out.summary["probes"].as_array().map(Vec::len), Some(1));
+}

@@ -449,24 +449,20 @@ impl ElfSymbols {
     /// the one with the fewest leading underscores, then the shortest. Sorted by offset; an error
     /// listing up to five close names when nothing matches.
     pub fn find(&self, pattern: &str) -> Result<Vec<&FunctionSymbol>> {
-        let glob = super::glob::is_glob(pattern);
-        let hit = |name: &str| {
-            if glob {
-                super::glob::matches(pattern, name)
-            } else {
-                name == pattern
-            }
+        let named = |f: &FunctionSymbol, hit: &dyn Fn(&str) -> bool| {
+            hit(&f.name)
+                || hit(&f.demangled)
+                || hit(strip_args(&f.demangled))
+                || super::names::bare(&f.demangled).is_some_and(|b| hit(&b))
         };
-        let mut found: Vec<&FunctionSymbol> = self
-            .functions
-            .iter()
-            .filter(|f| {
-                hit(&f.name)
-                    || hit(&f.demangled)
-                    || hit(strip_args(&f.demangled))
-                    || super::names::bare(&f.demangled).is_some_and(|b| hit(&b))
-            })
-            .collect();
+        let exactly = |name: &str| name == pattern;
+        let globbed = |name: &str| super::glob::matches(pattern, name);
+        // A name that reads as a glob but names a function exactly is that function: Go's
+        // `main.(*T).M` (not `main.(*ST).M` too), `main.Sum[go.shape.int_0]`.
+        let mut found: Vec<&FunctionSymbol> = self.functions.iter().filter(|f| named(f, &exactly)).collect();
+        if found.is_empty() && super::glob::is_glob(pattern) {
+            found = self.functions.iter().filter(|f| named(f, &globbed)).collect();
+        }
         let underscores = |name: &str| name.len() - name.trim_start_matches('_').len();
         found.sort_by(|a, b| {
             (a.file_offset, underscores(&a.name), a.name.len(), &a.name).cmp(&(
