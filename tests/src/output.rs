@@ -105,6 +105,15 @@ impl Outputs {
         (a * 100.0 / (a + b), b * 100.0 / (a + b))
     }
 
+    /// The samples of the stacks.folded lines whose stack `keep` takes.
+    pub fn samples_where(&self, keep: impl Fn(&str) -> bool) -> u64 {
+        self.folded()
+            .iter()
+            .filter(|(stack, _)| keep(stack))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// stacks.folded as (stack, samples) lines.
     pub fn folded(&self) -> Vec<(String, u64)> {
         let path = self.dir.join("stacks.folded");

@@ -732,25 +732,21 @@ fn samples_before_an_exec_keep_the_old_programs_name() {
         fixtures().profile.display()
     );
     let out = profile_command(args!["-F", "999"], Path::new("sh"), &["-c", &script], &tmp);
-    let folded = out.folded();
-    let rooted = |root: &str| -> Vec<&(String, u64)> {
-        folded
-            .iter()
-            .filter(|(stack, _)| stack.split(';').next() == Some(root))
-            .collect()
+    let frames = |stack: &str| stack.split(';').map(str::to_owned).collect::<Vec<_>>();
+    let under = |root: &str, frame: &str| {
+        out.samples_where(|s| {
+            let f = frames(s);
+            f[0] == root && (frame.is_empty() || f.iter().any(|x| x == frame))
+        })
     };
-    let (shell, program) = (rooted("sh"), rooted("profile"));
-    let count = |stacks: &[&(String, u64)], frame: &str| -> u64 {
-        stacks
-            .iter()
-            .filter(|(stack, _)| stack.split(';').any(|f| f == frame))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    let all = |stacks: &[&(String, u64)]| -> u64 { stacks.iter().map(|(_, n)| n).sum() };
-    assert!(all(&shell) >= 30, "{folded:?}");
-    assert!(count(&program, "hot_a") >= 50, "{folded:?}");
-    assert_eq!(count(&shell, "hot_a") + count(&shell, "split"), 0, "{folded:?}");
+    assert!(under("sh", "") >= 30, "{:?}", out.folded());
+    assert!(under("profile", "hot_a") >= 50, "{:?}", out.folded());
+    assert_eq!(
+        under("sh", "hot_a") + under("sh", "split"),
+        0,
+        "{:?}",
+        out.folded()
+    );
 }
 
 /// Two C++ functions of one DWARF name (`burn` in an anonymous namespace and in
@@ -763,20 +759,17 @@ fn cpp_functions_of_one_debug_name_are_named_apart() {
     }
     let tmp = TempDir::new("sample-cpp-anonymous");
     let out = profile_command(args!["-F", "999"], &fixtures().matrix, &["spin", "600"], &tmp);
-    let folded = out.folded();
-    let leaf = |name: &str| -> u64 {
-        folded
-            .iter()
-            .filter(|(stack, _)| stack.rsplit(';').next() == Some(name))
-            .map(|(_, n)| n)
-            .sum()
-    };
+    let leaf = |name: &str| out.samples_where(|s| s.rsplit(';').next() == Some(name));
     let (plain, img) = (
         leaf("(anonymous namespace)::burn(double)"),
         leaf("img::(anonymous namespace)::burn(double)"),
     );
-    assert!(plain >= 100 && img >= 100, "{plain} and {img}: {folded:?}");
-    assert_eq!(leaf("burn"), 0, "{folded:?}");
+    assert!(
+        plain >= 100 && img >= 100,
+        "{plain} and {img}: {:?}",
+        out.folded()
+    );
+    assert_eq!(leaf("burn"), 0, "{:?}", out.folded());
 }
 
 /// Samples in a signal handler keep the code the signal interrupted below it: the unwind goes
@@ -791,28 +784,20 @@ fn samples_in_a_signal_handler_keep_the_interrupted_code_below_it() {
     }
     let tmp = TempDir::new("sample-signal");
     let out = profile_command(args!["-F", "999"], &fixtures().profile, &["signal", "600"], &tmp);
-    let folded = out.folded();
-    let in_handler: Vec<&(String, u64)> = folded
-        .iter()
-        .filter(|(stack, _)| stack.split(';').any(|f| f == "handler_work"))
-        .collect();
-    let total: u64 = in_handler.iter().map(|(_, n)| n).sum();
-    let below = |caller: &str| -> u64 {
-        in_handler
-            .iter()
-            .filter(|(stack, _)| stack.contains(caller))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    assert!(total >= 50, "{total} samples in the handler: {folded:?}");
+    let below =
+        |caller: &str| out.samples_where(|s| s.split(';').any(|f| f == "handler_work") && s.contains(caller));
+    let total = below("");
+    assert!(total >= 50, "{total} samples in the handler: {:?}", out.folded());
     assert!(
         below(";main;signal_loop;") * 100 >= total * 95,
-        "{total} in the handler: {folded:?}"
+        "{total} in the handler: {:?}",
+        out.folded()
     );
     // The interrupted instruction itself: most often in signal_leaf, the loop's body (a walk by
     // frame pointers from the handler goes to its caller, skipping it).
     assert!(
         below(";signal_loop;signal_leaf;") * 2 >= total,
-        "{total} in the handler: {folded:?}"
+        "{total} in the handler: {:?}",
+        out.folded()
     );
 }
