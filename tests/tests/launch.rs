@@ -327,4 +327,24 @@ fn a_command_replaced_while_xtrace_attaches_is_said_and_left_whole() {
         "{}",
         out.summary["command"]
     );
+
+    // A script runs its interpreter, and `env` another program: neither is a replacement.
+    let script = tmp.join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("writing a script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let spans = fixtures().spans.clone();
+    let commands = [args![&script], args!["env", "A=1", &spans, "exit", "0"]];
+    for command in commands {
+        let out_dir = tmp.join("out2");
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let mut argv = args!["-F", "99", "-o", &out_dir, "--"];
+        argv.extend(command.iter().cloned());
+        let finished = Xtrace::spawn(argv).wait();
+        finished.assert_success();
+        assert!(
+            !finished.stderr.iter().any(|l| l.contains("was replaced")),
+            "{command:?}: {:?}",
+            finished.stderr
+        );
+    }
 }

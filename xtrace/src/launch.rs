@@ -79,13 +79,18 @@ impl Program {
         }
     }
 
-    /// Whether process `pid` runs this file (false: the path named another file at its exec);
-    /// None when that cannot be read.
-    pub fn is_run_by(&self, pid: u32) -> Option<bool> {
+    /// Whether this file was replaced on disk before process `pid` ran it: its path names
+    /// another file now, and the process runs another file than this one. (A `#!` script runs its
+    /// interpreter, and `env` or a shell may have exec'd another program already: neither is a
+    /// replacement while the path still names this file.)
+    pub fn replaced_before(&self, pid: u32) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let ours = self.file.metadata().ok()?;
-        let theirs = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
-        Some((ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()))
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        let Ok(ours) = self.file.metadata().map(id) else {
+            return false;
+        };
+        let differs = |path: &str| std::fs::metadata(path).map(id).is_ok_and(|theirs| theirs != ours);
+        differs(&self.path.to_string_lossy()) && differs(&format!("/proc/{pid}/exe"))
     }
 }
 

@@ -319,7 +319,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         }
         launch.release()?;
         exit = launch.take_exit();
-        if launch.program.is_run_by(launch.process.pid) == Some(false) {
+        if launch.program.replaced_before(launch.process.pid) {
             observer.warning(&format!(
                 "{} was replaced while xtrace read it: the command runs the new file, and its \
                  probes are in the old one, so they see nothing; run xtrace again",
