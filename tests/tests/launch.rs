@@ -348,3 +348,38 @@ fn a_command_replaced_while_xtrace_attaches_is_said_and_left_whole() {
         );
     }
 }
+
+/// One launched file named three ways (the command, its absolute path, a symbolic link to it) is
+/// one probe: each call is one span (each was counted three times before).
+#[test]
+fn a_launched_file_named_several_ways_is_attached_once() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("launch-names");
+    let program = tmp.join("prog");
+    std::fs::copy(&fixtures().spans, &program).expect("copying spans");
+    let link = tmp.join("link");
+    std::os::unix::fs::symlink(&program, &link).expect("symlink");
+    let out_dir = tmp.join("out");
+    let out = run_to_exit(
+        args![
+            "-u",
+            "inner",
+            "-u",
+            format!("{}:inner", program.display()),
+            "-u",
+            format!("{}:inner", link.display()),
+            "-o",
+            &out_dir,
+            "--",
+            &program,
+            "nested",
+            "3"
+        ],
+        &out_dir,
+    );
+    assert_eq!(u64_field(&out.summary, "uprobes"), 2);
+    assert_eq!(out.probe_count("inner"), 6);
+    assert_eq!(out.spans_named("inner").len(), 6);
+}

@@ -175,10 +175,12 @@ pub fn plan(
     let mut entry_sites = EntrySites::default();
     // The probe id and exit sites of each (file shown, its device and inode, entry offset)
     // planned; or why it is not traced.
-    let mut ids: HashMap<(String, u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
+    // By file (device and inode: one file may be named two ways, a launched command by its path
+    // and by `./name`) and entry offset.
+    let mut ids: HashMap<(u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
     // Each function once per scope, however many specs match it: twice, each call would enter
     // twice and return once.
-    let mut attached: HashSet<(usize, (String, u64, u64, u64))> = HashSet::new();
+    let mut attached: HashSet<(usize, (u64, u64, u64))> = HashSet::new();
     // The spec whose value types each probe takes (the first to match it).
     let mut typed_by: HashMap<u32, String> = HashMap::new();
     // Per file shown: how many functions' exits are probed at instructions, and why.
@@ -221,7 +223,7 @@ pub fn plan(
             for function in functions {
                 let function = &*in_scope(function, scope, (&file, &code), symbols, &mut in_process);
                 let shown = file.shown.display().to_string();
-                let key = (shown.clone(), meta.dev(), meta.ino(), function.probe_offset);
+                let key = (meta.dev(), meta.ino(), function.probe_offset);
                 let planned = match ids.get(&key) {
                     Some(known) => {
                         if let Ok((id, ..)) = known {
