@@ -453,6 +453,7 @@ impl ElfSymbols {
             hit(&f.name)
                 || hit(&f.demangled)
                 || hit(strip_args(&f.demangled))
+                || hit(super::names::without_clones(&f.demangled))
                 || super::names::bare(&f.demangled).is_some_and(|b| hit(&b))
         };
         let exactly = |name: &str| name == pattern;

@@ -105,16 +105,21 @@ pub fn strip_args(name: &str) -> &str {
     name
 }
 
+/// A demangled name without GCC's clone suffixes: `f(long) [clone .isra.0]` → `f(long)`.
+pub fn without_clones(demangled: &str) -> &str {
+    let mut name = demangled;
+    while let Some(at) = name.rfind(" [clone ").filter(|_| name.ends_with(']')) {
+        name = &name[..at];
+    }
+    name
+}
+
 /// A demangled C++ name as a user may write it: without GCC's clone suffixes
 /// (`f(long) [clone .isra.0]`), its parameter list, its ABI tags (`getname[abi:cxx11]`), and the
 /// return type a function template's name starts with (`int ns::twice<int>(int)` →
 /// `ns::twice<int>`). None when that is the name as it is, or its parameter list alone.
 pub fn bare(demangled: &str) -> Option<String> {
-    let mut name = demangled;
-    while let Some(at) = name.rfind(" [clone ").filter(|_| name.ends_with(']')) {
-        name = &name[..at];
-    }
-    let mut name = strip_args(name).to_string();
+    let mut name = strip_args(without_clones(demangled)).to_string();
     while let Some(open) = name.find("[abi:") {
         let Some(close) = name[open..].find(']') else {
             break;
@@ -144,6 +149,16 @@ pub fn bare(demangled: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clone_suffixes_are_left_out() {
+        assert_eq!(
+            without_clones("ns::Matrix::rows() const [clone .isra.0] [clone .constprop.0]"),
+            "ns::Matrix::rows() const"
+        );
+        assert_eq!(without_clones("f(long)"), "f(long)");
+        assert_eq!(without_clones("g[abi:cxx11](int)"), "g[abi:cxx11](int)");
+    }
 
     #[test]
     fn bare_names_as_users_write_them() {
