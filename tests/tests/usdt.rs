@@ -578,6 +578,44 @@ fn a_probe_two_typed_specs_match_takes_the_first_and_says_so() {
     assert_eq!(plain[4]["arg1"], -4000);
 }
 
+/// One file named two ways (its path and a symbolic link) is one file: its probe, typed twice,
+/// takes the first spec's types, and xtrace says so (it was silent, the second spelling's types
+/// applying or not by chance of order).
+#[test]
+fn a_probe_of_one_file_named_two_ways_is_typed_once() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("usdt-two-names");
+    let link = tmp.join("usdt-link");
+    std::os::unix::fs::symlink(&fixtures().usdt, &link).expect("symlink");
+    let out_dir = tmp.join("out");
+    let first = format!("{}:xtfix:plain(u8,i64)", fixtures().usdt.display());
+    let second = format!("{}:xtfix:plain(i64,i64)", link.display());
+    let finished = Xtrace::spawn(args![
+        "-U",
+        &first,
+        "-U",
+        &second,
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().usdt,
+        "run"
+    ])
+    .wait();
+    finished.assert_success();
+    let note = format!(
+        "xtrace: warning: -U '{second}': `xtfix:plain` is traced already through -U '{first}', \
+         whose value types apply"
+    );
+    assert!(finished.stderr.contains(&note), "{:?}", finished.stderr);
+    let out = Outputs::read(&out_dir);
+    let plain = out.instants("xtfix:plain");
+    assert_eq!(plain.len(), 5);
+    assert_eq!((&plain[4]["arg0"], &plain[4]["arg1"]), (&json!(4), &json!(-4000)));
+}
+
 /// Two notes that name one address (hand-written notes can): both probes are placed there, each
 /// reads its own arguments, and each hit is recorded once (the second was dropped before).
 #[test]

@@ -172,26 +172,26 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
     Ok((name, args, ret))
 }
 
-/// The last `:` that is not half of a `::` and not inside brackets (a demangled name's
-/// `[abi:cxx11]`): where TARGET ends.
+/// The last `:` that is not half of a `::` and not inside a bracketed group (a demangled name's
+/// `[abi:cxx11]`; a `[` that no `]` closes, as a directory may be named, opens none): where
+/// TARGET ends.
 fn last_single_colon(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
-    let mut depth = 0i32;
-    let mut found = None;
+    // Where each closed group lies: each `]` closes the latest `[` still open.
+    let (mut open, mut groups) = (Vec::new(), Vec::new());
     for (i, &b) in bytes.iter().enumerate() {
         match b {
-            b'[' => depth += 1,
-            b']' => depth = (depth - 1).max(0),
-            b':' if depth == 0
-                && (i == 0 || bytes[i - 1] != b':')
-                && bytes.get(i + 1).is_none_or(|&next| next != b':') =>
-            {
-                found = Some(i)
-            }
+            b'[' => open.push(i),
+            b']' => groups.extend(open.pop().map(|start| start..i)),
             _ => {}
         }
     }
-    found
+    (0..bytes.len()).rev().find(|&i| {
+        bytes[i] == b':'
+            && (i == 0 || bytes[i - 1] != b':')
+            && bytes.get(i + 1).is_none_or(|&next| next != b':')
+            && !groups.iter().any(|g| g.contains(&i))
+    })
 }
 
 #[cfg(test)]
@@ -219,6 +219,12 @@ mod tests {
         let tagged = parse("./app:ns::getname[abi:cxx11](int)");
         assert_eq!(tagged.target, TargetSpec::Path("./app".into()));
         assert_eq!(tagged.symbol, "ns::getname[abi:cxx11](int)");
+        // A `[` that nothing closes is part of a path.
+        let odd = parse("./x[/prog:f");
+        assert_eq!(
+            (odd.target, odd.symbol.as_str()),
+            (TargetSpec::Path("./x[/prog".into()), "f")
+        );
     }
 
     #[test]

@@ -110,7 +110,8 @@ impl NoteCache {
 /// with a notice.
 pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()> {
     let mut cache = NoteCache::default();
-    let mut ids: HashMap<(String, String, String), u32> = HashMap::new();
+    // By file (its identity: one file may be named two ways), provider and name.
+    let mut ids: HashMap<(FileKey, String, String), u32> = HashMap::new();
     // Each probe's site once per scope; two probes whose notes name one address are both placed.
     let mut placed: HashSet<(usize, FileKey, u64, String)> = HashSet::new();
     // The spec whose value types each probe takes (the first to match it).
@@ -155,7 +156,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                     matched += 1;
                     if !placed.insert((scope_index, key, note.offset, label.clone())) {
                         // The same site through another spec: the first spec's types apply.
-                        let known = ids.get(&(shown.clone(), note.provider.clone(), note.name.clone()));
+                        let known = ids.get(&(key, note.provider.clone(), note.name.clone()));
                         let first = known.and_then(|id| typed_by.get(id)).map_or("", String::as_str);
                         let note = format!(
                             "-U '{}': `{label}` is traced already through -U '{first}', whose value types apply",
@@ -170,7 +171,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                         continue;
                     }
                     let id = *ids
-                        .entry((shown.clone(), note.provider.clone(), note.name.clone()))
+                        .entry((key, note.provider.clone(), note.name.clone()))
                         .or_insert_with(|| {
                             plan.probes.push(ProbeInfo {
                                 name: label.clone(),
