@@ -801,3 +801,26 @@ fn samples_in_a_signal_handler_keep_the_interrupted_code_below_it() {
         out.folded()
     );
 }
+
+/// The instruction a signal interrupted is named from its own address, not from the byte before
+/// it as a return address is: a fault on load_first's first instruction shows load_first under
+/// the handler (before_load, the function before it, did before), then the signal-return
+/// trampoline (glibc's `__restore_rt` where libc's symbols name it), then the handler.
+#[test]
+fn a_fault_on_a_functions_first_instruction_names_that_function() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("sample-fault");
+    let out = profile_command(args!["-F", "999"], &fixtures().profile, &["fault", "500"], &tmp);
+    let in_handler = out.samples_where(|s| s.contains(";on_sigsegv"));
+    let named = out.samples_where(|s| {
+        let frames: Vec<&str> = s.split(';').collect();
+        frames
+            .windows(4)
+            .any(|w| w[0] == "fault_loop" && w[1] == "load_first" && w[3] == "on_sigsegv")
+    });
+    assert!(in_handler >= 100, "{:?}", out.folded());
+    assert_eq!(named, in_handler, "{:?}", out.folded());
+    assert_eq!(out.samples_where(|s| s.contains("before_load")), 0);
+}

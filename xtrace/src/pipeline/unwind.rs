@@ -186,7 +186,9 @@ impl FileUnwind {
 /// A user stack unwound from a sample's copy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unwound {
-    /// The interrupted instruction, then return addresses, innermost first.
+    /// The interrupted instruction, then return addresses, innermost first (below a signal
+    /// frame, the trampoline's first instruction and the code the signal interrupted, each one
+    /// byte on: they are named as return addresses are, from the byte before).
     pub frames: Vec<u64>,
     /// The walk needed stack beyond the copy (or hit `MAX_FRAMES`): outer frames are missing.
     pub truncated: bool,
@@ -274,8 +276,12 @@ impl Unwinders {
                 unwound.truncated = true;
                 break;
             }
-            unwound.frames.push(next);
-            if process.signal_frames.iter().any(|r| r.contains(&next)) {
+            let trampoline = process.signal_frames.iter().any(|r| r.contains(&next));
+            // Every frame after the first is named from the byte before it, as a return address
+            // points after its call; a handler returns to the trampoline's first instruction, and
+            // the interrupted code's address is exact: each is kept one byte on.
+            unwound.frames.push(next + u64::from(trampoline));
+            if trampoline {
                 // A signal handler returns into the signal-return trampoline; the interrupted
                 // code's registers are in the signal frame the kernel wrote above it (framehop
                 // cannot follow the trampoline's CFI, an expression).
@@ -287,7 +293,7 @@ impl Unwinders {
                     unwound.truncated = true;
                     break;
                 }
-                unwound.frames.push(interrupted.ip());
+                unwound.frames.push(interrupted.ip() + 1);
                 frame = FrameAddress::from_instruction_pointer(interrupted.ip());
                 regs = interrupted;
                 continue;
