@@ -276,6 +276,8 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
             .expect("/dev/full")
     };
     let wl = data(WORKLOAD);
+    // `diff` draws diff.svg in the working directory.
+    let tmp = TempDir::new("report-stdout-full");
     for argv in [
         args!["report", &wl, "--format", "json"],
         args!["diff", &wl, &wl],
@@ -283,6 +285,7 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
     ] {
         let ran = std::process::Command::new(xtrace_tests::xtrace_bin())
             .args(&argv)
+            .current_dir(tmp.path())
             .stdout(full())
             .output()
             .expect("running xtrace");
