@@ -91,6 +91,25 @@ fn a_terminal_shows_the_live_status_line() {
     let tmp = TempDir::new("console-tty-quiet");
     let shown = on_terminal("-q", 300, &tmp.join("out"));
     assert_eq!(shown.trim(), "ready", "-q on a terminal");
+
+    // With log lines on, no status line is drawn between them.
+    let tmp = TempDir::new("console-tty-log");
+    let out = tmp.join("out");
+    let line = format!(
+        "RUST_LOG=xtrace=debug {} -F 99 -o {} -- {} split 300 </dev/null",
+        xtrace_bin().display(),
+        out.display(),
+        fixtures().profile.display()
+    );
+    let ran = Command::new("script")
+        .args(["-qefc", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running script (util-linux)");
+    let shown = String::from_utf8_lossy(&ran.stdout).into_owned();
+    assert!(ran.status.success(), "{shown}");
+    assert!(shown.contains("[DEBUG xtrace::"), "{shown}");
+    assert!(status_lines(&shown, "trace.json").is_empty(), "{shown}");
 }
 
 /// The bytes a status-line size shows ("830 B", "1.5 kB", "2.0 MB").

@@ -70,7 +70,9 @@ impl Observer for Console {
             return;
         }
         super::print_err(&format!("xtrace: {notice}"));
-        if std::io::stderr().is_terminal() {
+        // Log lines (RUST_LOG) go straight to stderr: drawn between them, the line would be
+        // torn, each log line starting after a stale status.
+        if std::io::stderr().is_terminal() && log::max_level() == log::LevelFilter::Off {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg}")
