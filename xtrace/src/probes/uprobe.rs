@@ -269,7 +269,7 @@ pub fn plan(
                         if let Ok((id, ..)) = &known {
                             typed_by.entry(*id).or_insert_with(|| spec.text.clone());
                         }
-                        ids.insert(key.clone(), known.clone());
+                        ids.insert(key, known.clone());
                         known
                     }
                 };
