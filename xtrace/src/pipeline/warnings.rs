@@ -57,9 +57,17 @@ pub struct Warnings {
     shown: u64,
 }
 
-/// The first rule whose pattern matches `name`.
+/// The first rule whose pattern matches `name`, or the function's own name when `name` is one
+/// told apart by its file (`work (app)`, a function of that name being traced in two files).
 fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
-    rules.iter().position(|r| glob::matches(&r.pattern, name))
+    let function = name
+        .strip_suffix(')')
+        .and_then(|n| n.rsplit_once(" ("))
+        .filter(|(_, file)| !file.contains(['(', ')']))
+        .map(|(function, _)| function);
+    rules.iter().position(|r| {
+        glob::matches(&r.pattern, name) || function.is_some_and(|f| glob::matches(&r.pattern, f))
+    })
 }
 
 impl Warnings {
@@ -197,6 +205,16 @@ mod tests {
             "capped, then one closing line"
         );
         assert_eq!(w.summary()[1].count, MAX_SHOWN + 6);
+    }
+
+    #[test]
+    fn a_function_named_with_its_file_matches_by_its_own_name() {
+        let rules = vec![WarnRule::parse("work=5ms", ms).unwrap()];
+        let mut w = Warnings::new(rules, Vec::new());
+        w.check("work (app)", 6_000_000, (1, 2), 0);
+        w.check("work (libwork.so)", 6_000_000, (1, 2), 0);
+        w.check("ns::work(int)", 6_000_000, (1, 2), 0);
+        assert_eq!(w.summary()[0].count, 2);
     }
 
     #[test]
