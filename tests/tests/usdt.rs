@@ -616,6 +616,37 @@ fn a_probe_of_one_file_named_two_ways_is_typed_once() {
     assert_eq!((&plain[4]["arg0"], &plain[4]["arg1"]), (&json!(4), &json!(-4000)));
 }
 
+/// A USDT probe of one name in two files is named with its file, as functions are, so that
+/// `report` and `diff` never count the two as one: the program's ticks are `xtfix:tick (usdt)`,
+/// and a copy of it that never runs has `xtfix:tick (usdt-copy)` with none.
+#[test]
+fn a_usdt_probe_of_one_name_in_two_files_is_named_with_its_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("usdt-two-files");
+    let copy = tmp.join("usdt-copy");
+    std::fs::copy(&fixtures().usdt, &copy).expect("copying usdt");
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-U",
+        format!("{}:xtfix:tick", fixtures().usdt.display()),
+        "-U",
+        format!("{}:xtfix:tick", copy.display()),
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().usdt,
+        "run"
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.probe_count("xtfix:tick (usdt)"), 4);
+    assert_eq!(out.probe_count("xtfix:tick (usdt-copy)"), 0);
+    assert_eq!(out.instants("xtfix:tick (usdt)").len(), 4);
+}
+
 /// Two notes that name one address (hand-written notes can): both probes are placed there, each
 /// reads its own arguments, and each hit is recorded once (the second was dropped before).
 #[test]

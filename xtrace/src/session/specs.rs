@@ -146,22 +146,26 @@ impl Specs {
     }
 }
 
-/// Functions of one name traced in several files (`-u ./a:f -u ./b:f`) are told apart by their
-/// file's name, `f (a)`: under one name their spans would be one probe to the summary's table,
-/// `report` and `diff`.
+/// Functions (and USDT probes and begin/end spans) of one name traced in several files
+/// (`-u ./a:f -u ./b:f`) are told apart by their file's name, `f (a)`: under one name their spans
+/// would be one probe to the summary's table, `report` and `diff`.
 fn qualify_shared_names(plan: &mut Plan) {
     use std::collections::{BTreeMap, BTreeSet};
-    let mut files: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for p in plan.probes.iter().filter(|p| p.kind == "uprobe") {
-        files.entry(p.name.clone()).or_default().insert(p.target.clone());
+    let named = |kind: &str| matches!(kind, "uprobe" | "usdt" | "usdt_span");
+    let mut files: BTreeMap<(&str, String), BTreeSet<String>> = BTreeMap::new();
+    for p in plan.probes.iter().filter(|p| named(p.kind)) {
+        files
+            .entry((p.kind, p.name.clone()))
+            .or_default()
+            .insert(p.target.clone());
     }
     let file_name = |target: &str| {
         std::path::Path::new(target)
             .file_name()
             .map_or(target.to_string(), |n| n.to_string_lossy().into_owned())
     };
-    for p in plan.probes.iter_mut().filter(|p| p.kind == "uprobe") {
-        let Some(targets) = files.get(&p.name).filter(|t| t.len() > 1) else {
+    for p in plan.probes.iter_mut().filter(|p| named(p.kind)) {
+        let Some(targets) = files.get(&(p.kind, p.name.clone())).filter(|t| t.len() > 1) else {
             continue;
         };
         // Files of one name in two directories are told apart by their paths.
@@ -199,6 +203,8 @@ mod tests {
                 probe("h", "uprobe", "/x/app"),
                 probe("h", "uprobe", "/y/app"),
                 probe("f", "usdt", "/opt/c/other"),
+                probe("p:req", "usdt_span", "/x/a"),
+                probe("p:req", "usdt_span", "/x/b"),
             ],
             ..Plan::default()
         };
@@ -206,7 +212,16 @@ mod tests {
         let names: Vec<&str> = plan.probes.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["f (app)", "f (lib.so)", "g", "h (/x/app)", "h (/y/app)", "f"]
+            [
+                "f (app)",
+                "f (lib.so)",
+                "g",
+                "h (/x/app)",
+                "h (/y/app)",
+                "f",
+                "p:req (a)",
+                "p:req (b)"
+            ]
         );
     }
 }
