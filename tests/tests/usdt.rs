@@ -532,6 +532,30 @@ fn list_usdt_shows_every_note() {
     assert_eq!(finished.stderr, ["xtrace: 14 USDT call sites in 1 file"]);
 }
 
+/// A file of another machine (its ELF machine field made AArch64's) is refused by the USDT paths
+/// as by `-u`: one line naming the architecture (its notes were listed with x86 registers, and
+/// `-a -U` attached to it).
+#[test]
+fn usdt_of_another_machines_file_is_refused() {
+    let tmp = TempDir::new("usdt-arm");
+    let arm = tmp.join("usdt-arm");
+    let mut elf = std::fs::read(&fixtures().usdt).expect("reading usdt");
+    elf[18..20].copy_from_slice(&183u16.to_le_bytes()); // e_machine: EM_AARCH64
+    std::fs::write(&arm, elf).expect("writing the copy");
+    let line = format!(
+        "xtrace: error: {}: Aarch64 code, not x86-64; xtrace traces x86-64 executables and libraries",
+        arm.display()
+    );
+    let listed = Xtrace::spawn(args!["list", "usdt", &arm]).wait();
+    assert_eq!(
+        (listed.status.code(), listed.stderr.clone()),
+        (Some(2), vec![line.clone()])
+    );
+    let spec = format!("{}:xtfix:tick", arm.display());
+    let traced = Xtrace::spawn(args!["-a", "-U", &spec, "-d", "0.2", "-o", tmp.join("out")]).wait();
+    assert_eq!((traced.status.code(), traced.stderr), (Some(2), vec![line]));
+}
+
 #[test]
 fn list_usdt_warns_about_each_malformed_note_in_order() {
     let file = fixtures().usdt_malformed.to_str().expect("UTF-8 path").to_owned();

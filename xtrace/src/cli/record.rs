@@ -218,6 +218,10 @@ fn parse_span_duration(text: &str) -> Result<u64, String> {
         .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n, *scale)))
         .ok_or_else(bad)?;
     let value: f64 = number.trim().parse().map_err(|_| bad())?;
+    // `nan` and `inf` parse as floats, but are no durations.
+    if !value.is_finite() {
+        return Err(bad());
+    }
     let ns = value * scale;
     if ns >= 1e18 {
         return Err(format!("`{text}` is too long: at most 1000000000s"));
@@ -336,5 +340,13 @@ mod tests {
             parse_span_duration("0.1ns"),
             Err("`0.1ns` must be at least 1ns".into())
         );
+        for text in ["nanms", "infs", "-infus"] {
+            assert_eq!(
+                parse_span_duration(text),
+                Err(format!(
+                    "`{text}` is not a duration such as 50us, 2ms or 1s (units: ns, us, ms, s)"
+                ))
+            );
+        }
     }
 }

@@ -29,10 +29,28 @@ pub struct UsdtNote {
     pub args: Result<Vec<ArgSpec>, ArgError>,
 }
 
+/// Why a file's notes cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    /// It does not parse as ELF.
+    #[error("{0}")]
+    Elf(String),
+    /// It is code for another machine (its `object::Architecture`).
+    #[error("{0} code, not x86-64")]
+    Architecture(String),
+}
+
 /// Reads every stapsdt note of an ELF file's bytes. Malformed notes are skipped, each with a
-/// warning in the second list; the file itself must parse as ELF.
-pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>, Vec<String>), String> {
-    let file = object::File::parse(data).map_err(|e| e.to_string())?;
+/// warning in the second list; the file itself must parse as ELF, and be x86-64 code (another
+/// machine's notes name its registers, and its code is no place for x86's probes).
+pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>, Vec<String>), Unreadable> {
+    let file = object::File::parse(data).map_err(|e| Unreadable::Elf(e.to_string()))?;
+    if !matches!(
+        file.architecture(),
+        object::Architecture::X86_64 | object::Architecture::I386 | object::Architecture::X86_64_X32
+    ) {
+        return Err(Unreadable::Architecture(format!("{:?}", file.architecture())));
+    }
     let mut notes = Vec::new();
     let mut warnings = Vec::new();
     let Some(section) = file.section_by_name(".note.stapsdt") else {
@@ -42,7 +60,7 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
         warnings.push("32-bit ELF: its USDT notes are not supported".into());
         return Ok((notes, warnings));
     }
-    let bytes = section.data().map_err(|e| e.to_string())?;
+    let bytes = section.data().map_err(|e| Unreadable::Elf(e.to_string()))?;
     let base_section = file.section_by_name(".stapsdt.base").map(|s| s.address());
     let segments: Vec<(u64, u64, u64, u64)> = file
         .segments()

@@ -10,7 +10,7 @@ use std::{
 use xtrace_common::usdt::{string_kind, UsdtSite, MAX_USDT_ARGS};
 
 use super::{
-    notes::{read_notes, UsdtNote},
+    notes::{read_notes, Unreadable, UsdtNote},
     spec::{RangeOp, UsdtArgType, UsdtSpec},
 };
 use crate::{
@@ -81,7 +81,7 @@ impl NoteCache {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => {
                 let read = std::fs::File::open(&file.open)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Unreadable::Elf(e.to_string()))
                     .and_then(|f| read_notes(&object::ReadCache::new(f)));
                 let notes = match read {
                     Ok((notes, warnings)) => {
@@ -91,10 +91,16 @@ impl NoteCache {
                         notes
                     }
                     Err(_) if quiet => Vec::new(),
-                    Err(reason) => {
+                    Err(Unreadable::Elf(reason)) => {
                         return Err(Error::NotElf {
                             path: file.shown.clone(),
                             reason,
+                        })
+                    }
+                    Err(Unreadable::Architecture(architecture)) => {
+                        return Err(Error::NotX86_64 {
+                            path: file.shown.clone(),
+                            architecture,
                         })
                     }
                 };
