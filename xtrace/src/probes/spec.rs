@@ -143,6 +143,22 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
             name = name[..arrow].trim_end();
         }
     }
+    // Parentheses that do not pair around type words: a mistyped argument list, not a name.
+    let (opens, closes) = (name.matches('(').count(), name.matches(')').count());
+    if opens != closes {
+        if let Some(open) = name.find('(') {
+            let typed = name[open..]
+                .split(|c: char| matches!(c, '(' | ')' | ',') || c.is_whitespace())
+                .any(|w| ArgType::parse(w).is_some());
+            if typed {
+                let (at, what) = match opens > closes {
+                    true => (name.rfind('(').unwrap_or(open), "`(` is not closed"),
+                    false => (name.rfind(')').unwrap_or(open), "`)` closes nothing"),
+                };
+                return Err((at, format!("{what}; write FUNCTION(TYPE, ...) ({types})")));
+            }
+        }
+    }
     let mut args = Vec::new();
     if let (Some(open), true) = (name.rfind('('), name.ends_with(')')) {
         let inner = &name[open + 1..name.len() - 1];
@@ -277,6 +293,20 @@ mod tests {
             err.contains("at most 6 arguments") && err.contains("column 22"),
             "{err}"
         );
+        // Unpaired parentheses around type words: a mistyped list, said where it breaks.
+        for (text, what, column) in [
+            ("work(u64", "`(` is not closed", 5),
+            ("work(u64))", "`)` closes nothing", 10),
+            ("libc:f(ptr, u64 -> ptr", "`(` is not closed", 7),
+        ] {
+            let err = UprobeSpec::parse(text).unwrap_err().to_string();
+            assert!(
+                err.contains(what) && err.contains(&format!("column {column}")),
+                "{text}: {err}"
+            );
+        }
+        // Without type words they are part of a name, as C++ names may have them.
+        assert_eq!(UprobeSpec::parse("ns::f(").unwrap().symbol, "ns::f(");
     }
 
     #[test]
