@@ -227,7 +227,14 @@ pub fn parse_folded(text: &str) -> Result<Vec<(String, u64)>, String> {
             .and_then(|(stack, n)| Some((stack, n.parse::<u64>().ok()?)))
             .filter(|(stack, _)| !stack.is_empty());
         let Some((stack, n)) = parsed else {
-            return Err(format!("line {} is not `frame;frame;... COUNT`", i + 1));
+            // A count of digits alone that does not parse is too big for 64 bits.
+            let huge = line
+                .rsplit_once(' ')
+                .is_some_and(|(stack, n)| !stack.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            return Err(match huge {
+                true => format!("the count at line {} is past 2^64", i + 1),
+                false => format!("line {} is not `frame;frame;... COUNT`", i + 1),
+            });
         };
         // No sum of the counts (per frame, per function) can overflow when their total does not.
         total = total
@@ -337,6 +344,14 @@ mod tests {
         assert_eq!(
             parse_folded(&format!("a;b {max}\n\na;c 1\n")).unwrap_err(),
             "the counts add up past 2^64 at line 3"
+        );
+        assert_eq!(
+            parse_folded("a;b 99999999999999999999\n").unwrap_err(),
+            "the count at line 1 is past 2^64"
+        );
+        assert_eq!(
+            parse_folded("a;b x\n").unwrap_err(),
+            "line 1 is not `frame;frame;... COUNT`"
         );
     }
 
