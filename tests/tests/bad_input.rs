@@ -588,8 +588,9 @@ fn arguments_that_are_not_utf8_are_named() {
             run_error(args),
             format!(
                 "xtrace: error: argument {n} (`/tmp/bad\u{fffd}name{}`) is not valid UTF-8, which \
-                 only a launched command and its arguments (after `--`) may be; give that file a \
-                 UTF-8 name or a symlink with one",
+                 only directories (-o DIR, the captures of report and diff) and a launched command \
+                 with its arguments (after `--`) may be; give that file a UTF-8 name or a symlink \
+                 with one",
                 if n == 2 { ":main" } else { "" }
             )
         );

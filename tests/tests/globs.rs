@@ -288,3 +288,15 @@ fn cpp_templates_and_abi_tagged_names_are_found_as_written() {
         }
     }
 }
+
+/// An empty GLOB is said to be one, not taken for a `-u` spec without a symbol.
+#[test]
+fn list_symbols_with_an_empty_glob_is_one_line() {
+    let (code, rows, stderr) = list(&[fixtures().many.to_str().expect("UTF-8 path"), ""]);
+    assert_eq!((code, rows.len()), (Some(2), 0));
+    assert_eq!(
+        stderr,
+        "xtrace: error: `xtrace list symbols TARGET GLOB` was given an empty GLOB; give a name or a \
+         glob such as `*`; see `xtrace --help`"
+    );
+}

@@ -27,8 +27,9 @@ fn stdout_written(written: Result<(), String>) -> bool {
 fn not_utf8(args: impl Iterator<Item = std::ffi::OsString>) -> String {
     match args.enumerate().skip(1).find(|(_, a)| a.to_str().is_none()) {
         Some((n, arg)) => format!(
-            "argument {n} (`{}`) is not valid UTF-8, which only a launched command and its \
-             arguments (after `--`) may be; give that file a UTF-8 name or a symlink with one",
+            "argument {n} (`{}`) is not valid UTF-8, which only directories (-o DIR, the \
+             captures of report and diff) and a launched command with its arguments (after `--`) \
+             may be; give that file a UTF-8 name or a symlink with one",
             arg.to_string_lossy()
         ),
         None => "an argument is not valid UTF-8; see `xtrace --help`".into(),

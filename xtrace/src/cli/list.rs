@@ -70,6 +70,11 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
     // probe as a trace with those types would (an instruction that writes a captured argument
     // register is not moved past).
     let explicit = |target: &str, glob: &str| -> Result<UprobeSpec> {
+        if glob.trim().is_empty() {
+            return Err(Error::Usage(
+                "`xtrace list symbols TARGET GLOB` was given an empty GLOB; give a name or a glob such as `*`".into(),
+            ));
+        }
         let typed = UprobeSpec::parse(glob)?;
         Ok(UprobeSpec {
             text: format!("{target}:{glob}"),

@@ -87,11 +87,15 @@ impl UsdtSpec {
             None => (text, Vec::new()),
         };
         if let Some(at) = probe.find(['(', ')']) {
-            return Err(bad(format!(
-                "unexpected `{}` at column {}",
-                &probe[at..at + 1],
-                at + 1
-            )));
+            // A `(` that nothing closes after it: the type list's `)` is missing.
+            let unclosed = !text.ends_with(')') && &probe[at..at + 1] == "(" && !probe[at..].contains(')');
+            return Err(bad(match unclosed {
+                true => format!(
+                    "`(` at column {} is not closed; write PROVIDER:NAME(TYPE, ...)",
+                    at + 1
+                ),
+                false => format!("unexpected `{}` at column {}", &probe[at..at + 1], at + 1),
+            }));
         }
         let parts: Vec<&str> = probe.rsplitn(3, ':').collect();
         let (target, provider, name) = match parts.as_slice() {
@@ -199,6 +203,11 @@ mod tests {
             err("p(:n(u64)").contains("unexpected `(` at column 2"),
             "{}",
             err("p(:n(u64)")
+        );
+        assert!(
+            err("a:b(u64").contains("`(` at column 4 is not closed"),
+            "{}",
+            err("a:b(u64")
         );
         assert!(err("p:n(name,name)").contains("only one"));
     }
