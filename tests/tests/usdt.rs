@@ -14,7 +14,7 @@ use xtrace_tests::{
     fixtures::{fixtures, Fixture},
     output::Outputs,
     require_bpf,
-    run::{run_error, trace_fixture_with, Xtrace, PANIC_ENV},
+    run::{run_error, trace_fixture_with, Finished, Xtrace, PANIC_ENV},
     TempDir,
 };
 
@@ -602,6 +602,24 @@ fn a_probe_two_typed_specs_match_takes_the_first_and_says_so() {
     assert_eq!(plain[4]["arg1"], -4000);
 }
 
+/// Launches `usdt run` under `-U first -U second -o out`, which must succeed.
+fn launch_run_with(first: &str, second: &str, out: &std::path::Path) -> Finished {
+    let finished = Xtrace::spawn(args![
+        "-U",
+        first,
+        "-U",
+        second,
+        "-o",
+        out,
+        "--",
+        &fixtures().usdt,
+        "run"
+    ])
+    .wait();
+    finished.assert_success();
+    finished
+}
+
 /// One file named two ways (its path and a symbolic link) is one file: its probe, typed twice,
 /// takes the first spec's types, and xtrace says so (it was silent, the second spelling's types
 /// applying or not by chance of order).
@@ -616,19 +634,7 @@ fn a_probe_of_one_file_named_two_ways_is_typed_once() {
     let out_dir = tmp.join("out");
     let first = format!("{}:xtfix:plain(u8,i64)", fixtures().usdt.display());
     let second = format!("{}:xtfix:plain(i64,i64)", link.display());
-    let finished = Xtrace::spawn(args![
-        "-U",
-        &first,
-        "-U",
-        &second,
-        "-o",
-        &out_dir,
-        "--",
-        &fixtures().usdt,
-        "run"
-    ])
-    .wait();
-    finished.assert_success();
+    let finished = launch_run_with(&first, &second, &out_dir);
     let note = format!(
         "xtrace: warning: -U '{second}': `xtfix:plain` is traced already through -U '{first}', \
          whose value types apply"
@@ -652,19 +658,11 @@ fn a_usdt_probe_of_one_name_in_two_files_is_named_with_its_file() {
     let copy = tmp.join("usdt-copy");
     std::fs::copy(&fixtures().usdt, &copy).expect("copying usdt");
     let out_dir = tmp.join("out");
-    let finished = Xtrace::spawn(args![
-        "-U",
-        format!("{}:xtfix:tick", fixtures().usdt.display()),
-        "-U",
-        format!("{}:xtfix:tick", copy.display()),
-        "-o",
+    launch_run_with(
+        &format!("{}:xtfix:tick", fixtures().usdt.display()),
+        &format!("{}:xtfix:tick", copy.display()),
         &out_dir,
-        "--",
-        &fixtures().usdt,
-        "run"
-    ])
-    .wait();
-    finished.assert_success();
+    );
     let out = Outputs::read(&out_dir);
     assert_eq!(out.probe_count("xtfix:tick (usdt)"), 4);
     assert_eq!(out.probe_count("xtfix:tick (usdt-copy)"), 0);
