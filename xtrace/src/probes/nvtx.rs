@@ -190,6 +190,7 @@ pub fn plan(
     }
     for &file in &found {
         let (symbols, _) = elves.get(file)?;
+        let opened = std::fs::File::open(&file.open).ok();
         for function in FUNCTIONS {
             let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
                 continue;
@@ -212,7 +213,7 @@ pub fn plan(
             }
             let (mut site, signed) = site(function);
             site.probe_id = id;
-            if let Some((slot, lo, hi)) = init_guard(symbols, symbol, &file.open) {
+            if let Some((slot, lo, hi)) = opened.as_ref().and_then(|f| init_guard(symbols, symbol, f)) {
                 (site.guard_slot, site.guard_lo, site.guard_hi) = (slot, lo, hi);
             }
             plan.usdt_sites.push(SiteAttachment {
@@ -234,10 +235,13 @@ pub fn plan(
 /// the pointer leads into the library's initialisation, which jumps back to the function once it
 /// has set every pointer (to the tool's functions, or NULL): that first pass is no call. None when
 /// the function starts otherwise (another build of the library).
-fn init_guard(symbols: &ElfSymbols, symbol: &FunctionSymbol, open: &Path) -> Option<(i64, i64, i64)> {
+fn init_guard(
+    symbols: &ElfSymbols,
+    symbol: &FunctionSymbol,
+    file: &std::fs::File,
+) -> Option<(i64, i64, i64)> {
     use std::os::unix::fs::FileExt;
     let mut bytes = [0u8; 16];
-    let file = std::fs::File::open(open).ok()?;
     file.read_exact_at(&mut bytes, symbol.probe_offset).ok()?;
     let at = symbol.address + (symbol.probe_offset - symbol.file_offset);
     let mut decoder = Decoder::with_ip(64, &bytes, at, DecoderOptions::NONE);
