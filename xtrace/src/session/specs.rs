@@ -159,19 +159,15 @@ fn qualify_shared_names(plan: &mut Plan) {
             .or_default()
             .insert(p.target.clone());
     }
-    let file_name = |target: &str| {
-        std::path::Path::new(target)
-            .file_name()
-            .map_or(target.to_string(), |n| n.to_string_lossy().into_owned())
-    };
+    let file_name = crate::export::profile::module_name;
     for p in plan.probes.iter_mut().filter(|p| named(p.kind)) {
         let Some(targets) = files.get(&(p.kind, p.name.clone())).filter(|t| t.len() > 1) else {
             continue;
         };
         // Files of one name in two directories are told apart by their paths.
-        let names: BTreeSet<String> = targets.iter().map(|t| file_name(t)).collect();
+        let names: BTreeSet<&str> = targets.iter().map(|t| file_name(t)).collect();
         let which = match names.len() == targets.len() {
-            true => file_name(&p.target),
+            true => file_name(&p.target).to_string(),
             false => p.target.clone(),
         };
         p.name = format!("{} ({which})", p.name);
