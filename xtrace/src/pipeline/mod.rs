@@ -198,7 +198,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 } else {
                     self.names.named(event.header.pid, event.header.tid, &comm);
                 }
-                self.samples.add(&event, &mut stack);
+                self.samples.add(&event, &comm, &mut stack);
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => {

@@ -111,8 +111,8 @@ pub fn stack_hash(key: &StackKey) -> u64 {
 impl Samples {
     /// Counts a sample; `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
-    /// traced calls are put back in it.
-    pub fn add(&mut self, event: &SampleEvent, stack: &mut [u8]) {
+    /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
+    pub fn add(&mut self, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
         let walked = code_frames(frames(&event.user, event.user_frames));
         let pid = event.header.pid;
@@ -145,9 +145,8 @@ impl Samples {
         self.images.use_image(image);
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's).
-        let comm = super::values::c_str(&event.comm);
         if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
-            self.images.named(image, &comm);
+            self.images.named(image, comm);
         }
         let user: Box<[u64]> = if copied {
             let maps = self.images.maps(image);
