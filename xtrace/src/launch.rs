@@ -89,8 +89,8 @@ impl Program {
         let Ok(ours) = self.file.metadata().map(id) else {
             return false;
         };
-        let differs = |path: &str| std::fs::metadata(path).map(id).is_ok_and(|theirs| theirs != ours);
-        differs(&self.path.to_string_lossy()) && differs(&format!("/proc/{pid}/exe"))
+        let differs = |path: &Path| std::fs::metadata(path).map(id).is_ok_and(|theirs| theirs != ours);
+        differs(&self.path) && differs(Path::new(&format!("/proc/{pid}/exe")))
     }
 }
 
