@@ -645,6 +645,31 @@ fn tool_library_variable_not_a_file() {
 }
 
 #[test]
+fn debug_dir_that_is_no_directory() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("bad-debug-dir");
+    for (dir, why) in [
+        ("/proc/self/exe", "not a directory"),
+        (
+            "/nonexistent-xtrace-debug",
+            "No such file or directory (os error 2)",
+        ),
+    ] {
+        let line = error_on_spinner(args!["-u", "work", "--debug-dir", dir, "-o", tmp.join("out")]);
+        assert_eq!(
+            line,
+            format!(
+                "xtrace: error: invalid value '{dir}' for '--debug-dir <DIR>': {why}; give the \
+                 directory that holds the debug files; see `xtrace --help`"
+            )
+        );
+    }
+    assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
+}
+
+#[test]
 fn invalid_buffer_size() {
     if !require_bpf() {
         return;

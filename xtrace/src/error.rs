@@ -71,12 +71,14 @@ pub enum Error {
     UnwindsOwnStack { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it has no exit instruction that can be probed (it leaves through an indirect jump, or never returns), and in code with exception tables a return probe could abort the process when an exception unwinds through it; --exits uretprobe traces it with a return probe at that risk, or trace a function that calls it")]
     NoProbeableExit { path: PathBuf, symbol: String },
-    #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .close))]
+    #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .debug_refused.as_deref(), .close))]
     SymbolNotFound {
         symbol: String,
         path: PathBuf,
         /// The file has only its exported `.dynsym` symbols.
         stripped: bool,
+        /// The debug file found for it but not taken, and why (`PATH (why)`).
+        debug_refused: Option<String>,
         /// Up to five names close to `symbol`.
         close: Vec<String>,
     },

@@ -9,6 +9,7 @@ pub mod bpf;
 pub mod cli;
 pub mod clock;
 pub mod cuda;
+pub mod debug_file;
 pub mod demangle;
 pub mod error;
 pub mod export;

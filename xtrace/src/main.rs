@@ -92,6 +92,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    xtrace::debug_file::set_dirs(&args.debug_dirs);
     let quiet = args.quiet;
     let mut console = Console::new(quiet);
     let result = runtime.block_on(session::record(&args, &mut console));

@@ -62,6 +62,10 @@ pub struct SymbolsArgs {
     /// probed at its instruction.
     #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto)]
     pub exits: ExitMode,
+    /// Also look for the separate debug files of stripped files in DIR, as `xtrace --debug-dir`
+    /// does (repeatable).
+    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir)]
+    pub debug_dirs: Vec<std::path::PathBuf>,
 }
 
 /// The spec the arguments describe.
@@ -97,7 +101,10 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
 /// Runs `xtrace list ...`: the table for stdout and closing lines (notes, warnings) for stderr.
 pub fn run(args: &ListArgs) -> Result<(String, String)> {
     match &args.what {
-        ListCommand::Symbols(args) => symbols(args),
+        ListCommand::Symbols(args) => {
+            crate::debug_file::set_dirs(&args.debug_dirs);
+            symbols(args)
+        }
         ListCommand::Usdt(args) => usdt(args),
     }
 }
@@ -196,11 +203,12 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
             symbol,
             path,
             stripped,
+            debug_refused,
             close,
         } if close.is_empty() => Error::Unreadable {
             reason: format!(
                 "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
-                elf::stripped_note(stripped),
+                elf::stripped_note(stripped, debug_refused.as_deref()),
                 match args.pid {
                     // As the process maps it: its file may be deleted or replaced on disk.
                     Some(pid) => format!("--pid {pid} {}", crate::shell::quote_words(&[all_of(&spec.target)])),
@@ -246,10 +254,10 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
             f.demangled
         );
     }
-    let stripped = if symbols.stripped {
-        " (stripped: .dynsym only)"
-    } else {
-        ""
+    let stripped = match (&symbols.debug_file, symbols.stripped) {
+        (Some(debug), _) => format!(" (stripped; named from its debug file {})", debug.display()),
+        (None, true) => " (stripped: .dynsym only)".into(),
+        (None, false) => String::new(),
     };
     let plural = if found.len() == 1 { "" } else { "s" };
     let resolved = found

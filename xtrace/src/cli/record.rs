@@ -139,6 +139,13 @@ pub struct RecordArgs {
     )]
     pub max_probes: usize,
 
+    /// Also look for the separate debug files of stripped files in DIR (repeatable; before
+    /// /usr/lib/debug and /lib/debug): DIR/.build-id/NN/NNNN….debug by build ID, or
+    /// DIR/<the file's directory>/NAME by .gnu_debuglink. Their symbols name functions for -u and
+    /// CPU samples.
+    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir)]
+    pub debug_dirs: Vec<PathBuf>,
+
     /// Stop after this many seconds (fractions allowed).
     #[arg(allow_negative_numbers = true, short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<std::time::Duration>,

@@ -90,8 +90,10 @@ pub(crate) fn module_name(path: &str) -> &str {
 /// xtrace's blazesym symbolizer: names only (no inlined frames, no source lines), as stored:
 /// [`crate::demangle::demangle`] reads them as the spans' names are read. blazesym's own demangling
 /// takes any name for a C++ one, so a C function `a` came out `signed char`, `f` `float`.
+/// Debug links are followed in the directories of `--debug-dir`, then the default ones.
 pub(crate) fn symbolizer() -> Symbolizer {
     Symbolizer::builder()
+        .set_debug_dirs(Some(crate::debug_file::dirs()))
         .enable_demangling(false)
         .enable_inlined_fns(false)
         .enable_code_info(false)
@@ -106,7 +108,44 @@ pub(crate) fn symbolizer() -> Symbolizer {
 /// `DW_AT_linkage_name`) while the symbol tables have its mangled name takes that name instead:
 /// `operator()` would merge every lambda, `f` both `(anonymous namespace)::f` and
 /// `a::(anonymous namespace)::f`.
+///
+/// A stripped file without a debug link whose debug file is known by build ID alone (which
+/// blazesym does not look for) is named from that debug file
+/// ([`crate::debug_file::for_symbolizing`]), and from its own tables where the debug file has no
+/// name.
 pub(crate) fn symbolize_elf<'s>(
+    symbolizer: &'s Symbolizer,
+    path: &str,
+    input: Input<&[u64]>,
+) -> blazesym::Result<Vec<Symbolized<'s>>> {
+    let own = symbolize_file(symbolizer, path, input)?;
+    let Input::FileOffset(offsets) = input else {
+        return Ok(own);
+    };
+    let Some(debug) = crate::debug_file::for_symbolizing(std::path::Path::new(path)) else {
+        return Ok(own);
+    };
+    let Some(debug_path) = debug.path.to_str() else {
+        return Ok(own);
+    };
+    // An offset outside the loaded segments has no address: 0 names nothing.
+    let addresses: Vec<u64> = offsets.iter().map(|&o| debug.address(o).unwrap_or(0)).collect();
+    let Ok(named) = symbolize_file(symbolizer, debug_path, Input::VirtOffset(&addresses)) else {
+        return Ok(own);
+    };
+    Ok(own
+        .into_iter()
+        .zip(named)
+        .zip(addresses)
+        .map(|((own, named), address)| match named {
+            Symbolized::Sym(_) if address != 0 => named,
+            _ => own,
+        })
+        .collect())
+}
+
+/// [`symbolize_elf`] in the file at `path` alone.
+fn symbolize_file<'s>(
     symbolizer: &'s Symbolizer,
     path: &str,
     input: Input<&[u64]>,

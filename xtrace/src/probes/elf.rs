@@ -89,8 +89,13 @@ fn entry_offset(code: Option<&[u8]>, file_offset: u64, size: u64) -> u64 {
 pub struct ElfSymbols {
     pub path: PathBuf,
     pub functions: Vec<FunctionSymbol>,
-    /// No `.symtab`: only the exported functions of `.dynsym` are known.
+    /// No `.symtab`, and no debug file with one: only the exported functions of `.dynsym` are
+    /// known.
     pub stripped: bool,
+    /// The separate debug file whose `.symtab` named the functions of this stripped file.
+    pub debug_file: Option<PathBuf>,
+    /// A debug file found for this stripped file but not taken, and why (`PATH (why)`).
+    pub debug_refused: Option<String>,
     /// C++ or Rust code with exception tables (`.gcc_except_table`, and a reference to
     /// `__gxx_personality_v0` or `rust_eh_personality`): an exception or panic unwinding through a
     /// function with a return probe aborts the process, as the unwinder cannot walk the kernel's
@@ -208,10 +213,23 @@ impl ElfSymbols {
         // Where this process maps the same file, to resolve IFUNCs: looked up at the first one.
         let mut own_copy: Option<Option<OwnCopy>> = None;
         let dynamic = file.dynamic_symbols().map(|s| (true, s));
+        // A stripped file's `.symtab` from its separate debug file, where one matches: its
+        // addresses are the file's, its sections hold no code (the file's own give offsets and
+        // bytes).
+        let debug = if file.symbols().next().is_none() {
+            crate::debug_file::find(path, shown, &file)
+        } else {
+            crate::debug_file::Search::default()
+        };
+        let debug_elf = debug
+            .found
+            .as_ref()
+            .and_then(|found| object::File::parse(&*found.data).ok());
+        let symtab = debug_elf.as_ref().unwrap_or(&file).symbols();
         // Addresses other symbols name than functions, sections and files: those in the code are
         // labels (kept below, once the code is known).
         let mut labels = Vec::new();
-        for (in_dynsym, symbol) in file.symbols().map(|s| (false, s)).chain(dynamic) {
+        for (in_dynsym, symbol) in symtab.map(|s| (false, s)).chain(dynamic) {
             if !matches!(
                 symbol.kind(),
                 SymbolKind::Text | SymbolKind::Section | SymbolKind::File
@@ -347,7 +365,11 @@ impl ElfSymbols {
         Ok(ElfSymbols {
             path: shown.to_path_buf(),
             functions,
-            stripped: file.symbols().next().is_none(),
+            stripped: file.symbols().next().is_none() && debug_elf.is_none(),
+            debug_file: debug_elf
+                .and(debug.found.as_ref())
+                .map(|found| found.shown.clone()),
+            debug_refused: debug.refused,
             cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
             c_cleanups: !throws && file.section_by_name(".gcc_except_table").is_some(),
             go: [".go.buildinfo", ".note.go.buildid"]
@@ -480,6 +502,7 @@ impl ElfSymbols {
                 symbol: pattern.to_string(),
                 path: self.path.clone(),
                 stripped: self.stripped,
+                debug_refused: self.debug_refused.clone(),
                 close: self.close_names(&query),
             });
         }
@@ -517,19 +540,36 @@ impl ElfSymbols {
     }
 }
 
-/// What a stripped file's "not found" says of it.
-pub fn stripped_note(stripped: bool) -> &'static str {
-    if stripped {
-        " (the file is stripped: only its exported .dynsym functions are known)"
-    } else {
-        ""
+/// What a stripped file's "not found" says of it, with the debug file found for it but not
+/// taken (`PATH (why)`).
+pub fn stripped_note(stripped: bool, refused: Option<&str>) -> String {
+    match (stripped, refused) {
+        (false, _) => String::new(),
+        (true, Some(refused)) => format!(
+            " (the file is stripped, and {refused} is not its debug file: only its exported \
+             .dynsym functions are known)"
+        ),
+        (true, None) => " (the file is stripped and no debug file of it was found: only its \
+                         exported .dynsym functions are known; --debug-dir names where debug files are)"
+            .into(),
+    }
+}
+
+/// The end of the notice that a file is stripped: what to do about it, or which debug file was
+/// found and not taken, and why.
+pub fn debug_file_hint(refused: Option<&str>) -> String {
+    match refused {
+        Some(refused) => format!("; {refused} is not its debug file"),
+        None => "; install its debug file (such as Debian's -dbgsym package), or name the directory \
+                 that holds it with --debug-dir"
+            .into(),
     }
 }
 
 /// The end of [`Error::SymbolNotFound`]'s message: the stripped note, then the close names, or
 /// where to see them all.
-pub fn not_found_hint(stripped: bool, close: &[String]) -> String {
-    let stripped = stripped_note(stripped);
+pub fn not_found_hint(stripped: bool, refused: Option<&str>, close: &[String]) -> String {
+    let stripped = stripped_note(stripped, refused);
     if close.is_empty() {
         format!("{stripped}; list the functions with `xtrace list symbols`")
     } else {

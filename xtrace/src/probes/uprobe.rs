@@ -194,8 +194,9 @@ pub fn plan(
             if first {
                 if symbols.stripped {
                     plan.notices.push(format!(
-                        "{} is stripped (no .symtab): only its exported .dynsym functions can be traced",
-                        file.shown.display()
+                        "{} is stripped (no .symtab): only its exported .dynsym functions can be traced{}",
+                        file.shown.display(),
+                        super::elf::debug_file_hint(symbols.debug_refused.as_deref())
                     ));
                 }
                 if symbols.go && exits == ExitMode::Uretprobe {

@@ -1,0 +1,248 @@
+//! Separate debug files of stripped files: `-u` and `list symbols` name a stripped executable's
+//! local functions from the debug file its build ID or its `.gnu_debuglink` finds, as gdb, perf
+//! and bpftrace do, and CPU samples are named from it. Each test strips a copy of a fixture
+//! (`strip --strip-all`: no `.symtab`, its functions exported by none) after
+//! `objcopy --only-keep-debug` kept its symbols and DWARF apart. Fixtures: `calls durations`
+//! (quick() x 100, slow() x 5) and `profile split 1000` (hot_a 75%, hot_b 25% of a second).
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{listed_symbols, run_error, trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+fn run(program: &str, args: &[&std::ffi::OsStr], dir: &Path) {
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(status.success(), "{program} {args:?}: {status}");
+}
+
+/// The build ID of `file` in hex, from `readelf -n`.
+fn build_id(file: &Path) -> String {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(file)
+        .output()
+        .expect("running readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        .unwrap_or_else(|| panic!("{} has no build ID", file.display()))
+}
+
+/// How the stripped copy finds its debug file.
+#[derive(Clone, Copy, PartialEq)]
+enum Debug {
+    /// `DIR/.build-id/NN/NNNN….debug` under `TMP/debug`, which `--debug-dir` must name; the copy has
+    /// no `.gnu_debuglink`.
+    BuildId,
+    /// `NAME.debug` next to the copy, which a `.gnu_debuglink` names.
+    Link,
+}
+
+/// A stripped copy of `program` in `tmp` (named as `program`), and the directory to give
+/// `--debug-dir` (for [`Debug::BuildId`]).
+fn stripped(program: &Path, tmp: &TempDir, how: Debug) -> (PathBuf, PathBuf) {
+    let name = program.file_name().expect("a file name");
+    let copy = tmp.join(name.to_str().expect("UTF-8"));
+    std::fs::copy(program, &copy).expect("copying the fixture");
+    let debug_name = format!("{}.debug", name.to_str().expect("UTF-8"));
+    let dir = tmp.path();
+    run(
+        "objcopy",
+        &["--only-keep-debug".as_ref(), name, debug_name.as_ref()],
+        dir,
+    );
+    run("strip", &["--strip-all".as_ref(), name], dir);
+    let debug_dir = tmp.join("debug");
+    match how {
+        Debug::Link => {
+            let link = format!("--add-gnu-debuglink={debug_name}");
+            run("objcopy", &[link.as_ref(), name], dir);
+        }
+        Debug::BuildId => {
+            let id = build_id(&copy);
+            let sub = debug_dir.join(".build-id").join(&id[..2]);
+            std::fs::create_dir_all(&sub).expect("making the build-id directory");
+            std::fs::rename(tmp.join(&debug_name), sub.join(format!("{}.debug", &id[2..])))
+                .expect("moving the debug file");
+        }
+    }
+    (copy, debug_dir)
+}
+
+/// `-u quick -u slow` on a stripped `calls durations` (plus `flags`): the probes' counts.
+fn trace_durations(program: &Path, flags: Vec<std::ffi::OsString>, tmp: &TempDir) -> (u64, u64, Vec<String>) {
+    let mut fixture = Fixture::spawn(program, &["durations"]);
+    fixture.wait_ready();
+    let out = tmp.join("out");
+    let mut all = args!["-u", "quick", "-u", "slow"];
+    all.extend(flags);
+    let finished = trace_fixture_with(&mut fixture, all, &[], &out);
+    let out = Outputs::read(&out);
+    assert_eq!(out.lost_events(), 0);
+    (out.probe_count("quick"), out.probe_count("slow"), finished.stderr)
+}
+
+#[test]
+fn functions_of_a_stripped_file_from_its_debug_file_by_build_id() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-build-id");
+    let (calls, debug_dir) = stripped(&fixtures().calls, &tmp, Debug::BuildId);
+    let (quick, slow, stderr) = trace_durations(&calls, args!["--debug-dir", &debug_dir], &tmp);
+    assert_eq!((quick, slow), (100, 5));
+    assert!(!stderr.iter().any(|l| l.contains("stripped")), "{stderr:?}");
+
+    // Without the directory, no debug file: only .dynsym, which names neither, and one line says
+    // where debug files are looked for.
+    let mut fixture = Fixture::spawn(&calls, &["durations"]);
+    fixture.wait_ready();
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "quick",
+        "-o",
+        tmp.join("none")
+    ]);
+    assert!(line.contains("symbol `quick` not found in"), "{line}");
+    assert!(
+        line.contains("stripped and no debug file of it was found"),
+        "{line}"
+    );
+
+    // `list symbols` reads it the same way, and says which debug file named the functions.
+    let listed = Xtrace::spawn(args![
+        "list",
+        "symbols",
+        "--debug-dir",
+        &debug_dir,
+        &calls,
+        "quick"
+    ])
+    .wait();
+    listed.assert_success();
+    let rows: Vec<&str> = listed.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].ends_with(" quick"), "{rows:?}");
+    let debug_file = debug_dir
+        .join(".build-id")
+        .join(&build_id(&calls)[..2])
+        .join(format!("{}.debug", &build_id(&calls)[2..]));
+    assert_eq!(
+        listed.stderr,
+        [format!(
+            "xtrace: 1 function in {} (stripped; named from its debug file {})",
+            calls.display(),
+            debug_file.display()
+        )]
+    );
+    // Its offsets are the unstripped file's.
+    let unstripped = listed_symbols(args![&fixtures().calls, "quick"]);
+    let stripped = listed_symbols(args!["--debug-dir", &debug_dir, &calls, "quick"]);
+    assert_eq!(stripped, unstripped);
+}
+
+#[test]
+fn functions_of_a_stripped_file_from_its_debug_link() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-link");
+    let (calls, _) = stripped(&fixtures().calls, &tmp, Debug::Link);
+    let (quick, slow, stderr) = trace_durations(&calls, args![], &tmp);
+    assert_eq!((quick, slow), (100, 5));
+    assert!(!stderr.iter().any(|l| l.contains("stripped")), "{stderr:?}");
+}
+
+/// A debug link whose file is another build's is not followed: the functions it would name stay
+/// unknown, and the notice names the file and why it was refused.
+#[test]
+fn a_debug_file_of_another_build_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-other-build");
+    let (calls, _) = stripped(&fixtures().calls, &tmp, Debug::Link);
+    let other = tmp.join("other");
+    std::fs::create_dir(&other).expect("mkdir");
+    let other_calls = other.join("calls");
+    std::fs::copy(&fixtures().calls_cet, &other_calls).expect("copying");
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            "calls".as_ref(),
+            "calls.debug".as_ref(),
+        ],
+        &other,
+    );
+    std::fs::rename(other.join("calls.debug"), tmp.join("calls.debug")).expect("replacing");
+    assert_ne!(build_id(&fixtures().calls_cet), build_id(&calls));
+    let mut fixture = Fixture::spawn(&calls, &["durations"]);
+    fixture.wait_ready();
+    let line = run_error(args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "quick",
+        "-o",
+        tmp.join("out")
+    ]);
+    let refused = format!(
+        "symbol `quick` not found in {} (the file is stripped, and {} (another build ID) is not its \
+         debug file: only its exported .dynsym functions are known)",
+        calls.display(),
+        tmp.join("calls.debug").display()
+    );
+    assert!(line.contains(&refused), "{line}");
+}
+
+/// CPU samples of a stripped program are named from the debug file its build ID finds (blazesym
+/// alone follows only debug links): the split comes out as from the unstripped build.
+#[test]
+fn samples_of_a_stripped_program_named_from_its_debug_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-samples");
+    let (profile, debug_dir) = stripped(&fixtures().profile, &tmp, Debug::BuildId);
+    let out = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-F",
+        "999",
+        "--debug-dir",
+        &debug_dir,
+        "-o",
+        &out,
+        "--",
+        &profile,
+        "split",
+        "1000"
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read_profiled(&out);
+    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
+    assert!(
+        (a - 75.0).abs() <= 5.0,
+        "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
+    );
+    let named = out.self_share("hot_a") + out.self_share("hot_b");
+    assert!(
+        named >= 80.0,
+        "hot_a and hot_b are the innermost frame of {named:.1}% of samples"
+    );
+}

@@ -1,0 +1,358 @@
+//! Separate debug files, found as gdb, perf and bpftrace find them, for a stripped file's local
+//! functions (Debian's `-dbgsym` and `libc6-dbg` packages, `objcopy --only-keep-debug`):
+//! 1. by build ID: `DIR/.build-id/NN/NNNN….debug`, where the file's build-ID note names it;
+//! 2. by the name and CRC in its `.gnu_debuglink`: next to the file, in `.debug/` beside it, then
+//!    as `DIR/<the file's directory>/NAME`;
+//!
+//! for each DIR of `--debug-dir`, then `/usr/lib/debug` and `/lib/debug`. A candidate is taken
+//! only if it matches: the same build ID, or for a debug link without build IDs on both sides the
+//! link's CRC; and it must have a symbol table. `-u` and `list symbols` read its `.symtab`
+//! ([`crate::probes::elf`]); CPU samples are named from it ([`crate::export::profile`]: blazesym
+//! follows a debug link itself, and [`for_symbolizing`] finds a debug file known only by build ID).
+use std::{
+    collections::HashMap,
+    ffi::OsStr,
+    os::unix::{ffi::OsStrExt, fs::MetadataExt},
+    path::{Path, PathBuf},
+    sync::{Mutex, OnceLock},
+};
+
+use object::{Object, ObjectSegment};
+
+/// Where debug files are installed unless `--debug-dir` names more (searched first).
+const DEFAULT_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
+static EXTRA_DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+
+/// Sets the directories of `--debug-dir`, searched before the default ones; once per process
+/// (a later call changes nothing).
+pub fn set_dirs(dirs: &[PathBuf]) {
+    let _ = EXTRA_DIRS.set(dirs.to_vec());
+}
+
+/// The directories searched, in order: those of `--debug-dir`, then the default ones.
+pub fn dirs() -> Vec<PathBuf> {
+    EXTRA_DIRS
+        .get()
+        .into_iter()
+        .flatten()
+        .cloned()
+        .chain(DEFAULT_DIRS.iter().map(PathBuf::from))
+        .collect()
+}
+
+/// `--debug-dir`'s check: a directory that can be read.
+pub fn parse_dir(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(path),
+        Ok(_) => Err("not a directory; give the directory that holds the debug files".into()),
+        Err(e) => Err(format!("{e}; give the directory that holds the debug files")),
+    }
+}
+
+/// A debug file that matches its file.
+pub struct Found {
+    /// Where this process opens it.
+    pub path: PathBuf,
+    /// Its path as the traced process sees it, for messages.
+    pub shown: PathBuf,
+    /// Its contents, read once.
+    pub data: Vec<u8>,
+}
+
+/// What a search found: the debug file, or why the first candidate that exists was not taken.
+#[derive(Default)]
+pub struct Search {
+    pub found: Option<Found>,
+    /// `PATH (why)` of the first candidate refused.
+    pub refused: Option<String>,
+}
+
+/// How a candidate was named: by build ID, or by the debug link's name (and its CRC).
+#[derive(Clone, Copy)]
+enum Named {
+    BuildId,
+    Link(u32),
+}
+
+/// The debug file of the ELF file `file`, opened at `open` and known as `shown` (its path in its
+/// own mount namespace, which the debug directories mirror).
+pub fn find(open: &Path, shown: &Path, file: &object::File) -> Search {
+    let own_id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
+    let link = file.gnu_debuglink().ok().flatten();
+    let own_inode = std::fs::metadata(open).ok().map(|m| (m.dev(), m.ino()));
+    let mut search = Search::default();
+    for Candidate { path, shown, named } in candidates(open, shown, own_id, link) {
+        match check(&path, named, own_id, own_inode) {
+            Check::Missing => {}
+            Check::Match(data) => {
+                search.found = Some(Found { path, shown, data });
+                return search;
+            }
+            Check::Refused(why) => {
+                search
+                    .refused
+                    .get_or_insert_with(|| format!("{} ({why})", shown.display()));
+            }
+        }
+    }
+    search
+}
+
+/// A place the debug file may be.
+struct Candidate {
+    /// Where this process opens it.
+    path: PathBuf,
+    /// Its path as the traced process sees it, for messages.
+    shown: PathBuf,
+    named: Named,
+}
+
+impl Candidate {
+    fn at(path: PathBuf, named: Named) -> Self {
+        Candidate {
+            shown: path.clone(),
+            path,
+            named,
+        }
+    }
+}
+
+/// Where the debug file may be, in the order looked at.
+fn candidates(
+    open: &Path,
+    shown: &Path,
+    build_id: Option<&[u8]>,
+    link: Option<(&[u8], u32)>,
+) -> Vec<Candidate> {
+    let dirs = dirs();
+    let mut out = Vec::new();
+    if let Some(id) = build_id {
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let relative = format!(".build-id/{}/{}.debug", hex(&id[..1]), hex(&id[1..]));
+        out.extend(
+            dirs.iter()
+                .map(|d| Candidate::at(d.join(&relative), Named::BuildId)),
+        );
+    }
+    // A link names a file, not a path.
+    if let Some((name, crc)) = link.filter(|(name, _)| !name.is_empty() && !name.contains(&b'/')) {
+        let name = OsStr::from_bytes(name);
+        let named = Named::Link(crc);
+        let shown_dir = shown.parent().filter(|d| d.is_absolute());
+        if let Some(dir) = file_dir(open, shown) {
+            for beside in [dir.join(name), dir.join(".debug").join(name)] {
+                let relative = beside.strip_prefix(&dir).unwrap_or(&beside);
+                out.push(Candidate {
+                    shown: shown_dir.map_or_else(|| beside.clone(), |d| d.join(relative)),
+                    path: beside,
+                    named,
+                });
+            }
+        }
+        if let Some(dir) = shown_dir {
+            let inner = dir.strip_prefix("/").unwrap_or(dir);
+            out.extend(
+                dirs.iter()
+                    .map(|d| Candidate::at(d.join(inner).join(name), named)),
+            );
+        }
+    }
+    out
+}
+
+/// The directory that holds the file, as this process can open it: `open` may be a link of a
+/// process (`/proc/PID/exe`, `/proc/PID/map_files/RANGE`, `/proc/self/fd/N`), whose directory is
+/// not the file's; then `shown`'s directory, under `/proc/PID/root` for another process (its
+/// mount namespace).
+fn file_dir(open: &Path, shown: &Path) -> Option<PathBuf> {
+    let shown_dir = shown.parent().filter(|d| d.is_absolute());
+    let process = open
+        .strip_prefix("/proc")
+        .ok()
+        .and_then(|rest| rest.components().next());
+    let Some(process) = process else {
+        return open.parent().map(Path::to_path_buf);
+    };
+    let process = process.as_os_str();
+    match shown_dir {
+        Some(dir) if process == "self" || process == "thread-self" => Some(dir.to_path_buf()),
+        Some(dir) if process.to_str().is_some_and(|p| p.parse::<u32>().is_ok()) => {
+            let inner = dir.strip_prefix("/").unwrap_or(dir);
+            Some(Path::new("/proc").join(process).join("root").join(inner))
+        }
+        _ => open.parent().map(Path::to_path_buf),
+    }
+}
+
+enum Check {
+    Missing,
+    Match(Vec<u8>),
+    Refused(&'static str),
+}
+
+fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Option<(u64, u64)>) -> Check {
+    let Ok(meta) = std::fs::metadata(candidate) else {
+        return Check::Missing;
+    };
+    // A link that names the file itself (a debug file found as its own).
+    if !meta.is_file() || own_inode == Some((meta.dev(), meta.ino())) {
+        return Check::Missing;
+    }
+    let Ok(data) = std::fs::read(candidate) else {
+        return Check::Refused("cannot be read");
+    };
+    let Ok(debug) = object::File::parse(&*data) else {
+        return Check::Refused("not an ELF file");
+    };
+    let their_id = debug.build_id().ok().flatten();
+    let matches = match (named, own_id, their_id) {
+        (_, Some(own), Some(theirs)) => own == theirs,
+        (Named::Link(crc), _, _) => crc32fast::hash(&data) == crc,
+        (Named::BuildId, _, _) => false,
+    };
+    if !matches {
+        return Check::Refused(match named {
+            Named::BuildId => "another build ID",
+            Named::Link(_) if own_id.is_some() && their_id.is_some() => "another build ID",
+            Named::Link(_) => "its CRC is not the one the .gnu_debuglink names",
+        });
+    }
+    if debug.symbols().next().is_none() {
+        return Check::Refused("no symbol table");
+    }
+    Check::Match(data)
+}
+
+/// A debug file that sampled addresses of a stripped file are named from, where blazesym would
+/// not find it: one known only by build ID (blazesym looks for build IDs only to follow a debug
+/// link). Its addresses are the file's: the file's segments turn file offsets into them.
+#[derive(Clone)]
+pub struct ForSymbolizing {
+    pub path: PathBuf,
+    /// The file's loaded segments: (file offset, size in the file, address).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl ForSymbolizing {
+    /// The address of file offset `offset`, when a loaded segment holds it.
+    pub fn address(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(start, size, _)| offset >= *start && offset - start < *size)
+            .map(|(start, _, address)| address + (offset - start))
+    }
+}
+
+/// Files looked at so far, by device and inode, and what was found for each.
+type Looked = HashMap<(u64, u64), Option<ForSymbolizing>>;
+
+/// [`Looked`]: each file read once however many times it is asked for.
+static SYMBOLIZING: Mutex<Option<Looked>> = Mutex::new(None);
+
+/// The debug file to name `path`'s addresses from when it is stripped, has no debug link and a
+/// debug file matches its build ID; None otherwise.
+pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
+    let meta = std::fs::metadata(path).ok()?;
+    let key = (meta.dev(), meta.ino());
+    let mut known = SYMBOLIZING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    known
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_insert_with(|| look_for_symbolizing(path))
+        .clone()
+}
+
+fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    if file.symbols().next().is_some() || file.gnu_debuglink().ok().flatten().is_some() {
+        return None;
+    }
+    let found = find(path, path, &file).found?;
+    Some(ForSymbolizing {
+        path: found.path,
+        segments: file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Build-ID paths come first, each directory in turn; a debug link is looked for next to the
+    /// file, in `.debug/` beside it, then under each directory as the file's own path.
+    #[test]
+    fn candidates_in_gdb_order() {
+        let id = [0xab, 0xcd, 0xef, 0x01];
+        let found = candidates(
+            Path::new("/proc/7/root/usr/bin/app"),
+            Path::new("/usr/bin/app"),
+            Some(&id),
+            Some((b"app.debug", 5)),
+        );
+        let paths: Vec<String> = found.iter().map(|c| c.path.display().to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/usr/lib/debug/.build-id/ab/cdef01.debug",
+                "/lib/debug/.build-id/ab/cdef01.debug",
+                "/proc/7/root/usr/bin/app.debug",
+                "/proc/7/root/usr/bin/.debug/app.debug",
+                "/usr/lib/debug/usr/bin/app.debug",
+                "/lib/debug/usr/bin/app.debug",
+            ]
+        );
+        // A link that names a path, or nothing, is not followed.
+        assert!(candidates(Path::new("/a/b"), Path::new("/a/b"), None, Some((b"../x", 1))).is_empty());
+        assert!(candidates(Path::new("/a/b"), Path::new("/a/b"), None, Some((b"", 1))).is_empty());
+    }
+
+    #[test]
+    fn a_files_directory_in_its_own_mount_namespace() {
+        let dir = |open: &str, shown: &str| file_dir(Path::new(open), Path::new(shown)).unwrap();
+        assert_eq!(dir("/usr/bin/app", "/usr/bin/app"), Path::new("/usr/bin"));
+        assert_eq!(dir("/proc/7/exe", "/opt/app"), Path::new("/proc/7/root/opt"));
+        assert_eq!(
+            dir("/proc/7/map_files/1-2", "/lib/libc.so.6"),
+            Path::new("/proc/7/root/lib")
+        );
+        assert_eq!(
+            dir("/proc/7/root/lib/x.so", "/lib/x.so"),
+            Path::new("/proc/7/root/lib")
+        );
+        assert_eq!(dir("/proc/self/fd/5", "/tmp/t/app"), Path::new("/tmp/t"));
+    }
+
+    #[test]
+    fn file_offsets_become_addresses_by_segment() {
+        let debug = ForSymbolizing {
+            path: PathBuf::new(),
+            segments: vec![(0, 0x500, 0), (0x1000, 0x200, 0x401000)],
+        };
+        assert_eq!(debug.address(0x10), Some(0x10));
+        assert_eq!(debug.address(0x1010), Some(0x401010));
+        assert_eq!(debug.address(0x1200), None);
+        assert_eq!(debug.address(0x800), None);
+    }
+
+    #[test]
+    fn debug_dir_must_be_a_directory() {
+        assert!(parse_dir("/").is_ok());
+        assert!(parse_dir("/proc/self/exe")
+            .unwrap_err()
+            .starts_with("not a directory"));
+        assert!(parse_dir("/nonexistent-xtrace")
+            .unwrap_err()
+            .contains("No such file"));
+    }
+}
