@@ -136,6 +136,13 @@ fn min_duration_sends_long_calls_and_counts_short_ones_exactly() {
     assert_eq!(u64_field(quick, "below_min_duration"), 100);
     assert!(u64_field(quick, "total_ns") > 0);
     assert!(u64_field(quick, "max_ns") < 1_000_000);
+    // The kernel's minimum and maximum of the short calls bracket their mean.
+    let (min, max) = (u64_field(quick, "min_ns"), u64_field(quick, "max_ns"));
+    let mean = u64_field(quick, "total_ns") / 100;
+    assert!(
+        0 < min && min <= mean && mean <= max,
+        "min {min}, mean {mean}, max {max}"
+    );
     let slow = out.probe("slow");
     assert_eq!(u64_field(slow, "count"), 5);
     assert_eq!(u64_field(slow, "below_min_duration"), 0);

@@ -21,15 +21,25 @@ pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 pub const LOG2_BUCKETS: usize = 64;
 
 /// Calls of one probe shorter than `--min-duration`, summarised in the kernel instead of sent as
-/// spans (one per probe and CPU). `min_ns` is meaningful only when `count > 0`.
+/// spans (one per probe and CPU). The minimum is kept as its bitwise complement, so that both ends
+/// are maxima the kernel raises with compare-and-swap, starting from the map's zeroes;
+/// [`ShortCalls::min_ns`] is meaningful only when `count > 0`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ShortCalls {
     pub count: u64,
     pub total_ns: u64,
-    pub min_ns: u64,
+    /// `!min_ns`.
+    pub min_ns_not: u64,
     pub max_ns: u64,
     pub log2: [u64; LOG2_BUCKETS],
+}
+
+impl ShortCalls {
+    /// The shortest call.
+    pub fn min_ns(&self) -> u64 {
+        !self.min_ns_not
+    }
 }
 
 #[cfg(feature = "user")]

@@ -237,6 +237,38 @@ pub unsafe fn add(slot: *mut u64, n: u64) {
     }
 }
 
+/// Raises the u64 at `slot` to `value` if it is lower, with compare-and-swap: a run of a program
+/// that preempts this one between its load and its store cannot be undone by it. Bounded for the
+/// verifier: it gives up after 8 lost races, each another run's store in between on this CPU.
+///
+/// # Safety
+/// `slot` must point into a live map value.
+#[inline(always)]
+pub unsafe fn raise(slot: *mut u64, value: u64) {
+    for _ in 0..8 {
+        // SAFETY: as the caller promises.
+        let seen = unsafe { core::ptr::read_volatile(slot) };
+        if value <= seen {
+            return;
+        }
+        let found: u64;
+        // SAFETY: as the caller promises. BPF_CMPXCHG (Linux 5.12): stores `value` if the slot
+        // still holds `seen` (in r0), and returns what it held in r0.
+        unsafe {
+            core::arch::asm!(
+                "r0 = cmpxchg_64({slot} + 0, r0, {value})",
+                slot = in(reg) slot,
+                value = in(reg) value,
+                inout("r0") seen => found,
+                options(nostack, preserves_flags),
+            );
+        }
+        if found == seen {
+            return;
+        }
+    }
+}
+
 /// Reserves a record of type `T` in `EVENTS`; when the ring is full the loss is counted
 /// (`LOST_RING_FULL`) and None returned.
 #[inline(always)]

@@ -30,7 +30,8 @@ use xtrace_common::{
 use crate::goroutine;
 use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
-    keep_return_addresses, min_duration_ns, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS, STACKS,
+    keep_return_addresses, min_duration_ns, raise, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS,
+    STACKS,
 };
 use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_r9, user_si, user_sp};
 
@@ -443,8 +444,9 @@ fn find_open(stack: &EntryStack, depth: usize, probe_id: Option<u32>, frame: u64
 }
 
 /// Adds a call shorter than `--min-duration` to its probe's per-CPU summary. The count, total and
-/// histogram are atomic adds (see [`add`]), so no call goes uncounted; min and max are plain
-/// stores, which a program preempted between its compare and store could leave one call wide.
+/// histogram are atomic adds (see [`add`]), so no call goes uncounted; min (kept as `!min`) and max
+/// are raised with compare-and-swap (see [`raise`]), so a program preempted on this CPU by another
+/// run of it cannot undo the other's store.
 #[inline(always)]
 fn count_short(probe_id: u32, duration: u64) {
     let Some(short) = SHORT_CALLS.get_ptr_mut(probe_id) else {
@@ -452,13 +454,8 @@ fn count_short(probe_id: u32, duration: u64) {
     };
     // SAFETY: a live per-CPU map value of u64 fields; the bucket index is masked in range.
     unsafe {
-        let first = (*short).count == 0;
-        if first || duration < (*short).min_ns {
-            (*short).min_ns = duration;
-        }
-        if duration > (*short).max_ns {
-            (*short).max_ns = duration;
-        }
+        raise(ptr::addr_of_mut!((*short).min_ns_not), !duration);
+        raise(ptr::addr_of_mut!((*short).max_ns), duration);
         add(ptr::addr_of_mut!((*short).count), 1);
         add(ptr::addr_of_mut!((*short).total_ns), duration);
         let bucket = log2_bucket(duration) & (LOG2_BUCKETS - 1);

@@ -219,16 +219,12 @@ pub fn read_short_calls(map: &PerCpuArray<MapData, ShortCalls>, probes: usize) -
             let mut sum = ShortCalls {
                 count: 0,
                 total_ns: 0,
-                min_ns: 0,
+                min_ns_not: 0,
                 max_ns: 0,
                 log2: [0; LOG2_BUCKETS],
             };
             for cpu in per_cpu.iter().filter(|c| c.count > 0) {
-                sum.min_ns = if sum.count == 0 {
-                    cpu.min_ns
-                } else {
-                    sum.min_ns.min(cpu.min_ns)
-                };
+                sum.min_ns_not = sum.min_ns_not.max(cpu.min_ns_not);
                 sum.max_ns = sum.max_ns.max(cpu.max_ns);
                 sum.count += cpu.count;
                 sum.total_ns += cpu.total_ns;

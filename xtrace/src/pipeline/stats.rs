@@ -78,14 +78,14 @@ impl ProbeStats {
         }
         for (i, &n) in short.log2.iter().enumerate().filter(|(_, &n)| n > 0) {
             let floor = if i == 0 { 0 } else { 1u64 << (i - 1) };
-            let index = bucket(floor.clamp(short.min_ns, short.max_ns));
+            let index = bucket(floor.clamp(short.min_ns(), short.max_ns));
             if index >= self.buckets.len() {
                 self.buckets.resize(index + 1, 0);
             }
             self.buckets[index] += n;
         }
-        if self.count == 0 || short.min_ns < self.min {
-            self.min = short.min_ns;
+        if self.count == 0 || short.min_ns() < self.min {
+            self.min = short.min_ns();
         }
         self.max = self.max.max(short.max_ns);
         self.count += short.count;
@@ -157,7 +157,7 @@ mod tests {
         let short = ShortCalls {
             count: 3,
             total_ns: 4_000,
-            min_ns: 1_100,
+            min_ns_not: !1_100,
             max_ns: 1_500,
             log2,
         };
