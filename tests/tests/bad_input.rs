@@ -826,8 +826,9 @@ fn list_symbols_that_match_nothing() {
     assert_eq!(
         line,
         format!(
-            "xtrace: error: {}: no function symbols (it is stripped and exports none); trace its \
-             calls into libraries (-u LIB:FUNC) or sample it (-F HZ)",
+            "xtrace: error: {}: no function symbols (it is stripped, exports none, and no debug file \
+             of it was found; --debug-dir names where debug files are); trace its calls into \
+             libraries (-u LIB:FUNC) or sample it (-F HZ)",
             stripped.display()
         )
     );

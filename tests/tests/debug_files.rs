@@ -53,16 +53,20 @@ enum Debug {
 /// A stripped copy of `program` in `tmp` (named as `program`), and the directory to give
 /// `--debug-dir` (for [`Debug::BuildId`]).
 fn stripped(program: &Path, tmp: &TempDir, how: Debug) -> (PathBuf, PathBuf) {
+    stripped_with(program, tmp, how, "--only-keep-debug")
+}
+
+/// [`stripped`], the debug file written by `objcopy` with `keep_debug` (`--only-keep-debug` and
+/// any further flag, such as `--compress-debug-sections=zstd`).
+fn stripped_with(program: &Path, tmp: &TempDir, how: Debug, keep_debug: &str) -> (PathBuf, PathBuf) {
     let name = program.file_name().expect("a file name");
     let copy = tmp.join(name.to_str().expect("UTF-8"));
     std::fs::copy(program, &copy).expect("copying the fixture");
     let debug_name = format!("{}.debug", name.to_str().expect("UTF-8"));
     let dir = tmp.path();
-    run(
-        "objcopy",
-        &["--only-keep-debug".as_ref(), name, debug_name.as_ref()],
-        dir,
-    );
+    let mut objcopy: Vec<&std::ffi::OsStr> = keep_debug.split(' ').map(|a| a.as_ref()).collect();
+    objcopy.extend([name, debug_name.as_ref()]);
+    run("objcopy", &objcopy, dir);
     run("strip", &["--strip-all".as_ref(), name], dir);
     let debug_dir = tmp.join("debug");
     match how {
@@ -244,5 +248,75 @@ fn samples_of_a_stripped_program_named_from_its_debug_file() {
     assert!(
         named >= 80.0,
         "hot_a and hot_b are the innermost frame of {named:.1}% of samples"
+    );
+}
+
+/// A debug link is followed from a command launched by a relative path, and from a symlink in
+/// another directory (beside where it leads), as gdb follows them.
+#[test]
+fn debug_link_of_a_relative_or_symlinked_path() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-relative");
+    let (calls, _) = stripped(&fixtures().calls, &tmp, Debug::Link);
+    let mut xtrace = Command::new(xtrace_tests::xtrace_bin())
+        .current_dir(tmp.path())
+        .args([
+            "-q",
+            "-o",
+            "out",
+            "-u",
+            "quick",
+            "-u",
+            "slow",
+            "--",
+            "./calls",
+            "durations",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting xtrace");
+    use std::io::Write;
+    xtrace
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("writing go");
+    let done = xtrace.wait_with_output().expect("waiting for xtrace");
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let out = Outputs::read(&tmp.join("out"));
+    assert_eq!((out.probe_count("quick"), out.probe_count("slow")), (100, 5));
+
+    let elsewhere = tmp.join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let link = elsewhere.join("link");
+    std::os::unix::fs::symlink(&calls, &link).expect("symlink");
+    let rows = listed_symbols(args![&link, "quick"]);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][4], "quick");
+}
+
+/// A debug file whose DWARF is zstd-compressed (which blazesym does not read) still names the
+/// samples, from its own `.symtab`.
+#[test]
+fn samples_named_from_a_zstd_debug_file() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-zstd");
+    let keep = "--only-keep-debug --compress-debug-sections=zstd";
+    let (profile, _) = stripped_with(&fixtures().profile, &tmp, Debug::Link, keep);
+    let out = tmp.join("out");
+    let finished = Xtrace::spawn(args!["-F", "999", "-o", &out, "--", &profile, "split", "1000"]).wait();
+    finished.assert_success();
+    let out = Outputs::read_profiled(&out);
+    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
+    assert!(
+        (a - 75.0).abs() <= 5.0,
+        "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
     );
 }

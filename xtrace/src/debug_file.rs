@@ -57,8 +57,6 @@ pub struct Found {
     pub path: PathBuf,
     /// Its path as the traced process sees it, for messages.
     pub shown: PathBuf,
-    /// Its contents, read once.
-    pub data: Vec<u8>,
 }
 
 /// What a search found: the debug file, or why the first candidate that exists was not taken.
@@ -77,17 +75,23 @@ enum Named {
 }
 
 /// The debug file of the ELF file `file`, opened at `open` and known as `shown` (its path in its
-/// own mount namespace, which the debug directories mirror).
-pub fn find(open: &Path, shown: &Path, file: &object::File) -> Search {
+/// own mount namespace, which the debug directories mirror; a relative one is taken from the
+/// current directory, as a launched command's is).
+pub fn find<'data, R: object::ReadRef<'data>>(
+    open: &Path,
+    shown: &Path,
+    file: &object::File<'data, R>,
+) -> Search {
     let own_id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
     let link = file.gnu_debuglink().ok().flatten();
     let own_inode = std::fs::metadata(open).ok().map(|m| (m.dev(), m.ino()));
     let mut search = Search::default();
-    for Candidate { path, shown, named } in candidates(open, shown, own_id, link) {
+    let places = Places::of(open, shown);
+    for Candidate { path, shown, named } in candidates(&places, own_id, link) {
         match check(&path, named, own_id, own_inode) {
             Check::Missing => {}
-            Check::Match(data) => {
-                search.found = Some(Found { path, shown, data });
+            Check::Match => {
+                search.found = Some(Found { path, shown });
                 return search;
             }
             Check::Refused(why) => {
@@ -109,54 +113,87 @@ struct Candidate {
     named: Named,
 }
 
-impl Candidate {
-    fn at(path: PathBuf, named: Named) -> Self {
-        Candidate {
-            shown: path.clone(),
-            path,
-            named,
+/// The directories a debug link is looked for in: the file's own (as opened, and as shown), each
+/// as named and with its symlinks resolved (`/lib` is `/usr/lib` on Debian, a command may be
+/// launched through a symlink).
+#[derive(Debug, Default, PartialEq)]
+struct Places {
+    /// (where this process opens the file's directory, that directory as shown).
+    beside: Vec<(PathBuf, PathBuf)>,
+    /// The file's directory as its process sees it, absolute: mirrored under each debug directory.
+    mirrored: Vec<PathBuf>,
+}
+
+impl Places {
+    fn of(open: &Path, shown: &Path) -> Places {
+        let shown = std::path::absolute(shown).unwrap_or_else(|_| shown.to_path_buf());
+        let open = &std::path::absolute(open).unwrap_or_else(|_| open.to_path_buf());
+        let mut places = Places::default();
+        let mut add = |open_dir: PathBuf, shown_dir: PathBuf| {
+            if !places.beside.iter().any(|(o, _)| *o == open_dir) {
+                places.beside.push((open_dir, shown_dir.clone()));
+            }
+            if shown_dir.is_absolute() && !places.mirrored.contains(&shown_dir) {
+                places.mirrored.push(shown_dir);
+            }
+        };
+        if let (Some(dir), Some(shown_dir)) = (file_dir(open, &shown), shown.parent()) {
+            add(dir, shown_dir.to_path_buf());
         }
+        // Through the links: a file this process opens by its own path (or through its own
+        // descriptor: a launched command) resolves to where it lies here.
+        if !of_another_process(open) {
+            if let Some(dir) = std::fs::canonicalize(open)
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+            {
+                add(dir.clone(), dir);
+            }
+        }
+        places
     }
 }
 
+/// Whether `open` is a path into another process's view (`/proc/PID/...`), whose links resolve in
+/// that process's mount namespace, not this one.
+fn of_another_process(open: &Path) -> bool {
+    let process = open
+        .strip_prefix("/proc")
+        .ok()
+        .and_then(|rest| rest.components().next());
+    process.is_some_and(|p| p.as_os_str().to_str().is_some_and(|p| p.parse::<u32>().is_ok()))
+}
+
 /// Where the debug file may be, in the order looked at.
-fn candidates(
-    open: &Path,
-    shown: &Path,
-    build_id: Option<&[u8]>,
-    link: Option<(&[u8], u32)>,
-) -> Vec<Candidate> {
+fn candidates(places: &Places, build_id: Option<&[u8]>, link: Option<(&[u8], u32)>) -> Vec<Candidate> {
     let dirs = dirs();
     let mut out = Vec::new();
+    let at = |path: PathBuf, named: Named| Candidate {
+        shown: path.clone(),
+        path,
+        named,
+    };
     if let Some(id) = build_id {
         let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let relative = format!(".build-id/{}/{}.debug", hex(&id[..1]), hex(&id[1..]));
-        out.extend(
-            dirs.iter()
-                .map(|d| Candidate::at(d.join(&relative), Named::BuildId)),
-        );
+        out.extend(dirs.iter().map(|d| at(d.join(&relative), Named::BuildId)));
     }
     // A link names a file, not a path.
     if let Some((name, crc)) = link.filter(|(name, _)| !name.is_empty() && !name.contains(&b'/')) {
         let name = OsStr::from_bytes(name);
         let named = Named::Link(crc);
-        let shown_dir = shown.parent().filter(|d| d.is_absolute());
-        if let Some(dir) = file_dir(open, shown) {
-            for beside in [dir.join(name), dir.join(".debug").join(name)] {
-                let relative = beside.strip_prefix(&dir).unwrap_or(&beside);
+        for (dir, shown_dir) in &places.beside {
+            for sub in [Path::new(""), Path::new(".debug")] {
                 out.push(Candidate {
-                    shown: shown_dir.map_or_else(|| beside.clone(), |d| d.join(relative)),
-                    path: beside,
+                    path: dir.join(sub).join(name),
+                    shown: shown_dir.join(sub).join(name),
                     named,
                 });
             }
         }
-        if let Some(dir) = shown_dir {
+        for dir in &places.mirrored {
             let inner = dir.strip_prefix("/").unwrap_or(dir);
-            out.extend(
-                dirs.iter()
-                    .map(|d| Candidate::at(d.join(inner).join(name), named)),
-            );
+            out.extend(dirs.iter().map(|d| at(d.join(inner).join(name), named)));
         }
     }
     out
@@ -188,7 +225,7 @@ fn file_dir(open: &Path, shown: &Path) -> Option<PathBuf> {
 
 enum Check {
     Missing,
-    Match(Vec<u8>),
+    Match,
     Refused(&'static str),
 }
 
@@ -200,16 +237,18 @@ fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Optio
     if !meta.is_file() || own_inode == Some((meta.dev(), meta.ino())) {
         return Check::Missing;
     }
-    let Ok(data) = std::fs::read(candidate) else {
+    // Only what is looked at is read: a debug file may be of gigabytes.
+    let Ok(handle) = std::fs::File::open(candidate) else {
         return Check::Refused("cannot be read");
     };
-    let Ok(debug) = object::File::parse(&*data) else {
+    let data = object::ReadCache::new(handle);
+    let Ok(debug) = object::File::parse(&data) else {
         return Check::Refused("not an ELF file");
     };
     let their_id = debug.build_id().ok().flatten();
     let matches = match (named, own_id, their_id) {
         (_, Some(own), Some(theirs)) => own == theirs,
-        (Named::Link(crc), _, _) => crc32fast::hash(&data) == crc,
+        (Named::Link(crc), _, _) => crc_of(candidate) == Some(crc),
         (Named::BuildId, _, _) => false,
     };
     if !matches {
@@ -222,12 +261,30 @@ fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Optio
     if debug.symbols().next().is_none() {
         return Check::Refused("no symbol table");
     }
-    Check::Match(data)
+    Check::Match
 }
 
-/// A debug file that sampled addresses of a stripped file are named from, where blazesym would
-/// not find it: one known only by build ID (blazesym looks for build IDs only to follow a debug
-/// link). Its addresses are the file's: the file's segments turn file offsets into them.
+/// The CRC-32 of the file at `path` (the one `.gnu_debuglink` records), read in pieces.
+fn crc_of(path: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0; 1 << 16];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) => return Some(hasher.finalize()),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The debug file that sampled addresses of a stripped file are named from. blazesym follows a
+/// debug link itself, but not to a debug file known only by build ID; and where it cannot read
+/// the debug file's DWARF (zstd-compressed sections) it falls back to the stripped file's own
+/// tables, not the debug file's `.symtab`. Its addresses are the file's: the file's segments turn
+/// file offsets into them.
 #[derive(Clone)]
 pub struct ForSymbolizing {
     pub path: PathBuf,
@@ -251,8 +308,9 @@ type Looked = HashMap<(u64, u64), Option<ForSymbolizing>>;
 /// [`Looked`]: each file read once however many times it is asked for.
 static SYMBOLIZING: Mutex<Option<Looked>> = Mutex::new(None);
 
-/// The debug file to name `path`'s addresses from when it is stripped, has no debug link and a
-/// debug file matches its build ID; None otherwise.
+/// The debug file to name `path`'s addresses from when it is stripped and a debug file matches it;
+/// None otherwise. `path` is a file of this process's view, or one of another process's
+/// (`/proc/PID/root/...`).
 pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
     let meta = std::fs::metadata(path).ok()?;
     let key = (meta.dev(), meta.ino());
@@ -267,12 +325,23 @@ pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
 }
 
 fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    if file.symbols().next().is_some() || file.gnu_debuglink().ok().flatten().is_some() {
+    // Only the headers, notes and .dynsym are read: such a file may be a library of a gigabyte.
+    let data = object::ReadCache::new(std::fs::File::open(path).ok()?);
+    let file = object::File::parse(&data).ok()?;
+    if file.symbols().next().is_some() {
         return None;
     }
-    let found = find(path, path, &file).found?;
+    // Its path in its process's mount namespace, which the debug directories mirror.
+    let shown = path
+        .strip_prefix("/proc")
+        .ok()
+        .and_then(|rest| {
+            let mut parts = rest.components();
+            parts.next()?.as_os_str().to_str()?.parse::<u32>().ok()?;
+            (parts.next()?.as_os_str() == "root").then(|| Path::new("/").join(parts.as_path()))
+        })
+        .unwrap_or_else(|| path.to_path_buf());
+    let found = find(path, &shown, &file).found?;
     Some(ForSymbolizing {
         path: found.path,
         segments: file
@@ -294,12 +363,16 @@ mod tests {
     #[test]
     fn candidates_in_gdb_order() {
         let id = [0xab, 0xcd, 0xef, 0x01];
-        let found = candidates(
-            Path::new("/proc/7/root/usr/bin/app"),
-            Path::new("/usr/bin/app"),
-            Some(&id),
-            Some((b"app.debug", 5)),
+        let places = Places::of(Path::new("/proc/7/root/usr/bin/app"), Path::new("/usr/bin/app"));
+        // Another process's file: its links are not resolved here.
+        assert_eq!(
+            places,
+            Places {
+                beside: vec![("/proc/7/root/usr/bin".into(), "/usr/bin".into())],
+                mirrored: vec!["/usr/bin".into()],
+            }
         );
+        let found = candidates(&places, Some(&id), Some((b"app.debug", 5)));
         let paths: Vec<String> = found.iter().map(|c| c.path.display().to_string()).collect();
         assert_eq!(
             paths,
@@ -312,9 +385,35 @@ mod tests {
                 "/lib/debug/usr/bin/app.debug",
             ]
         );
+        // Shown as the process sees them.
+        assert_eq!(found[2].shown, Path::new("/usr/bin/app.debug"));
         // A link that names a path, or nothing, is not followed.
-        assert!(candidates(Path::new("/a/b"), Path::new("/a/b"), None, Some((b"../x", 1))).is_empty());
-        assert!(candidates(Path::new("/a/b"), Path::new("/a/b"), None, Some((b"", 1))).is_empty());
+        assert!(candidates(&places, None, Some((b"../x", 1))).is_empty());
+        assert!(candidates(&places, None, Some((b"", 1))).is_empty());
+    }
+
+    /// A file of this process's view is looked for beside it as named and beside where its
+    /// symlinks lead; a relative name is taken from the current directory.
+    #[test]
+    fn places_through_symlinks_and_relative_names() {
+        let tmp = std::env::temp_dir().join(format!("xtrace-debug-places-{}", std::process::id()));
+        let real = tmp.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("app"), b"").unwrap();
+        let link = tmp.join("app");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(real.join("app"), &link).unwrap();
+        let places = Places::of(&link, &link);
+        let real = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(
+            places.beside,
+            [(tmp.clone(), tmp.clone()), (real.clone(), real.clone())]
+        );
+        assert_eq!(places.mirrored, [tmp.clone(), real]);
+        let relative = Places::of(Path::new("x/app"), Path::new("x/app"));
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(relative.beside[0], (cwd.join("x"), cwd.join("x")));
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -190,8 +190,21 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
     let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
     let found = symbols.find(&spec.symbol).map_err(|e| match e {
         // The advice of -u (`list the functions with xtrace list symbols`) does not fit here.
-        Error::SymbolNotFound { path, stripped, .. } if spec.symbol == "*" => {
-            let stripped = if stripped { " (it is stripped and exports none)" } else { "" };
+        Error::SymbolNotFound {
+            path,
+            stripped,
+            debug_refused,
+            ..
+        } if spec.symbol == "*" => {
+            let stripped = match (stripped, debug_refused) {
+                (false, _) => String::new(),
+                (true, Some(refused)) => {
+                    format!(" (it is stripped and exports none, and {refused} is not its debug file)")
+                }
+                (true, None) => " (it is stripped, exports none, and no debug file of it was found; \
+                                 --debug-dir names where debug files are)"
+                    .into(),
+            };
             Error::Unreadable {
                 path,
                 reason: format!(
@@ -256,7 +269,10 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
     }
     let stripped = match (&symbols.debug_file, symbols.stripped) {
         (Some(debug), _) => format!(" (stripped; named from its debug file {})", debug.display()),
-        (None, true) => " (stripped: .dynsym only)".into(),
+        (None, true) => match &symbols.debug_refused {
+            Some(refused) => format!(" (stripped: .dynsym only; {refused} is not its debug file)"),
+            None => " (stripped: .dynsym only)".into(),
+        },
         (None, false) => String::new(),
     };
     let plural = if found.len() == 1 { "" } else { "s" };

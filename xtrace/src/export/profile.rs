@@ -109,38 +109,38 @@ pub(crate) fn symbolizer() -> Symbolizer {
 /// `operator()` would merge every lambda, `f` both `(anonymous namespace)::f` and
 /// `a::(anonymous namespace)::f`.
 ///
-/// A stripped file without a debug link whose debug file is known by build ID alone (which
-/// blazesym does not look for) is named from that debug file
-/// ([`crate::debug_file::for_symbolizing`]), and from its own tables where the debug file has no
-/// name.
+/// A stripped file whose debug file is found ([`crate::debug_file::for_symbolizing`]) is named
+/// from that debug file, the same way (its DWARF, else its own `.symtab`, which has the mangled
+/// names), and from its own tables where the debug file has no name.
 pub(crate) fn symbolize_elf<'s>(
     symbolizer: &'s Symbolizer,
     path: &str,
     input: Input<&[u64]>,
 ) -> blazesym::Result<Vec<Symbolized<'s>>> {
-    let own = symbolize_file(symbolizer, path, input)?;
-    let Input::FileOffset(offsets) = input else {
-        return Ok(own);
+    let debug = match input {
+        Input::FileOffset(offsets) => crate::debug_file::for_symbolizing(std::path::Path::new(path))
+            .and_then(|debug| Some((debug.path.to_str()?.to_owned(), debug, offsets))),
+        _ => None,
     };
-    let Some(debug) = crate::debug_file::for_symbolizing(std::path::Path::new(path)) else {
-        return Ok(own);
-    };
-    let Some(debug_path) = debug.path.to_str() else {
-        return Ok(own);
+    let Some((debug_path, debug, offsets)) = debug else {
+        return symbolize_file(symbolizer, path, input);
     };
     // An offset outside the loaded segments has no address: 0 names nothing.
     let addresses: Vec<u64> = offsets.iter().map(|&o| debug.address(o).unwrap_or(0)).collect();
-    let Ok(named) = symbolize_file(symbolizer, debug_path, Input::VirtOffset(&addresses)) else {
-        return Ok(own);
-    };
-    Ok(own
+    let named = symbolize_file(symbolizer, &debug_path, Input::VirtOffset(&addresses)).unwrap_or_else(|_| {
+        vec![Symbolized::Unknown(blazesym::symbolize::Reason::Unsupported); offsets.len()]
+    });
+    let known = |(named, address): (&Symbolized, &u64)| matches!(named, Symbolized::Sym(_)) && *address != 0;
+    if named.iter().zip(&addresses).all(known) {
+        return Ok(named);
+    }
+    // What the debug file does not name, the file's own tables may (a PLT stub's neighbour).
+    let own = symbolize_file(symbolizer, path, input)?;
+    Ok(named
         .into_iter()
-        .zip(named)
-        .zip(addresses)
-        .map(|((own, named), address)| match named {
-            Symbolized::Sym(_) if address != 0 => named,
-            _ => own,
-        })
+        .zip(own)
+        .zip(&addresses)
+        .map(|((named, own), address)| if known((&named, address)) { named } else { own })
         .collect())
 }
 

@@ -221,10 +221,13 @@ impl ElfSymbols {
         } else {
             crate::debug_file::Search::default()
         };
-        let debug_elf = debug
+        let debug_data = debug
             .found
             .as_ref()
-            .and_then(|found| object::File::parse(&*found.data).ok());
+            .and_then(|found| std::fs::read(&found.path).ok());
+        let debug_elf = debug_data
+            .as_deref()
+            .and_then(|data| object::File::parse(data).ok());
         let symtab = debug_elf.as_ref().unwrap_or(&file).symbols();
         // Addresses other symbols name than functions, sections and files: those in the code are
         // labels (kept below, once the code is known).
