@@ -483,3 +483,58 @@ fn sigkill_before_the_command_starts_ends_the_waiting_child_quietly() {
     }
     panic!("the command exec'd before xtrace could be killed, 10 times");
 }
+
+/// Without `-o`, the default directory is made anew: a symbolic link another user planted under
+/// the guessable `xtrace-YYYYmmdd-HHMMSS` (here for every second of the next half minute) is
+/// passed over for `…-2`, and the directory it points at, whose `summary.json` xtrace would have
+/// replaced, is left as it was.
+#[test]
+fn the_default_output_directory_is_made_anew() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("default-dir");
+    let victim = tmp.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::write(victim.join("summary.json"), "precious").unwrap();
+    let shared = tmp.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    for second in 0..30 {
+        let name = std::process::Command::new("date")
+            .arg(format!("-d+{second} sec"))
+            .arg("+xtrace-%Y%m%d-%H%M%S")
+            .output()
+            .expect("running date");
+        let name = String::from_utf8(name.stdout).unwrap();
+        std::os::unix::fs::symlink(&victim, shared.join(name.trim())).unwrap();
+    }
+    let done = std::process::Command::new(xtrace_tests::xtrace_bin())
+        .current_dir(&shared)
+        .args(["-q", "-u", "work", "--"])
+        .arg(&fixtures().spans)
+        .args(["exit", "0"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65533")
+        .output()
+        .expect("running xtrace");
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let names: Vec<String> = std::fs::read_dir(&victim)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["summary.json"]);
+    assert_eq!(
+        std::fs::read_to_string(victim.join("summary.json")).unwrap(),
+        "precious"
+    );
+    let made: Vec<std::path::PathBuf> = std::fs::read_dir(&shared)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.is_symlink())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(made[0].to_string_lossy().ends_with("-2"), "{made:?}");
+    let meta = std::fs::metadata(&made[0]).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65533));
+    assert_eq!(Outputs::read(&made[0]).probe_count("work"), 3);
+}

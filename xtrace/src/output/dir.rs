@@ -69,6 +69,56 @@ impl Dir {
         })
     }
 
+    /// Creates a new directory `parent/base`, or `parent/base-2`, `-3`, ... up to `-99` where a
+    /// name is taken (by anything: a directory of an earlier run in the same second, a symbolic
+    /// link planted for the name), and opens it without following a link; under sudo it is
+    /// handed to `owner`. For a name xtrace picks itself: nothing that was there before is
+    /// entered, followed or written into. A directory swapped in between its creation and its
+    /// opening is refused by its owner.
+    pub fn create_fresh(parent: &Path, base: &str, owner: Option<(u32, u32)>) -> io::Result<Dir> {
+        let at = open_at(libc::AT_FDCWD, parent.as_os_str(), false)?;
+        for n in 1..100 {
+            let name = if n == 1 {
+                base.to_owned()
+            } else {
+                format!("{base}-{n}")
+            };
+            let c = c_name(OsStr::new(&name))?;
+            // SAFETY: a live directory descriptor and a NUL-terminated name.
+            match checked(unsafe { libc::mkdirat(at.as_raw_fd(), c.as_ptr(), 0o777) }) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+            let fd = open_at(at.as_raw_fd(), OsStr::new(&name), true)?;
+            let meta = File::from(fd.try_clone()?).metadata()?;
+            // SAFETY: geteuid has no preconditions.
+            if std::os::unix::fs::MetadataExt::uid(&meta) != unsafe { libc::geteuid() } {
+                return Err(io::Error::other(format!(
+                    "{name} was replaced by another user's directory as it was created"
+                )));
+            }
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::fchown(File::from(fd.try_clone()?), Some(uid), Some(gid))?;
+            }
+            let path = if parent == Path::new(".") {
+                PathBuf::from(&name)
+            } else {
+                parent.join(&name)
+            };
+            return Ok(Dir {
+                path,
+                fd,
+                owner,
+                created: true,
+            });
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{base} and {base}-2 to {base}-99 are all taken"),
+        ))
+    }
+
     /// The path the directory was opened by.
     pub fn path(&self) -> &Path {
         &self.path
@@ -209,6 +259,32 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xtrace-dir-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    /// A name xtrace picks is made anew: a symbolic link planted for it (to a directory whose
+    /// files it would otherwise replace) and an existing directory are passed over.
+    #[test]
+    fn a_fresh_directory_passes_over_taken_names() {
+        let top = scratch("fresh");
+        let victim = top.join("victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::os::unix::fs::symlink(&victim, top.join("run")).unwrap();
+        std::fs::create_dir(top.join("run-2")).unwrap();
+        let dir = Dir::create_fresh(&top, "run", None).unwrap();
+        assert_eq!(dir.path(), top.join("run-3"));
+        dir.create_file("summary.json").unwrap();
+        assert!(top.join("run-3/summary.json").is_file());
+        assert_eq!(
+            std::fs::read_dir(&victim).unwrap().count(),
+            0,
+            "nothing went through the link"
+        );
+        assert_eq!(std::fs::read_dir(top.join("run-2")).unwrap().count(), 0);
+        assert_eq!(
+            Dir::create_fresh(&top, "run", None).unwrap().path(),
+            top.join("run-4")
+        );
+        std::fs::remove_dir_all(&top).unwrap();
     }
 
     #[test]

@@ -51,12 +51,20 @@ fn invoking_user() -> Option<(u32, u32)> {
     Some((id("SUDO_UID")?, id("SUDO_GID")?))
 }
 
-/// Opens `dir` (the default name when None), creating it and its parents if needed: every
+/// Opens `dir`, creating it and its parents if needed; without one, creates a new directory of the
+/// default name in the working directory ([`Dir::create_fresh`]: never one that was there). Every
 /// directory and file xtrace creates belongs to the invoking user under sudo. Fails now, before
 /// anything is attached, if files cannot be created there. Every file of the recording is then
 /// made through the returned descriptor (see [`Dir`]).
 pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
-    let path = dir.map(Path::to_path_buf).unwrap_or_else(default_dir);
+    let Some(path) = dir else {
+        // A name xtrace picks is made anew: one taken (a link planted for it) is passed over.
+        let base = default_dir();
+        let dir = Dir::create_fresh(Path::new("."), &base.to_string_lossy(), invoking_user())
+            .map_err(|source| Error::Output { path: base, source })?;
+        return writable(dir);
+    };
+    let path = path.to_path_buf();
     let err = |source| Error::Output {
         path: path.clone(),
         source,
@@ -74,7 +82,16 @@ pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
             target.display()
         ))));
     }
-    let dir = Dir::open_or_create(&path, invoking_user()).map_err(err)?;
+    writable(Dir::open_or_create(&path, invoking_user()).map_err(err)?)
+}
+
+/// Checks that files can be made in `dir`, and that no output name there is taken by what xtrace
+/// would not replace.
+fn writable(dir: Dir) -> Result<Dir> {
+    let err = |source| Error::Output {
+        path: dir.path().to_path_buf(),
+        source,
+    };
     let probe = format!(".xtrace-{}", std::process::id());
     dir.create_file(&probe).map_err(err)?;
     let _ = dir.remove_file(&probe);
