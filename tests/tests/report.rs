@@ -304,15 +304,24 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
             "{argv:?}"
         );
     }
-    // A reader that goes away: nothing to say, exit 0.
-    let mut head = std::process::Command::new(xtrace_tests::xtrace_bin())
-        .args(args!["report", &wl, "--format", "json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("running xtrace");
-    drop(head.stdout.take());
-    let ran = head.wait_with_output().expect("waiting for xtrace");
-    assert_eq!(ran.status.code(), Some(0));
-    assert_eq!(String::from_utf8_lossy(&ran.stderr), "");
+    // A reader that goes away: no error, exit 0; also for standard output named with `-o -`.
+    let base = data(WORKLOAD);
+    for argv in [
+        args!["report", &wl, "--format", "json"],
+        args!["report", &wl, "--format", "json", "-o", "-"],
+        args!["report", &wl, "--format", "pprof", "-o", "-"],
+        args!["diff", &base, data("workload-2"), "-o", "-"],
+    ] {
+        let mut head = std::process::Command::new(xtrace_tests::xtrace_bin())
+            .args(&argv)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running xtrace");
+        drop(head.stdout.take());
+        let ran = head.wait_with_output().expect("waiting for xtrace");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert_eq!(ran.status.code(), Some(0), "{argv:?}: {stderr}");
+        assert!(!stderr.contains("error"), "{argv:?}: {stderr}");
+    }
 }

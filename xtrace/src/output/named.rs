@@ -24,9 +24,14 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
         source,
     };
     let refused = |why: &str| failed(std::io::Error::other(why.to_string()));
+    // A reader that went away (`-o - | head`) is no error, as for standard output without -o.
+    let gone_is_done = |written: std::io::Result<()>| match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    };
     if path.as_os_str() == "-" {
         let mut out = std::io::stdout().lock();
-        return out.write_all(bytes).and_then(|()| out.flush()).map_err(failed);
+        return gone_is_done(out.write_all(bytes).and_then(|()| out.flush())).map_err(failed);
     }
     if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
         return Err(refused("a file name cannot end in '/'"));
@@ -41,11 +46,11 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
         }
         if target.as_ref().is_ok_and(through) {
             // Opened as it is, without creating or truncating: what is there stays.
-            return std::fs::OpenOptions::new()
+            let written = std::fs::OpenOptions::new()
                 .write(true)
                 .open(path)
-                .and_then(|mut f| f.write_all(bytes))
-                .map_err(failed);
+                .and_then(|mut f| f.write_all(bytes));
+            return gone_is_done(written).map_err(failed);
         }
         if kind.is_block_device() || kind.is_socket() {
             return Err(refused("it is not a regular file"));
