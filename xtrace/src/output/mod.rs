@@ -41,14 +41,57 @@ pub fn default_dir() -> PathBuf {
     ))
 }
 
-/// The user who ran `sudo xtrace`, when xtrace runs as root under sudo.
+/// The user who ran `sudo xtrace`, when xtrace runs as root under sudo. A `SUDO_UID` or
+/// `SUDO_GID` that is set but is no id (or one without the other) is said once on stderr: the
+/// outputs then stay root's.
 fn invoking_user() -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }
-    let id = |name| std::env::var(name).ok()?.parse::<u32>().ok();
-    Some((id("SUDO_UID")?, id("SUDO_GID")?))
+    let (uid, gid) = (std::env::var_os("SUDO_UID"), std::env::var_os("SUDO_GID"));
+    match sudo_ids(uid.as_deref(), gid.as_deref()) {
+        Ok(ids) => ids,
+        Err(()) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                let shown = |v: &Option<std::ffi::OsString>| {
+                    v.as_ref()
+                        .map_or("unset".into(), |v| format!("{:?}", v.to_string_lossy()))
+                };
+                crate::cli::print_err(&format!(
+                    "xtrace: warning: SUDO_UID={} and SUDO_GID={} are not a user and group id, so \
+                     the outputs stay root's; unset them, or run xtrace with sudo",
+                    shown(&uid),
+                    shown(&gid)
+                ));
+            });
+            None
+        }
+    }
+}
+
+/// The ids in `SUDO_UID` and `SUDO_GID`: None when neither is set, an error when either is not
+/// an id (digits only, as sudo writes them; not `(uid_t)-1`, which chown takes for "unchanged").
+fn sudo_ids(
+    uid: Option<&std::ffi::OsStr>,
+    gid: Option<&std::ffi::OsStr>,
+) -> std::result::Result<Option<(u32, u32)>, ()> {
+    if uid.is_none() && gid.is_none() {
+        return Ok(None);
+    }
+    let id = |value: Option<&std::ffi::OsStr>| {
+        let value = value?.to_str()?;
+        let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+        digits
+            .then(|| value.parse::<u32>().ok())
+            .flatten()
+            .filter(|&id| id != u32::MAX)
+    };
+    match (id(uid), id(gid)) {
+        (Some(uid), Some(gid)) => Ok(Some((uid, gid))),
+        _ => Err(()),
+    }
 }
 
 /// Opens `dir`, creating it and its parents if needed; without one, creates a new directory of the
@@ -224,6 +267,28 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
+
+    #[test]
+    fn sudo_ids_are_digits() {
+        let ids = |uid: Option<&str>, gid: Option<&str>| {
+            sudo_ids(uid.map(std::ffi::OsStr::new), gid.map(std::ffi::OsStr::new))
+        };
+        assert_eq!(ids(None, None), Ok(None));
+        assert_eq!(ids(Some("1000"), Some("100")), Ok(Some((1000, 100))));
+        for (uid, gid) in [
+            (Some("abc"), Some("1")),
+            (Some(""), Some("1")),
+            (Some("+1000"), Some("1")),
+            (Some(" 1000"), Some("1")),
+            (Some("-1"), Some("1")),
+            (Some("4294967295"), Some("1")),
+            (Some("4294967296"), Some("1")),
+            (Some("1000"), None),
+            (None, Some("1000")),
+        ] {
+            assert_eq!(ids(uid, gid), Err(()), "{uid:?} {gid:?}");
+        }
+    }
 
     #[test]
     fn default_name_shape() {
