@@ -320,3 +320,47 @@ fn samples_named_from_a_zstd_debug_file() {
         "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
     );
 }
+
+/// A process of another mount namespace (a container) whose debug file is installed in that
+/// namespace's /usr/lib/debug, which the host's does not have: found through /proc/PID/root.
+#[test]
+fn debug_file_of_a_container() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("debug-container");
+    let (calls, debug_dir) = stripped(&fixtures().calls, &tmp, Debug::BuildId);
+    let id = build_id(&calls);
+    let debug = debug_dir
+        .join(".build-id")
+        .join(&id[..2])
+        .join(format!("{}.debug", &id[2..]));
+    let root = tmp.join("root");
+    std::fs::create_dir(&root).expect("mkdir");
+    let script = r#"mount -t tmpfs xtrace-test "$0" && cp "$1" "$0"/ &&
+        mount -t tmpfs xtrace-debug /usr/lib/debug && mkdir -p "/usr/lib/debug/.build-id/$3" &&
+        cp "$2" "/usr/lib/debug/.build-id/$3/$4.debug" && exec "$0"/calls durations"#;
+    let mut fixture = Fixture::spawn(
+        Path::new("unshare"),
+        &[
+            "--mount",
+            "sh",
+            "-c",
+            script,
+            root.to_str().expect("UTF-8"),
+            calls.to_str().expect("UTF-8"),
+            debug.to_str().expect("UTF-8"),
+            &id[..2],
+            &id[2..],
+        ],
+    );
+    fixture.wait_ready();
+    assert!(
+        !root.join("calls").exists(),
+        "the program exists only inside the namespace"
+    );
+    let out = tmp.join("out");
+    trace_fixture_with(&mut fixture, args!["-u", "quick", "-u", "slow"], &[], &out);
+    let out = Outputs::read(&out);
+    assert_eq!((out.probe_count("quick"), out.probe_count("slow")), (100, 5));
+}

@@ -113,70 +113,114 @@ struct Candidate {
     named: Named,
 }
 
-/// The directories a debug link is looked for in: the file's own (as opened, and as shown), each
-/// as named and with its symlinks resolved (`/lib` is `/usr/lib` on Debian, a command may be
-/// launched through a symlink).
+/// A path into a process's view, `/proc/PID/PART/REST`, split.
+fn proc_path(path: &Path) -> Option<(u32, &OsStr, &Path)> {
+    let mut parts = path.strip_prefix("/proc").ok()?.components();
+    let pid = parts.next()?.as_os_str().to_str()?.parse().ok()?;
+    let part = parts.next()?.as_os_str();
+    Some((pid, part, parts.as_path()))
+}
+
+/// Where the debug file of a file may be: the file's own directory (as opened, and as its
+/// process sees it), each as named and with its symlinks resolved (`/lib` is `/usr/lib` on
+/// Debian, a command may be launched through a symlink); and, for a file of another mount
+/// namespace (a container), that namespace's debug directories too.
 #[derive(Debug, Default, PartialEq)]
 struct Places {
     /// (where this process opens the file's directory, that directory as shown).
     beside: Vec<(PathBuf, PathBuf)>,
     /// The file's directory as its process sees it, absolute: mirrored under each debug directory.
     mirrored: Vec<PathBuf>,
+    /// `/proc/PID/root` of the file's process, where its mount namespace is not this process's.
+    root: Option<PathBuf>,
 }
 
 impl Places {
+    /// `open` is a path of this process's view, or of another process's (`/proc/PID/root/...`,
+    /// `/proc/PID/exe`, `/proc/PID/map_files/...`); `shown` the file's path as its process sees
+    /// it (`/proc/PID/root/REST` is taken for `/REST`; a `/proc/PID/...` link names no directory).
     fn of(open: &Path, shown: &Path) -> Places {
-        let shown = std::path::absolute(shown).unwrap_or_else(|_| shown.to_path_buf());
         let open = &std::path::absolute(open).unwrap_or_else(|_| open.to_path_buf());
+        let shown = std::path::absolute(shown).unwrap_or_else(|_| shown.to_path_buf());
+        let shown = match proc_path(&shown) {
+            Some((_, part, rest)) if part == "root" => Some(Path::new("/").join(rest)),
+            Some(_) => None,
+            None => Some(shown),
+        };
+        let process = proc_path(open).map(|(pid, _, _)| pid);
         let mut places = Places::default();
         let mut add = |open_dir: PathBuf, shown_dir: PathBuf| {
             if !places.beside.iter().any(|(o, _)| *o == open_dir) {
                 places.beside.push((open_dir, shown_dir.clone()));
             }
-            if shown_dir.is_absolute() && !places.mirrored.contains(&shown_dir) {
+            if !places.mirrored.contains(&shown_dir) {
                 places.mirrored.push(shown_dir);
             }
         };
-        if let (Some(dir), Some(shown_dir)) = (file_dir(open, &shown), shown.parent()) {
+        if let Some(shown_dir) = shown.as_deref().and_then(Path::parent) {
+            // `open` may be a link (`/proc/PID/exe`, `/proc/self/fd/N`) whose directory is not the
+            // file's: the shown directory, under the process's root.
+            let dir = match process {
+                Some(pid) => proc_root(pid).join(shown_dir.strip_prefix("/").unwrap_or(shown_dir)),
+                None if open.starts_with("/proc") => shown_dir.to_path_buf(),
+                None => open
+                    .parent()
+                    .map_or_else(|| shown_dir.to_path_buf(), Path::to_path_buf),
+            };
             add(dir, shown_dir.to_path_buf());
         }
-        // Through the links: a file this process opens by its own path (or through its own
-        // descriptor: a launched command) resolves to where it lies here.
-        if !of_another_process(open) {
-            if let Some(dir) = std::fs::canonicalize(open)
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-            {
-                add(dir.clone(), dir);
+        match process {
+            Some(pid) => {
+                // Another mount namespace may mount other debug files, over the same root.
+                let namespace = |of: &str| std::fs::read_link(format!("/proc/{of}/ns/mnt")).ok();
+                let ours = namespace("self");
+                if ours.is_none() || namespace(&pid.to_string()) != ours {
+                    places.root = Some(proc_root(pid));
+                }
+            }
+            // Through the links: a file this process opens by its own path (or through its own
+            // descriptor: a launched command) resolves to where it lies here.
+            None => {
+                if let Some(dir) = std::fs::canonicalize(open)
+                    .ok()
+                    .and_then(|p| p.parent().map(Path::to_path_buf))
+                {
+                    add(dir.clone(), dir);
+                }
             }
         }
         places
     }
 }
 
-/// Whether `open` is a path into another process's view (`/proc/PID/...`), whose links resolve in
-/// that process's mount namespace, not this one.
-fn of_another_process(open: &Path) -> bool {
-    let process = open
-        .strip_prefix("/proc")
-        .ok()
-        .and_then(|rest| rest.components().next());
-    process.is_some_and(|p| p.as_os_str().to_str().is_some_and(|p| p.parse::<u32>().is_ok()))
+fn proc_root(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/root"))
 }
 
 /// Where the debug file may be, in the order looked at.
 fn candidates(places: &Places, build_id: Option<&[u8]>, link: Option<(&[u8], u32)>) -> Vec<Candidate> {
-    let dirs = dirs();
-    let mut out = Vec::new();
-    let at = |path: PathBuf, named: Named| Candidate {
-        shown: path.clone(),
-        path,
-        named,
+    // (where this process opens a debug directory, how it is shown): xtrace's, then the
+    // container's defaults.
+    let mut dirs: Vec<(PathBuf, PathBuf)> = dirs().into_iter().map(|d| (d.clone(), d)).collect();
+    if let Some(root) = &places.root {
+        for dir in DEFAULT_DIRS {
+            dirs.push((root.join(&dir[1..]), PathBuf::from(dir)));
+        }
+    }
+    let in_dirs = |relative: &Path, named: Named| {
+        dirs.iter()
+            .map(|(open, shown)| Candidate {
+                path: open.join(relative),
+                shown: shown.join(relative),
+                named,
+            })
+            .collect::<Vec<_>>()
     };
+    let mut out = Vec::new();
     if let Some(id) = build_id {
         let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let relative = format!(".build-id/{}/{}.debug", hex(&id[..1]), hex(&id[1..]));
-        out.extend(dirs.iter().map(|d| at(d.join(&relative), Named::BuildId)));
+        out.extend(in_dirs(Path::new(&relative), Named::BuildId));
     }
     // A link names a file, not a path.
     if let Some((name, crc)) = link.filter(|(name, _)| !name.is_empty() && !name.contains(&b'/')) {
@@ -193,34 +237,10 @@ fn candidates(places: &Places, build_id: Option<&[u8]>, link: Option<(&[u8], u32
         }
         for dir in &places.mirrored {
             let inner = dir.strip_prefix("/").unwrap_or(dir);
-            out.extend(dirs.iter().map(|d| at(d.join(inner).join(name), named)));
+            out.extend(in_dirs(&inner.join(name), named));
         }
     }
     out
-}
-
-/// The directory that holds the file, as this process can open it: `open` may be a link of a
-/// process (`/proc/PID/exe`, `/proc/PID/map_files/RANGE`, `/proc/self/fd/N`), whose directory is
-/// not the file's; then `shown`'s directory, under `/proc/PID/root` for another process (its
-/// mount namespace).
-fn file_dir(open: &Path, shown: &Path) -> Option<PathBuf> {
-    let shown_dir = shown.parent().filter(|d| d.is_absolute());
-    let process = open
-        .strip_prefix("/proc")
-        .ok()
-        .and_then(|rest| rest.components().next());
-    let Some(process) = process else {
-        return open.parent().map(Path::to_path_buf);
-    };
-    let process = process.as_os_str();
-    match shown_dir {
-        Some(dir) if process == "self" || process == "thread-self" => Some(dir.to_path_buf()),
-        Some(dir) if process.to_str().is_some_and(|p| p.parse::<u32>().is_ok()) => {
-            let inner = dir.strip_prefix("/").unwrap_or(dir);
-            Some(Path::new("/proc").join(process).join("root").join(inner))
-        }
-        _ => open.parent().map(Path::to_path_buf),
-    }
 }
 
 enum Check {
@@ -253,6 +273,7 @@ fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Optio
     };
     if !matches {
         return Check::Refused(match named {
+            Named::BuildId if their_id.is_none() => "no build ID",
             Named::BuildId => "another build ID",
             Named::Link(_) if own_id.is_some() && their_id.is_some() => "another build ID",
             Named::Link(_) => "its CRC is not the one the .gnu_debuglink names",
@@ -331,17 +352,8 @@ fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
     if file.symbols().next().is_some() {
         return None;
     }
-    // Its path in its process's mount namespace, which the debug directories mirror.
-    let shown = path
-        .strip_prefix("/proc")
-        .ok()
-        .and_then(|rest| {
-            let mut parts = rest.components();
-            parts.next()?.as_os_str().to_str()?.parse::<u32>().ok()?;
-            (parts.next()?.as_os_str() == "root").then(|| Path::new("/").join(parts.as_path()))
-        })
-        .unwrap_or_else(|| path.to_path_buf());
-    let found = find(path, &shown, &file).found?;
+    // `find` takes `/proc/PID/root/REST` for the process's `/REST`.
+    let found = find(path, path, &file).found?;
     Some(ForSymbolizing {
         path: found.path,
         segments: file
@@ -358,38 +370,90 @@ fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
 mod tests {
     use super::*;
 
-    /// Build-ID paths come first, each directory in turn; a debug link is looked for next to the
-    /// file, in `.debug/` beside it, then under each directory as the file's own path.
+    /// A pid no process can have (above the kernel's largest `pid_max`): its root is not ours.
+    const GONE: &str = "/proc/4194305";
+
+    /// Build-ID paths come first, each directory in turn, the container's last; a debug link is
+    /// looked for next to the file, in `.debug/` beside it, then under each directory as the
+    /// file's own path.
     #[test]
     fn candidates_in_gdb_order() {
         let id = [0xab, 0xcd, 0xef, 0x01];
-        let places = Places::of(Path::new("/proc/7/root/usr/bin/app"), Path::new("/usr/bin/app"));
+        let places = Places::of(
+            Path::new(&format!("{GONE}/root/usr/bin/app")),
+            Path::new("/usr/bin/app"),
+        );
         // Another process's file: its links are not resolved here.
         assert_eq!(
             places,
             Places {
-                beside: vec![("/proc/7/root/usr/bin".into(), "/usr/bin".into())],
+                beside: vec![(format!("{GONE}/root/usr/bin").into(), "/usr/bin".into())],
                 mirrored: vec!["/usr/bin".into()],
+                root: Some(format!("{GONE}/root").into()),
             }
         );
         let found = candidates(&places, Some(&id), Some((b"app.debug", 5)));
         let paths: Vec<String> = found.iter().map(|c| c.path.display().to_string()).collect();
+        let root = format!("{GONE}/root");
         assert_eq!(
             paths,
             [
-                "/usr/lib/debug/.build-id/ab/cdef01.debug",
-                "/lib/debug/.build-id/ab/cdef01.debug",
-                "/proc/7/root/usr/bin/app.debug",
-                "/proc/7/root/usr/bin/.debug/app.debug",
-                "/usr/lib/debug/usr/bin/app.debug",
-                "/lib/debug/usr/bin/app.debug",
+                "/usr/lib/debug/.build-id/ab/cdef01.debug".to_owned(),
+                "/lib/debug/.build-id/ab/cdef01.debug".to_owned(),
+                format!("{root}/usr/lib/debug/.build-id/ab/cdef01.debug"),
+                format!("{root}/lib/debug/.build-id/ab/cdef01.debug"),
+                format!("{root}/usr/bin/app.debug"),
+                format!("{root}/usr/bin/.debug/app.debug"),
+                "/usr/lib/debug/usr/bin/app.debug".to_owned(),
+                "/lib/debug/usr/bin/app.debug".to_owned(),
+                format!("{root}/usr/lib/debug/usr/bin/app.debug"),
+                format!("{root}/lib/debug/usr/bin/app.debug"),
             ]
         );
         // Shown as the process sees them.
-        assert_eq!(found[2].shown, Path::new("/usr/bin/app.debug"));
+        assert_eq!(
+            found[2].shown,
+            Path::new("/usr/lib/debug/.build-id/ab/cdef01.debug")
+        );
+        assert_eq!(found[4].shown, Path::new("/usr/bin/app.debug"));
         // A link that names a path, or nothing, is not followed.
         assert!(candidates(&places, None, Some((b"../x", 1))).is_empty());
         assert!(candidates(&places, None, Some((b"", 1))).is_empty());
+    }
+
+    /// A file opened through a process's link is looked for in its directory as the process sees
+    /// it, under the process's root; a `/proc/PID/root/...` path shown is the process's own path.
+    #[test]
+    fn a_files_directory_in_its_own_mount_namespace() {
+        let beside = |open: &str, shown: &str| Places::of(Path::new(open), Path::new(shown)).beside;
+        let pair = |a: &str, b: &str| (PathBuf::from(a), PathBuf::from(b));
+        assert_eq!(
+            beside(&format!("{GONE}/exe"), "/opt/app"),
+            [pair(&format!("{GONE}/root/opt"), "/opt")]
+        );
+        assert_eq!(
+            beside(&format!("{GONE}/map_files/1-2"), "/lib/libc.so.6"),
+            [pair(&format!("{GONE}/root/lib"), "/lib")]
+        );
+        let inside = format!("{GONE}/root/lib/x.so");
+        assert_eq!(
+            beside(&inside, &inside),
+            [pair(&format!("{GONE}/root/lib"), "/lib")]
+        );
+        // A deleted file's mapping names no directory.
+        let mapped = format!("{GONE}/map_files/1-2");
+        assert_eq!(
+            Places::of(Path::new(&mapped), Path::new(&mapped)).mirrored,
+            Vec::<PathBuf>::new()
+        );
+        assert_eq!(
+            beside("/proc/self/fd/5", "/tmp/t/app")[0],
+            pair("/tmp/t", "/tmp/t")
+        );
+        assert_eq!(
+            beside("/usr/bin/app", "/usr/bin/app")[0],
+            pair("/usr/bin", "/usr/bin")
+        );
     }
 
     /// A file of this process's view is looked for beside it as named and beside where its
@@ -414,22 +478,6 @@ mod tests {
         let cwd = std::env::current_dir().unwrap();
         assert_eq!(relative.beside[0], (cwd.join("x"), cwd.join("x")));
         std::fs::remove_dir_all(&tmp).unwrap();
-    }
-
-    #[test]
-    fn a_files_directory_in_its_own_mount_namespace() {
-        let dir = |open: &str, shown: &str| file_dir(Path::new(open), Path::new(shown)).unwrap();
-        assert_eq!(dir("/usr/bin/app", "/usr/bin/app"), Path::new("/usr/bin"));
-        assert_eq!(dir("/proc/7/exe", "/opt/app"), Path::new("/proc/7/root/opt"));
-        assert_eq!(
-            dir("/proc/7/map_files/1-2", "/lib/libc.so.6"),
-            Path::new("/proc/7/root/lib")
-        );
-        assert_eq!(
-            dir("/proc/7/root/lib/x.so", "/lib/x.so"),
-            Path::new("/proc/7/root/lib")
-        );
-        assert_eq!(dir("/proc/self/fd/5", "/tmp/t/app"), Path::new("/tmp/t"));
     }
 
     #[test]

@@ -93,6 +93,7 @@ fn main() -> ExitCode {
         }
     };
     xtrace::debug_file::set_dirs(&args.debug_dirs);
+    xtrace::output::quiet_warnings(args.quiet);
     let quiet = args.quiet;
     let mut console = Console::new(quiet);
     let result = runtime.block_on(session::record(&args, &mut console));

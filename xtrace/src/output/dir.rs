@@ -91,9 +91,18 @@ impl Dir {
                 Err(e) => return Err(e),
             }
             let fd = open_at(at.as_raw_fd(), OsStr::new(&name), true)?;
-            let meta = File::from(fd.try_clone()?).metadata()?;
+            // Another user can swap it only in a directory others may write to without the
+            // sticky bit (elsewhere, a file system that shows one owner for all, such as a vfat
+            // or CIFS mount, would fail this for nothing).
+            let uid = |fd: &OwnedFd| -> io::Result<u32> {
+                Ok(std::os::unix::fs::MetadataExt::uid(
+                    &File::from(fd.try_clone()?).metadata()?,
+                ))
+            };
+            let parent_mode = std::os::unix::fs::MetadataExt::mode(&File::from(at.try_clone()?).metadata()?);
+            let open_to_others = parent_mode & 0o022 != 0 && parent_mode & libc::S_ISVTX == 0;
             // SAFETY: geteuid has no preconditions.
-            if std::os::unix::fs::MetadataExt::uid(&meta) != unsafe { libc::geteuid() } {
+            if open_to_others && uid(&fd)? != unsafe { libc::geteuid() } {
                 return Err(io::Error::other(format!(
                     "{name} was replaced by another user's directory as it was created"
                 )));

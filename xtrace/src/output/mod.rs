@@ -41,6 +41,14 @@ pub fn default_dir() -> PathBuf {
     ))
 }
 
+/// Whether warnings are kept off stderr (`-q`).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps this module's warnings (a `SUDO_UID` that is no id) off stderr, for `-q`.
+pub fn quiet_warnings(quiet: bool) {
+    QUIET.store(quiet, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The user who ran `sudo xtrace`, when xtrace runs as root under sudo. A `SUDO_UID` or
 /// `SUDO_GID` that is set but is no id (or one without the other) is said once on stderr: the
 /// outputs then stay root's.
@@ -55,6 +63,9 @@ fn invoking_user() -> Option<(u32, u32)> {
         Err(()) => {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
+                if QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
                 let shown = |v: &Option<std::ffi::OsString>| {
                     v.as_ref()
                         .map_or("unset".into(), |v| format!("{:?}", v.to_string_lossy()))

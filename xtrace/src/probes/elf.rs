@@ -221,13 +221,23 @@ impl ElfSymbols {
         } else {
             crate::debug_file::Search::default()
         };
-        let debug_data = debug
-            .found
-            .as_ref()
-            .and_then(|found| std::fs::read(&found.path).ok());
+        // Mapped, not read: a debug file may be of gigabytes, of which the symbol table is read.
+        let debug_data = debug.found.as_ref().and_then(|found| {
+            let file = std::fs::File::open(&found.path).ok()?;
+            // SAFETY: the map is only read, and only while this function runs. A debug file
+            // truncated meanwhile would fault (SIGBUS) as under gdb or perf; a package update
+            // replaces it by rename, which leaves the mapped one whole.
+            unsafe { memmap2::Mmap::map(&file) }.ok()
+        });
         let debug_elf = debug_data
             .as_deref()
             .and_then(|data| object::File::parse(data).ok());
+        let mut debug = debug;
+        if debug_elf.is_none() {
+            if let Some(found) = debug.found.take() {
+                debug.refused = Some(format!("{} (cannot be read)", found.shown.display()));
+            }
+        }
         let symtab = debug_elf.as_ref().unwrap_or(&file).symbols();
         // Addresses other symbols name than functions, sections and files: those in the code are
         // labels (kept below, once the code is known).
@@ -369,9 +379,7 @@ impl ElfSymbols {
             path: shown.to_path_buf(),
             functions,
             stripped: file.symbols().next().is_none() && debug_elf.is_none(),
-            debug_file: debug_elf
-                .and(debug.found.as_ref())
-                .map(|found| found.shown.clone()),
+            debug_file: debug.found.map(|found| found.shown),
             debug_refused: debug.refused,
             cxx_exceptions: throws && file.section_by_name(".gcc_except_table").is_some(),
             c_cleanups: !throws && file.section_by_name(".gcc_except_table").is_some(),
