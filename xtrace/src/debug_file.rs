@@ -77,11 +77,7 @@ enum Named {
 /// The debug file of the ELF file `file`, opened at `open` and known as `shown` (its path in its
 /// own mount namespace, which the debug directories mirror; a relative one is taken from the
 /// current directory, as a launched command's is).
-pub fn find<'data, R: object::ReadRef<'data>>(
-    open: &Path,
-    shown: &Path,
-    file: &object::File<'data, R>,
-) -> Search {
+pub fn find<'data>(open: &Path, shown: &Path, file: &impl Object<'data>) -> Search {
     let own_id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
     let link = file.gnu_debuglink().ok().flatten();
     let own_inode = std::fs::metadata(open).ok().map(|m| (m.dev(), m.ino()));
@@ -258,13 +254,15 @@ fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Optio
         return Check::Missing;
     }
     // Only what is looked at is read: a debug file may be of gigabytes.
-    let Ok(handle) = std::fs::File::open(candidate) else {
-        return Check::Refused("cannot be read");
+    let Some(path) = candidate.to_str() else {
+        return Check::Missing;
     };
-    let data = object::ReadCache::new(handle);
-    let Ok(debug) = object::File::parse(&data) else {
-        return Check::Refused("not an ELF file");
-    };
+    crate::export::read_elf(path, |debug| Some(judge(candidate, debug, named, own_id)))
+        .unwrap_or(Check::Refused("not an ELF file"))
+}
+
+/// Whether the ELF file `debug` at `candidate` is the debug file sought.
+fn judge<'data>(candidate: &Path, debug: &impl Object<'data>, named: Named, own_id: Option<&[u8]>) -> Check {
     let their_id = debug.build_id().ok().flatten();
     let matches = match (named, own_id, their_id) {
         (_, Some(own), Some(theirs)) => own == theirs,
@@ -347,22 +345,22 @@ pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
 
 fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
     // Only the headers, notes and .dynsym are read: such a file may be a library of a gigabyte.
-    let data = object::ReadCache::new(std::fs::File::open(path).ok()?);
-    let file = object::File::parse(&data).ok()?;
-    if file.symbols().next().is_some() {
-        return None;
-    }
-    // `find` takes `/proc/PID/root/REST` for the process's `/REST`.
-    let found = find(path, path, &file).found?;
-    Some(ForSymbolizing {
-        path: found.path,
-        segments: file
-            .segments()
-            .map(|s| {
-                let (offset, size) = s.file_range();
-                (offset, size, s.address())
-            })
-            .collect(),
+    crate::export::read_elf(path.to_str()?, |file| {
+        if file.symbols().next().is_some() {
+            return None;
+        }
+        // `find` takes `/proc/PID/root/REST` for the process's `/REST`.
+        let found = find(path, path, file).found?;
+        Some(ForSymbolizing {
+            path: found.path,
+            segments: file
+                .segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset, size, s.address())
+                })
+                .collect(),
+        })
     })
 }
 
