@@ -538,3 +538,54 @@ fn the_default_output_directory_is_made_anew() {
     assert_eq!((meta.uid(), meta.gid()), (65534, 65533));
     assert_eq!(Outputs::read(&made[0]).probe_count("work"), 3);
 }
+
+/// Under sudo, where the outputs cannot be handed to the invoking user (root without
+/// CAP_CHOWN), xtrace fails with one line and leaves nothing of root's behind: not the directories
+/// it made, not a `.partial` file.
+#[test]
+fn outputs_that_cannot_be_handed_over_are_not_left_behind() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("no-chown");
+    let without_chown = |args: Vec<std::ffi::OsString>| {
+        std::process::Command::new("setpriv")
+            .arg("--bounding-set=-chown")
+            .arg("--")
+            .arg(xtrace_tests::xtrace_bin())
+            .args(args)
+            .env("SUDO_UID", "65534")
+            .env("SUDO_GID", "65533")
+            .output()
+            .expect("running setpriv")
+    };
+    let out_dir = tmp.join("runs/out");
+    let done = without_chown(args![
+        "-q",
+        "-u",
+        "work",
+        "-o",
+        &out_dir,
+        "--",
+        &fixtures().spans,
+        "exit",
+        "0"
+    ]);
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Operation not permitted"), "{stderr}");
+    assert!(!tmp.join("runs").exists(), "the directory xtrace made is removed");
+    let report = tmp.join("report.txt");
+    let done = without_chown(args![
+        "report",
+        xtrace_tests::captures::data("workload-1"),
+        "-o",
+        &report
+    ]);
+    assert_eq!(done.status.code(), Some(2));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

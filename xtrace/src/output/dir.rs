@@ -107,8 +107,8 @@ impl Dir {
                     "{name} was replaced by another user's directory as it was created"
                 )));
             }
-            if let Some((uid, gid)) = owner {
-                std::os::unix::fs::fchown(File::from(fd.try_clone()?), Some(uid), Some(gid))?;
+            if let Some(owner) = owner {
+                hand_over(&at, &c, &fd, owner)?;
             }
             let path = if parent == Path::new(".") {
                 PathBuf::from(&name)
@@ -155,7 +155,12 @@ impl Dir {
         // SAFETY: a descriptor openat just returned, owned by nothing else.
         let file = checked(fd).map(|fd| File::from(unsafe { OwnedFd::from_raw_fd(fd) }))?;
         if let Some((uid, gid)) = self.owner {
-            std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+            if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
+                // Not left behind as root's (root without CAP_CHOWN).
+                // SAFETY: a live directory descriptor and a NUL-terminated name.
+                unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) };
+                return Err(e);
+            }
         }
         Ok(file)
     }
@@ -228,10 +233,19 @@ fn open_or_create(path: &Path, owner: Option<(u32, u32)>) -> io::Result<(OwnedFd
         Err(e) => return Err(e),
     };
     let dir = open_at(parent.as_raw_fd(), name, true)?;
-    if let (true, Some((uid, gid))) = (created, owner) {
-        std::os::unix::fs::fchown(&dir, Some(uid), Some(gid))?;
+    if let (true, Some(owner)) = (created, owner) {
+        hand_over(&parent, &c, &dir, owner)?;
     }
     Ok((dir, created))
+}
+
+/// Hands the directory `dir`, just made as `name` in `parent`, to `(uid, gid)`; where that fails
+/// (root without CAP_CHOWN), removes it, so that it is not left behind as root's.
+fn hand_over(parent: &OwnedFd, name: &CString, dir: &OwnedFd, (uid, gid): (u32, u32)) -> io::Result<()> {
+    std::os::unix::fs::fchown(dir, Some(uid), Some(gid)).inspect_err(|_| {
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+    })
 }
 
 /// Opens directory `name` relative to directory descriptor `at` (or the working directory for
