@@ -304,6 +304,31 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
             "{argv:?}"
         );
     }
+    // A standard output closed from the start (`>&-`): not the /dev/null Rust's runtime opens
+    // in its place, where the report would vanish with exit 0.
+    for (argv, error) in [
+        (
+            args!["report", &wl],
+            "xtrace: error: cannot write to standard output: it was closed when xtrace started; \
+             redirect it to a file or to /dev/null",
+        ),
+        (
+            args!["report", &wl, "-o", "-"],
+            "xtrace: error: cannot write -: it was closed when xtrace started; give another file \
+             with -o FILE",
+        ),
+    ] {
+        let ran = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$@" >&-"#)
+            .arg("sh")
+            .arg(xtrace_tests::xtrace_bin())
+            .args(&argv)
+            .output()
+            .expect("running xtrace");
+        assert_eq!(ran.status.code(), Some(2), "{argv:?}");
+        assert_eq!(String::from_utf8_lossy(&ran.stderr).trim_end(), error, "{argv:?}");
+    }
     // A reader that goes away: no error, exit 0; also for standard output named with `-o -`.
     let base = data(WORKLOAD);
     for argv in [

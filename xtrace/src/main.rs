@@ -36,7 +36,27 @@ fn not_utf8(args: impl Iterator<Item = std::ffi::OsString>) -> String {
     }
 }
 
+/// Whether file descriptor 1 was closed as the process started, checked before Rust's runtime
+/// opens /dev/null in its place (see [`xtrace::cli::stdout_closed`]).
+static STDOUT_WAS_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn check_stdout() {
+    // SAFETY: fcntl on a descriptor number only reads its flags, or fails with EBADF.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } < 0 {
+        STDOUT_WAS_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Run by the dynamic loader with the program's other constructors, before `main` and Rust's
+/// runtime.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CHECK_STDOUT: extern "C" fn() = check_stdout;
+
 fn main() -> ExitCode {
+    if STDOUT_WAS_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+        xtrace::cli::set_stdout_closed();
+    }
     // Log lines (xtrace's and its libraries', aya's included) only when RUST_LOG asks for them,
     // e.g. RUST_LOG=debug or RUST_LOG=xtrace=debug.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off")).init();
@@ -100,9 +120,9 @@ fn main() -> ExitCode {
     match result {
         Ok(recording) => {
             // The outputs are written whatever becomes of the summary on stdout (summary.txt
-            // holds it too).
+            // holds it too): a standard output closed from the start only leaves the table out.
             if !quiet {
-                if !out!("{}", recording.summary.table()) {
+                if !xtrace::cli::stdout_closed() && !out!("{}", recording.summary.table()) {
                     return ExitCode::from(2);
                 }
                 err!(
