@@ -9,8 +9,10 @@
 /// link map). A return probe writes its trampoline's address over that word (a program traced
 /// from `_start` saw `argc` -8192), and a span of such code could never end anyway.
 pub fn uncalled(name: &str) -> bool {
-    matches!(name, "_start" | "_dl_start_user" | "__restore_rt")
-        || name.starts_with("_dl_runtime_resolve")
+    matches!(
+        name,
+        "_start" | "_dl_start_user" | "__restore_rt" | "__start_context"
+    ) || name.starts_with("_dl_runtime_resolve")
         || name.starts_with("_dl_runtime_profile")
 }
 
