@@ -98,6 +98,14 @@ fn trace_durations(program: &Path, flags: Vec<std::ffi::OsString>, tmp: &TempDir
     (out.probe_count("quick"), out.probe_count("slow"), finished.stderr)
 }
 
+/// The one error line of `-p PID -u quick -o OUT` on a running stripped `calls durations` that
+/// cannot name `quick`.
+fn quick_refused(calls: &Path, out: &Path) -> String {
+    let mut fixture = Fixture::spawn(calls, &["durations"]);
+    fixture.wait_ready();
+    run_error(args!["-p", fixture.pid().to_string(), "-u", "quick", "-o", out])
+}
+
 #[test]
 fn functions_of_a_stripped_file_from_its_debug_file_by_build_id() {
     if !require_bpf() {
@@ -111,16 +119,7 @@ fn functions_of_a_stripped_file_from_its_debug_file_by_build_id() {
 
     // Without the directory, no debug file: only .dynsym, which names neither, and one line says
     // where debug files are looked for.
-    let mut fixture = Fixture::spawn(&calls, &["durations"]);
-    fixture.wait_ready();
-    let line = run_error(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "quick",
-        "-o",
-        tmp.join("none")
-    ]);
+    let line = quick_refused(&calls, &tmp.join("none"));
     assert!(line.contains("symbol `quick` not found in"), "{line}");
     assert!(
         line.contains("stripped and no debug file of it was found"),
@@ -195,16 +194,7 @@ fn a_debug_file_of_another_build_is_refused() {
     );
     std::fs::rename(other.join("calls.debug"), tmp.join("calls.debug")).expect("replacing");
     assert_ne!(build_id(&fixtures().calls_cet), build_id(&calls));
-    let mut fixture = Fixture::spawn(&calls, &["durations"]);
-    fixture.wait_ready();
-    let line = run_error(args![
-        "-p",
-        fixture.pid().to_string(),
-        "-u",
-        "quick",
-        "-o",
-        tmp.join("out")
-    ]);
+    let line = quick_refused(&calls, &tmp.join("out"));
     let refused = format!(
         "symbol `quick` not found in {} (the file is stripped, and {} (another build ID) is not its \
          debug file: only its exported .dynsym functions are known)",
@@ -212,6 +202,23 @@ fn a_debug_file_of_another_build_is_refused() {
         tmp.join("calls.debug").display()
     );
     assert!(line.contains(&refused), "{line}");
+}
+
+/// `-F 999 FLAGS... -- PROFILE split 1000` into `tmp/out`: its outputs, once the split is checked
+/// to come out 75/25 ± 5 between hot_a and hot_b (named, so named from a debug file).
+fn sampled_split(profile: &Path, flags: Vec<std::ffi::OsString>, tmp: &TempDir) -> Outputs {
+    let out = tmp.join("out");
+    let mut all = args!["-F", "999"];
+    all.extend(flags);
+    all.extend(args!["-o", &out, "--", profile, "split", "1000"]);
+    Xtrace::spawn(all).wait().assert_success();
+    let out = Outputs::read_profiled(&out);
+    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
+    assert!(
+        (a - 75.0).abs() <= 5.0,
+        "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
+    );
+    out
 }
 
 /// CPU samples of a stripped program are named from the debug file its build ID finds (blazesym
@@ -223,27 +230,7 @@ fn samples_of_a_stripped_program_named_from_its_debug_file() {
     }
     let tmp = TempDir::new("debug-samples");
     let (profile, debug_dir) = stripped(&fixtures().profile, &tmp, Debug::BuildId);
-    let out = tmp.join("out");
-    let finished = Xtrace::spawn(args![
-        "-F",
-        "999",
-        "--debug-dir",
-        &debug_dir,
-        "-o",
-        &out,
-        "--",
-        &profile,
-        "split",
-        "1000"
-    ])
-    .wait();
-    finished.assert_success();
-    let out = Outputs::read_profiled(&out);
-    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
-    assert!(
-        (a - 75.0).abs() <= 5.0,
-        "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
-    );
+    let out = sampled_split(&profile, args!["--debug-dir", &debug_dir], &tmp);
     let named = out.self_share("hot_a") + out.self_share("hot_b");
     assert!(
         named >= 80.0,
@@ -310,15 +297,7 @@ fn samples_named_from_a_zstd_debug_file() {
     let tmp = TempDir::new("debug-zstd");
     let keep = "--only-keep-debug --compress-debug-sections=zstd";
     let (profile, _) = stripped_with(&fixtures().profile, &tmp, Debug::Link, keep);
-    let out = tmp.join("out");
-    let finished = Xtrace::spawn(args!["-F", "999", "-o", &out, "--", &profile, "split", "1000"]).wait();
-    finished.assert_success();
-    let out = Outputs::read_profiled(&out);
-    let (a, b) = out.split_shares(["hot_a", "hot_b"]);
-    assert!(
-        (a - 75.0).abs() <= 5.0,
-        "hot_a {a:.1}%, hot_b {b:.1}%, expected 75/25 ± 5"
-    );
+    sampled_split(&profile, args![], &tmp);
 }
 
 /// A process of another mount namespace (a container) whose debug file is installed in that
