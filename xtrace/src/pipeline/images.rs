@@ -66,8 +66,11 @@ pub struct Image {
     used: bool,
     /// The image its exec replaced.
     replaced: Option<u32>,
-    /// Its process's name (its main thread's, as sampled last in it).
+    /// Its process's name (its main thread's, as sampled last in it in user mode), and as sampled
+    /// last in the kernel: a sample taken during the exec that ends it, after the kernel has set
+    /// the new program's name, carries that name.
     comm: Option<String>,
+    comm_in_kernel: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -113,16 +116,23 @@ impl Images {
         self.images.get(&image).map_or(&[], |i| &i.maps)
     }
 
-    /// Its process's name while it ran `image`, when a sample of its main thread said it.
+    /// Its process's name while it ran `image`, when a sample of its main thread said it: as
+    /// its last sample in user mode said, else as its last in the kernel.
     pub fn comm(&self, image: u32) -> Option<&str> {
-        self.images.get(&image)?.comm.as_deref()
+        let image = self.images.get(&image)?;
+        image.comm.as_deref().or(image.comm_in_kernel.as_deref())
     }
 
-    /// A sample of the main thread of the process running `image` said its name is `comm`.
-    pub fn named(&mut self, image: u32, comm: &str) {
+    /// A sample of the main thread of the process running `image`, taken in the kernel or not,
+    /// said its name is `comm`.
+    pub fn named(&mut self, image: u32, comm: &str, in_kernel: bool) {
         if let Some(image) = self.images.get_mut(&image) {
-            if image.comm.as_deref() != Some(comm) {
-                image.comm = Some(comm.to_string());
+            let name = match in_kernel {
+                true => &mut image.comm_in_kernel,
+                false => &mut image.comm,
+            };
+            if name.as_deref() != Some(comm) {
+                *name = Some(comm.to_string());
             }
         }
     }
@@ -329,6 +339,7 @@ impl Image {
             used: false,
             replaced: None,
             comm: None,
+            comm_in_kernel: None,
         }
     }
 }
@@ -416,6 +427,24 @@ mod tests {
         assert_eq!(images.by_pid[&11], [exec]);
         assert!(!images.images.contains_key(&forked) && !images.images.contains_key(&early));
         assert_eq!(paths(&images, exec), ["/bin/ls"]);
+    }
+
+    /// A shell's last sample, taken in the kernel in the exec of `profile` after the kernel set
+    /// the new name, does not rename the shell's image; an image sampled only in the kernel is
+    /// named from those samples.
+    #[test]
+    fn names_from_user_mode_samples_win_over_names_in_the_kernel() {
+        let mut images = Images::default();
+        let shell = images.at(10, 5);
+        images.named(shell, "sh", true);
+        assert_eq!(images.comm(shell), Some("sh"));
+        images.named(shell, "sh", false);
+        images.named(shell, "profile", true);
+        assert_eq!(images.comm(shell), Some("sh"));
+        // Renamed by the program itself (prctl), seen in user mode: the last name.
+        images.named(shell, "worker", false);
+        assert_eq!(images.comm(shell), Some("worker"));
+        assert_eq!(images.comm(shell + 1), None);
     }
 
     #[test]

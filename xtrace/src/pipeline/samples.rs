@@ -144,9 +144,10 @@ impl Samples {
         }
         self.images.use_image(image);
         // The name its process had then (a sample of another thread holds that thread's name; a
-        // launched command's before its exec, xtrace's launcher thread's).
+        // launched command's before its exec, xtrace's launcher thread's; one in the kernel in
+        // the exec that ends the image, the new program's).
         if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
-            self.images.named(image, comm);
+            self.images.named(image, comm, !kernel.is_empty());
         }
         let user: Box<[u64]> = if copied {
             let maps = self.images.maps(image);
