@@ -134,6 +134,50 @@ fn launched_command_exit_status() {
     );
 }
 
+/// The launched child's last steps before its exec (the end of its wait at the gate, the exec
+/// itself) call no C library function: tracing the library's exec and cancellation functions in
+/// a command that calls none counts none (the child's `__pthread_disable_asynccancel` after its
+/// read, and with `--exits ret` `execvp` and `execvpe`, had been counted as the command's).
+#[test]
+fn the_launchers_own_calls_before_the_exec_are_not_the_commands() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("launcher-calls");
+    let out_dir = tmp.join("out");
+    let out = run_to_exit(
+        args![
+            "record",
+            "-u",
+            "work",
+            "-u",
+            "libc.so.6:exec*",
+            "-u",
+            "libc.so.6:__pthread_*asynccancel",
+            "--exits",
+            "ret",
+            "-o",
+            &out_dir,
+            "--",
+            &fixtures().spans,
+            "exit",
+            "0"
+        ],
+        &out_dir,
+    );
+    assert_eq!(out.probe_count("work"), 3);
+    let probes = out.summary["probes"].as_array().expect("probes");
+    let library: Vec<_> = probes.iter().filter(|p| p["name"] != "work").collect();
+    for name in ["execvp", "execvpe", "__pthread_disable_asynccancel"] {
+        assert!(
+            library.iter().any(|p| p["name"] == name),
+            "{name} not probed: {library:?}"
+        );
+    }
+    let counted: Vec<_> = library.iter().filter(|p| p["count"] != 0).collect();
+    assert!(counted.is_empty(), "{counted:?}");
+}
+
 /// A launched command that exits before any record names it, its name read from /proc before or
 /// after its exec (as xtrace's launcher thread) or not at all, is named as the kernel names it
 /// after its exec: its file's name.

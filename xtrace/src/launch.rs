@@ -128,14 +128,17 @@ impl Launch {
         };
         let (gate_read, gate) = std::io::pipe().map_err(launch_err)?;
         let (mut pid_read, pid_write) = std::io::pipe().map_err(launch_err)?;
+        // The exec the child makes itself, by a raw system call: once the probes are attached it
+        // enters no function of the C library (a traced one would count as the command's call:
+        // `execvp` and its helpers, or the cancellation bookkeeping after a blocking `read`).
+        let exec = RawExec::new(program, argv, env).map_err(launch_err)?;
         let mut cmd = std::process::Command::new(program);
         cmd.arg0(&argv[0]).args(&argv[1..]);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let (gate_fd, gate_write_fd, pid_fd) =
             (gate_read.as_raw_fd(), gate.as_raw_fd(), pid_write.as_raw_fd());
         let xtrace = std::process::id() as libc::pid_t;
-        // SAFETY: the hook only calls async-signal-safe functions (close, prctl, getppid, getpid,
-        // write, read, _exit).
+        // SAFETY: before the gate the hook only calls async-signal-safe functions (close, prctl,
+        // getppid, getpid, write, _exit), after it only system calls.
         unsafe {
             cmd.pre_exec(move || {
                 // Our copy of the gate's write end would keep the read below from ever seeing EOF.
@@ -151,11 +154,11 @@ impl Launch {
                 }
                 let pid = libc::getpid().to_ne_bytes();
                 libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
-                let mut byte = 0u8;
-                if libc::read(gate_fd, (&raw mut byte).cast(), 1) != 1 {
-                    libc::_exit(1); // the gate closed unopened: xtrace dropped the launch or died
+                if !raw::wait_gate(gate_fd) {
+                    raw::exit(1); // the gate closed unopened: xtrace dropped the launch or died
                 }
-                Ok(())
+                // Returns only if the exec failed: std reports the error to spawn().
+                Err(std::io::Error::from_raw_os_error(exec.exec()))
             });
         }
         let (spawned_tx, spawned) = std::sync::mpsc::channel();
@@ -230,6 +233,150 @@ impl Launch {
     /// The receiver of the command's exit status (once).
     pub fn take_exit(&mut self) -> Option<tokio::sync::oneshot::Receiver<std::io::Result<ExitStatus>>> {
         self.exited.take()
+    }
+}
+
+/// The file, arguments and environment of a launched command, as the kernel's `execve` takes
+/// them, made before the fork: the child only passes pointers to them.
+struct RawExec {
+    path: std::ffi::CString,
+    _strings: Vec<std::ffi::CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_strings` and `path`, owned alongside them and never changed.
+unsafe impl Send for RawExec {}
+unsafe impl Sync for RawExec {}
+
+impl RawExec {
+    /// `argv` as given; the environment is xtrace's with `env` set over it.
+    fn new(
+        program: &Path,
+        argv: &[std::ffi::OsString],
+        env: &[(&str, std::ffi::OsString)],
+    ) -> std::io::Result<Self> {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let c_string = |bytes: Vec<u8>| {
+            std::ffi::CString::new(bytes).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "an argument or environment variable holds a NUL byte",
+                )
+            })
+        };
+        let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+        for (key, value) in env {
+            match vars.iter_mut().find(|(k, _)| k == key) {
+                Some(var) => var.1 = value.clone(),
+                None => vars.push((key.into(), value.clone())),
+            }
+        }
+        let args = argv
+            .iter()
+            .map(|a| c_string(a.as_bytes().to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let vars = vars
+            .into_iter()
+            .map(|(k, v)| {
+                let mut var = k.into_vec();
+                var.push(b'=');
+                var.extend(v.into_vec());
+                c_string(var)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let pointers = |strings: &[std::ffi::CString]| {
+            let mut p: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+            p.push(std::ptr::null());
+            p
+        };
+        let (argv, envp) = (pointers(&args), pointers(&vars));
+        let mut strings = args;
+        strings.extend(vars);
+        Ok(RawExec {
+            path: c_string(program.as_os_str().as_bytes().to_vec())?,
+            _strings: strings,
+            argv,
+            envp,
+        })
+    }
+
+    /// Replaces the process with the command; returns the error number if that failed.
+    fn exec(&self) -> i32 {
+        raw::execve(&self.path, &self.argv, &self.envp)
+    }
+}
+
+/// The system calls a launched command's child makes between its gate and its exec, made
+/// directly: no function of the C library runs while the probes are attached.
+mod raw {
+    /// `syscall(n, a, b, c)`, returning the kernel's value (`-errno` on failure).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the caller passes a system call number and arguments valid for it.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") n as isize => ret,
+                in("rdi") a, in("rsi") b, in("rdx") c,
+                lateout("rcx") _, lateout("r11") _,
+                options(nostack)
+            );
+        }
+        ret
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the caller passes a system call number and arguments valid for it.
+        unsafe {
+            core::arch::asm!(
+                "svc 0",
+                in("x8") n,
+                inlateout("x0") a as isize => ret,
+                in("x1") b, in("x2") c,
+                options(nostack)
+            );
+        }
+        ret
+    }
+
+    /// Waits until a byte can be read from `fd`: false when it closed first.
+    pub fn wait_gate(fd: i32) -> bool {
+        let mut byte = 0u8;
+        loop {
+            // SAFETY: reads one byte into a local.
+            let n = unsafe { syscall3(libc::SYS_read, fd as usize, (&raw mut byte) as usize, 1) };
+            if n != -(libc::EINTR as isize) {
+                return n == 1;
+            }
+        }
+    }
+
+    /// Replaces the process; returns the error number if that failed.
+    pub fn execve(path: &std::ffi::CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> i32 {
+        // SAFETY: NUL-terminated strings and NULL-terminated pointer arrays, kept alive by the
+        // caller.
+        let n = unsafe {
+            syscall3(
+                libc::SYS_execve,
+                path.as_ptr() as usize,
+                argv.as_ptr() as usize,
+                envp.as_ptr() as usize,
+            )
+        };
+        -n as i32
+    }
+
+    /// Ends the process at once.
+    pub fn exit(code: i32) -> ! {
+        // SAFETY: exit_group does not return.
+        unsafe {
+            syscall3(libc::SYS_exit_group, code as usize, 0, 0);
+        }
+        unreachable!("exit_group returned")
     }
 }
 
