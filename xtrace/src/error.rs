@@ -67,6 +67,8 @@ pub enum Error {
     IfuncUnresolved { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC) whose resolver picks code outside this file (the kernel's vDSO), where uprobes cannot go; trace a function that calls it")]
     IfuncOutside { path: PathBuf, symbol: String },
+    #[error("{path}: cannot trace `{symbol}`: it is a GNU indirect function (IFUNC) whose resolver picks no code (it returns a null address, having only set up data), so nothing calls it; trace a function that does the work")]
+    IfuncPicksNothing { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it unwinds the stack from its own frame (C++ throws, thread cancellation and pthread_exit, backtraces), which a return probe would cut short (a throw would abort the process, a thread skip its cleanup handlers), and it leaves through no exit instruction that can be probed; trace a function that calls it")]
     UnwindsOwnStack { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it has no exit instruction that can be probed (it leaves through an indirect jump, or never returns), and in code with exception tables a return probe could abort the process when an exception unwinds through it; --exits uretprobe traces it with a return probe at that risk, or trace a function that calls it")]

@@ -279,7 +279,8 @@ impl ElfSymbols {
                         (address, size) = (implementation, 0);
                         Ifunc::Resolved { resolver }
                     }
-                    Some(Err(())) => Ifunc::Outside,
+                    Some(Err(super::ifunc::NotInFile::Outside)) => Ifunc::Outside,
+                    Some(Err(super::ifunc::NotInFile::Nothing)) => Ifunc::PicksNothing,
                     None => Ifunc::Unresolved,
                 };
             }

@@ -38,6 +38,18 @@ pub enum Ifunc {
     /// An IFUNC whose resolver picks code outside its file: glibc's `time` and `gettimeofday`
     /// pick the kernel's vDSO, where no uprobe can go.
     Outside,
+    /// An IFUNC whose resolver picks nothing (a null address): glibc's `__x86_cacheinfo`, whose
+    /// resolver only fills in data. Nothing calls it.
+    PicksNothing,
+}
+
+/// What an IFUNC resolver picked, when it is no code of its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotInFile {
+    /// Code elsewhere (the vDSO).
+    Outside,
+    /// A null address.
+    Nothing,
 }
 
 /// Where xtrace's own process maps one file: its load bias (added to a file address gives the
@@ -69,9 +81,10 @@ impl OwnCopy {
     }
 
     /// Runs the IFUNC resolver at file address `resolver` and returns what it picks: the file
-    /// address of the implementation, when both are code of this file; Err(()) for code outside
-    /// the file (the vDSO); None when the resolver is no code of the file (it is not run).
-    pub fn resolve(&self, resolver: u64) -> Option<Result<u64, ()>> {
+    /// address of the implementation, when both are code of this file; else what it picked
+    /// instead (code outside the file, the vDSO, or nothing); None when the resolver is no code of
+    /// the file (it is not run).
+    pub fn resolve(&self, resolver: u64) -> Option<Result<u64, NotInFile>> {
         if !self.is_code(resolver) {
             return None;
         }
@@ -86,10 +99,10 @@ impl OwnCopy {
             resolve()
         };
         let implementation = (picked as u64).wrapping_sub(self.bias);
-        Some(if self.is_code(implementation) {
-            Ok(implementation)
-        } else {
-            Err(())
+        Some(match picked {
+            0 => Err(NotInFile::Nothing),
+            _ if self.is_code(implementation) => Ok(implementation),
+            _ => Err(NotInFile::Outside),
         })
     }
 
@@ -349,6 +362,33 @@ mod tests {
         };
         assert_ne!(resolver, found[0].address);
         assert!(found[0].size > 0, "sized by its unwind entry: {found:?}");
+    }
+
+    extern "C" fn picks_nothing() -> usize {
+        std::hint::black_box(0)
+    }
+
+    extern "C" fn picks_elsewhere() -> usize {
+        std::hint::black_box(picks_nothing as extern "C" fn() -> usize as usize)
+    }
+
+    /// A resolver that returns a null address picks nothing; one that returns code outside the
+    /// file picks code elsewhere.
+    #[test]
+    fn what_a_resolver_picks_outside_its_file_is_told_apart() {
+        let address = |f: extern "C" fn() -> usize| f as usize as u64;
+        let (nothing, elsewhere) = (address(picks_nothing), address(picks_elsewhere));
+        let copy = OwnCopy {
+            bias: 0,
+            code: vec![(nothing, nothing + 1), (elsewhere, elsewhere + 1)],
+        };
+        assert_eq!(copy.resolve(nothing), Some(Err(NotInFile::Nothing)));
+        let only_elsewhere = OwnCopy {
+            bias: 0,
+            code: vec![(elsewhere, elsewhere + 1)],
+        };
+        assert_eq!(only_elsewhere.resolve(elsewhere), Some(Err(NotInFile::Outside)));
+        assert_eq!(copy.resolve(elsewhere), Some(Ok(nothing)));
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub(super) struct LeftOut {
     no_exit: BTreeMap<String, Vec<String>>,
     /// IFUNCs whose implementation is outside their file.
     outside: BTreeMap<String, Vec<String>>,
+    /// IFUNCs whose resolver picks nothing.
+    nothing: BTreeMap<String, Vec<String>>,
     /// Returning twice, with exits that cannot be found.
     twice: BTreeMap<String, Vec<String>>,
 }
@@ -58,6 +60,7 @@ impl LeftOut {
             Untraceable::Uncalled => &mut self.uncalled,
             Untraceable::Ifunc => &mut self.ifuncs,
             Untraceable::IfuncOutside => &mut self.outside,
+            Untraceable::IfuncPicksNothing => &mut self.nothing,
             Untraceable::Unwinds => &mut self.unwinders,
             Untraceable::NoExit => &mut self.no_exit,
         };
@@ -127,6 +130,14 @@ impl LeftOut {
                 "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose resolvers \
                  pick code outside the file (the kernel's vDSO), where uprobes cannot go, and they are \
                  not traced: {}",
+                names.len(),
+                first_names(&names)
+            ));
+        }
+        for (file, names) in self.nothing {
+            out.push(format!(
+                "{file}: {} matched function(s) are GNU indirect functions (IFUNCs) whose resolvers \
+                 pick no code (a null address), so nothing calls them, and they are not traced: {}",
                 names.len(),
                 first_names(&names)
             ));

@@ -153,6 +153,8 @@ pub enum Untraceable {
     Ifunc,
     /// It is an IFUNC whose implementation is outside its file ([`Ifunc::Outside`]).
     IfuncOutside,
+    /// It is an IFUNC whose resolver picks nothing ([`Ifunc::PicksNothing`]).
+    IfuncPicksNothing,
     /// It unwinds the stack from its own frame ([`super::names::unwinds_own_stack`]).
     Unwinds,
     /// Its exits are to be probed at their instructions, and it has none that can be (it leaves
@@ -286,6 +288,7 @@ pub fn plan(
                             Untraceable::Uncalled => Error::Uncalled { path, symbol },
                             Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
                             Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
+                            Untraceable::IfuncPicksNothing => Error::IfuncPicksNothing { path, symbol },
                             Untraceable::Unwinds => Error::UnwindsOwnStack { path, symbol },
                             Untraceable::NoExit => Error::NoProbeableExit { path, symbol },
                         });
@@ -335,7 +338,7 @@ pub fn in_scope<'f>(
     let resolver = match function.ifunc {
         Ifunc::Unresolved => function.address,
         Ifunc::Resolved { resolver } => resolver,
-        Ifunc::No | Ifunc::Outside => return Cow::Borrowed(function),
+        Ifunc::No | Ifunc::Outside | Ifunc::PicksNothing => return Cow::Borrowed(function),
     };
     let resolved = match scope {
         Scope::Process(process) => in_process
@@ -361,6 +364,7 @@ pub fn placement(
     match function.ifunc {
         Ifunc::Unresolved => return Ok(Err(Untraceable::Ifunc)),
         Ifunc::Outside => return Ok(Err(Untraceable::IfuncOutside)),
+        Ifunc::PicksNothing => return Ok(Err(Untraceable::IfuncPicksNothing)),
         Ifunc::No | Ifunc::Resolved { .. } => {}
     }
     if function.uncalled {
