@@ -263,3 +263,37 @@ fn a_glob_leaves_an_unresolved_ifunc_out() {
     assert_eq!(out.probe_count("lib_work"), 7);
     assert_eq!(out.spans().len(), 7);
 }
+
+/// An IFUNC whose code is unknown stands at its resolver's address, and is no alias of it: a glob
+/// that matches both leaves the IFUNC out and traces the resolver (which had been dropped as the
+/// IFUNC's alias, and left out with it).
+#[test]
+fn a_glob_keeps_the_resolver_of_an_ifunc_it_leaves_out() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
+    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("ifunc-resolver-glob");
+    let out_dir = tmp.join("out");
+    let glob = format!("{lib}:*pick*");
+    let finished = trace_fixture_to_exit(&mut fixture, &[&glob], &out_dir);
+    let warning = format!(
+        "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) whose \
+         code is unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
+         traced process), and they are not traced: pick_ifunc"
+    );
+    assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
+    let out = Outputs::read(&out_dir);
+    let mut probes: Vec<&str> = out.summary["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .map(|p| p["name"].as_str().expect("name"))
+        .collect();
+    probes.sort();
+    // Both resolved before the capture (uselib had loaded the library), so neither ran in it.
+    assert_eq!(probes, ["pick_plain", "resolve_pick"]);
+    assert_eq!(out.spans().len(), 0);
+}

@@ -480,7 +480,8 @@ impl ElfSymbols {
     /// The functions that `pattern` names: an exact name, or a glob (see [`super::glob`]), matched
     /// against the stored (mangled) name, the demangled name, and the demangled name without its
     /// parameter list. One function per file offset: of several names at one address (aliases),
-    /// the one with the fewest leading underscores, then the shortest. Sorted by offset; an error
+    /// the one with the fewest leading underscores, then the shortest (an IFUNC whose code is
+    /// unknown is kept apart from the resolver it stands at). Sorted by offset; an error
     /// listing up to five close names when nothing matches.
     pub fn find(&self, pattern: &str) -> Result<Vec<&FunctionSymbol>> {
         let named = |f: &FunctionSymbol, hit: &dyn Fn(&str) -> bool| {
@@ -499,15 +500,26 @@ impl ElfSymbols {
             found = self.functions.iter().filter(|f| named(f, &globbed)).collect();
         }
         let underscores = |name: &str| name.len() - name.trim_start_matches('_').len();
+        // An IFUNC whose code is not known stands at its resolver, and is no alias of it: a glob
+        // keeps the resolver, a function the dynamic linker calls, beside the IFUNC it leaves out.
+        let unplaced = |f: &FunctionSymbol| f.ifunc.unplaced();
         found.sort_by(|a, b| {
-            (a.file_offset, underscores(&a.name), a.name.len(), &a.name).cmp(&(
-                b.file_offset,
-                underscores(&b.name),
-                b.name.len(),
-                &b.name,
-            ))
+            (
+                a.file_offset,
+                unplaced(a),
+                underscores(&a.name),
+                a.name.len(),
+                &a.name,
+            )
+                .cmp(&(
+                    b.file_offset,
+                    unplaced(b),
+                    underscores(&b.name),
+                    b.name.len(),
+                    &b.name,
+                ))
         });
-        found.dedup_by_key(|f| f.file_offset);
+        found.dedup_by_key(|f| (f.file_offset, unplaced(f)));
         if found.is_empty() {
             let query: String = pattern.chars().filter(|c| !matches!(c, '*' | '?')).collect();
             return Err(Error::SymbolNotFound {

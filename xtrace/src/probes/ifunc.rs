@@ -43,6 +43,14 @@ pub enum Ifunc {
     PicksNothing,
 }
 
+impl Ifunc {
+    /// Whether its code is unknown, or none of its file's: such an IFUNC stands at its resolver's
+    /// address but is no alias of the resolver.
+    pub fn unplaced(self) -> bool {
+        matches!(self, Ifunc::Unresolved | Ifunc::Outside | Ifunc::PicksNothing)
+    }
+}
+
 /// What an IFUNC resolver picked, when it is no code of its file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NotInFile {

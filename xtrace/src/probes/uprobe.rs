@@ -175,14 +175,14 @@ pub fn plan(
     let mut elves = SymbolCache::default();
     let mut in_process = InProcess::default();
     let mut entry_sites = EntrySites::default();
-    // The probe id and exit sites of each (file shown, its device and inode, entry offset)
+    // The probe id and exit sites of each (file shown, its device and inode, entry offset, an IFUNC left out)
     // planned; or why it is not traced.
     // By file (device and inode: one file may be named two ways, a launched command by its path
     // and by `./name`) and entry offset.
-    let mut ids: HashMap<(u64, u64, u64), std::result::Result<Planned, Untraceable>> = HashMap::new();
+    let mut ids: HashMap<(u64, u64, u64, bool), std::result::Result<Planned, Untraceable>> = HashMap::new();
     // Each function once per scope, however many specs match it: twice, each call would enter
     // twice and return once.
-    let mut attached: HashSet<(usize, (u64, u64, u64))> = HashSet::new();
+    let mut attached: HashSet<(usize, (u64, u64, u64, bool))> = HashSet::new();
     // The spec whose value types each probe takes (the first to match it).
     let mut typed_by: HashMap<u32, String> = HashMap::new();
     // Per file shown: how many functions' exits are probed at instructions, and why.
@@ -226,7 +226,13 @@ pub fn plan(
             for function in functions {
                 let function = &*in_scope(function, scope, (&file, &code), symbols, &mut in_process);
                 let shown = file.shown.display().to_string();
-                let key = (meta.dev(), meta.ino(), function.probe_offset);
+                // An IFUNC left out is not the resolver at its address.
+                let key = (
+                    meta.dev(),
+                    meta.ino(),
+                    function.probe_offset,
+                    function.ifunc.unplaced(),
+                );
                 let planned = match ids.get(&key) {
                     Some(known) => {
                         if let Ok((id, ..)) = known {
