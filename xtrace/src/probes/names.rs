@@ -148,6 +148,36 @@ pub fn bare(demangled: &str) -> Option<String> {
     (name != demangled && name != strip_args(demangled)).then_some(name)
 }
 
+/// Names uprobes apart where one name stands for several functions (the C library's static
+/// `free_mem` of 14 compilation units, `init` in two libraries): each becomes
+/// `NAME (FILE+0xOFFSET)`, its file's name and the offset of its probe, as summary.json gives
+/// them, so that the table, the trace's spans and reports built from it keep them apart. A
+/// function probed in two copies of one file (one name, file name and offset) stays one.
+pub fn tell_apart(probes: &mut [super::ProbeInfo]) {
+    use std::collections::{HashMap, HashSet};
+    let place = |p: &super::ProbeInfo| {
+        let file = std::path::Path::new(&p.target)
+            .file_name()
+            .map_or_else(|| p.target.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{file}+{:#x}", p.offset)
+    };
+    let mut places: HashMap<&str, HashSet<String>> = HashMap::new();
+    for p in probes.iter().filter(|p| p.kind == "uprobe") {
+        places.entry(&p.name).or_default().insert(place(p));
+    }
+    let shared: HashSet<String> = places
+        .into_iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    for p in probes
+        .iter_mut()
+        .filter(|p| p.kind == "uprobe" && shared.contains(&p.name))
+    {
+        p.name = format!("{} ({})", p.name, place(p));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +286,48 @@ mod tests {
         assert_eq!(strip_args("main.(*A).Ap"), "main.(*A).Ap");
         assert_eq!(strip_args("(unbalanced))"), "(unbalanced))");
         assert_eq!(strip_args("()"), "()");
+    }
+}
+
+#[cfg(test)]
+mod tell_apart_tests {
+    use super::super::ProbeInfo;
+
+    fn probe(name: &str, target: &str, offset: u64) -> ProbeInfo {
+        ProbeInfo {
+            name: name.into(),
+            kind: "uprobe",
+            target: target.into(),
+            offset,
+            capture: Default::default(),
+        }
+    }
+
+    #[test]
+    fn one_name_of_several_functions_is_told_apart_by_file_and_offset() {
+        let mut probes = vec![
+            probe("free_mem", "/lib/libc.so.6", 0x17a340),
+            probe("free_mem", "/lib/libc.so.6", 0x17a3ad),
+            probe("malloc", "/lib/libc.so.6", 0x9a0f0),
+            probe("init", "/a/liba.so", 0x1100),
+            probe("init", "/b/libb.so", 0x1100),
+            // One library in two mount namespaces: one function.
+            probe("work", "/lib/libw.so", 0x2000),
+            probe("work", "/proc/7/root/lib/libw.so", 0x2000),
+        ];
+        super::tell_apart(&mut probes);
+        let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "free_mem (libc.so.6+0x17a340)",
+                "free_mem (libc.so.6+0x17a3ad)",
+                "malloc",
+                "init (liba.so+0x1100)",
+                "init (libb.so+0x1100)",
+                "work",
+                "work",
+            ]
+        );
     }
 }

@@ -327,6 +327,7 @@ pub fn plan(
     }
     left_out::exit_notices(at_exits, exits, &mut plan.notices);
     left_out.notices(&mut plan.notices);
+    super::names::tell_apart(&mut plan.probes);
     Ok(plan)
 }
 
