@@ -11,8 +11,9 @@ use anyhow::{bail, Result};
 use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout_of};
 
 /// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv, Python
-/// with venv for the range tests' third-party clients, and the readers the export tests open
-/// xtrace's files with (`go tool pprof`, `callgrind_annotate`).
+/// with venv for the range tests' third-party clients, the readers the export tests open
+/// xtrace's files with (`go tool pprof`, `callgrind_annotate`), and libc's debug file, whose
+/// local functions tests trace by name (`__pthread_disable_asynccancel`).
 const PACKAGES: &[&str] = &[
     "gcc",
     "g++",
@@ -23,6 +24,7 @@ const PACKAGES: &[&str] = &[
     "python3-venv",
     "golang-go",
     "valgrind",
+    "libc6-dbg",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
@@ -52,7 +54,7 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
     let steps: [(&str, Step); 5] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
-             golang-go valgrind)",
+             golang-go valgrind libc6-dbg)",
             debian_packages,
         ),
         ("nightly toolchain", nightly_toolchain),

@@ -152,8 +152,9 @@ impl Launch {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 || libc::getppid() != xtrace {
                     libc::_exit(1);
                 }
-                let pid = libc::getpid().to_ne_bytes();
-                libc::write(pid_fd, pid.as_ptr().cast(), pid.len());
+                // Written by a raw system call too: xtrace may attach as soon as it reads it, before
+                // a C library wrapper would have returned.
+                raw::write_pid(pid_fd, libc::getpid());
                 if !raw::wait_gate(gate_fd) {
                     raw::exit(1); // the gate closed unopened: xtrace dropped the launch or died
                 }
@@ -240,17 +241,25 @@ impl Launch {
 /// them, made before the fork: the child only passes pointers to them.
 struct RawExec {
     path: std::ffi::CString,
-    _strings: Vec<std::ffi::CString>,
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
+    /// `/bin/sh FILE ARGS...`, run when the file has no `#!` line and is no binary the kernel
+    /// runs (ENOEXEC), as `execvp` and shells do.
+    sh_argv: Vec<*const libc::c_char>,
+    /// What the pointers point into.
+    _strings: Vec<std::ffi::CString>,
 }
 
-// SAFETY: the pointers point into `_strings` and `path`, owned alongside them and never changed.
+/// The shell a file without `#!` runs under.
+const SHELL: &std::ffi::CStr = c"/bin/sh";
+
+// SAFETY: the pointers point into `_strings`, `path` and `SHELL`, heap buffers and a constant that
+// live as long as the pointers and are never changed.
 unsafe impl Send for RawExec {}
 unsafe impl Sync for RawExec {}
 
 impl RawExec {
-    /// `argv` as given; the environment is xtrace's with `env` set over it.
+    /// `argv` as given; the environment is xtrace's with `env` set over it (one entry per name).
     fn new(
         program: &Path,
         argv: &[std::ffi::OsString],
@@ -267,11 +276,10 @@ impl RawExec {
         };
         let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
         for (key, value) in env {
-            match vars.iter_mut().find(|(k, _)| k == key) {
-                Some(var) => var.1 = value.clone(),
-                None => vars.push((key.into(), value.clone())),
-            }
+            vars.retain(|(k, _)| k != key);
+            vars.push((key.into(), value.clone()));
         }
+        let path = c_string(program.as_os_str().as_bytes().to_vec())?;
         let args = argv
             .iter()
             .map(|a| c_string(a.as_bytes().to_vec()))
@@ -285,30 +293,37 @@ impl RawExec {
                 c_string(var)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let pointers = |strings: &[std::ffi::CString]| {
-            let mut p: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        let pointers = |strings: &mut dyn Iterator<Item = &std::ffi::CStr>| {
+            let mut p: Vec<*const libc::c_char> = strings.map(|s| s.as_ptr()).collect();
             p.push(std::ptr::null());
             p
         };
-        let (argv, envp) = (pointers(&args), pointers(&vars));
+        let argv = pointers(&mut args.iter().map(|a| a.as_c_str()));
+        let envp = pointers(&mut vars.iter().map(|v| v.as_c_str()));
+        let script = [SHELL, path.as_c_str()].into_iter();
+        let sh_argv = pointers(&mut script.chain(args.iter().skip(1).map(|a| a.as_c_str())));
         let mut strings = args;
         strings.extend(vars);
         Ok(RawExec {
-            path: c_string(program.as_os_str().as_bytes().to_vec())?,
-            _strings: strings,
+            path,
             argv,
             envp,
+            sh_argv,
+            _strings: strings,
         })
     }
 
     /// Replaces the process with the command; returns the error number if that failed.
     fn exec(&self) -> i32 {
-        raw::execve(&self.path, &self.argv, &self.envp)
+        match raw::execve(&self.path, &self.argv, &self.envp) {
+            libc::ENOEXEC => raw::execve(SHELL, &self.sh_argv, &self.envp),
+            error => error,
+        }
     }
 }
 
-/// The system calls a launched command's child makes between its gate and its exec, made
-/// directly: no function of the C library runs while the probes are attached.
+/// The system calls a launched command's child makes between telling xtrace its pid and its
+/// exec, made directly: no function of the C library runs while the probes are attached.
 mod raw {
     /// `syscall(n, a, b, c)`, returning the kernel's value (`-errno` on failure).
     #[cfg(target_arch = "x86_64")]
@@ -341,6 +356,29 @@ mod raw {
             );
         }
         ret
+    }
+
+    /// Elsewhere, the C library's `syscall`, whose own return runs after the wait (traced, if
+    /// `syscall` is).
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    unsafe fn syscall3(n: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+        // SAFETY: the caller passes a system call number and arguments valid for it.
+        let ret = unsafe { libc::syscall(n, a, b, c) } as isize;
+        match ret {
+            -1 => {
+                -(std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO) as isize)
+            }
+            ret => ret,
+        }
+    }
+
+    /// Tells xtrace the child's pid through `fd`.
+    pub fn write_pid(fd: i32, pid: libc::pid_t) {
+        let pid = pid.to_ne_bytes();
+        // SAFETY: writes a local's bytes.
+        unsafe { syscall3(libc::SYS_write, fd as usize, pid.as_ptr() as usize, pid.len()) };
     }
 
     /// Waits until a byte can be read from `fd`: false when it closed first.
@@ -465,6 +503,31 @@ mod tests {
         launch.release().unwrap();
         let status = launch.take_exit().unwrap().blocking_recv().unwrap().unwrap();
         assert_eq!(status.code(), Some(7));
+    }
+
+    /// A script without `#!` runs under /bin/sh, with its arguments, as `execvp` and shells run
+    /// it; the environment xtrace adds replaces a variable of the same name.
+    #[test]
+    fn a_script_without_an_interpreter_line_runs_under_sh() {
+        let dir = std::env::temp_dir().join(format!("xtrace-noshebang-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("script");
+        std::fs::write(&script, "echo \"$0 $1 $2 $XTRACE_LAUNCH_TEST\" > \"$1\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = dir.join("out");
+        let argv: Vec<std::ffi::OsString> = vec!["script".into(), out.clone().into(), "two".into()];
+        let env = [("XTRACE_LAUNCH_TEST", std::ffi::OsString::from("set"))];
+        let mut launch = Launch::start(Program::open(&script).unwrap(), &argv, &env).unwrap();
+        launch.release().unwrap();
+        let status = launch.take_exit().unwrap().blocking_recv().unwrap().unwrap();
+        assert_eq!(status.code(), Some(0));
+        let written = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            written,
+            format!("{} {} two set\n", script.display(), out.display())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
