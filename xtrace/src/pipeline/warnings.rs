@@ -60,14 +60,19 @@ pub struct Warnings {
 /// The first rule whose pattern matches `name`, or the function's own name when `name` is one
 /// told apart by its file (`work (app)`, a function of that name being traced in two files).
 fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
-    let function = name
-        .strip_suffix(')')
-        .and_then(|n| n.rsplit_once(" ("))
-        .filter(|(_, file)| !file.contains(['(', ')']))
-        .map(|(function, _)| function);
-    rules.iter().position(|r| {
-        glob::matches(&r.pattern, name) || function.is_some_and(|f| glob::matches(&r.pattern, f))
-    })
+    // Without each ` (...)` suffix in turn: a function told apart in its file, then by its file
+    // (`free_mem (malloc.c) (libc.so.6)`).
+    let unqualified = |name: &str| -> Option<String> {
+        name.strip_suffix(')')
+            .and_then(|n| n.rsplit_once(" ("))
+            .filter(|(_, file)| !file.contains(['(', ')']))
+            .map(|(function, _)| function.to_string())
+    };
+    let names = std::iter::successors(Some(name.to_string()), |n| unqualified(n));
+    let names: Vec<String> = names.collect();
+    rules
+        .iter()
+        .position(|r| names.iter().any(|n| glob::matches(&r.pattern, n)))
 }
 
 impl Warnings {
@@ -214,7 +219,14 @@ mod tests {
         w.check("work (app)", 6_000_000, (1, 2), 0);
         w.check("work (libwork.so)", 6_000_000, (1, 2), 0);
         w.check("ns::work(int)", 6_000_000, (1, 2), 0);
-        assert_eq!(w.summary()[0].count, 2);
+        // Told apart in its file, then by its file.
+        w.check(
+            "work (util.c) (/proc/7/root/usr/lib/libwork.so)",
+            6_000_000,
+            (1, 2),
+            0,
+        );
+        assert_eq!(w.summary()[0].count, 3);
     }
 
     #[test]

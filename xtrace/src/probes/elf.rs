@@ -62,6 +62,9 @@ pub struct FunctionSymbol {
     /// Whether the symbol is a GNU indirect function, and then whether the offsets above are of
     /// the implementation its resolver picks ([`super::ifunc`]).
     pub ifunc: Ifunc,
+    /// The source file a local symbol was compiled from, as the symbol table's `STT_FILE` entry
+    /// before it names it (`malloc.c`); None for a global symbol or a table without one.
+    pub unit: Option<std::sync::Arc<str>>,
 }
 
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
@@ -242,7 +245,13 @@ impl ElfSymbols {
         // Addresses other symbols name than functions, sections and files: those in the code are
         // labels (kept below, once the code is known).
         let mut labels = Vec::new();
+        // The compile unit of the local symbols that follow an `STT_FILE` entry.
+        let mut unit: Option<std::sync::Arc<str>> = None;
         for (in_dynsym, symbol) in symtab.map(|s| (false, s)).chain(dynamic) {
+            if symbol.kind() == SymbolKind::File && !in_dynsym {
+                unit = symbol.name().ok().filter(|n| !n.is_empty()).map(Into::into);
+                continue;
+            }
             if !matches!(
                 symbol.kind(),
                 SymbolKind::Text | SymbolKind::Section | SymbolKind::File
@@ -305,6 +314,7 @@ impl ElfSymbols {
                 returns_twice: false,
                 uncalled: false,
                 ifunc,
+                unit: (symbol.is_local() && !in_dynsym).then(|| unit.clone()).flatten(),
             });
         }
         // Where IFUNCs' implementations are sized: their unwind entries, read only for a file
@@ -616,6 +626,20 @@ mod tests {
         assert_eq!(old.len(), 1, "{old:?}");
         assert_ne!(old[0].file_offset, plain[0].file_offset);
         assert_eq!(symbols.find("realpath*").unwrap().len(), 2);
+    }
+
+    /// A local function is known by the source file its `STT_FILE` entry names: libc's static
+    /// `free_mem`s (from its debug file, libc6-dbg) each by their own; a global one by none.
+    #[test]
+    fn local_functions_know_their_source_file() {
+        let libc = std::path::PathBuf::from(crate::test_libc());
+        let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
+        let found = symbols.find("free_mem").unwrap();
+        let units: std::collections::BTreeSet<&str> =
+            found.iter().filter_map(|f| f.unit.as_deref()).collect();
+        assert!(found.len() > 1 && units.len() == found.len(), "{found:?}");
+        assert!(units.contains("setenv.c"), "{units:?}");
+        assert_eq!(symbols.find("malloc").unwrap()[0].unit, None);
     }
 
     #[test]

@@ -524,6 +524,7 @@ mod tests {
             returns_twice: false,
             uncalled: false,
             ifunc: Default::default(),
+            unit: None,
         };
         find_candidate(code, START, &function, kept).map(|(address, past)| {
             assert!(address > START && address < START + code.len() as u64);

@@ -148,33 +148,47 @@ pub fn bare(demangled: &str) -> Option<String> {
     (name != demangled && name != strip_args(demangled)).then_some(name)
 }
 
-/// Names uprobes apart where one name stands for several functions (the C library's static
-/// `free_mem` of 14 compilation units, `init` in two libraries): each becomes
-/// `NAME (FILE+0xOFFSET)`, its file's name and the offset of its probe, as summary.json gives
-/// them, so that the table, the trace's spans and reports built from it keep them apart. A
-/// function probed in two copies of one file (one name, file name and offset) stays one.
-pub fn tell_apart(probes: &mut [super::ProbeInfo]) {
-    use std::collections::{HashMap, HashSet};
-    let place = |p: &super::ProbeInfo| {
-        let file = std::path::Path::new(&p.target)
-            .file_name()
-            .map_or_else(|| p.target.clone(), |n| n.to_string_lossy().into_owned());
-        format!("{file}+{:#x}", p.offset)
-    };
-    let mut places: HashMap<&str, HashSet<String>> = HashMap::new();
-    for p in probes.iter().filter(|p| p.kind == "uprobe") {
-        places.entry(&p.name).or_default().insert(place(p));
-    }
-    let shared: HashSet<String> = places
-        .into_iter()
-        .filter(|(_, places)| places.len() > 1)
-        .map(|(name, _)| name.to_string())
-        .collect();
-    for p in probes
-        .iter_mut()
-        .filter(|p| p.kind == "uprobe" && shared.contains(&p.name))
+/// Where a probed function is in its file: its symbol's file offset (as `xtrace list symbols`
+/// shows it) and the source file it was compiled from, when the symbol table says.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    pub offset: u64,
+    pub unit: Option<std::sync::Arc<str>>,
+}
+
+/// Names uprobes apart where one name stands for several functions of one file (the C library's
+/// static `free_mem` of 14 source files): each becomes `NAME (UNIT)`, the source file it was
+/// compiled from (`free_mem (malloc.c)`, stable across rebuilds, so `xtrace diff` pairs it), or
+/// where those do not tell them apart `NAME (+0xOFFSET)`, its symbol's file offset. `places` is
+/// each probe's, by probe id. Functions of one name in several files are told apart by their
+/// file's name afterwards (see `session::specs`).
+pub fn tell_apart(probes: &mut [super::ProbeInfo], places: &[Place]) {
+    use std::collections::{BTreeSet, HashMap};
+    let mut groups: HashMap<(String, String), Vec<usize>> = HashMap::new();
+    for (id, p) in probes
+        .iter()
+        .enumerate()
+        .filter(|(id, p)| p.kind == "uprobe" && *id < places.len())
     {
-        p.name = format!("{} ({})", p.name, place(p));
+        groups
+            .entry((p.name.clone(), p.target.clone()))
+            .or_default()
+            .push(id);
+    }
+    for ids in groups.into_values() {
+        let offsets: BTreeSet<u64> = ids.iter().map(|&id| places[id].offset).collect();
+        if offsets.len() < 2 {
+            continue;
+        }
+        let units: BTreeSet<&str> = ids.iter().filter_map(|&id| places[id].unit.as_deref()).collect();
+        let by_unit = units.len() == ids.len();
+        for id in ids {
+            let label = match (&places[id].unit, by_unit) {
+                (Some(unit), true) => unit.to_string(),
+                _ => format!("+{:#x}", places[id].offset),
+            };
+            probes[id].name = format!("{} ({label})", probes[id].name);
+        }
     }
 }
 
@@ -292,41 +306,62 @@ mod tests {
 #[cfg(test)]
 mod tell_apart_tests {
     use super::super::ProbeInfo;
+    use super::Place;
 
-    fn probe(name: &str, target: &str, offset: u64) -> ProbeInfo {
+    fn probe(name: &str, target: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
             kind: "uprobe",
             target: target.into(),
-            offset,
+            offset: 0,
             capture: Default::default(),
         }
     }
 
+    fn place(offset: u64, unit: Option<&str>) -> Place {
+        Place {
+            offset,
+            unit: unit.map(Into::into),
+        }
+    }
+
     #[test]
-    fn one_name_of_several_functions_is_told_apart_by_file_and_offset() {
+    fn one_name_of_several_functions_of_a_file_is_told_apart_by_source_file_or_offset() {
         let mut probes = vec![
-            probe("free_mem", "/lib/libc.so.6", 0x17a340),
-            probe("free_mem", "/lib/libc.so.6", 0x17a3ad),
-            probe("malloc", "/lib/libc.so.6", 0x9a0f0),
-            probe("init", "/a/liba.so", 0x1100),
-            probe("init", "/b/libb.so", 0x1100),
-            // One library in two mount namespaces: one function.
-            probe("work", "/lib/libw.so", 0x2000),
-            probe("work", "/proc/7/root/lib/libw.so", 0x2000),
+            probe("free_mem", "/lib/libc.so.6"),
+            probe("free_mem", "/lib/libc.so.6"),
+            probe("malloc", "/lib/libc.so.6"),
+            // Two files of one name: theirs to tell apart, by file (session::specs).
+            probe("init", "/a/lib.so"),
+            probe("init", "/b/lib.so"),
+            // Two static functions of one name, in source files of one name.
+            probe("helper", "/bin/app"),
+            probe("helper", "/bin/app"),
+            probe("helper", "/bin/app"),
         ];
-        super::tell_apart(&mut probes);
+        let places = [
+            place(0x17a340, Some("malloc.c")),
+            place(0x17a3ad, Some("iconv_db.c")),
+            place(0x9a0f0, None),
+            place(0x1100, Some("a.c")),
+            place(0x1200, Some("a.c")),
+            place(0x2000, Some("util.c")),
+            place(0x2100, Some("util.c")),
+            place(0x2200, None),
+        ];
+        super::tell_apart(&mut probes, &places);
         let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
             [
-                "free_mem (libc.so.6+0x17a340)",
-                "free_mem (libc.so.6+0x17a3ad)",
+                "free_mem (malloc.c)",
+                "free_mem (iconv_db.c)",
                 "malloc",
-                "init (liba.so+0x1100)",
-                "init (libb.so+0x1100)",
-                "work",
-                "work",
+                "init",
+                "init",
+                "helper (+0x2000)",
+                "helper (+0x2100)",
+                "helper (+0x2200)",
             ]
         );
     }

@@ -175,6 +175,8 @@ pub fn plan(
     let mut elves = SymbolCache::default();
     let mut in_process = InProcess::default();
     let mut entry_sites = EntrySites::default();
+    // Each probe's function, by probe id: its symbol's file offset and compile unit.
+    let mut places: Vec<super::names::Place> = Vec::new();
     // The probe id and exit sites of each (file shown, its device and inode, entry offset, an IFUNC left out)
     // planned; or why it is not traced.
     // By file (device and inode: one file may be named two ways, a launched command by its path
@@ -261,15 +263,21 @@ pub fn plan(
                             spec.args.len(),
                             &mut entry_sites,
                         )? {
-                            Ok((entry, sites)) => Ok(new_probe(
-                                &mut plan,
-                                &mut at_exits,
-                                exits,
-                                spec,
-                                &file,
-                                symbols,
-                                (function, entry, sites),
-                            )),
+                            Ok((entry, sites)) => Ok({
+                                places.push(super::names::Place {
+                                    offset: function.file_offset,
+                                    unit: function.unit.clone(),
+                                });
+                                new_probe(
+                                    &mut plan,
+                                    &mut at_exits,
+                                    exits,
+                                    spec,
+                                    &file,
+                                    symbols,
+                                    (function, entry, sites),
+                                )
+                            }),
                             Err(why) => Err(why),
                         };
                         if let Err(why) = &known {
@@ -327,7 +335,7 @@ pub fn plan(
     }
     left_out::exit_notices(at_exits, exits, &mut plan.notices);
     left_out.notices(&mut plan.notices);
-    super::names::tell_apart(&mut plan.probes);
+    super::names::tell_apart(&mut plan.probes, &places);
     Ok(plan)
 }
 
