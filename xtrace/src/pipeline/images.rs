@@ -67,8 +67,8 @@ pub struct Image {
     /// The image its exec replaced.
     replaced: Option<u32>,
     /// Its process's name (its main thread's, as sampled last in it in user mode), and as sampled
-    /// last in the kernel: a sample taken during the exec that ends it, after the kernel has set
-    /// the new program's name, carries that name.
+    /// first in the kernel: a sample taken during the exec that ends it, after the kernel has set
+    /// the new program's name, carries that name, and is its last.
     comm: Option<String>,
     comm_in_kernel: Option<String>,
 }
@@ -117,7 +117,7 @@ impl Images {
     }
 
     /// Its process's name while it ran `image`, when a sample of its main thread said it: as
-    /// its last sample in user mode said, else as its last in the kernel.
+    /// its last sample in user mode said, else as its first in the kernel.
     pub fn comm(&self, image: u32) -> Option<&str> {
         let image = self.images.get(&image)?;
         image.comm.as_deref().or(image.comm_in_kernel.as_deref())
@@ -127,12 +127,11 @@ impl Images {
     /// said its name is `comm`.
     pub fn named(&mut self, image: u32, comm: &str, in_kernel: bool) {
         if let Some(image) = self.images.get_mut(&image) {
-            let name = match in_kernel {
-                true => &mut image.comm_in_kernel,
-                false => &mut image.comm,
-            };
-            if name.as_deref() != Some(comm) {
-                *name = Some(comm.to_string());
+            match in_kernel {
+                true if image.comm_in_kernel.is_some() => {}
+                true => image.comm_in_kernel = Some(comm.to_string()),
+                false if image.comm.as_deref() == Some(comm) => {}
+                false => image.comm = Some(comm.to_string()),
             }
         }
     }
@@ -431,12 +430,13 @@ mod tests {
 
     /// A shell's last sample, taken in the kernel in the exec of `profile` after the kernel set
     /// the new name, does not rename the shell's image; an image sampled only in the kernel is
-    /// named from those samples.
+    /// named from the first of those samples.
     #[test]
     fn names_from_user_mode_samples_win_over_names_in_the_kernel() {
         let mut images = Images::default();
         let shell = images.at(10, 5);
         images.named(shell, "sh", true);
+        images.named(shell, "profile", true);
         assert_eq!(images.comm(shell), Some("sh"));
         images.named(shell, "sh", false);
         images.named(shell, "profile", true);
