@@ -177,8 +177,8 @@ pub fn plan(
     let mut entry_sites = EntrySites::default();
     // Each probe's function, by probe id: its symbol's file offset and compile unit.
     let mut places: Vec<super::names::Place> = Vec::new();
-    // The probe id and exit sites of each (file shown, its device and inode, entry offset, an IFUNC left out)
-    // planned; or why it is not traced.
+    // The probe id and exit sites of each (file shown, its device and inode, entry offset, an
+    // IFUNC left out) planned; or why it is not traced.
     // By file (device and inode: one file may be named two ways, a launched command by its path
     // and by `./name`) and entry offset.
     let mut ids: HashMap<(u64, u64, u64, bool), std::result::Result<Planned, Untraceable>> = HashMap::new();
