@@ -747,6 +747,10 @@ fn samples_before_an_exec_keep_the_old_programs_name() {
         "{:?}",
         out.folded()
     );
+    // Samples in the command's first exec, in xtrace's launcher code, are the command's (`sh`),
+    // also those taken before the kernel renamed it from xtrace's launcher thread.
+    let launcher = out.samples_where(|s| s.contains("xtrace::launch") && !s.starts_with("sh;"));
+    assert_eq!(launcher, 0, "{:?}", out.folded());
 }
 
 /// Two C++ functions of one DWARF name (`burn` in an anonymous namespace and in

@@ -100,11 +100,16 @@ impl Images {
     }
 
     /// Begins the image of `pid`, a command xtrace forked and has not exec'd yet, as xtrace's own:
-    /// samples taken in the kernel during its exec hold the user frames of xtrace's code.
-    pub fn launched(&mut self, pid: u32) {
+    /// samples taken in the kernel during its exec hold the user frames of xtrace's code. They
+    /// are named `name`, the command's: some are taken before the kernel renames the process from
+    /// xtrace's launcher thread, a name that names nothing.
+    pub fn launched(&mut self, pid: u32, name: String) {
         let mut maps = Vec::new();
         merge_maps(&mut maps, std::process::id());
-        self.begin(pid, 0, maps);
+        let id = self.begin(pid, 0, maps);
+        if let Some(image) = self.images.get_mut(&id) {
+            image.comm_in_kernel = Some(name);
+        }
     }
 
     /// Side-band records the kernel dropped because a ring was full.
@@ -445,6 +450,12 @@ mod tests {
         images.named(shell, "worker", false);
         assert_eq!(images.comm(shell), Some("worker"));
         assert_eq!(images.comm(shell + 1), None);
+        // A launched command's image before its exec: the command's name until a sample in user
+        // mode says otherwise.
+        images.launched(11, "sh".into());
+        let launched = images.at(11, 1);
+        images.named(launched, "sleep", true);
+        assert_eq!(images.comm(launched), Some("sh"));
     }
 
     #[test]
