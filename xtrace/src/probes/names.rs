@@ -159,7 +159,8 @@ pub struct Place {
 /// Names uprobes apart where one name stands for several functions of one file (the C library's
 /// static `free_mem` of 14 source files): each becomes `NAME (UNIT)`, the source file it was
 /// compiled from (`free_mem (malloc.c)`, stable across rebuilds, so `xtrace diff` pairs it), or
-/// where those do not tell them apart `NAME (+0xOFFSET)`, its symbol's file offset. `places` is
+/// where that does not tell it from the others `NAME (UNIT+0xOFFSET)` or `NAME (+0xOFFSET)`, with
+/// its symbol's file offset. `places` is
 /// each probe's, by probe id. Functions of one name in several files are told apart by their
 /// file's name afterwards (see `session::specs`).
 pub fn tell_apart(probes: &mut [super::ProbeInfo], places: &[Place]) {
@@ -180,12 +181,15 @@ pub fn tell_apart(probes: &mut [super::ProbeInfo], places: &[Place]) {
         if offsets.len() < 2 {
             continue;
         }
-        let units: BTreeSet<&str> = ids.iter().filter_map(|&id| places[id].unit.as_deref()).collect();
-        let by_unit = units.len() == ids.len();
+        let mut units: HashMap<&str, usize> = HashMap::new();
+        for &id in &ids {
+            *units.entry(places[id].unit.as_deref().unwrap_or_default()).or_default() += 1;
+        }
         for id in ids {
-            let label = match (&places[id].unit, by_unit) {
-                (Some(unit), true) => unit.to_string(),
-                _ => format!("+{:#x}", places[id].offset),
+            let unit = places[id].unit.as_deref().unwrap_or_default();
+            let label = match units[unit] {
+                1 if !unit.is_empty() => unit.to_string(),
+                _ => format!("{unit}+{:#x}", places[id].offset),
             };
             probes[id].name = format!("{} ({label})", probes[id].name);
         }
@@ -334,7 +338,8 @@ mod tell_apart_tests {
             // Two files of one name: theirs to tell apart, by file (session::specs).
             probe("init", "/a/lib.so"),
             probe("init", "/b/lib.so"),
-            // Two static functions of one name, in source files of one name.
+            // Static functions of one name, two in source files of one name.
+            probe("helper", "/bin/app"),
             probe("helper", "/bin/app"),
             probe("helper", "/bin/app"),
             probe("helper", "/bin/app"),
@@ -348,6 +353,7 @@ mod tell_apart_tests {
             place(0x2000, Some("util.c")),
             place(0x2100, Some("util.c")),
             place(0x2200, None),
+            place(0x2300, Some("main.c")),
         ];
         super::tell_apart(&mut probes, &places);
         let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
@@ -359,9 +365,10 @@ mod tell_apart_tests {
                 "malloc",
                 "init",
                 "init",
-                "helper (+0x2000)",
-                "helper (+0x2100)",
+                "helper (util.c+0x2000)",
+                "helper (util.c+0x2100)",
                 "helper (+0x2200)",
+                "helper (main.c)",
             ]
         );
     }
