@@ -13,8 +13,17 @@ use crate::{
     target::{pidfd_open, Process},
 };
 
-/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH`.
+/// The directories a command is looked for in without `$PATH`: the C library's `execvp`'s.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// Finds `command` the way a shell would: as given if it contains '/', else in `$PATH` (without
+/// one, in `/bin:/usr/bin`, as `execvp` does).
 pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
+    resolve_in(command, std::env::var_os("PATH"))
+}
+
+/// [`resolve_command`] with `path` for `$PATH`.
+fn resolve_in(command: &std::ffi::OsStr, path: Option<std::ffi::OsString>) -> Result<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let not_found = || Error::CommandNotFound {
         command: command.to_string_lossy().into_owned(),
@@ -37,7 +46,7 @@ pub fn resolve_command(command: &std::ffi::OsStr) -> Result<PathBuf> {
             why,
         });
     }
-    let path = std::env::var_os("PATH").ok_or_else(not_found)?;
+    let path = path.unwrap_or_else(|| DEFAULT_PATH.into());
     std::env::split_paths(&path)
         .map(|dir| dir.join(command))
         .find(|p| p.metadata().is_ok_and(|m| executable(&m)))
@@ -464,6 +473,8 @@ mod tests {
             resolve_command(std::ffi::OsStr::new("/etc/passwd")),
             Err(Error::CommandUnusable { why, .. }) if why.contains("not executable")
         ));
+        // Without $PATH, execvp's default.
+        assert_eq!(resolve_in("sh".as_ref(), None).unwrap(), Path::new("/bin/sh"));
     }
 
     /// A binary whose dynamic linker is missing: a copy of one with its `PT_INTERP` path changed.

@@ -183,7 +183,9 @@ pub fn tell_apart(probes: &mut [super::ProbeInfo], places: &[Place]) {
         }
         let mut units: HashMap<&str, usize> = HashMap::new();
         for &id in &ids {
-            *units.entry(places[id].unit.as_deref().unwrap_or_default()).or_default() += 1;
+            *units
+                .entry(places[id].unit.as_deref().unwrap_or_default())
+                .or_default() += 1;
         }
         for id in ids {
             let unit = places[id].unit.as_deref().unwrap_or_default();
