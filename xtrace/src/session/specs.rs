@@ -164,11 +164,13 @@ fn qualify_shared_names(plan: &mut Plan) {
         let Some(targets) = files.get(&(p.kind, p.name.clone())).filter(|t| t.len() > 1) else {
             continue;
         };
-        // Files of one name in two directories are told apart by their paths.
+        // Files of one name in two directories are told apart by their paths, made absolute (as
+        // typed, `./x/lib.so` and `/w/x/lib.so` would name one file apart in two captures).
         let names: BTreeSet<&str> = targets.iter().map(|t| file_name(t)).collect();
         let which = match names.len() == targets.len() {
             true => file_name(&p.target).to_string(),
-            false => p.target.clone(),
+            false => std::path::absolute(&p.target)
+                .map_or_else(|_| p.target.clone(), |path| path.display().to_string()),
         };
         p.name = format!("{} ({which})", p.name);
     }
@@ -197,7 +199,7 @@ mod tests {
                 probe("f", "uprobe", "/opt/b/lib.so"),
                 probe("g", "uprobe", "/opt/a/app"),
                 probe("h", "uprobe", "/x/app"),
-                probe("h", "uprobe", "/y/app"),
+                probe("h", "uprobe", "./y/app"),
                 probe("f", "usdt", "/opt/c/other"),
                 probe("p:req", "usdt_span", "/x/a"),
                 probe("p:req", "usdt_span", "/x/b"),
@@ -213,7 +215,7 @@ mod tests {
                 "f (lib.so)",
                 "g",
                 "h (/x/app)",
-                "h (/y/app)",
+                &format!("h ({})", std::env::current_dir().unwrap().join("y/app").display()),
                 "f",
                 "p:req (a)",
                 "p:req (b)"
