@@ -58,7 +58,8 @@ pub struct Warnings {
 }
 
 /// The first rule whose pattern matches `name`, or the function's own name when `name` is one
-/// told apart by its file (`work (app)`, a function of that name being traced in two files).
+/// told apart by its file (`work (app)`, a function of that name being traced in two files) or
+/// by its source file (`free_mem (setenv.c)`), or both.
 fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
     // Without each ` (...)` suffix in turn: a function told apart in its file, then by its file
     // (`free_mem (malloc.c) (libc.so.6)`).
