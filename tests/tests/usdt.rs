@@ -491,6 +491,39 @@ fn libstdcxx_throw_and_catch_probes_count_exceptions() {
     );
 }
 
+/// A launched command's `-U` without TARGET searches the program and the libraries it loads at
+/// its start, as `--pid` searches the modules its process maps: libstdc++'s probes of a C++
+/// program (only the program's own notes were searched, and this was refused).
+#[test]
+fn launched_command_probes_in_the_libraries_it_loads_at_start() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("usdt-cxx-launched");
+    let out = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-U",
+        "libstdcxx:throw",
+        "-U",
+        "libstdcxx:catch",
+        "-o",
+        &out,
+        "--",
+        &fixtures().matrix,
+        "throws"
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read(&out);
+    assert_eq!(out.probe_count("libstdcxx:throw"), 3);
+    assert_eq!(out.probe_count("libstdcxx:catch"), 3);
+    let target = out.probe("libstdcxx:throw")["target"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(target.contains("libstdc++.so"), "{target}");
+}
+
 #[test]
 fn list_usdt_shows_every_note() {
     let usdt = fixtures().usdt.to_str().expect("UTF-8 path").to_owned();

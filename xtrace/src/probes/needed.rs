@@ -106,19 +106,45 @@ pub fn needed_libraries(program: &Path) -> Vec<TargetFile> {
 /// through the run paths of the file that needs it, so a library beside the program
 /// (`RUNPATH=$ORIGIN/lib`) that the linker cache does not know is found.
 pub fn find_library(program: &Path, name: &str) -> Option<TargetFile> {
+    let mut found = None;
+    walk_needed(program, &mut |library| {
+        let hit = library_matches(&library.to_string_lossy(), name);
+        if hit {
+            found = Some(target(library.to_path_buf()));
+        }
+        hit
+    });
+    found
+}
+
+/// Every library `program` will load at its start: its `DT_NEEDED` libraries and theirs, breadth
+/// first, each once (at most [`MAX_FILES`] read).
+pub fn loaded_at_start(program: &Path) -> Vec<TargetFile> {
+    let mut all: Vec<PathBuf> = Vec::new();
+    walk_needed(program, &mut |library| {
+        if !all.iter().any(|l| l == library) {
+            all.push(library.to_path_buf());
+        }
+        false
+    });
+    all.into_iter().map(target).collect()
+}
+
+/// Calls `visit` with each library of `program`'s dependency tree, breadth first, until it
+/// returns true.
+fn walk_needed(program: &Path, visit: &mut dyn FnMut(&Path) -> bool) {
     let mut queue = VecDeque::from([program.to_path_buf()]);
     let mut seen: HashSet<PathBuf> = HashSet::from([program.to_path_buf()]);
     while let Some(object) = queue.pop_front() {
         for library in resolve_needed(&object) {
-            if library_matches(&library.to_string_lossy(), name) {
-                return Some(target(library));
+            if visit(&library) {
+                return;
             }
             if seen.len() < MAX_FILES && seen.insert(library.clone()) {
                 queue.push_back(library);
             }
         }
     }
-    None
 }
 
 #[cfg(test)]

@@ -228,12 +228,19 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
     Ok(())
 }
 
-/// The files a TARGET names in `scope`, or (without one) every module of the scope; the flag says
-/// the files were found by scanning, so one that is no ELF file is passed over quietly.
+/// The files a TARGET names in `scope`, or (without one) every module of the scope: a launched
+/// command's program and the libraries it loads at its start (libstdc++'s `libstdcxx:throw`);
+/// the flag says the files were found by scanning, so one that is no ELF file is passed over
+/// quietly.
 fn files_to_search(scope: &Scope, target: Option<&TargetSpec>) -> Result<(Vec<TargetFile>, bool)> {
-    match target {
-        Some(target) => Ok((vec![scope.resolve(target)?], false)),
-        None => Ok((scope.modules()?, true)),
+    match (target, scope) {
+        (Some(target), _) => Ok((vec![scope.resolve(target)?], false)),
+        (None, Scope::Command(program)) => {
+            let mut files = vec![program.target()];
+            files.extend(crate::probes::needed::loaded_at_start(&program.path));
+            Ok((files, true))
+        }
+        (None, _) => Ok((scope.modules()?, true)),
     }
 }
 
