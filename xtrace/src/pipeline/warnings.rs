@@ -62,7 +62,7 @@ pub struct Warnings {
 /// by its source file (`free_mem (setenv.c)`), or both.
 fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
     // Without each ` (...)` suffix in turn: a function told apart in its file, then by its file
-    // (`free_mem (malloc.c) (libc.so.6)`).
+    // (`free_mem (setenv.c) (libc.so.6)`).
     let unqualified = |name: &str| -> Option<String> {
         name.strip_suffix(')')
             .and_then(|n| n.rsplit_once(" ("))

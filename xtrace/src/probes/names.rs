@@ -158,7 +158,7 @@ pub struct Place {
 
 /// Names uprobes apart where one name stands for several functions of one file (the C library's
 /// static `free_mem` of 14 source files): each becomes `NAME (UNIT)`, the source file it was
-/// compiled from (`free_mem (malloc.c)`, stable across rebuilds, so `xtrace diff` pairs it), or
+/// compiled from (`free_mem (setenv.c)`, stable across rebuilds, so `xtrace diff` pairs it), or
 /// where that does not tell it from the others `NAME (UNIT+0xOFFSET)` or `NAME (+0xOFFSET)`, with
 /// its symbol's file offset. `places` is each probe's, by probe id. Functions of one name in
 /// several files are told apart by their file's name afterwards (see `session::specs`).
