@@ -193,7 +193,6 @@ fn children_that_live_milliseconds_are_symbolized() {
     // of every sample is named from the side band's fork, exec and mapping records, the forked
     // children's in their parent's program, the exec'd ones' in their own.
     out.assert_forks_symbolized(&children);
-    // Its own samples too, those taken in the kernel during its exec included: their user frames
-    // are xtrace's, which forked it.
+    // Its own samples too (those in its exec, in xtrace's launcher code, are left out).
     out.assert_symbolized(parent);
 }

@@ -90,6 +90,8 @@ pub struct Images {
     applied_ns: u64,
     /// When the last read of the side band began.
     read_ns: u64,
+    /// The launched command's image before its exec.
+    launcher: Option<u32>,
 }
 
 impl Images {
@@ -99,17 +101,19 @@ impl Images {
         self.sampled = sampled;
     }
 
-    /// Begins the image of `pid`, a command xtrace forked and has not exec'd yet, as xtrace's own:
-    /// samples taken in the kernel during its exec hold the user frames of xtrace's code. They
-    /// are named `name`, the command's: some are taken before the kernel renames the process from
-    /// xtrace's launcher thread, a name that names nothing.
-    pub fn launched(&mut self, pid: u32, name: String) {
+    /// Begins the image of `pid`, a command xtrace forked and has not exec'd yet, as xtrace's own
+    /// (see [`Images::is_launcher`]).
+    pub fn launched(&mut self, pid: u32) {
         let mut maps = Vec::new();
         merge_maps(&mut maps, std::process::id());
-        let id = self.begin(pid, 0, maps);
-        if let Some(image) = self.images.get_mut(&id) {
-            image.comm_in_kernel = Some(name);
-        }
+        self.launcher = Some(self.begin(pid, 0, maps));
+    }
+
+    /// Whether `image` is a launched command's before its exec: xtrace's launcher code, in user
+    /// mode or in the kernel in the exec (whose user registers are still the launcher's), which
+    /// is no part of the command's profile (`perf record -- CMD` counts from the exec, too).
+    pub fn is_launcher(&self, image: u32) -> bool {
+        self.launcher == Some(image)
     }
 
     /// Side-band records the kernel dropped because a ring was full.
@@ -450,12 +454,10 @@ mod tests {
         images.named(shell, "worker", false);
         assert_eq!(images.comm(shell), Some("worker"));
         assert_eq!(images.comm(shell + 1), None);
-        // A launched command's image before its exec: the command's name until a sample in user
-        // mode says otherwise.
-        images.launched(11, "sh".into());
-        let launched = images.at(11, 1);
-        images.named(launched, "sleep", true);
-        assert_eq!(images.comm(launched), Some("sh"));
+        // A launched command's image before its exec is the launcher's.
+        images.launched(11);
+        let launcher = images.at(11, 1);
+        assert!(images.is_launcher(launcher) && !images.is_launcher(shell));
     }
 
     #[test]

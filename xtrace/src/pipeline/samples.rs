@@ -109,7 +109,8 @@ pub fn stack_hash(key: &StackKey) -> u64 {
 }
 
 impl Samples {
-    /// Counts a sample; `stack` is the user stack copied with it, from which its user frames are
+    /// Counts a sample (not one of a launched command before its exec, in xtrace's launcher code);
+    /// `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
     /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
     pub fn add(&mut self, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
@@ -118,7 +119,6 @@ impl Samples {
         let pid = event.header.pid;
         let ip = event.user_regs[USER_IP];
         let copied = !stack.is_empty() && ip != 0;
-        self.total += 1;
         // The mappings must hold the user addresses: the interrupted instruction when the stack is
         // unwound here (its callers' modules were mapped before it ran), else every walked frame.
         let wanted: &[u64] = if copied { std::slice::from_ref(&ip) } else { walked };
@@ -142,6 +142,10 @@ impl Samples {
                 }
             }
         }
+        if self.images.is_launcher(image) {
+            return; // xtrace's launcher code, before the command's exec
+        }
+        self.total += 1;
         self.images.use_image(image);
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's; one in the kernel in

@@ -390,10 +390,7 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         let sampled = Sampled::of(targets.pids(), follow.is_some());
         pipeline.samples.images.watch(sideband, sampled);
         if let Targets::Launched(launch) = &targets {
-            pipeline
-                .samples
-                .images
-                .launched(launch.process.pid, launch.comm());
+            pipeline.samples.images.launched(launch.process.pid);
         }
         pipeline.samples.probed = attached.uprobes > 0;
     }
