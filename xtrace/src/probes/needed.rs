@@ -120,27 +120,28 @@ pub fn find_library(program: &Path, name: &str) -> Option<TargetFile> {
 /// Every library `program` will load at its start: its `DT_NEEDED` libraries and theirs, breadth
 /// first, each once (at most [`MAX_FILES`] read).
 pub fn loaded_at_start(program: &Path) -> Vec<TargetFile> {
-    let mut all: Vec<PathBuf> = Vec::new();
+    let mut all = Vec::new();
     walk_needed(program, &mut |library| {
-        if !all.iter().any(|l| l == library) {
-            all.push(library.to_path_buf());
-        }
+        all.push(target(library.to_path_buf()));
         false
     });
-    all.into_iter().map(target).collect()
+    all
 }
 
-/// Calls `visit` with each library of `program`'s dependency tree, breadth first, until it
-/// returns true.
+/// Calls `visit` once with each library of `program`'s dependency tree, breadth first, until it
+/// returns true; reads the `DT_NEEDED` entries of at most [`MAX_FILES`] files.
 fn walk_needed(program: &Path, visit: &mut dyn FnMut(&Path) -> bool) {
     let mut queue = VecDeque::from([program.to_path_buf()]);
     let mut seen: HashSet<PathBuf> = HashSet::from([program.to_path_buf()]);
     while let Some(object) = queue.pop_front() {
         for library in resolve_needed(&object) {
+            if !seen.insert(library.clone()) {
+                continue;
+            }
             if visit(&library) {
                 return;
             }
-            if seen.len() < MAX_FILES && seen.insert(library.clone()) {
+            if seen.len() <= MAX_FILES {
                 queue.push_back(library);
             }
         }
