@@ -240,26 +240,32 @@ fn an_ifunc_of_a_library_xtrace_has_not_loaded_is_refused_by_name() {
     assert_eq!(rows[0][3..], ["-", "pick_ifunc"]);
 }
 
-/// A glob leaves such an IFUNC out with a warning and traces the rest.
-#[test]
-fn a_glob_leaves_an_unresolved_ifunc_out() {
-    if !require_bpf() {
-        return;
-    }
+/// Traces libxtfix's functions that `glob` matches in a running `uselib` until it exits, checks
+/// the warning that leaves the unresolved IFUNC `pick_ifunc` out, and returns the outputs.
+fn uselib_leaving_pick_ifunc_out(glob: &str, tmp: &TempDir) -> Outputs {
     let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
     let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
     fixture.wait_ready();
-    let tmp = TempDir::new("ifunc-glob");
     let out_dir = tmp.join("out");
-    let glob = format!("{lib}:[lp]i*");
-    let finished = trace_fixture_to_exit(&mut fixture, &[&glob], &out_dir);
+    let spec = format!("{lib}:{glob}");
+    let finished = trace_fixture_to_exit(&mut fixture, &[&spec], &out_dir);
     let warning = format!(
         "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) whose \
          code is unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
          traced process), and they are not traced: pick_ifunc"
     );
     assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
-    let out = Outputs::read(&out_dir);
+    Outputs::read(&out_dir)
+}
+
+/// A glob leaves such an IFUNC out with a warning and traces the rest.
+#[test]
+fn a_glob_leaves_an_unresolved_ifunc_out() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("ifunc-glob");
+    let out = uselib_leaving_pick_ifunc_out("[lp]i*", &tmp);
     assert_eq!(out.probe_count("lib_work"), 7);
     assert_eq!(out.spans().len(), 7);
 }
@@ -272,20 +278,8 @@ fn a_glob_keeps_the_resolver_of_an_ifunc_it_leaves_out() {
     if !require_bpf() {
         return;
     }
-    let lib = fixtures().libxtfix.to_str().expect("UTF-8 path").to_owned();
-    let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
-    fixture.wait_ready();
     let tmp = TempDir::new("ifunc-resolver-glob");
-    let out_dir = tmp.join("out");
-    let glob = format!("{lib}:*pick*");
-    let finished = trace_fixture_to_exit(&mut fixture, &[&glob], &out_dir);
-    let warning = format!(
-        "xtrace: warning: {lib}: 1 matched function(s) are GNU indirect functions (IFUNCs) whose \
-         code is unknown (a library xtrace has not loaded itself, with no slot for them filled in a \
-         traced process), and they are not traced: pick_ifunc"
-    );
-    assert!(finished.stderr.contains(&warning), "{:#?}", finished.stderr);
-    let out = Outputs::read(&out_dir);
+    let out = uselib_leaving_pick_ifunc_out("*pick*", &tmp);
     let mut probes: Vec<&str> = out.summary["probes"]
         .as_array()
         .expect("probes")
