@@ -66,10 +66,11 @@ pub struct Image {
     used: bool,
     /// The image its exec replaced.
     replaced: Option<u32>,
-    /// Its process's name (its main thread's, as sampled last in it in user mode), and as sampled
-    /// first in the kernel: a sample taken during the exec that ends it, after the kernel has set
-    /// the new program's name, carries that name, and is its last.
+    /// Its process's name: its main thread's, as sampled last in it in user mode.
     comm: Option<String>,
+    /// Its main thread's name as sampled first in the kernel (a sample taken during the exec that
+    /// ends it, after the kernel has set the new program's name, carries that name, and is its
+    /// last).
     comm_in_kernel: Option<String>,
 }
 

@@ -69,8 +69,7 @@ fn first_rule(rules: &[WarnRule], name: &str) -> Option<usize> {
             .filter(|(_, file)| !file.contains(['(', ')']))
             .map(|(function, _)| function.to_string())
     };
-    let names = std::iter::successors(Some(name.to_string()), |n| unqualified(n));
-    let names: Vec<String> = names.collect();
+    let names: Vec<String> = std::iter::successors(Some(name.to_string()), |n| unqualified(n)).collect();
     rules
         .iter()
         .position(|r| names.iter().any(|n| glob::matches(&r.pattern, n)))
