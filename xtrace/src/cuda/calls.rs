@@ -6,7 +6,7 @@
 //! calling cuMemAlloc) is the same operation and is counted once, by the outermost call.
 use std::collections::BTreeMap;
 
-use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN};
+use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN, ARG_STR_LEN};
 
 use super::{
     api::{Direction, Function, Kind, Op, Space, Src},
@@ -275,8 +275,7 @@ impl Calls {
                 }
             }
             Op::GetFunction => {
-                let mangled = crate::pipeline::values::c_text(&call.bytes);
-                let name = crate::demangle::demangle(&mangled);
+                let name = lookup_name(pid, call.regs[2], &call.bytes);
                 let handle = call.out.unwrap_or(0);
                 values = format!(
                     ",\"name\":{},\"function\":\"{handle:#x}\"",
@@ -332,6 +331,22 @@ impl Calls {
             },
         }
     }
+}
+
+/// Longest kernel name read (PyTorch's mangled template kernels run to a few hundred bytes).
+const KERNEL_NAME_MAX: usize = 16 << 10;
+
+/// The kernel name a lookup (`cuModuleGetFunction`, `cuLibraryGetKernel`) of process `pid` asked
+/// for at `address`, demangled. The kernel program reads the first 63 bytes at entry, and nothing
+/// from a page the process has not touched yet (libcublasLt's names, the first time); a name so
+/// cut or unread is read whole from the process, which has touched it by its return.
+fn lookup_name(pid: u32, address: u64, read: &[u8]) -> String {
+    let whole = read.is_empty() || read.len() >= ARG_STR_LEN;
+    let mangled = whole
+        .then(|| crate::pipeline::kept_names::process_text(pid, address, KERNEL_NAME_MAX))
+        .flatten()
+        .unwrap_or_else(|| crate::pipeline::values::c_text(read));
+    crate::demangle::demangle(&mangled)
 }
 
 const _: () = assert!(

@@ -1,13 +1,16 @@
 //! Kernel names. `cudaLaunchKernel` receives the kernel's host stub, a function whose symbol is the
 //! kernel's own (mangled) name: blazesym names it from the ELF symbols of the file it lies in.
-//! `cuLaunchKernel` receives a `CUfunction` handle: named by the `cuModuleGetFunction` /
-//! `cuLibraryGetKernel` call that returned it. Unknown stubs are shown as `module+0xoffset`,
-//! unknown handles as `CUfunction 0x…`. Results are cached per process and address until the
-//! process loads a library.
+//! Code built by nvcc 13 passes a `cudaKernel_t` handle instead, and `cuLaunchKernel` receives a
+//! `CUfunction` or `CUkernel` handle: named by the `cuModuleGetFunction` / `cuLibraryGetKernel`
+//! call that returned it, else by the host stub that keeps it ([`StubHandles`]). Unknown stubs are
+//! shown as `module+0xoffset`, unknown handles as `cudaKernel_t 0x…` (runtime) or
+//! `CUfunction 0x…` (driver). Results are cached per process and address until the process loads
+//! a library.
 use std::collections::HashMap;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
+use super::stub_handles::StubHandles;
 use crate::{
     demangle::demangle,
     export::profile::{module_name, symbolize_elf, symbolizer},
@@ -19,6 +22,7 @@ pub struct KernelNames {
     maps: HashMap<u32, Vec<Mapping>>,
     stubs: HashMap<(u32, u64), String>,
     handles: HashMap<(u32, u64), String>,
+    statics: StubHandles,
 }
 
 impl Default for KernelNames {
@@ -28,6 +32,7 @@ impl Default for KernelNames {
             maps: HashMap::new(),
             stubs: HashMap::new(),
             handles: HashMap::new(),
+            statics: StubHandles::default(),
         }
     }
 }
@@ -46,11 +51,12 @@ impl KernelNames {
     pub fn loaded(&mut self, pid: u32) {
         if self.maps.remove(&pid).is_some() {
             self.stubs.retain(|&(p, _), _| p != pid);
+            self.statics.forget(pid);
             self.saw(pid);
         }
     }
 
-    /// The kernel whose host stub is at `address` in process `pid`.
+    /// The kernel whose host stub is at `address` in process `pid`, or whose handle `address` is.
     pub fn stub(&mut self, pid: u32, address: u64) -> String {
         if let Some(name) = self.stubs.get(&(pid, address)) {
             return name.clone();
@@ -67,7 +73,10 @@ impl KernelNames {
             merge_maps(self.maps.entry(pid).or_default(), pid);
         }
         let Some(mapping) = self.maps.get(&pid).and_then(|m| find(m, address)) else {
-            return format!("{address:#x}");
+            // Not code: a `cudaKernel_t`.
+            return self
+                .known_handle(pid, address)
+                .unwrap_or_else(|| format!("cudaKernel_t {address:#x}"));
         };
         let offset = address - mapping.start + mapping.offset;
         let module = module_name(&mapping.path).to_string();
@@ -94,9 +103,18 @@ impl KernelNames {
 
     /// `handle` (a `CUfunction` or `CUkernel`) of process `pid` is the kernel `name`.
     pub fn name_handle(&mut self, pid: u32, handle: u64, name: String) {
-        if handle != 0 {
+        if handle != 0 && !name.is_empty() {
             self.handles.insert((pid, handle), name);
         }
+    }
+
+    /// The kernel of `handle`: from the lookup that returned it, else from the stub that keeps it.
+    fn known_handle(&mut self, pid: u32, handle: u64) -> Option<String> {
+        if let Some(name) = self.handle_name(pid, handle) {
+            return Some(name);
+        }
+        let maps = self.maps.get(&pid).map_or(&[][..], Vec::as_slice);
+        self.statics.name(pid, maps, handle)
     }
 
     /// The name of an earlier handle, if one was seen.
@@ -105,8 +123,8 @@ impl KernelNames {
     }
 
     /// The kernel a `CUfunction` handle of process `pid` names.
-    pub fn handle(&self, pid: u32, handle: u64) -> String {
-        self.handle_name(pid, handle)
+    pub fn handle(&mut self, pid: u32, handle: u64) -> String {
+        self.known_handle(pid, handle)
             .unwrap_or_else(|| format!("CUfunction {handle:#x}"))
     }
 }

@@ -55,14 +55,18 @@ pub const UNREADABLE: &str = "(unreadable)";
 /// The string at `address` in process `pid`, as much as the kernel program would read (up to the
 /// end of the mapping); [`UNREADABLE`] when the process or the address is gone.
 fn read_process(pid: u32, address: u64) -> String {
-    let read = || {
-        let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
-        let mut bytes = vec![0; ARG_STR_LEN - 1];
-        // A read that runs into an unmapped page stops there.
-        let n = mem.read_at(&mut bytes, address).ok()?;
-        (n > 0).then(|| c_text(&bytes[..n]))
-    };
-    read().unwrap_or_else(|| UNREADABLE.to_string())
+    process_text(pid, address, ARG_STR_LEN - 1).unwrap_or_else(|| UNREADABLE.to_string())
+}
+
+/// The NUL-terminated string at `address` in process `pid`, at most `max` bytes of it (fewer where
+/// the mapping ends); None when the process or the address is gone. Unlike the kernel program's
+/// read, this one faults in a page the process has not touched yet.
+pub fn process_text(pid: u32, address: u64, max: usize) -> Option<String> {
+    let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut bytes = vec![0; max];
+    // A read that runs into an unmapped page stops there.
+    let n = mem.read_at(&mut bytes, address).ok()?;
+    (n > 0).then(|| c_text(&bytes[..n]))
 }
 
 #[cfg(test)]

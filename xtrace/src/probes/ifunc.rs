@@ -316,7 +316,7 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
 /// `at_zero`, the page of the address the file gives that offset.
-fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
+pub(crate) fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     maps.lines()
         .filter_map(crate::target::MapsLine::parse)

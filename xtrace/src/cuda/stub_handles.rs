@@ -1,0 +1,254 @@
+//! Kernel handles kept by nvcc's host stubs. Code built by nvcc 13 (unless `__NV_LEGACY_LAUNCH`
+//! is defined) does not pass `cudaLaunchKernel` the stub's own address: each stub asks
+//! `__cudaGetKernel` once for its kernel's `cudaKernel_t`, keeps it in a function-local static,
+//! and launches with that handle. The statics are named in the file's symbol table,
+//! `_ZZ<n>__device_stub__<the kernel's mangled name without its leading _><parameters>E8__handle`
+//! (`_ZZL…` for a stub of internal linkage; PyTorch 2.11's libtorch_cuda.so has 21,495), so
+//! reading their values out of the process names each handle, whenever its stub first ran:
+//! before xtrace attached, too.
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    os::unix::fs::FileExt,
+    sync::Arc,
+};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::pipeline::samples::Mapping;
+
+/// One file's handle statics.
+#[derive(Debug, Default)]
+struct Statics {
+    /// The address of the file's first byte, as its segments place it (page-aligned).
+    at_zero: u64,
+    /// (file address of the static, the kernel's mangled name), by address.
+    slots: Vec<(u64, String)>,
+}
+
+#[derive(Default)]
+pub struct StubHandles {
+    /// By file (device, inode); empty for files without stubs.
+    files: HashMap<(u64, u64), Arc<Statics>>,
+    /// Per process, the handles its stubs held at the last read: kernel names, demangled.
+    found: HashMap<u32, HashMap<u64, String>>,
+    /// Handles looked for since they were last read, and not found.
+    missed: HashSet<(u32, u64)>,
+}
+
+/// Reads past this many bytes between a file's first and last static are made one static at a
+/// time.
+const SPAN_READ_LIMIT: u64 = 64 << 20;
+
+impl StubHandles {
+    /// The kernel whose stub keeps `handle` in process `pid` (whose executable mappings are
+    /// `maps`). A handle first seen is looked for in the process again: the stub stored it before
+    /// it launched with it. A handle not found then is not looked for again.
+    pub fn name(&mut self, pid: u32, maps: &[Mapping], handle: u64) -> Option<String> {
+        if handle == 0 {
+            return None;
+        }
+        if let Some(name) = self.found.get(&pid).and_then(|found| found.get(&handle)) {
+            return Some(name.clone());
+        }
+        if !self.missed.insert((pid, handle)) {
+            return None;
+        }
+        let found = self.read(pid, maps);
+        let name = found.get(&handle).cloned();
+        self.found.insert(pid, found);
+        name
+    }
+
+    /// Process `pid` exited or was replaced by an exec: its handles mean nothing any more.
+    pub fn forget(&mut self, pid: u32) {
+        self.found.remove(&pid);
+        self.missed.retain(|&(p, _)| p != pid);
+    }
+
+    /// Every handle the stubs of `pid`'s files hold now.
+    fn read(&mut self, pid: u32, maps: &[Mapping]) -> HashMap<u64, String> {
+        let started = std::time::Instant::now();
+        let mut found = self.found.remove(&pid).unwrap_or_default();
+        let Ok(memory) = File::open(format!("/proc/{pid}/mem")) else {
+            return found;
+        };
+        let mut files = HashSet::new();
+        for mapping in maps {
+            let Some(file) = mapping.file.filter(|&f| files.insert(f)) else {
+                continue;
+            };
+            let statics = self
+                .files
+                .entry(file)
+                .or_insert_with(|| {
+                    let read = std::time::Instant::now();
+                    let statics = mapping.open_path(pid).map(|p| statics(&p)).unwrap_or_default();
+                    log::debug!(
+                        "{}: {} host stub handles, read in {:?}",
+                        mapping.path,
+                        statics.slots.len(),
+                        read.elapsed()
+                    );
+                    Arc::new(statics)
+                })
+                .clone();
+            if statics.slots.is_empty() {
+                continue;
+            }
+            let Some(bias) = crate::probes::ifunc::load_bias(pid, file.1, statics.at_zero) else {
+                continue;
+            };
+            for (handle, mangled) in held(&memory, bias, &statics.slots) {
+                found
+                    .entry(handle)
+                    .or_insert_with(|| crate::demangle::demangle(mangled));
+            }
+        }
+        log::debug!(
+            "pid {pid}: {} kernel handles held by host stubs, read in {:?}",
+            found.len(),
+            started.elapsed()
+        );
+        found
+    }
+}
+
+/// The non-zero handles among `slots` (file addresses; `bias` places them in the process): each
+/// with its kernel's mangled name.
+fn held<'s>(memory: &File, bias: u64, slots: &'s [(u64, String)]) -> Vec<(u64, &'s str)> {
+    let (Some(first), Some(last)) = (slots.first(), slots.last()) else {
+        return Vec::new();
+    };
+    let span = last.0 - first.0 + 8;
+    let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+    let values: Vec<u64> = if span <= SPAN_READ_LIMIT {
+        let mut bytes = vec![0; span as usize];
+        let n = memory
+            .read_at(&mut bytes, first.0.wrapping_add(bias))
+            .unwrap_or(0);
+        slots
+            .iter()
+            .map(|(at, _)| {
+                let i = (at - first.0) as usize;
+                bytes.get(i..i + 8).filter(|_| i + 8 <= n).map_or(0, word)
+            })
+            .collect()
+    } else {
+        slots
+            .iter()
+            .map(|(at, _)| {
+                let mut bytes = [0; 8];
+                match memory.read_at(&mut bytes, at.wrapping_add(bias)) {
+                    Ok(8) => word(&bytes),
+                    _ => 0,
+                }
+            })
+            .collect()
+    };
+    values
+        .into_iter()
+        .zip(slots)
+        .filter(|(value, _)| *value != 0)
+        .map(|(value, (_, mangled))| (value, mangled.as_str()))
+        .collect()
+}
+
+/// The handle statics of the ELF file at `path` (none when it cannot be read or has none).
+fn statics(path: &str) -> Statics {
+    let Ok(file) = File::open(path) else {
+        return Statics::default();
+    };
+    // SAFETY: the map is only read, and only while this function runs; a file truncated meanwhile
+    // would fault (SIGBUS) as under gdb or perf.
+    let Ok(data) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return Statics::default();
+    };
+    let Ok(elf) = object::File::parse(&*data) else {
+        return Statics::default();
+    };
+    // Only nvcc's output registers device code, from `.nvFatBinSegment`: other files' symbol
+    // tables (libtorch_cpu.so's is large) are not read.
+    if elf.section_by_name(".nvFatBinSegment").is_none() {
+        return Statics::default();
+    }
+    let Some(first) = elf.segments().find(|s| s.file_range().0 == 0) else {
+        return Statics::default();
+    };
+    let mut slots: Vec<(u64, String)> = elf
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Data && s.address() != 0)
+        .filter_map(|s| Some((s.address(), kernel_of_static(s.name().ok()?)?)))
+        .collect();
+    slots.sort_unstable_by_key(|s| s.0);
+    slots.dedup_by_key(|s| s.0);
+    Statics {
+        at_zero: first.address() & !0xfff,
+        slots,
+    }
+}
+
+/// The mangled name of the kernel whose stub's `__handle` static `symbol` names, or None for any
+/// other symbol.
+pub fn kernel_of_static(symbol: &str) -> Option<String> {
+    let rest = symbol.strip_prefix("_ZZ")?;
+    if !rest.ends_with("E8__handle") {
+        return None;
+    }
+    let rest = rest.strip_prefix('L').unwrap_or(rest);
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let length: usize = rest[..digits].parse().ok()?;
+    let stub = rest.get(digits..digits + length)?;
+    let kernel = stub.strip_prefix("__device_stub__")?;
+    kernel.starts_with('Z').then(|| format!("_{kernel}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_from_the_statics_of_libtorch_cuda() {
+        // Symbols as `nm` lists them in PyTorch 2.11's libtorch_cuda.so (CUDA 13).
+        assert_eq!(
+            kernel_of_static(
+                "_ZZ103__device_stub__ZN2at6native37search_end_matrix_indices_cuda_kernelEPllNS_4cuda6detail10TensorInfoIllEElPllRKN2at4cuda6detail10TensorInfoIllEElE8__handle"
+            )
+            .as_deref(),
+            Some("_ZN2at6native37search_end_matrix_indices_cuda_kernelEPllNS_4cuda6detail10TensorInfoIllEEl")
+        );
+        let internal = kernel_of_static(
+            "_ZZL120__device_stub__ZN2at6native29vectorized_elementwise_kernelILi4ENS0_21CUDAFunctorOnSelf_addIfEESt5arrayIPcLm2EEEEviT0_T1_iRN2at6native21CUDAFunctorOnSelf_addIfEERSt5arrayIPcLm2EEE8__handle",
+        )
+        .unwrap();
+        assert_eq!(
+            crate::demangle::demangle(&internal),
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, (unsigned long)2> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, (unsigned long)2>)"
+        );
+        // The stub's other statics, and other functions' `__handle`s, are not kernels.
+        for other in [
+            "_ZGVZL120__device_stub__ZN2at6native29vectorized_elementwise_kernelILi4ENS0_21CUDAFunctorOnSelf_addIaEESt5arrayIPcLm2EEEEviT0_T1_iRN2at6native21CUDAFunctorOnSelf_addIaEERSt5arrayIPcLm2EEE5__tmp",
+            "_ZZ103__device_stub__ZN2at6native37search_end_matrix_indices_cuda_kernelEPllNS_4cuda6detail10TensorInfoIllEElPllRKN2at4cuda6detail10TensorInfoIllEElE3__f",
+            "_ZZ4mainE8__handle",
+            "_ZZ999__device_stub__Z1kvE8__handle",
+        ] {
+            assert_eq!(kernel_of_static(other), None, "{other}");
+        }
+    }
+
+    /// This test's own statics stand in for a process's stubs: the values read are the handles.
+    #[test]
+    fn held_handles_are_read_from_the_process() {
+        static A: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x5000);
+        static B: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let memory = File::open("/proc/self/mem").unwrap();
+        let (a, b) = (A.as_ptr() as u64, B.as_ptr() as u64);
+        let mut slots = vec![(a, "_Z1av".to_string()), (b, "_Z1bv".to_string())];
+        slots.sort_unstable_by_key(|s| s.0);
+        assert_eq!(held(&memory, 0, &slots), vec![(0x5000, "_Z1av")]);
+        B.store(0x6000, std::sync::atomic::Ordering::SeqCst);
+        let mut found = held(&memory, 0, &slots);
+        found.sort_unstable();
+        assert_eq!(found, vec![(0x5000, "_Z1av"), (0x6000, "_Z1bv")]);
+    }
+}
