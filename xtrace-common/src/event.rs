@@ -145,6 +145,8 @@ pub struct ArgsEvent {
     pub strings: [[u8; ARG_STR_LEN]; MAX_ARGS],
     /// Stack slots (where the spec says so).
     pub stack: [u64; MAX_STACK_ARGS],
+    /// The call's return address (where the spec says so, `args::CALLER`), else 0.
+    pub caller: u64,
 }
 
 /// The value an out-pointer argument points at when its call returns; written just before the
@@ -283,7 +285,7 @@ mod pod {
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SpanEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<SpanStrEvent>() == 120);
-const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 520);
+const _: () = assert!(core::mem::size_of::<ArgsEvent>() == 528);
 const _: () = assert!(core::mem::size_of::<ThreadEvent>() == 40);
 const _: () = assert!(core::mem::size_of::<OutEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<UsdtEvent>() == 128);

@@ -69,6 +69,9 @@ pub mod args {
     /// Every call is sent, whatever `--min-duration` (a CUDA call: the CUDA summary counts each;
     /// user space leaves the short ones out of trace.json).
     pub const ALWAYS_SENT: u32 = 1 << 14;
+    /// The return address at entry (the eightbyte at `rsp`) is read: where the call was made from
+    /// (a CUDA launch's module, for a kernel no lookup named).
+    pub const CALLER: u32 = 1 << 15;
     /// Stack slot `j` (0..4) at entry: the eightbyte at `rsp + 8 * (j + 1)`, where arguments that
     /// do not fit in registers are passed (the 7th integer argument is slot 0).
     pub const fn stack(j: usize) -> u32 {

@@ -225,6 +225,11 @@ fn write_args(
                 0
             };
         }
+        (*event).caller = if spec & args::CALLER != 0 {
+            bpf_probe_read_user(sp as *const u64).unwrap_or(0)
+        } else {
+            0
+        };
     }
     entry.submit(submit_flags());
 }

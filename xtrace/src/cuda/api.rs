@@ -146,9 +146,10 @@ impl Op {
             Src::Stack(j) => args::stack(j),
         };
         regs | match self {
-            Op::LaunchRuntime => args::stack(0) | args::stack(1),
-            Op::LaunchDriver => args::stack(0) | args::stack(1) | args::stack(2),
-            Op::LaunchRuntimeEx | Op::LaunchDriverEx => args::block(0),
+            // A kernel no lookup or symbol names is shown with the module that launched it.
+            Op::LaunchRuntime => args::stack(0) | args::stack(1) | args::CALLER,
+            Op::LaunchDriver => args::stack(0) | args::stack(1) | args::stack(2) | args::CALLER,
+            Op::LaunchRuntimeEx | Op::LaunchDriverEx => args::block(0) | args::CALLER,
             Op::Memcpy { bytes, rows, kind } => {
                 src(bytes)
                     | rows.map_or(0, src)

@@ -20,6 +20,8 @@ struct Entry {
     category: &'static str,
     regs: [u64; 6],
     stack: [u64; 4],
+    /// The return address (launches), else 0.
+    caller: u64,
     /// A struct argument's bytes, or a string argument (NUL-terminated).
     bytes: Vec<u8>,
     out: Option<u64>,
@@ -138,6 +140,7 @@ impl Calls {
             category: function.op.category(),
             regs: event.args,
             stack: event.stack,
+            caller: event.caller,
             bytes,
             out: None,
         };
@@ -297,33 +300,33 @@ impl Calls {
     }
 
     fn launch(&mut self, op: Op, pid: u32, call: &Entry) -> Launch {
-        let (r, s, b) = (&call.regs, &call.stack, &call.bytes[..]);
+        let (r, s, b, from) = (&call.regs, &call.stack, &call.bytes[..], call.caller);
         let lo = |v: u64| v & 0xffff_ffff;
         let hi = |v: u64| v >> 32;
         match op {
             Op::LaunchRuntime => Launch {
-                kernel: self.names.stub(pid, r[0]),
+                kernel: self.names.stub(pid, r[0], from),
                 grid: [lo(r[1]), hi(r[1]), lo(r[2])],
                 block: [lo(r[3]), hi(r[3]), lo(r[4])],
                 shared_mem: s[0],
                 stream: s[1],
             },
             Op::LaunchRuntimeEx => Launch {
-                kernel: self.names.stub(pid, r[1]),
+                kernel: self.names.stub(pid, r[1], from),
                 grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
                 block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
                 shared_mem: u64_at(b, 24),
                 stream: u64_at(b, 32),
             },
             Op::LaunchDriver => Launch {
-                kernel: self.names.handle(pid, r[0]),
+                kernel: self.names.handle(pid, r[0], from),
                 grid: [lo(r[1]), lo(r[2]), lo(r[3])],
                 block: [lo(r[4]), lo(r[5]), lo(s[0])],
                 shared_mem: lo(s[1]),
                 stream: s[2],
             },
             _ => Launch {
-                kernel: self.names.handle(pid, r[1]),
+                kernel: self.names.handle(pid, r[1], from),
                 grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
                 block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
                 shared_mem: u32_at(b, 24),

@@ -4,8 +4,8 @@
 //! `CUfunction` or `CUkernel` handle: named by the `cuModuleGetFunction` / `cuLibraryGetKernel`
 //! call that returned it, else by the host stub that keeps it ([`StubHandles`]). Unknown stubs are
 //! shown as `module+0xoffset`, unknown handles as `cudaKernel_t 0x…` (runtime) or
-//! `CUfunction 0x…` (driver). Results are cached per process and address until the process loads
-//! a library.
+//! `CUfunction 0x…` (driver), with the module whose code launched them first: `(libcublasLt.so.13)`.
+//! Results are cached per process and address until the process loads a library.
 use std::collections::HashMap;
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -23,6 +23,8 @@ pub struct KernelNames {
     stubs: HashMap<(u32, u64), String>,
     handles: HashMap<(u32, u64), String>,
     statics: StubHandles,
+    /// What unknown driver handles are shown as, by the module of their first launch.
+    unknown: HashMap<(u32, u64), String>,
 }
 
 impl Default for KernelNames {
@@ -33,6 +35,7 @@ impl Default for KernelNames {
             stubs: HashMap::new(),
             handles: HashMap::new(),
             statics: StubHandles::default(),
+            unknown: HashMap::new(),
         }
     }
 }
@@ -51,32 +54,48 @@ impl KernelNames {
     pub fn loaded(&mut self, pid: u32) {
         if self.maps.remove(&pid).is_some() {
             self.stubs.retain(|&(p, _), _| p != pid);
+            self.unknown.retain(|&(p, _), _| p != pid);
             self.statics.forget(pid);
             self.saw(pid);
         }
     }
 
-    /// The kernel whose host stub is at `address` in process `pid`, or whose handle `address` is.
-    pub fn stub(&mut self, pid: u32, address: u64) -> String {
+    /// The kernel whose host stub is at `address` in process `pid`, or whose handle `address` is;
+    /// launched from `caller` (a return address).
+    pub fn stub(&mut self, pid: u32, address: u64, caller: u64) -> String {
         if let Some(name) = self.stubs.get(&(pid, address)) {
             return name.clone();
         }
-        let name = self.symbolize(pid, address);
+        let name = self.symbolize(pid, address, caller);
         self.stubs.insert((pid, address), name.clone());
         name
     }
 
-    fn symbolize(&mut self, pid: u32, address: u64) -> String {
+    /// The mapping of `pid` that holds `address`, reading the mappings again if none does (a
+    /// library loaded since the last read, or the first launch of this process).
+    fn mapping(&mut self, pid: u32, address: u64) -> Option<&Mapping> {
         let known = self.maps.get(&pid).is_some_and(|m| find(m, address).is_some());
         if !known {
-            // A library loaded since the last read (or the first launch of this process).
             merge_maps(self.maps.entry(pid).or_default(), pid);
         }
-        let Some(mapping) = self.maps.get(&pid).and_then(|m| find(m, address)) else {
+        self.maps.get(&pid).and_then(|m| find(m, address))
+    }
+
+    /// `KIND 0x…` for a handle no lookup or stub names, with the module that launched it.
+    fn unknown(&mut self, kind: &str, pid: u32, handle: u64, caller: u64) -> String {
+        match self.mapping(pid, caller) {
+            Some(m) => format!("{kind} {handle:#x} ({})", module_name(&m.path)),
+            None => format!("{kind} {handle:#x}"),
+        }
+    }
+
+    fn symbolize(&mut self, pid: u32, address: u64, caller: u64) -> String {
+        let Some(mapping) = self.mapping(pid, address).cloned() else {
             // Not code: a `cudaKernel_t`.
-            return self
-                .known_handle(pid, address)
-                .unwrap_or_else(|| format!("cudaKernel_t {address:#x}"));
+            return match self.known_handle(pid, address) {
+                Some(name) => name,
+                None => self.unknown("cudaKernel_t", pid, address, caller),
+            };
         };
         let offset = address - mapping.start + mapping.offset;
         let module = module_name(&mapping.path).to_string();
@@ -122,9 +141,16 @@ impl KernelNames {
         self.handles.get(&(pid, handle)).cloned()
     }
 
-    /// The kernel a `CUfunction` handle of process `pid` names.
-    pub fn handle(&mut self, pid: u32, handle: u64) -> String {
-        self.known_handle(pid, handle)
-            .unwrap_or_else(|| format!("CUfunction {handle:#x}"))
+    /// The kernel a `CUfunction` handle of process `pid` names, launched from `caller`.
+    pub fn handle(&mut self, pid: u32, handle: u64, caller: u64) -> String {
+        if let Some(name) = self.known_handle(pid, handle) {
+            return name;
+        }
+        if let Some(name) = self.unknown.get(&(pid, handle)) {
+            return name.clone();
+        }
+        let name = self.unknown("CUfunction", pid, handle, caller);
+        self.unknown.insert((pid, handle), name.clone());
+        name
     }
 }

@@ -345,6 +345,7 @@ mod tests {
             goroutine,
             strings,
             stack: [0; 4],
+            caller: 0,
         }
     }
 
