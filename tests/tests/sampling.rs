@@ -372,6 +372,29 @@ fn samples_in_a_traced_functions_probes_keep_their_callers() {
     assert!(whole * 100 >= total * 90, "{whole} of {total} whole: {folded:?}");
     let truncated = u64_field(&out.summary, "truncated_stacks");
     assert!(truncated * 100 <= total * 10, "{truncated} of {total} truncated");
+    // Samples taken while the probes' programs ran are in those programs, named as perf names
+    // them (`bpf_prog_<tag>_span_enter`), not after the kernel image's last symbol, which is data
+    // (`__stop_runtime_ptr_USER_PTR_MAX`): the programs are gone from kallsyms when frames are
+    // named.
+    let frames = || folded.iter().flat_map(|(stack, _)| stack.split(';'));
+    assert!(
+        !frames().any(|f| f.starts_with("__stop_") || f.starts_with("__start_")),
+        "{folded:?}"
+    );
+    let in_programs: u64 = folded
+        .iter()
+        .filter(|(stack, _)| {
+            stack.split(';').any(|f| {
+                f.strip_prefix("bpf_prog_")
+                    .and_then(|rest| rest.split_once('_'))
+                    .is_some_and(|(tag, name)| {
+                        tag.len() == 16 && name.starts_with("span_") && name.ends_with("_[k]")
+                    })
+            })
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(in_programs > 0, "{folded:?}");
 }
 
 #[test]

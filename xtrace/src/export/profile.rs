@@ -16,7 +16,10 @@ use serde::Serialize;
 use super::{fde, plt};
 use crate::{
     error::{Error, Result},
-    pipeline::samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Mapping, Samples, StackKey},
+    pipeline::{
+        bpf_symbols::BpfSymbols,
+        samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Mapping, Samples, StackKey},
+    },
 };
 
 /// Hottest functions and stacks listed in summary.json.
@@ -191,13 +194,19 @@ impl Resolver {
         }
     }
 
-    /// Symbol names of kernel addresses, None for those it cannot name.
-    fn kernel_names(&self, addresses: &[u64]) -> Vec<Option<String>> {
+    /// Symbol names of kernel addresses, None for those it cannot name; an address in a BPF
+    /// program of `bpf` by that program.
+    fn kernel_names(&self, addresses: &[u64], bpf: Option<&BpfSymbols>) -> Vec<Option<String>> {
         let source = Source::Kernel(Kernel::default());
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(addresses)) {
+        let names = match self.symbolizer.symbolize(&source, Input::AbsAddr(addresses)) {
             Ok(results) => sym_names(results),
             Err(_) => vec![None; addresses.len()],
-        }
+        };
+        addresses
+            .iter()
+            .zip(names)
+            .map(|(&a, name)| bpf.and_then(|b| b.find(a)).map(str::to_string).or(name))
+            .collect()
     }
 
     /// The name of an address outside any mapped file: a vDSO function, a JIT symbol, the name of
@@ -286,7 +295,7 @@ impl Resolver {
         let kernel: Vec<u64> = kernel.into_iter().collect();
         let kernel_names: HashMap<u64, String> = kernel
             .iter()
-            .zip(self.kernel_names(&kernel))
+            .zip(self.kernel_names(&kernel, samples.bpf.as_ref()))
             .map(|(a, name)| (*a, name.unwrap_or_else(|| format!("{a:#x}"))))
             .collect();
 

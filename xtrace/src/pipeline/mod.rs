@@ -2,6 +2,7 @@
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
 //! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
 //! hits into annotation ranges, `threads` names pids and tids.
+pub mod bpf_symbols;
 pub mod decode;
 pub mod images;
 pub mod kept_names;

@@ -84,6 +84,8 @@ pub struct Samples {
     pub probed: bool,
     /// Read at the first sample that copied its stack, when `probed`.
     traps: Option<super::traps::Traps>,
+    /// The kernel's BPF programs, read at the first sample with kernel frames (None before).
+    pub bpf: Option<super::bpf_symbols::BpfSymbols>,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -115,6 +117,10 @@ impl Samples {
     /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
     pub fn add(&mut self, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
+        if !kernel.is_empty() && self.bpf.is_none() {
+            // While xtrace's programs are loaded (see `bpf_symbols`).
+            self.bpf = Some(super::bpf_symbols::BpfSymbols::read());
+        }
         let walked = code_frames(frames(&event.user, event.user_frames));
         let pid = event.header.pid;
         let ip = event.user_regs[USER_IP];
