@@ -31,13 +31,23 @@ fn cuda(out: &Outputs) -> &Value {
 /// as `(unsigned long)2`, where c++filt writes `2ul`).
 const ELEMENTWISE: &str = "void nn::detail::vectorized_elementwise_kernel<4, nn::detail::AddFunctor<float>, std::array<char*, (unsigned long)2> >(int, nn::detail::AddFunctor<float>, std::array<char*, (unsigned long)2>)";
 
-/// How a kernel that cudaapp.cpp looked up before "ready" is named when xtrace did not see the
-/// lookup (by pid): by its handle and the module that launched it.
-fn is_unseen_early(kernel: &str) -> bool {
+/// Whether `kernel` is `PREFIX` and a hex number then `SUFFIX`.
+fn is_handle(kernel: &str, prefix: &str, suffix: &str) -> bool {
     kernel
-        .strip_prefix("CUfunction 0x")
-        .and_then(|rest| rest.strip_suffix(" (cudaapp)"))
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(suffix))
         .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The one kernel name of `kernels` that is `PREFIX`, a hex number, `SUFFIX`.
+fn one_handle<'k>(kernels: &'k [Value], prefix: &str, suffix: &str) -> &'k str {
+    let named: Vec<&str> = kernels
+        .iter()
+        .filter_map(|k| k["kernel"].as_str())
+        .filter(|k| is_handle(k, prefix, suffix))
+        .collect();
+    assert_eq!(named.len(), 1, "{prefix}…{suffix} in {kernels:?}");
+    named[0]
 }
 
 /// The launches, copies and errors cudaapp.cpp makes after "ready", whatever the process; what it
@@ -46,20 +56,18 @@ fn is_unseen_early(kernel: &str) -> bool {
 fn assert_launches_and_copies(out: &Outputs, before_ready: bool) {
     let cuda = cuda(out);
     let kernels = cuda["launches"].as_array().unwrap();
-    let unseen: Vec<&str> = kernels
-        .iter()
-        .filter_map(|k| k["kernel"].as_str())
-        .filter(|k| is_unseen_early(k))
-        .collect();
-    let early = if before_ready {
-        "early()"
-    } else {
-        assert_eq!(unseen.len(), 1, "{cuda:#}");
-        unseen[0]
+    // By pid, early()'s lookup was not seen: its handle is shown with the module that launched it.
+    let early = match before_ready {
+        true => "early()",
+        false => one_handle(kernels, "CUfunction 0x", " (cudaapp)"),
     };
+    // A handle of the runtime's that nothing names; launched by libcudart's __cudaLaunchKernel,
+    // which is no module to show.
+    let unnamed = one_handle(kernels, "cudaKernel_t 0x", "");
     let mut expected = vec![
         json!({"kernel": "nn::scale(float*, int)", "count": if before_ready { 4 } else { 3 }}),
         json!({"kernel": early, "count": 1}),
+        json!({"kernel": unnamed, "count": 1}),
         json!({"kernel": "nn::relu(float*, int)", "count": 5}),
         json!({"kernel": "vecAdd(float*, float*, float*, int)", "count": 5}),
         json!({"kernel": "void nn::gemm<float>(float const*, float const*, float*, int)", "count": 3}),
@@ -139,7 +147,7 @@ fn cuda_calls_by_pid_exactly() {
         ("cuMemAllocHost_v2", 3),
         ("cudaFreeHost", 1),
         ("cuMemFreeHost", 2),
-        ("cudaLaunchKernel", 14),
+        ("cudaLaunchKernel", 15),
         ("cudaLaunchKernelExC", 2),
         ("cudaLaunchCooperativeKernel", 1),
         ("cuLaunchKernel", 11),
@@ -333,7 +341,7 @@ fn cuda_calls_by_pid_exactly() {
 
     assert!(finished
         .stdout
-        .contains("CUDA: 25 kernel launches (10 kernels), 1 graph launches"));
+        .contains("CUDA: 26 kernel launches (11 kernels), 1 graph launches"));
     assert!(finished.stdout.contains("  memset  5 calls, 10044 bytes"));
 }
 

@@ -342,14 +342,21 @@ const KERNEL_NAME_MAX: usize = 16 << 10;
 /// The kernel name a lookup (`cuModuleGetFunction`, `cuLibraryGetKernel`) of process `pid` asked
 /// for at `address`, demangled. The kernel program reads the first 63 bytes at entry, and nothing
 /// from a page the process has not touched yet (libcublasLt's names, the first time); a name so
-/// cut or unread is read whole from the process, which has touched it by its return.
+/// cut or unread is read whole from the process, which has touched it by its return. By the time
+/// xtrace reads it, a name the process built for the call may be gone and its memory reused, so
+/// what it reads must begin with what the kernel program read, or, where that read nothing, look
+/// like a name (printable ASCII).
 fn lookup_name(pid: u32, address: u64, read: &[u8]) -> String {
-    let whole = read.is_empty() || read.len() >= ARG_STR_LEN;
-    let mangled = whole
+    let kept = crate::pipeline::values::c_text(read);
+    let cut = read.len() >= ARG_STR_LEN;
+    let whole = (read.is_empty() || cut)
         .then(|| crate::pipeline::kept_names::process_text(pid, address, KERNEL_NAME_MAX))
         .flatten()
-        .unwrap_or_else(|| crate::pipeline::values::c_text(read));
-    crate::demangle::demangle(&mangled)
+        .filter(|text| match cut {
+            true => text.starts_with(&kept),
+            false => !text.is_empty() && text.bytes().all(|b| b.is_ascii_graphic() || b == b' '),
+        });
+    crate::demangle::demangle(&whole.unwrap_or(kept))
 }
 
 const _: () = assert!(
@@ -375,5 +382,42 @@ impl Launch {
             self.shared_mem,
             self.stream
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the kernel program would have read of `text`: its first 63 bytes and a NUL.
+    fn read_of(text: &str) -> Vec<u8> {
+        let mut read: Vec<u8> = text.bytes().take(ARG_STR_LEN - 1).collect();
+        read.push(0);
+        read
+    }
+
+    #[test]
+    fn lookup_names_are_read_whole_only_where_they_still_are() {
+        let pid = std::process::id();
+        let long =
+            "_ZN2nn6detail29vectorized_elementwise_kernelILi4ENS0_10AddFunctorIfEESt5arrayIPcLm2EEEEviT0_T1_";
+        let name = std::ffi::CString::new(long).unwrap();
+        let at = name.as_ptr() as u64;
+        let whole = crate::demangle::demangle(long);
+        // Cut at 63 bytes: read whole from the process.
+        assert_eq!(lookup_name(pid, at, &read_of(long)), whole);
+        // Not read at entry: read from the process.
+        assert_eq!(lookup_name(pid, at, &[]), whole);
+        // The memory now holds something else: what the kernel program read stays.
+        let other = std::ffi::CString::new(format!("_Z5other{}", "x".repeat(80))).unwrap();
+        let cut = lookup_name(pid, other.as_ptr() as u64, &read_of(long));
+        assert_eq!(cut, &long[..ARG_STR_LEN - 1]);
+        let garbage = std::ffi::CString::new("\x01\x02binary").unwrap();
+        assert_eq!(lookup_name(pid, garbage.as_ptr() as u64, &[]), "");
+        // A whole short read is not read again (no process 0 is needed).
+        assert_eq!(
+            lookup_name(0, 0, b"_Z6vecAddPfS_S_i\0"),
+            "vecAdd(float*, float*, float*, int)"
+        );
     }
 }

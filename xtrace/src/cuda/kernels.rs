@@ -81,10 +81,16 @@ impl KernelNames {
         self.maps.get(&pid).and_then(|m| find(m, address))
     }
 
-    /// `KIND 0x…` for a handle no lookup or stub names, with the module that launched it.
+    /// `KIND 0x…` for a handle no lookup or stub names, with the module that launched it: not a
+    /// CUDA library itself (nvcc 13's stubs call libcudart's `__cudaLaunchKernel`, which calls
+    /// `cudaLaunchKernel`; the runtime calls the driver).
     fn unknown(&mut self, kind: &str, pid: u32, handle: u64, caller: u64) -> String {
-        match self.mapping(pid, caller) {
-            Some(m) => format!("{kind} {handle:#x} ({})", module_name(&m.path)),
+        let module = self
+            .mapping(pid, caller)
+            .filter(|m| super::plan::library_of(std::path::Path::new(&m.path)).is_none())
+            .map(|m| module_name(&m.path).to_string());
+        match module {
+            Some(module) => format!("{kind} {handle:#x} ({module})"),
             None => format!("{kind} {handle:#x}"),
         }
     }

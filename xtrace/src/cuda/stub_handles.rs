@@ -13,7 +13,7 @@ use std::{
     sync::Arc,
 };
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSymbol};
 
 use crate::pipeline::samples::Mapping;
 
@@ -78,21 +78,23 @@ impl StubHandles {
             let Some(file) = mapping.file.filter(|&f| files.insert(f)) else {
                 continue;
             };
-            let statics = self
-                .files
-                .entry(file)
-                .or_insert_with(|| {
+            let statics = match self.files.get(&file) {
+                Some(known) => known.clone(),
+                None => {
                     let read = std::time::Instant::now();
-                    let statics = mapping.open_path(pid).map(|p| statics(&p)).unwrap_or_default();
+                    // A file that could not be read (its process gone) is tried again for the next.
+                    let Some(statics) = mapping.open_path(pid).and_then(|p| statics(&p)) else {
+                        continue;
+                    };
                     log::debug!(
                         "{}: {} host stub handles, read in {:?}",
                         mapping.path,
                         statics.slots.len(),
                         read.elapsed()
                     );
-                    Arc::new(statics)
-                })
-                .clone();
+                    self.files.entry(file).or_insert(Arc::new(statics)).clone()
+                }
+            };
             if statics.slots.is_empty() {
                 continue;
             }
@@ -120,76 +122,72 @@ fn held<'s>(memory: &File, bias: u64, slots: &'s [(u64, String)]) -> Vec<(u64, &
     let (Some(first), Some(last)) = (slots.first(), slots.last()) else {
         return Vec::new();
     };
-    let span = last.0 - first.0 + 8;
     let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().unwrap_or_default());
-    let values: Vec<u64> = if span <= SPAN_READ_LIMIT {
-        let mut bytes = vec![0; span as usize];
-        let n = memory
-            .read_at(&mut bytes, first.0.wrapping_add(bias))
-            .unwrap_or(0);
-        slots
-            .iter()
-            .map(|(at, _)| {
-                let i = (at - first.0) as usize;
-                bytes.get(i..i + 8).filter(|_| i + 8 <= n).map_or(0, word)
-            })
-            .collect()
-    } else {
-        slots
-            .iter()
-            .map(|(at, _)| {
-                let mut bytes = [0; 8];
-                match memory.read_at(&mut bytes, at.wrapping_add(bias)) {
-                    Ok(8) => word(&bytes),
-                    _ => 0,
-                }
-            })
-            .collect()
+    let one = |at: u64| {
+        let mut bytes = [0; 8];
+        match memory.read_at(&mut bytes, at.wrapping_add(bias)) {
+            Ok(8) => word(&bytes),
+            _ => 0,
+        }
     };
+    // One read of the span from the first static to the last where it is not too long; a static
+    // it did not reach (a hole in the mappings) is read alone.
+    let span = (last.0 - first.0)
+        .checked_add(8)
+        .filter(|&s| s <= SPAN_READ_LIMIT);
+    let mut bytes = vec![0; span.unwrap_or(0) as usize];
+    let n = match span {
+        Some(_) => memory
+            .read_at(&mut bytes, first.0.wrapping_add(bias))
+            .unwrap_or(0),
+        None => 0,
+    };
+    let values = slots.iter().map(|&(at, _)| {
+        let i = (at - first.0) as usize;
+        match bytes.get(i..i + 8) {
+            Some(value) if i + 8 <= n => word(value),
+            _ => one(at),
+        }
+    });
     values
-        .into_iter()
         .zip(slots)
         .filter(|(value, _)| *value != 0)
         .map(|(value, (_, mangled))| (value, mangled.as_str()))
         .collect()
 }
 
-/// The handle statics of the ELF file at `path` (none when it cannot be read or has none).
-fn statics(path: &str) -> Statics {
-    let Ok(file) = File::open(path) else {
-        return Statics::default();
-    };
+/// The handle statics of the ELF file at `path` (empty for a file without stubs), None when it
+/// cannot be read.
+fn statics(path: &str) -> Option<Statics> {
+    let file = File::open(path).ok()?;
     // SAFETY: the map is only read, and only while this function runs; a file truncated meanwhile
     // would fault (SIGBUS) as under gdb or perf.
-    let Ok(data) = (unsafe { memmap2::Mmap::map(&file) }) else {
-        return Statics::default();
-    };
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let Ok(elf) = object::File::parse(&*data) else {
-        return Statics::default();
+        return Some(Statics::default());
     };
     // Only nvcc's output registers device code, from `.nvFatBinSegment`: other files' symbol
     // tables (libtorch_cpu.so's is large) are not read.
     if elf.section_by_name(".nvFatBinSegment").is_none() {
-        return Statics::default();
+        return Some(Statics::default());
     }
-    let Some(first) = elf.segments().find(|s| s.file_range().0 == 0) else {
-        return Statics::default();
+    let Some(at_zero) = crate::probes::ifunc::at_zero(&elf) else {
+        return Some(Statics::default());
     };
     let mut slots: Vec<(u64, String)> = elf
         .symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Data && s.address() != 0)
+        // A static's eight bytes must end in the address space.
+        .filter(|s| s.kind() == object::SymbolKind::Data && s.address() != 0 && s.address() < u64::MAX - 8)
         .filter_map(|s| Some((s.address(), kernel_of_static(s.name().ok()?)?)))
         .collect();
     slots.sort_unstable_by_key(|s| s.0);
     slots.dedup_by_key(|s| s.0);
-    Statics {
-        at_zero: first.address() & !0xfff,
-        slots,
-    }
+    Some(Statics { at_zero, slots })
 }
 
-/// The mangled name of the kernel whose stub's `__handle` static `symbol` names, or None for any
-/// other symbol.
+/// The name of the kernel whose stub's `__handle` static `symbol` names, or None for any other
+/// symbol: mangled (`_Z…`), or as it is for a kernel of C linkage (`extern "C"`), whose stub is
+/// `__device_stub__NAME`.
 pub fn kernel_of_static(symbol: &str) -> Option<String> {
     let rest = symbol.strip_prefix("_ZZ")?;
     if !rest.ends_with("E8__handle") {
@@ -198,9 +196,12 @@ pub fn kernel_of_static(symbol: &str) -> Option<String> {
     let rest = rest.strip_prefix('L').unwrap_or(rest);
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     let length: usize = rest[..digits].parse().ok()?;
-    let stub = rest.get(digits..digits + length)?;
-    let kernel = stub.strip_prefix("__device_stub__")?;
-    kernel.starts_with('Z').then(|| format!("_{kernel}"))
+    let stub = rest.get(digits..digits.checked_add(length)?)?;
+    let kernel = stub.strip_prefix("__device_stub__").filter(|k| !k.is_empty())?;
+    Some(match kernel.starts_with('Z') {
+        true => format!("_{kernel}"),
+        false => kernel.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -231,9 +232,17 @@ mod tests {
             "_ZZ103__device_stub__ZN2at6native37search_end_matrix_indices_cuda_kernelEPllNS_4cuda6detail10TensorInfoIllEElPllRKN2at4cuda6detail10TensorInfoIllEElE3__f",
             "_ZZ4mainE8__handle",
             "_ZZ999__device_stub__Z1kvE8__handle",
+            "_ZZ18446744073709551615__device_stub__Z1kvE8__handle",
+            "_ZZ99999999999999999999999__device_stub__Z1kvE8__handle",
+            "_ZZ15__device_stub__E8__handle",
         ] {
             assert_eq!(kernel_of_static(other), None, "{other}");
         }
+        // A kernel of C linkage keeps its plain name.
+        assert_eq!(
+            kernel_of_static("_ZZ21__device_stub__vecAddPfS_S_iE8__handle").as_deref(),
+            Some("vecAdd")
+        );
     }
 
     /// This test's own statics stand in for a process's stubs: the values read are the handles.
@@ -250,5 +259,16 @@ mod tests {
         let mut found = held(&memory, 0, &slots);
         found.sort_unstable();
         assert_eq!(found, vec![(0x5000, "_Z1av"), (0x6000, "_Z1bv")]);
+        // Statics too far apart for one read (here one on the stack) are read one at a time.
+        let local = std::sync::atomic::AtomicU64::new(0x7000);
+        let mut slots = vec![
+            (a, "_Z1av".to_string()),
+            (local.as_ptr() as u64, "_Z1cv".to_string()),
+        ];
+        slots.sort_unstable_by_key(|s| s.0);
+        assert!(slots[1].0 - slots[0].0 > SPAN_READ_LIMIT);
+        let mut found = held(&memory, 0, &slots);
+        found.sort_unstable();
+        assert_eq!(found, vec![(0x5000, "_Z1av"), (0x7000, "_Z1cv")]);
     }
 }

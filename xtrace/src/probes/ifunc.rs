@@ -16,9 +16,7 @@ use std::{
     path::PathBuf,
 };
 
-use object::{
-    elf, Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
-};
+use object::{elf, Object, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget};
 
 use super::elf::ElfSymbols;
 use crate::target::{Process, TargetFile};
@@ -262,10 +260,9 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
     if slots.is_empty() {
         return None;
     }
-    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
     Some(FileSlots {
         slots,
-        at_zero: first.address() & !0xfff,
+        at_zero: at_zero(&elf)?,
     })
 }
 
@@ -312,6 +309,13 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
         .filter(|r| r.r_type(endian, false) == elf::R_X86_64_IRELATIVE)
         .filter_map(|r| Some((r.r_offset(endian), u64::try_from(r.r_addend(endian)).ok()?)))
         .collect()
+}
+
+/// The page of the address `elf` gives its file offset 0 (its first segment's), for [`load_bias`].
+pub(crate) fn at_zero<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<u64> {
+    use object::{Object, ObjectSegment};
+    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
+    Some(first.address() & !0xfff)
 }
 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
