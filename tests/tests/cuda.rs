@@ -27,9 +27,8 @@ fn cuda(out: &Outputs) -> &Value {
     &out.summary["cuda"]
 }
 
-/// The kernel of cudaapp.cpp with a 95-byte mangled name (cpp_demangle writes the literal `Lm2E`
-/// as `(unsigned long)2`, where c++filt writes `2ul`).
-const ELEMENTWISE: &str = "void nn::detail::vectorized_elementwise_kernel<4, nn::detail::AddFunctor<float>, std::array<char*, (unsigned long)2> >(int, nn::detail::AddFunctor<float>, std::array<char*, (unsigned long)2>)";
+/// The kernel of cudaapp.cpp with a 95-byte mangled name, as c++filt writes it.
+const ELEMENTWISE: &str = "void nn::detail::vectorized_elementwise_kernel<4, nn::detail::AddFunctor<float>, std::array<char*, 2ul> >(int, nn::detail::AddFunctor<float>, std::array<char*, 2ul>)";
 
 /// Whether `kernel` is `PREFIX` and a hex number then `SUFFIX`.
 fn is_handle(kernel: &str, prefix: &str, suffix: &str) -> bool {

@@ -8,7 +8,7 @@ pub fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
         if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
             if let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return literal_operators(text);
+                return integer_literals(&literal_operators(text));
             }
         }
     }
@@ -34,6 +34,56 @@ fn literal_operators(mut text: String) -> String {
     text
 }
 
+/// cpp_demangle writes a template argument literal of an integer type other than `int` as a cast,
+/// `(unsigned long)2`; c++filt (and so perf and gdb) writes `2ul`, and `true`/`false` for a bool.
+/// Literals of other types (`(char)65`) are written as casts by both.
+fn integer_literals(text: &str) -> String {
+    const SUFFIXES: [(&str, &str); 5] = [
+        ("(unsigned long long)", "ull"),
+        ("(long long)", "ll"),
+        ("(unsigned long)", "ul"),
+        ("(unsigned int)", "u"),
+        ("(long)", "l"),
+    ];
+    let number = |after: &str| {
+        let sign = usize::from(after.starts_with('-'));
+        let digits = after[sign..].bytes().take_while(u8::is_ascii_digit).count();
+        (digits > 0).then_some(sign + digits)
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('(') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let literal = SUFFIXES.iter().find_map(|(cast, suffix)| {
+            let after = tail.strip_prefix(cast)?;
+            let n = number(after)?;
+            Some((format!("{}{suffix}", &after[..n]), &after[n..]))
+        });
+        let boolean = || {
+            let after = tail.strip_prefix("(bool)")?;
+            let n = number(after)?;
+            match &after[..n] {
+                "0" => Some(("false".to_string(), &after[n..])),
+                "1" => Some(("true".to_string(), &after[n..])),
+                _ => None,
+            }
+        };
+        match literal.or_else(boolean) {
+            Some((shown, after)) => {
+                out.push_str(&shown);
+                rest = after;
+            }
+            None => {
+                out.push('(');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::demangle;
@@ -47,6 +97,22 @@ mod tests {
             "core::fmt::write"
         );
         assert_eq!(demangle("_Z5outeri"), "outer(int)");
+    }
+
+    #[test]
+    fn integer_literals_as_cxxfilt_writes_them() {
+        // `template<unsigned, long, bool, long long, unsigned long long, char, int> void f()`.
+        assert_eq!(
+            demangle("_Z1fILj3ELln5ELb1ELx7ELy8ELc65ELin2EEvv"),
+            "void f<3u, -5l, true, 7ll, 8ull, (char)65, -2>()"
+        );
+        assert_eq!(
+            demangle("_ZN2nn6detail29vectorized_elementwise_kernelILi4ENS0_10AddFunctorIfEESt5arrayIPcLm2EEEEviT0_T1_"),
+            "void nn::detail::vectorized_elementwise_kernel<4, nn::detail::AddFunctor<float>, std::array<char*, 2ul> >(int, nn::detail::AddFunctor<float>, std::array<char*, 2ul>)"
+        );
+        // Parameter lists are not literals.
+        assert_eq!(demangle("_Z1gmx"), "g(unsigned long, long long)");
+        assert_eq!(demangle("_ZN1SclEm"), "S::operator()(unsigned long)");
     }
 
     #[test]

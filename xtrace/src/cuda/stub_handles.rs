@@ -224,7 +224,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             crate::demangle::demangle(&internal),
-            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, (unsigned long)2> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, (unsigned long)2>)"
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)"
         );
         // The stub's other statics, and other functions' `__handle`s, are not kernels.
         for other in [
