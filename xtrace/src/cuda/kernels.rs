@@ -4,7 +4,8 @@
 //! `CUfunction` or `CUkernel` handle: named by the `cuModuleGetFunction` / `cuLibraryGetKernel`
 //! call that returned it, else by the host stub that keeps it ([`StubHandles`]). Unknown stubs are
 //! shown as `module+0xoffset`, unknown handles as `cudaKernel_t 0x…` (runtime) or
-//! `CUfunction 0x…` (driver), with the module whose code launched them first: `(libcublasLt.so.13)`.
+//! `CUfunction 0x…` (driver), with the module whose code launched them first where that is not a
+//! CUDA library itself: `(libcublasLt.so.13)`.
 //! Results are cached per process and address until the process loads a library.
 use std::collections::HashMap;
 
@@ -85,8 +86,9 @@ impl KernelNames {
     /// CUDA library itself (nvcc 13's stubs call libcudart's `__cudaLaunchKernel`, which calls
     /// `cudaLaunchKernel`; the runtime calls the driver).
     fn unknown(&mut self, kind: &str, pid: u32, handle: u64, caller: u64) -> String {
-        let module = self
-            .mapping(pid, caller)
+        let module = (caller != 0)
+            .then(|| self.mapping(pid, caller))
+            .flatten()
             .filter(|m| super::plan::library_of(std::path::Path::new(&m.path)).is_none())
             .map(|m| module_name(&m.path).to_string());
         match module {
