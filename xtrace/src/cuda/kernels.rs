@@ -50,6 +50,15 @@ impl KernelNames {
         }
     }
 
+    /// Reads what naming `pid`'s kernels needs from the files it maps now (before the probes are
+    /// attached: see [`StubHandles::prepare`]).
+    pub fn prepare(&mut self, pid: u32) {
+        self.saw(pid);
+        if let Some(maps) = self.maps.get(&pid) {
+            self.statics.prepare(pid, maps);
+        }
+    }
+
     /// Process `pid` loaded a library (its `dlopen` returned): a stub may now lie where another
     /// library's did (closed with `dlclose`), so the names found by address are found again.
     pub fn loaded(&mut self, pid: u32) {

@@ -66,6 +66,36 @@ impl StubHandles {
         self.missed.retain(|&(p, _)| p != pid);
     }
 
+    /// Reads the statics of the files `pid` maps now (`maps`), before its handles are looked for:
+    /// a large file's symbol table takes a while (libtorch_cuda.so's ~0.1 s), better spent before
+    /// the probes are attached than while the recording's events wait.
+    pub fn prepare(&mut self, pid: u32, maps: &[Mapping]) {
+        let mut files = HashSet::new();
+        for mapping in maps {
+            if mapping.file.is_some_and(|f| files.insert(f)) {
+                self.file_statics(pid, mapping);
+            }
+        }
+    }
+
+    /// The statics of the file of `mapping` (of process `pid`), read at its first use. A file that
+    /// could not be read (its process gone) is tried again for the next.
+    fn file_statics(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<Statics>> {
+        let file = mapping.file?;
+        if let Some(known) = self.files.get(&file) {
+            return Some(known.clone());
+        }
+        let read = std::time::Instant::now();
+        let statics = mapping.open_path(pid).and_then(|p| statics(&p))?;
+        log::debug!(
+            "{}: {} host stub handles, read in {:?}",
+            mapping.path,
+            statics.slots.len(),
+            read.elapsed()
+        );
+        Some(self.files.entry(file).or_insert(Arc::new(statics)).clone())
+    }
+
     /// Every handle the stubs of `pid`'s files hold now.
     fn read(&mut self, pid: u32, maps: &[Mapping]) -> HashMap<u64, String> {
         let started = std::time::Instant::now();
@@ -78,26 +108,9 @@ impl StubHandles {
             let Some(file) = mapping.file.filter(|&f| files.insert(f)) else {
                 continue;
             };
-            let statics = match self.files.get(&file) {
-                Some(known) => known.clone(),
-                None => {
-                    let read = std::time::Instant::now();
-                    // A file that could not be read (its process gone) is tried again for the next.
-                    let Some(statics) = mapping.open_path(pid).and_then(|p| statics(&p)) else {
-                        continue;
-                    };
-                    log::debug!(
-                        "{}: {} host stub handles, read in {:?}",
-                        mapping.path,
-                        statics.slots.len(),
-                        read.elapsed()
-                    );
-                    self.files.entry(file).or_insert(Arc::new(statics)).clone()
-                }
-            };
-            if statics.slots.is_empty() {
+            let Some(statics) = self.file_statics(pid, mapping).filter(|s| !s.slots.is_empty()) else {
                 continue;
-            }
+            };
             let Some(bias) = crate::probes::ifunc::load_bias(pid, file.1, statics.at_zero) else {
                 continue;
             };

@@ -250,6 +250,12 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         follow,
         pid_namespace,
     })?;
+    let mut cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
+    if let (Targets::Pids(_), false) = (&targets, plan.cuda.is_empty()) {
+        for pid in targets.pids() {
+            cuda.names.prepare(pid);
+        }
+    }
     let mut attached = attach::attach(&mut ebpf, &plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.exited_pid() {
@@ -379,7 +385,6 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
         })
         .collect();
     let usdt = Usdt::new(sites, plan.usdt_probes.clone());
-    let cuda = crate::cuda::calls::Calls::new(plan.cuda.clone());
     let ranges = crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns);
     let mut pipeline = Pipeline::new(captures, usdt, cuda, ranges, writer);
     if !matches!(targets, Targets::SystemWide) {
