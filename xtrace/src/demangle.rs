@@ -45,10 +45,15 @@ fn integer_literals(text: &str) -> String {
         ("(unsigned int)", "u"),
         ("(long)", "l"),
     ];
+    // A literal's digits end the argument: a malformed one (`0x10`, `2a3`) is left as written.
     let number = |after: &str| {
         let sign = usize::from(after.starts_with('-'));
         let digits = after[sign..].bytes().take_while(u8::is_ascii_digit).count();
-        (digits > 0).then_some(sign + digits)
+        let ends = after[sign + digits..]
+            .bytes()
+            .next()
+            .is_none_or(|b| matches!(b, b',' | b'>' | b')' | b']' | b'}' | b' '));
+        (digits > 0 && ends).then_some(sign + digits)
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -110,6 +115,8 @@ mod tests {
             demangle("_ZN2nn6detail29vectorized_elementwise_kernelILi4ENS0_10AddFunctorIfEESt5arrayIPcLm2EEEEviT0_T1_"),
             "void nn::detail::vectorized_elementwise_kernel<4, nn::detail::AddFunctor<float>, std::array<char*, 2ul> >(int, nn::detail::AddFunctor<float>, std::array<char*, 2ul>)"
         );
+        // Malformed literals are left as cpp_demangle writes them.
+        assert_eq!(demangle("_Z1fILm0x10EEvv"), "void f<(unsigned long)0x10>()");
         // Parameter lists are not literals.
         assert_eq!(demangle("_Z1gmx"), "g(unsigned long, long long)");
         assert_eq!(demangle("_ZN1SclEm"), "S::operator()(unsigned long)");

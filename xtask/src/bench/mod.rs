@@ -90,8 +90,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
     report.legend = vec![
         format!(
-            "Medians of {} run(s) per measurement (throughput, attach: at most 3; RSS, 1,000 functions: 1).",
-            cfg.runs
+            "Medians of {} run(s) per measurement (throughput, attach: at most 3; RSS, 1,000 functions: 1; sampling: {} pairs).",
+            cfg.runs,
+            cfg.runs * sampling::PAIRS_PER_RUN
         ),
         "Per-hit cost = ns per call under the tool - ns per call unprobed, same function, same binary."
             .into(),

@@ -24,7 +24,7 @@ const ITERATIONS: u64 = 400_000_000;
 /// Paired runs per `--runs`: one pair is a few seconds, and a 2-core VM's run-to-run swing in CPU
 /// speed (±1.5% here, the same in wall and thread CPU time) is wider than the 99 Hz goal (1%), so
 /// a verdict from 5 pairs flipped from run to run; the median of 15 pairs holds still.
-const PAIRS_PER_RUN: usize = 3;
+pub(super) const PAIRS_PER_RUN: usize = 3;
 
 /// Runs `command` and returns the workload's `elapsed_ns` line.
 fn elapsed_ns(command: &mut Command, what: &str) -> Result<f64> {

@@ -52,11 +52,12 @@ impl KernelNames {
 
     /// Reads what naming `pid`'s kernels needs from the files it maps now (before the probes are
     /// attached: see [`StubHandles::prepare`]).
+    /// The mappings are not kept: the process may load libraries before the probes that would
+    /// say so are attached, so they are read again at its first CUDA call.
     pub fn prepare(&mut self, pid: u32) {
-        self.saw(pid);
-        if let Some(maps) = self.maps.get(&pid) {
-            self.statics.prepare(pid, maps);
-        }
+        let mut maps = Vec::new();
+        merge_maps(&mut maps, pid);
+        self.statics.prepare(pid, &maps);
     }
 
     /// Process `pid` loaded a library (its `dlopen` returned): a stub may now lie where another

@@ -21,27 +21,28 @@ impl BpfSymbols {
     }
 
     /// [`BpfSymbols::read`] on the text of /proc/kallsyms: each `[bpf]` symbol runs to the next
-    /// symbol of the modules' and BPF's part of the list (after the kernel's own), at most
-    /// [`IMAGE_MAX`]. Empty where kallsyms shows no addresses.
+    /// symbol of any kind (the kernel's own included: on some architectures BPF code lies just
+    /// below the kernel image), at most [`IMAGE_MAX`]. Empty where kallsyms shows no addresses.
     pub fn parse(kallsyms: &str) -> BpfSymbols {
-        let mut outside: Vec<(u64, Option<&str>)> = kallsyms
+        let mut symbols: Vec<(u64, Option<&str>)> = kallsyms
             .lines()
             .filter_map(|line| {
-                let (symbol, module) = line.split_once('\t')?;
+                let (symbol, module) = line.split_once('\t').unwrap_or((line, ""));
                 let mut fields = symbol.split(' ');
                 let address = u64::from_str_radix(fields.next()?, 16).ok().filter(|&a| a != 0)?;
                 let name = fields.nth(1)?;
                 Some((address, (module == "[bpf]").then_some(name)))
             })
             .collect();
-        outside.sort_unstable_by_key(|s| s.0);
-        let programs = outside
+        symbols.sort_unstable_by_key(|s| s.0);
+        let programs = symbols
             .iter()
             .enumerate()
             .filter_map(|(i, &(start, name))| {
-                let next = outside[i + 1..].iter().map(|s| s.0).find(|&a| a > start);
+                let name = name?;
+                let next = symbols[i + 1..].iter().map(|s| s.0).find(|&a| a > start);
                 let end = next.map_or(start + IMAGE_MAX, |n| n.min(start + IMAGE_MAX));
-                Some((start, end, name?.to_string()))
+                Some((start, end, name.to_string()))
             })
             .collect();
         BpfSymbols { programs }
@@ -92,6 +93,17 @@ ffffffffc0400000 t bpf_prog_fedcba9876543210_sample\t[bpf]
         assert_eq!(bpf.find(0xffffffff83b26740), None, "the kernel's own image");
         // Hidden addresses (kptr_restrict) are all zero: nothing is listed.
         let hidden = "0000000000000000 t bpf_prog_6deef7357e7b4530_span_enter\t[bpf]\n";
-        assert_eq!(BpfSymbols::parse(hidden).find(0), None);
+        assert!(BpfSymbols::parse(hidden).programs.is_empty());
+        // The kernel's own symbols end a program too (BPF code placed below the kernel image).
+        let below = "\
+ffffffff80000000 t bpf_prog_6deef7357e7b4530_span_enter\t[bpf]
+ffffffff80000800 T _stext
+";
+        let bpf = BpfSymbols::parse(below);
+        assert_eq!(
+            bpf.find(0xffffffff800007ff),
+            Some("bpf_prog_6deef7357e7b4530_span_enter")
+        );
+        assert_eq!(bpf.find(0xffffffff80000800), None);
     }
 }

@@ -451,6 +451,10 @@ pub async fn record(args: &RecordArgs, observer: &mut dyn Observer) -> Result<Re
     let (mechanism, uprobes) = (attached.mechanism, attached.uprobes);
     // Read before detaching: detaching unloads the uprobe_multi programs.
     let overhead = stats_on.map(|_on| bpf::overhead::read(&ebpf, &attached.program_fds()));
+    if cpus > 0 && pipeline.samples.bpf.is_none() {
+        // The first sample in the kernel may be read only after the programs are gone.
+        pipeline.samples.bpf = Some(crate::pipeline::bpf_symbols::BpfSymbols::read());
+    }
     attached.detach(&mut ebpf);
     drop(ebpf);
     let detach_ns = detach_started.elapsed().as_nanos() as u64;
