@@ -82,9 +82,11 @@ pub struct Samples {
     unwinders: Unwinders,
     /// Whether uprobes are attached, whose traps and trampoline samples may land in.
     pub probed: bool,
-    /// Read at the first sample that copied its stack, when `probed`.
+    /// Read at the first sample that copied its stack or is in the kernel
+    /// ([`Samples::read_kallsyms`]); the default when not `probed`.
     traps: Option<super::traps::Traps>,
-    /// The kernel's BPF programs, read at the first sample with kernel frames (None before).
+    /// The kernel's BPF programs, read with the traps at the first sample with kernel frames
+    /// (None before).
     pub bpf: Option<super::bpf_symbols::BpfSymbols>,
 }
 
@@ -111,6 +113,21 @@ pub fn stack_hash(key: &StackKey) -> u64 {
 }
 
 impl Samples {
+    /// Reads /proc/kallsyms (~5 MB) once for all that needs it at the first sample: the traps,
+    /// when uprobes are attached, and the BPF programs.
+    fn read_kallsyms(&mut self) {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        if self.bpf.is_none() {
+            self.bpf = Some(super::bpf_symbols::BpfSymbols::parse(&text));
+        }
+        if self.traps.is_none() {
+            self.traps = Some(match self.probed {
+                true => super::traps::Traps::parse(&text),
+                false => super::traps::Traps::default(),
+            });
+        }
+    }
+
     /// Counts a sample (not one of a launched command before its exec, in xtrace's launcher code);
     /// `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
@@ -119,7 +136,7 @@ impl Samples {
         let kernel = frames(&event.kernel, event.kernel_frames);
         if !kernel.is_empty() && self.bpf.is_none() {
             // While xtrace's programs are loaded (see `bpf_symbols`).
-            self.bpf = Some(super::bpf_symbols::BpfSymbols::read());
+            self.read_kallsyms();
         }
         let walked = code_frames(frames(&event.user, event.user_frames));
         let pid = event.header.pid;
@@ -159,15 +176,17 @@ impl Samples {
         if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
             self.images.named(image, comm, !kernel.is_empty());
         }
+        if copied && self.traps.is_none() {
+            match self.probed {
+                true => self.read_kallsyms(),
+                false => self.traps = Some(super::traps::Traps::default()),
+            }
+        }
         let user: Box<[u64]> = if copied {
             let maps = self.images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
             // Where the thread stands when the sample lands in a uprobe's trap or trampoline.
-            let probed = self.probed;
-            let traps = self.traps.get_or_insert_with(|| match probed {
-                true => super::traps::Traps::read(),
-                false => super::traps::Traps::default(),
-            });
+            let traps = self.traps.get_or_insert_with(Default::default);
             let mut regs = event.user_regs;
             let sp = regs[USER_SP];
             (regs[USER_IP], regs[USER_SP]) = traps.user_regs((ip, sp), kernel, maps, returns);

@@ -31,14 +31,10 @@ pub struct Traps {
 }
 
 impl Traps {
-    pub fn read() -> Traps {
-        Traps::parse(&std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
-    }
-
-    /// [`Traps::read`] on the text of /proc/kallsyms, which lists the kernel's own symbols in
-    /// address order: each range runs from the symbol to the one on the next line. Found by
-    /// substring, as it runs once per capture with probes, over ~120,000 lines.
-    fn parse(kallsyms: &str) -> Traps {
+    /// The traps in the text of /proc/kallsyms, which lists the kernel's own symbols in address
+    /// order: each range runs from the symbol to the one on the next line. Found by substring, as
+    /// it runs once per capture with probes, over ~120,000 lines.
+    pub fn parse(kallsyms: &str) -> Traps {
         let address = |line: &str| {
             let address = u64::from_str_radix(line.split(' ').next()?, 16).ok()?;
             (address != 0).then_some(address)
