@@ -265,6 +265,46 @@ fn what_is_not_a_capture_is_refused_in_one_line() {
     assert_eq!(xtrace(args!["report", tmp.path()]).code, Some(0));
 }
 
+/// Spans nested thousands deep (USDT or range pairs in a recursion) are cut at 512 frames, the
+/// deeper ones shown as one `[deeper spans]` frame: a folded path per span would be quadratic.
+#[test]
+fn spans_nested_thousands_deep_are_cut_into_one_frame() {
+    let tmp = TempDir::new("report-deep");
+    write_capture(tmp.path(), Some(1), &[("work", vec![1_000])]);
+    let n = 4_000u64;
+    let spans: Vec<String> = (0..n)
+        .map(|k| {
+            format!(
+                "{{\"ph\":\"X\",\"name\":\"r{}\",\"cat\":\"usdt\",\"ts\":{k},\"dur\":{},\"pid\":10,\"tid\":10}}",
+                k % 2,
+                2 * (n - k)
+            )
+        })
+        .collect();
+    std::fs::write(
+        tmp.join("trace.json"),
+        format!("{{\"traceEvents\":[\n{}\n]}}\n", spans.join(",\n")),
+    )
+    .unwrap();
+    let svg = tmp.join("deep.svg");
+    let ran = xtrace(args![
+        "report",
+        tmp.path(),
+        "--format",
+        "span-flamegraph",
+        "-o",
+        &svg
+    ]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    // 3,488 spans below the cut, each with 2 µs of self time (the innermost: its whole 2 µs).
+    assert!(
+        svg.contains("<title>[deeper spans] (6,976,000 ns"),
+        "{}",
+        &svg[..svg.len().min(2000)]
+    );
+}
+
 /// stdout that cannot be written (a full disk behind a redirection; /dev/full here) is an error,
 /// not an empty report that exits 0; a reader that stops early (`| head`) is none.
 #[test]
