@@ -1,9 +1,13 @@
 //! `xtrace report DIR` on recorded and synthetic captures (no root needed): golden files for every
 //! text format, bottlenecks, and one-line errors with exit 2 for what is not a capture.
 
+use std::os::unix::fs::PermissionsExt;
+
 use xtrace_tests::{
     args,
     captures::{data, golden, noisy_durations, write_capture, xtrace},
+    require_bpf,
+    run::Xtrace,
     TempDir,
 };
 
@@ -263,6 +267,40 @@ fn what_is_not_a_capture_is_refused_in_one_line() {
     // No format_version: an older capture, read as version 1.
     write_capture(tmp.path(), None, &[("work", vec![1_000; 3])]);
     assert_eq!(xtrace(args!["report", tmp.path()]).code, Some(0));
+}
+
+/// A capture file the system will not open (its permissions, a link loop) is named with the
+/// system's reason, and not called damaged.
+#[test]
+fn a_capture_file_that_cannot_be_read_is_no_damage() {
+    if !require_bpf() {
+        return; // running as another user needs root
+    }
+    let tmp = TempDir::new("report-unreadable");
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_capture(tmp.path(), Some(1), &[("work", vec![1_000; 3])]);
+    let summary = tmp.join("summary.json");
+    std::fs::set_permissions(&summary, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let finished = Xtrace::spawn_unprivileged(args!["report", tmp.path()]).wait();
+    assert_eq!(finished.status.code(), Some(2), "{:?}", finished.stderr);
+    assert_eq!(
+        finished.stderr,
+        [format!(
+            "xtrace: error: {}: cannot be read: permission denied; make it readable to this user, or run as its owner or root",
+            summary.display()
+        )]
+    );
+    let trace = tmp.join("trace.json");
+    std::fs::remove_file(&trace).unwrap();
+    std::os::unix::fs::symlink(&trace, &trace).unwrap();
+    let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
+    assert!(
+        line.ends_with(&format!(
+            "{}: cannot be read: too many levels of symbolic links",
+            trace.display()
+        )),
+        "{line}"
+    );
 }
 
 /// Spans nested thousands deep (USDT or range pairs in a recursion) are cut at 512 frames, the

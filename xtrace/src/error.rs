@@ -37,6 +37,10 @@ pub enum Error {
         "cannot read /proc/{pid}/{what}: permission denied; trace a process you own, or run xtrace as root"
     )]
     ProcNotPermitted { pid: u32, what: String },
+    #[error(
+        "cannot read /proc/{pid}/{what}: permission denied, even to root: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
+    )]
+    ProcProtected { pid: u32, what: String },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]
     SelfTrace { pid: u32 },
     #[error("/proc is not of xtrace's own PID namespace (a container that kept the host's /proc, or none mounted): mount /proc for xtrace's namespace, or run xtrace in the host's PID namespace")]

@@ -56,13 +56,8 @@ impl Process {
 
     /// The error for a failed read of the process's `/proc/PID/WHAT`: gone, or not permitted.
     fn proc_error(&self, what: &str, e: std::io::Error) -> Error {
-        match e.kind() {
-            std::io::ErrorKind::PermissionDenied => Error::ProcNotPermitted {
-                pid: self.pid,
-                what: what.to_string(),
-            },
-            _ => Error::NoSuchProcess { pid: self.pid },
-        }
+        // SAFETY: geteuid has no preconditions.
+        proc_error(self.pid, what, e.kind(), unsafe { libc::geteuid() } == 0)
     }
 
     /// The main executable of the process.
@@ -393,9 +388,35 @@ pub(crate) fn stat_after_name(pid: u32) -> Option<String> {
     stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
 }
 
+/// The error for a failed read of process `pid`'s `/proc/PID/WHAT`: gone, or not permitted, which
+/// running as root would mend unless xtrace already does (`root`).
+fn proc_error(pid: u32, what: &str, kind: std::io::ErrorKind, root: bool) -> Error {
+    let what = what.to_string();
+    match kind {
+        std::io::ErrorKind::PermissionDenied if root => Error::ProcProtected { pid, what },
+        std::io::ErrorKind::PermissionDenied => Error::ProcNotPermitted { pid, what },
+        _ => Error::NoSuchProcess { pid },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_advises_root_only_to_others() {
+        let denied = std::io::ErrorKind::PermissionDenied;
+        assert_eq!(
+            proc_error(1, "exe", denied, false).to_string(),
+            "cannot read /proc/1/exe: permission denied; trace a process you own, or run xtrace as root"
+        );
+        assert_eq!(
+            proc_error(1, "maps", denied, true).to_string(),
+            "cannot read /proc/1/maps: permission denied, even to root: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
+        );
+        let gone = proc_error(9, "exe", std::io::ErrorKind::NotFound, true);
+        assert!(matches!(gone, Error::NoSuchProcess { pid: 9 }));
+    }
 
     #[test]
     fn ns_pid_is_the_innermost_of_several() {

@@ -114,12 +114,14 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         path: dir.to_path_buf(),
         reason: reason.into(),
     };
-    if !dir.is_dir() {
-        return Err(not_capture(if dir.exists() {
-            "not a directory"
-        } else {
-            "no such directory"
-        }));
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(not_capture("not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_capture("no such directory")),
+        Err(e) => {
+            let reason = e.raw_os_error().map_or_else(|| e.to_string(), os_reason);
+            return Err(not_capture(&reason));
+        }
     }
     let summary_path = dir.join(crate::output::SUMMARY_JSON);
     let text = match super::read_regular(&summary_path) {
@@ -127,7 +129,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(cut_short(dir).unwrap_or_else(|| not_capture("no summary.json")))
         }
-        Err(e) => return Err(malformed(&summary_path, e)),
+        Err(e) => return Err(unreadable(&summary_path, e)),
     };
     let summary: Value = serde_json::from_slice(&text).map_err(|e| malformed(&summary_path, e))?;
     if !summary.is_object() || summary.get("duration_ns").and_then(Value::as_u64).is_none() {
@@ -163,7 +165,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
             capture.folded = parse_folded(&text).map_err(|e| malformed(&folded_path, e))?
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(malformed(&folded_path, e)),
+        Err(e) => return Err(unreadable(&folded_path, e)),
     }
     let counted = capture
         .summary
@@ -211,6 +213,35 @@ pub(super) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     }
+}
+
+/// A capture file that could not be opened or read: the system's refusal (a permission, a link
+/// loop, an I/O error) is no damage of the capture; anything else is (see [`malformed`]).
+pub(super) fn unreadable(path: &Path, e: std::io::Error) -> Error {
+    let Some(code) = e.raw_os_error() else {
+        return malformed(path, e);
+    };
+    let reason = os_reason(code);
+    let reason = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        format!("{reason}; make it readable to this user, or run as its owner or root")
+    } else {
+        reason
+    };
+    Error::Unreadable {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// The system's text for error `code`, as `strerror` gives it, lower case first, without Rust's
+/// ` (os error N)`: "permission denied".
+pub(super) fn os_reason(code: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(code).to_string();
+    let text = text.split(" (os error").next().unwrap_or_default();
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map_or_else(String::new, |first| first.to_lowercase().chain(chars).collect())
 }
 
 /// Folded stacks: `frame;frame;... COUNT` per line; blank lines are skipped.

@@ -19,7 +19,7 @@ use serde::{
 use serde_json::value::RawValue;
 
 use super::{
-    capture::{cut_short, malformed, Capture, Name, Span},
+    capture::{cut_short, malformed, unreadable, Capture, Name, Span},
     Error, Result,
 };
 use crate::export::chrome::{HEAD_LINE, TAIL_LINE};
@@ -65,7 +65,7 @@ fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
     let gz = dir.join(crate::output::TRACE_FILE_GZ);
     let found = |path: &Path| match super::open_regular(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        other => Some(other.map_err(|e| malformed(path, e))),
+        other => Some(other.map_err(|e| unreadable(path, e))),
     };
     if let Some(file) = found(&plain) {
         Ok((plain, Box::new(file?)))
