@@ -21,7 +21,12 @@ const CALLS: u64 = 7;
 
 /// Traces a fresh `entries` fixture to its exit with `flags`.
 fn trace(flags: &[&str], label: &str) -> Outputs {
-    let mut fixture = Fixture::spawn(&fixtures().entries, &[]);
+    trace_program(&fixtures().entries, flags, label)
+}
+
+/// Traces a fresh run of `program` (the `entries` fixture or a copy) to its exit with `flags`.
+fn trace_program(program: &std::path::Path, flags: &[&str], label: &str) -> Outputs {
+    let mut fixture = Fixture::spawn(program, &[]);
     fixture.wait_ready();
     let tmp = TempDir::new(label);
     let out = tmp.join("out");
@@ -286,5 +291,51 @@ fn vector_instruction_the_kernel_would_skip() {
         outputs.probe("vector_moved")["offset"],
         serde_json::json!(format!("{:#x}", symbol + 4)),
         "on the nop after the 4-byte vpcmpeqb"
+    );
+}
+
+/// Sets the size in section header `name` of the ELF64 file `bytes` to `size`.
+fn set_section_size(bytes: &mut [u8], name: &[u8], size: u64) {
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+    let (headers, count, names) = (u64_at(bytes, 0x28), u16_at(bytes, 0x3c), u16_at(bytes, 0x3e));
+    let header = |i: usize| headers + 64 * i;
+    let strings = u64_at(bytes, header(names) + 24);
+    for i in 0..count {
+        let at = strings + u32::from_le_bytes(bytes[header(i)..header(i) + 4].try_into().unwrap()) as usize;
+        if bytes[at..].starts_with(name) && bytes[at + name.len()] == 0 {
+            bytes[header(i) + 32..header(i) + 40].copy_from_slice(&size.to_le_bytes());
+            return;
+        }
+    }
+    panic!("no section {}", String::from_utf8_lossy(name));
+}
+
+/// A file whose `.text` header claims 2^64 - 1 bytes (the loader reads no section header, so it
+/// runs): its code is not swept, so no entry probe moves, not even past an `endbr64` (cet_loop's
+/// loop jumps back past it), and every call is counted once. It used to abort xtrace, which
+/// asked for 2^61 bytes to sweep it.
+#[test]
+fn a_damaged_code_section_header_moves_no_probe() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("entries-damaged");
+    let program = tmp.join("entries");
+    let mut bytes = std::fs::read(&fixtures().entries).unwrap();
+    set_section_size(&mut bytes, b".text", u64::MAX);
+    std::fs::write(&program, bytes).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = trace_program(
+        &program,
+        &["-u", "moved -> u64", "-u", "cet_loop -> u64"],
+        "damaged",
+    );
+    assert_eq!(moved_by(&out, "moved"), 0);
+    assert_eq!(moved_by(&out, "cet_loop"), 0);
+    assert_eq!(values(&out, "moved"), expect(|x| x + 1, false));
+    assert_eq!(
+        values(&out, "cet_loop"),
+        expect(|x| if x == 0 { u64::MAX } else { 0 }, false)
     );
 }

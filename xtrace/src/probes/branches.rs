@@ -81,7 +81,7 @@ impl Branches {
     }
 
     pub fn sweep(file: &std::fs::File, code: &[CodeRange]) -> std::io::Result<Option<Self>> {
-        if code.iter().map(|c| c.size).sum::<u64>() > MAX_SWEEP {
+        if code.iter().fold(0u64, |sum, c| sum.saturating_add(c.size)) > MAX_SWEEP {
             return Ok(None);
         }
         let mut branches = Branches::over(code);

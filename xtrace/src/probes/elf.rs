@@ -71,12 +71,25 @@ pub struct FunctionSymbol {
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// The file offset of file address `address` in `segments` ((address, size in memory, file
-/// offset) each), when one holds it.
-fn segment_offset(segments: &[(u64, u64, u64)], address: u64) -> Option<u64> {
+/// offset) each), when one holds it, and how many bytes of that segment start there.
+fn segment_offset(segments: &[(u64, u64, u64)], address: u64) -> Option<(u64, u64)> {
     segments
         .iter()
-        .find(|(start, size, _)| address >= *start && address < start + size)
-        .map(|(start, _, offset)| address - start + offset)
+        .find(|(start, size, _)| address >= *start && address - start < *size)
+        .and_then(|(start, size, offset)| {
+            let into = address - start;
+            Some((into.checked_add(*offset)?, size - into))
+        })
+}
+
+/// `size` for code at `address` with `room` bytes of its segment from there; 0 (unsized, as a
+/// symbol of size 0 is) where it runs past the segment or the address space: damage.
+fn fitting(address: u64, size: u64, room: u64) -> u64 {
+    if size <= room && address.checked_add(size).is_some() {
+        size
+    } else {
+        0
+    }
 }
 
 /// Where the entry probe of the function at `file_offset` of `size` bytes, whose code starts with
@@ -293,13 +306,14 @@ impl ElfSymbols {
                     None => Ifunc::Unresolved,
                 };
             }
-            let Some(file_offset) = segment_offset(&segments, address) else {
+            let Some((file_offset, room)) = segment_offset(&segments, address) else {
                 continue;
             };
+            size = fitting(address, size, room);
             if is_cold_part(name) {
                 cold_parts.push(CodeRange {
                     address,
-                    size: symbol.size(),
+                    size: fitting(address, symbol.size(), room),
                     file_offset,
                 });
                 continue;
@@ -338,7 +352,8 @@ impl ElfSymbols {
             .iter_mut()
             .filter(|f| matches!(f.ifunc, Ifunc::Resolved { .. }))
         {
-            f.size = sizes.of(f.address, f.file_offset);
+            let room = segment_offset(&segments, f.address).map_or(0, |(_, room)| room);
+            f.size = fitting(f.address, sizes.of(f.address, f.file_offset), room);
             f.probe_offset = entry_offset(data.get(f.file_offset as usize..), f.file_offset, f.size);
         }
         // Aliases share the flag: `_setjmp` is traced under whichever of its names is kept.
@@ -369,13 +384,19 @@ impl ElfSymbols {
         let plt = [".plt", ".plt.sec", ".plt.got"]
             .iter()
             .filter_map(|name| file.section_by_name(name))
-            .map(|s| (s.address(), s.address() + s.size()))
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
             .collect();
+        // A damaged section header can claim more bytes than the file holds, or addresses past
+        // the end of the address space: such a section is no code.
         let code: Vec<CodeRange> = file
             .sections()
             .filter(|s| s.kind() == SectionKind::Text)
             .filter_map(|s| {
                 let (file_offset, size) = s.file_range()?;
+                file_offset
+                    .checked_add(size)
+                    .filter(|&end| end <= data.len() as u64)?;
+                s.address().checked_add(size)?;
                 Some(CodeRange {
                     address: s.address(),
                     size,
@@ -435,8 +456,8 @@ impl ElfSymbols {
         if !self.holds_code(implementation) {
             return None;
         }
-        let file_offset = segment_offset(&self.segments, implementation)?;
-        let size = self.sizes.of(implementation, file_offset);
+        let (file_offset, room) = segment_offset(&self.segments, implementation)?;
+        let size = fitting(implementation, self.sizes.of(implementation, file_offset), room);
         let mut first = [0u8; 4];
         let read = code.read_at(&mut first, file_offset).ok()?;
         Some(FunctionSymbol {
@@ -613,6 +634,21 @@ pub fn not_found_hint(stripped: bool, refused: Option<&str>, close: &[String]) -
 
 #[cfg(test)]
 mod tests {
+    /// A damaged header (a segment or symbol size of 2^64 - 1) gives no offset past the address
+    /// space and no size past its segment.
+    #[test]
+    fn damaged_sizes_are_no_sizes() {
+        use super::{fitting, segment_offset};
+        let segments = [(0x1000, 0x2000, 0x1000), (0x4000, u64::MAX, u64::MAX)];
+        assert_eq!(segment_offset(&segments, 0x1800), Some((0x1800, 0x1800)));
+        assert_eq!(segment_offset(&segments, 0x3000), None);
+        assert_eq!(segment_offset(&segments, 0x4001), None, "its offset is past 2^64");
+        assert_eq!(segment_offset(&segments, 0x4000), Some((u64::MAX, u64::MAX)));
+        assert_eq!(fitting(0x1800, 0x1800, 0x1800), 0x1800);
+        assert_eq!(fitting(0x1800, 0x1801, 0x1800), 0, "past its segment");
+        assert_eq!(fitting(u64::MAX - 4, 8, u64::MAX), 0, "past the address space");
+    }
+
     /// glibc defines `realpath` twice: `realpath@@GLIBC_2.3` (the default) and the older
     /// `realpath@GLIBC_2.2.5`. The plain name is the default one; the older one keeps its version.
     #[test]

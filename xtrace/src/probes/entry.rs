@@ -472,11 +472,12 @@ impl EntrySites {
         let skipped = unmoved - function.file_offset;
         if skipped > 0 {
             // The instruction after a leading `endbr64`, where a loop may jump back to: probed
-            // there, each pass would be a call. Then the `endbr64` itself (single-stepped).
+            // there, each pass would be a call. Then the `endbr64` itself (single-stepped); so
+            // too where the function lies in no code section the file's headers name (damaged).
             let after = function.address + skipped;
             if self
                 .branches(code, symbols)?
-                .is_some_and(|b| b.lands_in(after, after) == Some(true))
+                .is_some_and(|b| b.lands_in(after, after) != Some(false))
             {
                 return Ok(function.file_offset);
             }

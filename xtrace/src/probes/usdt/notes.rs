@@ -74,7 +74,7 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
         segments
             .iter()
             .find(|(start, _, _, file_size)| address >= *start && address - start < *file_size)
-            .map(|(start, _, offset, _)| address - start + offset)
+            .and_then(|(start, _, offset, _)| (address - start).checked_add(*offset))
     };
     let little = file.is_little_endian();
     // Symbol values by name, read only if some argument names a symbol (`counter(%rip)`).
