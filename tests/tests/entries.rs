@@ -312,9 +312,9 @@ fn set_section_size(bytes: &mut [u8], name: &[u8], size: u64) {
 }
 
 /// A file whose `.text` header claims 2^64 - 1 bytes (the loader reads no section header, so it
-/// runs): its code is not swept, so no entry probe moves, not even past an `endbr64` (cet_loop's
-/// loop jumps back past it), and every call is counted once. It used to abort xtrace, which
-/// asked for 2^61 bytes to sweep it.
+/// runs): its code is not swept, so no entry probe moves past its first instructions, cet_loop's
+/// stays on its `endbr64` (its own code loops back past it), and every call is counted once. It
+/// used to abort xtrace (release builds asked for 2^61 bytes to sweep it; debug builds overflowed).
 #[test]
 fn a_damaged_code_section_header_moves_no_probe() {
     if !require_bpf() {

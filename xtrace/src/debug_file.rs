@@ -317,7 +317,7 @@ impl ForSymbolizing {
         self.segments
             .iter()
             .find(|(start, size, _)| offset >= *start && offset - start < *size)
-            .map(|(start, _, address)| address + (offset - start))
+            .and_then(|(start, _, address)| address.checked_add(offset - start))
     }
 }
 

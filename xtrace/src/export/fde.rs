@@ -28,20 +28,20 @@ pub fn functions<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>)
         .segments()
         .map(|s| {
             let (offset, size) = s.file_range();
-            (s.address()..s.address() + size, offset)
+            (s.address()..s.address().saturating_add(size), offset)
         })
         .collect();
     let to_offset = |address: u64| {
         segments
             .iter()
             .find(|(range, _)| range.contains(&address))
-            .map(|(range, offset)| address - range.start + offset)
+            .and_then(|(range, offset)| (address - range.start).checked_add(*offset))
     };
     let functions: Vec<Range<u64>> = addresses(data, section.address())
         .into_iter()
         .filter_map(|range| {
             let start = to_offset(range.start)?;
-            Some(start..start + (range.end - range.start))
+            Some(start..start.checked_add(range.end - range.start)?)
         })
         .collect();
     disjoint(functions)
@@ -73,9 +73,11 @@ fn addresses(data: &[u8], address: u64) -> Vec<Range<u64>> {
         let Ok(fde) = partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset)) else {
             continue;
         };
-        // A function the linker discarded can leave an entry at address 0.
-        if fde.len() > 0 && fde.initial_address() > 0 {
-            ranges.push(fde.initial_address()..fde.end_address());
+        // A function the linker discarded can leave an entry at address 0; a damaged one can
+        // end past the address space (gimli's end wraps).
+        let end = fde.initial_address().checked_add(fde.len());
+        if let (true, Some(end)) = (fde.len() > 0 && fde.initial_address() > 0, end) {
+            ranges.push(fde.initial_address()..end);
         }
     }
     ranges

@@ -92,7 +92,7 @@ impl FileUnwind {
         let file = object::File::parse(data).ok()?;
         let range = |name: &str| {
             let section = file.section_by_name(name)?;
-            Some(section.address()..section.address() + section.size())
+            Some(section.address()..section.address().checked_add(section.size())?)
         };
         let bytes = |name: &str| -> Option<Bytes> {
             let data = section_bytes(&file.section_by_name(name)?)?;
@@ -176,9 +176,9 @@ impl FileUnwind {
     fn base_avma(&self, mapping: &Mapping) -> Option<u64> {
         const PAGE: u64 = 4096;
         let (offset, _, address) = *self.segments.iter().find(|(offset, size, _)| {
-            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset + size
+            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset.saturating_add(*size)
         })?;
-        let svma_at_start = (address + mapping.offset).checked_sub(offset)?;
+        let svma_at_start = address.checked_add(mapping.offset)?.checked_sub(offset)?;
         mapping.start.checked_sub(svma_at_start)
     }
 }

@@ -190,11 +190,14 @@ impl Branches {
                 Landing::Function => continue,
                 Landing::Cold(i) => {
                     let cold = &symbols.cold_parts[i];
-                    (cold.address, cold.address + cold.size)
+                    (cold.address, cold.address.saturating_add(cold.size))
                 }
                 // A cold part or local function a stripped file does not name: up to the next
                 // function it does, at most 64 KiB.
-                Landing::Unknown => (target, symbols.next_start(target).min(target + (64 << 10))),
+                Landing::Unknown => (
+                    target,
+                    symbols.next_start(target).min(target.saturating_add(64 << 10)),
+                ),
             };
             if from == to || self.indirect_in(from, to) {
                 return Ok(false);
@@ -207,6 +210,36 @@ impl Branches {
         let i = self.indirect.partition_point(|&a| a < start);
         self.indirect.get(i).is_some_and(|&a| a < end)
     }
+}
+
+/// Whether a direct jump or call of `function`'s own code (in `code`) goes to `target`; None when
+/// its code is unknown (unsized, past 1 MiB, or past the end of the file). For a function the
+/// file's sweep does not cover: a loop back to its second instruction is in its own code.
+pub fn function_branches_to(
+    code: &std::fs::File,
+    function: &FunctionSymbol,
+    target: u64,
+) -> std::io::Result<Option<bool>> {
+    if function.size == 0 || function.size > MAX_FUNCTION {
+        return Ok(None);
+    }
+    let mut bytes = vec![0; function.size as usize];
+    if !read_whole(code, &mut bytes, function.file_offset)? {
+        return Ok(None);
+    }
+    let mut decoder = Decoder::with_ip(64, &bytes, function.address, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut insn);
+        if matches!(
+            insn.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
+        ) && insn.near_branch_target() == target
+        {
+            return Ok(Some(true));
+        }
+    }
+    Ok(Some(false))
 }
 
 /// Fills `bytes` from `file` at `offset`; false when the file ends first.
@@ -273,6 +306,51 @@ mod tests {
         let mut first = Branches::over(&sections);
         assert_eq!(first.add(&code, START, 9), 9);
         assert!(marked(&first).is_empty());
+    }
+
+    /// A function outside the sweep is read alone: cet_loop's `jg` back to its second
+    /// instruction is found; none is in a straight-line function; unsized code is unknown.
+    #[test]
+    fn a_function_alone_is_searched_for_loops_back() {
+        // endbr64; 1: sub $1,%rdi; jg 1b; mov %rdi,%rax; ret
+        let cet_loop = [
+            &[0xf3, 0x0f, 0x1e, 0xfa][..],
+            &[0x48, 0x83, 0xef, 0x01],
+            &[0x7f, 0xfa],
+            &[0x48, 0x89, 0xf8, 0xc3],
+        ]
+        .concat();
+        // endbr64; lea 1(%rdi),%rax; ret
+        let straight = [0xf3, 0x0f, 0x1e, 0xfa, 0x48, 0x8d, 0x47, 0x01, 0xc3];
+        let path = std::env::temp_dir().join(format!("xtrace-alone-{}", std::process::id()));
+        std::fs::write(&path, [&cet_loop[..], &straight[..]].concat()).expect("writing the test code");
+        let file = std::fs::File::open(&path).expect("opening it");
+        let function = |at: u64, size: usize| FunctionSymbol {
+            name: "f".into(),
+            demangled: "f".into(),
+            file_offset: at,
+            address: START + at,
+            size: size as u64,
+            probe_offset: at + 4,
+            returns_twice: false,
+            uncalled: false,
+            ifunc: Default::default(),
+            unit: None,
+        };
+        let looped = function(0, cet_loop.len());
+        let lands = |f: &FunctionSymbol| function_branches_to(&file, f, f.address + 4).expect("read");
+        assert_eq!(lands(&looped), Some(true));
+        assert_eq!(
+            lands(&function(cet_loop.len() as u64, straight.len())),
+            Some(false)
+        );
+        assert_eq!(lands(&function(0, 0)), None, "unsized");
+        assert_eq!(
+            lands(&function(cet_loop.len() as u64, 64)),
+            None,
+            "past the end of the file"
+        );
+        std::fs::remove_file(&path).expect("removing it");
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct FunctionSymbol {
 /// `endbr64`, which code built with `-fcf-protection` (Ubuntu's default) starts every function with.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
-/// The file offset of file address `address` in `segments` ((address, size in memory, file
+/// The file offset of file address `address` in `segments` ((address, bytes in the file, file
 /// offset) each), when one holds it, and how many bytes of that segment start there.
 fn segment_offset(segments: &[(u64, u64, u64)], address: u64) -> Option<(u64, u64)> {
     segments
@@ -140,7 +140,7 @@ pub struct ElfSymbols {
     labels: Vec<u64>,
     /// The PLT sections' address ranges: a jump there is a call of another module's function.
     plt: Vec<(u64, u64)>,
-    /// The segments: (address, size in memory, file offset).
+    /// The loadable segments: (address, bytes in the file, file offset).
     segments: Vec<(u64, u64, u64)>,
     /// What sizes an IFUNC's implementation.
     sizes: ImplementationSizes,
@@ -218,9 +218,15 @@ impl ElfSymbols {
                 architecture: format!("{:?}", file.architecture()),
             });
         }
+        // Only the bytes a segment has in the file, and the file holds: code is never in the
+        // part of a segment that only memory has (.bss), and a damaged header can claim more.
         let segments: Vec<(u64, u64, u64)> = file
             .segments()
-            .map(|s| (s.address(), s.size(), s.file_range().0))
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                let size = size.min((data.len() as u64).saturating_sub(offset));
+                (s.address(), size, offset)
+            })
             .collect();
         let mut functions = Vec::new();
         let mut cold_parts = Vec::new();
@@ -501,7 +507,12 @@ impl ElfSymbols {
         }
         let after = self.cold_parts.partition_point(|c| c.address <= target);
         match after.checked_sub(1) {
-            Some(i) if target < self.cold_parts[i].address + self.cold_parts[i].size.max(1) => {
+            Some(i)
+                if target
+                    < self.cold_parts[i]
+                        .address
+                        .saturating_add(self.cold_parts[i].size.max(1)) =>
+            {
                 Landing::Cold(i)
             }
             _ => Landing::Unknown,

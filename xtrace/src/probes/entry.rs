@@ -472,13 +472,18 @@ impl EntrySites {
         let skipped = unmoved - function.file_offset;
         if skipped > 0 {
             // The instruction after a leading `endbr64`, where a loop may jump back to: probed
-            // there, each pass would be a call. Then the `endbr64` itself (single-stepped); so
-            // too where the function lies in no code section the file's headers name (damaged).
+            // there, each pass would be a call. Then the `endbr64` itself (single-stepped). Where
+            // the file's code is not swept (too much of it) or the function is in none of the
+            // swept sections (its headers are damaged), its own code tells, if it is known.
             let after = function.address + skipped;
-            if self
+            let swept = self
                 .branches(code, symbols)?
-                .is_some_and(|b| b.lands_in(after, after) != Some(false))
-            {
+                .and_then(|b| b.lands_in(after, after));
+            let lands = match swept {
+                Some(lands) => lands,
+                None => super::branches::function_branches_to(code, function, after)?.unwrap_or(true),
+            };
+            if lands {
                 return Ok(function.file_offset);
             }
         }
