@@ -156,6 +156,20 @@ impl Xtrace {
         Self::spawn_with_capabilities(&[], args)
     }
 
+    /// Like [`Xtrace::spawn`] but as root without CAP_SYS_PTRACE (dropped from the bounding set,
+    /// as a container drops it).
+    pub fn spawn_without_ptrace<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut setpriv = Command::new("setpriv");
+        setpriv
+            .args(["--bounding-set=-sys_ptrace", "--"])
+            .arg(xtrace_bin());
+        Self::spawn_command(setpriv, args)
+    }
+
     /// Like [`Xtrace::spawn_unprivileged`], keeping capabilities `caps` (setpriv names: `bpf`,
     /// `perfmon`) as ambient ones, so they stay effective in xtrace as user 65534.
     pub fn spawn_with_capabilities<I, S>(caps: &[&str], args: I) -> Xtrace

@@ -23,6 +23,28 @@ fn open_to_all(label: &str) -> TempDir {
     tmp
 }
 
+/// Root without CAP_SYS_PTRACE (a container drops it) may not read another user's /proc files: it
+/// is told the capability, not to run as root.
+#[test]
+fn root_without_cap_sys_ptrace_is_told_the_capability() {
+    if !require_bpf() {
+        return;
+    }
+    let mut other = as_nobody(&[])
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("starting sleep as 65534");
+    let pid = other.id();
+    let finished = Xtrace::spawn_without_ptrace(args!["list", "symbols", "--pid", pid.to_string()]).wait();
+    other.kill().unwrap();
+    other.wait().unwrap();
+    assert_eq!(finished.status.code(), Some(2), "{:?}", finished.stderr);
+    assert_eq!(
+        finished.stderr,
+        [format!("xtrace: error: cannot read /proc/{pid}/exe: permission denied to root without CAP_SYS_PTRACE (a container drops it): give xtrace that capability (docker run --cap-add SYS_PTRACE), or trace a process of its own user")]
+    );
+}
+
 #[test]
 fn without_root_needs_cap_bpf_and_cap_perfmon() {
     if !require_bpf() {

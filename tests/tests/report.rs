@@ -301,6 +301,17 @@ fn a_capture_file_that_cannot_be_read_is_no_damage() {
         )),
         "{line}"
     );
+    // The capture directory itself a link loop: not "no such directory".
+    let looped = tmp.join("looped");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let line = xtrace(args!["report", &looped]).user_error().to_string();
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: {}: cannot be read: too many levels of symbolic links",
+            looped.display()
+        )
+    );
 }
 
 /// Spans nested thousands deep (USDT or range pairs in a recursion) are cut at 512 frames, the

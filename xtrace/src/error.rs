@@ -38,7 +38,11 @@ pub enum Error {
     )]
     ProcNotPermitted { pid: u32, what: String },
     #[error(
-        "cannot read /proc/{pid}/{what}: permission denied, even to root: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
+        "cannot read /proc/{pid}/{what}: permission denied to root without CAP_SYS_PTRACE (a container drops it): give xtrace that capability (docker run --cap-add SYS_PTRACE), or trace a process of its own user"
+    )]
+    ProcNeedsPtrace { pid: u32, what: String },
+    #[error(
+        "cannot read /proc/{pid}/{what}: permission denied, even with CAP_SYS_PTRACE: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
     )]
     ProcProtected { pid: u32, what: String },
     #[error("pid {pid} is xtrace itself: pass the pid of the process to trace")]

@@ -1,19 +1,30 @@
 //! The capabilities xtrace needs: CAP_BPF and CAP_PERFMON (Linux 5.8+), or CAP_SYS_ADMIN.
 use crate::error::{Error, Result};
 
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 /// Fails with the missing capabilities named, before anything touches the kernel.
 pub fn check() -> Result<()> {
+    missing(effective()).map_or(Ok(()), |missing| Err(Error::MissingCapability { missing }))
+}
+
+/// Whether xtrace may read the /proc files of another user's process (CAP_SYS_PTRACE), as a
+/// debugger must.
+pub fn may_inspect_others() -> bool {
+    effective() & (1 << CAP_SYS_PTRACE) != 0
+}
+
+/// xtrace's effective capability set (none when /proc/self/status cannot tell).
+fn effective() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
+    status
         .lines()
         .find_map(|line| line.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    missing(effective).map_or(Ok(()), |missing| Err(Error::MissingCapability { missing }))
+        .unwrap_or(0)
 }
 
 /// The capabilities missing from an effective set, or None when it suffices.

@@ -57,7 +57,13 @@ impl Process {
     /// The error for a failed read of the process's `/proc/PID/WHAT`: gone, or not permitted.
     fn proc_error(&self, what: &str, e: std::io::Error) -> Error {
         // SAFETY: geteuid has no preconditions.
-        proc_error(self.pid, what, e.kind(), unsafe { libc::geteuid() } == 0)
+        let root = unsafe { libc::geteuid() } == 0;
+        proc_error(
+            self.pid,
+            what,
+            e.kind(),
+            (root, crate::privilege::may_inspect_others()),
+        )
     }
 
     /// The main executable of the process.
@@ -388,12 +394,14 @@ pub(crate) fn stat_after_name(pid: u32) -> Option<String> {
     stat.rsplit_once(')').map(|(_, rest)| rest.to_string())
 }
 
-/// The error for a failed read of process `pid`'s `/proc/PID/WHAT`: gone, or not permitted, which
-/// running as root would mend unless xtrace already does (`root`).
-fn proc_error(pid: u32, what: &str, kind: std::io::ErrorKind, root: bool) -> Error {
+/// The error for a failed read of process `pid`'s `/proc/PID/WHAT`: gone, or not permitted. What
+/// would mend a refusal depends on whether xtrace runs as root and may inspect other users'
+/// processes (CAP_SYS_PTRACE): `(root, ptrace)`.
+fn proc_error(pid: u32, what: &str, kind: std::io::ErrorKind, (root, ptrace): (bool, bool)) -> Error {
     let what = what.to_string();
     match kind {
-        std::io::ErrorKind::PermissionDenied if root => Error::ProcProtected { pid, what },
+        std::io::ErrorKind::PermissionDenied if ptrace => Error::ProcProtected { pid, what },
+        std::io::ErrorKind::PermissionDenied if root => Error::ProcNeedsPtrace { pid, what },
         std::io::ErrorKind::PermissionDenied => Error::ProcNotPermitted { pid, what },
         _ => Error::NoSuchProcess { pid },
     }
@@ -404,17 +412,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refusal_advises_root_only_to_others() {
+    fn a_refusal_advises_what_would_mend_it() {
         let denied = std::io::ErrorKind::PermissionDenied;
         assert_eq!(
-            proc_error(1, "exe", denied, false).to_string(),
+            proc_error(1, "exe", denied, (false, false)).to_string(),
             "cannot read /proc/1/exe: permission denied; trace a process you own, or run xtrace as root"
         );
         assert_eq!(
-            proc_error(1, "maps", denied, true).to_string(),
-            "cannot read /proc/1/maps: permission denied, even to root: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
+            proc_error(1, "exe", denied, (true, false)).to_string(),
+            "cannot read /proc/1/exe: permission denied to root without CAP_SYS_PTRACE (a container drops it): give xtrace that capability (docker run --cap-add SYS_PTRACE), or trace a process of its own user"
         );
-        let gone = proc_error(9, "exe", std::io::ErrorKind::NotFound, true);
+        assert_eq!(
+            proc_error(1, "maps", denied, (true, true)).to_string(),
+            "cannot read /proc/1/maps: permission denied, even with CAP_SYS_PTRACE: the kernel or a security module keeps this process from being inspected, so xtrace cannot trace it"
+        );
+        let gone = proc_error(9, "exe", std::io::ErrorKind::NotFound, (true, true));
         assert!(matches!(gone, Error::NoSuchProcess { pid: 9 }));
     }
 

@@ -100,7 +100,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .into(),
         "span lower bound = uprobe_floor --clock: floor+ret whose programs also read the clock (entry, return) and submit one span-sized record; it pairs nothing.".into(),
         "Spans (entry + return) are compared with floor+ret, bpftrace's entry probes with floor.".into(),
-        "printf / span is per event, whole; beyond the hooks, each tool's cost less its own empty hooks' (span - floor+ret, printf - count()).".into(),
+        "printf / span is per event, whole; beyond the hooks, each tool's cost less that of its cheapest probe on the same hooks (span - floor+ret, printf - count()).".into(),
     ];
     let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);
     if wanted(Part::PerHit) {

@@ -118,10 +118,8 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Err(not_capture("not a directory")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_capture("no such directory")),
-        Err(e) => {
-            let reason = e.raw_os_error().map_or_else(|| e.to_string(), os_reason);
-            return Err(not_capture(&reason));
-        }
+        // A link loop, a parent directory it may not search: the system's refusal.
+        Err(e) => return Err(unreadable(dir, e)),
     }
     let summary_path = dir.join(crate::output::SUMMARY_JSON);
     let text = match super::read_regular(&summary_path) {
@@ -215,17 +213,22 @@ pub(super) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
     }
 }
 
-/// A capture file that could not be opened or read: the system's refusal (a permission, a link
-/// loop, an I/O error) is no damage of the capture; anything else is (see [`malformed`]).
+/// A capture file (or directory) that could not be opened: the system's refusal (a permission, a
+/// link loop) is no damage of the capture; anything else is (see [`malformed`]).
 pub(super) fn unreadable(path: &Path, e: std::io::Error) -> Error {
     let Some(code) = e.raw_os_error() else {
         return malformed(path, e);
     };
     let reason = os_reason(code);
-    let reason = if e.kind() == std::io::ErrorKind::PermissionDenied {
-        format!("{reason}; make it readable to this user, or run as its owner or root")
-    } else {
-        reason
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let reason = match e.kind() {
+        // Root too can be refused: a network file system that maps root to nobody.
+        std::io::ErrorKind::PermissionDenied if root => format!("{reason}; make it readable to root"),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{reason}; make it readable to this user, or run as its owner or root")
+        }
+        _ => reason,
     };
     Error::Unreadable {
         path: path.to_path_buf(),

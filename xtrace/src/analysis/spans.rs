@@ -99,8 +99,8 @@ struct PathNode {
 const DEEPER: u32 = u32::MAX;
 
 /// Every distinct call path of spans with its span count and self time, sorted by frames. Paths
-/// are nodes of a tree, each span's found from its parent's, so the work is linear in the spans;
-/// only the paths written out are spelled frame by frame.
+/// are nodes of a tree, each span's found from its parent's, so nothing is quadratic in the
+/// nesting depth; only the distinct paths are spelled out, at most 513 frames each.
 pub fn stacks(capture: &Capture, nesting: &Nesting) -> Vec<SpanStack> {
     let n = capture.spans.len();
     // Parents before children: a parent is less deep.
@@ -259,6 +259,38 @@ mod tests {
                 ("app;n0".into(), 2, 40 + 100),
                 ("app;n0;n1".into(), 2, 40 + 10),
                 ("app;n0;n1;n2".into(), 1, 10),
+            ]
+        );
+    }
+
+    /// Two processes of one name are one root: their equal paths merge; a third process's do not.
+    #[test]
+    fn processes_of_one_name_share_their_paths() {
+        let mut c = capture(vec![span(0, 1, 0, 100), span(1, 1, 10, 20)]);
+        c.spans.extend([
+            Span {
+                pid: 8,
+                ..span(0, 2, 0, 50)
+            },
+            Span {
+                pid: 8,
+                ..span(1, 2, 5, 10)
+            },
+            Span {
+                pid: 9,
+                ..span(0, 3, 0, 30)
+            },
+        ]);
+        c.processes.insert(8, "app".into());
+        c.processes.insert(9, "other".into());
+        let stacks = stacks(&c, &nest(&c.spans));
+        let got: Vec<(String, u64, u64)> = stacks.iter().map(|s| (frames(s), s.spans, s.self_ns)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("app;n0".into(), 2, 80 + 40),
+                ("app;n0;n1".into(), 2, 20 + 10),
+                ("other;n0".into(), 1, 30),
             ]
         );
     }
