@@ -15,13 +15,13 @@ use std::{
 
 use object::{Object, ObjectSymbol};
 
-use crate::pipeline::samples::Mapping;
+use crate::pipeline::{samples::Mapping, unwind::ExecSegments};
 
 /// One file's handle statics.
 #[derive(Debug, Default)]
 struct Statics {
-    /// The address of the file's first byte, as its segments place it (page-aligned).
-    at_zero: u64,
+    /// Where its code lies in it, to place it in a mapping of its code.
+    segments: ExecSegments,
     /// (file address of the static, the kernel's mangled name), by address.
     slots: Vec<(u64, String)>,
 }
@@ -105,13 +105,14 @@ impl StubHandles {
         };
         let mut files = HashSet::new();
         for mapping in maps {
-            let Some(file) = mapping.file.filter(|&f| files.insert(f)) else {
+            if !mapping.file.is_some_and(|f| files.insert(f)) {
                 continue;
-            };
+            }
             let Some(statics) = self.file_statics(pid, mapping).filter(|s| !s.slots.is_empty()) else {
                 continue;
             };
-            let Some(bias) = crate::probes::ifunc::load_bias(pid, file.1, statics.at_zero) else {
+            // `mapping`, the file's first in `maps`, is of its code (only such are kept).
+            let Some(bias) = statics.segments.bias(mapping) else {
                 continue;
             };
             for (handle, mangled) in held(&memory, bias, &statics.slots) {
@@ -184,9 +185,10 @@ fn statics(path: &str) -> Option<Statics> {
     if elf.section_by_name(".nvFatBinSegment").is_none() {
         return Some(Statics::default());
     }
-    let Some(at_zero) = crate::probes::ifunc::at_zero(&elf) else {
+    let segments = ExecSegments::of(&elf);
+    if segments.is_empty() {
         return Some(Statics::default());
-    };
+    }
     let mut slots: Vec<(u64, String)> = elf
         .symbols()
         // A static's eight bytes must end in the address space.
@@ -195,7 +197,7 @@ fn statics(path: &str) -> Option<Statics> {
         .collect();
     slots.sort_unstable_by_key(|s| s.0);
     slots.dedup_by_key(|s| s.0);
-    Some(Statics { at_zero, slots })
+    Some(Statics { segments, slots })
 }
 
 /// The name of the kernel whose stub's `__handle` static `symbol` names, or None for any other

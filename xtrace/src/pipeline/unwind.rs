@@ -34,8 +34,7 @@ struct FileUnwind {
     eh_frame: Option<(Range<u64>, Bytes)>,
     eh_frame_hdr: Option<(Range<u64>, Bytes)>,
     debug_frame: Option<Bytes>,
-    /// (file offset, file size, address) of each executable PT_LOAD segment.
-    segments: Vec<(u64, u64, u64)>,
+    segments: ExecSegments,
     /// Signal-return trampolines (glibc's `__restore_rt`): the code ranges whose `.eh_frame`
     /// entries are marked as signal frames (augmentation `S`).
     signal_frames: Vec<Range<u64>>,
@@ -99,17 +98,7 @@ impl FileUnwind {
             (!data.is_empty()).then(|| Arc::from(&*data))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
-        let segments = file
-            .segments()
-            .filter_map(|segment| {
-                let flags = match segment.flags() {
-                    object::SegmentFlags::Elf { p_flags } => p_flags,
-                    _ => return None,
-                };
-                let (offset, size) = segment.file_range();
-                (flags & elf::PF_X != 0).then_some((offset, size, segment.address()))
-            })
-            .collect();
+        let segments = ExecSegments::of(&file);
         let eh_frame = with_range(".eh_frame");
         let signal_frames = eh_frame
             .as_ref()
@@ -149,7 +138,7 @@ impl FileUnwind {
     /// The framehop module for `mapping` of this file: the mapping's start corresponds to its file
     /// offset, which lies in one executable segment, whose address fixes the load bias.
     fn module(&self, mapping: &Mapping) -> Option<Module<Bytes>> {
-        let base_avma = self.base_avma(mapping)?;
+        let base_avma = self.segments.bias(mapping)?;
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: self.text_svma.clone(),
@@ -170,12 +159,34 @@ impl FileUnwind {
     }
 }
 
-impl FileUnwind {
-    /// Where address 0 of this file lies in `mapping`: the mapping's start corresponds to its file
-    /// offset, which lies in one executable segment, whose address fixes the load bias.
-    fn base_avma(&self, mapping: &Mapping) -> Option<u64> {
+/// Where an ELF file's executable PT_LOAD segments lie in it: (file offset, file size, address)
+/// each, which place the file in a mapping of its code.
+#[derive(Clone, Debug, Default)]
+pub struct ExecSegments(Vec<(u64, u64, u64)>);
+
+impl ExecSegments {
+    pub fn of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> ExecSegments {
+        let segments = file.segments().filter_map(|segment| {
+            let flags = match segment.flags() {
+                object::SegmentFlags::Elf { p_flags } => p_flags,
+                _ => return None,
+            };
+            let (offset, size) = segment.file_range();
+            (flags & elf::PF_X != 0).then_some((offset, size, segment.address()))
+        });
+        ExecSegments(segments.collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Where address 0 of the file lies in `mapping` of its code (the load bias): the mapping's
+    /// start corresponds to its file offset, which lies in one executable segment, whose address
+    /// fixes the bias.
+    pub fn bias(&self, mapping: &Mapping) -> Option<u64> {
         const PAGE: u64 = 4096;
-        let (offset, _, address) = *self.segments.iter().find(|(offset, size, _)| {
+        let (offset, _, address) = *self.0.iter().find(|(offset, size, _)| {
             (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset.saturating_add(*size)
         })?;
         let svma_at_start = address.checked_add(mapping.offset)?.checked_sub(offset)?;
@@ -335,7 +346,7 @@ impl Unwinders {
                 None
             };
             let Some(file) = file else { continue };
-            if let (Some(base), false) = (file.base_avma(mapping), file.signal_frames.is_empty()) {
+            if let (Some(base), false) = (file.segments.bias(mapping), file.signal_frames.is_empty()) {
                 let placed = file.signal_frames.iter().map(|r| r.start + base..r.end + base);
                 process
                     .signal_frames
@@ -368,7 +379,7 @@ mod tests {
     fn load_bias_from_the_segment_holding_the_mapping() {
         let file = FileUnwind {
             // A PIE whose text segment starts at file offset 0x1120, address 0x2120.
-            segments: vec![(0x1120, 0x3000, 0x2120)],
+            segments: ExecSegments(vec![(0x1120, 0x3000, 0x2120)]),
             ..Default::default()
         };
         let mapping = Mapping {

@@ -16,7 +16,9 @@ use std::{
     path::PathBuf,
 };
 
-use object::{elf, Object, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget};
+use object::{
+    elf, Object, ObjectSegment, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
+};
 
 use super::elf::ElfSymbols;
 use crate::target::{Process, TargetFile};
@@ -260,9 +262,10 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
     if slots.is_empty() {
         return None;
     }
+    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
     Some(FileSlots {
         slots,
-        at_zero: at_zero(&elf)?,
+        at_zero: first.address() & !0xfff,
     })
 }
 
@@ -311,16 +314,9 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
         .collect()
 }
 
-/// The page of the address `elf` gives its file offset 0 (its first segment's), for [`load_bias`].
-pub(crate) fn at_zero<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<u64> {
-    use object::{Object, ObjectSegment};
-    let first = elf.segments().find(|s| s.file_range().0 == 0)?;
-    Some(first.address() & !0xfff)
-}
-
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
 /// `at_zero`, the page of the address the file gives that offset.
-pub(crate) fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
+fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     maps.lines()
         .filter_map(crate::target::MapsLine::parse)
