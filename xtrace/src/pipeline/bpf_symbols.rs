@@ -50,9 +50,7 @@ impl BpfSymbols {
 
     /// The program `address` is in.
     pub fn find(&self, address: u64) -> Option<&str> {
-        let at = self.programs.partition_point(|p| p.0 <= address).checked_sub(1)?;
-        let (_, end, name) = &self.programs[at];
-        (address < *end).then_some(name.as_str())
+        super::samples::covering(&self.programs, address, |p| p.0..p.1).map(|p| p.2.as_str())
     }
 }
 
