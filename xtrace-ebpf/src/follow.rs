@@ -45,7 +45,7 @@ pub fn process_fork(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     // SAFETY: the value is not read.
-    if unsafe { SAMPLE_PIDS.get(&parent) }.is_none() {
+    if unsafe { SAMPLE_PIDS.get(parent) }.is_none() {
         return 0;
     }
     let task: u64 = ctx.arg(0);
@@ -72,7 +72,7 @@ pub fn process_fork(ctx: RawTracePointContext) -> u32 {
     if child <= 0 {
         return 0;
     }
-    match SAMPLE_PIDS.insert(&(child as u32), &1, u64::from(BPF_NOEXIST)) {
+    match SAMPLE_PIDS.insert(child as u32, 1, u64::from(BPF_NOEXIST)) {
         Ok(()) => count(counter::FOLLOWED_PROCESSES),
         // Present: the pid of a process that exited on a kernel without `group_dead`.
         Err(e) if e == -EEXIST => count(counter::FOLLOWED_PROCESSES),
@@ -88,7 +88,7 @@ pub fn process_exit(ctx: RawTracePointContext) -> u32 {
     if group_dead & 0xff != 0 {
         // The exiting task is the current one.
         if let Some(ids) = current_pid_tgid() {
-            let _ = SAMPLE_PIDS.remove(&((ids >> 32) as u32));
+            let _ = SAMPLE_PIDS.remove((ids >> 32) as u32);
         }
     }
     0

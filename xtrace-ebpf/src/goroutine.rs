@@ -52,7 +52,7 @@ pub fn exec_done() {
         return;
     }
     if let Some(ids) = current_pid_tgid() {
-        let _ = GO_EXECS.insert(&((ids >> 32) as u32), &exec_count(), 0);
+        let _ = GO_EXECS.insert((ids >> 32) as u32, exec_count(), 0);
     }
 }
 

@@ -144,7 +144,7 @@ fn allowed(switch: &'static u8, set: &HashMap<u32, u8>, key: impl FnOnce() -> u3
         return true;
     }
     // SAFETY: the value is not read.
-    unsafe { set.get(&key()).is_some() }
+    unsafe { set.get(key()).is_some() }
 }
 
 /// Whether the calling thread is traced (always, unless `--tid` restricts it); its thread id is

@@ -215,7 +215,7 @@ fn write_args(
             }
             if spec & args::out(i) != 0 {
                 let key = out_key(pid_tgid, depth);
-                let _ = OUT_PTRS.insert(&key, &value, 0);
+                let _ = OUT_PTRS.insert(key, value, 0);
             }
         }
         for j in 0..MAX_STACK_ARGS {
@@ -308,10 +308,10 @@ fn write_span_str(span: SpanEvent, go_len: Option<u64>) {
 fn write_outs(pid_tgid: u64, probe_id: u32, spec: u32, slot: usize, start_ns: u64, now: u64) {
     let key = out_key(pid_tgid, slot as u8);
     // SAFETY: the value is copied out at once.
-    let Some(&ptr) = (unsafe { OUT_PTRS.get(&key) }) else {
+    let Some(&ptr) = (unsafe { OUT_PTRS.get(key) }) else {
         return;
     };
-    let _ = OUT_PTRS.remove(&key);
+    let _ = OUT_PTRS.remove(key);
     for i in 0..MAX_ARGS {
         if spec & args::out(i) == 0 {
             continue;
