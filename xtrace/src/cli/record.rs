@@ -1,178 +1,274 @@
-//! `xtrace record`: flags for choosing targets, probes, and outputs.
+//! `xtrace record`: flags for choosing targets, probes, and outputs. Each flag's meaning lives
+//! here, in its doc comment: the first paragraph is `-h`'s line, the whole text `--help`'s, and the
+//! CLI reference and man pages are generated from them (`cargo xtask man`).
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
 
 use crate::probes::{entry::EntryMode, exits::ExitMode};
 
+/// The `--help` headings that group the record flags.
+mod heading {
+    pub const TARGETS: &str = "Targets";
+    pub const PROBES: &str = "Probes";
+    pub const SAMPLING: &str = "Sampling";
+    pub const GPU: &str = "GPU and annotations";
+    pub const FILTERS: &str = "Filters";
+    pub const OUTPUT: &str = "Output";
+    pub const TUNING: &str = "Tuning";
+}
+
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("target").required(true).args(["pid", "command", "system_wide"])))]
 pub struct RecordArgs {
     /// Trace this running process, all its threads (repeatable).
+    ///
+    /// All its threads are traced, including threads created later. Repeatable. Cannot be
+    /// combined with a launched command or -a.
     #[arg(
         allow_negative_numbers = true,
         short = 'p',
         long = "pid",
         value_name = "PID",
-        conflicts_with = "command"
+        conflicts_with = "command",
+        help_heading = heading::TARGETS
     )]
     pub pid: Vec<u32>,
 
-    /// Trace every process that maps each probe's file, including processes started after attach
-    /// (each -u and -U then needs a TARGET). Stops on Ctrl-C or -d.
-    #[arg(short = 'a', long = "system-wide", conflicts_with_all = ["pid", "command"])]
+    /// Trace every process that maps each probe's file.
+    ///
+    /// Includes processes started after xtrace attached, except xtrace itself (its own calls to
+    /// `-u libc:malloc` would feed the ring it reads). Every -u and -U then needs a TARGET. Stops
+    /// on a signal or -d. CPU samples (-F) include xtrace, as `perf record -a` includes perf.
+    #[arg(short = 'a', long = "system-wide", conflicts_with_all = ["pid", "command"],
+          help_heading = heading::TARGETS)]
     pub system_wide: bool,
 
-    /// Attach a uprobe + uretprobe pair to SYMBOL, recording one span per call (repeatable).
-    /// TARGET is a path, a library name such as `libc` found in the process's mappings, or omitted
-    /// for the main executable. SYMBOL is a name (mangled or demangled) or a glob: `*`, `?`, `[a-z]`,
-    /// e.g. `'libfoo:ns::Matrix::*'`.
-    #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL")]
+    /// Stop after this many seconds (fractions allowed, e.g. 0.5).
+    ///
+    /// Counted from the moment every probe is attached.
+    #[arg(allow_negative_numbers = true, short = 'd', long = "duration", value_name = "SECONDS",
+          value_parser = parse_duration, help_heading = heading::TARGETS)]
+    pub duration: Option<std::time::Duration>,
+
+    /// Launch COMMAND with ARGS and trace it until it exits.
+    ///
+    /// Found in $PATH unless it contains a `/`. It is held before exec until every probe is
+    /// attached, so no call is missed; its exit status is reported. Cannot be combined with --pid.
+    #[arg(last = true, value_name = "COMMAND",
+          value_parser = clap::value_parser!(std::ffi::OsString), help_heading = heading::TARGETS)]
+    pub command: Vec<std::ffi::OsString>,
+
+    /// Record one span per call of each function named (repeatable).
+    ///
+    /// SPEC is `[TARGET:]SYMBOL[(TYPE, ...)][ -> TYPE]`: TARGET is a path, a library name such as
+    /// `libc` found in the process's mappings, or omitted for the main executable; SYMBOL is a
+    /// name (mangled or demangled) or a glob (`*`, `?`, `[a-z]`), e.g. `'libfoo:ns::Matrix::*'`;
+    /// the types read arguments and the return value (docs/reference/probe-specs.md). Each
+    /// function gets a uprobe on its entry and a return probe or uprobes on its exit instructions
+    /// (see --exits).
+    #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL",
+          help_heading = heading::PROBES)]
     pub uprobe: Vec<String>,
 
-    /// Attach to every call site of a USDT probe (repeatable). PROVIDER and NAME may be globs;
-    /// TARGET is a path or library name, or omitted for every module of the process. Probes named
-    /// *_begin/*_end, *_start/*_end, *__entry/*__return pair into spans; others are instant
-    /// events. `(str,_,name)` reads arguments as strings (`name` names the span).
-    #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME")]
+    /// Attach to every call site of the named USDT probes (repeatable).
+    ///
+    /// USDT is `[TARGET:]PROVIDER:NAME[(TYPE, ...)]`, the `<sys/sdt.h>` markers. PROVIDER and NAME
+    /// may be globs; TARGET is a path or library name, or omitted for every module of the process.
+    /// Probes named *_begin/*_end, *_start/*_end, *__entry/*__return pair into spans; others are
+    /// instant events. `(str,_,name)` reads arguments as strings (`name` names the span).
+    #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME",
+          help_heading = heading::PROBES)]
     pub usdt: Vec<String>,
 
-    /// Trace CUDA runtime and driver calls (kernel launches with kernel names, copies, allocations,
-    /// synchronization) in every libcudart.so*/libcuda.so* the target maps, or in an executable
-    /// that links cudart statically. On by itself with --pid and no -u/-U when the process maps
-    /// a CUDA library.
-    #[arg(long = "cuda")]
-    pub cuda: bool,
-
-    /// Record NVTX ranges, marks and thread names as spans (through xtrace's tool library, which
-    /// NVTX loads from NVTX_INJECTION64_PATH; set for a launched command).
-    #[arg(long = "nvtx")]
-    pub nvtx: bool,
-
-    /// Record Intel ITT tasks, frames, and thread names as spans (through xtrace's tool library,
-    /// which ITT loads from INTEL_LIBITTNOTIFY64; set for a launched command).
-    #[arg(long = "itt")]
-    pub itt: bool,
-
-    /// Record every annotation range: NVTX, ITT and the xtrace_range_* API. On by itself with
-    /// --pid and no -u/-U when the process has loaded xtrace's tool library.
-    #[arg(long = "ranges")]
-    pub ranges: bool,
-
-    /// Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` to disable):
-    /// utilization, memory, power, temperature, SM clock, PCIe, and the traced processes' device
-    /// memory, as counter tracks in trace.json. On by itself whenever CUDA calls are traced.
-    #[arg(long = "gpu-metrics", value_name = "PERIOD", num_args = 0..=1, require_equals = true,
-          default_missing_value = "100ms", value_parser = parse_gpu_period)]
-    pub gpu_metrics: Option<GpuPeriod>,
-
-    /// Sample on-CPU stacks of the traced processes (every process with -a) this many times a
-    /// second on every CPU. Without -u, -U, --cuda, --nvtx, --itt or --ranges, xtrace samples at
-    /// 99 Hz.
-    #[arg(allow_negative_numbers = true, short = 'F', long = "freq", value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..))]
-    pub freq: Option<u64>,
-
-    /// Bytes of user stack copied with each CPU sample, from the stack pointer up, to unwind code
-    /// built without frame pointers from its CFI (.eh_frame/.debug_frame); 0 walks frame pointers
-    /// only. At most 16K, with an optional K suffix.
-    #[arg(allow_hyphen_values = true, long = "user-stack", value_name = "BYTES", default_value = "16K", value_parser = parse_user_stack)]
-    pub user_stack: u32,
-
-    /// Sample only the target processes, not the processes they start. By default a process that
-    /// a sampled process starts (fork, vfork, posix_spawn) is sampled too, as perf record does.
-    #[arg(long = "no-inherit", conflicts_with = "system_wide")]
-    pub no_inherit: bool,
-
-    /// Draw the flamegraph as an icicle graph (stacks hanging from the top).
-    #[arg(long = "icicle")]
-    pub icicle: bool,
-
-    /// Send only calls lasting at least this long as spans (e.g. 50us, 2ms, 1s). Shorter calls are
-    /// counted and timed in the kernel, so per-probe counts and totals stay exact.
-    #[arg(allow_hyphen_values = true, long = "min-duration", value_name = "DURATION", value_parser = parse_span_duration)]
-    pub min_duration: Option<u64>,
-
-    /// Warn while recording about every span longer than DURATION whose name PATTERN (a glob)
-    /// matches, e.g. 'work=100ms' (repeatable; the first matching rule applies). The first 100
-    /// are shown; all are counted in summary.json.
-    #[arg(long = "warn-over", value_name = "PATTERN=DURATION", value_parser = parse_warn_rule)]
-    pub warn_over: Vec<crate::pipeline::warnings::WarnRule>,
-
-    /// Measure xtrace's own kernel programs while recording (the kernel's BPF run-time
-    /// statistics): runs and time per program in summary.json `overhead` and the summary. Adds
-    /// two clock reads to every probe hit while on.
-    #[arg(long = "overhead")]
-    pub overhead: bool,
-
-    /// Record only calls made by this thread (repeatable); filtered in the kernel. With --pid the
-    /// thread must belong to one of the processes; not with a launched command, whose threads do
-    /// not exist yet.
-    #[arg(
-        allow_negative_numbers = true,
-        long = "tid",
-        value_name = "TID",
-        conflicts_with = "command"
-    )]
-    pub tid: Vec<u32>,
-
-    /// How -u functions' returns are probed: `auto` probes the ret and tail-call instructions of
-    /// functions an exception or panic could unwind through (in files with exception tables, those
-    /// that call others) and uses return probes elsewhere; `uretprobe` uses return probes
-    /// everywhere (cheaper, but such an exception aborts the process); `ret` probes the exit
-    /// instructions of every function.
-    #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto)]
+    /// How -u functions' returns are probed: auto, uretprobe or ret.
+    ///
+    /// `auto` probes the ret and tail-call instructions of the functions an exception or panic
+    /// could unwind through (in files with exception tables, those that call others; in Go code,
+    /// every function) and uses return probes elsewhere; `uretprobe` uses return probes everywhere
+    /// (cheaper, but such an exception aborts the process); `ret` probes the exit instructions of
+    /// every function (docs/internals/probe-placement.md).
+    #[arg(long = "exits", value_name = "HOW", value_enum, default_value_t = ExitMode::Auto,
+          help_heading = heading::PROBES)]
     pub exits: ExitMode,
 
-    /// Where -u functions' entries are probed: `auto` moves the probe of a function that starts
-    /// with instructions the kernel single-steps (~10x dearer a hit) onto the first one it
-    /// emulates, when nothing a span shows changes; `symbol` probes the first instruction (after a
-    /// leading endbr64).
-    #[arg(long = "entry", value_name = "WHERE", value_enum, default_value_t = EntryMode::Auto)]
+    /// Where -u functions' entries are probed: auto or symbol.
+    ///
+    /// `auto` moves the probe of a function that starts with instructions the kernel single-steps
+    /// (~10x dearer a hit) onto the first one it emulates, where nothing a span shows changes;
+    /// `symbol` probes each function's first instruction (after a leading endbr64), as bpftrace
+    /// does (docs/internals/probe-placement.md).
+    #[arg(long = "entry", value_name = "WHERE", value_enum, default_value_t = EntryMode::Auto,
+          help_heading = heading::PROBES)]
     pub entry: EntryMode,
 
-    /// Refuse to attach more than this many functions (globs can match whole libraries).
+    /// Refuse to attach more than N functions.
+    ///
+    /// A too-wide glob (one that matches whole libraries) is caught before it attaches.
     #[arg(
         allow_negative_numbers = true,
         long = "max-probes",
         value_name = "N",
-        default_value_t = 10_000
+        default_value_t = 10_000,
+        help_heading = heading::PROBES
     )]
     pub max_probes: usize,
 
-    /// Also look for the separate debug files of stripped files in DIR (repeatable; before
-    /// /usr/lib/debug and /lib/debug): DIR/.build-id/NN/NNNN….debug by build ID, or
+    /// Also look for the debug files of stripped files in DIR (repeatable).
+    ///
+    /// Searched before /usr/lib/debug and /lib/debug: DIR/.build-id/NN/NNNN….debug by build ID, or
     /// DIR/<the file's directory>/NAME by .gnu_debuglink. Their symbols name functions for -u and
-    /// CPU samples.
-    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir)]
+    /// CPU samples. DIR must be a directory.
+    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir,
+          help_heading = heading::PROBES)]
     pub debug_dirs: Vec<PathBuf>,
 
-    /// Stop after this many seconds (fractions allowed).
-    #[arg(allow_negative_numbers = true, short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
-    pub duration: Option<std::time::Duration>,
+    /// Sample on-CPU stacks HZ times a second on every CPU.
+    ///
+    /// Samples the traced processes (every process with -a), besides any probes. Without -u, -U,
+    /// --cuda, --nvtx, --itt or --ranges, xtrace samples at 99 Hz. At least 1, at most the
+    /// kernel's kernel.perf_event_max_sample_rate.
+    #[arg(allow_negative_numbers = true, short = 'F', long = "freq", value_name = "HZ",
+          value_parser = clap::value_parser!(u64).range(1..), help_heading = heading::SAMPLING)]
+    pub freq: Option<u64>,
 
-    /// Directory for the outputs: trace.json, summary.json, summary.txt, and as the capture has them
-    /// stacks.folded, flamegraph.svg, span-flamegraph.svg, profile.pb.gz [default:
-    /// xtrace-YYYYmmdd-HHMMSS].
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    /// Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only).
+    ///
+    /// Copied from the stack pointer up, to unwind code built without frame pointers from its CFI
+    /// (.eh_frame/.debug_frame). An optional K suffix; 0 walks frame pointers only, in the kernel.
+    #[arg(allow_hyphen_values = true, long = "user-stack", value_name = "BYTES",
+          default_value = "16K", value_parser = parse_user_stack, help_heading = heading::SAMPLING)]
+    pub user_stack: u32,
+
+    /// Sample only the target processes, not the processes they start.
+    ///
+    /// By default every process a sampled process starts (fork, vfork, posix_spawn; then its own
+    /// children, and so on) is sampled too, as perf record does: a launched shell script's
+    /// commands, torchrun's workers, DataLoader workers forked after attach. Probes (-u, -U,
+    /// --cuda, ranges) apply to the targets only either way.
+    #[arg(long = "no-inherit", conflicts_with = "system_wide", help_heading = heading::SAMPLING)]
+    pub no_inherit: bool,
+
+    /// Trace CUDA runtime and driver calls, with kernel names.
+    ///
+    /// Kernel launches with their kernels' names, copies, allocations and synchronization, in
+    /// every libcudart.so*/libcuda.so* the target maps (or loads later with dlopen), or in an
+    /// executable that links cudart statically. On by itself with --pid and no -u/-U when the
+    /// process maps a CUDA library.
+    #[arg(long = "cuda", help_heading = heading::GPU)]
+    pub cuda: bool,
+
+    /// Record NVTX ranges, marks and thread names as spans.
+    ///
+    /// Through xtrace's tool library, which NVTX loads from NVTX_INJECTION64_PATH. For a launched
+    /// command xtrace sets NVTX_INJECTION64_PATH and INTEL_LIBITTNOTIFY64 to the tool library and
+    /// keeps only NVTX ranges; with --pid it also traces libnvToolsExt's functions in a process
+    /// started without the tool library.
+    #[arg(long = "nvtx", help_heading = heading::GPU)]
+    pub nvtx: bool,
+
+    /// Record Intel ITT tasks, frames and thread names as spans.
+    ///
+    /// Through xtrace's tool library, which ITT loads from INTEL_LIBITTNOTIFY64. For a launched
+    /// command xtrace sets both tool variables and keeps only ITT ranges.
+    #[arg(long = "itt", help_heading = heading::GPU)]
+    pub itt: bool,
+
+    /// Record every annotation range: NVTX, ITT and xtrace_range_*.
+    ///
+    /// Both tool variables are set for a launched command. On by itself with --pid and no -u/-U
+    /// when the process has loaded xtrace's tool library or maps libnvToolsExt. XTRACE_TOOL_LIB
+    /// names the tool library when it is not next to the xtrace binary.
+    #[arg(long = "ranges", help_heading = heading::GPU)]
+    pub ranges: bool,
+
+    /// Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it).
+    ///
+    /// Utilization, memory, power, temperature, SM clock, PCIe, and the traced processes' device
+    /// memory, as counter tracks in the trace. PERIOD is at least 10ms. On by itself whenever CUDA
+    /// calls are traced. Without NVML (no driver, no permission): one warning, and the recording
+    /// goes on.
+    #[arg(long = "gpu-metrics", value_name = "PERIOD", num_args = 0..=1, require_equals = true,
+          default_missing_value = "100ms", value_parser = parse_gpu_period,
+          help_heading = heading::GPU)]
+    pub gpu_metrics: Option<GpuPeriod>,
+
+    /// Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s).
+    ///
+    /// Units ns, us (or µs), ms, s. Shorter calls are counted, summed and put in a per-probe log2
+    /// histogram in the kernel, so count, total, mean, min and max in summary.json stay exact;
+    /// they are absent from the trace. USDT begin/end spans and CUDA calls shorter than DURATION
+    /// are left out the same way; USDT instants and annotation ranges are not filtered.
+    #[arg(allow_hyphen_values = true, long = "min-duration", value_name = "DURATION",
+          value_parser = parse_span_duration, help_heading = heading::FILTERS)]
+    pub min_duration: Option<u64>,
+
+    /// Warn about every span over DURATION whose name PATTERN matches, e.g. 'work=100ms'.
+    ///
+    /// PATTERN is a glob over span names: function spans, USDT begin/end spans, CUDA calls,
+    /// push/pop ranges. Repeatable; the first matching rule applies. The first 100 warnings are
+    /// shown while recording, then one line saying the rest are only counted; summary.json's
+    /// warn_over counts them all. -q hides the lines.
+    #[arg(long = "warn-over", value_name = "PATTERN=DURATION", value_parser = parse_warn_rule,
+          help_heading = heading::FILTERS)]
+    pub warn_over: Vec<crate::pipeline::warnings::WarnRule>,
+
+    /// Record only the calls and samples of this thread (repeatable).
+    ///
+    /// Filtered in the kernel, as with `perf record -t`. The thread id as xtrace sees it (the
+    /// host's, also for a process in a container, unless xtrace itself runs in one). With --pid
+    /// the thread must belong to a traced process; with -a it must exist, and be a kernel thread
+    /// only when sampling; not with a launched command, whose threads do not exist yet.
+    #[arg(
+        allow_negative_numbers = true,
+        long = "tid",
+        value_name = "TID",
+        conflicts_with = "command",
+        help_heading = heading::FILTERS
+    )]
+    pub tid: Vec<u32>,
+
+    /// Draw the flamegraphs as icicle graphs (stacks hanging from the top).
+    #[arg(long = "icicle", help_heading = heading::OUTPUT)]
+    pub icicle: bool,
+
+    /// Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS].
+    ///
+    /// trace.json, summary.json, summary.txt, and as the capture has them stacks.folded,
+    /// flamegraph.svg, span-flamegraph.svg, profile.pb.gz (docs/reference/output-formats.md).
+    /// Created if missing; the default is always a new directory (-2, -3, ... appended where the
+    /// name is taken).
+    #[arg(short = 'o', long = "output", value_name = "DIR", help_heading = heading::OUTPUT)]
     pub output: Option<PathBuf>,
 
-    /// Size of the kernel ring buffer that carries events to xtrace: a power of two from 4K to
-    /// 1G, with an optional K, M or G suffix. A larger buffer rides out longer bursts.
-    #[arg(allow_hyphen_values = true, long = "buffer-size", value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
-    pub buffer_size: u32,
-
-    /// Write the trace compressed as it is recorded, as trace.json.gz (Perfetto opens it): for
-    /// large captures.
-    #[arg(long = "gzip")]
+    /// Write the trace compressed as it is recorded, as trace.json.gz.
+    ///
+    /// Perfetto opens it as is; about 6x smaller: for large captures. `xtrace report` and
+    /// `xtrace diff` read either.
+    #[arg(long = "gzip", help_heading = heading::OUTPUT)]
     pub gzip: bool,
 
     /// Print nothing but errors (no attach notice, no live status, no summary table).
-    #[arg(short = 'q', long = "quiet")]
+    #[arg(short = 'q', long = "quiet", help_heading = heading::OUTPUT)]
     pub quiet: bool,
 
-    /// Launch COMMAND with ARGS and trace it until it exits.
-    #[arg(last = true, value_name = "COMMAND", value_parser = clap::value_parser!(std::ffi::OsString))]
-    pub command: Vec<std::ffi::OsString>,
+    /// Measure xtrace's own kernel programs while recording.
+    ///
+    /// The kernel's BPF run-time statistics, on for the capture only, give each program's runs
+    /// and run time, in summary.json's overhead and a summary line: CPU time taken from the traced
+    /// threads, besides the kernel's uprobe trap. While on, the kernel adds two clock reads to
+    /// every run of every BPF program on the machine. Needs CAP_SYS_ADMIN.
+    #[arg(long = "overhead", help_heading = heading::TUNING)]
+    pub overhead: bool,
+
+    /// Size of the kernel ring buffer that carries events to xtrace (4K to 1G).
+    ///
+    /// A power of two with an optional K, M or G suffix. A larger buffer rides out longer bursts
+    /// before lost.ring_full counts drops. The kernel maps the buffer's data twice into xtrace, so
+    /// its resident memory counts those pages twice (about 32 MB for the default 16M).
+    #[arg(allow_hyphen_values = true, long = "buffer-size", value_name = "BYTES",
+          default_value = "16M", value_parser = parse_buffer_size, help_heading = heading::TUNING)]
+    pub buffer_size: u32,
 }
 
 /// `--gpu-metrics[=PERIOD]`.
