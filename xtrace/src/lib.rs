@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod bpf;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod cuda;

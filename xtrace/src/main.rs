@@ -92,6 +92,7 @@ fn main() -> ExitCode {
         Command::List(args) => return list(&args),
         Command::Report(args) => return report(&args),
         Command::Diff(args) => return diff(&args),
+        Command::Check => return check(),
         Command::Flamegraph(args) => {
             return match flamegraph::run(&args) {
                 Ok(note) => {
@@ -137,6 +138,21 @@ fn main() -> ExitCode {
             err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+/// `xtrace check`: one line per item on stdout; exit 0 when recording can work, else 1.
+fn check() -> ExitCode {
+    let items = xtrace::check::items();
+    if !out!("{}", xtrace::check::table(&items)) {
+        return ExitCode::from(2);
+    }
+    if xtrace::check::can_record(&items) {
+        err!("xtrace: recording can work on this host");
+        ExitCode::SUCCESS
+    } else {
+        err!("xtrace: recording cannot work on this host: fix the items marked missing");
+        ExitCode::from(1)
     }
 }
 

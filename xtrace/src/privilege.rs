@@ -3,8 +3,38 @@ use crate::error::{Error, Result};
 
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
+const CAP_SYSLOG: u32 = 34;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
+
+/// The capabilities xtrace needs for something, by their number in the kernel's sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    SysPtrace,
+    SysAdmin,
+    Syslog,
+    Perfmon,
+    Bpf,
+}
+
+impl Capability {
+    /// The capability's bit in a set as /proc/PID/status shows it.
+    pub fn bit(self) -> u64 {
+        let number = match self {
+            Capability::SysPtrace => CAP_SYS_PTRACE,
+            Capability::SysAdmin => CAP_SYS_ADMIN,
+            Capability::Syslog => CAP_SYSLOG,
+            Capability::Perfmon => CAP_PERFMON,
+            Capability::Bpf => CAP_BPF,
+        };
+        1 << number
+    }
+}
+
+/// xtrace's effective capability set.
+pub fn held() -> u64 {
+    effective()
+}
 
 /// Fails with the missing capabilities named, before anything touches the kernel.
 pub fn check() -> Result<()> {
@@ -28,7 +58,7 @@ fn effective() -> u64 {
 }
 
 /// The capabilities missing from an effective set, or None when it suffices.
-fn missing(effective: u64) -> Option<String> {
+pub fn missing(effective: u64) -> Option<String> {
     let has = |cap: u32| effective & (1 << cap) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         return None;

@@ -163,6 +163,13 @@ impl KernelBtf {
         None
     }
 
+    /// The type id of raw tracepoint `name`'s `btf_trace_NAME` typedef, which a BTF-typed
+    /// tracepoint program names as the point it attaches to; None when this kernel has no such
+    /// tracepoint.
+    pub fn tracepoint_type_id(&self, name: &str) -> Option<u32> {
+        self.find(KIND_TYPEDEF, &format!("btf_trace_{name}"))
+    }
+
     /// How many arguments raw tracepoint `name` passes (its probe's prototype less the leading
     /// `void *`), or None when this kernel has no such tracepoint.
     pub fn tracepoint_args(&self, name: &str) -> Option<usize> {

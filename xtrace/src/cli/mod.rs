@@ -1,6 +1,6 @@
 //! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
-//! `xtrace report DIR` and `xtrace diff BASE NEW`. `record` is also what `xtrace` does without a
-//! subcommand.
+//! `xtrace report DIR`, `xtrace diff BASE NEW` and `xtrace check`.
+//! `record` is also what `xtrace` does without a subcommand.
 pub mod diff;
 pub mod flamegraph;
 pub mod list;
@@ -19,6 +19,11 @@ pub use record::RecordArgs;
     name = "xtrace",
     version,
     about = "Trace and profile a running process with eBPF",
+    long_about = "Trace and profile a running process with eBPF, without restarting it: spans of \
+                  the functions you name (-u), USDT probes (-U), CUDA calls (--cuda), NVTX/ITT \
+                  ranges and CPU samples (-F), written as a Chrome/Perfetto trace, a summary, \
+                  flamegraphs and pprof. `xtrace --pid PID` alone profiles the process. Run \
+                  `xtrace check` first to see whether this host can record.",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -41,6 +46,12 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare two captures; exit 1 when a probe regressed (a CI gate).
     Diff(diff::DiffArgs),
+    /// Check whether this host can record: kernel, BTF, BPF features, settings, capabilities.
+    ///
+    /// Each item is `ok`, `missing` (recording cannot work until it is fixed), `limited`
+    /// (recording works without what it gives) or `unknown` (it could not be found out), with
+    /// what to do. Exit status 0 when recording can work, 1 when an item is missing.
+    Check,
 }
 
 impl Cli {

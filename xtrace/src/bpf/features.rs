@@ -1,0 +1,167 @@
+//! What the running kernel's BPF can do, asked of the kernel itself for `xtrace check`: each probe
+//! loads a two-instruction program (or creates a map) of the kind xtrace relies on and closes it at
+//! once, so the answer is the kernel's, not a guess from its version. A probe the caller lacks the
+//! capabilities for says so instead of answering.
+use std::{ffi::CString, io};
+
+use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_map_type, bpf_prog_type};
+
+use super::{btf::KernelBtf, uprobe_multi::bpf_fd};
+
+/// `BPF_F_SLEEPABLE`: the program may sleep (fault pages in) while it runs.
+const BPF_F_SLEEPABLE: u32 = 1 << 4;
+
+/// What one probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Yes,
+    /// The kernel refused it: why, in its words.
+    No(String),
+    /// It could not be asked: the caller may not load BPF programs.
+    NotPermitted,
+}
+
+impl Answer {
+    fn of(result: io::Result<()>) -> Answer {
+        match result {
+            Ok(()) => Answer::Yes,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Answer::NotPermitted,
+            Err(e) => Answer::No(e.to_string()),
+        }
+    }
+}
+
+/// `bpf_attr` for `BPF_PROG_LOAD`, up to `attach_btf_obj_fd` (the kernel zero-fills the rest).
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    attach_btf_id: u32,
+    attach_btf_obj_fd: u32,
+    _pad: u32,
+}
+
+/// `bpf_attr` for `BPF_MAP_CREATE`, up to `map_flags`.
+#[repr(C)]
+#[derive(Default)]
+struct MapCreate {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+}
+
+/// `bpf_attr` for `BPF_LINK_CREATE` with one `uprobe_multi` offset.
+#[repr(C)]
+#[derive(Default)]
+struct UprobeMultiLink {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    path: u64,
+    offsets: u64,
+    ref_ctr_offsets: u64,
+    cookies: u64,
+    cnt: u32,
+    multi_flags: u32,
+    pid: u32,
+    _pad: u32,
+}
+
+/// `r0 = 0; exit`: the smallest program the verifier accepts.
+const RETURN_ZERO: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
+
+/// Loads `RETURN_ZERO` as a program of `prog_type`, with the attach type, flags and BTF id given.
+fn load(prog_type: bpf_prog_type, attach: u32, flags: u32, btf_id: u32) -> io::Result<std::os::fd::OwnedFd> {
+    let license = CString::from(c"GPL");
+    let attr = ProgLoad {
+        prog_type: prog_type as u32,
+        insn_cnt: RETURN_ZERO.len() as u32,
+        insns: RETURN_ZERO.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        prog_flags: flags,
+        expected_attach_type: attach,
+        attach_btf_id: btf_id,
+        ..Default::default()
+    };
+    bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr)
+}
+
+/// Whether a uprobe program (a kprobe-type program, as uprobes take) loads at all: the base of
+/// every xtrace probe.
+pub fn uprobe_programs() -> Answer {
+    Answer::of(load(bpf_prog_type::BPF_PROG_TYPE_KPROBE, 0, 0, 0).map(drop))
+}
+
+/// Whether a BPF ring buffer can be created (Linux 5.8+): xtrace's one channel from the kernel.
+pub fn ring_buffer() -> Answer {
+    let attr = MapCreate {
+        map_type: bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32,
+        max_entries: 4096,
+        ..Default::default()
+    };
+    Answer::of(bpf_fd(bpf_cmd::BPF_MAP_CREATE, &attr).map(drop))
+}
+
+/// Whether uprobe_multi links exist (Linux 6.6+). A program of that attach type must load, and a
+/// link on `/` (a directory, which no uprobe can be put in) must be refused for being no regular
+/// file (EBADF), not for an unknown attach type (EINVAL).
+pub fn uprobe_multi() -> Answer {
+    let attach = bpf_attach_type::BPF_TRACE_UPROBE_MULTI as u32;
+    let program = match load(bpf_prog_type::BPF_PROG_TYPE_KPROBE, attach, 0, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Answer::of(Err(e)),
+    };
+    let root = CString::from(c"/");
+    let offset = 0u64;
+    let attr = UprobeMultiLink {
+        prog_fd: std::os::fd::AsRawFd::as_raw_fd(&program) as u32,
+        attach_type: attach,
+        path: root.as_ptr() as u64,
+        offsets: &offset as *const u64 as u64,
+        cnt: 1,
+        ..Default::default()
+    };
+    match bpf_fd(bpf_cmd::BPF_LINK_CREATE, &attr) {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => Answer::Yes,
+        Err(e) => Answer::of(Err(e)),
+        // A link on `/` should not exist; the kernel took the attach type all the same.
+        Ok(_) => Answer::Yes,
+    }
+}
+
+/// Whether BTF-typed tracepoint programs load, on `sched_switch` (Linux 5.5+).
+pub fn btf_tracepoints(btf: Option<&KernelBtf>) -> Answer {
+    let Some(id) = btf.and_then(|btf| btf.tracepoint_type_id("sched_switch")) else {
+        return Answer::No("the kernel's BTF has no sched_switch tracepoint".into());
+    };
+    let attach = bpf_attach_type::BPF_TRACE_RAW_TP as u32;
+    Answer::of(load(bpf_prog_type::BPF_PROG_TYPE_TRACING, attach, 0, id).map(drop))
+}
+
+/// Whether uprobe programs may be sleepable: they can then fault in pages the traced process has
+/// not touched yet. The kernel's verifier answers at load time.
+pub fn sleepable_uprobes() -> Answer {
+    let loaded = load(bpf_prog_type::BPF_PROG_TYPE_KPROBE, 0, BPF_F_SLEEPABLE, 0);
+    Answer::of(loaded.map(drop))
+}
