@@ -4,6 +4,7 @@
 mod bench;
 mod build;
 mod demo;
+mod man;
 mod setup;
 mod test;
 mod util;
@@ -35,6 +36,8 @@ enum Command {
     Demo,
     /// Measure xtrace against the bare uprobe floor and bpftrace; table + target/bench/bench.json.
     Bench(bench::BenchArgs),
+    /// Regenerate docs/reference/{cli.md,man,completions} from the clap definitions.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Demo => demo::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::Man => man::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

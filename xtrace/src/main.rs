@@ -3,7 +3,7 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{diff, flamegraph, list, print_err, print_out, report, status::Console, Cli, Command},
+    cli::{diff, flamegraph, generate, list, print_err, print_out, report, status::Console, Cli, Command},
     session,
 };
 
@@ -93,6 +93,18 @@ fn main() -> ExitCode {
         Command::Report(args) => return report(&args),
         Command::Diff(args) => return diff(&args),
         Command::Check => return check(),
+        Command::Generate(args) => {
+            return match generate::run(&args) {
+                Ok(note) => {
+                    err!("xtrace: {note}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    err!("xtrace: error: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
         Command::Flamegraph(args) => {
             return match flamegraph::run(&args) {
                 Ok(note) => {

@@ -1,8 +1,9 @@
 //! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
-//! `xtrace report DIR`, `xtrace diff BASE NEW` and `xtrace check`.
+//! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace check` and `xtrace generate -o DIR`.
 //! `record` is also what `xtrace` does without a subcommand.
 pub mod diff;
 pub mod flamegraph;
+pub mod generate;
 pub mod list;
 pub mod record;
 pub mod report;
@@ -14,10 +15,13 @@ use clap::{Parser, Subcommand};
 
 pub use record::RecordArgs;
 
+/// `xtrace --version`: the package version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("XTRACE_COMMIT"), ")");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "xtrace",
-    version,
+    version = VERSION,
     about = "Trace and profile a running process with eBPF",
     long_about = "Trace and profile a running process with eBPF, without restarting it: spans of \
                   the functions you name (-u), USDT probes (-U), CUDA calls (--cuda), NVTX/ITT \
@@ -52,6 +56,8 @@ pub enum Command {
     /// (recording works without what it gives) or `unknown` (it could not be found out), with
     /// what to do. Exit status 0 when recording can work, 1 when an item is missing.
     Check,
+    /// Write the man pages, shell completions and Markdown CLI reference into a directory.
+    Generate(generate::GenerateArgs),
 }
 
 impl Cli {

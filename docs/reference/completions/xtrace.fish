@@ -1,0 +1,144 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_xtrace_global_optspecs
+    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= no-inherit cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= gzip q/quiet overhead buffer-size= h/help V/version
+end
+
+function __fish_xtrace_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_xtrace_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_xtrace_using_subcommand
+    set -l cmd (__fish_xtrace_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c xtrace -n "__fish_xtrace_needs_command" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -s d -l duration -d 'Stop after this many seconds (fractions allowed, e.g. 0.5)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -s u -l uprobe -d 'Record one span per call of each function named (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -s U -l usdt -d 'Attach to every call site of the named USDT probes (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l exits -d 'How -u functions\' returns are probed: auto, uretprobe or ret' -r -f -a "auto\t'At their own exit instructions where an exception can unwind through them (files with exception tables, functions that call others); with return probes elsewhere'
+uretprobe\t'With return probes (uretprobes) everywhere: cheapest, but an exception unwinding through a traced function aborts the process'
+ret\t'At their own exit instructions everywhere they can be found'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l entry -d 'Where -u functions\' entries are probed: auto or symbol' -r -f -a "auto\t'On the first instruction the kernel emulates, where the function starts with ones it would single-step and moving past them changes nothing a span shows'
+symbol\t'On the function\'s first instruction (after a leading `endbr64`), as bpftrace and `perf probe` without debug information place them'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l max-probes -d 'Refuse to attach more than N functions' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
+complete -c xtrace -n "__fish_xtrace_needs_command" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
+complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit -d 'Sample only the target processes, not the processes they start'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l gzip -d 'Write the trace compressed as it is recorded, as trace.json.gz'
+complete -c xtrace -n "__fish_xtrace_needs_command" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
+complete -c xtrace -n "__fish_xtrace_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_needs_command" -s V -l version -d 'Print version'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "record" -d 'Attach probes to processes and record spans (the default)'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s d -l duration -d 'Stop after this many seconds (fractions allowed, e.g. 0.5)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s u -l uprobe -d 'Record one span per call of each function named (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s U -l usdt -d 'Attach to every call site of the named USDT probes (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l exits -d 'How -u functions\' returns are probed: auto, uretprobe or ret' -r -f -a "auto\t'At their own exit instructions where an exception can unwind through them (files with exception tables, functions that call others); with return probes elsewhere'
+uretprobe\t'With return probes (uretprobes) everywhere: cheapest, but an exception unwinding through a traced function aborts the process'
+ret\t'At their own exit instructions everywhere they can be found'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l entry -d 'Where -u functions\' entries are probed: auto or symbol' -r -f -a "auto\t'On the first instruction the kernel emulates, where the function starts with ones it would single-step and moving past them changes nothing a span shows'
+symbol\t'On the function\'s first instruction (after a leading `endbr64`), as bpftrace and `perf probe` without debug information place them'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l max-probes -d 'Refuse to attach more than N functions' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit -d 'Sample only the target processes, not the processes they start'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gzip -d 'Write the trace compressed as it is recorded, as trace.json.gz'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and not __fish_seen_subcommand_from symbols usdt help" -s h -l help -d 'Print help'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and not __fish_seen_subcommand_from symbols usdt help" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and not __fish_seen_subcommand_from symbols usdt help" -f -a "usdt" -d 'USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and not __fish_seen_subcommand_from symbols usdt help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from symbols" -s p -l pid -d 'Resolve TARGET in this process (its main executable when TARGET is omitted)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from symbols" -l entry -d 'Where the PROBE column places entry probes, as `xtrace --entry` does' -r -f -a "auto\t'On the first instruction the kernel emulates, where the function starts with ones it would single-step and moving past them changes nothing a span shows'
+symbol\t'On the function\'s first instruction (after a leading `endbr64`), as bpftrace and `perf probe` without debug information place them'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from symbols" -l exits -d 'How returns would be probed, as `xtrace --exits` does: an entry never moves onto an exit probed at its instruction' -r -f -a "auto\t'At their own exit instructions where an exception can unwind through them (files with exception tables, functions that call others); with return probes elsewhere'
+uretprobe\t'With return probes (uretprobes) everywhere: cheapest, but an exception unwinding through a traced function aborts the process'
+ret\t'At their own exit instructions everywhere they can be found'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from symbols" -l debug-dir -d 'Also look for the separate debug files of stripped files in DIR, as `xtrace --debug-dir` does (repeatable)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from symbols" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from usdt" -s p -l pid -d 'List the modules this process maps (its main executable and every library)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from usdt" -s h -l help -d 'Print help'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from help" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from help" -f -a "usdt" -d 'USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand list; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand flamegraph" -l diff -d 'The two captures to compare: directories recorded with CPU sampling (their stacks.folded), or folded-stack files' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand flamegraph" -s o -l output -d 'Where to write the SVG' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand flamegraph" -l normalize -d 'Scale BASE\'s sample counts to NEW\'s total, so that captures of different lengths compare by share rather than by count'
+complete -c xtrace -n "__fish_xtrace_using_subcommand flamegraph" -s h -l help -d 'Print help'
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -l format -d 'What to produce' -r -f -a "text\t'Readable tables (stdout)'
+json\t'Everything as one JSON object (stdout)'
+csv\t'The per-probe table as CSV (stdout)'
+pprof\t'Google\'s pprof profile of the samples and spans (default file profile.pb.gz)'
+callgrind\t'Callgrind format for KCachegrind (stdout)'
+span-flamegraph\t'Time-weighted flamegraph of nested spans (default file span-flamegraph.svg)'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -s o -l output -d 'Write to FILE instead of stdout (pprof and span-flamegraph: instead of profile.pb.gz and span-flamegraph.svg in the current directory)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -l top -d 'Rows of the top-N tables and of the outlier and share lists' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -l min-count -d 'Search only probes with at least N spans for outliers' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -l icicle -d 'With --format span-flamegraph: draw it as an icicle graph (stacks hanging from the top)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand report" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l threshold -d 'Relative growth of a probe\'s p50 or mean beyond which it regressed (with statistical support): a percentage such as `5%` or `5`' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l min-count -d 'Judge only probes with at least N spans in each capture' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s o -l output -d 'Where to write the differential flamegraph (when both captures have stacks.folded)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s h -l help -d 'Print help'
+complete -c xtrace -n "__fish_xtrace_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s o -l output -d 'The directory to write man/, completions/ and cli.md into (created if missing)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "record" -d 'Attach probes to processes and record spans (the default)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff check generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "usdt" -d 'USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted)'
