@@ -149,7 +149,7 @@ fn missing(scope: &Scope, wanted: Wanted) -> Error {
     match scope {
         Scope::Process(p) => Error::Usage(format!(
             "{flag}: pid {} has not loaded {TOOL_LIBRARY}{}, so its ranges cannot be seen; start it with \
-             {NVTX_ENV} and {ITT_ENV} set to that library (see the README, Ranges), or launch it \
+             {NVTX_ENV} and {ITT_ENV} set to that library (see docs/guide.md, NVTX and ITT ranges), or launch it \
              with `xtrace {flag} -- COMMAND`",
             p.pid,
             if wanted.nvtx { " nor libnvToolsExt" } else { "" }
