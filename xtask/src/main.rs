@@ -4,6 +4,7 @@
 mod bench;
 mod build;
 mod demo;
+mod lint;
 mod man;
 mod setup;
 mod test;
@@ -36,6 +37,8 @@ enum Command {
     Demo,
     /// Measure xtrace against the bare uprobe floor and bpftrace; table + target/bench/bench.json.
     Bench(bench::BenchArgs),
+    /// rustfmt, clippy (host and kernel crates, warnings denied) and the module-cycle check.
+    Lint,
     /// Regenerate docs/reference/{cli.md,man,completions} from the clap definitions.
     Man,
 }
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Demo => demo::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::Lint => lint::run(),
         Command::Man => man::run(),
     };
     match result {

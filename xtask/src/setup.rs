@@ -51,7 +51,7 @@ enum State {
 type Step = fn() -> Result<State>;
 
 pub fn run(verbosity: Verbosity) -> Result<()> {
-    let steps: [(&str, Step); 5] = [
+    let steps: [(&str, Step); 7] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
              golang-go valgrind libc6-dbg)",
@@ -59,6 +59,8 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
         ),
         ("nightly toolchain", nightly_toolchain),
         ("rust-src for nightly", rust_src),
+        ("clippy and rustfmt for stable", stable_lints),
+        ("clippy for nightly", nightly_clippy),
         ("bpf-linker 0.10.0", bpf_linker),
         (
             "Python clients nvtx 0.2.17, ittapi 1.2.2, nvidia-nvtx-cu12 12.1.105",
@@ -165,17 +167,40 @@ fn nightly_toolchain() -> Result<State> {
 }
 
 fn rust_src() -> Result<State> {
-    let has_src = || {
-        stdout_of(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-            .is_some_and(|list| list.lines().any(|line| line.trim().starts_with("rust-src")))
-    };
-    if has_src() {
+    add_components("nightly", &["rust-src"])
+}
+
+/// Whether `toolchain` has `component` installed.
+fn has_component(toolchain: &str, component: &str) -> bool {
+    stdout_of(Command::new("rustup").args(["component", "list", "--toolchain", toolchain, "--installed"]))
+        .is_some_and(|list| list.lines().any(|line| line.trim().starts_with(component)))
+}
+
+/// Adds the components of `toolchain` that are missing (the lint step needs them).
+fn add_components(toolchain: &str, components: &[&str]) -> Result<State> {
+    let missing: Vec<&str> = components
+        .iter()
+        .filter(|c| !has_component(toolchain, c))
+        .copied()
+        .collect();
+    if missing.is_empty() {
         return Ok(State::Present);
     }
     let mut cmd = Command::new("rustup");
-    cmd.args(["component", "add", "rust-src", "--toolchain", "nightly"]);
-    install("rust-src for the nightly toolchain", &mut cmd)?;
+    cmd.args(["component", "add", "--toolchain", toolchain])
+        .args(&missing);
+    install(&format!("{} for {toolchain}", missing.join(" and ")), &mut cmd)?;
     Ok(State::Installed)
+}
+
+/// clippy and rustfmt of the toolchain that builds xtrace (`cargo xtask lint`).
+fn stable_lints() -> Result<State> {
+    add_components("stable", &["clippy", "rustfmt"])
+}
+
+/// clippy of nightly, which lints the kernel crate for its BPF target (`cargo xtask lint`).
+fn nightly_clippy() -> Result<State> {
+    add_components("nightly", &["clippy"])
 }
 
 /// Whether `bin --version` reports bpf-linker 0.10.0.

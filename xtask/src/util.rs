@@ -13,6 +13,14 @@ pub fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// `cargo` of another installed toolchain (`nightly`), through rustup: the cargo that runs us is
+/// the toolchain's own binary, which takes no `+toolchain`.
+pub fn cargo_of(toolchain: &str) -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", toolchain, "cargo"]);
+    cmd
+}
+
 /// Shows a command the way a person would type it.
 pub fn display(cmd: &Command) -> String {
     let program = cmd.get_program();
