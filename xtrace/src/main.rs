@@ -125,11 +125,12 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    xtrace::debug_file::set_dirs(&args.debug_dirs);
-    xtrace::output::quiet_warnings(args.quiet);
-    let quiet = args.quiet;
+    let config = args.config();
+    xtrace::debug_file::set_dirs(&config.debug_dirs);
+    xtrace::output::quiet_warnings(config.quiet);
+    let quiet = config.quiet;
     let mut console = Console::new(quiet);
-    let result = runtime.block_on(session::record(&args, &mut console));
+    let result = runtime.block_on(session::record(&config, &mut console));
     match result {
         Ok(recording) => {
             // The outputs are written whatever becomes of the summary on stdout (summary.txt

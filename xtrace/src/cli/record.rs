@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
 
-use crate::probes::{entry::EntryMode, exits::ExitMode};
+use crate::{
+    pipeline::ranges::Wanted,
+    probes::{entry::EntryMode, exits::ExitMode},
+    session::{Config, GpuPeriod, TargetChoice},
+};
 
 /// The `--help` headings that group the record flags.
 mod heading {
@@ -271,11 +275,46 @@ pub struct RecordArgs {
     pub buffer_size: u32,
 }
 
-/// `--gpu-metrics[=PERIOD]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GpuPeriod {
-    Off,
-    Every(std::time::Duration),
+impl RecordArgs {
+    /// The recording these flags ask for.
+    pub fn config(&self) -> Config {
+        let targets = if self.system_wide {
+            TargetChoice::SystemWide
+        } else if !self.command.is_empty() {
+            TargetChoice::Command(self.command.clone())
+        } else {
+            TargetChoice::Pids(self.pid.clone())
+        };
+        Config {
+            targets,
+            tids: self.tid.clone(),
+            uprobes: self.uprobe.clone(),
+            usdt: self.usdt.clone(),
+            cuda: self.cuda,
+            ranges: (self.ranges || self.nvtx || self.itt).then_some(Wanted {
+                xtrace: self.ranges,
+                nvtx: self.ranges || self.nvtx,
+                itt: self.ranges || self.itt,
+            }),
+            gpu_metrics: self.gpu_metrics,
+            freq: self.freq,
+            user_stack: self.user_stack,
+            inherit: !self.no_inherit,
+            exits: self.exits,
+            entry: self.entry,
+            max_probes: self.max_probes,
+            debug_dirs: self.debug_dirs.clone(),
+            min_duration_ns: self.min_duration,
+            warn_over: self.warn_over.clone(),
+            overhead: self.overhead,
+            duration: self.duration,
+            output: self.output.clone(),
+            buffer_size: self.buffer_size,
+            gzip: self.gzip,
+            icicle: self.icicle,
+            quiet: self.quiet,
+        }
+    }
 }
 
 fn parse_gpu_period(text: &str) -> Result<GpuPeriod, String> {

@@ -20,6 +20,7 @@ pub mod values;
 pub mod warnings;
 pub mod writer;
 
+
 use std::io::Write;
 
 use crate::cuda::api::Space;
@@ -38,33 +39,18 @@ pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
 /// The trace.json counter track of a process's live pinned host memory.
 pub const CUDA_PINNED_TRACK: &str = "CUDA pinned host memory (bytes)";
 
-/// Everything the records of one recording feed into.
-pub struct Pipeline<W: Write + Send + 'static> {
-    /// Indexed by probe id.
-    pub stats: Vec<ProbeStats>,
-    pub trace: TraceWriter<W>,
-    pub names: Names,
-    pub values: Values,
+/// What a pipeline is built from: one value the session fills in before recording starts.
+pub struct Setup {
+    /// Which values each probe captures, by probe id (one entry per probe).
+    pub captures: Vec<Capture>,
+    /// The USDT call sites and probes.
     pub usdt: Usdt,
-    pub samples: samples::Samples,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
+    /// The CPU samples' state: the process images it watches, whether uprobes are placed.
+    pub samples: samples::Samples,
     /// `--warn-over` rules (none by default).
     pub warnings: warnings::Warnings,
-    /// USDT end probes that fired with no span of their pair open on their thread.
-    pub usdt_unpaired: u64,
-    /// Records that could not be decoded (wrong size or unknown kind); never expected.
-    pub undecodable: u64,
-    /// Spans whose probe id is not in the probe table; never expected.
-    pub unknown_probe: u64,
-    pub events: u64,
-    /// The `dlopen` probes (`--cuda` watching for libraries loaded later).
-    pub loaders: Vec<u32>,
-    /// Processes whose `dlopen` returned since the session last looked, in order, once each.
-    pub loaded: Vec<u32>,
-    /// Processes in which a thread other than the first ran exec since the session last looked,
-    /// in order, once each.
-    pub execs: Vec<u32>,
     /// The target processes, unless system-wide: the probes' records of any other process are
     /// left out. The kernel filters perf-event uprobes (and uprobe_multi links before Linux 6.12)
     /// by address space, so a child made with vfork or clone(CLONE_VM), which shares its parent's,
@@ -73,6 +59,56 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// `--min-duration` (0: none): a USDT begin/end span shorter is counted, not written, as the
     /// kernel does for a function's call.
     pub min_duration_ns: u64,
+    /// The `dlopen` probes (`--cuda` watching for libraries loaded later).
+    pub loaders: Vec<u32>,
+}
+
+/// What a pipeline holds when its recording is over, besides its trace, for the outputs to be
+/// written from.
+pub struct Collected {
+    /// Indexed by probe id.
+    pub stats: Vec<ProbeStats>,
+    pub names: Names,
+    pub values: Values,
+    pub usdt: Usdt,
+    pub samples: samples::Samples,
+    pub cuda: crate::cuda::calls::Calls,
+    pub ranges: ranges::Ranges,
+    pub warnings: warnings::Warnings,
+    /// USDT end probes that fired with no span of their pair open on their thread.
+    pub usdt_unpaired: u64,
+    /// Records that could not be decoded, or whose probe id is unknown; never expected.
+    pub decode_errors: u64,
+}
+
+/// Everything the records of one recording feed into.
+pub struct Pipeline<W: Write + Send + 'static> {
+    /// Indexed by probe id.
+    stats: Vec<ProbeStats>,
+    trace: TraceWriter<W>,
+    names: Names,
+    values: Values,
+    usdt: Usdt,
+    samples: samples::Samples,
+    cuda: crate::cuda::calls::Calls,
+    ranges: ranges::Ranges,
+    warnings: warnings::Warnings,
+    /// USDT end probes that fired with no span of their pair open on their thread.
+    usdt_unpaired: u64,
+    /// Records that could not be decoded (wrong size or unknown kind); never expected.
+    undecodable: u64,
+    /// Spans whose probe id is not in the probe table; never expected.
+    unknown_probe: u64,
+    events: u64,
+    loaders: Vec<u32>,
+    /// Processes whose `dlopen` returned since the session last looked, in order, once each.
+    loaded: Vec<u32>,
+    /// Processes in which a thread other than the first ran exec since the session last looked,
+    /// in order, once each.
+    execs: Vec<u32>,
+    /// See [`Setup::targets`].
+    targets: Option<std::collections::HashSet<u32>>,
+    min_duration_ns: u64,
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
@@ -81,38 +117,103 @@ pub struct Pipeline<W: Write + Send + 'static> {
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
-    /// `captures` says, by probe id, which values each probe captures; `usdt` knows the USDT call
-    /// sites.
-    pub fn new(
-        captures: Vec<Capture>,
-        usdt: Usdt,
-        cuda: crate::cuda::calls::Calls,
-        ranges: ranges::Ranges,
-        trace: TraceWriter<W>,
-    ) -> Self {
-        let stats = vec![ProbeStats::default(); captures.len()];
+    /// A pipeline that writes its trace events to `trace`.
+    pub fn new(setup: Setup, trace: TraceWriter<W>) -> Self {
+        let Setup {
+            captures,
+            usdt,
+            cuda,
+            ranges,
+            samples,
+            warnings,
+            targets,
+            min_duration_ns,
+            loaders,
+        } = setup;
         Pipeline {
-            stats,
+            stats: vec![ProbeStats::default(); captures.len()],
             trace,
             names: Names::default(),
             values: Values::new(captures),
             usdt,
-            samples: samples::Samples::default(),
+            samples,
             cuda,
             ranges,
-            warnings: warnings::Warnings::default(),
+            warnings,
             usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
-            loaders: Vec::new(),
+            loaders,
             loaded: Vec::new(),
             execs: Vec::new(),
-            targets: None,
-            min_duration_ns: 0,
+            targets,
+            min_duration_ns,
             stopped_at: None,
             counter_at: std::collections::HashMap::new(),
         }
+    }
+
+    /// How many records it has been given.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Processes whose `dlopen` returned since the last call, in order, once each.
+    pub fn take_loaded(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.loaded)
+    }
+
+    /// Processes in which a thread other than the first ran exec since the last call.
+    pub fn take_execs(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.execs)
+    }
+
+    /// The `--warn-over` lines to show since the last call.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        self.warnings.take()
+    }
+
+    /// Hands the events written so far to the trace's writer thread.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.trace.flush()
+    }
+
+    /// Reads what the kernel said of the sampled processes' mappings since the last call.
+    pub fn poll_images(&mut self) {
+        self.samples.images.poll();
+    }
+
+    /// Reads the kernel's BPF program symbols now, unless a sample already made it read them:
+    /// before the programs are detached, while their names are still listed.
+    pub fn keep_bpf_symbols(&mut self) {
+        if self.samples.bpf.is_none() {
+            self.samples.bpf = Some(bpf_symbols::BpfSymbols::read());
+        }
+    }
+
+    /// Adds the calls shorter than `--min-duration` that the kernel counted, by probe id.
+    pub fn add_short_calls(&mut self, short: &[xtrace_common::probe::ShortCalls]) {
+        for (stats, short) in self.stats.iter_mut().zip(short) {
+            stats.add_short(short);
+        }
+    }
+
+    /// Its trace, to be ended, and what it holds, for the outputs.
+    pub fn collected(self) -> (TraceWriter<W>, Collected) {
+        let collected = Collected {
+            stats: self.stats,
+            names: self.names,
+            values: self.values,
+            usdt: self.usdt,
+            samples: self.samples,
+            cuda: self.cuda,
+            ranges: self.ranges,
+            warnings: self.warnings,
+            usdt_unpaired: self.usdt_unpaired,
+            decode_errors: self.undecodable + self.unknown_probe,
+        };
+        (self.trace, collected)
     }
 
     /// Ends the capture at `ns`: samples, USDT hits and range ends after it, and calls that

@@ -8,7 +8,7 @@ use crate::{
     probes::{attach, uprobe::Plan},
 };
 
-use super::Targets;
+use super::{targets::Targets, Said};
 
 /// Attaches the CUDA libraries process `pid` loaded since it was last looked at; returns a line
 /// for the user per library: a notice when attached, a warning saying why not.
@@ -20,7 +20,7 @@ pub fn late_attach(
     plan: &mut Plan,
     ebpf: &mut aya::Ebpf,
     attached: &mut attach::Attached,
-) -> Vec<std::result::Result<String, String>> {
+) -> Vec<Said> {
     let processes = targets.processes();
     let (Some(scope), Some(process)) = (
         scope_pids.iter().position(|p| *p == Some(pid)),
@@ -31,7 +31,7 @@ pub fn late_attach(
     let found = match late.scan(plan, scope, process) {
         Ok(found) => found,
         Err(e) => {
-            return vec![Err(format!(
+            return vec![Said::Warning(format!(
                 "could not look for CUDA libraries pid {pid} loaded: {e}"
             ))]
         }
@@ -41,16 +41,16 @@ pub fn late_attach(
         .flat_map(|f| {
             let path = f.file.shown.display();
             let attached = match attach::attach_more(ebpf, attached, plan, &f.attachments, scope_pids) {
-                Ok(()) => Ok(format!(
+                Ok(()) => Said::Notice(format!(
                     "attached {} CUDA probes to {path}, loaded by pid {pid} after the start",
                     f.attachments.len()
                 )),
-                Err(e) => Err(format!(
+                Err(e) => Said::Warning(format!(
                     "could not attach to {path}, loaded by pid {pid}: {e}; it is not traced"
                 )),
             };
             // As for a library mapped from the start.
-            let lacks = crate::cuda::plan::lacks(&f.file.shown, &f.missing).map(Err);
+            let lacks = crate::cuda::plan::lacks(&f.file.shown, &f.missing).map(Said::Warning);
             std::iter::once(attached).chain(lacks)
         })
         .collect()
@@ -76,7 +76,7 @@ impl Execs {
         pid: u32,
         scope_pids: &[Option<u32>],
         attached: &mut attach::Attached,
-    ) -> Vec<std::result::Result<String, String>> {
+    ) -> Vec<Said> {
         let Some(scope) = scope_pids.iter().position(|p| *p == Some(pid)) else {
             return Vec::new();
         };
@@ -84,7 +84,7 @@ impl Execs {
             return Vec::new();
         }
         if attached.mechanism != attach::Mechanism::UprobeMulti {
-            return vec![Err(format!(
+            return vec![Said::Warning(format!(
                 "pid {pid}: a thread other than its first ran exec, which ends the kernel's probes \
                  of the process, and perf-event uprobes cannot be attached again; it is not traced \
                  from here"
@@ -105,23 +105,19 @@ impl Execs {
 
     /// Attaches again the probes of each process whose old links are closed; a line for the user
     /// per process.
-    pub fn attach_closed(
-        &mut self,
-        plan: &Plan,
-        attached: &mut attach::Attached,
-    ) -> Vec<std::result::Result<String, String>> {
+    pub fn attach_closed(&mut self, plan: &Plan, attached: &mut attach::Attached) -> Vec<Said> {
         let mut lines = Vec::new();
         self.closing.retain(|(pid, scope, closed)| {
             if matches!(closed.try_recv(), Err(mpsc::TryRecvError::Empty)) {
                 return true;
             }
             lines.push(match attach::reattach(attached, plan, *scope, *pid) {
-                Ok(uprobes) => Ok(format!(
+                Ok(uprobes) => Said::Notice(format!(
                     "pid {pid}: a thread other than its first ran exec, which ends the kernel's \
                      probes of the process: attached its {uprobes} uprobes again (its calls in \
                      between are not traced)"
                 )),
-                Err(e) => Err(format!(
+                Err(e) => Said::Warning(format!(
                     "pid {pid}: a thread other than its first ran exec, which ends the kernel's \
                      probes of the process, and attaching them again failed: {e}; it is not \
                      traced from here"

@@ -1,9 +1,14 @@
-//! The end of a recording: the launched command's exit, trace metadata (process and thread names),
-//! the CPU profile (stacks.folded, flamegraph.svg) and the summary files.
+//! The last phase: what the ring buffer and the maps still hold once the probes are detached, the
+//! launched command's exit, then the outputs: trace metadata (process and thread names, GPU
+//! counters), the CPU profile (stacks.folded, flamegraph.svg), the summary files and what is
+//! derived from them.
 use std::{collections::HashMap, time::Duration};
 
-use super::{output_error, run::Stop};
+use super::{
+    output_error, run::Stop, start::ExitReceiver, stop::Stopped, targets::Targets, Observer, Recording,
+};
 use crate::{
+    bpf,
     cuda::nvml::{track_pid, DeviceSeries},
     error::Result,
     export::{
@@ -13,12 +18,10 @@ use crate::{
     },
     launch::Launch,
     output::{self, Sink, TraceFile},
-    pipeline::Pipeline,
+    pipeline::{writer::TraceWriter, Collected, Pipeline},
     probes::uprobe::Plan,
     target::ProcessInfo,
 };
-
-type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
 
 /// The launched command's exit; a command still running gets SIGTERM, then SIGKILL after 2 s. One
 /// that has exited (its pidfd says so) is waited for, not signalled: its waiter may not have
@@ -59,142 +62,255 @@ pub struct Sampling {
     pub followed: Option<(u64, u64)>,
 }
 
-/// Closes trace.json with its metadata and writes summary.json and summary.txt, then the outputs
-/// derived from them (span-flamegraph.svg, profile.pb.gz); returns the summary and the names of
-/// the derived files.
-#[allow(clippy::too_many_arguments)]
-pub fn write(
-    out: &output::Dir,
-    trace_file: &TraceFile,
-    plan: &Plan,
-    pipeline: Pipeline<Sink>,
-    mut infos: Vec<(u32, ProcessInfo)>,
-    targets: &[(u32, bool)],
+impl Stopped<'_> {
+    /// Reads what is left, waits for a launched command, and writes the outputs.
+    pub(super) async fn finish(self, observer: &mut dyn Observer) -> Result<Recording> {
+        let Stopped {
+            config,
+            stop,
+            targets,
+            plan,
+            out,
+            sampling,
+            counters,
+            short_calls,
+            mut goroutines,
+            mut reader,
+            exit,
+            trace_file,
+            mut pipeline,
+            infos,
+            gpus,
+            run,
+        } = self;
+        let stop = stop?;
+        reader
+            .drain_all(|bytes| pipeline.record(bytes))
+            .map_err(output_error(&trace_file.path))?;
+        for warning in pipeline.take_warnings() {
+            observer.warning(&warning);
+        }
+        let lost = bpf::read_lost(&counters)?;
+        // Go calls left open by processes that exited.
+        let gone = goroutines.as_mut().map_or(0, |g| {
+            g.sweep(true);
+            g.unmatched
+        });
+        let unmatched_entries = bpf::read_unmatched(&counters)? + gone;
+        let sampling = match sampling {
+            Some(s) if s.followed.is_some() => Some(Sampling {
+                followed: Some(bpf::read_followed(&counters)?),
+                ..s
+            }),
+            other => other,
+        };
+        if config.min_duration_ns.is_some() {
+            pipeline.add_short_calls(&bpf::read_short_calls(&short_calls, plan.probes.len())?);
+        }
+        // Whether each target was gone before the capture ended: asked before a launched command
+        // still running is ended below.
+        let exited: Vec<(u32, bool)> = targets
+            .processes()
+            .iter()
+            .map(|p| (p.pid, p.has_exited()))
+            .collect();
+        let command = match (&targets, exit) {
+            (Targets::Launched(launch), Some(exit)) => Some(command(launch, exit).await),
+            _ => None,
+        };
+        let outputs = Outputs {
+            out: &out,
+            trace_file: &trace_file,
+            plan: &plan,
+            infos,
+            targets: &exited,
+            stop,
+            lost,
+            unmatched_entries,
+            command,
+            run,
+            sampling,
+            icicle: config.icicle,
+            gpus: &gpus,
+        };
+        let (summary, derived) = outputs.write(pipeline)?;
+        let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
+        if summary.profile.is_some() {
+            files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
+        }
+        files.extend(derived);
+        Ok(Recording {
+            summary,
+            output: out.path().to_path_buf(),
+            files,
+        })
+    }
+}
+
+/// What the outputs are written from, besides the pipeline.
+struct Outputs<'a> {
+    out: &'a output::Dir,
+    trace_file: &'a TraceFile,
+    plan: &'a Plan,
+    /// Each target's pid and what /proc said of it.
+    infos: Vec<(u32, ProcessInfo)>,
+    /// Each target's pid, and whether it had exited when the capture ended.
+    targets: &'a [(u32, bool)],
     stop: Stop,
-    (lost, unmatched_entries): (Lost, u64),
+    lost: Lost,
+    /// Calls whose entry was seen and whose return never was.
+    unmatched_entries: u64,
     command: Option<CommandSummary>,
     run: RunInfo,
     sampling: Option<Sampling>,
     icicle: bool,
-    gpus: &[DeviceSeries],
-) -> Result<(Summary, Vec<&'static str>)> {
-    let trace_err = output_error(&trace_file.path);
-    let Pipeline {
-        stats,
-        trace,
-        names,
-        values,
-        usdt,
-        samples,
-        cuda,
-        ranges,
-        warnings,
-        usdt_unpaired,
-        undecodable,
-        unknown_probe,
-        ..
-    } = pipeline;
-    let mut trace = trace.finish().map_err(trace_err)?;
-    for (pid, info) in &names.processes {
-        if !infos.iter().any(|(p, _)| p == pid) {
-            infos.push((*pid, info.clone()));
-        }
-    }
-    for (pid, info) in infos.iter_mut() {
-        info.comm = names.process_comm(*pid, info.comm.take());
-    }
-    for (pid, info) in &infos {
-        trace.process_name(*pid, &info.label()).map_err(trace_err)?;
-    }
-    for (pid, tid) in names.threads.keys() {
-        if let Some(name) = names.thread_label(*pid, *tid) {
-            trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
-        }
-    }
-    let frames = sampling.map(|_| profile::frames(&samples));
-    if let Some(frames) = &frames {
-        profile::timeline(&mut trace, &samples, frames).map_err(trace_err)?;
-    }
-    for gpu in gpus {
-        let pid = track_pid(gpu.index);
-        trace
-            .process_name(pid, &format!("GPU {}: {}", gpu.index, gpu.name))
-            .map_err(trace_err)?;
-        for r in &gpu.readings {
-            trace
-                .counter(pid, r.track, r.ts_ns, &r.values)
-                .map_err(trace_err)?;
-        }
-    }
-    let spans = trace.spans();
-    trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
-    output::complete(out, trace_file.name)?;
+    gpus: &'a [DeviceSeries],
+}
 
-    let mut probes: Vec<ProbeSummary> = plan
-        .probes
-        .iter()
-        .zip(stats.iter())
-        .zip(values.summaries())
-        // Probes kept for CUDA libraries that were never loaded.
-        .filter(|((p, _), _)| p.is_placed())
-        .map(|((p, s), values)| ProbeSummary {
-            name: p.name.clone(),
-            kind: p.kind,
-            target: p.target.clone(),
-            offset: matches!(p.kind, "uprobe" | "cuda" | "loader" | "nvtx")
-                .then(|| format!("{:#x}", p.offset)),
-            stats: s.distribution(),
-            below_min_duration: run.min_duration_ns.map(|_| s.short),
-            values,
-        })
-        .collect();
-    probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
-    let profile = match (sampling, &frames) {
-        (Some(sampling), Some(frames)) => {
-            let names: HashMap<u32, String> = infos
-                .iter()
-                .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
-                .collect();
-            let mut profile = profile::write(out, &samples, frames, &names, sampling.hz, icicle)?;
-            profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
-            profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
-            Some(profile)
+impl Outputs<'_> {
+    /// Closes trace.json with its metadata and writes summary.json and summary.txt, then the
+    /// outputs derived from them (span-flamegraph.svg, profile.pb.gz); returns the summary and the
+    /// names of the derived files.
+    fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
+        let (trace, collected) = pipeline.collected();
+        let frames = self.sampling.map(|_| profile::frames(&collected.samples));
+        let spans = self.close_trace(trace, &collected, frames.as_ref())?;
+        output::complete(self.out, self.trace_file.name)?;
+        let profile = match (self.sampling, &frames) {
+            (Some(sampling), Some(frames)) => {
+                let names: HashMap<u32, String> = self
+                    .infos
+                    .iter()
+                    .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
+                    .collect();
+                let mut profile = profile::write(
+                    self.out,
+                    &collected.samples,
+                    frames,
+                    &names,
+                    sampling.hz,
+                    self.icicle,
+                )?;
+                profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
+                profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
+                Some(profile)
+            }
+            _ => None,
+        };
+        let summary = self.summary(&collected, profile);
+        output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
+        output::write(self.out, output::SUMMARY_TXT, summary.table().as_bytes())?;
+        let derived = crate::export::derived::write(self.out, spans, self.icicle)?;
+        Ok((summary, derived))
+    }
+
+    /// Ends trace.json: process and thread names (the targets' and every other process seen),
+    /// the CPU samples' timeline, the GPUs' counters; returns how many spans it holds.
+    fn close_trace(
+        &mut self,
+        trace: TraceWriter<Sink>,
+        collected: &Collected,
+        frames: Option<&profile::Frames>,
+    ) -> Result<u64> {
+        let trace_err = output_error(&self.trace_file.path);
+        let names = &collected.names;
+        let mut trace = trace.finish().map_err(trace_err)?;
+        for (pid, info) in &names.processes {
+            if !self.infos.iter().any(|(p, _)| p == pid) {
+                self.infos.push((*pid, info.clone()));
+            }
         }
-        _ => None,
-    };
-    let summary = Summary {
-        format_version: summary::FORMAT_VERSION,
-        run,
-        stop_reason: stop.reason(),
-        lost_events: lost.total(),
-        decode_errors: undecodable + unknown_probe,
-        lost,
-        unmatched_entries,
-        args_unpaired: values.dropped() + cuda.dropped(),
-        usdt_unpaired: usdt_unpaired + usdt.still_open(),
-        probes,
-        command,
-        targets: infos
-            .iter()
-            .filter_map(|(pid, info)| {
-                let (_, exited) = targets.iter().find(|(p, _)| p == pid)?;
-                Some(TargetSummary {
-                    pid: *pid,
-                    ns_pid: info.ns_pid,
-                    comm: info.comm.clone().unwrap_or_default(),
-                    exited: *exited,
+        for (pid, info) in self.infos.iter_mut() {
+            info.comm = names.process_comm(*pid, info.comm.take());
+        }
+        for (pid, info) in &self.infos {
+            trace.process_name(*pid, &info.label()).map_err(trace_err)?;
+        }
+        for (pid, tid) in names.threads.keys() {
+            if let Some(name) = names.thread_label(*pid, *tid) {
+                trace.thread_name(*pid, *tid, name).map_err(trace_err)?;
+            }
+        }
+        if let Some(frames) = frames {
+            profile::timeline(&mut trace, &collected.samples, frames).map_err(trace_err)?;
+        }
+        for gpu in self.gpus {
+            let pid = track_pid(gpu.index);
+            trace
+                .process_name(pid, &format!("GPU {}: {}", gpu.index, gpu.name))
+                .map_err(trace_err)?;
+            for r in &gpu.readings {
+                trace
+                    .counter(pid, r.track, r.ts_ns, &r.values)
+                    .map_err(trace_err)?;
+            }
+        }
+        let spans = trace.spans();
+        trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
+        Ok(spans)
+    }
+
+    /// The summary of the recording.
+    fn summary(&self, collected: &Collected, profile: Option<profile::ProfileSummary>) -> Summary {
+        let plan = self.plan;
+        Summary {
+            format_version: summary::FORMAT_VERSION,
+            run: self.run.clone(),
+            stop_reason: self.stop.reason(),
+            lost_events: self.lost.total(),
+            decode_errors: collected.decode_errors,
+            lost: self.lost.clone(),
+            unmatched_entries: self.unmatched_entries,
+            args_unpaired: collected.values.dropped() + collected.cuda.dropped(),
+            usdt_unpaired: collected.usdt_unpaired + collected.usdt.still_open(),
+            probes: self.probe_summaries(collected),
+            command: self.command.clone(),
+            targets: self
+                .infos
+                .iter()
+                .filter_map(|(pid, info)| {
+                    let (_, exited) = self.targets.iter().find(|(p, _)| p == pid)?;
+                    Some(TargetSummary {
+                        pid: *pid,
+                        ns_pid: info.ns_pid,
+                        comm: info.comm.clone().unwrap_or_default(),
+                        exited: *exited,
+                    })
                 })
+                .collect(),
+            profile,
+            cuda: (!plan.cuda.is_empty()).then(|| CudaSummary::new(&collected.cuda.totals)),
+            gpus: self.gpus.iter().map(DeviceSeries::summary).collect(),
+            ranges: plan.ranges.map(|_| collected.ranges.summary()),
+            ranges_unpaired: plan
+                .ranges
+                .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
+            warn_over: collected.warnings.summary(),
+        }
+    }
+
+    /// Each placed probe's statistics and values, the most total time first.
+    fn probe_summaries(&self, collected: &Collected) -> Vec<ProbeSummary> {
+        let mut probes: Vec<ProbeSummary> = self
+            .plan
+            .probes
+            .iter()
+            .zip(collected.stats.iter())
+            .zip(collected.values.summaries())
+            // Probes kept for CUDA libraries that were never loaded.
+            .filter(|((p, _), _)| p.is_placed())
+            .map(|((p, s), values)| ProbeSummary {
+                name: p.name.clone(),
+                kind: p.kind,
+                target: p.target.clone(),
+                offset: matches!(p.kind, "uprobe" | "cuda" | "loader" | "nvtx")
+                    .then(|| format!("{:#x}", p.offset)),
+                stats: s.distribution(),
+                below_min_duration: self.run.min_duration_ns.map(|_| s.short),
+                values,
             })
-            .collect(),
-        profile,
-        cuda: (!plan.cuda.is_empty()).then(|| CudaSummary::new(&cuda.totals)),
-        gpus: gpus.iter().map(DeviceSeries::summary).collect(),
-        ranges: plan.ranges.map(|_| ranges.summary()),
-        ranges_unpaired: plan.ranges.map(|_| ranges.unpaired + ranges.still_open()),
-        warn_over: warnings.summary(),
-    };
-    output::write(out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
-    output::write(out, output::SUMMARY_TXT, summary.table().as_bytes())?;
-    let derived = crate::export::derived::write(out, spans, icicle)?;
-    Ok((summary, derived))
+            .collect();
+        probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
+        probes
+    }
 }

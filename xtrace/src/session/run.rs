@@ -13,7 +13,7 @@ use tokio::{
     signal::unix::{signal, SignalKind},
 };
 
-use super::{output_error, Observer};
+use super::{output_error, Observer, Said};
 use crate::{
     bpf,
     error::{Error, Result},
@@ -105,19 +105,36 @@ pub enum Change {
     Tick,
 }
 
-/// Reads records until a stop condition: a signal, every target gone, or `deadline` (-d).
-#[allow(clippy::too_many_arguments)]
+/// What the recording loop reads and watches.
+pub struct Loop<'a, W: Write + Send + 'static> {
+    pub signals: &'a mut Signals,
+    pub reader: &'a mut RingReader,
+    pub pipeline: &'a mut Pipeline<W>,
+    /// The kernel's loss counters, for the live status.
+    pub counters: &'a PerCpuArray<MapData, u64>,
+    /// The targets: when all have exited, the recording stops.
+    pub processes: &'a [&'a Process],
+    /// `-d`, as a moment.
+    pub deadline: Option<Instant>,
+    pub trace_file: &'a TraceFile,
+}
+
+/// Reads records until a stop condition: a signal, every target gone, or the deadline (-d).
+/// `on_change` answers what happened in the traced processes, with lines for the user.
 pub async fn run<W: Write + Send + 'static>(
-    signals: &mut Signals,
-    reader: &mut RingReader,
-    pipeline: &mut Pipeline<W>,
-    counters: &PerCpuArray<MapData, u64>,
-    processes: &[&Process],
-    deadline: Option<Instant>,
-    trace_file: &TraceFile,
+    state: Loop<'_, W>,
     observer: &mut dyn Observer,
-    on_change: &mut dyn FnMut(Change) -> Vec<std::result::Result<String, String>>,
+    on_change: &mut dyn FnMut(Change) -> Vec<Said>,
 ) -> Result<Stop> {
+    let Loop {
+        signals,
+        reader,
+        pipeline,
+        counters,
+        processes,
+        deadline,
+        trace_file,
+    } = state;
     let Signals { int, term, hup } = signals;
     let pidfds = processes
         .iter()
@@ -156,27 +173,24 @@ pub async fn run<W: Write + Send + 'static>(
             _ = reader.wait() => {
                 reader
                     .drain(|bytes| pipeline.record(bytes))
-                    .and_then(|_| pipeline.trace.flush())
+                    .and_then(|_| pipeline.flush())
                     .map_err(output_error(&trace_file.path))?;
-                pipeline.samples.images.poll();
+                pipeline.poll_images();
                 // A test hook in debug builds only: a panic once events arrive, for the lifecycle
                 // tests that check a panic mid-capture leaves nothing attached.
-                if test_panic && pipeline.events > 0 {
+                if test_panic && pipeline.events() > 0 {
                     panic!("XTRACE_TEST_PANIC is set");
                 }
-                for warning in pipeline.warnings.take() {
+                for warning in pipeline.take_warnings() {
                     observer.warning(&warning);
                 }
                 // A traced process finished a dlopen: attach what it loaded (--cuda). A process
                 // whose thread other than the first ran exec: attach its probes again.
-                let loaded = std::mem::take(&mut pipeline.loaded).into_iter().map(Change::Loaded);
-                let execs = std::mem::take(&mut pipeline.execs).into_iter().map(Change::Exec);
+                let loaded = pipeline.take_loaded().into_iter().map(Change::Loaded);
+                let execs = pipeline.take_execs().into_iter().map(Change::Exec);
                 for change in loaded.chain(execs).chain([Change::Tick]) {
-                    for line in on_change(change) {
-                        match line {
-                            Ok(notice) => observer.notice(&notice),
-                            Err(warning) => observer.warning(&warning),
-                        }
+                    for said in on_change(change) {
+                        said.tell(observer);
                     }
                 }
             }
@@ -188,11 +202,11 @@ pub async fn run<W: Write + Send + 'static>(
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
             let now = Instant::now();
-            let rate = (pipeline.events - last_events) as f64 / (now - last_report).as_secs_f64();
-            (last_report, last_events) = (now, pipeline.events);
+            let rate = (pipeline.events() - last_events) as f64 / (now - last_report).as_secs_f64();
+            (last_report, last_events) = (now, pipeline.events());
             observer.progress(&Progress {
                 elapsed: now - started,
-                events: pipeline.events,
+                events: pipeline.events(),
                 rate,
                 lost: bpf::read_lost(counters).map(|l| l.total()).unwrap_or(0),
                 output: trace_file.name,

@@ -1,7 +1,7 @@
 //! The probes a recording asks for, from its flags (`-u`, `-U`, `--cuda` and the range flags),
 //! and the plan made of them for the resolved targets.
+use super::config::Config;
 use crate::{
-    cli::RecordArgs,
     cuda,
     error::Result,
     pipeline::ranges::Wanted,
@@ -46,41 +46,32 @@ pub(super) struct Specs {
 }
 
 impl Specs {
-    pub(super) fn parse(args: &RecordArgs) -> Result<Self> {
+    pub(super) fn parse(config: &Config) -> Result<Self> {
+        let no_probes = config.uprobes.is_empty() && config.usdt.is_empty();
+        let by_pid = !config.pids().is_empty();
         Ok(Specs {
-            exits: args.exits,
-            entries: args.entry,
-            uprobes: args
-                .uprobe
+            exits: config.exits,
+            entries: config.entry,
+            uprobes: config
+                .uprobes
                 .iter()
                 .map(|s| UprobeSpec::parse(s))
                 .collect::<Result<_>>()?,
-            usdt: args
+            usdt: config
                 .usdt
                 .iter()
                 .map(|s| UsdtSpec::parse(s))
                 .collect::<Result<_>>()?,
-            cuda: match (args.cuda, args.uprobe.is_empty() && args.usdt.is_empty()) {
+            cuda: match (config.cuda, no_probes) {
                 (true, _) => CudaMode::On,
-                (false, true) if !args.pid.is_empty() => CudaMode::Auto,
+                (false, true) if by_pid => CudaMode::Auto,
                 (false, _) => CudaMode::Off,
             },
-            ranges: match Self::wanted(args) {
+            ranges: match config.ranges {
                 Some(wanted) => RangeMode::On(wanted),
-                None if args.uprobe.is_empty() && args.usdt.is_empty() && !args.pid.is_empty() => {
-                    RangeMode::Auto
-                }
+                None if no_probes && by_pid => RangeMode::Auto,
                 None => RangeMode::Off,
             },
-        })
-    }
-
-    /// The range sources the flags ask for; None without any range flag.
-    pub(super) fn wanted(args: &RecordArgs) -> Option<Wanted> {
-        (args.ranges || args.nvtx || args.itt).then_some(Wanted {
-            xtrace: args.ranges,
-            nvtx: args.ranges || args.nvtx,
-            itt: args.ranges || args.itt,
         })
     }
 

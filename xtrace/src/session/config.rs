@@ -1,0 +1,87 @@
+//! What one recording is asked to do, as the command line decided it: the session's one input.
+//! Plain data, built by `cli::record` from the parsed flags; the library never sees clap's types.
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use crate::{
+    pipeline::{ranges::Wanted, warnings::WarnRule},
+    probes::{entry::EntryMode, exits::ExitMode},
+};
+
+/// The processes to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetChoice {
+    /// Running processes (`--pid`), each once.
+    Pids(Vec<u32>),
+    /// A command to launch and trace until it exits: the program and its arguments.
+    Command(Vec<OsString>),
+    /// Every process that maps a probed file (`-a`).
+    SystemWide,
+}
+
+/// How often GPUs are read through NVML.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuPeriod {
+    Off,
+    Every(Duration),
+}
+
+/// One recording's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub targets: TargetChoice,
+    /// Only these threads (`--tid`); empty for all.
+    pub tids: Vec<u32>,
+    /// `-u` specs, as written.
+    pub uprobes: Vec<String>,
+    /// `-U` specs, as written.
+    pub usdt: Vec<String>,
+    /// `--cuda`.
+    pub cuda: bool,
+    /// The range sources the range flags ask for; None without any.
+    pub ranges: Option<Wanted>,
+    /// `--gpu-metrics`; None leaves it to whether CUDA calls are traced.
+    pub gpu_metrics: Option<GpuPeriod>,
+    /// `-F`; None leaves it to whether any probe is asked for.
+    pub freq: Option<u64>,
+    /// Bytes of user stack copied with each CPU sample.
+    pub user_stack: u32,
+    /// Whether processes the sampled ones start are sampled too (not `--no-inherit`).
+    pub inherit: bool,
+    pub exits: ExitMode,
+    pub entry: EntryMode,
+    pub max_probes: usize,
+    /// `--debug-dir`s, searched before the default ones.
+    pub debug_dirs: Vec<PathBuf>,
+    /// `--min-duration`, in nanoseconds.
+    pub min_duration_ns: Option<u64>,
+    pub warn_over: Vec<WarnRule>,
+    /// `--overhead`.
+    pub overhead: bool,
+    /// `-d`.
+    pub duration: Option<Duration>,
+    /// `-o`; None for a new `xtrace-YYYYmmdd-HHMMSS`.
+    pub output: Option<PathBuf>,
+    /// `--buffer-size`, in bytes.
+    pub buffer_size: u32,
+    pub gzip: bool,
+    /// `--icicle`.
+    pub icicle: bool,
+    /// `-q`: warnings are not shown.
+    pub quiet: bool,
+}
+
+impl Config {
+    /// The `--pid` processes; none for a launched command or `-a`.
+    pub fn pids(&self) -> &[u32] {
+        match &self.targets {
+            TargetChoice::Pids(pids) => pids,
+            _ => &[],
+        }
+    }
+
+    /// Whether no probe of any kind is asked for (then xtrace profiles the CPU, and with `--pid`
+    /// traces CUDA and ranges where the process has them).
+    pub fn asks_no_probe(&self) -> bool {
+        self.uprobes.is_empty() && self.usdt.is_empty() && !self.cuda && self.ranges.is_none()
+    }
+}

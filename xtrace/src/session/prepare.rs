@@ -1,0 +1,106 @@
+//! The first phase: everything that can be checked before the kernel is touched. Privileges, the
+//! probe specs, the sampling rate, the targets (a command is launched and held at its gate last),
+//! the probe plan and the output directory. Nothing is attached yet; dropping a [`Prepared`] lets
+//! a held command go and leaves an unused output directory as it was.
+use super::{
+    config::Config,
+    finish::Sampling,
+    run::Signals,
+    specs::Specs,
+    targets::{self, Resolved},
+    Observer,
+};
+use crate::{
+    error::{Error, Result},
+    pidns::PidNamespace,
+    privilege,
+    probes::{follow, sampler},
+};
+
+/// A recording ready to start.
+pub(super) struct Prepared<'a> {
+    pub(super) config: &'a Config,
+    /// xtrace's own PID namespace, when it is not the host's.
+    pub(super) pid_namespace: Option<PidNamespace>,
+    /// Caught from here on, so that a signal while attaching stops cleanly.
+    pub(super) signals: Signals,
+    pub(super) resolved: Resolved,
+    /// How the CPU is sampled, when it is.
+    pub(super) sampling: Option<Sampling>,
+    /// Where the kernel's task fields lie, when the processes the sampled ones start are
+    /// followed.
+    pub(super) follow: Option<follow::Offsets>,
+}
+
+impl<'a> Prepared<'a> {
+    /// Checks `config` against the system and resolves it; warnings go to `observer`.
+    pub(super) fn new(config: &'a Config, observer: &mut dyn Observer) -> Result<Self> {
+        // First: privilege::check reads /proc/self, which a /proc of another namespace may not have.
+        let pid_namespace = crate::pidns::own()?;
+        privilege::check()?;
+        crate::probes::attach::forced_mechanism()?;
+        let signals = Signals::install()?;
+        let specs = Specs::parse(config)?;
+        let hz = sampling_rate(config)?;
+        let resolved = targets::resolve(config, &specs, hz.is_some())?;
+        if pid_namespace.is_some() {
+            // The kernel programs find ids in xtrace's namespace only (`bpf_get_ns_current_pid_tgid`
+            // matches a thread's own namespace): a process in a nested one would record nothing.
+            for process in resolved.targets.processes() {
+                if let Some(ns_pid) = process.info().ns_pid {
+                    return Err(Error::NestedNamespaceTarget {
+                        pid: process.pid,
+                        ns_pid,
+                    });
+                }
+            }
+        }
+        for notice in &resolved.plan.notices {
+            observer.warning(notice);
+        }
+        // Sampling limited to target processes follows the processes they start, unless told not to.
+        let follow = match hz {
+            Some(_) if config.inherit && !resolved.targets.pids().is_empty() => {
+                Some(follow::offsets(pid_namespace.is_some())?)
+            }
+            _ => None,
+        };
+        if follow.as_ref().is_some_and(|f| !f.exit_group_dead) {
+            observer.warning(
+                "this kernel's sched_process_exit tracepoint passes no group_dead: a followed child \
+                 process's pid stays sampled after it exits (a new process given that pid is sampled \
+                 too); --no-inherit samples the targets only",
+            );
+        }
+        let sampling = hz.map(|hz| Sampling {
+            hz,
+            followed: follow.as_ref().map(|_| (0, 0)),
+        });
+        if let Some(why) = sampling.and_then(|_| sampler::kernel_names_hidden()) {
+            observer.warning(&why);
+        }
+        Ok(Prepared {
+            config,
+            pid_namespace,
+            signals,
+            resolved,
+            sampling,
+            follow,
+        })
+    }
+}
+
+/// The CPU sampling rate, checked against the kernel's limit and the ring buffer's size: `-F`, or
+/// 99 Hz when no probe of any kind is asked for (xtrace then profiles the CPU).
+fn sampling_rate(config: &Config) -> Result<Option<u64>> {
+    let hz = match config.freq {
+        Some(hz) => Some(hz),
+        None if config.asks_no_probe() => Some(sampler::DEFAULT_HZ),
+        None => None,
+    };
+    if let Some(hz) = hz {
+        sampler::check_rate(hz)?;
+        sampler::check_ring(config.buffer_size, config.user_stack)?;
+    }
+    Ok(hz)
+}

@@ -1,0 +1,392 @@
+//! The second phase: the kernel programs loaded and every probe attached (the sampler and the
+//! child-following tracepoints too), the maps taken, a launched command released, the trace file
+//! and its writer thread started, and the pipeline built. A [`Started`] owns all of it: dropping
+//! it on an error detaches everything (the kernel's attachments are file descriptors).
+use std::time::Instant;
+
+use aya::{
+    maps::{Array, MapData, PerCpuArray, RingBuf},
+    Ebpf,
+};
+use xtrace_common::probe::ShortCalls;
+
+use super::{
+    config::{Config, GpuPeriod},
+    finish::Sampling,
+    output_error,
+    prepare::Prepared,
+    run::Signals,
+    targets::{Resolved, Targets},
+    Observer, SESSION_LOG,
+};
+use crate::{
+    bpf::{self, goroutines::Goroutines, overhead::StatsOn},
+    cuda::{
+        calls::Calls,
+        nvml::{self, GpuMetrics},
+    },
+    error::{Error, Result},
+    launch::LAUNCHER_THREAD,
+    output::{self, Sink, TraceFile},
+    pipeline::{
+        images::Sampled,
+        reader::RingReader,
+        samples::Samples,
+        sideband::Sideband,
+        usdt::{SiteView, Usdt},
+        warnings::Warnings,
+        writer::TraceWriter,
+        Pipeline, Setup,
+    },
+    probes::{
+        attach::{self, Attached},
+        follow, sampler,
+        uprobe::{self, Plan},
+    },
+    target::ProcessInfo,
+};
+
+/// A launched command's exit, reported by the thread that waits for it.
+pub(super) type ExitReceiver = tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>;
+
+/// What is in the kernel for a recording.
+pub(super) struct Kernel {
+    pub(super) ebpf: Ebpf,
+    pub(super) attached: Attached,
+    /// The kernel's BPF run-time statistics, on for `--overhead`.
+    pub(super) stats_on: Option<StatsOn>,
+    /// CPUs the sampler runs on (0: no sampling).
+    pub(super) cpus: usize,
+    /// How long loading and attaching took.
+    pub(super) attach_ns: u64,
+}
+
+/// The maps read while recording and after it.
+pub(super) struct Maps {
+    pub(super) counters: PerCpuArray<MapData, u64>,
+    pub(super) short_calls: PerCpuArray<MapData, ShortCalls>,
+    pub(super) goroutines: Option<Goroutines>,
+}
+
+/// A recording under way.
+pub(super) struct Started<'a> {
+    pub(super) config: &'a Config,
+    pub(super) signals: Signals,
+    pub(super) targets: Targets,
+    pub(super) plan: Plan,
+    pub(super) out: output::Dir,
+    pub(super) sampling: Option<Sampling>,
+    pub(super) kernel: Kernel,
+    pub(super) maps: Maps,
+    pub(super) reader: RingReader,
+    /// A launched command's exit.
+    pub(super) exit: Option<ExitReceiver>,
+    pub(super) trace_file: TraceFile,
+    pub(super) pipeline: Pipeline<Sink>,
+    pub(super) gpu_metrics: Option<GpuMetrics>,
+    /// Each target's pid and what /proc said of it while it ran.
+    pub(super) infos: Vec<(u32, ProcessInfo)>,
+    /// When recording began: `-d` counts from here.
+    pub(super) started: Instant,
+}
+
+impl<'a> Prepared<'a> {
+    /// Attaches and starts recording; `observer` hears the attached notice.
+    pub(super) async fn start(self, observer: &mut dyn Observer) -> Result<Started<'a>> {
+        let since_ns = crate::clock::monotonic_ns();
+        let (kernel, sideband, cuda) = load_and_attach(&self, observer)?;
+        let Prepared {
+            config,
+            mut signals,
+            resolved:
+                Resolved {
+                    mut targets,
+                    plan,
+                    out,
+                },
+            sampling,
+            follow,
+            ..
+        } = self;
+        // A --pid process that exited while its probes were placed: refuse, as when the kernel
+        // refuses an attachment to it (returning drops every attachment).
+        if let (Targets::Pids(_), Some(pid)) = (&targets, targets.exited_pid()) {
+            return Err(Error::ExitedDuringAttach { pid });
+        }
+        // The recording runs from here: a launched command is released below, and -d counts
+        // from this moment as duration_ns does.
+        let started = Instant::now();
+        let mut kernel = kernel;
+        let (maps, reader) = take_maps(&mut kernel.ebpf, &plan)?;
+        let exit = release(&mut targets, &mut signals, observer).await?;
+        let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
+        let (sink, trace_file) = output::create_trace(&out, config.gzip)?;
+        let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
+        let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);
+        let infos = target_infos(&targets);
+        observer.attached(&format!(
+            "{} to {}; Ctrl-C to stop",
+            attached_what(&plan, &kernel, sampling),
+            targets.describe()
+        ));
+        let samples = samples(sideband, follow.is_some(), &targets, &kernel);
+        let pipeline = Pipeline::new(setup(config, &plan, &targets, cuda, samples, since_ns), writer);
+        Ok(Started {
+            config,
+            signals,
+            targets,
+            plan,
+            out,
+            sampling,
+            kernel,
+            maps,
+            reader,
+            exit,
+            trace_file,
+            pipeline,
+            gpu_metrics,
+            infos,
+            started,
+        })
+    }
+}
+
+/// Loads the kernel programs and attaches the probes, the child-following tracepoints and the
+/// sampler; opens the side band that reports mappings, before anything it must see can happen.
+fn load_and_attach(
+    prepared: &Prepared,
+    observer: &mut dyn Observer,
+) -> Result<(Kernel, Option<Sideband>, Calls)> {
+    let Prepared {
+        config,
+        resolved: Resolved { targets, plan, .. },
+        sampling,
+        follow,
+        pid_namespace,
+        ..
+    } = prepared;
+    let stats_on = config.overhead.then(bpf::overhead::enable).transpose()?;
+    let attach_started = Instant::now();
+    // Samples carry user stacks to unwind; functions of Go code are traced.
+    let copies_stacks = sampling.is_some() && config.user_stack > 0;
+    let go_code = plan.attachments.iter().any(|a| a.go);
+    let mut ebpf = bpf::load(&bpf::LoadOptions {
+        ring_bytes: config.buffer_size,
+        arg_specs: uprobe::arg_specs(plan),
+        tids: config.tids.clone(),
+        min_duration_ns: config.min_duration_ns.unwrap_or(0),
+        probes: plan.probes.len() as u32,
+        usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
+        sample_pids: targets.pids(),
+        user_stack_bytes: config.user_stack,
+        return_addresses: copies_stacks,
+        uprobe_task: match copies_stacks {
+            true => sampler::UprobeTask::read(),
+            false => Default::default(),
+        },
+        go_code,
+        follow: *follow,
+        pid_namespace: *pid_namespace,
+    })?;
+    let mut cuda = Calls::new(plan.cuda.clone());
+    if let (Targets::Pids(_), false) = (targets, plan.cuda.is_empty()) {
+        for pid in targets.pids() {
+            cuda.names.prepare(pid);
+        }
+    }
+    let attached = attach::attach(&mut ebpf, plan, &targets.scope_pids()).map_err(|e| {
+        // A process that exits while we attach makes the kernel refuse; say so plainly.
+        match targets.exited_pid() {
+            Some(pid) => Error::ExitedDuringAttach { pid },
+            None => e,
+        }
+    })?;
+    log::info!(
+        target: SESSION_LOG,
+        "attached {} uprobes ({}) in {:.1} ms",
+        attached.uprobes,
+        attached.mechanism.name(),
+        attach_started.elapsed().as_secs_f64() * 1e3
+    );
+    // Opened before children are followed and a launched command runs: every fork, exec and
+    // mapping of theirs is reported.
+    let sideband = sampling.and_then(|_| {
+        Sideband::open()
+            .map_err(|e| {
+                observer.warning(&format!(
+                    "{e}: a process that exits soon after its first sample may show bare addresses"
+                ))
+            })
+            .ok()
+    });
+    if let Some(offsets) = follow {
+        // Before the sampler and before a launched command runs, so no child is missed.
+        follow::attach(&mut ebpf, offsets)?;
+        log::debug!(target: SESSION_LOG, "following child processes of the sampled ones: {offsets:?}");
+    }
+    let cpus = match sampling {
+        Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
+        None => 0,
+    };
+    let kernel = Kernel {
+        ebpf,
+        attached,
+        stats_on,
+        cpus,
+        attach_ns: attach_started.elapsed().as_nanos() as u64,
+    };
+    Ok((kernel, sideband, cuda))
+}
+
+/// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
+fn take_maps(ebpf: &mut Ebpf, plan: &Plan) -> Result<(Maps, RingReader)> {
+    let map_err = |name| move |source| Error::Map { name, source };
+    let ring = RingBuf::try_from(bpf::take_map(ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
+    let counters = PerCpuArray::try_from(bpf::take_map(ebpf, "COUNTERS")?).map_err(map_err("COUNTERS"))?;
+    let short_calls =
+        PerCpuArray::try_from(bpf::take_map(ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
+    let woken = Array::try_from(bpf::take_map(ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
+    let goroutines = match plan.attachments.iter().any(|a| a.go) {
+        true => Some(Goroutines::take(ebpf)?),
+        false => None,
+    };
+    let reader = RingReader::new(ring, woken)?;
+    let maps = Maps {
+        counters,
+        short_calls,
+        goroutines,
+    };
+    Ok((maps, reader))
+}
+
+/// Lets a launched command run, now that every probe is attached; returns its exit's receiver.
+/// A command whose exec fails ends the recording before its outputs replace the last ones in the
+/// output directory; what it does meanwhile waits in the ring buffer.
+async fn release(
+    targets: &mut Targets,
+    signals: &mut Signals,
+    observer: &mut dyn Observer,
+) -> Result<Option<ExitReceiver>> {
+    let Targets::Launched(launch) = targets else {
+        return Ok(None);
+    };
+    // Stopped while attaching: the command never runs (the launch, dropped, lets it go).
+    if let Some((signal, number)) = signals.arrived().await {
+        return Err(Error::StoppedBeforeStart {
+            command: crate::shell::quote_words(&launch.argv),
+            signal,
+            number,
+        });
+    }
+    launch.release()?;
+    let exit = launch.take_exit();
+    if launch.program.replaced_before(launch.process.pid) {
+        observer.warning(&format!(
+            "{} was replaced while xtrace read it: the command runs the new file, and its \
+             probes are in the old one, so they see nothing; run xtrace again",
+            launch.program.path.display()
+        ));
+    }
+    Ok(exit)
+}
+
+/// The attached notice's first part: what was attached, with how many kernel uprobes.
+fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> String {
+    let sampler = sampling.map(|s| format!("the sampler ({} CPUs at {} Hz)", kernel.cpus, s.hz));
+    // Probes kept for libraries loaded later are not attached yet.
+    let planned = plan.probes.iter().filter(|p| p.is_placed()).count();
+    match (planned, sampler) {
+        (0, Some(sampler)) => format!("attached {sampler}"),
+        (probes, sampler) => {
+            let plural = if probes == 1 { "" } else { "s" };
+            format!(
+                "attached {probes} probe{plural} ({} uprobes, {}){}",
+                kernel.attached.uprobes,
+                kernel.attached.mechanism.name(),
+                sampler.map_or(String::new(), |s| format!(" and {s}"))
+            )
+        }
+    }
+}
+
+/// GPU metrics, read every `--gpu-metrics` period, or every 100 ms when CUDA calls are traced;
+/// without NVML a warning says so, and the recording goes on.
+fn gpu_metrics(
+    config: &Config,
+    plan: &Plan,
+    targets: &Targets,
+    observer: &mut dyn Observer,
+) -> Option<GpuMetrics> {
+    let period = match config.gpu_metrics {
+        Some(GpuPeriod::Off) => None,
+        Some(GpuPeriod::Every(period)) => Some(period),
+        None if !plan.cuda.is_empty() => Some(nvml::DEFAULT_PERIOD),
+        None => None,
+    }?;
+    GpuMetrics::start(period, targets.pids())
+        .map_err(|why| observer.warning(&format!("GPU metrics off: {why}; tracing continues")))
+        .ok()
+}
+
+/// What /proc says of each target. Read before the attached notice: a target may exit as soon as
+/// it is told recording runs, and its namespace pid is readable only while it exists.
+fn target_infos(targets: &Targets) -> Vec<(u32, ProcessInfo)> {
+    let mut infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
+    if let Targets::Launched(launch) = targets {
+        // Read before or after its exec, or after its exit: the name it has after its exec.
+        for (_, info) in infos.iter_mut() {
+            if info.comm.as_deref().is_none_or(|comm| comm == LAUNCHER_THREAD) {
+                info.comm = Some(launch.comm());
+            }
+        }
+    }
+    infos
+}
+
+/// The pipeline's setup from the plan and the configuration.
+fn setup(
+    config: &Config,
+    plan: &Plan,
+    targets: &Targets,
+    cuda: Calls,
+    samples: Samples,
+    since_ns: u64,
+) -> Setup {
+    let sites = plan
+        .usdt_sites
+        .iter()
+        .map(|s| SiteView {
+            probe_id: s.site.probe_id,
+            signed: s.signed.clone(),
+        })
+        .collect();
+    Setup {
+        captures: plan.probes.iter().map(|p| p.capture.clone()).collect(),
+        usdt: Usdt::new(sites, plan.usdt_probes.clone()),
+        cuda,
+        ranges: crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns),
+        samples,
+        warnings: Warnings::new(
+            config.warn_over.clone(),
+            plan.probes.iter().map(|p| p.name.clone()).collect(),
+        ),
+        targets: (!matches!(targets, Targets::SystemWide)).then(|| targets.pids().into_iter().collect()),
+        min_duration_ns: config.min_duration_ns.unwrap_or(0),
+        loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
+    }
+}
+
+/// The CPU samples' state: the process images, watched through the side band when sampling.
+fn samples(sideband: Option<Sideband>, follow: bool, targets: &Targets, kernel: &Kernel) -> Samples {
+    let mut samples = Samples::default();
+    if let Some(sideband) = sideband {
+        samples
+            .images
+            .watch(sideband, Sampled::of(targets.pids(), follow));
+        if let Targets::Launched(launch) = targets {
+            samples.images.launched(launch.process.pid);
+        }
+        samples.probed = kernel.attached.uprobes > 0;
+    }
+    samples
+}
