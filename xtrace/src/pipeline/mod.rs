@@ -20,6 +20,8 @@ pub mod values;
 pub mod warnings;
 pub mod writer;
 
+#[cfg(test)]
+mod record_tests;
 
 use std::io::Write;
 

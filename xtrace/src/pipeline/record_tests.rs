@@ -1,0 +1,170 @@
+//! `Pipeline::record` fed records built from xtrace-common's types, as the ring buffer hands them
+//! over, without root or the kernel: what is counted, what is written to the trace, and what is
+//! left out (other processes, records after the stop, undecodable ones).
+use std::{
+    collections::{BTreeMap, HashSet},
+    io::Write,
+    sync::{Arc, Mutex},
+};
+
+use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, EXIT_RETURN, KIND_SPAN, KIND_THREAD};
+
+use super::{
+    ranges::{Ranges, Wanted},
+    samples::Samples,
+    usdt::Usdt,
+    values::Capture,
+    warnings::Warnings,
+    writer::TraceWriter,
+    Pipeline, Setup,
+};
+use crate::cuda::calls::Calls;
+
+/// A writer whose bytes the test reads back once the trace is closed.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+const TARGET: u32 = 100;
+
+/// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
+fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
+    let setup = Setup {
+        captures: vec![Capture::default(), Capture::default()],
+        usdt: Usdt::new(Vec::new(), BTreeMap::new()),
+        cuda: Calls::new(BTreeMap::new()),
+        ranges: Ranges::new(Wanted::default(), 0),
+        samples: Samples::default(),
+        warnings: Warnings::default(),
+        targets,
+        min_duration_ns: 0,
+        loaders: Vec::new(),
+    };
+    let trace = TraceWriter::spawn(out, &[("work", "uprobe"), ("inner", "uprobe")]).unwrap();
+    Pipeline::new(setup, trace)
+}
+
+/// The bytes of a repr(C) record, as the ring buffer holds it.
+fn bytes_of<T: Copy>(record: &T) -> Vec<u8> {
+    // SAFETY: the records are repr(C) plain data without padding; reading their bytes is sound.
+    unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
+}
+
+fn span(pid: u32, tid: u32, probe_id: u32, start_ns: u64, end_ns: u64, depth: u16) -> Vec<u8> {
+    bytes_of(&SpanEvent {
+        header: EventHeader {
+            kind: KIND_SPAN,
+            cpu: 0,
+            pid,
+            tid,
+            ts_ns: end_ns,
+        },
+        start_ns,
+        probe_id,
+        depth,
+        exit: EXIT_RETURN,
+        ret: 0,
+    })
+}
+
+fn thread(pid: u32, tid: u32, comm: &str) -> Vec<u8> {
+    let mut name = [0u8; 16];
+    name[..comm.len()].copy_from_slice(comm.as_bytes());
+    bytes_of(&ThreadEvent {
+        header: EventHeader {
+            kind: KIND_THREAD,
+            cpu: 0,
+            pid,
+            tid,
+            ts_ns: 0,
+        },
+        comm: name,
+    })
+}
+
+/// The complete events ("ph":"X") of a closed trace: (name, tid, ts µs, dur µs).
+fn complete_events(trace: &[u8]) -> Vec<(String, u64, f64, f64)> {
+    let json: serde_json::Value = serde_json::from_slice(trace).expect("trace.json is JSON");
+    json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["tid"].as_u64().unwrap(),
+                e["ts"].as_f64().unwrap(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn spans_of_the_targets_are_counted_and_written_others_left_out() {
+    let out = Shared::default();
+    let mut pipeline = pipeline(out.clone(), Some(HashSet::from([TARGET])));
+    let records = [
+        thread(TARGET, 101, "worker"),
+        span(TARGET, 101, 1, 10_000, 11_000, 1),
+        span(TARGET, 101, 0, 9_000, 13_000, 0),
+        span(TARGET, 102, 0, 20_000, 22_000, 0),
+        // A vfork child sharing the target's address space fires its probes: not a target.
+        span(TARGET + 1, 103, 0, 30_000, 31_000, 0),
+        // A probe id past the table, and a record cut short: counted as decode errors.
+        span(TARGET, 101, 7, 40_000, 41_000, 0),
+        vec![1, 2, 3],
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    pipeline.stop_at(50_000);
+    // A call that began after the stop (while probes were being detached) is left out.
+    pipeline.record(&span(TARGET, 101, 0, 60_000, 61_000, 0)).unwrap();
+    assert_eq!(pipeline.events(), 8);
+
+    let (trace, collected) = pipeline.collected();
+    let work = collected.stats[0].distribution();
+    let inner = collected.stats[1].distribution();
+    assert_eq!((work.count, work.total_ns), (2, 6_000));
+    assert_eq!((inner.count, inner.total_ns), (1, 1_000));
+    assert_eq!(collected.decode_errors, 2);
+    assert_eq!(collected.names.thread_label(TARGET, 101), Some("worker"));
+    assert_eq!(
+        collected.names.threads.keys().copied().collect::<Vec<_>>(),
+        [(TARGET, 101), (TARGET, 102)]
+    );
+
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("inner".to_string(), 101, 10.0, 1.0),
+            ("work".to_string(), 101, 9.0, 4.0),
+            ("work".to_string(), 102, 20.0, 2.0),
+        ]
+    );
+}
+
+#[test]
+fn without_targets_every_process_is_kept() {
+    let mut pipeline = pipeline(Shared::default(), None);
+    pipeline
+        .record(&span(TARGET + 1, 103, 0, 1_000, 3_000, 0))
+        .unwrap();
+    let (_, collected) = pipeline.collected();
+    assert_eq!(collected.stats[0].distribution().count, 1);
+}
