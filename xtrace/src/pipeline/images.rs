@@ -102,6 +102,19 @@ impl Images {
         self.sampled = sampled;
     }
 
+    /// Begins the image of `pid`, a running process xtrace was given, from what /proc/PID/maps
+    /// shows now, when sampling starts: it may exit before its first sample is read (a process
+    /// that forks children and is gone within milliseconds), and then /proc has nothing left to
+    /// read at first sight. Its children forked since are copies of this image.
+    pub fn begin_running(&mut self, pid: u32) {
+        let mut maps = Vec::new();
+        merge_maps(&mut maps, pid);
+        let id = self.begin(pid, 0, maps);
+        if let Some(image) = self.images.get_mut(&id) {
+            image.read_at = Some(Instant::now());
+        }
+    }
+
     /// Begins the image of `pid`, a command xtrace forked and has not exec'd yet, as xtrace's own
     /// (see [`Images::is_launcher`]).
     pub fn launched(&mut self, pid: u32) {

@@ -383,8 +383,14 @@ fn samples(sideband: Option<Sideband>, follow: bool, targets: &Targets, kernel: 
         samples
             .images
             .watch(sideband, Sampled::of(targets.pids(), follow));
-        if let Targets::Launched(launch) = targets {
-            samples.images.launched(launch.process.pid);
+        match targets {
+            Targets::Launched(launch) => samples.images.launched(launch.process.pid),
+            Targets::Pids(processes) => {
+                for process in processes {
+                    samples.images.begin_running(process.pid);
+                }
+            }
+            Targets::SystemWide => {}
         }
         samples.probed = kernel.attached.uprobes > 0;
     }
