@@ -12,6 +12,7 @@ pub mod bpf;
 pub mod captures;
 pub mod fixtures;
 pub mod output;
+pub mod profile;
 pub mod ranges;
 pub mod run;
 
