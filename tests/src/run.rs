@@ -511,6 +511,15 @@ pub fn run_error_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> String {
     expect_user_error(&before, Xtrace::spawn_with_env(args, env))
 }
 
+/// Runs `xtrace -p PID FLAGS...` on a spinning fixture and checks the user-error contract
+/// ([`run_error`]); returns the error line.
+pub fn error_on_spinner(flags: Vec<OsString>) -> String {
+    let fixture = crate::fixtures::Fixture::spin();
+    let mut args = crate::args!["-p", fixture.pid().to_string()];
+    args.extend(flags);
+    run_error(args)
+}
+
 /// The rows of `xtrace list symbols ARGS...` (which must succeed), split into their columns:
 /// OFFSET, ADDRESS, SIZE, PROBE, NAME.
 pub fn listed_symbols(args: Vec<OsString>) -> Vec<Vec<String>> {
