@@ -118,20 +118,9 @@ fn counter_track(out: &Outputs, name: &str) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn cuda_calls_by_pid_exactly() {
-    if !require_bpf() {
-        return;
-    }
-    let (out, finished, _tmp) = trace_by_pid(args!["--cuda"], "cuda-pid");
-    let dir = fixtures().cudaapp.parent().unwrap().display().to_string();
-    let warning = format!(
-        "xtrace: warning: {dir}/libcuda.so.1 lacks 2 CUDA functions, not traced: cuMemcpyPeer, cuEventSynchronize"
-    );
-    assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);
-    assert_launches_and_copies(&out, false);
-
-    // Runtime calls that call the driver show both spans; each operation is counted once.
+/// [`cuda_calls_by_pid_exactly`]: runtime calls that call the driver show both spans; each
+/// operation is counted once.
+fn assert_call_counts_by_pid(out: &Outputs) {
     for (name, count) in [
         ("cudaMalloc", 4),
         ("cuMemAlloc_v2", 5),
@@ -171,8 +160,12 @@ fn cuda_calls_by_pid_exactly() {
     ] {
         assert_eq!(out.probe_count(name), count, "{name}");
     }
+}
 
-    let memory = &cuda(&out)["memory"][0];
+/// [`cuda_calls_by_pid_exactly`]: the device memory and pinned host memory accounts, their
+/// counter tracks, and the time blocked in synchronizations.
+fn assert_memory_accounts_by_pid(out: &Outputs) {
+    let memory = &cuda(out)["memory"][0];
     assert_eq!(memory["peak_bytes"], 1_063_864);
     assert_eq!(memory["live_bytes"], 1_051_576);
     assert_eq!(memory["allocations"], 7);
@@ -186,11 +179,11 @@ fn cuda_calls_by_pid_exactly() {
         .collect();
     assert_eq!(live, [(1_048_576, "cudaMalloc"), (3000, "cudaMalloc")]);
     // Each synchronization busy-waits 5, 3 and 5 ms in the stand-in driver.
-    let blocked = cuda(&out)["sync_blocked_ns"].as_u64().unwrap();
+    let blocked = cuda(out)["sync_blocked_ns"].as_u64().unwrap();
     assert!(blocked >= 13_000_000, "blocked {blocked} ns");
 
     assert_eq!(
-        counter_track(&out, "CUDA device memory (bytes)"),
+        counter_track(out, "CUDA device memory (bytes)"),
         [
             1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576,
             // The pitched allocations count the bytes asked for (100 x 3, 64 x 2, and
@@ -199,7 +192,7 @@ fn cuda_calls_by_pid_exactly() {
         ]
     );
     // Pinned host memory is its own account and track; nested driver calls count once.
-    let pinned = &cuda(&out)["pinned_host"][0];
+    let pinned = &cuda(out)["pinned_host"][0];
     assert_eq!(
         (
             &pinned["peak_bytes"],
@@ -211,11 +204,78 @@ fn cuda_calls_by_pid_exactly() {
     );
     assert_eq!(pinned["live"][0]["function"], "cudaHostAlloc");
     assert_eq!(
-        counter_track(&out, "CUDA pinned host memory (bytes)"),
+        counter_track(out, "CUDA pinned host memory (bytes)"),
         [65_536, 66_536, 66_560, 65_560, 65_536]
     );
+}
 
-    let spans = out.spans();
+/// [`cuda_calls_by_pid_exactly`]: each kernel's launches with their grid, block, shared memory and
+/// stream, through the runtime and the driver.
+fn assert_launch_configs_by_pid(spans: &[Span]) {
+    let relu = launches(spans, "nn::relu(float*, int)");
+    assert_eq!(relu.len(), 5);
+    assert!(relu.iter().all(|s| s.name == "cudaLaunchKernel"
+        && s.args["grid"] == json!([64, 2, 1])
+        && s.args["block"] == json!([256, 1, 1])
+        && s.args["shared_mem"] == 0
+        && s.args["stream"] == "0x0"));
+    let gemm = launches(
+        spans,
+        "void nn::gemm<float>(float const*, float const*, float*, int)",
+    );
+    assert_eq!(gemm.len(), 3);
+    assert!(gemm
+        .iter()
+        .all(|s| s.args["shared_mem"] == 1024 && s.args["stream"] == "0x5151"));
+    // cudaLaunchKernelExC reads its config struct; the stand-in forwards to cudaLaunchKernel,
+    // which names the same kernel.
+    let softmax = launches(spans, "nn::softmax(float*, int)");
+    let ex: Vec<&&Span> = softmax
+        .iter()
+        .filter(|s| s.name == "cudaLaunchKernelExC")
+        .collect();
+    assert_eq!(ex.len(), 2);
+    assert!(ex.iter().all(|s| s.args["grid"] == json!([8, 4, 2])
+        && s.args["block"] == json!([32, 8, 1])
+        && s.args["shared_mem"] == 4096
+        && s.args["stream"] == "0x77"));
+    // Driver launches: handles named by cuModuleGetFunction, and by cuLibraryGetKernel through
+    // cuKernelGetFunction; cuLaunchKernel's block z, shared memory and stream are stack arguments.
+    let vecadd = launches(spans, "vecAdd(float*, float*, float*, int)");
+    let names: Vec<&str> = vecadd.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "cuLaunchKernel").count(),
+        5,
+        "4 direct, 1 from cuLaunchCooperativeKernel: {names:?}"
+    );
+    assert_eq!(vecadd.len(), 6, "{names:?}");
+    assert!(vecadd.iter().all(|s| s.args["grid"] == json!([4, 2, 1])
+        && s.args["block"] == json!([128, 1, 1])
+        && s.args["shared_mem"] == 256
+        && s.args["stream"] == "0x55"));
+    let axpy = launches(spans, "axpy(float, float*, float*)");
+    assert_eq!(
+        axpy.len(),
+        4,
+        "2 cuLaunchKernelEx and the 2 cuLaunchKernel they make"
+    );
+    assert!(axpy.iter().all(|s| s.args["grid"] == json!([2, 2, 2])
+        && s.args["block"] == json!([64, 2, 1])
+        && s.args["shared_mem"] == 512
+        && s.args["stream"] == "0x66"));
+    // nvcc 13's stub launches with the handle it kept before xtrace attached: named from the
+    // stub's static, which the process holds.
+    let scale = launches(spans, "nn::scale(float*, int)");
+    assert_eq!(scale.len(), 3);
+    assert!(scale.iter().all(|s| s.name == "cudaLaunchKernel"
+        && s.args["grid"] == json!([32, 1, 1])
+        && s.args["block"] == json!([64, 1, 1])
+        && s.args["stream"] == "0x5151"));
+}
+
+/// [`cuda_calls_by_pid_exactly`]: pitched allocations' sizes, handle lookups named whole, copy
+/// and memset sizes, and a failed allocation.
+fn assert_lookups_copies_and_failures_by_pid(out: &Outputs, spans: &[Span]) {
     let mut pitched: Vec<(&str, u64)> = spans
         .iter()
         .filter(|s| s.name.contains("Pitch") || s.name.contains("3D"))
@@ -232,65 +292,6 @@ fn cuda_calls_by_pid_exactly() {
             ("cudaMallocPitch", 300)
         ]
     );
-    let relu = launches(&spans, "nn::relu(float*, int)");
-    assert_eq!(relu.len(), 5);
-    assert!(relu.iter().all(|s| s.name == "cudaLaunchKernel"
-        && s.args["grid"] == json!([64, 2, 1])
-        && s.args["block"] == json!([256, 1, 1])
-        && s.args["shared_mem"] == 0
-        && s.args["stream"] == "0x0"));
-    let gemm = launches(
-        &spans,
-        "void nn::gemm<float>(float const*, float const*, float*, int)",
-    );
-    assert_eq!(gemm.len(), 3);
-    assert!(gemm
-        .iter()
-        .all(|s| s.args["shared_mem"] == 1024 && s.args["stream"] == "0x5151"));
-    // cudaLaunchKernelExC reads its config struct; the stand-in forwards to cudaLaunchKernel,
-    // which names the same kernel.
-    let softmax = launches(&spans, "nn::softmax(float*, int)");
-    let ex: Vec<&&Span> = softmax
-        .iter()
-        .filter(|s| s.name == "cudaLaunchKernelExC")
-        .collect();
-    assert_eq!(ex.len(), 2);
-    assert!(ex.iter().all(|s| s.args["grid"] == json!([8, 4, 2])
-        && s.args["block"] == json!([32, 8, 1])
-        && s.args["shared_mem"] == 4096
-        && s.args["stream"] == "0x77"));
-    // Driver launches: handles named by cuModuleGetFunction, and by cuLibraryGetKernel through
-    // cuKernelGetFunction; cuLaunchKernel's block z, shared memory and stream are stack arguments.
-    let vecadd = launches(&spans, "vecAdd(float*, float*, float*, int)");
-    let names: Vec<&str> = vecadd.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(
-        names.iter().filter(|n| **n == "cuLaunchKernel").count(),
-        5,
-        "4 direct, 1 from cuLaunchCooperativeKernel: {names:?}"
-    );
-    assert_eq!(vecadd.len(), 6, "{names:?}");
-    assert!(vecadd.iter().all(|s| s.args["grid"] == json!([4, 2, 1])
-        && s.args["block"] == json!([128, 1, 1])
-        && s.args["shared_mem"] == 256
-        && s.args["stream"] == "0x55"));
-    let axpy = launches(&spans, "axpy(float, float*, float*)");
-    assert_eq!(
-        axpy.len(),
-        4,
-        "2 cuLaunchKernelEx and the 2 cuLaunchKernel they make"
-    );
-    assert!(axpy.iter().all(|s| s.args["grid"] == json!([2, 2, 2])
-        && s.args["block"] == json!([64, 2, 1])
-        && s.args["shared_mem"] == 512
-        && s.args["stream"] == "0x66"));
-    // nvcc 13's stub launches with the handle it kept before xtrace attached: named from the
-    // stub's static, which the process holds.
-    let scale = launches(&spans, "nn::scale(float*, int)");
-    assert_eq!(scale.len(), 3);
-    assert!(scale.iter().all(|s| s.name == "cudaLaunchKernel"
-        && s.args["grid"] == json!([32, 1, 1])
-        && s.args["block"] == json!([64, 1, 1])
-        && s.args["stream"] == "0x5151"));
     // Lookups name their handles whole: a name longer than the 63 bytes the kernel program reads,
     // and one it could not read at all (on a page the driver touched only during the call).
     let mut asked: Vec<String> = ["cuModuleGetFunction", "cuLibraryGetKernel"]
@@ -308,13 +309,13 @@ fn cuda_calls_by_pid_exactly() {
             ELEMENTWISE
         ]
     );
-    assert_eq!(launches(&spans, ELEMENTWISE).len(), 1);
-    assert_eq!(launches(&spans, "cold(float*)").len(), 2);
+    assert_eq!(launches(spans, ELEMENTWISE).len(), 1);
+    assert_eq!(launches(spans, "cold(float*)").len(), 2);
     let copy2d = out.spans_named("cudaMemcpy2D");
     assert_eq!(copy2d[0].args["bytes"], 700);
     assert_eq!(copy2d[0].args["kind"], "HtoD");
     // The cooperative launch and the cudaLaunchKernel the stand-in makes inside it.
-    let reduce = launches(&spans, "nn::reduce(float*, int)");
+    let reduce = launches(spans, "nn::reduce(float*, int)");
     let mut names: Vec<&str> = reduce.iter().map(|s| s.name.as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["cudaLaunchCooperativeKernel", "cudaLaunchKernel"]);
@@ -337,6 +338,26 @@ fn cuda_calls_by_pid_exactly() {
         Value::Null,
         "a failed call hands out no pointer"
     );
+}
+
+#[test]
+fn cuda_calls_by_pid_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, _tmp) = trace_by_pid(args!["--cuda"], "cuda-pid");
+    let dir = fixtures().cudaapp.parent().unwrap().display().to_string();
+    let warning = format!(
+        "xtrace: warning: {dir}/libcuda.so.1 lacks 2 CUDA functions, not traced: cuMemcpyPeer, cuEventSynchronize"
+    );
+    assert!(finished.stderr.contains(&warning), "{:?}", finished.stderr);
+    assert_launches_and_copies(&out, false);
+
+    assert_call_counts_by_pid(&out);
+    assert_memory_accounts_by_pid(&out);
+    let spans = out.spans();
+    assert_launch_configs_by_pid(&spans);
+    assert_lookups_copies_and_failures_by_pid(&out, &spans);
 
     assert!(finished
         .stdout
