@@ -208,6 +208,19 @@ fn build() -> Fixtures {
         &fixtures.libxtfix,
         &["-shared", "-fPIC"],
     );
+    build_cuda_stand_ins(&src, &out, &fixtures);
+    build_ranges(&src, &fixtures);
+    let dir = out.to_str().expect("target dir is UTF-8");
+    compile(
+        &[src.join("uselib.c"), fixtures.libxtfix.clone()],
+        &fixtures.uselib,
+        &[&format!("-L{dir}"), "-lxtfix", &format!("-Wl,-rpath,{dir}")],
+    );
+    fixtures
+}
+
+/// The stand-in CUDA driver and runtime libraries in `out`, and the programs that call them.
+fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
     let dir = out.to_str().expect("target dir is UTF-8");
     let (cuda, cudart) = (out.join("libcuda.so.1"), out.join("libcudart.so.12"));
     compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC"]);
@@ -226,6 +239,10 @@ fn build() -> Fixtures {
         ],
     );
     compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
+}
+
+/// The `ranges` fixture, linked against the tool library next to the xtrace binary.
+fn build_ranges(src: &Path, fixtures: &Fixtures) {
     let tool = tool_library();
     let tool_dir = tool
         .parent()
@@ -244,12 +261,6 @@ fn build() -> Fixtures {
             "-Wl,--disable-new-dtags",
         ],
     );
-    compile(
-        &[src.join("uselib.c"), fixtures.libxtfix.clone()],
-        &fixtures.uselib,
-        &[&format!("-L{dir}"), "-lxtfix", &format!("-Wl,-rpath,{dir}")],
-    );
-    fixtures
 }
 
 /// Compiles `inputs[0]` into `output` (with `extra` flags after the source, where linker inputs
