@@ -9,7 +9,7 @@
 //! semaphore is raised; it is measured as the floor on `range_pop` alone minus the floor on
 //! `range_push` alone (which keeps nothing), and the ratio is to the floor without it: two bare
 //! hits.
-use std::process::Command;
+use std::{path::Path, process::Command};
 
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -48,25 +48,42 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
         "-Wl,--disable-new-dtags".into(),
     ];
     compile_with(&fixture("ranges.c"), &bin, &extra)?;
+    let times = measure(env, cfg, &bin, &tool)?;
+    report_times(cfg, report, &times);
+    Ok(())
+}
 
+/// The ns per pair of each run, untraced and under each tracer, and what xtrace's runs missed.
+#[derive(Default)]
+struct Times {
+    untraced: Vec<f64>,
+    floor: Vec<f64>,
+    push_only: Vec<f64>,
+    pop_only: Vec<f64>,
+    traced: Vec<f64>,
+    missed: Vec<String>,
+}
+
+/// Runs the workload `bin` untraced, under the floor (on both sites and on each alone, through
+/// the tool library `tool`) and under xtrace, `cfg.runs` times interleaved.
+fn measure(env: &Env, cfg: &Config, bin: &Path, tool: &Path) -> Result<Times> {
     let (untraced_n, traced_n) = (cfg.scale(UNTRACED_PAIRS), cfg.scale(TRACED_PAIRS));
-    let (mut untraced, mut floor, mut traced, mut missed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut push_only, mut pop_only) = (Vec::new(), Vec::new());
+    let mut times = Times::default();
     for run in 0..cfg.runs {
         eprintln!("bench: ranges run {}/{}", run + 1, cfg.runs);
-        let mut work = Workload::spawn(&bin, &[untraced_n.to_string()])?;
+        let mut work = Workload::spawn(bin, &[untraced_n.to_string()])?;
         work.go()?;
-        untraced.push(work.finish(WORKLOAD_TIMEOUT)?.ns_per_call);
+        times.untraced.push(work.finish(WORKLOAD_TIMEOUT)?.ns_per_call);
 
         // Like xtrace --pid: the workload has mapped the library when the floor attaches.
         for (sites, into) in [
-            (SITES, &mut floor),
-            (PUSH_SITE, &mut push_only),
-            (POP_SITE, &mut pop_only),
+            (SITES, &mut times.floor),
+            (PUSH_SITE, &mut times.push_only),
+            (POP_SITE, &mut times.pop_only),
         ] {
-            let mut work = Workload::spawn(&bin, &[traced_n.to_string()])?;
+            let mut work = Workload::spawn(bin, &[traced_n.to_string()])?;
             let mut cmd = Command::new(&env.floor);
-            cmd.arg(&tool).arg(sites);
+            cmd.arg(tool).arg(sites);
             let mut tracer = Tracer::spawn("uprobe_floor", cmd, Stdout::Lines)?;
             tracer.wait_for("attached", ATTACH_TIMEOUT)?;
             work.go()?;
@@ -77,10 +94,10 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
 
         let spec = XtraceSpec {
             flags: vec!["--ranges".into()],
-            ..XtraceSpec::new(&bin, &[traced_n.to_string()], &[])
+            ..XtraceSpec::new(bin, &[traced_n.to_string()], &[])
         };
         let out = runs::xtrace(env, &spec)?;
-        traced.push(out.work.ns_per_call);
+        times.traced.push(out.work.ns_per_call);
         let summary = out.summary.context("xtrace wrote no summary")?;
         let seen = summary["ranges"]
             .as_array()
@@ -88,17 +105,30 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             .and_then(|r| r["count"].as_u64())
             .unwrap_or(0);
         if seen != traced_n || runs::lost_events(&summary) > 0 {
-            missed.push(format!(
+            times.missed.push(format!(
                 "saw {} of {} ranges",
                 fmt_count(seen),
                 fmt_count(traced_n)
             ));
         }
     }
-    let base = median(&untraced);
-    let keeping = (median(&pop_only) - median(&push_only)).max(0.0);
-    let floor_cost = median(&floor) - base - keeping;
-    let traced_cost = median(&traced) - base;
+    Ok(times)
+}
+
+/// The raw times and the rows: untraced, floor, and xtrace against the floor.
+fn report_times(cfg: &Config, report: &mut Report, times: &Times) {
+    let Times {
+        untraced,
+        floor,
+        push_only,
+        pop_only,
+        traced,
+        missed,
+    } = times;
+    let base = median(untraced);
+    let keeping = (median(pop_only) - median(push_only)).max(0.0);
+    let floor_cost = median(floor) - base - keeping;
+    let traced_cost = median(traced) - base;
     let ratio = traced_cost / floor_cost;
     report.raw(
         "ranges",
@@ -148,5 +178,4 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
         format!("runs that missed ranges: {}", missed.join("; "))
     });
     report.row(row);
-    Ok(())
 }
