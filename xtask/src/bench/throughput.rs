@@ -119,10 +119,19 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             .note(format!("{note_cfg}; even the first step lost spans or failed")),
         ),
     }
+    report.row(loss_at_twice_row(&steps, best));
+    report.row(goal_row(&steps, best));
+
+    saturation::run(env, cfg, report);
+    Ok(())
+}
+
+/// The row of the losses at twice the best zero-loss rate (`best`), from the step that ran it.
+fn loss_at_twice_row(steps: &[Step], best: Option<&Step>) -> Row {
     let twice = best.and_then(|b| steps.iter().find(|s| s.target >= 2.0 * b.target));
     let what = "throughput: losses at twice that rate";
     let id = "throughput.loss_at_twice";
-    let row = match twice {
+    match twice {
         Some(t) if t.errors.is_empty() => {
             let pct = 100.0 * t.lost as f64 / t.calls.max(1) as f64;
             let mut note = format!(
@@ -144,9 +153,11 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
         }
         Some(t) => Row::new(id, what, "error").note(t.errors.join("; ")),
         None => Row::new(id, what, "n/a").note("no rate was delivered without loss"),
-    };
-    report.row(row);
+    }
+}
 
+/// The row of the goal: zero loss up to [`GOAL_RATE`], or where spans were lost.
+fn goal_row(steps: &[Step], best: Option<&Step>) -> Row {
     let goal = format!("0 lost ≤ {}", fmt_rate(GOAL_RATE));
     let reached = best.is_some_and(|b| b.delivered >= 0.99 * GOAL_RATE);
     let why = match (reached, steps.iter().find(|s| s.lost > 0)) {
@@ -162,18 +173,13 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             cores()
         ),
     };
-    report.row(
-        Row::new(
-            "throughput.goal",
-            "throughput: zero loss up to 1 M events/s",
-            if reached { "yes" } else { "no" },
-        )
-        .goal(goal, Verdict::from_bool(reached))
-        .note(why),
-    );
-
-    saturation::run(env, cfg, report);
-    Ok(())
+    Row::new(
+        "throughput.goal",
+        "throughput: zero loss up to 1 M events/s",
+        if reached { "yes" } else { "no" },
+    )
+    .goal(goal, Verdict::from_bool(reached))
+    .note(why)
 }
 
 pub fn cores() -> usize {
