@@ -120,6 +120,53 @@ fn args(raw: Option<&str>) -> Option<serde_json::Value> {
 
 /// Finds the bottlenecks; lists at most `limit` of each kind.
 pub fn find(capture: &Capture, nesting: &Nesting, min_count: u64, limit: usize) -> Bottlenecks {
+    let mut outliers = outliers(capture, min_count);
+    let outliers_total = outliers.len() as u64;
+    outliers.truncate(limit);
+
+    let traced: u64 = capture
+        .spans
+        .iter()
+        .zip(&nesting.parent)
+        .filter(|(_, p)| p.is_none())
+        .map(|(s, _)| s.dur_ns)
+        .sum();
+    let (self_by_name, waits) = self_times_and_waits(capture, nesting);
+    let self_total: u64 = nesting.self_ns.iter().sum();
+    let mut sampled: BTreeMap<String, u64> = BTreeMap::new();
+    for (stack, n) in &capture.folded {
+        let leaf = stack.rsplit(';').next().unwrap_or(stack);
+        *sampled
+            .entry(leaf.strip_suffix("_[k]").unwrap_or(leaf).to_string())
+            .or_default() += n;
+    }
+    let waits: Vec<Waits> = waits
+        .into_iter()
+        .map(|(kind, functions)| {
+            let wait_ns = functions.values().sum();
+            Waits {
+                kind,
+                wait_ns,
+                percent: percent(wait_ns, traced),
+                functions: shares(functions, traced, limit),
+            }
+        })
+        .collect();
+    let hints = wait_hints(&waits, traced);
+    Bottlenecks {
+        min_count,
+        outliers_total,
+        outliers,
+        self_time: shares(self_by_name, self_total, limit),
+        self_samples: shares(sampled, capture.samples(), limit),
+        waits,
+        hints,
+    }
+}
+
+/// The spans more than [`SIGMAS`] standard deviations longer than the mean of their name (of
+/// names with at least `min_count` spans, and 2), furthest out first.
+fn outliers(capture: &Capture, min_count: u64) -> Vec<Outlier> {
     let mut durations: Vec<Vec<u64>> = vec![Vec::new(); capture.names.len()];
     for span in &capture.spans {
         durations[span.name as usize].push(span.dur_ns);
@@ -164,16 +211,18 @@ pub fn find(capture: &Capture, nesting: &Nesting, min_count: u64, limit: usize) 
             .then(a.ts_ns.cmp(&b.ts_ns))
             .then_with(|| a.name.cmp(&b.name))
     });
-    let outliers_total = outliers.len() as u64;
-    outliers.truncate(limit);
+    outliers
+}
 
-    let traced: u64 = capture
-        .spans
-        .iter()
-        .zip(&nesting.parent)
-        .filter(|(_, p)| p.is_none())
-        .map(|(s, _)| s.dur_ns)
-        .sum();
+/// Self time by span name, and wait time by wait kind and function name.
+type SelfTimesAndWaits = (
+    BTreeMap<String, u64>,
+    BTreeMap<&'static str, BTreeMap<String, u64>>,
+);
+
+/// The self time of each span name, and the time spent in each kind of wait by function (a wait
+/// inside another wait counted once).
+fn self_times_and_waits(capture: &Capture, nesting: &Nesting) -> SelfTimesAndWaits {
     let mut self_by_name: BTreeMap<String, u64> = BTreeMap::new();
     let mut waits: BTreeMap<&'static str, BTreeMap<String, u64>> = BTreeMap::new();
     for (i, span) in capture.spans.iter().enumerate() {
@@ -195,30 +244,16 @@ pub fn find(capture: &Capture, nesting: &Nesting, min_count: u64, limit: usize) 
             }
         }
     }
-    let self_total: u64 = nesting.self_ns.iter().sum();
-    let mut sampled: BTreeMap<String, u64> = BTreeMap::new();
-    for (stack, n) in &capture.folded {
-        let leaf = stack.rsplit(';').next().unwrap_or(stack);
-        *sampled
-            .entry(leaf.strip_suffix("_[k]").unwrap_or(leaf).to_string())
-            .or_default() += n;
-    }
-    let waits: Vec<Waits> = waits
-        .into_iter()
-        .map(|(kind, functions)| {
-            let wait_ns = functions.values().sum();
-            Waits {
-                kind,
-                wait_ns,
-                percent: percent(wait_ns, traced),
-                functions: shares(functions, traced, limit),
-            }
-        })
-        .collect();
+    (self_by_name, waits)
+}
+
+/// What to do where waits take [`WAIT_DOMINATES`] of the `traced` time or more: one hint per
+/// kind of wait.
+fn wait_hints(waits: &[Waits], traced: u64) -> Vec<String> {
     let mut hints = Vec::new();
     let wait_total: u64 = waits.iter().map(|w| w.wait_ns).sum();
     if traced > 0 && wait_total as f64 >= WAIT_DOMINATES * traced as f64 {
-        for w in &waits {
+        for w in waits {
             let what = match w.kind {
                 "cuda_sync" => "CUDA synchronization: the CPU waits for the GPU; queue more work before synchronizing, or overlap it with streams and asynchronous copies",
                 _ => "lock waits: threads contend; shorten the critical sections or split the lock",
@@ -234,15 +269,7 @@ pub fn find(capture: &Capture, nesting: &Nesting, min_count: u64, limit: usize) 
             ));
         }
     }
-    Bottlenecks {
-        min_count,
-        outliers_total,
-        outliers,
-        self_time: shares(self_by_name, self_total, limit),
-        self_samples: shares(sampled, capture.samples(), limit),
-        waits,
-        hints,
-    }
+    hints
 }
 
 #[cfg(test)]
