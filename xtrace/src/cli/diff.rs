@@ -175,6 +175,99 @@ fn folded_text(capture: &Capture) -> String {
         .collect()
 }
 
+/// The table of the probes compared: counts, p50 and mean on each side, their changes, the
+/// p-value and the verdict.
+fn probe_table(rows: &[Row]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let tested = r.base_count > 0 && r.new_count > 0;
+            let delta = |b, n| {
+                if tested {
+                    show_change(change(b, n))
+                } else {
+                    "-".into()
+                }
+            };
+            // A side without spans has no durations: `-`, not 0ns.
+            let time = |count: u64, ns: u64| if count > 0 { human(ns) } else { "-".into() };
+            vec![
+                r.name.clone(),
+                r.base_count.to_string(),
+                r.new_count.to_string(),
+                time(r.base_count, r.base_p50),
+                time(r.new_count, r.new_p50),
+                delta(r.base_p50, r.new_p50),
+                time(r.base_count, r.base_mean),
+                time(r.new_count, r.new_mean),
+                delta(r.base_mean, r.new_mean),
+                r.p.map_or("-".into(), |p| {
+                    if p < 0.001 {
+                        "<0.001".into()
+                    } else {
+                        format!("{p:.3}")
+                    }
+                }),
+                r.verdict.to_string(),
+            ]
+        })
+        .collect();
+    render(
+        &[
+            "PROBE",
+            "BASE N",
+            "NEW N",
+            "BASE P50",
+            "NEW P50",
+            "P50",
+            "BASE MEAN",
+            "NEW MEAN",
+            "MEAN",
+            "P",
+            "VERDICT",
+        ],
+        &cells,
+        1,
+    )
+}
+
+/// The CPU sample counts of each side, and the table of the 10 functions whose self shares moved
+/// most.
+fn sample_table(base: &Capture, new: &Capture) -> String {
+    let (bs, ns) = (sample_shares(base), sample_shares(new));
+    let mut functions: Vec<(&String, f64, f64)> = bs
+        .keys()
+        .chain(ns.keys())
+        .map(|f| (f, *bs.get(f).unwrap_or(&0.0), *ns.get(f).unwrap_or(&0.0)))
+        .collect();
+    functions.sort_by(|a, b| {
+        (b.2 - b.1)
+            .abs()
+            .total_cmp(&(a.2 - a.1).abs())
+            .then_with(|| a.0.cmp(b.0))
+    });
+    functions.dedup_by(|a, b| a.0 == b.0);
+    let cells: Vec<Vec<String>> = functions
+        .iter()
+        .take(10)
+        .map(|(f, b, n)| {
+            vec![
+                f.to_string(),
+                format!("{b:.1}%"),
+                format!("{n:.1}%"),
+                format!("{:+.1}", n - b),
+            ]
+        })
+        .collect();
+    let mut text = format!(
+        "\nCPU SAMPLES: {} in BASE, {} in NEW; self shares that moved most (percentage points)\n",
+        base.samples(),
+        new.samples()
+    );
+    text += &render(&["FUNCTION", "BASE", "NEW", "CHANGE"], &cells, 1);
+    text
+}
+
 /// Runs `xtrace diff`.
 pub fn run(args: &DiffArgs) -> Result<Outcome> {
     let base = capture::load_nonempty(&args.base, Load::default())?;
@@ -205,91 +298,11 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
         .map(|r| r.name.clone())
         .collect();
     if !rows.is_empty() {
-        let cells: Vec<Vec<String>> = rows
-            .iter()
-            .map(|r| {
-                let tested = r.base_count > 0 && r.new_count > 0;
-                let delta = |b, n| {
-                    if tested {
-                        show_change(change(b, n))
-                    } else {
-                        "-".into()
-                    }
-                };
-                // A side without spans has no durations: `-`, not 0ns.
-                let time = |count: u64, ns: u64| if count > 0 { human(ns) } else { "-".into() };
-                vec![
-                    r.name.clone(),
-                    r.base_count.to_string(),
-                    r.new_count.to_string(),
-                    time(r.base_count, r.base_p50),
-                    time(r.new_count, r.new_p50),
-                    delta(r.base_p50, r.new_p50),
-                    time(r.base_count, r.base_mean),
-                    time(r.new_count, r.new_mean),
-                    delta(r.base_mean, r.new_mean),
-                    r.p.map_or("-".into(), |p| {
-                        if p < 0.001 {
-                            "<0.001".into()
-                        } else {
-                            format!("{p:.3}")
-                        }
-                    }),
-                    r.verdict.to_string(),
-                ]
-            })
-            .collect();
-        text += &render(
-            &[
-                "PROBE",
-                "BASE N",
-                "NEW N",
-                "BASE P50",
-                "NEW P50",
-                "P50",
-                "BASE MEAN",
-                "NEW MEAN",
-                "MEAN",
-                "P",
-                "VERDICT",
-            ],
-            &cells,
-            1,
-        );
+        text += &probe_table(&rows);
     }
     let mut wrote = None;
     if !base.folded.is_empty() && !new.folded.is_empty() {
-        let (bs, ns) = (sample_shares(&base), sample_shares(&new));
-        let mut functions: Vec<(&String, f64, f64)> = bs
-            .keys()
-            .chain(ns.keys())
-            .map(|f| (f, *bs.get(f).unwrap_or(&0.0), *ns.get(f).unwrap_or(&0.0)))
-            .collect();
-        functions.sort_by(|a, b| {
-            (b.2 - b.1)
-                .abs()
-                .total_cmp(&(a.2 - a.1).abs())
-                .then_with(|| a.0.cmp(b.0))
-        });
-        functions.dedup_by(|a, b| a.0 == b.0);
-        let cells: Vec<Vec<String>> = functions
-            .iter()
-            .take(10)
-            .map(|(f, b, n)| {
-                vec![
-                    f.to_string(),
-                    format!("{b:.1}%"),
-                    format!("{n:.1}%"),
-                    format!("{:+.1}", n - b),
-                ]
-            })
-            .collect();
-        text += &format!(
-            "\nCPU SAMPLES: {} in BASE, {} in NEW; self shares that moved most (percentage points)\n",
-            base.samples(),
-            new.samples()
-        );
-        text += &render(&["FUNCTION", "BASE", "NEW", "CHANGE"], &cells, 1);
+        text += &sample_table(&base, &new);
         let title = format!("xtrace diff: {} vs {}", args.new.display(), args.base.display());
         let svg = super::flamegraph::draw_diff(&folded_text(&base), &folded_text(&new), title, true)?;
         output::write_path(&args.output, &svg)?;
