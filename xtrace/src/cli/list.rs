@@ -176,19 +176,10 @@ fn all_of(target: &TargetSpec) -> String {
     }
 }
 
-fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
-    let mut spec = spec(args)?;
-    let process = args.pid.map(Process::open).transpose()?;
-    let scope = match &process {
-        Some(process) => Scope::Process(process),
-        None => {
-            standalone_target(&mut spec.target);
-            // Files by path or library name only, as with -a.
-            Scope::SystemWide
-        }
-    };
-    let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
-    let found = symbols.find(&spec.symbol).map_err(|e| match e {
+/// The error of `xtrace list symbols` where `spec` names no function (in process `pid`): what
+/// fits a listing rather than a trace.
+fn listing_error(e: Error, spec: &UprobeSpec, pid: Option<u32>) -> Error {
+    match e {
         // The advice of -u (`list the functions with xtrace list symbols`) does not fit here.
         Error::SymbolNotFound {
             path,
@@ -202,15 +193,15 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
                     format!(" (it is stripped and exports none, and {refused} is not its debug file)")
                 }
                 (true, None) => " (it is stripped, exports none, and no debug file of it was found; \
-                                 --debug-dir names where debug files are)"
+                             --debug-dir names where debug files are)"
                     .into(),
             };
             Error::Unreadable {
-                path,
-                reason: format!(
-                    "no function symbols{stripped}; trace its calls into libraries (-u LIB:FUNC) or sample it (-F HZ)"
-                ),
-            }
+            path,
+            reason: format!(
+                "no function symbols{stripped}; trace its calls into libraries (-u LIB:FUNC) or sample it (-F HZ)"
+            ),
+        }
         }
         Error::SymbolNotFound {
             symbol,
@@ -222,16 +213,36 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
             reason: format!(
                 "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
                 elf::stripped_note(stripped, debug_refused.as_deref()),
-                match args.pid {
+                match pid {
                     // As the process maps it: its file may be deleted or replaced on disk.
-                    Some(pid) => format!("--pid {pid} {}", crate::shell::quote_words(&[all_of(&spec.target)])),
+                    Some(pid) => format!(
+                        "--pid {pid} {}",
+                        crate::shell::quote_words(&[all_of(&spec.target)])
+                    ),
                     None => crate::shell::quote_words(&[path.display().to_string()]),
                 }
             ),
             path,
         },
         e => e,
-    })?;
+    }
+}
+
+fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
+    let mut spec = spec(args)?;
+    let process = args.pid.map(Process::open).transpose()?;
+    let scope = match &process {
+        Some(process) => Scope::Process(process),
+        None => {
+            standalone_target(&mut spec.target);
+            // Files by path or library name only, as with -a.
+            Scope::SystemWide
+        }
+    };
+    let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
+    let found = symbols
+        .find(&spec.symbol)
+        .map_err(|e| listing_error(e, &spec, args.pid))?;
     let code = std::fs::File::open(&file.open).map_err(|e| Error::Unreadable {
         path: file.shown.clone(),
         reason: e.to_string(),
