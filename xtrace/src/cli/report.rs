@@ -200,46 +200,7 @@ impl Report {
     }
 
     pub fn to_text(&self, top: usize) -> String {
-        let plural = |n: usize| if n == 1 { "" } else { "s" };
-        let (spans, probes) = (self.spans as usize, self.probes.len());
-        let mut out = format!(
-            "{spans} span{} from {probes} probe{}",
-            plural(spans),
-            plural(probes)
-        );
-        if self.samples > 0 {
-            let hz = self
-                .sample_frequency_hz
-                .map_or(String::new(), |hz| format!(" at {hz} Hz"));
-            out += &format!(", {} CPU samples{hz}", self.samples);
-        }
-        // A part summary.json lacks (a hand-made or older capture) is left out, not shown empty.
-        let within = |text: String| {
-            if text.is_empty() {
-                text
-            } else {
-                format!(" ({text})")
-            }
-        };
-        out += &format!(
-            " in {}{}\n",
-            human(self.duration_ns),
-            within(self.stop_reason.replace('_', " "))
-        );
-        let lost: Vec<String> = self.lost.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out += &format!(
-            "lost events: {}{}; unmatched entries: {}; decode errors: {}\n",
-            self.lost_events,
-            within(lost.join(", ")),
-            self.unmatched_entries,
-            self.decode_errors
-        );
-        if let Some(min) = self.min_duration_ns {
-            out += &format!(
-                "recorded with --min-duration {}: shorter calls are counted in summary.json only\n",
-                human(min)
-            );
-        }
+        let mut out = self.header_text();
         let of = |n: usize| {
             if n > top {
                 format!(" (of {n})")
@@ -285,6 +246,67 @@ impl Report {
             out += &format!("\nTOP {} BY SELF TIME{}\n", rows.len(), of(self.probes.len()));
             out += &render(&["PROBE", "SELF", "SHARE"], &rows, 1);
         }
+        out += &self.threads_text(top);
+        let rows: Vec<Vec<String>> = self
+            .instants
+            .iter()
+            .map(|i| vec![i.name.clone(), i.kind.clone(), i.count.to_string()])
+            .collect();
+        if !rows.is_empty() {
+            out += "\nINSTANT EVENTS\n";
+            out += &render(&["NAME", "KIND", "COUNT"], &rows, 2);
+        }
+        out += &bottlenecks_text(&self.bottlenecks);
+        out
+    }
+
+    /// The lines before the tables: counts, duration and stop reason, losses, --min-duration.
+    fn header_text(&self) -> String {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let (spans, probes) = (self.spans as usize, self.probes.len());
+        let mut out = format!(
+            "{spans} span{} from {probes} probe{}",
+            plural(spans),
+            plural(probes)
+        );
+        if self.samples > 0 {
+            let hz = self
+                .sample_frequency_hz
+                .map_or(String::new(), |hz| format!(" at {hz} Hz"));
+            out += &format!(", {} CPU samples{hz}", self.samples);
+        }
+        // A part summary.json lacks (a hand-made or older capture) is left out, not shown empty.
+        let within = |text: String| {
+            if text.is_empty() {
+                text
+            } else {
+                format!(" ({text})")
+            }
+        };
+        out += &format!(
+            " in {}{}\n",
+            human(self.duration_ns),
+            within(self.stop_reason.replace('_', " "))
+        );
+        let lost: Vec<String> = self.lost.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out += &format!(
+            "lost events: {}{}; unmatched entries: {}; decode errors: {}\n",
+            self.lost_events,
+            within(lost.join(", ")),
+            self.unmatched_entries,
+            self.decode_errors
+        );
+        if let Some(min) = self.min_duration_ns {
+            out += &format!(
+                "recorded with --min-duration {}: shorter calls are counted in summary.json only\n",
+                human(min)
+            );
+        }
+        out
+    }
+
+    /// The table of the `top` threads by traced time.
+    fn threads_text(&self, top: usize) -> String {
         let rows: Vec<Vec<String>> = self
             .threads
             .iter()
@@ -300,32 +322,23 @@ impl Report {
                 ]
             })
             .collect();
-        if !rows.is_empty() {
-            out += &if rows.len() < self.threads.len() {
-                format!(
-                    "\nTHREADS: TOP {} BY TRACED TIME (of {})\n",
-                    rows.len(),
-                    self.threads.len()
-                )
-            } else {
-                "\nTHREADS\n".to_string()
-            };
-            out += &render(
-                &["PID", "TID", "THREAD", "SPANS", "TRACED", "MOST SELF TIME"],
-                &rows,
-                0,
-            );
+        if rows.is_empty() {
+            return String::new();
         }
-        let rows: Vec<Vec<String>> = self
-            .instants
-            .iter()
-            .map(|i| vec![i.name.clone(), i.kind.clone(), i.count.to_string()])
-            .collect();
-        if !rows.is_empty() {
-            out += "\nINSTANT EVENTS\n";
-            out += &render(&["NAME", "KIND", "COUNT"], &rows, 2);
-        }
-        out += &bottlenecks_text(&self.bottlenecks);
+        let mut out = if rows.len() < self.threads.len() {
+            format!(
+                "\nTHREADS: TOP {} BY TRACED TIME (of {})\n",
+                rows.len(),
+                self.threads.len()
+            )
+        } else {
+            "\nTHREADS\n".to_string()
+        };
+        out += &render(
+            &["PID", "TID", "THREAD", "SPANS", "TRACED", "MOST SELF TIME"],
+            &rows,
+            0,
+        );
         out
     }
 }
