@@ -55,6 +55,33 @@ impl Memory {
         live.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
         live
     }
+
+    /// Takes in `allocation`, handed out at `ptr`.
+    fn allocated(&mut self, ptr: u64, allocation: Allocation) {
+        let bytes = allocation.bytes;
+        if let Some(old) = self.live.insert(ptr, allocation) {
+            // An address handed out again without a traced free: replace it.
+            self.current -= old.bytes;
+        }
+        self.current += bytes;
+        self.peak = self.peak.max(self.current);
+        self.allocations += 1;
+    }
+
+    /// Takes in a free of `ptr`; the bytes live after it, when it was of a traced allocation.
+    fn freed(&mut self, ptr: u64) -> Option<u64> {
+        self.frees += 1;
+        match self.live.remove(&ptr) {
+            Some(old) => {
+                self.current -= old.bytes;
+                Some(self.current)
+            }
+            None => {
+                self.unknown_frees += 1;
+                None
+            }
+        }
+    }
 }
 
 /// Totals for summary.json.
@@ -225,45 +252,23 @@ impl Calls {
                 space,
                 ..
             } => {
-                let n = rows_of(size, rows).saturating_mul(layers.map_or(1, get));
-                let ptr = call.out.unwrap_or(0);
-                values = if code == 0 {
-                    format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"") + &values
-                } else {
-                    // A failed call writes no pointer: what the out-pointer holds is not its.
-                    format!(",\"bytes\":{n},\"ptr\":null") + &values
+                let allocation = Allocation {
+                    bytes: rows_of(size, rows).saturating_mul(layers.map_or(1, get)),
+                    tid,
+                    at_ns: start_ns,
+                    function: function.name,
                 };
-                if count && ptr != 0 {
-                    let m = self.totals.memory.entry((space, pid)).or_default();
-                    let allocation = Allocation {
-                        bytes: n,
-                        tid,
-                        at_ns: start_ns,
-                        function: function.name,
-                    };
-                    if let Some(old) = m.live.insert(ptr, allocation) {
-                        // An address handed out again without a traced free: replace it.
-                        m.current -= old.bytes;
-                    }
-                    m.current += n;
-                    m.peak = m.peak.max(m.current);
-                    m.allocations += 1;
-                    memory = Some((space, m.current));
-                }
+                let ptr = call.out.unwrap_or(0);
+                let (shown, counted) = self.allocation((space, pid), allocation, ptr, (code, count));
+                values = shown + &values;
+                memory = counted;
             }
             Op::Free { ptr, space } => {
                 let ptr = call.regs[ptr];
                 values = format!(",\"ptr\":\"{ptr:#x}\"") + &values;
                 if count && ptr != 0 {
                     let m = self.totals.memory.entry((space, pid)).or_default();
-                    m.frees += 1;
-                    match m.live.remove(&ptr) {
-                        Some(old) => {
-                            m.current -= old.bytes;
-                            memory = Some((space, m.current));
-                        }
-                        None => m.unknown_frees += 1,
-                    }
+                    memory = m.freed(ptr).map(|current| (space, current));
                 }
             }
             Op::Sync => {
@@ -272,31 +277,59 @@ impl Calls {
                     self.totals.sync.1 += end_ns.saturating_sub(start_ns);
                 }
             }
-            Op::GraphLaunch => {
-                if count {
-                    self.totals.graph_launches += 1;
-                }
-            }
-            Op::GetFunction => {
-                let name = lookup_name(pid, call.regs[2], &call.bytes);
-                let handle = call.out.unwrap_or(0);
-                values = format!(
-                    ",\"name\":{},\"function\":\"{handle:#x}\"",
-                    serde_json::to_string(&name).unwrap_or_default()
-                ) + &values;
-                if code == 0 {
-                    self.names.name_handle(pid, handle, name);
-                }
-            }
-            Op::KernelGetFunction => {
-                let (handle, kernel) = (call.out.unwrap_or(0), call.regs[1]);
-                values = format!(",\"function\":\"{handle:#x}\",\"kernel\":\"{kernel:#x}\"") + &values;
-                if let (0, Some(name)) = (code, self.names.handle_name(pid, kernel)) {
-                    self.names.name_handle(pid, handle, name);
-                }
+            Op::GraphLaunch => self.totals.graph_launches += u64::from(count),
+            Op::GetFunction | Op::KernelGetFunction => {
+                values = self.lookup(function.op, pid, code, &call) + &values;
             }
         }
         Rendered { values, memory }
+    }
+
+    /// The values of an allocation that handed out `ptr` (by a call that returned `code`), and,
+    /// when it is counted (`count`), the memory of its space in process `pid` after it.
+    fn allocation(
+        &mut self,
+        (space, pid): (Space, u32),
+        allocation: Allocation,
+        ptr: u64,
+        (code, count): (u32, bool),
+    ) -> (String, Option<(Space, u64)>) {
+        let n = allocation.bytes;
+        let values = if code == 0 {
+            format!(",\"bytes\":{n},\"ptr\":\"{ptr:#x}\"")
+        } else {
+            // A failed call writes no pointer: what the out-pointer holds is not its.
+            format!(",\"bytes\":{n},\"ptr\":null")
+        };
+        if !count || ptr == 0 {
+            return (values, None);
+        }
+        let m = self.totals.memory.entry((space, pid)).or_default();
+        m.allocated(ptr, allocation);
+        (values, Some((space, m.current)))
+    }
+
+    /// The values of a lookup of a kernel's function handle (by name, or from a library's
+    /// kernel handle), whose result code is `code`; names the handle it gave out.
+    fn lookup(&mut self, op: Op, pid: u32, code: u32, call: &Entry) -> String {
+        if op == Op::GetFunction {
+            let name = lookup_name(pid, call.regs[2], &call.bytes);
+            let handle = call.out.unwrap_or(0);
+            let values = format!(
+                ",\"name\":{},\"function\":\"{handle:#x}\"",
+                serde_json::to_string(&name).unwrap_or_default()
+            );
+            if code == 0 {
+                self.names.name_handle(pid, handle, name);
+            }
+            values
+        } else {
+            let (handle, kernel) = (call.out.unwrap_or(0), call.regs[1]);
+            if let (0, Some(name)) = (code, self.names.handle_name(pid, kernel)) {
+                self.names.name_handle(pid, handle, name);
+            }
+            format!(",\"function\":\"{handle:#x}\",\"kernel\":\"{kernel:#x}\"")
+        }
     }
 
     fn launch(&mut self, op: Op, pid: u32, call: &Entry) -> Launch {
