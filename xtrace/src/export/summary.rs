@@ -147,74 +147,12 @@ impl Summary {
     }
 
     pub fn table(&self) -> String {
-        let count = |usdt: bool| -> u64 {
-            self.probes
-                .iter()
-                .filter(|p| (p.kind == "usdt") == usdt)
-                .map(|p| p.stats.count)
-                .sum()
-        };
-        let hits = if self.probes.iter().any(|p| p.kind == "usdt") {
-            format!(" and {} USDT hits", count(true))
-        } else {
-            String::new()
-        };
-        // With --min-duration the shorter calls are counted, not recorded as spans.
-        let below: Option<u64> = self
-            .probes
-            .iter()
-            .filter_map(|p| p.below_min_duration)
-            .reduce(|a, b| a + b);
-        let calls = match below {
-            Some(below) => format!(
-                "{} calls ({} as spans, {below} under --min-duration)",
-                count(false),
-                count(false).saturating_sub(below)
-            ),
-            None => format!("{} spans", count(false)),
-        };
-        let what = match &self.profile {
-            Some(profile) if self.probes.is_empty() => format!("{} samples", profile.samples),
-            _ => format!(
-                "{calls}{hits} from {} probe{}",
-                self.probes.len(),
-                if self.probes.len() == 1 { "" } else { "s" }
-            ),
-        };
-        let mut out = format!(
-            "{what} in {} ({}), {} lost\n",
-            human(self.run.duration_ns),
-            self.stop_reason.replace('_', " "),
-            self.lost_events
-        );
+        let mut out = self.headline();
         if let Some(costs) = &self.run.overhead {
             out += &crate::bpf::overhead::line(costs);
             out.push('\n');
         }
-        if let Some(command) = &self.command {
-            let ended = match (command.exit_code, command.signal) {
-                (Some(code), _) => Some(format!("exited with status {code}")),
-                (None, Some(signal)) => Some(format!("killed by signal {signal}")),
-                (None, None) => None,
-            };
-            let status = match (command.ended_by_xtrace, ended) {
-                (false, Some(ended)) => ended,
-                (true, Some(ended)) => {
-                    format!("was still running when xtrace stopped; xtrace ended it ({ended})")
-                }
-                (_, None) => "was still running when xtrace stopped".into(),
-            };
-            out += &format!(
-                "command `{}` (pid {}) {status}\n",
-                crate::shell::quote_words(&command.argv),
-                command.pid
-            );
-        }
-        if self.command.is_none() && self.targets.len() > 1 {
-            for t in self.targets.iter().filter(|t| t.exited) {
-                out += &format!("pid {} ({}) exited during the capture\n", t.pid, t.comm);
-            }
-        }
+        out += &self.command_lines();
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
@@ -263,6 +201,80 @@ impl Summary {
                 show(gpu.max_memory_used_bytes, " bytes"),
                 show(gpu.max_power_w, " W"),
             );
+        }
+        out
+    }
+
+    /// The table's first line: what was recorded, in how long, why it stopped, and losses.
+    fn headline(&self) -> String {
+        let count = |usdt: bool| -> u64 {
+            self.probes
+                .iter()
+                .filter(|p| (p.kind == "usdt") == usdt)
+                .map(|p| p.stats.count)
+                .sum()
+        };
+        let hits = if self.probes.iter().any(|p| p.kind == "usdt") {
+            format!(" and {} USDT hits", count(true))
+        } else {
+            String::new()
+        };
+        // With --min-duration the shorter calls are counted, not recorded as spans.
+        let below: Option<u64> = self
+            .probes
+            .iter()
+            .filter_map(|p| p.below_min_duration)
+            .reduce(|a, b| a + b);
+        let calls = match below {
+            Some(below) => format!(
+                "{} calls ({} as spans, {below} under --min-duration)",
+                count(false),
+                count(false).saturating_sub(below)
+            ),
+            None => format!("{} spans", count(false)),
+        };
+        let what = match &self.profile {
+            Some(profile) if self.probes.is_empty() => format!("{} samples", profile.samples),
+            _ => format!(
+                "{calls}{hits} from {} probe{}",
+                self.probes.len(),
+                if self.probes.len() == 1 { "" } else { "s" }
+            ),
+        };
+        format!(
+            "{what} in {} ({}), {} lost\n",
+            human(self.run.duration_ns),
+            self.stop_reason.replace('_', " "),
+            self.lost_events
+        )
+    }
+
+    /// What became of the launched command, or of the targets that exited during the capture.
+    fn command_lines(&self) -> String {
+        let mut out = String::new();
+        if let Some(command) = &self.command {
+            let ended = match (command.exit_code, command.signal) {
+                (Some(code), _) => Some(format!("exited with status {code}")),
+                (None, Some(signal)) => Some(format!("killed by signal {signal}")),
+                (None, None) => None,
+            };
+            let status = match (command.ended_by_xtrace, ended) {
+                (false, Some(ended)) => ended,
+                (true, Some(ended)) => {
+                    format!("was still running when xtrace stopped; xtrace ended it ({ended})")
+                }
+                (_, None) => "was still running when xtrace stopped".into(),
+            };
+            out += &format!(
+                "command `{}` (pid {}) {status}\n",
+                crate::shell::quote_words(&command.argv),
+                command.pid
+            );
+        }
+        if self.command.is_none() && self.targets.len() > 1 {
+            for t in self.targets.iter().filter(|t| t.exited) {
+                out += &format!("pid {} ({}) exited during the capture\n", t.pid, t.comm);
+            }
         }
         out
     }
