@@ -195,6 +195,82 @@ impl Ranges {
         }])
     }
 
+    /// An async range started by thread `tid` of `pid` at `ts_ns`: kept open under its id, or in
+    /// the process's queue of ranges started with id 0.
+    fn start(&mut self, source: Source, args: &[RangeArg], (pid, tid, ts_ns): (u32, u32, u64)) {
+        let open = AsyncOpen {
+            start_ns: ts_ns,
+            tid,
+            source,
+            domain: text(args, 1),
+            name: text(args, 2),
+        };
+        match int(args, 3) {
+            0 => {
+                self.next_unnumbered += 1;
+                let id = UNNUMBERED_IDS | self.next_unnumbered;
+                self.unnumbered
+                    .entry((pid, source))
+                    .or_default()
+                    .push_back((id, open));
+            }
+            id => {
+                // A range of that id still open never ends now (its process started its
+                // numbering again: an exec): it is counted as unpaired.
+                if self.open_async.insert((pid, source, id), open).is_some() {
+                    self.unpaired += 1;
+                }
+            }
+        }
+    }
+
+    /// An async range of `pid` that ended at `ts_ns`: counted, and its begin and end for
+    /// trace.json.
+    fn end(
+        &mut self,
+        source: Source,
+        args: &[RangeArg],
+        (pid, ts_ns): (u32, u64),
+        span: impl Fn(u64, &Option<String>, &Option<String>) -> SpanOut,
+    ) -> Output {
+        // An end whose id is unknown closes the oldest range started with id 0: another
+        // NVTX tool than xtrace's hands out ids that libnvToolsExt's probes never saw.
+        let id = int(args, 1);
+        let found = self
+            .open_async
+            .remove(&(pid, source, id))
+            .map(|open| (id, open))
+            .or_else(|| {
+                self.unnumbered
+                    .get_mut(&(pid, source))
+                    .and_then(VecDeque::pop_front)
+            });
+        let Some((id, open)) = found else {
+            self.unpaired += 1;
+            return Output::Nothing;
+        };
+        let duration = ts_ns.saturating_sub(open.start_ns);
+        let name = open.name.clone().unwrap_or_else(|| UNNAMED.into());
+        self.count((open.source, open.domain.clone(), name, "start"), duration);
+        let edge = |begin| {
+            Some(AsyncEdge {
+                begin,
+                id: trace_id(pid, source, id),
+            })
+        };
+        let begin = SpanOut {
+            tid: open.tid,
+            edge: edge(true),
+            ..span(open.start_ns, &open.name, &open.domain)
+        };
+        let end = SpanOut {
+            edge: edge(false),
+            values: None,
+            ..span(ts_ns, &open.name, &open.domain)
+        };
+        Output::Events(vec![begin, end])
+    }
+
     /// One hit of probe `probe` by thread `tid` of `pid` at `ts_ns`.
     pub fn hit(
         &mut self,
@@ -257,70 +333,10 @@ impl Ranges {
                 self.closed(source, domain, name, (start_ns.min(ts_ns), ts_ns, depth), span)
             }
             RangeOp::Start => {
-                let open = AsyncOpen {
-                    start_ns: ts_ns,
-                    tid,
-                    source,
-                    domain: text(args, 1),
-                    name: text(args, 2),
-                };
-                match int(args, 3) {
-                    0 => {
-                        self.next_unnumbered += 1;
-                        let id = UNNUMBERED_IDS | self.next_unnumbered;
-                        self.unnumbered
-                            .entry((pid, source))
-                            .or_default()
-                            .push_back((id, open));
-                    }
-                    id => {
-                        // A range of that id still open never ends now (its process started its
-                        // numbering again: an exec): it is counted as unpaired.
-                        if self.open_async.insert((pid, source, id), open).is_some() {
-                            self.unpaired += 1;
-                        }
-                    }
-                }
+                self.start(source, args, (pid, tid, ts_ns));
                 Output::Nothing
             }
-            RangeOp::End => {
-                // An end whose id is unknown closes the oldest range started with id 0: another
-                // NVTX tool than xtrace's hands out ids that libnvToolsExt's probes never saw.
-                let id = int(args, 1);
-                let found = self
-                    .open_async
-                    .remove(&(pid, source, id))
-                    .map(|open| (id, open))
-                    .or_else(|| {
-                        self.unnumbered
-                            .get_mut(&(pid, source))
-                            .and_then(VecDeque::pop_front)
-                    });
-                let Some((id, open)) = found else {
-                    self.unpaired += 1;
-                    return Output::Nothing;
-                };
-                let duration = ts_ns.saturating_sub(open.start_ns);
-                let name = open.name.clone().unwrap_or_else(|| UNNAMED.into());
-                self.count((open.source, open.domain.clone(), name, "start"), duration);
-                let edge = |begin| {
-                    Some(AsyncEdge {
-                        begin,
-                        id: trace_id(pid, source, id),
-                    })
-                };
-                let begin = SpanOut {
-                    tid: open.tid,
-                    edge: edge(true),
-                    ..span(open.start_ns, &open.name, &open.domain)
-                };
-                let end = SpanOut {
-                    edge: edge(false),
-                    values: None,
-                    ..span(ts_ns, &open.name, &open.domain)
-                };
-                Output::Events(vec![begin, end])
-            }
+            RangeOp::End => self.end(source, args, (pid, ts_ns), span),
             RangeOp::Mark => {
                 let (domain, name) = (text(args, 1), text(args, 2));
                 let key_name = name.clone().unwrap_or_else(|| UNNAMED.into());
