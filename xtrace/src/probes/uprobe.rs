@@ -162,6 +162,23 @@ pub enum Untraceable {
     NoExit,
 }
 
+impl Untraceable {
+    /// The error of a function named exactly (`symbol` of `path`) that cannot be traced so.
+    fn into_error(self, path: std::path::PathBuf, symbol: String) -> Error {
+        match self {
+            Untraceable::Refused(why) => Error::Unprobeable { path, symbol, why },
+            Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
+            Untraceable::GoStack => Error::GoStack { path, symbol },
+            Untraceable::Uncalled => Error::Uncalled { path, symbol },
+            Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
+            Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
+            Untraceable::IfuncPicksNothing => Error::IfuncPicksNothing { path, symbol },
+            Untraceable::Unwinds => Error::UnwindsOwnStack { path, symbol },
+            Untraceable::NoExit => Error::NoProbeableExit { path, symbol },
+        }
+    }
+}
+
 /// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
 /// more than `max_probes` functions match, before anything is attached. `entries` says where
 /// entries are probed, `exits` how returns are.
@@ -196,30 +213,7 @@ pub fn plan(
             let file = scope.resolve(&spec.target)?;
             let (symbols, first) = elves.get(&file)?;
             if first {
-                if symbols.stripped {
-                    plan.notices.push(format!(
-                        "{} is stripped (no .symtab): only its exported .dynsym functions can be traced{}",
-                        file.shown.display(),
-                        super::elf::debug_file_hint(symbols.debug_refused.as_deref())
-                    ));
-                }
-                if symbols.go && exits == ExitMode::Uretprobe {
-                    plan.notices.push(format!(
-                        "{} is Go code: with --exits uretprobe, the Go runtime aborts the process \
-                         (\"unexpected return pc\") when it walks a goroutine's stack inside a traced \
-                         call (stack growth, garbage collection, preemption), because return probes \
-                         replace return addresses",
-                        file.shown.display()
-                    ));
-                }
-                if symbols.cxx_exceptions && exits == ExitMode::Uretprobe {
-                    plan.notices.push(format!(
-                        "{} has exception tables: with --exits uretprobe, an exception or panic that \
-                         unwinds through a traced function (thrown inside, caught outside) aborts the \
-                         process, because return probes replace return addresses",
-                        file.shown.display()
-                    ));
-                }
+                file_notices(&mut plan.notices, &file, symbols, exits);
             }
             let functions = symbols.find(&spec.symbol)?;
             // Opened once for every function's instructions (entry, exits).
@@ -228,29 +222,12 @@ pub fn plan(
             for function in functions {
                 let function = &*in_scope(function, scope, (&file, &code), symbols, &mut in_process);
                 let shown = file.shown.display().to_string();
-                // An IFUNC left out is not the resolver at its address.
-                let key = (
-                    meta.dev(),
-                    meta.ino(),
-                    function.probe_offset,
-                    function.ifunc.unplaced(),
-                );
+                let key = probe_key(&meta, function);
                 let planned = match ids.get(&key) {
                     Some(known) => {
                         if let Ok((id, ..)) = known {
-                            let capture = &plan.probes[*id as usize].capture;
-                            let typed = !spec.args.is_empty() || spec.ret.is_some();
                             let first = typed_by.get(id).map_or("", String::as_str);
-                            let note = format!(
-                                "-u '{}': `{}` is traced already through -u '{first}', whose value types apply",
-                                spec.text, function.demangled
-                            );
-                            if typed
-                                && (capture.args != spec.args || capture.ret != spec.ret)
-                                && !plan.notices.contains(&note)
-                            {
-                                plan.notices.push(note);
-                            }
+                            typed_again(&mut plan, *id, spec, first, function);
                         }
                         known.clone()
                     }
@@ -294,36 +271,21 @@ pub fn plan(
                     Ok(planned) => planned,
                     // Named exactly: refused. Matched by a glob: left out (one warning per file).
                     Err(why) if !super::glob::is_glob(&spec.symbol) => {
-                        let (path, symbol) = (file.shown.clone(), function.demangled.clone());
-                        return Err(match why {
-                            Untraceable::Refused(why) => Error::Unprobeable { path, symbol, why },
-                            Untraceable::ReturnsTwice => Error::ReturnsTwice { path, symbol },
-                            Untraceable::GoStack => Error::GoStack { path, symbol },
-                            Untraceable::Uncalled => Error::Uncalled { path, symbol },
-                            Untraceable::Ifunc => Error::IfuncUnresolved { path, symbol },
-                            Untraceable::IfuncOutside => Error::IfuncOutside { path, symbol },
-                            Untraceable::IfuncPicksNothing => Error::IfuncPicksNothing { path, symbol },
-                            Untraceable::Unwinds => Error::UnwindsOwnStack { path, symbol },
-                            Untraceable::NoExit => Error::NoProbeableExit { path, symbol },
-                        });
+                        return Err(why.into_error(file.shown.clone(), function.demangled.clone()))
                     }
                     Err(_) => continue,
                 };
                 if !attached.insert((scope_index, key)) {
                     continue;
                 }
-                let go = symbols.go_code(function);
-                let go_stack_check = go
-                    && super::entry::on_go_stack_check(&code, function, offset).map_err(unreadable(&file))?;
-                plan.attachments.push(Attachment {
-                    probe_id: id,
-                    file: file.clone(),
-                    offset,
-                    scope: scope_index,
-                    exits: sites,
-                    go_stack_check,
-                    go,
-                });
+                let attachment = attachment(
+                    (&file, &code),
+                    symbols,
+                    function,
+                    (id, offset, sites),
+                    scope_index,
+                )?;
+                plan.attachments.push(attachment);
             }
             if plan.probes.len() > max_probes {
                 return Err(Error::TooManyProbes {
@@ -337,6 +299,83 @@ pub fn plan(
     left_out.notices(&mut plan.notices);
     super::names::tell_apart(&mut plan.probes, &places);
     Ok(plan)
+}
+
+/// What a planned probe is known by: its file's device and inode, its entry offset, and whether
+/// it is an IFUNC left out (which is not the resolver at its address).
+fn probe_key(meta: &std::fs::Metadata, function: &FunctionSymbol) -> (u64, u64, u64, bool) {
+    (
+        meta.dev(),
+        meta.ino(),
+        function.probe_offset,
+        function.ifunc.unplaced(),
+    )
+}
+
+/// The attachment of `function` (of `symbols`, the symbols of `file`, read through `code`) in
+/// scope `scope` as planned: probe id, entry offset, exit sites.
+fn attachment(
+    (file, code): (&TargetFile, &std::fs::File),
+    symbols: &ElfSymbols,
+    function: &FunctionSymbol,
+    (probe_id, offset, exits): Planned,
+    scope: usize,
+) -> Result<Attachment> {
+    let go = symbols.go_code(function);
+    let go_stack_check =
+        go && super::entry::on_go_stack_check(code, function, offset).map_err(unreadable(file))?;
+    Ok(Attachment {
+        probe_id,
+        file: file.clone(),
+        offset,
+        scope,
+        exits,
+        go_stack_check,
+        go,
+    })
+}
+
+/// What to know of `file` (whose symbols are `symbols`) before tracing it: that it is stripped,
+/// and what return probes do to Go code and to code that throws.
+fn file_notices(notices: &mut Vec<String>, file: &TargetFile, symbols: &ElfSymbols, exits: ExitMode) {
+    if symbols.stripped {
+        notices.push(format!(
+            "{} is stripped (no .symtab): only its exported .dynsym functions can be traced{}",
+            file.shown.display(),
+            super::elf::debug_file_hint(symbols.debug_refused.as_deref())
+        ));
+    }
+    if symbols.go && exits == ExitMode::Uretprobe {
+        notices.push(format!(
+            "{} is Go code: with --exits uretprobe, the Go runtime aborts the process \
+             (\"unexpected return pc\") when it walks a goroutine's stack inside a traced \
+             call (stack growth, garbage collection, preemption), because return probes \
+             replace return addresses",
+            file.shown.display()
+        ));
+    }
+    if symbols.cxx_exceptions && exits == ExitMode::Uretprobe {
+        notices.push(format!(
+            "{} has exception tables: with --exits uretprobe, an exception or panic that \
+             unwinds through a traced function (thrown inside, caught outside) aborts the \
+             process, because return probes replace return addresses",
+            file.shown.display()
+        ));
+    }
+}
+
+/// Says so when `spec` types the values of probe `id` (of `function`), which the spec `first`
+/// typed already, otherwise: the first spec's types apply.
+fn typed_again(plan: &mut Plan, id: u32, spec: &UprobeSpec, first: &str, function: &FunctionSymbol) {
+    let capture = &plan.probes[id as usize].capture;
+    let typed = !spec.args.is_empty() || spec.ret.is_some();
+    let note = format!(
+        "-u '{}': `{}` is traced already through -u '{first}', whose value types apply",
+        spec.text, function.demangled
+    );
+    if typed && (capture.args != spec.args || capture.ret != spec.ret) && !plan.notices.contains(&note) {
+        plan.notices.push(note);
+    }
 }
 
 /// `function` of `symbols` (the symbols of `file`, read through `code`) as traced in `scope`: an
