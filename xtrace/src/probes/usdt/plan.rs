@@ -211,21 +211,27 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
             }
         }
         if matched == 0 {
-            return Err(Error::UsdtNotFound {
-                spec: spec.text.clone(),
-                searched: describe(&searched),
-                hint: if let Some(first) = skipped.first() {
-                    format!("; {} matching site(s) skipped, first {first}", skipped.len())
-                } else if available.is_empty() {
-                    "; those files have no USDT notes (list them with `xtrace list usdt`)".into()
-                } else {
-                    format!("; probes there include {}", available.join(", "))
-                },
-            });
+            return Err(not_found(spec, &searched, &skipped, &available));
         }
     }
     pair_spans(plan);
     Ok(())
+}
+
+/// The error of `spec`, which matched no probe in the files `searched`: the sites it matched but
+/// skipped, else some of the probes there.
+fn not_found(spec: &UsdtSpec, searched: &[String], skipped: &[String], available: &[String]) -> Error {
+    Error::UsdtNotFound {
+        spec: spec.text.clone(),
+        searched: describe(searched),
+        hint: if let Some(first) = skipped.first() {
+            format!("; {} matching site(s) skipped, first {first}", skipped.len())
+        } else if available.is_empty() {
+            "; those files have no USDT notes (list them with `xtrace list usdt`)".into()
+        } else {
+            format!("; probes there include {}", available.join(", "))
+        },
+    }
 }
 
 /// The files a TARGET names in `scope`, or (without one) every module of the scope: a launched
