@@ -29,6 +29,8 @@ pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Returns true when the test may use BPF (effective uid 0). Otherwise prints a skip notice and
 /// returns false, or panics when `XTRACE_REQUIRE_BPF=1` (CI), where a skip would hide a failure.
+/// A test built without root is already ignored (`cfg(xtrace_no_root)`, see build.rs), so this
+/// skip is reached only by a build that is stale: made as root, run as another user.
 pub fn require_bpf() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };

@@ -23,6 +23,7 @@ fn argfn_offsets(out: &Outputs, program: &Path) -> (String, u64) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn integer_string_and_return_values_exactly() {
     if !require_bpf() {
         return;
@@ -41,6 +42,7 @@ fn integer_string_and_return_values_exactly() {
 /// "alpha", "", NULL and 70 x 'x' (cut to 63 bytes), with its argument captured at entry or
 /// nothing captured at entry at all.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn returned_strings_are_read_at_the_return() {
     if !require_bpf() {
         return;
@@ -80,6 +82,7 @@ fn returned_strings_are_read_at_the_return() {
 /// A function matched by several `-u` takes one spec's value types: an exact name's before a
 /// glob's, whatever their order; of two exact names, the first's, and xtrace says so.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn an_exact_spec_beats_a_glob_for_value_types() {
     if !require_bpf() {
         return;
@@ -106,6 +109,7 @@ fn an_exact_spec_beats_a_glob_for_value_types() {
 /// `push` that follows. The entry probe goes on that next instruction and sees the same
 /// arguments, return address and return value.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn entry_probe_goes_after_endbr64() {
     if !require_bpf() {
         return;
@@ -173,6 +177,7 @@ fn assert_argfn_values(out: &Outputs) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn probes_without_a_spec_have_no_values() {
     if !require_bpf() {
         return;
@@ -187,6 +192,7 @@ fn probes_without_a_spec_have_no_values() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn bad_argument_spec_points_at_the_character() {
     if !require_bpf() {
         return;

@@ -40,6 +40,7 @@ fn assert_spans(out: &Outputs, mechanism: &str) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn uprobe_multi_by_default() {
     if !require_bpf() {
         return;
@@ -48,6 +49,7 @@ fn uprobe_multi_by_default() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn perf_event_when_asked() {
     if !require_bpf() {
         return;
@@ -56,6 +58,7 @@ fn perf_event_when_asked() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn unknown_mechanism_is_refused() {
     if !require_bpf() {
         return;
@@ -89,6 +92,7 @@ fn unknown_mechanism_is_refused() {
 /// programs, and are left out as the calls of any other process are. `calls sharedvm` calls quick
 /// 10 times, then its 4 children 10 times each.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn children_that_share_the_targets_memory_are_not_traced() {
     if !require_bpf() {
         return;

@@ -17,6 +17,7 @@ use xtrace_tests::{
 };
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nonexistent_pid() {
     if !require_bpf() {
         return;
@@ -27,6 +28,7 @@ fn nonexistent_pid() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn reaped_pid() {
     if !require_bpf() {
         return;
@@ -42,6 +44,7 @@ fn reaped_pid() {
 /// A process that exits while xtrace attaches: `spans exit-when-probed` exits the moment the
 /// breakpoint of `-u work` appears in its code, while xtrace still has the sampler to start.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn pid_that_exits_during_attach() {
     if !require_bpf() {
         return;
@@ -77,6 +80,7 @@ fn pid_that_exits_during_attach() {
 /// A process whose main thread has exited (`pthread_exit`) while another thread runs: /proc/PID
 /// shows no mappings any more, so it is refused, saying why and what to do.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn pid_whose_main_thread_has_exited() {
     if !require_bpf() {
         return;
@@ -99,6 +103,7 @@ fn pid_whose_main_thread_has_exited() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn target_not_elf() {
     if !require_bpf() {
         return;
@@ -118,6 +123,7 @@ fn target_not_elf() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn target_is_directory() {
     if !require_bpf() {
         return;
@@ -139,6 +145,7 @@ fn target_is_directory() {
 /// A FIFO as TARGET would block xtrace in open(), a device like /dev/zero would be read without
 /// end: both are refused, naming what they are, before anything is opened.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn target_is_not_a_regular_file() {
     if !require_bpf() {
         return;
@@ -185,6 +192,7 @@ fn target_is_not_a_regular_file() {
 /// An ELF file for another machine (here the `spans` fixture relabelled aarch64) is refused: its
 /// offsets would be probed as x86-64 code.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn target_of_another_architecture() {
     if !require_bpf() {
         return;
@@ -210,6 +218,7 @@ fn target_of_another_architecture() {
 /// refusal of the whole uprobe_multi link was taken for a kernel without uprobe_multi.) A glob
 /// skips such functions with a warning and traces the rest.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn function_the_kernel_cannot_probe() {
     if !require_bpf() {
         return;
@@ -287,6 +296,7 @@ fn function_the_kernel_cannot_probe() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn unknown_symbol_suggests_close_names() {
     if !require_bpf() {
         return;
@@ -317,6 +327,7 @@ fn unknown_symbol_suggests_close_names() {
 
 /// pid 2 (kthreadd) exists but is a kernel thread: said so, not "no process".
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn kernel_thread_pid() {
     if !require_bpf() {
         return;
@@ -343,6 +354,7 @@ fn process_not_permitted() {
 /// A command path that is a directory, not executable, or missing says which, not "not found in
 /// PATH".
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn command_that_cannot_run() {
     if !require_bpf() {
         return;
@@ -375,6 +387,7 @@ fn command_that_cannot_run() {
 /// alike) exists, so exec's ENOENT is explained, and the failed start leaves the last recording in
 /// the output directory as it was.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn command_whose_interpreter_is_missing() {
     if !require_bpf() {
         return;
@@ -448,6 +461,7 @@ fn arguments_that_are_not_utf8_are_named() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn zombie_pid() {
     if !require_bpf() {
         return;
@@ -476,6 +490,7 @@ fn zombie_pid() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn truncated_elf_target() {
     if !require_bpf() {
         return;
@@ -504,6 +519,7 @@ fn truncated_elf_target() {
 /// A name the user gave with a newline or a terminal escape in it is shown escaped: the error
 /// stays one line and cannot drive the terminal.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn control_characters_in_a_name() {
     if !require_bpf() {
         return;
@@ -528,6 +544,7 @@ fn control_characters_in_a_name() {
 /// `xtrace list symbols` of a glob that matches nothing, or of a file without function symbols,
 /// does not advise running `xtrace list symbols`, which is what was run.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_symbols_that_match_nothing() {
     if !require_bpf() {
         return;

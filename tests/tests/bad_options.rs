@@ -14,6 +14,7 @@ use xtrace_tests::{
 };
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn pid_and_command_together() {
     if !require_bpf() {
         return;
@@ -35,6 +36,7 @@ fn pid_and_command_together() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn unusable_output_directory() {
     if !require_bpf() {
         return;
@@ -49,6 +51,7 @@ fn unusable_output_directory() {
 /// An output name taken by a directory, and `-o` naming a file, fail before anything is attached
 /// (a taken name used to fail only when the recording ended).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn output_names_taken() {
     if !require_bpf() {
         return;
@@ -82,6 +85,7 @@ fn output_names_taken() {
 /// `xtrace list` without what to list: one line naming what is missing (clap would show the
 /// command's help, whose first line is no error).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_without_a_subcommand() {
     if !require_bpf() {
         return;
@@ -97,6 +101,7 @@ fn list_without_a_subcommand() {
 /// --tid with a launched command (whose threads do not exist yet) is refused; with -a the
 /// thread must exist.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tid_without_pid() {
     if !require_bpf() {
         return;
@@ -143,6 +148,7 @@ fn tid_without_pid() {
 
 /// --no-inherit limits sampling to the targets; -a samples every process, so it has none.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn no_inherit_with_system_wide() {
     if !require_bpf() {
         return;
@@ -158,6 +164,7 @@ fn no_inherit_with_system_wide() {
 /// An XTRACE_UPROBE_ATTACH that names no mechanism is refused before anything is created: no
 /// output directory is left behind.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn bad_attach_variable() {
     if !require_bpf() {
         return;
@@ -178,6 +185,7 @@ fn bad_attach_variable() {
 
 /// XTRACE_TOOL_LIB set to what is not a file is named, not taken for a missing build.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tool_library_variable_not_a_file() {
     if !require_bpf() {
         return;
@@ -203,6 +211,7 @@ fn tool_library_variable_not_a_file() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn debug_dir_that_is_no_directory() {
     if !require_bpf() {
         return;
@@ -228,6 +237,7 @@ fn debug_dir_that_is_no_directory() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn invalid_buffer_size() {
     if !require_bpf() {
         return;
@@ -254,6 +264,7 @@ fn invalid_buffer_size() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn invalid_exits_mode() {
     if !require_bpf() {
         return;

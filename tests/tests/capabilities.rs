@@ -26,6 +26,7 @@ fn open_to_all(label: &str) -> TempDir {
 /// Root without CAP_SYS_PTRACE (a container drops it) may not read another user's /proc files: it
 /// is told the capability, not to run as root.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn root_without_cap_sys_ptrace_is_told_the_capability() {
     if !require_bpf() {
         return;
@@ -46,6 +47,7 @@ fn root_without_cap_sys_ptrace_is_told_the_capability() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn without_root_needs_cap_bpf_and_cap_perfmon() {
     if !require_bpf() {
         return;
@@ -93,6 +95,7 @@ fn record_with_the_two_capabilities(args: Vec<std::ffi::OsString>) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cap_bpf_and_cap_perfmon_suffice_without_root() {
     if !require_bpf() {
         return;
@@ -161,6 +164,7 @@ fn kallsyms_hidden_from_nobody(caps: &[&str]) -> bool {
 /// the two-capability user no kallsyms address: xtrace says once that kernel frames stay bare
 /// addresses, and how to name them; with CAP_SYSLOG it names them and says nothing.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn kernel_frames_are_named_only_where_kallsyms_shows_addresses() {
     if !require_bpf() {
         return;

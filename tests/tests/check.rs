@@ -46,6 +46,7 @@ fn status_of<'a>(statuses: &'a [(String, String)], item: &str) -> &'a str {
 
 /// This machine (kernel 6.18, root, BTF, uprobe_multi) has everything.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn as_root_every_item_is_ok() {
     if !require_bpf() {
         return;
@@ -65,6 +66,7 @@ fn as_root_every_item_is_ok() {
 
 /// Without CAP_BPF the check names it, cannot ask the kernel about BPF, and exits 1.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn without_cap_bpf_the_check_names_it_and_fails() {
     if !require_bpf() {
         return;
@@ -105,6 +107,7 @@ fn without_cap_bpf_the_check_names_it_and_fails() {
 /// CAP_BPF and CAP_PERFMON are all recording needs: the kernel answers every BPF item, and the
 /// optional capabilities are named as limits.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn with_cap_bpf_and_cap_perfmon_recording_can_work() {
     if !require_bpf() {
         return;

@@ -49,6 +49,7 @@ fn sample_children_cpu(
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn children_are_sampled_and_leave_the_table_when_they_exit() {
     if !require_bpf() {
         return;
@@ -123,6 +124,7 @@ fn children_are_sampled_and_leave_the_table_when_they_exit() {
 /// registers are no place in the program: those stacks stop at hot_a, cut short too.
 /// The exec'd child maps the program anew, without the probes: its stacks are whole.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_forked_childs_stacks_through_the_trampoline_are_counted_truncated() {
     if !require_bpf() {
         return;
@@ -156,6 +158,7 @@ fn a_forked_childs_stacks_through_the_trampoline_are_counted_truncated() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn no_inherit_samples_the_target_only() {
     if !require_bpf() {
         return;
@@ -177,6 +180,7 @@ fn no_inherit_samples_the_target_only() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn children_that_live_milliseconds_are_symbolized() {
     if !require_bpf() {
         return;

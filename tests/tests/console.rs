@@ -49,6 +49,7 @@ fn status_lines(shown: &str, file: &str) -> Vec<(u64, u64, String)> {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_terminal_shows_the_live_status_line() {
     if !require_bpf() {
         return;
@@ -143,6 +144,7 @@ fn with_log(log: Option<&str>, out: &std::path::Path) -> Output {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn rust_log_turns_on_log_lines() {
     if !require_bpf() {
         return;

@@ -44,6 +44,7 @@ fn spawn_in_namespaces(root: &Path) -> (Fixture, u32) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn pid_in_other_namespaces_resolves_files_through_its_root() {
     if !require_bpf() {
         return;
@@ -123,6 +124,7 @@ fn pid_in_other_namespaces_resolves_files_through_its_root() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_in_a_pid_namespace_samples_and_follows_with_its_pids() {
     if !require_bpf() {
         return;
@@ -165,6 +167,7 @@ fn xtrace_in_a_pid_namespace_samples_and_follows_with_its_pids() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_in_a_pid_namespace_traces_only_its_processes_with_its_pids() {
     if !require_bpf() {
         return;
@@ -226,6 +229,7 @@ const PROC_NOT_OWN: &str = "xtrace: error: /proc is not of xtrace's own PID name
                             namespace, or run xtrace in the host's PID namespace";
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
     if !require_bpf() {
         return;
@@ -248,6 +252,7 @@ fn xtrace_in_a_pid_namespace_with_the_hosts_proc_is_refused() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_in_a_pid_namespace_refuses_a_process_of_a_nested_one_and_a_proc_not_its_own() {
     if !require_bpf() {
         return;
@@ -303,6 +308,7 @@ fn xtrace_in_a_pid_namespace_refuses_a_process_of_a_nested_one_and_a_proc_not_it
 /// tell them apart). Here the namespace runs `profile split`; the host's file is `spans`, whose
 /// functions (`outer`, `run_threads`, ...) named profile's frames before.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_gone_process_of_another_mount_namespace_is_not_named_from_the_hosts_file() {
     if !require_bpf() {
         return;

@@ -341,6 +341,7 @@ fn assert_lookups_copies_and_failures_by_pid(out: &Outputs, spans: &[Span]) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cuda_calls_by_pid_exactly() {
     if !require_bpf() {
         return;
@@ -366,6 +367,7 @@ fn cuda_calls_by_pid_exactly() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cuda_on_by_itself_for_a_pid_that_maps_cuda() {
     if !require_bpf() {
         return;
@@ -394,6 +396,7 @@ fn cuda_on_by_itself_for_a_pid_that_maps_cuda() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn gpu_metrics_off_leaves_no_notice() {
     if !require_bpf() {
         return;
@@ -408,6 +411,7 @@ fn gpu_metrics_off_leaves_no_notice() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cuda_in_a_launched_command() {
     if !require_bpf() {
         return;
@@ -424,6 +428,7 @@ fn cuda_in_a_launched_command() {
 /// still counts each one: launches, copies, memsets, and the memory frees give back (the kernel
 /// sends every CUDA call; user space drops the short ones from the trace).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cuda_summary_is_whole_under_min_duration() {
     if !require_bpf() {
         return;
@@ -456,6 +461,7 @@ fn cuda_summary_is_whole_under_min_duration() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cuda_without_a_cuda_library_watches_or_is_refused() {
     if !require_bpf() {
         return;

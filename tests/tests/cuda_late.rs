@@ -56,6 +56,7 @@ fn trace_late(args: &[&str], label: &str) -> (Outputs, Vec<String>, Vec<String>,
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn libraries_loaded_after_attach_are_traced() {
     if !require_bpf() {
         return;
@@ -135,6 +136,7 @@ fn libraries_loaded_after_attach_are_traced() {
 /// plugin: the names found by address are found again after every dlopen (all three were named
 /// plugin_a before).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn kernels_of_plugins_loaded_in_turn_at_one_address_keep_their_names() {
     if !require_bpf() {
         return;

@@ -107,6 +107,7 @@ fn quick_refused(calls: &Path, out: &Path) -> String {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn functions_of_a_stripped_file_from_its_debug_file_by_build_id() {
     if !require_bpf() {
         return;
@@ -159,6 +160,7 @@ fn functions_of_a_stripped_file_from_its_debug_file_by_build_id() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn functions_of_a_stripped_file_from_its_debug_link() {
     if !require_bpf() {
         return;
@@ -173,6 +175,7 @@ fn functions_of_a_stripped_file_from_its_debug_link() {
 /// A debug link whose file is another build's is not followed: the functions it would name stay
 /// unknown, and the notice names the file and why it was refused.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_debug_file_of_another_build_is_refused() {
     if !require_bpf() {
         return;
@@ -224,6 +227,7 @@ fn sampled_split(profile: &Path, flags: Vec<std::ffi::OsString>, tmp: &TempDir) 
 /// CPU samples of a stripped program are named from the debug file its build ID finds (blazesym
 /// alone follows only debug links): the split comes out as from the unstripped build.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_of_a_stripped_program_named_from_its_debug_file() {
     if !require_bpf() {
         return;
@@ -241,6 +245,7 @@ fn samples_of_a_stripped_program_named_from_its_debug_file() {
 /// A debug link is followed from a command launched by a relative path, and from a symlink in
 /// another directory (beside where it leads), as gdb follows them.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn debug_link_of_a_relative_or_symlinked_path() {
     if !require_bpf() {
         return;
@@ -290,6 +295,7 @@ fn debug_link_of_a_relative_or_symlinked_path() {
 /// A debug file whose DWARF is zstd-compressed (which blazesym does not read) still names the
 /// samples, from its own `.symtab`.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_named_from_a_zstd_debug_file() {
     if !require_bpf() {
         return;
@@ -303,6 +309,7 @@ fn samples_named_from_a_zstd_debug_file() {
 /// A process of another mount namespace (a container) whose debug file is installed in that
 /// namespace's /usr/lib/debug, which the host's does not have: found through /proc/PID/root.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn debug_file_of_a_container() {
     if !require_bpf() {
         return;

@@ -63,6 +63,7 @@ fn expect(f: impl Fn(u64) -> u64, with_arg: bool) -> Vec<(Option<u64>, u64)> {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
     if !require_bpf() {
         return;
@@ -165,6 +166,7 @@ fn entry_probes_move_only_where_nothing_a_span_shows_changes() {
 /// Without its argument captured, `writes_arg` moves too; with `--exits ret`, `tail`'s jmp is its
 /// exit, so its entry stays; `--entry symbol` keeps every entry on the first instruction.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn captures_exit_probes_and_entry_symbol_keep_entries() {
     if !require_bpf() {
         return;
@@ -205,6 +207,7 @@ fn captures_exit_probes_and_entry_symbol_keep_entries() {
 
 /// `xtrace list symbols` shows where each entry probe goes (PROBE), as a trace places it.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_symbols_shows_the_probe_offset() {
     if !require_bpf() {
         return;
@@ -241,6 +244,7 @@ fn list_symbols_shows_the_probe_offset() {
 /// is refused; vector_moved, whose `vpcmpeqb` is followed by a `nop`, is probed on the `nop` and
 /// computes what it does untraced (the fixture exits 3 on a wrong result).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn vector_instruction_the_kernel_would_skip() {
     if !require_bpf() {
         return;
@@ -316,6 +320,7 @@ fn set_section_size(bytes: &mut [u8], name: &[u8], size: u64) {
 /// stays on its `endbr64` (its own code loops back past it), and every call is counted once. It
 /// used to abort xtrace (release builds asked for 2^61 bytes to sweep it; debug builds overflowed).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_damaged_code_section_header_moves_no_probe() {
     if !require_bpf() {
         return;

@@ -22,6 +22,7 @@ fn trace(fixture: &mut Fixture, flags: Vec<std::ffi::OsString>, label: &str) -> 
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tid_filter_keeps_exactly_that_threads_calls() {
     if !require_bpf() {
         return;
@@ -56,6 +57,7 @@ fn tid_filter_keeps_exactly_that_threads_calls() {
 /// times at once (about a second of CPU on this machine), sampled at 999 Hz; every sample is on
 /// one of the two named threads, and each of them has many.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tid_filter_keeps_exactly_that_threads_samples() {
     if !require_bpf() {
         return;
@@ -90,6 +92,7 @@ fn tid_filter_keeps_exactly_that_threads_samples() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tid_of_another_process_is_refused() {
     if !require_bpf() {
         return;
@@ -112,6 +115,7 @@ fn tid_of_another_process_is_refused() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn min_duration_sends_long_calls_and_counts_short_ones_exactly() {
     if !require_bpf() {
         return;

@@ -39,6 +39,7 @@ fn probe_names(out: &Outputs) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn one_glob_attaches_every_function_with_exact_counts() {
     if !require_bpf() {
         return;
@@ -65,6 +66,7 @@ fn one_glob_attaches_every_function_with_exact_counts() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn demangled_cpp_glob() {
     if !require_bpf() {
         return;
@@ -89,6 +91,7 @@ fn demangled_cpp_glob() {
 /// no return address. Neither `-u` nor `list symbols` offers it, and tracing the function whose
 /// cold part holds its catch block counts every call.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cold_parts_of_split_functions_are_not_functions() {
     if !require_bpf() {
         return;
@@ -105,6 +108,7 @@ fn cold_parts_of_split_functions_are_not_functions() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_symbols_shows_what_uprobe_attaches() {
     if !require_bpf() {
         return;
@@ -138,6 +142,7 @@ fn list_symbols_shows_what_uprobe_attaches() {
 /// A listing into a pipe whose reader has gone (`xtrace list symbols ... | head`) ends quietly,
 /// with 0, as perf and grep do, instead of a panic on the broken pipe.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_into_a_closed_pipe_ends_quietly() {
     if !require_bpf() {
         return;
@@ -160,6 +165,7 @@ fn list_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn stripped_library_falls_back_to_dynsym() {
     if !require_bpf() {
         return;
@@ -178,6 +184,7 @@ fn stripped_library_falls_back_to_dynsym() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn glob_matching_nothing_suggests_names() {
     if !require_bpf() {
         return;
@@ -198,6 +205,7 @@ fn glob_matching_nothing_suggests_names() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn more_matches_than_max_probes_is_refused() {
     if !require_bpf() {
         return;
@@ -223,6 +231,7 @@ fn more_matches_than_max_probes_is_refused() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn stripped_executable_says_so() {
     if !require_bpf() {
         return;
@@ -247,6 +256,7 @@ fn stripped_executable_says_so() {
 /// A function that several specs match (a name, a glob, the name with its file) is attached
 /// once: each call is one span, and none is left unmatched by a second entry probe.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_function_several_specs_match_is_attached_once() {
     if !require_bpf() {
         return;
@@ -271,6 +281,7 @@ fn a_function_several_specs_match_is_attached_once() {
 /// without or with its ABI tag (`tpl::label[abi:cxx11](int)`), and a namespace glob that takes
 /// both in.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cpp_templates_and_abi_tagged_names_are_found_as_written() {
     if !require_bpf() {
         return;

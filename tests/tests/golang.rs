@@ -38,6 +38,7 @@ fn value(span: &xtrace_tests::output::Span, key: &str) -> i64 {
 /// unmatched. `outer`'s entry probe moves past Go's stack check (`cmp 0x10(%r14),%rsp`, which only
 /// reads the stack pointer) onto its `jbe`.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn go_functions_are_traced_with_their_arguments_and_end_at_their_rets() {
     if !require_bpf() {
         return;
@@ -94,6 +95,7 @@ fn go_functions_are_traced_with_their_arguments_and_end_at_their_rets() {
 /// through: 2000 calls, none unmatched. Probed on its first instruction (`--entry symbol`), each
 /// restart is an entry that never returns.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_go_function_that_restarts_to_grow_its_stack_is_one_call() {
     if !require_bpf() {
         return;
@@ -126,6 +128,7 @@ fn a_go_function_that_restarts_to_grow_its_stack_is_one_call() {
 /// every call is a span with its own arguments and return value, `add` one level under its
 /// `parked`, none unmatched. (Kept per thread, all 20 `parked` calls were lost.)
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn goroutines_that_park_inside_traced_calls_keep_their_own_calls() {
     if !require_bpf() {
         return;
@@ -158,6 +161,7 @@ fn goroutines_that_park_inside_traced_calls_keep_their_own_calls() {
 /// constant follow): a `str` argument reads as many bytes as the register after it says, and a
 /// `-> str` result as many as `rbx`, its second word; cut at 63 bytes like C strings.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn go_strings_are_read_by_their_length() {
     if !require_bpf() {
         return;
@@ -237,6 +241,7 @@ fn go_strings_are_read_by_their_length() {
 /// CFI zlib-compressed (`.debug_frame`, `SHF_COMPRESSED`, no `.eh_frame`), which is inflated for
 /// the unwinder. (A frame-pointer walk skips the caller: the leaf has pushed no frame pointer.)
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_in_a_go_leaf_keep_its_caller() {
     if !require_bpf() {
         return;
@@ -269,6 +274,7 @@ fn samples_in_a_go_leaf_keep_its_caller() {
 /// Go's `rax`: each is read from its own ABI, and each call is a span at depth 0 (the C call runs
 /// on the thread's own stack, paired per thread; the Go call per goroutine).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn c_code_of_a_cgo_program_takes_system_v_arguments() {
     if !require_bpf() {
         return;
@@ -297,6 +303,7 @@ fn c_code_of_a_cgo_program_takes_system_v_arguments() {
 /// return and are counted in `unmatched_entries`, as a thread's calls are when it exits, and the
 /// kernel's table of goroutines is emptied of them.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn goroutines_left_inside_traced_calls_at_exit_are_unmatched() {
     if !require_bpf() {
         return;
@@ -310,6 +317,7 @@ fn goroutines_left_inside_traced_calls_at_exit_are_unmatched() {
 /// goroutine lies where the first two's did, but its calls are not nested under their calls that
 /// never returned (open calls are kept per program too: its exec count).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_go_program_after_exec_keeps_none_of_the_old_programs_calls() {
     if !require_bpf() {
         return;
@@ -328,6 +336,7 @@ fn a_go_program_after_exec_keeps_none_of_the_old_programs_calls() {
 /// The same, but the last program outlives the capture: the two gen calls its exec ended are
 /// unmatched entries when the capture ends, not only once the process exits.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn calls_an_exec_ended_are_unmatched_while_the_new_program_runs() {
     if !require_bpf() {
         return;
@@ -367,6 +376,7 @@ fn calls_an_exec_ended_are_unmatched_while_the_new_program_runs() {
 /// arguments but (unless the machine stalls one) no span: each ends the one before it in its goroutine, and `many` keeps its own
 /// argument (its goroutine's depth rule, not the oldest dropped past 32,768 waiting).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_long_go_call_keeps_its_arguments_under_min_duration() {
     if !require_bpf() {
         return;
@@ -405,6 +415,7 @@ fn a_long_go_call_keeps_its_arguments_under_min_duration() {
 /// stack's top. With `--exits uretprobe`, which xtrace warns about, the Go runtime finds the
 /// trampoline and aborts the process: the fixture really does walk a traced frame.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_go_stack_that_moves_under_a_traced_call_does_not_abort_the_process() {
     if !require_bpf() {
         return;
@@ -454,6 +465,7 @@ fn a_go_stack_that_moves_under_a_traced_call_does_not_abort_the_process() {
 /// A Go function with no `ret` (it panics) has no exit to probe, and a return probe is no option:
 /// named, it is refused with one line, and `list symbols` shows `-` for its probe.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_go_function_without_probeable_exits_is_refused() {
     if !require_bpf() {
         return;
@@ -477,6 +489,7 @@ fn a_go_function_without_probeable_exits_is_refused() {
 /// A Go method's name holds a `*` (`main.(*T).M`): it names that method, not every one the glob
 /// it reads as would match (`main.(*ST).M` too, before).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_go_pointer_method_is_named_exactly() {
     if !require_bpf() {
         return;

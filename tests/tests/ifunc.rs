@@ -39,6 +39,7 @@ fn own_strlen() -> (String, u64) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn strlen_is_traced_where_its_resolver_points() {
     if !require_bpf() {
         return;
@@ -64,6 +65,7 @@ fn strlen_is_traced_where_its_resolver_points() {
 /// through LD_LIBRARY_PATH) has its strlen resolved from the slot the dynamic linker filled in it:
 /// the same code as in xtrace's own copy.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn strlen_of_another_libc_file_is_read_from_the_process() {
     if !require_bpf() {
         return;
@@ -98,6 +100,7 @@ fn strlen_of_another_libc_file_is_read_from_the_process() {
 /// another strlen (SSE2); traced with `--pid`, strlen is probed where the process's own slot
 /// points, not where xtrace's copy of libc resolves it, and its 7 marker calls are exact.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_process_with_other_cpu_features_is_traced_at_its_own_choice() {
     if !require_bpf() {
         return;
@@ -126,6 +129,7 @@ fn a_process_with_other_cpu_features_is_traced_at_its_own_choice() {
 /// `.rela.plt`, with no dynamic section) give strlen's code; a command about to be launched has
 /// none yet, and its strlen is refused.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn strlen_of_a_static_executable_is_read_from_the_process() {
     if !require_bpf() {
         return;
@@ -162,6 +166,7 @@ fn strlen_of_a_static_executable_is_read_from_the_process() {
 
 /// glibc's `time` picks the kernel's vDSO, where no uprobe can go.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn an_ifunc_that_picks_the_vdso_is_refused() {
     if !require_bpf() {
         return;
@@ -208,6 +213,7 @@ fn assert_marker_calls(out: &Outputs) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn an_ifunc_of_a_library_xtrace_has_not_loaded_is_refused_by_name() {
     if !require_bpf() {
         return;
@@ -260,6 +266,7 @@ fn uselib_leaving_pick_ifunc_out(glob: &str, tmp: &TempDir) -> Outputs {
 
 /// A glob leaves such an IFUNC out with a warning and traces the rest.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_glob_leaves_an_unresolved_ifunc_out() {
     if !require_bpf() {
         return;
@@ -274,6 +281,7 @@ fn a_glob_leaves_an_unresolved_ifunc_out() {
 /// that matches both leaves the IFUNC out and traces the resolver (which had been dropped as the
 /// IFUNC's alias, and left out with it).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_glob_keeps_the_resolver_of_an_ifunc_it_leaves_out() {
     if !require_bpf() {
         return;

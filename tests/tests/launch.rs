@@ -33,6 +33,7 @@ fn run_to_exit_noticed(args: Vec<std::ffi::OsString>, out_dir: &std::path::Path)
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nested_spans_have_depth_and_containment() {
     if !require_bpf() {
         return;
@@ -95,6 +96,7 @@ fn nested_spans_have_depth_and_containment() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn launched_command_exit_status() {
     if !require_bpf() {
         return;
@@ -139,6 +141,7 @@ fn launched_command_exit_status() {
 /// a command that calls none counts none (the child's `__pthread_disable_asynccancel` after its
 /// read, and with `--exits ret` `execvp` and `execvpe`, had been counted as the command's).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn the_launchers_own_calls_before_the_exec_are_not_the_commands() {
     if !require_bpf() {
         return;
@@ -182,6 +185,7 @@ fn the_launchers_own_calls_before_the_exec_are_not_the_commands() {
 /// after its exec (as xtrace's launcher thread) or not at all, is named as the kernel names it
 /// after its exec: its file's name.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_short_command_with_no_traced_call_is_named_by_its_file() {
     if !require_bpf() {
         return;
@@ -215,6 +219,7 @@ fn a_short_command_with_no_traced_call_is_named_by_its_file() {
 /// A command argument that is not UTF-8 (a file name, say) reaches the command unchanged; the
 /// summary shows it lossily.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn launched_command_takes_arguments_that_are_not_utf8() {
     use std::os::unix::ffi::OsStrExt;
     if !require_bpf() {
@@ -237,6 +242,7 @@ fn launched_command_takes_arguments_that_are_not_utf8() {
 /// The attach notice and summary.txt show the command as words a shell reads back: an argument
 /// with a space and a newline is quoted on one line, not split over two.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn launched_command_is_shown_quoted_on_one_line() {
     if !require_bpf() {
         return;
@@ -279,6 +285,7 @@ fn catches_sigint(pid: u32) -> bool {
 /// before its exec, never runs (its `touch` leaves no file), xtrace says so in one line and exits
 /// as a shell reports a command SIGINT ended (130), leaving nothing attached.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_stop_while_attaching_leaves_the_command_unrun() {
     if !require_bpf() {
         return;
@@ -325,6 +332,7 @@ fn a_stop_while_attaching_leaves_the_command_unrun() {
 /// lands at that file's offsets in the new one, and it says the command runs a file its probes
 /// are not in.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_command_replaced_while_xtrace_attaches_is_said_and_left_whole() {
     if !require_bpf() {
         return;
@@ -396,6 +404,7 @@ fn a_command_replaced_while_xtrace_attaches_is_said_and_left_whole() {
 /// One launched file named three ways (the command, its absolute path, a symbolic link to it) is
 /// one probe: each call is one span (each was counted three times before).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_launched_file_named_several_ways_is_attached_once() {
     if !require_bpf() {
         return;

@@ -47,6 +47,7 @@ fn trace_uselib(probe: &str) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn library_target_by_name() {
     if !require_bpf() {
         return;
@@ -55,6 +56,7 @@ fn library_target_by_name() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn library_target_by_path() {
     if !require_bpf() {
         return;
@@ -68,6 +70,7 @@ fn library_target_by_path() {
 /// /proc/PID/map_files), not refused or looked up in the file now at its path. The process loads
 /// a copy of libxtfix.so (LD_LIBRARY_PATH wins over uselib's RUNPATH).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_deleted_or_replaced_library_is_the_one_mapped() {
     if !require_bpf() {
         return;
@@ -101,6 +104,7 @@ fn a_deleted_or_replaced_library_is_the_one_mapped() {
 /// only in the linker cache: before, `-u libxtfix:lib_work -- uselib` said the library was not
 /// in the linker cache.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn library_target_by_name_for_a_launched_command() {
     if !require_bpf() {
         return;
@@ -132,6 +136,7 @@ fn library_target_by_name_for_a_launched_command() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_library_the_launched_command_does_not_load_is_refused() {
     if !require_bpf() {
         return;

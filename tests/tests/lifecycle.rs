@@ -36,6 +36,7 @@ fn the_error(finished: &Finished) -> &str {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sigkill_leaves_nothing_attached() {
     if !require_bpf() {
         return;
@@ -62,6 +63,7 @@ fn sigkill_leaves_nothing_attached() {
 /// after another, the links left xtrace in uninterruptible sleep for as long as the program ran;
 /// closed together, it stops at `-d` and leaves nothing attached while the program runs on.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_call_that_never_returns_does_not_hang_the_detach() {
     if !require_bpf() {
         return;
@@ -158,6 +160,7 @@ fn end_abnormally(env: &[(&str, &str)], signal: Option<i32>) -> Finished {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sigkill_ends_a_launched_command_and_leaves_a_partial_trace() {
     if !require_bpf() {
         return;
@@ -167,6 +170,7 @@ fn sigkill_ends_a_launched_command_and_leaves_a_partial_trace() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_panic_mid_capture_is_one_line_and_leaves_nothing_attached() {
     if !require_bpf() {
         return;
@@ -226,6 +230,7 @@ impl Drop for TinyDisk {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn full_output_disk_marks_the_trace_partial() {
     if !require_bpf() {
         return;
@@ -255,6 +260,7 @@ fn full_output_disk_marks_the_trace_partial() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_failing_summary_leaves_the_whole_trace_its_name() {
     if !require_bpf() {
         return;
@@ -290,6 +296,7 @@ fn a_failing_summary_leaves_the_whole_trace_its_name() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn outputs_belong_to_the_sudo_user() {
     if !require_bpf() {
         return;
@@ -328,6 +335,7 @@ fn outputs_belong_to_the_sudo_user() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn an_output_directory_swapped_for_a_link_mid_capture_keeps_the_outputs() {
     if !require_bpf() {
         return;
@@ -376,6 +384,7 @@ fn an_output_directory_swapped_for_a_link_mid_capture_keeps_the_outputs() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn target_crash_mid_capture_leaves_complete_outputs() {
     if !require_bpf() {
         return;
@@ -431,6 +440,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 /// leaving a core file. The command is caught before its exec by polling for xtrace's child while
 /// that child still runs xtrace's own binary (retried if the exec wins).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sigkill_before_the_command_starts_ends_the_waiting_child_quietly() {
     if !require_bpf() {
         return;
@@ -489,6 +499,7 @@ fn sigkill_before_the_command_starts_ends_the_waiting_child_quietly() {
 /// passed over for `…-2`, and the directory it points at, whose `summary.json` xtrace would have
 /// replaced, is left as it was.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn the_default_output_directory_is_made_anew() {
     if !require_bpf() {
         return;
@@ -543,6 +554,7 @@ fn the_default_output_directory_is_made_anew() {
 /// CAP_CHOWN), xtrace fails with one line and leaves nothing of root's behind: not the directories
 /// it made, not a `.partial` file.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn outputs_that_cannot_be_handed_over_are_not_left_behind() {
     if !require_bpf() {
         return;

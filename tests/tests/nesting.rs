@@ -61,6 +61,7 @@ fn arg_and_ret(out: &Outputs, name: &str) -> Vec<(i64, i64)> {
 
 /// In both exit modes.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn recursion_64_deep() {
     if !require_bpf() {
         return;
@@ -87,6 +88,7 @@ fn recursion_64_deep() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn longjmp_leaves_unmatched_entries() {
     if !require_bpf() {
         return;
@@ -106,6 +108,7 @@ fn longjmp_leaves_unmatched_entries() {
 /// fixture died of SIGSEGV after 64 such calls). Its exit is probed at its instruction, a tail
 /// call to `__sigsetjmp`, under every `--exits` mode, and the fixture runs to its end.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn setjmp_is_traced_without_a_return_probe() {
     if !require_bpf() {
         return;
@@ -126,6 +129,7 @@ fn setjmp_is_traced_without_a_return_probe() {
 /// A function named as one that returns twice whose exit cannot be probed apart from its entry
 /// (`savectx` in calls.c is nothing but its `ret`) is refused, with one line and exit 2.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_returns_twice_function_without_probeable_exits_is_refused() {
     if !require_bpf() {
         return;
@@ -148,6 +152,7 @@ fn a_returns_twice_function_without_probeable_exits_is_refused() {
 /// same function would give ljr(2)'s return ljr(5)'s entry.
 /// In both exit modes.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn longjmp_inside_recursion_pairs_each_return_with_its_own_call() {
     if !require_bpf() {
         return;
@@ -182,6 +187,7 @@ fn longjmp_inside_recursion_pairs_each_return_with_its_own_call() {
 /// catcher's four are exact, values included; thrower's three thrown-through calls (one called
 /// from main, whose frame the catcher calls then reuse) are unmatched. At -O2, GCC moves the throw into `thrower.cold`, which is decoded too. Both attach mechanisms.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cpp_exception_through_traced_functions() {
     if !require_bpf() {
         return;
@@ -262,6 +268,7 @@ fn cpp_exception_through_traced_functions() {
 /// With `--exits uretprobe`, tracing the catching function is still exact, and xtrace warns that
 /// an exception thrown through a traced function would abort the process.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cpp_exception_caught_in_a_return_probed_function() {
     if !require_bpf() {
         return;
@@ -287,6 +294,7 @@ fn cpp_exception_caught_in_a_return_probed_function() {
 /// at the same depth; with return probes (C code, `auto`) the kernel returns from both, so
 /// tc_forward's span holds tc_target's and gets its return value.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tail_calls() {
     if !require_bpf() {
         return;
@@ -330,6 +338,7 @@ fn tail_calls() {
 /// tables) it keeps a return probe, with a warning, and every call is a span. Before, it got no
 /// exit at all and all five calls were lost as unmatched.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_jump_to_unnamed_code_keeps_the_return_probe() {
     if !require_bpf() {
         return;
@@ -357,6 +366,7 @@ fn a_jump_to_unnamed_code_keeps_the_return_probe() {
 /// refuses it by name (before, it was attached and recorded 0 spans, silently), and `--exits
 /// uretprobe` traces it.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_function_leaving_through_an_indirect_jump() {
     if !require_bpf() {
         return;
@@ -403,6 +413,7 @@ fn a_function_leaving_through_an_indirect_jump() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn thread_exiting_mid_call() {
     if !require_bpf() {
         return;
@@ -417,6 +428,7 @@ fn thread_exiting_mid_call() {
 /// the call never returns and counts as one unmatched entry, and the thread's next traced call
 /// announces it again, under the name it has after the exec.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn exec_mid_call() {
     if !require_bpf() {
         return;
@@ -444,6 +456,7 @@ fn exec_mid_call() {
 /// attaches them again, and says so, and the new program's call is traced, on the thread that
 /// took the process id, under its new name. The call that execs never returns: one unmatched.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn exec_by_another_thread_attaches_the_probes_again() {
     if !require_bpf() {
         return;
@@ -502,6 +515,7 @@ fn exec_by_another_thread_attaches_the_probes_again() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn several_processes_at_once() {
     if !require_bpf() {
         return;

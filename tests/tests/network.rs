@@ -29,6 +29,7 @@ fn table(pid: u32, name: &str) -> Vec<Vec<String>> {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_recording_opens_no_network_socket() {
     if !require_bpf() {
         return;

@@ -37,6 +37,7 @@ fn launch_nvtx(script_name: &str, tmp: &TempDir) -> (Outputs, Finished) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nvtx_python_client_launched() {
     if !require_bpf() {
         return;
@@ -80,6 +81,7 @@ fn nvtx_python_client_launched() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn itt_python_client_by_pid() {
     if !require_bpf() {
         return;
@@ -180,6 +182,7 @@ fn nvtx_v2_fixture_with(args: &[&str], env: &[(&str, &std::path::Path)]) -> Fixt
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nvtx_v2_library_by_pid_without_an_nvtx_tool() {
     if !require_bpf() {
         return;
@@ -224,6 +227,7 @@ fn nvtx_v2_library_by_pid_without_an_nvtx_tool() {
 /// to the function's entry once it has set the library's pointers: one call, not two (before,
 /// "step" was pushed 4 times and every later range sat one level deeper).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nvtx_v2_first_call_through_the_librarys_initialisation_is_one_call() {
     if !require_bpf() {
         return;
@@ -239,6 +243,7 @@ fn nvtx_v2_first_call_through_the_librarys_initialisation_is_one_call() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
     if !require_bpf() {
         return;
@@ -270,6 +275,7 @@ fn nvtx_v2_calls_of_a_process_with_the_tool_library_are_seen_once() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_range_flag_for_a_pid_without_the_tool_library_is_refused() {
     if !require_bpf() {
         return;

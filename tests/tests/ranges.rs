@@ -33,6 +33,7 @@ const API_FIXTURE_RANGES: &[(&str, &str, u64)] = &[
 /// child does not have (its first range killed it with SIGSEGV). Only the launched process is
 /// traced, so the child's range is not recorded.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_forked_child_survives_its_ranges() {
     if !require_bpf() {
         return;
@@ -62,6 +63,7 @@ fn a_forked_child_survives_its_ranges() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_range_api_by_pid() {
     if !require_bpf() {
         return;
@@ -126,6 +128,7 @@ fn names_session(fixture: &mut Fixture, rounds: usize, tmp: &TempDir, label: &st
 /// rounds after (names xtrace remembers), and in a later session that attached after they were
 /// kept (names xtrace reads from the process's memory).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn kept_names_and_names_past_the_limit_are_all_exact() {
     if !require_bpf() {
         return;
@@ -171,6 +174,7 @@ fn script_session(fixture: &mut Fixture, steps: &[&str], tmp: &TempDir, label: &
 /// went untraced, so the entry is stale) is counted in `ranges_unpaired`, never drawn with
 /// another range's name or start; a range still open at the stop is not in the capture.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn ranges_begun_before_the_capture_are_unpaired_never_mispaired() {
     if !require_bpf() {
         return;
@@ -208,6 +212,7 @@ fn ranges_begun_before_the_capture_are_unpaired_never_mispaired() {
 /// read of a kept name that xtrace's `range_pop` relies on. Here xtrace itself is the other
 /// tracer, through `-U`.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn range_push_passes_plain_strings_to_other_tracers() {
     if !require_bpf() {
         return;
@@ -235,6 +240,7 @@ fn range_push_passes_plain_strings_to_other_tracers() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
     if !require_bpf() {
         return;
@@ -249,6 +255,7 @@ fn ranges_are_on_by_themselves_for_a_pid_that_loaded_the_tool_library() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn warn_over_reports_each_span_over_its_limit_live_and_counts_them() {
     if !require_bpf() {
         return;

@@ -22,6 +22,7 @@ fn gunzip(path: &std::path::Path) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn gzip_trace_span_flamegraph_and_pprof_are_written() {
     if !require_bpf() {
         return;

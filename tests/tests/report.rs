@@ -272,6 +272,7 @@ fn what_is_not_a_capture_is_refused_in_one_line() {
 /// A capture file the system will not open (its permissions, a link loop) is named with the
 /// system's reason, and not called damaged.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_capture_file_that_cannot_be_read_is_no_damage() {
     if !require_bpf() {
         return; // running as another user needs root

@@ -54,6 +54,7 @@ fn burst_while_stopped(xtrace: &Xtrace, fixture: &mut Fixture) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_full_ring_counts_every_dropped_call() {
     if !require_bpf() {
         return;

@@ -15,6 +15,7 @@ use xtrace_tests::{
 };
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn split_shares_with_and_without_frame_pointers() {
     if !require_bpf() {
         return;
@@ -57,6 +58,7 @@ fn split_shares_with_and_without_frame_pointers() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn traced_functions_keep_their_callers_in_unwound_stacks() {
     if !require_bpf() {
         return;
@@ -120,6 +122,7 @@ fn assert_unwound(out: &Outputs, root: &str, chain: &str) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn rust_release_build_unwinds_without_frame_pointers() {
     if !require_bpf() {
         return;
@@ -164,6 +167,7 @@ fn rust_release_build_unwinds_without_frame_pointers() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
     if !require_bpf() {
         return;
@@ -219,6 +223,7 @@ fn pid_without_probes_samples_at_99_hz_and_symbolizes_after_exit() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn threads_that_exit_keep_the_names_their_samples_carry() {
     if !require_bpf() {
         return;
@@ -264,6 +269,7 @@ fn threads_that_exit_keep_the_names_their_samples_carry() {
 /// put back where the program is, so whole stacks (`main;probed_loop;...`) hold nearly every
 /// sample. (Before, 53 of 499 did.)
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_in_a_traced_functions_probes_keep_their_callers() {
     if !require_bpf() {
         return;
@@ -309,6 +315,7 @@ fn samples_in_a_traced_functions_probes_keep_their_callers() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_pid_that_exits_mid_capture_is_noted() {
     if !require_bpf() {
         return;
@@ -343,6 +350,7 @@ fn a_pid_that_exits_mid_capture_is_noted() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn kernel_frames_of_a_syscall_heavy_process() {
     if !require_bpf() {
         return;
@@ -376,6 +384,7 @@ fn kernel_frames_of_a_syscall_heavy_process() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn bad_frequencies_are_refused() {
     if !require_bpf() {
         return;
@@ -398,6 +407,7 @@ fn bad_frequencies_are_refused() {
 /// capture says 0, stacks.folded is empty, the flamegraph says so, and the summary lists no
 /// function.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_capture_without_samples_writes_empty_profiles() {
     if !require_bpf() {
         return;
@@ -439,6 +449,7 @@ fn a_capture_without_samples_writes_empty_profiles() {
 /// signal_loop). Before, a build with frame pointers lost signal_loop silently, and one without
 /// them stopped at the trampoline.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_in_a_signal_handler_keep_the_interrupted_code_below_it() {
     if !require_bpf() {
         return;
@@ -468,6 +479,7 @@ fn samples_in_a_signal_handler_keep_the_interrupted_code_below_it() {
 /// the handler (before_load, the function before it, did before), then the signal-return
 /// trampoline (glibc's `__restore_rt` where libc's symbols name it), then the handler.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_fault_on_a_functions_first_instruction_names_that_function() {
     if !require_bpf() {
         return;

@@ -21,6 +21,7 @@ use xtrace_tests::{
 /// (what a C++ demangler makes of them as type codes): both frames, under main, in the folded
 /// stacks, the profile and the flamegraph.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn short_c_names_are_not_read_as_cxx_type_codes() {
     if !require_bpf() {
         return;
@@ -63,6 +64,7 @@ fn short_c_names_are_not_read_as_cxx_type_codes() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn plt_stubs_are_named_for_their_function() {
     if !require_bpf() {
         return;
@@ -88,6 +90,7 @@ fn plt_stubs_are_named_for_their_function() {
 /// over it (a package upgrade), is named from the file it runs (read through /proc/PID/map_files),
 /// never from the file now at its path: `spans`, whose `work` and `main` are elsewhere.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_deleted_or_replaced_executable_is_named_from_the_file_it_runs() {
     if !require_bpf() {
         return;
@@ -133,6 +136,7 @@ fn a_deleted_or_replaced_executable_is_named_from_the_file_it_runs() {
 /// each in plugin_a, plugin_b, plugin_a, plugin_b. Before, every sample took the name of the
 /// library mapped last at that address.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn plugins_loaded_in_turn_at_one_address_name_their_own_samples() {
     if !require_bpf() {
         return;
@@ -168,6 +172,7 @@ fn plugins_loaded_in_turn_at_one_address_name_their_own_samples() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn jit_code_named_from_the_perf_map() {
     if !require_bpf() {
         return;
@@ -187,6 +192,7 @@ fn jit_code_named_from_the_perf_map() {
 /// symbolizer does not decompress) is named from its symbol table instead: either way the split's
 /// functions are named, and no frame of the file is a bare module+offset.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn compressed_debug_sections_keep_frame_names() {
     if !require_bpf() {
         return;
@@ -245,6 +251,7 @@ fn mark_compressed_sections_zstd(elf: &mut [u8]) -> usize {
 /// start of the function its unwind entry (.eh_frame) covers: the split's shares come out as with
 /// symbols.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn stripped_binary_frames_are_module_offsets_of_their_functions() {
     if !require_bpf() {
         return;
@@ -285,6 +292,7 @@ fn stripped_binary_frames_are_module_offsets_of_their_functions() {
 /// while and then execs `profile split` roots its own samples at `sh` and the program's at
 /// `profile` (all were rooted at `profile`, the process's last name, before).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn samples_before_an_exec_keep_the_old_programs_name() {
     if !require_bpf() {
         return;
@@ -320,6 +328,7 @@ fn samples_before_an_exec_keep_the_old_programs_name() {
 /// `img::(anonymous namespace)`, which GCC's debug info gives no linkage name) are named apart
 /// by their symbols' linkage names: each has its own half of the samples (one `burn` had all).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cpp_functions_of_one_debug_name_are_named_apart() {
     if !require_bpf() {
         return;

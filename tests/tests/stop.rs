@@ -77,6 +77,7 @@ fn stop_spin_under_pid(stop: Stop, reason: &str) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn duration_expiry_stops() {
     if !require_bpf() {
         return;
@@ -85,6 +86,7 @@ fn duration_expiry_stops() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sigint_stops() {
     if !require_bpf() {
         return;
@@ -93,6 +95,7 @@ fn sigint_stops() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sigterm_stops() {
     if !require_bpf() {
         return;
@@ -101,6 +104,7 @@ fn sigterm_stops() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sighup_stops() {
     if !require_bpf() {
         return;
@@ -109,6 +113,7 @@ fn sighup_stops() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn duration_expiry_terminates_launched_command() {
     if !require_bpf() {
         return;
@@ -162,6 +167,7 @@ fn duration_expiry_terminates_launched_command() {
 /// go: it covers every span the command made (`spans nested 1000`: 3,000 calls from its start).
 /// Three runs: a late clock shows only when the command's first call beats it.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn duration_covers_every_span_of_a_launched_command() {
     if !require_bpf() {
         return;
@@ -200,6 +206,7 @@ fn duration_covers_every_span_of_a_launched_command() {
 /// (`spans threads 2 N`, ~700,000 calls/s between them here): the reader drains the ring a few
 /// milliseconds at a time, between its checks of the stop conditions.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn duration_is_kept_while_calls_flood_the_ring() {
     if !require_bpf() {
         return;
@@ -233,6 +240,7 @@ fn duration_is_kept_while_calls_flood_the_ring() {
 /// link kept firing while the first waited out the kernel's grace period, which the open call
 /// holds: thousands of unmatched entries.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_stop_with_a_call_left_open_counts_no_unmatched_entries() {
     if !require_bpf() {
         return;

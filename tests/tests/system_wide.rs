@@ -15,6 +15,7 @@ use xtrace_tests::{
 };
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn processes_started_after_attach_are_traced() {
     if !require_bpf() {
         return;
@@ -65,6 +66,7 @@ fn processes_started_after_attach_are_traced() {
 /// which allocate for every batch they handle, would feed the ring they read (about a thousand of
 /// its own spans a second before). uselib's 7 calls to lib_work are there.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn xtrace_does_not_trace_itself() {
     if !require_bpf() {
         return;
@@ -99,6 +101,7 @@ fn xtrace_does_not_trace_itself() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn system_wide_needs_a_target_file() {
     if !require_bpf() {
         return;
@@ -114,6 +117,7 @@ fn system_wide_needs_a_target_file() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn sampling_every_process_symbolizes_children_that_live_milliseconds() {
     if !require_bpf() {
         return;

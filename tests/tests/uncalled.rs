@@ -17,6 +17,7 @@ use xtrace_tests::{
 };
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn start_named_exactly_is_refused() {
     if !require_bpf() {
         return;
@@ -36,6 +37,7 @@ fn start_named_exactly_is_refused() {
 /// A glob that matches `_start` leaves it out with a warning; the command sees its own
 /// arguments (it exits 0 having called work 3 times, instead of printing its usage).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_glob_leaves_start_out_and_the_command_keeps_its_arguments() {
     if !require_bpf() {
         return;
@@ -64,6 +66,7 @@ fn a_glob_leaves_start_out_and_the_command_keeps_its_arguments() {
 
 /// The entry point is known from the ELF header whatever its name: Go's `_rt0_amd64_linux`.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn list_symbols_shows_no_probe_for_the_entry_point() {
     if !require_bpf() {
         return;
@@ -78,6 +81,7 @@ fn list_symbols_shows_no_probe_for_the_entry_point() {
 /// abort the process (`terminate called after throwing`). Named, one is refused; a glob leaves
 /// the five out, and the `matrix` fixture's three throws are caught (it exits 0).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn unwinders_are_refused_and_throws_still_work() {
     if !require_bpf() {
         return;
@@ -133,6 +137,7 @@ fn unwinders_are_refused_and_throws_still_work() {
 /// libc's exception tables are C's, for thread cancellation: a return probe there is said to cut
 /// cancellation and pthread_exit short, with the remedy; `--exits ret` needs no such warning.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn return_probes_in_libc_warn_of_cancellation() {
     if !require_bpf() {
         return;

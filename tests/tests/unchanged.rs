@@ -16,6 +16,7 @@ print(decimal.Decimal('1.1') * 3, hashlib.sha256(b'abc').hexdigest())\n\
 print(len(zlib.compress(b'xtrace' * 1000)), ','.join(sorted('traced')))";
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn tracing_all_of_libc_leaves_a_programs_output_unchanged() {
     if !require_bpf() {
         return;

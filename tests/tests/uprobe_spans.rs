@@ -42,6 +42,7 @@ fn run_threads() -> ThreadsRun {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn threads_exact_spans_per_thread() {
     if !require_bpf() {
         return;
@@ -120,6 +121,7 @@ fn threads_exact_spans_per_thread() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn summary_statistics_match_trace() {
     if !require_bpf() {
         return;
@@ -167,6 +169,7 @@ fn summary_statistics_match_trace() {
 /// The contract lists `thread_name` metadata next to `process_name`: every thread that has spans
 /// should be named, so Perfetto shows more than bare tids.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn thread_name_metadata_for_each_thread() {
     if !require_bpf() {
         return;
@@ -184,6 +187,7 @@ fn thread_name_metadata_for_each_thread() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn overhead_counts_each_program_run_exactly() {
     if !require_bpf() {
         return;

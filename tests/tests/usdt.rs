@@ -108,6 +108,7 @@ fn trace_usdt(flags: Vec<OsString>, env: &[(&str, &str)]) -> UsdtRun {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn semaphores_are_back_to_zero_after_every_exit_path() {
     if !require_bpf() {
         return;
@@ -171,6 +172,7 @@ fn assert_request_and_op_spans(out: &Outputs) {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn every_probe_form_and_pair_exactly() {
     if !require_bpf() {
         return;
@@ -259,6 +261,7 @@ fn every_probe_form_and_pair_exactly() {
 /// microseconds each, are counted (3 requests, 2 ops), each in `below_min_duration`, and none is
 /// written; instants are not durations and stay.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn min_duration_leaves_out_short_usdt_spans_and_counts_them() {
     if !require_bpf() {
         return;
@@ -279,6 +282,7 @@ fn min_duration_leaves_out_short_usdt_spans_and_counts_them() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn launched_command_every_inlined_site() {
     if !require_bpf() {
         return;
@@ -337,6 +341,7 @@ fn launched_command_every_inlined_site() {
 /// its begin's is gone) is after the stop and left out, so no end is unpaired. The loop starts
 /// after the attach, so nothing began before the capture either.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn hits_while_detaching_are_left_out() {
     if !require_bpf() {
         return;
@@ -369,6 +374,7 @@ fn hits_while_detaching_are_left_out() {
 /// `usdt_unpaired` counts both halves that lack the other: an end with no open span on its
 /// thread (begun before the capture) and a begin still open at the stop. Neither is a span.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn ends_without_begins_and_begins_open_at_the_stop_are_unpaired() {
     if !require_bpf() {
         return;
@@ -396,6 +402,7 @@ fn ends_without_begins_and_begins_open_at_the_stop_are_unpaired() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn semaphore_probe_through_perf_event_uprobes() {
     if !require_bpf() {
         return;
@@ -419,6 +426,7 @@ fn semaphore_probe_through_perf_event_uprobes() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn system_wide_semaphore_in_a_process_started_after_attach() {
     if !require_bpf() {
         return;
@@ -455,6 +463,7 @@ fn system_wide_semaphore_in_a_process_started_after_attach() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn libstdcxx_throw_and_catch_probes_count_exceptions() {
     if !require_bpf() {
         return;
@@ -501,6 +510,7 @@ fn libstdcxx_throw_and_catch_probes_count_exceptions() {
 /// its start, as `--pid` searches the modules its process maps: libstdc++'s probes of a C++
 /// program (only the program's own notes were searched, and this was refused).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn launched_command_probes_in_the_libraries_it_loads_at_start() {
     if !require_bpf() {
         return;
@@ -532,6 +542,7 @@ fn launched_command_probes_in_the_libraries_it_loads_at_start() {
 
 /// A probe that two typed -U specs match takes the first's types, and xtrace says so (as for -u).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_probe_two_typed_specs_match_takes_the_first_and_says_so() {
     if !require_bpf() {
         return;

@@ -127,6 +127,7 @@ fn launch_run_with(first: &str, second: &str, out: &std::path::Path) -> Finished
 /// takes the first spec's types, and xtrace says so (it was silent, the second spelling's types
 /// applying or not by chance of order).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_probe_of_one_file_named_two_ways_is_typed_once() {
     if !require_bpf() {
         return;
@@ -153,6 +154,7 @@ fn a_probe_of_one_file_named_two_ways_is_typed_once() {
 /// `report` and `diff` never count the two as one: the program's ticks are `xtfix:tick (usdt)`,
 /// and a copy of it that never runs has `xtfix:tick (usdt-copy)` with none.
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_usdt_probe_of_one_name_in_two_files_is_named_with_its_file() {
     if !require_bpf() {
         return;
@@ -175,6 +177,7 @@ fn a_usdt_probe_of_one_name_in_two_files_is_named_with_its_file() {
 /// Two notes that name one address (hand-written notes can): both probes are placed there, each
 /// reads its own arguments, and each hit is recorded once (the second was dropped before).
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn two_probes_at_one_call_site_are_both_recorded() {
     if !require_bpf() {
         return;
@@ -210,6 +213,7 @@ fn two_probes_at_one_call_site_are_both_recorded() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn bad_usdt_specs_are_one_line_errors() {
     if !require_bpf() {
         return;
