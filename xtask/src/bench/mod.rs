@@ -39,6 +39,9 @@ pub struct BenchArgs {
     /// Run only these measurements (comma-separated); the others' rows are left out.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Part>,
+    /// Print the table as Markdown (docs/performance.md's form) instead of aligned text.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -128,7 +131,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let path = env.dir.join("bench.json");
     report.write_json(&path)?;
     println!();
-    report.print_table();
+    if args.markdown {
+        print!("{}", report.markdown());
+    } else {
+        report.print_table();
+    }
     println!(
         "\nbench: {} run(s) per measurement{}; took {:.0} s; wrote {}",
         cfg.runs,

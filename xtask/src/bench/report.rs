@@ -155,6 +155,35 @@ impl Report {
         }
     }
 
+    /// The table as Markdown, for docs/performance.md: the machine facts as a list, the legend,
+    /// then one row per measurement with its note in a column of its own.
+    pub fn markdown(&self) -> String {
+        let cell = |text: &str| text.replace('|', "\\|");
+        let mut out = String::from("Machine:\n\n");
+        for (key, value) in &self.machine {
+            let text = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+            out.push_str(&format!("- {key}: {}\n", cell(&text)));
+        }
+        out.push('\n');
+        for line in &self.legend {
+            out.push_str(&format!("{line}\n"));
+        }
+        out.push_str("\n| measurement | value | ratio | goal | verdict | note |\n");
+        out.push_str("|---|---|---|---|---|---|\n");
+        for r in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                cell(&r.what),
+                cell(&r.value),
+                cell(&r.ratio),
+                cell(&r.goal),
+                r.verdict.label(),
+                cell(&r.note)
+            ));
+        }
+        out
+    }
+
     pub fn write_json(&self, path: &Path) -> Result<()> {
         let rows: Vec<Value> = self
             .rows
@@ -226,4 +255,33 @@ pub fn fmt_count(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Report, Row, Verdict};
+
+    #[test]
+    fn markdown_has_the_machine_legend_and_one_row_per_measurement() {
+        let mut report = Report::default();
+        report.machine.insert("kernel".into(), json!("6.18"));
+        report.legend.push("Medians of 5 runs.".into());
+        report.row(
+            Row::new("span", "emulated: span", "1.40 µs")
+                .ratio("1.28x")
+                .goal("≤ 1.10x", Verdict::Fail)
+                .note("a | b"),
+        );
+        report.row(Row::new("floor", "emulated: floor", "604 ns"));
+        assert_eq!(
+            report.markdown(),
+            "Machine:\n\n- kernel: 6.18\n\nMedians of 5 runs.\n\n\
+             | measurement | value | ratio | goal | verdict | note |\n\
+             |---|---|---|---|---|---|\n\
+             | emulated: span | 1.40 µs | 1.28x | ≤ 1.10x | FAIL | a \\| b |\n\
+             | emulated: floor | 604 ns |  |  | - |  |\n"
+        );
+    }
 }
