@@ -93,30 +93,8 @@ fn main() -> ExitCode {
         Command::Report(args) => return report(&args),
         Command::Diff(args) => return diff(&args),
         Command::Check => return check(),
-        Command::Generate(args) => {
-            return match generate::run(&args) {
-                Ok(note) => {
-                    err!("xtrace: {note}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    err!("xtrace: error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
-        }
-        Command::Flamegraph(args) => {
-            return match flamegraph::run(&args) {
-                Ok(note) => {
-                    err!("xtrace: {note}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    err!("xtrace: error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
-        }
+        Command::Generate(args) => return noted(generate::run(&args)),
+        Command::Flamegraph(args) => return noted(flamegraph::run(&args)),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -145,6 +123,20 @@ fn main() -> ExitCode {
                     recording.files.join(",")
                 );
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            err!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// A command whose outcome is one note on stderr (what it wrote), or one error line.
+fn noted(outcome: xtrace::error::Result<String>) -> ExitCode {
+    match outcome {
+        Ok(note) => {
+            err!("xtrace: {note}");
             ExitCode::SUCCESS
         }
         Err(e) => {

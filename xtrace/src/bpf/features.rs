@@ -6,7 +6,10 @@ use std::{ffi::CString, io};
 
 use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_map_type, bpf_prog_type};
 
-use super::{btf::KernelBtf, uprobe_multi::bpf_fd};
+use super::{
+    attr::{bpf_fd, LinkCreateAttr, MapCreateAttr, ProgLoadAttr},
+    btf::KernelBtf,
+};
 
 /// `BPF_F_SLEEPABLE`: the program may sleep (fault pages in) while it runs.
 const BPF_F_SLEEPABLE: u32 = 1 << 4;
@@ -31,70 +34,13 @@ impl Answer {
     }
 }
 
-/// `bpf_attr` for `BPF_PROG_LOAD`, up to `attach_btf_obj_fd` (the kernel zero-fills the rest).
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    prog_btf_fd: u32,
-    func_info_rec_size: u32,
-    func_info: u64,
-    func_info_cnt: u32,
-    line_info_rec_size: u32,
-    line_info: u64,
-    line_info_cnt: u32,
-    attach_btf_id: u32,
-    attach_btf_obj_fd: u32,
-    _pad: u32,
-}
-
-/// `bpf_attr` for `BPF_MAP_CREATE`, up to `map_flags`.
-#[repr(C)]
-#[derive(Default)]
-struct MapCreate {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-}
-
-/// `bpf_attr` for `BPF_LINK_CREATE` with one `uprobe_multi` offset.
-#[repr(C)]
-#[derive(Default)]
-struct UprobeMultiLink {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-    path: u64,
-    offsets: u64,
-    ref_ctr_offsets: u64,
-    cookies: u64,
-    cnt: u32,
-    multi_flags: u32,
-    pid: u32,
-    _pad: u32,
-}
-
 /// `r0 = 0; exit`: the smallest program the verifier accepts.
 const RETURN_ZERO: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
 
 /// Loads `RETURN_ZERO` as a program of `prog_type`, with the attach type, flags and BTF id given.
 fn load(prog_type: bpf_prog_type, attach: u32, flags: u32, btf_id: u32) -> io::Result<std::os::fd::OwnedFd> {
     let license = CString::from(c"GPL");
-    let attr = ProgLoad {
+    let attr = ProgLoadAttr {
         prog_type: prog_type as u32,
         insn_cnt: RETURN_ZERO.len() as u32,
         insns: RETURN_ZERO.as_ptr() as u64,
@@ -115,7 +61,7 @@ pub fn uprobe_programs() -> Answer {
 
 /// Whether a BPF ring buffer can be created (Linux 5.8+): xtrace's one channel from the kernel.
 pub fn ring_buffer() -> Answer {
-    let attr = MapCreate {
+    let attr = MapCreateAttr {
         map_type: bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32,
         max_entries: 4096,
         ..Default::default()
@@ -134,7 +80,7 @@ pub fn uprobe_multi() -> Answer {
     };
     let root = CString::from(c"/");
     let offset = 0u64;
-    let attr = UprobeMultiLink {
+    let attr = LinkCreateAttr {
         prog_fd: std::os::fd::AsRawFd::as_raw_fd(&program) as u32,
         attach_type: attach,
         path: root.as_ptr() as u64,

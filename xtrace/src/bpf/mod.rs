@@ -1,5 +1,6 @@
 //! The embedded kernel object (built from xtrace-ebpf by build.rs), loading it, and reading its
 //! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot.
+mod attr;
 pub mod btf;
 pub mod features;
 pub mod goroutines;

@@ -114,6 +114,6 @@ pub fn attach(
         flags: 0,
         bpf_cookie: cookie,
     };
-    let link = super::uprobe_multi::bpf_fd(bpf_cmd::BPF_LINK_CREATE, &link_attr)?;
+    let link = super::attr::bpf_fd(bpf_cmd::BPF_LINK_CREATE, &link_attr)?;
     Ok((event, link))
 }

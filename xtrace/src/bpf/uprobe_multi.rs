@@ -9,7 +9,7 @@ use std::{
     ffi::CString,
     io,
     os::{
-        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+        fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
     path::Path,
@@ -18,7 +18,10 @@ use std::{
 use aya::{maps::Map, Ebpf};
 use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_prog_type, BPF_F_UPROBE_MULTI_RETURN};
 
-use super::OBJECT;
+use super::{
+    attr::{bpf_fd, LinkCreateAttr, ProgLoadAttr},
+    OBJECT,
+};
 use crate::error::{Error, Result};
 
 /// A kernel program loaded for uprobe_multi links. Closing it (drop) unloads it once no link
@@ -44,61 +47,6 @@ pub struct MultiTarget<'a> {
     pub pid: Option<u32>,
     /// Return probes instead of entry probes.
     pub ret: bool,
-}
-
-/// `bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type` (the kernel zero-fills the rest).
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-}
-
-/// `bpf_attr` for `BPF_LINK_CREATE` with its `uprobe_multi` member.
-#[repr(C)]
-#[derive(Default)]
-struct LinkCreateAttr {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-    path: u64,
-    offsets: u64,
-    ref_ctr_offsets: u64,
-    cookies: u64,
-    cnt: u32,
-    multi_flags: u32,
-    pid: u32,
-    _pad: u32,
-}
-
-/// Issues `bpf(cmd, attr)` and returns the new file descriptor.
-pub(super) fn bpf_fd<T>(cmd: bpf_cmd, attr: &T) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a repr(C) prefix of `union bpf_attr`, valid for `size_of::<T>()` bytes;
-    // every pointer inside it refers to memory that outlives the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd as libc::c_long,
-            attr as *const T,
-            std::mem::size_of::<T>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// The file descriptor of a map aya created.
