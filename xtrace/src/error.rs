@@ -1,6 +1,7 @@
 //! The library's error type. Every variant renders as one line saying what failed, on which input,
 //! and what to do; `exit_code` separates bad input (2) from internal failures (1) (and a stop
 //! before a launched command started: 128 + the signal).
+//! [`stripped_note`] and [`not_found_hint`] word the ends of the symbol-not-found messages.
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +82,7 @@ pub enum Error {
     UnwindsOwnStack { path: PathBuf, symbol: String },
     #[error("{path}: cannot trace `{symbol}`: it has no exit instruction that can be probed (it leaves through an indirect jump, or never returns), and in code with exception tables a return probe could abort the process when an exception unwinds through it; --exits uretprobe traces it with a return probe at that risk, or trace a function that calls it")]
     NoProbeableExit { path: PathBuf, symbol: String },
-    #[error("symbol `{symbol}` not found in {path}{}", crate::probes::elf::not_found_hint(*.stripped, .debug_refused.as_deref(), .close))]
+    #[error("symbol `{symbol}` not found in {path}{}", not_found_hint(*.stripped, .debug_refused.as_deref(), .close))]
     SymbolNotFound {
         symbol: String,
         path: PathBuf,
@@ -175,6 +176,32 @@ impl Error {
             what: what.into(),
             source,
         }
+    }
+}
+
+/// What a stripped file's "not found" says of it, with the debug file found for it but not
+/// taken (`PATH (why)`).
+pub fn stripped_note(stripped: bool, refused: Option<&str>) -> String {
+    match (stripped, refused) {
+        (false, _) => String::new(),
+        (true, Some(refused)) => format!(
+            " (the file is stripped, and {refused} is not its debug file: only its exported \
+             .dynsym functions are known)"
+        ),
+        (true, None) => " (the file is stripped and no debug file of it was found: only its \
+                         exported .dynsym functions are known; --debug-dir names where debug files are)"
+            .into(),
+    }
+}
+
+/// The end of [`Error::SymbolNotFound`]'s message: the stripped note, then the close names, or
+/// where to see them all.
+pub fn not_found_hint(stripped: bool, refused: Option<&str>, close: &[String]) -> String {
+    let stripped = stripped_note(stripped, refused);
+    if close.is_empty() {
+        format!("{stripped}; list the functions with `xtrace list symbols`")
+    } else {
+        format!("{stripped}; did you mean: {}?", close.join(", "))
     }
 }
 

@@ -10,7 +10,6 @@ use crate::{
     error::{Error, Result},
     launch::resolve_command,
     probes::{
-        elf,
         entry::{EntryMode, EntrySites},
         exits::ExitMode,
         ifunc::{Ifunc, InProcess},
@@ -212,7 +211,7 @@ fn listing_error(e: Error, spec: &UprobeSpec, pid: Option<u32>) -> Error {
         } if close.is_empty() => Error::Unreadable {
             reason: format!(
                 "no function matches `{symbol}`{}; list them all with `xtrace list symbols {}`",
-                elf::stripped_note(stripped, debug_refused.as_deref()),
+                crate::error::stripped_note(stripped, debug_refused.as_deref()),
                 match pid {
                     // As the process maps it: its file may be deleted or replaced on disk.
                     Some(pid) => format!(

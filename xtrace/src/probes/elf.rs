@@ -362,21 +362,6 @@ impl ElfSymbols {
     }
 }
 
-/// What a stripped file's "not found" says of it, with the debug file found for it but not
-/// taken (`PATH (why)`).
-pub fn stripped_note(stripped: bool, refused: Option<&str>) -> String {
-    match (stripped, refused) {
-        (false, _) => String::new(),
-        (true, Some(refused)) => format!(
-            " (the file is stripped, and {refused} is not its debug file: only its exported \
-             .dynsym functions are known)"
-        ),
-        (true, None) => " (the file is stripped and no debug file of it was found: only its \
-                         exported .dynsym functions are known; --debug-dir names where debug files are)"
-            .into(),
-    }
-}
-
 /// The end of the notice that a file is stripped: what to do about it, or which debug file was
 /// found and not taken, and why.
 pub fn debug_file_hint(refused: Option<&str>) -> String {
@@ -385,17 +370,6 @@ pub fn debug_file_hint(refused: Option<&str>) -> String {
         None => "; install its debug file (such as Debian's -dbgsym package), or name the directory \
                  that holds it with --debug-dir"
             .into(),
-    }
-}
-
-/// The end of [`Error::SymbolNotFound`]'s message: the stripped note, then the close names, or
-/// where to see them all.
-pub fn not_found_hint(stripped: bool, refused: Option<&str>, close: &[String]) -> String {
-    let stripped = stripped_note(stripped, refused);
-    if close.is_empty() {
-        format!("{stripped}; list the functions with `xtrace list symbols`")
-    } else {
-        format!("{stripped}; did you mean: {}?", close.join(", "))
     }
 }
 
