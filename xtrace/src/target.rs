@@ -1,6 +1,6 @@
 //! Traced processes: validating `--pid`, watching for exit through pidfds (Linux 5.3+), and
 //! resolving probe TARGETs to files, as a process maps them (launching `-- COMMAND` is
-//! `crate::launch`'s).
+//! the `launch` module's).
 use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
