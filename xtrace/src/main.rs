@@ -3,7 +3,8 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{diff, flamegraph, generate, list, print_err, print_out, report, status::Console, Cli, Command},
+    cli::{diff, flamegraph, generate, list, report, status::Console, Cli, Command},
+    output::stdio::{print_err, print_out},
     session,
 };
 
@@ -37,7 +38,7 @@ fn not_utf8(args: impl Iterator<Item = std::ffi::OsString>) -> String {
 }
 
 /// Whether file descriptor 1 was closed as the process started, checked before Rust's runtime
-/// opens /dev/null in its place (see [`xtrace::cli::stdout_closed`]).
+/// opens /dev/null in its place (see [`xtrace::output::stdio::stdout_closed`]).
 static STDOUT_WAS_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 extern "C" fn check_stdout() {
@@ -55,7 +56,7 @@ static CHECK_STDOUT: extern "C" fn() = check_stdout;
 
 fn main() -> ExitCode {
     if STDOUT_WAS_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
-        xtrace::cli::set_stdout_closed();
+        xtrace::output::stdio::set_stdout_closed();
     }
     // Log lines (xtrace's and its libraries', aya's included) only when RUST_LOG asks for them,
     // e.g. RUST_LOG=debug or RUST_LOG=xtrace=debug.
@@ -114,7 +115,7 @@ fn main() -> ExitCode {
             // The outputs are written whatever becomes of the summary on stdout (summary.txt
             // holds it too): a standard output closed from the start only leaves the table out.
             if !quiet {
-                if !xtrace::cli::stdout_closed() && !out!("{}", recording.summary.table()) {
+                if !xtrace::output::stdio::stdout_closed() && !out!("{}", recording.summary.table()) {
                     return ExitCode::from(2);
                 }
                 err!(

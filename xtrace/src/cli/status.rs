@@ -50,8 +50,8 @@ impl Console {
             return;
         }
         match &self.bar {
-            Some(bar) => bar.suspend(|| super::print_err(text)),
-            None => super::print_err(text),
+            Some(bar) => bar.suspend(|| crate::output::stdio::print_err(text)),
+            None => crate::output::stdio::print_err(text),
         }
     }
 }
@@ -69,7 +69,7 @@ impl Observer for Console {
         if self.quiet {
             return;
         }
-        super::print_err(&format!("xtrace: {notice}"));
+        crate::output::stdio::print_err(&format!("xtrace: {notice}"));
         // Log lines (RUST_LOG) go straight to stderr: drawn between them, the line would be
         // torn, each log line starting after a stale status.
         if std::io::stderr().is_terminal() && log::max_level() == log::LevelFilter::Off {

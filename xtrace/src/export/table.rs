@@ -1,5 +1,6 @@
 //! Plain-text tables (summary.txt, `xtrace report`, `xtrace diff`): columns padded to their widest cell, the
 //! first `left` columns left-aligned and the rest (numbers) right-aligned, two spaces apart.
+use crate::output::stdio::escape_controls;
 
 /// The table as lines, header first; nothing when there are no rows.
 pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
@@ -36,23 +37,6 @@ pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
         out += &line(&mut row.iter().map(String::as_str));
     }
     out
-}
-
-/// `text` with each control character as its Rust escape.
-pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
 }
 
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.

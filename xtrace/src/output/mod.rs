@@ -3,10 +3,11 @@
 //! belongs to the invoking user (SUDO_UID/SUDO_GID). Every file is written as `NAME.partial` and
 //! renamed to NAME once whole, so a file cut short (a full disk, SIGKILL, a panic) never looks
 //! whole. The trace file is written through a [`Sink`],
-//! plain or gzip-compressed (`--gzip`).
+//! plain or gzip-compressed (`--gzip`). `stdio` writes to standard output and error.
 mod dir;
 mod named;
 mod sink;
+pub mod stdio;
 
 use std::{
     fs::File,
@@ -70,7 +71,7 @@ fn invoking_user() -> Option<(u32, u32)> {
                     v.as_ref()
                         .map_or("unset".into(), |v| format!("{:?}", v.to_string_lossy()))
                 };
-                crate::cli::print_err(&format!(
+                stdio::print_err(&format!(
                     "xtrace: warning: SUDO_UID={} and SUDO_GID={} are not a user and group id, so \
                      the outputs stay root's; unset them, or run xtrace with sudo",
                     shown(&uid),

@@ -30,8 +30,8 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
         written => written,
     };
     if path.as_os_str() == "-" {
-        if crate::cli::stdout_closed() {
-            return Err(failed(std::io::Error::other(crate::cli::CLOSED)));
+        if super::stdio::stdout_closed() {
+            return Err(failed(std::io::Error::other(super::stdio::CLOSED)));
         }
         let mut out = std::io::stdout().lock();
         return gone_is_done(out.write_all(bytes).and_then(|()| out.flush())).map_err(failed);
