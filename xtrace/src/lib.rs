@@ -3,6 +3,7 @@
 //! Data flows one way: `probes` resolve and attach → kernel programs (xtrace-ebpf) → ring buffer →
 //! `pipeline` (read, decode, aggregate) → `export` (Chrome trace, summary). `session` drives one
 //! recording from start to stop; the binary's `main` only parses arguments and prints errors.
+//! `model` holds the plain data every layer shares.
 
 pub mod analysis;
 pub mod bpf;
@@ -15,6 +16,7 @@ pub mod demangle;
 pub mod error;
 pub mod export;
 pub mod launch;
+pub mod model;
 pub mod output;
 pub mod pidns;
 pub mod pipeline;

@@ -11,7 +11,7 @@ use std::{
 use serde_json::Value;
 
 use super::{Error, Result};
-use crate::export::summary::FORMAT_VERSION;
+use crate::model::summary::FORMAT_VERSION;
 
 /// One complete event of trace.json.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -265,7 +265,7 @@ fn wait_hints(waits: &[Waits], traced: u64) -> Vec<String> {
             hints.push(format!(
                 "waits dominate: {:.1}% of the traced time is {what} ({}{top})",
                 w.percent,
-                crate::export::summary::human(w.wait_ns),
+                crate::model::duration::human(w.wait_ns),
             ));
         }
     }

@@ -20,7 +20,7 @@ use xtrace_common::{
 
 use crate::{
     error::{Error, Result},
-    export::summary::Lost,
+    model::summary::Lost,
 };
 
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xtrace"));

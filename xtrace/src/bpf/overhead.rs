@@ -90,7 +90,7 @@ pub fn line(costs: &[ProgramCost]) -> String {
         .collect();
     format!(
         "overhead: xtrace's kernel programs ran for {} ({})",
-        crate::export::summary::human(total),
+        crate::model::duration::human(total),
         each.join(", ")
     )
 }

@@ -13,7 +13,7 @@ use crate::{
         capture::{self, Capture, Load, Name},
         mannwhitney, stats, Error, Result,
     },
-    export::summary::human,
+    model::duration::human,
     output,
 };
 

@@ -17,7 +17,8 @@ use crate::{
         stats::{self, ProbeStats, ThreadStats},
         Error, Result,
     },
-    export::{callgrind, pprof, span_flamegraph, summary::human},
+    export::{callgrind, pprof, span_flamegraph},
+    model::duration::human,
     output,
 };
 

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{
-    export::summary::human,
+    model::duration::human,
     session::{Observer, Progress},
 };
 

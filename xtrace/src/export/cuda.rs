@@ -1,8 +1,8 @@
 //! The `cuda` section of summary.json and its lines in the readable summary.
 use serde::Serialize;
 
-use super::summary::human;
 use crate::cuda::{api::Space, calls::Totals};
+use crate::model::duration::human;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelLaunches {

@@ -31,7 +31,7 @@ pub fn svg(stacks: &[SpanStack], icicle: bool) -> Result<Vec<u8>, std::io::Error
     let mut options = inferno::flamegraph::Options::default();
     options.title = format!(
         "xtrace: {spans} spans, {} in traced calls",
-        super::summary::human(total)
+        crate::model::duration::human(total)
     );
     options.subtitle = Some("width: wall time in each call path (self time of nested spans)".into());
     options.count_name = "ns".into();

@@ -1,7 +1,10 @@
 //! The recording summary: summary.json and the readable table (stdout and summary.txt).
 use serde::Serialize;
 
-use crate::pipeline::{stats::Distribution, values::ValueSummary};
+use crate::{
+    model::{duration::human, summary::Lost},
+    pipeline::{stats::Distribution, values::ValueSummary},
+};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeSummary {
@@ -21,22 +24,6 @@ pub struct ProbeSummary {
     /// Captured arguments and return value (only for probes whose spec asks for them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<ValueSummary>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Lost {
-    /// Records dropped because the ring buffer was full.
-    pub ring_full: u64,
-    /// Calls nested deeper than the per-thread stack (no span recorded).
-    pub too_deep: u64,
-    /// Calls on threads beyond the thread table's capacity (no span recorded).
-    pub no_thread_slot: u64,
-}
-
-impl Lost {
-    pub fn total(&self) -> u64 {
-        self.ring_full + self.too_deep + self.no_thread_slot
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -80,13 +67,9 @@ pub struct RunInfo {
     pub overhead: Option<Vec<crate::bpf::overhead::ProgramCost>>,
 }
 
-/// The version of the capture format (summary.json, trace.json, stacks.folded) this xtrace writes
-/// and reads; `xtrace report` and `xtrace diff` refuse captures with a higher one.
-pub const FORMAT_VERSION: u32 = 1;
-
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    /// [`FORMAT_VERSION`]; a summary.json without it is read as version 1.
+    /// [`FORMAT_VERSION`](crate::model::summary::FORMAT_VERSION); a summary.json without it is read as version 1.
     pub format_version: u32,
     #[serde(flatten)]
     pub run: RunInfo,
@@ -127,18 +110,6 @@ pub struct Summary {
     /// With `--warn-over`: per rule, the spans longer than its limit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warn_over: Vec<crate::pipeline::warnings::WarnSummary>,
-}
-
-/// A duration for people: 950ns, 12.3µs, 4.56ms, 1.234s. The unit is chosen for the value as
-/// rounded, so 999,960 ns is 1.00ms, not 1000.0µs.
-pub fn human(ns: u64) -> String {
-    // The bounds where each unit's rounding reaches the next unit: 999.95µs, 999.995ms.
-    match ns {
-        0..1_000 => format!("{ns}ns"),
-        1_000..999_950 => format!("{:.1}µs", ns as f64 / 1e3),
-        999_950..999_995_000 => format!("{:.2}ms", ns as f64 / 1e6),
-        _ => format!("{:.3}s", ns as f64 / 1e9),
-    }
 }
 
 impl Summary {
@@ -312,6 +283,7 @@ fn profile_table(profile: &super::profile::ProfileSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::summary::FORMAT_VERSION;
 
     fn summary() -> Summary {
         Summary {
@@ -369,23 +341,6 @@ mod tests {
             ranges: None,
             ranges_unpaired: None,
             warn_over: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn durations_round_into_the_next_unit() {
-        let cases = [
-            (999, "999ns"),
-            (1_000, "1.0µs"),
-            (999_949, "999.9µs"),
-            (999_950, "1.00ms"),
-            (999_996, "1.00ms"),
-            (999_994_999, "999.99ms"),
-            (999_995_000, "1.000s"),
-            (999_999_600, "1.000s"),
-        ];
-        for (ns, shown) in cases {
-            assert_eq!(human(ns), shown, "{ns}");
         }
     }
 
@@ -460,13 +415,5 @@ mod tests {
             command_line(None, None, true),
             "command `app -x` (pid 42) was still running when xtrace stopped"
         );
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(human(999), "999ns");
-        assert_eq!(human(1_500), "1.5µs");
-        assert_eq!(human(2_500_000), "2.50ms");
-        assert_eq!(human(3_000_000_000), "3.000s");
     }
 }

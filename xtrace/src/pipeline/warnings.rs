@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::{export::summary::human, probes::glob};
+use crate::{model::duration::human, probes::glob};
 
 /// Warning lines shown while recording; later ones are only counted.
 pub const MAX_SHOWN: u64 = 100;

@@ -14,9 +14,10 @@ use crate::{
     export::{
         cuda::CudaSummary,
         profile,
-        summary::{self, CommandSummary, Lost, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{CommandSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     launch::Launch,
+    model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
     pipeline::{writer::TraceWriter, Collected, Pipeline},
     probes::uprobe::Plan,
@@ -254,7 +255,7 @@ impl Outputs<'_> {
     fn summary(&self, collected: &Collected, profile: Option<profile::ProfileSummary>) -> Summary {
         let plan = self.plan;
         Summary {
-            format_version: summary::FORMAT_VERSION,
+            format_version: FORMAT_VERSION,
             run: self.run.clone(),
             stop_reason: self.stop.reason(),
             lost_events: self.lost.total(),

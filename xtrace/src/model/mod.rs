@@ -1,0 +1,5 @@
+//! Plain data every layer may use, depending on none of them: `summary` has the pieces of the
+//! summary schema filled in below `export` (loss counts, the format version), `duration` writes
+//! durations for people.
+pub mod duration;
+pub mod summary;
