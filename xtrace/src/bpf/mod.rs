@@ -1,9 +1,11 @@
 //! The embedded kernel object (built from xtrace-ebpf by build.rs), loading it, and reading its
-//! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot.
+//! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot;
+//! `layout` has where the programs find fields of the kernel's structures.
 mod attr;
 pub mod btf;
 pub mod features;
 pub mod goroutines;
+pub mod layout;
 pub mod overhead;
 pub mod perf_uprobe;
 pub mod uprobe_multi;
@@ -24,6 +26,9 @@ use crate::{
 };
 
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xtrace"));
+
+/// Room in the sampled-process table for followed processes alive at once, beyond the targets.
+pub const FOLLOW_MAX: u32 = 8192;
 
 /// What the kernel programs are configured with at load time.
 #[derive(Debug, Default)]
@@ -47,7 +52,7 @@ pub struct LoadOptions {
     pub user_stack_bytes: u32,
     /// With sampling limited to `sample_pids`: follow the processes they start, with what those
     /// programs read on this kernel (None: `--no-inherit`, `-a`, or no sampling).
-    pub follow: Option<crate::probes::follow::Offsets>,
+    pub follow: Option<layout::Offsets>,
     /// xtrace's PID namespace when it is not the initial one: the programs report pids there.
     pub pid_namespace: Option<crate::pidns::PidNamespace>,
     /// Whether span entries keep their return address, for samples to restore over return
@@ -55,7 +60,7 @@ pub struct LoadOptions {
     pub return_addresses: bool,
     /// Where a task's uprobe state lies, for samples taken while a probed instruction's copy is
     /// single-stepped (all 0: not read).
-    pub uprobe_task: crate::probes::sampler::UprobeTask,
+    pub uprobe_task: layout::UprobeTask,
     /// Whether functions of Go code are traced, whose open calls are kept per goroutine and
     /// program (`task_struct.self_exec_id`, whose offset is then read from the kernel's BTF).
     pub go_code: bool,
@@ -84,7 +89,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
-    let followed_room = options.follow.map_or(0, |_| crate::probes::follow::FOLLOW_MAX);
+    let followed_room = options.follow.map_or(0, |_| FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
     let offsets = options.follow.unwrap_or_default();
     let task_exec_id = match options.go_code {

@@ -4,29 +4,9 @@
 use aya::Ebpf;
 
 use crate::{
-    bpf::btf::KernelBtf,
+    bpf::{btf::KernelBtf, layout::Offsets},
     error::{Error, Result},
 };
-
-/// Room in the sampled-process table for followed processes alive at once, beyond the targets.
-pub const FOLLOW_MAX: u32 = 8192;
-
-/// What the programs read on this kernel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Offsets {
-    /// Where `pid` lies in `struct task_struct`: task_newtask passes the new task.
-    pub task_pid: u32,
-    /// Whether sched_process_exit passes `group_dead` (Linux 6.16+); without it a followed process
-    /// stays in the table after it exits.
-    pub exit_group_dead: bool,
-    /// When xtrace runs in a PID namespace of its own, where a new task's pid there is found:
-    /// `task_struct.thread_pid`, `pid.level`, `pid.numbers` and the size of `struct upid` (all 0
-    /// in the initial namespace).
-    pub task_thread_pid: u32,
-    pub pid_level: u32,
-    pub pid_numbers: u32,
-    pub upid_size: u32,
-}
 
 /// The facts on this kernel; those of `struct pid` only when xtrace runs in a PID namespace of
 /// its own (`in_namespace`).

@@ -143,35 +143,3 @@ mod tests {
         assert!(hidden_why("2", "-1").contains("(kernel.kptr_restrict=2, kernel.perf_event_paranoid=-1)"));
     }
 }
-
-/// Where a task's uprobe state lies on this kernel (its BTF): `task_struct.utask`, and in `struct
-/// uprobe_task` its `state`, `vaddr` (the probed instruction's address) and `xol_vaddr` (the
-/// out-of-line slot it runs a copy of). A sample taken while the kernel single-steps a probed
-/// instruction's copy finds the thread's instruction pointer in the `[uprobes]` page, where no
-/// unwind information is: the sampler puts back the probed address. All 0 when the BTF does not
-/// say (the stacks then stop at `[uprobes]`, as before).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UprobeTask {
-    pub task_utask: u32,
-    pub state: u32,
-    pub vaddr: u32,
-    pub xol_vaddr: u32,
-}
-
-impl UprobeTask {
-    /// The offsets on this kernel, or all 0.
-    pub fn read() -> UprobeTask {
-        let Ok(btf) = crate::bpf::btf::KernelBtf::read() else {
-            return UprobeTask::default();
-        };
-        let offsets = (|| {
-            Some(UprobeTask {
-                task_utask: btf.member_offset("task_struct", "utask")?,
-                state: btf.member_offset("uprobe_task", "state")?,
-                vaddr: btf.member_offset("uprobe_task", "vaddr")?,
-                xol_vaddr: btf.member_offset("uprobe_task", "xol_vaddr")?,
-            })
-        })();
-        offsets.unwrap_or_default()
-    }
-}

@@ -11,6 +11,7 @@ use super::{
     Observer,
 };
 use crate::{
+    bpf::layout::Offsets,
     error::{Error, Result},
     pidns::PidNamespace,
     privilege,
@@ -29,7 +30,7 @@ pub(super) struct Prepared<'a> {
     pub(super) sampling: Option<Sampling>,
     /// Where the kernel's task fields lie, when the processes the sampled ones start are
     /// followed.
-    pub(super) follow: Option<follow::Offsets>,
+    pub(super) follow: Option<Offsets>,
 }
 
 impl<'a> Prepared<'a> {

@@ -181,7 +181,7 @@ fn load_and_attach(
         user_stack_bytes: config.user_stack,
         return_addresses: copies_stacks,
         uprobe_task: match copies_stacks {
-            true => sampler::UprobeTask::read(),
+            true => bpf::layout::UprobeTask::read(),
             false => Default::default(),
         },
         go_code,
