@@ -1,9 +1,9 @@
 //! xtrace: an eBPF tracer and profiler for running processes.
 //!
 //! Data flows one way: `probes` resolve and attach → kernel programs (xtrace-ebpf) → ring buffer →
-//! `pipeline` (read, decode, aggregate) → `export` (Chrome trace, summary). `session` drives one
-//! recording from start to stop; the binary's `main` only parses arguments and prints errors.
-//! `model` holds the plain data every layer shares.
+//! `pipeline` (read, decode, aggregate, stream the Chrome trace) → `export` (summary, profiles).
+//! `session` drives one recording from start to stop; the binary's `main` only parses arguments
+//! and prints errors. `model` holds the plain data every layer shares.
 
 pub mod analysis;
 pub mod bpf;

@@ -22,7 +22,7 @@ use super::{
     capture::{cut_short, malformed, unreadable, Capture, Name, Span},
     Error, Result,
 };
-use crate::export::chrome::{HEAD_LINE, TAIL_LINE};
+use crate::pipeline::chrome::{HEAD_LINE, TAIL_LINE};
 
 /// Reads the trace of `dir` into `capture`: names, instants, process and thread names, and the
 /// spans when `keep_spans`.
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn what_the_chrome_writer_writes_is_read_a_line_at_a_time() {
-        use crate::{export::chrome::ChromeWriter, pipeline::writer::SpanOut};
+        use crate::pipeline::{chrome::ChromeWriter, writer::SpanOut};
         let text = |w: ChromeWriter<Vec<u8>>| String::from_utf8(w.finish().unwrap()).unwrap();
         let mut w = ChromeWriter::new(Vec::new(), &[("work", "uprobe")]).unwrap();
         let span = SpanOut {

@@ -1,4 +1,5 @@
-//! Output formats, one file each: `chrome` (trace.json), `summary` (summary.json and the table),
+//! Output formats written after a recording, one file each (trace.json is streamed while it runs:
+//! `pipeline::chrome`): `summary` (summary.json and the table),
 //! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary),
 //! `span_flamegraph` (span-flamegraph.svg), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
 //! `derived` (the span flamegraph and profile a recording writes last); `plt` names PLT stubs in
@@ -12,7 +13,6 @@ use object::{
 };
 
 pub mod callgrind;
-pub mod chrome;
 pub mod cuda;
 pub mod derived;
 pub mod fde;

@@ -1,8 +1,10 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
 //! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
-//! hits into annotation ranges, `threads` names pids and tids.
+//! hits into annotation ranges, `threads` names pids and tids; `writer` streams trace events to
+//! trace.json in the Chrome Trace Event format (`chrome`).
 pub mod bpf_symbols;
+pub mod chrome;
 pub mod decode;
 pub mod images;
 pub mod kept_names;

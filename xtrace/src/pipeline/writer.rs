@@ -7,7 +7,7 @@ use std::{
     thread::JoinHandle,
 };
 
-use crate::export::chrome::ChromeWriter;
+use super::chrome::ChromeWriter;
 
 /// One span (or instant event) for trace.json.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

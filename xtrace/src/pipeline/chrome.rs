@@ -6,7 +6,7 @@
 //! and a piece as large as the output's own buffer goes to the file without another copy.
 use std::io::{self, Write};
 
-use crate::pipeline::writer::SpanOut;
+use super::writer::SpanOut;
 
 /// The first line of the trace; events follow one per line (which `xtrace report` relies on to
 /// read a trace a line at a time).
