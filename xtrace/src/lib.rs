@@ -13,6 +13,7 @@ pub mod clock;
 pub mod cuda;
 pub mod debug_file;
 pub mod demangle;
+pub mod elf;
 pub mod error;
 pub mod export;
 pub mod launch;

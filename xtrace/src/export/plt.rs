@@ -72,7 +72,7 @@ fn unsized_entry(data: &[u8]) -> u64 {
 
 /// The stub holding file offset `offset`, in stubs sorted by offset.
 pub fn find(stubs: &[Stub], offset: u64) -> Option<&Stub> {
-    crate::pipeline::samples::covering(stubs, offset, |s| s.offsets.clone())
+    crate::model::address::covering(stubs, offset, |s| s.offsets.clone())
 }
 
 /// Address of each GOT slot a relocation fills → the name of what it holds: the symbol a dynamic
@@ -177,7 +177,7 @@ mod tests {
     #[allow(clippy::redundant_closure)]
     #[test]
     fn irelative_stubs_of_the_c_library_are_named() {
-        let stubs = crate::export::read_elf(&crate::test_libc(), |elf| stubs(elf));
+        let stubs = crate::elf::read_elf(&crate::test_libc(), |elf| stubs(elf));
         let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
         assert!(stubs.len() >= 10, "{names:?}");
         assert!(names.iter().all(|n| n.ends_with("@plt") && !n.starts_with('@')));
@@ -209,7 +209,7 @@ mod tests {
             .status()
             .expect("running cc");
         assert!(built.success(), "cc -static (libc6-dev's static libc)");
-        let stubs = crate::export::read_elf(program.to_str().unwrap(), |elf| stubs(elf));
+        let stubs = crate::elf::read_elf(program.to_str().unwrap(), |elf| stubs(elf));
         std::fs::remove_dir_all(&dir).unwrap();
         let names: Vec<&str> = stubs.iter().map(|s| s.name.as_str()).collect();
         assert!(

@@ -4,7 +4,7 @@
 //! as the hottest functions and stacks. PLT stubs are named `NAME@plt` (`plt`). Code outside any
 //! file is named from the vDSO's symbols or, for a JIT's code, from `/tmp/perf-PID.map`. Addresses
 //! that no symbol covers are shown as `module+0xOFFSET`, OFFSET being the start of the function
-//! their unwind entry covers (`fde`) where there is one.
+//! their unwind entry covers (`elf::fde`) where there is one.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use blazesym::symbolize::{
@@ -13,7 +13,8 @@ use blazesym::symbolize::{
 };
 use serde::Serialize;
 
-use super::{fde, plt};
+use super::plt;
+use crate::elf::fde;
 use crate::{
     error::{Error, Result},
     pipeline::{
@@ -273,7 +274,7 @@ impl Resolver {
             // A PLT stub has no symbol: the one before it (`_init`) would name it. Unwind entries
             // are read only for files with offsets no symbol names; one read of the ELF serves both.
             let unnamed = names.iter().any(Option::is_none);
-            let (stubs, functions) = super::read_elf(path, |elf| {
+            let (stubs, functions) = crate::elf::read_elf(path, |elf| {
                 let functions = if unnamed { fde::functions(elf) } else { Vec::new() };
                 (plt::stubs(elf), functions)
             });

@@ -1,5 +1,6 @@
 //! Plain data every layer may use, depending on none of them: `summary` has the pieces of the
 //! summary schema filled in below `export` (loss counts, the format version), `duration` writes
-//! durations for people.
+//! durations for people, `address` finds the range that holds an address.
+pub mod address;
 pub mod duration;
 pub mod summary;

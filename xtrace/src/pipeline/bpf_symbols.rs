@@ -50,7 +50,7 @@ impl BpfSymbols {
 
     /// The program `address` is in.
     pub fn find(&self, address: u64) -> Option<&str> {
-        super::samples::covering(&self.programs, address, |p| p.0..p.1).map(|p| p.2.as_str())
+        crate::model::address::covering(&self.programs, address, |p| p.0..p.1).map(|p| p.2.as_str())
     }
 }
 

@@ -3,7 +3,7 @@
 //! the mappings /proc/PID/maps showed when the process was first sampled (read again when a sample
 //! falls outside them, after a dlopen), and those the side band reported since, so a process that
 //! exits before the capture ends, however soon, is still symbolized from the files it mapped.
-use std::{collections::HashMap, ops::Range};
+use std::collections::HashMap;
 
 use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, USER_SP};
 
@@ -304,16 +304,7 @@ pub fn parse_perf_map(text: &str) -> Vec<JitSymbol> {
 
 /// The JIT symbol covering `address` in symbols sorted by start.
 pub fn find_jit(symbols: &[JitSymbol], address: u64) -> Option<&JitSymbol> {
-    covering(symbols, address, |s| s.start..s.start.saturating_add(s.size))
-}
-
-/// The item of `sorted` (by the start of its `range`, none overlapping) whose range holds
-/// `address`.
-pub fn covering<T>(sorted: &[T], address: u64, range: impl Fn(&T) -> Range<u64>) -> Option<&T> {
-    let after = sorted.partition_point(|item| range(item).start <= address);
-    sorted[..after]
-        .last()
-        .filter(|item| range(item).contains(&address))
+    crate::model::address::covering(symbols, address, |s| s.start..s.start.saturating_add(s.size))
 }
 
 /// The valid frames of a stack: its first `count`, up to the first zero (the end of a frame-pointer

@@ -177,7 +177,7 @@ impl ImplementationSizes {
     /// The size of the code at `address` (file offset `file_offset`); 0 when unknown.
     pub fn of(&self, address: u64, file_offset: u64) -> u64 {
         self.functions.get(&address).copied().unwrap_or_else(|| {
-            crate::export::fde::find(&self.unwind, file_offset)
+            crate::elf::fde::find(&self.unwind, file_offset)
                 .filter(|range| range.start == file_offset)
                 .map_or(0, |range| range.end - range.start)
         })

@@ -262,7 +262,7 @@ fn size_implementations(
     // that has IFUNCs.
     let unwind = if functions.iter().any(|f| f.ifunc != Ifunc::No) {
         object::read::elf::ElfFile64::<object::Endianness>::parse(data)
-            .map(|elf| crate::export::fde::functions(&elf))
+            .map(|elf| crate::elf::fde::functions(&elf))
             .unwrap_or_default()
     } else {
         Vec::new()

@@ -85,7 +85,7 @@ fn addresses(data: &[u8], address: u64) -> Vec<Range<u64>> {
 
 /// The function holding file offset `offset`, in ranges sorted by offset.
 pub fn find(functions: &[Range<u64>], offset: u64) -> Option<&Range<u64>> {
-    crate::pipeline::samples::covering(functions, offset, Range::clone)
+    crate::model::address::covering(functions, offset, Range::clone)
 }
 
 /// How a sampled offset in function `function` of `module` is shown: `libcrypto.so.3+0x29c240`.
@@ -112,7 +112,7 @@ mod tests {
             name(&(0x29c240..0x29c57e), "libcrypto.so.3"),
             "libcrypto.so.3+0x29c240"
         );
-        let read = |path| crate::export::read_elf(path, |elf| functions(elf));
+        let read = |path| crate::elf::read_elf(path, |elf| functions(elf));
         assert!(read("/nonexistent").is_empty());
         assert!(read("/proc/self/status").is_empty());
     }
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn libc_functions_start_at_their_unwind_entries() {
         let path = &crate::test_libc();
-        let functions = crate::export::read_elf(path, |elf| functions(elf));
+        let functions = crate::elf::read_elf(path, |elf| functions(elf));
         assert!(functions.len() > 1000, "{} entries in {path}", functions.len());
         assert!(functions.windows(2).all(|w| w[0].end <= w[1].start));
         let data = std::fs::read(path).unwrap();
