@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use crate::{
-    pipeline::ranges::Wanted,
-    probes::{entry::EntryMode, exits::ExitMode},
+    probes::{entry::EntryMode, exits::ExitMode, ranges::Wanted},
     session::{Config, GpuPeriod, TargetChoice},
 };
 

@@ -9,13 +9,12 @@ use std::{collections::HashSet, os::unix::fs::MetadataExt};
 use super::{api::FUNCTIONS, plan::library_of};
 use crate::{
     error::Result,
-    pipeline::values::Capture,
     probes::{
         elf::SymbolCache,
         needed::needed_libraries,
         spec::ArgType,
         uprobe::{Attachment, Plan, Scope},
-        ProbeInfo,
+        Capture, ProbeInfo,
     },
     target::{library_matches, Process, TargetFile},
 };

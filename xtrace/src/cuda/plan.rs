@@ -6,12 +6,11 @@ use std::path::Path;
 use super::api::{expected, Function, Library, FUNCTIONS};
 use crate::{
     error::{Error, Result},
-    pipeline::values::Capture,
     probes::{
         elf::SymbolCache,
         needed::needed_libraries,
         uprobe::{Attachment, Plan, Scope},
-        ProbeInfo,
+        Capture, ProbeInfo,
     },
     target::{library_from_cache, library_matches, TargetFile},
 };

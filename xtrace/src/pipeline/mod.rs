@@ -33,9 +33,10 @@ use crate::pipeline::{
     stats::ProbeStats,
     threads::Names,
     usdt::{Hit, Usdt},
-    values::{Capture, Values},
+    values::Values,
     writer::{SpanOut, TraceWriter},
 };
+use crate::probes::Capture;
 use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 
 /// The trace.json counter track of a process's live CUDA device memory.

@@ -13,7 +13,7 @@ use crate::{
         usdt::RangeArg,
         writer::{AsyncEdge, SpanOut},
     },
-    probes::usdt::spec::RangeOp,
+    probes::{ranges::Wanted, usdt::spec::RangeOp},
 };
 
 /// Where a range came from: the first argument of every tool-library probe.
@@ -44,21 +44,7 @@ impl Source {
     }
 }
 
-/// Which sources a recording keeps (`--ranges`, `--nvtx`, `--itt`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Wanted {
-    pub xtrace: bool,
-    pub nvtx: bool,
-    pub itt: bool,
-}
-
 impl Wanted {
-    pub const ALL: Wanted = Wanted {
-        xtrace: true,
-        nvtx: true,
-        itt: true,
-    };
-
     fn keeps(self, source: Source) -> bool {
         match source {
             Source::Xtrace => self.xtrace,

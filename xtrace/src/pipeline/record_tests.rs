@@ -10,15 +10,12 @@ use std::{
 use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, EXIT_RETURN, KIND_SPAN, KIND_THREAD};
 
 use super::{
-    ranges::{Ranges, Wanted},
-    samples::Samples,
-    usdt::Usdt,
-    values::Capture,
-    warnings::Warnings,
-    writer::TraceWriter,
-    Pipeline, Setup,
+    ranges::Ranges, samples::Samples, usdt::Usdt, warnings::Warnings, writer::TraceWriter, Pipeline, Setup,
 };
-use crate::cuda::calls::Calls;
+use crate::{
+    cuda::calls::Calls,
+    probes::{ranges::Wanted, Capture},
+};
 
 /// A writer whose bytes the test reads back once the trace is closed.
 #[derive(Clone, Default)]

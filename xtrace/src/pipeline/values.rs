@@ -7,7 +7,7 @@ use serde::Serialize;
 use xtrace_common::event::ArgsEvent;
 
 use super::pending::Pending;
-use crate::probes::spec::ArgType;
+use crate::probes::{spec::ArgType, Capture};
 
 /// Distinct values counted per argument; later new values only count as `other`.
 const MAX_DISTINCT: usize = 1024;
@@ -177,15 +177,6 @@ impl ValueStats {
                 .collect(),
         }
     }
-}
-
-/// What each probe captures, by probe id.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Capture {
-    pub args: Vec<ArgType>,
-    pub ret: Option<ArgType>,
-    /// Go code: `args` are read from Go's register ABI (see `args::GO_ABI`).
-    pub go: bool,
 }
 
 /// Pairs arguments with spans and aggregates values.

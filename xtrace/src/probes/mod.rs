@@ -23,6 +23,8 @@ pub mod symver;
 pub mod uprobe;
 pub mod usdt;
 
+use spec::ArgType;
+
 /// One attached probe as user space knows it; its index in the probe table is the BPF cookie.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeInfo {
@@ -36,7 +38,16 @@ pub struct ProbeInfo {
     /// File offset of the probed instruction.
     pub offset: u64,
     /// Arguments and return value captured (from the first spec that named this function).
-    pub capture: crate::pipeline::values::Capture,
+    pub capture: Capture,
+}
+
+/// What each probe captures, by probe id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capture {
+    pub args: Vec<ArgType>,
+    pub ret: Option<ArgType>,
+    /// Go code: `args` are read from Go's register ABI (see `args::GO_ABI`).
+    pub go: bool,
 }
 
 impl ProbeInfo {

@@ -17,10 +17,23 @@ use super::{
 };
 use xtrace_common::ranges::PROBES;
 
-use crate::{
-    error::{Error, Result},
-    pipeline::ranges::Wanted,
-};
+use crate::error::{Error, Result};
+
+/// Which sources a recording keeps (`--ranges`, `--nvtx`, `--itt`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub xtrace: bool,
+    pub nvtx: bool,
+    pub itt: bool,
+}
+
+impl Wanted {
+    pub const ALL: Wanted = Wanted {
+        xtrace: true,
+        nvtx: true,
+        itt: true,
+    };
+}
 
 /// The tool library's file name; a mapped file whose name starts with `libxtrace_tool` is one.
 pub const TOOL_LIBRARY: &str = "libxtrace_tool.so";

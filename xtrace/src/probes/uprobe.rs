@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    pipeline::values::Capture,
+    probes::Capture,
     target::{library_from_cache, Process, TargetFile},
 };
 
@@ -105,7 +105,7 @@ pub struct Plan {
     /// The CUDA function of each `--cuda` probe, by probe id.
     pub cuda: BTreeMap<u32, crate::cuda::api::Function>,
     /// The range sources recorded, when the tool library's probes are in the plan.
-    pub ranges: Option<crate::pipeline::ranges::Wanted>,
+    pub ranges: Option<super::ranges::Wanted>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
     /// With `--cuda`: the `dlopen` probes and the probe ids kept for CUDA libraries loaded later.

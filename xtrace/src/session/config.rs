@@ -3,8 +3,8 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
-    pipeline::{ranges::Wanted, warnings::WarnRule},
-    probes::{entry::EntryMode, exits::ExitMode},
+    pipeline::warnings::WarnRule,
+    probes::{entry::EntryMode, exits::ExitMode, ranges::Wanted},
 };
 
 /// The processes to trace.

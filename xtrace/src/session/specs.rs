@@ -4,11 +4,11 @@ use super::config::Config;
 use crate::{
     cuda,
     error::Result,
-    pipeline::ranges::Wanted,
     probes::{
         entry::EntryMode,
         exits::ExitMode,
-        glob, ranges,
+        glob,
+        ranges::{self, Wanted},
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
