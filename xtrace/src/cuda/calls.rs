@@ -12,7 +12,7 @@ use super::{
     api::{Direction, Function, Kind, Op, Space, Src},
     kernels::KernelNames,
 };
-use crate::pipeline::pending::Pending;
+use crate::model::pending::Pending;
 
 /// A call's entry record, waiting for its span.
 #[derive(Clone, Debug)]
@@ -380,7 +380,7 @@ const KERNEL_NAME_MAX: usize = 16 << 10;
 /// what it reads must begin with what the kernel program read, or, where that read nothing, look
 /// like a name (printable ASCII).
 fn lookup_name(pid: u32, address: u64, read: &[u8]) -> String {
-    let kept = crate::pipeline::values::c_text(read);
+    let kept = crate::model::text::c_text(read);
     let cut = read.len() >= ARG_STR_LEN;
     let whole = (read.is_empty() || cut)
         .then(|| crate::pipeline::kept_names::process_text(pid, address, KERNEL_NAME_MAX))

@@ -9,7 +9,7 @@ use xtrace_common::{
     ranges::{ADDRESS, INTERNED, INTERNED_FIRST},
 };
 
-use crate::pipeline::values::c_text;
+use crate::model::text::c_text;
 
 #[derive(Debug, Default)]
 pub struct KeptNames {

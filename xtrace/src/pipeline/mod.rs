@@ -8,7 +8,6 @@ pub mod chrome;
 pub mod decode;
 pub mod images;
 pub mod kept_names;
-pub mod pending;
 pub mod ranges;
 pub mod reader;
 pub mod samples;
@@ -36,7 +35,7 @@ use crate::pipeline::{
     values::Values,
     writer::{SpanOut, TraceWriter},
 };
-use crate::probes::Capture;
+use crate::{model::text::c_str, probes::Capture};
 use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 
 /// The trace.json counter track of a process's live CUDA device memory.
@@ -272,7 +271,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.span(&event.span, &event.string[..len])
             }
             Ok(Event::Thread(thread)) => {
-                let name = values::c_str(&thread.comm);
+                let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
             }
@@ -298,7 +297,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
             Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
             Ok(Event::Sample(event, mut stack)) => {
-                let comm = values::c_str(&event.comm);
+                let comm = c_str(&event.comm);
                 if comm == crate::launch::LAUNCHER_THREAD {
                     // A launched command's sample in its exec, before the kernel renames it.
                     self.names.saw(event.header.pid, event.header.tid);

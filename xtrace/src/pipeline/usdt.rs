@@ -10,10 +10,8 @@ use xtrace_common::{
 };
 
 use crate::{
-    pipeline::{
-        kept_names::KeptNames,
-        values::{c_text, wide_text, Value},
-    },
+    model::text::{c_text, wide_text},
+    pipeline::{kept_names::KeptNames, values::Value},
     probes::usdt::{
         plan::{Role, UsdtProbe},
         spec::{RangeOp, UsdtArgType},
