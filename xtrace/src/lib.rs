@@ -23,6 +23,7 @@ pub mod pidns;
 pub mod pipeline;
 pub mod privilege;
 pub mod probes;
+pub mod procfs;
 pub mod session;
 pub mod shell;
 pub mod target;

@@ -383,7 +383,7 @@ fn lookup_name(pid: u32, address: u64, read: &[u8]) -> String {
     let kept = crate::model::text::c_text(read);
     let cut = read.len() >= ARG_STR_LEN;
     let whole = (read.is_empty() || cut)
-        .then(|| crate::pipeline::kept_names::process_text(pid, address, KERNEL_NAME_MAX))
+        .then(|| crate::procfs::process_text(pid, address, KERNEL_NAME_MAX))
         .flatten()
         .filter(|text| match cut {
             true => text.starts_with(&kept),

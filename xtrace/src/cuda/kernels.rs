@@ -15,7 +15,7 @@ use super::stub_handles::StubHandles;
 use crate::{
     demangle::demangle,
     export::profile::{module_name, symbolize_elf, symbolizer},
-    pipeline::samples::{find, merge_maps, Mapping},
+    procfs::{find, merge_maps, Mapping},
 };
 
 pub struct KernelNames {

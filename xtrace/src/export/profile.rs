@@ -14,13 +14,14 @@ use blazesym::symbolize::{
 use serde::Serialize;
 
 use super::plt;
-use crate::elf::fde;
 use crate::{
+    elf::fde,
     error::{Error, Result},
     pipeline::{
         bpf_symbols::BpfSymbols,
-        samples::{find, find_jit, read_perf_map, stack_hash, JitSymbol, Mapping, Samples, StackKey},
+        samples::{find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
     },
+    procfs::{find, Mapping},
 };
 
 /// Hottest functions and stacks listed in summary.json.
@@ -338,7 +339,7 @@ impl Resolver {
 fn vdso_symbols() -> Vec<(u64, u64, String)> {
     use object::{Object, ObjectSymbol};
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let Some(mapping) = crate::pipeline::samples::parse_maps(&maps)
+    let Some(mapping) = crate::procfs::parse_maps(&maps)
         .into_iter()
         .find(|m| m.path == "[vdso]")
     else {
@@ -364,7 +365,7 @@ fn vdso_symbols() -> Vec<(u64, u64, String)> {
 }
 
 /// The mappings `key`'s image had when the sample was taken.
-fn mapped_then<'s>(samples: &'s Samples, key: &StackKey) -> &'s [crate::pipeline::samples::Mapping] {
+fn mapped_then<'s>(samples: &'s Samples, key: &StackKey) -> &'s [crate::procfs::Mapping] {
     let maps = samples.images.maps(key.image);
     &maps[..(key.mapped as usize).min(maps.len())]
 }
@@ -527,7 +528,7 @@ fn percent(n: u64, total: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::samples::parse_maps;
+    use crate::procfs::parse_maps;
 
     #[test]
     fn addresses_outside_files_are_named_by_their_mapping() {

@@ -16,10 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    samples::{merge_maps, Mapping},
-    sideband::{Change, Sideband},
-};
+use super::sideband::{Change, Sideband};
+use crate::procfs::{merge_maps, Mapping};
 
 /// Least time between two reads of one image's /proc/PID/maps: stacks walked without frame
 /// pointers hold values that are in no mapping, and must not cost a read each.
@@ -299,7 +297,7 @@ impl Images {
             Change::Map { pid, ns, mapping } if self.keeps(pid) => {
                 let id = self.at(pid, ns);
                 if let Some(image) = self.images.get_mut(&id) {
-                    if !super::samples::is_current(&image.maps, &mapping) {
+                    if !crate::procfs::is_current(&image.maps, &mapping) {
                         image.maps.push(mapping);
                     }
                 }

@@ -2,14 +2,14 @@
 //! a hit passes a kept name's address tagged, and the kernel program reads the string only on the
 //! name's first use (`INTERNED_FIRST`). xtrace learns each name from that first hit; a name kept
 //! before xtrace attached is read once from the process's memory (`/proc/PID/mem`).
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt};
+use std::collections::HashMap;
 
 use xtrace_common::{
     event::ARG_STR_LEN,
     ranges::{ADDRESS, INTERNED, INTERNED_FIRST},
 };
 
-use crate::model::text::c_text;
+use crate::{model::text::c_text, procfs::process_text};
 
 #[derive(Debug, Default)]
 pub struct KeptNames {
@@ -56,17 +56,6 @@ pub const UNREADABLE: &str = "(unreadable)";
 /// end of the mapping); [`UNREADABLE`] when the process or the address is gone.
 fn read_process(pid: u32, address: u64) -> String {
     process_text(pid, address, ARG_STR_LEN - 1).unwrap_or_else(|| UNREADABLE.to_string())
-}
-
-/// The NUL-terminated string at `address` in process `pid`, at most `max` bytes of it (fewer where
-/// the mapping ends); None when the process or the address is gone. Unlike the kernel program's
-/// read, this one faults in a page the process has not touched yet.
-pub fn process_text(pid: u32, address: u64, max: usize) -> Option<String> {
-    let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
-    let mut bytes = vec![0; max];
-    // A read that runs into an unmapped page stops there.
-    let n = mem.read_at(&mut bytes, address).ok()?;
-    (n > 0).then(|| c_text(&bytes[..n]))
 }
 
 #[cfg(test)]

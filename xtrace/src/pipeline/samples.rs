@@ -8,47 +8,7 @@ use std::collections::HashMap;
 use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, USER_SP};
 
 use super::{images::Images, unwind::Unwinders};
-
-/// One executable mapping of a process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    /// File offset of `start`.
-    pub offset: u64,
-    /// The file as the process sees it (`[vdso]` and such for special mappings).
-    pub path: String,
-    /// /proc/PID/maps said the file was deleted, or replaced by another renamed over its path (a
-    /// package upgrade): the file at `path`, if any, is not this one.
-    pub deleted: bool,
-    /// The mapped file's device (as `stat`'s `st_dev`) and inode, when known.
-    pub file: Option<(u64, u64)>,
-}
-
-impl Mapping {
-    /// Where xtrace opens the mapped file of process `pid`: through the process's root (its mount
-    /// namespace: containers), or by the path itself once the process is gone, when the file
-    /// there is the one mapped (its device and inode; a process of another mount namespace saw
-    /// another file at that path). A deleted or replaced file is opened as mapped, through
-    /// /proc/PID/map_files/, while the process lives. Otherwise it is None: a frame in it is
-    /// named by file and offset, never by the symbols of whatever file has its path now.
-    pub fn open_path(&self, pid: u32) -> Option<String> {
-        if self.deleted {
-            let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", self.start, self.end);
-            return std::fs::File::open(&mapped).is_ok().then_some(mapped);
-        }
-        let inside = format!("/proc/{pid}/root{}", self.path);
-        if std::path::Path::new(&inside).exists() {
-            return Some(inside);
-        }
-        let here = std::fs::metadata(&self.path).ok()?;
-        let same = self.file.is_none_or(|file| {
-            use std::os::unix::fs::MetadataExt;
-            file == (here.dev(), here.ino())
-        });
-        same.then(|| self.path.clone())
-    }
-}
+use crate::procfs::{find, Mapping};
 
 /// A distinct sampled stack of one process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -354,64 +314,6 @@ fn mapped_callers<'f>(maps: &[Mapping], frames: &'f [u64]) -> &'f [u64] {
         .position(|a| find(maps, *a).is_none())
         .map_or(frames.len(), |i| i + 1);
     &frames[..end]
-}
-
-/// The mapping holding `address`; the latest one where mappings overlap (code mapped over code
-/// unmapped earlier, which an image keeps).
-pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
-    maps.iter().rev().find(|m| address >= m.start && address < m.end)
-}
-
-/// The executable mappings of `pid`, or None when it is gone.
-fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(parse_maps(&text))
-}
-
-/// Whether `mapping` is already in `maps` and the latest there over its start: a library mapped
-/// again where another was mapped since (a plugin loaded, unloaded, another in its place, the
-/// first again) is added again, so that it names the samples taken from then on.
-pub fn is_current(maps: &[Mapping], mapping: &Mapping) -> bool {
-    find(maps, mapping.start) == Some(mapping)
-}
-
-/// Adds the executable mappings `pid` has now to `known`. Mappings are only added: code seen
-/// earlier may have been unmapped since, and a process that is exiting has none left.
-pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
-    let Some(maps) = read_maps(pid) else {
-        log::debug!("process {pid} is gone: its maps cannot be read");
-        return;
-    };
-    log::debug!(
-        "read the maps of process {pid}: {} executable mappings",
-        maps.len()
-    );
-    for mapping in maps {
-        if !is_current(known, &mapping) {
-            known.push(mapping);
-        }
-    }
-}
-
-/// Executable mappings from /proc/PID/maps text.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let line = crate::target::MapsLine::parse(line)?;
-            if !line.perms.contains('x') {
-                return None;
-            }
-            let (start, end) = line.range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                offset: u64::from_str_radix(line.offset, 16).ok()?,
-                path: line.path.to_string(),
-                deleted: line.deleted,
-                file: line.identity(),
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Unit tests of [`super`]: return-address restoring, stack trimming, /proc maps and perf maps.
+//! Unit tests of [`super`]: return-address restoring, stack trimming and perf maps.
 use super::*;
+use crate::procfs::parse_maps;
 
 #[test]
 fn return_addresses_go_back_only_over_the_trampoline() {
@@ -86,87 +87,6 @@ fn an_unwound_stack_ends_at_a_caller_outside_the_code() {
     // Past the outermost frame, a value that cannot be code ends it too, not cut short.
     let argc = [0x5555_0000_1000, 0x5555_0000_2000, 3];
     assert_eq!(unwound_callers(&maps, &argc, false), (&argc[..2], false));
-}
-
-/// Once its process is gone, a mapping is named from the file at its path only when that is
-/// the file mapped (another mount namespace saw another file there).
-#[test]
-fn a_gone_process_is_named_from_its_own_file_only() {
-    use std::os::unix::fs::MetadataExt;
-    let path = "/proc/self/exe";
-    let meta = std::fs::metadata(path).unwrap();
-    let gone = u32::MAX;
-    let mapping = |file| Mapping {
-        start: 0x1000,
-        end: 0x2000,
-        offset: 0,
-        path: path.into(),
-        deleted: false,
-        file,
-    };
-    let own = mapping(Some((meta.dev(), meta.ino())));
-    assert_eq!(own.open_path(gone).as_deref(), Some(path));
-    assert_eq!(mapping(None).open_path(gone).as_deref(), Some(path));
-    let other = mapping(Some((meta.dev(), meta.ino() + 1)));
-    assert_eq!(other.open_path(gone), None);
-}
-
-#[test]
-fn executable_mappings_only() {
-    let text = "\
-55d0a000-55d0b000 r--p 00000000 08:01 123 /usr/bin/app
-55d0b000-55d0c000 r-xp 00001000 08:01 123 /usr/bin/app
-7f00000-7f10000 r-xp 00028000 08:01 456 /lib/libc.so.6
-7ffd000-7ffe000 r-xp 00000000 00:00 0 [vdso]
-7fff000-8000000 rw-p 00000000 00:00 0 [stack]
-";
-    let maps = parse_maps(text);
-    assert_eq!(maps.len(), 3);
-    assert_eq!(
-        maps[0],
-        Mapping {
-            start: 0x55d0b000,
-            end: 0x55d0c000,
-            offset: 0x1000,
-            path: "/usr/bin/app".into(),
-            deleted: false,
-            file: Some((libc::makedev(8, 1), 123)),
-        }
-    );
-    assert_eq!(maps[2].path, "[vdso]");
-    assert_eq!(maps[2].file, None);
-    assert_eq!(
-        find(&maps, 0x7f00010).map(|m| m.path.as_str()),
-        Some("/lib/libc.so.6")
-    );
-    assert!(find(&maps, 0x1).is_none());
-}
-
-/// A deleted (or replaced) file is opened as mapped while its process lives, never by its
-/// path, where another file or none is now.
-#[test]
-fn a_deleted_file_is_opened_as_mapped_or_not_at_all() {
-    let maps = parse_maps("55d0b000-55d0c000 r-xp 00001000 08:01 123 /opt/my app/libx.so (deleted)\n");
-    assert_eq!(
-        (maps[0].path.as_str(), maps[0].deleted),
-        ("/opt/my app/libx.so", true)
-    );
-    // This process maps its own executable: the same mapping, marked deleted.
-    let own = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let exe = std::fs::read_link("/proc/self/exe").unwrap();
-    let mut mine = parse_maps(&own)
-        .into_iter()
-        .find(|m| std::path::Path::new(&m.path) == exe)
-        .unwrap();
-    let pid = std::process::id();
-    assert_eq!(
-        mine.open_path(pid),
-        Some(format!("/proc/{pid}/root{}", mine.path))
-    );
-    mine.deleted = true;
-    let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", mine.start, mine.end);
-    assert_eq!(mine.open_path(pid), Some(mapped));
-    assert_eq!(mine.open_path(u32::MAX), None, "its process is gone");
 }
 
 #[test]

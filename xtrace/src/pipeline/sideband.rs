@@ -15,7 +15,7 @@ use aya_obj::generated::{
     perf_type_id, PERF_FLAG_FD_CLOEXEC,
 };
 
-use super::samples::Mapping;
+use crate::procfs::Mapping;
 
 /// Data pages of each CPU's ring (128 KiB): under the kernel's per-user allowance for perf buffers
 /// (`kernel.perf_event_mlock_kb`, 516 KiB per CPU), so that no memory-lock limit is charged.

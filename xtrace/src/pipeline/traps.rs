@@ -14,7 +14,8 @@
 //! callers or gains made-up ones.
 use std::ops::Range;
 
-use super::samples::{trampolines, Mapping};
+use super::samples::trampolines;
+use crate::procfs::Mapping;
 
 /// The kernel code that says where a trap stands: read from /proc/kallsyms once (empty when it
 /// shows no addresses: without CAP_SYSLOG, or under `kptr_restrict`).

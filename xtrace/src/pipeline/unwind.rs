@@ -21,7 +21,7 @@ use framehop::{
 use object::{elf, read::ReadCache, Object, ObjectSection, ObjectSegment};
 use xtrace_common::event::{MAX_FRAMES, USER_BP, USER_IP, USER_SP};
 
-use super::samples::Mapping;
+use crate::procfs::Mapping;
 
 /// Section bytes shared by every module made from one file.
 type Bytes = Arc<[u8]>;
@@ -125,7 +125,7 @@ impl FileUnwind {
     /// same image into every process).
     fn vdso() -> Option<FileUnwind> {
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let mapping = super::samples::parse_maps(&maps)
+        let mapping = crate::procfs::parse_maps(&maps)
             .into_iter()
             .find(|m| m.path == "[vdso]")?;
         let mut mem = File::open("/proc/self/mem").ok()?;
@@ -452,7 +452,7 @@ mod tests {
     fn unwinds_this_thread_through_its_callers() {
         let (regs, stack) = outer();
         let pid = std::process::id();
-        let maps = super::super::samples::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let maps = crate::procfs::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let mut unwinders = Unwinders::default();
         let unwound = unwinders.unwind(0, pid, &maps, regs, &stack);
         assert!(!unwound.truncated, "{unwound:?}");

@@ -1,0 +1,201 @@
+//! A process as /proc/PID shows it: its executable mappings (`maps`), and strings read from its
+//! memory (`mem`).
+use std::{fs::File, os::unix::fs::FileExt};
+
+use crate::model::text::c_text;
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// The file as the process sees it (`[vdso]` and such for special mappings).
+    pub path: String,
+    /// /proc/PID/maps said the file was deleted, or replaced by another renamed over its path (a
+    /// package upgrade): the file at `path`, if any, is not this one.
+    pub deleted: bool,
+    /// The mapped file's device (as `stat`'s `st_dev`) and inode, when known.
+    pub file: Option<(u64, u64)>,
+}
+
+impl Mapping {
+    /// Where xtrace opens the mapped file of process `pid`: through the process's root (its mount
+    /// namespace: containers), or by the path itself once the process is gone, when the file
+    /// there is the one mapped (its device and inode; a process of another mount namespace saw
+    /// another file at that path). A deleted or replaced file is opened as mapped, through
+    /// /proc/PID/map_files/, while the process lives. Otherwise it is None: a frame in it is
+    /// named by file and offset, never by the symbols of whatever file has its path now.
+    pub fn open_path(&self, pid: u32) -> Option<String> {
+        if self.deleted {
+            let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", self.start, self.end);
+            return std::fs::File::open(&mapped).is_ok().then_some(mapped);
+        }
+        let inside = format!("/proc/{pid}/root{}", self.path);
+        if std::path::Path::new(&inside).exists() {
+            return Some(inside);
+        }
+        let here = std::fs::metadata(&self.path).ok()?;
+        let same = self.file.is_none_or(|file| {
+            use std::os::unix::fs::MetadataExt;
+            file == (here.dev(), here.ino())
+        });
+        same.then(|| self.path.clone())
+    }
+}
+
+/// The mapping holding `address`; the latest one where mappings overlap (code mapped over code
+/// unmapped earlier, which an image keeps).
+pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
+    maps.iter().rev().find(|m| address >= m.start && address < m.end)
+}
+
+/// The executable mappings of `pid`, or None when it is gone.
+fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_maps(&text))
+}
+
+/// Whether `mapping` is already in `maps` and the latest there over its start: a library mapped
+/// again where another was mapped since (a plugin loaded, unloaded, another in its place, the
+/// first again) is added again, so that it names the samples taken from then on.
+pub fn is_current(maps: &[Mapping], mapping: &Mapping) -> bool {
+    find(maps, mapping.start) == Some(mapping)
+}
+
+/// Adds the executable mappings `pid` has now to `known`. Mappings are only added: code seen
+/// earlier may have been unmapped since, and a process that is exiting has none left.
+pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
+    let Some(maps) = read_maps(pid) else {
+        log::debug!("process {pid} is gone: its maps cannot be read");
+        return;
+    };
+    log::debug!(
+        "read the maps of process {pid}: {} executable mappings",
+        maps.len()
+    );
+    for mapping in maps {
+        if !is_current(known, &mapping) {
+            known.push(mapping);
+        }
+    }
+}
+
+/// Executable mappings from /proc/PID/maps text.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let line = crate::target::MapsLine::parse(line)?;
+            if !line.perms.contains('x') {
+                return None;
+            }
+            let (start, end) = line.range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(line.offset, 16).ok()?,
+                path: line.path.to_string(),
+                deleted: line.deleted,
+                file: line.identity(),
+            })
+        })
+        .collect()
+}
+
+/// The NUL-terminated string at `address` in process `pid`, at most `max` bytes of it (fewer where
+/// the mapping ends); None when the process or the address is gone. Unlike the kernel program's
+/// read, this one faults in a page the process has not touched yet.
+pub fn process_text(pid: u32, address: u64, max: usize) -> Option<String> {
+    let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut bytes = vec![0; max];
+    // A read that runs into an unmapped page stops there.
+    let n = mem.read_at(&mut bytes, address).ok()?;
+    (n > 0).then(|| c_text(&bytes[..n]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once its process is gone, a mapping is named from the file at its path only when that is
+    /// the file mapped (another mount namespace saw another file there).
+    #[test]
+    fn a_gone_process_is_named_from_its_own_file_only() {
+        use std::os::unix::fs::MetadataExt;
+        let path = "/proc/self/exe";
+        let meta = std::fs::metadata(path).unwrap();
+        let gone = u32::MAX;
+        let mapping = |file| Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            offset: 0,
+            path: path.into(),
+            deleted: false,
+            file,
+        };
+        let own = mapping(Some((meta.dev(), meta.ino())));
+        assert_eq!(own.open_path(gone).as_deref(), Some(path));
+        assert_eq!(mapping(None).open_path(gone).as_deref(), Some(path));
+        let other = mapping(Some((meta.dev(), meta.ino() + 1)));
+        assert_eq!(other.open_path(gone), None);
+    }
+
+    #[test]
+    fn executable_mappings_only() {
+        let text = "\
+55d0a000-55d0b000 r--p 00000000 08:01 123 /usr/bin/app
+55d0b000-55d0c000 r-xp 00001000 08:01 123 /usr/bin/app
+7f00000-7f10000 r-xp 00028000 08:01 456 /lib/libc.so.6
+7ffd000-7ffe000 r-xp 00000000 00:00 0 [vdso]
+7fff000-8000000 rw-p 00000000 00:00 0 [stack]
+";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(
+            maps[0],
+            Mapping {
+                start: 0x55d0b000,
+                end: 0x55d0c000,
+                offset: 0x1000,
+                path: "/usr/bin/app".into(),
+                deleted: false,
+                file: Some((libc::makedev(8, 1), 123)),
+            }
+        );
+        assert_eq!(maps[2].path, "[vdso]");
+        assert_eq!(maps[2].file, None);
+        assert_eq!(
+            find(&maps, 0x7f00010).map(|m| m.path.as_str()),
+            Some("/lib/libc.so.6")
+        );
+        assert!(find(&maps, 0x1).is_none());
+    }
+
+    /// A deleted (or replaced) file is opened as mapped while its process lives, never by its
+    /// path, where another file or none is now.
+    #[test]
+    fn a_deleted_file_is_opened_as_mapped_or_not_at_all() {
+        let maps = parse_maps("55d0b000-55d0c000 r-xp 00001000 08:01 123 /opt/my app/libx.so (deleted)\n");
+        assert_eq!(
+            (maps[0].path.as_str(), maps[0].deleted),
+            ("/opt/my app/libx.so", true)
+        );
+        // This process maps its own executable: the same mapping, marked deleted.
+        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut mine = parse_maps(&own)
+            .into_iter()
+            .find(|m| std::path::Path::new(&m.path) == exe)
+            .unwrap();
+        let pid = std::process::id();
+        assert_eq!(
+            mine.open_path(pid),
+            Some(format!("/proc/{pid}/root{}", mine.path))
+        );
+        mine.deleted = true;
+        let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", mine.start, mine.end);
+        assert_eq!(mine.open_path(pid), Some(mapped));
+        assert_eq!(mine.open_path(u32::MAX), None, "its process is gone");
+    }
+}
