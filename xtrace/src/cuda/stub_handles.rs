@@ -15,7 +15,7 @@ use std::{
 
 use object::{Object, ObjectSymbol};
 
-use crate::{pipeline::unwind::ExecSegments, procfs::Mapping};
+use crate::{elf::ExecSegments, procfs::Mapping};
 
 /// One file's handle statics.
 #[derive(Debug, Default)]

@@ -1,11 +1,14 @@
 //! ELF files read below the probes and the profile: [`read_elf`] reads one only as far as it is
-//! looked at, `fde` finds functions by their unwind entries. (Symbol tables are `probes::elf`'s.)
+//! looked at, [`ExecSegments`] places a file in a mapping of its code, `fde` finds functions by
+//! their unwind entries. (Symbol tables are `probes::elf`'s.)
 use std::fs::File;
 
 use object::{
     read::{elf::ElfFile64, ReadCache},
-    Endianness,
+    Endianness, Object, ObjectSegment,
 };
+
+use crate::procfs::Mapping;
 
 pub mod fde;
 
@@ -23,5 +26,40 @@ pub(crate) fn read_elf<T: Default>(
     match ElfFile64::<Endianness, _>::parse(&cache) {
         Ok(elf) => read(&elf),
         Err(_) => T::default(),
+    }
+}
+
+/// Where an ELF file's executable PT_LOAD segments lie in it: (file offset, file size, address)
+/// each, which place the file in a mapping of its code.
+#[derive(Clone, Debug, Default)]
+pub struct ExecSegments(pub(crate) Vec<(u64, u64, u64)>);
+
+impl ExecSegments {
+    pub fn of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> ExecSegments {
+        let segments = file.segments().filter_map(|segment| {
+            let flags = match segment.flags() {
+                object::SegmentFlags::Elf { p_flags } => p_flags,
+                _ => return None,
+            };
+            let (offset, size) = segment.file_range();
+            (flags & object::elf::PF_X != 0).then_some((offset, size, segment.address()))
+        });
+        ExecSegments(segments.collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Where address 0 of the file lies in `mapping` of its code (the load bias): the mapping's
+    /// start corresponds to its file offset, which lies in one executable segment, whose address
+    /// fixes the bias.
+    pub fn bias(&self, mapping: &Mapping) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        let (offset, _, address) = *self.0.iter().find(|(offset, size, _)| {
+            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset.saturating_add(*size)
+        })?;
+        let svma_at_start = address.checked_add(mapping.offset)?.checked_sub(offset)?;
+        mapping.start.checked_sub(svma_at_start)
     }
 }

@@ -18,10 +18,10 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     Error as UnwindError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
 };
-use object::{elf, read::ReadCache, Object, ObjectSection, ObjectSegment};
+use object::{read::ReadCache, Object, ObjectSection};
 use xtrace_common::event::{MAX_FRAMES, USER_BP, USER_IP, USER_SP};
 
-use crate::procfs::Mapping;
+use crate::{elf::ExecSegments, procfs::Mapping};
 
 /// Section bytes shared by every module made from one file.
 type Bytes = Arc<[u8]>;
@@ -156,41 +156,6 @@ impl FileUnwind {
             base_avma,
             info,
         ))
-    }
-}
-
-/// Where an ELF file's executable PT_LOAD segments lie in it: (file offset, file size, address)
-/// each, which place the file in a mapping of its code.
-#[derive(Clone, Debug, Default)]
-pub struct ExecSegments(Vec<(u64, u64, u64)>);
-
-impl ExecSegments {
-    pub fn of<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> ExecSegments {
-        let segments = file.segments().filter_map(|segment| {
-            let flags = match segment.flags() {
-                object::SegmentFlags::Elf { p_flags } => p_flags,
-                _ => return None,
-            };
-            let (offset, size) = segment.file_range();
-            (flags & elf::PF_X != 0).then_some((offset, size, segment.address()))
-        });
-        ExecSegments(segments.collect())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Where address 0 of the file lies in `mapping` of its code (the load bias): the mapping's
-    /// start corresponds to its file offset, which lies in one executable segment, whose address
-    /// fixes the bias.
-    pub fn bias(&self, mapping: &Mapping) -> Option<u64> {
-        const PAGE: u64 = 4096;
-        let (offset, _, address) = *self.0.iter().find(|(offset, size, _)| {
-            (offset & !(PAGE - 1)) <= mapping.offset && mapping.offset < offset.saturating_add(*size)
-        })?;
-        let svma_at_start = address.checked_add(mapping.offset)?.checked_sub(offset)?;
-        mapping.start.checked_sub(svma_at_start)
     }
 }
 
