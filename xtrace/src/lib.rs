@@ -11,7 +11,6 @@ pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod cuda;
-pub mod debug_file;
 pub mod demangle;
 pub mod elf;
 pub mod error;

@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         }
     };
     let config = args.config();
-    xtrace::debug_file::set_dirs(&config.debug_dirs);
+    xtrace::elf::debug_file::set_dirs(&config.debug_dirs);
     xtrace::output::quiet_warnings(config.quiet);
     let quiet = config.quiet;
     let mut console = Console::new(quiet);

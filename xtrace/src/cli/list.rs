@@ -63,7 +63,7 @@ pub struct SymbolsArgs {
     pub exits: ExitMode,
     /// Also look for the separate debug files of stripped files in DIR, as `xtrace --debug-dir`
     /// does (repeatable).
-    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir)]
+    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::elf::debug_file::parse_dir)]
     pub debug_dirs: Vec<std::path::PathBuf>,
 }
 
@@ -101,7 +101,7 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
 pub fn run(args: &ListArgs) -> Result<(String, String)> {
     match &args.what {
         ListCommand::Symbols(args) => {
-            crate::debug_file::set_dirs(&args.debug_dirs);
+            crate::elf::debug_file::set_dirs(&args.debug_dirs);
             symbols(args)
         }
         ListCommand::Usdt(args) => usdt(args),

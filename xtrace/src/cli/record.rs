@@ -122,7 +122,7 @@ pub struct RecordArgs {
     /// Searched before /usr/lib/debug and /lib/debug: DIR/.build-id/NN/NNNN….debug by build ID, or
     /// DIR/<the file's directory>/NAME by .gnu_debuglink. Their symbols name functions for -u and
     /// CPU samples. DIR must be a directory.
-    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::debug_file::parse_dir,
+    #[arg(long = "debug-dir", value_name = "DIR", value_parser = crate::elf::debug_file::parse_dir,
           help_heading = heading::PROBES)]
     pub debug_dirs: Vec<PathBuf>,
 

@@ -14,7 +14,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use super::stub_handles::StubHandles;
 use crate::{
     demangle::demangle,
-    export::profile::{module_name, symbolize_elf, symbolizer},
+    elf::symbolize::{module_name, symbolize_elf, symbolizer},
     procfs::{find, merge_maps, Mapping},
 };
 

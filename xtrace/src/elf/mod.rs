@@ -1,6 +1,7 @@
 //! ELF files read below the probes and the profile: [`read_elf`] reads one only as far as it is
 //! looked at, [`ExecSegments`] places a file in a mapping of its code, `fde` finds functions by
-//! their unwind entries. (Symbol tables are `probes::elf`'s.)
+//! their unwind entries, `debug_file` finds a stripped file's separate debug file, `symbolize`
+//! names addresses through blazesym. (Symbol tables are `probes::elf`'s.)
 use std::fs::File;
 
 use object::{
@@ -10,7 +11,9 @@ use object::{
 
 use crate::procfs::Mapping;
 
+pub mod debug_file;
 pub mod fde;
+pub mod symbolize;
 
 /// Runs `read` on the ELF64 file at `path`, which is read through a cache only as far as `read`
 /// looks (headers, a few sections), not whole; `T::default()` when the file cannot be opened or is

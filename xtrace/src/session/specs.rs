@@ -150,7 +150,7 @@ fn qualify_shared_names(plan: &mut Plan) {
             .or_default()
             .insert(p.target.clone());
     }
-    let file_name = crate::export::profile::module_name;
+    let file_name = crate::elf::symbolize::module_name;
     for p in plan.probes.iter_mut().filter(|p| named(p.kind)) {
         let Some(targets) = files.get(&(p.kind, p.name.clone())).filter(|t| t.len() > 1) else {
             continue;

@@ -31,9 +31,9 @@ impl ElfSymbols {
         // addresses are the file's, its sections hold no code (the file's own give offsets and
         // bytes).
         let mut debug = if file.symbols().next().is_none() {
-            crate::debug_file::find(path, shown, &file)
+            crate::elf::debug_file::find(path, shown, &file)
         } else {
-            crate::debug_file::Search::default()
+            crate::elf::debug_file::Search::default()
         };
         let debug_data = map_debug_file(&debug);
         let debug_elf = debug_data
@@ -127,7 +127,7 @@ fn file_segments(file: &object::File, len: usize) -> Vec<(u64, u64, u64)> {
 
 /// The debug file `debug` found, mapped, not read: a debug file may be of gigabytes, of which the
 /// symbol table is read.
-fn map_debug_file(debug: &crate::debug_file::Search) -> Option<memmap2::Mmap> {
+fn map_debug_file(debug: &crate::elf::debug_file::Search) -> Option<memmap2::Mmap> {
     let found = debug.found.as_ref()?;
     let file = std::fs::File::open(&found.path).ok()?;
     // SAFETY: the map is only read, and only while `ElfSymbols::read` runs. A debug file

@@ -7,7 +7,7 @@
 //! for each DIR of `--debug-dir`, then `/usr/lib/debug` and `/lib/debug`. A candidate is taken
 //! only if it matches: the same build ID, or for a debug link without build IDs on both sides the
 //! link's CRC; and it must have a symbol table. `-u` and `list symbols` read its `.symtab`
-//! (`probes::elf`); CPU samples are named from it (`export::profile`: blazesym
+//! (`probes::elf`); CPU samples are named from it (`symbolize`: blazesym
 //! follows a debug link itself, and [`for_symbolizing`] finds a debug file known only by build ID).
 use std::{
     collections::HashMap,
@@ -257,7 +257,7 @@ fn check(candidate: &Path, named: Named, own_id: Option<&[u8]>, own_inode: Optio
     let Some(path) = candidate.to_str() else {
         return Check::Missing;
     };
-    crate::elf::read_elf(path, |debug| Some(judge(candidate, debug, named, own_id)))
+    super::read_elf(path, |debug| Some(judge(candidate, debug, named, own_id)))
         .unwrap_or(Check::Refused("not an ELF file"))
 }
 
@@ -345,7 +345,7 @@ pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
 
 fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
     // Only the headers, notes and .dynsym are read: such a file may be a library of a gigabyte.
-    crate::elf::read_elf(path.to_str()?, |file| {
+    super::read_elf(path.to_str()?, |file| {
         if file.symbols().next().is_some() {
             return None;
         }
