@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 
 use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN, ARG_STR_LEN};
 
-use super::{
-    api::{Direction, Function, Kind, Op, Space, Src},
-    kernels::KernelNames,
+use super::kernels::KernelNames;
+use crate::model::{
+    cuda_api::{Direction, Function, Kind, Op, Space, Src},
+    pending::Pending,
 };
-use crate::model::pending::Pending;
 
 /// A call's entry record, waiting for its span.
 #[derive(Clone, Debug)]

@@ -6,14 +6,15 @@
 //! the block's ids.
 use std::{collections::HashSet, os::unix::fs::MetadataExt};
 
-use super::{api::FUNCTIONS, plan::library_of};
+use super::plan::library_of;
 use crate::{
     error::Result,
+    model::cuda_api::{expected, FUNCTIONS},
     probes::{
         elf::SymbolCache,
         needed::needed_libraries,
         spec::ArgType,
-        uprobe::{Attachment, Plan, Scope},
+        uprobe::{Attachment, Plan, Scope, Watch},
         Capture, ProbeInfo,
     },
     target::{library_matches, Process, TargetFile},
@@ -21,13 +22,6 @@ use crate::{
 
 /// The probe kind of the `dlopen` probes.
 pub const LOADER_KIND: &str = "loader";
-
-/// What the plan holds for watching: the id of the block's first probe and the `dlopen` probes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Watch {
-    pub block: u32,
-    pub loaders: Vec<u32>,
-}
 
 /// Adds the block of late CUDA probes and a `dlopen` probe in the libc of every scope (a process,
 /// or a command's `DT_NEEDED` libc). Returns false, planning nothing, when no scope's libc exports
@@ -154,7 +148,7 @@ impl Late {
                     continue;
                 }
                 let Some(symbol) = symbols.functions.iter().find(|s| s.name == function.name) else {
-                    if super::api::expected(function) {
+                    if expected(function) {
                         missing.push(function.name);
                     }
                     continue;

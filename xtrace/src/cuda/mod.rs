@@ -1,9 +1,8 @@
-//! CUDA API tracing (`--cuda`): `api` lists the runtime and driver functions and where their
-//! arguments are, `plan` finds the libraries and plans probes, `late` attaches to
+//! CUDA API tracing (`--cuda`) of the runtime and driver functions `model::cuda_api` lists:
+//! `plan` finds the libraries and plans probes, `late` attaches to
 //! libraries loaded after the start, `calls` turns each call's records
 //! into a rendered span and totals, `kernels` names launched kernels (`stub_handles`: from the
 //! handles nvcc 13's host stubs keep), `nvml` samples GPU metrics.
-pub mod api;
 pub mod calls;
 pub mod kernels;
 pub mod late;

@@ -3,9 +3,9 @@
 //! wheels included), and a main executable that links cudart statically.
 use std::path::Path;
 
-use super::api::{expected, Function, Library, FUNCTIONS};
 use crate::{
     error::{Error, Result},
+    model::cuda_api::{expected, Function, Library, FUNCTIONS},
     probes::{
         elf::SymbolCache,
         needed::needed_libraries,

@@ -1,8 +1,8 @@
 //! The `cuda` section of summary.json and its lines in the readable summary.
 use serde::Serialize;
 
-use crate::cuda::{api::Space, calls::Totals};
 use crate::model::duration::human;
+use crate::{cuda::calls::Totals, model::cuda_api::Space};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelLaunches {

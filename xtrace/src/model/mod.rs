@@ -1,8 +1,10 @@
 //! Plain data every layer may use, depending on none of them: `summary` has the pieces of the
 //! summary schema filled in below `export` (loss counts, the format version), `duration` writes
 //! durations for people, `address` finds the range that holds an address, `text` decodes the
-//! strings the kernel programs read, `pending` keeps entry records until their spans arrive.
+//! strings the kernel programs read, `pending` keeps entry records until their spans arrive,
+//! `cuda_api` lists the CUDA functions `--cuda` traces.
 pub mod address;
+pub mod cuda_api;
 pub mod duration;
 pub mod pending;
 pub mod summary;

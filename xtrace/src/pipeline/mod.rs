@@ -26,7 +26,7 @@ mod record_tests;
 
 use std::io::Write;
 
-use crate::cuda::api::Space;
+use crate::model::cuda_api::Space;
 use crate::pipeline::{
     decode::Event,
     stats::ProbeStats,

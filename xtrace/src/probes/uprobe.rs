@@ -92,6 +92,13 @@ pub struct Attachment {
     pub go: bool,
 }
 
+/// What the plan holds for watching (`cuda::late`): the id of the block's first probe and the `dlopen` probes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Watch {
+    pub block: u32,
+    pub loaders: Vec<u32>,
+}
+
 #[derive(Debug, Default)]
 pub struct Plan {
     /// Indexed by probe id.
@@ -103,13 +110,13 @@ pub struct Plan {
     /// The role and argument types of each USDT probe, by probe id.
     pub usdt_probes: BTreeMap<u32, UsdtProbe>,
     /// The CUDA function of each `--cuda` probe, by probe id.
-    pub cuda: BTreeMap<u32, crate::cuda::api::Function>,
+    pub cuda: BTreeMap<u32, crate::model::cuda_api::Function>,
     /// The range sources recorded, when the tool library's probes are in the plan.
     pub ranges: Option<super::ranges::Wanted>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
     pub notices: Vec<String>,
     /// With `--cuda`: the `dlopen` probes and the probe ids kept for CUDA libraries loaded later.
-    pub watch: Option<crate::cuda::late::Watch>,
+    pub watch: Option<Watch>,
 }
 
 impl Plan {
