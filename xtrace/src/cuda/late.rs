@@ -15,13 +15,10 @@ use crate::{
         needed::needed_libraries,
         spec::ArgType,
         uprobe::{Attachment, Plan, Scope, Watch},
-        Capture, ProbeInfo,
+        Capture, ProbeInfo, ProbeKind,
     },
     target::{library_matches, Process, TargetFile},
 };
-
-/// The probe kind of the `dlopen` probes.
-pub const LOADER_KIND: &str = "loader";
 
 /// Adds the block of late CUDA probes and a `dlopen` probe in the libc of every scope (a process,
 /// or a command's `DT_NEEDED` libc). Returns false, planning nothing, when no scope's libc exports
@@ -50,7 +47,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
         };
         let (id, _) = plan.probe_at(ProbeInfo {
             name: "dlopen".into(),
-            kind: LOADER_KIND,
+            kind: ProbeKind::Loader,
             target: libc.shown.display().to_string(),
             offset: dlopen.probe_offset,
             capture: Capture {
@@ -81,7 +78,7 @@ pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
         // Not attached (no target) until a library providing the function is loaded.
         plan.probes.push(ProbeInfo {
             name: function.name.to_string(),
-            kind: "cuda",
+            kind: ProbeKind::Cuda,
             target: String::new(),
             offset: 0,
             capture: Capture::default(),
@@ -199,7 +196,7 @@ mod tests {
         let watch = plan.watch.clone().expect("a watch");
         assert_eq!(watch.loaders, [0]);
         let dlopen = &plan.probes[0];
-        assert_eq!((dlopen.name.as_str(), dlopen.kind), ("dlopen", LOADER_KIND));
+        assert_eq!((dlopen.name.as_str(), dlopen.kind), ("dlopen", ProbeKind::Loader));
         assert!(library_matches(&dlopen.target, "libc"), "{}", dlopen.target);
         assert_eq!(plan.attachments.len(), 1);
         assert_eq!(plan.attachments[0].scope, 0);
@@ -208,7 +205,7 @@ mod tests {
         assert_eq!(plan.probes.len(), 1 + FUNCTIONS.len());
         assert!(plan.probes[1..]
             .iter()
-            .all(|p| !p.is_placed() && p.kind == "cuda"));
+            .all(|p| !p.is_placed() && p.kind == ProbeKind::Cuda));
         assert_eq!(plan.cuda.len(), FUNCTIONS.len());
     }
 }

@@ -136,7 +136,7 @@ pub fn lacks(file: &std::path::Path, missing: &[&str]) -> Option<String> {
 fn probe_id(plan: &mut Plan, file: &TargetFile, offset: u64, function: &Function) -> u32 {
     let (id, added) = plan.probe_at(ProbeInfo {
         name: function.name.to_string(),
-        kind: "cuda",
+        kind: crate::probes::ProbeKind::Cuda,
         target: file.shown.display().to_string(),
         offset,
         capture: Capture::default(),

@@ -25,14 +25,54 @@ pub mod usdt;
 
 use spec::ArgType;
 
+/// A probe's family, as summary.json's `kind` and trace.json's `cat` name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProbeKind {
+    /// A function's calls (`-u`).
+    Uprobe,
+    /// A USDT probe's hits (`-U`).
+    Usdt,
+    /// A USDT begin/end pair's spans.
+    UsdtSpan,
+    /// A CUDA runtime or driver function.
+    Cuda,
+    /// `dlopen`, watched for CUDA libraries loaded later.
+    Loader,
+    /// A libnvToolsExt function, for NVTX ranges of a process without the tool library.
+    Nvtx,
+}
+
+impl ProbeKind {
+    /// Its name in the outputs.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Uprobe => "uprobe",
+            ProbeKind::Usdt => "usdt",
+            ProbeKind::UsdtSpan => "usdt_span",
+            ProbeKind::Cuda => "cuda",
+            ProbeKind::Loader => "loader",
+            ProbeKind::Nvtx => "nvtx",
+        }
+    }
+
+    /// Whether its probe sits at one offset of a function (a USDT probe's sites are many).
+    pub fn at_function(self) -> bool {
+        !matches!(self, ProbeKind::Usdt | ProbeKind::UsdtSpan)
+    }
+
+    /// Whether probes of this kind are named by what the user asked for (a function, a USDT
+    /// probe), so that one name in two files must be told apart.
+    pub fn named_by_user(self) -> bool {
+        matches!(self, ProbeKind::Uprobe | ProbeKind::Usdt | ProbeKind::UsdtSpan)
+    }
+}
+
 /// One attached probe as user space knows it; its index in the probe table is the BPF cookie.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeInfo {
     /// Demangled symbol name, as shown in traces and summaries.
     pub name: String,
-    /// Probe family: "uprobe", "usdt" (a USDT probe's hits), "usdt_span" (a begin/end pair),
-    /// "cuda", "loader" (`dlopen`, watched for CUDA libraries) or "nvtx" (libnvToolsExt).
-    pub kind: &'static str,
+    pub kind: ProbeKind,
     /// The file the probe is in, as the traced process sees it.
     pub target: String,
     /// File offset of the probed instruction.

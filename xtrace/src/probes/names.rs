@@ -168,7 +168,7 @@ pub fn tell_apart(probes: &mut [super::ProbeInfo], places: &[Place]) {
     for (id, p) in probes
         .iter()
         .enumerate()
-        .filter(|(id, p)| p.kind == "uprobe" && *id < places.len())
+        .filter(|(id, p)| p.kind == super::ProbeKind::Uprobe && *id < places.len())
     {
         groups
             .entry((p.name.clone(), p.target.clone()))
@@ -316,7 +316,7 @@ mod tell_apart_tests {
     fn probe(name: &str, target: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
-            kind: "uprobe",
+            kind: super::super::ProbeKind::Uprobe,
             target: target.into(),
             offset: 0,
             capture: Default::default(),

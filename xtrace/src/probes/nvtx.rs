@@ -29,9 +29,6 @@ use crate::{
     target::{Process, TargetFile},
 };
 
-/// The probe kind of these functions.
-pub const KIND: &str = "nvtx";
-
 /// Whether `path` is a library that exports the NVTX v2 functions.
 pub fn is_v2(path: &Path) -> bool {
     path.file_name()
@@ -197,7 +194,7 @@ pub fn plan(
             };
             let (id, added) = plan.probe_at(ProbeInfo {
                 name: function.name.into(),
-                kind: KIND,
+                kind: super::ProbeKind::Nvtx,
                 target: file.shown.display().to_string(),
                 offset: symbol.probe_offset,
                 capture: Default::default(),

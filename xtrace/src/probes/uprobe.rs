@@ -493,7 +493,7 @@ fn new_probe(
     }
     plan.probes.push(ProbeInfo {
         name: function.demangled.clone(),
-        kind: "uprobe",
+        kind: super::ProbeKind::Uprobe,
         target: shown,
         offset: entry,
         capture: Capture {

@@ -302,10 +302,9 @@ impl Outputs<'_> {
             .filter(|((p, _), _)| p.is_placed())
             .map(|((p, s), values)| ProbeSummary {
                 name: p.name.clone(),
-                kind: p.kind,
+                kind: p.kind.name(),
                 target: p.target.clone(),
-                offset: matches!(p.kind, "uprobe" | "cuda" | "loader" | "nvtx")
-                    .then(|| format!("{:#x}", p.offset)),
+                offset: p.kind.at_function().then(|| format!("{:#x}", p.offset)),
                 stats: s.distribution(),
                 below_min_duration: self.run.min_duration_ns.map(|_| s.short),
                 values,

@@ -12,6 +12,7 @@ use crate::{
         spec::UprobeSpec,
         uprobe::{self, Plan, Scope},
         usdt::{self, spec::UsdtSpec},
+        ProbeKind,
     },
 };
 
@@ -142,16 +143,15 @@ impl Specs {
 /// would be one probe to the summary's table, `report` and `diff`.
 fn qualify_shared_names(plan: &mut Plan) {
     use std::collections::{BTreeMap, BTreeSet};
-    let named = |kind: &str| matches!(kind, "uprobe" | "usdt" | "usdt_span");
-    let mut files: BTreeMap<(&str, String), BTreeSet<String>> = BTreeMap::new();
-    for p in plan.probes.iter().filter(|p| named(p.kind)) {
+    let mut files: BTreeMap<(ProbeKind, String), BTreeSet<String>> = BTreeMap::new();
+    for p in plan.probes.iter().filter(|p| p.kind.named_by_user()) {
         files
             .entry((p.kind, p.name.clone()))
             .or_default()
             .insert(p.target.clone());
     }
     let file_name = crate::elf::symbolize::module_name;
-    for p in plan.probes.iter_mut().filter(|p| named(p.kind)) {
+    for p in plan.probes.iter_mut().filter(|p| p.kind.named_by_user()) {
         let Some(targets) = files.get(&(p.kind, p.name.clone())).filter(|t| t.len() > 1) else {
             continue;
         };
@@ -170,9 +170,9 @@ fn qualify_shared_names(plan: &mut Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probes::ProbeInfo;
+    use crate::probes::{ProbeInfo, ProbeKind};
 
-    fn probe(name: &str, kind: &'static str, target: &str) -> ProbeInfo {
+    fn probe(name: &str, kind: ProbeKind, target: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
             kind,
@@ -186,14 +186,14 @@ mod tests {
     fn functions_of_one_name_in_several_files_are_named_by_file() {
         let mut plan = Plan {
             probes: vec![
-                probe("f", "uprobe", "/opt/a/app"),
-                probe("f", "uprobe", "/opt/b/lib.so"),
-                probe("g", "uprobe", "/opt/a/app"),
-                probe("h", "uprobe", "/x/app"),
-                probe("h", "uprobe", "./y/app"),
-                probe("f", "usdt", "/opt/c/other"),
-                probe("p:req", "usdt_span", "/x/a"),
-                probe("p:req", "usdt_span", "/x/b"),
+                probe("f", ProbeKind::Uprobe, "/opt/a/app"),
+                probe("f", ProbeKind::Uprobe, "/opt/b/lib.so"),
+                probe("g", ProbeKind::Uprobe, "/opt/a/app"),
+                probe("h", ProbeKind::Uprobe, "/x/app"),
+                probe("h", ProbeKind::Uprobe, "./y/app"),
+                probe("f", ProbeKind::Usdt, "/opt/c/other"),
+                probe("p:req", ProbeKind::UsdtSpan, "/x/a"),
+                probe("p:req", ProbeKind::UsdtSpan, "/x/b"),
             ],
             ..Plan::default()
         };

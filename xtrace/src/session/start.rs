@@ -119,7 +119,11 @@ impl<'a> Prepared<'a> {
         let mut kernel = kernel;
         let (maps, reader) = take_maps(&mut kernel.ebpf, &plan)?;
         let exit = release(&mut targets, &mut signals, observer).await?;
-        let names: Vec<(&str, &str)> = plan.probes.iter().map(|p| (p.name.as_str(), p.kind)).collect();
+        let names: Vec<(&str, &str)> = plan
+            .probes
+            .iter()
+            .map(|p| (p.name.as_str(), p.kind.name()))
+            .collect();
         let (sink, trace_file) = output::create_trace(&out, config.gzip)?;
         let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
         let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);

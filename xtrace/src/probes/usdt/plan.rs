@@ -181,7 +181,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                         .or_insert_with(|| {
                             plan.probes.push(ProbeInfo {
                                 name: label.clone(),
-                                kind: "usdt",
+                                kind: crate::probes::ProbeKind::Usdt,
                                 target: shown.clone(),
                                 offset: note.offset,
                                 capture: Default::default(),
@@ -348,7 +348,7 @@ fn pair_spans(plan: &mut Plan) {
             .unwrap_or(name);
         let span = ProbeInfo {
             name: format!("{provider}:{base}"),
-            kind: "usdt_span",
+            kind: crate::probes::ProbeKind::UsdtSpan,
             target: end.target.clone(),
             offset: plan.probes[begin_id as usize].offset,
             capture: Default::default(),
