@@ -59,6 +59,8 @@ pub(super) struct Kernel {
     pub(super) cpus: usize,
     /// How long loading and attaching took.
     pub(super) attach_ns: u64,
+    /// Whether functions of Go code are traced, whose open calls are kept per goroutine.
+    pub(super) go_code: bool,
 }
 
 /// The maps read while recording and after it.
@@ -94,7 +96,7 @@ impl<'a> Prepared<'a> {
     /// Attaches and starts recording; `observer` hears the attached notice.
     pub(super) async fn start(self, observer: &mut dyn Observer) -> Result<Started<'a>> {
         let since_ns = crate::clock::monotonic_ns();
-        let (kernel, sideband, cuda) = load_and_attach(&self, observer)?;
+        let (mut kernel, sideband, cuda) = load_and_attach(&self, observer)?;
         let Prepared {
             config,
             mut signals,
@@ -116,8 +118,7 @@ impl<'a> Prepared<'a> {
         // The recording runs from here: a launched command is released below, and -d counts
         // from this moment as duration_ns does.
         let started = Instant::now();
-        let mut kernel = kernel;
-        let (maps, reader) = take_maps(&mut kernel.ebpf, &plan)?;
+        let (maps, reader) = take_maps(&mut kernel)?;
         let exit = release(&mut targets, &mut signals, observer).await?;
         let names: Vec<(&str, &str)> = plan
             .probes
@@ -238,19 +239,21 @@ fn load_and_attach(
         stats_on,
         cpus,
         attach_ns: attach_started.elapsed().as_nanos() as u64,
+        go_code,
     };
     Ok((kernel, sideband, cuda))
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
-fn take_maps(ebpf: &mut Ebpf, plan: &Plan) -> Result<(Maps, RingReader)> {
+fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
+    let ebpf = &mut kernel.ebpf;
     let map_err = |name| move |source| Error::Map { name, source };
     let ring = RingBuf::try_from(bpf::take_map(ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
     let counters = PerCpuArray::try_from(bpf::take_map(ebpf, "COUNTERS")?).map_err(map_err("COUNTERS"))?;
     let short_calls =
         PerCpuArray::try_from(bpf::take_map(ebpf, "SHORT_CALLS")?).map_err(map_err("SHORT_CALLS"))?;
     let woken = Array::try_from(bpf::take_map(ebpf, "WOKEN")?).map_err(map_err("WOKEN"))?;
-    let goroutines = match plan.attachments.iter().any(|a| a.go) {
+    let goroutines = match kernel.go_code {
         true => Some(Goroutines::take(ebpf)?),
         false => None,
     };
