@@ -7,6 +7,7 @@ use crate::{
         features::{self, Answer},
     },
     privilege::{self, Capability},
+    procfs::kernel_setting,
 };
 
 /// How one item stands.
@@ -169,7 +170,7 @@ fn lockdown() -> Item {
 }
 
 fn paranoid() -> Item {
-    let value = sysctl("perf_event_paranoid").unwrap_or_else(|| "?".into());
+    let value = kernel_setting("perf_event_paranoid").unwrap_or_else(|| "?".into());
     Item {
         name: "perf_event_paranoid",
         status: Status::Ok,
@@ -179,7 +180,7 @@ fn paranoid() -> Item {
 
 /// Whether kernel frames in CPU samples will be named (kallsyms shows this user its addresses).
 fn kernel_names() -> Item {
-    let restrict = sysctl("kptr_restrict").unwrap_or_else(|| "?".into());
+    let restrict = kernel_setting("kptr_restrict").unwrap_or_else(|| "?".into());
     match crate::probes::sampler::kernel_names_hidden() {
         None => Item {
             name: "kptr_restrict",
@@ -247,11 +248,6 @@ fn optional_capabilities(held: u64) -> Vec<Item> {
         }
     })
     .collect()
-}
-
-fn sysctl(name: &str) -> Option<String> {
-    let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
-    Some(value.trim().to_string())
 }
 
 #[cfg(test)]

@@ -31,24 +31,19 @@ impl Capability {
     }
 }
 
-/// xtrace's effective capability set.
-pub fn held() -> u64 {
-    effective()
-}
-
 /// Fails with the missing capabilities named, before anything touches the kernel.
 pub fn check() -> Result<()> {
-    missing(effective()).map_or(Ok(()), |missing| Err(Error::MissingCapability { missing }))
+    missing(held()).map_or(Ok(()), |missing| Err(Error::MissingCapability { missing }))
 }
 
 /// Whether xtrace may read the /proc files of another user's process (CAP_SYS_PTRACE), as a
 /// debugger must.
 pub fn may_inspect_others() -> bool {
-    effective() & (1 << CAP_SYS_PTRACE) != 0
+    held() & (1 << CAP_SYS_PTRACE) != 0
 }
 
 /// xtrace's effective capability set (none when /proc/self/status cannot tell).
-fn effective() -> u64 {
+pub fn held() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

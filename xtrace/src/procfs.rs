@@ -1,5 +1,5 @@
 //! A process as /proc/PID shows it: its executable mappings (`maps`), and strings read from its
-//! memory (`mem`).
+//! memory (`mem`); and the kernel's settings under /proc/sys/kernel.
 use std::{fs::File, os::unix::fs::FileExt};
 
 use crate::model::text::c_text;
@@ -43,6 +43,12 @@ impl Mapping {
         });
         same.then(|| self.path.clone())
     }
+}
+
+/// The value of the sysctl `kernel.NAME`, trimmed, if readable.
+pub fn kernel_setting(name: &str) -> Option<String> {
+    let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
+    Some(value.trim().to_string())
 }
 
 /// The mapping holding `address`; the latest one where mappings overlap (code mapped over code

@@ -15,13 +15,9 @@ pub const DEFAULT_HZ: u64 = 99;
 
 /// The kernel's limit on sampling rates (`kernel.perf_event_max_sample_rate`), if readable.
 pub fn max_rate() -> Option<u64> {
-    sysctl("perf_event_max_sample_rate")?.parse().ok()
-}
-
-/// The value of the sysctl `kernel.NAME`, trimmed, if readable.
-fn sysctl(name: &str) -> Option<String> {
-    let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
-    Some(value.trim().to_string())
+    crate::procfs::kernel_setting("perf_event_max_sample_rate")?
+        .parse()
+        .ok()
 }
 
 /// Refuses a frequency the kernel would not keep.
@@ -96,7 +92,7 @@ pub fn kernel_names_hidden() -> Option<String> {
     if u64::from_str_radix(address, 16) != Ok(0) {
         return None;
     }
-    let value = |name| sysctl(name).unwrap_or_else(|| "?".to_string());
+    let value = |name| crate::procfs::kernel_setting(name).unwrap_or_else(|| "?".to_string());
     Some(hidden_why(&value("kptr_restrict"), &value("perf_event_paranoid")))
 }
 
