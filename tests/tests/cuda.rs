@@ -424,6 +424,42 @@ fn cuda_in_a_launched_command() {
     assert_launches_and_copies(&Outputs::read(&out), true);
 }
 
+/// CUDA programs gone within a millisecond of their launches (`cudaapp quick`: 10 programs in
+/// turn, each launching two host-stub kernels 15 times, then exec'ing the next or exiting) have
+/// no /proc/PID/maps left when xtrace reads their launches: each launch is named from the
+/// mappings the kernel's side band reported while its program ran, never `cudaKernel_t 0x…`.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn cuda_of_a_process_gone_at_once_names_every_launch() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("cuda-quick");
+    let out = tmp.join("out");
+    let xtrace = Xtrace::spawn(args!["--cuda", "-o", &out, "--", &fixtures().cudaapp, "quick"]);
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out);
+    assert_eq!(
+        cuda(&out)["launches"],
+        json!([
+            {"kernel": "nn::relu(float*, int)", "count": 100},
+            {"kernel": "void nn::gemm<float>(float const*, float const*, float*, int)", "count": 50},
+        ]),
+        "{:#}",
+        cuda(&out)
+    );
+    let spans = out.spans();
+    assert_eq!(launches(&spans, "nn::relu(float*, int)").len(), 100);
+    assert_eq!(
+        launches(
+            &spans,
+            "void nn::gemm<float>(float const*, float const*, float*, int)"
+        )
+        .len(),
+        50
+    );
+}
+
 /// `--min-duration` leaves short CUDA calls out of trace.json, as other calls, but the CUDA summary
 /// still counts each one: launches, copies, memsets, and the memory frees give back (the kernel
 /// sends every CUDA call; user space drops the short ones from the trace).

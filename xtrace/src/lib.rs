@@ -15,6 +15,7 @@ pub mod demangle;
 pub mod elf;
 pub mod error;
 pub mod export;
+pub mod image;
 pub mod launch;
 pub mod model;
 pub mod output;

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use xtrace_common::event::{ArgsEvent, OutEvent, ARG_BLOCK_LEN, ARG_STR_LEN};
 
-use super::kernels::KernelNames;
+use super::kernels::{Call, KernelNames};
+use crate::image::Images;
 use crate::model::{
     cuda_api::{Direction, Function, Kind, Op, Space, Src},
     pending::Pending,
@@ -152,7 +153,7 @@ impl Calls {
     }
 
     /// A call's entry record (see [`Pending`] for records of calls that ended without a span).
-    pub fn args(&mut self, event: &ArgsEvent) {
+    pub fn args(&mut self, images: &mut Images, event: &ArgsEvent) {
         let Some(function) = self.functions.get(&event.probe_id) else {
             return;
         };
@@ -162,7 +163,7 @@ impl Calls {
             .zip(event.str_len)
             .find(|(_, len)| *len > 0)
             .map_or_else(Vec::new, |(s, len)| s[..usize::from(len).min(s.len())].to_vec());
-        self.names.saw(event.header.pid);
+        self.names.saw(images, event.header.pid, event.start_ns);
         let entry = Entry {
             category: function.op.category(),
             regs: event.args,
@@ -183,7 +184,16 @@ impl Calls {
     }
 
     /// The span of CUDA probe `probe`: rendered, and counted unless nested in a call of its kind.
-    pub fn span(&mut self, probe: u32, pid: u32, tid: u32, start_ns: u64, end_ns: u64, ret: u64) -> Rendered {
+    pub fn span(
+        &mut self,
+        images: &mut Images,
+        probe: u32,
+        pid: u32,
+        tid: u32,
+        span: (u64, u64),
+        ret: u64,
+    ) -> Rendered {
+        let (start_ns, end_ns) = span;
         let Some(function) = self.functions.get(&probe).copied() else {
             return Rendered::default();
         };
@@ -213,7 +223,7 @@ impl Calls {
         let rows_of = |n: Src, rows: Option<Src>| get(n).saturating_mul(rows.map_or(1, get));
         match function.op {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => {
-                let launch = self.launch(function.op, pid, &call);
+                let launch = self.launch(images, function.op, (pid, start_ns), &call);
                 values = launch.json() + &values;
                 if count {
                     *self.totals.launches.entry(launch.kernel).or_default() += 1;
@@ -332,34 +342,40 @@ impl Calls {
         }
     }
 
-    fn launch(&mut self, op: Op, pid: u32, call: &Entry) -> Launch {
-        let (r, s, b, from) = (&call.regs, &call.stack, &call.bytes[..], call.caller);
+    /// The launch `call` made by process `pid` at `ns`.
+    fn launch(&mut self, images: &mut Images, op: Op, (pid, ns): (u32, u64), call: &Entry) -> Launch {
+        let (r, s, b) = (&call.regs, &call.stack, &call.bytes[..]);
+        let at = Call {
+            pid,
+            ns,
+            caller: call.caller,
+        };
         let lo = |v: u64| v & 0xffff_ffff;
         let hi = |v: u64| v >> 32;
         match op {
             Op::LaunchRuntime => Launch {
-                kernel: self.names.stub(pid, r[0], from),
+                kernel: self.names.stub(images, at, r[0]),
                 grid: [lo(r[1]), hi(r[1]), lo(r[2])],
                 block: [lo(r[3]), hi(r[3]), lo(r[4])],
                 shared_mem: s[0],
                 stream: s[1],
             },
             Op::LaunchRuntimeEx => Launch {
-                kernel: self.names.stub(pid, r[1], from),
+                kernel: self.names.stub(images, at, r[1]),
                 grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
                 block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
                 shared_mem: u64_at(b, 24),
                 stream: u64_at(b, 32),
             },
             Op::LaunchDriver => Launch {
-                kernel: self.names.handle(pid, r[0], from),
+                kernel: self.names.handle(images, at, r[0]),
                 grid: [lo(r[1]), lo(r[2]), lo(r[3])],
                 block: [lo(r[4]), lo(r[5]), lo(s[0])],
                 shared_mem: lo(s[1]),
                 stream: s[2],
             },
             _ => Launch {
-                kernel: self.names.handle(pid, r[1], from),
+                kernel: self.names.handle(images, at, r[1]),
                 grid: [u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)],
                 block: [u32_at(b, 12), u32_at(b, 16), u32_at(b, 20)],
                 shared_mem: u32_at(b, 24),

@@ -6,6 +6,8 @@
 //! shown as `module+0xoffset`, unknown handles as `cudaKernel_t 0x…` (runtime) or
 //! `CUfunction 0x…` (driver), with the module whose code launched them first where that is not a
 //! CUDA library itself: `(libcublasLt.so.13)`.
+//! Addresses are resolved in the process image the call was made in ([`Images`]), so a process
+//! gone by the time its launches are read is named from what it had mapped then.
 //! Results are cached per process and address until the process loads a library.
 use std::collections::HashMap;
 
@@ -15,13 +17,14 @@ use super::stub_handles::StubHandles;
 use crate::{
     demangle::demangle,
     elf::symbolize::{module_name, symbolize_elf, symbolizer},
-    procfs::{find, merge_maps, Mapping},
+    image::Images,
+    procfs::merge_maps,
 };
 
 pub struct KernelNames {
     symbolizer: Symbolizer,
-    maps: HashMap<u32, Vec<Mapping>>,
-    stubs: HashMap<(u32, u64), String>,
+    /// By process, image and address: a program its process exec'd may have code at the same.
+    stubs: HashMap<(u32, u32, u64), String>,
     handles: HashMap<(u32, u64), String>,
     statics: StubHandles,
     /// What unknown driver handles are shown as, by the module of their first launch.
@@ -32,7 +35,6 @@ impl Default for KernelNames {
     fn default() -> Self {
         KernelNames {
             symbolizer: symbolizer(),
-            maps: HashMap::new(),
             stubs: HashMap::new(),
             handles: HashMap::new(),
             statics: StubHandles::default(),
@@ -42,18 +44,16 @@ impl Default for KernelNames {
 }
 
 impl KernelNames {
-    /// A CUDA call of process `pid` was seen: read its mappings now if they were never read, while
-    /// it is most likely still alive (a process's mappings are gone once it has exited).
-    pub fn saw(&mut self, pid: u32) {
-        if let std::collections::hash_map::Entry::Vacant(slot) = self.maps.entry(pid) {
-            merge_maps(slot.insert(Vec::new()), pid);
-        }
+    /// A CUDA call of process `pid` was made at `ns`: its image is read now if it never was, while
+    /// the process is most likely still alive, and kept after it exits.
+    pub fn saw(&mut self, images: &mut Images, pid: u32, ns: u64) {
+        images.seen(pid, ns);
     }
 
     /// Reads what naming `pid`'s kernels needs from the files it maps now (before the probes are
     /// attached: see [`StubHandles::prepare`]).
-    /// The mappings are not kept: the process may load libraries before the probes that would
-    /// say so are attached, so they are read again at its first CUDA call.
+    /// The mappings are not kept: the process may load libraries before the probes and the side
+    /// band that would say so are in place, so its image is read at its first CUDA call.
     pub fn prepare(&mut self, pid: u32) {
         let mut maps = Vec::new();
         merge_maps(&mut maps, pid);
@@ -62,42 +62,31 @@ impl KernelNames {
 
     /// Process `pid` loaded a library (its `dlopen` returned): a stub may now lie where another
     /// library's did (closed with `dlclose`), so the names found by address are found again.
-    pub fn loaded(&mut self, pid: u32) {
-        if self.maps.remove(&pid).is_some() {
-            self.stubs.retain(|&(p, _), _| p != pid);
-            self.unknown.retain(|&(p, _), _| p != pid);
-            self.statics.forget(pid);
-            self.saw(pid);
-        }
+    pub fn loaded(&mut self, images: &mut Images, pid: u32) {
+        self.stubs.retain(|&(p, _, _), _| p != pid);
+        self.unknown.retain(|&(p, _), _| p != pid);
+        self.statics.forget(pid);
+        images.loaded(pid);
     }
 
     /// The kernel whose host stub is at `address` in process `pid`, or whose handle `address` is;
-    /// launched from `caller` (a return address).
-    pub fn stub(&mut self, pid: u32, address: u64, caller: u64) -> String {
-        if let Some(name) = self.stubs.get(&(pid, address)) {
+    /// launched at `call.ns` from `call.caller` (a return address).
+    pub fn stub(&mut self, images: &mut Images, call: Call, address: u64) -> String {
+        let key = (call.pid, images.seen(call.pid, call.ns), address);
+        if let Some(name) = self.stubs.get(&key) {
             return name.clone();
         }
-        let name = self.symbolize(pid, address, caller);
-        self.stubs.insert((pid, address), name.clone());
+        let name = self.symbolize(images, call, address);
+        self.stubs.insert(key, name.clone());
         name
-    }
-
-    /// The mapping of `pid` that holds `address`, reading the mappings again if none does (a
-    /// library loaded since the last read, or the first launch of this process).
-    fn mapping(&mut self, pid: u32, address: u64) -> Option<&Mapping> {
-        let known = self.maps.get(&pid).is_some_and(|m| find(m, address).is_some());
-        if !known {
-            merge_maps(self.maps.entry(pid).or_default(), pid);
-        }
-        self.maps.get(&pid).and_then(|m| find(m, address))
     }
 
     /// `KIND 0x…` for a handle no lookup or stub names, with the module that launched it: not a
     /// CUDA library itself (nvcc 13's stubs call libcudart's `__cudaLaunchKernel`, which calls
     /// `cudaLaunchKernel`; the runtime calls the driver).
-    fn unknown(&mut self, kind: &str, pid: u32, handle: u64, caller: u64) -> String {
-        let module = (caller != 0)
-            .then(|| self.mapping(pid, caller))
+    fn unknown(&mut self, images: &mut Images, kind: &str, call: Call, handle: u64) -> String {
+        let module = (call.caller != 0)
+            .then(|| images.mapping_at(call.pid, call.ns, call.caller))
             .flatten()
             .filter(|m| super::plan::library_of(std::path::Path::new(&m.path)).is_none())
             .map(|m| module_name(&m.path).to_string());
@@ -107,12 +96,13 @@ impl KernelNames {
         }
     }
 
-    fn symbolize(&mut self, pid: u32, address: u64, caller: u64) -> String {
-        let Some(mapping) = self.mapping(pid, address).cloned() else {
+    fn symbolize(&mut self, images: &mut Images, call: Call, address: u64) -> String {
+        let pid = call.pid;
+        let Some(mapping) = images.mapping_at(pid, call.ns, address).cloned() else {
             // Not code: a `cudaKernel_t`.
-            return match self.known_handle(pid, address) {
+            return match self.known_handle(images, call, address) {
                 Some(name) => name,
-                None => self.unknown("cudaKernel_t", pid, address, caller),
+                None => self.unknown(images, "cudaKernel_t", call, address),
             };
         };
         let offset = address - mapping.start + mapping.offset;
@@ -146,12 +136,12 @@ impl KernelNames {
     }
 
     /// The kernel of `handle`: from the lookup that returned it, else from the stub that keeps it.
-    fn known_handle(&mut self, pid: u32, handle: u64) -> Option<String> {
-        if let Some(name) = self.handle_name(pid, handle) {
+    fn known_handle(&mut self, images: &mut Images, call: Call, handle: u64) -> Option<String> {
+        if let Some(name) = self.handle_name(call.pid, handle) {
             return Some(name);
         }
-        let maps = self.maps.get(&pid).map_or(&[][..], Vec::as_slice);
-        self.statics.name(pid, maps, handle)
+        let image = images.seen(call.pid, call.ns);
+        self.statics.name(call.pid, images.maps(image), handle)
     }
 
     /// The name of an earlier handle, if one was seen.
@@ -159,16 +149,24 @@ impl KernelNames {
         self.handles.get(&(pid, handle)).cloned()
     }
 
-    /// The kernel a `CUfunction` handle of process `pid` names, launched from `caller`.
-    pub fn handle(&mut self, pid: u32, handle: u64, caller: u64) -> String {
-        if let Some(name) = self.known_handle(pid, handle) {
+    /// The kernel a `CUfunction` handle names, launched by `call`.
+    pub fn handle(&mut self, images: &mut Images, call: Call, handle: u64) -> String {
+        if let Some(name) = self.known_handle(images, call, handle) {
             return name;
         }
-        if let Some(name) = self.unknown.get(&(pid, handle)) {
+        if let Some(name) = self.unknown.get(&(call.pid, handle)) {
             return name.clone();
         }
-        let name = self.unknown("CUfunction", pid, handle, caller);
-        self.unknown.insert((pid, handle), name.clone());
+        let name = self.unknown(images, "CUfunction", call, handle);
+        self.unknown.insert((call.pid, handle), name.clone());
         name
     }
+}
+
+/// A launch whose kernel is named: by process `pid` at `ns`, from `caller` (a return address).
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub pid: u32,
+    pub ns: u64,
+    pub caller: u64,
 }

@@ -21,6 +21,7 @@ use crate::{
         symbolize::{module_name, symbolize_elf, symbolizer},
     },
     error::{Error, Result},
+    image::Images,
     pipeline::{
         bpf_symbols::BpfSymbols,
         samples::{find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
@@ -155,14 +156,14 @@ impl Resolver {
     }
 
     /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
-    fn resolve<'s>(&self, samples: &'s Samples) -> HashMap<&'s StackKey, Vec<String>> {
+    fn resolve<'s>(&self, samples: &'s Samples, images: &Images) -> HashMap<&'s StackKey, Vec<String>> {
         // User frames: (image, its mappings then, address) → (file to open, file offset, shown
         // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
         let mut places: HashMap<(u32, u32, u64), Option<FilePlace>> = HashMap::new();
         for key in samples.stacks.keys() {
-            let maps = mapped_then(samples, key);
+            let maps = mapped_then(images, key);
             for (i, &address) in key.user.iter().enumerate() {
                 let address = lookup_address(i, address);
                 places.entry((key.image, key.mapped, address)).or_insert_with(|| {
@@ -231,7 +232,7 @@ impl Resolver {
                                 .get(&(open.clone(), *offset))
                                 .cloned()
                                 .unwrap_or_else(|| format!("{module}+{offset:#x}")),
-                            None => self.unfiled(mapped_then(samples, key), address, &jit[&key.pid]),
+                            None => self.unfiled(mapped_then(images, key), address, &jit[&key.pid]),
                         }
                     })
                     .collect();
@@ -279,8 +280,8 @@ fn vdso_symbols() -> Vec<(u64, u64, String)> {
 }
 
 /// The mappings `key`'s image had when the sample was taken.
-fn mapped_then<'s>(samples: &'s Samples, key: &StackKey) -> &'s [crate::procfs::Mapping] {
-    let maps = samples.images.maps(key.image);
+fn mapped_then<'i>(images: &'i Images, key: &StackKey) -> &'i [crate::procfs::Mapping] {
+    let maps = images.maps(key.image);
     &maps[..(key.mapped as usize).min(maps.len())]
 }
 
@@ -293,8 +294,8 @@ pub(crate) fn folded_frame(name: &str) -> String {
 pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
 
 /// Names the frames of every sampled stack (blazesym, cached per file offset and address).
-pub fn frames(samples: &Samples) -> Frames<'_> {
-    Resolver::new().resolve(samples)
+pub fn frames<'s>(samples: &'s Samples, images: &Images) -> Frames<'s> {
+    Resolver::new().resolve(samples, images)
 }
 
 /// Frames of a stack shown per sample on the timeline, innermost kept.
@@ -329,6 +330,7 @@ pub fn timeline<W: std::io::Write>(
 pub fn write(
     out: &crate::output::Dir,
     samples: &Samples,
+    images: &Images,
     frames: &Frames,
     process_names: &HashMap<u32, String>,
     frequency_hz: u64,
@@ -339,8 +341,7 @@ pub fn write(
     for (key, frames) in frames {
         let count = samples.stacks[*key];
         // The process's name when the sample was taken: a program an exec replaced keeps its own.
-        let root = samples
-            .images
+        let root = images
             .comm(key.image)
             .map(str::to_string)
             .or_else(|| process_names.get(&key.pid).cloned())
@@ -425,7 +426,7 @@ pub fn write(
         timeline_samples: samples.timeline.len() as u64,
         followed_processes: None,
         processes_not_followed: None,
-        lost_mapping_records: samples.images.lost(),
+        lost_mapping_records: images.lost(),
         hot_functions,
         hot_stacks,
     })

@@ -6,12 +6,10 @@
 pub mod bpf_symbols;
 pub mod chrome;
 pub mod decode;
-pub mod images;
 pub mod kept_names;
 pub mod ranges;
 pub mod reader;
 pub mod samples;
-pub mod sideband;
 pub mod stats;
 pub mod threads;
 pub mod traps;
@@ -35,7 +33,7 @@ use crate::pipeline::{
     values::Values,
     writer::{SpanOut, TraceWriter},
 };
-use crate::{model::text::c_str, probes::Capture};
+use crate::{image::Images, model::text::c_str, probes::Capture};
 use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 
 /// The trace.json counter track of a process's live CUDA device memory.
@@ -51,7 +49,9 @@ pub struct Setup {
     pub usdt: Usdt,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
-    /// The CPU samples' state: the process images it watches, whether uprobes are placed.
+    /// What the traced processes had mapped, and when: names sampled stacks and CUDA kernels.
+    pub images: Images,
+    /// The CPU samples' state: their stacks, whether uprobes are placed.
     pub samples: samples::Samples,
     /// `--warn-over` rules (none by default).
     pub warnings: warnings::Warnings,
@@ -75,6 +75,7 @@ pub struct Collected {
     pub names: Names,
     pub values: Values,
     pub usdt: Usdt,
+    pub images: Images,
     pub samples: samples::Samples,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
@@ -93,6 +94,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     names: Names,
     values: Values,
     usdt: Usdt,
+    images: Images,
     samples: samples::Samples,
     cuda: crate::cuda::calls::Calls,
     ranges: ranges::Ranges,
@@ -128,6 +130,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt,
             cuda,
             ranges,
+            images,
             samples,
             warnings,
             targets,
@@ -140,6 +143,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             names: Names::default(),
             values: Values::new(captures),
             usdt,
+            images,
             samples,
             cuda,
             ranges,
@@ -183,9 +187,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         self.trace.flush()
     }
 
-    /// Reads what the kernel said of the sampled processes' mappings since the last call.
+    /// Reads what the kernel said of the traced processes' mappings since the last call.
     pub fn poll_images(&mut self) {
-        self.samples.images.poll();
+        self.images.poll();
     }
 
     /// Reads the kernel's BPF program symbols now, unless a sample already made it read them:
@@ -210,6 +214,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             names: self.names,
             values: self.values,
             usdt: self.usdt,
+            images: self.images,
             samples: self.samples,
             cuda: self.cuda,
             ranges: self.ranges,
@@ -284,7 +289,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {
-                self.cuda.args(&args);
+                self.cuda.args(&mut self.images, &args);
                 Ok(())
             }
             Ok(Event::Args(args)) => {
@@ -304,7 +309,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 } else {
                     self.names.named(event.header.pid, event.header.tid, &comm);
                 }
-                self.samples.add(&event, &comm, &mut stack);
+                self.samples.add(&mut self.images, &event, &comm, &mut stack);
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => {
@@ -329,7 +334,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         stats.add(duration);
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {
-            self.cuda.names.loaded(span.header.pid);
+            self.cuda.names.loaded(&mut self.images, span.header.pid);
             if !self.loaded.contains(&span.header.pid) {
                 self.loaded.push(span.header.pid);
             }
@@ -369,9 +374,14 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
         let (pid, tid) = (span.header.pid, span.header.tid);
         let end_ns = span.header.ts_ns;
-        let rendered = self
-            .cuda
-            .span(span.probe_id, pid, tid, span.start_ns, end_ns, span.ret);
+        let rendered = self.cuda.span(
+            &mut self.images,
+            span.probe_id,
+            pid,
+            tid,
+            (span.start_ns, end_ns),
+            span.ret,
+        );
         // Every CUDA call is sent (the CUDA summary counts each); one shorter than
         // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
         let duration = end_ns.saturating_sub(span.start_ns);

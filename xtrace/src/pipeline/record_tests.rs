@@ -41,6 +41,7 @@ fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),
         ranges: Ranges::new(Wanted::default(), 0),
+        images: Default::default(),
         samples: Samples::default(),
         warnings: Warnings::default(),
         targets,

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, USER_SP};
 
-use super::{images::Images, unwind::Unwinders};
+use super::unwind::Unwinders;
+use crate::image::Images;
 use crate::procfs::{find, Mapping};
 
 /// A distinct sampled stack of one process.
@@ -33,8 +34,6 @@ pub struct Samples {
     /// an unwind that needed more stack than the sample carried.
     pub truncated: u64,
     pub stacks: HashMap<StackKey, u64>,
-    /// What each sampled process had mapped, and when.
-    pub images: Images,
     /// The first `TIMELINE_MAX` samples in arrival order, for the thread tracks of trace.json.
     pub timeline: Vec<TimedSample>,
     /// Samples past `TIMELINE_MAX`: counted in the profile, not on the timeline.
@@ -92,7 +91,7 @@ impl Samples {
     /// `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
     /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
-    pub fn add(&mut self, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
+    pub fn add(&mut self, images: &mut Images, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
         let kernel = frames(&event.kernel, event.kernel_frames);
         if !kernel.is_empty() && self.bpf.is_none() {
             // While xtrace's programs are loaded (see `bpf_symbols`).
@@ -114,27 +113,27 @@ impl Samples {
         let ts = event.header.ts_ns;
         // Its process's fork, exec and mappings before it, even where an earlier image covers it
         // (a non-PIE program exec'd by another).
-        self.images.settle(ts);
-        let mut image = self.images.at(pid, ts);
-        if !covered(self.images.maps(image)) {
-            self.images.read_proc(image);
+        images.settle(ts);
+        let mut image = images.at(pid, ts);
+        if !covered(images.maps(image)) {
+            images.read_proc(image);
             // In the kernel, in an exec: the user registers are the old program's.
-            if let Some(old) = self.images.replaced(image) {
-                if !kernel.is_empty() && !covered(self.images.maps(image)) && covered(self.images.maps(old)) {
+            if let Some(old) = images.replaced(image) {
+                if !kernel.is_empty() && !covered(images.maps(image)) && covered(images.maps(old)) {
                     image = old;
                 }
             }
         }
-        if self.images.is_launcher(image) {
+        if images.is_launcher(image) {
             return; // xtrace's launcher code, before the command's exec
         }
         self.total += 1;
-        self.images.use_image(image);
+        images.use_image(image);
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's; one in the kernel in
         // the exec that ends the image, the new program's).
         if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
-            self.images.named(image, comm, !kernel.is_empty());
+            images.named(image, comm, !kernel.is_empty());
         }
         if copied && self.traps.is_none() {
             match self.probed {
@@ -143,7 +142,7 @@ impl Samples {
             }
         }
         let user: Box<[u64]> = if copied {
-            let maps = self.images.maps(image);
+            let maps = images.maps(image);
             restore_returns(maps, event.user_regs[USER_SP], returns, stack);
             // Where the thread stands when the sample lands in a uprobe's trap or trampoline.
             let traps = self.traps.get_or_insert_with(Default::default);
@@ -160,7 +159,7 @@ impl Samples {
             self.truncated += u64::from(cut);
             kept.into()
         } else {
-            let maps = self.images.maps(image);
+            let maps = images.maps(image);
             if walked.len() == MAX_FRAMES || lost_to_trampoline(maps, walked) {
                 self.truncated += 1;
             }
@@ -169,7 +168,7 @@ impl Samples {
         let key = StackKey {
             pid,
             image,
-            mapped: self.images.maps(image).len() as u32,
+            mapped: images.maps(image).len() as u32,
             kernel: kernel.into(),
             user,
         };

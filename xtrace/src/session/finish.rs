@@ -174,7 +174,9 @@ impl Outputs<'_> {
     /// names of the derived files.
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
         let (trace, collected) = pipeline.collected();
-        let frames = self.sampling.map(|_| profile::frames(&collected.samples));
+        let frames = self
+            .sampling
+            .map(|_| profile::frames(&collected.samples, &collected.images));
         let spans = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
@@ -187,6 +189,7 @@ impl Outputs<'_> {
                 let mut profile = profile::write(
                     self.out,
                     &collected.samples,
+                    &collected.images,
                     frames,
                     &names,
                     sampling.hz,

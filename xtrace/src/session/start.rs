@@ -26,13 +26,12 @@ use crate::{
         nvml::{self, GpuMetrics},
     },
     error::{Error, Result},
+    image::{sideband::Sideband, Images, Watched},
     launch::LAUNCHER_THREAD,
     output::{self, Sink, TraceFile},
     pipeline::{
-        images::Sampled,
         reader::RingReader,
         samples::Samples,
-        sideband::Sideband,
         usdt::{SiteView, Usdt},
         warnings::Warnings,
         writer::TraceWriter,
@@ -134,8 +133,11 @@ impl<'a> Prepared<'a> {
             attached_what(&plan, &kernel, sampling),
             targets.describe()
         ));
-        let samples = samples(sideband, follow.is_some(), &targets, &kernel);
-        let pipeline = Pipeline::new(setup(config, &plan, &targets, cuda, samples, since_ns), writer);
+        let images = images(sideband, follow.is_some(), &targets);
+        let mut samples = Samples::default();
+        samples.probed = sampling.is_some() && kernel.attached.uprobes > 0;
+        let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
+        let pipeline = Pipeline::new(setup, writer);
         Ok(Started {
             config,
             signals,
@@ -214,16 +216,17 @@ fn load_and_attach(
         attach_started.elapsed().as_secs_f64() * 1e3
     );
     // Opened before children are followed and a launched command runs: every fork, exec and
-    // mapping of theirs is reported.
-    let sideband = sampling.and_then(|_| {
+    // mapping of theirs is reported, for sampled stacks and CUDA kernels to be named from.
+    let sideband = (sampling.is_some() || !plan.cuda.is_empty()).then(|| {
         Sideband::open()
             .map_err(|e| {
                 observer.warning(&format!(
-                    "{e}: a process that exits soon after its first sample may show bare addresses"
+                    "{e}: the code of a process that exits within milliseconds may be shown by address"
                 ))
             })
             .ok()
     });
+    let sideband = sideband.flatten();
     if let Some(offsets) = follow {
         // Before the sampler and before a launched command runs, so no child is missed.
         follow::attach(&mut ebpf, offsets)?;
@@ -356,7 +359,7 @@ fn setup(
     plan: &Plan,
     targets: &Targets,
     cuda: Calls,
-    samples: Samples,
+    (images, samples): (Images, Samples),
     since_ns: u64,
 ) -> Setup {
     let sites = plan
@@ -372,6 +375,7 @@ fn setup(
         usdt: Usdt::new(sites, plan.usdt_probes.clone()),
         cuda,
         ranges: crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns),
+        images,
         samples,
         warnings: Warnings::new(
             config.warn_over.clone(),
@@ -383,23 +387,21 @@ fn setup(
     }
 }
 
-/// The CPU samples' state: the process images, watched through the side band when sampling.
-fn samples(sideband: Option<Sideband>, follow: bool, targets: &Targets, kernel: &Kernel) -> Samples {
-    let mut samples = Samples::default();
+/// What the traced processes had mapped, watched through the side band when it was opened
+/// (sampling, CUDA): a launched command from its exec, each --pid process from what it maps now.
+fn images(sideband: Option<Sideband>, follow: bool, targets: &Targets) -> Images {
+    let mut images = Images::default();
     if let Some(sideband) = sideband {
-        samples
-            .images
-            .watch(sideband, Sampled::of(targets.pids(), follow));
+        images.watch(sideband, Watched::of(targets.pids(), follow));
         match targets {
-            Targets::Launched(launch) => samples.images.launched(launch.process.pid),
+            Targets::Launched(launch) => images.launched(launch.process.pid),
             Targets::Pids(processes) => {
                 for process in processes {
-                    samples.images.begin_running(process.pid);
+                    images.begin_running(process.pid);
                 }
             }
             Targets::SystemWide => {}
         }
-        samples.probed = kernel.attached.uprobes > 0;
     }
-    samples
+    images
 }

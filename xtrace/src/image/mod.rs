@@ -1,10 +1,13 @@
-//! Which code each sampled process had mapped, and when: its images. A process's image begins when
-//! it is first seen (filled from /proc/PID/maps), when it is forked (a copy of its parent's image
-//! at that moment) and when it execs (empty: the new program's code arrives as it maps it), and
-//! grows by each executable mapping the side band reports. A sample is unwound and symbolized
-//! against the image its process had at the sample's time, so a child that exits within
-//! milliseconds is named from the code it inherited or mapped, and a program is never named from
-//! the files of the program it replaced (two non-PIE executables share addresses).
+//! The process-image model: which code each traced process had mapped, and when. Every address
+//! xtrace turns into a file and offset goes through it: sampled stacks (`pipeline::samples`,
+//! `export::profile`) and CUDA kernels' host stubs and handles (`cuda::kernels`).
+//!
+//! A process's image begins when it is first seen (filled from /proc/PID/maps), when it is forked
+//! (a copy of its parent's image at that moment) and when it execs (empty: the new program's code
+//! arrives as it maps it), and grows by each executable mapping the side band reports. An address
+//! is resolved against the image its process had at the address's time, so a process that exits
+//! within milliseconds is named from the code it inherited or mapped, and a program is never named
+//! from the files of the program it replaced (two non-PIE executables share addresses).
 //!
 //! Each CPU's records are in time order, but not the CPUs' records together: a record written just
 //! after its CPU's ring was read comes in the next read, after later ones of other CPUs. Records
@@ -16,20 +19,22 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::sideband::{Change, Sideband};
-use crate::procfs::{merge_maps, Mapping};
+pub mod sideband;
+
+use crate::procfs::{find, merge_maps, Mapping};
+use sideband::{Change, Sideband};
 
 /// Least time between two reads of one image's /proc/PID/maps: stacks walked without frame
 /// pointers hold values that are in no mapping, and must not cost a read each.
 const REREAD: Duration = Duration::from_millis(50);
 
-/// How long the images of a process that exited unsampled are kept: its last samples may still be
-/// unread in the ring buffer when its exit is read from the side band.
+/// How long the images of a process that exited unused are kept: its last samples and calls may
+/// still be unread in the ring buffer when its exit is read from the side band.
 const KEEP_EXITED: Duration = Duration::from_secs(2);
 
-/// Whose changes are kept.
+/// Whose changes are kept: the traced processes'.
 #[derive(Clone, Debug, Default)]
-pub enum Sampled {
+pub enum Watched {
     /// Every process (`-a`).
     #[default]
     All,
@@ -37,14 +42,14 @@ pub enum Sampled {
     Pids { pids: HashSet<u32>, follow: bool },
 }
 
-impl Sampled {
-    /// The processes sampled: `pids` (every process when there are none) and, when `follow`,
+impl Watched {
+    /// The processes traced: `pids` (every process when there are none) and, when `follow`,
     /// the processes they start.
     pub fn of(pids: Vec<u32>, follow: bool) -> Self {
         if pids.is_empty() {
-            return Sampled::All;
+            return Watched::All;
         }
-        Sampled::Pids {
+        Watched::Pids {
             pids: pids.into_iter().collect(),
             follow,
         }
@@ -60,7 +65,7 @@ pub struct Image {
     pub maps: Vec<Mapping>,
     /// When /proc/PID/maps was last read into it.
     read_at: Option<Instant>,
-    /// A sample was taken in it.
+    /// A sample was taken in it, or a CUDA kernel named from it.
     used: bool,
     /// The image its exec replaced.
     replaced: Option<u32>,
@@ -79,7 +84,7 @@ pub struct Images {
     next_id: u32,
     /// Each process's images, in order of start.
     by_pid: HashMap<u32, Vec<u32>>,
-    sampled: Sampled,
+    watched: Watched,
     sideband: Option<Sideband>,
     /// Processes whose main thread exited, for their unused images to be dropped after
     /// `KEEP_EXITED` if the process is gone by then.
@@ -94,10 +99,10 @@ pub struct Images {
 }
 
 impl Images {
-    /// Reads forks, execs and mappings of the processes `sampled` from `sideband` from now on.
-    pub fn watch(&mut self, sideband: Sideband, sampled: Sampled) {
+    /// Reads forks, execs and mappings of the processes `watched` from `sideband` from now on.
+    pub fn watch(&mut self, sideband: Sideband, watched: Watched) {
         self.sideband = Some(sideband);
-        self.sampled = sampled;
+        self.watched = watched;
     }
 
     /// Begins the image of `pid`, a running process xtrace was given, from what /proc/PID/maps
@@ -179,10 +184,47 @@ impl Images {
         self.images.get(&image)?.replaced
     }
 
-    /// Marks `image` as one a sample was taken in: it is kept after its process exits.
+    /// Marks `image` as one a sample was taken in, or a kernel named from: it is kept after its
+    /// process exits.
     pub fn use_image(&mut self, image: u32) {
         if let Some(image) = self.images.get_mut(&image) {
             image.used = true;
+        }
+    }
+
+    /// The image process `pid` had at `ns`, where a call it made then is to be named from, read
+    /// from /proc/PID/maps now if it began as first seen and was never read (the process is most
+    /// likely still alive while its first calls are read); kept after its process exits.
+    pub fn seen(&mut self, pid: u32, ns: u64) -> u32 {
+        self.settle(ns);
+        let id = self.at(pid, ns);
+        if let Some(image) = self.images.get_mut(&id) {
+            image.used = true;
+            if image.read_at.is_none() && image.start_ns == 0 {
+                self.read_proc(id);
+            }
+        }
+        id
+    }
+
+    /// The mapping that held `address` in process `pid` at `ns` (see [`Images::seen`]), reading
+    /// /proc/PID/maps again when none did (a library loaded that the side band did not report).
+    pub fn mapping_at(&mut self, pid: u32, ns: u64, address: u64) -> Option<&Mapping> {
+        let id = self.seen(pid, ns);
+        if find(self.maps(id), address).is_none() {
+            self.read_proc(id);
+        }
+        find(self.maps(id), address)
+    }
+
+    /// Process `pid` loaded a library: its latest image is read from /proc/PID/maps at the next
+    /// miss, however recently it was read.
+    pub fn loaded(&mut self, pid: u32) {
+        let latest = self.by_pid.get(&pid).and_then(|ids| ids.last());
+        if let Some(image) = latest.and_then(|id| self.images.get_mut(id)) {
+            if image.read_at.is_some() {
+                image.read_at = Instant::now().checked_sub(REREAD);
+            }
         }
     }
 
@@ -218,7 +260,7 @@ impl Images {
             // An EXIT record of a main thread: the process may live on in its other threads (the
             // main thread called pthread_exit, or another thread exec'd and took its pid).
             if !process_alive(pid) {
-                if let Sampled::Pids { pids, follow: true } = &mut self.sampled {
+                if let Watched::Pids { pids, follow: true } = &mut self.watched {
                     pids.remove(&pid); // its pid may be given to an unrelated process
                 }
                 self.forget_unused(pid);
@@ -258,9 +300,9 @@ impl Images {
         if pid == 0 {
             return false;
         }
-        match &self.sampled {
-            Sampled::All => true,
-            Sampled::Pids { pids, .. } => pids.contains(&pid),
+        match &self.watched {
+            Watched::All => true,
+            Watched::Pids { pids, .. } => pids.contains(&pid),
         }
     }
 
@@ -270,9 +312,9 @@ impl Images {
                 if !self.keeps(parent) {
                     return;
                 }
-                if let Sampled::Pids { pids, follow } = &mut self.sampled {
+                if let Watched::Pids { pids, follow } = &mut self.watched {
                     if !*follow {
-                        return; // not sampled
+                        return; // not traced
                     }
                     pids.insert(pid);
                 }
@@ -365,186 +407,4 @@ impl Image {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn mapping(start: u64, path: &str) -> Mapping {
-        Mapping {
-            start,
-            end: start + 0x1000,
-            offset: 0,
-            path: path.into(),
-            deleted: false,
-            file: None,
-        }
-    }
-
-    fn paths(images: &Images, image: u32) -> Vec<&str> {
-        images.maps(image).iter().map(|m| m.path.as_str()).collect()
-    }
-
-    #[test]
-    fn forks_copy_execs_start_empty_and_samples_pick_by_time() {
-        let mut images = Images {
-            sampled: Sampled::Pids {
-                pids: HashSet::from([10]),
-                follow: true,
-            },
-            ..Images::default()
-        };
-        let parent = images.at(10, 5);
-        images.images.get_mut(&parent).unwrap().read_at = Some(Instant::now()); // as if /proc were read
-        images.apply(Change::Map {
-            pid: 10,
-            ns: 100,
-            mapping: mapping(0x400000, "/bin/sh"),
-        });
-        images.apply(Change::Fork {
-            pid: 11,
-            parent: 10,
-            ns: 200,
-        });
-        // Mapped by the parent after the fork: not the child's.
-        images.apply(Change::Map {
-            pid: 10,
-            ns: 250,
-            mapping: mapping(0x7f00_0000, "/lib/libparent.so"),
-        });
-        images.apply(Change::Exec { pid: 11, ns: 300 });
-        images.apply(Change::Map {
-            pid: 11,
-            ns: 310,
-            mapping: mapping(0x400000, "/bin/ls"),
-        });
-        // Not sampled: a process neither targeted nor started by one.
-        images.apply(Change::Map {
-            pid: 99,
-            ns: 320,
-            mapping: mapping(0x400000, "/bin/other"),
-        });
-        let forked = images.at(11, 250);
-        assert_eq!(paths(&images, forked), ["/bin/sh"]);
-        let exec = images.at(11, 400);
-        assert_eq!(paths(&images, exec), ["/bin/ls"]);
-        assert_eq!(images.replaced(exec), Some(forked));
-        assert_eq!(images.replaced(forked), None);
-        let parent_now = images.at(10, 400);
-        assert_eq!(parent_now, parent);
-        assert_eq!(paths(&images, parent), ["/bin/sh", "/lib/libparent.so"]);
-        assert!(!images.by_pid.contains_key(&99));
-        // A sample before its process's first image began: an image as first seen.
-        let early = images.at(11, 100);
-        assert!(images.maps(early).is_empty() && early != forked);
-        // /proc is read into a process's latest image only.
-        images.read_proc(forked);
-        assert_eq!(paths(&images, forked), ["/bin/sh"]);
-
-        // The exited child's unused images go; the used one stays.
-        images.use_image(exec);
-        images.apply(Change::Exit { pid: 11, ns: 500 });
-        assert_eq!(images.exited.back().map(|(_, pid)| *pid), Some(11));
-        images.forget_unused(11);
-        assert_eq!(images.by_pid[&11], [exec]);
-        assert!(!images.images.contains_key(&forked) && !images.images.contains_key(&early));
-        assert_eq!(paths(&images, exec), ["/bin/ls"]);
-    }
-
-    /// A shell's last sample, taken in the kernel in the exec of `profile` after the kernel set
-    /// the new name, does not rename the shell's image; an image sampled only in the kernel is
-    /// named from the first of those samples.
-    #[test]
-    fn names_from_user_mode_samples_win_over_names_in_the_kernel() {
-        let mut images = Images::default();
-        let shell = images.at(10, 5);
-        images.named(shell, "sh", true);
-        images.named(shell, "profile", true);
-        assert_eq!(images.comm(shell), Some("sh"));
-        images.named(shell, "sh", false);
-        images.named(shell, "profile", true);
-        assert_eq!(images.comm(shell), Some("sh"));
-        // Renamed by the program itself (prctl), seen in user mode: the last name.
-        images.named(shell, "worker", false);
-        assert_eq!(images.comm(shell), Some("worker"));
-        assert_eq!(images.comm(shell + 1), None);
-        // A launched command's image before its exec is the launcher's.
-        images.launched(11);
-        let launcher = images.at(11, 1);
-        assert!(images.is_launcher(launcher) && !images.is_launcher(shell));
-    }
-
-    #[test]
-    fn without_following_forks_are_not_kept() {
-        let mut images = Images {
-            sampled: Sampled::Pids {
-                pids: HashSet::from([10]),
-                follow: false,
-            },
-            ..Images::default()
-        };
-        images.apply(Change::Fork {
-            pid: 11,
-            parent: 10,
-            ns: 200,
-        });
-        images.apply(Change::Exec { pid: 10, ns: 300 });
-        assert!(!images.by_pid.contains_key(&11));
-        // The target's own exec is kept: as first seen, then the new program.
-        let ids = &images.by_pid[&10];
-        assert_eq!(ids.len(), 2);
-        assert_eq!(images.replaced(ids[1]), Some(ids[0]));
-        assert_eq!(images.images[&ids[1]].start_ns, 300);
-    }
-
-    #[test]
-    fn records_read_out_of_order_are_applied_in_time_order() {
-        let mut images = Images {
-            sampled: Sampled::Pids {
-                pids: HashSet::from([10]),
-                follow: true,
-            },
-            ..Images::default()
-        };
-        // The child's exec and first mapping were read before its fork (another CPU's ring), and
-        // the mapping before the exec.
-        images.pending = vec![
-            Change::Map {
-                pid: 11,
-                ns: 310,
-                mapping: mapping(0x400000, "/bin/ls"),
-            },
-            Change::Exec { pid: 11, ns: 300 },
-            Change::Fork {
-                pid: 11,
-                parent: 10,
-                ns: 200,
-            },
-            Change::Map {
-                pid: 11,
-                ns: 900,
-                mapping: mapping(0x7f00_0000, "/lib/late.so"),
-            },
-        ];
-        images.apply_up_to(400);
-        let ids = images.by_pid[&11].clone();
-        assert_eq!(ids.len(), 2, "forked, then exec'd");
-        assert_eq!(paths(&images, ids[1]), ["/bin/ls"]);
-        assert_eq!(images.replaced(ids[1]), Some(ids[0]));
-        // Written after 400: waits.
-        assert_eq!(images.pending.len(), 1);
-        assert_eq!(images.applied_ns, 400);
-    }
-
-    #[test]
-    fn a_process_is_alive_until_it_is_gone() {
-        assert!(process_alive(std::process::id()));
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        // Exited, not yet reaped: a zombie with no other thread.
-        while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z ")) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(!process_alive(pid));
-        child.wait().unwrap();
-        assert!(!process_alive(pid));
-    }
-}
+mod tests;
