@@ -168,7 +168,7 @@ fn rust_log_turns_on_log_lines() {
     ));
     starting("[DEBUG xtrace::session] following child processes of the sampled ones: ".into());
     starting(format!(
-        "[DEBUG xtrace::pipeline::images] process {pid} replaced its program: image "
+        "[DEBUG xtrace::image] process {pid} replaced its program: image "
     ));
     starting("[INFO  xtrace::session] detached in ".into());
     // Only xtrace's own lines at xtrace=debug; nothing else on stderr with -q.

@@ -347,3 +347,46 @@ fn a_gone_process_of_another_mount_namespace_is_not_named_from_the_hosts_file() 
         "{folded:?}"
     );
 }
+
+/// The same program at another inode, as a bind mount, an overlay or a reinstalled package shows
+/// it: a launched command that runs a copy of `profile` in its own mount namespace, over another
+/// copy on the host, and exits before the capture ends. The host's file at its path has another
+/// device or inode than the one mapped, but the build ID the mapped file had (read while it was
+/// mapped): its frames are named from it (`hot_a`, `hot_b`), not left as `prog+0xOFFSET`.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_gone_process_is_named_from_a_file_with_its_build_id() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("containers-build-id");
+    let (host, inside) = (tmp.join("host"), tmp.join("inside"));
+    for dir in [&host, &inside] {
+        std::fs::create_dir(dir).expect("creating a directory");
+        std::fs::copy(&fixtures().profile, dir.join("prog")).expect("copying a fixture");
+    }
+    // A second: the build ID is read while the program runs, when xtrace applies its mapping
+    // (the first samples may hold xtrace up for a few hundred milliseconds: kallsyms is read).
+    let script = r#"mount --bind "$0" "$1" && exec "$1"/prog split 1000"#;
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-F", "999", "-o", &out_dir, "--", "unshare", "--mount", "sh", "-c", script, &inside, &host
+    ])
+    .wait();
+    finished.assert_success();
+    let folded = Outputs::read_profiled(&out_dir).folded();
+    let in_prog = |frame: &str| -> u64 {
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.starts_with("prog;") && stack.split(';').any(|f| f == frame))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert!(in_prog("hot_a") >= 50 && in_prog("hot_b") >= 50, "{folded:?}");
+    assert!(
+        !folded
+            .iter()
+            .any(|(stack, _)| stack.starts_with("prog;") && stack.contains(";prog+0x")),
+        "{folded:?}"
+    );
+}

@@ -110,20 +110,14 @@ impl KernelNames {
         if !mapping.path.starts_with('/') {
             return format!("{module}+{offset:#x}");
         }
-        // Through the process's root (containers); once it has exited (or while it exits), by
-        // the path itself.
-        let root = format!("/proc/{pid}/root{}", mapping.path);
-        for open in [root, mapping.path.clone()] {
-            let found = symbolize_elf(&self.symbolizer, &open, Input::FileOffset(&[offset]));
-            match found.map(|mut results| results.pop()) {
-                Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return demangle(&sym.name),
-                // Inside a function rather than at its start: not a stub.
-                Ok(Some(Symbolized::Sym(sym))) => {
-                    return format!("{}+{:#x}", demangle(&sym.name), sym.offset)
-                }
-                Ok(_) => break,
-                Err(_) => continue,
-            }
+        // Through the process's root (containers); once it has exited, by the path itself.
+        let open = images.open_path(pid, &mapping).unwrap_or_default();
+        let found = symbolize_elf(&self.symbolizer, &open, Input::FileOffset(&[offset]));
+        match found.map(|mut results| results.pop()) {
+            Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return demangle(&sym.name),
+            // Inside a function rather than at its start: not a stub.
+            Ok(Some(Symbolized::Sym(sym))) => return format!("{}+{:#x}", demangle(&sym.name), sym.offset),
+            _ => {}
         }
         format!("{module}+{offset:#x}")
     }

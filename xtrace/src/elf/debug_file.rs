@@ -214,8 +214,11 @@ fn candidates(places: &Places, build_id: Option<&[u8]>, link: Option<(&[u8], u32
     };
     let mut out = Vec::new();
     if let Some(id) = build_id {
-        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let relative = format!(".build-id/{}/{}.debug", hex(&id[..1]), hex(&id[1..]));
+        let relative = format!(
+            ".build-id/{}/{}.debug",
+            super::hex(&id[..1]),
+            super::hex(&id[1..])
+        );
         out.extend(in_dirs(Path::new(&relative), Named::BuildId));
     }
     // A link names a file, not a path.

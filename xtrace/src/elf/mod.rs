@@ -32,6 +32,16 @@ pub(crate) fn read_elf<T: Default>(
     }
 }
 
+/// Bytes as lowercase hex digits, as build IDs are written (`readelf -n`, `.build-id/` paths).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The build ID of the ELF file at `path` (its GNU build-ID note), if it has one.
+pub(crate) fn build_id(path: &str) -> Option<Box<[u8]>> {
+    read_elf(path, |elf| elf.build_id().ok().flatten().map(Box::from))
+}
+
 /// Where an ELF file's executable PT_LOAD segments lie in it: (file offset, file size, address)
 /// each, which place the file in a mapping of its code.
 #[derive(Clone, Debug, Default)]

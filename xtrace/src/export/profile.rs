@@ -171,7 +171,7 @@ impl Resolver {
                     let mapping = find(maps, address).filter(|m| m.path.starts_with('/'))?;
                     let offset = address - mapping.start + mapping.offset;
                     // A file gone with its process: named by file and offset (see `open_path`).
-                    let open = mapping.open_path(key.pid).unwrap_or_default();
+                    let open = images.open_path(key.pid, mapping).unwrap_or_default();
                     if !open.is_empty() {
                         by_file.entry(open.clone()).or_default().insert(offset);
                     }

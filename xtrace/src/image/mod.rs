@@ -19,9 +19,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod build_ids;
 pub mod sideband;
 
 use crate::procfs::{find, merge_maps, Mapping};
+use build_ids::BuildIds;
 use sideband::{Change, Sideband};
 
 /// Least time between two reads of one image's /proc/PID/maps: stacks walked without frame
@@ -96,6 +98,8 @@ pub struct Images {
     read_ns: u64,
     /// The launched command's image before its exec.
     launcher: Option<u32>,
+    /// The build IDs of the files mapped, read while they were.
+    build_ids: BuildIds,
 }
 
 impl Images {
@@ -112,6 +116,7 @@ impl Images {
     pub fn begin_running(&mut self, pid: u32) {
         let mut maps = Vec::new();
         merge_maps(&mut maps, pid);
+        self.build_ids.note(pid, &maps);
         let id = self.begin(pid, 0, maps);
         if let Some(image) = self.images.get_mut(&id) {
             image.read_at = Some(Instant::now());
@@ -136,6 +141,12 @@ impl Images {
     /// Side-band records the kernel dropped because a ring was full.
     pub fn lost(&self) -> u64 {
         self.sideband.as_ref().map_or(0, |s| s.lost)
+    }
+
+    /// Where the file of `mapping` of process `pid` is opened for its symbols (see
+    /// [`BuildIds::open_path`]).
+    pub fn open_path(&self, pid: u32, mapping: &Mapping) -> Option<String> {
+        self.build_ids.open_path(pid, mapping)
     }
 
     pub fn maps(&self, image: u32) -> &[Mapping] {
@@ -239,6 +250,7 @@ impl Images {
         if latest && img.read_at.is_none_or(|at| at.elapsed() >= REREAD) {
             img.read_at = Some(Instant::now());
             merge_maps(&mut img.maps, img.pid);
+            self.build_ids.note(img.pid, &img.maps);
         }
     }
 
@@ -340,6 +352,7 @@ impl Images {
                 let id = self.at(pid, ns);
                 if let Some(image) = self.images.get_mut(&id) {
                     if !crate::procfs::is_current(&image.maps, &mapping) {
+                        self.build_ids.note(pid, std::slice::from_ref(&mapping));
                         image.maps.push(mapping);
                     }
                 }
