@@ -11,36 +11,17 @@
 //! Results are cached per process and address until the process loads a library.
 use std::collections::HashMap;
 
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-
 use super::stub_handles::StubHandles;
-use crate::{
-    demangle::demangle,
-    elf::symbolize::{module_name, symbolize_elf, symbolizer},
-    image::Images,
-    procfs::merge_maps,
-};
+use crate::{elf::symbolize::module_name, image::Images, procfs::merge_maps};
 
+#[derive(Default)]
 pub struct KernelNames {
-    symbolizer: Symbolizer,
     /// By process, image and address: a program its process exec'd may have code at the same.
     stubs: HashMap<(u32, u32, u64), String>,
     handles: HashMap<(u32, u64), String>,
     statics: StubHandles,
     /// What unknown driver handles are shown as, by the module of their first launch.
     unknown: HashMap<(u32, u64), String>,
-}
-
-impl Default for KernelNames {
-    fn default() -> Self {
-        KernelNames {
-            symbolizer: symbolizer(),
-            stubs: HashMap::new(),
-            handles: HashMap::new(),
-            statics: StubHandles::default(),
-            unknown: HashMap::new(),
-        }
-    }
 }
 
 impl KernelNames {
@@ -112,14 +93,12 @@ impl KernelNames {
         }
         // Through the process's root (containers); once it has exited, by the path itself.
         let open = images.open_path(pid, &mapping).unwrap_or_default();
-        let found = symbolize_elf(&self.symbolizer, &open, Input::FileOffset(&[offset]));
-        match found.map(|mut results| results.pop()) {
-            Ok(Some(Symbolized::Sym(sym))) if sym.offset == 0 => return demangle(&sym.name),
+        match images.symbols.function(&open, offset) {
+            Some(function) if function.offset == 0 => function.name,
             // Inside a function rather than at its start: not a stub.
-            Ok(Some(Symbolized::Sym(sym))) => return format!("{}+{:#x}", demangle(&sym.name), sym.offset),
-            _ => {}
+            Some(function) => format!("{}+{:#x}", function.name, function.offset),
+            None => format!("{module}+{offset:#x}"),
         }
-        format!("{module}+{offset:#x}")
     }
 
     /// `handle` (a `CUfunction` or `CUkernel`) of process `pid` is the kernel `name`.

@@ -18,7 +18,7 @@ use super::plt;
 use crate::{
     elf::{
         fde,
-        symbolize::{module_name, symbolize_elf, symbolizer},
+        symbolize::{module_name, symbolizer},
     },
     error::{Error, Result},
     image::Images,
@@ -76,8 +76,10 @@ pub struct ProfileSummary {
 /// Where a user address lies in a file: (file to open, file offset, module name shown).
 type FilePlace = (String, u64, String);
 
-/// Names every frame of every sampled stack, caching per file offset and kernel address.
+/// Names every frame of every sampled stack: file offsets through the image model's symbols
+/// ([`crate::image::symbols`]), kernel addresses through kallsyms.
 struct Resolver {
+    /// For kernel addresses.
     symbolizer: Symbolizer,
     vdso: Vec<(u64, u64, String)>,
 }
@@ -156,7 +158,7 @@ impl Resolver {
     }
 
     /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
-    fn resolve<'s>(&self, samples: &'s Samples, images: &Images) -> HashMap<&'s StackKey, Vec<String>> {
+    fn resolve<'s>(&self, samples: &'s Samples, images: &mut Images) -> HashMap<&'s StackKey, Vec<String>> {
         // User frames: (image, its mappings then, address) → (file to open, file offset, shown
         // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
@@ -185,8 +187,12 @@ impl Resolver {
         let mut file_names: HashMap<(String, u64), String> = HashMap::new();
         for (path, offsets) in &by_file {
             let offsets: Vec<u64> = offsets.iter().copied().collect();
-            let names = symbolize_elf(&self.symbolizer, path, Input::FileOffset(&offsets))
-                .map_or_else(|_| vec![None; offsets.len()], sym_names);
+            let names: Vec<Option<String>> = images
+                .symbols
+                .functions(path, &offsets)
+                .into_iter()
+                .map(|f| f.map(|f| f.name))
+                .collect();
             // A PLT stub has no symbol: the one before it (`_init`) would name it. Unwind entries
             // are read only for files with offsets no symbol names; one read of the ELF serves both.
             let unnamed = names.iter().any(Option::is_none);
@@ -294,7 +300,7 @@ pub(crate) fn folded_frame(name: &str) -> String {
 pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
 
 /// Names the frames of every sampled stack (blazesym, cached per file offset and address).
-pub fn frames<'s>(samples: &'s Samples, images: &Images) -> Frames<'s> {
+pub fn frames<'s>(samples: &'s Samples, images: &mut Images) -> Frames<'s> {
     Resolver::new().resolve(samples, images)
 }
 

@@ -21,6 +21,7 @@ use std::{
 
 pub mod build_ids;
 pub mod sideband;
+pub mod symbols;
 
 use crate::procfs::{find, merge_maps, Mapping};
 use build_ids::BuildIds;
@@ -100,6 +101,8 @@ pub struct Images {
     launcher: Option<u32>,
     /// The build IDs of the files mapped, read while they were.
     build_ids: BuildIds,
+    /// The functions of the files mapped, named once.
+    pub symbols: symbols::Symbols,
 }
 
 impl Images {

@@ -173,10 +173,10 @@ impl Outputs<'_> {
     /// outputs derived from them (span-flamegraph.svg, profile.pb.gz); returns the summary and the
     /// names of the derived files.
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
-        let (trace, collected) = pipeline.collected();
+        let (trace, mut collected) = pipeline.collected();
         let frames = self
             .sampling
-            .map(|_| profile::frames(&collected.samples, &collected.images));
+            .map(|_| profile::frames(&collected.samples, &mut collected.images));
         let spans = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
