@@ -12,8 +12,9 @@ use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout
 
 /// Debian packages the fixtures and tests need: cc, c++, sys/sdt.h, bpftool, setpriv, Python
 /// with venv for the range tests' third-party clients, the readers the export tests open
-/// xtrace's files with (`go tool pprof`, `callgrind_annotate`), and libc's debug file, whose
-/// local functions tests trace by name (`__pthread_disable_asynccancel`).
+/// xtrace's files with (`go tool pprof`, `callgrind_annotate`), libc's debug file, whose
+/// local functions tests trace by name (`__pthread_disable_asynccancel`), and c++filt (binutils)
+/// with libLLVM 14, whose C++ names the demangling is compared with c++filt's on.
 const PACKAGES: &[&str] = &[
     "gcc",
     "g++",
@@ -25,6 +26,8 @@ const PACKAGES: &[&str] = &[
     "golang-go",
     "valgrind",
     "libc6-dbg",
+    "binutils",
+    "libllvm14",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
@@ -54,7 +57,7 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
     let steps: [(&str, Step); 7] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
-             golang-go valgrind libc6-dbg)",
+             golang-go valgrind libc6-dbg binutils libllvm14)",
             debian_packages,
         ),
         ("nightly toolchain", nightly_toolchain),

@@ -15,6 +15,8 @@ use crate::{
     target::TargetFile,
 };
 
+#[cfg(test)]
+mod cxxfilt_tests;
 mod read;
 
 /// Symbols of the files read so far, by device and inode: a file that several processes map (or
