@@ -4,7 +4,7 @@ use std::{fs::File, os::unix::fs::FileExt};
 
 use crate::model::text::c_text;
 
-/// One executable mapping of a process.
+/// One file mapping of a process: executable ([`merge_maps`]), or read-only ([`read_only_maps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
     pub start: u64,
@@ -109,6 +109,61 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
         .collect()
 }
 
+/// The file-backed mappings of `pid` it cannot write (read-only data such as `.rodata`, and code),
+/// or None when it is gone: their bytes in memory are their file's, so a string in one can be
+/// read from the file ([`mapped_string`]). A writable mapping's bytes may differ from its file's.
+pub fn read_only_maps(pid: u32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_read_only_maps(&text))
+}
+
+/// The readable, not writable file mappings in /proc/PID/maps text.
+fn parse_read_only_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let line = crate::target::MapsLine::parse(line)?;
+            if !line.perms.starts_with('r') || line.perms.contains('w') || !line.path.starts_with('/') {
+                return None;
+            }
+            let (start, end) = line.range.split_once('-')?;
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(line.offset, 16).ok()?,
+                path: line.path.to_string(),
+                deleted: line.deleted,
+                file: line.identity(),
+            })
+        })
+        .collect()
+}
+
+/// The NUL-terminated string at `address` of process `pid`, which `mapping` (a read-only file
+/// mapping, as [`read_only_maps`] lists them) holds, read from the mapped file at
+/// `address - start + offset` (through the process's root first, see [`Mapping::open_path`]): its
+/// bytes up to the NUL or `max` bytes, then a NUL. None when the file cannot be read there. The
+/// kernel programs' reads fail on a page the process has not touched yet; this one does not.
+pub fn mapped_string(pid: u32, mapping: &Mapping, address: u64, max: usize) -> Option<Vec<u8>> {
+    if address < mapping.start || address >= mapping.end {
+        return None;
+    }
+    let file = File::open(mapping.open_path(pid)?).ok()?;
+    let room = (mapping.end - address).min(max as u64) as usize;
+    let mut bytes = vec![0; room];
+    let n = file
+        .read_at(&mut bytes, address - mapping.start + mapping.offset)
+        .ok()?;
+    if n == 0 {
+        return None;
+    }
+    bytes.truncate(n);
+    if let Some(nul) = bytes.iter().position(|&b| b == 0) {
+        bytes.truncate(nul);
+    }
+    bytes.push(0);
+    Some(bytes)
+}
+
 /// The NUL-terminated string at `address` in process `pid`, at most `max` bytes of it (fewer where
 /// the mapping ends); None when the process or the address is gone. Unlike the kernel program's
 /// read, this one faults in a page the process has not touched yet.
@@ -176,6 +231,60 @@ mod tests {
             Some("/lib/libc.so.6")
         );
         assert!(find(&maps, 0x1).is_none());
+    }
+
+    /// Read-only file mappings only (a writable one's memory may differ from its file); a string
+    /// in one is read from its file at the address's file offset, up to its NUL or `max` bytes.
+    #[test]
+    fn a_string_of_a_read_only_mapping_is_read_from_its_file() {
+        let text = "\
+1000-2000 r--p 00000000 08:01 1 /usr/bin/app
+2000-3000 rw-p 00001000 08:01 1 /usr/bin/app
+3000-4000 r--p 00000000 00:00 0
+4000-5000 r-xp 00002000 08:01 1 /usr/bin/app
+";
+        let maps = parse_read_only_maps(text);
+        let starts: Vec<u64> = maps.iter().map(|m| m.start).collect();
+        assert_eq!(starts, [0x1000, 0x4000]);
+        let dir = std::env::temp_dir().join(format!("xtrace-mapped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let mut data = vec![b'-'; 0x1800];
+        data[0x1100..0x1106].copy_from_slice(b"hello\0");
+        std::fs::write(&path, &data).unwrap();
+        let mapping = Mapping {
+            start: 0x7000,
+            end: 0x8000,
+            offset: 0x1000,
+            path: path.to_str().unwrap().into(),
+            deleted: false,
+            file: None,
+        };
+        let gone = u32::MAX;
+        assert_eq!(
+            mapped_string(gone, &mapping, 0x7100, 63).as_deref(),
+            Some(&b"hello\0"[..])
+        );
+        assert_eq!(
+            mapped_string(gone, &mapping, 0x7102, 2).as_deref(),
+            Some(&b"ll\0"[..])
+        );
+        // No NUL before the file ends: what there is.
+        assert_eq!(
+            mapped_string(gone, &mapping, 0x77fe, 63).as_deref(),
+            Some(&b"--\0"[..])
+        );
+        assert_eq!(
+            mapped_string(gone, &mapping, 0x7800, 63),
+            None,
+            "past the file's end"
+        );
+        assert_eq!(
+            mapped_string(gone, &mapping, 0x8000, 63),
+            None,
+            "outside the mapping"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A deleted (or replaced) file is opened as mapped while its process lives, never by its

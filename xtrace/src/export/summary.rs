@@ -81,6 +81,9 @@ pub struct Summary {
     pub unmatched_entries: u64,
     /// Captured arguments dropped because too many calls were waiting for their spans.
     pub args_unpaired: u64,
+    /// String arguments and return values (`str`) at a non-null address that could be read
+    /// neither by the kernel program nor from a read-only mapped file: `null` in trace.json.
+    pub unreadable_strings: u64,
     /// USDT begin/end hits left without their other half: ends with no open span on their thread
     /// (begun before the capture) and begins still open when it stopped.
     pub usdt_unpaired: u64,
@@ -302,6 +305,7 @@ mod tests {
             lost: Lost::default(),
             unmatched_entries: 0,
             args_unpaired: 0,
+            unreadable_strings: 0,
             usdt_unpaired: 0,
             decode_errors: 0,
             probes: vec![ProbeSummary {

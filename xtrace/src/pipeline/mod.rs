@@ -11,6 +11,7 @@ pub mod ranges;
 pub mod reader;
 pub mod samples;
 pub mod stats;
+pub mod strings;
 pub mod threads;
 pub mod traps;
 pub mod unwind;
@@ -137,11 +138,16 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             min_duration_ns,
             loaders,
         } = setup;
+        let probes = captures.len();
+        let mut values = Values::new(captures);
+        for &pid in targets.iter().flatten() {
+            values.seen(pid);
+        }
         Pipeline {
-            stats: vec![ProbeStats::default(); captures.len()],
+            stats: vec![ProbeStats::default(); probes],
             trace,
             names: Names::default(),
-            values: Values::new(captures),
+            values,
             usdt,
             images,
             samples,
@@ -273,9 +279,19 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Ok(Event::Span(span)) => self.span(&span, &[]),
             Ok(Event::SpanStr(event)) => {
                 let len = (event.str_len as usize).min(event.string.len());
-                self.span(&event.span, &event.string[..len])
+                let span = &event.span;
+                let read = &event.string[..len];
+                let string = if span.exit == EXIT_TAIL_CALL {
+                    std::borrow::Cow::Borrowed(read)
+                } else {
+                    let probe = span.probe_id as usize;
+                    self.values
+                        .returned_string(probe, span.header.pid, span.ret, read)
+                };
+                self.span(span, &string)
             }
             Ok(Event::Thread(thread)) => {
+                self.values.seen(thread.header.pid);
                 let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())

@@ -1,11 +1,12 @@
 //! Captured argument and return values: each call's `ArgsEvent` (written at entry) waits here until
 //! the call's span arrives (same tid and entry time), then both are rendered for trace.json and
 //! counted per probe for summary.json (min/max of integers, the most frequent values).
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use serde::Serialize;
-use xtrace_common::event::ArgsEvent;
+use xtrace_common::event::{ArgsEvent, ARG_STR_LEN};
 
+use super::strings::Strings;
 use crate::{
     model::{pending::Pending, text::c_text},
     probes::{spec::ArgType, Capture},
@@ -157,6 +158,8 @@ pub struct Values {
     /// The rendered arguments of calls waiting for their spans.
     pending: Pending<Vec<Value>>,
     stats: Vec<Vec<ValueStats>>,
+    /// Strings the kernel could not read, read from their mapped files.
+    strings: Strings,
 }
 
 impl Values {
@@ -188,13 +191,21 @@ impl Values {
         let Some(capture) = self.captures.get(event.probe_id as usize) else {
             return;
         };
+        let pid = event.header.pid;
         let values = capture
             .args
             .iter()
             .enumerate()
             .map(|(i, t)| {
                 let len = usize::from(event.str_len[i]).min(event.strings[i].len());
-                Value::from_register(*t, event.args[i], &event.strings[i][..len])
+                let read = &event.strings[i][..len];
+                // A Go string has no NUL: only what the kernel read of it.
+                let bytes = if *t == ArgType::Str && !capture.go {
+                    self.strings.resolve(pid, event.args[i], read, ARG_STR_LEN - 1)
+                } else {
+                    Cow::Borrowed(read)
+                };
+                Value::from_register(*t, event.args[i], &bytes)
             })
             .collect();
         if capture.go && event.goroutine != 0 {
@@ -248,6 +259,31 @@ impl Values {
             json += &format!(",\"{}\":{}", stat.name, value.json());
         }
         Some(json)
+    }
+
+    /// The string a `-> str` return value `ret` of process `pid` points at: `read`, what the
+    /// kernel read at the return, or else the bytes of the read-only file mapping there.
+    pub fn returned_string<'a>(&mut self, probe: usize, pid: u32, ret: u64, read: &'a [u8]) -> Cow<'a, [u8]> {
+        match self.captures.get(probe) {
+            Some(capture) if capture.ret == Some(ArgType::Str) && !capture.go => {
+                self.strings.resolve(pid, ret, read, ARG_STR_LEN - 1)
+            }
+            _ => Cow::Borrowed(read),
+        }
+    }
+
+    /// A process whose records follow: its mappings are looked up while it runs, when some probe
+    /// reads strings.
+    pub fn seen(&mut self, pid: u32) {
+        let strings = |c: &Capture| c.args.contains(&ArgType::Str) || c.ret == Some(ArgType::Str);
+        if self.captures.iter().any(strings) {
+            self.strings.seen(pid);
+        }
+    }
+
+    /// String arguments and return values at a non-null address that could not be read.
+    pub fn unreadable_strings(&self) -> u64 {
+        self.strings.unreadable()
     }
 
     /// Argument records dropped because too many calls were waiting for their spans.

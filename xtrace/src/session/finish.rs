@@ -266,6 +266,7 @@ impl Outputs<'_> {
             lost: self.lost.clone(),
             unmatched_entries: self.unmatched_entries,
             args_unpaired: collected.values.dropped() + collected.cuda.dropped(),
+            unreadable_strings: collected.values.unreadable_strings(),
             usdt_unpaired: collected.usdt_unpaired + collected.usdt.still_open(),
             probes: self.probe_summaries(collected),
             command: self.command.clone(),
