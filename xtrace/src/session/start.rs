@@ -128,16 +128,17 @@ impl<'a> Prepared<'a> {
         let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
         let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);
         let infos = target_infos(&targets);
-        observer.attached(&format!(
-            "{} to {}; Ctrl-C to stop",
-            attached_what(&plan, &kernel, sampling),
-            targets.describe()
-        ));
+        // Before the notice too: the pipeline reads the targets' mappings (strings in them).
         let images = images(sideband, follow.is_some(), &targets);
         let mut samples = Samples::default();
         samples.probed = sampling.is_some() && kernel.attached.uprobes > 0;
         let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
         let pipeline = Pipeline::new(setup, writer);
+        observer.attached(&format!(
+            "{} to {}; Ctrl-C to stop",
+            attached_what(&plan, &kernel, sampling),
+            targets.describe()
+        ));
         Ok(Started {
             config,
             signals,
@@ -180,6 +181,7 @@ fn load_and_attach(
     let mut ebpf = bpf::load(&bpf::LoadOptions {
         ring_bytes: config.buffer_size,
         arg_specs: uprobe::arg_specs(plan),
+        str_lens: uprobe::str_lens(plan),
         tids: config.tids.clone(),
         min_duration_ns: config.min_duration_ns.unwrap_or(0),
         probes: plan.probes.len() as u32,
