@@ -52,3 +52,55 @@ fn a_cold_rodata_string_is_read_at_its_first_call() {
         json!([{"value": "cold literal in .rodata", "count": 7}])
     );
 }
+
+/// A 150-byte string: `str:200` reads it whole, `str:100` its first 100 bytes, and a plain `str`
+/// its first 63.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_long_string_is_read_up_to_the_asked_length() {
+    if !require_bpf() {
+        return;
+    }
+    let text = "0123456789".repeat(15);
+    for (ty, kept) in [("str:200", 150), ("str:100", 100), ("str", 63)] {
+        let spec = format!("strfn(i64, i32, {ty})");
+        let label = format!("str-long-{}", ty.replace(':', "-"));
+        let (out, _) = trace_new_fixture(&fixtures().calls, &["longstr"], &[&spec], &label);
+        assert_strfn_args(&out, &[&text[..kept]; 3]);
+        assert_eq!(u64_field(&out.summary, "unreadable_strings"), 0, "{spec}");
+    }
+}
+
+/// `str:0`, a length past 4096 and a length that is no number: one line naming the accepted form,
+/// exit status 2, nothing attached.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_bad_string_length_names_the_accepted_form() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = xtrace_tests::fixtures::Fixture::spawn(&fixtures().calls, &["longstr"]);
+    fixture.wait_ready();
+    let tmp = xtrace_tests::TempDir::new("str-bad");
+    for (spec, column) in [
+        ("strfn(str:0)", 7),
+        ("strfn(i64, i32, str:4097)", 17),
+        ("strfn(str:abc)", 7),
+    ] {
+        let line = xtrace_tests::run::run_error(xtrace_tests::args![
+            "-p",
+            fixture.pid().to_string(),
+            "-u",
+            spec,
+            "-o",
+            tmp.join("out")
+        ]);
+        assert_eq!(
+            line,
+            format!(
+                "xtrace: error: invalid probe `{spec}`: a string length is str:N with N from 1 to \
+                 4096 at column {column}"
+            )
+        );
+    }
+}

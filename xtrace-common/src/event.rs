@@ -21,6 +21,8 @@ pub const KIND_SPAN_STR: u32 = 8;
 /// user space attaches the process's probes again. The header has the ids after the exec (the
 /// thread took the process id), `comm` the new name.
 pub const KIND_EXEC: u32 = 9;
+/// `EventHeader::kind` of a [`LongStrEvent`].
+pub const KIND_LONG_STR: u32 = 10;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;
@@ -29,6 +31,8 @@ pub const MAX_FRAMES: usize = 127;
 pub const MAX_ARGS: usize = 6;
 /// Bytes kept of a string argument, its terminating NUL included.
 pub const ARG_STR_LEN: usize = 64;
+/// Most bytes a string argument may ask for (`str:N`), its NUL not counted.
+pub const STR_MAX: usize = 4096;
 /// Bytes read of a struct argument (`crate::probe::args::block`).
 pub const ARG_BLOCK_LEN: usize = 40;
 /// Stack slots a function probe can capture (`crate::probe::args::stack`).
@@ -148,6 +152,27 @@ pub struct ArgsEvent {
     /// The call's return address (where the spec says so, `args::CALLER`), else 0.
     pub caller: u64,
 }
+
+/// A string argument whose spec asks for more than an [`ArgsEvent`] keeps (`str:N`, N of 64 and
+/// up), written just before its call's `ArgsEvent` (same tid and `start_ns`). It is sent up to
+/// the end of the bytes read (at least [`LONG_STR_AT`] bytes): short strings do not pay for the
+/// cap. Its `ArgsEvent` still has the string's first 63 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LongStrEvent {
+    pub header: EventHeader,
+    /// The call's entry time, as in its `ArgsEvent::start_ns`.
+    pub start_ns: u64,
+    pub probe_id: u32,
+    /// Which argument it is.
+    pub arg: u16,
+    /// Bytes read into `bytes`, its NUL included (0: unreadable).
+    pub len: u16,
+    pub bytes: [u8; STR_MAX + 8],
+}
+
+/// Offset of [`LongStrEvent::bytes`]: the shortest such record.
+pub const LONG_STR_AT: usize = 40;
 
 /// The value an out-pointer argument points at when its call returns; written just before the
 /// call's `SpanEvent` (same tid and `start_ns`).
@@ -279,6 +304,8 @@ mod pod {
     unsafe impl aya::Pod for super::OutEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::SpanStrEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LongStrEvent {}
 }
 
 // Both sides rely on these sizes; a change here is a format change.
@@ -293,3 +320,5 @@ const _: () =
     assert!(core::mem::size_of::<SampleEvent>() == 48 + 2 * 8 * MAX_FRAMES + 32 + 16 * MAX_RETURN_SLOTS);
 const _: () = assert!(core::mem::size_of::<UsdtStrEvent>() == 128 + 16 + 64 * 12);
 const _: () = assert!(core::mem::offset_of!(UsdtStrEvent, strings) == USDT_STRINGS_AT);
+const _: () = assert!(core::mem::offset_of!(LongStrEvent, bytes) == LONG_STR_AT);
+const _: () = assert!(core::mem::size_of::<LongStrEvent>() == LONG_STR_AT + STR_MAX + 8);

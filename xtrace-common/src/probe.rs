@@ -90,6 +90,10 @@ pub mod args {
     pub const OUT_MASK: u32 = 0b11_1111 << 26;
 }
 
+/// Per probe id, the bytes each argument asks for as a long string (`str:N` with N of 64 and up;
+/// 0: none), in the `STR_LENS` map: those are also sent whole in a `LongStrEvent`.
+pub type StrLens = [u16; 8];
+
 /// Index into the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Records that did not fit in the ring buffer.

@@ -8,6 +8,7 @@ mod floor;
 mod follow;
 mod goroutine;
 mod lifecycle;
+mod long_str;
 mod maps;
 mod regs;
 mod sample;

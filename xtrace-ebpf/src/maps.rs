@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::{
-    probe::{counter, EntryStack, ShortCalls, DEFAULT_RING_BYTES, MAX_THREADS},
+    probe::{counter, EntryStack, ShortCalls, StrLens, DEFAULT_RING_BYTES, MAX_THREADS},
     usdt::UsdtSite,
 };
 
@@ -101,10 +101,25 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 #[map]
 pub static ARG_SPECS: Array<u32> = Array::with_max_entries(1, 0);
 
+/// Long string lengths per probe id (`xtrace_common::probe::StrLens`); user space sizes and fills
+/// it, only when some probe asks for a `str:N` of 64 bytes or more.
+#[map]
+pub static STR_LENS: Array<StrLens> = Array::with_max_entries(1, 0);
+
 /// Set to 1 at load time when some probe asks for arguments; when 0 the verifier drops the
 /// argument code, so spans without arguments pay nothing for it.
 #[unsafe(no_mangle)]
 static ARGS_ENABLED: u8 = 0;
+
+/// Set to 1 at load time when some probe asks for a long string (`STR_LENS`).
+#[unsafe(no_mangle)]
+static LONG_STRINGS: u8 = 0;
+
+/// Whether any probe asks for a long string (see `LONG_STRINGS`).
+#[inline(always)]
+pub fn long_strings() -> bool {
+    load_time(&LONG_STRINGS) != 0
+}
 
 /// Whether any probe captures arguments (see `ARGS_ENABLED`).
 #[inline(always)]

@@ -159,6 +159,20 @@ fn write_args(
         Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI | args::ALWAYS_SENT) != 0 => spec,
         _ => return,
     };
+    // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
+    let go = spec & args::GO_ABI != 0;
+    if !go && spec & STRING_MASK != 0 {
+        let regs: [u64; MAX_ARGS] = [
+            ctx.arg(0).unwrap_or(0),
+            ctx.arg(1).unwrap_or(0),
+            ctx.arg(2).unwrap_or(0),
+            ctx.arg(3).unwrap_or(0),
+            ctx.arg(4).unwrap_or(0),
+            ctx.arg(5).unwrap_or(0),
+        ];
+        // Before the ArgsEvent, which user space renders as soon as it reads it.
+        crate::long_str::write_long_strings(&regs, pid_tgid, probe_id, now, spec);
+    }
     let Some(mut entry) = reserve::<ArgsEvent>() else {
         return;
     };
@@ -174,8 +188,6 @@ fn write_args(
         (*event).depth = depth;
         (*event)._pad = 0;
         (*event).goroutine = goroutine;
-        // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
-        let go = spec & args::GO_ABI != 0;
         // Go's seventh integer register: the length of a string in the sixth.
         let r9 = if go { user_r9(ctx.regs) } else { 0 };
         let regs: [u64; MAX_ARGS] = if go {
@@ -233,6 +245,9 @@ fn write_args(
     }
     entry.submit(submit_flags());
 }
+
+/// Every `args::string` bit.
+const STRING_MASK: u32 = 0b11_1111 << 8;
 
 /// Reads the NUL-terminated string at `ptr` into `dst`, cut to 63 bytes; returns the bytes kept
 /// with the NUL, or 0 when unreadable.

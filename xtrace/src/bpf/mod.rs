@@ -38,6 +38,8 @@ pub struct LoadOptions {
     /// (probe id, spec) of each probe that captures arguments; when empty the kernel programs
     /// leave their argument code out.
     pub arg_specs: Vec<(u32, u32)>,
+    /// (probe id, lengths) of each probe that reads a long string (`str:N`, N of 64 and up).
+    pub str_lens: Vec<(u32, xtrace_common::probe::StrLens)>,
     /// `--tid`: trace only these threads (empty: all).
     pub tids: Vec<u32>,
     /// `--min-duration` in ns (0: every call is sent as a span).
@@ -82,9 +84,29 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::ma
     ebpf.map_mut(name).ok_or_else(|| missing_map(name))
 }
 
+/// Fills `ARG_SPECS` and `STR_LENS` from `options`.
+fn fill_arg_specs(ebpf: &mut Ebpf, options: &LoadOptions) -> Result<()> {
+    if !options.arg_specs.is_empty() {
+        let mut specs: Array<_, u32> =
+            Array::try_from(map_mut(ebpf, "ARG_SPECS")?).map_err(map_error("ARG_SPECS"))?;
+        for (id, spec) in &options.arg_specs {
+            specs.set(*id, spec, 0).map_err(map_error("ARG_SPECS"))?;
+        }
+    }
+    if !options.str_lens.is_empty() {
+        let mut lens: Array<_, xtrace_common::probe::StrLens> =
+            Array::try_from(map_mut(ebpf, "STR_LENS")?).map_err(map_error("STR_LENS"))?;
+        for (id, len) in &options.str_lens {
+            lens.set(*id, len, 0).map_err(map_error("STR_LENS"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Loads the object configured by `options`.
 pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let args_enabled = u8::from(!options.arg_specs.is_empty());
+    let long_strings = u8::from(!options.str_lens.is_empty());
     let tid_filter = u8::from(!options.tids.is_empty());
     let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
@@ -122,6 +144,8 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("RING_BYTES", &u64::from(options.ring_bytes), true)
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
+        .override_global("LONG_STRINGS", &long_strings, true)
+        .map_max_entries("STR_LENS", slots(long_strings != 0))
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)
@@ -133,13 +157,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("UTASK_VADDR", &options.uprobe_task.vaddr, true)
         .override_global("UTASK_XOL_VADDR", &options.uprobe_task.xol_vaddr, true)
         .load(OBJECT)?;
-    if !options.arg_specs.is_empty() {
-        let mut specs: Array<_, u32> =
-            Array::try_from(map_mut(&mut ebpf, "ARG_SPECS")?).map_err(map_error("ARG_SPECS"))?;
-        for (id, spec) in &options.arg_specs {
-            specs.set(*id, spec, 0).map_err(map_error("ARG_SPECS"))?;
-        }
-    }
+    fill_arg_specs(&mut ebpf, options)?;
     if !options.usdt_sites.is_empty() {
         let mut sites: Array<_, UsdtSite> =
             Array::try_from(map_mut(&mut ebpf, "USDT_SITES")?).map_err(map_error("USDT_SITES"))?;

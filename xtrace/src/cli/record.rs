@@ -67,7 +67,8 @@ pub struct RecordArgs {
     /// SPEC is `[TARGET:]SYMBOL[(TYPE, ...)][ -> TYPE]`: TARGET is a path, a library name such as
     /// `libc` found in the process's mappings, or omitted for the main executable; SYMBOL is a
     /// name (mangled or demangled) or a glob (`*`, `?`, `[a-z]`), e.g. `'libfoo:ns::Matrix::*'`;
-    /// the types read arguments and the return value (docs/reference/probe-specs.md). Each
+    /// the types read arguments and the return value (docs/reference/probe-specs.md); `str`
+    /// keeps 63 bytes of a string argument, `str:N` up to N (1 to 4096). Each
     /// function gets a uprobe on its entry and a return probe or uprobes on its exit instructions
     /// (see --exits).
     #[arg(short = 'u', long = "uprobe", value_name = "[TARGET:]SYMBOL",

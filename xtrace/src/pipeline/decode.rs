@@ -1,9 +1,9 @@
 //! Ring-buffer record decoding: the header's `kind` picks the payload; every length is checked
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
-    ArgsEvent, EventHeader, OutEvent, SampleEvent, SpanEvent, SpanStrEvent, ThreadEvent, UsdtEvent,
-    UsdtStrEvent, KIND_ARGS, KIND_EXEC, KIND_OUT, KIND_SAMPLE, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD,
-    KIND_USDT, KIND_USDT_STR, USDT_STRINGS_AT,
+    ArgsEvent, EventHeader, LongStrEvent, OutEvent, SampleEvent, SpanEvent, SpanStrEvent, ThreadEvent,
+    UsdtEvent, UsdtStrEvent, KIND_ARGS, KIND_EXEC, KIND_LONG_STR, KIND_OUT, KIND_SAMPLE, KIND_SPAN,
+    KIND_SPAN_STR, KIND_THREAD, KIND_USDT, KIND_USDT_STR, LONG_STR_AT, USDT_STRINGS_AT,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,6 +13,8 @@ pub enum Event {
     SpanStr(Box<SpanStrEvent>),
     Thread(ThreadEvent),
     Args(Box<ArgsEvent>),
+    /// A long string argument (`str:N`) of the `Args` record that follows.
+    LongStr(Box<LongStrEvent>),
     Usdt(UsdtEvent),
     UsdtStr(Box<UsdtStrEvent>),
     /// A CPU sample and the user stack bytes that follow it (empty with `--user-stack 0`).
@@ -85,6 +87,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             Ok(Event::Sample(Box::new(event), stack.to_vec()))
         }
         KIND_OUT => Ok(Event::Out(read(bytes)?)),
+        KIND_LONG_STR => Ok(Event::LongStr(Box::new(read_trimmed(bytes, LONG_STR_AT)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }

@@ -250,6 +250,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Event::Span(span) => Some(span.header.pid),
                 Event::SpanStr(event) => Some(event.span.header.pid),
                 Event::Args(args) => Some(args.header.pid),
+                Event::LongStr(event) => Some(event.header.pid),
                 Event::Out(out) => Some(out.header.pid),
                 Event::Usdt(event) => Some(event.header.pid),
                 Event::UsdtStr(event) => Some(event.event.header.pid),
@@ -266,6 +267,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Event::Span(span) => span.start_ns > stop,
                 Event::SpanStr(event) => event.span.start_ns > stop,
                 Event::Args(args) => args.start_ns > stop,
+                Event::LongStr(event) => event.start_ns > stop,
                 // Decided by `usdt_hit`: an end may close what began before the stop.
                 Event::Usdt(_) | Event::UsdtStr(_) => false,
                 Event::Sample(sample, _) => sample.header.ts_ns > stop,
@@ -310,6 +312,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
             Ok(Event::Args(args)) => {
                 self.values.args(&args);
+                Ok(())
+            }
+            Ok(Event::LongStr(event)) => {
+                self.values.long_string(&event);
                 Ok(())
             }
             Ok(Event::Out(out)) => {

@@ -4,7 +4,7 @@
 use std::{borrow::Cow, collections::HashMap};
 
 use serde::Serialize;
-use xtrace_common::event::{ArgsEvent, ARG_STR_LEN};
+use xtrace_common::event::{ArgsEvent, LongStrEvent, ARG_STR_LEN};
 
 use super::strings::Strings;
 use crate::{
@@ -40,8 +40,8 @@ impl Value {
             ArgType::I32 => Value::Int(i128::from(raw as i32)),
             ArgType::I64 => Value::Int(i128::from(raw as i64)),
             ArgType::Ptr => Value::Ptr(raw),
-            ArgType::Str if string.is_empty() => Value::Str(None),
-            ArgType::Str => Value::Str(Some(c_text(string))),
+            ArgType::Str | ArgType::StrN(_) if string.is_empty() => Value::Str(None),
+            ArgType::Str | ArgType::StrN(_) => Value::Str(Some(c_text(string))),
         }
     }
 
@@ -160,6 +160,9 @@ pub struct Values {
     stats: Vec<Vec<ValueStats>>,
     /// Strings the kernel could not read, read from their mapped files.
     strings: Strings,
+    /// Long strings (`str:N`) sent before their calls' arguments, by thread: (entry time,
+    /// argument, bytes with their NUL).
+    long: HashMap<u32, Vec<(u64, u16, Vec<u8>)>>,
 }
 
 impl Values {
@@ -192,18 +195,22 @@ impl Values {
             return;
         };
         let pid = event.header.pid;
+        // Those of earlier calls on this thread are of calls whose arguments were lost.
+        let long = self.long.remove(&event.header.tid).unwrap_or_default();
         let values = capture
             .args
             .iter()
             .enumerate()
             .map(|(i, t)| {
                 let len = usize::from(event.str_len[i]).min(event.strings[i].len());
-                let read = &event.strings[i][..len];
+                let mut read = &event.strings[i][..len];
+                if let Some((_, _, bytes)) = long.iter().find(|l| (l.0, l.1) == (event.start_ns, i as u16)) {
+                    read = bytes;
+                }
                 // A Go string has no NUL: only what the kernel read of it.
-                let bytes = if *t == ArgType::Str && !capture.go {
-                    self.strings.resolve(pid, event.args[i], read, ARG_STR_LEN - 1)
-                } else {
-                    Cow::Borrowed(read)
+                let bytes = match t.string_max() {
+                    Some(max) if !capture.go => self.strings.resolve(pid, event.args[i], read, max),
+                    _ => Cow::Borrowed(read),
                 };
                 Value::from_register(*t, event.args[i], &bytes)
             })
@@ -261,6 +268,13 @@ impl Values {
         Some(json)
     }
 
+    /// A long string argument (`str:N`), for its call's arguments that follow.
+    pub fn long_string(&mut self, event: &LongStrEvent) {
+        let len = usize::from(event.len).min(event.bytes.len());
+        let arg = (event.start_ns, event.arg, event.bytes[..len].to_vec());
+        self.long.entry(event.header.tid).or_default().push(arg);
+    }
+
     /// The string a `-> str` return value `ret` of process `pid` points at: `read`, what the
     /// kernel read at the return, or else the bytes of the read-only file mapping there.
     pub fn returned_string<'a>(&mut self, probe: usize, pid: u32, ret: u64, read: &'a [u8]) -> Cow<'a, [u8]> {
@@ -275,7 +289,7 @@ impl Values {
     /// A process whose records follow: its mappings are looked up while it runs, when some probe
     /// reads strings.
     pub fn seen(&mut self, pid: u32) {
-        let strings = |c: &Capture| c.args.contains(&ArgType::Str) || c.ret == Some(ArgType::Str);
+        let strings = |c: &Capture| c.args.iter().any(|t| t.is_str()) || c.ret.is_some_and(ArgType::is_str);
         if self.captures.iter().any(strings) {
             self.strings.seen(pid);
         }

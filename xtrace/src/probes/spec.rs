@@ -20,6 +20,17 @@ pub enum ArgType {
     Ptr,
     /// A pointer to a NUL-terminated string, read up to 63 bytes.
     Str,
+    /// `str:N`: a pointer to a NUL-terminated string, read up to N bytes (1 to
+    /// [`STR_MAX`](xtrace_common::event::STR_MAX)).
+    StrN(u16),
+}
+
+/// What a bad `str:N` is told.
+pub fn str_len_rule() -> String {
+    format!(
+        "a string length is str:N with N from 1 to {}",
+        xtrace_common::event::STR_MAX
+    )
 }
 
 impl ArgType {
@@ -37,10 +48,33 @@ impl ArgType {
     ];
 
     pub fn parse(word: &str) -> Option<ArgType> {
+        if let Some(n) = word.strip_prefix("str:") {
+            let n: u16 = n.parse().ok()?;
+            return (1..=xtrace_common::event::STR_MAX as u16)
+                .contains(&n)
+                .then_some(ArgType::StrN(n));
+        }
         Self::ALL.iter().find(|(name, _)| *name == word).map(|(_, t)| *t)
     }
 
+    /// Whether it is read as a string (`str` or `str:N`).
+    pub fn is_str(self) -> bool {
+        self.string_max().is_some()
+    }
+
+    /// The most bytes a string is read to, its NUL not counted; None for any other type.
+    pub fn string_max(self) -> Option<usize> {
+        match self {
+            ArgType::Str => Some(xtrace_common::event::ARG_STR_LEN - 1),
+            ArgType::StrN(n) => Some(usize::from(n)),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
+        if let ArgType::StrN(_) = self {
+            return "str";
+        }
         Self::ALL
             .iter()
             .find(|(_, t)| *t == self)
@@ -129,17 +163,24 @@ impl UprobeSpec {
 type Split<'a> = (&'a str, Vec<ArgType>, Option<ArgType>);
 
 fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
-    let types = "types are u8 u16 u32 u64 i8 i16 i32 i64 ptr str";
+    let types = "types are u8 u16 u32 u64 i8 i16 i32 i64 ptr str str:N";
     let mut name = text.trim_end();
     let mut ret = None;
     if let Some(arrow) = name.rfind("->") {
         let word = name[arrow + 2..].trim();
         // `operator->` is part of a C++ name, not a return type.
         if !name[..arrow].ends_with("operator") {
-            ret = Some(ArgType::parse(word).ok_or_else(|| {
-                let at = arrow + 2 + (name[arrow + 2..].len() - name[arrow + 2..].trim_start().len());
-                (at, format!("unknown return type `{word}` ({types})"))
-            })?);
+            let at = arrow + 2 + (name[arrow + 2..].len() - name[arrow + 2..].trim_start().len());
+            if word.starts_with("str:") {
+                return Err((
+                    at,
+                    "a return value is read as `str` (63 bytes), not `str:N`".into(),
+                ));
+            }
+            ret = Some(
+                ArgType::parse(word)
+                    .ok_or_else(|| (at, format!("unknown return type `{word}` ({types})")))?,
+            );
             name = name[..arrow].trim_end();
         }
     }
@@ -170,10 +211,14 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
                 Some((start, item.trim()))
             })
             .collect();
-        let known = items.iter().filter(|(_, w)| ArgType::parse(w).is_some()).count();
+        let typed = |w: &str| ArgType::parse(w).is_some() || w.starts_with("str:");
+        let known = items.iter().filter(|(_, w)| typed(w)).count();
         // A list of type words asks for arguments; a list without any is part of the name.
         if known > 0 {
             for (index, (at, word)) in items.iter().enumerate() {
+                if word.starts_with("str:") && ArgType::parse(word).is_none() {
+                    return Err((*at, str_len_rule()));
+                }
                 let Some(t) = ArgType::parse(word) else {
                     return Err((*at, format!("unknown argument type `{word}` ({types})")));
                 };
@@ -188,8 +233,8 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
     Ok((name, args, ret))
 }
 
-/// The last `:` that is not half of a `::` and not inside a bracketed group (a demangled name's
-/// `[abi:cxx11]`; a `[` that no `]` closes, as a directory may be named, opens none): where
+/// The last `:` that is not half of a `::` and not inside a bracketed or parenthesised group (a
+/// demangled name's `[abi:cxx11]`, an argument list's `str:N`; a `[` that no `]` closes, as a directory may be named, opens none): where
 /// TARGET ends.
 fn last_single_colon(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
@@ -197,8 +242,8 @@ fn last_single_colon(text: &str) -> Option<usize> {
     let (mut open, mut groups) = (Vec::new(), Vec::new());
     for (i, &b) in bytes.iter().enumerate() {
         match b {
-            b'[' => open.push(i),
-            b']' => groups.extend(open.pop().map(|start| start..i)),
+            b'[' | b'(' => open.push(i),
+            b']' | b')' => groups.extend(open.pop().map(|start| start..i)),
             _ => {}
         }
     }
@@ -216,6 +261,33 @@ mod tests {
 
     fn parse(text: &str) -> UprobeSpec {
         UprobeSpec::parse(text).unwrap()
+    }
+
+    /// `str:N` asks for up to N bytes of a string (1 to 4096); anything else there is refused
+    /// with the accepted form, at its column.
+    #[test]
+    fn long_strings() {
+        let spec = parse("f(i64, str:200, str)");
+        assert_eq!(spec.target, TargetSpec::MainExecutable);
+        assert_eq!(spec.args, [ArgType::I64, ArgType::StrN(200), ArgType::Str]);
+        assert_eq!(spec.args[1].string_max(), Some(200));
+        assert_eq!(spec.args[2].string_max(), Some(63));
+        assert_eq!(
+            parse("libc:f(str:4096)").target,
+            TargetSpec::Library("libc".into())
+        );
+        for (text, column) in [
+            ("f(str:0)", 3),
+            ("f(i32, str:4097)", 8),
+            ("f(str:abc)", 3),
+            ("f(str:)", 3),
+        ] {
+            let err = UprobeSpec::parse(text).unwrap_err().to_string();
+            let expected = format!(
+                "invalid probe `{text}`: a string length is str:N with N from 1 to 4096 at column {column}"
+            );
+            assert_eq!(err, expected);
+        }
     }
 
     #[test]

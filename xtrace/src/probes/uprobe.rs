@@ -417,6 +417,26 @@ pub fn symbols_for(spec: &UprobeSpec, scope: &Scope) -> Result<(TargetFile, ElfS
     Ok((file, symbols))
 }
 
+/// The `STR_LENS` entry of each probe with an argument read as a long string (`str:N`, N past what
+/// an `ArgsEvent` keeps), by probe id; Go code's strings are kept to 63 bytes.
+pub fn str_lens(plan: &Plan) -> Vec<(u32, xtrace_common::probe::StrLens)> {
+    let short = xtrace_common::event::ARG_STR_LEN - 1;
+    plan.probes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !p.capture.go)
+        .filter_map(|(id, p)| {
+            let mut lens = [0u16; 8];
+            for (i, t) in p.capture.args.iter().enumerate() {
+                if let Some(max) = t.string_max().filter(|&max| max > short) {
+                    lens[i] = max as u16;
+                }
+            }
+            lens.iter().any(|&n| n > 0).then_some((id as u32, lens))
+        })
+        .collect()
+}
+
 /// The `ARG_SPECS` entry of each probe that captures arguments, by probe id.
 pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
     use xtrace_common::probe::args;
@@ -424,16 +444,16 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
         .probes
         .iter()
         .enumerate()
-        .filter(|(_, p)| !p.capture.args.is_empty() || p.capture.ret == Some(ArgType::Str))
+        .filter(|(_, p)| !p.capture.args.is_empty() || p.capture.ret.is_some_and(ArgType::is_str))
         .map(|(id, p)| {
             // Go code: argument registers, and string lengths, of Go's ABI.
             let abi = if p.capture.go { args::GO_ABI } else { 0 };
             let ret = match p.capture.ret {
-                Some(ArgType::Str) => args::RET_STRING,
+                Some(t) if t.is_str() => args::RET_STRING,
                 _ => 0,
             };
             let spec = p.capture.args.iter().enumerate().fold(abi | ret, |spec, (i, t)| {
-                let string = if *t == ArgType::Str { args::string(i) } else { 0 };
+                let string = if t.is_str() { args::string(i) } else { 0 };
                 spec | args::int(i) | string
             });
             (id as u32, spec)

@@ -141,6 +141,12 @@ fn parse_types(list: &str, at: usize) -> std::result::Result<Vec<UsdtArgType>, S
         let parsed = match trimmed {
             "_" => UsdtArgType::Note,
             "name" => UsdtArgType::Name,
+            other if other.starts_with("str:") => {
+                return Err(format!(
+                    "`{other}` at column {column}: USDT arguments are read as `str` (63 bytes); \
+                     str:N is for -u function arguments"
+                ))
+            }
             other => UsdtArgType::As(ArgType::parse(other).ok_or_else(|| {
                 format!(
                     "unknown argument type `{other}` at column {column} (types are u8 u16 u32 u64 i8 i16 \

@@ -1,0 +1,61 @@
+//! String arguments longer than an `ArgsEvent` keeps (`str:N`, N of 64 and up): each is read
+//! into a per-CPU scratch record and sent with `bpf_ringbuf_output` at the length read, before its
+//! call's `ArgsEvent`, so a short string costs its own bytes, not the cap's.
+use aya_ebpf::{helpers::generated::bpf_probe_read_user_str, macros::map, maps::PerCpuArray};
+use xtrace_common::{
+    event::{LongStrEvent, KIND_LONG_STR, LONG_STR_AT, MAX_ARGS, STR_MAX},
+    probe::{args, counter},
+};
+
+use crate::maps::{count, long_strings, output_flags, EVENTS, STR_LENS};
+use crate::uprobe::header;
+
+/// Where a long string is read before it is sent.
+#[map]
+static LONG_STR_SCRATCH: PerCpuArray<LongStrEvent> = PerCpuArray::with_max_entries(1, 0);
+
+/// Sends a `LongStrEvent` for each argument of `regs` that probe `probe_id`'s spec reads as a
+/// long string.
+#[inline(always)]
+pub fn write_long_strings(regs: &[u64; MAX_ARGS], pid_tgid: u64, probe_id: u32, now: u64, spec: u32) {
+    if !long_strings() || spec & args::GO_ABI != 0 {
+        return;
+    }
+    let Some(lens) = STR_LENS.get(probe_id) else {
+        return;
+    };
+    for i in 0..MAX_ARGS {
+        let want = usize::from(lens[i]);
+        if spec & args::string(i) == 0 || want == 0 {
+            continue;
+        }
+        let Some(scratch) = LONG_STR_SCRATCH.get_ptr_mut(0) else {
+            return;
+        };
+        // Room for the string and its NUL; the verifier needs the bound.
+        let room = if want >= STR_MAX { STR_MAX + 1 } else { want + 1 };
+        // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program
+        // runs; the helper writes at most `room` bytes into `bytes`, which has more.
+        let read = unsafe {
+            (*scratch).header = header(KIND_LONG_STR, pid_tgid, now);
+            (*scratch).start_ns = now;
+            (*scratch).probe_id = probe_id;
+            (*scratch).arg = i as u16;
+            let dst = (*scratch).bytes.as_mut_ptr();
+            bpf_probe_read_user_str(dst.cast(), room as u32, regs[i] as *const _)
+        };
+        let len = if read > 0 {
+            (read as usize).min(STR_MAX + 1)
+        } else {
+            0
+        };
+        // SAFETY: as above.
+        unsafe { (*scratch).len = len as u16 };
+        let size = LONG_STR_AT + len;
+        // SAFETY: `size` is at most the map value's size, so the record lies within it.
+        let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
+        if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
+            count(counter::LOST_RING_FULL);
+        }
+    }
+}
