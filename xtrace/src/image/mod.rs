@@ -20,6 +20,7 @@ use std::{
 };
 
 pub mod build_ids;
+pub mod readable;
 pub mod sideband;
 pub mod symbols;
 
@@ -103,6 +104,8 @@ pub struct Images {
     build_ids: BuildIds,
     /// The functions of the files mapped, named once.
     pub symbols: symbols::Symbols,
+    /// Each process's read-only file mappings, data as well as code.
+    pub readable: readable::Readable,
 }
 
 impl Images {

@@ -139,9 +139,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             loaders,
         } = setup;
         let probes = captures.len();
-        let mut values = Values::new(captures);
+        let values = Values::new(captures);
+        let mut images = images;
         for &pid in targets.iter().flatten() {
-            values.seen(pid);
+            values.seen(&mut images, pid);
         }
         Pipeline {
             stats: vec![ProbeStats::default(); probes],
@@ -288,12 +289,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 } else {
                     let probe = span.probe_id as usize;
                     self.values
-                        .returned_string(probe, span.header.pid, span.ret, read)
+                        .returned_string(&mut self.images, (probe, span.header.pid, span.ret), read)
                 };
                 self.span(span, &string)
             }
             Ok(Event::Thread(thread)) => {
-                self.values.seen(thread.header.pid);
+                self.values.seen(&mut self.images, thread.header.pid);
                 let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
@@ -311,7 +312,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Args(args)) => {
-                self.values.args(&args);
+                self.values.args(&mut self.images, &args);
                 Ok(())
             }
             Ok(Event::LongStr(event)) => {

@@ -8,6 +8,7 @@ use xtrace_common::event::{ArgsEvent, LongStrEvent, ARG_STR_LEN};
 
 use super::strings::Strings;
 use crate::{
+    image::Images,
     model::{pending::Pending, text::c_text},
     probes::{spec::ArgType, Capture},
 };
@@ -190,7 +191,7 @@ impl Values {
     /// A call's arguments, to be paired with its span. Arguments still waiting on this thread (or
     /// goroutine, for Go code) at the same or a greater depth belong to calls that have ended
     /// without a span (shorter than `--min-duration`, or left without returning) and are dropped.
-    pub fn args(&mut self, event: &ArgsEvent) {
+    pub fn args(&mut self, images: &mut Images, event: &ArgsEvent) {
         let Some(capture) = self.captures.get(event.probe_id as usize) else {
             return;
         };
@@ -209,7 +210,7 @@ impl Values {
                 }
                 // A Go string has no NUL: only what the kernel read of it.
                 let bytes = match t.string_max() {
-                    Some(max) if !capture.go => self.strings.resolve(pid, event.args[i], read, max),
+                    Some(max) if !capture.go => self.strings.resolve(images, (pid, event.args[i]), read, max),
                     _ => Cow::Borrowed(read),
                 };
                 Value::from_register(*t, event.args[i], &bytes)
@@ -277,10 +278,15 @@ impl Values {
 
     /// The string a `-> str` return value `ret` of process `pid` points at: `read`, what the
     /// kernel read at the return, or else the bytes of the read-only file mapping there.
-    pub fn returned_string<'a>(&mut self, probe: usize, pid: u32, ret: u64, read: &'a [u8]) -> Cow<'a, [u8]> {
+    pub fn returned_string<'a>(
+        &mut self,
+        images: &mut Images,
+        (probe, pid, ret): (usize, u32, u64),
+        read: &'a [u8],
+    ) -> Cow<'a, [u8]> {
         match self.captures.get(probe) {
             Some(capture) if capture.ret == Some(ArgType::Str) && !capture.go => {
-                self.strings.resolve(pid, ret, read, ARG_STR_LEN - 1)
+                self.strings.resolve(images, (pid, ret), read, ARG_STR_LEN - 1)
             }
             _ => Cow::Borrowed(read),
         }
@@ -288,10 +294,10 @@ impl Values {
 
     /// A process whose records follow: its mappings are looked up while it runs, when some probe
     /// reads strings.
-    pub fn seen(&mut self, pid: u32) {
+    pub fn seen(&self, images: &mut Images, pid: u32) {
         let strings = |c: &Capture| c.args.iter().any(|t| t.is_str()) || c.ret.is_some_and(ArgType::is_str);
         if self.captures.iter().any(strings) {
-            self.strings.seen(pid);
+            images.readable.seen(pid);
         }
     }
 
@@ -405,14 +411,14 @@ mod tests {
     #[test]
     fn renders_typed_values_and_pairs_by_thread_and_entry() {
         let mut v = values();
-        v.args(&args_event(
-            0,
-            7,
-            100,
-            [5, (-3i32) as u32 as u64, 0, 0, 0, 0],
-            "hello",
-        ));
-        v.args(&args_event(0, 8, 100, [6, 1, 0, 0, 0, 0], "other"));
+        v.args(
+            &mut Images::default(),
+            &args_event(0, 7, 100, [5, (-3i32) as u32 as u64, 0, 0, 0, 0], "hello"),
+        );
+        v.args(
+            &mut Images::default(),
+            &args_event(0, 8, 100, [6, 1, 0, 0, 0, 0], "other"),
+        );
         let json = v.span(0, 7, 100, Some(((-1i64) as u64, &[]))).unwrap();
         assert_eq!(json, r#","arg0":5,"arg1":-3,"arg2":"hello","ret":-1"#);
         let json = v.span(0, 8, 100, Some((0, &[]))).unwrap();
@@ -427,7 +433,10 @@ mod tests {
         let top: Vec<&serde_json::Value> = summary[1].top.iter().map(|t| &t.value).collect();
         assert_eq!(top, [&serde_json::json!(-3), &serde_json::json!(1)]);
         for (arg0, ret) in [(10, 1), (9, 2)] {
-            v.args(&args_event(0, 9, 100, [arg0, 0, 0, 0, 0, 0], "x"));
+            v.args(
+                &mut Images::default(),
+                &args_event(0, 9, 100, [arg0, 0, 0, 0, 0, 0], "x"),
+            );
             v.span(0, 9, 100, Some((ret, &[]))).unwrap();
         }
         let top: Vec<serde_json::Value> = v.summaries()[0][0].top.iter().map(|t| t.value.clone()).collect();
@@ -440,9 +449,18 @@ mod tests {
     fn drops_arguments_of_calls_that_never_returned() {
         let mut v = values();
         // Outer call at 100; an inner call at 150 left by longjmp; the outer call returns.
-        v.args(&args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"));
-        v.args(&args_at(0, 7, 150, 1, [2, 0, 0, 0, 0, 0], "b"));
-        v.args(&args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"));
+        v.args(
+            &mut Images::default(),
+            &args_event(0, 7, 100, [1, 0, 0, 0, 0, 0], "a"),
+        );
+        v.args(
+            &mut Images::default(),
+            &args_at(0, 7, 150, 1, [2, 0, 0, 0, 0, 0], "b"),
+        );
+        v.args(
+            &mut Images::default(),
+            &args_event(0, 9, 120, [3, 0, 0, 0, 0, 0], "c"),
+        );
         assert!(v.span(0, 7, 100, Some((0, &[]))).unwrap().contains(r#""arg0":1"#));
         assert_eq!(v.pending.len(), 1, "the other thread's call still waits");
         assert!(v.span(0, 9, 120, Some((0, &[]))).unwrap().contains(r#""arg0":3"#));
@@ -453,15 +471,27 @@ mod tests {
     fn a_new_call_at_the_same_depth_ends_earlier_ones() {
         let mut v = values();
         // Outer call at depth 0; two inner calls at depth 1 whose spans were filtered out.
-        v.args(&args_at(0, 7, 100, 0, [1, 0, 0, 0, 0, 0], "outer"));
-        v.args(&args_at(0, 7, 110, 1, [2, 0, 0, 0, 0, 0], "a"));
-        v.args(&args_at(0, 7, 120, 1, [3, 0, 0, 0, 0, 0], "b"));
+        v.args(
+            &mut Images::default(),
+            &args_at(0, 7, 100, 0, [1, 0, 0, 0, 0, 0], "outer"),
+        );
+        v.args(
+            &mut Images::default(),
+            &args_at(0, 7, 110, 1, [2, 0, 0, 0, 0, 0], "a"),
+        );
+        v.args(
+            &mut Images::default(),
+            &args_at(0, 7, 120, 1, [3, 0, 0, 0, 0, 0], "b"),
+        );
         assert_eq!(
             v.pending.len(),
             2,
             "the call at 110 ended when the one at 120 began"
         );
-        v.args(&args_at(0, 7, 130, 1, [4, 0, 0, 0, 0, 0], "c"));
+        v.args(
+            &mut Images::default(),
+            &args_at(0, 7, 130, 1, [4, 0, 0, 0, 0, 0], "c"),
+        );
         assert_eq!(v.pending.len(), 2);
         assert!(v
             .span(0, 7, 100, Some((0, &[])))
@@ -483,7 +513,7 @@ mod tests {
             args_in(g, 0, tid, start, depth, [arg, 0, 0, 0, 0, 0], "")
         };
         for (g, start, arg) in [(0xc1, 100, 1), (0xc2, 110, 2), (0xc3, 120, 3)] {
-            v.args(&go(g, 7, start, 0, arg));
+            v.args(&mut Images::default(), &go(g, 7, start, 0, arg));
         }
         assert_eq!(v.pending.len(), 3);
         assert_eq!(v.span(0, 7, 110, None).unwrap(), r#","arg0":2"#);
@@ -491,37 +521,40 @@ mod tests {
         assert_eq!(v.span(0, 7, 120, None).unwrap(), r#","arg0":3"#);
         assert!(v.pending.is_empty());
         // One that never ends waits while thousands of others come and go.
-        v.args(&go(0xc1, 7, 1, 0, 9));
+        v.args(&mut Images::default(), &go(0xc1, 7, 1, 0, 9));
         for start in 2..20_000 {
-            v.args(&go(0xc2, 8, start, 0, start));
+            v.args(&mut Images::default(), &go(0xc2, 8, start, 0, start));
             v.span(0, 8, start, None);
         }
         assert_eq!(v.pending.len(), 1);
-        v.args(&go(0xc2, 8, 50_000, 0, 5));
+        v.args(&mut Images::default(), &go(0xc2, 8, 50_000, 0, 5));
         assert_eq!(v.span(0, 7, 1, None).unwrap(), r#","arg0":9"#);
         assert_eq!(v.span(0, 8, 50_000, None).unwrap(), r#","arg0":5"#);
         // --min-duration: a long call's goroutine makes 40,000 short calls, whose spans never
         // come, on two threads; each ends the one before it, and the long call keeps its own.
-        v.args(&go(0xc4, 7, 60_000, 0, 4));
+        v.args(&mut Images::default(), &go(0xc4, 7, 60_000, 0, 4));
         for start in 60_001..100_000 {
-            v.args(&go(0xc4, 7 + (start % 2) as u32, start, 1, 1));
+            v.args(
+                &mut Images::default(),
+                &go(0xc4, 7 + (start % 2) as u32, start, 1, 1),
+            );
         }
         assert_eq!(v.pending.len(), 2);
         assert_eq!(v.span(0, 7, 60_000, None).unwrap(), r#","arg0":4"#);
         // The next call at depth 0 ends the last short one.
-        v.args(&go(0xc4, 8, 100_000, 0, 6));
+        v.args(&mut Images::default(), &go(0xc4, 8, 100_000, 0, 6));
         assert_eq!(v.pending.len(), 1);
         assert_eq!(v.span(0, 8, 100_000, None).unwrap(), r#","arg0":6"#);
         // Calls the kernel kept by thread (no goroutine) follow the thread's rule.
-        v.args(&go(0, 9, 100_001, 0, 7));
-        v.args(&go(0, 9, 100_002, 0, 8));
+        v.args(&mut Images::default(), &go(0, 9, 100_001, 0, 7));
+        v.args(&mut Images::default(), &go(0, 9, 100_002, 0, 8));
         assert_eq!(v.pending.len(), 1);
         assert_eq!(v.span(0, 9, 100_002, None).unwrap(), r#","arg0":8"#);
         // A goroutine's span takes its own arguments only: a call its thread ran later for
         // another goroutine, or kept by the thread (cgo's C code), keeps its own.
-        v.args(&go(0xc5, 10, 150_000, 0, 11));
-        v.args(&go(0, 10, 150_001, 0, 12));
-        v.args(&go(0xc6, 10, 150_002, 0, 13));
+        v.args(&mut Images::default(), &go(0xc5, 10, 150_000, 0, 11));
+        v.args(&mut Images::default(), &go(0, 10, 150_001, 0, 12));
+        v.args(&mut Images::default(), &go(0xc6, 10, 150_002, 0, 13));
         assert_eq!(v.span(0, 10, 150_000, None).unwrap(), r#","arg0":11"#);
         assert_eq!(v.span(0, 10, 150_001, None).unwrap(), r#","arg0":12"#);
         assert_eq!(v.span(0, 10, 150_002, None).unwrap(), r#","arg0":13"#);
@@ -529,7 +562,7 @@ mod tests {
         // Past 131,072 waiting at once (goroutines parked inside calls), the oldest is dropped,
         // and counted.
         for start in 200_000..200_000 + (1 << 17) + 1 {
-            v.args(&go(start, 9, start, 0, 1));
+            v.args(&mut Images::default(), &go(start, 9, start, 0, 1));
         }
         assert_eq!(v.pending.len(), 1 << 17);
         assert_eq!(v.dropped(), 1);
