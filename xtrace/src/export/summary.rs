@@ -24,6 +24,18 @@ pub struct ProbeSummary {
     /// Captured arguments and return value (only for probes whose spec asks for them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<ValueSummary>,
+    /// A USDT pair's (kind `usdt_span`): its halves left without the other.
+    #[serde(flatten)]
+    pub pair: Option<PairSummary>,
+}
+
+/// What of a USDT begin/end pair made no span.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PairSummary {
+    /// Begins still open when the capture stopped (on every thread; nested ones each count).
+    pub open: u64,
+    /// End hits with no begin open on their thread (begun before the capture, or on another thread).
+    pub unmatched_ends: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -158,6 +170,7 @@ impl Summary {
             })
             .collect();
         out += &super::table::render(&header, &rows, 1);
+        out += &self.unpaired_lines();
         if let Some(profile) = &self.profile {
             out += &profile_table(profile);
         }
@@ -221,6 +234,21 @@ impl Summary {
             self.stop_reason.replace('_', " "),
             self.lost_events
         )
+    }
+
+    /// A line per USDT pair with begins still open at the stop or ends that found none open.
+    fn unpaired_lines(&self) -> String {
+        let mut out = String::new();
+        for p in &self.probes {
+            let Some(pair) = p.pair.filter(|u| u.open + u.unmatched_ends > 0) else {
+                continue;
+            };
+            out += &format!(
+                "{}: {} still open at the stop, {} end(s) without an open begin\n",
+                p.name, pair.open, pair.unmatched_ends
+            );
+        }
+        out
     }
 
     /// What became of the launched command, or of the targets that exited during the capture.
@@ -325,6 +353,7 @@ mod tests {
                 },
                 below_min_duration: None,
                 values: Vec::new(),
+                pair: None,
             }],
             command: Some(CommandSummary {
                 argv: vec!["app".into(), "-x".into()],
@@ -419,5 +448,34 @@ mod tests {
             command_line(None, None, true),
             "command `app -x` (pid 42) was still running when xtrace stopped"
         );
+    }
+
+    /// A USDT pair's probe has `open` and `unmatched_ends` in summary.json, and a line under the
+    /// table when either is not 0.
+    #[test]
+    fn usdt_pairs_left_open() {
+        let mut s = summary();
+        let mut txn = s.probes[0].clone();
+        txn.name = "pg:txn".into();
+        txn.kind = "usdt_span";
+        txn.pair = Some(PairSummary {
+            open: 2,
+            unmatched_ends: 1,
+        });
+        s.probes.push(txn);
+        let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(
+            (&v["probes"][1]["open"], &v["probes"][1]["unmatched_ends"]),
+            (&2.into(), &1.into())
+        );
+        assert!(v["probes"][0].get("open").is_none(), "only pairs have it");
+        let table = s.table();
+        assert_eq!(
+            table.lines().nth(5),
+            Some("pg:txn: 2 still open at the stop, 1 end(s) without an open begin"),
+            "{table}"
+        );
+        s.probes[1].pair = Some(PairSummary::default());
+        assert!(!s.table().contains("still open"));
     }
 }

@@ -75,6 +75,8 @@ pub struct Usdt {
     probes: BTreeMap<u32, UsdtProbe>,
     /// Open spans per (tid, span probe), innermost last.
     open: HashMap<(u32, u32), Vec<Open>>,
+    /// Per span probe, end hits that found no span of it open on their thread.
+    unmatched: HashMap<u32, u64>,
     /// Names the tool library keeps, by process and address.
     kept: KeptNames,
 }
@@ -85,6 +87,7 @@ impl Usdt {
             sites,
             probes,
             open: HashMap::new(),
+            unmatched: HashMap::new(),
             kept: KeptNames::default(),
         }
     }
@@ -169,7 +172,10 @@ impl Usdt {
                         name: open.name,
                         args: open.args + &args,
                     },
-                    None => Hit::Unpaired { probe },
+                    None => {
+                        *self.unmatched.entry(span).or_default() += 1;
+                        Hit::Unpaired { probe }
+                    }
                 }
             }
         }
@@ -202,6 +208,18 @@ impl Usdt {
     /// Spans still open (their end never came during the capture).
     pub fn still_open(&self) -> u64 {
         self.open.values().map(|v| v.len() as u64).sum()
+    }
+
+    /// Of the pair whose spans are probe `span`: how many are still open (on any thread), and how
+    /// many of its end hits found none open on their thread.
+    pub fn unpaired(&self, span: u32) -> (u64, u64) {
+        let open = self
+            .open
+            .iter()
+            .filter(|((_, s), _)| *s == span)
+            .map(|(_, v)| v.len() as u64)
+            .sum();
+        (open, self.unmatched.get(&span).copied().unwrap_or(0))
     }
 }
 
@@ -330,6 +348,7 @@ mod tests {
         };
         assert_eq!((start_ns, depth), (10, 0));
         assert_eq!(usdt.still_open(), 1, "thread 8's span is still open");
+        assert_eq!(usdt.unpaired(2), (1, 1), "open, and ends without a begin");
         // After the stop, an end is kept only where it closes an open span of its thread.
         assert!(usdt.ends_open(&event(1, 8, 45, &[3])), "thread 8's end");
         assert!(!usdt.ends_open(&event(1, 7, 45, &[3])), "thread 7 has none open");

@@ -14,13 +14,13 @@ use crate::{
     export::{
         cuda::CudaSummary,
         profile,
-        summary::{CommandSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{CommandSummary, PairSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     launch::Launch,
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
     pipeline::{writer::TraceWriter, Collected, Pipeline},
-    probes::uprobe::Plan,
+    probes::{uprobe::Plan, ProbeKind},
     target::ProcessInfo,
 };
 
@@ -302,9 +302,14 @@ impl Outputs<'_> {
             .iter()
             .zip(collected.stats.iter())
             .zip(collected.values.summaries())
+            .enumerate()
             // Probes kept for CUDA libraries that were never loaded.
-            .filter(|((p, _), _)| p.is_placed())
-            .map(|((p, s), values)| ProbeSummary {
+            .filter(|(_, ((p, _), _))| p.is_placed())
+            .map(|(id, ((p, s), values))| ProbeSummary {
+                pair: (p.kind == ProbeKind::UsdtSpan).then(|| {
+                    let (open, unmatched_ends) = collected.usdt.unpaired(id as u32);
+                    PairSummary { open, unmatched_ends }
+                }),
                 name: p.name.clone(),
                 kind: p.kind.name(),
                 target: p.target.clone(),
