@@ -50,6 +50,9 @@ pub struct Fixtures {
     /// `usdt_malformed`: two malformed USDT notes (the 1st and 2nd), good:hit, and two notes at one
     /// address (good:twin_a, good:twin_b); run, it fires each once.
     pub usdt_malformed: PathBuf,
+    /// `usdt_pairs run`: txn__start/txn__commit|txn__abort, query__start/query__done and
+    /// stmt_start/stmt_done with known counts, some left open or without begin (see usdt_pairs.c).
+    pub usdt_pairs: PathBuf,
     /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
     /// each called 5 times.
     pub unprobeable: PathBuf,
@@ -151,6 +154,7 @@ fn build() -> Fixtures {
         calls_static: out.join("calls-static"),
         usdt: out.join("usdt"),
         usdt_malformed: out.join("usdt_malformed"),
+        usdt_pairs: out.join("usdt_pairs"),
         unprobeable: out.join("unprobeable"),
         entries: out.join("entries"),
         profile: out.join("profile"),
@@ -186,6 +190,7 @@ fn build() -> Fixtures {
     );
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
+    compile(&[src.join("usdt_pairs.c")], &fixtures.usdt_pairs, &[]);
     compile(&[src.join("unprobeable.c")], &fixtures.unprobeable, &["-O1"]);
     compile(
         &[src.join("entries.c")],

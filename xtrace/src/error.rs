@@ -4,6 +4,10 @@
 //! [`stripped_note`] and [`not_found_hint`] word the ends of the symbol-not-found messages.
 use std::path::PathBuf;
 
+/// The accepted form of a `-U` pairing, which its errors end with.
+pub const PAIRING_FORM: &str = "a pairing is [TARGET:]PROVIDER:BEGIN..END[|END...], e.g. \
+     -U 'postgresql:transaction__start..transaction__commit|transaction__abort'";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("no process with pid {pid}: check the pid with `ps -p {pid}`")]
@@ -99,6 +103,14 @@ pub enum Error {
         searched: String,
         hint: String,
     },
+    #[error("-U '{spec}': `{name}` matches no USDT probe of provider {provider} in {searched}{hint}; {form}", form = PAIRING_FORM)]
+    PairNotFound {
+        spec: String,
+        provider: String,
+        name: String,
+        searched: String,
+        hint: String,
+    },
     #[error(
         "library `{name}` is not loaded by pid {pid}: check `grep {name} /proc/{pid}/maps` or give its path"
     )]
@@ -122,6 +134,8 @@ pub enum Error {
     Usage(String),
     #[error("invalid probe `{spec}`: {reason}")]
     BadProbe { spec: String, reason: String },
+    #[error("-U '{spec}': {reason}; {form}", form = PAIRING_FORM)]
+    BadPairing { spec: String, reason: String },
     #[error("command `{command}` not found in PATH: check the name or give its path")]
     CommandNotFound { command: String },
     #[error("cannot run `{command}`: {why}; give the path of an executable")]

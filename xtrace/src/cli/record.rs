@@ -79,8 +79,12 @@ pub struct RecordArgs {
     ///
     /// USDT is `[TARGET:]PROVIDER:NAME[(TYPE, ...)]`, the `<sys/sdt.h>` markers. PROVIDER and NAME
     /// may be globs; TARGET is a path or library name, or omitted for every module of the process.
-    /// Probes named *_begin/*_end, *_start/*_end, *__entry/*__return pair into spans; others are
-    /// instant events. `(str,_,name)` reads arguments as strings (`name` names the span).
+    /// Probes named *_begin/*_end, *_start/*_end, *__entry/*__return, *_start/*_done pair per
+    /// thread into spans; others are instant events. NAME `BEGIN..END[|END...]` pairs any probes,
+    /// e.g. 'postgresql:transaction__start..transaction__commit|transaction__abort': spans named
+    /// for the words BEGIN and the ENDs share (`postgresql:transaction`; else BEGIN), recording
+    /// the END that closed them as `end`. `(str,_,name)` reads arguments as strings (`name` names
+    /// the span).
     #[arg(short = 'U', long = "usdt", value_name = "[TARGET:]PROVIDER:NAME",
           help_heading = heading::PROBES)]
     pub usdt: Vec<String>,

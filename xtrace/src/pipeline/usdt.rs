@@ -148,6 +148,10 @@ impl Usdt {
             };
             args += &format!(",\"{prefix}{i}\":{}", value.json());
         }
+        // An end of a pairing with several: the span says which closed it.
+        if let Some(end) = &info.end_name {
+            args += &format!(",\"end\":{}", serde_json::Value::from(end.as_str()));
+        }
         let tid = event.header.tid;
         let now = event.header.ts_ns;
         match info.role {
@@ -287,6 +291,7 @@ mod tests {
                 UsdtProbe {
                     role: Role::Begin { span: 2 },
                     types: vec![UsdtArgType::Note, UsdtArgType::Name],
+                    end_name: None,
                 },
             ),
             (
@@ -294,6 +299,7 @@ mod tests {
                 UsdtProbe {
                     role: Role::End { span: 2 },
                     types: vec![],
+                    end_name: None,
                 },
             ),
             (
@@ -301,6 +307,7 @@ mod tests {
                 UsdtProbe {
                     role: Role::Instant,
                     types: vec![],
+                    end_name: None,
                 },
             ),
         ]);
@@ -363,5 +370,63 @@ mod tests {
             }
         );
         assert_eq!(usdt.hit(&event(9, 7, 60, &[]), &[]), Hit::Unknown);
+    }
+
+    /// A pairing with two ends (`txn__start..txn__commit|txn__abort`): either closes the
+    /// innermost span open on its thread, which records which did; an end on another thread
+    /// closes nothing there and is counted for the pair.
+    #[test]
+    fn alternative_ends_close_one_span_and_say_which() {
+        let probe = |role, end_name: Option<&str>| UsdtProbe {
+            role,
+            types: vec![],
+            end_name: end_name.map(str::to_string),
+        };
+        let probes = BTreeMap::from([
+            (0, probe(Role::Begin { span: 3 }, None)),
+            (1, probe(Role::End { span: 3 }, Some("txn__commit"))),
+            (2, probe(Role::End { span: 3 }, Some("txn__abort"))),
+        ]);
+        let sites = (0..3)
+            .map(|probe_id| SiteView {
+                probe_id,
+                signed: vec![false],
+            })
+            .collect();
+        let mut usdt = Usdt::new(sites, probes);
+        assert_eq!(usdt.hit(&event(0, 7, 10, &[1]), &[]), Hit::Opened { probe: 0 });
+        assert_eq!(usdt.hit(&event(0, 7, 20, &[2]), &[]), Hit::Opened { probe: 0 });
+        assert_eq!(usdt.hit(&event(2, 8, 25, &[2]), &[]), Hit::Unpaired { probe: 2 });
+        let closed = |hit| match hit {
+            Hit::Closed {
+                span,
+                start_ns,
+                depth,
+                args,
+                ..
+            } => (span, start_ns, depth, args),
+            other => panic!("not closed: {other:?}"),
+        };
+        assert_eq!(
+            closed(usdt.hit(&event(2, 7, 30, &[2]), &[])),
+            (
+                3,
+                20,
+                1,
+                ",\"arg0\":2,\"end_arg0\":2,\"end\":\"txn__abort\"".into()
+            )
+        );
+        assert_eq!(
+            closed(usdt.hit(&event(1, 7, 40, &[1]), &[])),
+            (
+                3,
+                10,
+                0,
+                ",\"arg0\":1,\"end_arg0\":1,\"end\":\"txn__commit\"".into()
+            )
+        );
+        assert_eq!(usdt.hit(&event(0, 7, 50, &[3]), &[]), Hit::Opened { probe: 0 });
+        assert_eq!(usdt.unpaired(3), (1, 1));
+        assert_eq!(usdt.unpaired(4), (0, 0), "another pair");
     }
 }

@@ -205,6 +205,7 @@ pub fn plan(
                     UsdtProbe {
                         role: Role::Range(function.op),
                         types: function.types.to_vec(),
+                        end_name: None,
                     },
                 );
             }

@@ -141,6 +141,7 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -
                         .map(|&s| if s { UsdtArgType::Kept } else { UsdtArgType::Note })
                         .collect(),
                     range: Some(op(name)?),
+                    pair: None,
                 })
             })
         })

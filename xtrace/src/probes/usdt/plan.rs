@@ -1,7 +1,6 @@
 //! Resolving `-U` specs to call sites: which files to search (TARGET, or every module of the
 //! process), which notes match the PROVIDER and NAME globs, the kernel form of each site's
-//! arguments, and which probes pair into spans (`*_begin`/`*_end`, `*_start`/`*_end`,
-//! `*__entry`/`*__return`).
+//! arguments; `pairs` then says which probes pair into spans.
 use std::{
     collections::{hash_map::Entry, HashMap, HashSet},
     os::unix::fs::MetadataExt,
@@ -51,6 +50,9 @@ pub enum Role {
 pub struct UsdtProbe {
     pub role: Role,
     pub types: Vec<UsdtArgType>,
+    /// An end of a pairing with several ends (`-U 'P:B..E1|E2'`): its name, which the spans it
+    /// closes record as their `end` argument.
+    pub end_name: Option<String>,
 }
 
 /// A file's identity: (device, inode).
@@ -123,10 +125,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
     // The spec whose value types each probe takes (the first to match it).
     let mut typed_by: HashMap<u32, String> = HashMap::new();
     for spec in specs {
-        let mut matched = 0;
-        let mut skipped: Vec<String> = Vec::new();
-        let mut searched: Vec<String> = Vec::new();
-        let mut available: Vec<String> = Vec::new();
+        let mut found = Found::default();
         for (scope_index, scope) in scopes.iter().enumerate() {
             let (files, quiet) = files_to_search(scope, spec.target.as_ref())?;
             for file in files {
@@ -134,16 +133,14 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                     continue;
                 };
                 let shown = file.shown.display().to_string();
-                if !searched.contains(&shown) {
-                    searched.push(shown.clone());
+                if !found.searched.contains(&shown) {
+                    found.searched.push(shown.clone());
                 }
                 for note in notes {
                     let label = format!("{}:{}", note.provider, note.name);
-                    if !glob::matches(&spec.provider, &note.provider)
-                        || !glob::matches(&spec.name, &note.name)
-                    {
-                        if available.len() < 5 && !available.contains(&label) {
-                            available.push(label);
+                    if !glob::matches(&spec.provider, &note.provider) || !spec.names(&note.name) {
+                        if found.available.len() < 5 && !found.available.contains(&label) {
+                            found.available.push(label);
                         }
                         continue;
                     }
@@ -155,11 +152,13 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                                 note.offset, note.args_text
                             );
                             plan.notices.push(format!("skipping {why}"));
-                            skipped.push(why);
+                            found.skipped.push(why);
                             continue;
                         }
                     };
-                    matched += 1;
+                    if !found.named.contains(&note.name) {
+                        found.named.push(note.name.clone());
+                    }
                     if !placed.insert((scope_index, key, note.offset, label.clone())) {
                         // The same site through another spec: the first spec's types apply.
                         let known = ids.get(&(key, note.provider.clone(), note.name.clone()));
@@ -193,6 +192,7 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                                 UsdtProbe {
                                     role: spec.range.map_or(Role::Instant, Role::Range),
                                     types: spec.types.clone(),
+                                    end_name: None,
                                 },
                             );
                             id
@@ -210,27 +210,58 @@ pub fn plan(plan: &mut Plan, specs: &[UsdtSpec], scopes: &[Scope]) -> Result<()>
                 }
             }
         }
-        if matched == 0 {
-            return Err(not_found(spec, &searched, &skipped, &available));
-        }
+        found.check(spec)?;
     }
-    pair_spans(plan);
+    super::pairs::pair_named(plan, specs);
+    super::pairs::pair_spans(plan);
     Ok(())
 }
 
-/// The error of `spec`, which matched no probe in the files `searched`: the sites it matched but
-/// skipped, else some of the probes there.
-fn not_found(spec: &UsdtSpec, searched: &[String], skipped: &[String], available: &[String]) -> Error {
-    Error::UsdtNotFound {
-        spec: spec.text.clone(),
-        searched: describe(searched),
-        hint: if let Some(first) = skipped.first() {
-            format!("; {} matching site(s) skipped, first {first}", skipped.len())
-        } else if available.is_empty() {
+/// What one spec's search found.
+#[derive(Default)]
+struct Found {
+    /// The names of the probes it matched (and did not skip): a pairing needs each of its own.
+    named: Vec<String>,
+    /// Why each matching site skipped was.
+    skipped: Vec<String>,
+    /// The files searched, as shown.
+    searched: Vec<String>,
+    /// Up to 5 probes there that it did not match.
+    available: Vec<String>,
+}
+
+impl Found {
+    /// The error of a spec that matched no probe in the files searched, or a pairing one of whose
+    /// names did not: the sites it matched but skipped, else some of the probes there.
+    fn check(&self, spec: &UsdtSpec) -> Result<()> {
+        let hint = if let Some(first) = self.skipped.first() {
+            format!("; {} matching site(s) skipped, first {first}", self.skipped.len())
+        } else if self.available.is_empty() {
             "; those files have no USDT notes (list them with `xtrace list usdt`)".into()
         } else {
-            format!("; probes there include {}", available.join(", "))
-        },
+            format!("; probes there include {}", self.available.join(", "))
+        };
+        let missing = spec
+            .pair
+            .as_ref()
+            .and_then(|p| p.names().find(|n| !self.named.iter().any(|m| m == n)));
+        if let Some(missing) = missing {
+            return Err(Error::PairNotFound {
+                spec: spec.text.clone(),
+                provider: spec.provider.clone(),
+                name: missing.to_string(),
+                searched: describe(&self.searched),
+                hint,
+            });
+        }
+        if self.named.is_empty() {
+            return Err(Error::UsdtNotFound {
+                spec: spec.text.clone(),
+                searched: describe(&self.searched),
+                hint,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -301,65 +332,4 @@ pub fn kernel_form(
         }
     }
     Ok((site, args.iter().map(|a| a.signed).collect()))
-}
-
-/// End suffixes, each with the begin suffixes it closes.
-const END: &[(&str, &[&str])] = &[("_end", &["_begin", "_start"]), ("__return", &["__entry"])];
-
-/// Gives begin/end probes of the same base name (same file and provider) the roles that pair
-/// them, with a `usdt_span` probe for their spans named `provider:base`.
-fn pair_spans(plan: &mut Plan) {
-    let mut ends: Vec<(u32, u32)> = Vec::new();
-    // Range probes have their own roles (range_start/range_end are no begin/end pair).
-    let ids: Vec<u32> = plan
-        .usdt_probes
-        .iter()
-        .filter(|(_, p)| p.role == Role::Instant)
-        .map(|(id, _)| *id)
-        .collect();
-    for &end_id in &ids {
-        let end = plan.probes[end_id as usize].clone();
-        let Some((provider, name)) = end.name.split_once(':') else {
-            continue;
-        };
-        let Some((base, begins)) = END
-            .iter()
-            .find_map(|(suffix, begins)| name.strip_suffix(suffix).map(|base| (base, *begins)))
-        else {
-            continue;
-        };
-        let begin_id = begins.iter().find_map(|suffix| {
-            let wanted = format!("{provider}:{base}{suffix}");
-            ids.iter().copied().find(|&id| {
-                plan.probes[id as usize].name == wanted && plan.probes[id as usize].target == end.target
-            })
-        });
-        if let Some(begin_id) = begin_id {
-            ends.push((begin_id, end_id));
-        }
-    }
-    ends.sort_unstable();
-    for (begin_id, end_id) in ends {
-        let end = &plan.probes[end_id as usize];
-        let (provider, name) = end.name.split_once(':').unwrap_or(("", &end.name));
-        let base = END
-            .iter()
-            .find_map(|(suffix, _)| name.strip_suffix(suffix))
-            .unwrap_or(name);
-        let span = ProbeInfo {
-            name: format!("{provider}:{base}"),
-            kind: crate::probes::ProbeKind::UsdtSpan,
-            target: end.target.clone(),
-            offset: plan.probes[begin_id as usize].offset,
-            capture: Default::default(),
-        };
-        plan.probes.push(span);
-        let span = (plan.probes.len() - 1) as u32;
-        if let Some(p) = plan.usdt_probes.get_mut(&begin_id) {
-            p.role = Role::Begin { span };
-        }
-        if let Some(p) = plan.usdt_probes.get_mut(&end_id) {
-            p.role = Role::End { span };
-        }
-    }
 }

@@ -2,7 +2,8 @@
 //! path or library name as with `-u`, or omitted: every module of the process (with `--pid`), the
 //! command (with `-- COMMAND`). TYPE, per argument position: `u8`..`i64` or `ptr` to show it so,
 //! `str` to read it as a string, `name` to read it as a string that names the span (on a begin
-//! probe), `_` to keep what the note says.
+//! probe), `_` to keep what the note says. NAME may instead be a pairing, `BEGIN..END[|END...]`:
+//! exact probe names whose hits pair into spans (see [`Pairing`]).
 use crate::{
     error::{Error, Result},
     probes::spec::{ArgType, TargetSpec},
@@ -56,6 +57,78 @@ pub struct UsdtSpec {
     pub types: Vec<UsdtArgType>,
     /// Set for the tool library's range probes (`--nvtx`, `--itt`, `--ranges`): what a hit does.
     pub range: Option<RangeOp>,
+    /// Set when NAME is `BEGIN..END[|END...]`; `name` is then BEGIN.
+    pub pair: Option<Pairing>,
+}
+
+/// A pairing, `-U PROVIDER:BEGIN..END[|END...]`: each BEGIN hit opens a span on its thread, and a
+/// hit of any END closes the innermost one open there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pairing {
+    pub begin: String,
+    /// One or more; a span of a pairing with several records which one closed it.
+    pub ends: Vec<String>,
+}
+
+impl Pairing {
+    /// BEGIN and each END, in the order written.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.begin.as_str()).chain(self.ends.iter().map(String::as_str))
+    }
+
+    /// The name of its spans (after `PROVIDER:`): the leading words, up to a `_`, that BEGIN and
+    /// every END share, without the trailing underscores (`transaction__start..transaction__commit`
+    /// gives `transaction`); BEGIN itself when they share none.
+    pub fn span_name(&self) -> String {
+        let mut common = self.begin.as_str();
+        for end in &self.ends {
+            let shared = common
+                .bytes()
+                .zip(end.bytes())
+                .take_while(|(a, b)| a == b)
+                .count();
+            common = &common[..shared];
+        }
+        let base = common
+            .rfind('_')
+            .map_or("", |at| common[..at].trim_end_matches('_'));
+        match base.is_empty() {
+            true => self.begin.clone(),
+            false => base.to_string(),
+        }
+    }
+
+    /// `BEGIN..END[|END...]` (NAME of a spec with `..`); the error's reason otherwise.
+    fn parse(name: &str) -> std::result::Result<Self, String> {
+        let Some((begin, ends)) = name.split_once("..") else {
+            return Err(format!("`{name}` has `|` but no `..`"));
+        };
+        if begin.is_empty() {
+            return Err("the BEGIN before `..` is empty".into());
+        }
+        if ends.is_empty() {
+            return Err("the END after `..` is empty".into());
+        }
+        if ends.contains("..") {
+            return Err("more than one `..`".into());
+        }
+        let ends: Vec<String> = ends.split('|').map(str::to_string).collect();
+        if ends.iter().any(String::is_empty) {
+            return Err("an END between `|` is empty".into());
+        }
+        let pair = Pairing {
+            begin: begin.to_string(),
+            ends,
+        };
+        if let Some(glob) = pair.names().find(|n| crate::probes::glob::is_glob(n)) {
+            return Err(format!("`{glob}` is a glob; a pairing names its probes exactly"));
+        }
+        let names: Vec<&str> = pair.names().collect();
+        if let Some(twice) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+            return Err(format!("`{}` is named twice", twice.1));
+        }
+        Ok(pair)
+    }
 }
 
 /// What a hit of one of the tool library's `xtrace:*` probes does (see `pipeline::ranges`).
@@ -112,6 +185,13 @@ impl UsdtSpec {
                 "empty PROVIDER or NAME; write [TARGET:]PROVIDER:NAME (`*` matches any)".into(),
             ));
         }
+        let pair = match name.contains("..") || name.contains('|') {
+            true => Some(Pairing::parse(name).map_err(|reason| Error::BadPairing {
+                spec: text.to_string(),
+                reason,
+            })?),
+            false => None,
+        };
         let target = match target {
             Some("") => {
                 return Err(bad(
@@ -125,10 +205,19 @@ impl UsdtSpec {
             text: text.to_string(),
             target,
             provider: provider.to_string(),
-            name: name.to_string(),
+            name: pair.as_ref().map_or(name, |p| p.begin.as_str()).to_string(),
             types,
             range: None,
+            pair,
         })
+    }
+
+    /// Whether this spec names a probe called `name` (its provider matched).
+    pub fn names(&self, name: &str) -> bool {
+        match &self.pair {
+            Some(pair) => pair.names().any(|n| n == name),
+            None => crate::probes::glob::matches(&self.name, name),
+        }
     }
 }
 
@@ -216,5 +305,59 @@ mod tests {
             err("a:b(u64")
         );
         assert!(err("p:n(name,name)").contains("only one"));
+    }
+
+    #[test]
+    fn pairings() {
+        let s = UsdtSpec::parse(
+            "/usr/bin/postgres:postgresql:transaction__start..transaction__commit|transaction__abort(u32)",
+        )
+        .unwrap();
+        assert_eq!(s.target, Some(TargetSpec::Path("/usr/bin/postgres".into())));
+        assert_eq!(
+            (s.provider.as_str(), s.name.as_str()),
+            ("postgresql", "transaction__start")
+        );
+        let pair = s.pair.clone().unwrap();
+        assert_eq!(pair.ends, ["transaction__commit", "transaction__abort"]);
+        assert_eq!(pair.span_name(), "transaction");
+        assert_eq!(s.types, vec![UsdtArgType::As(ArgType::U32)]);
+        assert!(s.names("transaction__start") && s.names("transaction__abort"));
+        assert!(!s.names("transaction__") && !s.names("transaction__start..transaction__commit"));
+        let span = |text: &str| UsdtSpec::parse(text).unwrap().pair.unwrap().span_name();
+        assert_eq!(span("p:query__start..query__done"), "query");
+        assert_eq!(span("p:stmt_start..stmt_done"), "stmt");
+        assert_eq!(span("p:lock__wait__start..lock__wait__done"), "lock__wait");
+        assert_eq!(span("p:read_begin..reset"), "read_begin", "no shared word: BEGIN");
+        assert_eq!(span("p:open..close"), "open");
+        assert_eq!(span("p:a_b..a_c|b_d"), "a_b");
+        // Not a pairing: a glob.
+        assert_eq!(UsdtSpec::parse("p:q*").unwrap().pair, None);
+    }
+
+    #[test]
+    fn malformed_pairings_say_the_form() {
+        let err = |text: &str| UsdtSpec::parse(text).unwrap_err().to_string();
+        let form = "a pairing is [TARGET:]PROVIDER:BEGIN..END[|END...], e.g. -U \
+                    'postgresql:transaction__start..transaction__commit|transaction__abort'";
+        for (text, reason) in [
+            ("postgresql:transaction__start..", "the END after `..` is empty"),
+            ("p:..b", "the BEGIN before `..` is empty"),
+            ("p:a..b|", "an END between `|` is empty"),
+            ("p:a..|b", "an END between `|` is empty"),
+            ("p:a..b..c", "more than one `..`"),
+            ("p:a|b", "`a|b` has `|` but no `..`"),
+            ("p:a*..b", "`a*` is a glob; a pairing names its probes exactly"),
+            ("p:a..b|a", "`a` is named twice"),
+        ] {
+            assert_eq!(err(text), format!("-U '{text}': {reason}; {form}"));
+        }
+        // The other parts are checked as for any -U.
+        assert!(
+            err(":a..b").contains("empty PROVIDER or NAME"),
+            "{}",
+            err(":a..b")
+        );
+        assert!(err("t::a..b").contains("empty PROVIDER"));
     }
 }
