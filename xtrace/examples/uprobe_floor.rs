@@ -42,7 +42,7 @@ fn main() -> anyhow::Result<()> {
         Some(probes) => usdt_sites(path, probes)?,
         None => {
             // Where xtrace's entry probe goes (`--entry auto`, no arguments captured).
-            let symbols = ElfSymbols::read(path, path)?;
+            let symbols = ElfSymbols::read(path, path, &Default::default())?;
             let code = std::fs::File::open(path)?;
             let mut sites = EntrySites::default();
             let mut offsets = Vec::new();

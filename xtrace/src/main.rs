@@ -105,8 +105,6 @@ fn main() -> ExitCode {
         }
     };
     let config = args.config();
-    xtrace::elf::debug_file::set_dirs(&config.debug_dirs);
-    xtrace::output::quiet_warnings(config.quiet);
     let quiet = config.quiet;
     let mut console = Console::new(quiet);
     let result = runtime.block_on(session::record(&config, &mut console));

@@ -100,10 +100,7 @@ fn spec(args: &SymbolsArgs) -> Result<UprobeSpec> {
 /// Runs `xtrace list ...`: the table for stdout and closing lines (notes, warnings) for stderr.
 pub fn run(args: &ListArgs) -> Result<(String, String)> {
     match &args.what {
-        ListCommand::Symbols(args) => {
-            crate::elf::debug_file::set_dirs(&args.debug_dirs);
-            symbols(args)
-        }
+        ListCommand::Symbols(args) => symbols(args),
         ListCommand::Usdt(args) => usdt(args),
     }
 }
@@ -238,7 +235,8 @@ fn symbols(args: &SymbolsArgs) -> Result<(String, String)> {
             Scope::SystemWide
         }
     };
-    let (file, symbols) = uprobe::symbols_for(&spec, &scope)?;
+    let dirs = crate::elf::debug_file::DebugDirs::new(args.debug_dirs.clone());
+    let (file, symbols) = uprobe::symbols_for(&spec, &scope, &dirs)?;
     let found = symbols
         .find(&spec.symbol)
         .map_err(|e| listing_error(e, &spec, args.pid))?;

@@ -23,8 +23,7 @@ use crate::{
 /// Adds the block of late CUDA probes and a `dlopen` probe in the libc of every scope (a process,
 /// or a command's `DT_NEEDED` libc). Returns false, planning nothing, when no scope's libc exports
 /// `dlopen` (glibc before 2.34 keeps it in libdl).
-pub fn plan_watch(plan: &mut Plan, scopes: &[Scope]) -> Result<bool> {
-    let mut elves = SymbolCache::default();
+pub fn plan_watch(plan: &mut Plan, scopes: &[Scope], elves: &mut SymbolCache) -> Result<bool> {
     let mut loaders = Vec::new();
     let mut attachments = Vec::new();
     for (scope_index, scope) in scopes.iter().enumerate() {
@@ -192,7 +191,7 @@ mod tests {
     fn a_command_is_watched_through_its_needed_libc() {
         let mut plan = Plan::default();
         let sh = crate::launch::Program::open(std::path::Path::new("/bin/sh")).unwrap();
-        assert!(plan_watch(&mut plan, &[Scope::Command(&sh)]).unwrap());
+        assert!(plan_watch(&mut plan, &[Scope::Command(&sh)], &mut SymbolCache::default()).unwrap());
         let watch = plan.watch.clone().expect("a watch");
         assert_eq!(watch.loaders, [0]);
         let dlopen = &plan.probes[0];

@@ -74,12 +74,11 @@ fn libraries(scope: &Scope, elves: &mut SymbolCache) -> Result<Vec<(TargetFile, 
 /// Adds a span probe on every CUDA function found in every scope; records each probe's function
 /// in `plan.cuda`. Returns how many libraries were found; notices name the functions a library
 /// lacks. `required` (`--cuda` given) makes finding none an error.
-pub fn plan(plan: &mut Plan, scopes: &[Scope], required: bool) -> Result<usize> {
+pub fn plan(plan: &mut Plan, (scopes, elves): (&[Scope], &mut SymbolCache), required: bool) -> Result<usize> {
     let mut libraries_found = 0;
     let mut seen: Vec<std::path::PathBuf> = Vec::new();
-    let mut elves = SymbolCache::default();
     for (scope_index, scope) in scopes.iter().enumerate() {
-        for (file, library) in libraries(scope, &mut elves)? {
+        for (file, library) in libraries(scope, elves)? {
             let (symbols, _) = elves.get(&file)?;
             libraries_found += 1;
             let first_time = !seen.contains(&file.shown);

@@ -4,17 +4,16 @@
 //! 2. by the name and CRC in its `.gnu_debuglink`: next to the file, in `.debug/` beside it, then
 //!    as `DIR/<the file's directory>/NAME`;
 //!
-//! for each DIR of `--debug-dir`, then `/usr/lib/debug` and `/lib/debug`. A candidate is taken
+//! for each DIR of `--debug-dir`, then `/usr/lib/debug` and `/lib/debug` ([`DebugDirs`]). A candidate is taken
 //! only if it matches: the same build ID, or for a debug link without build IDs on both sides the
 //! link's CRC; and it must have a symbol table. `-u` and `list symbols` read its `.symtab`
 //! (`probes::elf`); CPU samples are named from it (`symbolize`: blazesym
-//! follows a debug link itself, and [`for_symbolizing`] finds a debug file known only by build ID).
+//! follows a debug link itself, and [`DebugFiles`] finds a debug file known only by build ID).
 use std::{
     collections::HashMap,
     ffi::OsStr,
     os::unix::{ffi::OsStrExt, fs::MetadataExt},
     path::{Path, PathBuf},
-    sync::{Mutex, OnceLock},
 };
 
 use object::{Object, ObjectSegment};
@@ -22,23 +21,27 @@ use object::{Object, ObjectSegment};
 /// Where debug files are installed unless `--debug-dir` names more (searched first).
 const DEFAULT_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
-static EXTRA_DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
-
-/// Sets the directories of `--debug-dir`, searched before the default ones; once per process
-/// (a later call changes nothing).
-pub fn set_dirs(dirs: &[PathBuf]) {
-    let _ = EXTRA_DIRS.set(dirs.to_vec());
+/// The directories debug files are looked for in: those of `--debug-dir`, searched first, then
+/// the default ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DebugDirs {
+    extra: Vec<PathBuf>,
 }
 
-/// The directories searched, in order: those of `--debug-dir`, then the default ones.
-pub fn dirs() -> Vec<PathBuf> {
-    EXTRA_DIRS
-        .get()
-        .into_iter()
-        .flatten()
-        .cloned()
-        .chain(DEFAULT_DIRS.iter().map(PathBuf::from))
-        .collect()
+impl DebugDirs {
+    /// The default directories after `extra` (`--debug-dir`).
+    pub fn new(extra: Vec<PathBuf>) -> Self {
+        DebugDirs { extra }
+    }
+
+    /// Every directory searched, in order.
+    pub fn all(&self) -> Vec<PathBuf> {
+        self.extra
+            .iter()
+            .cloned()
+            .chain(DEFAULT_DIRS.iter().map(PathBuf::from))
+            .collect()
+    }
 }
 
 /// `--debug-dir`'s check: a directory that can be read.
@@ -77,13 +80,13 @@ enum Named {
 /// The debug file of the ELF file `file`, opened at `open` and known as `shown` (its path in its
 /// own mount namespace, which the debug directories mirror; a relative one is taken from the
 /// current directory, as a launched command's is).
-pub fn find<'data>(open: &Path, shown: &Path, file: &impl Object<'data>) -> Search {
+pub fn find<'data>(open: &Path, shown: &Path, file: &impl Object<'data>, dirs: &DebugDirs) -> Search {
     let own_id = file.build_id().ok().flatten().filter(|id| id.len() >= 2);
     let link = file.gnu_debuglink().ok().flatten();
     let own_inode = std::fs::metadata(open).ok().map(|m| (m.dev(), m.ino()));
     let mut search = Search::default();
     let places = Places::of(open, shown);
-    for Candidate { path, shown, named } in candidates(&places, own_id, link) {
+    for Candidate { path, shown, named } in candidates(dirs, &places, own_id, link) {
         match check(&path, named, own_id, own_inode) {
             Check::Missing => {}
             Check::Match => {
@@ -194,10 +197,15 @@ fn proc_root(pid: u32) -> PathBuf {
 }
 
 /// Where the debug file may be, in the order looked at.
-fn candidates(places: &Places, build_id: Option<&[u8]>, link: Option<(&[u8], u32)>) -> Vec<Candidate> {
+fn candidates(
+    dirs: &DebugDirs,
+    places: &Places,
+    build_id: Option<&[u8]>,
+    link: Option<(&[u8], u32)>,
+) -> Vec<Candidate> {
     // (where this process opens a debug directory, how it is shown): xtrace's, then the
     // container's defaults.
-    let mut dirs: Vec<(PathBuf, PathBuf)> = dirs().into_iter().map(|d| (d.clone(), d)).collect();
+    let mut dirs: Vec<(PathBuf, PathBuf)> = dirs.all().into_iter().map(|d| (d.clone(), d)).collect();
     if let Some(root) = &places.root {
         for dir in DEFAULT_DIRS {
             dirs.push((root.join(&dir[1..]), PathBuf::from(dir)));
@@ -307,7 +315,7 @@ fn crc_of(path: &Path) -> Option<u32> {
 /// the debug file's DWARF (zstd-compressed sections) it falls back to the stripped file's own
 /// tables, not the debug file's `.symtab`. Its addresses are the file's: the file's segments turn
 /// file offsets into them.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ForSymbolizing {
     pub path: PathBuf,
     /// The file's loaded segments: (file offset, size in the file, address).
@@ -324,36 +332,47 @@ impl ForSymbolizing {
     }
 }
 
-/// Files looked at so far, by device and inode, and what was found for each.
-type Looked = HashMap<(u64, u64), Option<ForSymbolizing>>;
-
-/// [`Looked`]: each file read once however many times it is asked for.
-static SYMBOLIZING: Mutex<Option<Looked>> = Mutex::new(None);
-
-/// The debug file to name `path`'s addresses from when it is stripped and a debug file matches it;
-/// None otherwise. `path` is a file of this process's view, or one of another process's
-/// (`/proc/PID/root/...`).
-pub fn for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
-    let meta = std::fs::metadata(path).ok()?;
-    let key = (meta.dev(), meta.ino());
-    let mut known = SYMBOLIZING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    known
-        .get_or_insert_with(HashMap::new)
-        .entry(key)
-        .or_insert_with(|| look_for_symbolizing(path))
-        .clone()
+/// The debug files samples are named from ([`ForSymbolizing`]), looked for in `dirs`; each file
+/// looked at once, by device and inode, however many times it is asked for.
+#[derive(Debug, Default)]
+pub struct DebugFiles {
+    dirs: DebugDirs,
+    looked: HashMap<(u64, u64), Option<ForSymbolizing>>,
 }
 
-fn look_for_symbolizing(path: &Path) -> Option<ForSymbolizing> {
+impl DebugFiles {
+    pub fn new(dirs: DebugDirs) -> Self {
+        DebugFiles {
+            dirs,
+            looked: HashMap::new(),
+        }
+    }
+
+    pub fn dirs(&self) -> &DebugDirs {
+        &self.dirs
+    }
+
+    /// The debug file to name `path`'s addresses from when it is stripped and a debug file
+    /// matches it; None otherwise. `path` is a file of this process's view, or one of another
+    /// process's (`/proc/PID/root/...`).
+    pub fn for_symbolizing(&mut self, path: &Path) -> Option<ForSymbolizing> {
+        let meta = std::fs::metadata(path).ok()?;
+        let dirs = &self.dirs;
+        self.looked
+            .entry((meta.dev(), meta.ino()))
+            .or_insert_with(|| look_for_symbolizing(path, dirs))
+            .clone()
+    }
+}
+
+fn look_for_symbolizing(path: &Path, dirs: &DebugDirs) -> Option<ForSymbolizing> {
     // Only the headers, notes and .dynsym are read: such a file may be a library of a gigabyte.
     super::read_elf(path.to_str()?, |file| {
         if file.symbols().next().is_some() {
             return None;
         }
         // `find` takes `/proc/PID/root/REST` for the process's `/REST`.
-        let found = find(path, path, file).found?;
+        let found = find(path, path, file, dirs).found?;
         Some(ForSymbolizing {
             path: found.path,
             segments: file
@@ -393,7 +412,7 @@ mod tests {
                 root: Some(format!("{GONE}/root").into()),
             }
         );
-        let found = candidates(&places, Some(&id), Some((b"app.debug", 5)));
+        let found = candidates(&DebugDirs::default(), &places, Some(&id), Some((b"app.debug", 5)));
         let paths: Vec<String> = found.iter().map(|c| c.path.display().to_string()).collect();
         let root = format!("{GONE}/root");
         assert_eq!(
@@ -418,8 +437,8 @@ mod tests {
         );
         assert_eq!(found[4].shown, Path::new("/usr/bin/app.debug"));
         // A link that names a path, or nothing, is not followed.
-        assert!(candidates(&places, None, Some((b"../x", 1))).is_empty());
-        assert!(candidates(&places, None, Some((b"", 1))).is_empty());
+        assert!(candidates(&DebugDirs::default(), &places, None, Some((b"../x", 1))).is_empty());
+        assert!(candidates(&DebugDirs::default(), &places, None, Some((b"", 1))).is_empty());
     }
 
     /// A file opened through a process's link is looked for in its directory as the process sees

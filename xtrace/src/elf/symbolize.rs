@@ -1,6 +1,7 @@
 //! Naming addresses in ELF files through blazesym, for CPU samples (`export::profile`) and CUDA
 //! kernels (`cuda::kernels`): with the file's debug symbols, a separate debug file
 //! (`debug_file`), or its symbol tables.
+use super::debug_file::DebugFiles;
 use blazesym::symbolize::{
     source::{Elf, Source},
     Input, Symbolized, Symbolizer,
@@ -14,10 +15,10 @@ pub(crate) fn module_name(path: &str) -> &str {
 /// xtrace's blazesym symbolizer: names only (no inlined frames, no source lines), as stored:
 /// [`crate::demangle::demangle`] reads them as the spans' names are read. blazesym's own demangling
 /// takes any name for a C++ one, so a C function `a` came out `signed char`, `f` `float`.
-/// Debug links are followed in the directories of `--debug-dir`, then the default ones.
-pub(crate) fn symbolizer() -> Symbolizer {
+/// Debug links are followed in `dirs` (those of `--debug-dir`, then the default ones).
+pub(crate) fn symbolizer(dirs: &super::debug_file::DebugDirs) -> Symbolizer {
     Symbolizer::builder()
-        .set_debug_dirs(Some(super::debug_file::dirs()))
+        .set_debug_dirs(Some(dirs.all()))
         .enable_demangling(false)
         .enable_inlined_fns(false)
         .enable_code_info(false)
@@ -33,16 +34,18 @@ pub(crate) fn symbolizer() -> Symbolizer {
 /// `operator()` would merge every lambda, `f` both `(anonymous namespace)::f` and
 /// `a::(anonymous namespace)::f`.
 ///
-/// A stripped file whose debug file is found ([`super::debug_file::for_symbolizing`]) is named
+/// A stripped file whose debug file is found in `debug` ([`DebugFiles::for_symbolizing`]) is named
 /// from that debug file, the same way (its DWARF, else its own `.symtab`, which has the mangled
 /// names), and from its own tables where the debug file has no name.
 pub(crate) fn symbolize_elf<'s>(
     symbolizer: &'s Symbolizer,
+    debug: &mut DebugFiles,
     path: &str,
     input: Input<&[u64]>,
 ) -> blazesym::Result<Vec<Symbolized<'s>>> {
     let debug = match input {
-        Input::FileOffset(offsets) => super::debug_file::for_symbolizing(std::path::Path::new(path))
+        Input::FileOffset(offsets) => debug
+            .for_symbolizing(std::path::Path::new(path))
             .and_then(|debug| Some((debug.path.to_str()?.to_owned(), debug, offsets))),
         _ => None,
     };

@@ -108,7 +108,8 @@ fn sym_names(results: Vec<Symbolized<'_>>) -> Vec<Option<String>> {
 impl Resolver {
     fn new() -> Self {
         Resolver {
-            symbolizer: symbolizer(),
+            // Kernel addresses have no debug files to look for.
+            symbolizer: symbolizer(&Default::default()),
             vdso: vdso_symbols(),
         }
     }

@@ -109,6 +109,14 @@ pub struct Images {
 }
 
 impl Images {
+    /// No images yet; stripped files' debug files are looked for in `debug_dirs` too.
+    pub fn new(debug_dirs: crate::elf::debug_file::DebugDirs) -> Self {
+        Images {
+            symbols: symbols::Symbols::new(debug_dirs),
+            ..Images::default()
+        }
+    }
+
     /// Reads forks, execs and mappings of the processes `watched` from `sideband` from now on.
     pub fn watch(&mut self, sideband: Sideband, watched: Watched) {
         self.sideband = Some(sideband);

@@ -9,7 +9,10 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use crate::{
     demangle::demangle,
-    elf::symbolize::{symbolize_elf, symbolizer},
+    elf::{
+        debug_file::{DebugDirs, DebugFiles},
+        symbolize::{symbolize_elf, symbolizer},
+    },
 };
 
 /// Files whose parsed symbol tables blazesym may hold at once: past it, a new symbolizer starts
@@ -28,6 +31,8 @@ pub struct Function {
 
 pub struct Symbols {
     symbolizer: Symbolizer,
+    /// Debug files found for stripped files, and where they are looked for.
+    debug: DebugFiles,
     /// The files `symbolizer` has read.
     opened: HashSet<String>,
     /// By file (the path it is opened at) and offset; None where no symbol holds the offset.
@@ -37,8 +42,16 @@ pub struct Symbols {
 
 impl Default for Symbols {
     fn default() -> Self {
+        Symbols::new(DebugDirs::default())
+    }
+}
+
+impl Symbols {
+    /// Names functions with debug files looked for in `dirs` too.
+    pub fn new(dirs: DebugDirs) -> Self {
         Symbols {
-            symbolizer: symbolizer(),
+            symbolizer: symbolizer(&dirs),
+            debug: DebugFiles::new(dirs),
             opened: HashSet::new(),
             functions: HashMap::new(),
             names: 0,
@@ -86,12 +99,18 @@ impl Symbols {
     fn read(&mut self, path: &str, offsets: &[u64]) {
         if !self.opened.contains(path) {
             if self.opened.len() >= MAX_FILES {
-                self.symbolizer = symbolizer();
+                self.symbolizer = symbolizer(self.debug.dirs());
                 self.opened.clear();
             }
             self.opened.insert(path.to_string());
         }
-        let found = symbolize_elf(&self.symbolizer, path, Input::FileOffset(offsets)).unwrap_or_else(|_| {
+        let found = symbolize_elf(
+            &self.symbolizer,
+            &mut self.debug,
+            path,
+            Input::FileOffset(offsets),
+        )
+        .unwrap_or_else(|_| {
             vec![Symbolized::Unknown(blazesym::symbolize::Reason::Unsupported); offsets.len()]
         });
         let named: Vec<Option<Function>> = found

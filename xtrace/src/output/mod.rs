@@ -42,18 +42,10 @@ pub fn default_dir() -> PathBuf {
     ))
 }
 
-/// Whether warnings are kept off stderr (`-q`).
-static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Keeps this module's warnings (a `SUDO_UID` that is no id) off stderr, for `-q`.
-pub fn quiet_warnings(quiet: bool) {
-    QUIET.store(quiet, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// The user who ran `sudo xtrace`, when xtrace runs as root under sudo. A `SUDO_UID` or
-/// `SUDO_GID` that is set but is no id (or one without the other) is said once on stderr: the
-/// outputs then stay root's.
-fn invoking_user() -> Option<(u32, u32)> {
+/// `SUDO_GID` that is set but is no id (or one without the other) is said once on stderr unless
+/// `quiet` (`-q`): the outputs then stay root's.
+fn invoking_user(quiet: bool) -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return None;
@@ -64,7 +56,7 @@ fn invoking_user() -> Option<(u32, u32)> {
         Err(()) => {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
-                if QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+                if quiet {
                     return;
                 }
                 let shown = |v: &Option<std::ffi::OsString>| {
@@ -110,12 +102,12 @@ fn sudo_ids(
 /// default name in the working directory ([`Dir::create_fresh`]: never one that was there). Every
 /// directory and file xtrace creates belongs to the invoking user under sudo. Fails now, before
 /// anything is attached, if files cannot be created there. Every file of the recording is then
-/// made through the returned descriptor (see [`Dir`]).
-pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
+/// made through the returned descriptor (see [`Dir`]). `quiet` (`-q`) keeps warnings off stderr.
+pub fn prepare(dir: Option<&Path>, quiet: bool) -> Result<Dir> {
     let Some(path) = dir else {
         // A name xtrace picks is made anew: one taken (a link planted for it) is passed over.
         let base = default_dir();
-        let dir = Dir::create_fresh(Path::new("."), &base.to_string_lossy(), invoking_user())
+        let dir = Dir::create_fresh(Path::new("."), &base.to_string_lossy(), invoking_user(quiet))
             .map_err(|source| Error::Output { path: base, source })?;
         return writable(dir);
     };
@@ -137,7 +129,7 @@ pub fn prepare(dir: Option<&Path>) -> Result<Dir> {
             target.display()
         ))));
     }
-    writable(Dir::open_or_create(&path, invoking_user()).map_err(err)?)
+    writable(Dir::open_or_create(&path, invoking_user(quiet)).map_err(err)?)
 }
 
 /// Checks that files can be made in `dir`, and that no output name there is taken by what xtrace
@@ -312,11 +304,11 @@ mod tests {
     #[test]
     fn unwritable_directories_fail_early() {
         assert!(matches!(
-            prepare(Some(Path::new("/proc/xtrace-cannot-exist"))),
+            prepare(Some(Path::new("/proc/xtrace-cannot-exist")), false),
             Err(Error::Output { .. })
         ));
         assert!(matches!(
-            prepare(Some(Path::new("/proc/self"))),
+            prepare(Some(Path::new("/proc/self")), false),
             Err(Error::Output { .. })
         ));
     }
@@ -325,7 +317,7 @@ mod tests {
     fn taken_output_names_fail_early() {
         let dir = std::env::temp_dir().join(format!("xtrace-taken-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("summary.json")).unwrap();
-        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        let message = prepare(Some(&dir), false).unwrap_err().to_string();
         assert_eq!(
             message,
             format!(
@@ -335,24 +327,24 @@ mod tests {
         );
         std::fs::remove_dir(dir.join("summary.json")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", dir.join("trace.json")).unwrap();
-        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        let message = prepare(Some(&dir), false).unwrap_err().to_string();
         assert!(message.contains("trace.json: it is a symbolic link"), "{message}");
         std::fs::remove_file(dir.join("trace.json")).unwrap();
         std::fs::create_dir(dir.join("stacks.folded.partial")).unwrap();
-        let message = prepare(Some(&dir)).unwrap_err().to_string();
+        let message = prepare(Some(&dir), false).unwrap_err().to_string();
         assert!(
             message.contains("stacks.folded.partial: it is a directory"),
             "{message}"
         );
         std::fs::remove_dir(dir.join("stacks.folded.partial")).unwrap();
         std::fs::write(dir.join("summary.txt"), "old").unwrap();
-        assert!(prepare(Some(&dir)).is_ok(), "an old file is overwritten");
+        assert!(prepare(Some(&dir), false).is_ok(), "an old file is overwritten");
         let file = dir.join("summary.txt");
-        let message = prepare(Some(&file)).unwrap_err().to_string();
+        let message = prepare(Some(&file), false).unwrap_err().to_string();
         assert!(message.contains("it is a file, not a directory"), "{message}");
         let dangling = dir.join("dangling");
         std::os::unix::fs::symlink("/xtrace-missing", &dangling).unwrap();
-        let message = prepare(Some(&dangling)).unwrap_err().to_string();
+        let message = prepare(Some(&dangling), false).unwrap_err().to_string();
         assert!(
             message.contains("dangling: it is a symbolic link to /xtrace-missing, which does not exist"),
             "{message}"
@@ -363,7 +355,7 @@ mod tests {
     #[test]
     fn a_planted_hard_link_is_replaced_not_written_through() {
         let base = std::env::temp_dir().join(format!("xtrace-hardlink-{}", std::process::id()));
-        let dir = prepare(Some(&base.join("out"))).unwrap();
+        let dir = prepare(Some(&base.join("out")), false).unwrap();
         let victim = base.join("victim");
         std::fs::write(&victim, "precious").unwrap();
         std::fs::hard_link(&victim, dir.join("summary.json.partial")).unwrap();
@@ -380,7 +372,7 @@ mod tests {
     #[test]
     fn a_new_recording_removes_the_outputs_of_an_older_one() {
         let path = std::env::temp_dir().join(format!("xtrace-older-{}", std::process::id()));
-        let dir = prepare(Some(&path)).unwrap();
+        let dir = prepare(Some(&path), false).unwrap();
         for old in [
             "trace.json",
             "stacks.folded",
@@ -407,9 +399,10 @@ mod tests {
 
     #[test]
     fn files_are_partial_until_complete() {
-        let dir = prepare(Some(
-            &std::env::temp_dir().join(format!("xtrace-partial-{}", std::process::id())),
-        ))
+        let dir = prepare(
+            Some(&std::env::temp_dir().join(format!("xtrace-partial-{}", std::process::id()))),
+            false,
+        )
         .unwrap();
         std::fs::write(dir.join("trace.json"), "an older run's trace").unwrap();
         let mut file = create(&dir, "trace.json").unwrap();
@@ -437,9 +430,10 @@ mod tests {
 
     #[test]
     fn the_trace_file_counts_what_it_is_given() {
-        let dir = prepare(Some(
-            &std::env::temp_dir().join(format!("xtrace-sink-{}", std::process::id())),
-        ))
+        let dir = prepare(
+            Some(&std::env::temp_dir().join(format!("xtrace-sink-{}", std::process::id()))),
+            false,
+        )
         .unwrap();
         let json = "{\"traceEvents\":[]}".repeat(10_000);
         for gzip in [false, true] {
@@ -459,7 +453,7 @@ mod tests {
     #[test]
     fn refuses_symlinks() {
         let dir = std::env::temp_dir().join(format!("xtrace-out-test-{}", std::process::id()));
-        let dir = prepare(Some(&dir)).unwrap();
+        let dir = prepare(Some(&dir), false).unwrap();
         let elsewhere = dir.join("elsewhere");
         std::os::unix::fs::symlink(&elsewhere, dir.join("trace.json.partial")).unwrap();
         // The link planted since `prepare` is removed, not followed: a new file takes its name.

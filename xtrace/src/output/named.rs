@@ -71,7 +71,8 @@ pub fn write_path(path: &Path, bytes: &[u8]) -> Result<()> {
             } else {
                 dir
             };
-            let dir = Dir::open(dir, invoking_user()).map_err(failed)?;
+            // Of commands without -q.
+            let dir = Dir::open(dir, invoking_user(false)).map_err(failed)?;
             write(&dir, &name.to_string_lossy(), bytes).map_err(as_file)
         }
         _ => Err(Error::Usage(format!(

@@ -11,6 +11,7 @@ use super::{
     names::strip_args,
 };
 use crate::{
+    elf::debug_file::DebugDirs,
     error::{Error, Result},
     target::TargetFile,
 };
@@ -20,19 +21,36 @@ mod cxxfilt_tests;
 mod read;
 
 /// Symbols of the files read so far, by device and inode: a file that several processes map (or
-/// that two probe families need) is read once.
+/// that two probe families need) is read once. Stripped files' debug files are looked for in
+/// `dirs`.
 #[derive(Default)]
 pub struct SymbolCache {
     files: HashMap<(u64, u64), ElfSymbols>,
+    dirs: DebugDirs,
 }
 
 impl SymbolCache {
+    pub fn new(dirs: DebugDirs) -> Self {
+        SymbolCache {
+            files: HashMap::new(),
+            dirs,
+        }
+    }
+
+    /// Where debug files are looked for.
+    pub fn dirs(&self) -> &DebugDirs {
+        &self.dirs
+    }
+
     /// The symbols of `file`, and whether this is the first time it was asked for.
     pub fn get(&mut self, file: &TargetFile) -> Result<(&ElfSymbols, bool)> {
         let meta = target_metadata(&file.open, &file.shown)?;
         match self.files.entry((meta.dev(), meta.ino())) {
             Entry::Occupied(known) => Ok((known.into_mut(), false)),
-            Entry::Vacant(new) => Ok((new.insert(ElfSymbols::read(&file.open, &file.shown)?), true)),
+            Entry::Vacant(new) => Ok((
+                new.insert(ElfSymbols::read(&file.open, &file.shown, &self.dirs)?),
+                true,
+            )),
         }
     }
 }

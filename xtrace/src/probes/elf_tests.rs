@@ -19,7 +19,7 @@ fn damaged_sizes_are_no_sizes() {
 #[test]
 fn versioned_functions_are_named_apart() {
     let libc = std::path::PathBuf::from(crate::test_libc());
-    let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
+    let symbols = super::ElfSymbols::read(&libc, &libc, &Default::default()).unwrap();
     let plain = symbols.find("realpath").unwrap();
     assert_eq!(plain.len(), 1, "{plain:?}");
     assert_eq!(plain[0].name, "realpath");
@@ -34,7 +34,7 @@ fn versioned_functions_are_named_apart() {
 #[test]
 fn local_functions_know_their_source_file() {
     let libc = std::path::PathBuf::from(crate::test_libc());
-    let symbols = super::ElfSymbols::read(&libc, &libc).unwrap();
+    let symbols = super::ElfSymbols::read(&libc, &libc, &Default::default()).unwrap();
     let found = symbols.find("free_mem").unwrap();
     let units: std::collections::BTreeSet<&str> = found.iter().filter_map(|f| f.unit.as_deref()).collect();
     assert!(found.len() > 1 && units.len() == found.len(), "{found:?}");
@@ -62,7 +62,7 @@ pub extern "C" fn xtrace_elf_test_function(x: u64) -> u64 {
 
 fn own() -> ElfSymbols {
     let exe = std::env::current_exe().unwrap();
-    ElfSymbols::read(&exe, &exe).unwrap()
+    ElfSymbols::read(&exe, &exe, &Default::default()).unwrap()
 }
 
 #[test]
@@ -95,18 +95,18 @@ fn rejects_non_elf_and_directories() {
     let text = dir.join("text");
     std::fs::write(&text, "hello").unwrap();
     assert!(matches!(
-        ElfSymbols::read(&text, &text),
+        ElfSymbols::read(&text, &text, &Default::default()),
         Err(Error::NotElf { .. })
     ));
     let truncated = dir.join("truncated");
     let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
     std::fs::write(&truncated, &exe[..100]).unwrap();
     assert!(matches!(
-        ElfSymbols::read(&truncated, &truncated),
+        ElfSymbols::read(&truncated, &truncated, &Default::default()),
         Err(Error::NotElf { .. })
     ));
     assert!(matches!(
-        ElfSymbols::read(&dir, &dir),
+        ElfSymbols::read(&dir, &dir, &Default::default()),
         Err(Error::NotAFile {
             what: "directory",
             ..
@@ -121,6 +121,6 @@ fn tells_code_that_throws_from_c_with_exception_tables() {
     // cancellation, with C's personality routine.
     assert!(own().cxx_exceptions);
     let libc = PathBuf::from(crate::test_libc());
-    let symbols = ElfSymbols::read(&libc, &libc).unwrap();
+    let symbols = ElfSymbols::read(&libc, &libc, &Default::default()).unwrap();
     assert!(!symbols.cxx_exceptions, "{}", libc.display());
 }

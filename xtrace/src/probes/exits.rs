@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn finds_the_rets_of_own_code() {
         let exe = std::env::current_exe().unwrap();
-        let symbols = ElfSymbols::read(&exe, &exe).unwrap();
+        let symbols = ElfSymbols::read(&exe, &exe, &Default::default()).unwrap();
         let function = symbols
             .find("xtrace_exits_test_leaf")
             .unwrap()

@@ -362,7 +362,7 @@ mod tests {
     #[test]
     fn ifuncs_are_found_at_their_implementation() {
         let (libc, _) = own_libc();
-        let symbols = crate::probes::elf::ElfSymbols::read(&libc, &libc).unwrap();
+        let symbols = crate::probes::elf::ElfSymbols::read(&libc, &libc, &Default::default()).unwrap();
         let found = symbols.find("strlen").unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
         let Ifunc::Resolved { resolver } = found[0].ifunc else {

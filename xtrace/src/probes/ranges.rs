@@ -87,17 +87,21 @@ pub fn is_tool(path: &std::path::Path) -> bool {
 ///
 /// With NVTX wanted, a process that maps libnvToolsExt and does not send its NVTX calls to the
 /// tool library gets probes on libnvToolsExt's functions (`probes::nvtx`) as well.
-pub fn plan(plan: &mut Plan, scopes: &[Scope], wanted: Wanted, required: bool) -> Result<bool> {
+pub fn plan(
+    plan: &mut Plan,
+    (scopes, elves): (&[Scope], &mut SymbolCache),
+    wanted: Wanted,
+    required: bool,
+) -> Result<bool> {
     let mut files: Vec<PathBuf> = Vec::new();
     let mut v2_found = 0;
-    let mut elves = SymbolCache::default();
     for (index, scope) in scopes.iter().enumerate() {
         // The tool libraries a process maps (and its libnvToolsExt), else the shipped one.
         let (found, v2): (Vec<PathBuf>, usize) = match scope {
             Scope::Process(p) => {
                 let mapped = p.mapped_files()?;
                 let v2 = if wanted.nvtx {
-                    nvtx::plan(plan, &mut elves, p, &mapped, index)?
+                    nvtx::plan(plan, elves, p, &mapped, index)?
                 } else {
                     0
                 };

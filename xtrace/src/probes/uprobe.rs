@@ -23,6 +23,7 @@ use super::{
     ProbeInfo,
 };
 use crate::{
+    elf::debug_file::DebugDirs,
     error::{Error, Result},
     probes::Capture,
     target::{library_from_cache, Process, TargetFile},
@@ -148,12 +149,11 @@ type Planned = (u32, u64, Option<Vec<ExitSite>>);
 /// entries are probed, `exits` how returns are.
 pub fn plan(
     specs: &[UprobeSpec],
-    scopes: &[Scope],
+    (scopes, elves): (&[Scope], &mut SymbolCache),
     max_probes: usize,
     (entries, exits): (EntryMode, ExitMode),
 ) -> Result<Plan> {
     let mut plan = Plan::default();
-    let mut elves = SymbolCache::default();
     let mut in_process = InProcess::default();
     let mut entry_sites = EntrySites::default();
     // Each probe's function, by probe id: its symbol's file offset and compile unit.
@@ -411,9 +411,9 @@ fn new_probe(
 }
 
 /// The file `spec` names in `scope` and its function symbols (what `xtrace list symbols` shows).
-pub fn symbols_for(spec: &UprobeSpec, scope: &Scope) -> Result<(TargetFile, ElfSymbols)> {
+pub fn symbols_for(spec: &UprobeSpec, scope: &Scope, dirs: &DebugDirs) -> Result<(TargetFile, ElfSymbols)> {
     let file = scope.resolve(&spec.target)?;
-    let symbols = ElfSymbols::read(&file.open, &file.shown)?;
+    let symbols = ElfSymbols::read(&file.open, &file.shown, dirs)?;
     Ok((file, symbols))
 }
 

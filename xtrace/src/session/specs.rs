@@ -3,8 +3,10 @@
 use super::config::Config;
 use crate::{
     cuda,
+    elf::debug_file::DebugDirs,
     error::Result,
     probes::{
+        elf::SymbolCache,
         entry::EntryMode,
         exits::ExitMode,
         glob,
@@ -44,6 +46,8 @@ pub(super) struct Specs {
     pub(super) usdt: Vec<UsdtSpec>,
     pub(super) cuda: CudaMode,
     pub(super) ranges: RangeMode,
+    /// `--debug-dir`, then the default directories.
+    pub(super) debug_dirs: DebugDirs,
 }
 
 impl Specs {
@@ -51,6 +55,7 @@ impl Specs {
         let no_probes = config.uprobes.is_empty() && config.usdt.is_empty();
         let by_pid = !config.pids().is_empty();
         Ok(Specs {
+            debug_dirs: DebugDirs::new(config.debug_dirs.clone()),
             exits: config.exits,
             entries: config.entry,
             uprobes: config
@@ -97,21 +102,25 @@ impl Specs {
     }
 
     pub(super) fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
+        // One read of each file for every probe family.
+        let mut elves = SymbolCache::new(self.debug_dirs.clone());
+        let elves = &mut elves;
         // A function or probe matched by several specs takes the first one's value types: exact
         // names go before globs, so `-u 'f*' -u 'f(i32)'` captures f's argument.
         let mut uprobes = self.uprobes.clone();
         uprobes.sort_by_key(|s| glob::is_glob(&s.symbol));
         let mut usdt = self.usdt.clone();
         usdt.sort_by_key(|s| glob::is_glob(&s.provider) || glob::is_glob(&s.name));
-        let mut plan = uprobe::plan(&uprobes, scopes, max_probes, (self.entries, self.exits))?;
+        let mut plan = uprobe::plan(&uprobes, (scopes, elves), max_probes, (self.entries, self.exits))?;
         usdt::plan::plan(&mut plan, &usdt, scopes)?;
         if self.cuda != CudaMode::Off {
             // With --cuda, libraries loaded later are watched for (not system-wide: every process
             // that maps a library planned now is traced anyway).
             let system_wide = scopes.iter().any(|s| matches!(s, Scope::SystemWide));
-            let watching =
-                self.cuda == CudaMode::On && !system_wide && cuda::late::plan_watch(&mut plan, scopes)?;
-            let found = cuda::plan::plan(&mut plan, scopes, self.cuda == CudaMode::On && !watching)?;
+            let watching = self.cuda == CudaMode::On
+                && !system_wide
+                && cuda::late::plan_watch(&mut plan, scopes, elves)?;
+            let found = cuda::plan::plan(&mut plan, (scopes, elves), self.cuda == CudaMode::On && !watching)?;
             if watching && found == 0 {
                 plan.notices.push(
                     "--cuda: no CUDA library is loaded yet; xtrace attaches to libcudart/libcuda \
@@ -123,12 +132,12 @@ impl Specs {
         match self.ranges {
             RangeMode::Off => {}
             RangeMode::On(wanted) => {
-                ranges::plan(&mut plan, scopes, wanted, true)?;
+                ranges::plan(&mut plan, (scopes, elves), wanted, true)?;
                 plan.ranges = Some(wanted);
             }
             // Auto means --pid: scopes are processes, planned only where one maps the library.
             RangeMode::Auto => {
-                if ranges::plan(&mut plan, scopes, Wanted::ALL, false)? {
+                if ranges::plan(&mut plan, (scopes, elves), Wanted::ALL, false)? {
                     plan.ranges = Some(Wanted::ALL);
                 }
             }

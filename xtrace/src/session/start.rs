@@ -25,6 +25,7 @@ use crate::{
         calls::Calls,
         nvml::{self, GpuMetrics},
     },
+    elf::debug_file::DebugDirs,
     error::{Error, Result},
     image::{sideband::Sideband, Images, Watched},
     launch::LAUNCHER_THREAD,
@@ -129,7 +130,11 @@ impl<'a> Prepared<'a> {
         let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);
         let infos = target_infos(&targets);
         // Before the notice too: the pipeline reads the targets' mappings (strings in them).
-        let images = images(sideband, follow.is_some(), &targets);
+        let images = images(
+            Images::new(DebugDirs::new(config.debug_dirs.clone())),
+            sideband,
+            (follow.is_some(), &targets),
+        );
         let mut samples = Samples::default();
         samples.probed = sampling.is_some() && kernel.attached.uprobes > 0;
         let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
@@ -391,8 +396,7 @@ fn setup(
 
 /// What the traced processes had mapped, watched through the side band when it was opened
 /// (sampling, CUDA): a launched command from its exec, each --pid process from what it maps now.
-fn images(sideband: Option<Sideband>, follow: bool, targets: &Targets) -> Images {
-    let mut images = Images::default();
+fn images(mut images: Images, sideband: Option<Sideband>, (follow, targets): (bool, &Targets)) -> Images {
     if let Some(sideband) = sideband {
         images.watch(sideband, Watched::of(targets.pids(), follow));
         match targets {

@@ -82,7 +82,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
                 }
             }
             let plan = specs.plan(&[Scope::SystemWide], config.max_probes)?;
-            let out = output::prepare(config.output.as_deref())?;
+            let out = output::prepare(config.output.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::SystemWide,
                 plan,
@@ -101,7 +101,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
             }
             let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
             let plan = specs.plan(&scopes, config.max_probes)?;
-            let out = output::prepare(config.output.as_deref())?;
+            let out = output::prepare(config.output.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::Pids(processes),
                 plan,
@@ -112,7 +112,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
             let program = Program::open(&resolve_command(&argv[0])?)?;
             let mut plan = specs.plan(&[Scope::Command(&program)], config.max_probes)?;
             let env = specs.launch_env(&mut plan.notices);
-            let out = output::prepare(config.output.as_deref())?;
+            let out = output::prepare(config.output.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::Launched(Launch::start(program, argv, &env)?),
                 plan,

@@ -68,7 +68,7 @@ fn demangled_names_are_cxxfilts() {
         if !present(Path::new(library).exists(), library) {
             continue;
         }
-        let symbols = ElfSymbols::read(Path::new(library), Path::new(library)).unwrap();
+        let symbols = ElfSymbols::read(Path::new(library), Path::new(library), &Default::default()).unwrap();
         let names: BTreeMap<&str, &str> = symbols
             .functions
             .iter()

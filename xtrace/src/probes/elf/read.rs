@@ -17,9 +17,10 @@ use crate::{
 };
 
 impl ElfSymbols {
-    /// Reads the function symbols of `path`. `shown` is the path to name in errors (the file may be
-    /// opened through /proc/PID/root or /proc/PID/exe).
-    pub fn read(path: &Path, shown: &Path) -> Result<Self> {
+    /// Reads the function symbols of `path`, from its debug file in `dirs` too when it is stripped.
+    /// `shown` is the path to name in errors (the file may be opened through /proc/PID/root or
+    /// /proc/PID/exe).
+    pub fn read(path: &Path, shown: &Path, dirs: &crate::elf::debug_file::DebugDirs) -> Result<Self> {
         let meta = target_metadata(path, shown)?;
         let data = std::fs::read(path).map_err(|e| Error::Unreadable {
             path: shown.to_path_buf(),
@@ -31,7 +32,7 @@ impl ElfSymbols {
         // addresses are the file's, its sections hold no code (the file's own give offsets and
         // bytes).
         let mut debug = if file.symbols().next().is_none() {
-            crate::elf::debug_file::find(path, shown, &file)
+            crate::elf::debug_file::find(path, shown, &file, dirs)
         } else {
             crate::elf::debug_file::Search::default()
         };
