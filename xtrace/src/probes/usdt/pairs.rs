@@ -64,12 +64,14 @@ fn pair(plan: &mut Plan, name: String, begin: u32, ends: &[(u32, Option<String>)
 
 /// Pairs the probes of each `-U PROVIDER:BEGIN..END[|END...]`, per file and provider: its spans
 /// are named `provider:` and [`Pairing::span_name`](super::spec::Pairing::span_name). A pairing
-/// with several ends has each record its name. A probe paired already stays as it is.
+/// with several ends has each record its name. A probe paired already stays as it is, and a
+/// pairing left with nothing to pair says so in a notice.
 pub fn pair_named(plan: &mut Plan, specs: &[UsdtSpec]) {
     for spec in specs {
         let Some(pairing) = &spec.pair else {
             continue;
         };
+        let spans = plan.probes.len();
         let instants = instants(plan);
         let begins: Vec<u32> = instants
             .iter()
@@ -98,6 +100,12 @@ pub fn pair_named(plan: &mut Plan, specs: &[UsdtSpec]) {
             if !ends.is_empty() {
                 pair(plan, format!("{provider}:{}", pairing.span_name()), begin, &ends);
             }
+        }
+        if plan.probes.len() == spans {
+            plan.notices.push(format!(
+                "-U '{}': its probes are paired by an earlier -U already; it adds no spans",
+                spec.text
+            ));
         }
     }
 }
@@ -240,6 +248,23 @@ mod tests {
                 (Role::End { span: 4 }, None),
                 (Role::Begin { span: 5 }, None),
                 (Role::End { span: 5 }, None),
+            ]
+        );
+    }
+
+    /// A pairing whose probes an earlier one took pairs nothing, and says so.
+    #[test]
+    fn a_pairing_left_with_nothing_says_so() {
+        let mut p = plan(&["pg:txn__start", "pg:txn__commit", "pg:txn__abort"]);
+        let first = UsdtSpec::parse("pg:txn__start..txn__commit").unwrap();
+        let second = UsdtSpec::parse("pg:txn__start..txn__abort").unwrap();
+        pair_named(&mut p, &[first, second]);
+        assert_eq!(paired(&p, 3).1, ["pg:txn"]);
+        assert_eq!(
+            p.notices,
+            [
+                "-U 'pg:txn__start..txn__abort': its probes are paired by an earlier -U already; it adds \
+              no spans"
             ]
         );
     }
