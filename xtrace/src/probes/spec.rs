@@ -166,23 +166,20 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
     let types = "types are u8 u16 u32 u64 i8 i16 i32 i64 ptr str str:N";
     let mut name = text.trim_end();
     let mut ret = None;
-    if let Some(arrow) = name.rfind("->") {
+    // `operator->` is part of a C++ name, not a return type.
+    if let Some(arrow) = return_arrow(name) {
         let word = name[arrow + 2..].trim();
-        // `operator->` is part of a C++ name, not a return type.
-        if !name[..arrow].ends_with("operator") {
-            let at = arrow + 2 + (name[arrow + 2..].len() - name[arrow + 2..].trim_start().len());
-            if word.starts_with("str:") {
-                return Err((
-                    at,
-                    "a return value is read as `str` (63 bytes), not `str:N`".into(),
-                ));
-            }
-            ret = Some(
-                ArgType::parse(word)
-                    .ok_or_else(|| (at, format!("unknown return type `{word}` ({types})")))?,
-            );
-            name = name[..arrow].trim_end();
+        let at = arrow + 2 + (name[arrow + 2..].len() - name[arrow + 2..].trim_start().len());
+        if word.starts_with("str:") {
+            return Err((
+                at,
+                "a return value is read as `str` (63 bytes), not `str:N`".into(),
+            ));
         }
+        ret = Some(
+            ArgType::parse(word).ok_or_else(|| (at, format!("unknown return type `{word}` ({types})")))?,
+        );
+        name = name[..arrow].trim_end();
     }
     // Parentheses that do not pair around type words: a mistyped argument list, not a name.
     let (opens, closes) = (name.matches('(').count(), name.matches(')').count());
@@ -233,9 +230,10 @@ fn split_types(text: &str) -> std::result::Result<Split<'_>, (usize, String)> {
     Ok((name, args, ret))
 }
 
-/// The last `:` that is not half of a `::` and not inside a bracketed or parenthesised group (a
-/// demangled name's `[abi:cxx11]`, an argument list's `str:N`; a `[` that no `]` closes, as a directory may be named, opens none): where
-/// TARGET ends.
+/// The last `:` that is not half of a `::`, not inside a bracketed or parenthesised group (a
+/// demangled name's `[abi:cxx11]`, an argument list's `str:N`) and not after the return arrow
+/// (`-> str:N`): where TARGET ends. A `[` that no `]` closes, as a directory may be named, opens
+/// no group; a `(` that no `)` closes opens one to the end unless a `/` follows it (a path).
 fn last_single_colon(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     // Where each closed group lies: each `]` closes the latest `[` still open.
@@ -247,12 +245,24 @@ fn last_single_colon(text: &str) -> Option<usize> {
             _ => {}
         }
     }
-    (0..bytes.len()).rev().find(|&i| {
+    let unclosed = open
+        .iter()
+        .find(|&&at| bytes[at] == b'(' && !text[at..].contains('/'));
+    groups.extend(unclosed.map(|&at| at..bytes.len()));
+    let end = return_arrow(text).unwrap_or(bytes.len());
+    (0..end).rev().find(|&i| {
         bytes[i] == b':'
             && (i == 0 || bytes[i - 1] != b':')
             && bytes.get(i + 1).is_none_or(|&next| next != b':')
             && !groups.iter().any(|g| g.contains(&i))
     })
+}
+
+/// Where the return arrow (`-> TYPE`) starts: the last `->` that is not C++'s `operator->` and
+/// that no `/` follows (then it is part of a path).
+fn return_arrow(text: &str) -> Option<usize> {
+    let arrow = text.rfind("->")?;
+    (!text[..arrow].ends_with("operator") && !text[arrow..].contains('/')).then_some(arrow)
 }
 
 #[cfg(test)]
@@ -379,6 +389,55 @@ mod tests {
         }
         // Without type words they are part of a name, as C++ names may have them.
         assert_eq!(UprobeSpec::parse("ns::f(").unwrap().symbol, "ns::f(");
+    }
+
+    /// A `:` after the return arrow or inside an argument list is never where TARGET ends:
+    /// `-> str:N` is refused for what it is, at its column, whatever comes before it.
+    #[test]
+    fn colons_after_the_arrow_or_in_parentheses_are_not_the_target() {
+        let message = |text: &str| UprobeSpec::parse(text).unwrap_err().to_string();
+        for (text, column) in [
+            ("f -> str:9", 6),
+            ("libc:f -> str:9", 11),
+            ("./app:f(str:200) -> str:9", 21),
+            ("ns::f->str:4096", 8),
+        ] {
+            assert_eq!(
+                message(text),
+                format!(
+                    "invalid probe `{text}`: a return value is read as `str` (63 bytes), not \
+                     `str:N` at column {column}"
+                )
+            );
+        }
+        let spec = parse("libc:f(str:9) -> str");
+        assert_eq!(spec.target, TargetSpec::Library("libc".into()));
+        assert_eq!(
+            (spec.args, spec.ret),
+            (vec![ArgType::StrN(9)], Some(ArgType::Str))
+        );
+        // An argument list that is not closed is said to be, not split at its `str:N`.
+        assert!(
+            message("f(str:9").contains("`(` is not closed"),
+            "{}",
+            message("f(str:9")
+        );
+        assert!(message("libc:f(i32, str:9").contains("column 7"));
+        // A `->` or `(` in a path is the path's.
+        let odd = parse("./a->b/prog:f");
+        assert_eq!(
+            (odd.target, odd.symbol.as_str()),
+            (TargetSpec::Path("./a->b/prog".into()), "f")
+        );
+        let odd = parse("./x(/prog:f(str:9)");
+        assert_eq!(
+            (odd.target, odd.args),
+            (TargetSpec::Path("./x(/prog".into()), vec![ArgType::StrN(9)])
+        );
+        assert_eq!(
+            parse("./app:ns::Ptr::operator->()").symbol,
+            "ns::Ptr::operator->()"
+        );
     }
 
     #[test]
