@@ -1,14 +1,15 @@
 //! String arguments: `-u 'strfn(i64, i32, str)'` on the `calls` fixture, whose modes pass strfn(K,
 //! -K, S) a string the kernel program's read cannot always reach (see calls.c): a literal in
-//! `.rodata` on a page not touched before the first call (read from the executable's file), and
-//! strings longer than the 63 bytes a plain `str` keeps (`str:N`).
+//! `.rodata` on a page not touched before the first call (read from the executable's file), one
+//! in a private file mapping not touched either (read by the sleepable entry program, which can
+//! fault the page in), and strings longer than the 63 bytes a plain `str` keeps (`str:N`).
 
 use serde_json::{json, Value};
 use xtrace_tests::{
     fixtures::fixtures,
     output::{u64_field, Outputs},
     require_bpf,
-    run::trace_new_fixture,
+    run::{trace_fixture_with, trace_new_fixture},
 };
 
 /// strfn's spans in call order, with exactly `calls` of them.
@@ -51,6 +52,84 @@ fn a_cold_rodata_string_is_read_at_its_first_call() {
         values["top"],
         json!([{"value": "cold literal in .rodata", "count": 7}])
     );
+}
+
+/// A string in a MAP_PRIVATE read-write file mapping that nothing touched before strfn's first
+/// call: its page is not mapped in, and as the mapping is writable its bytes need not be the
+/// file's, so only a read that faults the page in can reach it. The sleepable entry program
+/// (`span_enter_s`) does, at the first call: all 7 calls have it, as a `str` (in the arguments'
+/// record) and as a `str:100` (a long string record, read in task storage), with uprobe_multi
+/// links and with perf-event uprobes, and none is unreadable.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_private_mapping_string_is_read_at_its_first_call() {
+    if !require_bpf() {
+        return;
+    }
+    for (ty, mechanism) in [
+        ("str", "uprobe_multi"),
+        ("str:100", "uprobe_multi"),
+        ("str", "perf_event"),
+        ("str:100", "perf_event"),
+    ] {
+        let spec = format!("strfn(i64, i32, {ty})");
+        let env = [("XTRACE_UPROBE_ATTACH", mechanism)];
+        let (out, finished) = trace_privmap(&spec, &env);
+        let warned = finished.stderr.iter().any(|l| l.contains("sleepable"));
+        assert!(!warned, "{spec} {mechanism}: {:?}", finished.stderr);
+        assert_strfn_args(&out, &["private mapping text"; 7]);
+        assert_eq!(
+            u64_field(&out.summary, "unreadable_strings"),
+            0,
+            "{spec} {mechanism}"
+        );
+        let values = &out.probe("strfn")["values"][2];
+        assert_eq!(
+            values["top"],
+            json!([{"value": "private mapping text", "count": 7}])
+        );
+    }
+}
+
+/// `XTRACE_SLEEPABLE_STRINGS=0` keeps string probes on the non-sleepable entry program, as on a
+/// kernel without sleepable uprobes, and says so in one line: the first call's string is `null`
+/// and counted unreadable; the later ones, on the page strfn faulted in, are read.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn without_sleepable_entries_an_untouched_private_mapping_is_unreadable() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished) = trace_privmap("strfn(i64, i32, str)", &[("XTRACE_SLEEPABLE_STRINGS", "0")]);
+    let said: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.contains("XTRACE_SLEEPABLE_STRINGS=0"))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "xtrace: warning: XTRACE_SLEEPABLE_STRINGS=0: a string argument on a page the process has \
+          not touched yet is read from its file where that is a read-only file mapping, and is null \
+          otherwise"
+        ]
+    );
+    let spans = strfn_spans(&out, 7);
+    assert_eq!(spans[0]["args"]["arg2"], Value::Null);
+    for span in &spans[1..] {
+        assert_eq!(span["args"]["arg2"], "private mapping text");
+    }
+    assert_eq!(u64_field(&out.summary, "unreadable_strings"), 1);
+}
+
+/// The `privmap` mode traced with `spec` and xtrace's extra environment `env`.
+fn trace_privmap(spec: &str, env: &[(&str, &str)]) -> (Outputs, xtrace_tests::run::Finished) {
+    let mut fixture = xtrace_tests::fixtures::Fixture::spawn(&fixtures().calls, &["privmap"]);
+    fixture.wait_ready();
+    let tmp = xtrace_tests::TempDir::new("str-privmap");
+    let out = tmp.join("out");
+    let finished = trace_fixture_with(&mut fixture, xtrace_tests::args!["-u", spec], env, &out);
+    (Outputs::read(&out), finished)
 }
 
 /// A 150-byte string: `str:200` reads it whole, `str:100` its first 100 bytes, and a plain `str`

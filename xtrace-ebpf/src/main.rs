@@ -12,6 +12,7 @@ mod long_str;
 mod maps;
 mod regs;
 mod sample;
+mod strings;
 mod task_storage;
 mod uprobe;
 mod usdt;

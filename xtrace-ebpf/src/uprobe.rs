@@ -11,7 +11,7 @@ use core::ptr;
 use aya_ebpf::{
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_user, bpf_probe_read_user_buf, bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user, bpf_probe_read_user_buf,
     },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -19,7 +19,7 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     event::{
-        ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN, ARG_STR_LEN,
+        ArgsEvent, EventHeader, OutEvent, SpanEvent, SpanStrEvent, ThreadEvent, ARG_BLOCK_LEN,
         ENTRY_EXITS_PROBED, ENTRY_GO, ENTRY_GO_STACK_CHECK, EXIT_GO, EXIT_RETURN, EXIT_TAIL_CALL,
         JBE_TAKEN_FLAGS, KIND_ARGS, KIND_OUT, KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, MAX_ARGS,
         MAX_STACK_ARGS,
@@ -34,10 +34,22 @@ use crate::maps::{
     STACKS,
 };
 use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_r9, user_si, user_sp};
+use crate::strings::{read_c_string, read_counted};
 
 #[uprobe]
 pub fn span_enter(ctx: ProbeContext) -> u32 {
-    match try_span_enter(&ctx) {
+    match try_span_enter::<false>(&ctx) {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// `span_enter` as a sleepable program (Linux 6.0+), attached instead of it for probes whose spec
+/// reads a string argument: its string reads can fault in pages the process has not touched yet
+/// (see `crate::strings`). It may be preempted, so it keeps nothing per CPU between helper calls
+/// (its long strings are read in task storage: `crate::long_str`).
+#[uprobe(sleepable)]
+pub fn span_enter_s(ctx: ProbeContext) -> u32 {
+    match try_span_enter::<true>(&ctx) {
         Ok(r) | Err(r) => r,
     }
 }
@@ -67,7 +79,7 @@ pub fn span_ret(ctx: ProbeContext) -> u32 {
     }
 }
 
-fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
+fn try_span_enter<const SLEEPABLE: bool>(ctx: &ProbeContext) -> Result<u32, u32> {
     let now = unsafe { bpf_ktime_get_ns() };
     if !current_thread_traced() {
         return Ok(0); // --tid: another thread; without an entry its return is ignored too
@@ -138,7 +150,7 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
     stack.depth = (depth + 1) as u32;
     if args_enabled() {
         let g = running.map_or(0, |(goroutine, _)| goroutine[1]);
-        write_args(ctx, key, probe_id, now, (depth as u8, g), sp);
+        write_args::<SLEEPABLE>(ctx, key, probe_id, now, (depth as u8, g), sp);
     }
     Ok(0)
 }
@@ -146,7 +158,7 @@ fn try_span_enter(ctx: &ProbeContext) -> Result<u32, u32> {
 /// Writes the `ArgsEvent` of a call whose probe captures arguments. `sp` is the user stack
 /// pointer at entry, at the return address: the stack arguments follow it.
 #[inline(always)]
-fn write_args(
+fn write_args<const SLEEPABLE: bool>(
     ctx: &ProbeContext,
     pid_tgid: u64,
     probe_id: u32,
@@ -171,7 +183,7 @@ fn write_args(
             ctx.arg(5).unwrap_or(0),
         ];
         // Before the ArgsEvent, which user space renders as soon as it reads it.
-        crate::long_str::write_long_strings(&regs, pid_tgid, probe_id, now, spec);
+        crate::long_str::write_long_strings::<SLEEPABLE>(&regs, pid_tgid, probe_id, now, spec);
     }
     let Some(mut entry) = reserve::<ArgsEvent>() else {
         return;
@@ -216,9 +228,10 @@ fn write_args(
             let value = regs[i];
             (*event).args[i] = value;
             if spec & args::string(i) != 0 && go {
-                (*event).str_len[i] = read_counted(value, lengths[i], &mut (*event).strings[i]);
+                (*event).str_len[i] = read_counted::<SLEEPABLE>(value, lengths[i], &mut (*event).strings[i]);
             } else if spec & args::string(i) != 0 {
-                (*event).str_len[i] = read_c_string(value as *const u8, &mut (*event).strings[i]);
+                (*event).str_len[i] =
+                    read_c_string::<SLEEPABLE>(value as *const u8, &mut (*event).strings[i]);
             } else if spec & args::block(i) != 0 {
                 let dst = &mut (&mut (*event).strings[i])[..ARG_BLOCK_LEN];
                 if bpf_probe_read_user_buf(value as *const u8, dst).is_ok() {
@@ -248,32 +261,6 @@ fn write_args(
 
 /// Every `args::string` bit.
 const STRING_MASK: u32 = 0b11_1111 << 8;
-
-/// Reads the NUL-terminated string at `ptr` into `dst`, cut to 63 bytes; returns the bytes kept
-/// with the NUL, or 0 when unreadable.
-#[inline(always)]
-pub fn read_c_string(ptr: *const u8, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
-    // SAFETY: the helper checks the user address and writes at most `dst.len()` bytes.
-    match unsafe { bpf_probe_read_user_str_bytes(ptr, dst) } {
-        // The helper's count includes the NUL; the slice it returns does not.
-        Ok(read) => (read.len() + 1).min(ARG_STR_LEN) as u8,
-        Err(_) => 0,
-    }
-}
-
-/// Reads the string of `len` bytes at `ptr` (a Go string, which no NUL ends) into `dst`, cut to
-/// 63 bytes, and ends it with a NUL; returns the bytes kept with the NUL, as the string reads of
-/// C strings count them, or 0 when unreadable.
-#[inline(always)]
-fn read_counted(ptr: u64, len: u64, dst: &mut [u8; ARG_STR_LEN]) -> u8 {
-    let n = (len as usize).min(ARG_STR_LEN - 1);
-    // SAFETY: a checked read of user memory into `dst`.
-    if n > 0 && unsafe { bpf_probe_read_user_buf(ptr as *const u8, &mut dst[..n]) }.is_err() {
-        return 0;
-    }
-    dst[n] = 0;
-    (n + 1) as u8
-}
 
 /// The `OUT_PTRS` key of the call at `depth` on thread `pid_tgid`.
 #[inline(always)]
@@ -310,9 +297,12 @@ fn write_span_str(span: SpanEvent, go_len: Option<u64>) {
         if span.exit == EXIT_TAIL_CALL {
             // No return value yet.
         } else if let Some(len) = go_len {
-            (*event).str_len = u32::from(read_counted(span.ret, len, &mut (*event).string));
+            (*event).str_len = u32::from(read_counted::<false>(span.ret, len, &mut (*event).string));
         } else {
-            (*event).str_len = u32::from(read_c_string(span.ret as *const u8, &mut (*event).string));
+            (*event).str_len = u32::from(read_c_string::<false>(
+                span.ret as *const u8,
+                &mut (*event).string,
+            ));
         }
     }
     entry.submit(submit_flags());

@@ -161,7 +161,7 @@ fn send_with_strings<const SLOTS: usize>(hit: &Hit) {
             (*record).str_len[i] = if site.args[i].string == string_kind::RAW {
                 read_raw(pointer, dst)
             } else {
-                crate::uprobe::read_c_string(pointer, dst)
+                crate::strings::read_c_string::<false>(pointer, dst)
             };
         }
     }

@@ -12,7 +12,7 @@ use super::{
 };
 
 /// `BPF_F_SLEEPABLE`: the program may sleep (fault pages in) while it runs.
-const BPF_F_SLEEPABLE: u32 = 1 << 4;
+pub const BPF_F_SLEEPABLE: u32 = 1 << 4;
 
 /// What one probe found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,4 +110,30 @@ pub fn btf_tracepoints(btf: Option<&KernelBtf>) -> Answer {
 pub fn sleepable_uprobes() -> Answer {
     let loaded = load(bpf_prog_type::BPF_PROG_TYPE_KPROBE, 0, BPF_F_SLEEPABLE, 0);
     Answer::of(loaded.map(drop))
+}
+
+/// The environment variable that keeps string-reading probes on the non-sleepable entry program
+/// when set to 0 (for kernels whose sleepable uprobes misbehave, and for measuring).
+pub const SLEEPABLE_ENV: &str = "XTRACE_SLEEPABLE_STRINGS";
+
+/// Why the string-reading probes' entry program is not the sleepable one (`span_enter_s`) in this
+/// process, one line; None when it is. Asked once per process: `XTRACE_SLEEPABLE_STRINGS=0`, then
+/// the kernel ([`sleepable_uprobes`]).
+pub fn no_sleepable_entries() -> Option<&'static str> {
+    static ANSWER: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        if std::env::var(SLEEPABLE_ENV).is_ok_and(|v| v == "0") {
+            Some("XTRACE_SLEEPABLE_STRINGS=0")
+        } else if sleepable_uprobes() != Answer::Yes {
+            Some("this kernel refuses sleepable uprobes (Linux 6.0+)")
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether the string-reading probes' entry program is the sleepable one (see
+/// [`no_sleepable_entries`]).
+pub fn sleepable_entries() -> bool {
+    no_sleepable_entries().is_none()
 }

@@ -94,7 +94,17 @@ pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
                 .get(*name)
                 .ok_or_else(|| invalid(format!("program {name} is missing from the object")))?;
             let function = &obj.functions[&program.function_key()];
-            let fd = load_one(name, &function.instructions, &program.license)
+            // `#[uprobe(sleepable)]` programs (section `uprobe.s`) may fault pages in.
+            let sleepable = matches!(
+                program.section,
+                aya_obj::ProgramSection::UProbe { sleepable: true }
+            );
+            let flags = if sleepable {
+                super::features::BPF_F_SLEEPABLE
+            } else {
+                0
+            };
+            let fd = load_one(name, &function.instructions, &program.license, flags)
                 .map_err(|e| Error::io(format!("loading {name} for uprobe_multi links"), e))?;
             Ok(MultiProgram {
                 name: name.to_string(),
@@ -104,13 +114,20 @@ pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
         .collect()
 }
 
-/// `BPF_PROG_LOAD` of one kprobe-type program with the uprobe_multi expected attach type. On a
+/// `BPF_PROG_LOAD` of one kprobe-type program with the uprobe_multi expected attach type and
+/// `flags` (`BPF_F_SLEEPABLE`). On a
 /// verifier rejection the load is repeated with a log, whose last lines join the error. The
 /// verifier gives up with EAGAIN when a signal is pending (a SIGTERM during the load): the load
 /// is then repeated, the signal having been handled in between, and the session sees it once
 /// attached.
-fn load_one(name: &str, insns: &[aya_obj::generated::bpf_insn], license: &CString) -> io::Result<OwnedFd> {
+fn load_one(
+    name: &str,
+    insns: &[aya_obj::generated::bpf_insn],
+    license: &CString,
+    flags: u32,
+) -> io::Result<OwnedFd> {
     let mut attr = ProgLoadAttr {
+        prog_flags: flags,
         prog_type: bpf_prog_type::BPF_PROG_TYPE_KPROBE as u32,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,

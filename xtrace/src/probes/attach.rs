@@ -131,7 +131,7 @@ impl Attached {
         super::detach::close(&mut self);
         self.programs.clear();
         if self.mechanism == Mechanism::PerfEvent {
-            for name in ["span_enter", "span_exit", "span_ret", "usdt_hit"] {
+            for name in ["span_enter", "span_enter_s", "span_exit", "span_ret", "usdt_hit"] {
                 if let Ok(program) = program(ebpf, name) {
                     let _ = program.unload();
                 }
@@ -182,11 +182,23 @@ fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>
     groups
 }
 
-/// The groups span program `program` attaches to: every entry (`span_enter`), the returns of
-/// functions with return probes (`span_exit`), or the exit instructions of the others (`span_ret`).
-fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Group<'a>> {
+/// The entry program of attachment `a`: `span_enter_s`, sleepable, for a probe that reads a
+/// string argument where the kernel takes sleepable uprobes (its reads can fault pages in), else
+/// `span_enter`.
+fn entry_program(plan: &Plan, a: &Attachment) -> &'static str {
+    match plan.reads_strings(a.probe_id) && bpf::features::sleepable_entries() {
+        true => "span_enter_s",
+        false => "span_enter",
+    }
+}
+
+/// The groups span program `program` attaches to: the entries it takes (`span_enter`,
+/// `span_enter_s`: see [`entry_program`]), the returns of functions with return probes
+/// (`span_exit`), or the exit instructions of the others (`span_ret`).
+fn function_groups<'a>(program: &str, plan: &Plan, attachments: &'a [Attachment]) -> Vec<Group<'a>> {
+    let entries = attachments.iter().filter(|a| entry_program(plan, a) == program);
     match program {
-        "span_enter" => group(attachments.iter().map(|a| {
+        "span_enter" | "span_enter_s" => group(entries.map(|a| {
             let exits_probed = if a.exits.is_some() { ENTRY_EXITS_PROBED } else { 0 };
             let stack_check = if a.go_stack_check { ENTRY_GO_STACK_CHECK } else { 0 };
             // A Go function's return probe (`--exits uretprobe`) finds its call per thread.
@@ -216,7 +228,7 @@ fn function_groups<'a>(program: &str, attachments: &'a [Attachment]) -> Vec<Grou
 
 /// The span programs `attachments` need, exit probes first so that no entry is left without its
 /// exit.
-fn span_programs(attachments: &[Attachment]) -> Vec<&'static str> {
+fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
     let mut names = Vec::new();
     if attachments.iter().any(|a| a.exits.is_none()) {
         names.push("span_exit");
@@ -227,8 +239,10 @@ fn span_programs(attachments: &[Attachment]) -> Vec<&'static str> {
     {
         names.push("span_ret");
     }
-    if !attachments.is_empty() {
-        names.push("span_enter");
+    for entry in ["span_enter", "span_enter_s"] {
+        if attachments.iter().any(|a| entry_program(plan, a) == entry) {
+            names.push(entry);
+        }
     }
     names
 }
@@ -247,13 +261,13 @@ fn program_groups<'p>(name: &str, plan: &'p Plan) -> Vec<Group<'p>> {
     if name == "usdt_hit" {
         usdt_groups(plan)
     } else {
-        function_groups(name, &plan.attachments)
+        function_groups(name, plan, &plan.attachments)
     }
 }
 
 /// The programs a plan needs, exit probes first so that no entry is left without its exit.
 fn programs_for(plan: &Plan) -> Vec<&'static str> {
-    let mut names = span_programs(&plan.attachments);
+    let mut names = span_programs(plan, &plan.attachments);
     if !plan.usdt_sites.is_empty() {
         names.push("usdt_hit");
     }
@@ -414,7 +428,7 @@ fn attach_functions_perf_event(
 ) -> Result<usize> {
     let program = program(ebpf, name)?;
     let mut placed = 0;
-    for g in function_groups(name, attachments) {
+    for g in function_groups(name, plan, attachments) {
         let scope = match pids[g.scope] {
             Some(pid) => {
                 UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
@@ -486,7 +500,7 @@ pub fn attach_more(
     attachments: &[Attachment],
     pids: &[Option<u32>],
 ) -> Result<()> {
-    let names = span_programs(attachments);
+    let names = span_programs(plan, attachments);
     match attached.mechanism {
         Mechanism::UprobeMulti => {
             for name in &names {
@@ -500,7 +514,7 @@ pub fn attach_more(
                 let Some(program) = attached.programs.iter().find(|p| p.name() == *name) else {
                     continue;
                 };
-                for g in function_groups(name, attachments) {
+                for g in function_groups(name, plan, attachments) {
                     let pid = pids[g.scope];
                     let link =
                         link_group(program, &g, pid, false).map_err(|e| group_error(name, &g, pid, e))?;

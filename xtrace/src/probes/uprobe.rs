@@ -125,6 +125,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether probe `id`'s entry reads a string argument (`str`, `str:N`): where the kernel takes
+    /// sleepable uprobes its entry program is the sleepable one, whose reads can fault pages in.
+    pub fn reads_strings(&self, id: u32) -> bool {
+        self.probes
+            .get(id as usize)
+            .is_some_and(|p| p.capture.args.iter().any(|t| t.is_str()))
+    }
+
     /// The id of the probe at `probe`'s target and offset, adding `probe` the first time (then
     /// true).
     pub fn probe_at(&mut self, probe: ProbeInfo) -> (u32, bool) {

@@ -208,6 +208,15 @@ fn load_and_attach(
             cuda.names.prepare(pid);
         }
     }
+    if let (true, Some(why)) = (
+        plan.attachments.iter().any(|a| plan.reads_strings(a.probe_id)),
+        bpf::features::no_sleepable_entries(),
+    ) {
+        observer.warning(&format!(
+            "{why}: a string argument on a page the process has not touched yet is read from its \
+             file where that is a read-only file mapping, and is null otherwise"
+        ));
+    }
     let attached = attach::attach(&mut ebpf, plan, &targets.scope_pids()).map_err(|e| {
         // A process that exits while we attach makes the kernel refuse; say so plainly.
         match targets.exited_pid() {
