@@ -7,6 +7,8 @@
  *                  does (Ubuntu's default), then `nop`: the kernel single-steps `endbr64`;
  *   moved_site     stepped_site's `lea`, then a `nop`: xtrace moves its entry probe onto the
  *                  `nop` (--entry auto), as it does for about a third of libc's functions.
+ *   string_site    takes a pointer to a 150-byte string (the `strings` measurement reads it as
+ *                  `str` and `str:4096`); `hits call string_site N` calls it through a wrapper.
  * The bench checks both first instructions with objdump before trusting any number.
  *
  * Every mode waits for one line on stdin first, so a tracer can attach before the first call.
@@ -42,6 +44,18 @@ __attribute__((naked, noinline)) long moved_site(long x) {
     __asm__("lea 0x1(%rdi,%rdi,2), %rax\n\t"
             "nop\n\t"
             "ret");
+}
+
+/* The `string_site` workload's argument: "0123456789" 15 times. */
+static char text150[151];
+
+__attribute__((noinline)) long string_site(const char *s) {
+    __asm__ volatile("nop");
+    return (long)s[0] + 1;
+}
+
+__attribute__((noinline)) static long string_call(long x) {
+    return string_site(text150) + x;
 }
 
 static long (*site)(long);
@@ -104,6 +118,8 @@ int main(int argc, char **argv) {
         site = cet_site;
     else if (strcmp(argv[2], "moved_site") == 0)
         site = moved_site;
+    else if (strcmp(argv[2], "string_site") == 0)
+        site = string_call;
     else
         usage();
     int threads = 1;
@@ -124,6 +140,9 @@ int main(int argc, char **argv) {
     }
     if (threads < 1 || threads > 64 || calls_per_thread < 1)
         usage();
+
+    for (int i = 0; i < 150; i++)
+        text150[i] = (char)('0' + i % 10);
 
     char line[64];
     if (!fgets(line, sizeof line, stdin))

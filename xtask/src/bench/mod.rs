@@ -1,7 +1,7 @@
 //! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
-//! One module per measurement: per_hit, throughput, attach, sampling, rss. prep builds and installs what is needed; runs, bpftrace, tracer and
+//! One module per measurement: per_hit, throughput, attach, sampling, rss, ranges, strings. prep builds and installs what is needed; runs, bpftrace, tracer and
 //! workload run the processes; report holds the rows and writes the table and the JSON.
 mod attach;
 mod bpf_stats;
@@ -14,6 +14,7 @@ mod rss;
 mod runs;
 mod sampling;
 mod saturation;
+mod strings;
 mod throughput;
 mod tracer;
 mod workload;
@@ -52,6 +53,7 @@ pub enum Part {
     Sampling,
     Rss,
     Ranges,
+    Strings,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -117,6 +119,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Sampling) {
         sampling::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Strings) {
+        strings::run(&env, &cfg, &mut report)?;
     }
     if wanted(Part::Ranges) {
         ranges::run(&env, &cfg, &mut report)?;

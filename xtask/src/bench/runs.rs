@@ -158,6 +158,8 @@ pub struct XtraceSpec {
     pub exit_timeout: Duration,
     /// Keep trace.json after the run (it is deleted otherwise).
     pub keep_outputs: bool,
+    /// Extra environment variables for xtrace.
+    pub env: Vec<(String, String)>,
 }
 
 impl XtraceSpec {
@@ -170,6 +172,7 @@ impl XtraceSpec {
             prefix: Vec::new(),
             exit_timeout: EXIT_TIMEOUT,
             keep_outputs: false,
+            env: Vec::new(),
         }
     }
 }
@@ -200,6 +203,7 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
         cmd.args(["-u", symbol]);
     }
     cmd.args(&spec.flags);
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     cmd.arg("-o").arg(&out_dir);
     let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
     tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;
