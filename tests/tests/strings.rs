@@ -132,8 +132,8 @@ fn trace_privmap(spec: &str, env: &[(&str, &str)]) -> (Outputs, xtrace_tests::ru
     (Outputs::read(&out), finished)
 }
 
-/// A 150-byte string: `str:200` reads it whole, `str:100` its first 100 bytes, and a plain `str`
-/// its first 63.
+/// A 150-byte string: `str:200` reads it whole, `str:100` its first 100 bytes, a plain `str` its
+/// first 63, and `str:9` its first 9.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_long_string_is_read_up_to_the_asked_length() {
@@ -141,7 +141,7 @@ fn a_long_string_is_read_up_to_the_asked_length() {
         return;
     }
     let text = "0123456789".repeat(15);
-    for (ty, kept) in [("str:200", 150), ("str:100", 100), ("str", 63)] {
+    for (ty, kept) in [("str:200", 150), ("str:100", 100), ("str", 63), ("str:9", 9)] {
         let spec = format!("strfn(i64, i32, {ty})");
         let label = format!("str-long-{}", ty.replace(':', "-"));
         let (out, _) = trace_new_fixture(&fixtures().calls, &["longstr"], &[&spec], &label);

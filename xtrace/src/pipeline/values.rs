@@ -42,7 +42,9 @@ impl Value {
             ArgType::I64 => Value::Int(i128::from(raw as i64)),
             ArgType::Ptr => Value::Ptr(raw),
             ArgType::Str | ArgType::StrN(_) if string.is_empty() => Value::Str(None),
-            ArgType::Str | ArgType::StrN(_) => Value::Str(Some(c_text(string))),
+            ArgType::Str => Value::Str(Some(c_text(string))),
+            // The kernel reads at least an `ArgsEvent`'s 63 bytes: a shorter `str:N` is cut here.
+            ArgType::StrN(n) => Value::Str(Some(c_text(&string[..string.len().min(usize::from(n))]))),
         }
     }
 
