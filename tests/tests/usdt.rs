@@ -13,7 +13,7 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, Fixture},
-    output::Outputs,
+    output::{u64_field, Outputs},
     require_bpf,
     run::{trace_fixture_with, Xtrace, PANIC_ENV},
     TempDir,
@@ -169,6 +169,29 @@ fn assert_request_and_op_spans(out: &Outputs) {
     let ops = out.spans_named("xtfix:op");
     assert_eq!(ops.len(), 2, "op__entry/op__return spans: {ops:?}");
     assert!(ops.iter().all(|s| s.depth == 0 && s.dur_ns() > 0));
+}
+
+/// `str:N` on a USDT string argument: `message("hello", 5)` and `message(100 x's, 100)` read up
+/// to N bytes (past the 63 a `str` keeps, sent whole before the hit), and cut at N below it.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_usdt_string_is_read_up_to_the_asked_length() {
+    if !require_bpf() {
+        return;
+    }
+    for (ty, kept) in [("str:200", 100), ("str:80", 80), ("str:9", 9)] {
+        let run = trace_usdt(args!["-U", format!("xtfix:message({ty})")], &[]);
+        let xs = "x".repeat(kept);
+        assert_eq!(
+            run.out.instants("xtfix:message"),
+            [
+                &json!({"arg0": "hello", "arg1": 5}),
+                &json!({"arg0": xs, "arg1": 100})
+            ],
+            "{ty}"
+        );
+        assert_eq!(u64_field(&run.out.summary, "unreadable_strings"), 0, "{ty}");
+    }
 }
 
 #[test]

@@ -51,7 +51,11 @@ pub struct UsdtArg {
     pub index_reg: u16,
     /// Scale of the index register: 1, 2, 4 or 8.
     pub scale: u8,
-    pub _pad: [u8; 7],
+    pub _pad0: u8,
+    /// Bytes a string argument asks for past the 63 of its slot (`str:N`, N of 64 and up; 0: none):
+    /// it is also sent whole in a `LongStrEvent` before the hit.
+    pub long: u16,
+    pub _pad: [u8; 4],
     /// The constant (CONST) or the displacement (MEM).
     pub offset: i64,
 }

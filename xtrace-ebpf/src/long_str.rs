@@ -54,34 +54,49 @@ pub fn write_long_strings<const SLEEPABLE: bool>(
         if spec & args::string(i) == 0 || want == 0 {
             continue;
         }
-        let Some(scratch) = scratch::<SLEEPABLE>() else {
+        if !write_long_string::<SLEEPABLE>(regs[i], want, (pid_tgid, probe_id, now), i as u16) {
             return;
-        };
-        // Room for the string and its NUL; the verifier needs the bound.
-        let room = if want >= STR_MAX { STR_MAX + 1 } else { want + 1 };
-        // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program
-        // runs (a sleepable program's is its thread's); the read writes at most `room` bytes into
-        // `bytes`, which has more.
-        let read = unsafe {
-            (*scratch).header = header(KIND_LONG_STR, pid_tgid, now);
-            (*scratch).start_ns = now;
-            (*scratch).probe_id = probe_id;
-            (*scratch).arg = i as u16;
-            let dst = (*scratch).bytes.as_mut_ptr();
-            read_user_str::<SLEEPABLE>(dst, room as u32, regs[i])
-        };
-        let len = if read > 0 {
-            (read as usize).min(STR_MAX + 1)
-        } else {
-            0
-        };
-        // SAFETY: as above.
-        unsafe { (*scratch).len = len as u16 };
-        let size = LONG_STR_AT + len;
-        // SAFETY: `size` is at most the map value's size, so the record lies within it.
-        let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
-        if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
-            count(counter::LOST_RING_FULL);
         }
     }
+}
+
+/// Sends a `LongStrEvent` of up to `want` bytes of the string at `pointer`, argument `arg` of a hit
+/// of probe `probe_id` by thread `pid_tgid` at `now`; false when no scratch record could be had.
+#[inline(always)]
+pub fn write_long_string<const SLEEPABLE: bool>(
+    pointer: u64,
+    want: usize,
+    (pid_tgid, probe_id, now): (u64, u32, u64),
+    arg: u16,
+) -> bool {
+    let Some(scratch) = scratch::<SLEEPABLE>() else {
+        return false;
+    };
+    // Room for the string and its NUL; the verifier needs the bound.
+    let room = if want >= STR_MAX { STR_MAX + 1 } else { want + 1 };
+    // SAFETY: `scratch` is this CPU's map value, used by nothing else while this program
+    // runs (a sleepable program's is its thread's); the read writes at most `room` bytes into
+    // `bytes`, which has more.
+    let read = unsafe {
+        (*scratch).header = header(KIND_LONG_STR, pid_tgid, now);
+        (*scratch).start_ns = now;
+        (*scratch).probe_id = probe_id;
+        (*scratch).arg = arg;
+        let dst = (*scratch).bytes.as_mut_ptr();
+        read_user_str::<SLEEPABLE>(dst, room as u32, pointer)
+    };
+    let len = if read > 0 {
+        (read as usize).min(STR_MAX + 1)
+    } else {
+        0
+    };
+    // SAFETY: as above.
+    unsafe { (*scratch).len = len as u16 };
+    let size = LONG_STR_AT + len;
+    // SAFETY: `size` is at most the map value's size, so the record lies within it.
+    let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
+    if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
+        count(counter::LOST_RING_FULL);
+    }
+    true
 }

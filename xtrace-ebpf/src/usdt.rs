@@ -19,7 +19,8 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{current_pid_tgid, current_thread_traced, reserve, submit_flags, USDT_SITES},
+    long_str::write_long_string,
+    maps::{current_pid_tgid, current_thread_traced, long_strings, reserve, submit_flags, USDT_SITES},
     regs::user_ip,
     uprobe::{header, thread_stack, NoStack},
 };
@@ -49,6 +50,9 @@ pub fn usdt_hit(ctx: ProbeContext) -> u32 {
         return 0;
     }
     if site.strings != 0 && reads_strings(&ctx, site) {
+        if long_strings() {
+            send_long_strings(&ctx, site, pid_tgid, now);
+        }
         write_with_strings(&ctx, site, site_index, pid_tgid, now);
     } else {
         write_plain(&ctx, site, site_index, pid_tgid, now);
@@ -80,6 +84,30 @@ fn write_plain(ctx: &ProbeContext, site: &UsdtSite, site_index: u32, pid_tgid: u
     // before it is submitted.
     unsafe { fill(ctx, &mut *event, site, site_index, pid_tgid, now, KIND_USDT) };
     entry.submit(submit_flags());
+}
+
+/// Sends a `LongStrEvent` before the hit for each string argument that asks for more than its
+/// slot keeps (`str:N`, `UsdtArg::long`).
+#[inline(always)]
+fn send_long_strings(ctx: &ProbeContext, site: &UsdtSite, pid_tgid: u64, now: u64) {
+    let regs = ctx.regs as *const pt_regs;
+    let nargs = (site.strings as usize).min(MAX_USDT_ARGS);
+    for i in 0..MAX_USDT_ARGS {
+        if i >= nargs {
+            break;
+        }
+        let arg = &site.args[i];
+        if arg.long == 0 {
+            continue;
+        }
+        let Some(pointer) = string_at(arg.string, read_arg(regs, arg)) else {
+            continue;
+        };
+        let hit = (pid_tgid, site.probe_id, now);
+        if !write_long_string::<false>(pointer as u64, usize::from(arg.long), hit, i as u16) {
+            return;
+        }
+    }
 }
 
 /// A hit of a site that reads strings, written in place in a ring record that ends with the slot

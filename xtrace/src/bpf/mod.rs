@@ -106,7 +106,13 @@ fn fill_arg_specs(ebpf: &mut Ebpf, options: &LoadOptions) -> Result<()> {
 /// Loads the object configured by `options`.
 pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let args_enabled = u8::from(!options.arg_specs.is_empty());
-    let long_strings = u8::from(!options.str_lens.is_empty());
+    // -u probes' long strings are in STR_LENS, USDT sites' in their arguments (`UsdtArg::long`).
+    let str_lens = !options.str_lens.is_empty();
+    let usdt_long = options
+        .usdt_sites
+        .iter()
+        .any(|s| s.args.iter().any(|a| a.long != 0));
+    let long_strings = u8::from(str_lens || usdt_long);
     let tid_filter = u8::from(!options.tids.is_empty());
     let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
@@ -145,7 +151,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("SAMPLE_FILTER", &sample_filter, true)
         .override_global("ARGS_ENABLED", &args_enabled, true)
         .override_global("LONG_STRINGS", &long_strings, true)
-        .map_max_entries("STR_LENS", slots(long_strings != 0))
+        .map_max_entries("STR_LENS", slots(str_lens))
         .map_max_entries("SHORT_CALLS", slots(options.min_duration_ns > 0))
         .override_global("TID_FILTER", &tid_filter, true)
         .override_global("MIN_DURATION_NS", &options.min_duration_ns, true)

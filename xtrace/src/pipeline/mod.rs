@@ -316,7 +316,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::LongStr(event)) => {
-                self.values.long_string(&event);
+                self.long_string(&event);
                 Ok(())
             }
             Ok(Event::Out(out)) => {
@@ -335,10 +335,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.samples.add(&mut self.images, &event, &comm, &mut stack);
                 Ok(())
             }
-            Ok(Event::UsdtStr(event)) => {
-                let strings = usdt::strings(&event.str_len, &event.strings);
-                self.usdt_hit(&event.event, &strings)
-            }
+            Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
             Err(_) => {
                 self.undecodable += 1;
                 Ok(())
@@ -472,6 +469,27 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     }
 
     /// One USDT hit: counted for its probe, then written as an instant or a span.
+    /// A long string argument (`str:N`), for the record of its call or hit that follows.
+    fn long_string(&mut self, event: &xtrace_common::event::LongStrEvent) {
+        match self.usdt.owns(event.probe_id) {
+            true => self.usdt.long_string(event),
+            false => self.values.long_string(event),
+        }
+    }
+
+    /// A USDT hit with strings, the long ones (`str:N`) sent before it in their place.
+    fn usdt_str(&mut self, event: &xtrace_common::event::UsdtStrEvent) -> std::io::Result<()> {
+        let header = &event.event.header;
+        let long = self.usdt.take_long(header.tid, header.ts_ns);
+        let mut strings = usdt::strings(&event.str_len, &event.strings);
+        for (arg, bytes) in &long {
+            if let Some(string) = strings.get_mut(*arg) {
+                *string = bytes;
+            }
+        }
+        self.usdt_hit(&event.event, &strings)
+    }
+
     fn usdt_hit(
         &mut self,
         event: &xtrace_common::event::UsdtEvent,

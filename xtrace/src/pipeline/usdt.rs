@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use xtrace_common::{
-    event::{UsdtEvent, ARG_STR_LEN},
+    event::{LongStrEvent, UsdtEvent, ARG_STR_LEN},
     usdt::MAX_USDT_ARGS,
 };
 
@@ -79,6 +79,9 @@ pub struct Usdt {
     unmatched: HashMap<u32, u64>,
     /// Names the tool library keeps, by process and address.
     kept: KeptNames,
+    /// Long strings (`str:N`) sent before their hits, by thread: (hit time, argument, bytes with
+    /// their NUL).
+    long: HashMap<u32, Vec<(u64, u16, Vec<u8>)>>,
 }
 
 impl Usdt {
@@ -89,7 +92,30 @@ impl Usdt {
             open: HashMap::new(),
             unmatched: HashMap::new(),
             kept: KeptNames::default(),
+            long: HashMap::new(),
         }
+    }
+
+    /// Whether `probe` is a USDT probe.
+    pub fn owns(&self, probe: u32) -> bool {
+        self.probes.contains_key(&probe)
+    }
+
+    /// A long string argument (`str:N`) of the hit that follows on its thread.
+    pub fn long_string(&mut self, event: &LongStrEvent) {
+        let len = usize::from(event.len).min(event.bytes.len());
+        let arg = (event.start_ns, event.arg, event.bytes[..len].to_vec());
+        self.long.entry(event.header.tid).or_default().push(arg);
+    }
+
+    /// The long strings of thread `tid`'s hit at `ns`, by argument; those of earlier hits on the
+    /// thread (whose records were lost) are dropped.
+    pub fn take_long(&mut self, tid: u32, ns: u64) -> Vec<(usize, Vec<u8>)> {
+        let long = self.long.remove(&tid).unwrap_or_default();
+        long.into_iter()
+            .filter(|(at, _, _)| *at == ns)
+            .map(|(_, arg, bytes)| (usize::from(arg), bytes))
+            .collect()
     }
 
     /// One hit; `strings[i]` holds the bytes read for argument i (empty when not a string).

@@ -6,7 +6,10 @@ use std::{
     os::unix::fs::MetadataExt,
 };
 
-use xtrace_common::usdt::{string_kind, UsdtSite, MAX_USDT_ARGS};
+use xtrace_common::{
+    event::ARG_STR_LEN,
+    usdt::{string_kind, UsdtSite, MAX_USDT_ARGS},
+};
 
 use super::{
     notes::{read_notes, Unreadable, UsdtNote},
@@ -14,7 +17,13 @@ use super::{
 };
 use crate::{
     error::{Error, Result},
-    probes::{glob, spec::TargetSpec, uprobe::Plan, uprobe::Scope, ProbeInfo},
+    probes::{
+        glob,
+        spec::{ArgType, TargetSpec},
+        uprobe::Plan,
+        uprobe::Scope,
+        ProbeInfo,
+    },
     target::TargetFile,
 };
 
@@ -327,6 +336,12 @@ pub fn kernel_form(
     for (i, arg) in args.iter().enumerate().take(MAX_USDT_ARGS) {
         let string = types.get(i).map_or(string_kind::NONE, |t| t.string_kind());
         site.args[i] = arg.to_kernel(string).map_err(|e| format!("argument {i}: {e}"))?;
+        // Past what its slot keeps, a string is sent whole too.
+        if let Some(UsdtArgType::As(ArgType::StrN(n))) = types.get(i) {
+            if usize::from(*n) >= ARG_STR_LEN {
+                site.args[i].long = *n;
+            }
+        }
         if string != string_kind::NONE {
             site.strings = (i + 1) as u8;
         }

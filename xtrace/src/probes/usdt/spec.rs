@@ -38,7 +38,7 @@ impl UsdtArgType {
     /// How the kernel reads the argument's pointer.
     pub fn string_kind(self) -> u8 {
         match self {
-            UsdtArgType::As(ArgType::Str) | UsdtArgType::Name => string_kind::C,
+            UsdtArgType::As(ArgType::Str | ArgType::StrN(_)) | UsdtArgType::Name => string_kind::C,
             UsdtArgType::Wide | UsdtArgType::Message { .. } => string_kind::RAW,
             UsdtArgType::Kept => string_kind::INTERNED,
             UsdtArgType::Note | UsdtArgType::As(_) => string_kind::NONE,
@@ -231,10 +231,13 @@ fn parse_types(list: &str, at: usize) -> std::result::Result<Vec<UsdtArgType>, S
             "_" => UsdtArgType::Note,
             "name" => UsdtArgType::Name,
             other if other.starts_with("str:") => {
-                return Err(format!(
-                    "`{other}` at column {column}: USDT arguments are read as `str` (63 bytes); \
-                     str:N is for -u function arguments"
-                ))
+                let n = ArgType::parse(other).ok_or_else(|| {
+                    format!(
+                        "`{other}` at column {column}: {}",
+                        crate::probes::spec::str_len_rule()
+                    )
+                })?;
+                UsdtArgType::As(n)
             }
             other => UsdtArgType::As(ArgType::parse(other).ok_or_else(|| {
                 format!(
@@ -359,5 +362,20 @@ mod tests {
             err(":a..b")
         );
         assert!(err("t::a..b").contains("empty PROVIDER"));
+    }
+
+    /// `str:N` reads a string argument up to N bytes; a bad N names the accepted form.
+    #[test]
+    fn long_string_arguments() {
+        let s = UsdtSpec::parse("postgresql:query__start(str:1024)").unwrap();
+        assert_eq!(s.types, vec![UsdtArgType::As(ArgType::StrN(1024))]);
+        assert_eq!(s.types[0].string_kind(), string_kind::C);
+        for bad in ["p:n(str:0)", "p:n(u64, str:4097)", "p:n(str:x)"] {
+            let message = UsdtSpec::parse(bad).unwrap_err().to_string();
+            assert!(
+                message.contains("a string length is str:N with N from 1 to 4096"),
+                "{message}"
+            );
+        }
     }
 }
