@@ -171,17 +171,9 @@ fn write_args<const SLEEPABLE: bool>(
         Some(&spec) if spec & !(args::RET_STRING | args::GO_ABI | args::ALWAYS_SENT) != 0 => spec,
         _ => return,
     };
-    // Each register read at a constant offset: the verifier refuses ctx loads at computed ones.
     let go = spec & args::GO_ABI != 0;
     if !go && spec & STRING_MASK != 0 {
-        let regs: [u64; MAX_ARGS] = [
-            ctx.arg(0).unwrap_or(0),
-            ctx.arg(1).unwrap_or(0),
-            ctx.arg(2).unwrap_or(0),
-            ctx.arg(3).unwrap_or(0),
-            ctx.arg(4).unwrap_or(0),
-            ctx.arg(5).unwrap_or(0),
-        ];
+        let regs = c_args(ctx);
         // Before the ArgsEvent, which user space renders as soon as it reads it.
         crate::long_str::write_long_strings::<SLEEPABLE>(&regs, pid_tgid, probe_id, now, spec);
     }
@@ -213,14 +205,7 @@ fn write_args<const SLEEPABLE: bool>(
                 user_r8(r),
             ]
         } else {
-            [
-                ctx.arg(0).unwrap_or(0),
-                ctx.arg(1).unwrap_or(0),
-                ctx.arg(2).unwrap_or(0),
-                ctx.arg(3).unwrap_or(0),
-                ctx.arg(4).unwrap_or(0),
-                ctx.arg(5).unwrap_or(0),
-            ]
+            c_args(ctx)
         };
         // A Go string's length is in the register after its pointer's.
         let lengths: [u64; MAX_ARGS] = [regs[1], regs[2], regs[3], regs[4], regs[5], r9];
@@ -578,4 +563,18 @@ fn end_span(
     });
     entry.submit(submit_flags());
     Ok(0)
+}
+
+/// The six argument registers of the C calling convention, each read at a constant offset (the
+/// verifier refuses context loads at computed ones).
+#[inline(always)]
+fn c_args(ctx: &ProbeContext) -> [u64; MAX_ARGS] {
+    [
+        ctx.arg(0).unwrap_or(0),
+        ctx.arg(1).unwrap_or(0),
+        ctx.arg(2).unwrap_or(0),
+        ctx.arg(3).unwrap_or(0),
+        ctx.arg(4).unwrap_or(0),
+        ctx.arg(5).unwrap_or(0),
+    ]
 }

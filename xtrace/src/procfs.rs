@@ -90,10 +90,15 @@ pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
 
 /// Executable mappings from /proc/PID/maps text.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    parse_maps_where(text, |line| line.perms.contains('x'))
+}
+
+/// The mappings in /proc/PID/maps text whose line `keep` keeps.
+fn parse_maps_where(text: &str, keep: impl Fn(&crate::target::MapsLine) -> bool) -> Vec<Mapping> {
     text.lines()
         .filter_map(|line| {
             let line = crate::target::MapsLine::parse(line)?;
-            if !line.perms.contains('x') {
+            if !keep(&line) {
                 return None;
             }
             let (start, end) = line.range.split_once('-')?;
@@ -119,23 +124,9 @@ pub fn read_only_maps(pid: u32) -> Option<Vec<Mapping>> {
 
 /// The readable, not writable file mappings in /proc/PID/maps text.
 fn parse_read_only_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|line| {
-            let line = crate::target::MapsLine::parse(line)?;
-            if !line.perms.starts_with('r') || line.perms.contains('w') || !line.path.starts_with('/') {
-                return None;
-            }
-            let (start, end) = line.range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                offset: u64::from_str_radix(line.offset, 16).ok()?,
-                path: line.path.to_string(),
-                deleted: line.deleted,
-                file: line.identity(),
-            })
-        })
-        .collect()
+    parse_maps_where(text, |line| {
+        line.perms.starts_with('r') && !line.perms.contains('w') && line.path.starts_with('/')
+    })
 }
 
 /// The NUL-terminated string at `address` of process `pid`, which `mapping` (a read-only file
