@@ -314,20 +314,7 @@ fn a_gone_process_of_another_mount_namespace_is_not_named_from_the_hosts_file() 
         return;
     }
     let tmp = TempDir::new("containers-bind");
-    let (host, inside) = (tmp.join("host"), tmp.join("inside"));
-    for (dir, program) in [(&host, &fixtures().spans), (&inside, &fixtures().profile)] {
-        std::fs::create_dir(dir).expect("creating a directory");
-        std::fs::copy(program, dir.join("prog")).expect("copying a fixture");
-    }
-    let script = r#"mount --bind "$0" "$1" && exec "$1"/prog split 300"#;
-    let out_dir = tmp.join("out");
-    let finished = Xtrace::spawn(args![
-        "-F", "999", "-o", &out_dir, "--", "unshare", "--mount", "sh", "-c", script, &inside, &host
-    ])
-    .wait();
-    finished.assert_success();
-    let out = Outputs::read_profiled(&out_dir);
-    let folded = out.folded();
+    let folded = profiled_over_a_bind_mount(&tmp, &fixtures().spans, 300);
     let in_prog: u64 = folded
         .iter()
         .filter(|(stack, _)| stack.starts_with("prog;"))
@@ -360,21 +347,9 @@ fn a_gone_process_is_named_from_a_file_with_its_build_id() {
         return;
     }
     let tmp = TempDir::new("containers-build-id");
-    let (host, inside) = (tmp.join("host"), tmp.join("inside"));
-    for dir in [&host, &inside] {
-        std::fs::create_dir(dir).expect("creating a directory");
-        std::fs::copy(&fixtures().profile, dir.join("prog")).expect("copying a fixture");
-    }
     // A second: the build ID is read while the program runs, when xtrace applies its mapping
     // (the first samples may hold xtrace up for a few hundred milliseconds: kallsyms is read).
-    let script = r#"mount --bind "$0" "$1" && exec "$1"/prog split 1000"#;
-    let out_dir = tmp.join("out");
-    let finished = Xtrace::spawn(args![
-        "-F", "999", "-o", &out_dir, "--", "unshare", "--mount", "sh", "-c", script, &inside, &host
-    ])
-    .wait();
-    finished.assert_success();
-    let folded = Outputs::read_profiled(&out_dir).folded();
+    let folded = profiled_over_a_bind_mount(&tmp, &fixtures().profile, 1000);
     let in_prog = |frame: &str| -> u64 {
         folded
             .iter()
@@ -389,4 +364,23 @@ fn a_gone_process_is_named_from_a_file_with_its_build_id() {
             .any(|(stack, _)| stack.starts_with("prog;") && stack.contains(";prog+0x")),
         "{folded:?}"
     );
+}
+
+/// The folded stacks of `profile split MS`, launched from `tmp/inside/prog` (a copy of profile) in
+/// a mount namespace of its own where it is bind-mounted over `tmp/host` (`tmp/host/prog`, a
+/// copy of `host_program`), at the path `tmp/host/prog`; sampled at 999 Hz.
+fn profiled_over_a_bind_mount(tmp: &TempDir, host_program: &std::path::Path, ms: u32) -> Vec<(String, u64)> {
+    let (host, inside) = (tmp.join("host"), tmp.join("inside"));
+    for (dir, program) in [(&host, host_program), (&inside, fixtures().profile.as_path())] {
+        std::fs::create_dir(dir).expect("creating a directory");
+        std::fs::copy(program, dir.join("prog")).expect("copying a fixture");
+    }
+    let script = format!(r#"mount --bind "$0" "$1" && exec "$1"/prog split {ms}"#);
+    let out_dir = tmp.join("out");
+    let finished = Xtrace::spawn(args![
+        "-F", "999", "-o", &out_dir, "--", "unshare", "--mount", "sh", "-c", script, &inside, &host
+    ])
+    .wait();
+    finished.assert_success();
+    Outputs::read_profiled(&out_dir).folded()
 }
