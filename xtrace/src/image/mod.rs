@@ -303,10 +303,21 @@ impl Images {
         }
     }
 
+    /// Reads the side band's new records into `pending`. The files the watched processes mapped
+    /// are looked at now, before the records are applied: a process may be gone by then.
     fn read_pending(&mut self) {
-        if let Some(sideband) = &mut self.sideband {
-            self.pending.extend(sideband.read());
+        let Some(sideband) = &mut self.sideband else {
+            return;
+        };
+        let read = sideband.read();
+        for change in &read {
+            if let Change::Map { pid, mapping, .. } = change {
+                if self.keeps(*pid) {
+                    self.build_ids.note(*pid, std::slice::from_ref(mapping));
+                }
+            }
         }
+        self.pending.extend(read);
     }
 
     /// Applies the pending records written up to `ns`, in time order.
