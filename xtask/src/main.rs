@@ -4,6 +4,7 @@
 mod bench;
 mod build;
 mod demo;
+mod kernel;
 mod lint;
 mod man;
 mod setup;
@@ -31,7 +32,8 @@ enum Command {
     Setup,
     /// Check the setup, then build the xtrace binary.
     Build(build::BuildArgs),
-    /// Check the setup, then run the unit tests and the root integration tests.
+    /// Check the setup, then run the unit tests and the root integration tests (with --kernel: the
+    /// smoke set inside that kernel under qemu instead; under CI also inside Debian 12's kernel).
     Test(test::TestArgs),
     /// Trace a bundled fake training loop for 3 seconds and write a Perfetto/Chrome trace.
     Demo,
@@ -58,7 +60,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("xtask: error: {err:#}");
-            ExitCode::FAILURE
+            if err.downcast_ref::<util::BadInput>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

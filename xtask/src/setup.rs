@@ -54,11 +54,15 @@ enum State {
 type Step = fn() -> Result<State>;
 
 pub fn run(verbosity: Verbosity) -> Result<()> {
-    let steps: [(&str, Step); 7] = [
+    let steps: [(&str, Step); 8] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
              golang-go valgrind libc6-dbg binutils libllvm14)",
             debian_packages,
+        ),
+        (
+            "kernel matrix (qemu-system-x86 busybox-static linux-image-amd64)",
+            kernel_matrix_packages,
         ),
         ("nightly toolchain", nightly_toolchain),
         ("rust-src for nightly", rust_src),
@@ -101,19 +105,40 @@ fn install(what: &str, cmd: &mut Command) -> Result<()> {
 }
 
 fn debian_packages() -> Result<State> {
+    apt_packages(PACKAGES, &[])
+}
+
+/// What the kernel matrix boots (`cargo xtask test --kernel`, and CI): qemu, the static busybox
+/// of the guest's initramfs, and Debian 12's stock kernel, whose package installs its modules in
+/// /lib/modules (the guest loads virtio and 9p from there). Without recommends: qemu's pull in a
+/// desktop's worth of packages.
+const KERNEL_MATRIX_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "linux-image-amd64"];
+
+fn kernel_matrix_packages() -> Result<State> {
+    let state = apt_packages(KERNEL_MATRIX_PACKAGES, &["--no-install-recommends"])?;
+    crate::kernel::debian_kernel()
+        .map_err(|e| anyhow::anyhow!("{e} (linux-image-amd64 is installed: is this Debian 12?)"))?;
+    Ok(state)
+}
+
+/// Installs the Debian packages of `wanted` that are missing, with `apt-get install -y FLAGS`.
+fn apt_packages(wanted: &[&str], flags: &[&str]) -> Result<State> {
     if stdout_of(Command::new("dpkg-query").arg("--version")).is_none() {
-        bail!("dpkg-query not found: this is not a Debian system; install the equivalents of {PACKAGES:?}");
+        bail!("dpkg-query not found: this is not a Debian system; install the equivalents of {wanted:?}");
     }
     let installed = |pkg: &&str| {
         stdout_of(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
             .is_some_and(|status| status.trim() == "install ok installed")
     };
-    let missing: Vec<&str> = PACKAGES.iter().filter(|pkg| !installed(pkg)).copied().collect();
+    let missing: Vec<&str> = wanted.iter().filter(|pkg| !installed(pkg)).copied().collect();
     if missing.is_empty() {
         return Ok(State::Present);
     }
     let list = missing.join(" ");
-    let hint = format!("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {list}");
+    let hint = format!(
+        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y {}{list}",
+        flags.iter().map(|f| format!("{f} ")).collect::<String>()
+    );
     if !is_root() {
         bail!("Debian packages {list} are missing and installing them needs root; run as root: {hint}");
     }
@@ -124,7 +149,7 @@ fn debian_packages() -> Result<State> {
     };
     let (mut update, mut add) = (apt(), apt());
     update.arg("update");
-    add.args(["install", "-y"]).args(&missing);
+    add.args(["install", "-y"]).args(flags).args(&missing);
     for cmd in [&mut update, &mut add] {
         if !cmd.status().is_ok_and(|status| status.success()) {
             bail!(

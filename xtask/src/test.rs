@@ -1,25 +1,41 @@
-//! `cargo xtask test [-- ARGS]`: checks the setup, builds xtrace (debug), runs the unit tests
-//! (no root), then the root integration tests in xtrace-tests on one thread with XTRACE_BIN set.
-//! Under CI (CI=true or CI=1) it also sets XTRACE_REQUIRE_BPF=1, so a missing capability fails.
-use std::env;
+//! `cargo xtask test [--kernel PATH] [-- ARGS]`: checks the setup, builds xtrace (debug), runs the
+//! unit tests (no root), then the root integration tests in xtrace-tests on one thread with
+//! XTRACE_BIN set. Under CI (CI=true or CI=1) it also sets XTRACE_REQUIRE_BPF=1, so a missing
+//! capability fails.
+//! With `--kernel PATH` it runs only that smoke set, inside the kernel at PATH (see kernel/).
+use std::{env, path::PathBuf};
 
 use anyhow::Result;
 use clap::Args;
 
 use crate::{
     build::build_xtrace,
-    setup,
+    kernel, setup,
     util::{self, Workspace},
 };
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// Passed to the test binaries of both test runs, e.g. a test name filter.
+    /// Run the kernel matrix's smoke set inside this kernel (a bzImage such as
+    /// /boot/vmlinuz-6.1.0-N-amd64, its modules installed) under qemu, instead of the host runs.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Passed to the test binaries of both test runs, e.g. a test name filter; with --kernel, a
+    /// filter on the smoke set's `file::test` names.
     #[arg(last = true, value_name = "ARGS")]
     pub args: Vec<String>,
 }
 
 pub fn run(args: &TestArgs) -> Result<()> {
+    if let Some(path) = &args.kernel {
+        // Bad input is named before anything is installed or built.
+        let guest = kernel::GuestKernel::open(path)?;
+        kernel::require_qemu()?;
+        setup::run(setup::Verbosity::ChangesOnly)?;
+        let ws = Workspace::locate()?;
+        let bin = build_xtrace(&ws, false)?;
+        return kernel::run(&ws, &bin, &guest, &args.args, &test_env());
+    }
     setup::run(setup::Verbosity::ChangesOnly)?;
     let ws = Workspace::locate()?;
     let bin = build_xtrace(&ws, false)?;
@@ -41,13 +57,19 @@ pub fn run(args: &TestArgs) -> Result<()> {
     let mut root = ws.cargo();
     root.args(["test", "-p", "xtrace-tests", "--", "--test-threads=1"])
         .args(&args.args);
-    root.env("XTRACE_BIN", &bin);
-    if in_ci() {
-        root.env("XTRACE_REQUIRE_BPF", "1");
-    }
+    root.env("XTRACE_BIN", &bin).envs(test_env());
     util::run("integration tests (xtrace-tests)", &mut root)?;
     println!("xtask test: all steps passed");
     Ok(())
+}
+
+/// The environment of the integration tests' build and run: under CI a missing capability fails.
+fn test_env() -> Vec<(&'static str, &'static str)> {
+    if in_ci() {
+        vec![("XTRACE_REQUIRE_BPF", "1")]
+    } else {
+        Vec::new()
+    }
 }
 
 fn in_ci() -> bool {

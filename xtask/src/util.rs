@@ -8,6 +8,25 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+/// An error in what the user gave (a path, a name): `cargo xtask` exits 2 on it, 1 on others.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Sets the execute bits of `path` (rwxr-xr-x).
+pub fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", path.display()))
+}
+
 /// The cargo that runs us (`$CARGO`), so nested builds use the same toolchain.
 pub fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
