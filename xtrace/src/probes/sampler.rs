@@ -84,16 +84,30 @@ pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
 /// only; with 2, none). The kernel decides when the file is opened, with the opener's
 /// credentials: this process's, as blazesym's when it names the frames.
 pub fn kernel_names_hidden() -> Option<String> {
-    use std::io::BufRead;
     let file = std::fs::File::open("/proc/kallsyms").ok()?;
-    let mut first = String::new();
-    std::io::BufReader::new(file).read_line(&mut first).ok()?;
-    let address = first.split_ascii_whitespace().next()?;
-    if u64::from_str_radix(address, 16) != Ok(0) {
+    if !addresses_hidden(std::io::BufReader::new(file))? {
         return None;
     }
     let value = |name| crate::procfs::kernel_setting(name).unwrap_or_else(|| "?".to_string());
     Some(hidden_why(&value("kptr_restrict"), &value("perf_event_paranoid")))
+}
+
+/// Whether kallsyms lists its addresses as 0, judged by its first symbol that is not absolute:
+/// before Linux 6.15 x86-64 kallsyms starts with per-CPU symbols (`0000000000000000 A
+/// fixed_percpu_data`), whose 0 is their real offset. None when the file holds no such symbol.
+fn addresses_hidden(kallsyms: impl std::io::BufRead) -> Option<bool> {
+    for line in kallsyms.lines() {
+        let line = line.ok()?;
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(address), Some(kind)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if kind.eq_ignore_ascii_case("a") {
+            continue;
+        }
+        return Some(u64::from_str_radix(address, 16) == Ok(0));
+    }
+    None
 }
 
 /// The warning for kernel frames that kallsyms will not name, with what would let it.
@@ -112,7 +126,22 @@ fn hidden_why(kptr_restrict: &str, paranoid: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_ring, hidden_why};
+    use super::{addresses_hidden, check_ring, hidden_why};
+
+    /// Absolute (per-CPU) symbols at 0 open kallsyms on x86-64 before 6.15: not hidden.
+    #[test]
+    fn per_cpu_symbols_at_zero_do_not_mean_hidden_addresses() {
+        let shown = "0000000000000000 A fixed_percpu_data\n0000000000000000 A __per_cpu_start\n\
+                     ffffffff81000000 T _stext\n";
+        assert_eq!(addresses_hidden(shown.as_bytes()), Some(false));
+        let hidden = "0000000000000000 A fixed_percpu_data\n0000000000000000 T _stext\n";
+        assert_eq!(addresses_hidden(hidden.as_bytes()), Some(true));
+        assert_eq!(
+            addresses_hidden("0000000000000000 T _text\n".as_bytes()),
+            Some(true)
+        );
+        assert_eq!(addresses_hidden("".as_bytes()), None);
+    }
 
     /// A sample is its fixed part (2,624 bytes) and up to --user-stack bytes of stack, plus the
     /// ring's 8-byte header: 4K holds one with 1K of stack, not with 2K.
