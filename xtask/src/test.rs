@@ -1,7 +1,7 @@
 //! `cargo xtask test [--kernel PATH] [-- ARGS]`: checks the setup, builds xtrace (debug), runs the
 //! unit tests (no root), then the root integration tests in xtrace-tests on one thread with
 //! XTRACE_BIN set. Under CI (CI=true or CI=1) it also sets XTRACE_REQUIRE_BPF=1, so a missing
-//! capability fails.
+//! capability fails, and then runs the kernel matrix's smoke set inside Debian 12's kernel.
 //! With `--kernel PATH` it runs only that smoke set, inside the kernel at PATH (see kernel/).
 use std::{env, path::PathBuf};
 
@@ -59,6 +59,12 @@ pub fn run(args: &TestArgs) -> Result<()> {
         .args(&args.args);
     root.env("XTRACE_BIN", &bin).envs(test_env());
     util::run("integration tests (xtrace-tests)", &mut root)?;
+    if in_ci() {
+        // The same build, in the kernel of Debian 12 hosts (5.15 to 6.8 are in production).
+        let guest = kernel::debian_kernel()?;
+        kernel::require_qemu()?;
+        kernel::run(&ws, &bin, &guest, &[], &test_env())?;
+    }
     println!("xtask test: all steps passed");
     Ok(())
 }
