@@ -2,11 +2,13 @@
 //! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
 //! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
 //! hits into annotation ranges, `threads` names pids and tids; `writer` streams trace events to
-//! trace.json in the Chrome Trace Event format (`chrome`).
+//! trace.json in the Chrome Trace Event format (`chrome`) or to trace.perfetto-trace in Perfetto's
+//! protobuf format (`perfetto`).
 pub mod bpf_symbols;
 pub mod chrome;
 pub mod decode;
 pub mod kept_names;
+pub mod perfetto;
 pub mod ranges;
 pub mod reader;
 pub mod samples;

@@ -1,0 +1,8 @@
+//! Perfetto's protobuf trace format (trace.perfetto-trace): `proto` holds the messages xtrace
+//! writes, `intern` the interning of names, `writer` the streaming writer the trace writer thread
+//! drives instead of `chrome`'s with `--trace-format perfetto`.
+pub mod intern;
+pub mod proto;
+pub mod writer;
+
+pub use writer::PerfettoWriter;

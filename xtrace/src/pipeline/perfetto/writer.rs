@@ -1,0 +1,466 @@
+//! trace.perfetto-trace, streamed: every event is encoded as a `TracePacket` and appended as it
+//! arrives (a Perfetto trace is a sequence of `Trace.packet` fields), so memory does not grow with
+//! the trace. All packets are on one sequence, whose first packet clears the incremental state,
+//! sets CLOCK_MONOTONIC as the default clock of every timestamp and holds the start's clock
+//! snapshot. Names, categories and annotation names are interned ([`super::intern`]).
+//!
+//! Tracks, each with a uuid from a counter (never derived from a pid or tid, which the kernel
+//! reuses): a process track per process; a thread track per thread; under each thread, one
+//! child track per source (the event's category: `uprobe`, `usdt`, `cuda`, a range's domain,
+//! `sample`), so that slices of different sources that overlap without nesting are all kept;
+//! one track per async range (a start/end range, which may end on another thread) under its
+//! process; counter tracks under their process, with the unit their name ends with. A span
+//! arrives once it has ended: its begin and end are written together, and Perfetto orders
+//! events by time. Names known only at the end are sent then: a later descriptor of the same
+//! uuid renames its track.
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+};
+
+use prost::Message;
+
+use super::{
+    intern::{annotations, Interner},
+    proto::*,
+};
+use crate::{clock::Snapshot, pipeline::writer::SpanOut};
+
+/// The sequence every packet is on. 1 is the tracing service's own sequence in the traces
+/// Perfetto records, so a trace merged with one of those keeps the two apart.
+const SEQUENCE: u32 = 2;
+
+/// Buffered bytes handed to the output at once: as many as the output file's buffer holds.
+const SPILL: usize = crate::output::FILE_BUFFER;
+
+pub struct PerfettoWriter<W: Write> {
+    out: W,
+    /// Packets not yet handed to `out`.
+    buf: Vec<u8>,
+    /// Per probe id: its name and category.
+    probes: Vec<(Box<str>, Box<str>)>,
+    /// Per probe id: the iids of its name and category, once interned.
+    probe_iids: Vec<Option<(u64, u64)>>,
+    names: Interner,
+    categories: Interner,
+    arg_names: Interner,
+    /// Names interned since the last packet, sent with the next one.
+    pending: InternedData,
+    tracks: Tracks,
+    /// Slices (spans) written.
+    complete: u64,
+}
+
+/// Track uuids by what they stand for.
+#[derive(Default)]
+struct Tracks {
+    last: u64,
+    processes: HashMap<u32, u64>,
+    threads: HashMap<(u32, u32), u64>,
+    /// By pid, tid and category iid.
+    sources: HashMap<(u32, u32, u64), u64>,
+    /// By pid and name.
+    counters: HashMap<(u32, Box<str>), u64>,
+    /// Async ranges begun and not yet ended, by pid and id.
+    open: HashMap<(u32, u64), u64>,
+}
+
+impl Tracks {
+    fn next(&mut self) -> u64 {
+        self.last += 1;
+        self.last
+    }
+}
+
+/// The counter unit a track's name ends with, `(bytes)` or `(W)`: bytes as Perfetto's own unit,
+/// any other by its name.
+fn counter_unit(track: &str) -> CounterDescriptor {
+    let unit = track
+        .strip_suffix(')')
+        .and_then(|t| t.rsplit_once('('))
+        .map(|(_, unit)| unit);
+    match unit {
+        Some("bytes") => CounterDescriptor {
+            unit: Some(UNIT_SIZE_BYTES),
+            unit_name: None,
+        },
+        Some(unit) => CounterDescriptor {
+            unit: None,
+            unit_name: Some(unit.into()),
+        },
+        None => CounterDescriptor::default(),
+    }
+}
+
+fn event(kind: i32, track: u64) -> TrackEvent {
+    TrackEvent {
+        r#type: Some(kind),
+        track_uuid: Some(track),
+        ..Default::default()
+    }
+}
+
+fn pid_i32(id: u32) -> Option<i32> {
+    Some(id as i32)
+}
+
+impl<W: Write> PerfettoWriter<W> {
+    /// Starts the trace with its first packet: `probes` are (name, category) by probe id; `start`
+    /// the clocks as recording starts.
+    pub fn new(out: W, probes: &[(&str, &str)], start: &Snapshot) -> io::Result<Self> {
+        let mut writer = PerfettoWriter {
+            out,
+            buf: Vec::with_capacity(SPILL + 4096),
+            probes: probes.iter().map(|(n, c)| ((*n).into(), (*c).into())).collect(),
+            probe_iids: vec![None; probes.len()],
+            names: Interner::default(),
+            categories: Interner::default(),
+            arg_names: Interner::default(),
+            pending: InternedData::default(),
+            tracks: Tracks::default(),
+            complete: 0,
+        };
+        writer.write(TracePacket {
+            trusted_packet_sequence_id: Some(SEQUENCE),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            first_packet_on_sequence: Some(true),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(CLOCK_MONOTONIC),
+            }),
+            data: Some(Data::ClockSnapshot(clock_snapshot(start))),
+            ..Default::default()
+        });
+        Ok(writer)
+    }
+
+    /// Appends one packet (the `Trace.packet` field: key, length, message).
+    fn write(&mut self, packet: TracePacket) {
+        use prost::encoding::{encode_key, encode_varint, WireType};
+        encode_key(TRACE_PACKET_FIELD, WireType::LengthDelimited, &mut self.buf);
+        encode_varint(packet.encoded_len() as u64, &mut self.buf);
+        // A Vec grows as needed: encoding into it cannot fail.
+        let _ = packet.encode(&mut self.buf);
+    }
+
+    /// Appends a packet of this sequence, with the names interned since the last one.
+    fn packet(&mut self, timestamp: Option<u64>, data: Data) {
+        let interned = (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending));
+        let uses_state = matches!(data, Data::TrackEvent(_));
+        self.write(TracePacket {
+            timestamp,
+            trusted_packet_sequence_id: Some(SEQUENCE),
+            sequence_flags: uses_state.then_some(SEQ_NEEDS_INCREMENTAL_STATE),
+            interned_data: interned,
+            data: Some(data),
+            ..Default::default()
+        });
+    }
+
+    fn descriptor(&mut self, track: TrackDescriptor) {
+        self.packet(None, Data::TrackDescriptor(track));
+    }
+
+    /// Hands the buffer to the output once it holds `SPILL` bytes.
+    fn spill(&mut self) -> io::Result<()> {
+        if self.buf.len() >= SPILL {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// The process's track, described (with its name, when given) the first time.
+    fn process(&mut self, pid: u32, name: Option<&str>) -> u64 {
+        if let (Some(&uuid), None) = (self.tracks.processes.get(&pid), name) {
+            return uuid;
+        }
+        let uuid = match self.tracks.processes.get(&pid) {
+            Some(&uuid) => uuid,
+            None => self.tracks.next(),
+        };
+        self.tracks.processes.insert(pid, uuid);
+        self.descriptor(TrackDescriptor {
+            uuid: Some(uuid),
+            process: Some(ProcessDescriptor {
+                pid: pid_i32(pid),
+                process_name: name.map(Into::into),
+            }),
+            ..Default::default()
+        });
+        uuid
+    }
+
+    /// The thread's track, described (with its name, when given) the first time.
+    fn thread(&mut self, pid: u32, tid: u32, name: Option<&str>) -> u64 {
+        if let (Some(&uuid), None) = (self.tracks.threads.get(&(pid, tid)), name) {
+            return uuid;
+        }
+        self.process(pid, None);
+        let uuid = match self.tracks.threads.get(&(pid, tid)) {
+            Some(&uuid) => uuid,
+            None => self.tracks.next(),
+        };
+        self.tracks.threads.insert((pid, tid), uuid);
+        self.descriptor(TrackDescriptor {
+            uuid: Some(uuid),
+            thread: Some(ThreadDescriptor {
+                pid: pid_i32(pid),
+                tid: pid_i32(tid),
+                thread_name: name.map(Into::into),
+            }),
+            ..Default::default()
+        });
+        uuid
+    }
+
+    /// The track of one source (category `cat`) under a thread.
+    fn source(&mut self, pid: u32, tid: u32, cat: u64) -> u64 {
+        if let Some(&uuid) = self.tracks.sources.get(&(pid, tid, cat)) {
+            return uuid;
+        }
+        let parent = self.thread(pid, tid, None);
+        let uuid = self.tracks.next();
+        self.tracks.sources.insert((pid, tid, cat), uuid);
+        let name = self.categories.name(cat).to_string();
+        self.descriptor(TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(parent),
+            name: Some(name),
+            ..Default::default()
+        });
+        uuid
+    }
+
+    /// The counter track `name` of a process.
+    fn counter_track(&mut self, pid: u32, name: &str) -> u64 {
+        if let Some(&uuid) = self.tracks.counters.get(&(pid, name.into())) {
+            return uuid;
+        }
+        let parent = self.process(pid, None);
+        let uuid = self.tracks.next();
+        self.tracks.counters.insert((pid, name.into()), uuid);
+        self.descriptor(TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(parent),
+            name: Some(name.into()),
+            counter: Some(counter_unit(name)),
+            ..Default::default()
+        });
+        uuid
+    }
+
+    /// The iids of a span's name and category: its probe's, unless it has its own.
+    fn name_and_category(&mut self, span: &SpanOut) -> (u64, u64) {
+        let Some(probe) = self.probes.get(span.probe) else {
+            let name = self
+                .names
+                .iid(span.name.as_deref().unwrap_or("?"), &mut self.pending.event_names);
+            let cat = self.categories.iid(
+                span.cat.as_deref().unwrap_or("?"),
+                &mut self.pending.event_categories,
+            );
+            return (name, cat);
+        };
+        let (name, cat) = match self.probe_iids[span.probe] {
+            Some(iids) => iids,
+            None => {
+                let iids = (
+                    self.names.iid(&probe.0, &mut self.pending.event_names),
+                    self.categories.iid(&probe.1, &mut self.pending.event_categories),
+                );
+                self.probe_iids[span.probe] = Some(iids);
+                iids
+            }
+        };
+        let name = match &span.name {
+            Some(own) => self.names.iid(own, &mut self.pending.event_names),
+            None => name,
+        };
+        let cat = match &span.cat {
+            Some(own) => self.categories.iid(own, &mut self.pending.event_categories),
+            None => cat,
+        };
+        (name, cat)
+    }
+
+    /// One event of the pipeline: a span (a slice), an instant, one end of an async range, or a
+    /// CUDA memory counter's value.
+    pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
+        if let Some(value) = span.counter {
+            let name = span.name.as_deref().unwrap_or("counter");
+            let track = self.counter_track(span.pid, name);
+            let event = TrackEvent {
+                counter_value: Some(value as i64),
+                ..event(TYPE_COUNTER, track)
+            };
+            self.packet(Some(span.start_ns), Data::TrackEvent(event));
+            return self.spill();
+        }
+        let (name, cat) = self.name_and_category(span);
+        let values = span.values.as_deref().unwrap_or("");
+        let args = annotations(
+            values,
+            &mut self.arg_names,
+            &mut self.pending.debug_annotation_names,
+        );
+        let named = |kind, track| TrackEvent {
+            name_iid: Some(name),
+            category_iids: vec![cat],
+            ..event(kind, track)
+        };
+        if let Some(edge) = span.edge {
+            self.async_edge(span, edge, named(TYPE_SLICE_BEGIN, 0), args);
+        } else if span.instant {
+            let track = self.source(span.pid, span.tid, cat);
+            let event = TrackEvent {
+                debug_annotations: args,
+                ..named(TYPE_INSTANT, track)
+            };
+            self.packet(Some(span.start_ns), Data::TrackEvent(event));
+        } else {
+            self.complete += 1;
+            let track = self.source(span.pid, span.tid, cat);
+            let begin = TrackEvent {
+                debug_annotations: args,
+                ..named(TYPE_SLICE_BEGIN, track)
+            };
+            self.packet(Some(span.start_ns), Data::TrackEvent(begin));
+            let end_ns = span.start_ns.saturating_add(span.dur_ns);
+            self.packet(Some(end_ns), Data::TrackEvent(event(TYPE_SLICE_END, track)));
+        }
+        self.spill()
+    }
+
+    /// One end of an async range: its begin opens a track of its own under its process (ranges
+    /// of a process may overlap in any way), its end closes the slice and forgets the track.
+    fn async_edge(
+        &mut self,
+        span: &SpanOut,
+        edge: crate::pipeline::writer::AsyncEdge,
+        begin: TrackEvent,
+        args: Vec<DebugAnnotation>,
+    ) {
+        let key = (span.pid, edge.id);
+        let track = if edge.begin {
+            let parent = self.process(span.pid, None);
+            let uuid = self.tracks.next();
+            self.tracks.open.insert(key, uuid);
+            let name = self.names.name(begin.name_iid.unwrap_or(0)).to_string();
+            self.descriptor(TrackDescriptor {
+                uuid: Some(uuid),
+                parent_uuid: Some(parent),
+                name: Some(name),
+                ..Default::default()
+            });
+            uuid
+        } else {
+            match self.tracks.open.remove(&key) {
+                Some(uuid) => uuid,
+                // An end without its begin: nothing to close.
+                None => return,
+            }
+        };
+        let event = if edge.begin {
+            TrackEvent {
+                track_uuid: Some(track),
+                debug_annotations: args,
+                ..begin
+            }
+        } else {
+            TrackEvent {
+                debug_annotations: args,
+                ..event(TYPE_SLICE_END, track)
+            }
+        };
+        self.packet(Some(span.start_ns), Data::TrackEvent(event));
+    }
+
+    /// A reading of a counter: one counter track per process, name and series (`NAME SERIES`
+    /// when it has several), with the unit the name ends with.
+    pub fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(String, f64)]) -> io::Result<()> {
+        for (series, value) in values {
+            let track = match values.len() {
+                1 => self.counter_track(pid, name),
+                _ => self.counter_track(pid, &format!("{name} {series}")),
+            };
+            let event = TrackEvent {
+                double_counter_value: Some(*value),
+                ..event(TYPE_COUNTER, track)
+            };
+            self.packet(Some(ts_ns), Data::TrackEvent(event));
+        }
+        self.spill()
+    }
+
+    /// One CPU sample: an instant on its thread's `sample` track named by the innermost frame,
+    /// with the innermost frames folded as its `stack` annotation.
+    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
+        let name = self.names.iid(leaf, &mut self.pending.event_names);
+        let cat = self.categories.iid("sample", &mut self.pending.event_categories);
+        let key = self
+            .arg_names
+            .iid("stack", &mut self.pending.debug_annotation_names);
+        let track = self.source(pid, tid, cat);
+        let event = TrackEvent {
+            name_iid: Some(name),
+            category_iids: vec![cat],
+            debug_annotations: vec![DebugAnnotation {
+                name_iid: Some(key),
+                value: Some(Value::String(stack.into())),
+                ..Default::default()
+            }],
+            ..event(TYPE_INSTANT, track)
+        };
+        self.packet(Some(ts_ns), Data::TrackEvent(event));
+        self.spill()
+    }
+
+    pub fn process_name(&mut self, pid: u32, name: &str) -> io::Result<()> {
+        self.process(pid, Some(name));
+        self.spill()
+    }
+
+    pub fn thread_name(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
+        self.thread(pid, tid, Some(name));
+        self.spill()
+    }
+
+    /// A clock snapshot (the end's: the start's is in the first packet).
+    pub fn clock_snapshot(&mut self, clocks: &Snapshot) -> io::Result<()> {
+        self.packet(None, Data::ClockSnapshot(clock_snapshot(clocks)));
+        self.spill()
+    }
+
+    /// The slices (spans) written so far.
+    pub fn spans(&self) -> u64 {
+        self.complete
+    }
+
+    /// Writes what is buffered and returns the writer, flushed.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&self.buf)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// CLOCK_MONOTONIC paired with CLOCK_REALTIME and CLOCK_BOOTTIME; times are shown on
+/// CLOCK_MONOTONIC, as in trace.json and summary.json.
+fn clock_snapshot(s: &Snapshot) -> ClockSnapshot {
+    let clock = |id, ns| Clock {
+        clock_id: Some(id),
+        timestamp: Some(ns),
+    };
+    ClockSnapshot {
+        clocks: vec![
+            clock(CLOCK_MONOTONIC, s.monotonic_ns),
+            clock(CLOCK_REALTIME, s.realtime_ns),
+            clock(CLOCK_BOOTTIME, s.boottime_ns),
+        ],
+        primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
