@@ -3,7 +3,7 @@
 //! xtrace BPF program loaded. Cases: invalid flag combinations (a pid and a command, --tid,
 //! --no-inherit with -a, list without a subcommand), an unusable or taken output directory, bad
 //! XTRACE_UPROBE_ATTACH and XTRACE_TOOL_LIB, --debug-dir that is no directory, an invalid
-//! ring-buffer size and an invalid --exits mode.
+//! ring-buffer size, an invalid --exits mode and an unknown --trace-format.
 
 use xtrace_tests::{
     args,
@@ -274,4 +274,27 @@ fn invalid_exits_mode() {
         line.contains("'return' for '--exits <HOW>'") && line.contains("auto, uretprobe, ret"),
         "names the input and the valid values: {line}"
     );
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn unknown_trace_format() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("bad-trace-format");
+    let line = error_on_spinner(args![
+        "-u",
+        "work",
+        "--trace-format",
+        "protobuf",
+        "-o",
+        tmp.join("out")
+    ]);
+    assert_eq!(
+        line,
+        "xtrace: error: invalid value 'protobuf' for '--trace-format <FORMAT>' \
+         [possible values: json, perfetto]; see `xtrace --help`"
+    );
+    assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use crate::{
+    output::TraceFormat,
     probes::{entry::EntryMode, exits::ExitMode, ranges::Wanted},
     session::{Config, GpuPeriod, TargetChoice},
 };
@@ -256,6 +257,18 @@ pub struct RecordArgs {
     #[arg(long = "gzip", help_heading = heading::OUTPUT)]
     pub gzip: bool,
 
+    /// The trace file's format: json (trace.json) or perfetto (trace.perfetto-trace).
+    ///
+    /// perfetto writes Perfetto's own protobuf format: several times smaller than JSON, every
+    /// overlapping slice kept (each source on its own track under its thread), counters with their
+    /// units, clock snapshots that convert the times to wall time. Open it at ui.perfetto.dev or
+    /// with trace_processor. `xtrace report` and `xtrace diff` read only json so far, and with
+    /// perfetto the recording writes no span-flamegraph.svg, and profile.pb.gz only from the CPU
+    /// samples. With --gzip, trace.perfetto-trace.gz.
+    #[arg(long = "trace-format", value_name = "FORMAT", value_enum, default_value_t = TraceFormat::Json,
+          help_heading = heading::OUTPUT)]
+    pub trace_format: TraceFormat,
+
     /// Print nothing but errors (no attach notice, no live status, no summary table).
     #[arg(short = 'q', long = "quiet", help_heading = heading::OUTPUT)]
     pub quiet: bool,
@@ -315,6 +328,7 @@ impl RecordArgs {
             output: self.output.clone(),
             buffer_size: self.buffer_size,
             gzip: self.gzip,
+            trace_format: self.trace_format,
             icicle: self.icicle,
             quiet: self.quiet,
         }

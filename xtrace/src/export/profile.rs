@@ -311,7 +311,7 @@ const TIMELINE_FRAMES: usize = 32;
 /// Writes the timeline samples as instant events on their threads' tracks (`"cat":"sample"`,
 /// named by the innermost frame, `args.stack` the innermost frames folded).
 pub fn timeline<W: std::io::Write>(
-    trace: &mut crate::pipeline::chrome::ChromeWriter<W>,
+    trace: &mut crate::pipeline::writer::EventWriter<W>,
     samples: &Samples,
     frames: &Frames,
 ) -> std::io::Result<()> {

@@ -125,6 +125,16 @@ pub struct Summary {
     /// With `--warn-over`: per rule, the spans longer than its limit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warn_over: Vec<crate::pipeline::warnings::WarnSummary>,
+    /// The clocks read as the trace began and as it ended: CLOCK_MONOTONIC, the capture's clock,
+    /// paired with CLOCK_REALTIME and CLOCK_BOOTTIME.
+    pub clock: ClockSummary,
+}
+
+/// summary.json's `clock`.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ClockSummary {
+    pub start: crate::clock::Snapshot,
+    pub end: crate::clock::Snapshot,
 }
 
 impl Summary {
@@ -374,12 +384,24 @@ mod tests {
             ranges: None,
             ranges_unpaired: None,
             warn_over: Vec::new(),
+            clock: ClockSummary {
+                start: crate::clock::Snapshot {
+                    monotonic_ns: 1_000,
+                    realtime_ns: 1_700_000_000_000_000_000,
+                    boottime_ns: 1_500,
+                },
+                end: crate::clock::Snapshot::default(),
+            },
         }
     }
 
     #[test]
     fn json_fields() {
         let v: serde_json::Value = serde_json::from_str(&summary().to_json()).unwrap();
+        assert_eq!(v["clock"]["start"]["monotonic_ns"], 1_000);
+        assert_eq!(v["clock"]["start"]["realtime_ns"], 1_700_000_000_000_000_000u64);
+        assert_eq!(v["clock"]["start"]["boottime_ns"], 1_500);
+        assert_eq!(v["clock"]["end"]["realtime_ns"], 0);
         assert_eq!(v["format_version"], 1);
         assert_eq!(v["duration_ns"], 1_500_000_000u64);
         assert_eq!(v["lost_events"], 0);

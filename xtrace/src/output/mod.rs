@@ -162,6 +162,31 @@ fn writable(dir: Dir) -> Result<Dir> {
 /// The trace, plain and gzipped (`--gzip`).
 pub const TRACE_FILE: &str = "trace.json";
 pub const TRACE_FILE_GZ: &str = "trace.json.gz";
+/// The trace in Perfetto's protobuf format (`--trace-format perfetto`), plain and gzipped.
+pub const PERFETTO_FILE: &str = "trace.perfetto-trace";
+pub const PERFETTO_FILE_GZ: &str = "trace.perfetto-trace.gz";
+
+/// The format of the trace file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceFormat {
+    /// Chrome's Trace Event format (trace.json), which Perfetto reads as a legacy format.
+    #[default]
+    Json,
+    /// Perfetto's own protobuf format (trace.perfetto-trace).
+    Perfetto,
+}
+
+impl TraceFormat {
+    /// The trace file's name in this format, compressed or not.
+    pub fn file_name(self, gzip: bool) -> &'static str {
+        match (self, gzip) {
+            (TraceFormat::Json, false) => TRACE_FILE,
+            (TraceFormat::Json, true) => TRACE_FILE_GZ,
+            (TraceFormat::Perfetto, false) => PERFETTO_FILE,
+            (TraceFormat::Perfetto, true) => PERFETTO_FILE_GZ,
+        }
+    }
+}
 /// The summary, as JSON and as the table printed at the end.
 pub const SUMMARY_JSON: &str = "summary.json";
 pub const SUMMARY_TXT: &str = "summary.txt";
@@ -177,6 +202,8 @@ pub const PROFILE_PB_GZ: &str = "profile.pb.gz";
 pub const FILES: &[&str] = &[
     TRACE_FILE,
     TRACE_FILE_GZ,
+    PERFETTO_FILE,
+    PERFETTO_FILE_GZ,
     SUMMARY_JSON,
     SUMMARY_TXT,
     STACKS_FOLDED,
@@ -244,7 +271,7 @@ pub fn write(dir: &Dir, name: &str, bytes: &[u8]) -> Result<()> {
 
 /// The trace file of a recording while it is written.
 pub struct TraceFile {
-    /// `trace.json`, or `trace.json.gz` with `--gzip`.
+    /// `trace.json` or `trace.perfetto-trace`, `.gz` appended with `--gzip`.
     pub name: &'static str,
     /// Where it is written until it is whole: `DIR/NAME.partial`.
     pub path: PathBuf,
@@ -252,15 +279,15 @@ pub struct TraceFile {
     pub bytes: Arc<AtomicU64>,
 }
 
-/// Starts the trace file in `dir` (see [`create`]), compressed when `gzip`, as the recording
+/// Starts the trace file in `dir` (see [`create`]), in `format`, compressed when `gzip`, as the recording
 /// starts. First every output of an older recording in `dir` goes (each of [`FILES`], whole or
 /// partial), so that the directory holds one recording's files: `xtrace report` would read an old
 /// `stacks.folded` or `trace.json` left beside the new ones as part of the new recording.
-pub fn create_trace(dir: &Dir, gzip: bool) -> Result<(Sink, TraceFile)> {
+pub fn create_trace(dir: &Dir, gzip: bool, format: TraceFormat) -> Result<(Sink, TraceFile)> {
     for name in output_names() {
         remove_if_there(dir, &name)?;
     }
-    let name = if gzip { TRACE_FILE_GZ } else { TRACE_FILE };
+    let name = format.file_name(gzip);
     let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
     let path = dir.join(&partial(name));
     Ok((sink, TraceFile { name, path, bytes }))
@@ -381,7 +408,7 @@ mod tests {
         ] {
             std::fs::write(dir.join(old), "older").unwrap();
         }
-        let (sink, trace) = create_trace(&dir, true).unwrap();
+        let (sink, trace) = create_trace(&dir, true, TraceFormat::Json).unwrap();
         drop(sink);
         let mut left: Vec<String> = std::fs::read_dir(&path)
             .unwrap()
@@ -437,7 +464,7 @@ mod tests {
         .unwrap();
         let json = "{\"traceEvents\":[]}".repeat(10_000);
         for gzip in [false, true] {
-            let (mut sink, trace) = create_trace(&dir, gzip).unwrap();
+            let (mut sink, trace) = create_trace(&dir, gzip, TraceFormat::Json).unwrap();
             sink.write_all(json.as_bytes()).unwrap();
             sink.close().unwrap();
             complete(&dir, trace.name).unwrap();

@@ -48,7 +48,12 @@ fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
         min_duration_ns: 0,
         loaders: Vec::new(),
     };
-    let trace = TraceWriter::spawn(out, &[("work", "uprobe"), ("inner", "uprobe")]).unwrap();
+    let trace = TraceWriter::spawn(
+        out,
+        &[("work", "uprobe"), ("inner", "uprobe")],
+        crate::output::TraceFormat::Json,
+    )
+    .unwrap();
     Pipeline::new(setup, trace)
 }
 

@@ -1,13 +1,15 @@
 //! The trace writer thread: the reader hands it spans in batches over a bounded channel, so writing
-//! trace.json never stalls draining the ring buffer (back-pressure only when the disk is slower
-//! than the event stream for longer than the channel holds).
+//! the trace never stalls draining the ring buffer (back-pressure only when the disk is slower
+//! than the event stream for longer than the channel holds). The thread drives an [`EventWriter`]:
+//! trace.json (`chrome`) or trace.perfetto-trace (`perfetto`).
 use std::{
     io::{self, Write},
     sync::mpsc::{sync_channel, SyncSender},
     thread::JoinHandle,
 };
 
-use super::chrome::ChromeWriter;
+use super::{chrome::ChromeWriter, perfetto::PerfettoWriter};
+use crate::{clock::Snapshot, output::TraceFormat};
 
 /// One span (or instant event) for trace.json.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,24 +52,25 @@ pub struct TraceWriter<W: Write + Send + 'static> {
     /// None once finishing (closing the channel ends the writer thread's loop).
     tx: Option<SyncSender<Vec<SpanOut>>>,
     /// None once joined (after the thread stopped on an error).
-    thread: Option<JoinHandle<io::Result<ChromeWriter<W>>>>,
+    thread: Option<JoinHandle<io::Result<EventWriter<W>>>>,
     batch: Vec<SpanOut>,
 }
 
 impl<W: Write + Send + 'static> TraceWriter<W> {
-    /// Starts the writer thread on `out`, writing the trace header for `probes` (name, category).
-    pub fn spawn(out: W, probes: &[(&str, &str)]) -> io::Result<Self> {
-        let mut chrome = ChromeWriter::new(out, probes)?;
+    /// Starts the writer thread on `out`, writing the trace in `format`, its header for `probes`
+    /// (name, category).
+    pub fn spawn(out: W, probes: &[(&str, &str)], format: TraceFormat) -> io::Result<Self> {
+        let mut trace = EventWriter::new(out, probes, format)?;
         let (tx, rx) = sync_channel::<Vec<SpanOut>>(BATCHES_IN_FLIGHT);
         let thread = std::thread::Builder::new()
             .name("xtrace-writer".into())
             .spawn(move || {
                 for batch in rx {
                     for s in batch {
-                        chrome.span(&s)?;
+                        trace.span(&s)?;
                     }
                 }
-                Ok(chrome)
+                Ok(trace)
             })?;
         Ok(TraceWriter {
             tx: Some(tx),
@@ -100,7 +103,7 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
         }
     }
 
-    fn join(&mut self) -> io::Result<ChromeWriter<W>> {
+    fn join(&mut self) -> io::Result<EventWriter<W>> {
         let thread = self
             .thread
             .take()
@@ -112,10 +115,99 @@ impl<W: Write + Send + 'static> TraceWriter<W> {
 
     /// Sends what is pending, waits for the writer thread, and returns the trace for its metadata
     /// and closing; the writer's own error, if it had one.
-    pub fn finish(mut self) -> io::Result<ChromeWriter<W>> {
+    pub fn finish(mut self) -> io::Result<EventWriter<W>> {
         self.flush()?;
         self.tx = None;
         self.join()
+    }
+}
+
+/// The writer of one trace format.
+enum Format<W: Write> {
+    Chrome(ChromeWriter<W>),
+    Perfetto(Box<PerfettoWriter<W>>),
+}
+
+/// The trace in the format asked for, and the clock snapshots taken as it began and ended.
+pub struct EventWriter<W: Write> {
+    format: Format<W>,
+    clocks: Vec<Snapshot>,
+}
+
+/// Calls the same method of whichever format's writer it is.
+macro_rules! each {
+    ($self:expr, $w:ident => $call:expr) => {
+        match &mut $self.format {
+            Format::Chrome($w) => $call,
+            Format::Perfetto($w) => $call,
+        }
+    };
+}
+
+impl<W: Write> EventWriter<W> {
+    /// Starts the trace in `format`; `probes` are (name, category) by probe id. The clocks are
+    /// read now: the start's snapshot.
+    pub fn new(out: W, probes: &[(&str, &str)], format: TraceFormat) -> io::Result<Self> {
+        let start = crate::clock::snapshot();
+        let format = match format {
+            TraceFormat::Json => Format::Chrome(ChromeWriter::new(out, probes)?),
+            TraceFormat::Perfetto => Format::Perfetto(Box::new(PerfettoWriter::new(out, probes, &start)?)),
+        };
+        Ok(EventWriter {
+            format,
+            clocks: vec![start],
+        })
+    }
+
+    pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
+        each!(self, w => w.span(span))
+    }
+
+    pub fn counter(&mut self, pid: u32, name: &str, ts_ns: u64, values: &[(String, f64)]) -> io::Result<()> {
+        each!(self, w => w.counter(pid, name, ts_ns, values))
+    }
+
+    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
+        each!(self, w => w.sample(pid, tid, ts_ns, leaf, stack))
+    }
+
+    pub fn process_name(&mut self, pid: u32, name: &str) -> io::Result<()> {
+        each!(self, w => w.process_name(pid, name))
+    }
+
+    pub fn thread_name(&mut self, pid: u32, tid: u32, name: &str) -> io::Result<()> {
+        each!(self, w => w.thread_name(pid, tid, name))
+    }
+
+    /// Reads the clocks as the trace ends; a Perfetto trace gets them as its last clock snapshot.
+    pub fn end_clocks(&mut self) -> io::Result<()> {
+        let end = crate::clock::snapshot();
+        self.clocks.push(end);
+        match &mut self.format {
+            Format::Chrome(_) => Ok(()),
+            Format::Perfetto(w) => w.clock_snapshot(&end),
+        }
+    }
+
+    /// The clock snapshots taken: at the start, and at the end once [`Self::end_clocks`] ran.
+    pub fn clocks(&self) -> &[Snapshot] {
+        &self.clocks
+    }
+
+    /// The spans written so far: functions', USDT begin/end pairs', ranges'.
+    pub fn spans(&self) -> u64 {
+        match &self.format {
+            Format::Chrome(w) => w.spans(),
+            Format::Perfetto(w) => w.spans(),
+        }
+    }
+
+    /// Ends the trace and returns the output, flushed.
+    pub fn finish(self) -> io::Result<W> {
+        match self.format {
+            Format::Chrome(w) => w.finish(),
+            Format::Perfetto(w) => w.finish(),
+        }
     }
 }
 
@@ -125,7 +217,7 @@ mod tests {
 
     #[test]
     fn writes_every_span_in_order_across_batches() {
-        let mut writer = TraceWriter::spawn(Vec::new(), &[("work", "uprobe")]).unwrap();
+        let mut writer = TraceWriter::spawn(Vec::new(), &[("work", "uprobe")], TraceFormat::Json).unwrap();
         let n = BATCH * 3 + 17;
         for i in 0..n {
             let span = SpanOut {
@@ -169,7 +261,8 @@ mod tests {
 
     #[test]
     fn reports_the_writers_error() {
-        let mut writer = TraceWriter::spawn(Full { budget: 1000 }, &[("work", "uprobe")]).unwrap();
+        let mut writer =
+            TraceWriter::spawn(Full { budget: 1000 }, &[("work", "uprobe")], TraceFormat::Json).unwrap();
         let span = SpanOut {
             probe: 0,
             pid: 1,

@@ -64,6 +64,8 @@ pub struct Config {
     /// `--buffer-size`, in bytes.
     pub buffer_size: u32,
     pub gzip: bool,
+    /// `--trace-format`.
+    pub trace_format: crate::output::TraceFormat,
     /// `--icicle`.
     pub icicle: bool,
     /// `-q`: warnings are not shown.

@@ -14,7 +14,7 @@ use crate::{
     export::{
         cuda::CudaSummary,
         profile,
-        summary::{CommandSummary, PairSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{ClockSummary, CommandSummary, PairSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     launch::Launch,
     model::summary::{Lost, FORMAT_VERSION},
@@ -133,6 +133,7 @@ impl Stopped<'_> {
             sampling,
             icicle: config.icicle,
             gpus: &gpus,
+            spans_readable: config.trace_format == output::TraceFormat::Json,
         };
         let (summary, derived) = outputs.write(pipeline)?;
         let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
@@ -166,10 +167,12 @@ struct Outputs<'a> {
     sampling: Option<Sampling>,
     icicle: bool,
     gpus: &'a [DeviceSeries],
+    /// Whether the derived outputs can read the spans back (they read trace.json only).
+    spans_readable: bool,
 }
 
 impl Outputs<'_> {
-    /// Closes trace.json with its metadata and writes summary.json and summary.txt, then the
+    /// Closes the trace with its metadata and writes summary.json and summary.txt, then the
     /// outputs derived from them (span-flamegraph.svg, profile.pb.gz); returns the summary and the
     /// names of the derived files.
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
@@ -177,7 +180,7 @@ impl Outputs<'_> {
         let frames = self
             .sampling
             .map(|_| profile::frames(&collected.samples, &mut collected.images));
-        let spans = self.close_trace(trace, &collected, frames.as_ref())?;
+        let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
             (Some(sampling), Some(frames)) => {
@@ -201,21 +204,24 @@ impl Outputs<'_> {
             }
             _ => None,
         };
-        let summary = self.summary(&collected, profile);
+        let mut summary = self.summary(&collected, profile);
+        summary.clock = clock;
         output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
         output::write(self.out, output::SUMMARY_TXT, summary.table().as_bytes())?;
+        let spans = if self.spans_readable { spans } else { 0 };
         let derived = crate::export::derived::write(self.out, spans, self.icicle)?;
         Ok((summary, derived))
     }
 
-    /// Ends trace.json: process and thread names (the targets' and every other process seen),
-    /// the CPU samples' timeline, the GPUs' counters; returns how many spans it holds.
+    /// Ends the trace: process and thread names (the targets' and every other process seen),
+    /// the CPU samples' timeline, the GPUs' counters, the clocks at the end; returns how many
+    /// spans it holds and the clocks read as it began and ended.
     fn close_trace(
         &mut self,
         trace: TraceWriter<Sink>,
         collected: &Collected,
         frames: Option<&profile::Frames>,
-    ) -> Result<u64> {
+    ) -> Result<(u64, ClockSummary)> {
         let trace_err = output_error(&self.trace_file.path);
         let names = &collected.names;
         let mut trace = trace.finish().map_err(trace_err)?;
@@ -249,9 +255,17 @@ impl Outputs<'_> {
                     .map_err(trace_err)?;
             }
         }
+        trace.end_clocks().map_err(trace_err)?;
+        let clock = match trace.clocks() {
+            [start, .., end] => ClockSummary {
+                start: *start,
+                end: *end,
+            },
+            _ => ClockSummary::default(),
+        };
         let spans = trace.spans();
         trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
-        Ok(spans)
+        Ok((spans, clock))
     }
 
     /// The summary of the recording.
@@ -291,6 +305,7 @@ impl Outputs<'_> {
                 .ranges
                 .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
             warn_over: collected.warnings.summary(),
+            clock: ClockSummary::default(),
         }
     }
 

@@ -125,8 +125,9 @@ impl<'a> Prepared<'a> {
             .iter()
             .map(|p| (p.name.as_str(), p.kind.name()))
             .collect();
-        let (sink, trace_file) = output::create_trace(&out, config.gzip)?;
-        let writer = TraceWriter::spawn(sink, &names).map_err(output_error(&trace_file.path))?;
+        let (sink, trace_file) = output::create_trace(&out, config.gzip, config.trace_format)?;
+        let writer =
+            TraceWriter::spawn(sink, &names, config.trace_format).map_err(output_error(&trace_file.path))?;
         let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);
         let infos = target_infos(&targets);
         // Before the notice too: the pipeline reads the targets' mappings (strings in them).
