@@ -13,6 +13,7 @@ pub mod captures;
 pub mod fixtures;
 pub mod kernel;
 pub mod output;
+pub mod perfetto;
 pub mod profile;
 pub mod ranges;
 pub mod run;

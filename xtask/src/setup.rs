@@ -31,9 +31,17 @@ const PACKAGES: &[&str] = &[
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
-/// NVIDIA's NVTX v2 library `libnvToolsExt.so.1` as PyTorch 2.0 and 2.1 load it), pinned,
-/// installed into `<target>/xtrace-pyenv`.
-pub const PYTHON_CLIENTS: &[&str] = &["nvtx==0.2.17", "ittapi==1.2.2", "nvidia-nvtx-cu12==12.1.105"];
+/// NVIDIA's NVTX v2 library `libnvToolsExt.so.1` as PyTorch 2.0 and 2.1 load it), and Perfetto's
+/// trace protobuf definitions with the protobuf runtime that reads them (tests/tools/
+/// perfetto_decode.py checks every trace.perfetto-trace the tests write), pinned, installed into
+/// `<target>/xtrace-pyenv`.
+pub const PYTHON_CLIENTS: &[&str] = &[
+    "nvtx==0.2.17",
+    "ittapi==1.2.2",
+    "nvidia-nvtx-cu12==12.1.105",
+    "perfetto==0.59.1",
+    "protobuf==7.36.2",
+];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,7 +78,8 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
         ("clippy for nightly", nightly_clippy),
         ("bpf-linker 0.10.0", bpf_linker),
         (
-            "Python clients nvtx 0.2.17, ittapi 1.2.2, nvidia-nvtx-cu12 12.1.105",
+            "Python packages nvtx 0.2.17, ittapi 1.2.2, nvidia-nvtx-cu12 12.1.105, perfetto 0.59.1, \
+             protobuf 7.36.2",
             python_clients,
         ),
     ];
@@ -287,7 +296,7 @@ fn python_clients() -> Result<State> {
     cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
         .args(PYTHON_CLIENTS);
     install(
-        "the range tests' Python clients from PyPI (needs network access)",
+        "the tests' Python packages from PyPI (needs network access)",
         &mut cmd,
     )?;
     if let Some(missing) = PYTHON_CLIENTS.iter().find(|spec| !has(spec)) {

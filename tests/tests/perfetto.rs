@@ -1,0 +1,255 @@
+//! `--trace-format perfetto`: trace.perfetto-trace read back with Perfetto's own protobuf
+//! definitions (tests/tools/perfetto_decode.py), every packet checked, then its slices, tracks and
+//! counters asserted exactly. Fixtures: `spans threads 4 1000` (4 threads, 1000 `work` calls
+//! each) and `spans nested 10` (outer() ×10, each calling inner() twice), as uprobe_spans.rs and
+//! launch.rs assert them on trace.json; `cudaapp` with the stand-in CUDA libraries, whose memory
+//! counters cuda.rs asserts; and the ITT client (tests/fixtures/itt_ranges.py), whose two
+//! overlapped `fetch` tasks cross without nesting.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::{fixtures, python, script, tool_library, Fixture},
+    perfetto::{counter, decode, slice_counts},
+    require_bpf,
+    run::{trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_slice(&text).expect("JSON")
+}
+
+/// The names of the files in `dir`, sorted.
+fn files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn each_threads_spans_are_on_its_own_uprobe_track() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "4", "1000"]);
+    let mut tids: Vec<u64> = fixture.wait_ready_tids().into_iter().map(u64::from).collect();
+    tids.sort_unstable();
+    let pid = u64::from(fixture.pid());
+    let tmp = TempDir::new("perfetto-threads");
+    let out = tmp.join("out");
+    trace_fixture_with(
+        &mut fixture,
+        args!["-u", "work", "--trace-format", "perfetto"],
+        &[],
+        &out,
+    );
+    assert_eq!(
+        files(&out),
+        ["summary.json", "summary.txt", "trace.perfetto-trace"]
+    );
+    let decoded = decode(&out.join("trace.perfetto-trace"));
+    let expected: Vec<Value> = tids
+        .iter()
+        .map(|tid| json!({"pid": pid, "tid": tid, "track": "uprobe", "name": "work", "depth": 0, "count": 1000}))
+        .collect();
+    let mut slices = decoded["slices"].as_array().unwrap().clone();
+    slices.sort_by_key(|s| s["tid"].as_u64());
+    assert_eq!(slices, expected);
+    // One process, its 4 threads named at the end, a uprobe track under each.
+    let threads: Vec<u64> = decoded["tracks"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|t| assert!(t[2].is_string(), "thread named: {t}"))
+        .map(|t| t[1].as_u64().unwrap())
+        .collect();
+    assert_eq!(threads, tids);
+    assert_eq!(decoded["tracks"]["processes"].as_array().unwrap().len(), 1);
+    assert_eq!(decoded["tracks"]["processes"][0][0], pid);
+    assert_eq!(decoded["tracks"]["children"], json!({"uprobe": 4}));
+    assert_eq!(
+        decoded["clocks"],
+        json!([[1, 3, 6], [1, 3, 6]]),
+        "start and end snapshots"
+    );
+
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["probes"][0]["count"], 4000);
+    let clock = &summary["clock"];
+    let field = |at: &str, name: &str| clock[at][name].as_u64().unwrap() as i128;
+    let mono = field("end", "monotonic_ns") - field("start", "monotonic_ns");
+    let wall = field("end", "realtime_ns") - field("start", "realtime_ns");
+    assert!(mono > 0, "{clock}");
+    // The wall clock runs with the monotonic one (NTP slews it by at most 0.05%).
+    assert!((wall - mono).abs() < 10_000_000, "{clock}");
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn nested_spans_nest_on_one_track_compressed() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("perfetto-nested");
+    let out = tmp.join("out");
+    let before = Attachments::snapshot();
+    let finished = Xtrace::spawn(args![
+        "-u",
+        "outer",
+        "-u",
+        "inner",
+        "--trace-format",
+        "perfetto",
+        "--gzip",
+        "-o",
+        &out,
+        "--",
+        &fixtures().spans,
+        "nested",
+        "10"
+    ])
+    .wait();
+    finished.assert_success();
+    before.assert_none_left();
+    assert_eq!(
+        files(&out),
+        ["summary.json", "summary.txt", "trace.perfetto-trace.gz"]
+    );
+    let decoded = decode(&out.join("trace.perfetto-trace.gz"));
+    let pid = read_json(&out.join("summary.json"))["command"]["pid"].clone();
+    assert_eq!(
+        decoded["slices"],
+        json!([
+            {"pid": pid, "tid": pid, "track": "uprobe", "name": "inner", "depth": 1, "count": 20},
+            {"pid": pid, "tid": pid, "track": "uprobe", "name": "outer", "depth": 0, "count": 10},
+        ])
+    );
+    assert_eq!(decoded["tracks"]["processes"], json!([[pid, "spans"]]));
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn cuda_calls_and_memory_counters_with_their_units() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().cudaapp, &[]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("perfetto-cuda");
+    let out = tmp.join("out");
+    trace_fixture_with(
+        &mut fixture,
+        args!["--cuda", "--trace-format", "perfetto"],
+        &[],
+        &out,
+    );
+    let decoded = decode(&out.join("trace.perfetto-trace"));
+    // The values cuda.rs asserts on trace.json's counter events.
+    assert_eq!(
+        counter(&decoded, "CUDA device memory (bytes)"),
+        (
+            vec![
+                1_048_576, 1_052_672, 1_055_672, 1_063_864, 1_059_768, 1_051_576, 1_051_876, 1_052_004,
+                1_051_704, 1_051_576, 1_051_704, 1_051_576
+            ],
+            "UNIT_SIZE_BYTES".to_string()
+        )
+    );
+    assert_eq!(
+        counter(&decoded, "CUDA pinned host memory (bytes)"),
+        (
+            vec![65_536, 66_536, 66_560, 65_560, 65_536],
+            "UNIT_SIZE_BYTES".to_string()
+        )
+    );
+    // Every call the summary counts is a slice on its thread's cuda track.
+    let summary = read_json(&out.join("summary.json"));
+    let counted: BTreeMap<String, u64> = summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "cuda" && p["count"].as_u64() > Some(0))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(counted["cudaMemcpy"], 5);
+    assert_eq!(slice_counts(&decoded), counted);
+    assert!(decoded["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["track"] == "cuda"));
+    assert_eq!(decoded["args"]["cudaMemcpy"], json!(["bytes", "kind"]));
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn overlapping_tasks_that_do_not_nest_are_all_kept() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut fixture = Fixture::spawn_with_env(
+        &python(),
+        &[script("itt_ranges.py").to_str().expect("UTF-8 path")],
+        &[("INTEL_LIBITTNOTIFY64", &tool)],
+    );
+    fixture.wait_ready();
+    let tmp = TempDir::new("perfetto-itt");
+    let out = tmp.join("out");
+    trace_fixture_with(
+        &mut fixture,
+        args!["--itt", "--trace-format", "perfetto"],
+        &[],
+        &out,
+    );
+    let decoded = decode(&out.join("trace.perfetto-trace"));
+    assert_eq!(
+        slice_counts(&decoded),
+        BTreeMap::from([
+            ("backward".to_string(), 3),
+            ("forward".to_string(), 3),
+            ("load".to_string(), 2),
+            ("step".to_string(), 3)
+        ])
+    );
+    // step holds forward and backward, on the thread's track of the domain "train".
+    for s in decoded["slices"].as_array().unwrap() {
+        assert_eq!(s["track"], "train", "{s}");
+        let depth = if s["name"] == "step" || s["name"] == "load" {
+            0
+        } else {
+            1
+        };
+        assert_eq!(s["depth"], depth, "{s}");
+    }
+    // The two fetch tasks cross, and the frames: each async range on a track of its own.
+    let mut asyncs: Vec<(String, u64)> = decoded["async"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_string(),
+                a["depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    asyncs.sort();
+    let mut expected = vec![("fetch".to_string(), 0); 2];
+    expected.extend(vec![("frame".to_string(), 0); 5]);
+    assert_eq!(asyncs, expected);
+}
