@@ -195,7 +195,7 @@ impl<W: Write> PerfettoWriter<W> {
         if let (Some(&uuid), None) = (self.tracks.threads.get(&(pid, tid)), name) {
             return uuid;
         }
-        self.process(pid, None);
+        let parent = self.process(pid, None);
         let uuid = match self.tracks.threads.get(&(pid, tid)) {
             Some(&uuid) => uuid,
             None => self.tracks.next(),
@@ -203,6 +203,7 @@ impl<W: Write> PerfettoWriter<W> {
         self.tracks.threads.insert((pid, tid), uuid);
         self.descriptor(TrackDescriptor {
             uuid: Some(uuid),
+            parent_uuid: Some(parent),
             thread: Some(ThreadDescriptor {
                 pid: pid_i32(pid),
                 tid: pid_i32(tid),
