@@ -1,7 +1,8 @@
 //! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
-//! One module per measurement: per_hit, throughput, attach, sampling, rss, ranges, strings. prep builds and installs what is needed; runs, bpftrace, tracer and
+//! One module per measurement: per_hit, throughput, attach, sampling, rss, ranges, strings,
+//! trace_format. prep builds and installs what is needed; runs, bpftrace, tracer and
 //! workload run the processes; report holds the rows and writes the table and the JSON.
 mod attach;
 mod bpf_stats;
@@ -16,6 +17,7 @@ mod sampling;
 mod saturation;
 mod strings;
 mod throughput;
+mod trace_format;
 mod tracer;
 mod workload;
 
@@ -54,6 +56,7 @@ pub enum Part {
     Rss,
     Ranges,
     Strings,
+    TraceFormat,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -125,6 +128,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Ranges) {
         ranges::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::TraceFormat) {
+        trace_format::run(&env, &cfg, &mut report);
     }
     if wanted(Part::Rss) {
         rss::run(&env, &cfg, &mut report)?;

@@ -25,6 +25,16 @@ pub struct Sample {
     pub cpu_ns_per_span: f64,
 }
 
+/// The user + system seconds GNU time (`-f "%U %S"`) wrote into `file`.
+pub fn cpu_seconds(file: &std::path::Path) -> Option<f64> {
+    fs::read_to_string(file).ok().and_then(|text| {
+        text.lines().rev().find_map(|l| {
+            let mut f = l.split_whitespace().map(|x| x.parse::<f64>().ok());
+            Some(f.next()?? + f.next()??)
+        })
+    })
+}
+
 /// Up to 3 runs of `hits ARGS` under xtrace (under GNU time); the samples and the errors.
 pub fn measure(env: &Env, cfg: &Config, args: &[String], what: &str) -> (Vec<Sample>, Vec<String>) {
     let (mut ok, mut errors) = (Vec::new(), Vec::new());
@@ -40,12 +50,7 @@ pub fn measure(env: &Env, cfg: &Config, args: &[String], what: &str) -> (Vec<Sam
                 let summary = out.summary.unwrap_or(Value::Null);
                 let secs = out.work.elapsed_ns as f64 / 1e9;
                 let count = probe_count(&summary, SYMBOL);
-                let cpu_s = fs::read_to_string(&cpu_file).ok().and_then(|text| {
-                    text.lines().rev().find_map(|l| {
-                        let mut f = l.split_whitespace().map(|x| x.parse::<f64>().ok());
-                        Some(f.next()?? + f.next()??)
-                    })
-                });
+                let cpu_s = cpu_seconds(&cpu_file);
                 ok.push(Sample {
                     called: out.work.calls as f64 / secs,
                     delivered: count as f64 / secs,
