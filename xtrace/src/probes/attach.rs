@@ -271,6 +271,19 @@ fn programs_for(plan: &Plan) -> Vec<&'static str> {
     if !plan.usdt_sites.is_empty() {
         names.push("usdt_hit");
     }
+    // Functions attached later (`--cuda` watching for libraries loaded later) may need any span
+    // program: each is loaded now, while the object still holds every map the programs use.
+    if plan.watch.is_some() {
+        let sleepable = bpf::features::sleepable_entries().then_some("span_enter_s");
+        for name in ["span_exit", "span_ret", "span_enter"]
+            .into_iter()
+            .chain(sleepable)
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
     names
 }
 
