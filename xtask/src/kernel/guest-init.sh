@@ -18,7 +18,19 @@ mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
+# A workspace under the host's /tmp (a clone made there) stays where it is under the guest's
+# tmpfs /tmp: the host's /tmp is kept reachable, and the workspace's top directory bound back.
+mkdir -p /dev/shm/host-tmp
+mount --bind /tmp /dev/shm/host-tmp
 mount -t tmpfs tmpfs /tmp
+case "${kmatrix_dir:-}" in
+/tmp/?*)
+    top=${kmatrix_dir#/tmp/}
+    top=/tmp/${top%%/*}
+    mkdir -p "$top"
+    mount --bind "/dev/shm/host-tmp/${top#/tmp/}" "$top"
+    ;;
+esac
 mount -t tmpfs tmpfs /run
 mount -t bpf bpf /sys/fs/bpf
 mount -t debugfs debugfs /sys/kernel/debug
