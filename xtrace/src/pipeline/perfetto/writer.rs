@@ -220,9 +220,15 @@ impl<W: Write> PerfettoWriter<W> {
             return uuid;
         }
         let parent = self.thread(pid, tid, None);
-        let uuid = self.tracks.next();
-        self.tracks.sources.insert((pid, tid, cat), uuid);
         let name = self.categories.name(cat).to_string();
+        let uuid = self.child_track(parent, name);
+        self.tracks.sources.insert((pid, tid, cat), uuid);
+        uuid
+    }
+
+    /// A new track `name` under track `parent`, described now.
+    fn child_track(&mut self, parent: u64, name: String) -> u64 {
+        let uuid = self.tracks.next();
         self.descriptor(TrackDescriptor {
             uuid: Some(uuid),
             parent_uuid: Some(parent),
@@ -344,15 +350,9 @@ impl<W: Write> PerfettoWriter<W> {
         let key = (span.pid, edge.id);
         let track = if edge.begin {
             let parent = self.process(span.pid, None);
-            let uuid = self.tracks.next();
-            self.tracks.open.insert(key, uuid);
             let name = self.names.name(begin.name_iid.unwrap_or(0)).to_string();
-            self.descriptor(TrackDescriptor {
-                uuid: Some(uuid),
-                parent_uuid: Some(parent),
-                name: Some(name),
-                ..Default::default()
-            });
+            let uuid = self.child_track(parent, name);
+            self.tracks.open.insert(key, uuid);
             uuid
         } else {
             match self.tracks.open.remove(&key) {
