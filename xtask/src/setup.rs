@@ -1,6 +1,7 @@
 //! `cargo xtask setup`: makes a fresh Debian 12 machine able to build and test xtrace, idempotently.
 //! Owns the checks (cheap when everything is present) and the installs: Debian packages, the
-//! `nightly` toolchain with rust-src, and bpf-linker 0.10.0. Other subcommands call it first.
+//! `nightly` toolchain with rust-src, bpf-linker 0.10.0, and what `dist` builds the release with
+//! (the musl target, zig and cargo-zigbuild). Other subcommands call it first.
 use std::{
     path::Path,
     process::{Command, Stdio},
@@ -44,6 +45,13 @@ pub const PYTHON_CLIENTS: &[&str] = &[
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
+/// The release's tools (`cargo xtask dist`), pinned, installed into `<target>/xtrace-distenv`:
+/// zig links the tool library against glibc 2.17's symbol versions, cargo-zigbuild drives it.
+/// Both are PyPI wheels of prebuilt binaries, so nothing is compiled to install them.
+pub const DIST_TOOLS: &[&str] = &["ziglang==0.15.2", "cargo-zigbuild==0.24.1"];
+/// The target of the release's static binary.
+pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Verbosity {
     /// One line per step (the `setup` subcommand).
@@ -62,7 +70,7 @@ enum State {
 type Step = fn() -> Result<State>;
 
 pub fn run(verbosity: Verbosity) -> Result<()> {
-    let steps: [(&str, Step); 8] = [
+    let steps: [(&str, Step); 10] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
              golang-go valgrind libc6-dbg binutils libllvm14)",
@@ -81,6 +89,11 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
             "Python packages nvtx 0.2.17, ittapi 1.2.2, nvidia-nvtx-cu12 12.1.105, perfetto 0.59.1, \
              protobuf 7.36.2",
             python_clients,
+        ),
+        ("rust target x86_64-unknown-linux-musl (dist)", musl_target),
+        (
+            "release tools ziglang 0.15.2, cargo-zigbuild 0.24.1 (dist)",
+            dist_tools,
         ),
     ];
     for (what, step) in steps {
@@ -273,33 +286,62 @@ fn bpf_linker() -> Result<State> {
     Ok(state)
 }
 
-/// The venv of the range tests' Python clients: `<target>/xtrace-pyenv`, created with Debian's
-/// python3 and filled from PyPI when a pinned package is missing.
+/// The venv of the range tests' Python clients: `<target>/xtrace-pyenv`.
 fn python_clients() -> Result<State> {
     let ws = util::Workspace::locate()?;
-    let venv = ws.target.join("xtrace-pyenv");
+    pip_venv(
+        &ws.target.join("xtrace-pyenv"),
+        PYTHON_CLIENTS,
+        "the tests' Python packages",
+    )
+}
+
+/// The venv of the release's tools: `<target>/xtrace-distenv` (see [`DIST_TOOLS`]).
+fn dist_tools() -> Result<State> {
+    let ws = util::Workspace::locate()?;
+    pip_venv(&dist_venv(&ws), DIST_TOOLS, "the release's tools")
+}
+
+/// Where [`DIST_TOOLS`] are installed; its bin/ holds cargo-zigbuild and a python3 with zig.
+pub fn dist_venv(ws: &util::Workspace) -> std::path::PathBuf {
+    ws.target.join("xtrace-distenv")
+}
+
+/// The standard library of the musl target, which the release's static xtrace is built for.
+fn musl_target() -> Result<State> {
+    let installed = stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))
+        .is_some_and(|list| list.lines().any(|line| line.trim() == MUSL_TARGET));
+    if installed {
+        return Ok(State::Present);
+    }
+    let mut cmd = Command::new("rustup");
+    cmd.args(["target", "add", MUSL_TARGET]);
+    install(&format!("the rust target {MUSL_TARGET}"), &mut cmd)?;
+    Ok(State::Installed)
+}
+
+/// A venv at `venv`, created with Debian's python3 and filled from PyPI when a pinned package of
+/// `specs` is missing.
+fn pip_venv(venv: &Path, specs: &[&str], what: &str) -> Result<State> {
     let python = venv.join("bin/python3");
     let has = |spec: &str| {
         let (name, version) = spec.split_once("==").unwrap_or((spec, ""));
         stdout_of(Command::new(&python).args(["-m", "pip", "show", name]))
             .is_some_and(|out| out.lines().any(|l| l == format!("Version: {version}")))
     };
-    if PYTHON_CLIENTS.iter().all(|spec| has(spec)) {
+    if specs.iter().all(|spec| has(spec)) {
         return Ok(State::Present);
     }
     if !python.exists() {
         let mut cmd = Command::new("/usr/bin/python3");
-        cmd.args(["-m", "venv"]).arg(&venv);
-        install("a Python venv for the range tests (python3-venv)", &mut cmd)?;
+        cmd.args(["-m", "venv"]).arg(venv);
+        install(&format!("a Python venv for {what} (python3-venv)"), &mut cmd)?;
     }
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(PYTHON_CLIENTS);
-    install(
-        "the tests' Python packages from PyPI (needs network access)",
-        &mut cmd,
-    )?;
-    if let Some(missing) = PYTHON_CLIENTS.iter().find(|spec| !has(spec)) {
+        .args(specs);
+    install(&format!("{what} from PyPI (needs network access)"), &mut cmd)?;
+    if let Some(missing) = specs.iter().find(|spec| !has(spec)) {
         bail!(
             "{missing} is still missing from {} after pip install; try by hand: {}",
             venv.display(),
