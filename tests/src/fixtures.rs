@@ -246,13 +246,19 @@ fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
     compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
 }
 
-/// The `ranges` fixture, linked against the tool library next to the xtrace binary.
+/// The `ranges` fixture, linked against the tool library next to the xtrace binary. Linked anew
+/// when that directory changes (the release's tests run another xtrace), which `ranges.tool`
+/// records: an older library elsewhere would not make the fixture stale by its date.
 fn build_ranges(src: &Path, fixtures: &Fixtures) {
     let tool = tool_library();
     let tool_dir = tool
         .parent()
         .and_then(Path::to_str)
         .expect("tool library path is UTF-8");
+    let stamp = fixtures.ranges.with_extension("tool");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(tool_dir) {
+        let _ = std::fs::remove_file(&fixtures.ranges);
+    }
     let include = src.join("../../xtrace/tool/include");
     compile(
         &[src.join("ranges.c"), tool.clone(), include.join("xtrace_range.h")],
@@ -266,6 +272,7 @@ fn build_ranges(src: &Path, fixtures: &Fixtures) {
             "-Wl,--disable-new-dtags",
         ],
     );
+    std::fs::write(&stamp, tool_dir).unwrap_or_else(|e| panic!("writing {}: {e}", stamp.display()));
 }
 
 /// Compiles `inputs[0]` into `output` (with `extra` flags after the source, where linker inputs
