@@ -18,6 +18,15 @@ use nvml_wrapper::{
 };
 use serde::Serialize;
 
+/// Why NVML cannot load in a static xtrace (the release's musl build): it has no dynamic loader
+/// to open libnvidia-ml.so.1 with.
+const STATIC_BUILD: &str = if cfg!(target_env = "musl") {
+    "; this xtrace is the static release build, which cannot load NVML: build xtrace from source \
+     (cargo xtask build --release) for --gpu-metrics"
+} else {
+    ""
+};
+
 /// Default sampling period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
 
@@ -182,7 +191,7 @@ impl GpuMetrics {
                 let nvml = match Nvml::init() {
                     Ok(nvml) => nvml,
                     Err(e) => {
-                        let _ = ready.send(Err(format!("NVML could not be loaded ({e})")));
+                        let _ = ready.send(Err(format!("NVML could not be loaded ({e}){STATIC_BUILD}")));
                         return Vec::new();
                     }
                 };
