@@ -1,9 +1,10 @@
-//! `cargo xtask`: orchestration for xtrace — toolchain setup, builds, the test run, the demo and
-//! the benchmarks.
+//! `cargo xtask`: orchestration for xtrace — toolchain setup, builds, the test run, the demo,
+//! the benchmarks and the release.
 //! Owns only the command line and dispatch; each subcommand lives in its own module.
 mod bench;
 mod build;
 mod demo;
+mod dist;
 mod kernel;
 mod lint;
 mod man;
@@ -43,6 +44,9 @@ enum Command {
     Lint,
     /// Regenerate docs/reference/{cli.md,man,completions} from the clap definitions.
     Man,
+    /// Build and test the release: target/dist/xtrace-VERSION-x86_64-linux.tar.gz (static xtrace,
+    /// tool library for glibc 2.17, man pages, completions) and xtrace_VERSION_amd64.deb.
+    Dist(dist::DistArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args),
         Command::Lint => lint::run(),
         Command::Man => man::run(),
+        Command::Dist(args) => dist::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -70,7 +70,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
 }
 
 /// The environment of the integration tests' build and run: under CI a missing capability fails.
-fn test_env() -> Vec<(&'static str, &'static str)> {
+pub fn test_env() -> Vec<(&'static str, &'static str)> {
     if in_ci() {
         vec![("XTRACE_REQUIRE_BPF", "1")]
     } else {

@@ -74,6 +74,11 @@ pub const KNOWN_DEFECTS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// Smoke tests that drive a hook only a debug build of xtrace has (`XTRACE_TEST_PANIC`): left
+/// out when the xtrace under test is the release's (`cargo xtask dist --kernel`).
+pub const DEBUG_BUILD_ONLY: &[(&str, &str)] =
+    &[("usdt", "semaphores_are_back_to_zero_after_every_exit_path")];
+
 /// What the test binaries are built with, so this step reuses the host run's build.
 pub type TestEnv<'a> = &'a [(&'a str, &'a str)];
 
@@ -86,7 +91,6 @@ pub fn run(
     filters: &[String],
     env: TestEnv,
 ) -> Result<()> {
-    let started = Instant::now();
     let chosen: Vec<(&str, &str)> = SMOKE
         .iter()
         .filter(|(file, name)| {
@@ -98,15 +102,37 @@ pub fn run(
     if chosen.is_empty() {
         return Err(BadInput(format!("no smoke test matches {filters:?}")).into());
     }
+    run_chosen(ws, xtrace, kernel, &chosen, env)
+}
+
+/// Runs the smoke set but [`DEBUG_BUILD_ONLY`] with a release build of xtrace inside `kernel`.
+pub fn run_release(ws: &Workspace, xtrace: &Path, kernel: &GuestKernel, env: TestEnv) -> Result<()> {
+    let chosen: Vec<(&str, &str)> = SMOKE
+        .iter()
+        .filter(|test| !DEBUG_BUILD_ONLY.contains(test))
+        .copied()
+        .collect();
+    run_chosen(ws, xtrace, kernel, &chosen, env)
+}
+
+/// Builds what the `chosen` smoke tests need, boots `kernel` and reports their outcomes.
+fn run_chosen(
+    ws: &Workspace,
+    xtrace: &Path,
+    kernel: &GuestKernel,
+    chosen: &[(&str, &str)],
+    env: TestEnv,
+) -> Result<()> {
+    let started = Instant::now();
     build_fixtures(ws, xtrace, env)?;
-    let binaries = build_test_binaries(ws, &chosen, env)?;
+    let binaries = build_test_binaries(ws, chosen, env)?;
     let dir = ws.target.join("kernel-matrix");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("plan.sh"), plan(ws, xtrace, &chosen, &binaries)?)?;
+    std::fs::write(dir.join("plan.sh"), plan(ws, xtrace, chosen, &binaries)?)?;
     std::fs::write(dir.join("guest-init.sh"), include_str!("guest-init.sh"))?;
     util::make_executable(&dir.join("guest-init.sh"))?;
     let boot = guest::boot(kernel, &dir)?;
-    let outcomes = outcomes(&chosen, &boot.lines);
+    let outcomes = outcomes(chosen, &boot.lines);
     report(kernel, &boot, &outcomes, started.elapsed().as_secs())
 }
 
@@ -324,6 +350,20 @@ mod tests {
             let before = &source[..at];
             let attrs = &before[before.rfind("\n\n").unwrap_or(0)..];
             assert!(attrs.contains("#[test]"), "{file}::{name} is no #[test]");
+        }
+    }
+
+    /// What a release run leaves out is in the smoke set, and its file drives the debug hook.
+    #[test]
+    fn debug_build_only_tests_are_smoke_tests_of_files_that_use_the_hook() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
+        for test @ (file, _) in DEBUG_BUILD_ONLY {
+            assert!(SMOKE.contains(test), "{test:?} is not in SMOKE");
+            let source = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
+            assert!(
+                source.contains("PANIC_ENV"),
+                "tests/tests/{file}.rs uses no PANIC_ENV"
+            );
         }
     }
 
