@@ -199,3 +199,28 @@ pub fn array_u32(pid: u32, name: &str, index: u32) -> u32 {
         .unwrap_or_else(|| panic!("map {name} of process {pid} has no index {index}"));
     u32::from_le_bytes(value.try_into().expect("a 4-byte value"))
 }
+
+/// The programs process `pid` holds, by name, with the instructions the verifier processed to
+/// accept each (`verified_insns` in their /proc/PID/fdinfo, Linux 5.16+). Programs loaded twice
+/// under one name show the larger count.
+pub fn verified_insns(pid: u32) -> BTreeMap<String, u64> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).expect("reading the fdinfo of xtrace");
+    let mut counts = BTreeMap::new();
+    for info in fds.filter_map(|fd| std::fs::read_to_string(fd.ok()?.path()).ok()) {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let (Some(id), Some(insns)) = (field("prog_id:"), field("verified_insns:")) else {
+            continue;
+        };
+        let name = bpftool_json(&["prog", "show", "id", &id.to_string()])["name"]
+            .as_str()
+            .expect("a program's name")
+            .to_owned();
+        let count = counts.entry(name).or_insert(0);
+        *count = insns.max(*count);
+    }
+    counts
+}

@@ -411,7 +411,11 @@ fn drop_dead(stack: &mut EntryStack, frame: u64, probe_id: u32) -> usize {
         count_n(counter::UNMATCHED_ENTRIES, (depth - left) as u64);
         stack.depth = left as u32;
     }
-    left
+    // Read back rather than returned: the verifier then sees one unknown depth whichever step
+    // ended the loop, so what follows is verified once, not once per step (older verifiers, 6.1's,
+    // otherwise walk the argument reads 64 times and give up).
+    // SAFETY: a field of this thread's own stack, written above or before.
+    unsafe { ptr::read_volatile(&raw const stack.depth) as usize }
 }
 
 /// Index of the open call whose return-address slot is `frame`, of `probe_id` when given, if any:
@@ -510,19 +514,23 @@ fn end_span(
     let Some(slot) = find_open(stack, depth, probe_id, frame) else {
         return Ok(0);
     };
-    let call = &stack.calls[slot & (MAX_DEPTH - 1)];
-    let (probe_id, start_ns) = (call.probe_id, call.start_ns);
-    let pid_tgid = if running.is_some() {
-        call.return_address
-    } else {
-        stack.pid_tgid
-    };
     // Entries above the matched one were left without returning (longjmp, exceptions).
     let abandoned = depth - 1 - slot;
     if abandoned > 0 {
         count_n(counter::UNMATCHED_ENTRIES, abandoned as u64);
     }
     stack.depth = slot as u32;
+    // Read back rather than kept, as in `drop_dead`: what follows is verified once, not once per
+    // step of the scan.
+    // SAFETY: a field of this thread's (or goroutine's) own stack, written just above.
+    let slot = unsafe { ptr::read_volatile(&raw const stack.depth) } as usize & (MAX_DEPTH - 1);
+    let call = &stack.calls[slot];
+    let (probe_id, start_ns) = (call.probe_id, call.start_ns);
+    let pid_tgid = if running.is_some() {
+        call.return_address
+    } else {
+        stack.pid_tgid
+    };
     if let (Some((goroutine, _)), 0) = (running, slot) {
         goroutine::done(&goroutine);
     }

@@ -59,20 +59,7 @@ pub const SMOKE: &[(&str, &str)] = &[
 /// Smoke tests that fail in a kernel series for a defect of xtrace's, written down: (release
 /// prefix, file, test, the defect). They still run; the step fails if one passes, so a fix
 /// removes its entry.
-pub const KNOWN_DEFECTS: &[(&str, &str, &str, &str)] = &[
-    (
-        "6.1.",
-        "args",
-        "integer_string_and_return_values_exactly",
-        "6.1's verifier rejects span_enter with argument reads: over 1,000,000 instructions processed",
-    ),
-    (
-        "6.1.",
-        "cuda",
-        "cuda_calls_by_pid_exactly",
-        "6.1's verifier rejects span_enter with argument reads: over 1,000,000 instructions processed",
-    ),
-];
+pub const KNOWN_DEFECTS: &[(&str, &str, &str, &str)] = &[];
 
 /// Smoke tests that drive a hook only a debug build of xtrace has (`XTRACE_TEST_PANIC`): left
 /// out when the xtrace under test is the release's (`cargo xtask dist --kernel`).
