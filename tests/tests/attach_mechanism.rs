@@ -66,6 +66,42 @@ fn perf_event_when_asked() {
     assert_spans(&trace(&[("XTRACE_UPROBE_ATTACH", "perf_event")]), "perf_event");
 }
 
+/// `XTRACE_UPROBE_ATTACH=uprobe_multi` attaches with uprobe_multi links where the kernel has
+/// them; where it has none (6.1), it is refused before anything is loaded, in one line that names
+/// the kernel (exit 2).
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn uprobe_multi_when_asked_or_refused_naming_the_kernel() {
+    if !require_bpf() {
+        return;
+    }
+    let env = [("XTRACE_UPROBE_ATTACH", "uprobe_multi")];
+    if kernel().uprobe_multi {
+        assert_spans(&trace(&env), "uprobe_multi");
+        return;
+    }
+    let mut fixture = Fixture::spin();
+    let tmp = TempDir::new("mechanism-multi");
+    let before = Attachments::snapshot();
+    let args = args![
+        "-p",
+        fixture.pid().to_string(),
+        "-u",
+        "work",
+        "-o",
+        tmp.join("out")
+    ];
+    let line = expect_user_error(&before, Xtrace::spawn_with_env(args, &env));
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let expected = format!(
+        "xtrace: error: XTRACE_UPROBE_ATTACH=uprobe_multi: this kernel (Linux {}) has no \
+         uprobe_multi links, which Linux 6.6 brought; unset XTRACE_UPROBE_ATTACH",
+        release.trim()
+    );
+    assert!(line.starts_with(&expected), "{line}");
+    assert!(fixture.is_running());
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn unknown_mechanism_is_refused() {

@@ -143,7 +143,7 @@ fn semaphores_are_back_to_zero_after_every_exit_path() {
 }
 
 /// `XTRACE_UPROBE_ATTACH=uprobe_multi` on a kernel without uprobe_multi: one line naming the
-/// version that has it, an attach failure's exit status (1), nothing left attached, the target
+/// kernel and the version that has them, exit status 2, nothing left attached, the target
 /// untouched.
 fn forced_uprobe_multi_is_refused() {
     let mut fixture = Fixture::spawn(&fixtures().usdt, &["run"]);
@@ -163,10 +163,16 @@ fn forced_uprobe_multi_is_refused() {
     )
     .wait();
     before.assert_none_left();
-    assert_eq!(finished.status.code(), Some(1), "{finished:?}");
+    assert_eq!(finished.status.code(), Some(2), "{finished:?}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     assert_eq!(
         finished.stderr,
-        ["xtrace: error: XTRACE_UPROBE_ATTACH=uprobe_multi: this kernel refuses uprobe_multi links (Linux 6.6+)"]
+        [format!(
+            "xtrace: error: XTRACE_UPROBE_ATTACH=uprobe_multi: this kernel (Linux {}) has no \
+             uprobe_multi links, which Linux 6.6 brought; unset XTRACE_UPROBE_ATTACH to attach \
+             with perf-event uprobes",
+            release.trim()
+        )]
     );
     assert!(fixture.is_running());
 }

@@ -170,6 +170,14 @@ pub enum Error {
     },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    #[error("{what}: this kernel (Linux {release}) has no {feature}, which Linux {since} brought; {remedy}")]
+    KernelLacks {
+        what: String,
+        release: String,
+        feature: &'static str,
+        since: &'static str,
+        remedy: &'static str,
+    },
     #[error("--overhead: the kernel refused to turn on BPF run-time statistics ({0}); it needs CAP_SYS_ADMIN: run xtrace as root, or drop --overhead")]
     Overhead(String),
 }

@@ -37,6 +37,10 @@ pub const SMOKE: &[(&str, &str)] = &[
         "uprobe_multi_by_default_where_the_kernel_has_it",
     ),
     ("attach_mechanism", "perf_event_when_asked"),
+    (
+        "attach_mechanism",
+        "uprobe_multi_when_asked_or_refused_naming_the_kernel",
+    ),
     ("usdt", "every_probe_form_and_pair_exactly"),
     ("usdt", "semaphores_are_back_to_zero_after_every_exit_path"),
     ("usdt", "semaphore_probe_through_perf_event_uprobes"),

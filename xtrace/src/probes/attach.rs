@@ -551,17 +551,36 @@ pub fn attach_more(
 }
 
 /// The mechanism `XTRACE_UPROBE_ATTACH` asks for: None to choose by the kernel. Checked when a
-/// recording starts, before anything is created, and again when attaching.
+/// recording starts, before anything is created, and again when attaching; uprobe_multi on a
+/// kernel that has none is refused.
 pub fn forced_mechanism() -> Result<Option<Mechanism>> {
     match std::env::var(ATTACH_ENV).ok().as_deref() {
         None | Some("") => Ok(None),
         Some("perf_event") => Ok(Some(Mechanism::PerfEvent)),
+        Some("uprobe_multi") if kernel_refuses_multi() => Err(no_uprobe_multi()),
         Some("uprobe_multi") => Ok(Some(Mechanism::UprobeMulti)),
         Some(other) => Err(Error::BadEnvironment {
             name: ATTACH_ENV,
             value: other.to_string(),
             expected: "uprobe_multi or perf_event",
         }),
+    }
+}
+
+/// Whether the kernel answers that it has no uprobe_multi links (see
+/// [`bpf::features::uprobe_multi`]); false when it could not be asked, and attaching finds out.
+fn kernel_refuses_multi() -> bool {
+    matches!(bpf::features::uprobe_multi(), bpf::features::Answer::No(_))
+}
+
+/// `XTRACE_UPROBE_ATTACH=uprobe_multi` on a kernel without uprobe_multi links.
+fn no_uprobe_multi() -> Error {
+    Error::KernelLacks {
+        what: format!("{ATTACH_ENV}=uprobe_multi"),
+        release: crate::procfs::kernel_setting("osrelease").unwrap_or_default(),
+        feature: "uprobe_multi links",
+        since: "6.6",
+        remedy: "unset XTRACE_UPROBE_ATTACH to attach with perf-event uprobes",
     }
 }
 
@@ -572,12 +591,9 @@ pub fn forced_mechanism() -> Result<Option<Mechanism>> {
 pub fn attach(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
     let attached = match forced_mechanism()? {
         Some(Mechanism::PerfEvent) => attach_perf_event(ebpf, plan, pids)?,
-        Some(Mechanism::UprobeMulti) => attach_multi(ebpf, plan, pids)?.ok_or_else(|| {
-            Error::io(
-                format!("{ATTACH_ENV}=uprobe_multi"),
-                std::io::Error::other("this kernel refuses uprobe_multi links (Linux 6.6+)"),
-            )
-        })?,
+        Some(Mechanism::UprobeMulti) => attach_multi(ebpf, plan, pids)?.ok_or_else(no_uprobe_multi)?,
+        // Asked first: an older kernel would verify every program for nothing.
+        None if kernel_refuses_multi() => attach_perf_event(ebpf, plan, pids)?,
         None => match attach_multi(ebpf, plan, pids)? {
             Some(attached) => attached,
             None => attach_perf_event(ebpf, plan, pids)?,
