@@ -17,6 +17,7 @@ pub mod perfetto;
 pub mod profile;
 pub mod ranges;
 pub mod run;
+pub mod seccomp;
 
 use std::{
     env,

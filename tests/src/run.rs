@@ -226,6 +226,18 @@ impl Xtrace {
         Self::spawn_command(unshare, args)
     }
 
+    /// Like [`Xtrace::spawn`] but with bpf() failing with ENOSYS, as in a kernel without BPF
+    /// ([`crate::seccomp::hide_bpf`]).
+    pub fn spawn_without_bpf<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(xtrace_bin());
+        crate::seccomp::hide_bpf(&mut command);
+        Self::spawn_command(command, args)
+    }
+
     /// Like [`Xtrace::spawn`] with extra environment variables.
     pub fn spawn_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Xtrace
     where

@@ -170,6 +170,8 @@ pub enum Error {
     },
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    #[error("this kernel (Linux {release}) offers no BPF: the bpf() system call {why}; xtrace needs Linux 5.15 or later with BPF, which sandboxes such as gVisor do not provide: run it on the host, or in a VM with such a kernel")]
+    NoBpf { release: String, why: String },
     #[error("{what}: this kernel (Linux {release}) has no {feature}, which Linux {since} brought; {remedy}")]
     KernelLacks {
         what: String,

@@ -145,8 +145,13 @@ fn noted(outcome: xtrace::error::Result<String>) -> ExitCode {
     }
 }
 
-/// `xtrace check`: one line per item on stdout; exit 0 when recording can work, else 1.
+/// `xtrace check`: one line per item on stdout; exit 0 when recording can work, else 1. A kernel
+/// without BPF at all is one error line (exit 2): none of the items could be asked.
 fn check() -> ExitCode {
+    if let Err(e) = xtrace::bpf::features::require_bpf_syscall() {
+        err!("xtrace: error: {e}");
+        return ExitCode::from(e.exit_code());
+    }
     let items = xtrace::check::items();
     if !out!("{}", xtrace::check::table(&items)) {
         return ExitCode::from(2);

@@ -53,6 +53,23 @@ fn load(prog_type: bpf_prog_type, attach: u32, flags: u32, btf_id: u32) -> io::R
     bpf_fd(bpf_cmd::BPF_PROG_LOAD, &attr)
 }
 
+/// Fails when the kernel has no bpf() system call at all: one built without CONFIG_BPF_SYSCALL,
+/// a sandbox that implements no BPF (gVisor), or a seccomp filter that hides it. Asked with a
+/// command no kernel has: one with BPF answers EINVAL (or EPERM to a caller it does not let in),
+/// one without answers ENOSYS.
+pub fn require_bpf_syscall() -> crate::error::Result<()> {
+    // SAFETY: the kernel reads no attributes for an unknown command (size 0, null pointer).
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, -1, std::ptr::null::<u8>(), 0) };
+    let error = io::Error::last_os_error();
+    if rc < 0 && error.raw_os_error() == Some(libc::ENOSYS) {
+        return Err(crate::error::Error::NoBpf {
+            release: crate::procfs::kernel_setting("osrelease").unwrap_or_default(),
+            why: "is not implemented (ENOSYS)".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Whether a uprobe program (a kprobe-type program, as uprobes take) loads at all: the base of
 /// every xtrace probe.
 pub fn uprobe_programs() -> Answer {

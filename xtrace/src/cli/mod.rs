@@ -52,7 +52,8 @@ pub enum Command {
     ///
     /// Each item is `ok`, `missing` (recording cannot work until it is fixed), `limited`
     /// (recording works without what it gives) or `unknown` (it could not be found out), with
-    /// what to do. Exit status 0 when recording can work, 1 when an item is missing.
+    /// what to do. Exit status 0 when recording can work, 1 when an item is missing; 2, with one
+    /// error line instead of the items, on a kernel without BPF (gVisor).
     Check,
     /// Write the man pages, shell completions and Markdown CLI reference into a directory.
     Generate(generate::GenerateArgs),

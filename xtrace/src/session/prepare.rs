@@ -38,6 +38,8 @@ impl<'a> Prepared<'a> {
     pub(super) fn new(config: &'a Config, observer: &mut dyn Observer) -> Result<Self> {
         // First: privilege::check reads /proc/self, which a /proc of another namespace may not have.
         let pid_namespace = crate::pidns::own()?;
+        // Before the capabilities: no capability helps a kernel without BPF.
+        crate::bpf::features::require_bpf_syscall()?;
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
         let signals = Signals::install()?;
