@@ -92,6 +92,19 @@ impl Samples {
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
     /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
     pub fn add(&mut self, images: &mut Images, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
+        self.add_weighted(images, event, comm, stack, 1);
+    }
+
+    /// Counts a stack as [`Samples::add`] does, `weight` times (off-CPU stacks weigh their
+    /// nanoseconds).
+    pub fn add_weighted(
+        &mut self,
+        images: &mut Images,
+        event: &SampleEvent,
+        comm: &str,
+        stack: &mut [u8],
+        weight: u64,
+    ) {
         let kernel = frames(&event.kernel, event.kernel_frames);
         if !kernel.is_empty() && self.bpf.is_none() {
             // While xtrace's programs are loaded (see `bpf_symbols`).
@@ -127,12 +140,12 @@ impl Samples {
         if images.is_launcher(image) {
             return; // xtrace's launcher code, before the command's exec
         }
-        self.total += 1;
+        self.total += weight;
         images.use_image(image);
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's; one in the kernel in
         // the exec that ends the image, the new program's).
-        if event.header.tid == pid && comm != crate::launch::LAUNCHER_THREAD {
+        if event.header.tid == pid && !comm.is_empty() && comm != crate::launch::LAUNCHER_THREAD {
             images.named(image, comm, !kernel.is_empty());
         }
         if copied && self.traps.is_none() {
@@ -182,7 +195,7 @@ impl Samples {
         } else {
             self.timeline_dropped += 1;
         }
-        *self.stacks.entry(key).or_default() += 1;
+        *self.stacks.entry(key).or_default() += weight;
     }
 }
 
