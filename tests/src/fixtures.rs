@@ -61,6 +61,8 @@ pub struct Fixtures {
     pub entries: PathBuf,
     /// `profile split|syscalls|jit|libc|threads MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
+    /// `offcpu sleep N MS | mutex MS` (see offcpu.c): waits of known count and length.
+    pub offcpu: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,
     /// `profile` with DWARF in zlib-compressed sections (`-g -gz=zlib`).
@@ -158,6 +160,7 @@ fn build() -> Fixtures {
         unprobeable: out.join("unprobeable"),
         entries: out.join("entries"),
         profile: out.join("profile"),
+        offcpu: out.join("offcpu"),
         profile_nofp: out.join("profile-nofp"),
         profile_gz: out.join("profile-gz"),
         profile_rs: out.join("profile_rs"),
@@ -166,6 +169,7 @@ fn build() -> Fixtures {
         ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
+    compile(&[src.join("offcpu.c")], &fixtures.offcpu, &["-pthread"]);
     for plugin in ["plugin_a", "plugin_b"] {
         compile(
             &[src.join("plugin.c")],

@@ -111,8 +111,11 @@ pub mod counter {
     /// Processes started by a sampled process while the sampled-process table was full: not
     /// sampled.
     pub const PROCESSES_NOT_FOLLOWED: u32 = 5;
+    /// Off-CPU intervals not counted: the table that adds them up was full, or one to send did
+    /// not fit in the ring buffer.
+    pub const LOST_OFF_CPU: u32 = 6;
     /// Number of counters.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// One open call on a thread's `EntryStack` (32 bytes).

@@ -10,6 +10,7 @@ mod goroutine;
 mod lifecycle;
 mod long_str;
 mod maps;
+mod offcpu;
 mod regs;
 mod sample;
 mod strings;

@@ -21,6 +21,8 @@ pub const PT_REGS_SI: usize = 13 * 8;
 pub const PT_REGS_DI: usize = 14 * 8;
 /// Offset of `bp`.
 pub const PT_REGS_BP: usize = 4 * 8;
+/// Offset of `orig_ax`: the system call's number while in one, else negative.
+pub const PT_REGS_ORIG_AX: usize = 15 * 8;
 /// Offset of `ip`.
 pub const PT_REGS_IP: usize = 16 * 8;
 /// Offset of `flags`.

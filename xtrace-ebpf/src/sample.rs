@@ -142,7 +142,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
 /// # Safety
 /// `scratch` must point at this CPU's scratch value.
 #[inline(always)]
-unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
+pub(crate) unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
     let limit = load_time(&USER_STACK_BYTES).min(USER_STACK_MAX as u32);
     if limit == 0 {
         return 0;
@@ -211,7 +211,7 @@ unsafe fn copy_user_stack(scratch: *mut SampleScratch) -> u32 {
 /// # Safety
 /// `scratch` must point at this CPU's scratch value.
 #[inline(always)]
-unsafe fn list_return_slots(scratch: *mut SampleScratch, copied: u32) -> u32 {
+pub(crate) unsafe fn list_return_slots(scratch: *mut SampleScratch, copied: u32) -> u32 {
     if !keep_return_addresses() || copied < 8 {
         return 0;
     }

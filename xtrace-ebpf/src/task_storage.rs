@@ -57,4 +57,19 @@ impl<T> TaskStorage<T> {
         };
         (!value.is_null()).then_some(value.cast::<T>())
     }
+
+    /// The value of `task` (a BTF-typed `task_struct` pointer a tracepoint gave), if it has one.
+    #[inline(always)]
+    pub fn of(&self, task: *mut core::ffi::c_void) -> Option<*mut T> {
+        // SAFETY: the helper takes a BTF task pointer and this map; nothing is created.
+        let value = unsafe {
+            bpf_task_storage_get(
+                ptr::from_ref(self).cast_mut().cast(),
+                task.cast(),
+                ptr::null_mut(),
+                0,
+            )
+        };
+        (!value.is_null()).then_some(value.cast::<T>())
+    }
 }

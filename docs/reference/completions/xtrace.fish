@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= no-inherit cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -37,6 +37,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l max-probes -d 'Refuse to 
 complete -c xtrace -n "__fish_xtrace_needs_command" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
 complete -c xtrace -n "__fish_xtrace_needs_command" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l off-cpu -d 'Sample only the target processes, not the processes they start' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
@@ -46,7 +47,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trac
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
-complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit -d 'Sample only the target processes, not the processes they start'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
 complete -c xtrace -n "__fish_xtrace_needs_command" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
@@ -78,6 +79,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l max-probes -d '
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l off-cpu -d 'Sample only the target processes, not the processes they start' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
@@ -87,7 +89,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit -d 'Sample only the target processes, not the processes they start'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'

@@ -66,6 +66,9 @@ pub struct LoadOptions {
     /// Whether functions of Go code are traced, whose open calls are kept per goroutine and
     /// program (`task_struct.self_exec_id`, whose offset is then read from the kernel's BTF).
     pub go_code: bool,
+    /// `--off-cpu`'s MIN in ns: the off-CPU programs' tables are sized, and
+    /// `task_struct.__state`'s offset read from the kernel's BTF (None: not measured).
+    pub off_cpu_min_ns: Option<u64>,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -127,6 +130,25 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
             .unwrap_or(0),
         false => 0,
     };
+    let off_cpu_keys = match options.off_cpu_min_ns {
+        Some(_) => xtrace_common::offcpu::OFF_CPU_KEYS,
+        None => 1,
+    };
+    let kernel_btf = match options.off_cpu_min_ns {
+        Some(_) => btf::KernelBtf::read().ok(),
+        None => None,
+    };
+    let task_member = |names: &[&str]| {
+        kernel_btf
+            .as_ref()
+            .and_then(|btf| {
+                names
+                    .iter()
+                    .find_map(|name| btf.member_offset("task_struct", name))
+            })
+            .unwrap_or(0)
+    };
+    let task_state = task_member(&["__state", "state"]);
     let pid_namespace = options
         .pid_namespace
         .unwrap_or(crate::pidns::PidNamespace { dev: 0, ino: 0 });
@@ -158,6 +180,10 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
         .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
         .override_global("TASK_EXEC_ID", &task_exec_id, true)
+        .map_max_entries("OFF_CPU_TOTALS", off_cpu_keys)
+        .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
+        .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
+        .override_global("TASK_STATE", &task_state, true)
         .override_global("TASK_UTASK", &options.uprobe_task.task_utask, true)
         .override_global("UTASK_STATE", &options.uprobe_task.state, true)
         .override_global("UTASK_VADDR", &options.uprobe_task.vaddr, true)
@@ -275,6 +301,11 @@ pub fn read_followed(counters: &PerCpuArray<MapData, u64>) -> Result<(u64, u64)>
         counter_sum(counters, counter::FOLLOWED_PROCESSES)?,
         counter_sum(counters, counter::PROCESSES_NOT_FOLLOWED)?,
     ))
+}
+
+/// Off-CPU waits not counted (a full table, a full ring).
+pub fn read_lost_off_cpu(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
+    counter_sum(counters, counter::LOST_OFF_CPU)
 }
 
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).

@@ -39,7 +39,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Attach probes to processes and record spans (the default).
-    Record(RecordArgs),
+    // Boxed: its flags outweigh every other command's.
+    Record(Box<RecordArgs>),
     /// List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`.
     List(list::ListArgs),
     /// Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`.
@@ -62,7 +63,8 @@ pub enum Command {
 impl Cli {
     /// The subcommand, `record` when none was named.
     pub fn into_command(self) -> Command {
-        self.command.unwrap_or(Command::Record(self.record))
+        self.command
+            .unwrap_or_else(|| Command::Record(Box::new(self.record)))
     }
 }
 

@@ -155,6 +155,19 @@ pub struct RecordArgs {
     /// children, and so on) is sampled too, as perf record does: a launched shell script's
     /// commands, torchrun's workers, DataLoader workers forked after attach. Probes (-u, -U,
     /// --cuda, ranges) apply to the targets only either way.
+    /// Measure the time the traced threads spend off CPU: where they wait, in what, for how long.
+    ///
+    /// MIN is a duration (default 1ms; units ns, us, ms, s; 0 for every wait). A wait in a system
+    /// call of at least MIN is recorded with the whole stack its thread returns to, unwound as a
+    /// CPU sample's; shorter waits, and waits for a CPU (runnable), are added up in the kernel per
+    /// thread, wait and frame-pointer stack. Writes offcpu.folded and offcpu.svg (nanoseconds per
+    /// stack, the wait as the leaf: [futex], [read], [runnable]) and an off_cpu section in the
+    /// summary: per thread, time by state and by wait, and who woke it.
+    #[arg(long = "off-cpu", value_name = "MIN", num_args = 0..=1, require_equals = true,
+          default_missing_value = "1ms", value_parser = parse_off_cpu_min,
+          help_heading = heading::SAMPLING)]
+    pub off_cpu: Option<u64>,
+
     #[arg(long = "no-inherit", conflicts_with = "system_wide", help_heading = heading::SAMPLING)]
     pub no_inherit: bool,
 
@@ -324,6 +337,7 @@ impl RecordArgs {
             min_duration_ns: self.min_duration,
             warn_over: self.warn_over.clone(),
             overhead: self.overhead,
+            off_cpu_ns: self.off_cpu,
             duration: self.duration,
             output: self.output.clone(),
             buffer_size: self.buffer_size,
@@ -390,6 +404,15 @@ fn parse_span_duration(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}` must be at least 1ns"));
     }
     Ok(ns.round() as u64)
+}
+
+/// `--off-cpu`'s MIN: a duration, or 0 for every wait.
+fn parse_off_cpu_min(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" => Ok(0),
+        _ => parse_span_duration(text)
+            .map_err(|_| format!("`{text}` is not a duration such as 1ms, 50us or 1s, or 0 for every wait")),
+    }
 }
 
 /// `256K` → 262,144: a number of bytes with an optional K, M or G suffix.

@@ -7,6 +7,7 @@
 pub mod callgrind;
 pub mod cuda;
 pub mod derived;
+pub mod offcpu;
 pub mod plt;
 pub mod pprof;
 pub mod profile;

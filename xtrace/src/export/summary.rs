@@ -112,6 +112,9 @@ pub struct Summary {
     /// With CUDA tracing: launches per kernel, copies, device memory, synchronization.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda: Option<super::cuda::CudaSummary>,
+    /// `--off-cpu`: time the traced threads spent off CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<super::offcpu::OffCpuSummary>,
     /// With GPU metrics: per GPU, its name, readings and highest values.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::cuda::nvml::GpuSummary>,
@@ -183,6 +186,9 @@ impl Summary {
         out += &self.unpaired_lines();
         if let Some(profile) = &self.profile {
             out += &profile_table(profile);
+        }
+        if let Some(off_cpu) = &self.off_cpu {
+            out += &super::offcpu::table(off_cpu);
         }
         if let Some(cuda) = &self.cuda {
             out += &cuda.table();
@@ -381,6 +387,7 @@ mod tests {
             profile: None,
             cuda: None,
             gpus: Vec::new(),
+            off_cpu: None,
             ranges: None,
             ranges_unpaired: None,
             warn_over: Vec::new(),

@@ -9,3 +9,4 @@ pub mod duration;
 pub mod pending;
 pub mod summary;
 pub mod text;
+pub mod wait;

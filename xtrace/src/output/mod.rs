@@ -193,6 +193,9 @@ pub const SUMMARY_TXT: &str = "summary.txt";
 /// The CPU profile (`-F`): folded stacks and their flamegraph.
 pub const STACKS_FOLDED: &str = "stacks.folded";
 pub const FLAMEGRAPH_SVG: &str = "flamegraph.svg";
+/// Off-CPU time (`--off-cpu`): folded stacks weighted by nanoseconds, and their flamegraph.
+pub const OFFCPU_FOLDED: &str = "offcpu.folded";
+pub const OFFCPU_SVG: &str = "offcpu.svg";
 /// The spans as a flamegraph, and the pprof profile.
 pub const SPAN_FLAMEGRAPH_SVG: &str = "span-flamegraph.svg";
 pub const PROFILE_PB_GZ: &str = "profile.pb.gz";

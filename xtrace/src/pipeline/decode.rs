@@ -19,6 +19,8 @@ pub enum Event {
     UsdtStr(Box<UsdtStrEvent>),
     /// A CPU sample and the user stack bytes that follow it (empty with `--user-stack 0`).
     Sample(Box<SampleEvent>, Vec<u8>),
+    /// A wait of at least `--off-cpu`'s MIN, and the sample of its thread's return from it.
+    OffCpu(Box<xtrace_common::offcpu::OffCpuEvent>, Vec<u8>),
     Out(OutEvent),
     /// A thread other than its process's first ran exec (`KIND_EXEC`).
     Exec(ThreadEvent),
@@ -66,6 +68,40 @@ fn read_trimmed<T: Copy>(bytes: &[u8], min: usize) -> Result<T, DecodeError> {
     })
 }
 
+impl Event {
+    /// The process a probe's record is of, to leave out those of processes not traced; None for
+    /// records kept whatever their process (samples and waits follow the targets' children; an
+    /// exec is looked up by the session).
+    pub fn target_pid(&self) -> Option<u32> {
+        match self {
+            Event::Span(span) => Some(span.header.pid),
+            Event::SpanStr(event) => Some(event.span.header.pid),
+            Event::Args(args) => Some(args.header.pid),
+            Event::LongStr(event) => Some(event.header.pid),
+            Event::Out(out) => Some(out.header.pid),
+            Event::Usdt(event) => Some(event.header.pid),
+            Event::UsdtStr(event) => Some(event.event.header.pid),
+            Event::Thread(thread) => Some(thread.header.pid),
+            Event::Sample(..) | Event::OffCpu(..) | Event::Exec(_) => None,
+        }
+    }
+
+    /// Whether what the record reports began after the capture stopped at `stop` (ns).
+    pub fn after(&self, stop: u64) -> bool {
+        match self {
+            Event::Span(span) => span.start_ns > stop,
+            Event::SpanStr(event) => event.span.start_ns > stop,
+            Event::Args(args) => args.start_ns > stop,
+            Event::LongStr(event) => event.start_ns > stop,
+            // Decided by `usdt_hit`: an end may close what began before the stop.
+            Event::Usdt(_) | Event::UsdtStr(_) => false,
+            Event::Sample(sample, _) => sample.header.ts_ns > stop,
+            Event::OffCpu(event, _) => event.interval.start_ns > stop,
+            Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
+        }
+    }
+}
+
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     let header: EventHeader = read(bytes)?;
     match header.kind {
@@ -85,6 +121,17 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 need,
             })?;
             Ok(Event::Sample(Box::new(event), stack.to_vec()))
+        }
+        xtrace_common::offcpu::KIND_OFF_CPU => {
+            use xtrace_common::offcpu::OffCpuEvent;
+            let event: OffCpuEvent = read(bytes)?;
+            let fixed = std::mem::size_of::<OffCpuEvent>();
+            let need = fixed + event.sample.stack_len as usize;
+            let stack = bytes.get(fixed..need).ok_or(DecodeError::Short {
+                len: bytes.len(),
+                need,
+            })?;
+            Ok(Event::OffCpu(Box::new(event), stack.to_vec()))
         }
         KIND_OUT => Ok(Event::Out(read(bytes)?)),
         KIND_LONG_STR => Ok(Event::LongStr(Box::new(read_trimmed(bytes, LONG_STR_AT)?))),

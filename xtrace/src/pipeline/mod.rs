@@ -8,6 +8,7 @@ pub mod bpf_symbols;
 pub mod chrome;
 pub mod decode;
 pub mod kept_names;
+pub mod offcpu;
 pub mod perfetto;
 pub mod ranges;
 pub mod reader;
@@ -68,6 +69,8 @@ pub struct Setup {
     pub min_duration_ns: u64,
     /// The `dlopen` probes (`--cuda` watching for libraries loaded later).
     pub loaders: Vec<u32>,
+    /// `--off-cpu`: the waits' state (None without it).
+    pub off_cpu: Option<offcpu::OffCpu>,
 }
 
 /// What a pipeline holds when its recording is over, besides its trace, for the outputs to be
@@ -80,6 +83,7 @@ pub struct Collected {
     pub usdt: Usdt,
     pub images: Images,
     pub samples: samples::Samples,
+    pub off_cpu: Option<offcpu::OffCpu>,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
     pub warnings: warnings::Warnings,
@@ -99,6 +103,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     usdt: Usdt,
     images: Images,
     samples: samples::Samples,
+    off_cpu: Option<offcpu::OffCpu>,
     cuda: crate::cuda::calls::Calls,
     ranges: ranges::Ranges,
     warnings: warnings::Warnings,
@@ -139,6 +144,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             targets,
             min_duration_ns,
             loaders,
+            off_cpu,
         } = setup;
         let probes = captures.len();
         let values = Values::new(captures);
@@ -154,6 +160,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt,
             images,
             samples,
+            off_cpu,
             cuda,
             ranges,
             warnings,
@@ -225,6 +232,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt: self.usdt,
             images: self.images,
             samples: self.samples,
+            off_cpu: self.off_cpu,
             cuda: self.cuda,
             ranges: self.ranges,
             warnings: self.warnings,
@@ -232,6 +240,22 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             decode_errors: self.undecodable + self.unknown_probe,
         };
         (self.trace, collected)
+    }
+
+    /// Adds the kernel's added-up off-CPU waits (with `--off-cpu`), named in the images the
+    /// processes had at `end_ns`.
+    pub fn off_cpu_totals(
+        &mut self,
+        totals: &[(
+            xtrace_common::offcpu::OffCpuKey,
+            xtrace_common::offcpu::OffCpuTotal,
+            Vec<u64>,
+        )],
+        end_ns: u64,
+    ) {
+        if let Some(off_cpu) = &mut self.off_cpu {
+            off_cpu.totals(&mut self.images, totals, end_ns);
+        }
     }
 
     /// Ends the capture at `ns`: samples, USDT hits and range ends after it, and calls that
@@ -249,34 +273,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         self.events += 1;
         let event = decode::decode(bytes);
         if let (Some(targets), Ok(event)) = (&self.targets, &event) {
-            let pid = match event {
-                Event::Span(span) => Some(span.header.pid),
-                Event::SpanStr(event) => Some(event.span.header.pid),
-                Event::Args(args) => Some(args.header.pid),
-                Event::LongStr(event) => Some(event.header.pid),
-                Event::Out(out) => Some(out.header.pid),
-                Event::Usdt(event) => Some(event.header.pid),
-                Event::UsdtStr(event) => Some(event.event.header.pid),
-                Event::Thread(thread) => Some(thread.header.pid),
-                // Samples follow the targets' children; an exec is looked up by the session.
-                Event::Sample(..) | Event::Exec(_) => None,
-            };
-            if pid.is_some_and(|pid| !targets.contains(&pid)) {
+            if event.target_pid().is_some_and(|pid| !targets.contains(&pid)) {
                 return Ok(());
             }
         }
         if let (Some(stop), Ok(event)) = (self.stopped_at, &event) {
-            let after = match event {
-                Event::Span(span) => span.start_ns > stop,
-                Event::SpanStr(event) => event.span.start_ns > stop,
-                Event::Args(args) => args.start_ns > stop,
-                Event::LongStr(event) => event.start_ns > stop,
-                // Decided by `usdt_hit`: an end may close what began before the stop.
-                Event::Usdt(_) | Event::UsdtStr(_) => false,
-                Event::Sample(sample, _) => sample.header.ts_ns > stop,
-                Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
-            };
-            if after {
+            if event.after(stop) {
                 return Ok(());
             }
         }
@@ -335,6 +337,20 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     self.names.named(event.header.pid, event.header.tid, &comm);
                 }
                 self.samples.add(&mut self.images, &event, &comm, &mut stack);
+                Ok(())
+            }
+            Ok(Event::OffCpu(event, mut stack)) => {
+                let comm = c_str(&event.sample.comm);
+                self.names.named(event.header.pid, event.header.tid, &comm);
+                if let Some(off_cpu) = &mut self.off_cpu {
+                    off_cpu.wait(
+                        &mut self.images,
+                        &event.interval,
+                        &event.sample,
+                        &comm,
+                        &mut stack,
+                    );
+                }
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => self.usdt_str(&event),

@@ -37,6 +37,7 @@ const TARGET: u32 = 100;
 /// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
     let setup = Setup {
+        off_cpu: None,
         captures: vec![Capture::default(), Capture::default()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),

@@ -16,6 +16,7 @@ mod left_out;
 pub mod names;
 pub mod needed;
 pub mod nvtx;
+pub mod offcpu;
 pub mod ranges;
 pub mod sampler;
 pub mod spec;

@@ -55,6 +55,9 @@ pub struct Config {
     /// `--min-duration`, in nanoseconds.
     pub min_duration_ns: Option<u64>,
     pub warn_over: Vec<WarnRule>,
+    /// `--off-cpu[=MIN]`, in nanoseconds: waits off CPU are measured, those of at least MIN
+    /// with their whole stack (None: not measured).
+    pub off_cpu_ns: Option<u64>,
     /// `--overhead`.
     pub overhead: bool,
     /// `-d`.

@@ -76,6 +76,7 @@ impl Stopped<'_> {
             counters,
             short_calls,
             mut goroutines,
+            off_cpu,
             mut reader,
             exit,
             trace_file,
@@ -92,6 +93,13 @@ impl Stopped<'_> {
             observer.warning(&warning);
         }
         let lost = bpf::read_lost(&counters)?;
+        let off_cpu_lost = match &off_cpu {
+            Some(tables) => {
+                pipeline.off_cpu_totals(&tables.read(), crate::clock::monotonic_ns());
+                bpf::read_lost_off_cpu(&counters)?
+            }
+            None => 0,
+        };
         // Go calls left open by processes that exited.
         let gone = goroutines.as_mut().map_or(0, |g| {
             g.sweep(true);
@@ -134,11 +142,15 @@ impl Stopped<'_> {
             icicle: config.icicle,
             gpus: &gpus,
             spans_readable: config.trace_format == output::TraceFormat::Json,
+            off_cpu_lost,
         };
         let (summary, derived) = outputs.write(pipeline)?;
         let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
         if summary.profile.is_some() {
             files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
+        }
+        if summary.off_cpu.is_some() {
+            files.extend([output::OFFCPU_FOLDED, output::OFFCPU_SVG]);
         }
         files.extend(derived);
         Ok(Recording {
@@ -147,6 +159,32 @@ impl Stopped<'_> {
             files,
         })
     }
+}
+
+/// The names of threads `(pid, tid)` and of their processes (by `(pid, pid)`): as the records
+/// gave them, else as /proc has them now, else empty.
+fn thread_names(
+    names: &crate::pipeline::threads::Names,
+    threads: impl Iterator<Item = (u32, u32)>,
+) -> HashMap<(u32, u32), String> {
+    let mut named = HashMap::new();
+    for (pid, tid) in threads {
+        for (pid, tid) in [(pid, tid), (pid, pid)] {
+            named.entry((pid, tid)).or_insert_with(|| {
+                let read = || {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                        .ok()
+                        .map(|name| name.trim_end().to_string())
+                };
+                let known = match pid == tid {
+                    true => names.process_comm(pid, None),
+                    false => names.thread_label(pid, tid).map(str::to_string),
+                };
+                known.or_else(read).unwrap_or_default()
+            });
+        }
+    }
+    named
 }
 
 /// What the outputs are written from, besides the pipeline.
@@ -169,6 +207,8 @@ struct Outputs<'a> {
     gpus: &'a [DeviceSeries],
     /// Whether the derived outputs can read the spans back (they read trace.json only).
     spans_readable: bool,
+    /// Off-CPU waits the kernel could not count.
+    off_cpu_lost: u64,
 }
 
 impl Outputs<'_> {
@@ -204,7 +244,22 @@ impl Outputs<'_> {
             }
             _ => None,
         };
+        let off_cpu = match &collected.off_cpu {
+            Some(off_cpu) => {
+                let names = thread_names(&collected.names, off_cpu.threads.keys().copied());
+                Some(crate::export::offcpu::write(
+                    self.out,
+                    off_cpu,
+                    &mut collected.images,
+                    &names,
+                    self.off_cpu_lost,
+                    self.icicle,
+                )?)
+            }
+            None => None,
+        };
         let mut summary = self.summary(&collected, profile);
+        summary.off_cpu = off_cpu;
         summary.clock = clock;
         output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
         output::write(self.out, output::SUMMARY_TXT, summary.table().as_bytes())?;
@@ -306,6 +361,7 @@ impl Outputs<'_> {
                 .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
+            off_cpu: None,
         }
     }
 

@@ -68,6 +68,8 @@ pub(super) struct Maps {
     pub(super) counters: PerCpuArray<MapData, u64>,
     pub(super) short_calls: PerCpuArray<MapData, ShortCalls>,
     pub(super) goroutines: Option<Goroutines>,
+    /// `--off-cpu`: the kernel's added-up waits.
+    pub(super) off_cpu: Option<crate::probes::offcpu::Tables>,
 }
 
 /// A recording under way.
@@ -118,7 +120,7 @@ impl<'a> Prepared<'a> {
         // The recording runs from here: a launched command is released below, and -d counts
         // from this moment as duration_ns does.
         let started = Instant::now();
-        let (maps, reader) = take_maps(&mut kernel)?;
+        let (maps, reader) = take_maps(&mut kernel, config.off_cpu_ns.is_some())?;
         let exit = release(&mut targets, &mut signals, observer).await?;
         let names: Vec<(&str, &str)> = plan
             .probes
@@ -202,6 +204,7 @@ fn load_and_attach(
         go_code,
         follow: *follow,
         pid_namespace: *pid_namespace,
+        off_cpu_min_ns: config.off_cpu_ns,
     })?;
     let mut cuda = Calls::new(plan.cuda.clone());
     if let (Targets::Pids(_), false) = (targets, plan.cuda.is_empty()) {
@@ -234,7 +237,7 @@ fn load_and_attach(
     );
     // Opened before children are followed and a launched command runs: every fork, exec and
     // mapping of theirs is reported, for sampled stacks and CUDA kernels to be named from.
-    let sideband = (sampling.is_some() || !plan.cuda.is_empty()).then(|| {
+    let sideband = (sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some()).then(|| {
         Sideband::open()
             .map_err(|e| {
                 observer.warning(&format!(
@@ -253,6 +256,9 @@ fn load_and_attach(
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
         None => 0,
     };
+    if config.off_cpu_ns.is_some() {
+        crate::probes::offcpu::attach(&mut ebpf)?;
+    }
     let kernel = Kernel {
         ebpf,
         attached,
@@ -265,7 +271,7 @@ fn load_and_attach(
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
-fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
+fn take_maps(kernel: &mut Kernel, off_cpu: bool) -> Result<(Maps, RingReader)> {
     let ebpf = &mut kernel.ebpf;
     let map_err = |name| move |source| Error::Map { name, source };
     let ring = RingBuf::try_from(bpf::take_map(ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
@@ -278,10 +284,15 @@ fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
         false => None,
     };
     let reader = RingReader::new(ring, woken)?;
+    let off_cpu = match off_cpu {
+        true => Some(crate::probes::offcpu::Tables::take(ebpf)?),
+        false => None,
+    };
     let maps = Maps {
         counters,
         short_calls,
         goroutines,
+        off_cpu,
     };
     Ok((maps, reader))
 }
@@ -401,6 +412,7 @@ fn setup(
         targets: (!matches!(targets, Targets::SystemWide)).then(|| targets.pids().into_iter().collect()),
         min_duration_ns: config.min_duration_ns.unwrap_or(0),
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
+        off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
     }
 }
 

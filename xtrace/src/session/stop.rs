@@ -39,6 +39,7 @@ pub(super) struct Stopped<'a> {
     pub(super) counters: PerCpuArray<MapData, u64>,
     pub(super) short_calls: PerCpuArray<MapData, ShortCalls>,
     pub(super) goroutines: Option<bpf::goroutines::Goroutines>,
+    pub(super) off_cpu: Option<crate::probes::offcpu::Tables>,
     pub(super) reader: RingReader,
     pub(super) exit: Option<ExitReceiver>,
     pub(super) trace_file: TraceFile,
@@ -81,6 +82,7 @@ impl<'a> Started<'a> {
             counters,
             short_calls,
             goroutines,
+            off_cpu,
         } = self.maps;
         Stopped {
             config: self.config,
@@ -92,6 +94,7 @@ impl<'a> Started<'a> {
             counters,
             short_calls,
             goroutines,
+            off_cpu,
             reader: self.reader,
             exit: self.exit,
             trace_file: self.trace_file,

@@ -1,0 +1,131 @@
+//! Off-CPU records: the intervals a traced thread spends off a CPU, measured by the scheduler's
+//! `sched_switch` (and `sched_waking` for who woke it). An interval of at least `--off-cpu`'s MIN
+//! spent asleep in a system call is sent when the thread returns from that call, with the user
+//! stack it is about to return to (an [`OffCpuEvent`], unwound in user space as a CPU sample's);
+//! any other interval is added up in the kernel per [`OffCpuKey`].
+use crate::event::{EventHeader, SampleEvent, SampleScratch, COMM_LEN};
+
+/// `EventHeader::kind` of an [`OffCpuEvent`].
+pub const KIND_OFF_CPU: u32 = 11;
+
+/// The scheduler state a thread left its CPU in (`task_struct.__state & 3`, or preempted).
+pub mod state {
+    /// Preempted, or otherwise still runnable: waiting for a CPU.
+    pub const RUNNABLE: u32 = 0;
+    /// Interruptible sleep (`S`): waiting for an event, a signal may end the wait.
+    pub const SLEEPING: u32 = 1;
+    /// Uninterruptible sleep (`D`): usually disk or other I/O.
+    pub const UNINTERRUPTIBLE: u32 = 2;
+}
+
+/// `OffCpuInterval::syscall` of a thread that was not in a system call.
+pub const NO_SYSCALL: i32 = -1;
+
+/// One interval off CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuInterval {
+    /// When the thread left its CPU (`bpf_ktime_get_ns`).
+    pub start_ns: u64,
+    /// How long it waited: from leaving its CPU to being woken (to running again where no wake-up
+    /// was seen), summed over the sleeps of one system call.
+    pub duration_ns: u64,
+    /// How long it then waited for a CPU, from its wake-up to running (scheduling delay).
+    pub runnable_ns: u64,
+    /// Sleeps summed in `duration_ns` (more than one when a system call slept several times).
+    pub sleeps: u32,
+    /// A [`state`] value.
+    pub state: u32,
+    /// The system call it slept in (x86-64 numbers), or [`NO_SYSCALL`].
+    pub syscall: i32,
+    /// The process and thread that last woke it, as xtrace sees them; 0 and 0 when woken from an
+    /// interrupt (a timer, an I/O completion) or not seen.
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub _pad: u32,
+    /// NUL-padded name of the waking thread.
+    pub waker_comm: [u8; COMM_LEN],
+}
+
+/// A sent interval: its header (`KIND_OFF_CPU`, the thread's ids), the interval, then a CPU
+/// sample's record of the thread returning from the system call it slept in (no kernel frames;
+/// user registers and stack as `--user-stack` asks), then its `stack_len` bytes of user stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuEvent {
+    pub header: EventHeader,
+    pub interval: OffCpuInterval,
+    pub sample: SampleEvent,
+}
+
+/// Where the kernel program builds an [`OffCpuEvent`] (as `SampleScratch`, with room for the
+/// stack after it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OffCpuScratch {
+    pub header: EventHeader,
+    pub interval: OffCpuInterval,
+    pub sample: SampleScratch,
+}
+
+/// What intervals that are not sent are added up by.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OffCpuKey {
+    pub pid: u32,
+    pub tid: u32,
+    /// The user stack when the thread left its CPU, walked by frame pointers, in `OFF_CPU_STACKS`
+    /// (negative: not walked, a kernel thread or a failed walk).
+    pub user_stack: i32,
+    pub state: u32,
+    pub syscall: i32,
+    pub _pad: u32,
+}
+
+/// Added-up intervals of one [`OffCpuKey`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuTotal {
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+/// A traced thread's off-CPU state, in its task storage.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuThread {
+    /// Set when it leaves its CPU; 0 while it runs.
+    pub left_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub user_stack: i32,
+    pub state: u32,
+    pub syscall: i32,
+    pub _pad: u32,
+    /// An interval to send when the thread returns from its system call (`duration_ns` 0: none).
+    pub pending: OffCpuInterval,
+    /// When it was last woken (`sched_waking`), 0 when not since it left.
+    pub woken_ns: u64,
+    /// The last waker seen (`sched_waking`), moved into the interval when the thread runs.
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub waker_comm: [u8; COMM_LEN],
+}
+
+/// Entries of the kernel's table of added-up intervals (`OFF_CPU_TOTALS`) and of its stacks.
+pub const OFF_CPU_KEYS: u32 = 16384;
+
+const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 64);
+const _: () = assert!(core::mem::size_of::<OffCpuKey>() == 24);
+const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 88 + core::mem::size_of::<SampleEvent>());
+const _: () = assert!(core::mem::size_of::<OffCpuScratch>() < 32768);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `repr(C)` integers without padding, valid for any bit pattern.
+    unsafe impl aya::Pod for super::OffCpuKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::OffCpuTotal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::OffCpuInterval {}
+}

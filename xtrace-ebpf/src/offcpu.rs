@@ -1,0 +1,254 @@
+//! Off-CPU time (`--off-cpu`): `off_cpu_switch` (BTF tracepoint sched_switch) notes when a traced
+//! thread leaves its CPU, in which state and system call, with its user stack walked by frame
+//! pointers; when the thread is switched back in it measures the interval. An interval of at
+//! least `OFF_CPU_MIN_NS` asleep in a system call waits in the thread's storage until the thread
+//! returns from that call (`off_cpu_return`, raw tracepoint sys_exit), which sends it with the
+//! user stack copied there, unwound in user space as a CPU sample's; every other interval is
+//! added up in `OFF_CPU_TOTALS`. `off_cpu_waking` (sched_waking, run by the waker) notes who woke
+//! a traced thread.
+use aya_ebpf::{
+    bindings::BPF_F_USER_STACK,
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_task_pt_regs},
+    macros::{btf_tracepoint, map, raw_tracepoint},
+    maps::{HashMap, PerCpuArray, StackTrace},
+    programs::tracing::StackIdContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
+};
+use xtrace_common::{
+    event::USER_STACK_MAX,
+    offcpu::{
+        state, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU, NO_SYSCALL, OFF_CPU_KEYS,
+    },
+    probe::counter,
+};
+
+use crate::{
+    maps::{
+        add, count, current_pid_tgid, is_self, load_time, output_flags, read_kernel, sampled, thread_traced,
+        EVENTS,
+    },
+    regs::PT_REGS_ORIG_AX,
+    task_storage::TaskStorage,
+    uprobe::header,
+};
+
+/// `--off-cpu`'s MIN: shorter intervals are only added up. Set at load time.
+#[unsafe(no_mangle)]
+static OFF_CPU_MIN_NS: u64 = 1_000_000;
+
+/// Where `task_struct.__state` lies (`state` before 5.14), from the kernel's BTF at load time.
+#[unsafe(no_mangle)]
+static TASK_STATE: u32 = 0;
+
+#[unsafe(link_section = ".maps")]
+#[unsafe(no_mangle)]
+static OFF_CPU: TaskStorage<OffCpuThread> = TaskStorage::new();
+
+#[map]
+static OFF_CPU_STACKS: StackTrace = StackTrace::with_max_entries(OFF_CPU_KEYS, 0);
+
+#[map]
+static OFF_CPU_TOTALS: HashMap<OffCpuKey, OffCpuTotal> = HashMap::with_max_entries(OFF_CPU_KEYS, 0);
+
+#[map]
+static OFF_CPU_SCRATCH: PerCpuArray<OffCpuScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next, ...): runs in
+/// `prev`'s context.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn off_cpu_switch(ctx: BtfTracePointContext) -> u32 {
+    // The tracepoint's arguments, as its prototype has them.
+    let (preempt, prev, next) = (
+        ctx.arg::<u64>(0) & 0xff != 0,
+        ctx.arg::<*mut core::ffi::c_void>(1),
+        ctx.arg::<*mut core::ffi::c_void>(2),
+    );
+    let now = unsafe { bpf_ktime_get_ns() };
+    left(&ctx, preempt, prev, now);
+    if let Some(thread) = OFF_CPU.of(next) {
+        // SAFETY: `next`'s own storage; it is not running, so nothing else writes it.
+        back(unsafe { &mut *thread }, now);
+    }
+    0
+}
+
+/// `prev` (the current thread) leaves its CPU: a traced one notes when, how and where.
+#[inline(always)]
+fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void, now: u64) {
+    let Some(ids) = current_pid_tgid().filter(|&ids| !is_self(ids)) else {
+        return;
+    };
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
+    if pid == 0 || !sampled(pid) || !thread_traced(tid) {
+        return;
+    }
+    let Some(thread) = OFF_CPU.current(true) else {
+        count(counter::LOST_OFF_CPU);
+        return;
+    };
+    // SAFETY: the current thread's own storage.
+    let thread = unsafe { &mut *thread };
+    let sleep = read_kernel::<u32>(prev as u64, load_time(&TASK_STATE)).unwrap_or(0) & 3;
+    thread.state = if preempt { state::RUNNABLE } else { sleep };
+    thread.woken_ns = 0;
+    // SAFETY: the BTF pointer of the current task; its saved user registers are read with a
+    // checked read.
+    let regs = unsafe { bpf_task_pt_regs(prev.cast()) } as u64;
+    // A thread waiting for a CPU waits for the same thing wherever it was.
+    thread.syscall = match (regs, thread.state) {
+        (0, _) | (_, state::RUNNABLE) => NO_SYSCALL,
+        (regs, _) => {
+            read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32)
+        }
+    };
+    thread.user_stack = ctx
+        .get_stackid(&OFF_CPU_STACKS, u64::from(BPF_F_USER_STACK))
+        .map_or(-1, |id| id as i32);
+    thread.pid = pid;
+    thread.tid = tid;
+    thread.left_ns = now;
+}
+
+/// A traced thread is switched back in: its interval is added up, or kept to send when it
+/// returns from the system call it slept in.
+#[inline(always)]
+fn back(thread: &mut OffCpuThread, now: u64) {
+    if thread.left_ns == 0 {
+        return;
+    }
+    let start = thread.left_ns;
+    thread.left_ns = 0;
+    // Woken since it left: the wait ends there, and the rest is the wait for a CPU.
+    let woken = thread.woken_ns;
+    let (duration, delay) = match woken > start && woken <= now {
+        true => (woken - start, now - woken),
+        false => (now.saturating_sub(start), 0),
+    };
+    let asleep = thread.state != state::RUNNABLE && thread.syscall != NO_SYSCALL;
+    if asleep && (thread.pending.duration_ns != 0 || duration >= load_time(&OFF_CPU_MIN_NS)) {
+        let pending = &mut thread.pending;
+        if pending.duration_ns == 0 {
+            pending.runnable_ns = 0;
+            pending.start_ns = start;
+            pending.state = thread.state;
+            pending.syscall = thread.syscall;
+            pending.sleeps = 0;
+        }
+        // Another sleep of the same system call: one wait, summed.
+        pending.duration_ns += duration;
+        pending.runnable_ns += delay;
+        pending.sleeps += 1;
+        if thread.state == state::UNINTERRUPTIBLE {
+            pending.state = state::UNINTERRUPTIBLE;
+        }
+        pending.waker_pid = thread.waker_pid;
+        pending.waker_tid = thread.waker_tid;
+        pending.waker_comm = thread.waker_comm;
+        return;
+    }
+    let key = OffCpuKey {
+        pid: thread.pid,
+        tid: thread.tid,
+        user_stack: thread.user_stack,
+        state: thread.state,
+        syscall: thread.syscall,
+        _pad: 0,
+    };
+    add_up(&key, duration);
+    if delay > 0 {
+        let runnable = OffCpuKey {
+            state: state::RUNNABLE,
+            syscall: NO_SYSCALL,
+            ..key
+        };
+        add_up(&runnable, delay);
+    }
+}
+
+/// Adds one wait of `duration` to `key`'s total.
+#[inline(always)]
+fn add_up(key: &OffCpuKey, duration: u64) {
+    match OFF_CPU_TOTALS.get_ptr_mut(key) {
+        // SAFETY: a map value; concurrent adds to one key are atomic.
+        Some(total) => unsafe {
+            add(&raw mut (*total).count, 1);
+            add(&raw mut (*total).total_ns, duration);
+        },
+        None => {
+            let first = OffCpuTotal {
+                count: 1,
+                total_ns: duration,
+            };
+            if OFF_CPU_TOTALS.insert(key, first, 0).is_err() {
+                count(counter::LOST_OFF_CPU);
+            }
+        }
+    }
+}
+
+/// sched_waking(struct task_struct *p): runs in the waker's context (or an interrupt's).
+#[btf_tracepoint(function = "sched_waking")]
+pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
+    // The tracepoint's argument, as its prototype has it.
+    let task = ctx.arg::<*mut core::ffi::c_void>(0);
+    let Some(thread) = OFF_CPU.of(task) else {
+        return 0;
+    };
+    // SAFETY: the woken thread's storage; it is not running yet.
+    let thread = unsafe { &mut *thread };
+    // From an interrupt (a timer, an I/O completion) the current task is whichever was running:
+    // user space cannot tell it from a real waker (the idle task, pid 0, is the common case).
+    let ids = current_pid_tgid().unwrap_or(0);
+    thread.waker_pid = (ids >> 32) as u32;
+    thread.waker_tid = ids as u32;
+    thread.waker_comm = match ids {
+        0 => [0; 16],
+        _ => bpf_get_current_comm().unwrap_or_default(),
+    };
+    thread.woken_ns = unsafe { bpf_ktime_get_ns() };
+    0
+}
+
+/// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that
+/// interval, with the stack it returns to.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn off_cpu_return(_ctx: RawTracePointContext) -> u32 {
+    let Some(thread) = OFF_CPU.current(false) else {
+        return 0;
+    };
+    // SAFETY: the current thread's own storage.
+    let thread = unsafe { &mut *thread };
+    if thread.pending.duration_ns == 0 {
+        return 0;
+    }
+    let Some(scratch) = OFF_CPU_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ids = (u64::from(thread.pid) << 32) | u64::from(thread.tid);
+    // SAFETY: this CPU's scratch value, used by nothing else while this program runs.
+    let stack_len = unsafe {
+        (*scratch).header = header(KIND_OFF_CPU, ids, now);
+        (*scratch).interval = thread.pending;
+        let sample = &raw mut (*scratch).sample;
+        let event = &raw mut (*sample).event;
+        (*event).header = header(KIND_OFF_CPU, ids, now);
+        (*event).comm = bpf_get_current_comm().unwrap_or_default();
+        (*event).kernel_frames = 0;
+        (*event).user_frames = 0;
+        (*event).user_regs = [0; 3];
+        let stack_len = crate::sample::copy_user_stack(sample);
+        (*event).return_slots = crate::sample::list_return_slots(sample, stack_len);
+        (*event).stack_len = stack_len;
+        stack_len
+    };
+    thread.pending.duration_ns = 0;
+    let fixed = core::mem::size_of::<xtrace_common::offcpu::OffCpuEvent>();
+    let size = (fixed + stack_len as usize).min(fixed + USER_STACK_MAX);
+    // SAFETY: `size` is at most the map value's size, so the record lies within it.
+    let record = unsafe { core::slice::from_raw_parts(scratch.cast::<u8>(), size) };
+    if EVENTS.output::<[u8]>(record, output_flags(size)).is_err() {
+        count(counter::LOST_OFF_CPU);
+    }
+    0
+}

@@ -1,0 +1,278 @@
+//! The off-CPU outputs: `offcpu.folded` (nanoseconds off CPU per stack, the process's name as the
+//! root frame and the wait as the leaf, e.g. `[futex]`), its flamegraph `offcpu.svg`, and the
+//! summary's `off_cpu` section (per thread: time by scheduler state and by wait, who woke it; the
+//! stacks that waited longest).
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::profile::{folded_frame, frames};
+use crate::{
+    error::{Error, Result},
+    image::Images,
+    output,
+    pipeline::offcpu::{OffCpu, ThreadTime},
+};
+
+/// Stacks listed in the summary.
+const HOT_STACKS: usize = 15;
+/// Waits and wakers listed per thread.
+const PER_THREAD: usize = 8;
+
+/// One wait of a thread.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WaitSummary {
+    /// `futex`, `read`, `clock_nanosleep`, `runnable`, `fsync, uninterruptible` …
+    pub wait: String,
+    pub intervals: u64,
+    pub ns: u64,
+}
+
+/// A thread that woke another from waits of at least MIN.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WakerSummary {
+    /// 0 for the idle task, or no wake-up seen. A wake-up from an interrupt (a timer, an I/O
+    /// completion) names the thread that was running on that CPU.
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub wakeups: u64,
+}
+
+/// One thread's time off CPU.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ThreadSummary {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub intervals: u64,
+    pub off_cpu_ns: u64,
+    /// Preempted or waiting for a CPU.
+    pub runnable_ns: u64,
+    /// Interruptible sleep (`S`).
+    pub sleeping_ns: u64,
+    /// Uninterruptible sleep (`D`): disk and other I/O.
+    pub uninterruptible_ns: u64,
+    /// The longest waits first.
+    pub waits: Vec<WaitSummary>,
+    /// The most wake-ups first.
+    pub woken_by: Vec<WakerSummary>,
+}
+
+/// A stack that waited, folded outermost first with its wait as the leaf.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HotWait {
+    pub stack: String,
+    pub ns: u64,
+    pub percent: f64,
+}
+
+/// The `off_cpu` section of summary.json.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OffCpuSummary {
+    /// `--off-cpu`'s MIN: waits as long are sent with their whole stack, shorter ones added up.
+    pub min_ns: u64,
+    pub intervals: u64,
+    pub off_cpu_ns: u64,
+    /// Waits sent one by one (at least MIN, in a system call).
+    pub sent: u64,
+    /// Waits not counted: the kernel's table was full or the ring buffer was.
+    pub lost: u64,
+    pub threads: Vec<ThreadSummary>,
+    pub hot_stacks: Vec<HotWait>,
+}
+
+/// Writes offcpu.folded and offcpu.svg into `out` and returns the summary. `names` gives a
+/// thread's name by (pid, tid), and a process's by (pid, pid).
+pub fn write(
+    out: &output::Dir,
+    off: &OffCpu,
+    images: &mut Images,
+    names: &HashMap<(u32, u32), String>,
+    lost: u64,
+    icicle: bool,
+) -> Result<OffCpuSummary> {
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    for (wait, samples) in &off.stacks {
+        let named = frames(samples, images);
+        let leaf = folded_frame(&format!("[{}]", wait.name()));
+        for (key, frames) in &named {
+            let root = images
+                .comm(key.image)
+                .map(str::to_string)
+                .filter(|name| !name.is_empty())
+                .or_else(|| {
+                    names
+                        .get(&(key.pid, key.pid))
+                        .cloned()
+                        .filter(|name| !name.is_empty())
+                })
+                .unwrap_or_else(|| format!("pid {}", key.pid));
+            let mut line = folded_frame(&root);
+            for frame in frames.iter() {
+                line.push(';');
+                line += &folded_frame(frame);
+            }
+            line.push(';');
+            line += &leaf;
+            *folded.entry(line).or_default() += samples.stacks[*key];
+        }
+    }
+    let lines: Vec<String> = folded.iter().map(|(stack, ns)| format!("{stack} {ns}")).collect();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    output::write(out, output::OFFCPU_FOLDED, text.as_bytes())?;
+    let total = off.total_ns();
+    let title = format!("xtrace: {:.3} s off CPU", total as f64 / 1e9);
+    output::write(out, output::OFFCPU_SVG, &svg(out, &lines, title, icicle)?)?;
+    let mut hot_stacks: Vec<HotWait> = folded
+        .into_iter()
+        .map(|(stack, ns)| HotWait {
+            stack,
+            ns,
+            percent: percent(ns, total),
+        })
+        .collect();
+    hot_stacks.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.stack.cmp(&b.stack)));
+    hot_stacks.truncate(HOT_STACKS);
+    let threads: Vec<ThreadSummary> = off
+        .threads
+        .iter()
+        .map(|(&(pid, tid), time)| thread_summary(pid, tid, time, names))
+        .collect();
+    Ok(OffCpuSummary {
+        min_ns: off.min_ns,
+        intervals: threads.iter().map(|t| t.intervals).sum(),
+        off_cpu_ns: total,
+        sent: off.sent,
+        lost,
+        threads,
+        hot_stacks,
+    })
+}
+
+fn thread_summary(
+    pid: u32,
+    tid: u32,
+    time: &ThreadTime,
+    names: &HashMap<(u32, u32), String>,
+) -> ThreadSummary {
+    let (intervals, off_cpu_ns) = time.total();
+    let by_state = |state: &str| {
+        time.waits
+            .iter()
+            .filter(|(w, _)| w.state_name() == state)
+            .map(|(_, (_, ns))| ns)
+            .sum()
+    };
+    let mut waits: Vec<WaitSummary> = time
+        .waits
+        .iter()
+        .map(|(wait, &(intervals, ns))| WaitSummary {
+            wait: wait.name(),
+            intervals,
+            ns,
+        })
+        .collect();
+    waits.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.wait.cmp(&b.wait)));
+    waits.truncate(PER_THREAD);
+    let mut woken_by: Vec<WakerSummary> = time
+        .wakers
+        .iter()
+        .map(|((pid, tid, comm), &wakeups)| WakerSummary {
+            pid: *pid,
+            tid: *tid,
+            comm: comm.clone(),
+            wakeups,
+        })
+        .collect();
+    woken_by.sort_by(|a, b| {
+        b.wakeups
+            .cmp(&a.wakeups)
+            .then((a.pid, a.tid).cmp(&(b.pid, b.tid)))
+    });
+    woken_by.truncate(PER_THREAD);
+    ThreadSummary {
+        pid,
+        tid,
+        comm: names.get(&(pid, tid)).cloned().unwrap_or_default(),
+        intervals,
+        off_cpu_ns,
+        runnable_ns: by_state("runnable"),
+        sleeping_ns: by_state("sleeping"),
+        uninterruptible_ns: by_state("uninterruptible"),
+        waits,
+        woken_by,
+    }
+}
+
+/// The flamegraph of `lines` (folded, nanoseconds).
+fn svg(out: &output::Dir, lines: &[String], title: String, icicle: bool) -> Result<Vec<u8>> {
+    if lines.is_empty() {
+        return Ok(
+            b"<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"20\">no time off CPU</text></svg>\n"
+                .to_vec(),
+        );
+    }
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title;
+    options.count_name = "ns".into();
+    options.colors =
+        inferno::flamegraph::color::Palette::Basic(inferno::flamegraph::color::BasicPalette::Blue);
+    if icicle {
+        options.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
+        |source| Error::Output {
+            path: out.join(output::OFFCPU_SVG),
+            source,
+        },
+    )?;
+    Ok(svg)
+}
+
+/// `n` of `total` in percent, two decimals.
+fn percent(n: u64, total: u64) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    (n as f64 * 10_000.0 / total as f64).round() / 100.0
+}
+
+/// The summary's text lines: per thread, time off CPU, its longest waits and its main waker.
+pub fn table(summary: &OffCpuSummary) -> String {
+    let ms = |ns: u64| format!("{:.1} ms", ns as f64 / 1e6);
+    let mut out = format!(
+        "\n{} off CPU in {} waits (waits of {} or more with their stacks: {}):\n",
+        ms(summary.off_cpu_ns),
+        summary.intervals,
+        crate::model::duration::human(summary.min_ns),
+        summary.sent
+    );
+    for t in &summary.threads {
+        let waits: Vec<String> = t
+            .waits
+            .iter()
+            .take(3)
+            .map(|w| format!("{} {}", w.wait, ms(w.ns)))
+            .collect();
+        let woken = match t.woken_by.first() {
+            Some(w) if w.pid == 0 => format!("; woken most from the idle task ({}x)", w.wakeups),
+            Some(w) => format!("; woken most by {} {}/{} ({}x)", w.comm, w.pid, w.tid, w.wakeups),
+            None => String::new(),
+        };
+        out += &format!(
+            "  {} {}/{}: {} in {} waits ({}){woken}\n",
+            t.comm,
+            t.pid,
+            t.tid,
+            ms(t.off_cpu_ns),
+            t.intervals,
+            waits.join(", ")
+        );
+    }
+    if summary.lost > 0 {
+        out += &format!("  {} waits not counted (tables full)\n", summary.lost);
+    }
+    out
+}

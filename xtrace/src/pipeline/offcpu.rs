@@ -1,0 +1,153 @@
+//! Off-CPU time (`--off-cpu[=MIN]`): where the traced threads waited, how long, in what, and who
+//! woke them. The kernel side (`xtrace-ebpf/src/offcpu.rs`) sends each wait of at least MIN in a
+//! system call with the user stack it returned to, and adds up the others per thread, frame-pointer
+//! stack and wait; [`OffCpu`] collects both as stacks weighted by nanoseconds, per [`Wait`], named
+//! through the same image model and unwinder as CPU samples. `export::offcpu` writes
+//! offcpu.folded, offcpu.svg and the summary; `probes::offcpu` loads the programs and reads the
+//! kernel's totals.
+
+use std::collections::BTreeMap;
+
+use xtrace_common::{
+    event::{SampleEvent, MAX_FRAMES},
+    offcpu::{OffCpuInterval, OffCpuKey, OffCpuTotal},
+};
+
+use super::samples::Samples;
+use crate::image::Images;
+pub use crate::model::wait::Wait;
+
+/// Waiting for a CPU, wherever.
+const RUNNABLE: Wait = Wait {
+    state: xtrace_common::offcpu::state::RUNNABLE,
+    syscall: xtrace_common::offcpu::NO_SYSCALL,
+};
+
+/// Time off CPU of one thread, by wait.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ThreadTime {
+    /// Per wait: intervals and nanoseconds.
+    pub waits: BTreeMap<Wait, (u64, u64)>,
+    /// Who woke it from the waits of at least MIN, by (pid, tid, name): how many times. A pid of
+    /// 0 is the idle task or no wake-up seen; an interrupt's wake-up names the thread it
+    /// interrupted.
+    pub wakers: BTreeMap<(u32, u32, String), u64>,
+}
+
+impl ThreadTime {
+    fn add(&mut self, wait: Wait, count: u64, ns: u64) {
+        let entry = self.waits.entry(wait).or_default();
+        entry.0 += count;
+        entry.1 += ns;
+    }
+
+    /// Intervals and nanoseconds off CPU in all.
+    pub fn total(&self) -> (u64, u64) {
+        self.waits
+            .values()
+            .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
+    }
+}
+
+/// What the off-CPU records of one recording add up to.
+#[derive(Debug)]
+pub struct OffCpu {
+    /// `--off-cpu`'s MIN.
+    pub min_ns: u64,
+    /// Stacks weighted by nanoseconds off CPU, per wait.
+    pub stacks: BTreeMap<Wait, Samples>,
+    /// Per (pid, tid).
+    pub threads: BTreeMap<(u32, u32), ThreadTime>,
+    /// Waits sent one by one (at least MIN, in a system call).
+    pub sent: u64,
+}
+
+impl OffCpu {
+    pub fn new(min_ns: u64) -> Self {
+        OffCpu {
+            min_ns,
+            stacks: BTreeMap::new(),
+            threads: BTreeMap::new(),
+            sent: 0,
+        }
+    }
+
+    /// One wait of at least MIN, with the thread's stack as it returned from its system call.
+    pub fn wait(
+        &mut self,
+        images: &mut Images,
+        interval: &OffCpuInterval,
+        sample: &SampleEvent,
+        comm: &str,
+        stack: &mut [u8],
+    ) {
+        let wait = Wait {
+            state: interval.state,
+            syscall: interval.syscall,
+        };
+        let ns = interval.duration_ns;
+        self.sent += 1;
+        self.stacks
+            .entry(wait)
+            .or_default()
+            .add_weighted(images, sample, comm, stack, ns);
+        let thread = self
+            .threads
+            .entry((sample.header.pid, sample.header.tid))
+            .or_default();
+        thread.add(wait, 1, ns);
+        if interval.runnable_ns > 0 {
+            // Woken, then waiting for a CPU, at the same place.
+            thread.add(RUNNABLE, 1, interval.runnable_ns);
+            self.stacks.entry(RUNNABLE).or_default().add_weighted(
+                images,
+                sample,
+                comm,
+                stack,
+                interval.runnable_ns,
+            );
+        }
+        let waker = crate::model::text::c_str(&interval.waker_comm).into_owned();
+        *thread
+            .wakers
+            .entry((interval.waker_pid, interval.waker_tid, waker))
+            .or_default() += 1;
+    }
+
+    /// The kernel's added-up waits, each with its user stack walked by frame pointers (innermost
+    /// first; empty when not walked), named in the images the processes had at `end_ns`.
+    pub fn totals(
+        &mut self,
+        images: &mut Images,
+        totals: &[(OffCpuKey, OffCpuTotal, Vec<u64>)],
+        end_ns: u64,
+    ) {
+        for (key, total, user) in totals {
+            let wait = Wait {
+                state: key.state,
+                syscall: key.syscall,
+            };
+            self.threads
+                .entry((key.pid, key.tid))
+                .or_default()
+                .add(wait, total.count, total.total_ns);
+            // SAFETY: SampleEvent is plain integers, valid all zero.
+            let mut event: SampleEvent = unsafe { std::mem::zeroed() };
+            event.header.pid = key.pid;
+            event.header.tid = key.tid;
+            event.header.ts_ns = end_ns;
+            let frames = user.len().min(MAX_FRAMES);
+            event.user[..frames].copy_from_slice(&user[..frames]);
+            event.user_frames = frames as u32;
+            self.stacks
+                .entry(wait)
+                .or_default()
+                .add_weighted(images, &event, "", &mut [], total.total_ns);
+        }
+    }
+
+    /// Nanoseconds off CPU of every traced thread together.
+    pub fn total_ns(&self) -> u64 {
+        self.threads.values().map(|t| t.total().1).sum()
+    }
+}

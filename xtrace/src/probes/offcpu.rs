@@ -1,0 +1,72 @@
+//! Off-CPU time (`--off-cpu`): loads and attaches its programs: the scheduler's BTF tracepoints `sched_switch` and
+//! `sched_waking`, and the raw tracepoint `sys_exit` that sends a long wait as its thread returns
+//! from it; takes the kernel's table of added-up waits and their stacks, read when the capture
+//! ends.
+use aya::{
+    maps::{HashMap, MapData, StackTraceMap},
+    programs::BtfTracePoint,
+    Btf, Ebpf,
+};
+use xtrace_common::offcpu::{OffCpuKey, OffCpuTotal};
+
+use crate::{
+    bpf,
+    error::{Error, Result},
+};
+
+/// Attaches the off-CPU programs of the loaded object.
+pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
+    let btf =
+        Btf::from_sys_fs().map_err(|e| Error::io("/sys/kernel/btf/vmlinux", std::io::Error::other(e)))?;
+    for (program, tracepoint) in [
+        ("off_cpu_switch", "sched_switch"),
+        ("off_cpu_waking", "sched_waking"),
+    ] {
+        let hook: &mut BtfTracePoint = bpf::program_mut(ebpf, program)?;
+        hook.load(tracepoint, &btf).map_err(|source| Error::Attach {
+            what: format!("loading {program}"),
+            source,
+        })?;
+        hook.attach().map_err(|source| Error::Attach {
+            what: format!("{program} to BTF tracepoint {tracepoint}"),
+            source,
+        })?;
+    }
+    bpf::attach_raw_tracepoint(ebpf, "off_cpu_return", "sys_exit")
+}
+
+/// The kernel's added-up waits and the stacks they name, taken out of the object so they can be
+/// read after the programs are detached.
+pub struct Tables {
+    totals: HashMap<MapData, OffCpuKey, OffCpuTotal>,
+    stacks: StackTraceMap<MapData>,
+}
+
+impl Tables {
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
+        let map_err = |name| move |source| Error::Map { name, source };
+        Ok(Tables {
+            totals: HashMap::try_from(bpf::take_map(ebpf, "OFF_CPU_TOTALS")?)
+                .map_err(map_err("OFF_CPU_TOTALS"))?,
+            stacks: StackTraceMap::try_from(bpf::take_map(ebpf, "OFF_CPU_STACKS")?)
+                .map_err(map_err("OFF_CPU_STACKS"))?,
+        })
+    }
+
+    /// Every added-up wait with its user stack's addresses, innermost first (empty when the
+    /// stack was not walked or is gone).
+    pub fn read(&self) -> Vec<(OffCpuKey, OffCpuTotal, Vec<u64>)> {
+        self.totals
+            .iter()
+            .filter_map(|entry| entry.ok())
+            .map(|(key, total)| {
+                let user = u32::try_from(key.user_stack)
+                    .ok()
+                    .and_then(|id| self.stacks.get(&id, 0).ok())
+                    .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
+                    .unwrap_or_default();
+                (key, total, user)
+            })
+            .collect()
+    }
+}
