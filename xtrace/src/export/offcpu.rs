@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::profile::{folded_frame, frames};
+use super::profile::{folded_frame, frames_of_each};
 use crate::{
     error::{Error, Result},
     image::Images,
@@ -93,8 +93,9 @@ pub fn write(
     icicle: bool,
 ) -> Result<OffCpuSummary> {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for (wait, samples) in &off.stacks {
-        let named = frames(samples, images);
+    let all: Vec<_> = off.stacks.values().collect();
+    let named_all = frames_of_each(&all, images);
+    for ((wait, samples), named) in off.stacks.iter().zip(named_all) {
         let leaf = folded_frame(&format!("[{}]", wait.name()));
         for (key, frames) in &named {
             let root = images

@@ -305,6 +305,15 @@ pub fn frames<'s>(samples: &'s Samples, images: &mut Images) -> Frames<'s> {
     Resolver::new().resolve(samples, images)
 }
 
+/// [`frames`] of several sets of stacks, with one resolver: the kernel's symbols and the vDSO's
+/// are read once for all of them.
+pub fn frames_of_each<'s>(all: &[&'s Samples], images: &mut Images) -> Vec<Frames<'s>> {
+    let resolver = Resolver::new();
+    all.iter()
+        .map(|samples| resolver.resolve(samples, images))
+        .collect()
+}
+
 /// Frames of a stack shown per sample on the timeline, innermost kept.
 const TIMELINE_FRAMES: usize = 32;
 
