@@ -107,6 +107,11 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     thread.pid = pid;
     thread.tid = tid;
     thread.left_ns = now;
+    // A wait kept for another system call's return, which was not seen: added up, not merged.
+    let pending = &thread.pending;
+    if pending.duration_ns != 0 && thread.state != state::RUNNABLE && pending.syscall != thread.syscall {
+        set_aside(thread);
+    }
 }
 
 /// A traced thread is switched back in: its interval is added up, or kept to send when it
@@ -165,6 +170,23 @@ fn back(thread: &mut OffCpuThread, now: u64) {
     }
 }
 
+/// Adds a kept wait whose system call's return was not seen (or was another call's) to the
+/// totals, without a stack, and forgets it.
+#[inline(always)]
+fn set_aside(thread: &mut OffCpuThread) {
+    let pending = &thread.pending;
+    let key = OffCpuKey {
+        pid: thread.pid,
+        tid: thread.tid,
+        user_stack: -1,
+        state: pending.state,
+        syscall: pending.syscall,
+        _pad: 0,
+    };
+    add_up(&key, pending.duration_ns);
+    thread.pending.duration_ns = 0;
+}
+
 /// Adds one wait of `duration` to `key`'s total.
 #[inline(always)]
 fn add_up(key: &OffCpuKey, duration: u64) {
@@ -212,13 +234,21 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
 /// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that
 /// interval, with the stack it returns to.
 #[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn off_cpu_return(_ctx: RawTracePointContext) -> u32 {
+pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     let Some(thread) = OFF_CPU.current(false) else {
         return 0;
     };
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
     if thread.pending.duration_ns == 0 {
+        return 0;
+    }
+    // The system call returning, from the saved registers (the tracepoint's first argument).
+    let regs: u64 = ctx.arg(0);
+    let returning =
+        read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32);
+    if returning != thread.pending.syscall {
+        set_aside(thread);
         return 0;
     }
     let Some(scratch) = OFF_CPU_SCRATCH.get_ptr_mut(0) else {
