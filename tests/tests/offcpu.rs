@@ -85,7 +85,9 @@ fn sleeps_in_a_function_are_its_off_cpu_time() {
         s.starts_with("offcpu;") && s.contains(";main;sleeper;") && s.ends_with(";[clock_nanosleep]")
     });
     assert_eq!(under_sleeper, ns, "{:?}", off_cpu_folded(&out));
-    assert_eq!(out.summary["off_cpu"]["sent"], 10, "{}", out.summary["off_cpu"]);
+    // The ten, and any wait of the program's start that took 1 ms (a slow disk, an emulator).
+    let sent = out.summary["off_cpu"]["sent"].as_u64().unwrap();
+    assert!(sent >= 10, "{}", out.summary["off_cpu"]);
     assert!(out.dir.join("offcpu.svg").is_file());
     assert!(out.summary_txt.contains(" off CPU in "), "{}", out.summary_txt);
 }
