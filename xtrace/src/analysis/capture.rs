@@ -184,6 +184,8 @@ pub(crate) fn cut_short(dir: &Path) -> Option<Error> {
     let name = [
         crate::output::TRACE_FILE,
         crate::output::TRACE_FILE_GZ,
+        crate::output::PERFETTO_FILE,
+        crate::output::PERFETTO_FILE_GZ,
         crate::output::SUMMARY_JSON,
     ]
     .into_iter()
@@ -206,7 +208,7 @@ pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     Ok(capture)
 }
 
-pub(super) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
+pub(crate) fn malformed(path: &Path, reason: impl fmt::Display) -> Error {
     Error::Malformed {
         path: path.to_path_buf(),
         reason: reason.to_string(),

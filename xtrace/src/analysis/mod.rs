@@ -6,9 +6,10 @@
 pub mod capture;
 pub mod mannwhitney;
 pub mod outliers;
+mod perfetto_file;
 pub mod spans;
 pub mod stats;
-mod trace_file;
+pub(crate) mod trace_file;
 
 use std::path::PathBuf;
 

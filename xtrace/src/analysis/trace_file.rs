@@ -22,67 +22,74 @@ use super::{
     capture::{cut_short, malformed, unreadable, Capture, Name, Span},
     Error, Result,
 };
-use crate::pipeline::chrome::{HEAD_LINE, TAIL_LINE};
+use crate::{
+    output::TraceFormat,
+    pipeline::chrome::{HEAD_LINE, TAIL_LINE},
+};
 
 /// Reads the trace of `dir` into `capture`: names, instants, process and thread names, and the
 /// spans when `keep_spans`.
 pub(super) fn read(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
-    let (path, reader) = open(dir)?;
-    let mut sink = Sink {
-        capture,
-        keep_spans,
-        interned: HashMap::new(),
-        durations: 0,
-        events: 0,
-        refused: None,
-    };
+    let (path, reader, format) = open(dir)?;
+    let mut sink = Sink::new(capture, keep_spans);
+    if format == TraceFormat::Perfetto {
+        return super::perfetto_file::read(&path, reader, &mut sink);
+    }
     if read_lines(BufReader::with_capacity(1 << 20, reader), &mut sink) == Some(()) {
         return Ok(());
     }
-    if let Some(refused) = sink.refused.take() {
+    if let Some(refused) = sink.progress.refused.take() {
         return Err(malformed(&path, refused));
     }
     sink.clear();
-    let (_, reader) = open(dir)?;
+    let (_, reader, _) = open(dir)?;
     let streamed = stream(reader, &mut sink);
     // serde_json places an error raised between events after the separator that follows, so an
     // event the sink refuses is named by its place in the array instead.
-    match sink.refused.take() {
+    match sink.progress.refused.take() {
         Some(refused) => Err(malformed(&path, refused)),
         None => streamed.map_err(|e| malformed(&path, e)),
     }
 }
 
 /// Reads a trace of any layout with serde_json's streaming parser.
-fn stream(reader: impl Read, sink: &mut Sink) -> serde_json::Result<()> {
+pub(crate) fn stream<S: Events>(reader: impl Read, sink: &mut S) -> serde_json::Result<()> {
     let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, reader));
     TraceSeed(sink).deserialize(&mut de).and_then(|()| de.end())
 }
 
-/// trace.json, else trace.json.gz (decompressed as it is read).
-fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>)> {
-    let plain = dir.join(crate::output::TRACE_FILE);
-    let gz = dir.join(crate::output::TRACE_FILE_GZ);
-    let found = |path: &Path| match super::open_regular(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        other => Some(other.map_err(|e| unreadable(path, e))),
-    };
-    if let Some(file) = found(&plain) {
-        Ok((plain, Box::new(file?)))
-    } else if let Some(file) = found(&gz) {
-        Ok((gz, Box::new(flate2::read::GzDecoder::new(file?))))
-    } else {
-        Err(cut_short(dir).unwrap_or_else(|| Error::NotACapture {
-            path: dir.to_path_buf(),
-            reason: "no trace.json or trace.json.gz".into(),
-        }))
+/// The trace of a capture, the first of trace.json, trace.json.gz, trace.perfetto-trace and
+/// trace.perfetto-trace.gz found (a compressed one is decompressed as it is read).
+pub(crate) fn open(dir: &Path) -> Result<(PathBuf, Box<dyn Read>, TraceFormat)> {
+    use crate::output::{PERFETTO_FILE, PERFETTO_FILE_GZ, TRACE_FILE, TRACE_FILE_GZ};
+    let candidates = [
+        (TRACE_FILE, TraceFormat::Json, false),
+        (TRACE_FILE_GZ, TraceFormat::Json, true),
+        (PERFETTO_FILE, TraceFormat::Perfetto, false),
+        (PERFETTO_FILE_GZ, TraceFormat::Perfetto, true),
+    ];
+    for (name, format, gz) in candidates {
+        let path = dir.join(name);
+        let file = match super::open_regular(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            other => other.map_err(|e| unreadable(&path, e))?,
+        };
+        let reader: Box<dyn Read> = match gz {
+            true => Box::new(flate2::read::GzDecoder::new(file)),
+            false => Box::new(file),
+        };
+        return Ok((path, reader, format));
     }
+    Err(cut_short(dir).unwrap_or_else(|| Error::NotACapture {
+        path: dir.to_path_buf(),
+        reason: "no trace.json, trace.perfetto-trace or their .gz".into(),
+    }))
 }
 
 /// Reads a trace laid out one event per line; None at the first line that is not in that layout
 /// (the caller then reads the file again with the streaming parser), and at an event the sink
 /// refuses, which is then in `sink.refused` with its line's number.
-fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
+fn read_lines<S: Events>(mut reader: impl BufRead, sink: &mut S) -> Option<()> {
     let mut line = Vec::with_capacity(4096);
     // The head line is read through a bound: a trace in another layout may be one long line, which
     // the streaming parser reads in bounded memory.
@@ -111,7 +118,7 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
                 let event = line.strip_suffix(b",").unwrap_or(&line);
                 let event: RawEvent = serde_json::from_slice(event).ok()?;
                 if let Err(e) = sink.event(&event) {
-                    sink.refused = Some(format!("{e} at line {number}"));
+                    sink.progress().refused = Some(format!("{e} at line {number}"));
                     return None;
                 }
             }
@@ -128,8 +135,9 @@ fn read_lines(mut reader: impl BufRead, sink: &mut Sink) -> Option<()> {
     Some(())
 }
 
-/// Where parsed events go.
-struct Sink<'c> {
+/// Where parsed events go (from trace.json, or from trace.perfetto-trace through
+/// [`super::perfetto_file`]).
+pub(super) struct Sink<'c> {
     capture: &'c mut Capture,
     keep_spans: bool,
     /// category → name → index into `capture.names`.
@@ -137,34 +145,46 @@ struct Sink<'c> {
     /// The durations of the complete events so far, added: past `u64::MAX` the capture is refused,
     /// so that no sum of them (per name, thread or call edge) can overflow.
     durations: u128,
-    /// The events read so far (the streaming parser names a refused event by its place).
+    progress: Progress,
+}
+
+/// What reads a trace's events: a capture's [`Sink`], or `xtrace convert`'s writer.
+pub(crate) trait Events {
+    /// One event; an error refuses the trace.
+    fn event(&mut self, event: &RawEvent) -> Result<(), String>;
+    fn progress(&mut self) -> &mut Progress;
+}
+
+/// How far the parser got: events read (the streaming parser names a refused event by its
+/// place), and why an event was refused, and where it is.
+#[derive(Default)]
+pub(crate) struct Progress {
     events: u64,
-    /// Why the sink refused an event, and where it is.
-    refused: Option<String>,
+    pub refused: Option<String>,
 }
 
 /// One trace event; unknown members are ignored. The line reader's strings are borrowed from the
 /// line where they have no escapes; the streaming parser's are owned (a reader lends no bytes).
 #[derive(Deserialize)]
-struct RawEvent<'a> {
+pub(crate) struct RawEvent<'a> {
     #[serde(borrow)]
-    ph: Option<Cow<'a, str>>,
+    pub ph: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    name: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    cat: Option<Cow<'a, str>>,
-    ts: Option<f64>,
-    dur: Option<f64>,
-    pid: Option<u64>,
-    tid: Option<u64>,
-    args: Option<Box<RawValue>>,
+    pub cat: Option<Cow<'a, str>>,
+    pub ts: Option<f64>,
+    pub dur: Option<f64>,
+    pub pid: Option<u64>,
+    pub tid: Option<u64>,
+    pub args: Option<Box<RawValue>>,
 }
 
 /// The latest time (and longest duration) an event may have: 2^62 ns, 146 years.
 const MAX_TIME_NS: u64 = 1 << 62;
 
 /// Chrome µs (with ns decimals) to ns; None when negative, past [`MAX_TIME_NS`] or not finite.
-fn micros_to_ns(us: f64) -> Option<u64> {
+pub(crate) fn micros_to_ns(us: f64) -> Option<u64> {
     let ns = (us * 1000.0).round();
     (0.0..=MAX_TIME_NS as f64).contains(&ns).then_some(ns as u64)
 }
@@ -178,7 +198,17 @@ fn shown_micros(us: f64) -> String {
     }
 }
 
-impl Sink<'_> {
+impl<'c> Sink<'c> {
+    pub(super) fn new(capture: &'c mut Capture, keep_spans: bool) -> Self {
+        Sink {
+            capture,
+            keep_spans,
+            interned: HashMap::new(),
+            durations: 0,
+            progress: Progress::default(),
+        }
+    }
+
     /// Forgets what was read (before reading the trace again).
     fn clear(&mut self) {
         let c = &mut *self.capture;
@@ -189,8 +219,13 @@ impl Sink<'_> {
         c.threads.clear();
         self.interned.clear();
         self.durations = 0;
-        self.events = 0;
-        self.refused = None;
+        self.progress = Progress::default();
+    }
+}
+
+impl Events for Sink<'_> {
+    fn progress(&mut self) -> &mut Progress {
+        &mut self.progress
     }
 
     fn event(&mut self, event: &RawEvent) -> Result<(), String> {
@@ -210,34 +245,15 @@ impl Sink<'_> {
                         shown_micros(dur)
                     ));
                 };
-                self.durations += u128::from(dur_ns);
-                if self.durations > u128::from(u64::MAX) {
-                    return Err("the complete events' durations add up past 2^64 ns".into());
-                }
-                let name = self.intern(name.unwrap_or(""), cat.unwrap_or(""));
-                if self.keep_spans {
-                    // `{"depth":N}` alone has no comma; anything more is worth keeping.
-                    let args = args.filter(|a| a.contains(',')).map(Box::from);
-                    self.capture.spans.push(Span {
-                        name,
-                        pid,
-                        tid,
-                        start_ns,
-                        dur_ns,
-                        args,
-                    });
-                }
+                // `{"depth":N}` alone has no comma; anything more is worth keeping.
+                let args = args.filter(|a| a.contains(','));
+                let name = Name {
+                    name: name.unwrap_or("").to_owned(),
+                    cat: cat.unwrap_or("").to_owned(),
+                };
+                self.span(&name, (pid, tid), start_ns, dur_ns, args)?;
             }
-            "i" | "I" => {
-                let cat = cat.unwrap_or("");
-                if cat != "sample" {
-                    let name = Name {
-                        name: name.unwrap_or("").to_owned(),
-                        cat: cat.to_owned(),
-                    };
-                    *self.capture.instants.entry(name).or_default() += 1;
-                }
-            }
+            "i" | "I" => self.instant(name.unwrap_or(""), cat.unwrap_or("")),
             "M" => {
                 #[derive(Deserialize)]
                 struct Named {
@@ -247,18 +263,69 @@ impl Sink<'_> {
                     .and_then(|a| serde_json::from_str::<Named>(a).ok())
                     .and_then(|n| n.name);
                 match (name, named) {
-                    (Some("process_name"), Some(n)) => {
-                        self.capture.processes.insert(pid, n);
-                    }
-                    (Some("thread_name"), Some(n)) => {
-                        self.capture.threads.insert((pid, tid), n);
-                    }
+                    (Some("process_name"), Some(n)) => self.process(pid, n),
+                    (Some("thread_name"), Some(n)) => self.thread(pid, tid, n),
                     _ => {}
                 }
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Sink<'_> {
+    /// A complete span; `args` the JSON object of its arguments, when it has any. Its times must
+    /// be at most [`MAX_TIME_NS`] and all durations must add up to at most 2^64 ns, so that no
+    /// sum of them (per name, thread or call edge) can overflow.
+    pub(super) fn span(
+        &mut self,
+        name: &Name,
+        (pid, tid): (u32, u32),
+        start_ns: u64,
+        dur_ns: u64,
+        args: Option<&str>,
+    ) -> Result<(), String> {
+        if start_ns > MAX_TIME_NS || dur_ns > MAX_TIME_NS {
+            return Err(format!(
+                "a span's time is past 146 years (start {start_ns} ns, duration {dur_ns} ns)"
+            ));
+        }
+        self.durations += u128::from(dur_ns);
+        if self.durations > u128::from(u64::MAX) {
+            return Err("the complete events' durations add up past 2^64 ns".into());
+        }
+        let name = self.intern(&name.name, &name.cat);
+        if self.keep_spans {
+            self.capture.spans.push(Span {
+                name,
+                pid,
+                tid,
+                start_ns,
+                dur_ns,
+                args: args.map(Box::from),
+            });
+        }
+        Ok(())
+    }
+
+    /// An instant event; CPU samples (category `sample`) are not counted.
+    pub(super) fn instant(&mut self, name: &str, cat: &str) {
+        if cat != "sample" {
+            let name = Name {
+                name: name.to_owned(),
+                cat: cat.to_owned(),
+            };
+            *self.capture.instants.entry(name).or_default() += 1;
+        }
+    }
+
+    pub(super) fn process(&mut self, pid: u32, name: String) {
+        self.capture.processes.insert(pid, name);
+    }
+
+    pub(super) fn thread(&mut self, pid: u32, tid: u32, name: String) {
+        self.capture.threads.insert((pid, tid), name);
     }
 
     /// The index of (name, category) in `capture.names`, added when first seen.
@@ -280,9 +347,9 @@ impl Sink<'_> {
 }
 
 /// The whole trace: `{"traceEvents":[...], ...}` or a bare array of events.
-struct TraceSeed<'s, 'c>(&'s mut Sink<'c>);
+struct TraceSeed<'s, S>(&'s mut S);
 
-impl<'de> DeserializeSeed<'de> for TraceSeed<'_, '_> {
+impl<'de, S: Events> DeserializeSeed<'de> for TraceSeed<'_, S> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
@@ -290,7 +357,7 @@ impl<'de> DeserializeSeed<'de> for TraceSeed<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for TraceSeed<'_, '_> {
+impl<'de, S: Events> Visitor<'de> for TraceSeed<'_, S> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -320,9 +387,9 @@ impl<'de> Visitor<'de> for TraceSeed<'_, '_> {
 }
 
 /// The `traceEvents` array, one event at a time.
-struct EventsSeed<'s, 'c>(&'s mut Sink<'c>);
+struct EventsSeed<'s, S>(&'s mut S);
 
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+impl<'de, S: Events> DeserializeSeed<'de> for EventsSeed<'_, S> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
@@ -330,7 +397,7 @@ impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+impl<'de, S: Events> Visitor<'de> for EventsSeed<'_, S> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -340,10 +407,10 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while let Some(event) = seq.next_element::<RawEvent>()? {
             let sink = &mut *self.0;
-            sink.events += 1;
+            sink.progress().events += 1;
             if let Err(e) = sink.event(&event) {
-                let refused = format!("{e} in event {} of traceEvents", sink.events);
-                sink.refused = Some(refused.clone());
+                let refused = format!("{e} in event {} of traceEvents", sink.progress().events);
+                sink.progress().refused = Some(refused.clone());
                 return Err(serde::de::Error::custom(refused));
             }
         }
@@ -369,14 +436,7 @@ mod tests {
 "#;
 
     fn sink(capture: &mut Capture) -> Sink<'_> {
-        Sink {
-            capture,
-            keep_spans: true,
-            interned: HashMap::new(),
-            durations: 0,
-            events: 0,
-            refused: None,
-        }
+        Sink::new(capture, true)
     }
 
     fn by_lines(text: &str) -> Option<Capture> {

@@ -97,6 +97,30 @@ fn annotation(value: serde_json::Value) -> DebugAnnotation {
     }
 }
 
+/// The JSON value of an annotation: the inverse of [`annotation`], so that a span's arguments
+/// read back from a Perfetto trace are those trace.json holds.
+pub fn json_value(a: &DebugAnnotation) -> serde_json::Value {
+    use serde_json::Value as J;
+    if !a.dict_entries.is_empty() {
+        let members = a
+            .dict_entries
+            .iter()
+            .map(|e| (e.name.clone().unwrap_or_default(), json_value(e)));
+        return J::Object(members.collect());
+    }
+    if !a.array_values.is_empty() {
+        return J::Array(a.array_values.iter().map(json_value).collect());
+    }
+    match &a.value {
+        None => J::Null,
+        Some(Value::Bool(b)) => J::Bool(*b),
+        Some(Value::Uint(u)) => J::from(*u),
+        Some(Value::Int(i)) => J::from(*i),
+        Some(Value::Double(d)) => serde_json::Number::from_f64(*d).map_or(J::Null, J::Number),
+        Some(Value::String(s)) => J::String(s.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +160,16 @@ mod tests {
         assert_eq!(by_name["n"].value, None);
         assert_eq!(new.len(), 7);
         assert!(annotations("", &mut names, &mut new).is_empty());
+        let back: serde_json::Map<String, serde_json::Value> = got
+            .iter()
+            .map(|a| (names.name(a.name_iid.unwrap()).to_string(), json_value(a)))
+            .collect();
+        let written =
+            r#"{"arg0":-1,"ret":"0x10","big":18446744073709551615,"f":0.5,"s":{"a":1},"l":[true],"n":null}"#;
+        assert_eq!(
+            serde_json::Value::Object(back),
+            serde_json::from_str::<serde_json::Value>(written).unwrap()
+        );
         let odd = annotations("not json", &mut names, &mut new);
         assert_eq!(odd[0].value, Some(Value::String("not json".into())));
     }

@@ -30,6 +30,9 @@ pub struct TracePacket {
     pub interned_data: Option<InternedData>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
+    /// The clock of `timestamp`, when not the sequence's default.
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
     #[prost(message, optional, tag = "59")]
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(bool, optional, tag = "87")]
@@ -82,6 +85,12 @@ pub struct Clock {
     pub clock_id: Option<u32>,
     #[prost(uint64, optional, tag = "2")]
     pub timestamp: Option<u64>,
+    /// A sequence-scoped clock (ids 64 to 127) whose packets' timestamps are deltas from the
+    /// previous packet's.
+    #[prost(bool, optional, tag = "3")]
+    pub is_incremental: Option<bool>,
+    #[prost(uint64, optional, tag = "4")]
+    pub unit_multiplier_ns: Option<u64>,
 }
 
 /// protos/perfetto/trace/interned_data/interned_data.proto `InternedData`.
@@ -178,6 +187,9 @@ pub struct TrackEvent {
     pub name_iid: Option<u64>,
     #[prost(uint64, optional, tag = "11")]
     pub track_uuid: Option<u64>,
+    /// A name not interned (read, never written).
+    #[prost(string, optional, tag = "23")]
+    pub name: Option<String>,
     #[prost(int64, optional, tag = "30")]
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]

@@ -451,6 +451,7 @@ fn clock_snapshot(s: &Snapshot) -> ClockSnapshot {
     let clock = |id, ns| Clock {
         clock_id: Some(id),
         timestamp: Some(ns),
+        ..Default::default()
     };
     ClockSnapshot {
         clocks: vec![
