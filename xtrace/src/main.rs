@@ -3,7 +3,7 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{diff, flamegraph, generate, list, report, status::Console, Cli, Command},
+    cli::{convert, diff, flamegraph, generate, list, report, status::Console, Cli, Command},
     output::stdio::{print_err, print_out},
     session,
 };
@@ -93,6 +93,7 @@ fn main() -> ExitCode {
         Command::List(args) => return list(&args),
         Command::Report(args) => return report(&args),
         Command::Diff(args) => return diff(&args),
+        Command::Convert(args) => return convert(&args),
         Command::Check => return check(),
         Command::Generate(args) => return noted(generate::run(&args)),
         Command::Flamegraph(args) => return noted(flamegraph::run(&args)),
@@ -192,6 +193,20 @@ fn report(args: &report::ReportArgs) -> ExitCode {
             false => ExitCode::from(2),
         },
         Ok(report::Rendered::Wrote(note)) => {
+            err!("xtrace: {note}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            err!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `xtrace convert DIR`: a note on stderr saying what was written.
+fn convert(args: &convert::ConvertArgs) -> ExitCode {
+    match convert::run(args) {
+        Ok(note) => {
             err!("xtrace: {note}");
             ExitCode::SUCCESS
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// The enums whose messages reach the user, with the number of variants each has today.
 const ENUMS: &[(&str, &str, usize)] = &[
     ("src/error.rs", "pub enum Error", 55),
-    ("src/analysis/mod.rs", "pub enum Error", 9),
+    ("src/analysis/mod.rs", "pub enum Error", 10),
 ];
 
 /// The reference page, relative to the workspace root.

@@ -19,6 +19,9 @@ _xtrace() {
             xtrace,check)
                 cmd="xtrace__subcmd__check"
                 ;;
+            xtrace,convert)
+                cmd="xtrace__subcmd__convert"
+                ;;
             xtrace,diff)
                 cmd="xtrace__subcmd__diff"
                 ;;
@@ -42,6 +45,9 @@ _xtrace() {
                 ;;
             xtrace__subcmd__help,check)
                 cmd="xtrace__subcmd__help__subcmd__check"
+                ;;
+            xtrace__subcmd__help,convert)
+                cmd="xtrace__subcmd__help__subcmd__convert"
                 ;;
             xtrace__subcmd__help,diff)
                 cmd="xtrace__subcmd__help__subcmd__diff"
@@ -95,7 +101,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --no-inherit --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -161,10 +167,6 @@ _xtrace() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --off-cpu)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --gpu-metrics)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -211,6 +213,24 @@ _xtrace() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__convert)
+            opts="-h --trace-format --gzip --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --trace-format)
+                    COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -297,7 +317,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help)
-            opts="record list flamegraph report diff check generate help"
+            opts="record list flamegraph report diff convert check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -311,6 +331,20 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__help__subcmd__convert)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -577,7 +611,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --no-inherit --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -640,10 +674,6 @@ _xtrace() {
                     return 0
                     ;;
                 --user-stack)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --off-cpu)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -45,6 +45,8 @@ pub enum Error {
     Empty { path: PathBuf },
     #[error("{path}: {reason}; the capture is damaged: record it again")]
     Malformed { path: PathBuf, reason: String },
+    #[error("{path}: cannot be converted: {reason}")]
+    NotConvertible { path: PathBuf, reason: String },
     #[error("{path}: cannot be read: {reason}")]
     Unreadable { path: PathBuf, reason: String },
     #[error(transparent)]

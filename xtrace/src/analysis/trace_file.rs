@@ -177,6 +177,9 @@ pub(crate) struct RawEvent<'a> {
     pub dur: Option<f64>,
     pub pid: Option<u64>,
     pub tid: Option<u64>,
+    /// An async event's id (`"0x1"`).
+    #[serde(borrow)]
+    pub id: Option<Cow<'a, str>>,
     pub args: Option<Box<RawValue>>,
 }
 

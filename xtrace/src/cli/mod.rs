@@ -1,6 +1,7 @@
 //! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
-//! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace check` and `xtrace generate -o DIR`.
+//! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace convert DIR`, `xtrace check` and `xtrace generate -o DIR`.
 //! `record` is also what `xtrace` does without a subcommand.
+pub mod convert;
 pub mod diff;
 pub mod flamegraph;
 pub mod generate;
@@ -49,6 +50,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare two captures; exit 1 when a probe regressed (a CI gate).
     Diff(diff::DiffArgs),
+    /// Write a capture's trace.json as trace.perfetto-trace beside it.
+    Convert(convert::ConvertArgs),
     /// Check whether this host can record: kernel, BTF, BPF features, settings, capabilities.
     ///
     /// Each item is `ok`, `missing` (recording cannot work until it is fixed), `limited`
