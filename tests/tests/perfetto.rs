@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use xtrace_tests::{
     args,
     bpf::Attachments,
+    captures::xtrace,
     fixtures::{fixtures, python, script, tool_library, Fixture},
     perfetto::{counter, decode, slice_counts},
     require_bpf,
@@ -52,9 +53,29 @@ fn each_threads_spans_are_on_its_own_uprobe_track() {
         &[],
         &out,
     );
+    // The span flamegraph and the profile's spans are read back from the Perfetto trace.
     assert_eq!(
         files(&out),
-        ["summary.json", "summary.txt", "trace.perfetto-trace"]
+        [
+            "profile.pb.gz",
+            "span-flamegraph.svg",
+            "summary.json",
+            "summary.txt",
+            "trace.perfetto-trace"
+        ]
+    );
+    let svg = std::fs::read_to_string(out.join("span-flamegraph.svg")).unwrap();
+    assert!(
+        svg.contains("xtrace: 4000 spans, "),
+        "the span flamegraph's title"
+    );
+    // `xtrace report` reads the capture as it reads a trace.json one.
+    let report = xtrace(args!["report", &out, "--format", "csv"]);
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    assert!(
+        report.stdout.lines().any(|l| l.starts_with("uprobe,work,4000,")),
+        "{}",
+        report.stdout
     );
     let decoded = decode(&out.join("trace.perfetto-trace"));
     let expected: Vec<Value> = tids
@@ -122,7 +143,13 @@ fn nested_spans_nest_on_one_track_compressed() {
     before.assert_none_left();
     assert_eq!(
         files(&out),
-        ["summary.json", "summary.txt", "trace.perfetto-trace.gz"]
+        [
+            "profile.pb.gz",
+            "span-flamegraph.svg",
+            "summary.json",
+            "summary.txt",
+            "trace.perfetto-trace.gz"
+        ]
     );
     let decoded = decode(&out.join("trace.perfetto-trace.gz"));
     let pid = read_json(&out.join("summary.json"))["command"]["pid"].clone();

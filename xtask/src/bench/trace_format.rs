@@ -1,9 +1,8 @@
 //! Trace formats: the same workload (one thread of `hits` calling `emulated_site` a fixed number
 //! of times) recorded with `--trace-format json` and with `--trace-format perfetto`: the trace
 //! file's bytes per span and xtrace's CPU time per span (GNU time's user + system, attach and
-//! detach included). The json figure also holds reading trace.json back for span-flamegraph.svg
-//! and profile.pb.gz, which a perfetto recording does not write: the difference is more than the
-//! writers'.
+//! detach included), which holds reading the trace back for span-flamegraph.svg and profile.pb.gz
+//! in either format.
 use std::fs;
 
 use serde_json::{json, Value};

@@ -275,9 +275,8 @@ pub struct RecordArgs {
     /// perfetto writes Perfetto's own protobuf format: about a third of JSON's bytes, every
     /// overlapping slice kept (each source on its own track under its thread), counters with their
     /// units, clock snapshots that convert the times to wall time. Open it at ui.perfetto.dev or
-    /// with trace_processor. `xtrace report` and `xtrace diff` read only json so far, and with
-    /// perfetto the recording writes no span-flamegraph.svg, and profile.pb.gz only from the CPU
-    /// samples. With --gzip, trace.perfetto-trace.gz.
+    /// with trace_processor. `xtrace report` and `xtrace diff` read either format alike. With
+    /// --gzip, trace.perfetto-trace.gz.
     #[arg(long = "trace-format", value_name = "FORMAT", value_enum, default_value_t = TraceFormat::Json,
           help_heading = heading::OUTPUT)]
     pub trace_format: TraceFormat,

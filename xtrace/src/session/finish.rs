@@ -141,7 +141,6 @@ impl Stopped<'_> {
             sampling,
             icicle: config.icicle,
             gpus: &gpus,
-            spans_readable: config.trace_format == output::TraceFormat::Json,
             off_cpu_lost,
         };
         let (summary, derived) = outputs.write(pipeline)?;
@@ -205,8 +204,6 @@ struct Outputs<'a> {
     sampling: Option<Sampling>,
     icicle: bool,
     gpus: &'a [DeviceSeries],
-    /// Whether the derived outputs can read the spans back (they read trace.json only).
-    spans_readable: bool,
     /// Off-CPU waits the kernel could not count.
     off_cpu_lost: u64,
 }
@@ -263,7 +260,6 @@ impl Outputs<'_> {
         summary.clock = clock;
         output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
         output::write(self.out, output::SUMMARY_TXT, summary.table().as_bytes())?;
-        let spans = if self.spans_readable { spans } else { 0 };
         let derived = crate::export::derived::write(self.out, spans, self.icicle)?;
         Ok((summary, derived))
     }
