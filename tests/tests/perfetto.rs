@@ -280,3 +280,62 @@ fn overlapping_tasks_that_do_not_nest_are_all_kept() {
     expected.extend(vec![("frame".to_string(), 0); 5]);
     assert_eq!(asyncs, expected);
 }
+
+/// stacks.folded's stacks without their root frame (the process's name), with their counts added
+/// up: the stacks a Perfetto trace's call stacks must hold.
+fn folded_without_root(dir: &std::path::Path) -> BTreeMap<String, u64> {
+    let text = std::fs::read_to_string(dir.join("stacks.folded")).unwrap();
+    let mut stacks = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let frames = stack.split_once(';').map_or("", |(_, rest)| rest);
+        *stacks.entry(frames.to_string()).or_default() += count.parse::<u64>().unwrap();
+    }
+    stacks
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn samples_are_call_stacks_whose_frames_match_stacks_folded() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("perfetto-samples");
+    let out = tmp.join("out");
+    let before = Attachments::snapshot();
+    Xtrace::spawn(args![
+        "-F",
+        "999",
+        "--trace-format",
+        "perfetto",
+        "-o",
+        &out,
+        "--",
+        &fixtures().profile,
+        "syscalls",
+        "400"
+    ])
+    .wait()
+    .assert_success();
+    before.assert_none_left();
+    let decoded = decode(&out.join("trace.perfetto-trace"));
+    let summary = read_json(&out.join("summary.json"));
+    let samples = summary["samples"].as_u64().unwrap();
+    assert!(samples > 100, "{samples} samples");
+    // Every sample is on the timeline (fewer than 100,000), each a call stack of its thread
+    // whose frames, outermost first, are those stacks.folded lists for it.
+    let decoded_samples: BTreeMap<String, u64> = serde_json::from_value(decoded["samples"].clone()).unwrap();
+    assert_eq!(decoded_samples, folded_without_root(&out));
+    assert_eq!(decoded_samples.values().sum::<u64>(), samples);
+    // Kernel frames (the system calls) are under [kernel.kallsyms].
+    assert!(
+        decoded_samples
+            .keys()
+            .any(|s| s.contains(";main;") && s.ends_with("_[k]")),
+        "{decoded_samples:?}"
+    );
+    let pid = summary["command"]["pid"].as_u64().unwrap();
+    assert_eq!(decoded["sample_threads"], json!([[pid, pid, samples]]));
+    // No sample is left as an instant.
+    assert_eq!(decoded["instants"], json!([]));
+}

@@ -3,16 +3,21 @@
 PyPI `perfetto` package's perfetto_trace_pb2) and prints what it holds as JSON, for the root
 tests (tests/tests/perfetto.rs) to assert exactly.
 
-Checks as it reads, each failure listed under "errors": every packet parses; all are on one
-sequence whose first packet clears the incremental state and sets the default clock, and every
-track event says it needs that state; every interned id (event name, category, annotation name)
-was sent before its use and never sent twice; every event's track was described before it;
-track uuids are never reused for another kind of track; every slice end closes a slice.
+Checks as it reads, each failure listed under "errors": every packet parses; the first packet of
+each sequence clears its incremental state; timestamps are on CLOCK_MONOTONIC or on an
+incremental clock a snapshot of the sequence starts at CLOCK_MONOTONIC's value; every track event
+and sample says it needs the incremental state; every interned id (event name, category,
+annotation name, function name, mapping, frame, call stack) was sent on its sequence before its
+use and never sent twice; every event's track (its own or its sequence's default) was described
+before it; track uuids are never reused for another kind of track; every slice end closes a
+slice.
 
 Output: "packets", "tracks" (processes, threads with their names, child tracks by name), "slices"
 (count per pid, tid, track, name and nesting depth), "instants", "async" (per async slice: name,
 pid, and whether it was closed), "counters" (per track: unit, values in time order), "clocks"
-(clock ids per snapshot), "args" (annotation names per event name), "errors".
+(clock ids per snapshot with wall time), "args" (annotation names per event name), "samples"
+(CPU samples per call stack, folded outermost first, kernel frames suffixed `_[k]`),
+"sample_threads" ([pid, tid, samples]), "sequences", "timestamps" (first and last), "errors".
 """
 import gzip
 import json
@@ -34,62 +39,143 @@ def read(path):
     return trace
 
 
+class Sequence:
+    """The incremental state of one packet sequence: interned tables, clocks, default track."""
+
+    def __init__(self):
+        self.tables = defaultdict(dict)
+        self.default_clock = None
+        self.default_track = None
+        self.incremental = {}  # clock id -> last value on CLOCK_MONOTONIC
+
+
+INTERNED = (("event_names", "name"), ("event_categories", "category"),
+            ("debug_annotation_names", "annotation name"), ("function_names", "function name"),
+            ("mapping_paths", "mapping path"), ("mappings", "mapping"), ("frames", "frame"),
+            ("callstacks", "callstack"))
+
+
+def intern(seq, d, errors):
+    for field, what in INTERNED:
+        table = seq.tables[field]
+        for e in getattr(d, field):
+            if e.iid in table:
+                errors.append(f"{what} iid {e.iid} sent twice")
+            table[e.iid] = e
+
+
+def lookup(seq, field, iid, i, errors):
+    entry = seq.tables[field].get(iid)
+    if entry is None:
+        errors.append(f"packet {i}: {field} iid {iid} not interned")
+    return entry
+
+
+def timestamp(p, seq, i, errors):
+    """The packet's time on CLOCK_MONOTONIC: its own clock's, or an incremental clock's."""
+    clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else seq.default_clock
+    if clock == pb.BUILTIN_CLOCK_MONOTONIC:
+        return p.timestamp
+    if clock in seq.incremental:
+        seq.incremental[clock] += p.timestamp
+        return seq.incremental[clock]
+    errors.append(f"packet {i}: timestamp on clock {clock}, which no snapshot of its sequence defines")
+    return p.timestamp
+
+
+def snapshot(p, seq, clocks, errors):
+    ids = sorted(c.clock_id for c in p.clock_snapshot.clocks)
+    mono = [c.timestamp for c in p.clock_snapshot.clocks if c.clock_id == pb.BUILTIN_CLOCK_MONOTONIC]
+    for c in p.clock_snapshot.clocks:
+        if c.clock_id >= 64:
+            if not c.is_incremental or not mono or c.timestamp != mono[0]:
+                errors.append(f"clock {c.clock_id}: not incremental from CLOCK_MONOTONIC's value")
+            seq.incremental[c.clock_id] = c.timestamp
+    # Global snapshots (with wall and boot time) are listed; a sequence's own clock base is not.
+    if pb.BUILTIN_CLOCK_REALTIME in ids:
+        clocks.append(ids)
+
+
+def stack_of(seq, callstack_iid, i, errors):
+    """The frames of a call stack, outermost first, named `function` (`function_[k]` under
+    [kernel.kallsyms]), as stacks.folded names them."""
+    cs = lookup(seq, "callstacks", callstack_iid, i, errors)
+    names = []
+    for fid in (cs.frame_ids if cs else []):
+        f = lookup(seq, "frames", fid, i, errors)
+        if f is None:
+            continue
+        fn = lookup(seq, "function_names", f.function_name_id, i, errors)
+        m = lookup(seq, "mappings", f.mapping_id, i, errors)
+        paths = [lookup(seq, "mapping_paths", pid, i, errors) for pid in (m.path_string_ids if m else [])]
+        path = "/".join(x.str.decode() for x in paths if x is not None)
+        name = fn.str.decode() if fn else "?"
+        names.append(name + "_[k]" if path == "[kernel.kallsyms]" else name)
+    return ";".join(names)
+
+
 def main(path):
     trace = read(path)
     errors = []
-    names, cats, arg_names = {}, {}, {}
+    sequences = {}
     tracks = {}  # uuid -> dict
-    events = []  # (ts, order, uuid, type, name, cat, args)
+    events = []  # (ts, order, uuid, type, name, cat, args, value)
+    samples = Counter()
+    sample_threads = Counter()
     clocks = []
-    seq = None
     for i, p in enumerate(trace.packet):
-        if seq is None:
-            seq = p.trusted_packet_sequence_id
+        sid = p.trusted_packet_sequence_id
+        if sid not in sequences:
             if not p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
-                errors.append("first packet does not clear the incremental state")
-            if p.trace_packet_defaults.timestamp_clock_id != pb.BUILTIN_CLOCK_MONOTONIC:
-                errors.append("first packet does not set CLOCK_MONOTONIC as the default clock")
-        elif p.trusted_packet_sequence_id != seq:
-            errors.append(f"packet {i} on sequence {p.trusted_packet_sequence_id}, not {seq}")
+                errors.append(f"packet {i}: the first of sequence {sid} does not clear the incremental state")
+            sequences[sid] = Sequence()
+        elif p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            sequences[sid] = Sequence()
+        seq = sequences[sid]
+        if p.HasField("trace_packet_defaults"):
+            d = p.trace_packet_defaults
+            seq.default_clock = d.timestamp_clock_id
+            if d.track_event_defaults.HasField("track_uuid"):
+                seq.default_track = d.track_event_defaults.track_uuid
         if p.HasField("interned_data"):
-            d = p.interned_data
-            for table, entries, what in ((names, d.event_names, "name"), (cats, d.event_categories, "category"),
-                                         (arg_names, d.debug_annotation_names, "annotation name")):
-                for e in entries:
-                    if e.iid in table:
-                        errors.append(f"{what} iid {e.iid} sent twice")
-                    table[e.iid] = e.name
+            intern(seq, p.interned_data, errors)
         kind = p.WhichOneof("data")
         if kind == "clock_snapshot":
-            clocks.append(sorted(c.clock_id for c in p.clock_snapshot.clocks))
-        elif kind == "track_descriptor":
+            snapshot(p, seq, clocks, errors)
+            continue
+        ts = timestamp(p, seq, i, errors) if p.HasField("timestamp") else None
+        if kind == "track_descriptor":
             describe(p.track_descriptor, tracks, errors)
+        elif kind == "perf_sample":
+            s = p.perf_sample
+            if not p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
+                errors.append(f"packet {i}: a sample without SEQ_NEEDS_INCREMENTAL_STATE")
+            samples[stack_of(seq, s.callstack_iid, i, errors)] += 1
+            sample_threads[(s.pid, s.tid)] += 1
         elif kind == "track_event":
             e = p.track_event
             if not p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
                 errors.append(f"packet {i}: a track event without SEQ_NEEDS_INCREMENTAL_STATE")
-            if e.track_uuid not in tracks:
-                errors.append(f"packet {i}: track {e.track_uuid} used before it was described")
+            uuid = e.track_uuid if e.HasField("track_uuid") else seq.default_track
+            if uuid not in tracks:
+                errors.append(f"packet {i}: track {uuid} used before it was described")
             name = None
             if e.HasField("name_iid"):
-                name = names.get(e.name_iid)
-                if name is None:
-                    errors.append(f"packet {i}: name iid {e.name_iid} not interned")
-            cat = []
-            for c in e.category_iids:
-                if c not in cats:
-                    errors.append(f"packet {i}: category iid {c} not interned")
-                cat.append(cats.get(c))
-            args = []
-            for a in e.debug_annotations:
-                if a.name_iid not in arg_names:
-                    errors.append(f"packet {i}: annotation name iid {a.name_iid} not interned")
-                args.append(arg_names.get(a.name_iid))
+                entry = lookup(seq, "event_names", e.name_iid, i, errors)
+                name = entry.name if entry else None
+            cat = [getattr(lookup(seq, "event_categories", c, i, errors), "name", None) for c in e.category_iids]
+            args = [getattr(lookup(seq, "debug_annotation_names", a.name_iid, i, errors), "name", None)
+                    for a in e.debug_annotations]
             value = e.counter_value if e.HasField("counter_value") else e.double_counter_value
-            events.append((p.timestamp, i, e.track_uuid, e.type, name, cat, args, value))
+            events.append((ts, i, uuid, e.type, name, cat, args, value))
         else:
             errors.append(f"packet {i}: unexpected packet {kind}")
-    print(json.dumps(summarize(events, tracks, clocks, errors, len(trace.packet)), sort_keys=True))
+    out = summarize(events, tracks, clocks, errors, len(trace.packet))
+    out["sequences"] = len(sequences)
+    out["samples"] = dict(samples)
+    out["sample_threads"] = sorted([k[0], k[1], n] for k, n in sample_threads.items())
+    out["timestamps"] = sorted(e[0] for e in events)[:1] + sorted(e[0] for e in events)[-1:]
+    print(json.dumps(out, sort_keys=True))
 
 
 def describe(d, tracks, errors):

@@ -176,6 +176,8 @@ impl State {
         match p.data {
             Some(Data::ClockSnapshot(s)) => clock_snapshot(seq, &s),
             Some(Data::TrackDescriptor(d)) => self.descriptor(d, sink),
+            // CPU samples are read from stacks.folded, as with trace.json.
+            Some(Data::PerfSample(_)) => Ok(()),
             Some(Data::TrackEvent(e)) => {
                 let ts = timestamp.ok_or("a track event without a timestamp")?;
                 self.event(seq_id, ts, e, sink)
@@ -402,7 +404,12 @@ mod tests {
         for e in events() {
             w.span(&e).unwrap();
         }
-        w.sample(7, 8, 1_016_000, "hot", "a;hot").unwrap();
+        let frame = |name: &str| crate::pipeline::perfetto::SampleFrame {
+            name: name.into(),
+            module: "/bin/app".into(),
+            rel_pc: 0x10,
+        };
+        w.sample(7, 8, 1_016_000, &[frame("a"), frame("hot")]).unwrap();
         w.process_name(7, "app").unwrap();
         w.thread_name(7, 8, "worker").unwrap();
         w.finish().unwrap()

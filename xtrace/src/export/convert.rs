@@ -16,7 +16,7 @@ use crate::{
     clock::Snapshot,
     output::{self, Sink, TraceFormat},
     pipeline::{
-        perfetto::PerfettoWriter,
+        perfetto::{PerfettoWriter, SampleFrame, KERNEL_MAPPING},
         writer::{AsyncEdge, SpanOut},
     },
 };
@@ -123,6 +123,26 @@ fn members(args: &Map<String, Value>) -> Option<Box<str>> {
     Some(format!(",{inner}").into())
 }
 
+/// The frames of a sample's folded `stack` (trace.json keeps the 32 innermost, by name only):
+/// kernel frames (`_[k]`) under [`KERNEL_MAPPING`], the others under `[unknown]`, pcs unknown (0).
+fn folded_frames(stack: &str) -> Vec<SampleFrame> {
+    stack
+        .split(';')
+        .map(|frame| match frame.strip_suffix("_[k]") {
+            Some(name) => SampleFrame {
+                name: name.into(),
+                module: KERNEL_MAPPING.into(),
+                rel_pc: 0,
+            },
+            None => SampleFrame {
+                name: frame.into(),
+                module: "[unknown]".into(),
+                rel_pc: 0,
+            },
+        })
+        .collect()
+}
+
 impl Events for Convert {
     fn progress(&mut self) -> &mut Progress {
         &mut self.progress
@@ -161,7 +181,7 @@ impl Events for Convert {
             }
             "i" | "I" if cat == "sample" => {
                 let stack = args.get("stack").and_then(Value::as_str).unwrap_or(name);
-                io(self.writer.sample(pid, tid, time(e.ts)?, name, stack))
+                io(self.writer.sample(pid, tid, time(e.ts)?, &folded_frames(stack)))
             }
             "i" | "I" => io(self.writer.span(&SpanOut {
                 start_ns: time(e.ts)?,

@@ -24,7 +24,9 @@ use crate::{
     image::Images,
     pipeline::{
         bpf_symbols::BpfSymbols,
+        perfetto::{SampleFrame, KERNEL_MAPPING},
         samples::{find_jit, read_perf_map, stack_hash, JitSymbol, Samples, StackKey},
+        writer::TimelineSample,
     },
     procfs::{find, Mapping},
 };
@@ -317,27 +319,67 @@ pub fn frames_of_each<'s>(all: &[&'s Samples], images: &mut Images) -> Vec<Frame
 /// Frames of a stack shown per sample on the timeline, innermost kept.
 const TIMELINE_FRAMES: usize = 32;
 
-/// Writes the timeline samples as instant events on their threads' tracks (`"cat":"sample"`,
-/// named by the innermost frame, `args.stack` the innermost frames folded).
+/// Writes the timeline samples on their threads: in trace.json as instant events
+/// (`"cat":"sample"`, named by the innermost frame, `args.stack` the innermost frames folded), in
+/// a Perfetto trace as samples with their whole call stacks.
 pub fn timeline<W: std::io::Write>(
     trace: &mut crate::pipeline::writer::EventWriter<W>,
     samples: &Samples,
     frames: &Frames,
+    images: &Images,
 ) -> std::io::Result<()> {
-    let by_hash: HashMap<u64, (&str, String)> = frames
+    let by_hash: HashMap<u64, TimelineSample> = frames
         .iter()
         .map(|(key, frames)| {
-            let leaf = frames.last().map_or("?", String::as_str);
             let start = frames.len().saturating_sub(TIMELINE_FRAMES);
-            (stack_hash(key), (leaf, frames[start..].join(";")))
+            let sample = TimelineSample {
+                leaf: frames.last().map_or("?", String::as_str).to_string(),
+                folded: frames[start..].join(";"),
+                frames: sample_frames(key, frames, images),
+            };
+            (stack_hash(key), sample)
         })
         .collect();
     for s in &samples.timeline {
-        if let Some((leaf, stack)) = by_hash.get(&s.stack) {
-            trace.sample(s.pid, s.tid, s.ts_ns, leaf, stack)?;
+        if let Some(sample) = by_hash.get(&s.stack) {
+            trace.sample(s.pid, s.tid, s.ts_ns, sample)?;
         }
     }
     Ok(())
+}
+
+/// The frames of `key` for a Perfetto call stack, outermost first: named as in stacks.folded
+/// (`names`), user frames with the file they are in and their offset there, kernel frames under
+/// [`KERNEL_MAPPING`] at their address.
+fn sample_frames(key: &StackKey, names: &[String], images: &Images) -> Vec<SampleFrame> {
+    let maps = mapped_then(images, key);
+    let users = key.user.len();
+    names
+        .iter()
+        .enumerate()
+        .map(|(j, name)| {
+            if j < users {
+                let i = users - 1 - j;
+                let address = lookup_address(i, key.user[i]);
+                let (module, rel_pc) = match find(maps, address) {
+                    Some(m) if !m.path.is_empty() => (m.path.clone(), address - m.start + m.offset),
+                    _ => ("[unknown]".to_string(), address),
+                };
+                SampleFrame {
+                    name: name.clone(),
+                    module,
+                    rel_pc,
+                }
+            } else {
+                let i = names.len() - 1 - j;
+                SampleFrame {
+                    name: name.strip_suffix("_[k]").unwrap_or(name).to_string(),
+                    module: KERNEL_MAPPING.to_string(),
+                    rel_pc: key.kernel.get(i).map_or(0, |&a| lookup_address(i, a)),
+                }
+            }
+        })
+        .collect()
 }
 
 /// Writes `stacks.folded` and `flamegraph.svg` into `out` and returns the profile summary.

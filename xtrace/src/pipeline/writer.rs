@@ -34,6 +34,15 @@ pub struct SpanOut {
     pub edge: Option<AsyncEdge>,
 }
 
+/// A sampled stack as the timeline shows it: trace.json's innermost frame and innermost frames
+/// folded, and a Perfetto trace's frames (outermost first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimelineSample {
+    pub leaf: String,
+    pub folded: String,
+    pub frames: Vec<super::perfetto::SampleFrame>,
+}
+
 /// One end of an async span (a start/end range, which may end on another thread).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AsyncEdge {
@@ -167,8 +176,13 @@ impl<W: Write> EventWriter<W> {
         each!(self, w => w.counter(pid, name, ts_ns, values))
     }
 
-    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
-        each!(self, w => w.sample(pid, tid, ts_ns, leaf, stack))
+    /// One CPU sample: in trace.json an instant named `leaf` with the folded `stack`, in a
+    /// Perfetto trace a sample whose call stack is `frames` (outermost first).
+    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, sample: &TimelineSample) -> io::Result<()> {
+        match &mut self.format {
+            Format::Chrome(w) => w.sample(pid, tid, ts_ns, &sample.leaf, &sample.folded),
+            Format::Perfetto(w) => w.sample(pid, tid, ts_ns, &sample.frames),
+        }
     }
 
     pub fn process_name(&mut self, pid: u32, name: &str) -> io::Result<()> {

@@ -293,7 +293,8 @@ impl Outputs<'_> {
             }
         }
         if let Some(frames) = frames {
-            profile::timeline(&mut trace, &collected.samples, frames).map_err(trace_err)?;
+            profile::timeline(&mut trace, &collected.samples, frames, &collected.images)
+                .map_err(trace_err)?;
         }
         for gpu in self.gpus {
             let pid = track_pid(gpu.index);

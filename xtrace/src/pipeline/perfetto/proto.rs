@@ -37,7 +37,7 @@ pub struct TracePacket {
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(bool, optional, tag = "87")]
     pub first_packet_on_sequence: Option<bool>,
-    #[prost(oneof = "Data", tags = "6, 11, 60")]
+    #[prost(oneof = "Data", tags = "6, 11, 60, 66")]
     pub data: Option<Data>,
 }
 
@@ -50,6 +50,20 @@ pub enum Data {
     TrackEvent(TrackEvent),
     #[prost(message, tag = "60")]
     TrackDescriptor(TrackDescriptor),
+    #[prost(message, tag = "66")]
+    PerfSample(PerfSample),
+}
+
+/// protos/perfetto/trace/profiling/profile_packet.proto `PerfSample`: one CPU sample of a thread,
+/// its call stack interned.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PerfSample {
+    #[prost(uint32, optional, tag = "2")]
+    pub pid: Option<u32>,
+    #[prost(uint32, optional, tag = "3")]
+    pub tid: Option<u32>,
+    #[prost(uint64, optional, tag = "4")]
+    pub callstack_iid: Option<u64>,
 }
 
 /// `TracePacket.SequenceFlags`.
@@ -102,6 +116,16 @@ pub struct InternedData {
     pub event_names: Vec<InternedName>,
     #[prost(message, repeated, tag = "3")]
     pub debug_annotation_names: Vec<InternedName>,
+    #[prost(message, repeated, tag = "5")]
+    pub function_names: Vec<InternedString>,
+    #[prost(message, repeated, tag = "6")]
+    pub frames: Vec<Frame>,
+    #[prost(message, repeated, tag = "7")]
+    pub callstacks: Vec<Callstack>,
+    #[prost(message, repeated, tag = "17")]
+    pub mapping_paths: Vec<InternedString>,
+    #[prost(message, repeated, tag = "19")]
+    pub mappings: Vec<Mapping>,
 }
 
 impl InternedData {
@@ -109,7 +133,53 @@ impl InternedData {
         self.event_categories.is_empty()
             && self.event_names.is_empty()
             && self.debug_annotation_names.is_empty()
+            && self.function_names.is_empty()
+            && self.frames.is_empty()
+            && self.callstacks.is_empty()
+            && self.mapping_paths.is_empty()
+            && self.mappings.is_empty()
     }
+}
+
+/// protos/perfetto/common/profile_common.proto `InternedString`: a
+/// function name or a mapping's path.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InternedString {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub str: Option<Vec<u8>>,
+}
+
+/// protos/perfetto/common/profile_common.proto `Frame`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Frame {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, optional, tag = "2")]
+    pub function_name_id: Option<u64>,
+    #[prost(uint64, optional, tag = "3")]
+    pub mapping_id: Option<u64>,
+    #[prost(uint64, optional, tag = "4")]
+    pub rel_pc: Option<u64>,
+}
+
+/// protos/perfetto/common/profile_common.proto `Mapping`: xtrace names it by its path alone.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Mapping {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, repeated, packed = "false", tag = "7")]
+    pub path_string_ids: Vec<u64>,
+}
+
+/// protos/perfetto/common/profile_common.proto `Callstack`: frame iids, outermost first.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Callstack {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(uint64, repeated, packed = "false", tag = "2")]
+    pub frame_ids: Vec<u64>,
 }
 
 /// protos/perfetto/trace/track_event/track_event.proto `EventCategory` and `EventName`, and

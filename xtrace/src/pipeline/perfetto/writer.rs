@@ -6,13 +6,14 @@
 //!
 //! Tracks, each with a uuid from a counter (never derived from a pid or tid, which the kernel
 //! reuses): a process track per process; a thread track per thread; under each thread, one
-//! child track per source (the event's category: `uprobe`, `usdt`, `cuda`, a range's domain,
-//! `sample`), so that slices of different sources that overlap without nesting are all kept;
+//! child track per source (the event's category: `uprobe`, `usdt`, `cuda`, a range's domain),
+//! so that slices of different sources that overlap without nesting are all kept;
 //! one track per async range (a start/end range, which may end on another thread) under its
 //! process; counter tracks under their process, with the unit their name ends with. A span
 //! arrives once it has ended: its begin and end are written together, and Perfetto orders
 //! events by time. Names known only at the end are sent then: a later descriptor of the same
-//! uuid renames its track.
+//! uuid renames its track. CPU samples are `PerfSample`s of their thread, their call stacks
+//! interned ([`super::stacks`]).
 use std::{
     collections::HashMap,
     io::{self, Write},
@@ -23,6 +24,7 @@ use prost::Message;
 use super::{
     intern::{annotations, Interner},
     proto::*,
+    stacks::{SampleFrame, Stacks},
 };
 use crate::{clock::Snapshot, pipeline::writer::SpanOut};
 
@@ -44,6 +46,8 @@ pub struct PerfettoWriter<W: Write> {
     names: Interner,
     categories: Interner,
     arg_names: Interner,
+    /// Samples' call stacks, frames, mappings and function names.
+    stacks: Stacks,
     /// Names interned since the last packet, sent with the next one.
     pending: InternedData,
     tracks: Tracks,
@@ -116,6 +120,7 @@ impl<W: Write> PerfettoWriter<W> {
             names: Interner::default(),
             categories: Interner::default(),
             arg_names: Interner::default(),
+            stacks: Stacks::default(),
             pending: InternedData::default(),
             tracks: Tracks::default(),
             complete: 0,
@@ -145,7 +150,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// Appends a packet of this sequence, with the names interned since the last one.
     fn packet(&mut self, timestamp: Option<u64>, data: Data) {
         let interned = (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending));
-        let uses_state = matches!(data, Data::TrackEvent(_));
+        let uses_state = matches!(data, Data::TrackEvent(_) | Data::PerfSample(_));
         self.write(TracePacket {
             timestamp,
             trusted_packet_sequence_id: Some(SEQUENCE),
@@ -393,26 +398,17 @@ impl<W: Write> PerfettoWriter<W> {
         self.spill()
     }
 
-    /// One CPU sample: an instant on its thread's `sample` track named by the innermost frame,
-    /// with the innermost frames folded as its `stack` annotation.
-    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, leaf: &str, stack: &str) -> io::Result<()> {
-        let name = self.names.iid(leaf, &mut self.pending.event_names);
-        let cat = self.categories.iid("sample", &mut self.pending.event_categories);
-        let key = self
-            .arg_names
-            .iid("stack", &mut self.pending.debug_annotation_names);
-        let track = self.source(pid, tid, cat);
-        let event = TrackEvent {
-            name_iid: Some(name),
-            category_iids: vec![cat],
-            debug_annotations: vec![DebugAnnotation {
-                name_iid: Some(key),
-                value: Some(Value::String(stack.into())),
-                ..Default::default()
-            }],
-            ..event(TYPE_INSTANT, track)
+    /// One CPU sample: a `PerfSample` of its thread (described first, so that the UI shows the
+    /// samples on its track) whose call stack, `frames` outermost first, is interned.
+    pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, frames: &[SampleFrame]) -> io::Result<()> {
+        self.thread(pid, tid, None);
+        let callstack = self.stacks.callstack(frames, &mut self.pending);
+        let sample = PerfSample {
+            pid: Some(pid),
+            tid: Some(tid),
+            callstack_iid: Some(callstack),
         };
-        self.packet(Some(ts_ns), Data::TrackEvent(event));
+        self.packet(Some(ts_ns), Data::PerfSample(sample));
         self.spill()
     }
 
