@@ -321,7 +321,7 @@ fn samples_are_call_stacks_whose_frames_match_stacks_folded() {
     let decoded = decode(&out.join("trace.perfetto-trace"));
     let summary = read_json(&out.join("summary.json"));
     let samples = summary["samples"].as_u64().unwrap();
-    assert!(samples > 100, "{samples} samples");
+    assert!(samples >= 10, "{samples} samples");
     // Every sample is on the timeline (fewer than 100,000), each a call stack of its thread
     // whose frames, outermost first, are those stacks.folded lists for it.
     let decoded_samples: BTreeMap<String, u64> = serde_json::from_value(decoded["samples"].clone()).unwrap();

@@ -84,7 +84,7 @@ def timestamp(p, seq, i, errors):
 
 
 def snapshot(p, seq, clocks, errors):
-    ids = sorted(c.clock_id for c in p.clock_snapshot.clocks)
+    ids = sorted(c.clock_id for c in p.clock_snapshot.clocks if c.clock_id < 64)
     mono = [c.timestamp for c in p.clock_snapshot.clocks if c.clock_id == pb.BUILTIN_CLOCK_MONOTONIC]
     for c in p.clock_snapshot.clocks:
         if c.clock_id >= 64:

@@ -129,6 +129,8 @@ struct Sequence {
     arg_names: HashMap<u64, String>,
     /// The clock of timestamps without their own.
     default_clock: Option<u32>,
+    /// The track of events without their own.
+    default_track: Option<u64>,
     /// Incremental clocks: their last value on CLOCK_MONOTONIC.
     incremental: HashMap<u32, u64>,
 }
@@ -153,6 +155,7 @@ impl State {
         }
         if let Some(defaults) = &p.trace_packet_defaults {
             seq.default_clock = defaults.timestamp_clock_id;
+            seq.default_track = defaults.track_event_defaults.as_ref().and_then(|d| d.track_uuid);
         }
         if let Some(d) = &p.interned_data {
             for (table, entries) in [
@@ -225,7 +228,10 @@ impl State {
 
     fn event(&mut self, seq_id: u32, ts: u64, e: TrackEvent, sink: &mut Sink) -> Result<(), String> {
         let seq = &self.sequences[&seq_id];
-        let uuid = e.track_uuid.ok_or("a track event without a track")?;
+        let uuid = e
+            .track_uuid
+            .or(seq.default_track)
+            .ok_or("a track event without a track")?;
         if !self.tracks.contains_key(&uuid) {
             return Err(format!(
                 "an event on track {uuid}, which no descriptor before it describes"
@@ -428,11 +434,10 @@ mod tests {
 
     /// The capture read from `trace` in `format`, or the error's text.
     fn load(name: &str, trace: &[u8]) -> Result<Capture, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "xtrace-pf-{}-{}",
-            std::process::id(),
-            name.replace('.', "-")
-        ));
+        // A directory of its own: the tests run in parallel.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("xtrace-pf-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(name), trace).unwrap();
         let mut capture = Capture::default();

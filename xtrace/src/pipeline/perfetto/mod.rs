@@ -3,6 +3,7 @@
 //! drives instead of `chrome`'s with `--trace-format perfetto`.
 pub mod intern;
 pub mod proto;
+pub mod sequence;
 pub mod stacks;
 pub mod writer;
 

@@ -75,6 +75,16 @@ pub const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 pub struct TracePacketDefaults {
     #[prost(uint32, optional, tag = "58")]
     pub timestamp_clock_id: Option<u32>,
+    #[prost(message, optional, tag = "11")]
+    pub track_event_defaults: Option<TrackEventDefaults>,
+}
+
+/// protos/perfetto/trace/track_event/track_event.proto `TrackEventDefaults`: the track of a
+/// sequence's events that name none.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackEventDefaults {
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
 }
 
 /// protos/perfetto/common/builtin_clock.proto `BuiltinClock`.

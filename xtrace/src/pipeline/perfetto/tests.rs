@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 
-use super::{super::proto::*, PerfettoWriter};
+use super::{super::proto::*, super::sequence::INCREMENTAL_CLOCK, PerfettoWriter};
 use crate::{
     clock::Snapshot,
     pipeline::writer::{AsyncEdge, SpanOut},
@@ -86,18 +86,23 @@ fn the_first_packet_clears_state_and_sets_the_clock() {
             .trace_packet_defaults
             .as_ref()
             .and_then(|d| d.timestamp_clock_id),
-        Some(CLOCK_MONOTONIC)
+        Some(INCREMENTAL_CLOCK)
     );
     let Some(Data::ClockSnapshot(clocks)) = &first.data else {
         panic!("{first:?}")
     };
-    let pairs: Vec<_> = clocks.clocks.iter().map(|c| (c.clock_id, c.timestamp)).collect();
+    let pairs: Vec<_> = clocks
+        .clocks
+        .iter()
+        .map(|c| (c.clock_id, c.timestamp, c.is_incremental))
+        .collect();
     assert_eq!(
         pairs,
         [
-            (Some(CLOCK_MONOTONIC), Some(1_000)),
-            (Some(CLOCK_REALTIME), Some(2_000)),
-            (Some(CLOCK_BOOTTIME), Some(3_000))
+            (Some(CLOCK_MONOTONIC), Some(1_000), None),
+            (Some(CLOCK_REALTIME), Some(2_000), None),
+            (Some(CLOCK_BOOTTIME), Some(3_000), None),
+            (Some(INCREMENTAL_CLOCK), Some(1_000), Some(true))
         ]
     );
 }
@@ -148,7 +153,14 @@ fn names_are_interned_once_and_every_iid_resolves() {
     assert_eq!(categories.len(), 1);
     let kinds: Vec<_> = packets.iter().filter_map(track_event).map(|e| e.r#type).collect();
     assert_eq!(kinds.len(), 12, "a begin and an end per span");
-    assert!(packets.iter().all(|p| p.trusted_packet_sequence_id == Some(2)));
+    // The spans are on the sequence of their thread's uprobe track (3), the descriptors on the
+    // main one (2).
+    for p in &packets {
+        let seq = if track_event(p).is_some() { 3 } else { 2 };
+        if !matches!(p.data, Some(Data::ClockSnapshot(_))) {
+            assert_eq!(p.trusted_packet_sequence_id, Some(seq), "{p:?}");
+        }
+    }
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! trace.perfetto-trace, streamed: every event is encoded as a `TracePacket` and appended as it
 //! arrives (a Perfetto trace is a sequence of `Trace.packet` fields), so memory does not grow with
-//! the trace. All packets are on one sequence, whose first packet clears the incremental state,
-//! sets CLOCK_MONOTONIC as the default clock of every timestamp and holds the start's clock
-//! snapshot. Names, categories and annotation names are interned ([`super::intern`]).
+//! the trace. Packets are on sequences ([`super::sequence`], with delta-encoded timestamps): the
+//! main one, whose first packet holds the start's clock snapshot, carries descriptors, counters,
+//! async ranges and samples; each source track of a thread has its own, whose events name no
+//! track (it is the sequence's default) and whose deltas are small. Names, categories and
+//! annotation names are interned per sequence ([`super::intern`]).
 //!
 //! Tracks, each with a uuid from a counter (never derived from a pid or tid, which the kernel
 //! reuses): a process track per process; a thread track per thread; under each thread, one
@@ -24,13 +26,17 @@ use prost::Message;
 use super::{
     intern::{annotations, Interner},
     proto::*,
+    sequence::{clock_snapshot, Sequence},
     stacks::{SampleFrame, Stacks},
 };
 use crate::{clock::Snapshot, pipeline::writer::SpanOut};
 
-/// The sequence every packet is on. 1 is the tracing service's own sequence in the traces
-/// Perfetto records, so a trace merged with one of those keeps the two apart.
+/// The main sequence: descriptors, counters, async ranges, samples. 1 is the tracing service's
+/// own sequence in the traces Perfetto records, so a trace merged with one of those keeps the
+/// two apart. Each thread's source track has a sequence of its own, numbered on from 3.
 const SEQUENCE: u32 = 2;
+/// The main sequence's index in `PerfettoWriter::seqs`.
+const MAIN: usize = 0;
 
 /// Buffered bytes handed to the output at once: as many as the output file's buffer holds.
 const SPILL: usize = crate::output::FILE_BUFFER;
@@ -41,15 +47,12 @@ pub struct PerfettoWriter<W: Write> {
     buf: Vec<u8>,
     /// Per probe id: its name and category.
     probes: Vec<(Box<str>, Box<str>)>,
-    /// Per probe id: the iids of its name and category, once interned.
-    probe_iids: Vec<Option<(u64, u64)>>,
-    names: Interner,
-    categories: Interner,
-    arg_names: Interner,
-    /// Samples' call stacks, frames, mappings and function names.
+    /// The sequences: the main one, then one per source track.
+    seqs: Vec<Sequence>,
+    /// Category names by an id of the writer's own (never sent), to key source tracks by.
+    category_ids: Interner,
+    /// Samples' call stacks, frames, mappings and function names (on the main sequence).
     stacks: Stacks,
-    /// Names interned since the last packet, sent with the next one.
-    pending: InternedData,
     tracks: Tracks,
     /// Slices (spans) written.
     complete: u64,
@@ -61,8 +64,8 @@ struct Tracks {
     last: u64,
     processes: HashMap<u32, u64>,
     threads: HashMap<(u32, u32), u64>,
-    /// By pid, tid and category iid.
-    sources: HashMap<(u32, u32, u64), u64>,
+    /// Track uuid and sequence, by pid, tid and category id.
+    sources: HashMap<(u32, u32, u64), (u64, usize)>,
     /// By pid and name.
     counters: HashMap<(u32, Box<str>), u64>,
     /// Async ranges begun and not yet ended, by pid and id.
@@ -116,25 +119,14 @@ impl<W: Write> PerfettoWriter<W> {
             out,
             buf: Vec::with_capacity(SPILL + 4096),
             probes: probes.iter().map(|(n, c)| ((*n).into(), (*c).into())).collect(),
-            probe_iids: vec![None; probes.len()],
-            names: Interner::default(),
-            categories: Interner::default(),
-            arg_names: Interner::default(),
+            seqs: vec![Sequence::new(SEQUENCE, probes.len(), None)],
+            category_ids: Interner::default(),
             stacks: Stacks::default(),
-            pending: InternedData::default(),
             tracks: Tracks::default(),
             complete: 0,
         };
-        writer.write(TracePacket {
-            trusted_packet_sequence_id: Some(SEQUENCE),
-            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
-            first_packet_on_sequence: Some(true),
-            trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(CLOCK_MONOTONIC),
-            }),
-            data: Some(Data::ClockSnapshot(clock_snapshot(start))),
-            ..Default::default()
-        });
+        let first = writer.seqs[MAIN].start(start.monotonic_ns, Some(start));
+        writer.write(first);
         Ok(writer)
     }
 
@@ -147,22 +139,19 @@ impl<W: Write> PerfettoWriter<W> {
         let _ = packet.encode(&mut self.buf);
     }
 
-    /// Appends a packet of this sequence, with the names interned since the last one.
-    fn packet(&mut self, timestamp: Option<u64>, data: Data) {
-        let interned = (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending));
-        let uses_state = matches!(data, Data::TrackEvent(_) | Data::PerfSample(_));
-        self.write(TracePacket {
-            timestamp,
-            trusted_packet_sequence_id: Some(SEQUENCE),
-            sequence_flags: uses_state.then_some(SEQ_NEEDS_INCREMENTAL_STATE),
-            interned_data: interned,
-            data: Some(data),
-            ..Default::default()
-        });
+    /// Appends a packet of sequence `seq` (started first, at this packet's time), with the names
+    /// interned on it since its last one.
+    fn packet(&mut self, seq: usize, timestamp: Option<u64>, data: Data) {
+        if !self.seqs[seq].started() {
+            let first = self.seqs[seq].start(timestamp.unwrap_or(0), None);
+            self.write(first);
+        }
+        let packet = self.seqs[seq].packet(timestamp, data);
+        self.write(packet);
     }
 
     fn descriptor(&mut self, track: TrackDescriptor) {
-        self.packet(None, Data::TrackDescriptor(track));
+        self.packet(MAIN, None, Data::TrackDescriptor(track));
     }
 
     /// Hands the buffer to the output once it holds `SPILL` bytes.
@@ -219,16 +208,21 @@ impl<W: Write> PerfettoWriter<W> {
         uuid
     }
 
-    /// The track of one source (category `cat`) under a thread.
-    fn source(&mut self, pid: u32, tid: u32, cat: u64) -> u64 {
-        if let Some(&uuid) = self.tracks.sources.get(&(pid, tid, cat)) {
-            return uuid;
+    /// The track of one source (category `cat`) under a thread, and the index of its sequence,
+    /// whose events are on that track unless they name another.
+    fn source(&mut self, pid: u32, tid: u32, cat: &str) -> (u64, usize) {
+        let id = self.category_ids.iid(cat, &mut Vec::new());
+        if let Some(&found) = self.tracks.sources.get(&(pid, tid, id)) {
+            return found;
         }
         let parent = self.thread(pid, tid, None);
-        let name = self.categories.name(cat).to_string();
-        let uuid = self.child_track(parent, name);
-        self.tracks.sources.insert((pid, tid, cat), uuid);
-        uuid
+        let uuid = self.child_track(parent, cat.to_string());
+        let seq_id = SEQUENCE + self.seqs.len() as u32;
+        self.seqs
+            .push(Sequence::new(seq_id, self.probes.len(), Some(uuid)));
+        let found = (uuid, self.seqs.len() - 1);
+        self.tracks.sources.insert((pid, tid, id), found);
+        found
     }
 
     /// A new track `name` under track `parent`, described now.
@@ -261,40 +255,6 @@ impl<W: Write> PerfettoWriter<W> {
         uuid
     }
 
-    /// The iids of a span's name and category: its probe's, unless it has its own.
-    fn name_and_category(&mut self, span: &SpanOut) -> (u64, u64) {
-        let Some(probe) = self.probes.get(span.probe) else {
-            let name = self
-                .names
-                .iid(span.name.as_deref().unwrap_or("?"), &mut self.pending.event_names);
-            let cat = self.categories.iid(
-                span.cat.as_deref().unwrap_or("?"),
-                &mut self.pending.event_categories,
-            );
-            return (name, cat);
-        };
-        let (name, cat) = match self.probe_iids[span.probe] {
-            Some(iids) => iids,
-            None => {
-                let iids = (
-                    self.names.iid(&probe.0, &mut self.pending.event_names),
-                    self.categories.iid(&probe.1, &mut self.pending.event_categories),
-                );
-                self.probe_iids[span.probe] = Some(iids);
-                iids
-            }
-        };
-        let name = match &span.name {
-            Some(own) => self.names.iid(own, &mut self.pending.event_names),
-            None => name,
-        };
-        let cat = match &span.cat {
-            Some(own) => self.categories.iid(own, &mut self.pending.event_categories),
-            None => cat,
-        };
-        (name, cat)
-    }
-
     /// One event of the pipeline: a span (a slice), an instant, one end of an async range, or a
     /// CUDA memory counter's value.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
@@ -305,40 +265,55 @@ impl<W: Write> PerfettoWriter<W> {
                 counter_value: Some(value as i64),
                 ..event(TYPE_COUNTER, track)
             };
-            self.packet(Some(span.start_ns), Data::TrackEvent(event));
+            self.packet(MAIN, Some(span.start_ns), Data::TrackEvent(event));
             return self.spill();
         }
-        let (name, cat) = self.name_and_category(span);
-        let values = span.values.as_deref().unwrap_or("");
-        let args = annotations(
-            values,
-            &mut self.arg_names,
-            &mut self.pending.debug_annotation_names,
-        );
-        let named = |kind, track| TrackEvent {
+        if let Some(edge) = span.edge {
+            let (name, cat) = name_and_category(&mut self.seqs[MAIN], &self.probes, span);
+            let seq = &mut self.seqs[MAIN];
+            let args = span_args(seq, span);
+            let begin = TrackEvent {
+                name_iid: Some(name),
+                category_iids: vec![cat],
+                ..event(TYPE_SLICE_BEGIN, 0)
+            };
+            self.async_edge(span, edge, begin, args);
+            return self.spill();
+        }
+        let category = match (&span.cat, self.probes.get(span.probe)) {
+            (Some(own), _) => own.clone(),
+            (None, Some((_, cat))) => cat.clone(),
+            (None, None) => "?".into(),
+        };
+        let (_, seq) = self.source(span.pid, span.tid, &category);
+        let (name, cat) = name_and_category(&mut self.seqs[seq], &self.probes, span);
+        let args = span_args(&mut self.seqs[seq], span);
+        // On the sequence's own track: no track_uuid.
+        let named = |kind| TrackEvent {
+            r#type: Some(kind),
             name_iid: Some(name),
             category_iids: vec![cat],
-            ..event(kind, track)
+            ..Default::default()
         };
-        if let Some(edge) = span.edge {
-            self.async_edge(span, edge, named(TYPE_SLICE_BEGIN, 0), args);
-        } else if span.instant {
-            let track = self.source(span.pid, span.tid, cat);
+        if span.instant {
             let event = TrackEvent {
                 debug_annotations: args,
-                ..named(TYPE_INSTANT, track)
+                ..named(TYPE_INSTANT)
             };
-            self.packet(Some(span.start_ns), Data::TrackEvent(event));
+            self.packet(seq, Some(span.start_ns), Data::TrackEvent(event));
         } else {
             self.complete += 1;
-            let track = self.source(span.pid, span.tid, cat);
             let begin = TrackEvent {
                 debug_annotations: args,
-                ..named(TYPE_SLICE_BEGIN, track)
+                ..named(TYPE_SLICE_BEGIN)
             };
-            self.packet(Some(span.start_ns), Data::TrackEvent(begin));
+            self.packet(seq, Some(span.start_ns), Data::TrackEvent(begin));
             let end_ns = span.start_ns.saturating_add(span.dur_ns);
-            self.packet(Some(end_ns), Data::TrackEvent(event(TYPE_SLICE_END, track)));
+            let end = TrackEvent {
+                r#type: Some(TYPE_SLICE_END),
+                ..Default::default()
+            };
+            self.packet(seq, Some(end_ns), Data::TrackEvent(end));
         }
         self.spill()
     }
@@ -355,7 +330,10 @@ impl<W: Write> PerfettoWriter<W> {
         let key = (span.pid, edge.id);
         let track = if edge.begin {
             let parent = self.process(span.pid, None);
-            let name = self.names.name(begin.name_iid.unwrap_or(0)).to_string();
+            let name = self.seqs[MAIN]
+                .names
+                .name(begin.name_iid.unwrap_or(0))
+                .to_string();
             let uuid = self.child_track(parent, name);
             self.tracks.open.insert(key, uuid);
             uuid
@@ -378,7 +356,7 @@ impl<W: Write> PerfettoWriter<W> {
                 ..event(TYPE_SLICE_END, track)
             }
         };
-        self.packet(Some(span.start_ns), Data::TrackEvent(event));
+        self.packet(MAIN, Some(span.start_ns), Data::TrackEvent(event));
     }
 
     /// A reading of a counter: one counter track per process, name and series (`NAME SERIES`
@@ -393,7 +371,7 @@ impl<W: Write> PerfettoWriter<W> {
                 double_counter_value: Some(*value),
                 ..event(TYPE_COUNTER, track)
             };
-            self.packet(Some(ts_ns), Data::TrackEvent(event));
+            self.packet(MAIN, Some(ts_ns), Data::TrackEvent(event));
         }
         self.spill()
     }
@@ -402,13 +380,13 @@ impl<W: Write> PerfettoWriter<W> {
     /// samples on its track) whose call stack, `frames` outermost first, is interned.
     pub fn sample(&mut self, pid: u32, tid: u32, ts_ns: u64, frames: &[SampleFrame]) -> io::Result<()> {
         self.thread(pid, tid, None);
-        let callstack = self.stacks.callstack(frames, &mut self.pending);
+        let callstack = self.stacks.callstack(frames, &mut self.seqs[MAIN].pending);
         let sample = PerfSample {
             pid: Some(pid),
             tid: Some(tid),
             callstack_iid: Some(callstack),
         };
-        self.packet(Some(ts_ns), Data::PerfSample(sample));
+        self.packet(MAIN, Some(ts_ns), Data::PerfSample(sample));
         self.spill()
     }
 
@@ -424,7 +402,7 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// A clock snapshot (the end's: the start's is in the first packet).
     pub fn clock_snapshot(&mut self, clocks: &Snapshot) -> io::Result<()> {
-        self.packet(None, Data::ClockSnapshot(clock_snapshot(clocks)));
+        self.packet(MAIN, None, Data::ClockSnapshot(clock_snapshot(clocks)));
         self.spill()
     }
 
@@ -441,22 +419,49 @@ impl<W: Write> PerfettoWriter<W> {
     }
 }
 
-/// CLOCK_MONOTONIC paired with CLOCK_REALTIME and CLOCK_BOOTTIME; times are shown on
-/// CLOCK_MONOTONIC, as in trace.json and summary.json.
-fn clock_snapshot(s: &Snapshot) -> ClockSnapshot {
-    let clock = |id, ns| Clock {
-        clock_id: Some(id),
-        timestamp: Some(ns),
-        ..Default::default()
+/// The iids on `seq` of a span's name and category: its probe's (of `probes`), unless it has its
+/// own.
+fn name_and_category(seq: &mut Sequence, probes: &[(Box<str>, Box<str>)], span: &SpanOut) -> (u64, u64) {
+    let Some(probe) = probes.get(span.probe) else {
+        let name = seq
+            .names
+            .iid(span.name.as_deref().unwrap_or("?"), &mut seq.pending.event_names);
+        let cat = seq.categories.iid(
+            span.cat.as_deref().unwrap_or("?"),
+            &mut seq.pending.event_categories,
+        );
+        return (name, cat);
     };
-    ClockSnapshot {
-        clocks: vec![
-            clock(CLOCK_MONOTONIC, s.monotonic_ns),
-            clock(CLOCK_REALTIME, s.realtime_ns),
-            clock(CLOCK_BOOTTIME, s.boottime_ns),
-        ],
-        primary_trace_clock: Some(CLOCK_MONOTONIC as i32),
-    }
+    let (name, cat) = match seq.probe_iids[span.probe] {
+        Some(iids) => iids,
+        None => {
+            let iids = (
+                seq.names.iid(&probe.0, &mut seq.pending.event_names),
+                seq.categories.iid(&probe.1, &mut seq.pending.event_categories),
+            );
+            seq.probe_iids[span.probe] = Some(iids);
+            iids
+        }
+    };
+    let name = match &span.name {
+        Some(own) => seq.names.iid(own, &mut seq.pending.event_names),
+        None => name,
+    };
+    let cat = match &span.cat {
+        Some(own) => seq.categories.iid(own, &mut seq.pending.event_categories),
+        None => cat,
+    };
+    (name, cat)
+}
+
+/// A span's captured values as annotations named on `seq`.
+fn span_args(seq: &mut Sequence, span: &SpanOut) -> Vec<DebugAnnotation> {
+    let values = span.values.as_deref().unwrap_or("");
+    annotations(
+        values,
+        &mut seq.arg_names,
+        &mut seq.pending.debug_annotation_names,
+    )
 }
 
 #[cfg(test)]
