@@ -272,7 +272,7 @@ pub struct RecordArgs {
 
     /// The trace file's format: json (trace.json) or perfetto (trace.perfetto-trace).
     ///
-    /// perfetto writes Perfetto's own protobuf format: about a third of JSON's bytes, every
+    /// perfetto writes Perfetto's own protobuf format: about a quarter of JSON's bytes, every
     /// overlapping slice kept (each source on its own track under its thread), counters with their
     /// units, clock snapshots that convert the times to wall time. Open it at ui.perfetto.dev or
     /// with trace_processor. `xtrace report` and `xtrace diff` read either format alike. With
