@@ -23,6 +23,10 @@ pub const KIND_SPAN_STR: u32 = 8;
 pub const KIND_EXEC: u32 = 9;
 /// `EventHeader::kind` of a [`LongStrEvent`].
 pub const KIND_LONG_STR: u32 = 10;
+/// `EventHeader::kind` of a [`crate::python::PyStackEvent`].
+pub const KIND_PY_STACK: u32 = 11;
+/// `EventHeader::kind` of an off-CPU wait (`crate::offcpu::OffCpuEvent`).
+pub const KIND_OFF_CPU: u32 = 12;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;

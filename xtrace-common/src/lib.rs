@@ -8,5 +8,6 @@
 pub mod event;
 pub mod offcpu;
 pub mod probe;
+pub mod python;
 pub mod ranges;
 pub mod usdt;

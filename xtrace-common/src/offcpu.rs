@@ -5,8 +5,7 @@
 //! any other interval is added up in the kernel per [`OffCpuKey`].
 use crate::event::{EventHeader, SampleEvent, SampleScratch, COMM_LEN};
 
-/// `EventHeader::kind` of an [`OffCpuEvent`].
-pub const KIND_OFF_CPU: u32 = 11;
+pub use crate::event::KIND_OFF_CPU;
 
 /// The scheduler state a thread left its CPU in (`task_struct.__state & 3`, or preempted).
 pub mod state {

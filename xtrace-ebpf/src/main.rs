@@ -11,6 +11,7 @@ mod lifecycle;
 mod long_str;
 mod maps;
 mod offcpu;
+mod python;
 mod regs;
 mod sample;
 mod strings;

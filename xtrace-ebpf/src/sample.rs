@@ -96,7 +96,10 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
     if tgid == 0 || !crate::maps::sampled(tgid) || !crate::maps::thread_traced(pid_tgid as u32) {
         return 0;
     }
+    // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // Before the sample, with its time: user space pairs them by thread and time.
+    crate::python::walk(pid_tgid, now);
     let Some(scratch) = SAMPLE_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };

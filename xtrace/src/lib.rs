@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod privilege;
 pub mod probes;
 pub mod procfs;
+pub mod python;
 pub mod session;
 pub mod shell;
 pub mod target;

@@ -69,6 +69,9 @@ pub struct LoadOptions {
     /// `--off-cpu`'s MIN in ns: the off-CPU programs' tables are sized, and
     /// `task_struct.__state`'s offset read from the kernel's BTF (None: not measured).
     pub off_cpu_min_ns: Option<u64>,
+    /// Whether samples walk the Python frames of recognised CPython processes (`PY_PROCS`); the
+    /// offset of `task_struct.thread.fsbase` is then read from the kernel's BTF.
+    pub python: bool,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -149,6 +152,12 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
             .unwrap_or(0)
     };
     let task_state = task_member(&["__state", "state"]);
+    let task_fsbase = match options.python {
+        true => btf::KernelBtf::read().ok().and_then(|btf| {
+            Some(btf.member_offset("task_struct", "thread")? + btf.member_offset("thread_struct", "fsbase")?)
+        }),
+        false => None,
+    };
     let pid_namespace = options
         .pid_namespace
         .unwrap_or(crate::pidns::PidNamespace { dev: 0, ino: 0 });
@@ -184,6 +193,8 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
         .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
         .override_global("TASK_STATE", &task_state, true)
+        .override_global("PYTHON", &u8::from(task_fsbase.is_some()), true)
+        .override_global("TASK_FSBASE", &task_fsbase.unwrap_or(0), true)
         .override_global("TASK_UTASK", &options.uprobe_task.task_utask, true)
         .override_global("UTASK_STATE", &options.uprobe_task.state, true)
         .override_global("UTASK_VADDR", &options.uprobe_task.vaddr, true)

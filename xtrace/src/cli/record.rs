@@ -171,6 +171,16 @@ pub struct RecordArgs {
     #[arg(long = "no-inherit", conflicts_with = "system_wide", help_heading = heading::SAMPLING)]
     pub no_inherit: bool,
 
+    /// Leave Python frames out of CPU samples.
+    ///
+    /// By default each sampled CPython process (3.10 to 3.13, a shared libpython or a static
+    /// python) is recognised when first seen, and each sample of it carries its Python frames,
+    /// read by the kernel program from the interpreter's thread state, in place of the
+    /// interpreter's eval loop frames. summary.txt says for each Python process which interpreter
+    /// was recognised and how, or why not.
+    #[arg(long = "no-python", help_heading = heading::SAMPLING)]
+    pub no_python: bool,
+
     /// Trace CUDA runtime and driver calls, with kernel names.
     ///
     /// Kernel launches with their kernels' names, copies, allocations and synchronization, in
@@ -329,6 +339,7 @@ impl RecordArgs {
             freq: self.freq,
             user_stack: self.user_stack,
             inherit: !self.no_inherit,
+            python: !self.no_python,
             exits: self.exits,
             entry: self.entry,
             max_probes: self.max_probes,

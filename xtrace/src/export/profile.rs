@@ -73,6 +73,14 @@ pub struct ProfileSummary {
     pub lost_mapping_records: u64,
     pub hot_functions: Vec<HotFunction>,
     pub hot_stacks: Vec<HotStack>,
+    /// One entry per sampled process that maps a CPython: the interpreter recognised and how,
+    /// or why not (empty with `--no-python`).
+    pub python: Vec<crate::python::PythonEntry>,
+    /// Python frame walks cut short: past 128 frames, or at a frame freed under the walk.
+    pub python_truncated: u64,
+    /// Instructions the kernel's verifier processed to load the sampling program, Python walk
+    /// included (null where the kernel does not say).
+    pub sampler_verified_insns: Option<u32>,
 }
 
 /// Where a user address lies in a file: (file to open, file offset, module name shown).
@@ -252,6 +260,7 @@ impl Resolver {
                         .rev()
                         .map(|(i, &address)| format!("{}_[k]", kernel_names[&lookup_address(i, address)])),
                 );
+                let frames = crate::python::stitch::stitch(frames, &key.python, &samples.python.names);
                 (key, frames)
             })
             .collect()
@@ -487,6 +496,9 @@ pub fn write(
         lost_mapping_records: images.lost(),
         hot_functions,
         hot_stacks,
+        python: samples.python.entries(),
+        python_truncated: samples.python.truncated,
+        sampler_verified_insns: samples.verified_insns,
     })
 }
 

@@ -304,6 +304,12 @@ fn profile_table(profile: &super::profile::ProfileSummary) -> String {
         "{} samples at {} Hz ({} stacks truncated)\n",
         profile.samples, profile.sample_frequency_hz, profile.truncated_stacks
     );
+    for python in &profile.python {
+        out += &format!(
+            "python: process {} {}: {}\n",
+            python.pid, python.status, python.detail
+        );
+    }
     if profile.hot_functions.is_empty() {
         return out;
     }

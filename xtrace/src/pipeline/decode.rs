@@ -2,8 +2,8 @@
 //! before a read, and records are read unaligned.
 use xtrace_common::event::{
     ArgsEvent, EventHeader, LongStrEvent, OutEvent, SampleEvent, SpanEvent, SpanStrEvent, ThreadEvent,
-    UsdtEvent, UsdtStrEvent, KIND_ARGS, KIND_EXEC, KIND_LONG_STR, KIND_OUT, KIND_SAMPLE, KIND_SPAN,
-    KIND_SPAN_STR, KIND_THREAD, KIND_USDT, KIND_USDT_STR, LONG_STR_AT, USDT_STRINGS_AT,
+    UsdtEvent, UsdtStrEvent, KIND_ARGS, KIND_EXEC, KIND_LONG_STR, KIND_OUT, KIND_PY_STACK, KIND_SAMPLE,
+    KIND_SPAN, KIND_SPAN_STR, KIND_THREAD, KIND_USDT, KIND_USDT_STR, LONG_STR_AT, USDT_STRINGS_AT,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub enum Event {
     Out(OutEvent),
     /// A thread other than its process's first ran exec (`KIND_EXEC`).
     Exec(ThreadEvent),
+    /// The Python frames of the sample that follows.
+    PyStack(Box<xtrace_common::python::PyStackEvent>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +84,7 @@ impl Event {
             Event::Usdt(event) => Some(event.header.pid),
             Event::UsdtStr(event) => Some(event.event.header.pid),
             Event::Thread(thread) => Some(thread.header.pid),
-            Event::Sample(..) | Event::OffCpu(..) | Event::Exec(_) => None,
+            Event::Sample(..) | Event::OffCpu(..) | Event::Exec(_) | Event::PyStack(_) => None,
         }
     }
 
@@ -97,6 +99,7 @@ impl Event {
             Event::Usdt(_) | Event::UsdtStr(_) => false,
             Event::Sample(sample, _) => sample.header.ts_ns > stop,
             Event::OffCpu(event, _) => event.interval.start_ns > stop,
+            Event::PyStack(walk) => walk.header.ts_ns > stop,
             Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
         }
     }
@@ -134,6 +137,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             Ok(Event::OffCpu(Box::new(event), stack.to_vec()))
         }
         KIND_OUT => Ok(Event::Out(read(bytes)?)),
+        KIND_PY_STACK => Ok(Event::PyStack(Box::new(read_trimmed(
+            bytes,
+            xtrace_common::python::PY_STACK_HEAD,
+        )?))),
         KIND_LONG_STR => Ok(Event::LongStr(Box::new(read_trimmed(bytes, LONG_STR_AT)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }

@@ -354,6 +354,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
+            Ok(Event::PyStack(walk)) => {
+                self.samples.python.walked(&walk);
+                Ok(())
+            }
             Err(_) => {
                 self.undecodable += 1;
                 Ok(())

@@ -25,6 +25,9 @@ pub struct StackKey {
     pub kernel: Box<[u64]>,
     /// Innermost first; the first is the interrupted instruction.
     pub user: Box<[u64]>,
+    /// Python frames, innermost first: ids into `Python::names`, `python::ENTRY_BIT` on the
+    /// outermost of each eval-loop call's frames.
+    pub python: Box<[u32]>,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +50,10 @@ pub struct Samples {
     /// The kernel's BPF programs, read with the traps at the first sample with kernel frames
     /// (None before).
     pub bpf: Option<super::bpf_symbols::BpfSymbols>,
+    /// The Python processes' interpreters and the Python frames walked in them.
+    pub python: crate::python::Python,
+    /// Instructions the verifier processed to load the sampling program.
+    pub verified_insns: Option<u32>,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -142,6 +149,7 @@ impl Samples {
         }
         self.total += weight;
         images.use_image(image);
+        self.python.seen(pid, images.maps(image));
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's; one in the kernel in
         // the exec that ends the image, the new program's).
@@ -184,6 +192,7 @@ impl Samples {
             mapped: images.maps(image).len() as u32,
             kernel: kernel.into(),
             user,
+            python: self.python.take(event.header.tid, ts),
         };
         if self.timeline.len() < TIMELINE_MAX {
             self.timeline.push(TimedSample {

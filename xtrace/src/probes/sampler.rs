@@ -55,6 +55,13 @@ fn size(bytes: u64) -> String {
 }
 
 /// Loads the sampling program and starts one perf event per online CPU. Returns the CPU count.
+/// The instructions the verifier processed to load the sampling program (`verified_insns`, Linux
+/// 5.16+), once it is loaded: the Python walk is most of them, and its bound is tested.
+pub fn verified_insns(ebpf: &mut Ebpf) -> Option<u32> {
+    let program: &mut PerfEvent = crate::bpf::program_mut(ebpf, "sample").ok()?;
+    program.info().ok()?.verified_instruction_count()
+}
+
 pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
     let program: &mut PerfEvent = crate::bpf::program_mut(ebpf, "sample")?;
     program.load().map_err(|source| Error::Attach {

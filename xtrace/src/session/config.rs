@@ -47,6 +47,8 @@ pub struct Config {
     pub user_stack: u32,
     /// Whether processes the sampled ones start are sampled too (not `--no-inherit`).
     pub inherit: bool,
+    /// Whether samples carry Python frames (not `--no-python`).
+    pub python: bool,
     pub exits: ExitMode,
     pub entry: EntryMode,
     pub max_probes: usize,

@@ -61,6 +61,8 @@ pub(super) struct Kernel {
     pub(super) attach_ns: u64,
     /// Whether functions of Go code are traced, whose open calls are kept per goroutine.
     pub(super) go_code: bool,
+    /// Whether samples walk Python frames (`PY_PROCS` is then read).
+    pub(super) python: bool,
 }
 
 /// The maps read while recording and after it.
@@ -70,6 +72,8 @@ pub(super) struct Maps {
     pub(super) goroutines: Option<Goroutines>,
     /// `--off-cpu`: the kernel's added-up waits.
     pub(super) off_cpu: Option<crate::probes::offcpu::Tables>,
+    /// The kernel's table of Python processes' layouts, until the pipeline takes it.
+    pub(super) python: Option<aya::maps::HashMap<MapData, u32, xtrace_common::python::PyLayout>>,
 }
 
 /// A recording under way.
@@ -120,7 +124,7 @@ impl<'a> Prepared<'a> {
         // The recording runs from here: a launched command is released below, and -d counts
         // from this moment as duration_ns does.
         let started = Instant::now();
-        let (maps, reader) = take_maps(&mut kernel, config.off_cpu_ns.is_some())?;
+        let (mut maps, reader) = take_maps(&mut kernel, config.off_cpu_ns.is_some())?;
         let exit = release(&mut targets, &mut signals, observer).await?;
         let names: Vec<(&str, &str)> = plan
             .probes
@@ -140,6 +144,8 @@ impl<'a> Prepared<'a> {
         );
         let mut samples = Samples::default();
         samples.probed = sampling.is_some() && kernel.attached.uprobes > 0;
+        samples.python = crate::python::Python::new(maps.python.take());
+        samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
         let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
         let pipeline = Pipeline::new(setup, writer);
         observer.attached(&format!(
@@ -202,6 +208,7 @@ fn load_and_attach(
             false => Default::default(),
         },
         go_code,
+        python: sampling.is_some() && config.python,
         follow: *follow,
         pid_namespace: *pid_namespace,
         off_cpu_min_ns: config.off_cpu_ns,
@@ -266,6 +273,7 @@ fn load_and_attach(
         cpus,
         attach_ns: attach_started.elapsed().as_nanos() as u64,
         go_code,
+        python: sampling.is_some() && config.python,
     };
     Ok((kernel, sideband, cuda))
 }
@@ -283,12 +291,19 @@ fn take_maps(kernel: &mut Kernel, off_cpu: bool) -> Result<(Maps, RingReader)> {
         true => Some(Goroutines::take(ebpf)?),
         false => None,
     };
+    let python = match kernel.python {
+        true => Some(
+            aya::maps::HashMap::try_from(bpf::take_map(ebpf, "PY_PROCS")?).map_err(map_err("PY_PROCS"))?,
+        ),
+        false => None,
+    };
     let reader = RingReader::new(ring, woken)?;
     let off_cpu = match off_cpu {
         true => Some(crate::probes::offcpu::Tables::take(ebpf)?),
         false => None,
     };
     let maps = Maps {
+        python,
         counters,
         short_calls,
         goroutines,

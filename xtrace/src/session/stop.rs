@@ -83,6 +83,7 @@ impl<'a> Started<'a> {
             short_calls,
             goroutines,
             off_cpu,
+            python: _,
         } = self.maps;
         Stopped {
             config: self.config,

@@ -1,0 +1,371 @@
+//! Python frames in CPU samples. At a process's first sample (and again while it maps no
+//! interpreter or has not started one yet) its CPython is looked for (`detect`), the layout of
+//! its minor version picked (`layout`) and checked against the live process before the kernel is
+//! given it (`PY_PROCS`); the kernel's walks (`PyStackEvent`) are named while the process lives
+//! (`names`), cached per code object, and handed to the sample they belong to. One summary line
+//! per Python process says what was recognised and how, or why not. docs/internals/python.md
+//! has the layouts and how each was checked.
+pub mod detect;
+pub mod layout;
+pub mod names;
+pub mod stitch;
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use serde::Serialize;
+use xtrace_common::python::{PyLayout, PyStackEvent, PY_FRAME_ENTRY, PY_MAX_FRAMES, PY_NO_FIELD};
+
+use detect::Interpreter;
+use layout::Layout;
+
+/// How long to wait before looking at a process again whose interpreter has not started.
+const RETRY: Duration = Duration::from_millis(20);
+/// Code objects named, at most; past it the cache starts over.
+const MAX_CODES: usize = 65536;
+/// Thread states looked at when checking a layout.
+const CHECK_THREADS: usize = 64;
+
+/// One Python process's line in summary.json (`python`) and summary.txt.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PythonEntry {
+    pub pid: u32,
+    /// `recognised`, `refused` or `not started`.
+    pub status: &'static str,
+    /// The interpreter and how it was recognised, or why it was not.
+    pub detail: String,
+}
+
+enum State {
+    /// Maps no CPython (yet): looked at again when its image has more mappings.
+    NotPython {
+        mapped: usize,
+    },
+    /// Its interpreter cannot be used.
+    Refused(String),
+    /// Its interpreter has no thread running Python code yet.
+    Waiting {
+        why: String,
+        at: Instant,
+        found: Box<(Interpreter, Layout)>,
+    },
+    Recognised(Box<(Interpreter, Layout)>, String),
+}
+
+/// A Python frame as named: its function and the line it was at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PyName {
+    pub qualname: String,
+    pub filename: String,
+    pub def_line: u32,
+    pub line: u32,
+}
+
+/// Python frames per sampled stack, and the processes' interpreters.
+#[derive(Default)]
+pub struct Python {
+    /// The kernel's table of layouts; None with `--no-python` or without sampling.
+    procs: Option<BpfHashMap<MapData, u32, PyLayout>>,
+    states: HashMap<u32, State>,
+    codes: HashMap<(u32, u64, u64), Option<names::Code>>,
+    /// Frame names, indexed by the ids stacks hold.
+    pub names: Vec<PyName>,
+    ids: HashMap<PyName, u32>,
+    /// The latest walk of each thread: (time, frame ids with `ENTRY` in the top bit).
+    pending: HashMap<u32, (u64, Vec<u32>)>,
+    /// Walks cut short: past `PY_MAX_FRAMES`, or at a frame freed under the walk.
+    pub truncated: u64,
+    /// Frames whose code object could not be named (freed or reused by the time it was read).
+    pub unnamed: u64,
+}
+
+impl std::fmt::Debug for Python {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Python")
+            .field("on", &self.procs.is_some())
+            .field("processes", &self.states.len())
+            .field("names", &self.names.len())
+            .finish()
+    }
+}
+
+/// The top bit of a frame id in a stack: the frame is the outermost of its eval-loop call.
+pub const ENTRY_BIT: u32 = 1 << 31;
+
+impl Python {
+    /// Python frames walked through `procs`, the kernel's table of layouts (None: off).
+    pub fn new(procs: Option<BpfHashMap<MapData, u32, PyLayout>>) -> Self {
+        Python {
+            procs,
+            ..Python::default()
+        }
+    }
+
+    /// Process `pid`, with `maps` mapped, was sampled: looks for its interpreter if it is new,
+    /// maps more than when last looked at, or waits for its interpreter to start.
+    pub fn seen(&mut self, pid: u32, maps: &[crate::procfs::Mapping]) {
+        if self.procs.is_none() {
+            return;
+        }
+        let found = match self.states.get(&pid) {
+            None => None,
+            Some(State::NotPython { mapped }) if *mapped < maps.len() => None,
+            Some(State::Waiting { at, found, .. }) if at.elapsed() >= RETRY => Some((**found).clone()),
+            Some(_) => return,
+        };
+        let found = match found {
+            Some(found) => found,
+            None => match detect::find(pid, maps) {
+                None => {
+                    self.states.insert(pid, State::NotPython { mapped: maps.len() });
+                    return;
+                }
+                Some(Err(why)) => {
+                    self.refuse(pid, why);
+                    return;
+                }
+                Some(Ok(interpreter)) => match pick(pid, &interpreter) {
+                    Ok(layout) => (interpreter, layout),
+                    Err(why) => {
+                        self.refuse(pid, why);
+                        return;
+                    }
+                },
+            },
+        };
+        let (interpreter, layout) = &found;
+        match check(pid, interpreter, layout) {
+            Ok(how) => {
+                let mut walk = layout.walk;
+                walk.runtime = interpreter.runtime;
+                if let Some(procs) = &mut self.procs {
+                    if let Err(e) = procs.insert(pid, walk, 0) {
+                        self.refuse(
+                            pid,
+                            format!("the kernel's table of Python processes is full ({e})"),
+                        );
+                        return;
+                    }
+                }
+                log::debug!("python: process {pid}: {}", describe(interpreter, &how));
+                self.states.insert(pid, State::Recognised(Box::new(found), how));
+            }
+            Err(Check::Wait(why)) => {
+                self.states.insert(
+                    pid,
+                    State::Waiting {
+                        why,
+                        at: Instant::now(),
+                        found: Box::new(found),
+                    },
+                );
+            }
+            Err(Check::Refuse(why)) => self.refuse(pid, why),
+        }
+    }
+
+    fn refuse(&mut self, pid: u32, why: String) {
+        log::info!("python: process {pid}: {why}");
+        self.states.insert(pid, State::Refused(why));
+    }
+
+    /// Names the frames of a walk and keeps them for its sample.
+    pub fn walked(&mut self, event: &PyStackEvent) {
+        let pid = event.header.pid;
+        let Some(State::Recognised(found, _)) = self.states.get(&pid) else {
+            return;
+        };
+        let (code_type, layout) = (found.0.code_type, found.1);
+        if event.flags != 0 {
+            self.truncated += 1;
+        }
+        let len = (event.len as usize).min(PY_MAX_FRAMES);
+        log::trace!(
+            "python: walk of {} frames, flags {}: {:?}",
+            event.len,
+            event.flags,
+            &event.frames[..len.min(4)]
+        );
+        let mut ids = Vec::with_capacity(len);
+        for frame in &event.frames[..len] {
+            if self.codes.len() >= MAX_CODES {
+                self.codes.clear();
+            }
+            let code = self
+                .codes
+                .entry((pid, frame.code, frame.identity))
+                .or_insert_with(|| names::code(pid, &layout.code, code_type, frame.code, frame.identity));
+            let entry = if frame.flags & PY_FRAME_ENTRY != 0 {
+                ENTRY_BIT
+            } else {
+                0
+            };
+            let name = match code {
+                // Unnamed: its place is kept, so the frames around it stay where they ran.
+                None => Some(unknown()),
+                Some(code) => code.unit(frame.instr).map(|unit| PyName {
+                    qualname: code.qualname.clone(),
+                    filename: code.filename.clone(),
+                    def_line: code.firstlineno,
+                    line: code.line(unit),
+                }),
+            };
+            match name {
+                Some(name) => {
+                    self.unnamed += u64::from(name.filename.is_empty());
+                    ids.push(self.intern(name) | entry);
+                }
+                // Not begun yet: CPython leaves it out of tracebacks too. An entry mark moves to
+                // the frame above it.
+                None => {
+                    if let Some(last) = ids.last_mut() {
+                        *last |= entry;
+                    }
+                }
+            }
+        }
+        self.pending.insert(event.header.tid, (event.header.ts_ns, ids));
+    }
+
+    fn intern(&mut self, name: PyName) -> u32 {
+        if let Some(&id) = self.ids.get(&name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.clone());
+        self.ids.insert(name, id);
+        id
+    }
+
+    /// The Python frames walked for the sample of thread `tid` at `ts_ns`, innermost first.
+    pub fn take(&mut self, tid: u32, ts_ns: u64) -> Box<[u32]> {
+        match self.pending.remove(&tid) {
+            Some((at, ids)) if at == ts_ns => ids.into(),
+            _ => Box::default(),
+        }
+    }
+
+    /// One entry per process that maps a CPython interpreter, by pid.
+    pub fn entries(&self) -> Vec<PythonEntry> {
+        let mut entries: Vec<PythonEntry> = self
+            .states
+            .iter()
+            .filter_map(|(&pid, state)| {
+                let (status, detail) = match state {
+                    State::NotPython { .. } => return None,
+                    State::Refused(why) => ("refused", why.clone()),
+                    State::Waiting { why, found, .. } => ("not started", format!("{}: {why}", found.0.path)),
+                    State::Recognised(found, how) => ("recognised", describe(&found.0, how)),
+                };
+                Some(PythonEntry { pid, status, detail })
+            })
+            .collect();
+        entries.sort_by_key(|e| e.pid);
+        entries
+    }
+}
+
+/// The name of a frame whose code object could not be read.
+fn unknown() -> PyName {
+    PyName {
+        qualname: "[unknown Python frame]".into(),
+        filename: String::new(),
+        def_line: 0,
+        line: 0,
+    }
+}
+
+/// `CPython 3.11.7 (shared /path/libpython3.11.so.1.0; version from Py_Version, _PyRuntime in
+/// .dynsym, offsets from xtrace's 3.11 table; checked: ...)`.
+fn describe(interpreter: &Interpreter, how: &str) -> String {
+    format!(
+        "CPython {} ({} {}; version from {}, _PyRuntime in {}, {how})",
+        interpreter.version,
+        if interpreter.shared { "shared" } else { "static" },
+        interpreter.path,
+        interpreter.version_from,
+        interpreter.table,
+    )
+}
+
+/// The layout for `interpreter`'s minor version: a table, or 3.13's debug offsets read from
+/// the process; an unknown minor is refused by name.
+fn pick(pid: u32, interpreter: &Interpreter) -> Result<Layout, String> {
+    match interpreter.minor {
+        10..=12 => Ok(layout::table(interpreter.minor).expect("a table for 3.10 to 3.12")),
+        13 => {
+            let bytes = names::read(pid, interpreter.runtime, layout::DEBUG_OFFSETS_LEN)
+                .ok_or_else(|| format!("{}: _PyRuntime is not readable", interpreter.path))?;
+            layout::from_debug_offsets(&bytes)
+                .map_err(|why| format!("CPython {}: {why}", interpreter.version))
+        }
+        _ => Err(format!(
+            "CPython {} ({}): no known layout for Python 3.{}; xtrace walks 3.10 to 3.13",
+            interpreter.version, interpreter.path, interpreter.minor
+        )),
+    }
+}
+
+enum Check {
+    /// Not yet: the interpreter has no thread running Python code.
+    Wait(String),
+    /// The layout does not fit the process.
+    Refuse(String),
+}
+
+/// Checks `layout` against the live process: its interpreter's thread states point back at
+/// it, and the code object of a running frame has `PyCode_Type` for its type. Returns how the
+/// layout was found and checked.
+fn check(pid: u32, interpreter: &Interpreter, layout: &Layout) -> Result<String, Check> {
+    let walk = &layout.walk;
+    let read = |address: u64| names::read_u64(pid, address);
+    let unreadable = || Check::Refuse(format!("{}: _PyRuntime is not readable", interpreter.path));
+    let interp = read(interpreter.runtime + u64::from(walk.interpreters_head)).ok_or_else(unreadable)?;
+    if interp == 0 {
+        return Err(Check::Wait("no interpreter yet".into()));
+    }
+    let mut tstate = read(interp + u64::from(walk.threads_head)).ok_or_else(unreadable)?;
+    for _ in 0..CHECK_THREADS {
+        if tstate == 0 {
+            break;
+        }
+        if read(tstate + u64::from(layout.tstate_interp)) != Some(interp) {
+            return Err(Check::Refuse(format!(
+                "CPython {}: a thread state does not point back at its interpreter: the layout does not fit",
+                interpreter.version
+            )));
+        }
+        if let Some(frame) = first_frame(pid, walk, tstate) {
+            let code = read(frame + u64::from(walk.frame_code)).unwrap_or(0);
+            if code != 0 && read(code + 8) == Some(interpreter.code_type) {
+                let source = match interpreter.minor {
+                    13 => "offsets from its _Py_DebugOffsets".to_string(),
+                    minor => format!("offsets from xtrace's 3.{minor} table"),
+                };
+                return Ok(format!(
+                    "{source}, checked: thread state to interpreter, frame's code is PyCode_Type"
+                ));
+            }
+            if code != 0 {
+                return Err(Check::Refuse(format!(
+                    "CPython {}: a running frame's code object is not of PyCode_Type: the layout does not fit",
+                    interpreter.version
+                )));
+            }
+        }
+        tstate = read(tstate + u64::from(walk.tstate_next)).unwrap_or(0);
+    }
+    Err(Check::Wait("no thread runs Python code yet".into()))
+}
+
+/// The innermost frame of thread state `tstate`, when it runs one.
+fn first_frame(pid: u32, walk: &PyLayout, tstate: u64) -> Option<u64> {
+    let at = names::read_u64(pid, tstate + u64::from(walk.tstate_frame)).filter(|&a| a != 0)?;
+    match walk.cframe_current {
+        PY_NO_FIELD => Some(at),
+        current => names::read_u64(pid, at + u64::from(current)).filter(|&a| a != 0),
+    }
+}

@@ -1,0 +1,134 @@
+//! Putting a sample's Python frames where they ran: the chain is split at its entry frames into
+//! one part per call of the eval loop, and each part replaces the native
+//! `_PyEval_EvalFrameDefault` frame that ran it, innermost first, so Python and native frames
+//! interleave as they called each other (a Python function, `sorted` in C, the Python key
+//! function it calls). Parts left over when the native unwind stopped before reaching their eval
+//! frames go at the root under `[truncated]`, never dropped.
+//!
+//! A Python frame is named `qualname (file.py:LINE)`, LINE being the function's definition
+//! line: one frame per function in flame graphs, whatever line it was at; the line sampled is in
+//! profile.pb.gz.
+use super::{PyName, ENTRY_BIT};
+
+/// The native function that runs Python frames.
+pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
+/// The root under which Python frames go that no native eval frame was found for.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// The frame name of `name`: `qualname (file.py:DEF_LINE)`.
+pub fn frame_name(name: &PyName) -> String {
+    if name.filename.is_empty() {
+        return name.qualname.clone();
+    }
+    let file = name.filename.rsplit('/').next().unwrap_or(&name.filename);
+    format!("{} ({file}:{})", name.qualname, name.def_line)
+}
+
+/// `native` (outermost first) with each eval frame replaced by the Python frames it ran, from
+/// `python` (ids into `names`, innermost first, `ENTRY_BIT` on the outermost of each part).
+pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<String> {
+    if python.is_empty() {
+        return native;
+    }
+    let name = |id: u32| {
+        names
+            .get((id & !ENTRY_BIT) as usize)
+            .map_or_else(|| "?".to_string(), frame_name)
+    };
+    // Parts, innermost first, each innermost first.
+    let mut parts: Vec<Vec<String>> = Vec::new();
+    let mut part = Vec::new();
+    for &id in python {
+        part.push(name(id));
+        if id & ENTRY_BIT != 0 {
+            parts.push(std::mem::take(&mut part));
+        }
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    let mut parts = parts.into_iter();
+    let mut inner_first: Vec<String> = Vec::with_capacity(native.len() + python.len());
+    for frame in native.into_iter().rev() {
+        if frame == EVAL_FRAME {
+            if let Some(part) = parts.next() {
+                inner_first.extend(part);
+                continue;
+            }
+        }
+        inner_first.push(frame);
+    }
+    let left: Vec<Vec<String>> = parts.collect();
+    if !left.is_empty() {
+        inner_first.extend(left.into_iter().flatten());
+        inner_first.push(TRUNCATED.to_string());
+    }
+    inner_first.reverse();
+    inner_first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<PyName> {
+        ["main", "caller", "key", "hot"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| PyName {
+                qualname: n.to_string(),
+                filename: "/x/app.py".into(),
+                def_line: i as u32 + 1,
+                line: 0,
+            })
+            .collect()
+    }
+
+    fn native(frames: &[&str]) -> Vec<String> {
+        frames.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_part_replaces_its_eval_frame_innermost_first() {
+        // hot <- key | entry ; caller <- main | entry
+        let python = [3, 2 | ENTRY_BIT, 1, ENTRY_BIT];
+        let stack = native(&[
+            "_start",
+            "Py_RunMain",
+            EVAL_FRAME,
+            "builtin_sorted",
+            EVAL_FRAME,
+            "PyNumber_Add",
+        ]);
+        assert_eq!(
+            stitch(stack, &python, &names()),
+            native(&[
+                "_start",
+                "Py_RunMain",
+                "main (app.py:1)",
+                "caller (app.py:2)",
+                "builtin_sorted",
+                "key (app.py:3)",
+                "hot (app.py:4)",
+                "PyNumber_Add"
+            ])
+        );
+    }
+
+    #[test]
+    fn parts_without_an_eval_frame_go_under_truncated_at_the_root() {
+        let python = [3, 2 | ENTRY_BIT, 1, ENTRY_BIT];
+        let stack = native(&[EVAL_FRAME, "PyNumber_Add"]);
+        assert_eq!(
+            stitch(stack, &python, &names()),
+            native(&[
+                TRUNCATED,
+                "main (app.py:1)",
+                "caller (app.py:2)",
+                "key (app.py:3)",
+                "hot (app.py:4)",
+                "PyNumber_Add"
+            ])
+        );
+    }
+}
