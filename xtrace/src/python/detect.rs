@@ -25,8 +25,12 @@ pub struct Interpreter {
     pub table: &'static str,
 }
 
-/// Why a process's interpreter cannot be used, or None when it maps none.
+/// Why a process's interpreter cannot be used, or None when it maps none (yet: a python
+/// executable without the interpreter loads its libpython after its first instructions).
 pub type Found = Option<Result<Interpreter, String>>;
+
+/// [`read`]'s answer for a python executable without the interpreter in it.
+const NOT_LINKED_IN: &str = "no interpreter linked in";
 
 /// The CPython interpreter among `maps` (executable mappings of process `pid`): a libpython
 /// first, else the mapped file named `python*` that defines `_PyRuntime`.
@@ -41,7 +45,10 @@ pub fn find(pid: u32, maps: &[Mapping]) -> Found {
         .filter(|m| m.path.starts_with('/'))
         .find(named)
         .or_else(|| maps.iter().filter(|m| m.path.starts_with('/')).find(python))?;
-    Some(read(pid, mapping, named(&mapping)))
+    match read(pid, mapping, named(&mapping)) {
+        Err(why) if why == NOT_LINKED_IN => None,
+        found => Some(found),
+    }
 }
 
 /// The symbols of the interpreter file of `mapping`, opened through the process's root.
@@ -55,12 +62,7 @@ fn read(pid: u32, mapping: &Mapping, shared: bool) -> Result<Interpreter, String
     let (runtime, table) = match symbol(&file, "_PyRuntime") {
         Some(found) => found,
         None if shared => return Err(format!("{}: no _PyRuntime symbol", mapping.path)),
-        None => {
-            return Err(format!(
-                "{}: no _PyRuntime symbol (not a CPython with the interpreter linked in)",
-                mapping.path
-            ))
-        }
+        None => return Err(NOT_LINKED_IN.into()),
     };
     let code_type = symbol(&file, "PyCode_Type")
         .ok_or_else(|| format!("{}: no PyCode_Type symbol", mapping.path))?

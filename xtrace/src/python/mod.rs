@@ -129,10 +129,12 @@ impl Python {
                 }
                 Some(Ok(interpreter)) => match pick(pid, &interpreter) {
                     Ok(layout) => (interpreter, layout),
-                    Err(why) => {
+                    Err(Check::Refuse(why)) => {
                         self.refuse(pid, why);
                         return;
                     }
+                    // Not mapped in full yet: looked at again at a later sample.
+                    Err(Check::Wait(_)) => return,
                 },
             },
         };
@@ -293,19 +295,21 @@ fn describe(interpreter: &Interpreter, how: &str) -> String {
 
 /// The layout for `interpreter`'s minor version: a table, or 3.13's debug offsets read from
 /// the process; an unknown minor is refused by name.
-fn pick(pid: u32, interpreter: &Interpreter) -> Result<Layout, String> {
+fn pick(pid: u32, interpreter: &Interpreter) -> Result<Layout, Check> {
     match interpreter.minor {
         10..=12 => Ok(layout::table(interpreter.minor).expect("a table for 3.10 to 3.12")),
         13 => {
-            let bytes = names::read(pid, interpreter.runtime, layout::DEBUG_OFFSETS_LEN)
-                .ok_or_else(|| format!("{}: _PyRuntime is not readable", interpreter.path))?;
+            let bytes =
+                names::read(pid, interpreter.runtime, layout::DEBUG_OFFSETS_LEN).ok_or_else(|| {
+                    Check::Wait(format!("{}: _PyRuntime is not readable yet", interpreter.path))
+                })?;
             layout::from_debug_offsets(&bytes)
-                .map_err(|why| format!("CPython {}: {why}", interpreter.version))
+                .map_err(|why| Check::Refuse(format!("CPython {}: {why}", interpreter.version)))
         }
-        _ => Err(format!(
+        _ => Err(Check::Refuse(format!(
             "CPython {} ({}): no known layout for Python 3.{}; xtrace walks 3.10 to 3.13",
             interpreter.version, interpreter.path, interpreter.minor
-        )),
+        ))),
     }
 }
 
@@ -322,7 +326,8 @@ enum Check {
 fn check(pid: u32, interpreter: &Interpreter, layout: &Layout) -> Result<String, Check> {
     let walk = &layout.walk;
     let read = |address: u64| names::read_u64(pid, address);
-    let unreadable = || Check::Refuse(format!("{}: _PyRuntime is not readable", interpreter.path));
+    // Its data may not be mapped yet, at the first instructions of a launched python.
+    let unreadable = || Check::Wait(format!("{}: _PyRuntime is not readable yet", interpreter.path));
     let interp = read(interpreter.runtime + u64::from(walk.interpreters_head)).ok_or_else(unreadable)?;
     if interp == 0 {
         return Err(Check::Wait("no interpreter yet".into()));

@@ -1,0 +1,298 @@
+//! Python frames in CPU samples, on the real interpreters of this machine (the `pyfix.py`
+//! fixture): Debian's static python3.11 and pyenv's CPython 3.10 to 3.13 with a shared libpython.
+//! Every test runs on each interpreter present, says which ran, and says which it skipped.
+
+use std::path::PathBuf;
+
+use xtrace_tests::{
+    args,
+    fixtures::{script, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{trace_fixture_with, Xtrace},
+    TempDir,
+};
+
+/// One interpreter to run the fixture on.
+struct Interpreter {
+    label: &'static str,
+    path: PathBuf,
+    minor: u32,
+    /// What its summary line must hold: its version, and how and where it was found.
+    recognised: [String; 2],
+}
+
+/// The interpreters of this machine, most important first, those present; prints a line for
+/// each, run or skipped.
+fn interpreters() -> Vec<Interpreter> {
+    let pyenv = std::env::var("PYENV_ROOT").unwrap_or_else(|_| "/root/.pyenv".into());
+    let shared = |version: &str, minor: u32| {
+        let root = format!("{pyenv}/versions/{version}");
+        (
+            PathBuf::from(format!("{root}/bin/python3.{minor}")),
+            format!("(shared {root}/lib/libpython3.{minor}.so.1.0;"),
+        )
+    };
+    let all = [
+        (
+            "Debian static 3.11",
+            (
+                PathBuf::from("/usr/bin/python3.11"),
+                "(static /usr/bin/python3.11;".to_string(),
+            ),
+            11,
+        ),
+        ("pyenv 3.11.7", shared("3.11.7", 11), 11),
+        ("pyenv 3.12.1", shared("3.12.1", 12), 12),
+        ("pyenv 3.13.0", shared("3.13.0", 13), 13),
+        ("pyenv 3.10.13", shared("3.10.13", 10), 10),
+    ];
+    all.into_iter()
+        .filter_map(|(label, (path, how), minor)| {
+            if !path.is_file() {
+                eprintln!("python: skipped {label}: {} is not present", path.display());
+                return None;
+            }
+            eprintln!("python: running on {label} ({})", path.display());
+            Some(Interpreter {
+                label,
+                path,
+                minor,
+                recognised: [format!("CPython 3.{minor}"), how],
+            })
+        })
+        .collect()
+}
+
+impl Interpreter {
+    /// A function's frame name as xtrace writes it: its qualified name from 3.11 (`co_qualname`),
+    /// its bare name on 3.10, which has none.
+    fn frame(&self, qualname: &str, line: u32) -> String {
+        let name = match self.minor {
+            10 => qualname.rsplit('.').next().unwrap_or(qualname),
+            _ => qualname,
+        };
+        format!("{name} (pyfix.py:{line})")
+    }
+
+    /// Checks summary.json and summary.txt say the interpreter was recognised, and how.
+    fn assert_recognised(&self, out: &Outputs) {
+        let entries = out.summary["python"].as_array().expect("python entries");
+        assert_eq!(entries.len(), 1, "{}: {entries:?}", self.label);
+        assert_eq!(entries[0]["status"], "recognised", "{}: {entries:?}", self.label);
+        let detail = entries[0]["detail"].as_str().unwrap();
+        for words in &self.recognised {
+            assert!(
+                detail.contains(words),
+                "{}: {detail:?} lacks {words:?}",
+                self.label
+            );
+        }
+        let line = format!("python: process {} recognised: {detail}", entries[0]["pid"]);
+        assert!(
+            out.summary_txt.contains(&line),
+            "{}: {}",
+            self.label,
+            out.summary_txt
+        );
+    }
+
+    /// Runs `xtrace -F 999 -o OUT -- PYTHON pyfix.py MODE SECONDS` to its end; the outputs
+    /// live as long as the directory returned with them.
+    fn record(&self, mode: &str, seconds: &str, flags: &[&str]) -> (Outputs, TempDir) {
+        let tmp = TempDir::new(&format!("python-{mode}"));
+        let out = tmp.join("out");
+        let mut argv = args!["-F", "999", "-o", &out];
+        argv.extend(flags.iter().map(std::ffi::OsString::from));
+        argv.extend(args!["--", &self.path, script("pyfix.py"), mode, seconds]);
+        let finished = Xtrace::spawn(argv).wait();
+        finished.assert_success();
+        (Outputs::read_profiled(&out), tmp)
+    }
+}
+
+/// The Python frames of a folded stack, outermost first.
+fn python_frames(stack: &str) -> Vec<&str> {
+    stack.split(';').filter(|f| f.contains("(pyfix.py:")).collect()
+}
+
+/// Whether `stack` has Python frame `caller` directly above Python frame `callee` (native frames
+/// between them, the interpreter's call machinery, allowed).
+fn calls(stack: &str, caller: &str, callee: &str) -> bool {
+    python_frames(stack).windows(2).any(|w| w == [caller, callee])
+}
+
+/// `split` runs hot() 3000 units under three_parts() for every 1000 under one_part(): of the
+/// samples in hot(), 75% are under three_parts and 25% under one_part, within 5 points.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_time_splits_75_25_between_two_callers_of_one_hot_function() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let (out, _tmp) = python.record("split", "3", &[]);
+        python.assert_recognised(&out);
+        let (hot, three, one) = (
+            python.frame("hot", 8),
+            python.frame("three_parts", 15),
+            python.frame("one_part", 19),
+        );
+        let split = python.frame("split", 23);
+        let under = |caller: &str| out.samples_where(|s| calls(s, caller, &hot) && calls(s, &split, caller));
+        let (a, b) = (under(&three) as f64, under(&one) as f64);
+        assert!(a + b > 300.0, "{}: {a} + {b} samples in hot()", python.label);
+        let share = a * 100.0 / (a + b);
+        assert!(
+            (70.0..=80.0).contains(&share),
+            "{}: three_parts {share:.1}% of hot()",
+            python.label
+        );
+        assert_eq!(out.summary["python_truncated"], 0, "{}", python.label);
+    }
+}
+
+/// A method, a closure, a generator and a lambda each call hot(): each is named as CPython's
+/// `co_qualname` names it (3.10: `co_name`), with its definition line.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_methods_closures_generators_and_lambdas_are_named_as_cpython_names_them() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let (out, _tmp) = python.record("shapes", "3", &[]);
+        python.assert_recognised(&out);
+        let hot = python.frame("hot", 8);
+        for (name, line) in [
+            ("Trainer.step", 32),
+            ("make_closure.<locals>.inner", 37),
+            ("generate", 43),
+            ("shapes.<locals>.<lambda>", 50),
+        ] {
+            let frame = python.frame(name, line);
+            let shapes = python.frame("shapes", 48);
+            let n =
+                out.samples_where(|s| calls(s, &frame, &hot) && python_frames(s).contains(&shapes.as_str()));
+            assert!(n > 20, "{}: {n} samples of {frame} calling {hot}", python.label);
+        }
+    }
+}
+
+/// `sorted(key=key_of)`: the C sort calls the Python key function, so a stack runs Python
+/// (sort_keys), native (the sort: `list_sort` where the build names it; Debian's static python
+/// keeps only its exported symbols), then Python again (key_of).
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_frames_sit_on_both_sides_of_a_native_sorted() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let (out, _tmp) = python.record("sort", "2", &[]);
+        python.assert_recognised(&out);
+        let (outer, key) = (python.frame("sort_keys", 64), python.frame("key_of", 59));
+        let interleaved = out.samples_where(|s| {
+            let frames: Vec<&str> = s.split(';').collect();
+            let at = |name: &str| frames.iter().position(|f| *f == name);
+            let (Some(a), Some(c)) = (at(&outer), at(&key)) else {
+                return false;
+            };
+            let between = frames.get(a + 1..c).unwrap_or_default();
+            let native = |f: &&str| !f.contains("(pyfix.py:") && *f != "_PyEval_EvalFrameDefault";
+            let named = !python.recognised[1].starts_with("(shared") || between.contains(&"list_sort");
+            between.iter().any(native) && named
+        });
+        assert!(
+            interleaved > 50,
+            "{}: {interleaved} samples with {outer}, the sort, {key}",
+            python.label
+        );
+    }
+}
+
+/// Two threads spin each in its own function: both are named, and never in one stack.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_threads_are_each_in_their_own_function() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let (out, _tmp) = python.record("threads", "2", &[]);
+        python.assert_recognised(&out);
+        let hot = python.frame("hot", 8);
+        let (a, b) = (python.frame("worker_a", 71), python.frame("worker_b", 76));
+        let in_a = out.samples_where(|s| calls(s, &a, &hot));
+        let in_b = out.samples_where(|s| calls(s, &b, &hot));
+        assert!(
+            in_a > 50 && in_b > 50,
+            "{}: {in_a} in {a}, {in_b} in {b}",
+            python.label
+        );
+        assert_eq!(
+            out.samples_where(|s| s.contains(&a) && s.contains(&b)),
+            0,
+            "{}",
+            python.label
+        );
+    }
+}
+
+/// A Python process that ran before the capture, traced by `--pid`: recognised from what it
+/// already runs, its frames named.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_python_process_started_before_the_capture_is_named_by_pid() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let mut fixture = Fixture::spawn(&python.path, &[script("pyfix.py").to_str().unwrap(), "pid", "2"]);
+        fixture.wait_ready();
+        let tmp = TempDir::new("python-pid");
+        let out = tmp.join("out");
+        trace_fixture_with(&mut fixture, args!["-F", "999"], &[], &out);
+        let out = Outputs::read_profiled(&out);
+        python.assert_recognised(&out);
+        let (split, three, hot) = (
+            python.frame("split", 23),
+            python.frame("three_parts", 15),
+            python.frame("hot", 8),
+        );
+        let n = out.samples_where(|s| calls(s, &split, &three) && calls(s, &three, &hot));
+        assert!(
+            n > 200,
+            "{}: {n} samples in split > three_parts > hot",
+            python.label
+        );
+    }
+}
+
+/// The sampling program with its Python walk loads within a bounded verifier effort (a
+/// regression in the walk's verification fails here); `--no-python` leaves the walk and the
+/// Python frames out.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_python_walk_verifies_within_its_bound_and_no_python_leaves_it_out() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(python) = interpreters().into_iter().next() else {
+        return;
+    };
+    let (with, _tmp) = python.record("split", "1", &[]);
+    let insns = with.summary["sampler_verified_insns"]
+        .as_u64()
+        .expect("verified_insns");
+    eprintln!("python: the sampling program verified in {insns} instructions");
+    assert!(insns < 150_000, "{insns} verified instructions");
+    let (without, _tmp2) = python.record("split", "1", &["--no-python"]);
+    let bare = without.summary["sampler_verified_insns"]
+        .as_u64()
+        .expect("verified_insns");
+    assert!(bare < insns / 4, "{bare} without the walk, {insns} with it");
+    assert_eq!(without.summary["python"], serde_json::json!([]));
+    assert_eq!(without.samples_where(|s| s.contains("(pyfix.py:")), 0);
+    assert!(without.samples_where(|s| s.contains("_PyEval_EvalFrameDefault")) > 0);
+}
