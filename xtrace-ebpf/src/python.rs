@@ -124,7 +124,7 @@ pub fn walk(pid_tgid: u64, now: u64) {
     }
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the value is copied before any other map update.
-    let Some(layout) = (unsafe { PY_PROCS.get(&tgid) }).copied() else {
+    let Some(layout) = (unsafe { PY_PROCS.get(tgid) }).copied() else {
         return;
     };
     let Some(tstate) = thread_state(&layout, pid_tgid) else {
@@ -158,7 +158,7 @@ fn thread_state(layout: &PyLayout, pid_tgid: u64) -> Option<u64> {
     }
     let id = u64::from(layout.tstate_thread_id);
     // SAFETY: the value is copied.
-    if let Some(&known) = unsafe { PY_THREADS.get(&pid_tgid) } {
+    if let Some(&known) = unsafe { PY_THREADS.get(pid_tgid) } {
         if user_u64(known + id) == Some(fsbase) {
             return Some(known);
         }
@@ -170,7 +170,7 @@ fn thread_state(layout: &PyLayout, pid_tgid: u64) -> Option<u64> {
             return None;
         }
         if user_u64(tstate + id) == Some(fsbase) {
-            let _ = PY_THREADS.insert(&pid_tgid, &tstate, 0);
+            let _ = PY_THREADS.insert(pid_tgid, tstate, 0);
             return Some(tstate);
         }
         tstate = user_u64(tstate + u64::from(layout.tstate_next))?;

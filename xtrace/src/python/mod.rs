@@ -113,12 +113,13 @@ impl Python {
         let found = match self.states.get(&pid) {
             None => None,
             Some(State::NotPython { mapped }) if *mapped < maps.len() => None,
-            Some(State::Waiting { at, found, .. }) if at.elapsed() >= RETRY => Some((**found).clone()),
+            // Found again: while the loader maps the file, a mapping seen first may be gone.
+            Some(State::Waiting { at, .. }) if at.elapsed() >= RETRY => None,
             Some(_) => return,
         };
         let found = match found {
             Some(found) => found,
-            None => match detect::find(pid, maps) {
+            None => match detect::find(pid, &current_maps(pid).unwrap_or_else(|| maps.to_vec())) {
                 None => {
                     self.states.insert(pid, State::NotPython { mapped: maps.len() });
                     return;
@@ -268,6 +269,12 @@ impl Python {
         entries.sort_by_key(|e| e.pid);
         entries
     }
+}
+
+/// What process `pid` maps now (its executable mappings), if it still runs.
+fn current_maps(pid: u32) -> Option<Vec<crate::procfs::Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(crate::procfs::parse_maps(&text))
 }
 
 /// The name of a frame whose code object could not be read.

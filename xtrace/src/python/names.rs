@@ -134,7 +134,8 @@ impl Code {
     /// for a frame that has not begun its body (CPython leaves such incomplete frames out).
     pub fn unit(&self, instr: u32) -> Option<u32> {
         match self.code_adaptive {
-            None => Some(instr), // 3.10: f_lasti counts code units
+            // 3.10: f_lasti counts code units; -1 before the frame's first instruction.
+            None => (instr as i32 >= 0).then_some(instr),
             Some(start) => {
                 let unit = instr.checked_sub(start)? / 2;
                 (unit >= self.firsttraceable).then_some(unit)
@@ -146,7 +147,7 @@ impl Code {
     /// says nothing.
     pub fn line(&self, unit: u32) -> u32 {
         let line = match self.code_adaptive {
-            None => lines_310(&self.linetable, self.firstlineno, unit * 2),
+            None => lines_310(&self.linetable, self.firstlineno, unit.saturating_mul(2)),
             Some(_) => locations(&self.linetable, self.firstlineno, unit),
         };
         line.unwrap_or(self.firstlineno)

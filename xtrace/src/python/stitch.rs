@@ -6,8 +6,8 @@
 //! frames go at the root under `[truncated]`, never dropped.
 //!
 //! A Python frame is named `qualname (file.py:LINE)`, LINE being the function's definition
-//! line: one frame per function in flame graphs, whatever line it was at; the line sampled is in
-//! profile.pb.gz.
+//! line: one frame per function in flame graphs, whatever line it was at. The line sampled is
+//! kept with each frame (`PyName::line`) for exports that carry lines.
 use super::{PyName, ENTRY_BIT};
 
 /// The native function that runs Python frames.
