@@ -109,6 +109,43 @@ fn fill_arg_specs(ebpf: &mut Ebpf, options: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Offsets in `task_struct` that the programs read, from the kernel's BTF (read once, and only
+/// when a program needs one); 0 (None) when not needed or not found.
+struct TaskOffsets {
+    /// `self_exec_id`, for Go code.
+    exec_id: u32,
+    /// `__state` (`state` before 5.14), for `--off-cpu`.
+    state: u32,
+    /// `thread.fsbase`, for Python frames.
+    fsbase: Option<u32>,
+}
+
+impl TaskOffsets {
+    fn read(options: &LoadOptions) -> Self {
+        let needed = options.go_code || options.off_cpu_min_ns.is_some() || options.python;
+        let btf = needed.then(|| btf::KernelBtf::read().ok()).flatten();
+        let member = |name: &str| {
+            btf.as_ref()
+                .and_then(|btf| btf.member_offset("task_struct", name))
+        };
+        TaskOffsets {
+            exec_id: options
+                .go_code
+                .then(|| member("self_exec_id"))
+                .flatten()
+                .unwrap_or(0),
+            state: match options.off_cpu_min_ns {
+                Some(_) => member("__state").or_else(|| member("state")).unwrap_or(0),
+                None => 0,
+            },
+            fsbase: options
+                .python
+                .then(|| Some(member("thread")? + btf.as_ref()?.member_offset("thread_struct", "fsbase")?))
+                .flatten(),
+        }
+    }
+}
+
 /// Loads the object configured by `options`.
 pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let args_enabled = u8::from(!options.arg_specs.is_empty());
@@ -126,37 +163,14 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let followed_room = options.follow.map_or(0, |_| FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
     let offsets = options.follow.unwrap_or_default();
-    let task_exec_id = match options.go_code {
-        true => btf::KernelBtf::read()
-            .ok()
-            .and_then(|btf| btf.member_offset("task_struct", "self_exec_id"))
-            .unwrap_or(0),
-        false => 0,
-    };
+    let TaskOffsets {
+        exec_id: task_exec_id,
+        state: task_state,
+        fsbase: task_fsbase,
+    } = TaskOffsets::read(options);
     let off_cpu_keys = match options.off_cpu_min_ns {
         Some(_) => xtrace_common::offcpu::OFF_CPU_KEYS,
         None => 1,
-    };
-    let kernel_btf = match options.off_cpu_min_ns {
-        Some(_) => btf::KernelBtf::read().ok(),
-        None => None,
-    };
-    let task_member = |names: &[&str]| {
-        kernel_btf
-            .as_ref()
-            .and_then(|btf| {
-                names
-                    .iter()
-                    .find_map(|name| btf.member_offset("task_struct", name))
-            })
-            .unwrap_or(0)
-    };
-    let task_state = task_member(&["__state", "state"]);
-    let task_fsbase = match options.python {
-        true => btf::KernelBtf::read().ok().and_then(|btf| {
-            Some(btf.member_offset("task_struct", "thread")? + btf.member_offset("thread_struct", "fsbase")?)
-        }),
-        false => None,
     };
     let pid_namespace = options
         .pid_namespace
