@@ -237,7 +237,10 @@ fn what_is_not_a_capture_is_refused_in_one_line() {
 
     std::fs::write(tmp.join("summary.json"), "{\"duration_ns\": 1}").unwrap();
     let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
-    assert!(line.contains("(no trace.json or trace.json.gz)"), "{line}");
+    assert!(
+        line.contains("(no trace.json, trace.perfetto-trace or their .gz)"),
+        "{line}"
+    );
 
     std::fs::write(tmp.join("trace.json"), "{\"traceEvents\":[]}").unwrap();
     let line = xtrace(args!["report", tmp.path()]).user_error().to_string();
