@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::profile::{folded_frame, frames_of_each};
+use super::profile::{folded_frame, frames_of_each, percent};
 use crate::{
     error::{Error, Result},
     image::Images,
@@ -230,14 +230,6 @@ fn svg(out: &output::Dir, lines: &[String], title: String, icicle: bool) -> Resu
         },
     )?;
     Ok(svg)
-}
-
-/// `n` of `total` in percent, two decimals.
-fn percent(n: u64, total: u64) -> f64 {
-    if total == 0 {
-        return 0.0;
-    }
-    (n as f64 * 10_000.0 / total as f64).round() / 100.0
 }
 
 /// The summary's text lines: per thread, time off CPU, its longest waits and its main waker.

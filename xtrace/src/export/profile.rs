@@ -503,7 +503,7 @@ pub fn write(
 }
 
 /// `n` of `total` in percent, two decimals.
-fn percent(n: u64, total: u64) -> f64 {
+pub(crate) fn percent(n: u64, total: u64) -> f64 {
     if total == 0 {
         return 0.0;
     }

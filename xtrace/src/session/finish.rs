@@ -170,16 +170,13 @@ fn thread_names(
     for (pid, tid) in threads {
         for (pid, tid) in [(pid, tid), (pid, pid)] {
             named.entry((pid, tid)).or_insert_with(|| {
-                let read = || {
-                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                        .ok()
-                        .map(|name| name.trim_end().to_string())
-                };
                 let known = match pid == tid {
                     true => names.process_comm(pid, None),
                     false => names.thread_label(pid, tid).map(str::to_string),
                 };
-                known.or_else(read).unwrap_or_default()
+                known
+                    .or_else(|| crate::target::thread_comm(pid, tid))
+                    .unwrap_or_default()
             });
         }
     }
