@@ -163,20 +163,7 @@ impl Samples {
             }
         }
         let user: Box<[u64]> = if copied {
-            let maps = images.maps(image);
-            restore_returns(maps, event.user_regs[USER_SP], returns, stack);
-            // Where the thread stands when the sample lands in a uprobe's trap or trampoline.
-            let traps = self.traps.get_or_insert_with(Default::default);
-            let mut regs = event.user_regs;
-            let sp = regs[USER_SP];
-            (regs[USER_IP], regs[USER_SP]) = traps.user_regs((ip, sp), kernel, maps, returns);
-            // The copy starts at the sampled stack pointer; above it when that moved up.
-            let stack = usize::try_from(regs[USER_SP] - sp)
-                .ok()
-                .and_then(|skip| stack.get(skip..))
-                .unwrap_or_default();
-            let unwound = self.unwinders.unwind(image, pid, maps, regs, stack);
-            let (kept, cut) = unwound_callers(maps, &unwound.frames, unwound.truncated);
+            let (kept, cut) = self.unwind_copied(images.maps(image), image, event, kernel, stack);
             self.truncated += u64::from(cut);
             kept.into()
         } else {
@@ -205,6 +192,45 @@ impl Samples {
             self.timeline_dropped += 1;
         }
         *self.stacks.entry(key).or_default() += weight;
+    }
+
+    /// A copied user stack's frames, unwound from where the sampled thread stands (a uprobe's
+    /// trap or trampoline moves it: [`super::traps`]), and whether they were cut short. Cut short
+    /// in the return probes' system call, they are unwound again from that call's other reading
+    /// of the registers, kept when it is whole.
+    fn unwind_copied(
+        &mut self,
+        maps: &[Mapping],
+        image: u32,
+        event: &SampleEvent,
+        kernel: &[u64],
+        stack: &mut [u8],
+    ) -> (Vec<u64>, bool) {
+        let returns = &event.returns[..(event.return_slots as usize).min(MAX_RETURN_SLOTS)];
+        let (ip, sp) = (event.user_regs[USER_IP], event.user_regs[USER_SP]);
+        restore_returns(maps, sp, returns, stack);
+        let traps = self.traps.get_or_insert_with(Default::default);
+        let at = traps.user_regs((ip, sp), kernel, maps, returns);
+        let other = traps.after_return(at, kernel, maps);
+        let stack: &[u8] = stack;
+        let mut unwind = |(ip, new_sp): (u64, u64)| {
+            let mut regs = event.user_regs;
+            (regs[USER_IP], regs[USER_SP]) = (ip, new_sp);
+            // The copy starts at the sampled stack pointer; above it when that moved up.
+            let stack = new_sp
+                .checked_sub(sp)
+                .and_then(|skip| usize::try_from(skip).ok())
+                .and_then(|skip| stack.get(skip..))
+                .unwrap_or_default();
+            let unwound = self.unwinders.unwind(image, event.header.pid, maps, regs, stack);
+            let (kept, cut) = unwound_callers(maps, &unwound.frames, unwound.truncated);
+            (kept.to_vec(), cut)
+        };
+        let first = unwind(at);
+        match other {
+            Some(other) if first.1 => Some(unwind(other)).filter(|(_, cut)| !cut).unwrap_or(first),
+            _ => first,
+        }
     }
 }
 

@@ -7,7 +7,12 @@
 //! - in the return probes' trampoline (`[uprobes]`), the traced call has returned, and its return
 //!   address, which the kernel keeps, is where the thread stands, with the stack pointer just
 //!   above the return address's slot (the trampoline's `push`es of `rax`, `rcx` and `r11` before
-//!   its `uretprobe` system call are not the program's).
+//!   its `uretprobe` system call are not the program's);
+//! - in that system call (`__do_sys_uretprobe`, Linux 6.11 and later), once the return probes
+//!   have run: the kernel puts the return address in the instruction pointer, then moves the
+//!   stack pointer back down over the 3 saved registers, then puts the trampoline's address back.
+//!   Between the last two the thread seems to stand at the return address with a stack pointer
+//!   3 words too low, which no CFI row describes: [`Traps::after_return`] gives the other reading.
 //!
 //! The sampler's kernel side handles the third, a probed instruction's copy single-stepped out of
 //! line. Without these the unwinder finds no CFI, or the wrong row of it, and the stack loses its
@@ -29,12 +34,14 @@ pub struct Traps {
     /// `uprobe_get_swbp_addr` and `find_active_uprobe_rcu`, the look-up, before the pointer is
     /// moved back.
     lookup: [Option<Range<u64>>; 2],
+    /// `__do_sys_uretprobe`: the return probes' system call.
+    uretprobe: Option<Range<u64>>,
 }
 
 impl Traps {
     /// The traps in the text of /proc/kallsyms, which lists the kernel's own symbols in address
-    /// order: each range runs from the symbol to the one on the next line. Found by substring, as
-    /// it runs once per capture with probes, over ~120,000 lines.
+    /// order: each range runs from the symbol to the next one at a higher address. Found by
+    /// substring, as it runs once per capture with probes, over ~120,000 lines.
     pub fn parse(kallsyms: &str) -> Traps {
         let address = |line: &str| {
             let address = u64::from_str_radix(line.split(' ').next()?, 16).ok()?;
@@ -44,14 +51,19 @@ impl Traps {
             let at = kallsyms.find(&format!(" {name}\n"))?;
             let line_start = kallsyms[..at].rfind('\n').map_or(0, |i| i + 1);
             let start = address(&kallsyms[line_start..])?;
-            let next_line = at + name.len() + 2;
-            let end = address(kallsyms.get(next_line..)?)?;
-            (end > start).then_some(start..end)
+            // Aliases share its address (`__x64_sys_uretprobe` beside `__do_sys_uretprobe`).
+            let end = kallsyms
+                .get(at + name.len() + 2..)?
+                .lines()
+                .map_while(address)
+                .find(|&end| end > start)?;
+            Some(start..end)
         };
         Traps {
             int3: range("asm_exc_int3"),
             resume: range("uprobe_notify_resume"),
             lookup: [range("uprobe_get_swbp_addr"), range("find_active_uprobe_rcu")],
+            uretprobe: range("__do_sys_uretprobe"),
         }
     }
 
@@ -86,7 +98,23 @@ impl Traps {
         }
         (ip, sp)
     }
+
+    /// The other reading of registers `(ip, sp)` from [`Traps::user_regs`] when the sample lands
+    /// in the return probes' system call with the instruction pointer already back in the
+    /// program: the stack pointer may have been moved down over the trampoline's 3 saved
+    /// registers (see the module's documentation). `None` elsewhere.
+    pub fn after_return(&self, (ip, sp): (u64, u64), kernel: &[u64], maps: &[Mapping]) -> Option<(u64, u64)> {
+        let in_syscall = self
+            .uretprobe
+            .as_ref()
+            .is_some_and(|r| kernel.iter().any(|a| r.contains(a)));
+        let in_trampoline = trampolines(maps).is_some_and(|t| t.contains(&ip));
+        (in_syscall && !in_trampoline).then_some((ip, sp.checked_add(SAVED_REGISTERS)?))
+    }
 }
+
+/// Bytes the return probes' trampoline pushes before its system call: `rax`, `rcx` and `r11`.
+const SAVED_REGISTERS: u64 = 24;
 
 #[cfg(test)]
 mod tests {
@@ -103,6 +131,9 @@ ffffffff81585470 W uprobe_get_swbp_addr
 ffffffff81585490 T __pfx_uprobe_get_trap_addr
 ffffffff815863c0 T uprobe_notify_resume
 ffffffff81586480 T uprobe_deny_signal
+ffffffff81587000 t __do_sys_uretprobe
+ffffffff81587000 T __x64_sys_uretprobe
+ffffffff81587200 T __pfx_arch_uprobe_init_state
 ffffffffc0001000 t helper [some_module]
 ";
 
@@ -190,5 +221,28 @@ ffffffffc0001000 t helper [some_module]
         assert_eq!(traps.user_regs(other, &[], &trampolines(), &returns), other);
         let code = (0x5555_0000_1000, sp);
         assert_eq!(traps.user_regs(code, &[], &trampolines(), &returns), code);
+    }
+
+    #[test]
+    fn in_the_uretprobe_system_call_the_stack_pointer_may_be_3_words_low() {
+        let traps = Traps::parse(KALLSYMS);
+        assert_eq!(
+            traps.uretprobe,
+            Some(0xffff_ffff_8158_7000..0xffff_ffff_8158_7200)
+        );
+        let (syscall, other) = (0xffff_ffff_8158_7010, 0xffff_ffff_8200_0000);
+        let back = (0x5555_0000_2345, 0x7ffc_0000_00f0);
+        assert_eq!(
+            traps.after_return(back, &[syscall, other], &trampolines()),
+            Some((back.0, back.1 + 24))
+        );
+        // Still in the trampoline, or not in the system call: no other reading.
+        let trampoline = (0x7fff_ffff_e00d, back.1);
+        assert_eq!(traps.after_return(trampoline, &[syscall], &trampolines()), None);
+        assert_eq!(traps.after_return(back, &[other], &trampolines()), None);
+        assert_eq!(
+            Traps::default().after_return(back, &[syscall], &trampolines()),
+            None
+        );
     }
 }
