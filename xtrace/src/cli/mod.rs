@@ -7,6 +7,7 @@ pub mod flamegraph;
 pub mod generate;
 pub mod list;
 pub mod record;
+mod record_values;
 pub mod report;
 pub mod status;
 
