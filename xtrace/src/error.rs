@@ -150,6 +150,14 @@ pub enum Error {
     Output { path: PathBuf, source: std::io::Error },
     #[error("cannot write {path}: {source}; give another file with -o FILE")]
     OutputFile { path: PathBuf, source: std::io::Error },
+    #[error("-o {path}: {{{name}}} is no placeholder; use {{rank}} or {{host}}, or write the name out")]
+    UnknownPlaceholder { path: String, name: String },
+    #[error(
+        "-o {path}: no rank for {{rank}}: neither the target's environment nor xtrace's sets {}; \
+         write the rank in the path instead",
+        crate::model::rank::RANK_VARIABLES
+    )]
+    NoRank { path: String },
     #[error("attaching {what}: {source}")]
     Attach {
         what: String,

@@ -6,7 +6,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    model::rank::Rank,
+};
 
 /// A file to attach to: `open` is how xtrace reaches it (through /proc/PID/… where the process sees
 /// it), `shown` is its path as the traced process sees it.
@@ -265,24 +268,32 @@ pub struct ProcessInfo {
     pub comm: Option<String>,
     /// The pid inside the process's own PID namespace, when that is not xtrace's (a container).
     pub ns_pid: Option<u32>,
+    /// Its rank in a distributed job, as its launcher's variables in its environment say.
+    pub rank: Option<Rank>,
 }
 
 impl ProcessInfo {
-    /// Reads /proc/PID/comm and the `NSpid:` line of /proc/PID/status.
+    /// Reads /proc/PID/comm, the `NSpid:` line of /proc/PID/status and /proc/PID/environ.
     pub fn read(pid: u32) -> ProcessInfo {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         ProcessInfo {
             comm: read_comm(&format!("/proc/{pid}/comm")),
             ns_pid: parse_ns_pid(&status),
+            rank: Rank::from_environ_file(&environ),
         }
     }
 
-    /// The name shown in trace.json: `comm`, with the namespace pid when there is one.
+    /// The name shown in the timeline: `comm`, with its rank and its namespace pid when it has
+    /// them (`python3 (rank 3 of 8, pid 7 in its namespace)`).
     pub fn label(&self) -> String {
         let comm = self.comm.as_deref().unwrap_or("?");
-        match self.ns_pid {
-            Some(ns_pid) => format!("{comm} (pid {ns_pid} in its namespace)"),
-            None => comm.to_string(),
+        let rank = self.rank.as_ref().map(Rank::label);
+        let ns_pid = self.ns_pid.map(|p| format!("pid {p} in its namespace"));
+        let notes: Vec<String> = rank.into_iter().chain(ns_pid).collect();
+        match notes.is_empty() {
+            true => comm.to_string(),
+            false => format!("{comm} ({})", notes.join(", ")),
         }
     }
 }

@@ -101,7 +101,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -192,6 +192,10 @@ _xtrace() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -615,7 +619,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --gzip --trace-format --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -706,6 +710,10 @@ _xtrace() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

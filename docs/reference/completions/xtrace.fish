@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -43,6 +43,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l min-duration -d 'Send onl
 complete -c xtrace -n "__fish_xtrace_needs_command" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
+complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
@@ -87,6 +88,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l min-duration -d
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r

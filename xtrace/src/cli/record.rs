@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use super::record_values::{
-    parse_buffer_size, parse_duration, parse_gpu_period, parse_off_cpu_min, parse_span_duration,
+    parse_buffer_size, parse_duration, parse_gpu_period, parse_label, parse_off_cpu_min, parse_span_duration,
     parse_user_stack, parse_warn_rule,
 };
 use crate::{
@@ -273,9 +273,22 @@ pub struct RecordArgs {
     /// trace.json, summary.json, summary.txt, and as the capture has them stacks.folded,
     /// flamegraph.svg, span-flamegraph.svg, profile.pb.gz (docs/reference/output-formats.md).
     /// Created if missing; the default is always a new directory (-2, -3, ... appended where the
-    /// name is taken).
+    /// name is taken). In a distributed job, `{rank}` in DIR becomes the target's rank (from the
+    /// launcher's variables in the first target's environment, else in xtrace's own: RANK,
+    /// OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK) and `{host}` the host name, so that one
+    /// command line gives every rank its own directory: -o 'prof/{host}-{rank}'.
     #[arg(short = 'o', long = "output", value_name = "DIR", help_heading = heading::OUTPUT)]
     pub output: Option<PathBuf>,
+
+    /// Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable).
+    ///
+    /// Labels go into summary.json's labels, beside the host name and each target's rank, so
+    /// that captures of many hosts and runs can be told apart. A KEY starts with a letter or _
+    /// and holds letters, digits, _, . and -; a VALUE is any printable text. A key given twice
+    /// keeps its last value.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label,
+          help_heading = heading::OUTPUT)]
+    pub labels: Vec<(String, String)>,
 
     /// Write the trace compressed as it is recorded, as trace.json.gz.
     ///
@@ -354,6 +367,7 @@ impl RecordArgs {
             off_cpu_ns: self.off_cpu,
             duration: self.duration,
             output: self.output.clone(),
+            labels: self.labels.clone(),
             buffer_size: self.buffer_size,
             gzip: self.gzip,
             trace_format: self.trace_format,

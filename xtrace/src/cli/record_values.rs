@@ -1,5 +1,5 @@
-//! The values of `xtrace record`'s flags that clap cannot check alone: durations, sizes and
-//! periods, each refused with one line that names the accepted form.
+//! The values of `xtrace record`'s flags that clap cannot check alone: durations, sizes, periods
+//! and labels, each refused with one line that names the accepted form.
 use crate::session::GpuPeriod;
 
 pub(super) fn parse_gpu_period(text: &str) -> Result<GpuPeriod, String> {
@@ -103,6 +103,26 @@ pub(super) fn parse_buffer_size(text: &str) -> Result<u32, String> {
     Ok(bytes as u32)
 }
 
+/// `--label KEY=VALUE`: a key of letters, digits, `_`, `.` and `-` that starts with a letter or
+/// `_`, and a value of printable characters.
+pub(super) fn parse_label(text: &str) -> Result<(String, String), String> {
+    let bad = || format!("`{text}` is not a label such as job=train or commit=1a2b3c (KEY=VALUE)");
+    let (key, value) = text.split_once('=').ok_or_else(bad)?;
+    let starts_well = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+    let key_chars = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if !starts_well || !key_chars {
+        return Err(format!(
+            "`{text}`: the key `{key}` must start with a letter or _ and hold only letters, digits, _, . and -"
+        ));
+    }
+    if value.is_empty() || value.chars().any(char::is_control) {
+        return Err(format!("`{text}`: the value must be non-empty printable text"));
+    }
+    Ok((key.into(), value.into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_buffer_size, parse_duration, parse_span_duration, parse_user_stack};
@@ -184,6 +204,19 @@ mod tests {
                     "`{text}` is not a duration such as 50us, 2ms or 1s (units: ns, us, ms, s)"
                 ))
             );
+        }
+    }
+
+    #[test]
+    fn labels() {
+        use super::parse_label;
+        assert_eq!(parse_label("job=train"), Ok(("job".into(), "train".into())));
+        assert_eq!(
+            parse_label("git.commit=a=b"),
+            Ok(("git.commit".into(), "a=b".into()))
+        );
+        for bad in ["job", "=x", "1job=x", "jo b=x", "job=", "job=a\nb"] {
+            assert!(parse_label(bad).is_err(), "{bad:?} should be refused");
         }
     }
 }

@@ -58,11 +58,17 @@ pub struct TargetSummary {
     pub comm: String,
     /// Whether it exited before the capture ended (its samples and calls up to then are kept).
     pub exited: bool,
+    /// Its rank in a distributed job, from its launcher's variables; null outside one.
+    pub rank: Option<crate::model::rank::Rank>,
 }
 
 /// How the recording ran: the first fields of summary.json.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunInfo {
+    /// The host name of the machine it ran on.
+    pub host: String,
+    /// `--label`s, by key.
+    pub labels: std::collections::BTreeMap<String, String>,
     pub duration_ns: u64,
     /// Loading the kernel programs and attaching every probe.
     pub attach_ns: u64,
@@ -152,6 +158,7 @@ impl Summary {
             out.push('\n');
         }
         out += &self.command_lines();
+        out += &self.job_line();
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
@@ -267,6 +274,28 @@ impl Summary {
         out
     }
 
+    /// Where the capture stands in a distributed job: the host, each target's rank and the
+    /// labels (`on node7: pid 42 rank 3 of 8 (torchrun); labels job=train`); nothing for a
+    /// capture with neither ranks nor labels.
+    fn job_line(&self) -> String {
+        let mut parts: Vec<String> = self
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let rank = t.rank.as_ref()?;
+                Some(format!("pid {} {} ({})", t.pid, rank.label(), rank.launcher))
+            })
+            .collect();
+        if !self.run.labels.is_empty() {
+            let labels: Vec<String> = self.run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            parts.push(format!("labels {}", labels.join(" ")));
+        }
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!("on {}: {}\n", self.run.host, parts.join("; ")),
+        }
+    }
+
     /// What became of the launched command, or of the targets that exited during the capture.
     fn command_lines(&self) -> String {
         let mut out = String::new();
@@ -342,6 +371,8 @@ mod tests {
         Summary {
             format_version: FORMAT_VERSION,
             run: RunInfo {
+                host: "node7".into(),
+                labels: Default::default(),
                 duration_ns: 1_500_000_000,
                 attach_ns: 2_000_000,
                 detach_ns: 3_000_000,
@@ -389,6 +420,7 @@ mod tests {
                 ns_pid: None,
                 comm: "app".into(),
                 exited: true,
+                rank: None,
             }],
             profile: None,
             cuda: None,
@@ -512,5 +544,31 @@ mod tests {
         );
         s.probes[1].pair = Some(PairSummary::default());
         assert!(!s.table().contains("still open"));
+    }
+
+    #[test]
+    fn ranks_and_labels_have_a_line_after_the_headline() {
+        let mut s = summary();
+        s.targets[0].rank = Some(crate::model::rank::Rank {
+            rank: 3,
+            local_rank: Some(1),
+            world_size: Some(8),
+            launcher: "torchrun",
+        });
+        s.run.labels = [("job", "train"), ("commit", "1a2b")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let table = s.table();
+        assert_eq!(
+            table.lines().nth(2),
+            Some("on node7: pid 42 rank 3 of 8 (torchrun); labels commit=1a2b job=train")
+        );
+        let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(v["host"], "node7");
+        assert_eq!(v["labels"], serde_json::json!({"commit": "1a2b", "job": "train"}));
+        assert_eq!(
+            v["targets"][0]["rank"],
+            serde_json::json!({"rank": 3, "local_rank": 1, "world_size": 8, "launcher": "torchrun"})
+        );
     }
 }

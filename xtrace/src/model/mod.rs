@@ -2,11 +2,13 @@
 //! summary schema filled in below `export` (loss counts, the format version), `duration` writes
 //! durations for people, `address` finds the range that holds an address, `text` decodes the
 //! strings the kernel programs read, `pending` keeps entry records until their spans arrive,
-//! `cuda_api` lists the CUDA functions `--cuda` traces.
+//! `cuda_api` lists the CUDA functions `--cuda` traces, `rank` reads a process's rank in a
+//! distributed job from its environment.
 pub mod address;
 pub mod cuda_api;
 pub mod duration;
 pub mod pending;
+pub mod rank;
 pub mod summary;
 pub mod text;
 pub mod wait;

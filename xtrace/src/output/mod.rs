@@ -6,6 +6,7 @@
 //! plain or gzip-compressed (`--gzip`). `stdio` writes to standard output and error.
 mod dir;
 mod named;
+pub mod placeholders;
 mod sink;
 pub mod stdio;
 

@@ -64,8 +64,10 @@ pub struct Config {
     pub overhead: bool,
     /// `-d`.
     pub duration: Option<Duration>,
-    /// `-o`; None for a new `xtrace-YYYYmmdd-HHMMSS`.
+    /// `-o`, its placeholders not yet filled in; None for a new `xtrace-YYYYmmdd-HHMMSS`.
     pub output: Option<PathBuf>,
+    /// `--label`s, as given.
+    pub labels: Vec<(String, String)>,
     /// `--buffer-size`, in bytes.
     pub buffer_size: u32,
     pub gzip: bool,

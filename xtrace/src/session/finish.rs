@@ -343,6 +343,7 @@ impl Outputs<'_> {
                         ns_pid: info.ns_pid,
                         comm: info.comm.clone().unwrap_or_default(),
                         exited: *exited,
+                        rank: info.rank.clone(),
                     })
                 })
                 .collect(),

@@ -103,6 +103,8 @@ impl<'a> Started<'a> {
             infos: self.infos,
             gpus,
             run: RunInfo {
+                host: crate::output::placeholders::host_name(),
+                labels: self.config.labels.iter().cloned().collect(),
                 duration_ns,
                 attach_ns: kernel.attach_ns,
                 detach_ns,

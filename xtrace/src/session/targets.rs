@@ -67,6 +67,22 @@ pub(super) struct Resolved {
     pub(super) out: output::Dir,
 }
 
+/// `-o` with its placeholders filled in: `{rank}` from the first of `processes` whose environment
+/// gives one, else from xtrace's own (a launched command's, or a host's under `-a`).
+fn output_path(config: &Config, processes: &[Process]) -> Result<Option<std::path::PathBuf>> {
+    let rank = || {
+        processes
+            .iter()
+            .find_map(|p| p.info().rank)
+            .or_else(output::placeholders::own_rank)
+    };
+    config
+        .output
+        .as_deref()
+        .map(|path| output::placeholders::expand(path, rank))
+        .transpose()
+}
+
 /// Resolves targets and probes; a command is launched (held at its gate) only once everything
 /// else has been validated, the output directory included.
 /// `sampling`: whether CPU samples are taken (of which a kernel thread has some).
@@ -82,7 +98,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
                 }
             }
             let plan = specs.plan(&[Scope::SystemWide], config.max_probes)?;
-            let out = output::prepare(config.output.as_deref(), config.quiet)?;
+            let out = output::prepare(output_path(config, &[])?.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::SystemWide,
                 plan,
@@ -101,7 +117,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
             }
             let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
             let plan = specs.plan(&scopes, config.max_probes)?;
-            let out = output::prepare(config.output.as_deref(), config.quiet)?;
+            let out = output::prepare(output_path(config, &processes)?.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::Pids(processes),
                 plan,
@@ -112,7 +128,7 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
             let program = Program::open(&resolve_command(&argv[0])?)?;
             let mut plan = specs.plan(&[Scope::Command(&program)], config.max_probes)?;
             let env = specs.launch_env(&mut plan.notices);
-            let out = output::prepare(config.output.as_deref(), config.quiet)?;
+            let out = output::prepare(output_path(config, &[])?.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::Launched(Launch::start(program, argv, &env)?),
                 plan,
