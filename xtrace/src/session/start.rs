@@ -386,10 +386,14 @@ fn gpu_metrics(
 fn target_infos(targets: &Targets) -> Vec<(u32, ProcessInfo)> {
     let mut infos: Vec<(u32, ProcessInfo)> = targets.processes().iter().map(|p| (p.pid, p.info())).collect();
     if let Targets::Launched(launch) = targets {
-        // Read before or after its exec, or after its exit: the name it has after its exec.
+        // Read before or after its exec, or after its exit: the name it has after its exec, and
+        // the rank of the environment it was given (xtrace's own) when it has gone.
         for (_, info) in infos.iter_mut() {
             if info.comm.as_deref().is_none_or(|comm| comm == LAUNCHER_THREAD) {
                 info.comm = Some(launch.comm());
+            }
+            if info.rank.is_none() {
+                info.rank = output::placeholders::own_rank();
             }
         }
     }
