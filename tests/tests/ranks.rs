@@ -149,3 +149,96 @@ fn placeholders_without_a_rank_or_misspelled_and_bad_labels_are_refused() {
     // Nothing was made for the refused captures.
     assert_eq!(std::fs::read_dir(tmp.path()).expect("tmp").count(), 0);
 }
+
+/// CLOCK_REALTIME now, in ns.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64
+}
+
+/// A window that begins later: xtrace attaches at once, leaves out every call that began before
+/// the time, and -d counts from it; summary.json says when it began.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn start_at_leaves_out_what_began_before_it() {
+    if !require_bpf() {
+        return;
+    }
+    let spinner = Fixture::spin();
+    let tmp = TempDir::new("start-at");
+    let start_ns = realtime_ns() + 1_500_000_000;
+    let when = format!("@{}.{:09}", start_ns / 1_000_000_000, start_ns % 1_000_000_000);
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::record_work(spinner.pid(), args!["--start-at", &when, "-d", "0.5"], &out_dir);
+    let notice = xtrace.wait_attached();
+    assert!(notice.contains(", capturing from --start-at in "), "{notice}");
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.summary["start_at_ns"], start_ns);
+    assert_eq!(out.stop_reason(), "duration");
+    assert!(out.summary["duration_ns"].as_u64().unwrap() >= 500_000_000);
+    // The window's start on the trace's clock (CLOCK_MONOTONIC, µs).
+    let clock = &out.summary["clock"]["start"];
+    let offset =
+        clock["realtime_ns"].as_u64().unwrap() as f64 - clock["monotonic_ns"].as_u64().unwrap() as f64;
+    let start_us = (start_ns as f64 - offset) / 1e3;
+    let work = out.spans_named("work");
+    assert!(!work.is_empty(), "the spinner calls work() all the time");
+    let first = work.iter().map(|s| s.ts).fold(f64::MAX, f64::min);
+    // The clock pair is read within a microsecond.
+    assert!(
+        first >= start_us - 1.0,
+        "a span began {} µs before the window",
+        start_us - first
+    );
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn start_at_a_period_begins_on_its_multiple_and_a_past_time_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let spinner = Fixture::spin();
+    let tmp = TempDir::new("start-at-period");
+    let out_dir = tmp.join("out");
+    let xtrace = Xtrace::record_work(spinner.pid(), args!["--start-at", "/5s", "-d", "0.2"], &out_dir);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let out = Outputs::read(&out_dir);
+    let start = out.summary["start_at_ns"].as_u64().expect("start_at_ns");
+    // On the multiple, unless attaching took past it (under heavy load): then it is said.
+    let late = finished
+        .stderr
+        .iter()
+        .any(|l| l.contains("after --start-at's time: the capture begins now"));
+    assert!(
+        late || start.is_multiple_of(5_000_000_000),
+        "{start}: {:?}",
+        finished.stderr
+    );
+    let line = run_error(args![
+        "-p",
+        spinner.pid().to_string(),
+        "-u",
+        "work",
+        "--start-at",
+        "@1000"
+    ]);
+    assert!(
+        line.starts_with("xtrace: error: --start-at @1000.000: that time passed ")
+            && line.ends_with(" ago; give a later time, or /PERIOD for the next multiple of a period"),
+        "{line}"
+    );
+    let line = run_error(args![
+        "-p",
+        spinner.pid().to_string(),
+        "-u",
+        "work",
+        "--start-at",
+        "noon"
+    ]);
+    assert!(line.contains("`noon` is not a time such as /10s"), "{line}");
+}

@@ -158,6 +158,8 @@ pub enum Error {
         crate::model::rank::RANK_VARIABLES
     )]
     NoRank { path: String },
+    #[error("--start-at {at}: that time passed {ago} ago; give a later time, or /PERIOD for the next multiple of a period")]
+    StartAtPassed { at: String, ago: String },
     #[error("attaching {what}: {source}")]
     Attach {
         what: String,

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -26,6 +26,7 @@ end
 
 complete -c xtrace -n "__fish_xtrace_needs_command" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s d -l duration -d 'Stop after this many seconds (fractions allowed, e.g. 0.5)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l start-at -d 'Begin the capture at WHEN: /PERIOD, @UNIX-SECONDS or an RFC 3339 time' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s u -l uprobe -d 'Record one span per call of each function named (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s U -l usdt -d 'Attach to every call site of the named USDT probes (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l exits -d 'How -u functions\' returns are probed: auto, uretprobe or ret' -r -f -a "auto\t'At their own exit instructions where an exception can unwind through them (files with exception tables, functions that call others); with return probes elsewhere'
@@ -71,6 +72,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -a "generate" -d 'Write the 
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s d -l duration -d 'Stop after this many seconds (fractions allowed, e.g. 0.5)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l start-at -d 'Begin the capture at WHEN: /PERIOD, @UNIX-SECONDS or an RFC 3339 time' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s u -l uprobe -d 'Record one span per call of each function named (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s U -l usdt -d 'Attach to every call site of the named USDT probes (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l exits -d 'How -u functions\' returns are probed: auto, uretprobe or ret' -r -f -a "auto\t'At their own exit instructions where an exception can unwind through them (files with exception tables, functions that call others); with return probes elsewhere'

@@ -7,12 +7,12 @@ use clap::{ArgGroup, Args};
 
 use super::record_values::{
     parse_buffer_size, parse_duration, parse_gpu_period, parse_label, parse_off_cpu_min, parse_span_duration,
-    parse_user_stack, parse_warn_rule,
+    parse_start_at, parse_user_stack, parse_warn_rule,
 };
 use crate::{
     output::TraceFormat,
     probes::{entry::EntryMode, exits::ExitMode, ranges::Wanted},
-    session::{Config, GpuPeriod, TargetChoice},
+    session::{Config, GpuPeriod, StartAt, TargetChoice},
 };
 
 /// The `--help` headings that group the record flags.
@@ -54,10 +54,22 @@ pub struct RecordArgs {
 
     /// Stop after this many seconds (fractions allowed, e.g. 0.5).
     ///
-    /// Counted from the moment every probe is attached.
+    /// Counted from the moment every probe is attached, or from --start-at.
     #[arg(allow_negative_numbers = true, short = 'd', long = "duration", value_name = "SECONDS",
           value_parser = parse_duration, help_heading = heading::TARGETS)]
     pub duration: Option<std::time::Duration>,
+
+    /// Begin the capture at WHEN: /PERIOD, @UNIX-SECONDS or an RFC 3339 time.
+    ///
+    /// /10s is the next multiple of 10 seconds on the wall clock after xtrace starts, so that
+    /// many hosts started by one launcher capture the same window without talking to each other
+    /// (their clocks as close as NTP keeps them); @1764417600 and 2026-11-29T12:00:00Z name a
+    /// time. xtrace attaches at once, then leaves out what happens before WHEN; -d counts from
+    /// WHEN. A launched command starts at once. Off-CPU totals added up in the kernel and GPU
+    /// readings still cover the time from the attach. A WHEN already past is refused.
+    #[arg(long = "start-at", value_name = "WHEN", value_parser = parse_start_at,
+          help_heading = heading::TARGETS)]
+    pub start_at: Option<StartAt>,
 
     /// Launch COMMAND with ARGS and trace it until it exits.
     ///
@@ -366,6 +378,7 @@ impl RecordArgs {
             overhead: self.overhead,
             off_cpu_ns: self.off_cpu,
             duration: self.duration,
+            start_at: self.start_at,
             output: self.output.clone(),
             labels: self.labels.clone(),
             buffer_size: self.buffer_size,

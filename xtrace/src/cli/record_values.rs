@@ -1,6 +1,6 @@
-//! The values of `xtrace record`'s flags that clap cannot check alone: durations, sizes, periods
-//! and labels, each refused with one line that names the accepted form.
-use crate::session::GpuPeriod;
+//! The values of `xtrace record`'s flags that clap cannot check alone: durations, sizes, periods,
+//! start times and labels, each refused with one line that names the accepted form.
+use crate::session::{GpuPeriod, StartAt};
 
 pub(super) fn parse_gpu_period(text: &str) -> Result<GpuPeriod, String> {
     if text == "off" {
@@ -123,6 +123,122 @@ pub(super) fn parse_label(text: &str) -> Result<(String, String), String> {
     Ok((key.into(), value.into()))
 }
 
+/// `--start-at WHEN`: `/PERIOD` (the next multiple of PERIOD on the wall clock, e.g. /10s),
+/// `@SECONDS` (Unix time, as `date +%s` prints it; fractions allowed) or an RFC 3339 time
+/// (`2026-11-29T12:00:00Z`, `2026-11-29T13:00:00.5+01:00`).
+pub(super) fn parse_start_at(text: &str) -> Result<StartAt, String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a time such as /10s (the next multiple of 10 s), @1764417600 (Unix \
+             time) or 2026-11-29T12:00:00Z (RFC 3339)"
+        )
+    };
+    if let Some(period) = text.strip_prefix('/') {
+        return parse_span_duration(period)
+            .map(|period_ns| StartAt::Every { period_ns })
+            .map_err(|_| bad());
+    }
+    if let Some(seconds) = text.strip_prefix('@') {
+        // Parsed as digits, not as a float, which would round the nanoseconds.
+        let (whole, fraction) = match seconds.split_once('.') {
+            Some((_, "")) => return Err(bad()),
+            Some(parts) => parts,
+            None => (seconds, ""),
+        };
+        let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+        if whole.is_empty() || whole.len() > 10 || !digits(whole) || !digits(fraction) {
+            return Err(bad());
+        }
+        let kept = &fraction[..fraction.len().min(9)];
+        let fraction_ns = format!("{kept:0<9}").parse::<u64>().map_err(|_| bad())?;
+        let whole: u64 = whole.parse().map_err(|_| bad())?;
+        return Ok(StartAt::At {
+            realtime_ns: whole * 1_000_000_000 + fraction_ns,
+        });
+    }
+    rfc3339_ns(text)
+        .map(|realtime_ns| StartAt::At { realtime_ns })
+        .ok_or_else(bad)
+}
+
+/// An RFC 3339 time as ns since the Unix epoch (from 1970 to 2262); None when it is not one.
+fn rfc3339_ns(text: &str) -> Option<u64> {
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    let separators = text.as_bytes();
+    if separators.get(4) != Some(&b'-')
+        || separators.get(7) != Some(&b'-')
+        || !matches!(separators.get(10), Some(b'T' | b't' | b' '))
+        || separators.get(13) != Some(&b':')
+        || separators.get(16) != Some(&b':')
+    {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let month_days = *days_in_month.get(usize::try_from(month - 1).ok()?)?;
+    if !(1..=month_days).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut fraction_ns = 0i64;
+    if let Some(digits) = rest.strip_prefix('.') {
+        let len = digits.bytes().take_while(u8::is_ascii_digit).count();
+        if len == 0 {
+            return None;
+        }
+        let kept = &digits[..len.min(9)];
+        fraction_ns = kept.parse::<i64>().ok()? * 10i64.pow(9 - kept.len() as u32);
+        rest = &digits[len..];
+    }
+    let offset_s = match rest.as_bytes() {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let digits = [*h1, *h2, *m1, *m2];
+            if !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let [h1, h2, m1, m2] = digits.map(|d| i64::from(d - b'0'));
+            let offset = (h1 * 10 + h2) * 3600 + (m1 * 10 + m2) * 60;
+            if *sign == b'+' {
+                offset
+            } else {
+                -offset
+            }
+        }
+        _ => return None,
+    };
+    // Days from 1970-01-01 to the civil date (proleptic Gregorian calendar).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    let ns = i128::from(seconds) * 1_000_000_000 + i128::from(fraction_ns);
+    u64::try_from(ns).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_buffer_size, parse_duration, parse_span_duration, parse_user_stack};
@@ -217,6 +333,49 @@ mod tests {
         );
         for bad in ["job", "=x", "1job=x", "jo b=x", "job=", "job=a\nb"] {
             assert!(parse_label(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn start_times() {
+        use super::{parse_start_at, StartAt};
+        let at = |text| match parse_start_at(text) {
+            Ok(StartAt::At { realtime_ns }) => realtime_ns,
+            other => panic!("{text}: {other:?}"),
+        };
+        // `date -u -d 2026-11-29T12:00:00Z +%s` prints 1795953600.
+        assert_eq!(at("2026-11-29T12:00:00Z"), 1_795_953_600_000_000_000);
+        assert_eq!(at("2026-11-29 13:00:00.25+01:00"), 1_795_953_600_250_000_000);
+        assert_eq!(at("2026-11-29T11:30:00-00:30"), 1_795_953_600_000_000_000);
+        assert_eq!(at("2024-02-29T00:00:00Z"), 1_709_164_800_000_000_000);
+        assert_eq!(at("1970-01-01T00:00:00Z"), 0);
+        assert_eq!(at("@1764417600.5"), 1_764_417_600_500_000_000);
+        assert_eq!(at("@1795954365.965172455"), 1_795_954_365_965_172_455);
+        assert_eq!(at("@7"), 7_000_000_000);
+        assert_eq!(
+            parse_start_at("/10s"),
+            Ok(StartAt::Every {
+                period_ns: 10_000_000_000
+            })
+        );
+        for bad in [
+            "2026-02-29T00:00:00Z",
+            "2026-11-29T24:00:00Z",
+            "2026-11-29T12:00:00",
+            "2026-11-29T12:00:00.Z",
+            "2026-11-29T12:00:00+1:00",
+            "1969-12-31T23:59:59Z",
+            "@-1",
+            "@nan",
+            "@1.",
+            "@.5",
+            "@1e9",
+            "/10",
+            "/0s",
+            "noon",
+            "",
+        ] {
+            assert!(parse_start_at(bad).is_err(), "{bad:?} should be refused");
         }
     }
 }

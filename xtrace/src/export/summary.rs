@@ -69,6 +69,8 @@ pub struct RunInfo {
     pub host: String,
     /// `--label`s, by key.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// `--start-at`: when the capture's window began, CLOCK_REALTIME in ns; null without it.
+    pub start_at_ns: Option<u64>,
     pub duration_ns: u64,
     /// Loading the kernel programs and attaching every probe.
     pub attach_ns: u64,
@@ -373,6 +375,7 @@ mod tests {
             run: RunInfo {
                 host: "node7".into(),
                 labels: Default::default(),
+                start_at_ns: None,
                 duration_ns: 1_500_000_000,
                 attach_ns: 2_000_000,
                 detach_ns: 3_000_000,

@@ -88,6 +88,22 @@ impl Event {
         }
     }
 
+    /// Whether what the record reports began before the capture's window began at `start` (ns).
+    pub fn before(&self, start: u64) -> bool {
+        match self {
+            Event::Span(span) => span.start_ns < start,
+            Event::SpanStr(event) => event.span.start_ns < start,
+            Event::Args(args) => args.start_ns < start,
+            Event::LongStr(event) => event.start_ns < start,
+            Event::Usdt(event) => event.header.ts_ns < start,
+            Event::UsdtStr(event) => event.event.header.ts_ns < start,
+            Event::Sample(sample, _) => sample.header.ts_ns < start,
+            Event::OffCpu(event, _) => event.interval.start_ns < start,
+            Event::PyStack(walk) => walk.header.ts_ns < start,
+            Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
+        }
+    }
+
     /// Whether what the record reports began after the capture stopped at `stop` (ns).
     pub fn after(&self, stop: u64) -> bool {
         match self {

@@ -126,6 +126,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     /// When the recording stopped (CLOCK_MONOTONIC ns), once it has: what the probes record
     /// after it, while they are detached, is left out (see [`Pipeline::stop_at`]).
     stopped_at: Option<u64>,
+    /// See [`Pipeline::start_at`].
+    started_at: Option<u64>,
     /// The time of each process's last memory counter value, per memory space.
     counter_at: std::collections::HashMap<(u32, Space), u64>,
 }
@@ -174,6 +176,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             targets,
             min_duration_ns,
             stopped_at: None,
+            started_at: None,
             counter_at: std::collections::HashMap::new(),
         }
     }
@@ -268,6 +271,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         self.stopped_at = Some(ns);
     }
 
+    /// Begins the capture at `ns` (`--start-at`): what began before it is left out (a USDT end
+    /// whose begin was then counts as unpaired, as one begun before an attach does).
+    pub fn start_at(&mut self, ns: u64) {
+        self.started_at = Some(ns);
+    }
+
     /// Handles one ring-buffer record.
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
@@ -277,8 +286,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 return Ok(());
             }
         }
-        if let (Some(stop), Ok(event)) = (self.stopped_at, &event) {
-            if event.after(stop) {
+        if let Ok(event) = &event {
+            let before = self.started_at.is_some_and(|start| event.before(start));
+            if before || self.stopped_at.is_some_and(|stop| event.after(stop)) {
                 return Ok(());
             }
         }

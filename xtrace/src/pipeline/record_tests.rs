@@ -172,3 +172,39 @@ fn without_targets_every_process_is_kept() {
     let (_, collected) = pipeline.collected();
     assert_eq!(collected.stats[0].distribution().count, 1);
 }
+
+#[test]
+fn before_the_window_begins_calls_are_left_out() {
+    let out = Shared::default();
+    let mut pipeline = pipeline(out.clone(), Some(HashSet::from([TARGET])));
+    pipeline.start_at(10_000);
+    let records = [
+        thread(TARGET, 101, "worker"),
+        // Began before the window: left out, though it ended in it.
+        span(TARGET, 101, 0, 9_000, 12_000, 0),
+        // Began as the window began, and after.
+        span(TARGET, 101, 1, 10_000, 11_000, 1),
+        span(TARGET, 101, 0, 13_000, 15_000, 0),
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    let (work, inner) = (
+        collected.stats[0].distribution(),
+        collected.stats[1].distribution(),
+    );
+    assert_eq!((work.count, work.total_ns), (1, 2_000));
+    assert_eq!((inner.count, inner.total_ns), (1, 1_000));
+    // The thread's name, sent before the window, is kept.
+    assert_eq!(collected.names.thread_label(TARGET, 101), Some("worker"));
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("inner".to_string(), 101, 10.0, 1.0),
+            ("work".to_string(), 101, 13.0, 2.0),
+        ]
+    );
+}

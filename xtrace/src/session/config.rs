@@ -25,6 +25,16 @@ pub enum GpuPeriod {
     Every(Duration),
 }
 
+/// When the capture's window begins (`--start-at`): on the wall clock, so that hosts that share
+/// no clock but NTP's capture the same window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAt {
+    /// At this CLOCK_REALTIME time, in ns since the Unix epoch.
+    At { realtime_ns: u64 },
+    /// At the next multiple of this period, counted from the Unix epoch, after xtrace starts.
+    Every { period_ns: u64 },
+}
+
 /// One recording's configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -62,8 +72,10 @@ pub struct Config {
     pub off_cpu_ns: Option<u64>,
     /// `--overhead`.
     pub overhead: bool,
-    /// `-d`.
+    /// `-d`, counted from the window's start.
     pub duration: Option<Duration>,
+    /// `--start-at`: records from before it are left out; None starts at the attach.
+    pub start_at: Option<StartAt>,
     /// `-o`, its placeholders not yet filled in; None for a new `xtrace-YYYYmmdd-HHMMSS`.
     pub output: Option<PathBuf>,
     /// `--label`s, as given.

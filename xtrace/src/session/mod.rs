@@ -16,7 +16,7 @@ mod start;
 mod stop;
 mod targets;
 
-pub use config::{Config, GpuPeriod, TargetChoice};
+pub use config::{Config, GpuPeriod, StartAt, TargetChoice};
 pub use run::Progress;
 
 use crate::{

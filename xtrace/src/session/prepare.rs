@@ -3,7 +3,7 @@
 //! the probe plan and the output directory. Nothing is attached yet; dropping a [`Prepared`] lets
 //! a held command go and leaves an unused output directory as it was.
 use super::{
-    config::Config,
+    config::{Config, StartAt},
     finish::Sampling,
     run::Signals,
     specs::Specs,
@@ -31,6 +31,8 @@ pub(super) struct Prepared<'a> {
     /// Where the kernel's task fields lie, when the processes the sampled ones start are
     /// followed.
     pub(super) follow: Option<Offsets>,
+    /// `--start-at`, as a CLOCK_REALTIME time in ns.
+    pub(super) start_at_ns: Option<u64>,
 }
 
 impl<'a> Prepared<'a> {
@@ -43,6 +45,7 @@ impl<'a> Prepared<'a> {
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
         let signals = Signals::install()?;
+        let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
         let hz = sampling_rate(config)?;
         let resolved = targets::resolve(config, &specs, hz.is_some())?;
@@ -89,7 +92,22 @@ impl<'a> Prepared<'a> {
             resolved,
             sampling,
             follow,
+            start_at_ns,
         })
+    }
+}
+
+/// The wall-clock time (CLOCK_REALTIME, ns) `--start-at` names: the next multiple of a period
+/// after now, or a time, refused when it has passed.
+fn window_start(start_at: StartAt) -> Result<u64> {
+    let now = crate::clock::snapshot().realtime_ns;
+    match start_at {
+        StartAt::Every { period_ns } => Ok((now / period_ns + 1) * period_ns),
+        StartAt::At { realtime_ns } if realtime_ns > now => Ok(realtime_ns),
+        StartAt::At { realtime_ns } => Err(Error::StartAtPassed {
+            at: format!("@{:.3}", realtime_ns as f64 / 1e9),
+            ago: crate::model::duration::human(now - realtime_ns),
+        }),
     }
 }
 

@@ -94,8 +94,11 @@ pub(super) struct Started<'a> {
     pub(super) gpu_metrics: Option<GpuMetrics>,
     /// Each target's pid and what /proc said of it while it ran.
     pub(super) infos: Vec<(u32, ProcessInfo)>,
-    /// When recording began: `-d` counts from here.
+    /// When recording began, or begins (`--start-at`): `-d` counts from here.
     pub(super) started: Instant,
+    /// With `--start-at`, when the window began (its time, or the attach's end when that came
+    /// later): CLOCK_REALTIME in ns.
+    pub(super) start_at_ns: Option<u64>,
 }
 
 impl<'a> Prepared<'a> {
@@ -114,6 +117,7 @@ impl<'a> Prepared<'a> {
                 },
             sampling,
             follow,
+            start_at_ns,
             ..
         } = self;
         // A --pid process that exited while its probes were placed: refuse, as when the kernel
@@ -121,9 +125,9 @@ impl<'a> Prepared<'a> {
         if let (Targets::Pids(_), Some(pid)) = (&targets, targets.exited_pid()) {
             return Err(Error::ExitedDuringAttach { pid });
         }
-        // The recording runs from here: a launched command is released below, and -d counts
-        // from this moment as duration_ns does.
-        let started = Instant::now();
+        // The recording runs from here (or from --start-at): a launched command is released
+        // below, and -d counts from this moment as duration_ns does.
+        let (started, window) = window_begins(start_at_ns, observer);
         let (mut maps, reader) = take_maps(&mut kernel, config.off_cpu_ns.is_some())?;
         let exit = release(&mut targets, &mut signals, observer).await?;
         let names: Vec<(&str, &str)> = plan
@@ -147,9 +151,17 @@ impl<'a> Prepared<'a> {
         samples.python = crate::python::Python::new(maps.python.take());
         samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
         let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
-        let pipeline = Pipeline::new(setup, writer);
+        let mut pipeline = Pipeline::new(setup, writer);
+        if let Some([monotonic_ns, _]) = window {
+            pipeline.start_at(monotonic_ns);
+        }
+        let waits = started.saturating_duration_since(Instant::now());
+        let from = match waits.is_zero() {
+            true => String::new(),
+            false => format!(", capturing from --start-at in {:.1}s", waits.as_secs_f64()),
+        };
         observer.attached(&format!(
-            "{} to {}; Ctrl-C to stop",
+            "{} to {}{from}; Ctrl-C to stop",
             attached_what(&plan, &kernel, sampling),
             targets.describe()
         ));
@@ -169,7 +181,32 @@ impl<'a> Prepared<'a> {
             gpu_metrics,
             infos,
             started,
+            start_at_ns: window.map(|[_, realtime_ns]| realtime_ns),
         })
+    }
+}
+
+/// When the capture's window begins (`--start-at`, whose CLOCK_REALTIME time is `start_at_ns`):
+/// as a moment, and on CLOCK_MONOTONIC and CLOCK_REALTIME (None without it). A time attaching
+/// went past is said, and the window begins now.
+fn window_begins(start_at_ns: Option<u64>, observer: &mut dyn Observer) -> (Instant, Option<[u64; 2]>) {
+    let now = Instant::now();
+    let Some(at) = start_at_ns else {
+        return (now, None);
+    };
+    let clocks = crate::clock::snapshot();
+    match at.checked_sub(clocks.realtime_ns) {
+        Some(wait) => (
+            now + std::time::Duration::from_nanos(wait),
+            Some([clocks.monotonic_ns + wait, at]),
+        ),
+        None => {
+            observer.warning(&format!(
+                "attaching ended {} after --start-at's time: the capture begins now",
+                crate::model::duration::human(clocks.realtime_ns - at)
+            ));
+            (now, Some([clocks.monotonic_ns, clocks.realtime_ns]))
+        }
     }
 }
 

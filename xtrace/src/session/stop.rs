@@ -105,6 +105,7 @@ impl<'a> Started<'a> {
             run: RunInfo {
                 host: crate::output::placeholders::host_name(),
                 labels: self.config.labels.iter().cloned().collect(),
+                start_at_ns: self.start_at_ns,
                 duration_ns,
                 attach_ns: kernel.attach_ns,
                 detach_ns,
