@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod output;
 pub mod perfetto;
 pub mod profile;
+pub mod python;
 pub mod ranges;
 pub mod run;
 pub mod seccomp;

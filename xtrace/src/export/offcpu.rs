@@ -86,7 +86,7 @@ pub struct OffCpuSummary {
 /// thread's name by (pid, tid), and a process's by (pid, pid).
 pub fn write(
     out: &output::Dir,
-    off: &OffCpu,
+    (off, python): (&OffCpu, &crate::python::Python),
     images: &mut Images,
     names: &HashMap<(u32, u32), String>,
     lost: u64,
@@ -94,7 +94,7 @@ pub fn write(
 ) -> Result<OffCpuSummary> {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     let all: Vec<_> = off.stacks.values().collect();
-    let named_all = frames_of_each(&all, images);
+    let named_all = frames_of_each(&all, images, python);
     for ((wait, samples), named) in off.stacks.iter().zip(named_all) {
         let leaf = folded_frame(&format!("[{}]", wait.name()));
         for (key, frames) in &named {

@@ -29,6 +29,7 @@ use crate::{
         writer::TimelineSample,
     },
     procfs::{find, Mapping},
+    python::Python,
 };
 
 /// Hottest functions and stacks listed in summary.json.
@@ -168,8 +169,14 @@ impl Resolver {
         }
     }
 
-    /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`.
-    fn resolve<'s>(&self, samples: &'s Samples, images: &mut Images) -> HashMap<&'s StackKey, Vec<String>> {
+    /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`, Python frames
+    /// in place of the eval-loop frames that ran them.
+    fn resolve<'s>(
+        &self,
+        samples: &'s Samples,
+        images: &mut Images,
+        python: &Python,
+    ) -> HashMap<&'s StackKey, Vec<String>> {
         // User frames: (image, its mappings then, address) → (file to open, file offset, shown
         // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
@@ -260,7 +267,7 @@ impl Resolver {
                         .rev()
                         .map(|(i, &address)| format!("{}_[k]", kernel_names[&lookup_address(i, address)])),
                 );
-                let frames = crate::python::stitch::stitch(frames, &key.python, &samples.python.names);
+                let frames = python.stitch(frames, &key.python);
                 (key, frames)
             })
             .collect()
@@ -311,17 +318,18 @@ pub(crate) fn folded_frame(name: &str) -> String {
 /// Frame names (outermost first, kernel frames suffixed `_[k]`) of every sampled stack.
 pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
 
-/// Names the frames of every sampled stack (blazesym, cached per file offset and address).
-pub fn frames<'s>(samples: &'s Samples, images: &mut Images) -> Frames<'s> {
-    Resolver::new().resolve(samples, images)
+/// Names the frames of every sampled stack (blazesym, cached per file offset and address), with
+/// its Python frames named by `python`.
+pub fn frames<'s>(samples: &'s Samples, images: &mut Images, python: &Python) -> Frames<'s> {
+    Resolver::new().resolve(samples, images, python)
 }
 
 /// [`frames`] of several sets of stacks, with one resolver: the kernel's symbols and the vDSO's
 /// are read once for all of them.
-pub fn frames_of_each<'s>(all: &[&'s Samples], images: &mut Images) -> Vec<Frames<'s>> {
+pub fn frames_of_each<'s>(all: &[&'s Samples], images: &mut Images, python: &Python) -> Vec<Frames<'s>> {
     let resolver = Resolver::new();
     all.iter()
-        .map(|samples| resolver.resolve(samples, images))
+        .map(|samples| resolver.resolve(samples, images, python))
         .collect()
 }
 
@@ -396,7 +404,7 @@ fn sample_frames(key: &StackKey, names: &[String], images: &Images) -> Vec<Sampl
 /// pid.
 pub fn write(
     out: &crate::output::Dir,
-    samples: &Samples,
+    (samples, python): (&Samples, &Python),
     images: &Images,
     frames: &Frames,
     process_names: &HashMap<u32, String>,
@@ -496,8 +504,8 @@ pub fn write(
         lost_mapping_records: images.lost(),
         hot_functions,
         hot_stacks,
-        python: samples.python.entries(),
-        python_truncated: samples.python.truncated,
+        python: python.entries(),
+        python_truncated: python.truncated,
         sampler_verified_insns: samples.verified_insns,
     })
 }

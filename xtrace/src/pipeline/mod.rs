@@ -57,6 +57,8 @@ pub struct Setup {
     pub images: Images,
     /// The CPU samples' state: their stacks, whether uprobes are placed.
     pub samples: samples::Samples,
+    /// The Python processes' interpreters, and the Python frames walked for samples and waits.
+    pub python: crate::python::Python,
     /// `--warn-over` rules (none by default).
     pub warnings: warnings::Warnings,
     /// The target processes, unless system-wide: the probes' records of any other process are
@@ -83,6 +85,7 @@ pub struct Collected {
     pub usdt: Usdt,
     pub images: Images,
     pub samples: samples::Samples,
+    pub python: crate::python::Python,
     pub off_cpu: Option<offcpu::OffCpu>,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
@@ -103,6 +106,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     usdt: Usdt,
     images: Images,
     samples: samples::Samples,
+    python: crate::python::Python,
     off_cpu: Option<offcpu::OffCpu>,
     cuda: crate::cuda::calls::Calls,
     ranges: ranges::Ranges,
@@ -142,6 +146,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             ranges,
             images,
             samples,
+            python,
             warnings,
             targets,
             min_duration_ns,
@@ -162,6 +167,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt,
             images,
             samples,
+            python,
             off_cpu,
             cuda,
             ranges,
@@ -235,6 +241,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             usdt: self.usdt,
             images: self.images,
             samples: self.samples,
+            python: self.python,
             off_cpu: self.off_cpu,
             cuda: self.cuda,
             ranges: self.ranges,
@@ -346,7 +353,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 } else {
                     self.names.named(event.header.pid, event.header.tid, &comm);
                 }
-                self.samples.add(&mut self.images, &event, &comm, &mut stack);
+                self.samples
+                    .add(&mut self.images, &mut self.python, &event, &comm, &mut stack);
                 Ok(())
             }
             Ok(Event::OffCpu(event, mut stack)) => {
@@ -355,6 +363,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 if let Some(off_cpu) = &mut self.off_cpu {
                     off_cpu.wait(
                         &mut self.images,
+                        &mut self.python,
                         &event.interval,
                         &event.sample,
                         &comm,
@@ -365,7 +374,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
             Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
             Ok(Event::PyStack(walk)) => {
-                self.samples.python.walked(&walk);
+                self.python.walked(&walk);
                 Ok(())
             }
             Err(_) => {

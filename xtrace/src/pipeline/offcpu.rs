@@ -16,6 +16,7 @@ use xtrace_common::{
 use super::samples::Samples;
 use crate::image::Images;
 pub use crate::model::wait::Wait;
+use crate::python::Python;
 
 /// Waiting for a CPU, wherever.
 const RUNNABLE: Wait = Wait {
@@ -72,10 +73,12 @@ impl OffCpu {
         }
     }
 
-    /// One wait of at least MIN, with the thread's stack as it returned from its system call.
+    /// One wait of at least MIN, with the thread's stack as it returned from its system call and
+    /// the Python frames walked there.
     pub fn wait(
         &mut self,
         images: &mut Images,
+        python: &mut Python,
         interval: &OffCpuInterval,
         sample: &SampleEvent,
         comm: &str,
@@ -90,7 +93,7 @@ impl OffCpu {
         self.stacks
             .entry(wait)
             .or_default()
-            .add_weighted(images, sample, comm, stack, ns);
+            .add_weighted(images, python, sample, comm, stack, ns);
         let thread = self
             .threads
             .entry((sample.header.pid, sample.header.tid))
@@ -101,6 +104,7 @@ impl OffCpu {
             thread.add(RUNNABLE, 1, interval.runnable_ns);
             self.stacks.entry(RUNNABLE).or_default().add_weighted(
                 images,
+                python,
                 sample,
                 comm,
                 stack,
@@ -122,6 +126,8 @@ impl OffCpu {
         totals: &[(OffCpuKey, OffCpuTotal, Vec<u64>)],
         end_ns: u64,
     ) {
+        // Added up in the kernel: no Python frames were walked for them.
+        let mut no_python = Python::default();
         for (key, total, user) in totals {
             let wait = Wait {
                 state: key.state,
@@ -139,10 +145,14 @@ impl OffCpu {
             let frames = user.len().min(MAX_FRAMES);
             event.user[..frames].copy_from_slice(&user[..frames]);
             event.user_frames = frames as u32;
-            self.stacks
-                .entry(wait)
-                .or_default()
-                .add_weighted(images, &event, "", &mut [], total.total_ns);
+            self.stacks.entry(wait).or_default().add_weighted(
+                images,
+                &mut no_python,
+                &event,
+                "",
+                &mut [],
+                total.total_ns,
+            );
         }
     }
 

@@ -44,6 +44,7 @@ fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
         ranges: Ranges::new(Wanted::default(), 0),
         images: Default::default(),
         samples: Samples::default(),
+        python: Default::default(),
         warnings: Warnings::default(),
         targets,
         min_duration_ns: 0,

@@ -10,6 +10,7 @@ use xtrace_common::event::{SampleEvent, MAX_FRAMES, MAX_RETURN_SLOTS, USER_IP, U
 use super::unwind::Unwinders;
 use crate::image::Images;
 use crate::procfs::{find, Mapping};
+use crate::python::Python;
 
 /// A distinct sampled stack of one process.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -50,8 +51,6 @@ pub struct Samples {
     /// The kernel's BPF programs, read with the traps at the first sample with kernel frames
     /// (None before).
     pub bpf: Option<super::bpf_symbols::BpfSymbols>,
-    /// The Python processes' interpreters and the Python frames walked in them.
-    pub python: crate::python::Python,
     /// Instructions the verifier processed to load the sampling program.
     pub verified_insns: Option<u32>,
 }
@@ -98,15 +97,24 @@ impl Samples {
     /// `stack` is the user stack copied with it, from which its user frames are
     /// unwound (else they are the kernel's frame-pointer walk), after the return addresses of
     /// traced calls are put back in it. `comm` is the event's thread name, as decoded by the caller.
-    pub fn add(&mut self, images: &mut Images, event: &SampleEvent, comm: &str, stack: &mut [u8]) {
-        self.add_weighted(images, event, comm, stack, 1);
+    pub fn add(
+        &mut self,
+        images: &mut Images,
+        python: &mut Python,
+        event: &SampleEvent,
+        comm: &str,
+        stack: &mut [u8],
+    ) {
+        self.add_weighted(images, python, event, comm, stack, 1);
     }
 
     /// Counts a stack as [`Samples::add`] does, `weight` times (off-CPU stacks weigh their
-    /// nanoseconds).
+    /// nanoseconds), with the Python frames `python` walked for it (looking for the process's
+    /// interpreter first if it is new).
     pub fn add_weighted(
         &mut self,
         images: &mut Images,
+        python: &mut Python,
         event: &SampleEvent,
         comm: &str,
         stack: &mut [u8],
@@ -149,7 +157,7 @@ impl Samples {
         }
         self.total += weight;
         images.use_image(image);
-        self.python.seen(pid, images.maps(image));
+        python.seen(pid, images.maps(image));
         // The name its process had then (a sample of another thread holds that thread's name; a
         // launched command's before its exec, xtrace's launcher thread's; one in the kernel in
         // the exec that ends the image, the new program's).
@@ -179,7 +187,7 @@ impl Samples {
             mapped: images.maps(image).len() as u32,
             kernel: kernel.into(),
             user,
-            python: self.python.take(event.header.tid, ts),
+            python: python.frames(event.header.tid, ts),
         };
         if self.timeline.len() < TIMELINE_MAX {
             self.timeline.push(TimedSample {

@@ -1,8 +1,9 @@
-//! Python frames in CPU samples. At a process's first sample (and again while it maps no
+//! Python frames in CPU samples and off-CPU waits. At a process's first sample (and again while it maps no
 //! interpreter or has not started one yet) its CPython is looked for (`detect`), the layout of
 //! its minor version picked (`layout`) and checked against the live process before the kernel is
 //! given it (`PY_PROCS`); the kernel's walks (`PyStackEvent`) are named while the process lives
-//! (`names`), cached per code object, and handed to the sample they belong to. One summary line
+//! (`names`), cached per code object, and handed to the record they belong to (a CPU sample, an
+//! off-CPU wait: both go through [`Python::frames`] and [`Python::stitch`]). One summary line
 //! per Python process says what was recognised and how, or why not. docs/internals/python.md
 //! has the layouts and how each was checked.
 pub mod detect;
@@ -28,6 +29,8 @@ const RETRY: Duration = Duration::from_millis(20);
 const MAX_CODES: usize = 65536;
 /// Thread states looked at when checking a layout.
 const CHECK_THREADS: usize = 64;
+/// Walks kept per thread until a record of their time takes them.
+const KEPT_WALKS: usize = 2;
 
 /// One Python process's line in summary.json (`python`) and summary.txt.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -74,8 +77,8 @@ pub struct Python {
     /// Frame names, indexed by the ids stacks hold.
     pub names: Vec<PyName>,
     ids: HashMap<PyName, u32>,
-    /// The latest walk of each thread: (time, frame ids with `ENTRY` in the top bit).
-    pending: HashMap<u32, (u64, Vec<u32>)>,
+    /// The latest walks of each thread, until the record of their time takes them.
+    pending: Walks,
     /// Walks cut short: past `PY_MAX_FRAMES`, or at a frame freed under the walk.
     pub truncated: u64,
     /// Frames whose code object could not be named (freed or reused by the time it was read).
@@ -230,7 +233,8 @@ impl Python {
                 }
             }
         }
-        self.pending.insert(event.header.tid, (event.header.ts_ns, ids));
+        self.pending
+            .keep(event.header.tid, event.header.ts_ns, ids.into());
     }
 
     fn intern(&mut self, name: PyName) -> u32 {
@@ -243,12 +247,17 @@ impl Python {
         id
     }
 
-    /// The Python frames walked for the sample of thread `tid` at `ts_ns`, innermost first.
-    pub fn take(&mut self, tid: u32, ts_ns: u64) -> Box<[u32]> {
-        match self.pending.remove(&tid) {
-            Some((at, ids)) if at == ts_ns => ids.into(),
-            _ => Box::default(),
-        }
+    /// The Python frames walked for the record (a CPU sample, an off-CPU wait) of thread `tid` at
+    /// `ts_ns`, innermost first; none when no walk has that time.
+    pub fn frames(&self, tid: u32, ts_ns: u64) -> Box<[u32]> {
+        self.pending.frames(tid, ts_ns)
+    }
+
+    /// `native`, a stack's frame names outermost first, with the Python frames `python` (as
+    /// [`Python::frames`] gave them) in place of the eval-loop frames that ran them: the one
+    /// stitch every stack with Python frames goes through (CPU samples, off-CPU waits).
+    pub fn stitch(&self, native: Vec<String>, python: &[u32]) -> Vec<String> {
+        stitch::stitch(native, python, &self.names)
     }
 
     /// One entry per process that maps a CPython interpreter, by pid.
@@ -268,6 +277,35 @@ impl Python {
             .collect();
         entries.sort_by_key(|e| e.pid);
         entries
+    }
+}
+
+/// The latest [`KEPT_WALKS`] walks of each thread, newest last: (time, frame ids with
+/// [`ENTRY_BIT`] on the outermost of each eval-loop call). More than one: a CPU sample, with its
+/// own walk, may interrupt the program that walks for an off-CPU wait before it sends the wait.
+#[derive(Default)]
+struct Walks(HashMap<u32, Vec<Walk>>);
+
+/// One walk: its time, and its frame ids innermost first.
+type Walk = (u64, Box<[u32]>);
+
+impl Walks {
+    fn keep(&mut self, tid: u32, ts_ns: u64, ids: Box<[u32]>) {
+        let walks = self.0.entry(tid).or_default();
+        if walks.len() >= KEPT_WALKS {
+            walks.remove(0);
+        }
+        walks.push((ts_ns, ids));
+    }
+
+    /// The frames of the walk of thread `tid` at `ts_ns`; none when there is none. Not removed:
+    /// one wait makes two stacks (its sleep, then its wait for a CPU) from one walk.
+    fn frames(&self, tid: u32, ts_ns: u64) -> Box<[u32]> {
+        self.0
+            .get(&tid)
+            .and_then(|walks| walks.iter().rev().find(|(at, _)| *at == ts_ns))
+            .map(|(_, ids)| ids.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -379,5 +417,28 @@ fn first_frame(pid: u32, walk: &PyLayout, tstate: u64) -> Option<u64> {
     match walk.cframe_current {
         PY_NO_FIELD => Some(at),
         current => names::read_u64(pid, at + u64::from(current)).filter(|&a| a != 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_is_found_by_its_time_past_a_sample_walked_in_between() {
+        let mut walks = Walks::default();
+        walks.keep(7, 100, [1, 2 | ENTRY_BIT].into());
+        // A CPU sample of the same thread interrupts before the wait's record is sent.
+        walks.keep(7, 150, [3].into());
+        assert_eq!(&*walks.frames(7, 150), &[3]);
+        assert_eq!(&*walks.frames(7, 100), &[1, 2 | ENTRY_BIT]);
+        // Taken twice: the wait's sleep and its wait for a CPU.
+        assert_eq!(&*walks.frames(7, 100), &[1, 2 | ENTRY_BIT]);
+        assert!(walks.frames(8, 100).is_empty());
+        assert!(walks.frames(7, 120).is_empty());
+        // Only the latest two are kept.
+        walks.keep(7, 200, [4].into());
+        assert!(walks.frames(7, 100).is_empty());
+        assert_eq!(&*walks.frames(7, 200), &[4]);
     }
 }

@@ -213,7 +213,7 @@ impl Outputs<'_> {
         let (trace, mut collected) = pipeline.collected();
         let frames = self
             .sampling
-            .map(|_| profile::frames(&collected.samples, &mut collected.images));
+            .map(|_| profile::frames(&collected.samples, &mut collected.images, &collected.python));
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
@@ -225,7 +225,7 @@ impl Outputs<'_> {
                     .collect();
                 let mut profile = profile::write(
                     self.out,
-                    &collected.samples,
+                    (&collected.samples, &collected.python),
                     &collected.images,
                     frames,
                     &names,
@@ -243,7 +243,7 @@ impl Outputs<'_> {
                 let names = thread_names(&collected.names, off_cpu.threads.keys().copied());
                 Some(crate::export::offcpu::write(
                     self.out,
-                    off_cpu,
+                    (off_cpu, &collected.python),
                     &mut collected.images,
                     &names,
                     self.off_cpu_lost,

@@ -148,9 +148,9 @@ impl<'a> Prepared<'a> {
         );
         let mut samples = Samples::default();
         samples.probed = sampling.is_some() && kernel.attached.uprobes > 0;
-        samples.python = crate::python::Python::new(maps.python.take());
         samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
-        let setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
+        let mut setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
+        setup.python = crate::python::Python::new(maps.python.take());
         let mut pipeline = Pipeline::new(setup, writer);
         if let Some([monotonic_ns, _]) = window {
             pipeline.start_at(monotonic_ns);
@@ -245,7 +245,7 @@ fn load_and_attach(
             false => Default::default(),
         },
         go_code,
-        python: sampling.is_some() && config.python,
+        python: walks_python(config, sampling.is_some()),
         follow: *follow,
         pid_namespace: *pid_namespace,
         off_cpu_min_ns: config.off_cpu_ns,
@@ -310,9 +310,14 @@ fn load_and_attach(
         cpus,
         attach_ns: attach_started.elapsed().as_nanos() as u64,
         go_code,
-        python: sampling.is_some() && config.python,
+        python: walks_python(config, sampling.is_some()),
     };
     Ok((kernel, sideband, cuda))
+}
+
+/// Whether the kernel walks Python frames: for CPU samples, unless `--no-python`.
+fn walks_python(config: &Config, sampling: bool) -> bool {
+    config.python && sampling
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
@@ -461,6 +466,7 @@ fn setup(
         ranges: crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns),
         images,
         samples,
+        python: Default::default(),
         warnings: Warnings::new(
             config.warn_over.clone(),
             plan.probes.iter().map(|p| p.name.clone()).collect(),
