@@ -2,11 +2,13 @@
 //! `sleep N MS` waits N times MS in clock_nanosleep under sleeper(); `mutex MS` blocks the main
 //! thread in waiter() on a mutex a thread named "holder" holds for MS. The CPU is sampled at
 //! 1 Hz beside: naming the samples of the default 99 Hz costs a debug xtrace under the kernel
-//! matrix's emulation more than the tests' time limit allows.
+//! matrix's emulation more than the tests' time limit allows. The Python tests run
+//! `pyfix.py waits N` (tests/fixtures/pyfix.py) on every interpreter present.
 
 use serde_json::Value;
 use xtrace_tests::{
-    args, fixtures::fixtures, output::Outputs, profile::profile_command, require_bpf, run::run_error, TempDir,
+    args, fixtures::fixtures, output::Outputs, profile::profile_command, python::interpreters, require_bpf,
+    run::run_error, TempDir,
 };
 
 const MS: u64 = 1_000_000;
@@ -158,4 +160,90 @@ fn an_off_cpu_min_that_is_no_duration_is_refused() {
             "{bad}: {line}"
         );
     }
+}
+
+/// Whether folded `stack` has the frame `frame` and ends in wait `leaf`.
+fn waited_in(stack: &str, frame: &str, leaf: &str) -> bool {
+    stack.split(';').any(|f| f == frame) && stack.rsplit(';').next() == Some(leaf)
+}
+
+/// Python frames on off-CPU stacks, on every interpreter present: `pyfix.py waits 10` sleeps ten
+/// times 50 ms in nap(), exactly ten waits of the main thread whose time all lies under
+/// `nap (pyfix.py:99)`, while another thread waits in blocked() for a lock the main thread holds
+/// through the naps, about 500 ms under `blocked (pyfix.py:105)`. summary.json's hottest waits
+/// name both.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_functions_that_wait_are_named_on_off_cpu_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        let (out, _tmp) = python.run("waits", "10", &["--off-cpu", "-F", "99"]);
+        python.assert_recognised(&out);
+        let pid = out.summary["command"]["pid"].as_u64().unwrap();
+        let main = thread(&out, pid);
+        // 3.10's time.sleep() waits in select() (pselect6 where libc makes it so), later ones in
+        // clock_nanosleep().
+        let sleep = ["clock_nanosleep", "select", "pselect6"]
+            .into_iter()
+            .find(|name| {
+                main["waits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| w["wait"] == *name)
+            })
+            .unwrap_or_else(|| panic!("{}: no sleep in {main}", python.label));
+        let (count, ns) = wait(main, sleep);
+        assert_eq!(count, 10, "{}: {main}", python.label);
+        assert!(
+            (500 * MS..550 * MS).contains(&ns),
+            "{}: {ns} ns asleep",
+            python.label
+        );
+        let nap = python.frame("nap", 99);
+        let leaf = format!("[{sleep}]");
+        let under_nap = off_cpu_ns(&out, |s| waited_in(s, &nap, &leaf));
+        assert_eq!(under_nap, ns, "{}: {:?}", python.label, off_cpu_folded(&out));
+        let blocked = python.frame("blocked", 105);
+        let under_blocked = off_cpu_ns(&out, |s| waited_in(s, &blocked, "[futex]"));
+        assert!(
+            (400 * MS..=750 * MS).contains(&under_blocked),
+            "{}: {under_blocked} ns under {blocked}: {:?}",
+            python.label,
+            off_cpu_folded(&out)
+        );
+        let hot = out.summary["off_cpu"]["hot_stacks"].as_array().unwrap();
+        for frame in [&nap, &blocked] {
+            assert!(
+                hot.iter()
+                    .any(|h| h["stack"].as_str().unwrap().contains(frame.as_str())),
+                "{}: {frame} not in {hot:?}",
+                python.label
+            );
+        }
+    }
+}
+
+/// `--no-python`: off-CPU stacks of a Python process hold native frames only, the eval loop's
+/// among them.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn no_python_leaves_python_frames_off_off_cpu_stacks() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(python) = interpreters().into_iter().next() else {
+        return;
+    };
+    let (out, _tmp) = python.run("waits", "4", &["--off-cpu", "-F", "99", "--no-python"]);
+    assert_eq!(out.summary["python"], serde_json::json!([]));
+    let folded = off_cpu_folded(&out);
+    assert!(
+        folded.iter().all(|(s, _)| !s.contains("(pyfix.py:")),
+        "{folded:?}"
+    );
+    let eval = off_cpu_ns(&out, |s| s.contains(";_PyEval_EvalFrameDefault;"));
+    assert!(eval >= 200 * MS, "{eval} ns under the eval loop: {folded:?}");
 }

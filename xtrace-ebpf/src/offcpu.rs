@@ -3,9 +3,10 @@
 //! pointers; when the thread is switched back in it measures the interval. An interval of at
 //! least `OFF_CPU_MIN_NS` asleep in a system call waits in the thread's storage until the thread
 //! returns from that call (`off_cpu_return`, raw tracepoint sys_exit), which sends it with the
-//! user stack copied there, unwound in user space as a CPU sample's; every other interval is
-//! added up in `OFF_CPU_TOTALS`. `off_cpu_waking` (sched_waking, run by the waker) notes who woke
-//! a traced thread.
+//! user stack copied there, unwound in user space as a CPU sample's, and its Python frames walked
+//! there (`python::walk`) as for a CPU sample; every other interval is added up in
+//! `OFF_CPU_TOTALS`. `off_cpu_waking` (sched_waking, run by the waker) notes who woke a traced
+//! thread.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_task_pt_regs},
@@ -256,6 +257,9 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     };
     let now = unsafe { bpf_ktime_get_ns() };
     let ids = (u64::from(thread.pid) << 32) | u64::from(thread.tid);
+    // Before the wait, with its time, as before a CPU sample: the thread is the current one, so
+    // its Python frames are read as the sampler reads them.
+    crate::python::walk(ids, now, crate::python::Caller::OffCpu);
     // SAFETY: this CPU's scratch value, used by nothing else while this program runs.
     let stack_len = unsafe {
         (*scratch).header = header(KIND_OFF_CPU, ids, now);

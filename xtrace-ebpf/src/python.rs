@@ -1,8 +1,9 @@
 //! Python frames at sample time: for a process user space recognised as CPython (`PY_PROCS`, its
 //! layout keyed by process id), finds the sampled thread's `PyThreadState` and walks its frame
 //! chain, sending each frame's code object, an identity word and its instruction as a
-//! `PyStackEvent` just before the sample. One piece any program that knows its thread can call
-//! (CPU samples now; off-CPU and traced calls later).
+//! `PyStackEvent` just before the record it belongs to, with that record's time. One piece that
+//! every program whose thread is the current one calls: the CPU sampler, and `off_cpu_return` at
+//! the end of a system call a thread waited in; each has its own scratch ([`Caller`]).
 //!
 //! The thread state is the one whose `thread_id` (its thread's `pthread_self()`, which on x86-64
 //! is the thread's FS base) equals the task's `thread.fsbase` (offset from the kernel's BTF):
@@ -70,9 +71,20 @@ pub struct PyScratch {
     code: Window,
 }
 
-/// One per CPU: the perf-event program that calls the walk runs with interrupts off.
+/// Who walks, each with its own scratch value per CPU: a CPU sample can interrupt a system
+/// call's exit program mid-walk on the same CPU, and must not overwrite its record.
+#[derive(Clone, Copy)]
+#[repr(u32)]
+pub enum Caller {
+    /// The CPU sampler (perf event).
+    Sample = 0,
+    /// `off_cpu_return` (raw tracepoint sys_exit).
+    OffCpu = 1,
+}
+
+/// One per CPU and [`Caller`].
 #[map]
-static PY_SCRATCH: PerCpuArray<PyScratch> = PerCpuArray::with_max_entries(1, 0);
+static PY_SCRATCH: PerCpuArray<PyScratch> = PerCpuArray::with_max_entries(2, 0);
 
 /// The u64 at `address` in the process.
 #[inline(always)]
@@ -116,9 +128,10 @@ fn byte(window: &Window, offset: u32) -> u8 {
     (w >> ((offset & 7) * 8)) as u8
 }
 
-/// Sends the Python frames of thread `pid_tgid` at `now`, if its process is a recognised CPython.
+/// Sends the Python frames of thread `pid_tgid`, the current one, at `now`, if its process is a
+/// recognised CPython. Inlined into each caller: the verifier walks it once per program.
 #[inline(always)]
-pub fn walk(pid_tgid: u64, now: u64) {
+pub fn walk(pid_tgid: u64, now: u64, caller: Caller) {
     if load_time(&PYTHON) == 0 {
         return;
     }
@@ -130,10 +143,11 @@ pub fn walk(pid_tgid: u64, now: u64) {
     let Some(tstate) = thread_state(&layout, pid_tgid) else {
         return;
     };
-    let Some(scratch) = PY_SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = PY_SCRATCH.get_ptr_mut(caller as u32) else {
         return;
     };
-    // SAFETY: this CPU's scratch value, used by nothing else while this program runs.
+    // SAFETY: this CPU's scratch value of this caller, used by nothing else while this program
+    // runs (a program does not interrupt itself on one CPU).
     let scratch = unsafe { &mut *scratch };
     scratch.event.header = header(KIND_PY_STACK, pid_tgid, now);
     scratch.event.flags = frames(&layout, tstate, scratch);

@@ -99,7 +99,7 @@ pub fn sample(ctx: PerfEventContext) -> u32 {
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     // Before the sample, with its time: user space pairs them by thread and time.
-    crate::python::walk(pid_tgid, now);
+    crate::python::walk(pid_tgid, now, crate::python::Caller::Sample);
     let Some(scratch) = SAMPLE_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };

@@ -50,7 +50,7 @@ perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
-complete -c xtrace -n "__fish_xtrace_needs_command" -l no-python -d 'Leave Python frames out of CPU samples'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
@@ -96,7 +96,7 @@ perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-python -d 'Leave Python frames out of CPU samples'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'

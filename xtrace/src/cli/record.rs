@@ -187,13 +187,14 @@ pub struct RecordArgs {
     #[arg(long = "no-inherit", conflicts_with = "system_wide", help_heading = heading::SAMPLING)]
     pub no_inherit: bool,
 
-    /// Leave Python frames out of CPU samples.
+    /// Leave Python frames out of CPU samples and off-CPU waits.
     ///
     /// By default each sampled CPython process (3.10 to 3.13, a shared libpython or a static
     /// python) is recognised when first seen, and each sample of it carries its Python frames,
     /// read by the kernel program from the interpreter's thread state, in place of the
-    /// interpreter's eval loop frames. summary.txt says for each Python process which interpreter
-    /// was recognised and how, or why not.
+    /// interpreter's eval loop frames; so does each wait `--off-cpu` sends with its stack (one of
+    /// at least MIN in a system call), read as the thread returns from that call. summary.txt
+    /// says for each Python process which interpreter was recognised and how, or why not.
     #[arg(long = "no-python", help_heading = heading::SAMPLING)]
     pub no_python: bool,
 

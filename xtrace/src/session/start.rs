@@ -315,9 +315,9 @@ fn load_and_attach(
     Ok((kernel, sideband, cuda))
 }
 
-/// Whether the kernel walks Python frames: for CPU samples, unless `--no-python`.
+/// Whether the kernel walks Python frames: for CPU samples and off-CPU waits, unless `--no-python`.
 fn walks_python(config: &Config, sampling: bool) -> bool {
-    config.python && sampling
+    config.python && (sampling || config.off_cpu_ns.is_some())
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
