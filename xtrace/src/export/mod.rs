@@ -12,6 +12,7 @@ pub mod offcpu;
 pub mod plt;
 pub mod pprof;
 pub mod profile;
+pub mod replay;
 pub mod span_flamegraph;
 pub mod summary;
 pub mod table;

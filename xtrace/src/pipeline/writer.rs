@@ -157,7 +157,17 @@ impl<W: Write> EventWriter<W> {
     /// Starts the trace in `format`; `probes` are (name, category) by probe id. The clocks are
     /// read now: the start's snapshot.
     pub fn new(out: W, probes: &[(&str, &str)], format: TraceFormat) -> io::Result<Self> {
-        let start = crate::clock::snapshot();
+        Self::starting(out, probes, format, crate::clock::snapshot())
+    }
+
+    /// [`EventWriter::new`] with the start's clocks read earlier: those of the capture a trace
+    /// is written again from (`xtrace convert`, `xtrace merge`).
+    pub fn starting(
+        out: W,
+        probes: &[(&str, &str)],
+        format: TraceFormat,
+        start: Snapshot,
+    ) -> io::Result<Self> {
         let format = match format {
             TraceFormat::Json => Format::Chrome(ChromeWriter::new(out, probes)?),
             TraceFormat::Perfetto => Format::Perfetto(Box::new(PerfettoWriter::new(out, probes, &start)?)),
@@ -195,7 +205,11 @@ impl<W: Write> EventWriter<W> {
 
     /// Reads the clocks as the trace ends; a Perfetto trace gets them as its last clock snapshot.
     pub fn end_clocks(&mut self) -> io::Result<()> {
-        let end = crate::clock::snapshot();
+        self.ending(crate::clock::snapshot())
+    }
+
+    /// [`EventWriter::end_clocks`] with the end's clocks read earlier.
+    pub fn ending(&mut self, end: Snapshot) -> io::Result<()> {
         self.clocks.push(end);
         match &mut self.format {
             Format::Chrome(_) => Ok(()),

@@ -1,0 +1,180 @@
+//! A capture's trace.json events written again through the writer a recording uses (either
+//! format), placed where the caller asks: `xtrace convert` replays a capture as it is into the
+//! other format; `xtrace merge` replays each capture shifted onto a common clock, with its
+//! processes numbered and named apart from the other captures'.
+use serde_json::{Map, Value};
+
+use crate::{
+    analysis::trace_file::{micros_to_ns, Events, Progress, RawEvent},
+    output::Sink,
+    pipeline::{
+        perfetto::{SampleFrame, KERNEL_MAPPING},
+        writer::{AsyncEdge, EventWriter, SpanOut, TimelineSample},
+    },
+};
+
+/// Where one capture's events go in the trace written.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// Added to every time (ns): the capture's clock onto the trace's.
+    pub shift_ns: u64,
+    /// Added to every pid and tid, so that the processes of captures of several hosts, whose
+    /// pids may be the same, stay apart.
+    pub id_offset: u32,
+    /// Put before every process's name, with `: ` (`node7 rank 3: python3`).
+    pub process_prefix: Option<String>,
+}
+
+/// Replays trace.json events into `writer` as `placement` says.
+pub(crate) struct Replay<'w> {
+    pub(crate) writer: &'w mut EventWriter<Sink>,
+    pub(crate) placement: Placement,
+    pub(crate) progress: Progress,
+}
+
+/// An event's `args` object, parsed; empty when it has none.
+fn args_of(event: &RawEvent) -> Result<Map<String, Value>, String> {
+    match &event.args {
+        None => Ok(Map::new()),
+        Some(raw) => {
+            serde_json::from_str(raw.get()).map_err(|e| format!("args that are not an object ({e})"))
+        }
+    }
+}
+
+/// `args` members as the writer takes them: `,"k":v,...`.
+fn members(args: &Map<String, Value>) -> Option<Box<str>> {
+    if args.is_empty() {
+        return None;
+    }
+    let object = Value::Object(args.clone()).to_string();
+    let inner = &object[1..object.len() - 1];
+    Some(format!(",{inner}").into())
+}
+
+/// The frames of a sample's folded `stack` (trace.json keeps the 32 innermost, by name only):
+/// kernel frames (`_[k]`) under [`KERNEL_MAPPING`], the others under `[unknown]`, pcs unknown (0).
+fn folded_frames(stack: &str) -> Vec<SampleFrame> {
+    stack
+        .split(';')
+        .map(|frame| match frame.strip_suffix("_[k]") {
+            Some(name) => SampleFrame {
+                name: name.into(),
+                module: KERNEL_MAPPING.into(),
+                rel_pc: 0,
+            },
+            None => SampleFrame {
+                name: frame.into(),
+                module: "[unknown]".into(),
+                rel_pc: 0,
+            },
+        })
+        .collect()
+}
+
+impl Replay<'_> {
+    /// A pid or tid of the event, placed.
+    fn id(&self, id: Option<u64>, what: &str) -> Result<u32, String> {
+        u32::try_from(id.unwrap_or(0))
+            .ok()
+            .and_then(|id| id.checked_add(self.placement.id_offset))
+            .ok_or_else(|| format!("a {what} does not fit 32 bits"))
+    }
+
+    /// A time of the event (µs), placed (ns).
+    fn time(&self, us: Option<f64>, name: &str) -> Result<u64, String> {
+        us.and_then(micros_to_ns)
+            .and_then(|ns| ns.checked_add(self.placement.shift_ns))
+            .ok_or_else(|| format!("an event whose time is missing, negative or past 146 years ({name})"))
+    }
+
+    /// A duration (µs), in ns.
+    fn duration(us: Option<f64>, name: &str) -> Result<u64, String> {
+        us.and_then(micros_to_ns)
+            .ok_or_else(|| format!("an event whose time is missing, negative or past 146 years ({name})"))
+    }
+
+    fn process_name(&self, name: &str) -> String {
+        match &self.placement.process_prefix {
+            Some(prefix) => format!("{prefix}: {name}"),
+            None => name.to_string(),
+        }
+    }
+}
+
+impl Events for Replay<'_> {
+    fn progress(&mut self) -> &mut Progress {
+        &mut self.progress
+    }
+
+    fn event(&mut self, e: &RawEvent) -> Result<(), String> {
+        let pid = self.id(e.pid, "pid")?;
+        let tid = self.id(e.tid, "tid")?;
+        let name = e.name.as_deref().unwrap_or("");
+        let cat = e.cat.as_deref().unwrap_or("");
+        let mut args = args_of(e)?;
+        let span = |args: &Map<String, Value>| SpanOut {
+            probe: usize::MAX,
+            pid,
+            tid,
+            name: Some(name.into()),
+            cat: Some(cat.into()),
+            values: members(args),
+            ..Default::default()
+        };
+        let io = |r: std::io::Result<()>| r.map_err(|e| format!("writing the trace: {e}"));
+        match e.ph.as_deref().unwrap_or("") {
+            "X" => {
+                let depth = args.remove("depth").and_then(|d| d.as_u64()).unwrap_or(0);
+                let out = SpanOut {
+                    start_ns: self.time(e.ts, name)?,
+                    dur_ns: Self::duration(e.dur, name)?,
+                    depth: depth as u32,
+                    ..span(&args)
+                };
+                io(self.writer.span(&out))
+            }
+            "i" | "I" if cat == "sample" => {
+                let stack = args.get("stack").and_then(Value::as_str).unwrap_or(name);
+                let sample = TimelineSample {
+                    leaf: name.into(),
+                    folded: stack.into(),
+                    frames: folded_frames(stack),
+                };
+                io(self.writer.sample(pid, tid, self.time(e.ts, name)?, &sample))
+            }
+            "i" | "I" => io(self.writer.span(&SpanOut {
+                start_ns: self.time(e.ts, name)?,
+                instant: true,
+                ..span(&args)
+            })),
+            "C" => {
+                let values: Vec<(String, f64)> = args
+                    .iter()
+                    .map(|(series, v)| (series.clone(), v.as_f64().unwrap_or(0.0)))
+                    .collect();
+                io(self.writer.counter(pid, name, self.time(e.ts, name)?, &values))
+            }
+            ph @ ("b" | "e") => {
+                let id = e.id.as_deref().unwrap_or("0");
+                let id = u64::from_str_radix(id.trim_start_matches("0x"), 16)
+                    .map_err(|_| format!("an async event whose id {id:?} is not a hex number"))?;
+                let edge = AsyncEdge { begin: ph == "b", id };
+                io(self.writer.span(&SpanOut {
+                    start_ns: self.time(e.ts, name)?,
+                    edge: Some(edge),
+                    ..span(&args)
+                }))
+            }
+            "M" => {
+                let named = args.get("name").and_then(Value::as_str);
+                match (name, named) {
+                    ("process_name", Some(n)) => io(self.writer.process_name(pid, &self.process_name(n))),
+                    ("thread_name", Some(n)) => io(self.writer.thread_name(pid, tid, n)),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
