@@ -3,7 +3,7 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{convert, diff, flamegraph, generate, list, report, status::Console, Cli, Command},
+    cli::{convert, diff, flamegraph, generate, list, merge, report, status::Console, Cli, Command},
     output::stdio::{print_err, print_out},
     session,
 };
@@ -93,7 +93,8 @@ fn main() -> ExitCode {
         Command::List(args) => return list(&args),
         Command::Report(args) => return report(&args),
         Command::Diff(args) => return diff(&args),
-        Command::Convert(args) => return convert(&args),
+        Command::Convert(args) => return analysed(convert::run(&args)),
+        Command::Merge(args) => return analysed(merge::run(&args)),
         Command::Check => return check(),
         Command::Generate(args) => return noted(generate::run(&args)),
         Command::Flamegraph(args) => return noted(flamegraph::run(&args)),
@@ -203,9 +204,10 @@ fn report(args: &report::ReportArgs) -> ExitCode {
     }
 }
 
-/// `xtrace convert DIR`: a note on stderr saying what was written.
-fn convert(args: &convert::ConvertArgs) -> ExitCode {
-    match convert::run(args) {
+/// `xtrace convert DIR`, `xtrace merge DIR... -o OUT`: a note on stderr saying what was
+/// written.
+fn analysed(outcome: xtrace::analysis::Result<String>) -> ExitCode {
+    match outcome {
         Ok(note) => {
             err!("xtrace: {note}");
             ExitCode::SUCCESS

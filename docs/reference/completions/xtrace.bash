@@ -37,6 +37,9 @@ _xtrace() {
             xtrace,list)
                 cmd="xtrace__subcmd__list"
                 ;;
+            xtrace,merge)
+                cmd="xtrace__subcmd__merge"
+                ;;
             xtrace,record)
                 cmd="xtrace__subcmd__record"
                 ;;
@@ -63,6 +66,9 @@ _xtrace() {
                 ;;
             xtrace__subcmd__help,list)
                 cmd="xtrace__subcmd__help__subcmd__list"
+                ;;
+            xtrace__subcmd__help,merge)
+                cmd="xtrace__subcmd__help__subcmd__merge"
                 ;;
             xtrace__subcmd__help,record)
                 cmd="xtrace__subcmd__help__subcmd__record"
@@ -101,7 +107,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -329,7 +335,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help)
-            opts="record list flamegraph report diff convert check generate help"
+            opts="record list flamegraph report diff convert merge check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -457,6 +463,20 @@ _xtrace() {
         xtrace__subcmd__help__subcmd__list__subcmd__usdt)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__help__subcmd__merge)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -613,6 +633,32 @@ _xtrace() {
                     ;;
                 -p)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__merge)
+            opts="-o -h --output --trace-format --gzip --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --trace-format)
+                    COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
                     return 0
                     ;;
                 *)

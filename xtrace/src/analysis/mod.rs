@@ -47,6 +47,8 @@ pub enum Error {
     Malformed { path: PathBuf, reason: String },
     #[error("{path}: cannot be converted: {reason}")]
     NotConvertible { path: PathBuf, reason: String },
+    #[error("{path}: cannot be merged: {reason}")]
+    NotMergeable { path: PathBuf, reason: String },
     #[error("{path}: cannot be read: {reason}")]
     Unreadable { path: PathBuf, reason: String },
     #[error(transparent)]

@@ -1,11 +1,13 @@
 //! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
-//! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace convert DIR`, `xtrace check` and `xtrace generate -o DIR`.
+//! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace convert DIR`, `xtrace merge DIR... -o OUT`,
+//! `xtrace check` and `xtrace generate -o DIR`.
 //! `record` is also what `xtrace` does without a subcommand.
 pub mod convert;
 pub mod diff;
 pub mod flamegraph;
 pub mod generate;
 pub mod list;
+pub mod merge;
 pub mod record;
 mod record_values;
 pub mod report;
@@ -53,6 +55,8 @@ pub enum Command {
     Diff(diff::DiffArgs),
     /// Write a capture's trace.json as trace.perfetto-trace beside it.
     Convert(convert::ConvertArgs),
+    /// Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock.
+    Merge(merge::MergeArgs),
     /// Check whether this host can record: kernel, BTF, BPF features, settings, capabilities.
     ///
     /// Each item is `ok`, `missing` (recording cannot work until it is fixed), `limited`

@@ -8,6 +8,7 @@ pub mod callgrind;
 pub mod convert;
 pub mod cuda;
 pub mod derived;
+pub mod merge;
 pub mod offcpu;
 pub mod plt;
 pub mod pprof;

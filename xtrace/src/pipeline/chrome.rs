@@ -131,7 +131,9 @@ impl<W: Write> ChromeWriter<W> {
     /// only its values under `args`.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
         self.separator();
-        let (probe_name, probe_cat) = &self.names[span.probe];
+        // A replayed event (`xtrace convert`, `xtrace merge`) has no probe, and its own name.
+        let unknown = (String::from("\"?\""), String::from("\"?\""));
+        let (probe_name, probe_cat) = self.names.get(span.probe).unwrap_or(&unknown);
         let renamed = span.name.as_deref().map(quote);
         let name = renamed.as_ref().unwrap_or(probe_name);
         let recat = span.cat.as_deref().map(quote);

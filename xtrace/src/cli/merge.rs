@@ -1,0 +1,61 @@
+//! `xtrace merge DIR... -o OUT`: the captures of a distributed job (one per rank or host) as one
+//! capture on one clock (see `export::merge`).
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::{
+    analysis::{Error, Result},
+    output::TraceFormat,
+};
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The captures: directories written by `xtrace -o DIR`, each with a trace.json (two or more).
+    ///
+    /// Each is placed on the merged trace's clock by the clock pairs in its summary.json, read as
+    /// it started and as it ended: captures of several hosts line up as far as their wall clocks
+    /// agree (NTP keeps them within about a millisecond; PTP much closer). Its processes keep
+    /// their names, after the host they ran on (`node7: python3 (rank 3 of 8)`), and are
+    /// numbered apart (pid + N * 4194304 for the Nth capture).
+    #[arg(value_name = "DIR", num_args = 2.., required = true)]
+    pub dirs: Vec<PathBuf>,
+
+    /// The directory to write the merged capture into (created if missing).
+    ///
+    /// It gets the merged trace, summary.json (the parts, each with its clock shift and drift)
+    /// and, where the captures have them, their stacks.folded under one root frame per host and
+    /// rank. `xtrace report` and `xtrace flamegraph` read it as any capture.
+    #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
+    pub output: PathBuf,
+
+    /// The merged trace's format: json (trace.json) or perfetto (trace.perfetto-trace).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormat::Json)]
+    pub trace_format: TraceFormat,
+
+    /// Write the merged trace compressed.
+    #[arg(long)]
+    pub gzip: bool,
+}
+
+/// Merges; returns the note saying what was written.
+pub fn run(args: &MergeArgs) -> Result<String> {
+    let out = std::fs::canonicalize(&args.output).ok();
+    for dir in &args.dirs {
+        if out.is_some() && std::fs::canonicalize(dir).ok() == out {
+            return Err(Error::NotMergeable {
+                path: args.output.clone(),
+                reason: "it is one of the captures merged; give another directory with -o".into(),
+            });
+        }
+    }
+    let parts = crate::export::merge::run(&args.dirs, &args.output, args.trace_format, args.gzip)?;
+    let most = |f: fn(&crate::export::merge::Part) -> u64| parts.iter().map(f).max().unwrap_or(0);
+    Ok(format!(
+        "merged {} captures into {}: shifted by up to {}, their clocks drifted up to {} (summary.json merged)",
+        parts.len(),
+        crate::output::shown(&args.output),
+        crate::model::duration::human(most(|p| p.shift_ns)),
+        crate::model::duration::human(most(|p| p.clock_drift_ns)),
+    ))
+}

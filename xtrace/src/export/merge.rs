@@ -1,0 +1,287 @@
+//! `xtrace merge DIR... -o OUT`: one capture of many (the ranks of a distributed job, on one host
+//! or many), on one clock. Each capture's CLOCK_MONOTONIC, the clock of its trace, is placed on
+//! the wall clock by the clock pairs its summary.json holds (read as it started and as it ended):
+//! the capture whose monotonic clock lies furthest behind the wall clock is the reference, and
+//! every other is shifted forward by the difference, so no time goes negative. The pairs also
+//! bound the alignment: how far each capture's wall clock moved against its monotonic clock
+//! between start and end (NTP slewing) is reported beside its shift. Processes are numbered
+//! apart per capture (pid + its capture's offset, a multiple of 2^22, Linux's largest pid) and
+//! named after their host (their names hold their rank); stacks.folded gets each capture's host
+//! and rank as the root frame.
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{
+    convert::replay_events,
+    replay::{Placement, Replay},
+};
+use crate::{
+    analysis::{
+        capture::{self, Capture, Load},
+        trace_file::{self, Progress},
+        Error, Result,
+    },
+    clock::Snapshot,
+    model::summary::FORMAT_VERSION,
+    output::{self, Sink, TraceFormat},
+    pipeline::writer::EventWriter,
+};
+
+/// What each capture's pids and tids are offset by, times its place in the list (from 1): past
+/// `PID_MAX_LIMIT`, so no two captures' ids meet.
+pub const ID_STRIDE: u32 = 1 << 22;
+
+/// One merged capture, as the merged summary.json's `merged` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Part {
+    pub dir: String,
+    pub host: String,
+    pub labels: Value,
+    /// Its targets' ranks, as its summary.json gives them.
+    pub ranks: Vec<u64>,
+    /// Added to its times (ns) to place them on the merged trace's clock.
+    pub shift_ns: u64,
+    /// How far its wall clock moved against its monotonic clock between its start and its end
+    /// (ns, either way): the alignment is no better than this.
+    pub clock_drift_ns: u64,
+    /// Added to its pids and tids.
+    pub id_offset: u32,
+}
+
+/// The merged summary.json: what `report` reads of a capture, and the parts.
+#[derive(Debug, Serialize)]
+struct MergedSummary {
+    format_version: u32,
+    host: &'static str,
+    duration_ns: u64,
+    targets: Vec<Value>,
+    clock: Value,
+    merged: Vec<Part>,
+}
+
+/// A capture to merge: its summary, and its wall-clock offset at start and end (realtime minus
+/// monotonic, ns).
+struct Input {
+    capture: Capture,
+    offsets: [i128; 2],
+    start: Snapshot,
+    end: Snapshot,
+}
+
+/// The clock pair `at` (`start` or `end`) of a capture's summary.json; None when it has none
+/// (an older xtrace's capture).
+fn clock(summary: &Value, at: &str) -> Option<Snapshot> {
+    let c = &summary["clock"][at];
+    let ns = |k: &str| c[k].as_u64().filter(|&n| n > 0);
+    Some(Snapshot {
+        monotonic_ns: ns("monotonic_ns")?,
+        realtime_ns: ns("realtime_ns")?,
+        boottime_ns: c["boottime_ns"].as_u64().unwrap_or(0),
+    })
+}
+
+fn input(dir: &Path) -> Result<Input> {
+    let capture = capture::load(
+        dir,
+        Load {
+            trace: false,
+            spans: false,
+        },
+    )?;
+    let path = dir.join(output::SUMMARY_JSON);
+    let pairs = clock(&capture.summary, "start").zip(clock(&capture.summary, "end"));
+    let Some((start, end)) = pairs else {
+        return Err(Error::NotMergeable {
+            path,
+            reason: "it holds no clock pairs (clock.start and clock.end), which place a capture on a common \
+                     clock (an older xtrace wrote it); record it again"
+                .into(),
+        });
+    };
+    let offset = |s: &Snapshot| i128::from(s.realtime_ns) - i128::from(s.monotonic_ns);
+    Ok(Input {
+        capture,
+        offsets: [offset(&start), offset(&end)],
+        start,
+        end,
+    })
+}
+
+/// The name of a part: its host, and its targets' rank when they share one.
+fn prefix(host: &str, ranks: &[u64]) -> String {
+    match ranks {
+        [rank, rest @ ..] if rest.iter().all(|r| r == rank) => format!("{host} rank {rank}"),
+        _ => host.to_string(),
+    }
+}
+
+/// Merges the captures `dirs` into `out` (created, or empty of traces), writing the trace in
+/// `format`; returns the parts.
+pub fn run(dirs: &[PathBuf], out: &Path, format: TraceFormat, gzip: bool) -> Result<Vec<Part>> {
+    let inputs = dirs.iter().map(|d| input(d)).collect::<Result<Vec<_>>>()?;
+    let mean = |i: &Input| (i.offsets[0] + i.offsets[1]) / 2;
+    let reference = inputs.iter().map(mean).min().unwrap_or(0);
+    let mut parts = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let summary = &input.capture.summary;
+        let ranks: Vec<u64> = summary["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["rank"]["rank"].as_u64())
+            .collect();
+        parts.push(Part {
+            dir: output::shown(&dirs[i]),
+            host: summary["host"].as_str().unwrap_or("?").to_string(),
+            labels: summary.get("labels").cloned().unwrap_or(Value::Null),
+            ranks,
+            shift_ns: u64::try_from(mean(input) - reference).unwrap_or(0),
+            clock_drift_ns: u64::try_from((input.offsets[1] - input.offsets[0]).abs()).unwrap_or(u64::MAX),
+            id_offset: ID_STRIDE * (i as u32 + 1),
+        });
+    }
+    let out_dir = output::prepare(Some(out), true)?;
+    write_trace(&inputs, &parts, &out_dir, format, gzip)?;
+    write_folded(&inputs, &parts, &out_dir)?;
+    write_summary(&inputs, parts.clone(), &out_dir)?;
+    Ok(parts)
+}
+
+fn write_trace(
+    inputs: &[Input],
+    parts: &[Part],
+    out: &output::Dir,
+    format: TraceFormat,
+    gzip: bool,
+) -> Result<()> {
+    let name = format.file_name(gzip);
+    let written = |source| {
+        Error::Xtrace(crate::error::Error::Output {
+            path: out.join(&output::partial(name)),
+            source,
+        })
+    };
+    let (sink, _) = Sink::new(output::create(out, name)?, gzip);
+    // The reference capture's start: the clock pair of the merged trace's start.
+    let first = inputs.iter().zip(parts).min_by_key(|(_, p)| p.shift_ns);
+    let start = first.map(|(i, _)| i.start).unwrap_or_default();
+    let mut writer = EventWriter::starting(sink, &[], format, start).map_err(written)?;
+    for (input, part) in inputs.iter().zip(parts) {
+        let (path, reader, from) = trace_file::open(&input.capture.dir)?;
+        if from != TraceFormat::Json {
+            return Err(Error::NotMergeable {
+                path,
+                reason: "merge reads trace.json captures so far; record with --trace-format json, or \
+                         merge the trace.json `xtrace convert` cannot write yet"
+                    .into(),
+            });
+        }
+        let mut replay = Replay {
+            writer: &mut writer,
+            placement: Placement {
+                shift_ns: part.shift_ns,
+                id_offset: part.id_offset,
+                // Its processes' names hold their rank already.
+                process_prefix: Some(part.host.clone()),
+            },
+            progress: Progress::default(),
+        };
+        replay_events(&path, reader, &mut replay)?;
+    }
+    if let Some((input, _)) = first {
+        writer.ending(input.end).map_err(written)?;
+    }
+    writer.finish().and_then(Sink::close).map_err(written)?;
+    output::complete(out, name)?;
+    Ok(())
+}
+
+/// stacks.folded of every capture that has one, each stack under its part's root frame
+/// (`[node7 rank 3]`).
+fn write_folded(inputs: &[Input], parts: &[Part], out: &output::Dir) -> Result<()> {
+    let mut text = String::new();
+    for (input, part) in inputs.iter().zip(parts) {
+        let root = prefix(&part.host, &part.ranks);
+        for (stack, count) in &input.capture.folded {
+            text += &format!("[{root}];{stack} {count}\n");
+        }
+    }
+    if text.is_empty() {
+        return Ok(());
+    }
+    output::write(out, output::STACKS_FOLDED, text.as_bytes()).map_err(Error::Xtrace)
+}
+
+fn write_summary(inputs: &[Input], parts: Vec<Part>, out: &output::Dir) -> Result<()> {
+    // The merged window, on the merged clock: from the earliest start to the latest end.
+    let placed = |s: &Snapshot, p: &Part| s.monotonic_ns + p.shift_ns;
+    let begin = inputs
+        .iter()
+        .zip(&parts)
+        .map(|(i, p)| placed(&i.start, p))
+        .min()
+        .unwrap_or(0);
+    let end = inputs
+        .iter()
+        .zip(&parts)
+        .map(|(i, p)| placed(&i.end, p))
+        .max()
+        .unwrap_or(0);
+    let targets = inputs
+        .iter()
+        .zip(&parts)
+        .flat_map(|(input, part)| {
+            let targets = input.capture.summary["targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            targets.into_iter().map(move |mut t| {
+                let pid = t["pid"].as_u64().unwrap_or(0);
+                t["pid"] = (pid + u64::from(part.id_offset)).into();
+                t["host"] = part.host.clone().into();
+                t
+            })
+        })
+        .collect();
+    let reference = inputs.iter().zip(&parts).min_by_key(|(_, p)| p.shift_ns);
+    let clock = reference.map_or(Value::Null, |(i, _)| i.capture.summary["clock"].clone());
+    let summary = MergedSummary {
+        format_version: FORMAT_VERSION,
+        host: "merged",
+        duration_ns: end.saturating_sub(begin),
+        targets,
+        clock,
+        merged: parts,
+    };
+    let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
+    output::write(out, output::SUMMARY_JSON, json.as_bytes()).map_err(Error::Xtrace)?;
+    output::write(out, output::SUMMARY_TXT, text(&summary).as_bytes()).map_err(Error::Xtrace)
+}
+
+/// summary.txt of a merged capture: a line per part.
+fn text(summary: &MergedSummary) -> String {
+    let human = crate::model::duration::human;
+    let mut out = format!(
+        "{} captures merged, {} in all\n",
+        summary.merged.len(),
+        human(summary.duration_ns)
+    );
+    for part in &summary.merged {
+        let ranks: Vec<String> = part.ranks.iter().map(u64::to_string).collect();
+        let ranks = match ranks.is_empty() {
+            true => String::new(),
+            false => format!(" rank {}", ranks.join(",")),
+        };
+        out += &format!(
+            "{}: {}{ranks}, shifted {}, clocks drifted {} apart, pids + {}\n",
+            part.dir,
+            part.host,
+            human(part.shift_ns),
+            human(part.clock_drift_ns),
+            part.id_offset
+        );
+    }
+    out
+}
