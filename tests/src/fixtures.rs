@@ -76,6 +76,11 @@ pub struct Fixtures {
     /// `cudalate LIBCUDART [PLUGIN_DIR]`: dlopen()s the stand-in runtime after the go line, then makes known
     /// CUDA calls after a second line (see cudalate.c).
     pub cudalate: PathBuf,
+    /// `gpuapp [--cupti LIBCUPTI] COMMAND...` (see gpuapp.c): kernels, copies and memsets with known
+    /// counts through the stand-in runtime and driver, whose `cuInit` loads
+    /// `CUDA_INJECTION64_PATH`; `libcupti.so.12` beside them is the stand-in CUPTI (cupti.c).
+    pub gpuapp: PathBuf,
+    pub libcupti: PathBuf,
     /// `ranges run` and `ranges names N` (see ranges.c): known ranges through xtrace's own API,
     /// linked against the tool library `libxtrace_tool.so` next to the xtrace binary under test.
     pub ranges: PathBuf,
@@ -166,6 +171,8 @@ fn build() -> Fixtures {
         profile_rs: out.join("profile_rs"),
         cudaapp: out.join("cudaapp"),
         cudalate: out.join("cudalate"),
+        gpuapp: out.join("gpuapp"),
+        libcupti: out.join("libcupti.so.12"),
         ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
@@ -232,7 +239,8 @@ fn build() -> Fixtures {
 fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
     let dir = out.to_str().expect("target dir is UTF-8");
     let (cuda, cudart) = (out.join("libcuda.so.1"), out.join("libcudart.so.12"));
-    compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC"]);
+    compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC", "-ldl"]);
+    compile(&[src.join("cupti.c")], &fixtures.libcupti, &["-shared", "-fPIC"]);
     compile(
         &[src.join("cudart.c"), cuda.clone()],
         &cudart,
@@ -248,6 +256,16 @@ fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
         ],
     );
     compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
+    compile(
+        &[src.join("gpuapp.c"), cudart.clone(), cuda.clone()],
+        &fixtures.gpuapp,
+        &[
+            &format!("{dir}/libcudart.so.12"),
+            &format!("{dir}/libcuda.so.1"),
+            &format!("-Wl,-rpath,{dir}"),
+            "-ldl",
+        ],
+    );
 }
 
 /// The `ranges` fixture, linked against the tool library next to the xtrace binary. Linked anew
