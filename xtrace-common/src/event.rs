@@ -27,6 +27,8 @@ pub const KIND_LONG_STR: u32 = 10;
 pub const KIND_PY_STACK: u32 = 11;
 /// `EventHeader::kind` of an off-CPU wait (`crate::offcpu::OffCpuEvent`).
 pub const KIND_OFF_CPU: u32 = 12;
+/// `EventHeader::kind` of a GPU device record (`crate::gpu::GpuEvent`).
+pub const KIND_GPU: u32 = 13;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;

@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod event;
+pub mod gpu;
 pub mod offcpu;
 pub mod probe;
 pub mod python;

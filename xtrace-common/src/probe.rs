@@ -114,8 +114,11 @@ pub mod counter {
     /// Off-CPU intervals not counted: the table that adds them up was full, or one to send did
     /// not fit in the ring buffer.
     pub const LOST_OFF_CPU: u32 = 6;
+    /// GPU device records not sent: past `gpu::MAX_RECORDS_PER_HIT` in one batch, or no room in
+    /// the ring buffer.
+    pub const LOST_DEVICE_RECORDS: u32 = 7;
     /// Number of counters.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// One open call on a thread's `EntryStack` (32 bytes).

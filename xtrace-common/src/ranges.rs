@@ -57,7 +57,7 @@ pub const OPEN_DEPTH: usize = 64;
 
 /// Every probe the tool library fires. The tool checks each of its call sites against this table
 /// when it is compiled ([`declared`]); xtrace attaches to those marked `attached`.
-pub const PROBES: [Probe; 6] = [
+pub const PROBES: [Probe; 7] = [
     Probe {
         name: "range_push",
         args: "8@%rdi 8@%rsi 8@%rdx",
@@ -94,6 +94,14 @@ pub const PROBES: [Probe; 6] = [
         args: "8@%rdi 8@%rsi 8@%rdx",
         strings: &[false, false, true],
         attached: true,
+    },
+    // (records, count): a batch of `crate::gpu::DeviceRecord`s. Not a range: `--cuda` attaches
+    // the kernel program `gpu_records` here, not `usdt_hit`.
+    Probe {
+        name: "gpu_records",
+        args: "8@%rdi 8@%rsi",
+        strings: &[false, false],
+        attached: false,
     },
 ];
 

@@ -190,7 +190,7 @@ mod tests {
     /// xtrace knows what a hit of each of the tool library's probes does.
     #[test]
     fn every_tool_probe_has_an_op() {
-        for probe in &xtrace_common::ranges::PROBES {
+        for probe in xtrace_common::ranges::PROBES.iter().filter(|p| p.attached) {
             assert!(super::op(probe.name).is_some(), "{}", probe.name);
         }
     }

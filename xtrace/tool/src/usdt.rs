@@ -38,6 +38,7 @@ semaphores!(
     xtrace_range_end_semaphore,
     xtrace_mark_semaphore,
     xtrace_thread_name_semaphore,
+    xtrace_gpu_records_semaphore,
 );
 
 /// Whether a tracer is attached to the probe whose semaphore this is.
@@ -187,5 +188,20 @@ pub fn thread_name(source: Source, tid: u64, name: Option<&core::ffi::CStr>) {
         "rdi" = s,
         "rsi" = tid,
         "rdx" = n
+    );
+}
+
+/// `xtrace:gpu_records(records, count)`: hands `count` (at most
+/// `xtrace_common::gpu::MAX_RECORDS_PER_HIT`) `DeviceRecord`s at `records` to the tracer, whose
+/// kernel program copies them while the probe fires (`device.rs`).
+#[inline(never)]
+pub fn gpu_records(records: *const xtrace_common::gpu::DeviceRecord, count: usize) {
+    let (r, n) = (records as u64, count as u64);
+    site!(
+        xtrace_gpu_records_semaphore,
+        "gpu_records",
+        "8@%rdi 8@%rsi",
+        "rdi" = r,
+        "rsi" = n
     );
 }

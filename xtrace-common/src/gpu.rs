@@ -1,0 +1,99 @@
+//! The GPU device timeline's records: the contract between the tool library (`xtrace/tool`, which
+//! reads CUPTI's activity records inside the traced process and fires the `xtrace:gpu_records`
+//! USDT probe with a batch of them), the kernel program `gpu_records` (which copies each record
+//! into the ring buffer as it is) and user space. CUPTI's own structs change between CUDA versions;
+//! these do not, and nothing in BPF parses CUPTI's.
+use crate::event::EventHeader;
+
+/// `EventHeader::kind` of a [`GpuEvent`].
+pub use crate::event::KIND_GPU;
+
+/// Most records one hit of `gpu_records` copies; the tool library never passes more. Records past
+/// it are counted (`probe::counter::LOST_DEVICE_RECORDS`), not sent.
+pub const MAX_RECORDS_PER_HIT: usize = 64;
+
+/// Bytes of one record.
+pub const RECORD_BYTES: usize = 128;
+
+/// What a record is (`DeviceRecord::kind`).
+pub mod record_kind {
+    /// A kernel's execution on the device.
+    pub const KERNEL: u32 = 1;
+    /// A memory copy.
+    pub const MEMCPY: u32 = 2;
+    /// A memset.
+    pub const MEMSET: u32 = 3;
+    /// A piece of a kernel's name ([`super::DeviceName`]), sent before the first record that uses
+    /// the name's id.
+    pub const NAME: u32 = 4;
+    /// Records CUPTI dropped (no buffer to put them in): `DeviceRecord::bytes` holds how many.
+    pub const DROPPED: u32 = 5;
+    /// A line for the user from the tool library ([`super::DeviceName`] with id 0): CUPTI
+    /// refused the subscription, a libcupti outside the supported range, no libcupti found.
+    pub const NOTICE: u32 = 6;
+    /// A launch call's correlation id, from CUPTI's API-enter callback on the launching thread:
+    /// `start_ns` is when the call began (CLOCK_MONOTONIC), `stream` holds the thread id.
+    pub const LAUNCH: u32 = 7;
+}
+
+/// One device activity, as the tool library hands it over (128 bytes). Times are CLOCK_MONOTONIC
+/// nanoseconds (the clock the tool library gives CUPTI), the clock of `bpf_ktime_get_ns`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceRecord {
+    /// [`record_kind`].
+    pub kind: u32,
+    pub device: u32,
+    pub stream: u32,
+    /// CUPTI's correlation id: the same as its launch call's.
+    pub correlation: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// A copy's or memset's bytes; the count of a `DROPPED` record.
+    pub bytes: u64,
+    /// A kernel's name ([`DeviceName`] records carry the text); 0: none.
+    pub name_id: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Static plus dynamic shared memory of a kernel, in bytes.
+    pub shared_bytes: u32,
+    pub registers: u16,
+    /// A copy's `CUpti_ActivityMemcpyKind` (1 host to device, 2 device to host, 8 device to
+    /// device, 10 peer to peer, ...).
+    pub copy_kind: u8,
+    pub _pad: u8,
+    pub value: u32,
+    pub _reserved: [u64; 6],
+}
+
+/// Bytes of name text one [`DeviceName`] carries.
+pub const NAME_CHUNK: usize = 112;
+
+/// A piece of a name: `text[..len]` is the name's bytes from `offset` on. A name longer than
+/// [`NAME_CHUNK`] comes in several records, in order; the tool library cuts names at
+/// [`NAME_MAX`] bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceName {
+    /// `record_kind::NAME` or `record_kind::NOTICE`.
+    pub kind: u32,
+    pub id: u32,
+    pub offset: u32,
+    pub len: u32,
+    pub text: [u8; NAME_CHUNK],
+}
+
+/// Longest name the tool library sends, in bytes.
+pub const NAME_MAX: usize = 1024;
+
+/// A record as the ring buffer holds it: who fired the probe, when, and the record's bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuEvent {
+    pub header: EventHeader,
+    pub record: [u8; RECORD_BYTES],
+}
+
+const _: () = assert!(core::mem::size_of::<DeviceRecord>() == RECORD_BYTES);
+const _: () = assert!(core::mem::size_of::<DeviceName>() == RECORD_BYTES);
+const _: () = assert!(core::mem::size_of::<GpuEvent>() == 24 + RECORD_BYTES);

@@ -1,0 +1,246 @@
+//! The process's own libcupti, found and bound at activation: the functions the device timeline
+//! calls, with CUPTI's C signatures (cupti_activity.h, cupti_callbacks.h, cupti_result.h), and the
+//! fields of its activity records that every version since CUDA 11 has at the same offsets.
+//!
+//! Never a second copy: a libcupti the process already maps (`RTLD_NOLOAD`), else the one beside
+//! the CUDA runtime it maps (a CUDA wheel's `nvidia/cuda_cupti/lib`, or the toolkit's directory).
+use core::ffi::{c_char, c_int, c_void, CStr};
+use std::{ffi::CString, path::PathBuf};
+
+/// `CUptiResult`.
+pub type CuptiResult = c_int;
+pub const SUCCESS: CuptiResult = 0;
+/// `CUPTI_ERROR_MAX_LIMIT_REACHED`: no more records in a buffer.
+pub const MAX_LIMIT_REACHED: CuptiResult = 12;
+
+/// `CUpti_ActivityKind` values the timeline enables and reads.
+pub mod kind {
+    pub const MEMCPY: u32 = 1;
+    pub const MEMSET: u32 = 2;
+    pub const KERNEL: u32 = 3;
+    pub const CONCURRENT_KERNEL: u32 = 10;
+}
+
+/// `CUpti_CallbackDomain`.
+pub const DOMAIN_DRIVER_API: u32 = 1;
+pub const DOMAIN_RUNTIME_API: u32 = 2;
+/// The launch calls whose API callbacks carry the correlation id of the kernel they launch:
+/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`.
+pub const LAUNCH_CALLBACKS: [(u32, u32); 2] = [(DOMAIN_RUNTIME_API, 211), (DOMAIN_DRIVER_API, 307)];
+/// `CUPTI_API_ENTER` and `CUPTI_API_EXIT`.
+pub const API_ENTER: c_int = 0;
+pub const API_EXIT: c_int = 1;
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: flush buffers that are not full too.
+pub const FLUSH_FORCED: u32 = 1;
+
+/// The `cuptiGetVersion` values the device timeline is known to work with: CUPTI API 18 to 26
+/// (CUDA 12.0 to 12.9) and CUDA 13's numbering (130000 on).
+pub const SUPPORTED: [core::ops::RangeInclusive<u32>; 2] = [18..=26, 130_000..=139_999];
+
+/// `CUpti_CallbackData` up to the correlation id.
+#[repr(C)]
+pub struct CallbackData {
+    pub site: c_int,
+    pub function_name: *const c_char,
+    pub function_params: *const c_void,
+    pub return_value: *mut c_void,
+    pub symbol_name: *const c_char,
+    pub context: *mut c_void,
+    pub context_uid: u32,
+    pub correlation_data: *mut u64,
+    pub correlation_id: u32,
+}
+
+pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
+pub type RequestFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
+pub type CompleteFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
+pub type TimestampFn = unsafe extern "C" fn() -> u64;
+
+type GetVersion = unsafe extern "C" fn(*mut u32) -> CuptiResult;
+type GetResultString = unsafe extern "C" fn(CuptiResult, *mut *const c_char) -> CuptiResult;
+type Subscribe = unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> CuptiResult;
+type Unsubscribe = unsafe extern "C" fn(*mut c_void) -> CuptiResult;
+type EnableCallback = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> CuptiResult;
+type ActivityKindFn = unsafe extern "C" fn(u32) -> CuptiResult;
+type RegisterCallbacks = unsafe extern "C" fn(RequestFn, CompleteFn) -> CuptiResult;
+type RegisterTimestamp = unsafe extern "C" fn(TimestampFn) -> CuptiResult;
+type FlushAll = unsafe extern "C" fn(u32) -> CuptiResult;
+type NextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> CuptiResult;
+type Dropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> CuptiResult;
+type Finalize = unsafe extern "C" fn() -> CuptiResult;
+
+/// The CUPTI functions the timeline calls, bound with `dlsym`.
+pub struct Cupti {
+    pub path: PathBuf,
+    pub get_version: GetVersion,
+    pub get_result_string: GetResultString,
+    pub subscribe: Subscribe,
+    pub unsubscribe: Unsubscribe,
+    pub enable_callback: EnableCallback,
+    pub activity_enable: ActivityKindFn,
+    pub activity_disable: ActivityKindFn,
+    pub register_callbacks: RegisterCallbacks,
+    pub register_timestamp: RegisterTimestamp,
+    pub flush_all: FlushAll,
+    pub next_record: NextRecord,
+    pub dropped: Dropped,
+    pub finalize: Finalize,
+}
+
+/// The names CUPTI's library goes by, newest first.
+const NAMES: [&str; 3] = ["libcupti.so.13", "libcupti.so.12", "libcupti.so"];
+
+impl Cupti {
+    /// Binds the process's libcupti; Err says why there is none to use.
+    pub fn find() -> Result<Cupti, String> {
+        let (handle, path) = loaded()
+            .or_else(beside_runtime)
+            .ok_or_else(|| "no libcupti is loaded in the process nor beside its CUDA runtime".to_owned())?;
+        // SAFETY: `handle` is a live dlopen handle, each name is NUL-terminated, and each pointer
+        // is cast to the function type CUPTI's headers declare for that name.
+        unsafe {
+            macro_rules! sym {
+                ($name:literal, $ty:ty) => {{
+                    let f = libc::dlsym(handle, concat!($name, "\0").as_ptr().cast());
+                    if f.is_null() {
+                        return Err(format!("{} lacks {}", path.display(), $name));
+                    }
+                    core::mem::transmute::<*mut c_void, $ty>(f)
+                }};
+            }
+            Ok(Cupti {
+                get_version: sym!("cuptiGetVersion", GetVersion),
+                get_result_string: sym!("cuptiGetResultString", GetResultString),
+                subscribe: sym!("cuptiSubscribe", Subscribe),
+                unsubscribe: sym!("cuptiUnsubscribe", Unsubscribe),
+                enable_callback: sym!("cuptiEnableCallback", EnableCallback),
+                activity_enable: sym!("cuptiActivityEnable", ActivityKindFn),
+                activity_disable: sym!("cuptiActivityDisable", ActivityKindFn),
+                register_callbacks: sym!("cuptiActivityRegisterCallbacks", RegisterCallbacks),
+                register_timestamp: sym!("cuptiActivityRegisterTimestampCallback", RegisterTimestamp),
+                flush_all: sym!("cuptiActivityFlushAll", FlushAll),
+                next_record: sym!("cuptiActivityGetNextRecord", NextRecord),
+                dropped: sym!("cuptiActivityGetNumDroppedRecords", Dropped),
+                finalize: sym!("cuptiFinalize", Finalize),
+                path,
+            })
+        }
+    }
+
+    /// CUPTI's name for `result`.
+    pub fn result_name(&self, result: CuptiResult) -> String {
+        let mut text: *const c_char = core::ptr::null();
+        // SAFETY: a bound CUPTI function writing one pointer.
+        let ok = unsafe { (self.get_result_string)(result, &mut text) } == SUCCESS;
+        if ok && !text.is_null() {
+            // SAFETY: CUPTI returns a static NUL-terminated string.
+            unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
+        } else {
+            format!("CUPTI error {result}")
+        }
+    }
+}
+
+/// A libcupti the process has loaded already.
+fn loaded() -> Option<(*mut c_void, PathBuf)> {
+    NAMES.iter().find_map(|name| {
+        let c = CString::new(*name).ok()?;
+        // SAFETY: RTLD_NOLOAD only looks the name up among loaded objects.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        (!handle.is_null()).then(|| (handle, path_of(handle).unwrap_or_else(|| PathBuf::from(name))))
+    })
+}
+
+/// The libcupti in the directory of the CUDA runtime the process maps, or in a CUDA wheel's
+/// `cuda_cupti/lib` beside the runtime's `cuda_runtime/lib`.
+fn beside_runtime() -> Option<(*mut c_void, PathBuf)> {
+    let runtime = mapped_runtime()?;
+    let dir = runtime.parent()?;
+    let wheel = dir.parent()?.parent().map(|nvidia| nvidia.join("cuda_cupti/lib"));
+    let dirs = [Some(dir.to_path_buf()), wheel];
+    dirs.iter().flatten().find_map(|dir| {
+        NAMES.iter().find_map(|name| {
+            let path = dir.join(name);
+            let c = CString::new(path.to_str()?).ok()?;
+            if !path.is_file() {
+                return None;
+            }
+            // SAFETY: loads a library by its path; CUPTI's constructors need nothing of ours.
+            let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            (!handle.is_null()).then_some((handle, path))
+        })
+    })
+}
+
+/// The path of the `libcudart.so*` the process maps, from /proc/self/maps.
+fn mapped_runtime() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let path = line.split_whitespace().nth(5)?;
+        let name = path.rsplit('/').next()?;
+        name.starts_with("libcudart.so").then(|| PathBuf::from(path))
+    })
+}
+
+/// The file a dlopen handle was loaded from.
+fn path_of(handle: *mut c_void) -> Option<PathBuf> {
+    let mut map: *mut libc::c_void = core::ptr::null_mut();
+    // SAFETY: RTLD_DI_LINKMAP writes a `struct link_map *` for a live handle.
+    if unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut map as *mut *mut c_void).cast(),
+        )
+    } != 0
+        || map.is_null()
+    {
+        return None;
+    }
+    // SAFETY: `struct link_map` starts with l_addr then l_name, a NUL-terminated path.
+    let name = unsafe { *(map as *const *const c_char).add(1) };
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: as above.
+    let text = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
+    (!text.is_empty()).then(|| PathBuf::from(text))
+}
+
+/// The fields of an activity record the timeline reads, at the offsets every kernel record since
+/// `CUpti_ActivityKernel4`, every memcpy record since `CUpti_ActivityMemcpy` and every memset
+/// record since `CUpti_ActivityMemset` have them.
+pub mod layout {
+    pub const KIND: usize = 0;
+    pub mod kernel {
+        pub const REGISTERS: usize = 6;
+        pub const START: usize = 16;
+        pub const END: usize = 24;
+        pub const DEVICE: usize = 40;
+        pub const STREAM: usize = 48;
+        pub const GRID: usize = 52;
+        pub const BLOCK: usize = 64;
+        pub const STATIC_SHARED: usize = 76;
+        pub const DYNAMIC_SHARED: usize = 80;
+        pub const CORRELATION: usize = 92;
+        pub const NAME: usize = 104;
+    }
+    pub mod memcpy {
+        pub const COPY_KIND: usize = 4;
+        pub const BYTES: usize = 8;
+        pub const START: usize = 16;
+        pub const END: usize = 24;
+        pub const DEVICE: usize = 32;
+        pub const STREAM: usize = 40;
+        pub const CORRELATION: usize = 44;
+    }
+    pub mod memset {
+        pub const VALUE: usize = 4;
+        pub const BYTES: usize = 8;
+        pub const START: usize = 16;
+        pub const END: usize = 24;
+        pub const DEVICE: usize = 32;
+        pub const STREAM: usize = 40;
+        pub const CORRELATION: usize = 44;
+    }
+}

@@ -1,0 +1,308 @@
+//! The device timeline's life in the process, driven by the watcher thread (`injection.rs`) once
+//! per period: activation when the `xtrace:gpu_records` semaphore rises, a flush of CUPTI's
+//! buffers and a hand-over of the records each period while it stays up, deactivation when it
+//! falls.
+//!
+//! Activation binds the process's libcupti (`cupti.rs`), checks its version, subscribes (a refusal,
+//! as when another profiler holds CUPTI, leaves the timeline off with one notice), gives CUPTI a
+//! CLOCK_MONOTONIC timestamp callback (once per CUPTI session: registering it again corrupts the
+//! first records), and enables kernel, memcpy and memset records and the launch calls' callbacks.
+//! Deactivation disables them, flushes, and then unsubscribes and finalizes from the next API-exit
+//! callback, as CUPTI requires; when no CUDA call comes within [`FINALIZE_WAIT`], the process stays
+//! subscribed with every kind disabled, and the next activation says so.
+use core::ffi::c_void;
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Mutex, OnceLock,
+    },
+    time::{Duration, Instant},
+};
+
+use xtrace_common::gpu::{record_kind, DeviceRecord};
+
+use crate::{
+    cupti::{self, kind, Cupti, SUCCESS},
+    records,
+};
+
+/// How long deactivation waits for an API-exit callback to finalize CUPTI.
+pub const FINALIZE_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Not tracing; no CUPTI session.
+    Idle,
+    /// Records on.
+    Active,
+    /// The tracer is attached but the timeline is off (no libcupti, an unsupported one, CUPTI
+    /// refused): nothing to do until the semaphore falls.
+    Off,
+    /// Still subscribed after a deactivation whose finalize no CUDA call came to run.
+    Parked,
+}
+
+struct State {
+    phase: Phase,
+    /// The timestamp and buffer callbacks are registered in the current CUPTI session.
+    registered: bool,
+    exit_handler: bool,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    phase: Phase::Idle,
+    registered: false,
+    exit_handler: false,
+});
+static CUPTI: OnceLock<Result<Cupti, String>> = OnceLock::new();
+
+/// Launch callbacks record correlation ids while this is set.
+static LAUNCHES: AtomicBool = AtomicBool::new(false);
+/// The next API-exit callback unsubscribes and finalizes.
+static FINALIZE_WANTED: AtomicBool = AtomicBool::new(false);
+/// Set by the callback that finalized.
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// CUPTI's subscriber handle while subscribed (read by the callback that finalizes, while the
+/// watcher holds `STATE`).
+static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
+/// Held while finalizing, so that a new activation cannot interleave with it.
+static FINALIZING: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn cupti() -> Result<&'static Cupti, &'static str> {
+    CUPTI.get_or_init(Cupti::find).as_ref().map_err(String::as_str)
+}
+
+/// The libcupti bound at activation, once there is one.
+pub fn bound() -> Result<&'static Cupti, &'static str> {
+    CUPTI.get().ok_or("not bound")?.as_ref().map_err(String::as_str)
+}
+
+/// One period of the watcher: `traced` is whether the semaphore is raised.
+pub fn tick(traced: bool) {
+    let mut state = lock(&STATE);
+    match (state.phase, traced) {
+        (Phase::Idle | Phase::Parked, true) => activate(&mut state),
+        (Phase::Active, true) => flush(),
+        (Phase::Active, false) => deactivate(&mut state),
+        (Phase::Off, false) => state.phase = Phase::Idle,
+        (Phase::Parked, false) if FINALIZED.load(Ordering::Acquire) => finalized(&mut state),
+        _ => {}
+    }
+}
+
+/// In a forked child: CUPTI's session belongs to the parent.
+pub fn forget_after_fork() {
+    let mut state = lock(&STATE);
+    state.phase = Phase::Idle;
+    SUBSCRIBER.store(0, Ordering::Release);
+    LAUNCHES.store(false, Ordering::Release);
+    records::clear();
+}
+
+fn finalized(state: &mut State) {
+    FINALIZED.store(false, Ordering::Release);
+    state.phase = Phase::Idle;
+    SUBSCRIBER.store(0, Ordering::Release);
+    state.registered = false;
+}
+
+fn activate(state: &mut State) {
+    records::start_session();
+    let cupti = match cupti() {
+        Ok(cupti) => cupti,
+        Err(why) => return off(state, &format!("GPU device timeline off: {why}")),
+    };
+    let mut version = 0;
+    // SAFETY: a bound CUPTI function writing one u32.
+    let result = unsafe { (cupti.get_version)(&mut version) };
+    if result != SUCCESS || !cupti::SUPPORTED.iter().any(|r| r.contains(&version)) {
+        return off(
+            state,
+            &format!(
+                "GPU device timeline off: {} has CUPTI API version {version}, outside the supported \
+                 18-26 (CUDA 12) and 130000-139999 (CUDA 13)",
+                cupti.path.display()
+            ),
+        );
+    }
+    let parked = {
+        let _finalizing = lock(&FINALIZING);
+        FINALIZE_WANTED.store(false, Ordering::Release);
+        if FINALIZED.load(Ordering::Acquire) {
+            finalized(state);
+        }
+        state.phase == Phase::Parked
+    };
+    if parked {
+        records::notice(
+            "CUPTI had stayed subscribed since the last trace (no CUDA call came to finalize it); \
+             its records were off meanwhile",
+        );
+    } else if !subscribe(state, cupti) {
+        return;
+    }
+    enable(cupti, true);
+    state.phase = Phase::Active;
+    LAUNCHES.store(true, Ordering::Release);
+    if !state.exit_handler {
+        // SAFETY: registers a handler with no arguments, which catches its own panics.
+        state.exit_handler = unsafe { libc::atexit(at_exit) } == 0;
+    }
+}
+
+/// Subscribes and registers the callbacks; false (with the timeline off) when CUPTI refuses.
+fn subscribe(state: &mut State, cupti: &Cupti) -> bool {
+    let mut handle: *mut c_void = core::ptr::null_mut();
+    // SAFETY: bound CUPTI functions; the callbacks are `extern "C"` and catch their panics.
+    let result = unsafe { (cupti.subscribe)(&mut handle, on_api, core::ptr::null_mut()) };
+    if result != SUCCESS {
+        off(
+            state,
+            &format!(
+                "GPU device timeline off: CUPTI refused the subscription ({}): another profiler \
+                 (Nsight Systems, torch.profiler) holds it; host-side tracing goes on",
+                cupti.result_name(result)
+            ),
+        );
+        return false;
+    }
+    SUBSCRIBER.store(handle as usize, Ordering::Release);
+    enable_callbacks(cupti, handle as usize);
+    if !state.registered {
+        // SAFETY: as above.
+        unsafe {
+            (cupti.register_timestamp)(monotonic_ns);
+            (cupti.register_callbacks)(records::request_buffer, records::buffer_complete);
+        }
+        state.registered = true;
+    }
+    true
+}
+
+/// Enables (or disables) the records. (The launch callbacks stay on while subscribed: the one that
+/// finalizes is one of them.)
+fn enable(cupti: &Cupti, on: bool) {
+    let kinds = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMSET];
+    // SAFETY: bound CUPTI functions taking plain values.
+    unsafe {
+        for k in kinds {
+            if on {
+                (cupti.activity_enable)(k);
+            } else {
+                (cupti.activity_disable)(k);
+            }
+        }
+    }
+}
+
+fn enable_callbacks(cupti: &Cupti, subscriber: usize) {
+    for (domain, cbid) in cupti::LAUNCH_CALLBACKS {
+        // SAFETY: a bound CUPTI function taking the subscriber handle CUPTI gave.
+        unsafe { (cupti.enable_callback)(1, subscriber as *mut c_void, domain, cbid) };
+    }
+}
+
+fn off(state: &mut State, why: &str) {
+    records::notice(why);
+    records::deliver();
+    state.phase = Phase::Off;
+}
+
+/// Flushes CUPTI's buffers (complete or not) and hands the records over.
+fn flush() {
+    if let Ok(cupti) = cupti() {
+        // SAFETY: bound CUPTI functions; the buffer callbacks run inside.
+        unsafe {
+            (cupti.flush_all)(cupti::FLUSH_FORCED);
+            let mut dropped = 0usize;
+            if (cupti.dropped)(core::ptr::null_mut(), 0, &mut dropped) == SUCCESS && dropped > 0 {
+                records::push(DeviceRecord {
+                    kind: record_kind::DROPPED,
+                    bytes: dropped as u64,
+                    ..DeviceRecord::default()
+                });
+            }
+        }
+    }
+    records::deliver();
+}
+
+fn deactivate(state: &mut State) {
+    LAUNCHES.store(false, Ordering::Release);
+    let Ok(cupti) = cupti() else {
+        state.phase = Phase::Idle;
+        return;
+    };
+    enable(cupti, false);
+    // SAFETY: a bound CUPTI function; the buffer callbacks run inside.
+    unsafe { (cupti.flush_all)(cupti::FLUSH_FORCED) };
+    // Nobody reads the records now.
+    records::clear();
+    FINALIZE_WANTED.store(true, Ordering::Release);
+    let deadline = Instant::now() + FINALIZE_WAIT;
+    while Instant::now() < deadline && !FINALIZED.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if FINALIZED.load(Ordering::Acquire) {
+        finalized(state);
+    } else {
+        state.phase = Phase::Parked;
+    }
+}
+
+/// CUPTI's API callback (subscribed with the launch calls enabled): notes each launch's
+/// correlation id, and finalizes when deactivation asked for it.
+unsafe extern "C" fn on_api(_user: *mut c_void, _domain: u32, _cbid: u32, data: *const c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        if data.is_null() {
+            return;
+        }
+        // SAFETY: CUPTI passes a `CUpti_CallbackData` for the API domains enabled.
+        let info = unsafe { &*data.cast::<cupti::CallbackData>() };
+        if info.site == cupti::API_ENTER && LAUNCHES.load(Ordering::Acquire) {
+            records::launch(info.correlation_id, monotonic_ns());
+        }
+        if info.site == cupti::API_EXIT && FINALIZE_WANTED.load(Ordering::Acquire) {
+            finalize_here();
+        }
+    });
+}
+
+/// Unsubscribes and finalizes, from an API-exit callback.
+fn finalize_here() {
+    let _finalizing = lock(&FINALIZING);
+    if !FINALIZE_WANTED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(cupti) = cupti() else { return };
+    let subscriber = SUBSCRIBER.load(Ordering::Acquire);
+    // SAFETY: bound CUPTI functions, called from an API-exit callback as CUPTI requires.
+    unsafe {
+        (cupti.unsubscribe)(subscriber as *mut c_void);
+        (cupti.finalize)();
+    }
+    FINALIZED.store(true, Ordering::Release);
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if lock(&STATE).phase == Phase::Active {
+            flush();
+        }
+    });
+}
+
+/// CUPTI's timestamps: CLOCK_MONOTONIC, the clock of the kernel's `bpf_ktime_get_ns`.
+pub extern "C" fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
