@@ -25,6 +25,7 @@ pub const XTRACE_PROGRAMS: &[&str] = &[
     "span_exit",
     "span_ret",
     "usdt_hit",
+    "gpu_records",
     "sample",
     "thread_exit",
     "thread_exec",

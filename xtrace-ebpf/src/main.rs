@@ -7,6 +7,7 @@
 mod floor;
 mod follow;
 mod goroutine;
+mod gpu;
 mod lifecycle;
 mod long_str;
 mod maps;

@@ -333,6 +333,11 @@ pub fn read_lost_off_cpu(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
     counter_sum(counters, counter::LOST_OFF_CPU)
 }
 
+/// GPU device records the kernel program could not send (a batch past its limit, a full ring).
+pub fn read_lost_device_records(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
+    counter_sum(counters, counter::LOST_DEVICE_RECORDS)
+}
+
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).
 pub fn read_unmatched(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
     counter_sum(counters, counter::UNMATCHED_ENTRIES)

@@ -204,6 +204,11 @@ pub struct RecordArgs {
     /// every libcudart.so*/libcuda.so* the target maps (or loads later with dlopen), or in an
     /// executable that links cudart statically. On by itself with --pid and no -u/-U when the
     /// process maps a CUDA library.
+    ///
+    /// Also the GPU device timeline: when each kernel, copy and memset ran on the GPU, per GPU and
+    /// stream, from CUPTI inside the process. A launched command gets CUDA_INJECTION64_PATH set to
+    /// libxtrace_tool.so; a --pid process must have been started with it. CUPTI is used only while
+    /// xtrace is attached.
     #[arg(long = "cuda", help_heading = heading::GPU)]
     pub cuda: bool,
 

@@ -2,8 +2,9 @@
 //! `plan` finds the libraries and plans probes, `late` attaches to
 //! libraries loaded after the start, `calls` turns each call's records
 //! into a rendered span and totals, `kernels` names launched kernels (`stub_handles`: from the
-//! handles nvcc 13's host stubs keep), `nvml` samples GPU metrics.
+//! handles nvcc 13's host stubs keep), `nvml` samples GPU metrics, `device_plan` plans the GPU device timeline's probe.
 pub mod calls;
+pub mod device_plan;
 pub mod kernels;
 pub mod late;
 pub mod nvml;

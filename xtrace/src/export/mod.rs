@@ -8,6 +8,7 @@ pub mod callgrind;
 pub mod convert;
 pub mod cuda;
 pub mod derived;
+pub mod gpu_device;
 pub mod merge;
 pub mod offcpu;
 pub mod plt;

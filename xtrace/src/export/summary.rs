@@ -123,6 +123,9 @@ pub struct Summary {
     /// `--off-cpu`: time the traced threads spent off CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_cpu: Option<super::offcpu::OffCpuSummary>,
+    /// `--cuda` with the GPU device timeline: device time per GPU and per kernel, copies, memsets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_device: Option<super::gpu_device::GpuDeviceSummary>,
     /// With GPU metrics: per GPU, its name, readings and highest values.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::cuda::nvml::GpuSummary>,
@@ -201,6 +204,9 @@ impl Summary {
         }
         if let Some(cuda) = &self.cuda {
             out += &cuda.table();
+        }
+        if let Some(gpu) = &self.gpu_device {
+            out += &gpu.table();
         }
         for gpu in &self.gpus {
             let show = |v: Option<f64>, unit: &str| v.map_or("n/a".into(), |v| format!("{v:.0}{unit}"));
@@ -429,6 +435,7 @@ mod tests {
             cuda: None,
             gpus: Vec::new(),
             off_cpu: None,
+            gpu_device: None,
             ranges: None,
             ranges_unpaired: None,
             warn_over: Vec::new(),

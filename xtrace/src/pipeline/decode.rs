@@ -26,6 +26,8 @@ pub enum Event {
     Exec(ThreadEvent),
     /// The Python frames of the sample that follows.
     PyStack(Box<xtrace_common::python::PyStackEvent>),
+    /// A GPU device record from the tool library (`KIND_GPU`).
+    Gpu(Box<xtrace_common::gpu::GpuEvent>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +86,7 @@ impl Event {
             Event::Usdt(event) => Some(event.header.pid),
             Event::UsdtStr(event) => Some(event.event.header.pid),
             Event::Thread(thread) => Some(thread.header.pid),
+            Event::Gpu(event) => Some(event.header.pid),
             Event::Sample(..) | Event::OffCpu(..) | Event::Exec(_) | Event::PyStack(_) => None,
         }
     }
@@ -116,7 +119,8 @@ impl Event {
             Event::Sample(sample, _) => sample.header.ts_ns > stop,
             Event::OffCpu(event, _) => event.interval.start_ns > stop,
             Event::PyStack(walk) => walk.header.ts_ns > stop,
-            Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
+            // Decided by `gpu::GpuDevice`: by the device time the record holds.
+            Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => false,
         }
     }
 }
@@ -158,6 +162,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             xtrace_common::python::PY_STACK_HEAD,
         )?))),
         KIND_LONG_STR => Ok(Event::LongStr(Box::new(read_trimmed(bytes, LONG_STR_AT)?))),
+        xtrace_common::gpu::KIND_GPU => Ok(Event::Gpu(Box::new(read(bytes)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }

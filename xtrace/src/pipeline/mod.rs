@@ -7,6 +7,7 @@
 pub mod bpf_symbols;
 pub mod chrome;
 pub mod decode;
+pub mod gpu;
 pub mod kept_names;
 pub mod offcpu;
 pub mod perfetto;
@@ -73,6 +74,8 @@ pub struct Setup {
     pub loaders: Vec<u32>,
     /// `--off-cpu`: the waits' state (None without it).
     pub off_cpu: Option<offcpu::OffCpu>,
+    /// `--cuda` with the `gpu_records` probe planned: the GPU device timeline.
+    pub gpu: Option<gpu::GpuDevice>,
 }
 
 /// What a pipeline holds when its recording is over, besides its trace, for the outputs to be
@@ -87,6 +90,7 @@ pub struct Collected {
     pub samples: samples::Samples,
     pub python: crate::python::Python,
     pub off_cpu: Option<offcpu::OffCpu>,
+    pub gpu: Option<gpu::GpuDevice>,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
     pub warnings: warnings::Warnings,
@@ -108,6 +112,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     samples: samples::Samples,
     python: crate::python::Python,
     off_cpu: Option<offcpu::OffCpu>,
+    gpu: Option<gpu::GpuDevice>,
     cuda: crate::cuda::calls::Calls,
     ranges: ranges::Ranges,
     warnings: warnings::Warnings,
@@ -152,6 +157,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             min_duration_ns,
             loaders,
             off_cpu,
+            gpu,
         } = setup;
         let probes = captures.len();
         let values = Values::new(captures);
@@ -169,6 +175,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             samples,
             python,
             off_cpu,
+            gpu,
             cuda,
             ranges,
             warnings,
@@ -204,7 +211,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
 
     /// The `--warn-over` lines to show since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        self.warnings.take()
+        let mut lines = self.warnings.take();
+        lines.extend(self.gpu.iter_mut().flat_map(gpu::GpuDevice::take_notices));
+        lines
     }
 
     /// Hands the events written so far to the trace's writer thread.
@@ -243,6 +252,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             samples: self.samples,
             python: self.python,
             off_cpu: self.off_cpu,
+            gpu: self.gpu,
             cuda: self.cuda,
             ranges: self.ranges,
             warnings: self.warnings,
@@ -377,6 +387,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.python.walked(&walk);
                 Ok(())
             }
+            Ok(Event::Gpu(event)) => self.gpu_record(&event),
             Err(_) => {
                 self.undecodable += 1;
                 Ok(())

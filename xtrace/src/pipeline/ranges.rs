@@ -347,6 +347,8 @@ impl Ranges {
                 }
                 None => Output::Nothing,
             },
+            // Its hits go to the kernel program `gpu_records`, never to `usdt_hit`.
+            RangeOp::GpuRecords => Output::Nothing,
         }
     }
 
@@ -377,7 +379,9 @@ impl Ranges {
                         .get(&(pid, source))
                         .is_some_and(|open| !open.is_empty())
             }
-            RangeOp::Push | RangeOp::Start | RangeOp::Mark | RangeOp::ThreadName => false,
+            RangeOp::Push | RangeOp::Start | RangeOp::Mark | RangeOp::ThreadName | RangeOp::GpuRecords => {
+                false
+            }
         }
     }
 

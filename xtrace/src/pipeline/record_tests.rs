@@ -38,6 +38,7 @@ const TARGET: u32 = 100;
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
     let setup = Setup {
         off_cpu: None,
+        gpu: None,
         captures: vec![Capture::default(), Capture::default()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),

@@ -17,7 +17,10 @@ use aya::{
     Ebpf,
 };
 
-use super::uprobe::{Attachment, Plan};
+use super::{
+    uprobe::{Attachment, Plan},
+    usdt::{plan::Role, spec::RangeOp},
+};
 use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED, ENTRY_GO, ENTRY_GO_STACK_CHECK, EXIT_GO};
 
 use crate::{
@@ -131,7 +134,14 @@ impl Attached {
         super::detach::close(&mut self);
         self.programs.clear();
         if self.mechanism == Mechanism::PerfEvent {
-            for name in ["span_enter", "span_enter_s", "span_exit", "span_ret", "usdt_hit"] {
+            for name in [
+                "span_enter",
+                "span_enter_s",
+                "span_exit",
+                "span_ret",
+                "usdt_hit",
+                "gpu_records",
+            ] {
                 if let Ok(program) = program(ebpf, name) {
                     let _ = program.unload();
                 }
@@ -247,29 +257,47 @@ fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
     names
 }
 
-fn usdt_groups(plan: &Plan) -> Vec<Group<'_>> {
+/// Whether USDT site `site` of `plan` is the tool library's `gpu_records` probe, which the kernel
+/// program of that name reads instead of `usdt_hit`.
+fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
+    plan.usdt_probes
+        .get(&site.site.probe_id)
+        .is_some_and(|p| p.role == Role::Range(RangeOp::GpuRecords))
+}
+
+/// Whether program `name` attaches to USDT sites (with their semaphores as reference counters).
+fn is_usdt_program(name: &str) -> bool {
+    name == "usdt_hit" || name == "gpu_records"
+}
+
+/// The USDT sites of `usdt_hit` (`gpu: false`) or of `gpu_records` (`gpu: true`).
+fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
     group(
         plan.usdt_sites
             .iter()
             .enumerate()
+            .filter(|(_, s)| is_gpu_site(plan, s) == gpu)
             .map(|(i, s)| (s.scope, &s.file, s.offset, i as u64, s.ref_ctr_offset)),
     )
 }
 
-/// The groups program `name` (a span program or `usdt_hit`) attaches to in `plan`.
+/// The groups program `name` (a span program, `usdt_hit` or `gpu_records`) attaches to in `plan`.
 fn program_groups<'p>(name: &str, plan: &'p Plan) -> Vec<Group<'p>> {
-    if name == "usdt_hit" {
-        usdt_groups(plan)
-    } else {
-        function_groups(name, plan, &plan.attachments)
+    match name {
+        "usdt_hit" => usdt_groups(plan, false),
+        "gpu_records" => usdt_groups(plan, true),
+        _ => function_groups(name, plan, &plan.attachments),
     }
 }
 
 /// The programs a plan needs, exit probes first so that no entry is left without its exit.
 fn programs_for(plan: &Plan) -> Vec<&'static str> {
     let mut names = span_programs(plan, &plan.attachments);
-    if !plan.usdt_sites.is_empty() {
+    if plan.usdt_sites.iter().any(|s| !is_gpu_site(plan, s)) {
         names.push("usdt_hit");
+    }
+    if plan.usdt_sites.iter().any(|s| is_gpu_site(plan, s)) {
+        names.push("gpu_records");
     }
     // Functions attached later (`--cuda` watching for libraries loaded later) may need any span
     // program: each is loaded now, while the object still holds every map the programs use.
@@ -300,7 +328,7 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
     };
     let mut attached = Attached::new(Mechanism::UprobeMulti);
     for program in &programs {
-        let (name, usdt) = (program.name(), program.name() == "usdt_hit");
+        let (name, usdt) = (program.name(), is_usdt_program(program.name()));
         for g in program_groups(name, plan) {
             let link = match link_group(program, &g, pids[g.scope], usdt) {
                 Ok(link) => link,
@@ -391,13 +419,13 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Resu
     let mut attached = Attached::new(Mechanism::PerfEvent);
     for name in programs_for(plan) {
         load(ebpf, name)?;
-        if name == "usdt_hit" {
+        if is_usdt_program(name) {
             let program = program(ebpf, name)?;
             let fd = program.fd().map_err(|source| Error::Attach {
                 what: name.into(),
                 source,
             })?;
-            for g in usdt_groups(plan) {
+            for g in usdt_groups(plan, name == "gpu_records") {
                 for ((offset, cookie), ref_ctr) in g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets) {
                     let event = perf_uprobe::attach(
                         fd.as_fd(),
@@ -412,7 +440,7 @@ fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Resu
                         let probe = &plan.probes[site.site.probe_id as usize].name;
                         Error::io(
                             format!(
-                                "attaching usdt_hit to {} {probe} at {offset:#x} for {}",
+                                "attaching {name} to {} {probe} at {offset:#x} for {}",
                                 g.file.shown.display(),
                                 whom(pids[g.scope])
                             ),
@@ -488,7 +516,7 @@ pub fn reattach(attached: &mut Attached, plan: &Plan, scope: usize, pid: u32) ->
     // Kept only once all are made: a refused group drops the others, detaching them.
     let mut links = Attached::new(Mechanism::UprobeMulti);
     for program in &attached.programs {
-        let (name, usdt) = (program.name(), program.name() == "usdt_hit");
+        let (name, usdt) = (program.name(), is_usdt_program(program.name()));
         for g in program_groups(name, plan)
             .into_iter()
             .filter(|g| g.scope == scope)

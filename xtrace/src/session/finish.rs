@@ -142,6 +142,7 @@ impl Stopped<'_> {
             icicle: config.icicle,
             gpus: &gpus,
             off_cpu_lost,
+            device_lost: bpf::read_lost_device_records(&counters)?,
         };
         let (summary, derived) = outputs.write(pipeline)?;
         let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
@@ -203,6 +204,8 @@ struct Outputs<'a> {
     gpus: &'a [DeviceSeries],
     /// Off-CPU waits the kernel could not count.
     off_cpu_lost: u64,
+    /// GPU device records the kernel program could not send.
+    device_lost: u64,
 }
 
 impl Outputs<'_> {
@@ -357,6 +360,10 @@ impl Outputs<'_> {
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
             off_cpu: None,
+            gpu_device: collected
+                .gpu
+                .as_ref()
+                .map(|gpu| crate::export::gpu_device::summary(gpu, self.device_lost)),
         }
     }
 

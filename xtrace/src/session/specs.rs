@@ -82,12 +82,16 @@ impl Specs {
     }
 
     /// The environment a launched command gets: the variables that make NVTX and ITT load the tool
-    /// library, when ranges are recorded and the user has not set them (then a notice says so).
+    /// library, when ranges are recorded, and CUDA, with `--cuda`, when the user has not set them
+    /// (then a notice says so).
     pub(super) fn launch_env(&self, notices: &mut Vec<String>) -> Vec<(&'static str, std::ffi::OsString)> {
-        let (RangeMode::On(_), Some(tool)) = (self.ranges, ranges::shipped()) else {
-            return Vec::new();
-        };
         let mut env = Vec::new();
+        if self.cuda == CudaMode::On {
+            env.extend(cuda::device_plan::launch_env(notices));
+        }
+        let (RangeMode::On(_), Some(tool)) = (self.ranges, ranges::shipped()) else {
+            return env;
+        };
         for name in [ranges::NVTX_ENV, ranges::ITT_ENV] {
             match std::env::var_os(name) {
                 Some(set) if set != tool.as_os_str() => notices.push(format!(
@@ -121,6 +125,7 @@ impl Specs {
                 && !system_wide
                 && cuda::late::plan_watch(&mut plan, scopes, elves)?;
             let found = cuda::plan::plan(&mut plan, (scopes, elves), self.cuda == CudaMode::On && !watching)?;
+            cuda::device_plan::plan(&mut plan, scopes, self.cuda == CudaMode::On, found)?;
             if watching && found == 0 {
                 plan.notices.push(
                     "--cuda: no CUDA library is loaded yet; xtrace attaches to libcudart/libcuda \

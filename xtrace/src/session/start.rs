@@ -475,7 +475,17 @@ fn setup(
         min_duration_ns: config.min_duration_ns.unwrap_or(0),
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
         off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
+        gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
     }
+}
+
+/// The probe id of the tool library's `gpu_records` probe, when the plan has it.
+fn gpu_probe(plan: &Plan) -> Option<usize> {
+    use crate::probes::usdt::{plan::Role, spec::RangeOp};
+    plan.usdt_probes
+        .iter()
+        .find(|(_, p)| p.role == Role::Range(RangeOp::GpuRecords))
+        .map(|(&id, _)| id as usize)
 }
 
 /// What the traced processes had mapped, watched through the side band when it was opened

@@ -142,6 +142,9 @@ pub enum RangeOp {
     End,
     Mark,
     ThreadName,
+    /// Not a range: the tool library's batch of GPU device records (`cuda::device_plan`), read by
+    /// the kernel program `gpu_records` rather than `usdt_hit`.
+    GpuRecords,
 }
 
 impl UsdtSpec {

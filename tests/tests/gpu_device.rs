@@ -1,0 +1,338 @@
+//! The GPU device timeline (`--cuda` with the tool library as CUDA's injection library) on the real
+//! kernel, without a GPU: fixture `gpuapp` (tests/fixtures/gpuapp.c) launches kernels and makes
+//! copies and memsets with known counts through the stand-in runtime and driver (cudart.c,
+//! cudadrv.c), whose `cuInit` loads `CUDA_INJECTION64_PATH` as NVIDIA's driver does; the stand-in
+//! `libcupti.so.12` (cupti.c) counts every CUPTI call and turns the driver's work into activity
+//! records with the correlation ids of their launches. gpuapp loads it at start, as PyTorch maps
+//! its libcupti, and prints its counts on demand.
+
+use std::collections::BTreeMap;
+
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::{fixtures, tool_library, Fixture},
+    output::{Outputs, Span},
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+/// gpuapp's `--cupti LIBCUPTI` arguments.
+fn cupti_args() -> [String; 2] {
+    ["--cupti".into(), fixtures().libcupti.display().to_string()]
+}
+
+/// The stand-in CUPTI's counts from a `counts ...` line: function (or `records`, `dropped`) →
+/// count.
+fn counts(line: &str) -> BTreeMap<String, u64> {
+    let rest = line
+        .strip_prefix("counts ")
+        .unwrap_or_else(|| panic!("not a counts line: {line:?}"));
+    rest.split_whitespace()
+        .map(|pair| {
+            let (name, n) = pair.split_once('=').expect("name=count");
+            (name.to_owned(), n.parse().expect("a count"))
+        })
+        .collect()
+}
+
+/// The device slices of trace.json (category `gpu`), in time order.
+fn device_slices(out: &Outputs) -> Vec<Span> {
+    let mut slices: Vec<Span> = out.spans().into_iter().filter(|s| s.cat == "gpu").collect();
+    slices.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    slices
+}
+
+/// How many device slices of each name.
+fn per_name(slices: &[Span]) -> BTreeMap<String, usize> {
+    let mut names = BTreeMap::new();
+    for s in slices {
+        *names.entry(s.name.clone()).or_default() += 1;
+    }
+    names
+}
+
+fn expected(rounds: usize) -> BTreeMap<String, usize> {
+    [
+        ("vector_add", rounds),
+        ("reduce_sum", 2 * rounds),
+        ("memcpy HtoD", rounds),
+        ("memcpy DtoH", rounds),
+        ("memset", rounds),
+    ]
+    .into_iter()
+    .map(|(n, c)| (n.to_owned(), c))
+    .collect()
+}
+
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the fixture's tasks")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn untraced_the_injection_makes_no_cupti_call() {
+    if !require_bpf() {
+        return;
+    }
+    let [flag, lib] = cupti_args();
+    let tool = tool_library();
+    let mut app = Fixture::spawn_with_env(
+        &fixtures().gpuapp,
+        &[&flag, &lib, "init", "stdin"],
+        &[("CUDA_INJECTION64_PATH", tool.as_path())],
+    );
+    app.wait_ready();
+    app.send("work 3");
+    assert_eq!(app.next_line(), "done 3");
+    // The driver ran InitializeInjection: its watcher thread is there, and waits.
+    app.send("sleep 300");
+    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
+    app.send("counts");
+    let counts = counts(&app.next_line());
+    assert!(
+        counts.len() == 16 && counts.values().all(|&n| n == 0),
+        "{counts:?}"
+    );
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-launch");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let before = Attachments::snapshot();
+    let app = fixtures().gpuapp.display().to_string();
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        flag,
+        lib,
+        "init",
+        "wait-active",
+        "work",
+        "5",
+        "sleep",
+        "300",
+        "counts"
+    ]);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    let out = Outputs::read(&out_dir);
+    let slices = device_slices(&out);
+    assert_eq!(per_name(&slices), expected(5));
+    // Each kernel ran inside its launch call, on the launching thread's correlation, with the
+    // launch's grid, block and shared memory, on its stream's track.
+    let launches = out.spans_named("cuLaunchKernel");
+    let kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
+    assert_eq!((launches.len(), kernels.len()), (15, 15));
+    let mut launches = launches;
+    launches.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    for (launch, kernel) in launches.iter().zip(&kernels) {
+        assert!(
+            launch.start_ns() <= kernel.start_ns() && kernel.end_ns() <= launch.end_ns(),
+            "{kernel:?} outside {launch:?}"
+        );
+        assert_eq!(kernel.pid, launch.pid);
+        assert_eq!(kernel.args["launch_tid"], launch.tid);
+        let (grid, block, shared, stream) = match kernel.name.as_str() {
+            "vector_add" => ([4, 1, 1], [64, 1, 1], 128, 7),
+            _ => ([2, 2, 1], [32, 2, 1], 0, 14),
+        };
+        assert_eq!(kernel.args["grid"], serde_json::json!(grid));
+        assert_eq!(kernel.args["block"], serde_json::json!(block));
+        assert_eq!(kernel.args["shared_memory"], shared);
+        assert_eq!(kernel.args["registers"], 32);
+        assert_eq!(kernel.args["stream"], stream);
+    }
+    let bytes: Vec<u64> = slices
+        .iter()
+        .filter(|s| s.name == "memcpy HtoD")
+        .map(|s| s.args["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(bytes, [4096; 5]);
+    let gpu = &out.summary["gpu_device"];
+    let top: Vec<(&str, u64)> = gpu["top_kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["name"].as_str().unwrap(), k["count"].as_u64().unwrap()))
+        .collect::<BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
+    assert_eq!(top, [("reduce_sum", 10), ("vector_add", 5)]);
+    assert_eq!(gpu["gpus"][0]["kernels"], 15);
+    assert_eq!(gpu["memsets"]["bytes"], 5 * 1024);
+    assert_eq!(
+        gpu["records_dropped"],
+        serde_json::json!({"by_cupti": 0, "by_kernel": 0, "after_stop": 0})
+    );
+    assert!(
+        out.summary_txt
+            .contains("GPU device: 15 kernels, 10 copies, 5 memsets; 0 records dropped\n"),
+        "{}",
+        out.summary_txt
+    );
+    let tracks: Vec<&str> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .filter(|e| e["tid"].as_u64().is_some_and(|t| t >= 1 << 30))
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert_eq!(tracks, ["GPU 0 stream 7", "GPU 0 stream 14"]);
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("counts "))
+        .expect("counts");
+    let c = counts(line);
+    assert_eq!(
+        (c["cuptiSubscribe"], c["cuptiActivityEnable"], c["records"]),
+        (1, 3, 30)
+    );
+    assert_eq!(c["cuptiActivityRegisterTimestampCallback"], 1);
+}
+
+/// Attaches to `app` by pid, runs `rounds` rounds of work while attached, stops xtrace; the
+/// device slices recorded.
+fn attach_round(app: &mut Fixture, rounds: u32, label: &str) -> Vec<Span> {
+    let tmp = TempDir::new(label);
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    app.send("wait-active");
+    assert_eq!(app.next_line(), "active");
+    app.send(&format!("work {rounds}"));
+    assert_eq!(app.next_line(), format!("done {rounds}"));
+    // Two flush periods, so the records reach the kernel program before xtrace stops.
+    app.send("sleep 300");
+    app.send("counts");
+    app.next_line();
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    device_slices(&Outputs::read(&out_dir))
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
+    if !require_bpf() {
+        return;
+    }
+    let [flag, lib] = cupti_args();
+    let tool = tool_library();
+    let mut app = Fixture::spawn_with_env(
+        &fixtures().gpuapp,
+        &[&flag, &lib, "init", "stdin"],
+        &[("CUDA_INJECTION64_PATH", tool.as_path())],
+    );
+    app.wait_ready();
+    // Work before the attach is not recorded.
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    assert_eq!(per_name(&attach_round(&mut app, 4, "gpu-attach-1")), expected(4));
+    // Once xtrace left, the next launch's API-exit callback unsubscribes and finalizes.
+    app.send("sleep 300");
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    app.send("sleep 200");
+    app.send("counts");
+    let c = counts(&app.next_line());
+    assert_eq!(
+        (
+            c["cuptiSubscribe"],
+            c["cuptiActivityDisable"],
+            c["cuptiUnsubscribe"],
+            c["cuptiFinalize"]
+        ),
+        (1, 3, 1, 1),
+        "{c:?}"
+    );
+    let records_after_first = c["records"];
+    assert_eq!(records_after_first, 4 * 6);
+    // A second attach subscribes again, with the callbacks registered anew after the finalize.
+    assert_eq!(per_name(&attach_round(&mut app, 3, "gpu-attach-2")), expected(3));
+    app.send("counts");
+    let c = counts(&app.next_line());
+    assert_eq!(
+        (c["cuptiSubscribe"], c["cuptiActivityRegisterTimestampCallback"]),
+        (2, 2),
+        "{c:?}"
+    );
+    assert_eq!(c["records"], records_after_first + 3 * 6);
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn cupti_refusing_the_subscription_is_one_warning_and_host_tracing_goes_on() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-refused");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let xtrace = Xtrace::spawn_with_env(
+        args!["--cuda", "-o", &out_dir, "--", app, flag, lib, "init", "sleep", "400", "work", "2", "counts"],
+        &[("XTFAKE_CUPTI_REFUSE", "1")],
+    );
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let out = Outputs::read(&out_dir);
+    let warnings: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.contains("GPU device timeline"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:?}", finished.stderr);
+    assert!(
+        warnings[0].starts_with("xtrace: warning: pid ")
+            && warnings[0].ends_with(
+                ": GPU device timeline off: CUPTI refused the subscription \
+                 (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED): another profiler (Nsight Systems, \
+                 torch.profiler) holds it; host-side tracing goes on"
+            ),
+        "{}",
+        warnings[0]
+    );
+    assert!(device_slices(&out).is_empty());
+    assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
+    assert_eq!(out.spans_named("cudaMemcpy").len(), 4);
+    assert_eq!(
+        out.summary["gpu_device"]["notices"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("counts "))
+        .expect("counts");
+    let c = counts(line);
+    assert_eq!(
+        (c["cuptiSubscribe"], c["cuptiActivityEnable"], c["records"]),
+        (1, 0, 0)
+    );
+}

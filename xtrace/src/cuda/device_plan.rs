@@ -1,0 +1,102 @@
+//! Planning the GPU device timeline (`--cuda`): the tool library's `xtrace:gpu_records` probe,
+//! where the kernel program `gpu_records` copies the device records the library hands over.
+//! Attaching it raises the probe's semaphore, which is what switches the library's CUPTI session
+//! on (`xtrace/tool/src/device.rs`); detaching lowers it, which switches it off.
+//!
+//! A launched command loads the shipped library through `CUDA_INJECTION64_PATH` (set by
+//! [`launch_env`]); a `--pid` process has it mapped when it was started with the variable, else
+//! one notice says how to start it.
+use std::{ffi::OsString, path::PathBuf};
+
+use crate::{
+    error::Result,
+    probes::{
+        ranges::{is_tool, shipped, TOOL_LIBRARY},
+        spec::TargetSpec,
+        uprobe::{Plan, Scope},
+        usdt::{
+            self,
+            spec::{RangeOp, UsdtArgType, UsdtSpec},
+        },
+    },
+};
+
+/// The variable the CUDA driver reads at `cuInit` for its injection library.
+pub const INJECTION_ENV: &str = "CUDA_INJECTION64_PATH";
+
+/// The probe's name (`xtrace_common::ranges::PROBES`).
+const PROBE: &str = "gpu_records";
+
+/// Adds the `gpu_records` probe of each tool library in `scopes` to `plan`. `explicit`: `--cuda`
+/// was given; else (CUDA tracing on by itself with `--pid`) only when the CUDA plan found CUDA
+/// libraries (`cuda_found`), since the tool library may be mapped for NVTX or ITT alone. Returns
+/// whether a probe was added.
+pub fn plan(plan: &mut Plan, scopes: &[Scope], explicit: bool, cuda_found: usize) -> Result<bool> {
+    if !explicit && cuda_found == 0 {
+        return Ok(false);
+    }
+    let mut files: Vec<PathBuf> = Vec::new();
+    for scope in scopes {
+        let found: Vec<PathBuf> = match scope {
+            Scope::Process(p) => {
+                let tools: Vec<PathBuf> = p
+                    .mapped_files()?
+                    .into_iter()
+                    .filter(|f| is_tool(&f.shown))
+                    .map(|f| f.shown)
+                    .collect();
+                if tools.is_empty() {
+                    plan.notices.push(format!(
+                        "--cuda: pid {} was not started with {INJECTION_ENV} set to {TOOL_LIBRARY}: its CUDA \
+                         calls are traced, not its GPU device timeline; start it with \
+                         {INJECTION_ENV}=/path/to/{TOOL_LIBRARY} (see docs/guide.md, GPU device timeline), \
+                         or launch it with `xtrace --cuda -- COMMAND`",
+                        p.pid
+                    ));
+                }
+                tools
+            }
+            Scope::Command(_) => shipped().into_iter().collect(),
+            Scope::SystemWide => Vec::new(),
+        };
+        for file in found {
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
+    let specs: Vec<UsdtSpec> = files
+        .iter()
+        .map(|file| UsdtSpec {
+            text: format!("{}:xtrace:{PROBE}", file.display()),
+            target: Some(TargetSpec::Path(file.clone())),
+            provider: "xtrace".into(),
+            name: PROBE.into(),
+            types: vec![UsdtArgType::Note, UsdtArgType::Note],
+            range: Some(RangeOp::GpuRecords),
+            pair: None,
+        })
+        .collect();
+    if specs.is_empty() {
+        return Ok(false);
+    }
+    usdt::plan::plan(plan, &specs, scopes)?;
+    Ok(true)
+}
+
+/// The variable a launched command gets for the device timeline: the shipped tool library,
+/// unless the user set the variable to another (then a notice says so) or there is none.
+pub fn launch_env(notices: &mut Vec<String>) -> Option<(&'static str, OsString)> {
+    let tool = shipped()?;
+    match std::env::var_os(INJECTION_ENV) {
+        Some(set) if set != tool.as_os_str() => {
+            notices.push(format!(
+                "{INJECTION_ENV} is already set to {}: CUDA loads that library, not xtrace's, so there \
+                 is no GPU device timeline; unset it to record one",
+                set.to_string_lossy()
+            ));
+            None
+        }
+        _ => Some((INJECTION_ENV, tool.into_os_string())),
+    }
+}

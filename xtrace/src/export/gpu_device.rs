@@ -1,0 +1,218 @@
+//! The GPU device timeline's part of the summaries (`--cuda` with the tool library as CUDA's
+//! injection library): summary.json's `gpu_device` section and its lines in summary.txt — per GPU
+//! of each process its busy time (the union of its kernels', copies' and memsets' device time),
+//! the kernels with the most device time, copies by direction, memsets, and device records lost.
+use serde::Serialize;
+
+use crate::{analysis::stats::percentile, model::duration::human, pipeline::gpu::GpuDevice};
+
+/// How many kernels the summary lists, most device time first.
+pub const TOP_KERNELS: usize = 20;
+
+/// summary.json's `gpu_device`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GpuDeviceSummary {
+    /// Per process and GPU, by process id then GPU.
+    pub gpus: Vec<GpuBusy>,
+    /// At most `TOP_KERNELS`, most total device time first.
+    pub top_kernels: Vec<KernelTime>,
+    /// By direction (`HtoD`, `DtoH`, `DtoD`, ...).
+    pub copies: Vec<CopyTotal>,
+    pub memsets: Transfers,
+    /// Device records lost: dropped by CUPTI (no buffer for them), not sent by the kernel program
+    /// (a batch past its limit, a full ring buffer), and received after the capture stopped.
+    pub records_dropped: Dropped,
+    /// What the tool library said (CUPTI refused the subscription, an unsupported libcupti, ...).
+    pub notices: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GpuBusy {
+    pub pid: u32,
+    pub device: u32,
+    /// Time at least one kernel, copy or memset ran.
+    pub busy_ns: u64,
+    /// From the first device record's start to the last one's end.
+    pub span_ns: u64,
+    pub kernels: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KernelTime {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CopyTotal {
+    pub kind: &'static str,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Transfers {
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Dropped {
+    pub by_cupti: u64,
+    pub by_kernel: u64,
+    pub after_stop: u64,
+}
+
+/// Total length of the union of `intervals`.
+fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0;
+    let mut current: Option<(u64, u64)> = None;
+    for &(start, end) in intervals.iter() {
+        current = match current {
+            Some((s, e)) if start <= e => Some((s, e.max(end))),
+            Some((s, e)) => {
+                total += e - s;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    total + current.map_or(0, |(s, e)| e - s)
+}
+
+/// The section of `gpu`; `by_kernel`: records the kernel program could not send.
+pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
+    let gpus = gpu
+        .busy
+        .iter()
+        .map(|(&(pid, device), intervals)| {
+            let mut intervals = intervals.clone();
+            let first = intervals.iter().map(|i| i.0).min().unwrap_or(0);
+            let last = intervals.iter().map(|i| i.1).max().unwrap_or(0);
+            GpuBusy {
+                pid,
+                device,
+                busy_ns: union_ns(&mut intervals),
+                span_ns: last - first,
+                kernels: 0,
+            }
+        })
+        .collect();
+    let mut top_kernels: Vec<KernelTime> = gpu
+        .kernels
+        .iter()
+        .map(|(name, durations)| {
+            let mut sorted = durations.clone();
+            sorted.sort_unstable();
+            let total: u64 = sorted.iter().sum();
+            KernelTime {
+                name: name.clone(),
+                count: sorted.len() as u64,
+                total_ns: total,
+                mean_ns: total / (sorted.len() as u64).max(1),
+                p50_ns: percentile(&sorted, 50.0),
+                p99_ns: percentile(&sorted, 99.0),
+            }
+        })
+        .collect();
+    top_kernels.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    top_kernels.truncate(TOP_KERNELS);
+    let copies = gpu
+        .copies
+        .iter()
+        .map(|(&kind, t)| CopyTotal {
+            kind,
+            count: t.count,
+            bytes: t.bytes,
+            total_ns: t.ns,
+        })
+        .collect();
+    let m = gpu.memsets;
+    GpuDeviceSummary {
+        gpus,
+        top_kernels,
+        copies,
+        memsets: Transfers {
+            count: m.count,
+            bytes: m.bytes,
+            total_ns: m.ns,
+        },
+        records_dropped: Dropped {
+            by_cupti: gpu.dropped_by_cupti,
+            by_kernel,
+            after_stop: gpu.after_stop,
+        },
+        notices: gpu.notices.clone(),
+    }
+    .with_kernel_counts(gpu)
+}
+
+impl GpuDeviceSummary {
+    /// Kernels per process and GPU are not kept per GPU by name; count them from the tracks.
+    fn with_kernel_counts(mut self, gpu: &GpuDevice) -> Self {
+        for busy in &mut self.gpus {
+            busy.kernels = gpu.kernels_on.get(&(busy.pid, busy.device)).copied().unwrap_or(0);
+        }
+        self
+    }
+
+    /// summary.txt's lines.
+    pub fn table(&self) -> String {
+        let dropped = self.records_dropped;
+        let mut out = format!(
+            "GPU device: {} kernels, {} copies, {} memsets; {} records dropped\n",
+            self.top_kernels.iter().map(|k| k.count).sum::<u64>(),
+            self.copies.iter().map(|c| c.count).sum::<u64>(),
+            self.memsets.count,
+            dropped.by_cupti + dropped.by_kernel,
+        );
+        for g in &self.gpus {
+            out += &format!(
+                "  pid {} GPU {}: busy {} of {} ({} kernels)\n",
+                g.pid,
+                g.device,
+                human(g.busy_ns),
+                human(g.span_ns),
+                g.kernels
+            );
+        }
+        for k in &self.top_kernels {
+            out += &format!(
+                "  {:>8}  {:>9} total  {:>9} p50  {:>9} p99  {}\n",
+                k.count,
+                human(k.total_ns),
+                human(k.p50_ns),
+                human(k.p99_ns),
+                k.name
+            );
+        }
+        for c in &self.copies {
+            out += &format!(
+                "  memcpy {}  {} copies, {} bytes, {}\n",
+                c.kind,
+                c.count,
+                c.bytes,
+                human(c.total_ns)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Overlapping and touching intervals count once; gaps are not busy.
+    #[test]
+    fn busy_time_is_the_union_of_intervals() {
+        let mut intervals = vec![(10, 20), (15, 30), (30, 35), (50, 60)];
+        assert_eq!(super::union_ns(&mut intervals), 25 + 10);
+        assert_eq!(super::union_ns(&mut []), 0);
+    }
+}

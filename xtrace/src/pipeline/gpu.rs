@@ -1,0 +1,322 @@
+//! The GPU device timeline's records (`--cuda`, with the tool library as CUDA's injection
+//! library): what ran on each GPU and when, as the tool library read it from CUPTI and the kernel
+//! program `gpu_records` copied it (`xtrace_common::gpu`). Each kernel, copy and memset becomes a
+//! slice on a track of its own per process, GPU and stream; names arrive in pieces before the first
+//! record that uses them; notices from the library become warnings. [`GpuDevice`] also adds up
+//! what `export::gpu_device` writes: busy time per GPU, device time per kernel, copies, memsets
+//! and records lost.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
+
+use super::{writer::SpanOut, Pipeline};
+
+impl<W: std::io::Write + Send + 'static> Pipeline<W> {
+    /// One GPU device record: a slice on its GPU and stream's track (named the first time).
+    pub(super) fn gpu_record(&mut self, event: &GpuEvent) -> std::io::Result<()> {
+        let stop = self.stopped_at;
+        let Some((span, track)) = self.gpu.as_mut().and_then(|g| g.record(event, stop)) else {
+            return Ok(());
+        };
+        if let Some(name) = track {
+            self.names.given(span.pid, span.tid, name);
+        }
+        self.emit(span)
+    }
+}
+
+/// Device tracks are threads of their process in the trace, with ids no real thread has: this
+/// bit, the GPU in bits 20 to 29 and the stream in the low 20.
+pub const TRACK_BIT: u32 = 1 << 30;
+
+/// The trace's thread id of a process's track for `stream` of GPU `device`.
+pub fn track_tid(device: u32, stream: u32) -> u32 {
+    TRACK_BIT | ((device & 0x3ff) << 20) | (stream & 0xf_ffff)
+}
+
+/// A copy's direction, by `CUpti_ActivityMemcpyKind`.
+pub fn copy_kind_name(kind: u8) -> &'static str {
+    match kind {
+        1 => "HtoD",
+        2 => "DtoH",
+        3 => "HtoA",
+        4 => "AtoH",
+        5 => "AtoA",
+        6 => "AtoD",
+        7 => "DtoA",
+        8 => "DtoD",
+        9 => "HtoH",
+        10 => "PtoP",
+        _ => "unknown",
+    }
+}
+
+/// Count, bytes and device time of copies or memsets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    pub count: u64,
+    pub bytes: u64,
+    pub ns: u64,
+}
+
+impl Transfers {
+    fn add(&mut self, bytes: u64, ns: u64) {
+        self.count += 1;
+        self.bytes += bytes;
+        self.ns += ns;
+    }
+}
+
+/// What the device records of one recording add up to.
+#[derive(Debug, Default)]
+pub struct GpuDevice {
+    /// The `gpu_records` probe, whose id the slices carry.
+    probe: usize,
+    /// Kernel names by (pid, id), once whole; pieces still coming in `partial`.
+    names: HashMap<(u32, u32), String>,
+    partial: HashMap<(u32, u32, u32), Vec<u8>>,
+    /// The launch of each correlation id not yet matched: (pid, id) → thread.
+    launches: HashMap<(u32, u32), u32>,
+    /// Device time of each kernel execution, by name.
+    pub kernels: BTreeMap<String, Vec<u64>>,
+    /// Busy intervals per (pid, GPU).
+    pub busy: BTreeMap<(u32, u32), Vec<(u64, u64)>>,
+    /// Kernels per (pid, GPU).
+    pub kernels_on: BTreeMap<(u32, u32), u64>,
+    /// Copies by direction name.
+    pub copies: BTreeMap<&'static str, Transfers>,
+    pub memsets: Transfers,
+    /// Records CUPTI dropped (no buffer for them), as the tool library counted them.
+    pub dropped_by_cupti: u64,
+    /// The tracks seen, (pid, GPU, stream).
+    pub tracks: BTreeSet<(u32, u32, u32)>,
+    /// Notices from the tool library, all of them, and those not yet shown.
+    pub notices: Vec<String>,
+    new_notices: Vec<String>,
+    /// Device records that began after the capture stopped: left out.
+    pub after_stop: u64,
+}
+
+impl GpuDevice {
+    pub fn new(probe: usize) -> Self {
+        GpuDevice {
+            probe,
+            ..GpuDevice::default()
+        }
+    }
+
+    /// The tool library's notices since the last call, for the session to show.
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.new_notices)
+    }
+
+    /// One record; the slice to write (and, for a new track, its name), if it makes one.
+    pub fn record(&mut self, event: &GpuEvent, stop: Option<u64>) -> Option<(SpanOut, Option<String>)> {
+        let pid = event.header.pid;
+        // SAFETY: both are 128-byte repr(C) structs of plain integers, valid for any bytes.
+        let record: DeviceRecord = unsafe { std::ptr::read_unaligned(event.record.as_ptr().cast()) };
+        match record.kind {
+            record_kind::NAME | record_kind::NOTICE => {
+                // SAFETY: as above.
+                let piece: DeviceName = unsafe { std::ptr::read_unaligned(event.record.as_ptr().cast()) };
+                self.piece(pid, &piece);
+                None
+            }
+            record_kind::LAUNCH => {
+                self.launches.insert((pid, record.correlation), record.stream);
+                None
+            }
+            record_kind::DROPPED => {
+                self.dropped_by_cupti += record.bytes;
+                None
+            }
+            record_kind::KERNEL | record_kind::MEMCPY | record_kind::MEMSET => {
+                if stop.is_some_and(|stop| record.start_ns > stop) {
+                    self.after_stop += 1;
+                    return None;
+                }
+                Some(self.slice(pid, &record))
+            }
+            _ => None,
+        }
+    }
+
+    /// A piece of a name or notice; a notice is whole at its last piece (shorter than a chunk).
+    fn piece(&mut self, pid: u32, piece: &DeviceName) {
+        let len = (piece.len as usize).min(NAME_CHUNK);
+        let key = (pid, piece.kind, piece.id);
+        let text = self.partial.entry(key).or_default();
+        if piece.offset as usize != text.len() || text.len() >= NAME_MAX {
+            // A piece out of order (a batch lost in between): start again from this one.
+            text.clear();
+            if piece.offset != 0 {
+                return;
+            }
+        }
+        text.extend_from_slice(&piece.text[..len]);
+        let whole = len < NAME_CHUNK || text.len() >= NAME_MAX;
+        let name = String::from_utf8_lossy(text).into_owned();
+        if piece.kind == record_kind::NAME {
+            // Kept as it grows: a name of an exact multiple of the chunk has no shorter last piece.
+            self.names.insert((pid, piece.id), name);
+        } else if whole {
+            self.partial.remove(&key);
+            let line = format!("pid {pid}: {name}");
+            self.notices.push(line.clone());
+            self.new_notices.push(line);
+        }
+    }
+
+    fn slice(&mut self, pid: u32, r: &DeviceRecord) -> (SpanOut, Option<String>) {
+        let dur_ns = r.end_ns.saturating_sub(r.start_ns);
+        self.busy
+            .entry((pid, r.device))
+            .or_default()
+            .push((r.start_ns, r.end_ns.max(r.start_ns)));
+        let launcher = self.launches.remove(&(pid, r.correlation));
+        let launched = launcher.map_or(String::new(), |tid| format!(",\"launch_tid\":{tid}"));
+        let (name, values) = match r.kind {
+            record_kind::KERNEL => {
+                let name = self
+                    .names
+                    .get(&(pid, r.name_id))
+                    .cloned()
+                    .unwrap_or_else(|| "(unnamed kernel)".into());
+                self.kernels.entry(name.clone()).or_default().push(dur_ns);
+                *self.kernels_on.entry((pid, r.device)).or_default() += 1;
+                let [gx, gy, gz] = r.grid;
+                let [bx, by, bz] = r.block;
+                let values = format!(
+                    ",\"grid\":[{gx},{gy},{gz}],\"block\":[{bx},{by},{bz}],\"shared_memory\":{},\
+                     \"registers\":{},\"stream\":{},\"correlation\":{}{launched}",
+                    r.shared_bytes, r.registers, r.stream, r.correlation
+                );
+                (name, values)
+            }
+            record_kind::MEMCPY => {
+                let kind = copy_kind_name(r.copy_kind);
+                self.copies.entry(kind).or_default().add(r.bytes, dur_ns);
+                let values = format!(
+                    ",\"bytes\":{},\"kind\":\"{kind}\",\"stream\":{},\"correlation\":{}{launched}",
+                    r.bytes, r.stream, r.correlation
+                );
+                (format!("memcpy {kind}"), values)
+            }
+            _ => {
+                self.memsets.add(r.bytes, dur_ns);
+                let values = format!(
+                    ",\"bytes\":{},\"value\":{},\"stream\":{},\"correlation\":{}{launched}",
+                    r.bytes, r.value, r.stream, r.correlation
+                );
+                ("memset".to_owned(), values)
+            }
+        };
+        let track = self
+            .tracks
+            .insert((pid, r.device, r.stream))
+            .then(|| format!("GPU {} stream {}", r.device, r.stream));
+        let span = SpanOut {
+            probe: self.probe,
+            pid,
+            tid: track_tid(r.device, r.stream),
+            start_ns: r.start_ns,
+            dur_ns,
+            name: Some(name.into()),
+            cat: Some("gpu".into()),
+            values: Some(values.into()),
+            ..SpanOut::default()
+        };
+        (span, track)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xtrace_common::event::{EventHeader, KIND_GPU};
+
+    fn event(pid: u32, bytes: [u8; 128]) -> GpuEvent {
+        GpuEvent {
+            header: EventHeader {
+                kind: KIND_GPU,
+                pid,
+                tid: pid,
+                ..EventHeader::default()
+            },
+            record: bytes,
+        }
+    }
+
+    fn of<T>(value: T) -> [u8; 128] {
+        assert_eq!(std::mem::size_of::<T>(), 128);
+        // SAFETY: a 128-byte plain record.
+        unsafe { std::mem::transmute_copy(&value) }
+    }
+
+    fn name(id: u32, offset: u32, text: &[u8]) -> [u8; 128] {
+        let mut piece = DeviceName {
+            kind: record_kind::NAME,
+            id,
+            offset,
+            len: text.len() as u32,
+            text: [0; NAME_CHUNK],
+        };
+        piece.text[..text.len()].copy_from_slice(text);
+        of(piece)
+    }
+
+    /// A kernel named in two pieces gets its whole name, its track and its launch's thread.
+    #[test]
+    fn kernel_slices_carry_their_name_track_and_launch() {
+        let mut gpu = GpuDevice::new(3);
+        let long = vec![b'k'; NAME_CHUNK + 5];
+        assert!(gpu
+            .record(&event(7, name(1, 0, &long[..NAME_CHUNK])), None)
+            .is_none());
+        assert!(gpu
+            .record(&event(7, name(1, NAME_CHUNK as u32, &long[NAME_CHUNK..])), None)
+            .is_none());
+        let launch = DeviceRecord {
+            kind: record_kind::LAUNCH,
+            correlation: 9,
+            stream: 44,
+            ..Default::default()
+        };
+        assert!(gpu.record(&event(7, of(launch)), None).is_none());
+        let kernel = DeviceRecord {
+            kind: record_kind::KERNEL,
+            stream: 13,
+            correlation: 9,
+            start_ns: 1000,
+            end_ns: 1500,
+            name_id: 1,
+            grid: [4, 1, 1],
+            block: [64, 1, 1],
+            shared_bytes: 128,
+            registers: 32,
+            ..Default::default()
+        };
+        let (span, track) = gpu.record(&event(7, of(kernel)), None).expect("a slice");
+        assert_eq!(
+            span.name.as_deref(),
+            Some(String::from_utf8(long).unwrap().as_str())
+        );
+        assert_eq!(
+            (span.pid, span.tid, span.start_ns, span.dur_ns),
+            (7, track_tid(0, 13), 1000, 500)
+        );
+        assert_eq!(track.as_deref(), Some("GPU 0 stream 13"));
+        assert_eq!(
+            span.values.as_deref(),
+            Some(
+                ",\"grid\":[4,1,1],\"block\":[64,1,1],\"shared_memory\":128,\"registers\":32,\"stream\":13,\
+                 \"correlation\":9,\"launch_tid\":44"
+            )
+        );
+        // The same track again is not named again; a record after the stop is left out.
+        assert!(gpu.record(&event(7, of(kernel)), None).unwrap().1.is_none());
+        assert!(gpu.record(&event(7, of(kernel)), Some(999)).is_none());
+        assert_eq!(gpu.after_stop, 1);
+        assert_eq!(gpu.kernels.values().next().map(Vec::len), Some(2));
+    }
+}
