@@ -336,3 +336,85 @@ fn cupti_refusing_the_subscription_is_one_warning_and_host_tracing_goes_on() {
         (1, 0, 0)
     );
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_libcupti_outside_the_supported_versions_is_named_in_one_warning() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-version");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let xtrace = Xtrace::spawn_with_env(
+        args!["--cuda", "-o", &out_dir, "--", app, flag, lib, "init", "sleep", "400", "work", "1", "counts"],
+        &[("XTFAKE_CUPTI_VERSION", "17")],
+    );
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let warnings: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.contains("GPU device timeline"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:?}", finished.stderr);
+    let expected = format!(
+        ": GPU device timeline off: {} has CUPTI API version 17, outside the supported 18-26 (CUDA 12) \
+         and 130000-139999 (CUDA 13)",
+        fixtures().libcupti.display()
+    );
+    assert!(warnings[0].ends_with(&expected), "{}", warnings[0]);
+    assert!(device_slices(&Outputs::read(&out_dir)).is_empty());
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("counts "))
+        .expect("counts");
+    let c = counts(line);
+    // Only the version was asked.
+    assert_eq!(
+        c.iter().filter(|(_, &n)| n > 0).collect::<Vec<_>>(),
+        [(&"cuptiGetVersion".to_owned(), &1)]
+    );
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_process_started_without_the_injection_gets_one_notice_and_its_calls_traced() {
+    if !require_bpf() {
+        return;
+    }
+    let [flag, lib] = cupti_args();
+    let mut app = Fixture::spawn(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"]);
+    app.wait_ready();
+    let tmp = TempDir::new("gpu-no-injection");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let notices: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.contains("CUDA_INJECTION64_PATH"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{:?}", finished.stderr);
+    assert!(
+        notices[0].contains(&format!(
+            "--cuda: pid {} was not started with CUDA_INJECTION64_PATH set to libxtrace_tool.so",
+            app.pid()
+        )),
+        "{}",
+        notices[0]
+    );
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
+    assert!(device_slices(&out).is_empty());
+    assert!(out.summary.get("gpu_device").is_none());
+    app.send("quit");
+    assert!(app.wait().success());
+}
