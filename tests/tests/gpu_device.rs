@@ -418,3 +418,38 @@ fn a_process_started_without_the_injection_gets_one_notice_and_its_calls_traced(
     app.send("quit");
     assert!(app.wait().success());
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn device_slices_are_in_a_perfetto_trace_too() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-perfetto");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "--trace-format",
+        "perfetto",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        flag,
+        lib,
+        "init",
+        "wait-active",
+        "work",
+        "3",
+        "sleep",
+        "300"
+    ]);
+    xtrace.wait().assert_success();
+    let decoded = xtrace_tests::perfetto::decode(&out_dir.join("trace.perfetto-trace"));
+    let counts = xtrace_tests::perfetto::slice_counts(&decoded);
+    for (name, n) in expected(3) {
+        assert_eq!(counts.get(&name).copied(), Some(n as u64), "{name}: {counts:?}");
+    }
+}
