@@ -453,3 +453,22 @@ fn device_slices_are_in_a_perfetto_trace_too() {
         assert_eq!(counts.get(&name).copied(), Some(n as u64), "{name}: {counts:?}");
     }
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_forked_child_gets_its_own_watcher() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut app = Fixture::spawn_with_env(
+        &fixtures().gpuapp,
+        &["init", "fork", "stdin"],
+        &[("CUDA_INJECTION64_PATH", tool.as_path())],
+    );
+    app.wait_ready();
+    // fork() copies only the calling thread: the library started the watcher again in the child.
+    assert_eq!(app.next_line(), "child threads xtrace-gpu");
+    app.send("quit");
+    assert!(app.wait().success());
+}
