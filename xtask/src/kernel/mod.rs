@@ -22,7 +22,7 @@ use crate::util::{self, BadInput, Workspace};
 
 /// The smoke set: (file in tests/tests/, test) for each capability the matrix covers: function
 /// spans, arguments, both uprobe attach paths, USDT with semaphores, CPU sampling with unwinding,
-/// off-CPU time, the CUDA stand-in, range probes, the lifecycle (SIGINT, SIGTERM, SIGKILL: nothing left
+/// off-CPU time, the CUDA stand-in and its GPU device timeline, range probes, the lifecycle (SIGINT, SIGTERM, SIGKILL: nothing left
 /// attached; SIGTERM, SIGHUP, SIGKILL and a panic in the USDT semaphore test), bad input and
 /// `xtrace check`; one or two tests each, so that the set runs in under 15 minutes under TCG on
 /// 2 cores. Sampling tests that count samples per second of the
@@ -50,6 +50,10 @@ pub const SMOKE: &[(&str, &str)] = &[
         "samples_in_a_signal_handler_keep_the_interrupted_code_below_it",
     ),
     ("cuda", "cuda_calls_by_pid_exactly"),
+    (
+        "gpu_device",
+        "attach_then_detach_finalizes_cupti_and_attaching_again_works",
+    ),
     ("offcpu", "sleeps_in_a_function_are_its_off_cpu_time"),
     ("ranges", "xtrace_range_api_by_pid"),
     ("stop", "sigint_stops"),
