@@ -54,7 +54,9 @@ static STATE: Mutex<State> = Mutex::new(State {
     registered: false,
     exit_handler: false,
 });
-static CUPTI: OnceLock<Result<Cupti, String>> = OnceLock::new();
+/// The process's libcupti, once found (looked for again at each activation until then: a process
+/// may load it after its first trace).
+static CUPTI: OnceLock<Cupti> = OnceLock::new();
 
 /// Launch callbacks record correlation ids while this is set.
 static LAUNCHES: AtomicBool = AtomicBool::new(false);
@@ -72,13 +74,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn cupti() -> Result<&'static Cupti, &'static str> {
-    CUPTI.get_or_init(Cupti::find).as_ref().map_err(String::as_str)
+/// The bound libcupti, finding it when it is not yet.
+fn find_cupti() -> Result<&'static Cupti, String> {
+    if let Some(cupti) = CUPTI.get() {
+        return Ok(cupti);
+    }
+    Cupti::find().map(|found| CUPTI.get_or_init(|| found))
 }
 
 /// The libcupti bound at activation, once there is one.
 pub fn bound() -> Result<&'static Cupti, &'static str> {
-    CUPTI.get().ok_or("not bound")?.as_ref().map_err(String::as_str)
+    CUPTI.get().ok_or("no libcupti bound")
 }
 
 /// One period of the watcher: `traced` is whether the semaphore is raised.
@@ -112,7 +118,7 @@ fn finalized(state: &mut State) {
 
 fn activate(state: &mut State) {
     records::start_session();
-    let cupti = match cupti() {
+    let cupti = match find_cupti() {
         Ok(cupti) => cupti,
         Err(why) => return off(state, &format!("GPU device timeline off: {why}")),
     };
@@ -214,7 +220,7 @@ fn off(state: &mut State, why: &str) {
 
 /// Flushes CUPTI's buffers (complete or not) and hands the records over.
 fn flush() {
-    if let Ok(cupti) = cupti() {
+    if let Ok(cupti) = bound() {
         // SAFETY: bound CUPTI functions; the buffer callbacks run inside.
         unsafe {
             (cupti.flush_all)(cupti::FLUSH_FORCED);
@@ -233,7 +239,7 @@ fn flush() {
 
 fn deactivate(state: &mut State) {
     LAUNCHES.store(false, Ordering::Release);
-    let Ok(cupti) = cupti() else {
+    let Ok(cupti) = bound() else {
         state.phase = Phase::Idle;
         return;
     };
@@ -278,7 +284,7 @@ fn finalize_here() {
     if !FINALIZE_WANTED.swap(false, Ordering::AcqRel) {
         return;
     }
-    let Ok(cupti) = cupti() else { return };
+    let Ok(cupti) = bound() else { return };
     let subscriber = SUBSCRIBER.load(Ordering::Acquire);
     // SAFETY: bound CUPTI functions, called from an API-exit callback as CUPTI requires.
     unsafe {
