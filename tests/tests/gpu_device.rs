@@ -92,11 +92,12 @@ fn untraced_the_injection_makes_no_cupti_call() {
     app.wait_ready();
     app.send("work 3");
     assert_eq!(app.next_line(), "done 3");
-    // The driver ran InitializeInjection: its watcher thread is there, and waits.
     app.send("sleep 300");
-    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
     app.send("counts");
     let counts = counts(&app.next_line());
+    // The driver ran InitializeInjection: its watcher thread is there (named once it ran), and
+    // waits.
+    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
     assert!(
         counts.len() == 16 && counts.values().all(|&n| n == 0),
         "{counts:?}"
@@ -471,4 +472,39 @@ fn a_forked_child_gets_its_own_watcher() {
     assert_eq!(app.next_line(), "child threads xtrace-gpu");
     app.send("quit");
     assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn without_a_loaded_libcupti_the_one_beside_the_runtime_is_used() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-beside");
+    let out_dir = tmp.join("out");
+    let app = fixtures().gpuapp.display().to_string();
+    // No --cupti: the process maps no libcupti, and the stand-in's sits beside libcudart.so.12.
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        "init",
+        "wait-active",
+        "work",
+        "2",
+        "sleep",
+        "300",
+        "counts"
+    ]);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("counts "))
+        .expect("counts");
+    assert_eq!(counts(line)["cuptiSubscribe"], 1);
 }
