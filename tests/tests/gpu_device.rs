@@ -508,3 +508,44 @@ fn without_a_loaded_libcupti_the_one_beside_the_runtime_is_used() {
         .expect("counts");
     assert_eq!(counts(line)["cuptiSubscribe"], 1);
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn records_cupti_drops_are_counted() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-dropped");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    // Every third record: each round's second reduce_sum and its memset.
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--cuda",
+            "-o",
+            &out_dir,
+            "--",
+            app,
+            flag,
+            lib,
+            "init",
+            "wait-active",
+            "work",
+            "5",
+            "sleep",
+            "300"
+        ],
+        &[("XTFAKE_CUPTI_DROP_EVERY", "3")],
+    );
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    let mut expected = expected(5);
+    expected.insert("reduce_sum".into(), 5);
+    expected.remove("memset");
+    assert_eq!(per_name(&device_slices(&out)), expected);
+    assert_eq!(out.summary["gpu_device"]["records_dropped"]["by_cupti"], 10);
+    assert!(out
+        .summary_txt
+        .contains("GPU device: 10 kernels, 10 copies, 0 memsets; 10 records dropped\n"));
+}
