@@ -106,6 +106,59 @@ fn untraced_the_injection_makes_no_cupti_call() {
     assert!(app.wait().success());
 }
 
+/// Each kernel ran inside its launch call, on the launching thread's correlation, with the
+/// launch's grid, block and shared memory, on its stream's track; a flow arrow goes from each
+/// launch to its kernel.
+fn assert_kernels_inside_their_launches(out: &Outputs, slices: &[Span]) {
+    let launches = out.spans_named("cuLaunchKernel");
+    let kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
+    assert_eq!((launches.len(), kernels.len()), (15, 15));
+    let mut launches = launches;
+    launches.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    for (launch, kernel) in launches.iter().zip(&kernels) {
+        assert!(
+            launch.start_ns() <= kernel.start_ns() && kernel.end_ns() <= launch.end_ns(),
+            "{kernel:?} outside {launch:?}"
+        );
+        assert_eq!(kernel.pid, launch.pid);
+        assert_eq!(kernel.args["launch_tid"], launch.tid);
+        let (grid, block, shared, stream) = match kernel.name.as_str() {
+            "vector_add" => ([4, 1, 1], [64, 1, 1], 128, 7),
+            _ => ([2, 2, 1], [32, 2, 1], 0, 14),
+        };
+        assert_eq!(kernel.args["grid"], serde_json::json!(grid));
+        assert_eq!(kernel.args["block"], serde_json::json!(block));
+        assert_eq!(kernel.args["shared_memory"], shared);
+        assert_eq!(kernel.args["registers"], 32);
+        assert_eq!(kernel.args["stream"], stream);
+    }
+    // One flow arrow per kernel: from its launch call, on the launching thread as the call began,
+    // to the kernel's slice. Copies and memsets have none (no callback is enabled on them).
+    let flows =
+        |ph: &str| -> Vec<&serde_json::Value> { out.events.iter().filter(|e| e["ph"] == ph).collect() };
+    let (starts, ends) = (flows("s"), flows("f"));
+    assert_eq!((starts.len(), ends.len()), (15, 15));
+    for (kernel, launch) in kernels.iter().zip(&launches) {
+        let end = ends
+            .iter()
+            .find(|e| {
+                e["tid"] == kernel.tid
+                    && xtrace_tests::output::us_to_ns(e["ts"].as_f64().unwrap()) == kernel.start_ns()
+            })
+            .unwrap_or_else(|| panic!("no flow ends at {kernel:?}"));
+        assert_eq!(end["bp"], "e");
+        let start = starts
+            .iter()
+            .find(|s| s["id"] == end["id"])
+            .expect("its flow's start");
+        let at = xtrace_tests::output::us_to_ns(start["ts"].as_f64().unwrap());
+        assert!(
+            start["tid"] == launch.tid && launch.start_ns() <= at && at <= launch.end_ns(),
+            "{start}"
+        );
+    }
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
@@ -139,30 +192,7 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
     let out = Outputs::read(&out_dir);
     let slices = device_slices(&out);
     assert_eq!(per_name(&slices), expected(5));
-    // Each kernel ran inside its launch call, on the launching thread's correlation, with the
-    // launch's grid, block and shared memory, on its stream's track.
-    let launches = out.spans_named("cuLaunchKernel");
-    let kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
-    assert_eq!((launches.len(), kernels.len()), (15, 15));
-    let mut launches = launches;
-    launches.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-    for (launch, kernel) in launches.iter().zip(&kernels) {
-        assert!(
-            launch.start_ns() <= kernel.start_ns() && kernel.end_ns() <= launch.end_ns(),
-            "{kernel:?} outside {launch:?}"
-        );
-        assert_eq!(kernel.pid, launch.pid);
-        assert_eq!(kernel.args["launch_tid"], launch.tid);
-        let (grid, block, shared, stream) = match kernel.name.as_str() {
-            "vector_add" => ([4, 1, 1], [64, 1, 1], 128, 7),
-            _ => ([2, 2, 1], [32, 2, 1], 0, 14),
-        };
-        assert_eq!(kernel.args["grid"], serde_json::json!(grid));
-        assert_eq!(kernel.args["block"], serde_json::json!(block));
-        assert_eq!(kernel.args["shared_memory"], shared);
-        assert_eq!(kernel.args["registers"], 32);
-        assert_eq!(kernel.args["stream"], stream);
-    }
+    assert_kernels_inside_their_launches(&out, &slices);
     let bytes: Vec<u64> = slices
         .iter()
         .filter(|s| s.name == "memcpy HtoD")
@@ -453,6 +483,14 @@ fn device_slices_are_in_a_perfetto_trace_too() {
     for (name, n) in expected(3) {
         assert_eq!(counts.get(&name).copied(), Some(n as u64), "{name}: {counts:?}");
     }
+    // A flow from each launch to its kernel.
+    assert_eq!(
+        decoded["flows"],
+        serde_json::json!([
+            {"from": "launch", "to": "reduce_sum", "count": 6},
+            {"from": "launch", "to": "vector_add", "count": 3},
+        ])
+    );
 }
 
 #[test]

@@ -10,14 +10,15 @@ and sample says it needs the incremental state; every interned id (event name, c
 annotation name, function name, mapping, frame, call stack) was sent on its sequence before its
 use and never sent twice; every event's track (its own or its sequence's default) was described
 before it; track uuids are never reused for another kind of track; every slice end closes a
-slice.
+slice; every flow that ends somewhere starts somewhere.
 
 Output: "packets", "tracks" (processes, threads with their names, child tracks by name), "slices"
 (count per pid, tid, track, name and nesting depth), "instants", "async" (per async slice: name,
 pid, and whether it was closed), "counters" (per track: unit, values in time order), "clocks"
 (clock ids per snapshot with wall time), "args" (annotation names per event name), "samples"
 (CPU samples per call stack, folded outermost first, kernel frames suffixed `_[k]`),
-"sample_threads" ([pid, tid, samples]), "sequences", "timestamps" (first and last), "errors".
+"sample_threads" ([pid, tid, samples]), "sequences", "timestamps" (first and last), "flows" (count
+per name of the event a flow starts at and of the one it ends at), "errors".
 """
 import gzip
 import json
@@ -123,6 +124,7 @@ def main(path):
     samples = Counter()
     sample_threads = Counter()
     clocks = []
+    flow_starts, flow_ends = {}, {}  # flow id -> the name of the event it starts / ends at
     for i, p in enumerate(trace.packet):
         sid = p.trusted_packet_sequence_id
         if sid not in sequences:
@@ -168,9 +170,17 @@ def main(path):
                     for a in e.debug_annotations]
             value = e.counter_value if e.HasField("counter_value") else e.double_counter_value
             events.append((ts, i, uuid, e.type, name, cat, args, value))
+            for f in e.flow_ids:
+                flow_starts[f] = name
+            for f in e.terminating_flow_ids:
+                flow_ends[f] = name
         else:
             errors.append(f"packet {i}: unexpected packet {kind}")
     out = summarize(events, tracks, clocks, errors, len(trace.packet))
+    for f in flow_ends.keys() - flow_starts.keys():
+        errors.append(f"flow {f:#x} ends at {flow_ends[f]} and starts nowhere")
+    flows = Counter((flow_starts[f], flow_ends[f]) for f in flow_ends.keys() & flow_starts.keys())
+    out["flows"] = [{"from": k[0], "to": k[1], "count": n} for k, n in sorted(flows.items(), key=str)]
     out["sequences"] = len(sequences)
     out["samples"] = dict(samples)
     out["sample_threads"] = sorted([k[0], k[1], n] for k, n in sample_threads.items())

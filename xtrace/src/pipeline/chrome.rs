@@ -84,6 +84,20 @@ fn push_name_cat(buf: &mut Vec<u8>, name: &str, cat: &str) {
     buf.push(b',');
 }
 
+/// One end of a flow arrow (`"ph":"s"`, or `"ph":"f"` bound to the slice that begins at `ts`):
+/// `{"ph":"s","name":"launch","cat":"gpu","id":ID,"ts":...,"pid":...,"tid":...}`.
+fn push_flow(buf: &mut Vec<u8>, flow: super::writer::Flow, ts_ns: u64, (pid, tid): (u32, u32)) {
+    buf.extend_from_slice(if flow.end {
+        b"{\"ph\":\"f\",\"bp\":\"e\","
+    } else {
+        b"{\"ph\":\"s\","
+    });
+    push_name_cat(buf, "\"launch\"", "\"gpu\"");
+    let _ = write!(buf, "\"id\":\"{:#x}\",", flow.id);
+    push_when_where(buf, ts_ns, pid, Some(tid));
+    buf.push(b'}');
+}
+
 /// `,"args":{VALUES}}`: the `args` object and the event's closing brace.
 fn push_args(buf: &mut Vec<u8>, values: &str) {
     buf.extend_from_slice(b",\"args\":{");
@@ -154,6 +168,8 @@ impl<W: Write> ChromeWriter<W> {
             let _ = write!(buf, "\"id\":\"{:#x}\",", edge.id);
             push_when_where(buf, span.start_ns, pid, Some(tid));
             push_args(buf, values);
+        } else if let (true, Some(flow)) = (span.instant, span.flow) {
+            push_flow(buf, flow, span.start_ns, (pid, tid));
         } else if span.instant {
             let values = values.strip_prefix(',').unwrap_or(values);
             push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
@@ -173,6 +189,10 @@ impl<W: Write> ChromeWriter<W> {
             push_int(buf, depth);
             buf.extend_from_slice(values.as_bytes());
             buf.extend_from_slice(b"}}");
+            if let Some(flow) = span.flow {
+                buf.extend_from_slice(b",\n");
+                push_flow(buf, flow, span.start_ns, (pid, tid));
+            }
         }
         self.spill()
     }

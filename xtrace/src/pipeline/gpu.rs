@@ -9,20 +9,37 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
 
-use super::{writer::SpanOut, Pipeline};
+use super::{
+    writer::{Flow, SpanOut},
+    Pipeline,
+};
 
 impl<W: std::io::Write + Send + 'static> Pipeline<W> {
-    /// One GPU device record: a slice on its GPU and stream's track (named the first time).
+    /// One GPU device record: a slice on its GPU and stream's track (named the first time), after
+    /// the start of the flow arrow from its launch when the launch was seen.
     pub(super) fn gpu_record(&mut self, event: &GpuEvent) -> std::io::Result<()> {
         let stop = self.stopped_at;
-        let Some((span, track)) = self.gpu.as_mut().and_then(|g| g.record(event, stop)) else {
+        let Some(slice) = self.gpu.as_mut().and_then(|g| g.record(event, stop)) else {
             return Ok(());
         };
-        if let Some(name) = track {
-            self.names.given(span.pid, span.tid, name);
+        if let Some(name) = slice.track {
+            self.names.given(slice.span.pid, slice.span.tid, name);
         }
-        self.emit(span)
+        if let Some(launch) = slice.launch {
+            self.emit(launch)?;
+        }
+        self.emit(slice.span)
     }
+}
+
+/// What one device record becomes.
+#[derive(Debug)]
+pub struct Slice {
+    pub span: SpanOut,
+    /// The name of its track, the first time the track is used.
+    pub track: Option<String>,
+    /// The start of its flow arrow: an instant on the launching thread as the launch began.
+    pub launch: Option<SpanOut>,
 }
 
 /// Device tracks are threads of their process in the trace, with ids no real thread has: this
@@ -75,8 +92,8 @@ pub struct GpuDevice {
     /// Kernel names by (pid, id), once whole; pieces still coming in `partial`.
     names: HashMap<(u32, u32), String>,
     partial: HashMap<(u32, u32, u32), Vec<u8>>,
-    /// The launch of each correlation id not yet matched: (pid, id) → thread.
-    launches: HashMap<(u32, u32), u32>,
+    /// The launch of each correlation id not yet matched: (pid, id) → (thread, when it began).
+    launches: HashMap<(u32, u32), (u32, u64)>,
     /// Device time of each kernel execution, by name.
     pub kernels: BTreeMap<String, Vec<u64>>,
     /// Busy intervals per (pid, GPU).
@@ -111,7 +128,7 @@ impl GpuDevice {
     }
 
     /// One record; the slice to write (and, for a new track, its name), if it makes one.
-    pub fn record(&mut self, event: &GpuEvent, stop: Option<u64>) -> Option<(SpanOut, Option<String>)> {
+    pub fn record(&mut self, event: &GpuEvent, stop: Option<u64>) -> Option<Slice> {
         let pid = event.header.pid;
         // SAFETY: both are 128-byte repr(C) structs of plain integers, valid for any bytes.
         let record: DeviceRecord = unsafe { std::ptr::read_unaligned(event.record.as_ptr().cast()) };
@@ -123,7 +140,8 @@ impl GpuDevice {
                 None
             }
             record_kind::LAUNCH => {
-                self.launches.insert((pid, record.correlation), record.stream);
+                self.launches
+                    .insert((pid, record.correlation), (record.stream, record.start_ns));
                 None
             }
             record_kind::DROPPED => {
@@ -167,14 +185,16 @@ impl GpuDevice {
         }
     }
 
-    fn slice(&mut self, pid: u32, r: &DeviceRecord) -> (SpanOut, Option<String>) {
+    fn slice(&mut self, pid: u32, r: &DeviceRecord) -> Slice {
         let dur_ns = r.end_ns.saturating_sub(r.start_ns);
         self.busy
             .entry((pid, r.device))
             .or_default()
             .push((r.start_ns, r.end_ns.max(r.start_ns)));
         let launcher = self.launches.remove(&(pid, r.correlation));
-        let launched = launcher.map_or(String::new(), |tid| format!(",\"launch_tid\":{tid}"));
+        let launched = launcher.map_or(String::new(), |(tid, _)| format!(",\"launch_tid\":{tid}"));
+        // One flow per launch: its correlation id, unique within the process.
+        let flow_id = (u64::from(pid) << 32) | u64::from(r.correlation);
         let (name, values) = match r.kind {
             record_kind::KERNEL => {
                 let name = self
@@ -224,9 +244,28 @@ impl GpuDevice {
             name: Some(name.into()),
             cat: Some("gpu".into()),
             values: Some(values.into()),
+            flow: launcher.map(|_| Flow {
+                id: flow_id,
+                end: true,
+            }),
             ..SpanOut::default()
         };
-        (span, track)
+        // On the launching thread's CUDA track, where its launch call's span is.
+        let launch = launcher.map(|(tid, start_ns)| SpanOut {
+            probe: self.probe,
+            pid,
+            tid,
+            start_ns,
+            name: Some("launch".into()),
+            cat: Some("cuda".into()),
+            instant: true,
+            flow: Some(Flow {
+                id: flow_id,
+                end: false,
+            }),
+            ..SpanOut::default()
+        });
+        Slice { span, track, launch }
     }
 }
 
@@ -296,7 +335,23 @@ mod tests {
             registers: 32,
             ..Default::default()
         };
-        let (span, track) = gpu.record(&event(7, of(kernel)), None).expect("a slice");
+        let Slice { span, track, launch } = gpu.record(&event(7, of(kernel)), None).expect("a slice");
+        let launch = launch.expect("the launch was seen");
+        assert_eq!((launch.pid, launch.tid, launch.instant), (7, 44, true));
+        assert_eq!(
+            launch.flow,
+            Some(Flow {
+                id: 7 << 32 | 9,
+                end: false
+            })
+        );
+        assert_eq!(
+            span.flow,
+            Some(Flow {
+                id: 7 << 32 | 9,
+                end: true
+            })
+        );
         assert_eq!(
             span.name.as_deref(),
             Some(String::from_utf8(long).unwrap().as_str())
@@ -314,7 +369,8 @@ mod tests {
             )
         );
         // The same track again is not named again; a record after the stop is left out.
-        assert!(gpu.record(&event(7, of(kernel)), None).unwrap().1.is_none());
+        let again = gpu.record(&event(7, of(kernel)), None).unwrap();
+        assert!(again.track.is_none() && again.launch.is_none());
         assert!(gpu.record(&event(7, of(kernel)), Some(999)).is_none());
         assert_eq!(gpu.after_stop, 1);
         assert_eq!(gpu.kernels.values().next().map(Vec::len), Some(2));

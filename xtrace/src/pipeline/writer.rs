@@ -32,6 +32,16 @@ pub struct SpanOut {
     pub cat: Option<Box<str>>,
     /// One end of an async span (`"ph":"b"`/`"e"`) at `start_ns`, told apart by its id.
     pub edge: Option<AsyncEdge>,
+    /// One end of a flow arrow (a GPU launch to the kernel it launched): an instant with
+    /// `end: false` starts it, a span with `end: true` ends it.
+    pub flow: Option<Flow>,
+}
+
+/// One end of a flow arrow between two events, told apart by its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flow {
+    pub id: u64,
+    pub end: bool,
 }
 
 /// A sampled stack as the timeline shows it: trace.json's innermost frame and innermost frames

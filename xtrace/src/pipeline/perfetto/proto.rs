@@ -274,6 +274,12 @@ pub struct TrackEvent {
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]
     pub double_counter_value: Option<f64>,
+    /// Flow arrows that start (or pass) at this event.
+    #[prost(fixed64, repeated, packed = "false", tag = "47")]
+    pub flow_ids: Vec<u64>,
+    /// Flow arrows that end at this event.
+    #[prost(fixed64, repeated, packed = "false", tag = "48")]
+    pub terminating_flow_ids: Vec<u64>,
 }
 
 /// `TrackEvent.Type`.

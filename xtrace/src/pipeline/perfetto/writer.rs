@@ -295,9 +295,15 @@ impl<W: Write> PerfettoWriter<W> {
             category_iids: vec![cat],
             ..Default::default()
         };
+        let (flow_ids, terminating_flow_ids) = match span.flow {
+            Some(flow) if flow.end => (Vec::new(), vec![flow.id]),
+            Some(flow) => (vec![flow.id], Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        };
         if span.instant {
             let event = TrackEvent {
                 debug_annotations: args,
+                flow_ids,
                 ..named(TYPE_INSTANT)
             };
             self.packet(seq, Some(span.start_ns), Data::TrackEvent(event));
@@ -305,6 +311,7 @@ impl<W: Write> PerfettoWriter<W> {
             self.complete += 1;
             let begin = TrackEvent {
                 debug_annotations: args,
+                terminating_flow_ids,
                 ..named(TYPE_SLICE_BEGIN)
             };
             self.packet(seq, Some(span.start_ns), Data::TrackEvent(begin));
