@@ -587,3 +587,44 @@ fn records_cupti_drops_are_counted() {
         .summary_txt
         .contains("GPU device: 10 kernels, 10 copies, 0 memsets; 10 records dropped\n"));
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn perf_event_uprobes_carry_the_device_records_too() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-perf-event");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let before = Attachments::snapshot();
+    // The kernels before 6.6's path: the probe's semaphore is raised by a perf-event uprobe.
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--cuda",
+            "-o",
+            &out_dir,
+            "--",
+            app,
+            flag,
+            lib,
+            "init",
+            "wait-active",
+            "work",
+            "2",
+            "sleep",
+            "300"
+        ],
+        &[("XTRACE_UPROBE_ATTACH", "perf_event")],
+    );
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    assert!(
+        finished.stderr.iter().any(|l| l.contains("uprobes, perf_event)")),
+        "{:?}",
+        finished.stderr
+    );
+    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+}
