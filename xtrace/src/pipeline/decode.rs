@@ -103,7 +103,8 @@ impl Event {
             Event::Sample(sample, _) => sample.header.ts_ns < start,
             Event::OffCpu(event, _) => event.interval.start_ns < start,
             Event::PyStack(walk) => walk.header.ts_ns < start,
-            Event::Thread(_) | Event::Out(_) | Event::Exec(_) => false,
+            // Decided by `gpu::GpuDevice`: by the device time the record holds.
+            Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => false,
         }
     }
 

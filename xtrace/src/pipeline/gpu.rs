@@ -18,8 +18,8 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
     /// One GPU device record: a slice on its GPU and stream's track (named the first time), after
     /// the start of the flow arrow from its launch when the launch was seen.
     pub(super) fn gpu_record(&mut self, event: &GpuEvent) -> std::io::Result<()> {
-        let stop = self.stopped_at;
-        let Some(slice) = self.gpu.as_mut().and_then(|g| g.record(event, stop)) else {
+        let window = (self.started_at, self.stopped_at);
+        let Some(slice) = self.gpu.as_mut().and_then(|g| g.record(event, window)) else {
             return Ok(());
         };
         if let Some(name) = slice.track {
@@ -127,8 +127,10 @@ impl GpuDevice {
         std::mem::take(&mut self.new_notices)
     }
 
-    /// One record; the slice to write (and, for a new track, its name), if it makes one.
-    pub fn record(&mut self, event: &GpuEvent, stop: Option<u64>) -> Option<Slice> {
+    /// One record; the slice to write (and, for a new track, its name), if it makes one. A
+    /// kernel, copy or memset that ran before the capture's `--start-at` window (`start`) is left
+    /// out, as one after its stop is (counted).
+    pub fn record(&mut self, event: &GpuEvent, (start, stop): (Option<u64>, Option<u64>)) -> Option<Slice> {
         let pid = event.header.pid;
         // SAFETY: both are 128-byte repr(C) structs of plain integers, valid for any bytes.
         let record: DeviceRecord = unsafe { std::ptr::read_unaligned(event.record.as_ptr().cast()) };
@@ -151,6 +153,9 @@ impl GpuDevice {
             record_kind::KERNEL | record_kind::MEMCPY | record_kind::MEMSET => {
                 if stop.is_some_and(|stop| record.start_ns > stop) {
                     self.after_stop += 1;
+                    return None;
+                }
+                if start.is_some_and(|start| record.start_ns < start) {
                     return None;
                 }
                 Some(self.slice(pid, &record))
@@ -310,10 +315,13 @@ mod tests {
         let mut gpu = GpuDevice::new(3);
         let long = vec![b'k'; NAME_CHUNK + 5];
         assert!(gpu
-            .record(&event(7, name(1, 0, &long[..NAME_CHUNK])), None)
+            .record(&event(7, name(1, 0, &long[..NAME_CHUNK])), (None, None))
             .is_none());
         assert!(gpu
-            .record(&event(7, name(1, NAME_CHUNK as u32, &long[NAME_CHUNK..])), None)
+            .record(
+                &event(7, name(1, NAME_CHUNK as u32, &long[NAME_CHUNK..])),
+                (None, None)
+            )
             .is_none());
         let launch = DeviceRecord {
             kind: record_kind::LAUNCH,
@@ -321,7 +329,7 @@ mod tests {
             stream: 44,
             ..Default::default()
         };
-        assert!(gpu.record(&event(7, of(launch)), None).is_none());
+        assert!(gpu.record(&event(7, of(launch)), (None, None)).is_none());
         let kernel = DeviceRecord {
             kind: record_kind::KERNEL,
             stream: 13,
@@ -335,7 +343,7 @@ mod tests {
             registers: 32,
             ..Default::default()
         };
-        let Slice { span, track, launch } = gpu.record(&event(7, of(kernel)), None).expect("a slice");
+        let Slice { span, track, launch } = gpu.record(&event(7, of(kernel)), (None, None)).expect("a slice");
         let launch = launch.expect("the launch was seen");
         assert_eq!((launch.pid, launch.tid, launch.instant), (7, 44, true));
         assert_eq!(
@@ -369,10 +377,14 @@ mod tests {
             )
         );
         // The same track again is not named again; a record after the stop is left out.
-        let again = gpu.record(&event(7, of(kernel)), None).unwrap();
+        let again = gpu.record(&event(7, of(kernel)), (None, None)).unwrap();
         assert!(again.track.is_none() && again.launch.is_none());
-        assert!(gpu.record(&event(7, of(kernel)), Some(999)).is_none());
+        assert!(gpu.record(&event(7, of(kernel)), (None, Some(999))).is_none());
         assert_eq!(gpu.after_stop, 1);
+        // And one from before a --start-at window.
+        assert!(gpu
+            .record(&event(7, of(kernel)), (Some(u64::MAX), None))
+            .is_none());
         assert_eq!(gpu.kernels.values().next().map(Vec::len), Some(2));
     }
 }
