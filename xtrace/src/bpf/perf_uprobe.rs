@@ -1,6 +1,8 @@
-//! Perf-event uprobes opened by hand, for what aya 0.14's `UProbe::attach` cannot express: a
-//! reference-counter (USDT semaphore) offset, which the kernel (4.20+) takes in bits 32–63 of the
-//! uprobe PMU's `config`. The program is attached with a BPF link carrying the site's cookie.
+//! Perf-event uprobes opened by hand (kernels without uprobe_multi links), for what aya 0.14's
+//! `UProbe::attach` cannot express: a reference-counter (USDT semaphore) offset, which the kernel
+//! (4.20+) takes in bits 32–63 of the uprobe PMU's `config`; and both file descriptors kept, the
+//! event's and the BPF link's, which the stop needs apart (see [`PerfUprobe`]). The program is
+//! attached with a BPF link carrying the probe's cookie.
 use std::{
     ffi::CString,
     io,
@@ -9,6 +11,7 @@ use std::{
         unix::ffi::OsStrExt,
     },
     path::Path,
+    sync::OnceLock,
 };
 
 use aya_obj::generated::{bpf_attach_type, bpf_cmd};
@@ -56,31 +59,73 @@ struct LinkCreateAttr {
     bpf_cookie: u64,
 }
 
-/// The uprobe PMU's type number.
-fn uprobe_pmu() -> io::Result<u32> {
-    let text = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?;
-    text.trim()
-        .parse()
-        .map_err(|_| io::Error::other("unreadable /sys/bus/event_source/devices/uprobe/type"))
+/// The uprobe PMU, as sysfs describes it.
+#[derive(Clone, Copy)]
+struct Pmu {
+    /// Its type number.
+    kind: u32,
+    /// The bit of `config` that makes a return probe.
+    retprobe_bit: u32,
 }
 
-/// An entry uprobe at `offset` of `path` (a semaphore at `ref_ctr_offset` when non-zero), for
-/// process `pid` or every process, running `program` with `cookie`. Returns the link; dropping it
-/// detaches the uprobe and (with the event fd closed) lowers the semaphore.
+const PMU_DIR: &str = "/sys/bus/event_source/devices/uprobe";
+
+/// The uprobe PMU, read once: a recording on an older kernel opens one event per offset.
+fn uprobe_pmu() -> io::Result<Pmu> {
+    static PMU: OnceLock<Result<Pmu, String>> = OnceLock::new();
+    PMU.get_or_init(|| read_pmu().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(io::Error::other)
+}
+
+fn read_pmu() -> io::Result<Pmu> {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("{PMU_DIR}/{name}"))
+            .map_err(|e| io::Error::new(e.kind(), format!("reading {PMU_DIR}/{name}: {e}")))
+    };
+    let unreadable = |name: &str| io::Error::other(format!("unreadable {PMU_DIR}/{name}"));
+    let kind = read("type")?.trim().parse().map_err(|_| unreadable("type"))?;
+    let retprobe_bit =
+        retprobe_bit(&read("format/retprobe")?).ok_or_else(|| unreadable("format/retprobe"))?;
+    Ok(Pmu { kind, retprobe_bit })
+}
+
+/// The bit in `format/retprobe`'s `config:N`.
+fn retprobe_bit(format: &str) -> Option<u32> {
+    format
+        .trim()
+        .strip_prefix("config:")?
+        .parse()
+        .ok()
+        .filter(|bit| *bit < 32)
+}
+
+/// One perf-event uprobe with its program attached: the event, and the BPF link that holds the
+/// program on it. Dropping it detaches the uprobe.
+#[derive(Debug)]
+pub struct PerfUprobe {
+    pub event: OwnedFd,
+    pub link: OwnedFd,
+}
+
+/// A uprobe (a return probe when `ret`) at `offset` of `path` (a semaphore at `ref_ctr_offset`
+/// when non-zero), for process `pid` or every process, running `program` with `cookie`. Dropping
+/// it detaches the uprobe and lowers the semaphore.
 pub fn attach(
     program: BorrowedFd<'_>,
     path: &Path,
-    offset: u64,
+    (offset, ret): (u64, bool),
     ref_ctr_offset: u64,
     pid: Option<u32>,
     cookie: u64,
-) -> io::Result<(OwnedFd, OwnedFd)> {
+) -> io::Result<PerfUprobe> {
     let path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let pmu = uprobe_pmu()?;
     let attr = PerfEventAttr {
-        kind: uprobe_pmu()?,
+        kind: pmu.kind,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: ref_ctr_offset << REF_CTR_SHIFT,
+        config: (ref_ctr_offset << REF_CTR_SHIFT) | if ret { 1 << pmu.retprobe_bit } else { 0 },
         sample_period: 1,
         wakeup_events: 1,
         config1: path.as_ptr() as u64,
@@ -115,5 +160,19 @@ pub fn attach(
         bpf_cookie: cookie,
     };
     let link = super::attr::bpf_fd(bpf_cmd::BPF_LINK_CREATE, &link_attr)?;
-    Ok((event, link))
+    Ok(PerfUprobe { event, link })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retprobe_bit_is_read_from_the_format_file() {
+        assert_eq!(retprobe_bit("config:0\n"), Some(0));
+        assert_eq!(retprobe_bit("config:12"), Some(12));
+        assert_eq!(retprobe_bit("config1:0"), None);
+        assert_eq!(retprobe_bit("config:64"), None);
+        assert_eq!(retprobe_bit(""), None);
+    }
 }

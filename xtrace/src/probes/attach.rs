@@ -3,21 +3,12 @@
 //! every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
 //! site's semaphore as the uprobe's reference counter), scoped to the traced processes. uprobe_multi
 //! links where the kernel has them (6.6+), perf-event uprobes otherwise. Linux 5.15+.
-use std::{
-    num::NonZeroU32,
-    os::fd::{AsFd, OwnedFd},
-    path::Path,
-};
+use std::path::Path;
 
-use aya::{
-    programs::{
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        UProbe,
-    },
-    Ebpf,
-};
+use aya::{programs::UProbe, Ebpf};
 
 use super::{
+    attach_perf::{attach_functions_perf_event, attach_perf_event, load},
     uprobe::{Attachment, Plan},
     usdt::{plan::Role, spec::RangeOp},
 };
@@ -25,14 +16,15 @@ use xtrace_common::event::{exit_cookie, ENTRY_EXITS_PROBED, ENTRY_GO, ENTRY_GO_S
 
 use crate::{
     bpf::{
-        self, perf_uprobe,
+        self,
+        perf_uprobe::PerfUprobe,
         uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
     },
     error::{Error, Result},
     target::TargetFile,
 };
 
-fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
     bpf::program_mut(ebpf, name)
 }
 
@@ -71,8 +63,10 @@ pub struct Attached {
     /// uprobe_multi links, with the plan scope each is for.
     enter: Vec<(usize, MultiLink)>,
     exit: Vec<(usize, MultiLink)>,
-    /// Perf-event USDT uprobes opened by hand: (event, link).
-    usdt_events: Vec<(OwnedFd, OwnedFd)>,
+    /// Perf-event uprobes: at entries and USDT sites (`span_enter`, `span_enter_s`, `usdt_hit`),
+    /// and those that end spans (`span_exit`, `span_ret`).
+    pub(super) perf_enter: Vec<PerfUprobe>,
+    pub(super) perf_exit: Vec<PerfUprobe>,
     programs: Vec<MultiProgram>,
 }
 
@@ -82,13 +76,14 @@ impl Attached {
         self.programs.iter().map(|p| (p.name(), p.fd())).collect()
     }
 
-    fn new(mechanism: Mechanism) -> Self {
+    pub(super) fn new(mechanism: Mechanism) -> Self {
         Attached {
             mechanism,
             uprobes: 0,
             enter: Vec::new(),
             exit: Vec::new(),
-            usdt_events: Vec::new(),
+            perf_enter: Vec::new(),
+            perf_exit: Vec::new(),
             programs: Vec::new(),
         }
     }
@@ -104,15 +99,19 @@ impl Attached {
         }
     }
 
-    /// The links, taken out: entry ones, USDT perf events, return ones.
-    pub(super) fn take_links(&mut self) -> (Vec<MultiLink>, Vec<(OwnedFd, OwnedFd)>, Vec<MultiLink>) {
-        let links =
-            |all: &mut Vec<(usize, MultiLink)>| std::mem::take(all).into_iter().map(|(_, l)| l).collect();
-        (
-            links(&mut self.enter),
-            std::mem::take(&mut self.usdt_events),
-            links(&mut self.exit),
-        )
+    /// The links and perf events, taken out to be closed: those at entries and USDT sites, then
+    /// those that end spans.
+    pub(super) fn take_links(&mut self) -> (Vec<Closing>, Vec<Closing>) {
+        let multi = |links: &mut Vec<(usize, MultiLink)>| {
+            std::mem::take(links)
+                .into_iter()
+                .map(|(_, l)| Box::new(l) as Closing)
+        };
+        let perf =
+            |probes: &mut Vec<PerfUprobe>| std::mem::take(probes).into_iter().map(|p| Box::new(p) as Closing);
+        let entries = multi(&mut self.enter).chain(perf(&mut self.perf_enter)).collect();
+        let exits = multi(&mut self.exit).chain(perf(&mut self.perf_exit)).collect();
+        (entries, exits)
     }
 
     /// The uprobe_multi links of plan scope `scope`, taken out (see [`reattach`]).
@@ -130,23 +129,9 @@ impl Attached {
     }
 
     /// Detaches every probe (see the type's documentation for the order).
-    pub fn detach(mut self, ebpf: &mut Ebpf) {
+    pub fn detach(mut self) {
         super::detach::close(&mut self);
         self.programs.clear();
-        if self.mechanism == Mechanism::PerfEvent {
-            for name in [
-                "span_enter",
-                "span_enter_s",
-                "span_exit",
-                "span_ret",
-                "usdt_hit",
-                "gpu_records",
-            ] {
-                if let Ok(program) = program(ebpf, name) {
-                    let _ = program.unload();
-                }
-            }
-        }
     }
 }
 
@@ -156,13 +141,16 @@ impl Drop for Attached {
     }
 }
 
+/// A link or perf event on its way to be closed.
+pub(super) type Closing = Box<dyn Send>;
+
 /// One link's worth of probes: a scope's file, with offsets, cookies and reference counters.
-struct Group<'a> {
-    scope: usize,
-    file: &'a TargetFile,
-    offsets: Vec<u64>,
-    cookies: Vec<u64>,
-    ref_ctr_offsets: Vec<u64>,
+pub(super) struct Group<'a> {
+    pub(super) scope: usize,
+    pub(super) file: &'a TargetFile,
+    pub(super) offsets: Vec<u64>,
+    pub(super) cookies: Vec<u64>,
+    pub(super) ref_ctr_offsets: Vec<u64>,
 }
 
 /// Groups (scope, file, offset, cookie, reference counter) per (scope, file), in first-seen order.
@@ -205,7 +193,11 @@ fn entry_program(plan: &Plan, a: &Attachment) -> &'static str {
 /// The groups span program `program` attaches to: the entries it takes (`span_enter`,
 /// `span_enter_s`: see [`entry_program`]), the returns of functions with return probes
 /// (`span_exit`), or the exit instructions of the others (`span_ret`).
-fn function_groups<'a>(program: &str, plan: &Plan, attachments: &'a [Attachment]) -> Vec<Group<'a>> {
+pub(super) fn function_groups<'a>(
+    program: &str,
+    plan: &Plan,
+    attachments: &'a [Attachment],
+) -> Vec<Group<'a>> {
     let entries = attachments.iter().filter(|a| entry_program(plan, a) == program);
     match program {
         "span_enter" | "span_enter_s" => group(entries.map(|a| {
@@ -238,7 +230,7 @@ fn function_groups<'a>(program: &str, plan: &Plan, attachments: &'a [Attachment]
 
 /// The span programs `attachments` need, exit probes first so that no entry is left without its
 /// exit.
-fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
+pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
     let mut names = Vec::new();
     if attachments.iter().any(|a| a.exits.is_none()) {
         names.push("span_exit");
@@ -266,12 +258,12 @@ fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
 }
 
 /// Whether program `name` attaches to USDT sites (with their semaphores as reference counters).
-fn is_usdt_program(name: &str) -> bool {
+pub(super) fn is_usdt_program(name: &str) -> bool {
     name == "usdt_hit" || name == "gpu_records"
 }
 
 /// The USDT sites of `usdt_hit` (`gpu: false`) or of `gpu_records` (`gpu: true`).
-fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
+pub(super) fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
     group(
         plan.usdt_sites
             .iter()
@@ -291,7 +283,7 @@ fn program_groups<'p>(name: &str, plan: &'p Plan) -> Vec<Group<'p>> {
 }
 
 /// The programs a plan needs, exit probes first so that no entry is left without its exit.
-fn programs_for(plan: &Plan) -> Vec<&'static str> {
+pub(super) fn programs_for(plan: &Plan) -> Vec<&'static str> {
     let mut names = span_programs(plan, &plan.attachments);
     if plan.usdt_sites.iter().any(|s| !is_gpu_site(plan, s)) {
         names.push("usdt_hit");
@@ -315,7 +307,7 @@ fn programs_for(plan: &Plan) -> Vec<&'static str> {
     names
 }
 
-fn whom(pid: Option<u32>) -> String {
+pub(super) fn whom(pid: Option<u32>) -> String {
     pid.map_or("every process".into(), |pid| format!("pid {pid}"))
 }
 
@@ -366,13 +358,6 @@ fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>, usdt: bool) -
 
 /// The error of a group the kernel refused.
 fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
-    // What xtrace's own check of each instruction (probes::insn) did not foresee.
-    let e = match e.raw_os_error() {
-        Some(ENOTSUPP) => std::io::Error::other(
-            "the kernel cannot probe the instruction at one of them (error 524, ENOTSUPP)",
-        ),
-        _ => e,
-    };
     Error::io(
         format!(
             "attaching {program} to {} offsets in {} for {}",
@@ -380,8 +365,18 @@ fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) ->
             g.file.shown.display(),
             whom(pid)
         ),
-        e,
+        explained(e),
     )
+}
+
+/// What xtrace's own check of each instruction (probes::insn) did not foresee, said plainly.
+pub(super) fn explained(e: std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(ENOTSUPP) => std::io::Error::other(
+            "the kernel cannot probe the instruction at one of them (error 524, ENOTSUPP)",
+        ),
+        _ => e,
+    }
 }
 
 /// Whether the kernel has uprobe_multi links: one has them when it refuses a link on `/` (no
@@ -404,98 +399,6 @@ const ENOTSUPP: i32 = 524;
 /// Errors with which a kernel older than 6.6 refuses uprobe_multi programs or links.
 fn unsupported(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP))
-}
-
-fn load(ebpf: &mut Ebpf, name: &str) -> Result<()> {
-    program(ebpf, name)?.load().map_err(|source| Error::Attach {
-        what: format!("loading {name}"),
-        source,
-    })
-}
-
-/// Attaches with one perf-event uprobe per offset: function probes through aya, USDT sites by hand
-/// (aya cannot pass a semaphore's reference-counter offset).
-fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
-    let mut attached = Attached::new(Mechanism::PerfEvent);
-    for name in programs_for(plan) {
-        load(ebpf, name)?;
-        if is_usdt_program(name) {
-            let program = program(ebpf, name)?;
-            let fd = program.fd().map_err(|source| Error::Attach {
-                what: name.into(),
-                source,
-            })?;
-            for g in usdt_groups(plan, name == "gpu_records") {
-                for ((offset, cookie), ref_ctr) in g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets) {
-                    let event = perf_uprobe::attach(
-                        fd.as_fd(),
-                        &g.file.open,
-                        *offset,
-                        *ref_ctr,
-                        pids[g.scope],
-                        *cookie,
-                    )
-                    .map_err(|e| {
-                        let site = &plan.usdt_sites[*cookie as usize];
-                        let probe = &plan.probes[site.site.probe_id as usize].name;
-                        Error::io(
-                            format!(
-                                "attaching {name} to {} {probe} at {offset:#x} for {}",
-                                g.file.shown.display(),
-                                whom(pids[g.scope])
-                            ),
-                            e,
-                        )
-                    })?;
-                    attached.usdt_events.push(event);
-                    attached.uprobes += 1;
-                }
-            }
-            continue;
-        }
-        attached.uprobes += attach_functions_perf_event(ebpf, name, plan, &plan.attachments, pids)?;
-    }
-    Ok(attached)
-}
-
-/// Attaches span program `name` (loaded) to `attachments` with perf-event uprobes; returns how
-/// many it placed.
-fn attach_functions_perf_event(
-    ebpf: &mut Ebpf,
-    name: &str,
-    plan: &Plan,
-    attachments: &[Attachment],
-    pids: &[Option<u32>],
-) -> Result<usize> {
-    let program = program(ebpf, name)?;
-    let mut placed = 0;
-    for g in function_groups(name, plan, attachments) {
-        let scope = match pids[g.scope] {
-            Some(pid) => {
-                UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or(Error::NoSuchProcess { pid: 0 })?)
-            }
-            None => UProbeScope::AllProcesses,
-        };
-        for (offset, cookie) in g.offsets.iter().zip(&g.cookies) {
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(*offset),
-                cookie: Some(*cookie),
-            };
-            program
-                .attach(point, &g.file.open, scope)
-                .map_err(|source| Error::Attach {
-                    what: format!(
-                        "{name} to {}:{} at {offset:#x} for {}",
-                        g.file.shown.display(),
-                        plan.probes[*cookie as u32 as usize].name,
-                        whom(pids[g.scope])
-                    ),
-                    source,
-                })?;
-            placed += 1;
-        }
-    }
-    Ok(placed)
 }
 
 /// Attaches again, for process `pid`, every probe of the plan's scope `scope` (function probes and
@@ -571,7 +474,7 @@ pub fn attach_more(
                 if program(ebpf, name)?.fd().is_err() {
                     load(ebpf, name)?;
                 }
-                attached.uprobes += attach_functions_perf_event(ebpf, name, plan, attachments, pids)?;
+                attach_functions_perf_event(ebpf, attached, name, plan, attachments, pids)?;
             }
         }
     }

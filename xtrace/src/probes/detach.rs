@@ -26,13 +26,13 @@ const CLOSERS: usize = 64;
 /// left the later ones firing for up to [`ENTRIES_FIRST`] with no return probes left: each of
 /// those calls ended another's as unmatched.)
 pub(super) fn close(attached: &mut Attached) {
-    let (entries, usdt, exits) = attached.take_links();
-    if entries.is_empty() && usdt.is_empty() && exits.is_empty() {
+    let (entries, exits) = attached.take_links();
+    if entries.is_empty() && exits.is_empty() {
         return;
     }
     std::thread::scope(|scope| {
         let (closed, entries_closed) = mpsc::channel();
-        let closing = close_all(scope, entries, &closed) + close_all(scope, usdt, &closed);
+        let closing = close_all(scope, entries, &closed);
         drop(closed);
         let deadline = Instant::now() + ENTRIES_FIRST;
         for _ in 0..closing {

@@ -74,7 +74,7 @@ impl<'a> Started<'a> {
             // The first sample in the kernel may be read only after the programs are gone.
             self.pipeline.keep_bpf_symbols();
         }
-        kernel.attached.detach(&mut kernel.ebpf);
+        kernel.attached.detach();
         drop(kernel.ebpf);
         let detach_ns = detach_started.elapsed().as_nanos() as u64;
         log::info!(target: SESSION_LOG, "detached in {:.1} ms", detach_ns as f64 / 1e6);

@@ -1,0 +1,107 @@
+//! Attaching a plan with one perf-event uprobe per offset, process and program: the mechanism of
+//! kernels without uprobe_multi links (before 6.6), or of `XTRACE_UPROBE_ATTACH=perf_event`. Every
+//! uprobe is opened by hand (`bpf::perf_uprobe`), so that the stop can take the programs off all
+//! of them at once and leave their slow removal to a background process (`super::teardown`).
+use std::os::fd::{AsFd, BorrowedFd};
+
+use aya::Ebpf;
+
+use super::{
+    attach::{
+        function_groups, is_usdt_program, program, programs_for, usdt_groups, whom, Attached, Group,
+        Mechanism,
+    },
+    uprobe::{Attachment, Plan},
+};
+use crate::{
+    bpf::perf_uprobe,
+    error::{Error, Result},
+};
+
+/// Loads program `name` into the kernel.
+pub(super) fn load(ebpf: &mut Ebpf, name: &str) -> Result<()> {
+    program(ebpf, name)?.load().map_err(|source| Error::Attach {
+        what: format!("loading {name}"),
+        source,
+    })
+}
+
+/// Attaches every planned probe with perf-event uprobes.
+pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
+    let mut attached = Attached::new(Mechanism::PerfEvent);
+    for name in programs_for(plan) {
+        load(ebpf, name)?;
+        if is_usdt_program(name) {
+            let fd = program_fd(ebpf, name)?;
+            for g in usdt_groups(plan, name == "gpu_records") {
+                let sites = g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets);
+                for ((offset, cookie), ref_ctr) in sites {
+                    let pid = pids[g.scope];
+                    let probe =
+                        perf_uprobe::attach(fd, &g.file.open, (*offset, false), *ref_ctr, pid, *cookie)
+                            .map_err(|e| {
+                                let site = &plan.usdt_sites[*cookie as usize];
+                                let probe = &plan.probes[site.site.probe_id as usize].name;
+                                refused(name, &g, probe, *offset, pid, e)
+                            })?;
+                    attached.perf_enter.push(probe);
+                    attached.uprobes += 1;
+                }
+            }
+            continue;
+        }
+        attach_functions_perf_event(ebpf, &mut attached, name, plan, &plan.attachments, pids)?;
+    }
+    Ok(attached)
+}
+
+/// The file descriptor of program `name`, loaded.
+fn program_fd<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<BorrowedFd<'e>> {
+    let fd = program(ebpf, name)?.fd().map_err(|source| Error::Attach {
+        what: name.into(),
+        source,
+    })?;
+    Ok(fd.as_fd())
+}
+
+/// Attaches span program `name` (loaded) to `attachments` with perf-event uprobes, kept in
+/// `attached`.
+pub(super) fn attach_functions_perf_event(
+    ebpf: &mut Ebpf,
+    attached: &mut Attached,
+    name: &str,
+    plan: &Plan,
+    attachments: &[Attachment],
+    pids: &[Option<u32>],
+) -> Result<()> {
+    let fd = program_fd(ebpf, name)?;
+    let ends_spans = matches!(name, "span_exit" | "span_ret");
+    for g in function_groups(name, plan, attachments) {
+        let pid = pids[g.scope];
+        for (offset, cookie) in g.offsets.iter().zip(&g.cookies) {
+            let at = (*offset, name == "span_exit");
+            let probe = perf_uprobe::attach(fd, &g.file.open, at, 0, pid, *cookie).map_err(|e| {
+                let probe = &plan.probes[*cookie as u32 as usize].name;
+                refused(name, &g, probe, *offset, pid, e)
+            })?;
+            match ends_spans {
+                true => attached.perf_exit.push(probe),
+                false => attached.perf_enter.push(probe),
+            }
+            attached.uprobes += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The error of an offset the kernel refused.
+fn refused(program: &str, g: &Group, probe: &str, offset: u64, pid: Option<u32>, e: std::io::Error) -> Error {
+    Error::io(
+        format!(
+            "attaching {program} to {}:{probe} at {offset:#x} for {}",
+            g.file.shown.display(),
+            whom(pid)
+        ),
+        super::attach::explained(e),
+    )
+}
