@@ -20,6 +20,9 @@ use crate::{fixtures::wait_child, xtrace_bin, SAFETY_TIMEOUT};
 /// The stderr prefix xtrace prints once every probe is attached.
 pub const ATTACHED_PREFIX: &str = "xtrace: attached ";
 
+/// The stderr prefix of the line that names the helper removing uprobes in the background.
+pub const BACKGROUND_PREFIX: &str = "xtrace: removing ";
+
 /// A running xtrace process.
 pub struct Xtrace {
     child: Child,
@@ -58,6 +61,33 @@ impl Finished {
     /// Asserts xtrace ended by a panic (exit code 101).
     pub fn assert_panicked(&self) {
         assert_eq!(self.status.code(), Some(101), "stderr: {:?}", self.stderr);
+    }
+
+    /// The pid of the helper xtrace left removing perf-event uprobes in the background, from its
+    /// `xtrace: removing N uprobes in the background (pid P)` line; None when it left none.
+    pub fn background_helper(&self) -> Option<u32> {
+        self.stderr.iter().find_map(|line| {
+            let rest = line.strip_prefix(BACKGROUND_PREFIX)?;
+            let pid = rest.split_once("(pid ")?.1.strip_suffix(')')?;
+            Some(pid.parse().expect("the helper's pid"))
+        })
+    }
+
+    /// Waits, for up to `timeout`, until the helper of [`Self::background_helper`] (if any) has
+    /// ended: its uprobes are then out of the traced processes.
+    pub fn wait_background_removal(&self, timeout: Duration) {
+        let Some(pid) = self.background_helper() else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        // Gone, or a zombie that an init which reaps slowly keeps.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| stat_fields(&s)[0] != "Z") {
+            assert!(
+                Instant::now() < deadline,
+                "the background helper {pid} still runs {timeout:?} after xtrace exited"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Asserts exit code 0, showing stderr otherwise.
@@ -336,6 +366,13 @@ impl Xtrace {
         // pid still names it.
         let rc = unsafe { libc::kill(pid, signal) };
         assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// Waits (with the safety timeout) for xtrace to exit, without collecting its output: for a
+    /// test that times how long it takes. [`Self::wait`] collects it afterwards.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        wait_child(&mut self.child, SAFETY_TIMEOUT)
+            .unwrap_or_else(|| panic!("`{}` did not exit within {SAFETY_TIMEOUT:?}", self.args))
     }
 
     /// Waits (with the safety timeout) for xtrace to exit and collects its output.

@@ -16,7 +16,7 @@ use xtrace_tests::{
     output::{u64_field, Outputs},
     require_bpf,
     run::{Xtrace, PANIC_ENV},
-    TempDir,
+    TempDir, SAFETY_TIMEOUT,
 };
 
 /// What one traced `usdt run` printed and wrote.
@@ -66,6 +66,8 @@ fn finish_run(
         End::Panic => finished.assert_panicked(),
     }
     before.assert_none_left();
+    // Perf-event uprobes (and the semaphores they raise) go in the background after xtrace exits.
+    finished.wait_background_removal(SAFETY_TIMEOUT);
     fixture.send("after");
     let after = number_after(&fixture.next_line(), "sem ");
     assert!(fixture.wait().success(), "usdt fixture failed");

@@ -111,24 +111,47 @@ fn main() -> ExitCode {
     let mut console = Console::new(quiet);
     let result = runtime.block_on(session::record(&config, &mut console));
     match result {
-        Ok(recording) => {
-            // The outputs are written whatever becomes of the summary on stdout (summary.txt
-            // holds it too): a standard output closed from the start only leaves the table out.
-            if !quiet {
-                if !xtrace::output::stdio::stdout_closed() && !out!("{}", recording.summary.table()) {
-                    return ExitCode::from(2);
-                }
-                err!(
-                    "xtrace: wrote {}/{{{}}}",
-                    recording.output.display(),
-                    recording.files.join(",")
-                );
-            }
-            ExitCode::SUCCESS
+        Ok(mut recording) => {
+            let code = summarize(&recording, quiet);
+            remove_in_background(&mut recording.teardown, quiet);
+            code
         }
         Err(e) => {
             err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Prints a recording's summary table on stdout and where its outputs are on stderr.
+fn summarize(recording: &session::Recording, quiet: bool) -> ExitCode {
+    // The outputs are written whatever becomes of the summary on stdout (summary.txt holds it
+    // too): a standard output closed from the start only leaves the table out.
+    if !quiet {
+        if !xtrace::output::stdio::stdout_closed() && !out!("{}", recording.summary.table()) {
+            return ExitCode::from(2);
+        }
+        err!(
+            "xtrace: wrote {}/{{{}}}",
+            recording.output.display(),
+            recording.files.join(",")
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// Hands the uprobes a recording left in the kernel to a helper that removes them in the
+/// background, and says so; where no helper can be started, removes them here.
+fn remove_in_background(teardown: &mut session::Teardown, quiet: bool) {
+    let uprobes = teardown.uprobes();
+    if uprobes == 0 {
+        return;
+    }
+    match teardown.hand_off(!quiet) {
+        Ok(pid) if !quiet => err!("xtrace: removing {uprobes} uprobes in the background (pid {pid})"),
+        Ok(_) => {}
+        Err(e) => {
+            err!("xtrace: warning: starting a helper to remove {uprobes} uprobes: {e}; removing them now")
         }
     }
 }

@@ -3,12 +3,13 @@
 //! every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
 //! site's semaphore as the uprobe's reference counter), scoped to the traced processes. uprobe_multi
 //! links where the kernel has them (6.6+), perf-event uprobes otherwise. Linux 5.15+.
-use std::path::Path;
+use std::{os::fd::OwnedFd, path::Path};
 
 use aya::{programs::UProbe, Ebpf};
 
 use super::{
     attach_perf::{attach_functions_perf_event, attach_perf_event, load},
+    teardown::Teardown,
     uprobe::{Attachment, Plan},
     usdt::{plan::Role, spec::RangeOp},
 };
@@ -63,8 +64,9 @@ pub struct Attached {
     /// uprobe_multi links, with the plan scope each is for.
     enter: Vec<(usize, MultiLink)>,
     exit: Vec<(usize, MultiLink)>,
-    /// Perf-event uprobes: at entries and USDT sites (`span_enter`, `span_enter_s`, `usdt_hit`),
-    /// and those that end spans (`span_exit`, `span_ret`).
+    /// Perf-event uprobes: at USDT sites (`usdt_hit`), at entries (`span_enter`,
+    /// `span_enter_s`), and those that end spans (`span_exit`, `span_ret`).
+    pub(super) perf_usdt: Vec<PerfUprobe>,
     pub(super) perf_enter: Vec<PerfUprobe>,
     pub(super) perf_exit: Vec<PerfUprobe>,
     programs: Vec<MultiProgram>,
@@ -82,6 +84,7 @@ impl Attached {
             uprobes: 0,
             enter: Vec::new(),
             exit: Vec::new(),
+            perf_usdt: Vec::new(),
             perf_enter: Vec::new(),
             perf_exit: Vec::new(),
             programs: Vec::new(),
@@ -109,7 +112,10 @@ impl Attached {
         };
         let perf =
             |probes: &mut Vec<PerfUprobe>| std::mem::take(probes).into_iter().map(|p| Box::new(p) as Closing);
-        let entries = multi(&mut self.enter).chain(perf(&mut self.perf_enter)).collect();
+        let entries = multi(&mut self.enter)
+            .chain(perf(&mut self.perf_usdt))
+            .chain(perf(&mut self.perf_enter))
+            .collect();
         let exits = multi(&mut self.exit).chain(perf(&mut self.perf_exit)).collect();
         (entries, exits)
     }
@@ -128,10 +134,31 @@ impl Attached {
         taken
     }
 
-    /// Detaches every probe (see the type's documentation for the order).
-    pub fn detach(mut self) {
-        super::detach::close(&mut self);
+    /// Takes every probe's program off at once, and returns the perf-event uprobes left in the
+    /// processes, inert, to be removed later: that takes long, one event after another (see
+    /// [`super::teardown`]). uprobe_multi links are closed here: they go at once.
+    pub fn stop(mut self) -> Teardown {
+        let split = |all: &mut Vec<PerfUprobe>| -> (Vec<OwnedFd>, Vec<Closing>) {
+            std::mem::take(all)
+                .into_iter()
+                .map(|probe| {
+                    let (event, link) = probe.disable();
+                    (event, Box::new(link) as Closing)
+                })
+                .unzip()
+        };
+        // USDT sites first: removing their uprobes lowers the semaphores of the sites.
+        let (mut entry_events, mut entry_links) = split(&mut self.perf_usdt);
+        let (function_events, function_links) = split(&mut self.perf_enter);
+        entry_events.extend(function_events);
+        entry_links.extend(function_links);
+        let (exit_events, exit_links) = split(&mut self.perf_exit);
+        let (mut entries, mut exits) = self.take_links();
+        entries.extend(entry_links);
+        exits.extend(exit_links);
+        super::detach::close_in_order(entries, exits);
         self.programs.clear();
+        Teardown::new(entry_events, exit_events)
     }
 }
 

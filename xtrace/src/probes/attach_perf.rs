@@ -44,7 +44,7 @@ pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32
                                 let probe = &plan.probes[site.site.probe_id as usize].name;
                                 refused(name, &g, probe, *offset, pid, e)
                             })?;
-                    attached.perf_enter.push(probe);
+                    attached.perf_usdt.push(probe);
                     attached.uprobes += 1;
                 }
             }

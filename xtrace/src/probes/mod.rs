@@ -22,6 +22,7 @@ pub mod ranges;
 pub mod sampler;
 pub mod spec;
 pub mod symver;
+pub mod teardown;
 pub mod uprobe;
 pub mod usdt;
 

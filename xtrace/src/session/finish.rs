@@ -84,6 +84,7 @@ impl Stopped<'_> {
             infos,
             gpus,
             run,
+            teardown,
         } = self;
         let stop = stop?;
         reader
@@ -157,6 +158,7 @@ impl Stopped<'_> {
             summary,
             output: out.path().to_path_buf(),
             files,
+            teardown,
         })
     }
 }

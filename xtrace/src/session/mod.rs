@@ -42,6 +42,9 @@ pub struct Recording {
     pub output: std::path::PathBuf,
     /// The files written into `output`, trace first.
     pub files: Vec<&'static str>,
+    /// Uprobes still to remove from the kernel, inert (perf-event uprobes take long): hand them
+    /// to a helper with [`Teardown::hand_off`], or drop them to remove them here.
+    pub teardown: Teardown,
 }
 
 /// What the CLI shows while recording; the library itself prints nothing.
@@ -76,6 +79,8 @@ impl Said {
         }
     }
 }
+
+pub use crate::probes::teardown::Teardown;
 
 /// Records what `config` asks for until a stop condition, telling `observer` what happens.
 pub async fn record(config: &Config, observer: &mut dyn Observer) -> Result<Recording> {

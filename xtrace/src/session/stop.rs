@@ -23,11 +23,11 @@ use crate::{
     export::summary::RunInfo,
     output::{self, Sink, TraceFile},
     pipeline::{reader::RingReader, Pipeline},
-    probes::uprobe::Plan,
+    probes::{teardown::Teardown, uprobe::Plan},
     target::ProcessInfo,
 };
 
-/// A recording whose probes are detached.
+/// A recording whose probes are detached, or do nothing any more (see [`Teardown`]).
 pub(super) struct Stopped<'a> {
     pub(super) config: &'a Config,
     /// Why it stopped, or what failed while it ran.
@@ -47,6 +47,8 @@ pub(super) struct Stopped<'a> {
     pub(super) infos: Vec<(u32, ProcessInfo)>,
     pub(super) gpus: Vec<DeviceSeries>,
     pub(super) run: RunInfo,
+    /// Perf-event uprobes whose programs are off, to remove once the outputs are written.
+    pub(super) teardown: Teardown,
 }
 
 impl<'a> Started<'a> {
@@ -74,10 +76,17 @@ impl<'a> Started<'a> {
             // The first sample in the kernel may be read only after the programs are gone.
             self.pipeline.keep_bpf_symbols();
         }
-        kernel.attached.detach();
+        // uprobe_multi links are closed here; perf-event uprobes lose their programs here, and are
+        // removed once the outputs are written (see `probes::teardown`).
+        let teardown = kernel.attached.stop();
         drop(kernel.ebpf);
         let detach_ns = detach_started.elapsed().as_nanos() as u64;
-        log::info!(target: SESSION_LOG, "detached in {:.1} ms", detach_ns as f64 / 1e6);
+        log::info!(
+            target: SESSION_LOG,
+            "detached in {:.1} ms ({} uprobes left to remove)",
+            detach_ns as f64 / 1e6,
+            teardown.uprobes()
+        );
         let Maps {
             counters,
             short_calls,
@@ -102,6 +111,7 @@ impl<'a> Started<'a> {
             pipeline: self.pipeline,
             infos: self.infos,
             gpus,
+            teardown,
             run: RunInfo {
                 host: crate::output::placeholders::host_name(),
                 labels: self.config.labels.iter().cloned().collect(),

@@ -1,0 +1,321 @@
+//! The uprobes left in the kernel after a recording on perf-event uprobes (kernels before 6.6,
+//! or `XTRACE_UPROBE_ATTACH=perf_event`), removed by a background process so that xtrace can exit.
+//!
+//! Closing a uprobe's perf event removes it from the process and then waits for the kernel's grace
+//! periods, under a lock that makes every close wait for the one before: ~80 ms each on Linux 6.1,
+//! 43 s for 300 functions (600 uprobes). At the stop their programs were already taken off, all at
+//! once (`PerfUprobe::release_program`), so the uprobes left do no work for xtrace; once the
+//! outputs are written, [`Teardown::hand_off`] forks a helper that keeps only these events,
+//! closes them one by one and exits, and xtrace returns. If the helper is killed, the kernel
+//! closes its events as it exits.
+use std::{
+    io::{self, IsTerminal},
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+    time::Duration,
+};
+
+/// How often the helper says how far it got, on a terminal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The helper's name (`ps`, /proc/PID/comm).
+const HELPER_NAME: &[u8] = b"xtrace-detach\0";
+
+/// Perf events whose uprobes are still in the traced processes, inert.
+#[derive(Debug, Default)]
+pub struct Teardown {
+    /// At function entries and USDT sites: closed first.
+    entries: Vec<OwnedFd>,
+    /// At returns and exit instructions.
+    exits: Vec<OwnedFd>,
+}
+
+impl Teardown {
+    pub(super) fn new(entries: Vec<OwnedFd>, exits: Vec<OwnedFd>) -> Self {
+        Teardown { entries, exits }
+    }
+
+    /// Uprobes left to remove.
+    pub fn uprobes(&self) -> usize {
+        self.entries.len() + self.exits.len()
+    }
+
+    /// Forks the helper that removes the uprobes, and closes this process's descriptors of them
+    /// (at once: the helper holds the events); returns the helper's pid. The helper starts a
+    /// session of its own (a Ctrl-C or the terminal closing does not reach it), keeps only the
+    /// events, and writes its progress to stderr every [`PROGRESS_EVERY`] when `progress` and
+    /// stderr is a terminal; otherwise stderr is closed in it, so that nothing waits for it to end
+    /// (a pipe reader waiting for end of file). On an error nothing changes: dropping `self`
+    /// removes the uprobes here.
+    pub fn hand_off(&mut self, progress: bool) -> io::Result<u32> {
+        let order: Vec<RawFd> = self
+            .entries
+            .iter()
+            .chain(&self.exits)
+            .map(AsRawFd::as_raw_fd)
+            .collect();
+        let mut keep = order.clone();
+        keep.sort_unstable();
+        if keep.first().is_some_and(|fd| *fd <= 2) {
+            return Err(io::Error::other(
+                "a uprobe's event has a standard stream's descriptor",
+            ));
+        }
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        let helper = Helper {
+            order: &order,
+            keep: &keep,
+            null: null.as_raw_fd(),
+            progress: progress && io::stderr().is_terminal(),
+        };
+        // SAFETY: the child runs only `Helper::run`, which makes system calls that are safe after
+        // a fork (no allocation, no lock) and ends with `_exit`.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => helper.run(),
+            pid => {
+                self.entries.clear();
+                self.exits.clear();
+                Ok(pid as u32)
+            }
+        }
+    }
+}
+
+impl Drop for Teardown {
+    /// Removes what was not handed off, here: entries first.
+    fn drop(&mut self) {
+        self.entries.clear();
+        self.exits.clear();
+    }
+}
+
+/// What the forked helper does, prepared before the fork: it may not allocate.
+struct Helper<'a> {
+    /// The events in the order they are closed.
+    order: &'a [RawFd],
+    /// The same, sorted: every other descriptor is closed.
+    keep: &'a [RawFd],
+    /// /dev/null, put in place of the standard streams.
+    null: RawFd,
+    progress: bool,
+}
+
+impl Helper<'_> {
+    fn run(&self) -> ! {
+        // SAFETY: system calls on plain values and descriptors this process holds; `HELPER_NAME`
+        // ends with a NUL.
+        unsafe {
+            libc::setsid();
+            libc::prctl(libc::PR_SET_NAME, HELPER_NAME.as_ptr());
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            libc::dup2(self.null, 0);
+            libc::dup2(self.null, 1);
+            if !self.progress {
+                libc::dup2(self.null, 2);
+            }
+        }
+        close_all_but(self.keep);
+        let started = now_ns();
+        let mut said = started;
+        let total = self.order.len() as u64;
+        for (closed, fd) in self.order.iter().enumerate() {
+            // SAFETY: a descriptor this process holds and closes once.
+            unsafe { libc::close(*fd) };
+            let now = now_ns();
+            if self.progress && now.saturating_sub(said) >= PROGRESS_EVERY.as_nanos() as u64 {
+                said = now;
+                say(&progress_line(closed as u64 + 1, total));
+            }
+        }
+        if self.progress {
+            say(&done_line(total, now_ns().saturating_sub(started)));
+        }
+        // SAFETY: ends the helper without running the parent's exit handlers or destructors.
+        unsafe { libc::_exit(0) }
+    }
+}
+
+/// Closes every descriptor from 3 up that is not in `keep` (sorted, each above 2).
+fn close_all_but(keep: &[RawFd]) {
+    let mut from = 3u32;
+    for fd in keep.iter().map(|fd| *fd as u32) {
+        if fd > from {
+            close_range(from, fd - 1);
+        }
+        from = fd + 1;
+    }
+    close_range(from, u32::MAX);
+}
+
+/// close_range(2) (Linux 5.9), or one close per descriptor below the limit where it fails.
+fn close_range(first: u32, last: u32) {
+    // SAFETY: closing descriptors this process holds; none is used afterwards.
+    let done = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) } == 0;
+    if !done {
+        // SAFETY: as above.
+        let limit = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(0, 1 << 20) as u32;
+        for fd in first..=last.min(limit) {
+            // SAFETY: as above.
+            unsafe { libc::close(fd as i32) };
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in ns.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the call writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Writes `line` to stderr; an error (the terminal gone) is ignored.
+fn say(line: &Line) {
+    // SAFETY: writes bytes of a live buffer.
+    unsafe { libc::write(2, line.bytes().as_ptr().cast(), line.bytes().len()) };
+}
+
+/// "xtrace: removing uprobes in the background: 120 of 600 done".
+fn progress_line(closed: u64, total: u64) -> Line {
+    let mut line = Line::default();
+    line.push("xtrace: removing uprobes in the background: ");
+    line.number(closed);
+    line.push(" of ");
+    line.number(total);
+    line.push(" done\n");
+    line
+}
+
+/// "xtrace: removed 600 uprobes in the background in 43.2 s".
+fn done_line(total: u64, ns: u64) -> Line {
+    let mut line = Line::default();
+    line.push("xtrace: removed ");
+    line.number(total);
+    line.push(" uprobes in the background in ");
+    line.number(ns / 1_000_000_000);
+    line.push(".");
+    line.number(ns / 100_000_000 % 10);
+    line.push(" s\n");
+    line
+}
+
+/// A line of text built without allocating (the helper may not allocate); longer text is cut.
+struct Line {
+    buf: [u8; 128],
+    len: usize,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line {
+            buf: [0; 128],
+            len: 0,
+        }
+    }
+}
+
+impl Line {
+    fn push(&mut self, text: &str) {
+        text.bytes().for_each(|b| self.push_byte(b));
+    }
+
+    fn push_byte(&mut self, b: u8) {
+        if self.len < self.buf.len() {
+            self.buf[self.len] = b;
+            self.len += 1;
+        }
+    }
+
+    fn number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for d in &digits[at..] {
+            self.push_byte(*d);
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Read, os::fd::FromRawFd};
+
+    use super::*;
+
+    #[test]
+    fn lines_say_how_far_the_helper_got() {
+        assert_eq!(
+            progress_line(120, 600).bytes(),
+            b"xtrace: removing uprobes in the background: 120 of 600 done\n"
+        );
+        assert_eq!(
+            done_line(600, 43_250_000_000).bytes(),
+            b"xtrace: removed 600 uprobes in the background in 43.2 s\n"
+        );
+        assert_eq!(
+            done_line(0, 0).bytes(),
+            b"xtrace: removed 0 uprobes in the background in 0.0 s\n"
+        );
+        let mut long = Line::default();
+        long.push(&"x".repeat(200));
+        long.number(u64::MAX);
+        assert_eq!(long.bytes().len(), 128);
+    }
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (std::fs::File, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both are new and owned here.
+        unsafe { (std::fs::File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// The helper holds what it was handed (the write ends of pipes stand in for events: a
+    /// reader sees end of file once every copy is closed), closes them all and exits 0; this
+    /// process's copies are closed by the hand-off.
+    #[test]
+    fn the_helper_closes_every_descriptor_it_was_handed_and_exits() {
+        let (mut readers, writers): (Vec<_>, Vec<_>) = (0..3).map(|_| pipe()).unzip();
+        let mut writers = writers.into_iter();
+        let entries: Vec<OwnedFd> = writers.by_ref().take(2).collect();
+        let mut teardown = Teardown::new(entries, writers.collect());
+        assert_eq!(teardown.uprobes(), 3);
+        let pid = teardown.hand_off(false).expect("forking the helper");
+        assert_eq!(teardown.uprobes(), 0);
+        for reader in &mut readers {
+            let mut rest = Vec::new();
+            assert_eq!(
+                reader.read_to_end(&mut rest).unwrap(),
+                0,
+                "end of file, nothing written"
+            );
+        }
+        let mut status = 0;
+        // SAFETY: waits for this process's own child.
+        assert_eq!(unsafe { libc::waitpid(pid as i32, &mut status, 0) }, pid as i32);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status:#x}"
+        );
+    }
+}
