@@ -28,6 +28,7 @@ pub(super) fn load(ebpf: &mut Ebpf, name: &str) -> Result<()> {
 
 /// Attaches every planned probe with perf-event uprobes.
 pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Attached> {
+    raise_open_files_limit();
     let mut attached = Attached::new(Mechanism::PerfEvent);
     for name in programs_for(plan) {
         load(ebpf, name)?;
@@ -53,6 +54,23 @@ pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32
         attach_functions_perf_event(ebpf, &mut attached, name, plan, &plan.attachments, pids)?;
     }
     Ok(attached)
+}
+
+/// Raises the soft limit on open files to the hard one: each perf-event uprobe holds two (the
+/// event and its link), 1,200 for 300 functions, past the usual soft limit of 1,024. A command
+/// xtrace launches was started before, with the limits it was given.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: the calls read and write one rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
 
 /// The file descriptor of program `name`, loaded.
@@ -102,6 +120,12 @@ fn refused(program: &str, g: &Group, probe: &str, offset: u64, pid: Option<u32>,
             g.file.shown.display(),
             whom(pid)
         ),
-        super::attach::explained(e),
+        match e.raw_os_error() {
+            Some(libc::EMFILE) => std::io::Error::other(
+                "too many open files: each function takes two with perf-event uprobes (kernels \
+                 before 6.6); raise the hard limit (`ulimit -Hn`) or trace fewer functions",
+            ),
+            _ => super::attach::explained(e),
+        },
     )
 }
