@@ -117,8 +117,11 @@ pub mod counter {
     /// GPU device records not sent: past `gpu::MAX_RECORDS_PER_HIT` in one batch, or no room in
     /// the ring buffer.
     pub const LOST_DEVICE_RECORDS: u32 = 7;
+    /// Hits of uprobe programs after the stop (`STOPPED`), which returned at once: perf-event
+    /// uprobes stay in the processes until a background helper has removed them.
+    pub const AFTER_STOP: u32 = 8;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// One open call on a thread's `EntryStack` (32 bytes).

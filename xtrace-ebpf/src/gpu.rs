@@ -14,13 +14,13 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{count_n, current_pid_tgid, current_thread_traced, reserve, submit_flags},
+    maps::{count_n, current_pid_tgid, current_thread_traced, reserve, stopped, submit_flags},
     uprobe::header,
 };
 
 #[uprobe]
 pub fn gpu_records(ctx: ProbeContext) -> u32 {
-    if !current_thread_traced() {
+    if stopped() || !current_thread_traced() {
         return 0;
     }
     let Some(pid_tgid) = current_pid_tgid() else {

@@ -92,6 +92,22 @@ static RING_BYTES: u64 = DEFAULT_RING_BYTES as u64;
 #[map]
 pub static WOKEN: Array<u32> = Array::with_max_entries(1, 0);
 
+/// 1 once the recording stopped: every uprobe program returns at once, counting the hit
+/// (`counter::AFTER_STOP`). Set by user space on perf-event uprobes, whose removal takes long and
+/// happens in the background after the outputs are written.
+#[map]
+pub static STOPPED: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether the recording stopped (see `STOPPED`); counts the hit when it has.
+#[inline(always)]
+pub fn stopped() -> bool {
+    let stopped = STOPPED.get(0).is_some_and(|s| *s != 0);
+    if stopped {
+        count(counter::AFTER_STOP);
+    }
+    stopped
+}
+
 /// Per-CPU counters indexed by `xtrace_common::probe::counter`.
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);

@@ -30,8 +30,8 @@ use xtrace_common::{
 use crate::goroutine;
 use crate::maps::{
     add, args_enabled, count, count_n, current_pid_tgid, current_thread_traced, is_self,
-    keep_return_addresses, min_duration_ns, raise, reserve, submit_flags, ARG_SPECS, OUT_PTRS, SHORT_CALLS,
-    STACKS,
+    keep_return_addresses, min_duration_ns, raise, reserve, stopped, submit_flags, ARG_SPECS, OUT_PTRS,
+    SHORT_CALLS, STACKS,
 };
 use crate::regs::{user_ax, user_bx, user_cx, user_di, user_flags, user_r8, user_r9, user_si, user_sp};
 use crate::strings::{read_c_string, read_counted};
@@ -59,6 +59,9 @@ pub fn span_enter_s(ctx: ProbeContext) -> u32 {
 /// [`find_open`]).
 #[uretprobe]
 pub fn span_exit(ctx: RetProbeContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     // The return has popped the return address: its slot is one word below the stack pointer.
     let frame = user_sp(ctx.regs).wrapping_sub(8);
     match end_span(ctx.regs, frame, None, (EXIT_RETURN, false)) {
@@ -70,6 +73,9 @@ pub fn span_exit(ctx: RetProbeContext) -> u32 {
 /// is at the return address, as at entry.
 #[uprobe]
 pub fn span_ret(ctx: ProbeContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     // SAFETY: the helper only reads the program context.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let frame = user_sp(ctx.regs);
@@ -80,6 +86,9 @@ pub fn span_ret(ctx: ProbeContext) -> u32 {
 }
 
 fn try_span_enter<const SLEEPABLE: bool>(ctx: &ProbeContext) -> Result<u32, u32> {
+    if stopped() {
+        return Ok(0);
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     if !current_thread_traced() {
         return Ok(0); // --tid: another thread; without an entry its return is ignored too

@@ -20,13 +20,18 @@ use xtrace_common::{
 
 use crate::{
     long_str::write_long_string,
-    maps::{current_pid_tgid, current_thread_traced, long_strings, reserve, submit_flags, USDT_SITES},
+    maps::{
+        current_pid_tgid, current_thread_traced, long_strings, reserve, stopped, submit_flags, USDT_SITES,
+    },
     regs::user_ip,
     uprobe::{header, thread_stack, NoStack},
 };
 
 #[uprobe]
 pub fn usdt_hit(ctx: ProbeContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     if !current_thread_traced() {
         return 0;

@@ -278,6 +278,14 @@ pub fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map> {
     ebpf.take_map(name).ok_or_else(|| missing_map(name))
 }
 
+/// Makes every uprobe program return at once from now on, counting the hit (`STOPPED`): the
+/// stop of a recording on perf-event uprobes, whose removal comes later (`probes::teardown`).
+pub fn stop_programs(ebpf: &mut Ebpf) -> Result<()> {
+    let map = ebpf.map_mut("STOPPED").ok_or_else(|| missing_map("STOPPED"))?;
+    let mut stopped = aya::maps::Array::<_, u32>::try_from(map).map_err(map_error("STOPPED"))?;
+    stopped.set(0, 1, 0).map_err(map_error("STOPPED"))
+}
+
 /// One per-CPU counter summed over CPUs.
 fn counter_sum(counters: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64> {
     let values = counters.get(&index, 0).map_err(map_error("COUNTERS"))?;

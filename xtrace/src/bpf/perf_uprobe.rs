@@ -103,10 +103,10 @@ fn retprobe_bit(format: &str) -> Option<u32> {
         .filter(|bit| *bit < 32)
 }
 
-/// One perf-event uprobe with its program attached. Its two descriptors are released apart at the
-/// stop: closing the link takes the program off the uprobe (waiting for a grace period on recent
-/// kernels, which links closed together share), while closing the event, which removes the uprobe
-/// from the process, waits for the kernel's grace periods one event at a time (~80 ms each).
+/// One perf-event uprobe with its program attached: the event, and the BPF link that holds the
+/// program on it. Closing the last of the two removes the uprobe from the process, which waits for
+/// the kernel's grace periods one uprobe at a time (~80 ms each); closing the link also takes the
+/// program off, which on Linux 6.1 costs about as long.
 #[derive(Debug)]
 pub struct PerfUprobe {
     pub event: OwnedFd,
@@ -114,7 +114,8 @@ pub struct PerfUprobe {
 }
 
 impl PerfUprobe {
-    /// Stops the event counting hits, and returns it and the link apart.
+    /// Stops the event counting hits (its program still runs on each), and returns it and the
+    /// link apart.
     pub fn disable(self) -> (OwnedFd, OwnedFd) {
         // SAFETY: an ioctl without an argument on a perf event descriptor we own. A failure
         // leaves the event counting hits into no buffer: harmless.

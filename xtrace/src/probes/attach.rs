@@ -134,31 +134,24 @@ impl Attached {
         taken
     }
 
-    /// Takes every probe's program off at once, and returns the perf-event uprobes left in the
-    /// processes, inert, to be removed later: that takes long, one event after another (see
-    /// [`super::teardown`]). uprobe_multi links are closed here: they go at once.
+    /// Closes the uprobe_multi links (they go at once), and returns the perf-event uprobes, to be
+    /// removed later: that takes long, one after another (see [`super::teardown`]). Their
+    /// programs must have been stopped first ([`bpf::stop_programs`]).
     pub fn stop(mut self) -> Teardown {
-        let split = |all: &mut Vec<PerfUprobe>| -> (Vec<OwnedFd>, Vec<Closing>) {
+        // Each event before its link: closing the link then removes the uprobe.
+        let split = |all: &mut Vec<PerfUprobe>| -> Vec<OwnedFd> {
             std::mem::take(all)
                 .into_iter()
-                .map(|probe| {
-                    let (event, link) = probe.disable();
-                    (event, Box::new(link) as Closing)
-                })
-                .unzip()
+                .flat_map(|probe| <[OwnedFd; 2]>::from(probe.disable()))
+                .collect()
         };
         // USDT sites first: removing their uprobes lowers the semaphores of the sites.
-        let (mut entry_events, mut entry_links) = split(&mut self.perf_usdt);
-        let (function_events, function_links) = split(&mut self.perf_enter);
-        entry_events.extend(function_events);
-        entry_links.extend(function_links);
-        let (exit_events, exit_links) = split(&mut self.perf_exit);
-        let (mut entries, mut exits) = self.take_links();
-        entries.extend(entry_links);
-        exits.extend(exit_links);
-        super::detach::close_in_order(entries, exits);
+        let mut entries = split(&mut self.perf_usdt);
+        entries.extend(split(&mut self.perf_enter));
+        let exits = split(&mut self.perf_exit);
+        super::detach::close(&mut self);
         self.programs.clear();
-        Teardown::new(entry_events, exit_events)
+        Teardown::new(entries, exits)
     }
 }
 

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::attach::{Attached, Closing};
+use super::attach::Attached;
 
 /// How long the return probes' removal waits for the entry probes' to finish.
 const ENTRIES_FIRST: Duration = Duration::from_millis(250);
@@ -20,18 +20,13 @@ const ENTRIES_FIRST: Duration = Duration::from_millis(250);
 /// Threads that close links at once, at most, per kind (entry and USDT links, return links).
 const CLOSERS: usize = 64;
 
-/// Closes `attached`'s links and perf events (see [`close_in_order`]).
+/// Closes `attached`'s links: its entry probes and USDT sites first, all at once, so that a call
+/// in flight still ends its span, then, once they are closed or after [`ENTRIES_FIRST`], every
+/// return-probe link at once. Returns when all are closed. (Entry links closed one after another
+/// left the later ones firing for up to [`ENTRIES_FIRST`] with no return probes left: each of
+/// those calls ended another's as unmatched.)
 pub(super) fn close(attached: &mut Attached) {
     let (entries, exits) = attached.take_links();
-    close_in_order(entries, exits);
-}
-
-/// Closes links (or perf events): those of entry probes and USDT sites first, all at once, so that
-/// a call in flight still ends its span, then, once they are closed or after [`ENTRIES_FIRST`],
-/// every return-probe link at once. Returns when all are closed. (Entry links closed one after
-/// another left the later ones firing for up to [`ENTRIES_FIRST`] with no return probes left: each
-/// of those calls ended another's as unmatched.)
-pub(super) fn close_in_order(entries: Vec<Closing>, exits: Vec<Closing>) {
     if entries.is_empty() && exits.is_empty() {
         return;
     }

@@ -1,13 +1,13 @@
 //! The uprobes left in the kernel after a recording on perf-event uprobes (kernels before 6.6,
 //! or `XTRACE_UPROBE_ATTACH=perf_event`), removed by a background process so that xtrace can exit.
 //!
-//! Closing a uprobe's perf event removes it from the process and then waits for the kernel's grace
-//! periods, under a lock that makes every close wait for the one before: ~80 ms each on Linux 6.1,
-//! 43 s for 300 functions (600 uprobes). At the stop their programs were already taken off, all at
-//! once (`PerfUprobe::release_program`), so the uprobes left do no work for xtrace; once the
-//! outputs are written, [`Teardown::hand_off`] forks a helper that keeps only these events,
+//! Removing a perf-event uprobe waits for the kernel's grace periods, under a lock that makes
+//! every removal wait for the one before: ~80 ms each on Linux 6.1 and 6.18, 43 s for 300
+//! functions (600 uprobes). At the stop their programs were told to return at once
+//! (`bpf::stop_programs`), so the uprobes left do no work for xtrace; once the outputs are
+//! written, [`Teardown::hand_off`] forks a helper that keeps only the uprobes' events and links,
 //! closes them one by one and exits, and xtrace returns. If the helper is killed, the kernel
-//! closes its events as it exits.
+//! closes them as it exits.
 use std::{
     io::{self, IsTerminal},
     os::fd::{AsRawFd, OwnedFd, RawFd},
@@ -20,10 +20,11 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// The helper's name (`ps`, /proc/PID/comm).
 const HELPER_NAME: &[u8] = b"xtrace-detach\0";
 
-/// Perf events whose uprobes are still in the traced processes, inert.
+/// Perf-event uprobes still in the traced processes, their programs stopped: each one's event
+/// and link, in the order they are closed.
 #[derive(Debug, Default)]
 pub struct Teardown {
-    /// At function entries and USDT sites: closed first.
+    /// At USDT sites and function entries: closed first.
     entries: Vec<OwnedFd>,
     /// At returns and exit instructions.
     exits: Vec<OwnedFd>,
@@ -34,18 +35,18 @@ impl Teardown {
         Teardown { entries, exits }
     }
 
-    /// Uprobes left to remove.
+    /// Uprobes left to remove (each an event and a link).
     pub fn uprobes(&self) -> usize {
-        self.entries.len() + self.exits.len()
+        (self.entries.len() + self.exits.len()) / 2
     }
 
     /// Forks the helper that removes the uprobes, and closes this process's descriptors of them
     /// (at once: the helper holds the events); returns the helper's pid. The helper starts a
     /// session of its own (a Ctrl-C or the terminal closing does not reach it), keeps only the
-    /// events, and writes its progress to stderr every [`PROGRESS_EVERY`] when `progress` and
-    /// stderr is a terminal; otherwise stderr is closed in it, so that nothing waits for it to end
-    /// (a pipe reader waiting for end of file). On an error nothing changes: dropping `self`
-    /// removes the uprobes here.
+    /// uprobes' descriptors, and writes its progress to stderr every [`PROGRESS_EVERY`] when
+    /// `progress` and stderr is a terminal; otherwise stderr is closed in it, so that nothing
+    /// waits for it to end (a pipe reader waiting for end of file). On an error nothing changes:
+    /// dropping `self` removes the uprobes here.
     pub fn hand_off(&mut self, progress: bool) -> io::Result<u32> {
         let order: Vec<RawFd> = self
             .entries
@@ -94,7 +95,7 @@ impl Drop for Teardown {
 
 /// What the forked helper does, prepared before the fork: it may not allocate.
 struct Helper<'a> {
-    /// The events in the order they are closed.
+    /// The uprobes' events and links, in the order they are closed.
     order: &'a [RawFd],
     /// The same, sorted: every other descriptor is closed.
     keep: &'a [RawFd],
@@ -122,14 +123,16 @@ impl Helper<'_> {
         close_all_but(self.keep);
         let started = now_ns();
         let mut said = started;
-        let total = self.order.len() as u64;
-        for (closed, fd) in self.order.iter().enumerate() {
+        // Two descriptors a uprobe: its event, then its link.
+        let total = self.order.len() as u64 / 2;
+        for (index, fd) in self.order.iter().enumerate() {
             // SAFETY: a descriptor this process holds and closes once.
             unsafe { libc::close(*fd) };
             let now = now_ns();
             if self.progress && now.saturating_sub(said) >= PROGRESS_EVERY.as_nanos() as u64 {
                 said = now;
-                say(&progress_line(closed as u64 + 1, total));
+                let descriptors_closed = index as u64 + 1;
+                say(&progress_line(descriptors_closed / 2, total));
             }
         }
         if self.progress {
@@ -295,9 +298,9 @@ mod tests {
     /// process's copies are closed by the hand-off.
     #[test]
     fn the_helper_closes_every_descriptor_it_was_handed_and_exits() {
-        let (mut readers, writers): (Vec<_>, Vec<_>) = (0..3).map(|_| pipe()).unzip();
+        let (mut readers, writers): (Vec<_>, Vec<_>) = (0..6).map(|_| pipe()).unzip();
         let mut writers = writers.into_iter();
-        let entries: Vec<OwnedFd> = writers.by_ref().take(2).collect();
+        let entries: Vec<OwnedFd> = writers.by_ref().take(4).collect();
         let mut teardown = Teardown::new(entries, writers.collect());
         assert_eq!(teardown.uprobes(), 3);
         let pid = teardown.hand_off(false).expect("forking the helper");

@@ -23,7 +23,7 @@ use crate::{
     export::summary::RunInfo,
     output::{self, Sink, TraceFile},
     pipeline::{reader::RingReader, Pipeline},
-    probes::{teardown::Teardown, uprobe::Plan},
+    probes::{attach::Mechanism, teardown::Teardown, uprobe::Plan},
     target::ProcessInfo,
 };
 
@@ -76,8 +76,13 @@ impl<'a> Started<'a> {
             // The first sample in the kernel may be read only after the programs are gone.
             self.pipeline.keep_bpf_symbols();
         }
-        // uprobe_multi links are closed here; perf-event uprobes lose their programs here, and are
-        // removed once the outputs are written (see `probes::teardown`).
+        // uprobe_multi links are closed here; perf-event uprobes' programs stop doing anything
+        // here, and the uprobes are removed once the outputs are written (`probes::teardown`).
+        if mechanism == Mechanism::PerfEvent {
+            if let Err(e) = bpf::stop_programs(&mut kernel.ebpf) {
+                log::warn!(target: SESSION_LOG, "{e}: the programs run until the uprobes are removed");
+            }
+        }
         let teardown = kernel.attached.stop();
         drop(kernel.ebpf);
         let detach_ns = detach_started.elapsed().as_nanos() as u64;
