@@ -225,3 +225,42 @@ pub fn verified_insns(pid: u32) -> BTreeMap<String, u64> {
     }
     counts
 }
+
+/// Counter `index` of the `COUNTERS` map (per CPU, summed) that the programs on the perf events
+/// process `pid` holds use: the programs of a background helper's uprobes, whose maps no process
+/// holds any more.
+pub fn counter_of_held_programs(pid: u32, index: u32) -> u64 {
+    let prog = array(&bpftool_json(&["perf", "show"]))
+        .iter()
+        .find(|event| event["pid"].as_u64() == Some(u64::from(pid)))
+        .and_then(|event| event["prog_id"].as_u64())
+        .unwrap_or_else(|| panic!("process {pid} holds no perf event with a program"));
+    let maps = bpftool_json(&["prog", "show", "id", &prog.to_string()]);
+    let id = array(&maps["map_ids"])
+        .iter()
+        .map(|id| id.as_u64().expect("a map id").to_string())
+        .find(|id| bpftool_json(&["map", "show", "id", id])["name"] == "COUNTERS")
+        .unwrap_or_else(|| panic!("program {prog} uses no COUNTERS map"));
+    let le_u64 = |bytes: &Value| -> u64 {
+        let bytes: Vec<u8> = array(bytes)
+            .iter()
+            .map(|b| u8::from_str_radix(b.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        u64::from_le_bytes(bytes.try_into().expect("an 8-byte value"))
+    };
+    let entries = bpftool_json(&["map", "dump", "id", &id]);
+    let entry = array(&entries)
+        .iter()
+        .find(|entry| key_u32(&entry["key"]) == index)
+        .unwrap_or_else(|| panic!("COUNTERS has no index {index}"));
+    array(&entry["values"]).iter().map(|v| le_u64(&v["value"])).sum()
+}
+
+/// A 4-byte key as bpftool prints it (hex bytes), as a number.
+fn key_u32(key: &Value) -> u32 {
+    let bytes: Vec<u8> = array(key)
+        .iter()
+        .map(|b| u8::from_str_radix(b.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    u32::from_le_bytes(bytes.try_into().expect("a 4-byte key"))
+}

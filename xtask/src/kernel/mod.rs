@@ -22,8 +22,10 @@ use crate::util::{self, BadInput, Workspace};
 
 /// The smoke set: (file in tests/tests/, test) for each capability the matrix covers: function
 /// spans, arguments, both uprobe attach paths, USDT with semaphores, CPU sampling with unwinding,
-/// off-CPU time, the CUDA stand-in and its GPU device timeline, range probes, the lifecycle (SIGINT, SIGTERM, SIGKILL: nothing left
-/// attached; SIGTERM, SIGHUP, SIGKILL and a panic in the USDT semaphore test), bad input and
+/// off-CPU time, the CUDA stand-in and its GPU device timeline, range probes, the lifecycle
+/// (SIGINT, SIGTERM, SIGKILL: nothing left attached; SIGTERM, SIGHUP, SIGKILL and a panic in the
+/// USDT semaphore test; perf-event uprobes removed in the background after a prompt exit), bad
+/// input and
 /// `xtrace check`; one or two tests each, so that the set runs in under 15 minutes under TCG on
 /// 2 cores. Sampling tests that count samples per second of the
 /// wall clock (`split_shares_with_and_without_frame_pointers`) are left out: under TCG the guest's
@@ -57,6 +59,10 @@ pub const SMOKE: &[(&str, &str)] = &[
     ("offcpu", "sleeps_in_a_function_are_its_off_cpu_time"),
     ("ranges", "xtrace_range_api_by_pid"),
     ("stop", "sigint_stops"),
+    (
+        "teardown",
+        "perf_event_uprobes_are_removed_in_the_background_after_complete_outputs",
+    ),
     ("lifecycle", "sigkill_leaves_nothing_attached"),
     ("bad_input", "nonexistent_pid"),
     ("bad_input", "target_not_elf"),
