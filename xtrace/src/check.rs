@@ -53,7 +53,7 @@ pub fn items() -> Vec<Item> {
     items.extend([
         feature("bpf programs", features::uprobe_programs(), Status::Missing, "the kernel loads uprobe programs", "use a kernel built with CONFIG_BPF_SYSCALL and CONFIG_UPROBE_EVENTS"),
         feature("ring buffer", features::ring_buffer(), Status::Missing, "BPF ring buffers carry events to xtrace", "use Linux 5.8 or later"),
-        feature("uprobe_multi", features::uprobe_multi(), Status::Limited, "one link attaches many functions, and detaches them at once", "xtrace uses a perf-event uprobe per function instead, which attaches and detaches thousands of functions far slower (Linux 6.6 has uprobe_multi)"),
+        feature("uprobe_multi", features::uprobe_multi(), Status::Limited, "uprobes attach as uprobe_multi links: one attaches many functions, and detaches them at once", "uprobes attach as perf-event uprobes, one per function: removing them takes ~0.1 s each, and finishes in the background after xtrace exits (Linux 6.6 has uprobe_multi)"),
         feature("btf tracepoints", features::btf_tracepoints(btf.as_ref()), Status::Limited, "typed tracepoints (sched_switch) load", "scheduler tracepoints are read untyped"),
         feature("sleepable uprobes", features::sleepable_uprobes(), Status::Limited, "uprobe programs may fault in pages", "a string argument on a page the process has not touched yet cannot be read"),
         lockdown(),
