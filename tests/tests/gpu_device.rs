@@ -15,7 +15,7 @@ use xtrace_tests::{
     output::{Outputs, Span},
     require_bpf,
     run::Xtrace,
-    TempDir,
+    TempDir, SAFETY_TIMEOUT,
 };
 
 /// gpuapp's `--cupti LIBCUPTI` arguments.
@@ -620,6 +620,8 @@ fn perf_event_uprobes_carry_the_device_records_too() {
     );
     let finished = xtrace.wait();
     finished.assert_success();
+    // Perf-event uprobes are removed by a helper in the background after xtrace exits.
+    finished.wait_background_removal(SAFETY_TIMEOUT);
     before.assert_none_left();
     assert!(
         finished.stderr.iter().any(|l| l.contains("uprobes, perf_event)")),
