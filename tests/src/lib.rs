@@ -11,6 +11,7 @@
 pub mod bpf;
 pub mod captures;
 pub mod fixtures;
+pub mod gpu;
 pub mod kernel;
 pub mod output;
 pub mod perfetto;

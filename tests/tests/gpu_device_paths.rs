@@ -1,0 +1,236 @@
+//! The GPU device timeline on its other paths, on the real kernel with the stand-in CUDA runtime,
+//! driver and CUPTI (see gpu_device.rs): a process started without the injection variable, a
+//! Perfetto trace, a forked child, a libcupti found beside the runtime, records CUPTI drops, and
+//! perf-event uprobes (kernels before 6.6).
+
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::{fixtures, tool_library, Fixture},
+    gpu::{counts, cupti_args, device_slices, expected, per_name},
+    output::Outputs,
+    require_bpf,
+    run::Xtrace,
+    TempDir, SAFETY_TIMEOUT,
+};
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_process_started_without_the_injection_gets_one_notice_and_its_calls_traced() {
+    if !require_bpf() {
+        return;
+    }
+    let [flag, lib] = cupti_args();
+    let mut app = Fixture::spawn(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"]);
+    app.wait_ready();
+    let tmp = TempDir::new("gpu-no-injection");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let notices: Vec<&String> = finished
+        .stderr
+        .iter()
+        .filter(|l| l.contains("CUDA_INJECTION64_PATH"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{:?}", finished.stderr);
+    assert!(
+        notices[0].contains(&format!(
+            "--cuda: pid {} was not started with CUDA_INJECTION64_PATH set to libxtrace_tool.so",
+            app.pid()
+        )),
+        "{}",
+        notices[0]
+    );
+    let out = Outputs::read(&out_dir);
+    assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
+    assert!(device_slices(&out).is_empty());
+    assert!(out.summary.get("gpu_device").is_none());
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn device_slices_are_in_a_perfetto_trace_too() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-perfetto");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "--trace-format",
+        "perfetto",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        flag,
+        lib,
+        "init",
+        "wait-active",
+        "work",
+        "3",
+        "sleep",
+        "300"
+    ]);
+    xtrace.wait().assert_success();
+    let decoded = xtrace_tests::perfetto::decode(&out_dir.join("trace.perfetto-trace"));
+    let counts = xtrace_tests::perfetto::slice_counts(&decoded);
+    for (name, n) in expected(3) {
+        assert_eq!(counts.get(&name).copied(), Some(n as u64), "{name}: {counts:?}");
+    }
+    // A flow from each launch to its kernel.
+    assert_eq!(
+        decoded["flows"],
+        serde_json::json!([
+            {"from": "launch", "to": "reduce_sum", "count": 6},
+            {"from": "launch", "to": "vector_add", "count": 3},
+        ])
+    );
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_forked_child_gets_its_own_watcher() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut app = Fixture::spawn_with_env(
+        &fixtures().gpuapp,
+        &["init", "fork", "stdin"],
+        &[("CUDA_INJECTION64_PATH", tool.as_path())],
+    );
+    app.wait_ready();
+    // fork() copies only the calling thread: the library started the watcher again in the child.
+    assert_eq!(app.next_line(), "child threads xtrace-gpu");
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn without_a_loaded_libcupti_the_one_beside_the_runtime_is_used() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-beside");
+    let out_dir = tmp.join("out");
+    let app = fixtures().gpuapp.display().to_string();
+    // No --cupti: the process maps no libcupti, and the stand-in's sits beside libcudart.so.12.
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        "init",
+        "wait-active",
+        "work",
+        "2",
+        "sleep",
+        "300",
+        "counts"
+    ]);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("counts "))
+        .expect("counts");
+    assert_eq!(counts(line)["cuptiSubscribe"], 1);
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn records_cupti_drops_are_counted() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-dropped");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    // Every third record: each round's second reduce_sum and its memset.
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--cuda",
+            "-o",
+            &out_dir,
+            "--",
+            app,
+            flag,
+            lib,
+            "init",
+            "wait-active",
+            "work",
+            "5",
+            "sleep",
+            "300"
+        ],
+        &[("XTFAKE_CUPTI_DROP_EVERY", "3")],
+    );
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    let mut expected = expected(5);
+    expected.insert("reduce_sum".into(), 5);
+    expected.remove("memset");
+    assert_eq!(per_name(&device_slices(&out)), expected);
+    assert_eq!(out.summary["gpu_device"]["records_dropped"]["by_cupti"], 10);
+    assert!(out
+        .summary_txt
+        .contains("GPU device: 10 kernels, 10 copies, 0 memsets; 10 records dropped\n"));
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn perf_event_uprobes_carry_the_device_records_too() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-perf-event");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let before = Attachments::snapshot();
+    // The kernels before 6.6's path: the probe's semaphore is raised by a perf-event uprobe.
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--cuda",
+            "-o",
+            &out_dir,
+            "--",
+            app,
+            flag,
+            lib,
+            "init",
+            "wait-active",
+            "work",
+            "2",
+            "sleep",
+            "300"
+        ],
+        &[("XTRACE_UPROBE_ATTACH", "perf_event")],
+    );
+    let finished = xtrace.wait();
+    finished.assert_success();
+    // Perf-event uprobes are removed by a helper in the background after xtrace exits.
+    finished.wait_background_removal(SAFETY_TIMEOUT);
+    before.assert_none_left();
+    assert!(
+        finished.stderr.iter().any(|l| l.contains("uprobes, perf_event)")),
+        "{:?}",
+        finished.stderr
+    );
+    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+}
