@@ -1,13 +1,17 @@
 //! Output formats written after a recording, one file each (trace.json is streamed while it runs:
-//! `pipeline::chrome`): `summary` (summary.json and the table),
-//! `profile` (stacks.folded, flamegraph.svg), `cuda` (the CUDA section of the summary),
-//! `span_flamegraph` (span-flamegraph.svg), `convert` (trace.json to trace.perfetto-trace), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
-//! `derived` (the span flamegraph and profile a recording writes last); `plt` names PLT stubs in
-//! the profile's frames (and `elf::fde` functions without symbols, by their unwind entries).
+//! `pipeline::chrome`): `summary` (summary.json and the table), `profile` (stacks.folded,
+//! flamegraph.svg), `offcpu` (offcpu.folded, offcpu.svg, the summary's off-CPU section), `cuda`
+//! (the CUDA section of the summary), `span_flamegraph` (span-flamegraph.svg), `convert`
+//! (trace.json to trace.perfetto-trace), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
+//! `derived` (the span flamegraph and profile a recording writes last); `flamegraph` writes the
+//! folded lines and inferno SVGs of the profile, the off-CPU time and the spans; `plt` names PLT
+//! stubs in the profile's frames (and `elf::fde` functions without symbols, by their unwind
+//! entries).
 pub mod callgrind;
 pub mod convert;
 pub mod cuda;
 pub mod derived;
+pub mod flamegraph;
 pub mod gpu_device;
 pub mod merge;
 pub mod offcpu;

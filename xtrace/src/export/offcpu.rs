@@ -4,11 +4,15 @@
 //! stacks that waited longest).
 use std::collections::{BTreeMap, HashMap};
 
+use inferno::flamegraph::color::{BasicPalette, Palette};
 use serde::Serialize;
 
-use super::profile::{folded_frame, frames_of_each, percent};
+use super::{
+    flamegraph,
+    profile::{frames_of_each, percent},
+};
 use crate::{
-    error::{Error, Result},
+    error::Result,
     image::Images,
     output,
     pipeline::offcpu::{OffCpu, ThreadTime},
@@ -96,7 +100,7 @@ pub fn write(
     let all: Vec<_> = off.stacks.values().collect();
     let named_all = frames_of_each(&all, images, python);
     for ((wait, samples), named) in off.stacks.iter().zip(named_all) {
-        let leaf = folded_frame(&format!("[{}]", wait.name()));
+        let leaf = format!("[{}]", wait.name());
         for (key, frames) in &named {
             let root = images
                 .comm(key.image)
@@ -109,22 +113,20 @@ pub fn write(
                         .filter(|name| !name.is_empty())
                 })
                 .unwrap_or_else(|| format!("pid {}", key.pid));
-            let mut line = folded_frame(&root);
-            for frame in frames.iter() {
-                line.push(';');
-                line += &folded_frame(frame);
-            }
-            line.push(';');
-            line += &leaf;
+            let line = flamegraph::fold(&root, frames, Some(&leaf));
             *folded.entry(line).or_default() += samples.stacks[*key];
         }
     }
-    let lines: Vec<String> = folded.iter().map(|(stack, ns)| format!("{stack} {ns}")).collect();
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    output::write(out, output::OFFCPU_FOLDED, text.as_bytes())?;
     let total = off.total_ns();
-    let title = format!("xtrace: {:.3} s off CPU", total as f64 / 1e9);
-    output::write(out, output::OFFCPU_SVG, &svg(out, &lines, title, icicle)?)?;
+    let chart = flamegraph::Chart {
+        title: format!("xtrace: {:.3} s off CPU", total as f64 / 1e9),
+        subtitle: None,
+        count_name: "ns",
+        palette: Palette::Basic(BasicPalette::Blue),
+        empty: "no time off CPU",
+        icicle,
+    };
+    flamegraph::write(out, &folded, output::OFFCPU_FOLDED, output::OFFCPU_SVG, &chart)?;
     let mut hot_stacks: Vec<HotWait> = folded
         .into_iter()
         .map(|(stack, ns)| HotWait {
@@ -204,32 +206,6 @@ fn thread_summary(
         waits,
         woken_by,
     }
-}
-
-/// The flamegraph of `lines` (folded, nanoseconds).
-fn svg(out: &output::Dir, lines: &[String], title: String, icicle: bool) -> Result<Vec<u8>> {
-    if lines.is_empty() {
-        return Ok(
-            b"<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"20\">no time off CPU</text></svg>\n"
-                .to_vec(),
-        );
-    }
-    let mut options = inferno::flamegraph::Options::default();
-    options.title = title;
-    options.count_name = "ns".into();
-    options.colors =
-        inferno::flamegraph::color::Palette::Basic(inferno::flamegraph::color::BasicPalette::Blue);
-    if icicle {
-        options.direction = inferno::flamegraph::Direction::Inverted;
-    }
-    let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
-        |source| Error::Output {
-            path: out.join(output::OFFCPU_SVG),
-            source,
-        },
-    )?;
-    Ok(svg)
 }
 
 /// The summary's text lines: per thread, time off CPU, its longest waits and its main waker.

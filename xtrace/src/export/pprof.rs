@@ -198,7 +198,11 @@ pub fn profile(input: &Input) -> Profile {
         value[first_span_column + 1] = clamp(s.self_ns);
         // Named as the CPU samples' frames are (read from stacks.folded), so that both meet at
         // one root when a name holds `;` or a line break (a process's name may).
-        let frames: Vec<String> = s.frames.iter().map(|f| super::profile::folded_frame(f)).collect();
+        let frames: Vec<String> = s
+            .frames
+            .iter()
+            .map(|f| super::flamegraph::folded_frame(f))
+            .collect();
         b.sample(frames.iter().map(String::as_str), value);
     }
     let filename = b.string("xtrace");

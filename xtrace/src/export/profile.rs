@@ -12,15 +12,16 @@ use blazesym::symbolize::{
     source::{Kernel, Source},
     Input, Symbolized, Symbolizer,
 };
+use inferno::flamegraph::color::{BasicPalette, Palette};
 use serde::Serialize;
 
-use super::plt;
+use super::{flamegraph, plt};
 use crate::{
     elf::{
         fde,
         symbolize::{module_name, symbolizer},
     },
-    error::{Error, Result},
+    error::Result,
     image::Images,
     pipeline::{
         bpf_symbols::BpfSymbols,
@@ -310,11 +311,6 @@ fn mapped_then<'i>(images: &'i Images, key: &StackKey) -> &'i [crate::procfs::Ma
     &maps[..(key.mapped as usize).min(maps.len())]
 }
 
-/// A frame name safe for the folded format (no `;`, no line breaks).
-pub(crate) fn folded_frame(name: &str) -> String {
-    name.replace([';', '\n'], ":")
-}
-
 /// Frame names (outermost first, kernel frames suffixed `_[k]`) of every sampled stack.
 pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
 
@@ -421,11 +417,7 @@ pub fn write(
             .map(str::to_string)
             .or_else(|| process_names.get(&key.pid).cloned())
             .unwrap_or_else(|| format!("pid {}", key.pid));
-        let mut line = folded_frame(&root);
-        for frame in frames.iter() {
-            line.push(';');
-            line += &folded_frame(frame);
-        }
+        let line = flamegraph::fold(&root, frames, None);
         *folded.entry(line).or_default() += count;
         let mut seen = HashSet::new();
         for frame in frames {
@@ -439,36 +431,21 @@ pub fn write(
             functions.entry(name).or_default().0 += count;
         }
     }
-    let lines: Vec<String> = folded.iter().map(|(stack, n)| format!("{stack} {n}")).collect();
-    crate::output::write(
+    let chart = flamegraph::Chart {
+        title: format!("xtrace: {} samples at {frequency_hz} Hz", samples.total),
+        subtitle: None,
+        count_name: "samples",
+        palette: Palette::Basic(BasicPalette::Hot),
+        empty: "no samples",
+        icicle,
+    };
+    flamegraph::write(
         out,
+        &folded,
         crate::output::STACKS_FOLDED,
-        lines
-            .iter()
-            .map(|l| format!("{l}\n"))
-            .collect::<String>()
-            .as_bytes(),
+        crate::output::FLAMEGRAPH_SVG,
+        &chart,
     )?;
-    let mut svg = Vec::new();
-    let mut options = inferno::flamegraph::Options::default();
-    options.title = format!("xtrace: {} samples at {frequency_hz} Hz", samples.total);
-    options.count_name = "samples".into();
-    if icicle {
-        options.direction = inferno::flamegraph::Direction::Inverted;
-    }
-    if lines.is_empty() {
-        svg.extend_from_slice(
-            b"<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"20\">no samples</text></svg>\n",
-        );
-    } else {
-        inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg).map_err(
-            |source| Error::Output {
-                path: out.join(crate::output::FLAMEGRAPH_SVG),
-                source,
-            },
-        )?;
-    }
-    crate::output::write(out, crate::output::FLAMEGRAPH_SVG, &svg)?;
 
     let mut hot_functions: Vec<HotFunction> = functions
         .into_iter()

@@ -1,7 +1,9 @@
 //! span-flamegraph.svg: a time-weighted flamegraph of instrumented code — every span's self time
 //! at its call path of nested spans and ranges (the process as root), drawn by inferno. Widths are
 //! nanoseconds of wall time on the traced threads, not samples.
-use super::profile::folded_frame;
+use inferno::flamegraph::color::{BasicPalette, Palette};
+
+use super::flamegraph::{self, folded_frame};
 use crate::analysis::spans::SpanStack;
 
 /// Folded lines `process;outer;...;inner SELF_NS`, sorted; paths with no self time are left out.
@@ -21,25 +23,18 @@ pub fn svg(stacks: &[SpanStack], icicle: bool) -> Result<Vec<u8>, std::io::Error
     let lines = folded(stacks);
     let spans: u64 = stacks.iter().map(|s| s.spans).sum();
     let total: u64 = stacks.iter().map(|s| s.self_ns).sum();
-    let mut svg = Vec::new();
-    if lines.is_empty() {
-        svg.extend_from_slice(
-            b"<svg xmlns=\"http://www.w3.org/2000/svg\"><text x=\"10\" y=\"20\">no spans</text></svg>\n",
-        );
-        return Ok(svg);
-    }
-    let mut options = inferno::flamegraph::Options::default();
-    options.title = format!(
-        "xtrace: {spans} spans, {} in traced calls",
-        crate::model::duration::human(total)
-    );
-    options.subtitle = Some("width: wall time in each call path (self time of nested spans)".into());
-    options.count_name = "ns".into();
-    if icicle {
-        options.direction = inferno::flamegraph::Direction::Inverted;
-    }
-    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)?;
-    Ok(svg)
+    let chart = flamegraph::Chart {
+        title: format!(
+            "xtrace: {spans} spans, {} in traced calls",
+            crate::model::duration::human(total)
+        ),
+        subtitle: Some("width: wall time in each call path (self time of nested spans)".into()),
+        count_name: "ns",
+        palette: Palette::Basic(BasicPalette::Hot),
+        empty: "no spans",
+        icicle,
+    };
+    flamegraph::svg(&lines, &chart)
 }
 
 #[cfg(test)]
