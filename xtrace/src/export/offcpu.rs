@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{
     flamegraph,
-    profile::{frames_of_each, percent},
+    profile::{percent, Resolver},
 };
 use crate::{
     error::Result,
@@ -86,20 +86,21 @@ pub struct OffCpuSummary {
     pub hot_stacks: Vec<HotWait>,
 }
 
-/// Writes offcpu.folded and offcpu.svg into `out` and returns the summary. `names` gives a
-/// thread's name by (pid, tid), and a process's by (pid, pid).
+/// Writes offcpu.folded and offcpu.svg into `out` and returns the summary. The stacks are named
+/// by `resolver`, the CPU profile's when there is one. `names` gives a thread's name by (pid,
+/// tid), and a process's by (pid, pid).
 pub fn write(
     out: &output::Dir,
     (off, python): (&OffCpu, &crate::python::Python),
+    resolver: &Resolver,
     images: &mut Images,
     names: &HashMap<(u32, u32), String>,
     lost: u64,
     icicle: bool,
 ) -> Result<OffCpuSummary> {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    let all: Vec<_> = off.stacks.values().collect();
-    let named_all = frames_of_each(&all, images, python);
-    for ((wait, samples), named) in off.stacks.iter().zip(named_all) {
+    for (wait, samples) in &off.stacks {
+        let named = resolver.frames(samples, images, python);
         let leaf = format!("[{}]", wait.name());
         for (key, frames) in &named {
             let root = images

@@ -89,8 +89,10 @@ pub struct ProfileSummary {
 type FilePlace = (String, u64, String);
 
 /// Names every frame of every sampled stack: file offsets through the image model's symbols
-/// ([`crate::image::symbols`]), kernel addresses through kallsyms.
-struct Resolver {
+/// ([`crate::image::symbols`]), kernel addresses through kallsyms. Made once per recording: the
+/// CPU samples and the off-CPU waits are named by the same one, so kallsyms and the vDSO are
+/// read once.
+pub struct Resolver {
     /// For kernel addresses.
     symbolizer: Symbolizer,
     vdso: Vec<(u64, u64, String)>,
@@ -117,15 +119,17 @@ fn sym_names(results: Vec<Symbolized<'_>>) -> Vec<Option<String>> {
         .collect()
 }
 
-impl Resolver {
-    fn new() -> Self {
+impl Default for Resolver {
+    fn default() -> Self {
         Resolver {
             // Kernel addresses have no debug files to look for.
             symbolizer: symbolizer(&Default::default()),
             vdso: vdso_symbols(),
         }
     }
+}
 
+impl Resolver {
     /// Symbol names of kernel addresses, None for those it cannot name; an address in a BPF
     /// program of `bpf` by that program.
     fn kernel_names(&self, addresses: &[u64], bpf: Option<&BpfSymbols>) -> Vec<Option<String>> {
@@ -170,14 +174,10 @@ impl Resolver {
         }
     }
 
-    /// Frame names (outermost first) of every stack, kernel frames suffixed `_[k]`, Python frames
-    /// in place of the eval-loop frames that ran them.
-    fn resolve<'s>(
-        &self,
-        samples: &'s Samples,
-        images: &mut Images,
-        python: &Python,
-    ) -> HashMap<&'s StackKey, Vec<String>> {
+    /// Frame names (outermost first) of every stack of `samples`, kernel frames suffixed `_[k]`,
+    /// Python frames (named by `python`) in place of the eval-loop frames that ran them; blazesym
+    /// caches per file offset and address.
+    pub fn frames<'s>(&self, samples: &'s Samples, images: &mut Images, python: &Python) -> Frames<'s> {
         // User frames: (image, its mappings then, address) → (file to open, file offset, shown
         // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
@@ -313,21 +313,6 @@ fn mapped_then<'i>(images: &'i Images, key: &StackKey) -> &'i [crate::procfs::Ma
 
 /// Frame names (outermost first, kernel frames suffixed `_[k]`) of every sampled stack.
 pub type Frames<'s> = HashMap<&'s StackKey, Vec<String>>;
-
-/// Names the frames of every sampled stack (blazesym, cached per file offset and address), with
-/// its Python frames named by `python`.
-pub fn frames<'s>(samples: &'s Samples, images: &mut Images, python: &Python) -> Frames<'s> {
-    Resolver::new().resolve(samples, images, python)
-}
-
-/// [`frames`] of several sets of stacks, with one resolver: the kernel's symbols and the vDSO's
-/// are read once for all of them.
-pub fn frames_of_each<'s>(all: &[&'s Samples], images: &mut Images, python: &Python) -> Vec<Frames<'s>> {
-    let resolver = Resolver::new();
-    all.iter()
-        .map(|samples| resolver.resolve(samples, images, python))
-        .collect()
-}
 
 /// Frames of a stack shown per sample on the timeline, innermost kept.
 const TIMELINE_FRAMES: usize = 32;
@@ -513,7 +498,7 @@ mod tests {
             size: 0x10,
             name: "jitted".into(),
         }];
-        let resolver = Resolver::new();
+        let resolver = Resolver::default();
         let name = |address| resolver.unfiled(&maps, address, &jit);
         assert_eq!(name(0x7fff_ffff_e00d), "[uprobes]");
         // A return into the trampoline, looked up one byte before it.

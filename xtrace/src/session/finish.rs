@@ -216,9 +216,15 @@ impl Outputs<'_> {
     /// names of the derived files.
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
         let (trace, mut collected) = pipeline.collected();
-        let frames = self
-            .sampling
-            .map(|_| profile::frames(&collected.samples, &mut collected.images, &collected.python));
+        // One for the CPU samples and the off-CPU waits: kallsyms and the vDSO are read once.
+        let resolver =
+            (self.sampling.is_some() || collected.off_cpu.is_some()).then(profile::Resolver::default);
+        let frames = match (self.sampling, &resolver) {
+            (Some(_), Some(resolver)) => {
+                Some(resolver.frames(&collected.samples, &mut collected.images, &collected.python))
+            }
+            _ => None,
+        };
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
@@ -243,19 +249,20 @@ impl Outputs<'_> {
             }
             _ => None,
         };
-        let off_cpu = match &collected.off_cpu {
-            Some(off_cpu) => {
+        let off_cpu = match (&collected.off_cpu, &resolver) {
+            (Some(off_cpu), Some(resolver)) => {
                 let names = thread_names(&collected.names, off_cpu.threads.keys().copied());
                 Some(crate::export::offcpu::write(
                     self.out,
                     (off_cpu, &collected.python),
+                    resolver,
                     &mut collected.images,
                     &names,
                     self.off_cpu_lost,
                     self.icicle,
                 )?)
             }
-            None => None,
+            _ => None,
         };
         let mut summary = self.summary(&collected, profile);
         summary.off_cpu = off_cpu;
