@@ -95,12 +95,8 @@ pub struct OffCpuTotal {
 pub struct OffCpuThread {
     /// Set when it leaves its CPU; 0 while it runs.
     pub left_ns: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub user_stack: i32,
-    pub state: u32,
-    pub syscall: i32,
-    pub _pad: u32,
+    /// Who it is, its stack, state and system call as it left: what its interval is added up by.
+    pub key: OffCpuKey,
     /// An interval to send when the thread returns from its system call (`duration_ns` 0: none).
     pub pending: OffCpuInterval,
     /// When it was last woken (`sched_waking`), 0 when not since it left.
@@ -116,6 +112,7 @@ pub const OFF_CPU_KEYS: u32 = 16384;
 
 const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 64);
 const _: () = assert!(core::mem::size_of::<OffCpuKey>() == 24);
+const _: () = assert!(core::mem::size_of::<OffCpuThread>() == 128);
 const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 88 + core::mem::size_of::<SampleEvent>());
 const _: () = assert!(core::mem::size_of::<OffCpuScratch>() < 32768);
 

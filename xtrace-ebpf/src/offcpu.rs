@@ -90,27 +90,28 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
     let sleep = read_kernel::<u32>(prev as u64, load_time(&TASK_STATE)).unwrap_or(0) & 3;
-    thread.state = if preempt { state::RUNNABLE } else { sleep };
+    let key = &mut thread.key;
+    key.state = if preempt { state::RUNNABLE } else { sleep };
     thread.woken_ns = 0;
     // SAFETY: the BTF pointer of the current task; its saved user registers are read with a
     // checked read.
     let regs = unsafe { bpf_task_pt_regs(prev.cast()) } as u64;
     // A thread waiting for a CPU waits for the same thing wherever it was.
-    thread.syscall = match (regs, thread.state) {
+    key.syscall = match (regs, key.state) {
         (0, _) | (_, state::RUNNABLE) => NO_SYSCALL,
         (regs, _) => {
             read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32)
         }
     };
-    thread.user_stack = ctx
+    key.user_stack = ctx
         .get_stackid(&OFF_CPU_STACKS, u64::from(BPF_F_USER_STACK))
         .map_or(-1, |id| id as i32);
-    thread.pid = pid;
-    thread.tid = tid;
+    key.pid = pid;
+    key.tid = tid;
     thread.left_ns = now;
     // A wait kept for another system call's return, which was not seen: added up, not merged.
-    let pending = &thread.pending;
-    if pending.duration_ns != 0 && thread.state != state::RUNNABLE && pending.syscall != thread.syscall {
+    let (pending, key) = (&thread.pending, &thread.key);
+    if pending.duration_ns != 0 && key.state != state::RUNNABLE && pending.syscall != key.syscall {
         set_aside(thread);
     }
 }
@@ -130,21 +131,22 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         true => (woken - start, now - woken),
         false => (now.saturating_sub(start), 0),
     };
-    let asleep = thread.state != state::RUNNABLE && thread.syscall != NO_SYSCALL;
+    let key = &thread.key;
+    let asleep = key.state != state::RUNNABLE && key.syscall != NO_SYSCALL;
     if asleep && (thread.pending.duration_ns != 0 || duration >= load_time(&OFF_CPU_MIN_NS)) {
         let pending = &mut thread.pending;
         if pending.duration_ns == 0 {
             pending.runnable_ns = 0;
             pending.start_ns = start;
-            pending.state = thread.state;
-            pending.syscall = thread.syscall;
+            pending.state = key.state;
+            pending.syscall = key.syscall;
             pending.sleeps = 0;
         }
         // Another sleep of the same system call: one wait, summed.
         pending.duration_ns += duration;
         pending.runnable_ns += delay;
         pending.sleeps += 1;
-        if thread.state == state::UNINTERRUPTIBLE {
+        if key.state == state::UNINTERRUPTIBLE {
             pending.state = state::UNINTERRUPTIBLE;
         }
         pending.waker_pid = thread.waker_pid;
@@ -152,20 +154,13 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         pending.waker_comm = thread.waker_comm;
         return;
     }
-    let key = OffCpuKey {
-        pid: thread.pid,
-        tid: thread.tid,
-        user_stack: thread.user_stack,
-        state: thread.state,
-        syscall: thread.syscall,
-        _pad: 0,
-    };
-    add_up(&key, duration);
+    // The thread's own key: the map copies it.
+    add_up(key, duration);
     if delay > 0 {
         let runnable = OffCpuKey {
             state: state::RUNNABLE,
             syscall: NO_SYSCALL,
-            ..key
+            ..*key
         };
         add_up(&runnable, delay);
     }
@@ -177,12 +172,10 @@ fn back(thread: &mut OffCpuThread, now: u64) {
 fn set_aside(thread: &mut OffCpuThread) {
     let pending = &thread.pending;
     let key = OffCpuKey {
-        pid: thread.pid,
-        tid: thread.tid,
         user_stack: -1,
         state: pending.state,
         syscall: pending.syscall,
-        _pad: 0,
+        ..thread.key
     };
     add_up(&key, pending.duration_ns);
     thread.pending.duration_ns = 0;
@@ -256,7 +249,7 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    let ids = (u64::from(thread.pid) << 32) | u64::from(thread.tid);
+    let ids = (u64::from(thread.key.pid) << 32) | u64::from(thread.key.tid);
     // Before the wait, with its time, as before a CPU sample: the thread is the current one, so
     // its Python frames are read as the sampler reads them.
     crate::python::walk(ids, now, crate::python::Caller::OffCpu);
