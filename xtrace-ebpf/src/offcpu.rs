@@ -99,9 +99,7 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     // A thread waiting for a CPU waits for the same thing wherever it was.
     key.syscall = match (regs, key.state) {
         (0, _) | (_, state::RUNNABLE) => NO_SYSCALL,
-        (regs, _) => {
-            read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32)
-        }
+        (regs, _) => syscall_number(regs),
     };
     key.user_stack = ctx
         .get_stackid(&OFF_CPU_STACKS, u64::from(BPF_F_USER_STACK))
@@ -114,6 +112,13 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     if pending.duration_ns != 0 && key.state != state::RUNNABLE && pending.syscall != key.syscall {
         set_aside(thread);
     }
+}
+
+/// The system call number in the saved user registers at `regs` (`orig_ax`), or [`NO_SYSCALL`]:
+/// registers saved on an interrupt or a fault hold -1 there, and unreadable ones count as none.
+#[inline(always)]
+fn syscall_number(regs: u64) -> i32 {
+    read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32)
 }
 
 /// A traced thread is switched back in: its interval is added up, or kept to send when it
@@ -239,9 +244,7 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     }
     // The system call returning, from the saved registers (the tracepoint's first argument).
     let regs: u64 = ctx.arg(0);
-    let returning =
-        read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).map_or(NO_SYSCALL, |nr| nr.max(-1) as i32);
-    if returning != thread.pending.syscall {
+    if syscall_number(regs) != thread.pending.syscall {
         set_aside(thread);
         return 0;
     }
