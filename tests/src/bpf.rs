@@ -8,7 +8,8 @@
 //! attached (`bpftool perf show`, which walks every process's fds: uprobe perf events and raw
 //! tracepoint fds). A link or perf event is xtrace's when its program has one of xtrace's names.
 //! Release is asynchronous (the kernel frees a program after the last reference — fd, perf event,
-//! link — goes away), so the check polls for up to 3 s.
+//! link — goes away), so the check polls for up to 3 s, once any background helper that removes
+//! perf-event uprobes after xtrace exits (`xtrace-detach`) has ended.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -35,6 +36,39 @@ pub const XTRACE_PROGRAMS: &[&str] = &[
 
 /// How long a released program may take to disappear.
 const RELEASE_GRACE: Duration = Duration::from_secs(3);
+
+/// The name of xtrace's background helper that removes perf-event uprobes after it exits.
+const BACKGROUND_HELPER: &str = "xtrace-detach";
+
+/// Waits, up to [`crate::SAFETY_TIMEOUT`], until no background helper of xtrace's runs (a zombie
+/// that a slow init keeps counts as ended).
+fn wait_for_background_helpers() {
+    let running = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                // `PID (COMM) STATE ...`; the name cannot hold `)` here.
+                let Some((_, rest)) = stat.split_once(" (") else {
+                    return false;
+                };
+                rest.strip_prefix(BACKGROUND_HELPER)
+                    .and_then(|r| r.strip_prefix(") "))
+                    .is_some_and(|state| !state.starts_with('Z'))
+            })
+    };
+    let deadline = Instant::now() + crate::SAFETY_TIMEOUT;
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "xtrace's background helper still runs {:?} after xtrace exited",
+            crate::SAFETY_TIMEOUT
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
 
 /// One kernel object of xtrace's: a program, a link or a perf event, with the name of its program.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -105,6 +139,9 @@ impl Attachments {
     /// Asserts that, within the grace period, every program, link and perf event of xtrace's
     /// that appeared since this snapshot was taken is gone again.
     pub fn assert_none_left(&self) {
+        // On perf-event uprobes (kernels before 6.6) xtrace exits at once and leaves their
+        // removal to a background helper: it is done once the helper is.
+        wait_for_background_helpers();
         let deadline = Instant::now() + RELEASE_GRACE;
         loop {
             let left = Attachments::snapshot().new_since(self);
