@@ -93,35 +93,33 @@ impl Event {
 
     /// Whether what the record reports began before the capture's window began at `start` (ns).
     pub fn before(&self, start: u64) -> bool {
-        match self {
-            Event::Span(span) => span.start_ns < start,
-            Event::SpanStr(event) => event.span.start_ns < start,
-            Event::Args(args) => args.start_ns < start,
-            Event::LongStr(event) => event.start_ns < start,
-            Event::Usdt(event) => event.header.ts_ns < start,
-            Event::UsdtStr(event) => event.event.header.ts_ns < start,
-            Event::Sample(sample, _) => sample.header.ts_ns < start,
-            Event::OffCpu(event, _) => event.interval.start_ns < start,
-            Event::PyStack(walk) => walk.header.ts_ns < start,
-            // Decided by `gpu::GpuDevice`: by the device time the record holds.
-            Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => false,
-        }
+        self.began_ns().is_some_and(|began| began < start)
     }
 
     /// Whether what the record reports began after the capture stopped at `stop` (ns).
     pub fn after(&self, stop: u64) -> bool {
         match self {
-            Event::Span(span) => span.start_ns > stop,
-            Event::SpanStr(event) => event.span.start_ns > stop,
-            Event::Args(args) => args.start_ns > stop,
-            Event::LongStr(event) => event.start_ns > stop,
             // Decided by `usdt_hit`: an end may close what began before the stop.
             Event::Usdt(_) | Event::UsdtStr(_) => false,
-            Event::Sample(sample, _) => sample.header.ts_ns > stop,
-            Event::OffCpu(event, _) => event.interval.start_ns > stop,
-            Event::PyStack(walk) => walk.header.ts_ns > stop,
-            // Decided by `gpu::GpuDevice`: by the device time the record holds.
-            Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => false,
+            _ => self.began_ns().is_some_and(|began| began > stop),
+        }
+    }
+
+    /// When what the record reports began, for the capture's window ([`Event::before`],
+    /// [`Event::after`]); None for records no window leaves out, and for device records, which
+    /// `gpu::GpuDevice` decides by the device time they hold.
+    fn began_ns(&self) -> Option<u64> {
+        match self {
+            Event::Span(span) => Some(span.start_ns),
+            Event::SpanStr(event) => Some(event.span.start_ns),
+            Event::Args(args) => Some(args.start_ns),
+            Event::LongStr(event) => Some(event.start_ns),
+            Event::Usdt(event) => Some(event.header.ts_ns),
+            Event::UsdtStr(event) => Some(event.event.header.ts_ns),
+            Event::Sample(sample, _) => Some(sample.header.ts_ns),
+            Event::OffCpu(event, _) => Some(event.interval.start_ns),
+            Event::PyStack(walk) => Some(walk.header.ts_ns),
+            Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => None,
         }
     }
 }
