@@ -122,7 +122,9 @@ fn prefix(host: &str, ranks: &[u64]) -> String {
 pub fn run(dirs: &[PathBuf], out: &Path, format: TraceFormat, gzip: bool) -> Result<Vec<Part>> {
     let inputs = dirs.iter().map(|d| input(d)).collect::<Result<Vec<_>>>()?;
     let mean = |i: &Input| (i.offsets[0] + i.offsets[1]) / 2;
-    let reference = inputs.iter().map(mean).min().unwrap_or(0);
+    // The capture whose clock the merged trace is on: its shift is 0.
+    let reference = (0..inputs.len()).min_by_key(|&i| mean(&inputs[i])).unwrap_or(0);
+    let reference_offset = inputs.get(reference).map_or(0, mean);
     let mut parts = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
         let summary = &input.capture.summary;
@@ -137,24 +139,26 @@ pub fn run(dirs: &[PathBuf], out: &Path, format: TraceFormat, gzip: bool) -> Res
             host: summary["host"].as_str().unwrap_or("?").to_string(),
             labels: summary.get("labels").cloned().unwrap_or(Value::Null),
             ranks,
-            shift_ns: u64::try_from(mean(input) - reference).unwrap_or(0),
+            shift_ns: u64::try_from(mean(input) - reference_offset).unwrap_or(0),
             clock_drift_ns: u64::try_from((input.offsets[1] - input.offsets[0]).abs()).unwrap_or(u64::MAX),
             id_offset: ID_STRIDE * (i as u32 + 1),
         });
     }
     let out_dir = output::prepare(Some(out), true)?;
-    write_trace(&inputs, &parts, &out_dir, format, gzip)?;
+    let reference = inputs.get(reference);
+    write_trace(&inputs, &parts, reference, &out_dir, (format, gzip))?;
     write_folded(&inputs, &parts, &out_dir)?;
-    write_summary(&inputs, parts.clone(), &out_dir)?;
+    write_summary(&inputs, parts.clone(), reference, &out_dir)?;
     Ok(parts)
 }
 
+/// The merged trace, on the clock of `reference` (whose clock pairs begin and end it).
 fn write_trace(
     inputs: &[Input],
     parts: &[Part],
+    reference: Option<&Input>,
     out: &output::Dir,
-    format: TraceFormat,
-    gzip: bool,
+    (format, gzip): (TraceFormat, bool),
 ) -> Result<()> {
     let name = format.file_name(gzip);
     let written = |source| {
@@ -164,9 +168,7 @@ fn write_trace(
         })
     };
     let (sink, _) = Sink::new(output::create(out, name)?, gzip);
-    // The reference capture's start: the clock pair of the merged trace's start.
-    let first = inputs.iter().zip(parts).min_by_key(|(_, p)| p.shift_ns);
-    let start = first.map(|(i, _)| i.start).unwrap_or_default();
+    let start = reference.map(|i| i.start).unwrap_or_default();
     let mut writer = EventWriter::starting(sink, &[], format, start).map_err(written)?;
     for (input, part) in inputs.iter().zip(parts) {
         let (path, reader, from) = trace_file::open(&input.capture.dir)?;
@@ -190,8 +192,8 @@ fn write_trace(
         };
         replay_events(&path, reader, &mut replay)?;
     }
-    if let Some((input, _)) = first {
-        writer.ending(input.end).map_err(written)?;
+    if let Some(reference) = reference {
+        writer.ending(reference.end).map_err(written)?;
     }
     writer.finish().and_then(Sink::close).map_err(written)?;
     output::complete(out, name)?;
@@ -214,7 +216,12 @@ fn write_folded(inputs: &[Input], parts: &[Part], out: &output::Dir) -> Result<(
     output::write(out, output::STACKS_FOLDED, text.as_bytes()).map_err(Error::Xtrace)
 }
 
-fn write_summary(inputs: &[Input], parts: Vec<Part>, out: &output::Dir) -> Result<()> {
+fn write_summary(
+    inputs: &[Input],
+    parts: Vec<Part>,
+    reference: Option<&Input>,
+    out: &output::Dir,
+) -> Result<()> {
     // The merged window, on the merged clock: from the earliest start to the latest end.
     let placed = |s: &Snapshot, p: &Part| s.monotonic_ns + p.shift_ns;
     let begin = inputs
@@ -245,8 +252,7 @@ fn write_summary(inputs: &[Input], parts: Vec<Part>, out: &output::Dir) -> Resul
             })
         })
         .collect();
-    let reference = inputs.iter().zip(&parts).min_by_key(|(_, p)| p.shift_ns);
-    let clock = reference.map_or(Value::Null, |(i, _)| i.capture.summary["clock"].clone());
+    let clock = reference.map_or(Value::Null, |i| i.capture.summary["clock"].clone());
     let summary = MergedSummary {
         format_version: FORMAT_VERSION,
         host: "merged",
