@@ -146,12 +146,14 @@ impl<W: Write> ChromeWriter<W> {
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
         self.separator();
         // A replayed event (`xtrace convert`, `xtrace merge`) has no probe, and its own name.
-        let unknown = (String::from("\"?\""), String::from("\"?\""));
-        let (probe_name, probe_cat) = self.names.get(span.probe).unwrap_or(&unknown);
+        let (probe_name, probe_cat) = match self.names.get(span.probe) {
+            Some((name, cat)) => (name.as_str(), cat.as_str()),
+            None => ("\"?\"", "\"?\""),
+        };
         let renamed = span.name.as_deref().map(quote);
-        let name = renamed.as_ref().unwrap_or(probe_name);
+        let name = renamed.as_deref().unwrap_or(probe_name);
         let recat = span.cat.as_deref().map(quote);
-        let cat = recat.as_ref().unwrap_or(probe_cat);
+        let cat = recat.as_deref().unwrap_or(probe_cat);
         let SpanOut { pid, tid, depth, .. } = *span;
         let values = span.values.as_deref().unwrap_or("");
         let buf = &mut self.buf;
