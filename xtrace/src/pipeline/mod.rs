@@ -23,6 +23,7 @@ pub mod usdt;
 mod usdt_hits;
 pub mod values;
 pub mod warnings;
+pub mod window;
 pub mod writer;
 
 #[cfg(test)]
