@@ -17,6 +17,11 @@ pub struct ProbeSummary {
     pub offset: Option<String>,
     #[serde(flatten)]
     pub stats: Distribution,
+    /// The durations' histogram: (the bucket's smallest value in ns, calls) for each bucket that
+    /// holds calls, smallest first; buckets are 1/128 of a power of two wide (exact below 128 ns),
+    /// so histograms of many captures add up (`xtrace push` stores them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub histogram: Vec<[u64; 2]>,
     /// With `--min-duration`: calls shorter than it, counted and timed in the kernel (included in
     /// the statistics above, absent from trace.json).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -413,6 +418,7 @@ mod tests {
                     p99_ns: 1_600,
                     max_ns: 1_600,
                 },
+                histogram: vec![[500, 1], [900, 2], [1_600, 1]],
                 below_min_duration: None,
                 values: Vec::new(),
                 pair: None,

@@ -93,6 +93,32 @@ impl ProbeStats {
         self.short += short.count;
     }
 
+    /// The histogram's buckets that hold calls, as (the bucket's smallest value in ns, calls),
+    /// smallest first: what summary.json and a store keep, so that the calls of many captures
+    /// merge into one distribution ([`ProbeStats::from_histogram`]).
+    pub fn histogram(&self) -> Vec<[u64; 2]> {
+        let filled = self.buckets.iter().enumerate().filter(|(_, &n)| n > 0);
+        filled.map(|(i, &n)| [bucket_floor(i), n]).collect()
+    }
+
+    /// Statistics made again from a [`ProbeStats::histogram`] (of one capture, or the sum of
+    /// several) and its exact total, minimum and maximum: the same percentiles as the original's.
+    pub fn from_histogram(histogram: &[[u64; 2]], total_ns: u128, min_ns: u64, max_ns: u64) -> Self {
+        let mut stats = ProbeStats::default();
+        for &[floor, n] in histogram.iter().filter(|[_, n]| *n > 0) {
+            let index = bucket(floor);
+            if index >= stats.buckets.len() {
+                stats.buckets.resize(index + 1, 0);
+            }
+            stats.buckets[index] += n;
+            stats.count += n;
+        }
+        if stats.count > 0 {
+            (stats.total, stats.min, stats.max) = (total_ns, min_ns, max_ns);
+        }
+        stats
+    }
+
     /// Nearest-rank percentile `p`: the bucket holding the value with rank ceil(p% × count),
     /// reported as the bucket's smallest value, clamped to [min, max].
     fn percentile(&self, p: u64) -> u64 {
@@ -227,6 +253,36 @@ mod tests {
         stats.add(9);
         let d = stats.distribution();
         assert_eq!((d.p50_ns, d.p90_ns, d.mean_ns, d.total_ns), (7, 9, 8, 16));
+    }
+
+    #[test]
+    fn a_histogram_makes_the_same_distribution_again() {
+        let (mut a, mut b, mut both) = (
+            ProbeStats::default(),
+            ProbeStats::default(),
+            ProbeStats::default(),
+        );
+        for d in (1..=3_000u64).map(|i| i * 997 % 50_000) {
+            a.add(d);
+            both.add(d);
+        }
+        for d in 40_000..40_500u64 {
+            b.add(d * 3);
+            both.add(d * 3);
+        }
+        let again = ProbeStats::from_histogram(&a.histogram(), a.total, a.min, a.max);
+        assert_eq!(again.distribution(), a.distribution());
+        // Two captures' histograms summed give what one capture of both calls gives.
+        let mut sum = a.histogram();
+        sum.extend(b.histogram());
+        let (a, b) = (a.distribution(), b.distribution());
+        let total = u128::from(a.total_ns + b.total_ns);
+        let merged = ProbeStats::from_histogram(&sum, total, a.min_ns.min(b.min_ns), a.max_ns.max(b.max_ns));
+        assert_eq!(merged.distribution(), both.distribution());
+        assert_eq!(
+            ProbeStats::from_histogram(&[], 0, 0, 0).distribution(),
+            Distribution::default()
+        );
     }
 
     #[test]

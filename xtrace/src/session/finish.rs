@@ -397,6 +397,7 @@ impl Outputs<'_> {
                 target: p.target.clone(),
                 offset: p.kind.at_function().then(|| format!("{:#x}", p.offset)),
                 stats: s.distribution(),
+                histogram: s.histogram(),
                 below_min_duration: self.run.min_duration_ns.map(|_| s.short),
                 values,
             })
