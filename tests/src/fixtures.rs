@@ -24,7 +24,7 @@ const CFLAGS: &[&str] = &["-O0", "-g", "-fno-omit-frame-pointer", "-pthread"];
 /// Paths of the built fixtures.
 #[derive(Debug)]
 pub struct Fixtures {
-    /// `spans`: modes `threads T N`, `nested K`, `exit CODE`, `spin`.
+    /// `spans`: modes `threads T N`, `nested K`, `exit CODE`, `spin`, `busy US N`.
     pub spans: PathBuf,
     /// `libxtfix.so`, exporting `lib_work(int)`.
     pub libxtfix: PathBuf,

@@ -10,6 +10,7 @@
 
 pub mod bpf;
 pub mod captures;
+pub mod clickhouse;
 pub mod fixtures;
 pub mod gpu;
 pub mod kernel;

@@ -29,6 +29,8 @@ const PACKAGES: &[&str] = &[
     "libc6-dbg",
     "binutils",
     "libllvm14",
+    // The store tests start a ClickHouse server of their own (18.16 on Debian 12).
+    "clickhouse-server",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and

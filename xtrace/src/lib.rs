@@ -27,6 +27,7 @@ pub mod procfs;
 pub mod python;
 pub mod session;
 pub mod shell;
+pub mod store;
 pub mod target;
 
 pub use error::Error;

@@ -3,7 +3,7 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{convert, diff, flamegraph, generate, list, merge, report, status::Console, Cli, Command},
+    cli::{convert, diff, flamegraph, generate, list, merge, report, status::Console, store, Cli, Command},
     output::stdio::{print_err, print_out},
     session,
 };
@@ -95,6 +95,9 @@ fn main() -> ExitCode {
         Command::Diff(args) => return diff(&args),
         Command::Convert(args) => return analysed(convert::run(&args)),
         Command::Merge(args) => return analysed(merge::run(&args)),
+        Command::Push(args) => return stored(store::push(&args)),
+        Command::History(args) => return stored(store::history(&args)),
+        Command::Gate(args) => return stored(store::gate(&args)),
         Command::Check => return check(),
         Command::Generate(args) => return noted(generate::run(&args)),
         Command::Flamegraph(args) => return noted(flamegraph::run(&args)),
@@ -113,6 +116,9 @@ fn main() -> ExitCode {
     match result {
         Ok(mut recording) => {
             let code = summarize(&recording, quiet);
+            if let Some(url) = &args.store {
+                store_recording(&recording.output, url, quiet);
+            }
             remove_in_background(&mut recording.teardown, quiet);
             code
         }
@@ -140,6 +146,22 @@ fn summarize(recording: &session::Recording, quiet: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `--store`: pushes the capture just written; a store that fails costs a warning that says how
+/// to push it later, never the capture.
+fn store_recording(dir: &std::path::Path, url: &xtrace::store::Url, quiet: bool) {
+    match xtrace::store::push(dir, url) {
+        Ok(xtrace::store::Pushed::Stored { id }) if !quiet => {
+            err!("xtrace: stored run {id} in {}", url.shown())
+        }
+        Ok(_) => {}
+        Err(e) => err!(
+            "xtrace: warning: the capture was not stored: {e}; send it later with `xtrace push {} --store {}`",
+            xtrace::output::shown(dir),
+            url.shown()
+        ),
+    }
+}
+
 /// Hands the uprobes a recording left in the kernel to a helper that removes them in the
 /// background, and says so; where no helper can be started, removes them here.
 fn remove_in_background(teardown: &mut session::Teardown, quiet: bool) {
@@ -152,6 +174,23 @@ fn remove_in_background(teardown: &mut session::Teardown, quiet: bool) {
         Ok(_) => {}
         Err(e) => {
             err!("xtrace: warning: starting a helper to remove {uprobes} uprobes: {e}; removing them now")
+        }
+    }
+}
+
+/// A store command: its text on stdout, its note on stderr; exit 1 when a gate found a regression.
+fn stored(outcome: xtrace::store::Result<store::Said>) -> ExitCode {
+    match outcome {
+        Ok(said) => {
+            if !said.text.is_empty() && !stdout_written(print_out(said.text.as_bytes())) {
+                return ExitCode::from(2);
+            }
+            err!("xtrace: {}", said.note);
+            ExitCode::from(u8::from(said.regressed))
+        }
+        Err(e) => {
+            err!("xtrace: error: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -249,8 +288,8 @@ fn diff(args: &diff::DiffArgs) -> ExitCode {
             if !stdout_written(print_out(outcome.text.as_bytes())) {
                 return ExitCode::from(2);
             }
-            if let Some(svg) = &outcome.wrote {
-                err!("xtrace: wrote {}", xtrace::output::shown(svg));
+            for path in &outcome.wrote {
+                err!("xtrace: wrote {}", xtrace::output::shown(path));
             }
             if outcome.regressed.is_empty() {
                 ExitCode::SUCCESS

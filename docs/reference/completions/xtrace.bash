@@ -28,17 +28,26 @@ _xtrace() {
             xtrace,flamegraph)
                 cmd="xtrace__subcmd__flamegraph"
                 ;;
+            xtrace,gate)
+                cmd="xtrace__subcmd__gate"
+                ;;
             xtrace,generate)
                 cmd="xtrace__subcmd__generate"
                 ;;
             xtrace,help)
                 cmd="xtrace__subcmd__help"
                 ;;
+            xtrace,history)
+                cmd="xtrace__subcmd__history"
+                ;;
             xtrace,list)
                 cmd="xtrace__subcmd__list"
                 ;;
             xtrace,merge)
                 cmd="xtrace__subcmd__merge"
+                ;;
+            xtrace,push)
+                cmd="xtrace__subcmd__push"
                 ;;
             xtrace,record)
                 cmd="xtrace__subcmd__record"
@@ -58,17 +67,26 @@ _xtrace() {
             xtrace__subcmd__help,flamegraph)
                 cmd="xtrace__subcmd__help__subcmd__flamegraph"
                 ;;
+            xtrace__subcmd__help,gate)
+                cmd="xtrace__subcmd__help__subcmd__gate"
+                ;;
             xtrace__subcmd__help,generate)
                 cmd="xtrace__subcmd__help__subcmd__generate"
                 ;;
             xtrace__subcmd__help,help)
                 cmd="xtrace__subcmd__help__subcmd__help"
                 ;;
+            xtrace__subcmd__help,history)
+                cmd="xtrace__subcmd__help__subcmd__history"
+                ;;
             xtrace__subcmd__help,list)
                 cmd="xtrace__subcmd__help__subcmd__list"
                 ;;
             xtrace__subcmd__help,merge)
                 cmd="xtrace__subcmd__help__subcmd__merge"
+                ;;
+            xtrace__subcmd__help,push)
+                cmd="xtrace__subcmd__help__subcmd__push"
                 ;;
             xtrace__subcmd__help,record)
                 cmd="xtrace__subcmd__help__subcmd__record"
@@ -107,7 +125,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge push history gate check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -209,6 +227,10 @@ _xtrace() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --trace-format)
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
                     return 0
@@ -257,7 +279,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__diff)
-            opts="-o -h --threshold --min-count --output --help"
+            opts="-o -h --threshold --min-count --output --markdown --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -276,6 +298,10 @@ _xtrace() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --markdown)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -312,6 +338,44 @@ _xtrace() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        xtrace__subcmd__gate)
+            opts="-h --store --baseline --candidate --threshold --min-count --markdown --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --candidate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threshold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --markdown)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         xtrace__subcmd__generate)
             opts="-o -h --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -335,7 +399,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help)
-            opts="record list flamegraph report diff convert merge check generate help"
+            opts="record list flamegraph report diff convert merge push history gate check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -404,6 +468,20 @@ _xtrace() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        xtrace__subcmd__help__subcmd__gate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         xtrace__subcmd__help__subcmd__generate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -419,6 +497,20 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__help__subcmd__history)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -488,6 +580,20 @@ _xtrace() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        xtrace__subcmd__help__subcmd__push)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         xtrace__subcmd__help__subcmd__record)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -509,6 +615,32 @@ _xtrace() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__history)
+            opts="-h --store --by --where --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --where)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -668,8 +800,26 @@ _xtrace() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        xtrace__subcmd__push)
+            opts="-h --store --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -768,6 +918,10 @@ _xtrace() {
                     return 0
                     ;;
                 --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -45,6 +45,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l warn-over -d 'Warn about 
 complete -c xtrace -n "__fish_xtrace_needs_command" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
 complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
@@ -68,6 +69,9 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -a "report" -d 'Re-render a 
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "convert" -d 'Write a capture\'s trace.json as trace.perfetto-trace beside it'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "merge" -d 'Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "push" -d 'Store a capture\'s statistics in a store of runs (SQLite or ClickHouse), once'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -92,6 +96,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l warn-over -d 'W
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l tid -d 'Record only the calls and samples of this thread (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
@@ -142,6 +147,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand report" -s h -l help -d 'P
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l threshold -d 'Relative growth of a probe\'s p50 or mean beyond which it regressed (with statistical support): a percentage such as `5%` or `5`' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l min-count -d 'Judge only probes with at least N spans in each capture' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s o -l output -d 'Where to write the differential flamegraph (when both captures have stacks.folded)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l markdown -d 'Also write the probes\' comparison and the verdict as Markdown to FILE, for a pull-request comment (the same table `xtrace gate --markdown` writes)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s h -l help -d 'Print help'
 complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l trace-format -d 'The format to write: perfetto (trace.perfetto-trace, beside trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
@@ -152,18 +158,34 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l gzip -d 'Write the merged trace compressed'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand push" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand push" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l by -d 'One row per value of this label (`--label` of `xtrace record`, e.g. commit), its runs\' calls added up, in the order the values were first recorded; runs without it are left out. Without it, one row per run, oldest first' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l where -d 'Only the runs labelled so: LABEL=VALUE' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l baseline -d 'The baseline: the stored runs labelled LABEL=VALUE (at least three)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l candidate -d 'The run judged: a capture directory, or the stored runs labelled LABEL=VALUE (their calls added up)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l threshold -d 'How far above the slowest baseline run a function\'s p50 must be to regress: a percentage such as `5%` or `5`. It must also be 3 standard deviations above the baseline runs\' mean p50' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l min-count -d 'Judge only functions the candidate called at least N times' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l markdown -d 'Also write the verdicts as Markdown to FILE, for a pull-request comment (the table of `xtrace diff --markdown`)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s o -l output -d 'The directory to write man/, completions/ and cli.md into (created if missing)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "record" -d 'Attach probes to processes and record spans (the default)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "convert" -d 'Write a capture\'s trace.json as trace.perfetto-trace beside it'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "merge" -d 'Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge check generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "record" -d 'Attach probes to processes and record spans (the default)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "convert" -d 'Write a capture\'s trace.json as trace.perfetto-trace beside it'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "merge" -d 'Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "push" -d 'Store a capture\'s statistics in a store of runs (SQLite or ClickHouse), once'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "usdt" -d 'USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted)'

@@ -47,10 +47,15 @@ pub struct DiffArgs {
     /// Where to write the differential flamegraph (when both captures have stacks.folded).
     #[arg(short = 'o', long = "output", value_name = "SVG", default_value = "diff.svg")]
     pub output: PathBuf,
+
+    /// Also write the probes' comparison and the verdict as Markdown to FILE, for a
+    /// pull-request comment (the same table `xtrace gate --markdown` writes).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
 }
 
 /// `5%`, `5` or `2.5%` → 0.05, 0.05, 0.025.
-fn parse_percent(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_percent(text: &str) -> Result<f64, String> {
     let trimmed = text.trim();
     let number = trimmed.strip_suffix('%').unwrap_or(trimmed);
     match number.parse::<f64>() {
@@ -79,8 +84,8 @@ pub struct Outcome {
     /// The tables for stdout.
     pub text: String,
     pub regressed: Vec<String>,
-    /// The flamegraph written, if any.
-    pub wrote: Option<PathBuf>,
+    /// The files written: the flamegraph (when both sides have samples), the Markdown.
+    pub wrote: Vec<PathBuf>,
 }
 
 fn change(base: u64, new: u64) -> f64 {
@@ -175,11 +180,25 @@ fn folded_text(capture: &Capture) -> String {
         .collect()
 }
 
-/// The table of the probes compared: counts, p50 and mean on each side, their changes, the
+/// The header of the probes' table.
+const PROBE_HEADER: [&str; 11] = [
+    "PROBE",
+    "BASE N",
+    "NEW N",
+    "BASE P50",
+    "NEW P50",
+    "P50",
+    "BASE MEAN",
+    "NEW MEAN",
+    "MEAN",
+    "P",
+    "VERDICT",
+];
+
+/// The rows of the probes compared: counts, p50 and mean on each side, their changes, the
 /// p-value and the verdict.
-fn probe_table(rows: &[Row]) -> String {
-    let cells: Vec<Vec<String>> = rows
-        .iter()
+fn probe_cells(rows: &[Row]) -> Vec<Vec<String>> {
+    rows.iter()
         .map(|r| {
             let tested = r.base_count > 0 && r.new_count > 0;
             let delta = |b, n| {
@@ -211,24 +230,7 @@ fn probe_table(rows: &[Row]) -> String {
                 r.verdict.to_string(),
             ]
         })
-        .collect();
-    render(
-        &[
-            "PROBE",
-            "BASE N",
-            "NEW N",
-            "BASE P50",
-            "NEW P50",
-            "P50",
-            "BASE MEAN",
-            "NEW MEAN",
-            "MEAN",
-            "P",
-            "VERDICT",
-        ],
-        &cells,
-        1,
-    )
+        .collect()
 }
 
 /// The CPU sample counts of each side, and the table of the 10 functions whose self shares moved
@@ -298,17 +300,17 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
         .map(|r| r.name.clone())
         .collect();
     if !rows.is_empty() {
-        text += &probe_table(&rows);
+        text += &render(&PROBE_HEADER, &probe_cells(&rows), 1);
     }
-    let mut wrote = None;
+    let mut wrote = Vec::new();
     if !base.folded.is_empty() && !new.folded.is_empty() {
         text += &sample_table(&base, &new);
         let title = format!("xtrace diff: {} vs {}", args.new.display(), args.base.display());
         let svg = super::flamegraph::draw_diff(&folded_text(&base), &folded_text(&new), title, true)?;
         output::write_path(&args.output, &svg)?;
-        wrote = Some(args.output.clone());
+        wrote.push(args.output.clone());
     }
-    text += &match regressed.len() {
+    let verdict = match regressed.len() {
         0 => format!(
             "\nno probe regressed beyond {} (p50 or mean, one-sided Mann-Whitney p < {ALPHA}, at least {} spans each)\n",
             show_change(args.threshold).trim_start_matches('+'),
@@ -321,6 +323,17 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
             regressed.join(", ")
         ),
     };
+    text += &verdict;
+    if let Some(path) = &args.markdown {
+        let table = crate::export::table::markdown(&PROBE_HEADER, &probe_cells(&rows), 1);
+        let title = format!(
+            "## xtrace diff: {} against {}\n\n",
+            args.new.display(),
+            args.base.display()
+        );
+        output::write_path(path, format!("{title}{table}{verdict}").as_bytes())?;
+        wrote.push(path.clone());
+    }
     Ok(Outcome {
         text,
         regressed,

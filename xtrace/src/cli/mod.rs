@@ -1,6 +1,6 @@
 //! Command line: `xtrace [record] ...`, `xtrace list ...`, `xtrace flamegraph --diff ...`,
 //! `xtrace report DIR`, `xtrace diff BASE NEW`, `xtrace convert DIR`, `xtrace merge DIR... -o OUT`,
-//! `xtrace check` and `xtrace generate -o DIR`.
+//! `xtrace push`, `xtrace history`, `xtrace gate`, `xtrace check` and `xtrace generate -o DIR`.
 //! `record` is also what `xtrace` does without a subcommand.
 pub mod convert;
 pub mod diff;
@@ -12,6 +12,7 @@ pub mod record;
 mod record_values;
 pub mod report;
 pub mod status;
+pub mod store;
 
 use clap::{Parser, Subcommand};
 
@@ -57,6 +58,12 @@ pub enum Command {
     Convert(convert::ConvertArgs),
     /// Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock.
     Merge(merge::MergeArgs),
+    /// Store a capture's statistics in a store of runs (SQLite or ClickHouse), once.
+    Push(store::PushArgs),
+    /// Show functions' statistics across the runs of a store, run by run or by label.
+    History(store::HistoryArgs),
+    /// Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate).
+    Gate(store::GateArgs),
     /// Check whether this host can record: kernel, BTF, BPF features, settings, capabilities.
     ///
     /// Each item is `ok`, `missing` (recording cannot work until it is fixed), `limited`

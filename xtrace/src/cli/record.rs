@@ -7,7 +7,7 @@ use clap::{ArgGroup, Args};
 
 use super::record_values::{
     parse_buffer_size, parse_duration, parse_gpu_period, parse_label, parse_off_cpu_min, parse_span_duration,
-    parse_start_at, parse_user_stack, parse_warn_rule,
+    parse_start_at, parse_store, parse_user_stack, parse_warn_rule,
 };
 use crate::{
     output::TraceFormat,
@@ -307,6 +307,16 @@ pub struct RecordArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label,
           help_heading = heading::OUTPUT)]
     pub labels: Vec<(String, String)>,
+
+    /// After the capture, store its statistics in a store of runs (see `xtrace push`):
+    /// --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite
+    /// file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo).
+    ///
+    /// Nothing is stored without it. A store that cannot be reached costs a warning: the capture
+    /// is written as always, and `xtrace push DIR --store URL` sends it later. The run is stored
+    /// once however often it is pushed; the capture directory's stored.txt lists where it went.
+    #[arg(long = "store", value_name = "URL", num_args = 0..=1, default_missing_value = "", value_parser = parse_store, help_heading = heading::OUTPUT)]
+    pub store: Option<crate::store::Url>,
 
     /// Write the trace compressed as it is recorded, as trace.json.gz.
     ///

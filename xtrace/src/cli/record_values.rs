@@ -239,6 +239,14 @@ fn rfc3339_ns(text: &str) -> Option<u64> {
     u64::try_from(ns).ok()
 }
 
+/// `--store`'s URL; empty (`--store` alone) for the default SQLite file.
+pub fn parse_store(text: &str) -> Result<crate::store::Url, String> {
+    if text.is_empty() {
+        return Ok(crate::store::Url::default_sqlite());
+    }
+    crate::store::Url::parse(text).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{parse_buffer_size, parse_duration, parse_span_duration, parse_user_stack};

@@ -1,5 +1,6 @@
 //! Plain-text tables (summary.txt, `xtrace report`, `xtrace diff`): columns padded to their widest cell, the
-//! first `left` columns left-aligned and the rest (numbers) right-aligned, two spaces apart.
+//! first `left` columns left-aligned and the rest (numbers) right-aligned, two spaces apart; and the
+//! same tables in Markdown, for a pull-request comment (`xtrace diff --markdown`, `xtrace gate`).
 use crate::output::stdio::escape_controls;
 
 /// The table as lines, header first; nothing when there are no rows.
@@ -39,6 +40,30 @@ pub fn render(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
     out
 }
 
+/// The table in GitHub-flavoured Markdown, header first, the first `left` columns left-aligned
+/// and the rest right-aligned; nothing when there are no rows. `|` in a cell is escaped, and a
+/// line break or control character shown escaped, so that a cell never breaks the table.
+pub fn markdown(header: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let cell = |c: &str| escape_controls(c).replace('|', "\\|");
+    let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
+    let mut out = line(header.iter().map(|h| cell(h)).collect());
+    let align = (0..header.len()).map(|i| {
+        if i < left {
+            ":--".to_string()
+        } else {
+            "--:".to_string()
+        }
+    });
+    out += &line(align.collect());
+    for row in rows {
+        out += &line(row.iter().map(|c| cell(c)).collect());
+    }
+    out
+}
+
 /// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
 pub fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
@@ -65,6 +90,19 @@ mod tests {
         assert_eq!(render(&["NAME"], &[], 1), "");
         assert_eq!(csv_field("a,b\"c"), "\"a,b\"\"c\"");
         assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn markdown_tables() {
+        let rows = vec![
+            vec!["a|b".to_string(), "1".to_string()],
+            vec!["c\nd".to_string(), "22".to_string()],
+        ];
+        assert_eq!(
+            markdown(&["NAME", "N"], &rows, 1),
+            "| NAME | N |\n| :-- | --: |\n| a\\|b | 1 |\n| c\\nd | 22 |\n"
+        );
+        assert_eq!(markdown(&["NAME"], &[], 1), "");
     }
 
     #[test]

@@ -12,9 +12,35 @@ pub fn human(ns: u64) -> String {
     }
 }
 
+/// A CLOCK_REALTIME time in ns as a UTC date and time to the second: `2026-11-29 15:10:02`.
+pub fn utc(ns: u64) -> String {
+    let seconds = ns / 1_000_000_000;
+    let (days, of_day) = ((seconds / 86_400) as i64, seconds % 86_400);
+    // Days since 1970-01-01 to a proleptic Gregorian date, by 400-year eras of 146,097 days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153; // March is 0
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::human;
+    use super::{human, utc};
 
     #[test]
     fn durations_round_into_the_next_unit() {
@@ -39,5 +65,13 @@ mod tests {
         assert_eq!(human(1_500), "1.5µs");
         assert_eq!(human(2_500_000), "2.50ms");
         assert_eq!(human(3_000_000_000), "3.000s");
+    }
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000_000_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_795_964_140_500_519_239), "2026-11-29 14:55:40");
+        assert_eq!(utc(4_107_542_399_000_000_000), "2100-02-28 23:59:59");
     }
 }
