@@ -148,6 +148,45 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
             .any(|w| w["comm"] == "holder" && w["pid"] == pid && w["tid"] != pid),
         "{wakers:?}"
     );
+    // The wait is the lock's: the fixture's static `lock`, released by the holder thread, with
+    // the waiter's stack under waiter() and the holder's where it unlocked.
+    let locks = out.summary["off_cpu"]["locks"].as_array().expect("off_cpu.locks");
+    let lock = &locks[0];
+    assert_eq!(lock["name"], "lock", "{locks:?}");
+    assert_eq!(lock["place"], fixtures().offcpu.to_str().unwrap(), "{lock}");
+    assert_eq!(
+        (lock["pid"].as_u64(), lock["waiters"].as_u64()),
+        (Some(pid), Some(1)),
+        "{lock}"
+    );
+    let wait_ns = lock["wait_ns"].as_u64().unwrap();
+    assert!((150 * MS..=210 * MS).contains(&wait_ns), "{lock}");
+    assert!(
+        wait_ns <= under_waiter + MS,
+        "{lock}: more than the futex wait under waiter()"
+    );
+    let holders = lock["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{lock}");
+    assert_eq!(
+        (holders[0]["comm"].as_str(), holders[0]["wakeups"].as_u64()),
+        (Some("holder"), Some(1))
+    );
+    assert_ne!(holders[0]["tid"].as_u64(), Some(pid));
+    let waiter = lock["waiter_stack"].as_str().unwrap();
+    assert!(waiter.contains(";main;waiter;"), "{waiter}");
+    let holder = lock["holder_stack"].as_str().expect("the holder's stack");
+    assert!(
+        holder.contains("lll_lock_wake") || holder.contains("mutex_unlock"),
+        "{holder}"
+    );
+    assert!(
+        out.summary_txt.contains(&format!(
+            "lock `lock` in {} (pid {pid}): ",
+            fixtures().offcpu.display()
+        )),
+        "{}",
+        out.summary_txt
+    );
 }
 
 /// A MIN that is not a duration: one line naming the accepted form, exit 2.

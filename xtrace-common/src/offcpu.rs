@@ -41,9 +41,14 @@ pub struct OffCpuInterval {
     /// interrupt (a timer, an I/O completion) or not seen.
     pub waker_pid: u32,
     pub waker_tid: u32,
-    pub _pad: u32,
+    /// The waker's user stack as it woke a thread waiting on a lock (`lock` not 0), walked by
+    /// frame pointers, in `OFF_CPU_STACKS`; negative otherwise.
+    pub waker_stack: i32,
     /// NUL-padded name of the waking thread.
     pub waker_comm: [u8; COMM_LEN],
+    /// The lock it waited on: a futex's user address (FUTEX_WAIT and its kin: a mutex, a condition
+    /// variable, a semaphore), else 0.
+    pub lock: u64,
 }
 
 /// A sent interval: its header (`KIND_OFF_CPU`, the thread's ids), the interval, then a CPU
@@ -79,6 +84,8 @@ pub struct OffCpuKey {
     pub state: u32,
     pub syscall: i32,
     pub _pad: u32,
+    /// The lock waited on (as [`OffCpuInterval::lock`]), else 0.
+    pub lock: u64,
 }
 
 /// Added-up intervals of one [`OffCpuKey`].
@@ -105,15 +112,28 @@ pub struct OffCpuThread {
     pub waker_pid: u32,
     pub waker_tid: u32,
     pub waker_comm: [u8; COMM_LEN],
+    /// The last waker's stack, when it woke the thread from a wait on a lock; negative otherwise.
+    pub waker_stack: i32,
+    pub _pad: u32,
+}
+
+/// The x86-64 system call number of futex(2).
+pub const SYS_FUTEX: i32 = 202;
+
+/// Whether a futex operation (its `op` argument) waits for the futex's holder or signaller:
+/// FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI and FUTEX_LOCK_PI2, with
+/// or without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME.
+pub const fn futex_waits(op: u64) -> bool {
+    matches!(op & 0x7f, 0 | 6 | 9 | 11 | 13)
 }
 
 /// Entries of the kernel's table of added-up intervals (`OFF_CPU_TOTALS`) and of its stacks.
 pub const OFF_CPU_KEYS: u32 = 16384;
 
-const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 64);
-const _: () = assert!(core::mem::size_of::<OffCpuKey>() == 24);
-const _: () = assert!(core::mem::size_of::<OffCpuThread>() == 128);
-const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 88 + core::mem::size_of::<SampleEvent>());
+const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 72);
+const _: () = assert!(core::mem::size_of::<OffCpuKey>() == 32);
+const _: () = assert!(core::mem::size_of::<OffCpuThread>() == 152);
+const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 96 + core::mem::size_of::<SampleEvent>());
 const _: () = assert!(core::mem::size_of::<OffCpuScratch>() < 32768);
 
 #[cfg(feature = "user")]

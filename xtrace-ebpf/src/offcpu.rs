@@ -6,7 +6,8 @@
 //! user stack copied there, unwound in user space as a CPU sample's, and its Python frames walked
 //! there (`python::walk`) as for a CPU sample; every other interval is added up in
 //! `OFF_CPU_TOTALS`. `off_cpu_waking` (sched_waking, run by the waker) notes who woke a traced
-//! thread.
+//! thread, and, when it waited on a lock (a futex wait: its address is kept with the wait), the
+//! waker's user stack: where the holder released it.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_task_pt_regs},
@@ -18,7 +19,8 @@ use aya_ebpf::{
 use xtrace_common::{
     event::USER_STACK_MAX,
     offcpu::{
-        state, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU, NO_SYSCALL, OFF_CPU_KEYS,
+        futex_waits, state, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU, NO_SYSCALL,
+        OFF_CPU_KEYS, SYS_FUTEX,
     },
     probe::counter,
 };
@@ -28,7 +30,7 @@ use crate::{
         add, count, current_pid_tgid, is_self, load_time, output_flags, read_kernel, sampled, thread_traced,
         EVENTS,
     },
-    regs::PT_REGS_ORIG_AX,
+    regs::{PT_REGS_DI, PT_REGS_ORIG_AX, PT_REGS_SI},
     task_storage::TaskStorage,
     uprobe::header,
 };
@@ -101,6 +103,14 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
         (0, _) | (_, state::RUNNABLE) => NO_SYSCALL,
         (regs, _) => syscall_number(regs),
     };
+    // A futex wait waits on a lock (or a condition variable): its address, the call's first
+    // argument, still in the saved registers.
+    key.lock = match key.syscall {
+        SYS_FUTEX if read_kernel::<u64>(regs, PT_REGS_SI as u32).is_some_and(futex_waits) => {
+            read_kernel::<u64>(regs, PT_REGS_DI as u32).unwrap_or(0)
+        }
+        _ => 0,
+    };
     key.user_stack = ctx
         .get_stackid(&OFF_CPU_STACKS, u64::from(BPF_F_USER_STACK))
         .map_or(-1, |id| id as i32);
@@ -145,6 +155,7 @@ fn back(thread: &mut OffCpuThread, now: u64) {
             pending.start_ns = start;
             pending.state = key.state;
             pending.syscall = key.syscall;
+            pending.lock = key.lock;
             pending.sleeps = 0;
         }
         // Another sleep of the same system call: one wait, summed.
@@ -157,6 +168,7 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         pending.waker_pid = thread.waker_pid;
         pending.waker_tid = thread.waker_tid;
         pending.waker_comm = thread.waker_comm;
+        pending.waker_stack = thread.waker_stack;
         return;
     }
     // The thread's own key: the map copies it.
@@ -165,6 +177,7 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         let runnable = OffCpuKey {
             state: state::RUNNABLE,
             syscall: NO_SYSCALL,
+            lock: 0,
             ..*key
         };
         add_up(&runnable, delay);
@@ -180,6 +193,7 @@ fn set_aside(thread: &mut OffCpuThread) {
         user_stack: -1,
         state: pending.state,
         syscall: pending.syscall,
+        lock: pending.lock,
         ..thread.key
     };
     add_up(&key, pending.duration_ns);
@@ -225,6 +239,13 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
     thread.waker_comm = match ids {
         0 => [0; 16],
         _ => bpf_get_current_comm().unwrap_or_default(),
+    };
+    // The waker of a thread waiting on a lock released it: where it was is the holder's stack.
+    thread.waker_stack = match (ids, thread.key.lock) {
+        (0, _) | (_, 0) => -1,
+        _ => ctx
+            .get_stackid(&OFF_CPU_STACKS, u64::from(BPF_F_USER_STACK))
+            .map_or(-1, |id| id as i32),
     };
     thread.woken_ns = unsafe { bpf_ktime_get_ns() };
     0

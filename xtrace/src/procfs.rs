@@ -114,6 +114,12 @@ fn parse_maps_where(text: &str, keep: impl Fn(&crate::target::MapsLine) -> bool)
         .collect()
 }
 
+/// Every mapping of `pid`, anonymous ones included (an empty path), or None when it is gone.
+pub fn all_maps(pid: u32) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(parse_maps_where(&text, |_| true))
+}
+
 /// The file-backed mappings of `pid` it cannot write (read-only data such as `.rodata`, and code),
 /// or None when it is gone: their bytes in memory are their file's, so a string in one can be
 /// read from the file ([`mapped_string`]). A writable mapping's bytes may differ from its file's.

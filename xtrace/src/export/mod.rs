@@ -13,6 +13,7 @@ pub mod cuda;
 pub mod derived;
 pub mod flamegraph;
 pub mod gpu_device;
+pub mod locks;
 pub mod merge;
 pub mod offcpu;
 pub mod plt;

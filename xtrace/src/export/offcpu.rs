@@ -1,7 +1,7 @@
 //! The off-CPU outputs: `offcpu.folded` (nanoseconds off CPU per stack, the process's name as the
 //! root frame and the wait as the leaf, e.g. `[futex]`), its flamegraph `offcpu.svg`, and the
 //! summary's `off_cpu` section (per thread: time by scheduler state and by wait, who woke it; the
-//! stacks that waited longest).
+//! stacks that waited longest; the contended locks, from `locks`).
 use std::collections::{BTreeMap, HashMap};
 
 use inferno::flamegraph::color::{BasicPalette, Palette};
@@ -84,6 +84,9 @@ pub struct OffCpuSummary {
     pub lost: u64,
     pub threads: Vec<ThreadSummary>,
     pub hot_stacks: Vec<HotWait>,
+    /// The locks waited on longest (futex waits), most time first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<super::locks::LockSummary>,
 }
 
 /// Writes offcpu.folded and offcpu.svg into `out` and returns the summary. The stacks are named
@@ -143,7 +146,9 @@ pub fn write(
         .iter()
         .map(|(&(pid, tid), time)| thread_summary(pid, tid, time, names))
         .collect();
+    let locks = super::locks::top(&off.locks, resolver, images, python);
     Ok(OffCpuSummary {
+        locks,
         min_ns: off.min_ns,
         intervals: threads.iter().map(|t| t.intervals).sum(),
         off_cpu_ns: total,
@@ -241,6 +246,7 @@ pub fn table(summary: &OffCpuSummary) -> String {
             waits.join(", ")
         );
     }
+    out += &super::locks::table(&summary.locks);
     if summary.lost > 0 {
         out += &format!("  {} waits not counted (tables full)\n", summary.lost);
     }

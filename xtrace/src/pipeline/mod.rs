@@ -9,6 +9,7 @@ pub mod chrome;
 pub mod decode;
 pub mod gpu;
 pub mod kept_names;
+pub mod locks;
 pub mod offcpu;
 pub mod perfetto;
 pub mod ranges;
@@ -274,9 +275,10 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             Vec<u64>,
         )],
         end_ns: u64,
+        stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
         if let Some(off_cpu) = &mut self.off_cpu {
-            off_cpu.totals(&mut self.images, totals, end_ns);
+            off_cpu.totals(&mut self.images, totals, end_ns, stack_of);
         }
     }
 

@@ -61,6 +61,8 @@ pub struct OffCpu {
     pub threads: BTreeMap<(u32, u32), ThreadTime>,
     /// Waits sent one by one (at least MIN, in a system call).
     pub sent: u64,
+    /// The waits on locks, by lock.
+    pub locks: super::locks::Locks,
 }
 
 impl OffCpu {
@@ -70,6 +72,7 @@ impl OffCpu {
             stacks: BTreeMap::new(),
             threads: BTreeMap::new(),
             sent: 0,
+            locks: super::locks::Locks::default(),
         }
     }
 
@@ -90,7 +93,8 @@ impl OffCpu {
         };
         let ns = interval.duration_ns;
         self.sent += 1;
-        self.stacks
+        let counted = self
+            .stacks
             .entry(wait)
             .or_default()
             .add_weighted(images, python, sample, comm, stack, ns);
@@ -112,6 +116,25 @@ impl OffCpu {
             );
         }
         let waker = crate::model::text::c_str(&interval.waker_comm).into_owned();
+        if interval.lock != 0 {
+            self.locks.waited(
+                images,
+                super::locks::Waited {
+                    ns: sample.header.ts_ns,
+                    pid: sample.header.pid,
+                    tid: sample.header.tid,
+                    lock: interval.lock,
+                    wait_ns: ns,
+                    stack: counted,
+                    waker: Some((
+                        interval.waker_pid,
+                        interval.waker_tid,
+                        &waker,
+                        interval.waker_stack,
+                    )),
+                },
+            );
+        }
         *thread
             .wakers
             .entry((interval.waker_pid, interval.waker_tid, waker))
@@ -119,12 +142,14 @@ impl OffCpu {
     }
 
     /// The kernel's added-up waits, each with its user stack walked by frame pointers (innermost
-    /// first; empty when not walked), named in the images the processes had at `end_ns`.
+    /// first; empty when not walked), named in the images the processes had at `end_ns`; and the
+    /// stacks of the locks' holders, read by id with `stack_of`.
     pub fn totals(
         &mut self,
         images: &mut Images,
         totals: &[(OffCpuKey, OffCpuTotal, Vec<u64>)],
         end_ns: u64,
+        stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
         // Added up in the kernel: no Python frames were walked for them.
         let mut no_python = Python::default();
@@ -145,7 +170,7 @@ impl OffCpu {
             let frames = user.len().min(MAX_FRAMES);
             event.user[..frames].copy_from_slice(&user[..frames]);
             event.user_frames = frames as u32;
-            self.stacks.entry(wait).or_default().add_weighted(
+            let counted = self.stacks.entry(wait).or_default().add_weighted(
                 images,
                 &mut no_python,
                 &event,
@@ -153,7 +178,13 @@ impl OffCpu {
                 &mut [],
                 total.total_ns,
             );
+            if key.lock != 0 {
+                let added = (total.count, total.total_ns);
+                let lock = (key.pid, key.tid, key.lock, end_ns);
+                self.locks.added_up(images, lock, added, counted);
+            }
         }
+        self.locks.holder_stacks(images, end_ns, stack_of);
     }
 
     /// Nanoseconds off CPU of every traced thread together.

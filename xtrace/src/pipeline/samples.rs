@@ -110,7 +110,8 @@ impl Samples {
 
     /// Counts a stack as [`Samples::add`] does, `weight` times (off-CPU stacks weigh their
     /// nanoseconds), with the Python frames `python` walked for it (looking for the process's
-    /// interpreter first if it is new).
+    /// interpreter first if it is new). Returns the stack counted (None for xtrace's launcher
+    /// code), for a caller that counts it elsewhere too.
     pub fn add_weighted(
         &mut self,
         images: &mut Images,
@@ -119,7 +120,7 @@ impl Samples {
         comm: &str,
         stack: &mut [u8],
         weight: u64,
-    ) {
+    ) -> Option<StackKey> {
         let kernel = frames(&event.kernel, event.kernel_frames);
         if !kernel.is_empty() && self.bpf.is_none() {
             // While xtrace's programs are loaded (see `bpf_symbols`).
@@ -153,7 +154,7 @@ impl Samples {
             }
         }
         if images.is_launcher(image) {
-            return; // xtrace's launcher code, before the command's exec
+            return None; // xtrace's launcher code, before the command's exec
         }
         self.total += weight;
         images.use_image(image);
@@ -199,7 +200,8 @@ impl Samples {
         } else {
             self.timeline_dropped += 1;
         }
-        *self.stacks.entry(key).or_default() += weight;
+        *self.stacks.entry(key.clone()).or_default() += weight;
+        Some(key)
     }
 
     /// A copied user stack's frames, unwound from where the sampled thread stands (a uprobe's

@@ -60,13 +60,19 @@ impl Tables {
             .iter()
             .filter_map(|entry| entry.ok())
             .map(|(key, total)| {
-                let user = u32::try_from(key.user_stack)
-                    .ok()
-                    .and_then(|id| self.stacks.get(&id, 0).ok())
-                    .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
-                    .unwrap_or_default();
+                let user = self.stack(key.user_stack);
                 (key, total, user)
             })
             .collect()
+    }
+
+    /// The frame-pointer user stack `id` of the kernel's stack table, innermost first; empty for
+    /// a negative id (no stack) or one the table no longer holds.
+    pub fn stack(&self, id: i32) -> Vec<u64> {
+        u32::try_from(id)
+            .ok()
+            .and_then(|id| self.stacks.get(&id, 0).ok())
+            .map(|trace| trace.frames().iter().map(|f| f.ip).collect())
+            .unwrap_or_default()
     }
 }

@@ -96,7 +96,8 @@ impl Stopped<'_> {
         let lost = bpf::read_lost(&counters)?;
         let off_cpu_lost = match &off_cpu {
             Some(tables) => {
-                pipeline.off_cpu_totals(&tables.read(), crate::clock::monotonic_ns());
+                let stack_of = |id| tables.stack(id);
+                pipeline.off_cpu_totals(&tables.read(), crate::clock::monotonic_ns(), &stack_of);
                 bpf::read_lost_off_cpu(&counters)?
             }
             None => 0,
