@@ -130,9 +130,24 @@ fn runs_are_stored_once_and_both_stores_tell_the_same_history() {
         "{}",
         by_commit.stdout
     );
+    let svg = tmp.join("history.svg");
+    let plotted = xtrace(args![
+        "history", "--by", "commit", "--store", &sqlite, "--svg", &svg
+    ]);
+    assert_eq!(plotted.stdout, by_commit.stdout);
+    let drawn = std::fs::read_to_string(&svg).expect("history.svg");
+    assert!(drawn.contains(">busy (uprobe): p50 and p99</text>"), "{drawn}");
+    // A line each for p50 and p99, a point per commit on each.
     assert_eq!(
-        xtrace(args!["history", "--by", "commit", "--store", &sqlite]).stdout,
-        by_commit.stdout
+        (
+            drawn.matches("<polyline").count(),
+            drawn.matches("<circle").count()
+        ),
+        (2, 4)
+    );
+    assert!(
+        drawn.contains(">aaa p50 ") && drawn.contains(">bbb p99 "),
+        "{drawn}"
     );
     assert!(
         by_commit.stdout.starts_with("busy (uprobe)\nCOMMIT "),

@@ -623,7 +623,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__history)
-            opts="-h --store --by --where --help"
+            opts="-h --store --by --where --svg --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -638,6 +638,10 @@ _xtrace() {
                     return 0
                     ;;
                 --where)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --svg)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

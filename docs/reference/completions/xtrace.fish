@@ -163,6 +163,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand push" -s h -l help -d 'Pri
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l by -d 'One row per value of this label (`--label` of `xtrace record`, e.g. commit), its runs\' calls added up, in the order the values were first recorded; runs without it are left out. Without it, one row per run, oldest first' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l where -d 'Only the runs labelled so: LABEL=VALUE' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l svg -d 'Also draw each function\'s p50 and p99 across the rows as a line chart into FILE (SVG)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l baseline -d 'The baseline: the stored runs labelled LABEL=VALUE (at least three)' -r

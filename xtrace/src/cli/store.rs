@@ -53,6 +53,10 @@ pub struct HistoryArgs {
     /// Only the runs labelled so: LABEL=VALUE.
     #[arg(long = "where", value_name = "LABEL=VALUE", value_parser = parse_selector)]
     pub selector: Option<(String, String)>,
+
+    /// Also draw each function's p50 and p99 across the rows as a line chart into FILE (SVG).
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 fn parse_selector(text: &str) -> Result<(String, String), String> {
@@ -122,10 +126,19 @@ pub fn history(args: &HistoryArgs) -> Result<Said> {
     };
     let series = history::series(store.as_mut(), &runs, &args.functions, &grouping)?;
     let header = args.by.as_deref().map_or("RUN".to_string(), str::to_uppercase);
-    let shown: usize = series.len();
+    let mut note = format!(
+        "{} runs in {}, {} functions shown",
+        runs.len(),
+        url.shown(),
+        series.len()
+    );
+    if let Some(path) = &args.svg {
+        crate::output::write_path(path, store::plot::svg(&series).as_bytes())?;
+        note += &format!("; wrote {}", crate::output::shown(path));
+    }
     Ok(Said {
         text: history::render(&series, &header),
-        note: format!("{} runs in {}, {shown} functions shown", runs.len(), url.shown()),
+        note,
         regressed: false,
     })
 }

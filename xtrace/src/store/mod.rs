@@ -3,7 +3,7 @@
 //! interface (`clickhouse://HOST:PORT/DB`). `rows` reads what is kept of a capture; `schema` is
 //! the tables, the same in both; `sqlite` and `clickhouse` (over `http`) write and read them;
 //! `history` answers per-function questions across runs from merged histograms, so both stores
-//! give identical answers.
+//! give identical answers, and `plot` draws them; `gate` judges a run against baseline runs.
 //!
 //! A run is never stored twice: its id is a hash of the capture, and its `runs` row, written after
 //! all its other rows, is the mark that it is whole. Every push writes its rows under a fresh
@@ -13,6 +13,7 @@ pub mod clickhouse;
 pub mod gate;
 pub mod history;
 mod http;
+pub mod plot;
 pub mod rows;
 pub mod schema;
 pub mod sqlite;
