@@ -7,8 +7,8 @@
 
 use serde_json::Value;
 use xtrace_tests::{
-    args, fixtures::fixtures, output::Outputs, profile::profile_command, python::interpreters, require_bpf,
-    run::run_error, TempDir,
+    args, captures::xtrace, fixtures::fixtures, output::Outputs, profile::profile_command,
+    python::interpreters, require_bpf, run::run_error, TempDir,
 };
 
 const MS: u64 = 1_000_000;
@@ -187,6 +187,72 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
         "{}",
         out.summary_txt
     );
+}
+
+/// `report` shows a capture's time off CPU by wait, its longest waits and its locks; `diff`
+/// compares the time per wait of two captures: here a mutex held 200 ms, then 100 ms.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn report_and_diff_show_time_off_cpu() {
+    if !require_bpf() {
+        return;
+    }
+    let (base, new) = (TempDir::new("offcpu-base"), TempDir::new("offcpu-new"));
+    let flags = || args!["--off-cpu", "-F", "1"];
+    let base = profile_command(flags(), &fixtures().offcpu, &["mutex", "200"], &base);
+    let new = profile_command(flags(), &fixtures().offcpu, &["mutex", "100"], &new);
+    let report = xtrace(args!["report", &base.dir]);
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    let text = &report.stdout;
+    let row = |table: &str, first: &str| -> Vec<String> {
+        let section = text
+            .split(table)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {table} in:\n{text}"));
+        let line = section
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first));
+        line.unwrap_or_else(|| panic!("no {first} row under {table}:\n{text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    assert!(text.contains("\nOFF-CPU: "), "{text}");
+    let futex = row("\nOFF-CPU: ", "futex");
+    let ms = |cell: &str| {
+        cell.strip_suffix("ms")
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    assert!((150.0..=215.0).contains(&ms(&futex[1])), "{futex:?}");
+    let lock = row("\nCONTENDED LOCKS\n", "lock");
+    assert_eq!(lock[1], "1", "{lock:?}");
+    assert_eq!(lock[3], "holder", "{lock:?}");
+    assert!(text.contains(";main;waiter;"), "{text}");
+    // The JSON report carries the same.
+    let json = xtrace(args!["report", &base.dir, "--format", "json"]);
+    let parsed: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(parsed["off_cpu"]["locks"][0]["lock"], "lock");
+
+    let diff = xtrace(args![
+        "diff",
+        &base.dir,
+        &new.dir,
+        "-o",
+        base.dir.join("diff.svg")
+    ]);
+    assert_eq!(diff.code, Some(0), "{}", diff.stdout);
+    let line = diff
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("futex "))
+        .unwrap_or_else(|| panic!("{}", diff.stdout));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert!(
+        ms(cells[1]) > 150.0 && (75.0..=115.0).contains(&ms(cells[2])),
+        "{line}"
+    );
+    assert!(cells[3].starts_with('-'), "{line}");
 }
 
 /// A MIN that is not a duration: one line naming the accepted form, exit 2.

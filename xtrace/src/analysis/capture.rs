@@ -197,10 +197,13 @@ pub(crate) fn cut_short(dir: &Path) -> Option<Error> {
     })
 }
 
-/// Loads `dir` and refuses it when there is nothing in it to analyse.
+/// Loads `dir` and refuses it when there is nothing in it to analyse: no spans, samples, instants
+/// or time off CPU.
 pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     let capture = load(dir, what)?;
-    if capture.is_empty() {
+    // Time off CPU is something to analyse too (`--off-cpu` alone).
+    let off_cpu = std::fs::metadata(dir.join(crate::output::OFFCPU_FOLDED)).is_ok_and(|m| m.len() > 0);
+    if capture.is_empty() && !off_cpu {
         return Err(Error::Empty {
             path: dir.to_path_buf(),
         });

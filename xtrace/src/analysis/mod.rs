@@ -1,10 +1,12 @@
 //! Analysis of finished captures (no BPF, no root): loading a capture directory (`capture`),
 //! nesting spans into self times (`spans`), per-probe and per-thread statistics (`stats`),
-//! bottlenecks — outliers, self-time shares, waits (`outliers`), and the Mann–Whitney U test
+//! bottlenecks — outliers, self-time shares, waits (`outliers`), time off CPU (`offcpu`), and the
+//! Mann–Whitney U test
 //! behind `xtrace diff` (`mannwhitney`). `xtrace report`, `xtrace diff` and the derived outputs
 //! of a recording (span-flamegraph.svg, profile.pb.gz) are built on it.
 pub mod capture;
 pub mod mannwhitney;
+pub mod offcpu;
 pub mod outliers;
 mod perfetto_file;
 pub mod spans;

@@ -270,6 +270,25 @@ fn sample_table(base: &Capture, new: &Capture) -> String {
     text
 }
 
+/// Time off CPU per wait on each side, and its change (a side recorded without `--off-cpu`
+/// counts as none).
+fn off_cpu_table(
+    base: &crate::analysis::offcpu::OffCpuTime,
+    new: &crate::analysis::offcpu::OffCpuTime,
+) -> String {
+    let rows: Vec<Vec<String>> = crate::analysis::offcpu::compare(base, new)
+        .into_iter()
+        .map(|(wait, b, n)| vec![wait, human(b), human(n), show_change(change(b, n))])
+        .collect();
+    let mut text = format!(
+        "\nOFF-CPU: {} in BASE, {} in NEW; time per wait\n",
+        human(base.total_ns),
+        human(new.total_ns)
+    );
+    text += &render(&["WAIT", "BASE", "NEW", "CHANGE"], &rows, 1);
+    text
+}
+
 /// Runs `xtrace diff`.
 pub fn run(args: &DiffArgs) -> Result<Outcome> {
     let base = capture::load_nonempty(&args.base, Load::default())?;
@@ -301,6 +320,13 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
         .collect();
     if !rows.is_empty() {
         text += &render(&PROBE_HEADER, &probe_cells(&rows), 1);
+    }
+    let (base_off, new_off) = (
+        crate::analysis::offcpu::load(&args.base, &base.summary)?,
+        crate::analysis::offcpu::load(&args.new, &new.summary)?,
+    );
+    if base_off.is_some() || new_off.is_some() {
+        text += &off_cpu_table(&base_off.unwrap_or_default(), &new_off.unwrap_or_default());
     }
     let mut wrote = Vec::new();
     if !base.folded.is_empty() && !new.folded.is_empty() {

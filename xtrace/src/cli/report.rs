@@ -107,6 +107,9 @@ pub struct Report {
     pub threads: Vec<ThreadStats>,
     pub instants: Vec<InstantCount>,
     pub bottlenecks: Bottlenecks,
+    /// With `--off-cpu`: time off CPU by wait, the stacks that waited longest, the locks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<crate::analysis::offcpu::OffCpuTime>,
 }
 
 /// Builds the report of a loaded capture.
@@ -168,6 +171,7 @@ pub fn report(capture: &Capture, nesting: &Nesting, top: usize, min_count: u64) 
             .collect(),
         bottlenecks: outliers::find(capture, nesting, min_count, top),
         probes,
+        off_cpu: None,
     }
 }
 
@@ -258,6 +262,9 @@ impl Report {
             out += &render(&["NAME", "KIND", "COUNT"], &rows, 2);
         }
         out += &bottlenecks_text(&self.bottlenecks);
+        if let Some(off) = &self.off_cpu {
+            out += &off_cpu_text(off, top);
+        }
         out
     }
 
@@ -413,12 +420,51 @@ pub enum Rendered {
 }
 
 /// Runs `xtrace report`.
+/// The off-CPU tables: time per wait, the stacks that waited longest, the contended locks.
+fn off_cpu_text(off: &crate::analysis::offcpu::OffCpuTime, top: usize) -> String {
+    let share = |ns: u64| format!("{:.1}%", ns as f64 * 100.0 / off.total_ns.max(1) as f64);
+    let mut waits: Vec<(&String, &u64)> = off.by_wait.iter().collect();
+    waits.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    let rows: Vec<Vec<String>> = waits
+        .iter()
+        .take(top)
+        .map(|(w, &ns)| vec![w.to_string(), human(ns), share(ns)])
+        .collect();
+    let mut out = format!("\nOFF-CPU: {} in all\n", human(off.total_ns));
+    out += &render(&["WAIT", "TIME", "SHARE"], &rows, 1);
+    let rows: Vec<Vec<String>> = off
+        .top_stacks
+        .iter()
+        .take(top)
+        .map(|(stack, ns)| vec![stack.clone(), human(*ns), share(*ns)])
+        .collect();
+    if !rows.is_empty() {
+        out += "\nOFF-CPU STACKS (longest waits)\n";
+        out += &render(&["STACK", "TIME", "SHARE"], &rows, 1);
+    }
+    let rows: Vec<Vec<String>> = off
+        .locks
+        .iter()
+        .take(top)
+        .map(|l| {
+            let holder = l.holder.clone().unwrap_or_else(|| "-".into());
+            vec![l.lock.clone(), l.waits.to_string(), human(l.wait_ns), holder]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out += "\nCONTENDED LOCKS\n";
+        out += &render(&["LOCK", "WAITS", "TIME", "RELEASED MOST BY"], &rows, 1);
+    }
+    out
+}
+
 pub fn run(args: &ReportArgs) -> Result<Rendered> {
     let capture = capture::load_nonempty(&args.dir, Load::default())?;
     let nesting = spans::nest(&capture.spans);
     let (bytes, default_file): (Vec<u8>, Option<&str>) = match args.format {
         Format::Text | Format::Json | Format::Csv => {
-            let report = report(&capture, &nesting, args.top, args.min_count);
+            let mut report = report(&capture, &nesting, args.top, args.min_count);
+            report.off_cpu = crate::analysis::offcpu::load(&args.dir, &capture.summary)?;
             let text = match args.format {
                 Format::Text => report.to_text(args.top),
                 Format::Json => report.to_json(),
