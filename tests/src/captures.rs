@@ -76,9 +76,19 @@ pub fn xtrace(args: Vec<OsString>) -> Ran {
 
 /// Like [`xtrace`], in the directory `cwd`.
 pub fn xtrace_in(cwd: &Path, args: Vec<OsString>) -> Ran {
+    xtrace_in_with_env(cwd, args, &[])
+}
+
+/// Like [`xtrace`], with `env` set.
+pub fn xtrace_with_env(args: Vec<OsString>, env: &[(&str, &str)]) -> Ran {
+    xtrace_in_with_env(Path::new("."), args, env)
+}
+
+fn xtrace_in_with_env(cwd: &Path, args: Vec<OsString>, env: &[(&str, &str)]) -> Ran {
     let output = Command::new(xtrace_bin())
         .current_dir(cwd)
         .args(&args)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .output()
         .unwrap_or_else(|e| panic!("running xtrace {args:?}: {e}"));

@@ -10,12 +10,12 @@ use std::{ffi::OsString, path::PathBuf, process::Command};
 
 use xtrace_tests::{
     args,
-    captures::{xtrace, Ran},
+    captures::{xtrace, xtrace_with_env, Ran},
     clickhouse::ClickHouse,
     fixtures::fixtures,
     require_bpf,
     run::Xtrace,
-    xtrace_bin, TempDir,
+    TempDir,
 };
 
 /// Records `spans MODE...` with `-u FUNCTION` and `--label`s into `dir`.
@@ -28,21 +28,6 @@ fn record(dir: &PathBuf, function: &str, labels: &[&str], mode: &[&str]) {
     flags.push(fixtures().spans.clone().into());
     flags.extend(mode.iter().map(OsString::from));
     Xtrace::spawn(flags).wait().assert_success();
-}
-
-/// Runs xtrace to completion with `env` set.
-fn xtrace_env(args: Vec<OsString>, env: &[(&str, &str)]) -> Ran {
-    let output = Command::new(xtrace_bin())
-        .args(&args)
-        .envs(env.iter().copied())
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running xtrace");
-    Ran {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
 }
 
 fn succeeded(ran: &Ran) {
@@ -170,7 +155,7 @@ fn a_push_cut_short_before_its_mark_is_stored_once_when_pushed_again() {
     record(&dir, "busy", &["commit=ccc"], &["busy", "1", "50"]);
     let sqlite = format!("sqlite:{}", tmp.join("runs.db").display());
     for url in [sqlite, server.url("xtrace_cut")] {
-        let cut = xtrace_env(
+        let cut = xtrace_with_env(
             args!["push", &dir, "--store", &url],
             &[("XTRACE_TEST_PUSH_CUT", "1")],
         );
