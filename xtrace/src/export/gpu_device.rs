@@ -1,7 +1,9 @@
 //! The GPU device timeline's part of the summaries (`--cuda` with the tool library as CUDA's
 //! injection library): summary.json's `gpu_device` section and its lines in summary.txt — per GPU
-//! of each process its busy time (the union of its kernels', copies' and memsets' device time),
-//! the kernels with the most device time, copies by direction, memsets, and device records lost.
+//! of each process its busy time (the union of its kernels', copies' and memsets' device time)
+//! and its longest idle gaps, the kernels with the most device time, the queueing delay from
+//! launch call to device start, copies by direction with their bandwidth, memsets, and device
+//! records lost.
 use serde::Serialize;
 
 use crate::{analysis::stats::percentile, model::duration::human, pipeline::gpu::GpuDevice};
@@ -24,7 +26,21 @@ pub struct GpuDeviceSummary {
     pub records_dropped: Dropped,
     /// What the tool library said (CUPTI refused the subscription, an unsupported libcupti, ...).
     pub notices: Vec<String>,
+    /// From each kernel's launch call (its start) to the kernel's start on the device, over the
+    /// kernels whose launch was seen.
+    pub queue_delay: crate::pipeline::stats::Distribution,
 }
+
+/// A stretch of time in which a GPU ran nothing of a process.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Gap {
+    /// When it began (CLOCK_MONOTONIC ns, the trace's clock).
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// Gaps listed per GPU, longest first.
+pub const LONGEST_GAPS: usize = 5;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuBusy {
@@ -34,6 +50,10 @@ pub struct GpuBusy {
     pub busy_ns: u64,
     /// From the first device record's start to the last one's end.
     pub span_ns: u64,
+    /// `span_ns` less `busy_ns`: time between device work.
+    pub idle_ns: u64,
+    /// The longest stretches without device work, longest first.
+    pub longest_gaps: Vec<Gap>,
     pub kernels: u64,
 }
 
@@ -53,6 +73,8 @@ pub struct CopyTotal {
     pub count: u64,
     pub bytes: u64,
     pub total_ns: u64,
+    /// `bytes` over `total_ns`, in bytes per second (0 when no time was measured).
+    pub bandwidth_bytes_per_s: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -69,22 +91,36 @@ pub struct Dropped {
     pub after_stop: u64,
 }
 
-/// Total length of the union of `intervals`.
-fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+/// Total length of the union of `intervals`, and the gaps between its pieces, longest first.
+fn union_ns(intervals: &mut [(u64, u64)]) -> (u64, Vec<Gap>) {
     intervals.sort_unstable();
     let mut total = 0;
+    let mut gaps = Vec::new();
     let mut current: Option<(u64, u64)> = None;
     for &(start, end) in intervals.iter() {
         current = match current {
             Some((s, e)) if start <= e => Some((s, e.max(end))),
             Some((s, e)) => {
                 total += e - s;
+                gaps.push(Gap {
+                    start_ns: e,
+                    dur_ns: start - e,
+                });
                 Some((start, end))
             }
             None => Some((start, end)),
         };
     }
-    total + current.map_or(0, |(s, e)| e - s)
+    gaps.sort_by(|a, b| b.dur_ns.cmp(&a.dur_ns).then(a.start_ns.cmp(&b.start_ns)));
+    (total + current.map_or(0, |(s, e)| e - s), gaps)
+}
+
+/// Bytes per second of `bytes` moved in `ns`.
+fn bandwidth(bytes: u64, ns: u64) -> u64 {
+    match ns {
+        0 => 0,
+        ns => u64::try_from(u128::from(bytes) * 1_000_000_000 / u128::from(ns)).unwrap_or(u64::MAX),
+    }
 }
 
 /// The section of `gpu`; `by_kernel`: records the kernel program could not send.
@@ -96,11 +132,15 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             let mut intervals = intervals.clone();
             let first = intervals.iter().map(|i| i.0).min().unwrap_or(0);
             let last = intervals.iter().map(|i| i.1).max().unwrap_or(0);
+            let (busy_ns, mut gaps) = union_ns(&mut intervals);
+            gaps.truncate(LONGEST_GAPS);
             GpuBusy {
                 pid,
                 device,
-                busy_ns: union_ns(&mut intervals),
+                busy_ns,
                 span_ns: last - first,
+                idle_ns: (last - first).saturating_sub(busy_ns),
+                longest_gaps: gaps,
                 kernels: 0,
             }
         })
@@ -132,6 +172,7 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             count: t.count,
             bytes: t.bytes,
             total_ns: t.ns,
+            bandwidth_bytes_per_s: bandwidth(t.bytes, t.ns),
         })
         .collect();
     let m = gpu.memsets;
@@ -150,6 +191,7 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             after_stop: gpu.after_stop,
         },
         notices: gpu.notices.clone(),
+        queue_delay: gpu.queue_delay.distribution(),
     }
     .with_kernel_counts(gpu)
 }
@@ -174,13 +216,26 @@ impl GpuDeviceSummary {
             dropped.by_cupti + dropped.by_kernel,
         );
         for g in &self.gpus {
+            let gap = g.longest_gaps.first().map_or(String::new(), |gap| {
+                format!(", longest idle gap {}", human(gap.dur_ns))
+            });
             out += &format!(
-                "  pid {} GPU {}: busy {} of {} ({} kernels)\n",
+                "  pid {} GPU {}: busy {} of {} ({} kernels){gap}\n",
                 g.pid,
                 g.device,
                 human(g.busy_ns),
                 human(g.span_ns),
                 g.kernels
+            );
+        }
+        let q = self.queue_delay;
+        if q.count > 0 {
+            out += &format!(
+                "  launch to device start: p50 {}, p99 {}, max {} ({} kernels)\n",
+                human(q.p50_ns),
+                human(q.p99_ns),
+                human(q.max_ns),
+                q.count
             );
         }
         for k in &self.top_kernels {
@@ -195,11 +250,12 @@ impl GpuDeviceSummary {
         }
         for c in &self.copies {
             out += &format!(
-                "  memcpy {}  {} copies, {} bytes, {}\n",
+                "  memcpy {}  {} copies, {} bytes, {}, {:.2} GB/s\n",
                 c.kind,
                 c.count,
                 c.bytes,
-                human(c.total_ns)
+                human(c.total_ns),
+                c.bandwidth_bytes_per_s as f64 / 1e9
             );
         }
         out
@@ -211,8 +267,13 @@ mod tests {
     /// Overlapping and touching intervals count once; gaps are not busy.
     #[test]
     fn busy_time_is_the_union_of_intervals() {
-        let mut intervals = vec![(10, 20), (15, 30), (30, 35), (50, 60)];
-        assert_eq!(super::union_ns(&mut intervals), 25 + 10);
-        assert_eq!(super::union_ns(&mut []), 0);
+        let mut intervals = vec![(10, 20), (15, 30), (30, 35), (50, 60), (62, 70)];
+        let (busy, gaps) = super::union_ns(&mut intervals);
+        assert_eq!(busy, 25 + 10 + 8);
+        let gaps: Vec<(u64, u64)> = gaps.iter().map(|g| (g.start_ns, g.dur_ns)).collect();
+        assert_eq!(gaps, [(35, 15), (60, 2)]);
+        assert_eq!(super::union_ns(&mut []), (0, vec![]));
+        assert_eq!(super::bandwidth(3_000, 1_500), 2_000_000_000);
+        assert_eq!(super::bandwidth(3_000, 0), 0);
     }
 }

@@ -112,6 +112,8 @@ pub struct GpuDevice {
     new_notices: Vec<String>,
     /// Device records that began after the capture stopped: left out.
     pub after_stop: u64,
+    /// From each kernel's launch call to its start on the device (queueing), in constant memory.
+    pub queue_delay: super::stats::ProbeStats,
 }
 
 impl GpuDevice {
@@ -208,6 +210,9 @@ impl GpuDevice {
                     .cloned()
                     .unwrap_or_else(|| "(unnamed kernel)".into());
                 self.kernels.entry(name.clone()).or_default().push(dur_ns);
+                if let Some((_, launched_ns)) = launcher {
+                    self.queue_delay.add(r.start_ns.saturating_sub(launched_ns));
+                }
                 *self.kernels_on.entry((pid, r.device)).or_default() += 1;
                 let [gx, gy, gz] = r.grid;
                 let [bx, by, bz] = r.block;
