@@ -1,7 +1,7 @@
 //! The GPU device timeline on its other paths, on the real kernel with the stand-in CUDA runtime,
 //! driver and CUPTI (see gpu_device.rs): a process started without the injection variable, a
 //! Perfetto trace, a forked child, a libcupti found beside the runtime, records CUPTI drops, and
-//! perf-event uprobes (kernels before 6.6).
+//! perf-event uprobes (kernels before 6.6); and `report` and `diff` of device time per kernel.
 
 use xtrace_tests::{
     args,
@@ -233,4 +233,54 @@ fn perf_event_uprobes_carry_the_device_records_too() {
         finished.stderr
     );
     assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+}
+
+/// `report` lists each kernel's device time as a probe of kind `gpu`, and `diff` compares it
+/// kernel by kernel: here 5 rounds of work, then 8.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn report_and_diff_compare_device_time_per_kernel() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-report");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let record = |dir: &std::path::Path, rounds: &str| {
+        let flags = args![
+            "-q",
+            "--cuda",
+            "-o",
+            dir,
+            "--",
+            &app,
+            &flag,
+            &lib,
+            "init",
+            "wait-active",
+            "work",
+            rounds
+        ];
+        Xtrace::spawn(flags).wait().assert_success();
+    };
+    let (base, new) = (tmp.join("base"), tmp.join("new"));
+    record(&base, "5");
+    record(&new, "8");
+    let report = xtrace_tests::captures::xtrace(args!["report", &base, "--top", "50"]);
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    let row = |text: &str, name: &str| -> Vec<String> {
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+        line.unwrap_or_else(|| panic!("no {name} row:\n{text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let kernel = row(&report.stdout, "vector_add");
+    assert_eq!(kernel[1..3], ["gpu", "5"], "{kernel:?}");
+    assert_eq!(row(&report.stdout, "reduce_sum")[1..3], ["gpu", "10"]);
+    let diff = xtrace_tests::captures::xtrace(args!["diff", &base, &new, "--min-count", "1000"]);
+    assert_eq!(diff.code, Some(0), "{}", diff.stdout);
+    // PROBE, BASE N, NEW N, ...
+    assert_eq!(row(&diff.stdout, "vector_add")[1..3], ["5", "8"]);
+    assert_eq!(row(&diff.stdout, "reduce_sum")[1..3], ["10", "16"]);
 }
