@@ -148,6 +148,35 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
             .any(|w| w["comm"] == "holder" && w["pid"] == pid && w["tid"] != pid),
         "{wakers:?}"
     );
+    // wallclock.folded: every off-CPU stack with its frames marked `_[i]` (drawn apart) and its
+    // nanoseconds, every sample one period (1 s at -F 1).
+    let read =
+        |name: &str| std::fs::read_to_string(out.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let wall: std::collections::BTreeMap<String, u64> = read("wallclock.folded")
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            (stack.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    for (stack, ns) in off_cpu_folded(&out) {
+        let (root, rest) = stack.split_once(';').unwrap();
+        let marked: Vec<String> = rest.split(';').map(|f| format!("{f}_[i]")).collect();
+        assert_eq!(
+            wall.get(&format!("{root};{}", marked.join(";"))),
+            Some(&ns),
+            "{stack}"
+        );
+    }
+    for line in read("stacks.folded").lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        assert_eq!(
+            wall.get(stack),
+            Some(&(n.parse::<u64>().unwrap() * 1_000_000_000)),
+            "{line}"
+        );
+    }
+    assert!(read("wallclock.svg").contains("off CPU in aqua"));
     // The wait is the lock's: the fixture's static `lock`, released by the holder thread, with
     // the waiter's stack under waiter() and the holder's where it unlocked.
     let locks = out.summary["off_cpu"]["locks"].as_array().expect("off_cpu.locks");

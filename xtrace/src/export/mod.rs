@@ -23,3 +23,4 @@ pub mod replay;
 pub mod span_flamegraph;
 pub mod summary;
 pub mod table;
+pub mod wallclock;

@@ -197,6 +197,9 @@ pub const FLAMEGRAPH_SVG: &str = "flamegraph.svg";
 /// Off-CPU time (`--off-cpu`): folded stacks weighted by nanoseconds, and their flamegraph.
 pub const OFFCPU_FOLDED: &str = "offcpu.folded";
 pub const OFFCPU_SVG: &str = "offcpu.svg";
+/// On-CPU samples and off-CPU time on one flamegraph, in nanoseconds (`--off-cpu` with sampling).
+pub const WALLCLOCK_FOLDED: &str = "wallclock.folded";
+pub const WALLCLOCK_SVG: &str = "wallclock.svg";
 /// The spans as a flamegraph, and the pprof profile.
 pub const SPAN_FLAMEGRAPH_SVG: &str = "span-flamegraph.svg";
 pub const PROFILE_PB_GZ: &str = "profile.pb.gz";
@@ -212,6 +215,10 @@ pub const FILES: &[&str] = &[
     SUMMARY_TXT,
     STACKS_FOLDED,
     FLAMEGRAPH_SVG,
+    OFFCPU_FOLDED,
+    OFFCPU_SVG,
+    WALLCLOCK_FOLDED,
+    WALLCLOCK_SVG,
     SPAN_FLAMEGRAPH_SVG,
     PROFILE_PB_GZ,
 ];

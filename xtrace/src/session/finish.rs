@@ -153,6 +153,9 @@ impl Stopped<'_> {
         }
         if summary.off_cpu.is_some() {
             files.extend([output::OFFCPU_FOLDED, output::OFFCPU_SVG]);
+            if summary.profile.is_some() {
+                files.extend([output::WALLCLOCK_FOLDED, output::WALLCLOCK_SVG]);
+            }
         }
         files.extend(derived);
         Ok(Recording {
@@ -265,6 +268,9 @@ impl Outputs<'_> {
             }
             _ => None,
         };
+        if let (Some(sampling), Some(_), Some(_)) = (self.sampling, &profile, &off_cpu) {
+            crate::export::wallclock::write(self.out, sampling.hz, self.icicle)?;
+        }
         let mut summary = self.summary(&collected, profile);
         summary.off_cpu = off_cpu;
         summary.clock = clock;
