@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= live= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -47,6 +47,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory
 complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
@@ -94,6 +95,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit

@@ -54,6 +54,25 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
     }
 }
 
+/// Hands the live view its last snapshot, whose figures are the summary's, and closes it.
+async fn close_live(
+    (live, mut publisher): (crate::live::Live, crate::live::Publisher),
+    pipeline: &mut Pipeline<Sink>,
+    lost: u64,
+    stop: Stop,
+) {
+    let tick = crate::live::Tick {
+        now_ns: crate::clock::monotonic_ns(),
+        events: pipeline.events(),
+        lost,
+        done: Some(stop.reason()),
+    };
+    if let Some(parts) = pipeline.live_parts() {
+        publisher.publish(parts, tick);
+    }
+    live.close().await;
+}
+
 /// How the CPU was sampled, when it was.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
@@ -85,6 +104,7 @@ impl Stopped<'_> {
             gpus,
             run,
             teardown,
+            live,
         } = self;
         let stop = stop?;
         reader
@@ -116,6 +136,9 @@ impl Stopped<'_> {
         };
         if config.min_duration_ns.is_some() {
             pipeline.add_short_calls(&bpf::read_short_calls(&short_calls, plan.probes.len())?);
+        }
+        if let Some(live) = live {
+            close_live(live, &mut pipeline, lost.total(), stop).await;
         }
         // Whether each target was gone before the capture ended: asked before a launched command
         // still running is ended below.

@@ -1,0 +1,342 @@
+//! The live view (`record --live`) against a real capture of the `spans spin` fixture, through a
+//! plain HTTP client (std's TcpStream): requests without the token, with a wrong one, naming
+//! another host or coming from another origin get 403; the token is traded for an HttpOnly,
+//! SameSite=Strict cookie; /events streams JSON whose `work` count rises and ends equal to
+//! summary.json's; /flamegraph.svg names the fixture's function; POST /stop ends the capture with
+//! complete outputs; nothing listens on the port afterwards. Bad `--live` values (a host name, a
+//! port in use) are one line, exit 2. `live_page_in_chromium` drives the page itself in Debian's
+//! headless Chromium (tests/tools/live_page.py, selenium and chromedriver).
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use xtrace_tests::{
+    args,
+    fixtures::Fixture,
+    output::Outputs,
+    require_bpf,
+    run::{error_on_spinner, Xtrace},
+    TempDir,
+};
+
+/// A served live view: its address and token, from the line xtrace printed.
+struct View {
+    addr: SocketAddr,
+    token: String,
+}
+
+impl View {
+    fn from_line(line: &str) -> View {
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"));
+        let rest = url.strip_prefix("http://").unwrap();
+        let (host, query) = rest
+            .split_once("/?token=")
+            .unwrap_or_else(|| panic!("no token in {url}"));
+        View {
+            addr: host.parse().unwrap_or_else(|_| panic!("not IP:PORT: {host}")),
+            token: query.to_string(),
+        }
+    }
+
+    fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn cookie(&self) -> String {
+        format!("Cookie: xtrace_live_{}={}", self.addr.port(), self.token)
+    }
+}
+
+/// An answer: status, head lines, body.
+struct Answer {
+    status: u16,
+    head: Vec<String>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{}: ", name.to_ascii_lowercase());
+        self.head
+            .iter()
+            .find(|l| l.to_ascii_lowercase().starts_with(&prefix))
+            .map(|l| &l[prefix.len()..])
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends `method path` with `headers` (lines without CRLF) and reads the whole answer (the server
+/// closes every connection after one).
+fn ask(addr: SocketAddr, method: &str, path: &str, headers: &[String]) -> Answer {
+    let mut stream = TcpStream::connect(addr).expect("connecting to the live view");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    for h in headers {
+        request += h;
+        request += "\r\n";
+    }
+    request += "\r\n";
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).expect("reading the answer");
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in {:?}", String::from_utf8_lossy(&bytes)));
+    let head: Vec<String> = String::from_utf8_lossy(&bytes[..split])
+        .split("\r\n")
+        .map(str::to_string)
+        .collect();
+    let status = head[0]
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    Answer {
+        status,
+        head,
+        body: bytes[split + 4..].to_vec(),
+    }
+}
+
+/// The snapshots of an event stream, read on a thread until the stream ends.
+fn read_events(view: &View) -> std::thread::JoinHandle<Vec<Value>> {
+    let (addr, host, cookie) = (view.addr, view.host(), view.cookie());
+    std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(addr).expect("connecting for /events");
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        write!(stream, "GET /events HTTP/1.1\r\nHost: {host}\r\n{cookie}\r\n\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "/events: {status}");
+        let mut messages = Vec::new();
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if let Some(json) = line.strip_prefix("data: ") {
+                messages.push(serde_json::from_str(json).expect("an event's JSON"));
+            }
+        }
+        messages
+    })
+}
+
+/// The `work` row's whole-capture count in a snapshot (0 before the first).
+fn work_count(snapshot: &Value) -> u64 {
+    snapshot["probes"]
+        .as_array()
+        .and_then(|p| p.iter().find(|r| r["name"] == "work"))
+        .map_or(0, |r| r["all"]["count"].as_u64().unwrap())
+}
+
+/// Requests without the token, with a wrong one, naming another host (DNS rebinding) or from
+/// another origin: all 403.
+fn check_refusals(view: &View) {
+    let (addr, host) = (view.addr, format!("Host: {}", view.host()));
+    let token_path = format!("/?token={}", view.token);
+    let wrong = format!("/?token={}", "0".repeat(32));
+    let rebound = format!("Host: rebound.example:{}", addr.port());
+    for (path, headers) in [
+        ("/", vec![host.clone()]),
+        ("/state.json", vec![host.clone()]),
+        (wrong.as_str(), vec![host.clone()]),
+        (token_path.as_str(), vec![rebound.clone()]),
+        ("/state.json", vec![rebound.clone(), view.cookie()]),
+        (
+            "/state.json",
+            vec![host.clone(), view.cookie(), "Origin: http://evil.example".into()],
+        ),
+    ] {
+        let answer = ask(addr, "GET", path, &headers);
+        assert_eq!(answer.status, 403, "GET {path} with {headers:?}");
+    }
+    let refused = ask(
+        addr,
+        "POST",
+        "/stop",
+        &[host, "Origin: http://evil.example".into()],
+    );
+    assert_eq!(refused.status, 403, "POST /stop from another origin");
+}
+
+/// The token is traded for the cookie, which then opens the page (under `localhost` too).
+fn check_token_trade(view: &View) {
+    let (addr, host) = (view.addr, format!("Host: {}", view.host()));
+    let traded = ask(
+        addr,
+        "GET",
+        &format!("/?token={}", view.token),
+        std::slice::from_ref(&host),
+    );
+    assert_eq!(traded.status, 303);
+    assert_eq!(traded.header("Location"), Some("/"));
+    let set = traded.header("Set-Cookie").expect("a cookie");
+    assert_eq!(
+        set,
+        format!(
+            "xtrace_live_{}={}; HttpOnly; SameSite=Strict; Path=/",
+            addr.port(),
+            view.token
+        )
+    );
+    let page = ask(addr, "GET", "/", &[host.clone(), view.cookie()]);
+    assert_eq!(page.status, 200);
+    assert!(
+        page.text().contains("<title>xtrace live</title>"),
+        "{}",
+        page.text()
+    );
+    let localhost = ask(
+        addr,
+        "GET",
+        "/",
+        &[format!("Host: localhost:{}", addr.port()), view.cookie()],
+    );
+    assert_eq!(localhost.status, 200, "localhost:PORT names a loopback view");
+    assert_eq!(
+        ask(addr, "DELETE", "/", &[host.clone(), view.cookie()]).status,
+        405
+    );
+    assert_eq!(ask(addr, "GET", "/nothing", &[host, view.cookie()]).status, 404);
+}
+
+/// Waits (up to 20 s) for the flamegraph of all the stacks kept to name `work`.
+fn check_flamegraph(view: &View) {
+    let host = format!("Host: {}", view.host());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let svg = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let svg = ask(
+            view.addr,
+            "GET",
+            "/flamegraph.svg?seconds=0",
+            &[host.clone(), view.cookie()],
+        );
+        assert_eq!(svg.status, 200);
+        assert_eq!(svg.header("Content-Type"), Some("image/svg+xml"));
+        let text = svg.text();
+        if text.contains("work (") || Instant::now() > deadline {
+            break text;
+        }
+    };
+    assert!(svg.contains("work ("), "the flamegraph names `work`:\n{svg}");
+}
+
+/// The stream's counts rise, never fall, and its one last message holds summary.json's count.
+fn check_stream(messages: &[Value], summary_count: u64) {
+    let counts: Vec<u64> = messages.iter().map(work_count).collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] <= w[1]),
+        "counts never go down: {counts:?}"
+    );
+    let distinct: std::collections::BTreeSet<u64> = counts.iter().copied().filter(|&c| c > 0).collect();
+    assert!(distinct.len() >= 3, "the count rises while recording: {counts:?}");
+    let last = messages.last().expect("a last message");
+    assert_eq!(last["done"], true, "{last}");
+    assert_eq!(last["stop_reason"], "stopped_from_page");
+    assert_eq!(
+        work_count(last),
+        summary_count,
+        "the page ends with summary.json's count"
+    );
+    assert_eq!(messages.iter().filter(|m| m["done"] == true).count(), 1);
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn live_view_guards_streams_and_stops() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let tmp = TempDir::new("live");
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-F", "99", "--live"], &out);
+    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    assert!(view.addr.ip().is_loopback(), "{}", view.addr);
+    assert_eq!(view.token.len(), 32, "128 bits in hex: {}", view.token);
+    let ssh = xtrace.wait_stderr("xtrace: live view from another machine: ");
+    assert!(
+        ssh.contains(&format!("ssh -L {0}:{1} ", view.addr.port(), view.addr)),
+        "{ssh}"
+    );
+    xtrace.wait_attached();
+    check_refusals(&view);
+    check_token_trade(&view);
+    let events = read_events(&view);
+    check_flamegraph(&view);
+    std::thread::sleep(Duration::from_secs(2));
+
+    let stop = ask(
+        view.addr,
+        "POST",
+        "/stop",
+        &[
+            format!("Host: {}", view.host()),
+            view.cookie(),
+            format!("Origin: http://{}", view.host()),
+            "Content-Length: 0".into(),
+        ],
+    );
+    assert_eq!(stop.status, 200, "POST /stop: {}", stop.text());
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let outputs = Outputs::read(&out);
+    assert_eq!(outputs.stop_reason(), "stopped_from_page");
+    let summary_count = outputs.probe_count("work");
+    assert!(summary_count > 0);
+    check_stream(&events.join().expect("the event stream's reader"), summary_count);
+
+    // Closed with the capture.
+    let refused = TcpStream::connect_timeout(&view.addr, Duration::from_secs(2));
+    assert_eq!(
+        refused.map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "nothing listens on {} after the capture",
+        view.addr
+    );
+    // The refused requests were not shown on stderr.
+    assert!(
+        !finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("403") || l.contains("forbidden")),
+        "{:?}",
+        finished.stderr
+    );
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn live_refuses_host_names_and_ports_in_use() {
+    if !require_bpf() {
+        return;
+    }
+    let line = error_on_spinner(args!["-u", "work", "--live=localhost:8080"]);
+    assert_eq!(
+        line,
+        "xtrace: error: --live=localhost:8080: not an IP address with a port; give one such as \
+         --live=127.0.0.1:8080 (a host name is refused: what it resolves to could change under the \
+         page), or --live alone for loopback and a free port"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let line = error_on_spinner(args!["-u", "work", format!("--live=127.0.0.1:{port}")]);
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: --live=127.0.0.1:{port}: the port is in use by another program; \
+             choose another port, or give --live alone for a free one"
+        )
+    );
+}
