@@ -340,3 +340,69 @@ fn live_refuses_host_names_and_ports_in_use() {
         )
     );
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn live_page_in_chromium() {
+    if !require_bpf() {
+        return;
+    }
+    for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+        assert!(
+            std::path::Path::new(tool).is_file(),
+            "{tool} not found: `cargo xtask setup` installs Debian's chromium and chromium-driver"
+        );
+    }
+    let fixture = Fixture::spin();
+    let tmp = TempDir::new("live-chromium");
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-F", "99", "--live"], &out);
+    let line = xtrace.wait_stderr("xtrace: live view at ");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL")
+        .to_string();
+    xtrace.wait_attached();
+    // XTRACE_LIVE_SCREENSHOT=docs/images/live.png keeps the page's picture for the guide.
+    let screenshot = std::env::var("XTRACE_LIVE_SCREENSHOT")
+        .unwrap_or_else(|_| tmp.join("live.png").to_string_lossy().into_owned());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/live_page.py");
+    let run = std::process::Command::new(xtrace_tests::fixtures::python())
+        .arg(&script)
+        .args([url.as_str(), "work", screenshot.as_str()])
+        .output()
+        .expect("running tests/tools/live_page.py");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "live_page.py failed ({}):\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("live_page.py's JSON");
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let outputs = Outputs::read(&out);
+    assert_eq!(outputs.stop_reason(), "stopped_from_page", "{seen}");
+    let counts: Vec<u64> = seen["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert!(
+        counts.windows(2).all(|w| w[0] < w[1]),
+        "the row's count rises: {counts:?}"
+    );
+    assert_eq!(
+        seen["final_count"],
+        outputs.probe_count("work"),
+        "the page ends with summary.json's count"
+    );
+    assert_eq!(seen["state"], "stopped: stopped from page");
+    assert!(
+        std::fs::metadata(&screenshot).is_ok_and(|m| m.len() > 10_000),
+        "a screenshot in {screenshot}"
+    );
+}
