@@ -406,3 +406,79 @@ fn live_page_in_chromium() {
         "a screenshot in {screenshot}"
     );
 }
+
+/// `xtrace view DIR` of a stored capture (no root needed): the same guard, the summary's figures,
+/// the flamegraph of stacks.folded, and Close ends it with nothing left listening.
+#[test]
+fn view_serves_a_stored_capture() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/workload-1");
+    let mut xtrace = Xtrace::spawn(args!["view", &dir]);
+    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    let (addr, host) = (view.addr, format!("Host: {}", view.host()));
+    assert_eq!(
+        ask(addr, "GET", "/state.json", std::slice::from_ref(&host)).status,
+        403
+    );
+    let rebound = format!("Host: rebound.example:{}", addr.port());
+    assert_eq!(
+        ask(addr, "GET", "/state.json", &[rebound, view.cookie()]).status,
+        403
+    );
+    let state = ask(addr, "GET", "/state.json", &[host.clone(), view.cookie()]);
+    assert_eq!(state.status, 200);
+    let state: Value = serde_json::from_slice(&state.body).expect("JSON");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let probes = summary["probes"].as_array().unwrap();
+    assert_eq!(state["probes"].as_array().unwrap().len(), probes.len());
+    for (row, probe) in state["probes"].as_array().unwrap().iter().zip(probes) {
+        assert_eq!(row["name"], probe["name"]);
+        for (field, key) in [("count", "count"), ("p50_ns", "p50_ns"), ("p99_ns", "p99_ns")] {
+            assert_eq!(row["all"][field], probe[key], "{} {field}", probe["name"]);
+        }
+    }
+    assert_eq!(state["stop_reason"], summary["stop_reason"]);
+    let svg = ask(
+        addr,
+        "GET",
+        "/flamegraph.svg?seconds=0",
+        &[host.clone(), view.cookie()],
+    );
+    assert!(svg.text().contains("matmul ("), "{}", svg.text());
+    let events = read_events(&view).join().expect("the stream");
+    assert_eq!(events.len(), 1, "one message, then the stream ends: {events:?}");
+    let close = ask(addr, "POST", "/stop", &[host, view.cookie()]);
+    assert_eq!(close.status, 200);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert!(
+        finished
+            .stderr
+            .last()
+            .is_some_and(|l| l.starts_with("xtrace: closed the view of ")),
+        "{:?}",
+        finished.stderr
+    );
+    let after = TcpStream::connect_timeout(&addr, Duration::from_secs(2));
+    assert_eq!(
+        after.map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::ConnectionRefused)
+    );
+}
+
+#[test]
+fn view_of_no_capture_is_one_line() {
+    let tmp = TempDir::new("view-none");
+    let line = xtrace_tests::run::run_error(args!["view", tmp.join("missing")]);
+    assert!(
+        line.ends_with(
+            "missing: not an xtrace capture (no such directory); give a directory written by `xtrace -o DIR`"
+        ),
+        "{line}"
+    );
+    let line = xtrace_tests::run::run_error(args!["view", tmp.path(), "--listen=localhost:1"]);
+    assert!(
+        line.contains("not an xtrace capture"),
+        "the directory is read first: {line}"
+    );
+}

@@ -46,6 +46,9 @@ _xtrace() {
             xtrace,report)
                 cmd="xtrace__subcmd__report"
                 ;;
+            xtrace,view)
+                cmd="xtrace__subcmd__view"
+                ;;
             xtrace__subcmd__help,check)
                 cmd="xtrace__subcmd__help__subcmd__check"
                 ;;
@@ -75,6 +78,9 @@ _xtrace() {
                 ;;
             xtrace__subcmd__help,report)
                 cmd="xtrace__subcmd__help__subcmd__report"
+                ;;
+            xtrace__subcmd__help,view)
+                cmd="xtrace__subcmd__help__subcmd__view"
                 ;;
             xtrace__subcmd__help__subcmd__list,symbols)
                 cmd="xtrace__subcmd__help__subcmd__list__subcmd__symbols"
@@ -107,7 +113,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --live --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --live --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check view generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -339,7 +345,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help)
-            opts="record list flamegraph report diff convert merge check generate help"
+            opts="record list flamegraph report diff convert merge check view generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -507,6 +513,20 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__help__subcmd__view)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -818,6 +838,24 @@ _xtrace() {
                     return 0
                     ;;
                 --min-count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__view)
+            opts="-h --listen --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -2,13 +2,15 @@
 //! runtime that serves one page, which shows the capture while it runs. `http` reads and answers
 //! requests, `guard` decides who may ask, `server` routes them, `publish` turns the pipeline's
 //! state into what the page reads once a second, and `page.html` is the page itself (plain
-//! HTML, CSS and JavaScript, built into the binary). The pipeline never waits for the page: it
+//! HTML, CSS and JavaScript, built into the binary); `view` makes the page's state of a finished
+//! capture (`xtrace view DIR`). The pipeline never waits for the page: it
 //! hands its state over with a `try_lock` and a watch channel, and a slow or absent client costs
 //! it nothing. The server closes with the capture: nothing listens afterwards.
 mod guard;
 mod http;
 mod publish;
 mod server;
+mod view;
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -109,6 +111,23 @@ impl Live {
             },
             told,
         ))
+    }
+
+    /// Serves the page over the finished capture `capture` (`xtrace view`) on `given`.
+    pub fn view(given: &str, capture: &crate::analysis::capture::Capture) -> Result<(Live, Told)> {
+        let (live, told) = Live::start(given)?;
+        {
+            let mut state = live.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.json = view::snapshot(capture).into();
+            state.done = true;
+            state.frequency_hz = capture.sample_hz().unwrap_or(0);
+            state.stacks.add(0, |slot| {
+                for (line, n) in &capture.folded {
+                    slot.add(line.clone(), *n);
+                }
+            });
+        }
+        Ok((live, told))
     }
 
     /// What the recording loop waits on and publishes to.

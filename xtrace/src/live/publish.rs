@@ -46,7 +46,7 @@ impl Slot for Folded {
 }
 
 impl Folded {
-    fn add(&mut self, line: String, n: u64) {
+    pub(super) fn add(&mut self, line: String, n: u64) {
         self.samples += n;
         match self.stacks.get_mut(&line) {
             Some(count) => *count += n,
