@@ -232,6 +232,23 @@ fn check_flamegraph(view: &View) {
     assert!(svg.contains("work ("), "the flamegraph names `work`:\n{svg}");
 }
 
+/// A client that reads one message of the stream and goes away: the capture goes on.
+fn hang_up_mid_stream(view: &View) {
+    let mut stream = TcpStream::connect(view.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {}\r\n{}\r\n\r\n",
+        view.host(),
+        view.cookie()
+    )
+    .unwrap();
+    let mut first = [0u8; 512];
+    let n = stream.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200 OK"));
+    drop(stream);
+}
+
 /// The stream's counts rise, never fall, and its one last message holds summary.json's count.
 fn check_stream(messages: &[Value], summary_count: u64) {
     let counts: Vec<u64> = messages.iter().map(work_count).collect();
@@ -250,6 +267,20 @@ fn check_stream(messages: &[Value], summary_count: u64) {
         "the page ends with summary.json's count"
     );
     assert_eq!(messages.iter().filter(|m| m["done"] == true).count(), 1);
+    // The --warn-over lines, as stderr had them: the page keeps the newest 50.
+    assert_eq!(last["alerts_total"], 101, "{last}");
+    let alerts = last["alerts"].as_array().unwrap();
+    assert_eq!(alerts.len(), 50);
+    assert!(
+        alerts[..49]
+            .iter()
+            .all(|a| a.as_str().unwrap().starts_with("work took ")),
+        "{alerts:?}"
+    );
+    assert_eq!(
+        alerts[49],
+        "more than 100 spans over their --warn-over limits; the rest are only counted in summary.json"
+    );
 }
 
 #[test]
@@ -261,7 +292,9 @@ fn live_view_guards_streams_and_stops() {
     let fixture = Fixture::spin();
     let tmp = TempDir::new("live");
     let out = tmp.join("out");
-    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["-F", "99", "--live"], &out);
+    // Every span is over 1 ns: 100 warnings, then one line saying the rest are only counted.
+    let flags = args!["-F", "99", "--live", "--warn-over", "work=1ns"];
+    let mut xtrace = Xtrace::record_work(fixture.pid(), flags, &out);
     let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
     assert!(view.addr.ip().is_loopback(), "{}", view.addr);
     assert_eq!(view.token.len(), 32, "128 bits in hex: {}", view.token);
@@ -274,6 +307,7 @@ fn live_view_guards_streams_and_stops() {
     check_refusals(&view);
     check_token_trade(&view);
     let events = read_events(&view);
+    hang_up_mid_stream(&view);
     check_flamegraph(&view);
     std::thread::sleep(Duration::from_secs(2));
 

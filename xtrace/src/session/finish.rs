@@ -54,13 +54,17 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
     }
 }
 
-/// Hands the live view its last snapshot, whose figures are the summary's, and closes it.
+/// Hands the live view its last snapshot, whose figures are the summary's, with the last
+/// `--warn-over` lines, and closes it.
 async fn close_live(
     (live, mut publisher): (crate::live::Live, crate::live::Publisher),
     pipeline: &mut Pipeline<Sink>,
-    lost: u64,
+    (lost, warnings): (u64, &[String]),
     stop: Stop,
 ) {
+    for warning in warnings {
+        publisher.alert(warning);
+    }
     let tick = crate::live::Tick {
         now_ns: crate::clock::monotonic_ns(),
         events: pipeline.events(),
@@ -110,8 +114,9 @@ impl Stopped<'_> {
         reader
             .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_file.path))?;
-        for warning in pipeline.take_warnings() {
-            observer.warning(&warning);
+        let warnings = pipeline.take_warnings();
+        for warning in &warnings {
+            observer.warning(warning);
         }
         let lost = bpf::read_lost(&counters)?;
         let off_cpu_lost = match &off_cpu {
@@ -138,7 +143,7 @@ impl Stopped<'_> {
             pipeline.add_short_calls(&bpf::read_short_calls(&short_calls, plan.probes.len())?);
         }
         if let Some(live) = live {
-            close_live(live, &mut pipeline, lost.total(), stop).await;
+            close_live(live, &mut pipeline, (lost.total(), &warnings), stop).await;
         }
         // Whether each target was gone before the capture ended: asked before a launched command
         // still running is ended below.
