@@ -214,6 +214,7 @@ impl Publisher {
     /// Makes a snapshot from `parts` at `tick` and hands it over, unless the server holds the
     /// state this moment: then its stacks wait for the next one.
     pub fn publish(&mut self, parts: LiveParts<'_>, tick: Tick) {
+        let began = std::time::Instant::now();
         let LiveParts {
             stats,
             recent,
@@ -293,6 +294,12 @@ impl Publisher {
         state.frequency_hz = self.frequency_hz;
         drop(state);
         self.shared.version.send_modify(|v| *v += 1);
+        log::debug!(
+            target: super::LOG,
+            "published a snapshot in {:.2} ms ({} new stacks named)",
+            began.elapsed().as_secs_f64() * 1e3,
+            stacks.stacks.len()
+        );
     }
 }
 
