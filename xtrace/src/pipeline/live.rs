@@ -35,7 +35,25 @@ pub const MAX_RECENT_STACKS: usize = 10_000;
 /// The calls of the last minute, per probe.
 #[derive(Debug)]
 pub struct RecentCalls {
-    probes: Vec<Window<Second>>,
+    probes: Vec<Recent>,
+}
+
+/// One probe's window, and the second being filled: a call of that second costs what adding to
+/// the probe's own statistics does; the second goes into the window once it is over (or read).
+#[derive(Debug)]
+struct Recent {
+    window: Window<Second>,
+    /// The index (`ns / SECOND_NS`) of the second being filled, and its calls.
+    current: Option<(u64, ProbeStats)>,
+}
+
+impl Recent {
+    /// Puts the second being filled into the window.
+    fn flush(&mut self) {
+        if let Some((second, stats)) = self.current.take() {
+            self.window.add(second * SECOND_NS, |s| s.0.merge(&stats));
+        }
+    }
 }
 
 /// One probe's calls over a recent stretch.
@@ -51,24 +69,43 @@ impl RecentCalls {
     pub fn new(probes: usize) -> Self {
         RecentCalls {
             probes: (0..probes)
-                .map(|_| Window::new(SECOND_NS, RECENT_NS, PROBE_CAP_BYTES))
+                .map(|_| Recent {
+                    window: Window::new(SECOND_NS, RECENT_NS, PROBE_CAP_BYTES),
+                    current: None,
+                })
                 .collect(),
         }
     }
 
     /// A call of `probe` that ended at `end_ns` and took `duration_ns`.
     pub fn span(&mut self, probe: usize, end_ns: u64, duration_ns: u64) {
-        if let Some(window) = self.probes.get_mut(probe) {
-            window.add(end_ns, |s| s.0.add(duration_ns));
+        let Some(recent) = self.probes.get_mut(probe) else {
+            return;
+        };
+        let second = end_ns / SECOND_NS;
+        match &mut recent.current {
+            Some((current, stats)) if *current == second => stats.add(duration_ns),
+            // A record a little late, from a CPU behind the others: to its own second.
+            Some((current, _)) if second < *current => {
+                recent.window.add(end_ns, |s| s.0.add(duration_ns));
+            }
+            _ => {
+                recent.flush();
+                let mut stats = ProbeStats::default();
+                stats.add(duration_ns);
+                recent.current = Some((second, stats));
+            }
         }
     }
 
     /// The calls of `probe` over the `span_ns` before `now_ns` (at most [`RECENT_NS`]), and
     /// not before `begin_ns`, the capture's start, for its length.
     pub fn stretch(&mut self, probe: usize, now_ns: u64, span_ns: u64, begin_ns: u64) -> Stretch {
-        let Some(window) = self.probes.get_mut(probe) else {
+        let Some(recent) = self.probes.get_mut(probe) else {
             return Stretch::default();
         };
+        recent.flush();
+        let window = &mut recent.window;
         window.advance(now_ns);
         let mut from = now_ns.saturating_sub(span_ns);
         if window.aged_out().slots > 0 {
@@ -141,6 +178,20 @@ mod tests {
         assert_eq!(minute.covered_ns, now);
         assert_eq!(recent.stretch(1, now, RECENT_NS, 0).calls.count, 0);
         assert_eq!(recent.stretch(7, now, RECENT_NS, 0), Stretch::default());
+    }
+
+    #[test]
+    fn late_calls_count_in_their_own_second() {
+        let mut recent = RecentCalls::new(1);
+        recent.span(0, 5 * SECOND_NS, 10);
+        recent.span(0, 6 * SECOND_NS, 10);
+        // From a CPU behind the others: second 5, after second 6 began.
+        recent.span(0, 5 * SECOND_NS + 7, 30);
+        let now = 7 * SECOND_NS;
+        let last = recent.stretch(0, now, SECOND_NS, 0);
+        assert_eq!(last.calls.count, 1, "second 6 only");
+        let two = recent.stretch(0, now, 2 * SECOND_NS, 0);
+        assert_eq!((two.calls.count, two.calls.max_ns), (3, 30));
     }
 
     #[test]
