@@ -23,11 +23,17 @@ pub struct ClickHouse {
     _dir: TempDir,
 }
 
-/// A port no one listens on now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free port");
-    listener.local_addr().expect("its address").port()
+/// Three distinct ports no one listens on now: all bound at once, so the kernel cannot hand out
+/// one twice, then released for the server (another program may still take one meanwhile: the
+/// start is then tried again).
+fn free_ports() -> [u16; 3] {
+    let bind = || TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    let held = [bind(), bind(), bind()];
+    held.map(|l| l.local_addr().expect("its address").port())
 }
+
+/// Starts tried before a test fails: each with new ports.
+const TRIES: usize = 3;
 
 impl ClickHouse {
     /// Starts a server and waits until it answers; None (after saying why) where ClickHouse is
@@ -39,13 +45,24 @@ impl ClickHouse {
             eprintln!("skipping: {why}");
             return None;
         }
+        for attempt in 1..=TRIES {
+            if let Some(server) = Self::try_start(attempt == TRIES) {
+                return Some(server);
+            }
+        }
+        unreachable!("the last try panics when it fails")
+    }
+
+    /// One start on fresh ports; None when the server exited at once (a port taken meanwhile),
+    /// unless `last`, where that panics.
+    fn try_start(last: bool) -> Option<ClickHouse> {
         let dir = TempDir::new("clickhouse");
         let path = |name: &str| -> PathBuf {
             let p = dir.join(name);
             std::fs::create_dir_all(&p).expect("a server directory");
             p
         };
-        let (http, tcp, inter) = (free_port(), free_port(), free_port());
+        let [http, tcp, inter] = free_ports();
         let flag = |name: &str, value: String| format!("--{name}={value}");
         let child = Command::new(SERVER)
             .arg(format!("--config-file={CONFIG}"))
@@ -82,7 +99,8 @@ impl ClickHouse {
         let started = Instant::now();
         while server.query("SELECT 1").as_deref() != Some("1\n") {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("clickhouse-server exited at start ({status}); see its log");
+                assert!(!last, "clickhouse-server exited at start ({status}); see its log");
+                return None;
             }
             assert!(
                 started.elapsed() < SAFETY_TIMEOUT,

@@ -1,7 +1,9 @@
-//! xtrace opens no network socket: while it records (uprobes, CPU sampling, GPU metrics asked
-//! for), none of its fds is an inet socket (TCP, UDP or raw, v4 or v6, in its network namespace's
-//! /proc/PID/net tables) and none is a listening Unix socket. Its own Unix sockets (tokio's
-//! signal wake-up pair) are unconnected to anything outside it.
+//! xtrace listens only with `--live`, only on the address it printed, and closes it at the stop.
+//! Without `--live`, while it records (uprobes, CPU sampling, GPU metrics asked for), none of its
+//! fds is an inet socket (TCP, UDP or raw, v4 or v6, in its network namespace's /proc/PID/net
+//! tables) and none is a listening Unix socket; its own Unix sockets (tokio's signal wake-up
+//! pair) are unconnected to anything outside it. With `--live`, its one inet socket is a TCP
+//! listener on the printed address, and nothing listens there once the capture has stopped.
 
 use std::collections::BTreeSet;
 
@@ -70,4 +72,53 @@ fn a_recording_opens_no_network_socket() {
         assert!(row.get(7).is_none(), "xtrace's Unix socket has a path: {row:?}");
     }
     xtrace.wait().assert_success();
+}
+
+/// A /proc/net/tcp address (`0100007F:1F90`) as an IPv4 socket address.
+fn tcp4_addr(hex: &str) -> std::net::SocketAddr {
+    let (ip, port) = hex.split_once(':').expect("ADDR:PORT");
+    let ip = u32::from_str_radix(ip, 16).expect("hex address");
+    let port = u16::from_str_radix(port, 16).expect("hex port");
+    // The kernel prints the address as the u32 it holds, in host order (little endian here).
+    std::net::SocketAddr::from((ip.to_le_bytes(), port))
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_live_capture_listens_only_on_its_address_until_the_stop() {
+    if !require_bpf() {
+        return;
+    }
+    let fixture = Fixture::spin();
+    let tmp = TempDir::new("network-live");
+    let mut xtrace = Xtrace::record_work(fixture.pid(), args!["--live", "-d", "2"], tmp.join("out"));
+    let line = xtrace.wait_stderr("xtrace: live view at ");
+    let printed: std::net::SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    xtrace.wait_attached();
+    let sockets = socket_inodes(xtrace.pid());
+    let mut own = Vec::new();
+    for name in ["tcp", "tcp6", "udp", "udp6", "raw", "raw6"] {
+        for row in table(xtrace.pid(), name) {
+            if row.get(9).is_some_and(|inode| sockets.contains(inode)) {
+                own.push((name, row));
+            }
+        }
+    }
+    assert_eq!(own.len(), 1, "one inet socket, the listener: {own:?}");
+    let (name, row) = &own[0];
+    assert_eq!(*name, "tcp");
+    assert_eq!(row[3], "0A", "in state LISTEN: {row:?}");
+    assert_eq!(tcp4_addr(&row[1]), printed, "on the printed address: {row:?}");
+    xtrace.wait().assert_success();
+    let after = std::net::TcpStream::connect_timeout(&printed, std::time::Duration::from_secs(2));
+    assert_eq!(
+        after.map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "nothing listens on {printed} after the capture"
+    );
 }

@@ -15,7 +15,8 @@ use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout
 /// with venv for the range tests' third-party clients, the readers the export tests open
 /// xtrace's files with (`go tool pprof`, `callgrind_annotate`), libc's debug file, whose
 /// local functions tests trace by name (`__pthread_disable_asynccancel`), and c++filt (binutils)
-/// with libLLVM 14, whose C++ names the demangling is compared with c++filt's on.
+/// with libLLVM 14, whose C++ names the demangling is compared with c++filt's on, and Chromium
+/// with its chromedriver, in which the live view's page is tested (tests/tools/live_page.py).
 const PACKAGES: &[&str] = &[
     "gcc",
     "g++",
@@ -29,6 +30,9 @@ const PACKAGES: &[&str] = &[
     "libc6-dbg",
     "binutils",
     "libllvm14",
+    // The live view's browser test.
+    "chromium",
+    "chromium-driver",
     // The store tests start a ClickHouse server of their own (18.16 on Debian 12).
     "clickhouse-server",
 ];
@@ -36,14 +40,16 @@ const PACKAGES: &[&str] = &[
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
 /// NVIDIA's NVTX v2 library `libnvToolsExt.so.1` as PyTorch 2.0 and 2.1 load it), and Perfetto's
 /// trace protobuf definitions with the protobuf runtime that reads them (tests/tools/
-/// perfetto_decode.py checks every trace.perfetto-trace the tests write), pinned, installed into
-/// `<target>/xtrace-pyenv`.
+/// perfetto_decode.py checks every trace.perfetto-trace the tests write), and selenium, which
+/// drives Chromium through chromedriver for the live view's test (tests/tools/live_page.py), pinned,
+/// installed into `<target>/xtrace-pyenv`.
 pub const PYTHON_CLIENTS: &[&str] = &[
     "nvtx==0.2.17",
     "ittapi==1.2.2",
     "nvidia-nvtx-cu12==12.1.105",
     "perfetto==0.59.1",
     "protobuf==7.36.2",
+    "selenium==4.50.0",
 ];
 const BPF_LINKER_VERSION: &str = "0.10.0";
 
@@ -75,7 +81,8 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
     let steps: [(&str, Step); 10] = [
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
-             golang-go valgrind libc6-dbg binutils libllvm14)",
+             golang-go valgrind libc6-dbg binutils libllvm14 chromium chromium-driver \
+             clickhouse-server)",
             debian_packages,
         ),
         (

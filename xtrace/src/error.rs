@@ -190,6 +190,12 @@ pub enum Error {
         since: &'static str,
         remedy: &'static str,
     },
+    #[error("--live={given}: not an IP address with a port; give one such as --live=127.0.0.1:8080 (a host name is refused: what it resolves to could change under the page), or --live alone for loopback and a free port")]
+    LiveAddress { given: String },
+    #[error("--live={addr}: the port is in use by another program; choose another port, or give --live alone for a free one")]
+    LivePortInUse { addr: String },
+    #[error("--live={addr}: cannot listen there: {source}; give an IP address of this host, or --live alone for loopback")]
+    LiveBind { addr: String, source: std::io::Error },
     #[error("--overhead: the kernel refused to turn on BPF run-time statistics ({0}); it needs CAP_SYS_ADMIN: run xtrace as root, or drop --overhead")]
     Overhead(String),
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod export;
 pub mod image;
 pub mod launch;
+pub mod live;
 pub mod model;
 pub mod output;
 pub mod pidns;

@@ -3,7 +3,9 @@ use std::{io::Write, process::ExitCode};
 
 use clap::{error::ErrorKind, Parser};
 use xtrace::{
-    cli::{convert, diff, flamegraph, generate, list, merge, report, status::Console, store, Cli, Command},
+    cli::{
+        convert, diff, flamegraph, generate, list, merge, report, status::Console, store, view, Cli, Command,
+    },
     output::stdio::{print_err, print_out},
     session,
 };
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
         Command::Check => return check(),
         Command::Generate(args) => return noted(generate::run(&args)),
         Command::Flamegraph(args) => return noted(flamegraph::run(&args)),
+        Command::View(args) => return serve_view(&args),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -262,6 +265,17 @@ fn report(args: &report::ReportArgs) -> ExitCode {
         Err(e) => {
             err!("xtrace: error: {e}");
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `xtrace view DIR`: serves until stopped, on a runtime of its own.
+fn serve_view(args: &view::ViewArgs) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => analysed(runtime.block_on(view::run(args))),
+        Err(e) => {
+            err!("xtrace: error: starting the runtime: {e}");
+            ExitCode::from(1)
         }
     }
 }

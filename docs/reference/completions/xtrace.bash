@@ -55,6 +55,9 @@ _xtrace() {
             xtrace,report)
                 cmd="xtrace__subcmd__report"
                 ;;
+            xtrace,view)
+                cmd="xtrace__subcmd__view"
+                ;;
             xtrace__subcmd__help,check)
                 cmd="xtrace__subcmd__help__subcmd__check"
                 ;;
@@ -94,6 +97,9 @@ _xtrace() {
             xtrace__subcmd__help,report)
                 cmd="xtrace__subcmd__help__subcmd__report"
                 ;;
+            xtrace__subcmd__help,view)
+                cmd="xtrace__subcmd__help__subcmd__view"
+                ;;
             xtrace__subcmd__help__subcmd__list,symbols)
                 cmd="xtrace__subcmd__help__subcmd__list__subcmd__symbols"
                 ;;
@@ -125,7 +131,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge push history gate check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --live --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge push history gate check view generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -233,6 +239,10 @@ _xtrace() {
                     ;;
                 --trace-format)
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
+                    return 0
+                    ;;
+                --live)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --buffer-size)
@@ -399,7 +409,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__help)
-            opts="record list flamegraph report diff convert merge push history gate check generate help"
+            opts="record list flamegraph report diff convert merge push history gate check view generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -622,6 +632,20 @@ _xtrace() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        xtrace__subcmd__help__subcmd__view)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         xtrace__subcmd__history)
             opts="-h --store --by --where --svg --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -823,7 +847,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --gzip --trace-format --live --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -933,6 +957,10 @@ _xtrace() {
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
                     return 0
                     ;;
+                --live)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --buffer-size)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -968,6 +996,24 @@ _xtrace() {
                     return 0
                     ;;
                 --min-count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        xtrace__subcmd__view)
+            opts="-h --listen --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= live= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -48,6 +48,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the captu
 complete -c xtrace -n "__fish_xtrace_needs_command" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
@@ -73,6 +74,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -a "push" -d 'Store a captur
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
@@ -99,6 +101,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit
@@ -173,20 +176,23 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l min-count -d 'Jud
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l markdown -d 'Also write the verdicts as Markdown to FILE, for a pull-request comment (the table of `xtrace diff --markdown`)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l listen -d 'Serve on IP:PORT [default: 127.0.0.1 and a free port]' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s o -l output -d 'The directory to write man/, completions/ and cli.md into (created if missing)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "record" -d 'Attach probes to processes and record spans (the default)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "convert" -d 'Write a capture\'s trace.json as trace.perfetto-trace beside it'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "merge" -d 'Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "push" -d 'Store a capture\'s statistics in a store of runs (SQLite or ClickHouse), once'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "record" -d 'Attach probes to processes and record spans (the default)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "list" -d 'List what could be traced, e.g. `xtrace list symbols TARGET [GLOB]`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "flamegraph" -d 'Draw a differential flamegraph of two captures: `xtrace flamegraph --diff BASE NEW`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "report" -d 'Re-render a capture: statistics, bottlenecks, or pprof/callgrind/span flamegraph'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "diff" -d 'Compare two captures; exit 1 when a probe regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "convert" -d 'Write a capture\'s trace.json as trace.perfetto-trace beside it'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "merge" -d 'Merge the captures of a distributed job (its ranks, its hosts) into one, on one clock'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "push" -d 'Store a capture\'s statistics in a store of runs (SQLite or ClickHouse), once'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "usdt" -d 'USDT probes (`.note.stapsdt`) that `-U` can attach: `list usdt TARGET` or `list usdt --pid PID [TARGET]` (every module the process maps when TARGET is omitted)'

@@ -7,6 +7,7 @@
 mod attach;
 mod bpf_stats;
 mod bpftrace;
+mod live;
 mod per_hit;
 mod prep;
 mod ranges;
@@ -116,6 +117,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Throughput) {
         throughput::run(&env, &cfg, &mut report)?;
+        live::run(&env, &cfg, &mut report);
     }
     if wanted(Part::Attach) {
         attach::run(&env, &cfg, &mut report)?;

@@ -160,6 +160,9 @@ pub struct XtraceSpec {
     pub keep_outputs: bool,
     /// Extra environment variables for xtrace.
     pub env: Vec<(String, String)>,
+    /// With `--live` in `flags`: a curl client reads the live view's event stream from the
+    /// attach to the end.
+    pub live_client: bool,
 }
 
 impl XtraceSpec {
@@ -173,6 +176,7 @@ impl XtraceSpec {
             exit_timeout: EXIT_TIMEOUT,
             keep_outputs: false,
             env: Vec::new(),
+            live_client: false,
         }
     }
 }
@@ -207,9 +211,20 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
     cmd.arg("-o").arg(&out_dir);
     let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
     tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;
+    let client = match spec.live_client {
+        true => Some(live_client(env, &tracer.lines())?),
+        false => None,
+    };
     work.go()?;
     let work = work.finish(WORKLOAD_TIMEOUT)?;
     let finished = tracer.wait(spec.exit_timeout)?;
+    if let Some(mut client) = client {
+        // The stream ends with the capture; a client still reading is stopped.
+        if super::workload::wait_until(&mut client, Duration::from_secs(5))?.is_none() {
+            let _ = client.kill();
+            let _ = client.wait();
+        }
+    }
     let summary = match finished.status {
         None => None,
         Some(status) if !status.success() => bail!("xtrace failed ({status}): {}", tail(&finished.lines)),
@@ -228,6 +243,32 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
         summary,
         finished,
     })
+}
+
+/// curl reading the live view's `/events` (to /dev/null), the token in the URL xtrace printed
+/// first traded for the cookie.
+fn live_client(env: &Env, lines: &[String]) -> Result<std::process::Child> {
+    let url = lines
+        .iter()
+        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
+        .context("xtrace printed no live view URL")?;
+    let base = url.split("/?").next().unwrap_or(url);
+    let jar = env.tmp.join("live-cookies.txt");
+    let traded = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-c"])
+        .arg(&jar)
+        .arg(url)
+        .status()
+        .context("could not run curl")?;
+    if !traded.success() {
+        bail!("curl could not open the live view: {traded}");
+    }
+    Command::new("curl")
+        .args(["-s", "-N", "-o", "/dev/null", "-b"])
+        .arg(&jar)
+        .arg(format!("{base}/events"))
+        .spawn()
+        .context("could not run curl")
 }
 
 /// `probes[name == symbol].count` in summary.json (0 when absent).

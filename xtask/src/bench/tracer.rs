@@ -76,7 +76,7 @@ impl Tracer {
         })
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

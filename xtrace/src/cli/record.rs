@@ -336,6 +336,20 @@ pub struct RecordArgs {
           help_heading = heading::OUTPUT)]
     pub trace_format: TraceFormat,
 
+    /// Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port].
+    ///
+    /// A page that updates every second while recording: per-probe count, rate, p50 and p99 over
+    /// the last 10 s, the last minute and the whole capture; events, their rate and loss; the
+    /// --warn-over alerts; a flamegraph of the CPU samples of a recent window (with -F); and a
+    /// Stop button that ends the capture as Ctrl-C does. Its URL, printed on stderr with an
+    /// `ssh -L` line for a remote host, holds a random token that the page trades for a cookie;
+    /// any request without it, or naming another host or origin, is refused. Only an explicit IP
+    /// address that is not loopback (0.0.0.0 for all) opens it to other machines, with a
+    /// warning; a host name is refused. The server closes when the capture stops.
+    #[arg(long = "live", value_name = "IP:PORT", num_args = 0..=1, require_equals = true,
+          default_missing_value = crate::live::DEFAULT_ADDR, help_heading = heading::OUTPUT)]
+    pub live: Option<String>,
+
     /// Print nothing but errors (no attach notice, no live status, no summary table).
     #[arg(short = 'q', long = "quiet", help_heading = heading::OUTPUT)]
     pub quiet: bool,
@@ -402,6 +416,7 @@ impl RecordArgs {
             trace_format: self.trace_format,
             icicle: self.icicle,
             quiet: self.quiet,
+            live: self.live.clone(),
         }
     }
 }

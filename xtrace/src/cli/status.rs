@@ -65,6 +65,14 @@ impl Observer for Console {
         self.line(&format!("xtrace: {text}"));
     }
 
+    fn live_view(&mut self, text: &str) {
+        let text = format!("xtrace: {text}");
+        match &self.bar {
+            Some(bar) => bar.suspend(|| crate::output::stdio::print_err(&text)),
+            None => crate::output::stdio::print_err(&text),
+        }
+    }
+
     fn attached(&mut self, notice: &str) {
         if self.quiet {
             return;

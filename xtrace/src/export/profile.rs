@@ -178,12 +178,26 @@ impl Resolver {
     /// Python frames (named by `python`) in place of the eval-loop frames that ran them; blazesym
     /// caches per file offset and address.
     pub fn frames<'s>(&self, samples: &'s Samples, images: &mut Images, python: &Python) -> Frames<'s> {
+        let keys: Vec<&StackKey> = samples.stacks.keys().collect();
+        self.frames_of(&keys, samples.bpf.as_ref(), images, python)
+    }
+
+    /// Frame names, as [`Resolver::frames`] gives them, of the stacks `keys` only: the live view
+    /// names each second's new stacks so while their processes live, through the same bounded
+    /// cache of file offsets' names (`images.symbols`) the end of the capture uses.
+    pub fn frames_of<'s>(
+        &self,
+        keys: &[&'s StackKey],
+        bpf: Option<&BpfSymbols>,
+        images: &mut Images,
+        python: &Python,
+    ) -> Frames<'s> {
         // User frames: (image, its mappings then, address) → (file to open, file offset, shown
         // module).
         let mut by_file: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
         let mut places: HashMap<(u32, u32, u64), Option<FilePlace>> = HashMap::new();
-        for key in samples.stacks.keys() {
+        for &key in keys {
             let maps = mapped_then(images, key);
             for (i, &address) in key.user.iter().enumerate() {
                 let address = lookup_address(i, address);
@@ -231,20 +245,18 @@ impl Resolver {
         }
         // JIT code: anonymous memory named by the process's /tmp/perf-PID.map.
         let mut jit: HashMap<u32, Vec<JitSymbol>> = HashMap::new();
-        for key in samples.stacks.keys() {
+        for &key in keys {
             jit.entry(key.pid).or_insert_with(|| read_perf_map(key.pid));
         }
         let kernel: Vec<u64> = kernel.into_iter().collect();
         let kernel_names: HashMap<u64, String> = kernel
             .iter()
-            .zip(self.kernel_names(&kernel, samples.bpf.as_ref()))
+            .zip(self.kernel_names(&kernel, bpf))
             .map(|(a, name)| (*a, name.unwrap_or_else(|| format!("{a:#x}"))))
             .collect();
 
-        samples
-            .stacks
-            .keys()
-            .map(|key| {
+        keys.iter()
+            .map(|&key| {
                 let mut frames: Vec<String> = key
                     .user
                     .iter()

@@ -9,6 +9,7 @@ pub mod chrome;
 pub mod decode;
 pub mod gpu;
 pub mod kept_names;
+pub mod live;
 pub mod locks;
 pub mod offcpu;
 pub mod perfetto;
@@ -142,6 +143,21 @@ pub struct Pipeline<W: Write + Send + 'static> {
     started_at: Option<u64>,
     /// The time of each process's last memory counter value, per memory space.
     counter_at: std::collections::HashMap<(u32, Space), u64>,
+    /// With the live view: each probe's calls of the last minute.
+    recent: Option<live::RecentCalls>,
+}
+
+/// What the live view reads of a pipeline once a second.
+pub struct LiveParts<'a> {
+    /// Indexed by probe id: every call so far.
+    pub stats: &'a [ProbeStats],
+    pub recent: &'a mut live::RecentCalls,
+    /// The stacks sampled since the last call, taken.
+    pub stacks: live::RecentStacks,
+    pub samples_total: u64,
+    pub images: &'a mut Images,
+    pub python: &'a crate::python::Python,
+    pub bpf: Option<&'a bpf_symbols::BpfSymbols>,
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
@@ -194,7 +210,30 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             stopped_at: None,
             started_at: None,
             counter_at: std::collections::HashMap::new(),
+            recent: None,
         }
+    }
+
+    /// Keeps what the live view shows from here on: each probe's calls of the last minute, the
+    /// stacks sampled between two [`Pipeline::live_parts`].
+    pub fn watch_live(&mut self) {
+        self.recent = Some(live::RecentCalls::new(self.stats.len()));
+        self.samples.recent = Some(live::RecentStacks::default());
+    }
+
+    /// What the live view reads, the stacks sampled since the last call taken; None unless
+    /// [`Pipeline::watch_live`] was called.
+    pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
+        let stacks = std::mem::take(self.samples.recent.as_mut()?);
+        Some(LiveParts {
+            stats: &self.stats,
+            recent: self.recent.as_mut()?,
+            stacks,
+            samples_total: self.samples.total,
+            images: &mut self.images,
+            python: &self.python,
+            bpf: self.samples.bpf.as_ref(),
+        })
     }
 
     /// How many records it has been given.
@@ -408,6 +447,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         };
         let duration = span.header.ts_ns.saturating_sub(span.start_ns);
         stats.add(duration);
+        if let Some(recent) = &mut self.recent {
+            recent.span(id, span.header.ts_ns, duration);
+        }
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {
             self.cuda.names.loaded(&mut self.images, span.header.pid);

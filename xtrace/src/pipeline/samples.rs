@@ -53,6 +53,8 @@ pub struct Samples {
     pub bpf: Option<super::bpf_symbols::BpfSymbols>,
     /// Instructions the verifier processed to load the sampling program.
     pub verified_insns: Option<u32>,
+    /// With the live view: the stacks sampled since it last took them.
+    pub recent: Option<super::live::RecentStacks>,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -199,6 +201,9 @@ impl Samples {
             });
         } else {
             self.timeline_dropped += 1;
+        }
+        if let Some(recent) = &mut self.recent {
+            recent.add(&key, weight);
         }
         *self.stacks.entry(key.clone()).or_default() += weight;
         Some(key)

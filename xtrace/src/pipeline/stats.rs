@@ -93,6 +93,37 @@ impl ProbeStats {
         self.short += short.count;
     }
 
+    /// Adds every call `other` holds, as if each had been added here (the `--min-duration`
+    /// count included).
+    pub fn merge(&mut self, other: &ProbeStats) {
+        if other.count == 0 {
+            return;
+        }
+        if other.buckets.len() > self.buckets.len() {
+            self.buckets.resize(other.buckets.len(), 0);
+        }
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        if self.count == 0 || other.min < self.min {
+            self.min = other.min;
+        }
+        self.max = self.max.max(other.max);
+        self.count += other.count;
+        self.total += other.total;
+        self.short += other.short;
+    }
+
+    /// The calls it holds.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The bytes it holds, its histogram's included.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.buckets.capacity() * std::mem::size_of::<u64>()
+    }
+
     /// The histogram's buckets that hold calls, as (the bucket's smallest value in ns, calls),
     /// smallest first: what summary.json and a store keep, so that the calls of many captures
     /// merge into one distribution ([`ProbeStats::from_histogram`]).
@@ -253,6 +284,31 @@ mod tests {
         stats.add(9);
         let d = stats.distribution();
         assert_eq!((d.p50_ns, d.p90_ns, d.mean_ns, d.total_ns), (7, 9, 8, 16));
+    }
+
+    #[test]
+    fn merging_equals_adding_all() {
+        let (mut a, mut b, mut all) = (
+            ProbeStats::default(),
+            ProbeStats::default(),
+            ProbeStats::default(),
+        );
+        for d in 1..=300u64 {
+            let d = d * d * 37;
+            if d % 3 == 0 {
+                a.add(d)
+            } else {
+                b.add(d)
+            }
+            all.add(d);
+        }
+        let mut merged = ProbeStats::default();
+        merged.merge(&a);
+        merged.merge(&b);
+        merged.merge(&ProbeStats::default());
+        assert_eq!(merged.distribution(), all.distribution());
+        assert_eq!(merged.count(), 300);
+        assert!(merged.bytes() > std::mem::size_of::<ProbeStats>());
     }
 
     #[test]

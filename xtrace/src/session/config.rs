@@ -89,6 +89,8 @@ pub struct Config {
     pub icicle: bool,
     /// `-q`: warnings are not shown.
     pub quiet: bool,
+    /// `--live`: the address to serve the live view on, as given.
+    pub live: Option<String>,
 }
 
 impl Config {

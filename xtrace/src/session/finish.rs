@@ -54,6 +54,29 @@ pub async fn command(launch: &Launch, mut exit: ExitReceiver) -> CommandSummary 
     }
 }
 
+/// Hands the live view its last snapshot, whose figures are the summary's, with the last
+/// `--warn-over` lines, and closes it.
+async fn close_live(
+    (live, mut publisher): (crate::live::Live, crate::live::Publisher),
+    pipeline: &mut Pipeline<Sink>,
+    (lost, warnings): (u64, &[String]),
+    stop: Stop,
+) {
+    for warning in warnings {
+        publisher.alert(warning);
+    }
+    let tick = crate::live::Tick {
+        now_ns: crate::clock::monotonic_ns(),
+        events: pipeline.events(),
+        lost,
+        done: Some(stop.reason()),
+    };
+    if let Some(parts) = pipeline.live_parts() {
+        publisher.publish(parts, tick);
+    }
+    live.close().await;
+}
+
 /// How the CPU was sampled, when it was.
 #[derive(Clone, Copy, Debug)]
 pub struct Sampling {
@@ -85,13 +108,15 @@ impl Stopped<'_> {
             gpus,
             run,
             teardown,
+            live,
         } = self;
         let stop = stop?;
         reader
             .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_file.path))?;
-        for warning in pipeline.take_warnings() {
-            observer.warning(&warning);
+        let warnings = pipeline.take_warnings();
+        for warning in &warnings {
+            observer.warning(warning);
         }
         let lost = bpf::read_lost(&counters)?;
         let off_cpu_lost = match &off_cpu {
@@ -117,6 +142,9 @@ impl Stopped<'_> {
         };
         if config.min_duration_ns.is_some() {
             pipeline.add_short_calls(&bpf::read_short_calls(&short_calls, plan.probes.len())?);
+        }
+        if let Some(live) = live {
+            close_live(live, &mut pipeline, (lost.total(), &warnings), stop).await;
         }
         // Whether each target was gone before the capture ended: asked before a launched command
         // still running is ended below.

@@ -59,6 +59,9 @@ pub trait Observer {
     fn progress(&mut self, progress: &Progress);
     /// Recording stopped; outputs are being written.
     fn stopped(&mut self) {}
+    /// Where the live view is served (`--live`): shown even with `-q`, as its URL is the only
+    /// way in.
+    fn live_view(&mut self, text: &str);
 }
 
 /// A line for the user about something that happened while recording.

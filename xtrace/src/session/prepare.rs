@@ -33,6 +33,8 @@ pub(super) struct Prepared<'a> {
     pub(super) follow: Option<Offsets>,
     /// `--start-at`, as a CLOCK_REALTIME time in ns.
     pub(super) start_at_ns: Option<u64>,
+    /// `--live`: the server, listening already (a port in use is refused before attaching).
+    pub(super) live: Option<crate::live::Live>,
 }
 
 impl<'a> Prepared<'a> {
@@ -85,6 +87,19 @@ impl<'a> Prepared<'a> {
         if let Some(why) = sampling.and_then(|_| sampler::kernel_names_hidden()) {
             observer.warning(&why);
         }
+        let live = match &config.live {
+            Some(given) => {
+                let (live, told) = crate::live::Live::start(given)?;
+                for line in &told.notices {
+                    observer.live_view(line);
+                }
+                if let Some(warning) = &told.warning {
+                    observer.warning(warning);
+                }
+                Some(live)
+            }
+            None => None,
+        };
         Ok(Prepared {
             config,
             pid_namespace,
@@ -93,6 +108,7 @@ impl<'a> Prepared<'a> {
             sampling,
             follow,
             start_at_ns,
+            live,
         })
     }
 }

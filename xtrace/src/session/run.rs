@@ -1,5 +1,6 @@
 //! The recording loop: drain the ring buffer when the kernel signals or every poll interval, report
-//! progress, and return on the first stop condition (-d, SIGINT, SIGTERM, SIGHUP, targets exited).
+//! progress, publish to the live view, and return on the first stop condition (-d, SIGINT,
+//! SIGTERM, SIGHUP, targets exited, the live view's Stop button).
 use std::{
     io::Write,
     os::fd::OwnedFd,
@@ -24,6 +25,8 @@ use crate::{
 
 /// How often the observer hears about progress.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
+/// How often the live view gets a new snapshot.
+const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the live status line shows.
 #[derive(Clone, Copy, Debug, Default)]
@@ -45,6 +48,8 @@ pub enum Stop {
     Terminated,
     HungUp,
     TargetsExited,
+    /// The live view's Stop button.
+    Page,
 }
 
 impl Stop {
@@ -55,6 +60,7 @@ impl Stop {
             Stop::Terminated => "terminated",
             Stop::HungUp => "hangup",
             Stop::TargetsExited => "targets_exited",
+            Stop::Page => "stopped_from_page",
         }
     }
 }
@@ -117,6 +123,33 @@ pub struct Loop<'a, W: Write + Send + 'static> {
     /// `-d`, as a moment.
     pub deadline: Option<Instant>,
     pub trace_file: &'a TraceFile,
+    /// `--live`: what publishes to the page.
+    pub live: Option<&'a mut crate::live::Publisher>,
+}
+
+/// Returns when the live view's Stop button is pressed; never without a live view.
+async fn stop_asked(shared: Option<&crate::live::Shared>) {
+    match shared {
+        Some(shared) => shared.stop_asked().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands the live view a snapshot of `pipeline` (never waiting for the page).
+fn publish<W: Write + Send + 'static>(
+    live: &mut crate::live::Publisher,
+    pipeline: &mut Pipeline<W>,
+    counters: &PerCpuArray<MapData, u64>,
+) {
+    let tick = crate::live::Tick {
+        now_ns: crate::clock::monotonic_ns(),
+        events: pipeline.events(),
+        lost: bpf::read_lost(counters).map(|l| l.total()).unwrap_or(0),
+        done: None,
+    };
+    if let Some(parts) = pipeline.live_parts() {
+        live.publish(parts, tick);
+    }
 }
 
 /// Reads records until a stop condition: a signal, every target gone, or the deadline (-d).
@@ -134,7 +167,9 @@ pub async fn run<W: Write + Send + 'static>(
         processes,
         deadline,
         trace_file,
+        mut live,
     } = state;
+    let page = live.as_ref().map(|live| live.shared());
     let Signals { int, term, hup } = signals;
     let pidfds = processes
         .iter()
@@ -166,7 +201,7 @@ pub async fn run<W: Write + Send + 'static>(
     };
     tokio::pin!(deadline);
     let started = Instant::now();
-    let (mut last_report, mut last_events) = (started, 0);
+    let (mut last_report, mut last_events, mut last_publish) = (started, 0, started);
     let test_panic = cfg!(debug_assertions) && std::env::var_os("XTRACE_TEST_PANIC").is_some();
     loop {
         tokio::select! {
@@ -182,6 +217,9 @@ pub async fn run<W: Write + Send + 'static>(
                     panic!("XTRACE_TEST_PANIC is set");
                 }
                 for warning in pipeline.take_warnings() {
+                    if let Some(live) = live.as_deref_mut() {
+                        live.alert(&warning);
+                    }
                     observer.warning(&warning);
                 }
                 // A traced process finished a dlopen: attach what it loaded (--cuda). A process
@@ -199,6 +237,13 @@ pub async fn run<W: Write + Send + 'static>(
             _ = hup.recv() => return Ok(Stop::HungUp),
             _ = &mut deadline, if timed => return Ok(Stop::Duration),
             _ = &mut all_exited, if !processes.is_empty() => return Ok(Stop::TargetsExited),
+            _ = stop_asked(page.as_deref()) => return Ok(Stop::Page),
+        }
+        if let Some(live) = live.as_deref_mut() {
+            if last_publish.elapsed() >= PUBLISH_INTERVAL {
+                last_publish = Instant::now();
+                publish(live, pipeline, counters);
+            }
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
             let now = Instant::now();

@@ -99,6 +99,8 @@ pub(super) struct Started<'a> {
     /// With `--start-at`, when the window began (its time, or the attach's end when that came
     /// later): CLOCK_REALTIME in ns.
     pub(super) start_at_ns: Option<u64>,
+    /// `--live`: the server and what publishes to it.
+    pub(super) live: Option<(crate::live::Live, crate::live::Publisher)>,
 }
 
 impl<'a> Prepared<'a> {
@@ -118,6 +120,7 @@ impl<'a> Prepared<'a> {
             sampling,
             follow,
             start_at_ns,
+            live,
             ..
         } = self;
         // A --pid process that exited while its probes were placed: refuse, as when the kernel
@@ -155,6 +158,18 @@ impl<'a> Prepared<'a> {
         if let Some([monotonic_ns, _]) = window {
             pipeline.start_at(monotonic_ns);
         }
+        let live = live.map(|live| {
+            pipeline.watch_live();
+            let probes = plan
+                .probes
+                .iter()
+                .map(|p| (p.name.clone(), p.kind.name()))
+                .collect();
+            let begin_ns = window.map_or_else(crate::clock::monotonic_ns, |[monotonic_ns, _]| monotonic_ns);
+            let hz = sampling.map_or(0, |s| s.hz);
+            let publisher = crate::live::Publisher::new(live.shared(), probes, begin_ns, hz);
+            (live, publisher)
+        });
         let waits = started.saturating_duration_since(Instant::now());
         let from = match waits.is_zero() {
             true => String::new(),
@@ -182,6 +197,7 @@ impl<'a> Prepared<'a> {
             infos,
             started,
             start_at_ns: window.map(|[_, realtime_ns]| realtime_ns),
+            live,
         })
     }
 }

@@ -1,0 +1,328 @@
+//! What the page reads, made once a second on the recording's thread: the snapshot (the event
+//! stream's JSON message: events, rate, loss, the per-probe table over the last 10 s, the last
+//! minute and the whole capture, the `--warn-over` alerts) and the CPU samples' stacks of that
+//! second, named while their processes live (through the capture's one bounded cache of names,
+//! `export::profile::Resolver::frames_of`) and folded into a ring of per-second slots (the same
+//! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from.
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::Shared;
+use crate::{
+    export::{flamegraph, profile::Resolver},
+    pipeline::{
+        live::{Stretch, RECENT_NS},
+        window::{Slot, Window},
+        LiveParts,
+    },
+};
+
+const SECOND_NS: u64 = 1_000_000_000;
+/// The stretch of stacks kept for the flamegraph: the last five minutes.
+pub const STACKS_NS: u64 = 300 * SECOND_NS;
+/// The most bytes of folded stacks kept: past it, the flamegraph's window shortens.
+const STACKS_CAP_BYTES: usize = 32 << 20;
+/// `--warn-over` alerts the page is sent, the newest.
+const ALERTS_KEPT: usize = 50;
+/// The frame that stands for the samples of stacks past the cap of distinct stacks.
+pub const OTHER_STACKS: &str = "[other stacks]";
+
+/// One second's folded stacks.
+#[derive(Debug, Default)]
+pub struct Folded {
+    stacks: HashMap<String, u64>,
+    bytes: usize,
+    samples: u64,
+}
+
+impl Slot for Folded {
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+    fn events(&self) -> u64 {
+        self.samples
+    }
+}
+
+impl Folded {
+    pub(super) fn add(&mut self, line: String, n: u64) {
+        self.samples += n;
+        match self.stacks.get_mut(&line) {
+            Some(count) => *count += n,
+            None => {
+                self.bytes += line.capacity() + 48;
+                self.stacks.insert(line, n);
+            }
+        }
+    }
+}
+
+/// What the server reads: the latest snapshot as JSON, whether it is the last, and the stacks.
+pub struct State {
+    pub json: std::sync::Arc<str>,
+    pub done: bool,
+    pub stacks: Window<Folded>,
+    pub frequency_hz: u64,
+}
+
+impl State {
+    pub fn new() -> Self {
+        State {
+            json: "{}".into(),
+            done: false,
+            stacks: Window::new(SECOND_NS, STACKS_NS, STACKS_CAP_BYTES),
+            frequency_hz: 0,
+        }
+    }
+
+    /// The folded lines `STACK COUNT` of the last `seconds` (all kept for 0), sorted, and how many
+    /// samples they hold.
+    pub fn folded_lines(&self, seconds: u64) -> (Vec<String>, u64) {
+        let newest_end = self.stacks.slots().next_back().map_or(0, |(t, _)| t + SECOND_NS);
+        let since = match seconds {
+            0 => 0,
+            s => newest_end.saturating_sub(s * SECOND_NS),
+        };
+        let mut merged: std::collections::BTreeMap<&str, u64> = Default::default();
+        let mut samples = 0;
+        for (_, slot) in self.stacks.since(since) {
+            samples += slot.samples;
+            for (line, n) in &slot.stacks {
+                *merged.entry(line).or_default() += n;
+            }
+        }
+        (
+            merged.into_iter().map(|(l, n)| format!("{l} {n}")).collect(),
+            samples,
+        )
+    }
+}
+
+/// The moment a snapshot is made at, and what the recording loop counts.
+#[derive(Clone, Copy, Debug)]
+pub struct Tick {
+    /// CLOCK_MONOTONIC.
+    pub now_ns: u64,
+    pub events: u64,
+    /// Records the kernel could not send, all causes.
+    pub lost: u64,
+    /// The stop reason, on the last snapshot.
+    pub done: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    elapsed_s: f64,
+    events: u64,
+    event_rate: f64,
+    lost: u64,
+    samples: u64,
+    /// Seconds of stacks the flamegraph can draw.
+    stacks_kept_s: u64,
+    probes: Vec<Row<'a>>,
+    alerts: &'a VecDeque<String>,
+    alerts_total: u64,
+    done: bool,
+    stop_reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Row<'a> {
+    name: &'a str,
+    kind: &'a str,
+    last_10s: Figures,
+    last_60s: Figures,
+    all: Figures,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    count: u64,
+    /// Calls per second.
+    rate: f64,
+    p50_ns: u64,
+    p99_ns: u64,
+}
+
+impl Figures {
+    fn of(stretch: Stretch) -> Self {
+        let seconds = stretch.covered_ns as f64 / 1e9;
+        Figures {
+            count: stretch.calls.count,
+            rate: match seconds > 0.0 {
+                true => (stretch.calls.count as f64 / seconds * 10.0).round() / 10.0,
+                false => 0.0,
+            },
+            p50_ns: stretch.calls.p50_ns,
+            p99_ns: stretch.calls.p99_ns,
+        }
+    }
+}
+
+/// The recording loop's side: makes the snapshots and hands them over without waiting.
+pub struct Publisher {
+    shared: std::sync::Arc<Shared>,
+    /// Each probe's name and kind, by probe id.
+    probes: Vec<(String, &'static str)>,
+    resolver: Option<Resolver>,
+    begin_ns: u64,
+    frequency_hz: u64,
+    /// Stacks named but not yet handed over (the server held the lock).
+    pending: Folded,
+    alerts: VecDeque<String>,
+    alerts_total: u64,
+    last: Option<(u64, u64)>,
+}
+
+impl Publisher {
+    /// A publisher to `shared` for a capture of `probes` (name and kind by id) that began at
+    /// `begin_ns`, sampling at `frequency_hz` (0: not sampling).
+    pub fn new(
+        shared: std::sync::Arc<Shared>,
+        probes: Vec<(String, &'static str)>,
+        begin_ns: u64,
+        frequency_hz: u64,
+    ) -> Self {
+        Publisher {
+            shared,
+            probes,
+            resolver: (frequency_hz > 0).then(Resolver::default),
+            begin_ns,
+            frequency_hz,
+            pending: Folded::default(),
+            alerts: VecDeque::new(),
+            alerts_total: 0,
+            last: None,
+        }
+    }
+
+    /// The state it publishes to, which the Stop button is pressed through.
+    pub fn shared(&self) -> std::sync::Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// A `--warn-over` line, for the page's alerts.
+    pub fn alert(&mut self, line: &str) {
+        if self.alerts.len() == ALERTS_KEPT {
+            self.alerts.pop_front();
+        }
+        self.alerts.push_back(line.to_string());
+        self.alerts_total += 1;
+    }
+
+    /// Makes a snapshot from `parts` at `tick` and hands it over, unless the server holds the
+    /// state this moment: then its stacks wait for the next one.
+    pub fn publish(&mut self, parts: LiveParts<'_>, tick: Tick) {
+        let began = std::time::Instant::now();
+        let LiveParts {
+            stats,
+            recent,
+            stacks,
+            samples_total,
+            images,
+            python,
+            bpf,
+        } = parts;
+        if let Some(resolver) = &self.resolver {
+            let keys: Vec<_> = stacks.stacks.keys().collect();
+            let frames = resolver.frames_of(&keys, bpf, images, python);
+            for (key, frames) in &frames {
+                let root = images
+                    .comm(key.image)
+                    .map_or_else(|| format!("pid {}", key.pid), str::to_string);
+                self.pending
+                    .add(flamegraph::fold(&root, frames, None), stacks.stacks[*key]);
+            }
+            if stacks.other > 0 {
+                self.pending.add(OTHER_STACKS.to_string(), stacks.other);
+            }
+        }
+        let rows: Vec<Row> = self
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(id, (name, kind))| {
+                let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
+                Row {
+                    name,
+                    kind,
+                    last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
+                    last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
+                    all: Figures::of(Stretch {
+                        calls: all,
+                        covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
+                    }),
+                }
+            })
+            .collect();
+        let event_rate = match self.last {
+            Some((at, events)) if tick.now_ns > at => {
+                (tick.events - events) as f64 / ((tick.now_ns - at) as f64 / 1e9)
+            }
+            _ => 0.0,
+        };
+        self.last = Some((tick.now_ns, tick.events));
+        let Ok(mut state) = self.shared.state.try_lock() else {
+            return;
+        };
+        let pending = std::mem::take(&mut self.pending);
+        if pending.samples > 0 {
+            state.stacks.add(tick.now_ns, |slot| {
+                for (line, n) in pending.stacks {
+                    slot.add(line, n);
+                }
+            });
+        } else {
+            state.stacks.advance(tick.now_ns);
+        }
+        let snapshot = Snapshot {
+            elapsed_s: tick.now_ns.saturating_sub(self.begin_ns) as f64 / 1e9,
+            events: tick.events,
+            event_rate: event_rate.round(),
+            lost: tick.lost,
+            samples: samples_total,
+            stacks_kept_s: state.stacks.kept_ns() / SECOND_NS,
+            probes: rows,
+            alerts: &self.alerts,
+            alerts_total: self.alerts_total,
+            done: tick.done.is_some(),
+            stop_reason: tick.done,
+        };
+        state.json = serde_json::to_string(&snapshot).unwrap_or_default().into();
+        state.done = tick.done.is_some();
+        state.frequency_hz = self.frequency_hz;
+        drop(state);
+        self.shared.version.send_modify(|v| *v += 1);
+        log::debug!(
+            target: super::LOG,
+            "published a snapshot in {:.2} ms ({} new stacks named)",
+            began.elapsed().as_secs_f64() * 1e3,
+            stacks.stacks.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folded_lines_of_the_last_seconds() {
+        let mut state = State::new();
+        for (second, line) in [(1u64, "a;b"), (2, "a;c"), (3, "a;b")] {
+            state
+                .stacks
+                .add(second * SECOND_NS, |slot| slot.add(line.to_string(), 2));
+        }
+        assert_eq!(
+            state.folded_lines(2),
+            (vec!["a;b 2".to_string(), "a;c 2".to_string()], 4)
+        );
+        assert_eq!(
+            state.folded_lines(0),
+            (vec!["a;b 4".to_string(), "a;c 2".to_string()], 6)
+        );
+        assert_eq!(state.folded_lines(1).1, 2);
+    }
+}

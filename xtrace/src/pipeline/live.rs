@@ -1,0 +1,224 @@
+//! What the live view needs of the records as they come, bounded: per probe, a ring of
+//! per-second duration histograms (`Window` of [`ProbeStats`], the last minute), which gives the
+//! count, rate, p50 and p99 of the last 10 s and the last minute; and the CPU samples' stacks
+//! since the live view last took them (at most [`MAX_RECENT_STACKS`] distinct ones; the rest are
+//! counted as `other`).
+use std::collections::HashMap;
+
+use super::{
+    samples::StackKey,
+    stats::{Distribution, ProbeStats},
+    window::{Slot, Window},
+};
+
+/// One second of one probe's calls.
+#[derive(Debug, Default)]
+pub struct Second(ProbeStats);
+
+impl Slot for Second {
+    fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+    fn events(&self) -> u64 {
+        self.0.count()
+    }
+}
+
+const SECOND_NS: u64 = 1_000_000_000;
+/// The longest stretch shown: the last minute.
+pub const RECENT_NS: u64 = 60 * SECOND_NS;
+/// Bytes of histograms one probe may keep for its last minute: past it, its window shortens.
+const PROBE_CAP_BYTES: usize = 1 << 20;
+/// Distinct stacks kept between two takes; the samples of others are counted only.
+pub const MAX_RECENT_STACKS: usize = 10_000;
+
+/// The calls of the last minute, per probe.
+#[derive(Debug)]
+pub struct RecentCalls {
+    probes: Vec<Recent>,
+}
+
+/// One probe's window, and the second being filled: a call of that second costs what adding to
+/// the probe's own statistics does; the second goes into the window once it is over (or read).
+#[derive(Debug)]
+struct Recent {
+    window: Window<Second>,
+    /// The index (`ns / SECOND_NS`) of the second being filled, and its calls.
+    current: Option<(u64, ProbeStats)>,
+}
+
+impl Recent {
+    /// Puts the second being filled into the window.
+    fn flush(&mut self) {
+        if let Some((second, stats)) = self.current.take() {
+            self.window.add(second * SECOND_NS, |s| s.0.merge(&stats));
+        }
+    }
+}
+
+/// One probe's calls over a recent stretch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stretch {
+    pub calls: Distribution,
+    /// The nanoseconds the stretch covers: shorter than asked for early in a capture, or where
+    /// the probe's byte cap shortened its window.
+    pub covered_ns: u64,
+}
+
+impl RecentCalls {
+    pub fn new(probes: usize) -> Self {
+        RecentCalls {
+            probes: (0..probes)
+                .map(|_| Recent {
+                    window: Window::new(SECOND_NS, RECENT_NS, PROBE_CAP_BYTES),
+                    current: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// A call of `probe` that ended at `end_ns` and took `duration_ns`.
+    pub fn span(&mut self, probe: usize, end_ns: u64, duration_ns: u64) {
+        let Some(recent) = self.probes.get_mut(probe) else {
+            return;
+        };
+        let second = end_ns / SECOND_NS;
+        match &mut recent.current {
+            Some((current, stats)) if *current == second => stats.add(duration_ns),
+            // A record a little late, from a CPU behind the others: to its own second.
+            Some((current, _)) if second < *current => {
+                recent.window.add(end_ns, |s| s.0.add(duration_ns));
+            }
+            _ => {
+                recent.flush();
+                let mut stats = ProbeStats::default();
+                stats.add(duration_ns);
+                recent.current = Some((second, stats));
+            }
+        }
+    }
+
+    /// The calls of `probe` over the `span_ns` before `now_ns` (at most [`RECENT_NS`]), and
+    /// not before `begin_ns`, the capture's start, for its length.
+    pub fn stretch(&mut self, probe: usize, now_ns: u64, span_ns: u64, begin_ns: u64) -> Stretch {
+        let Some(recent) = self.probes.get_mut(probe) else {
+            return Stretch::default();
+        };
+        recent.flush();
+        let window = &mut recent.window;
+        window.advance(now_ns);
+        let mut from = now_ns.saturating_sub(span_ns);
+        if window.aged_out().slots > 0 {
+            // Slots dropped (by age or by the byte cap): the stretch begins no earlier than the
+            // oldest slot kept.
+            if let Some((oldest, _)) = window.slots().next() {
+                from = from.max(oldest);
+            }
+        }
+        let mut merged = ProbeStats::default();
+        for (_, second) in window.since(from) {
+            merged.merge(&second.0);
+        }
+        // Calls that ended before the capture's start (while the sampler was attached) count in
+        // its first second.
+        let from = from.max(begin_ns);
+        Stretch {
+            calls: merged.distribution(),
+            covered_ns: now_ns.saturating_sub(from),
+        }
+    }
+}
+
+/// The stacks sampled since the live view last took them.
+#[derive(Debug, Default)]
+pub struct RecentStacks {
+    pub stacks: HashMap<StackKey, u64>,
+    /// Samples of stacks past [`MAX_RECENT_STACKS`].
+    pub other: u64,
+}
+
+impl RecentStacks {
+    /// Counts `weight` samples of `key`.
+    pub fn add(&mut self, key: &StackKey, weight: u64) {
+        if let Some(n) = self.stacks.get_mut(key) {
+            *n += weight;
+        } else if self.stacks.len() < MAX_RECENT_STACKS {
+            self.stacks.insert(key.clone(), weight);
+        } else {
+            self.other += weight;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stretches_count_their_seconds_only() {
+        let mut recent = RecentCalls::new(2);
+        // 5 calls a second for 30 s, of 1000 ns, then one second of 100 calls of 50 ns.
+        for s in 0..30u64 {
+            for i in 0..5 {
+                recent.span(0, s * SECOND_NS + i, 1000);
+            }
+        }
+        for i in 0..100 {
+            recent.span(0, 30 * SECOND_NS + i, 50);
+        }
+        let now = 31 * SECOND_NS;
+        let ten = recent.stretch(0, now, 10 * SECOND_NS, 0);
+        // Seconds 21..=30: 9 × 5 + 100 calls.
+        assert_eq!(ten.calls.count, 145);
+        assert_eq!(ten.covered_ns, 10 * SECOND_NS);
+        assert_eq!(ten.calls.p50_ns, 50);
+        assert_eq!(ten.calls.p99_ns, 1000);
+        let minute = recent.stretch(0, now, RECENT_NS, 0);
+        assert_eq!(minute.calls.count, 250);
+        assert_eq!(minute.covered_ns, now);
+        assert_eq!(recent.stretch(1, now, RECENT_NS, 0).calls.count, 0);
+        assert_eq!(recent.stretch(7, now, RECENT_NS, 0), Stretch::default());
+    }
+
+    #[test]
+    fn late_calls_count_in_their_own_second() {
+        let mut recent = RecentCalls::new(1);
+        recent.span(0, 5 * SECOND_NS, 10);
+        recent.span(0, 6 * SECOND_NS, 10);
+        // From a CPU behind the others: second 5, after second 6 began.
+        recent.span(0, 5 * SECOND_NS + 7, 30);
+        let now = 7 * SECOND_NS;
+        let last = recent.stretch(0, now, SECOND_NS, 0);
+        assert_eq!(last.calls.count, 1, "second 6 only");
+        let two = recent.stretch(0, now, 2 * SECOND_NS, 0);
+        assert_eq!((two.calls.count, two.calls.max_ns), (3, 30));
+    }
+
+    #[test]
+    fn a_minute_later_nothing_is_left() {
+        let mut recent = RecentCalls::new(1);
+        recent.span(0, SECOND_NS, 10);
+        let later = recent.stretch(0, 100 * SECOND_NS, RECENT_NS, 0);
+        assert_eq!(later.calls.count, 0);
+    }
+
+    #[test]
+    fn distinct_stacks_are_capped() {
+        let mut recent = RecentStacks::default();
+        let key = |pid| StackKey {
+            pid,
+            image: 0,
+            mapped: 0,
+            kernel: Box::new([]),
+            user: Box::new([1, 2]),
+            python: Box::new([]),
+        };
+        for pid in 0..(MAX_RECENT_STACKS as u32 + 5) {
+            recent.add(&key(pid), 2);
+        }
+        recent.add(&key(0), 1);
+        assert_eq!(recent.stacks.len(), MAX_RECENT_STACKS);
+        assert_eq!(recent.stacks[&key(0)], 3);
+        assert_eq!(recent.other, 10);
+    }
+}
