@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// The enums whose messages reach the user, with the number of variants each has today.
 const ENUMS: &[(&str, &str, usize)] = &[
-    ("src/error.rs", "pub enum Error", 58),
+    ("src/error.rs", "pub enum Error", 59),
     ("src/analysis/mod.rs", "pub enum Error", 11),
 ];
 

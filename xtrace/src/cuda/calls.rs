@@ -112,6 +112,8 @@ pub struct Rendered {
     pub values: String,
     /// The process's live memory of that kind after this call, when it changed.
     pub memory: Option<(Space, u64)>,
+    /// The kernel a launch ran.
+    pub kernel: Option<String>,
 }
 
 #[derive(Default)]
@@ -211,10 +213,13 @@ impl Calls {
         }
         let Some(call) = mine else {
             self.totals.without_args += 1;
-            return Rendered { values, memory: None };
+            return Rendered {
+                values,
+                ..Rendered::default()
+            };
         };
         let count = !nested && code == 0;
-        let mut memory = None;
+        let (mut memory, mut kernel) = (None, None);
         let get = |s: Src| match s {
             Src::Reg(i) => call.regs[i],
             Src::Stack(j) => call.stack[j],
@@ -225,6 +230,7 @@ impl Calls {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => {
                 let launch = self.launch(images, function.op, (pid, start_ns), &call);
                 values = launch.json() + &values;
+                kernel = Some(launch.kernel.clone());
                 if count {
                     *self.totals.launches.entry(launch.kernel).or_default() += 1;
                 }
@@ -292,7 +298,11 @@ impl Calls {
                 values = self.lookup(function.op, pid, code, &call) + &values;
             }
         }
-        Rendered { values, memory }
+        Rendered {
+            values,
+            memory,
+            kernel,
+        }
     }
 
     /// The values of an allocation that handed out `ptr` (by a call that returned `code`), and,

@@ -315,9 +315,10 @@ fn load_and_attach(
     Ok((kernel, sideband, cuda))
 }
 
-/// Whether the kernel walks Python frames: for CPU samples and off-CPU waits, unless `--no-python`.
+/// Whether the kernel walks Python frames: for CPU samples, off-CPU waits and traced calls'
+/// stacks (`--stacks`), unless `--no-python`.
 fn walks_python(config: &Config, sampling: bool) -> bool {
-    config.python && (sampling || config.off_cpu_ns.is_some())
+    config.python && (sampling || config.off_cpu_ns.is_some() || config.stacks)
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
@@ -476,6 +477,7 @@ fn setup(
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
         off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
         gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
+        call_sites: config.stacks.then(Default::default),
     }
 }
 
