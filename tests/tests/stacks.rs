@@ -18,9 +18,10 @@ use xtrace_tests::{
     TempDir,
 };
 
-/// (site, count) of each call site in `sites` (summary.json's `call_sites`), as listed.
+/// (site, count) of each call site in `sites` (summary.json's `call_sites`), the most calls
+/// first (they are listed the most time first, which a preempted call can change).
 fn sites(sites: &Value) -> Vec<(String, u64)> {
-    sites
+    let mut all: Vec<(String, u64)> = sites
         .as_array()
         .unwrap_or_else(|| panic!("call_sites: {sites}"))
         .iter()
@@ -30,7 +31,9 @@ fn sites(sites: &Value) -> Vec<(String, u64)> {
                 s["count"].as_u64().unwrap(),
             )
         })
-        .collect()
+        .collect();
+    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    all
 }
 
 /// The summary.json entry of probe `name`.
@@ -52,6 +55,16 @@ fn trace_python(
     libs: &[&str],
     flags: &[&str],
 ) -> (Outputs, bool, TempDir) {
+    trace_python_with(python, (mode, libs), flags, &[])
+}
+
+/// [`trace_python`] with extra environment variables for xtrace.
+fn trace_python_with(
+    python: &std::path::Path,
+    (mode, libs): (&str, &[&str]),
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Outputs, bool, TempDir) {
     let mut argv = vec![
         script("pystacks.py").to_str().unwrap().to_string(),
         mode.to_string(),
@@ -65,7 +78,7 @@ fn trace_python(
     let before = Attachments::snapshot();
     let mut all = args!["-p", fixture.pid().to_string(), "-o", &out];
     all.extend(flags.iter().map(std::ffi::OsString::from));
-    let mut xtrace = Xtrace::spawn(all);
+    let mut xtrace = Xtrace::spawn_with_env(all, env);
     xtrace.wait_attached();
     let loaded = Attachments::snapshot()
         .new_since(&before)
@@ -137,6 +150,38 @@ fn python_calls_through_ctypes_are_named_by_their_calling_lines() {
             out.summary_txt
         );
     }
+}
+
+/// With perf-event uprobes (kernels before 6.6) too, `call_stack` runs after the entry program,
+/// and each stack pairs with its span.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn perf_event_uprobes_pair_stacks_with_spans_too() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtfix.to_str().unwrap().to_string();
+    let python = interpreters().into_iter().next().expect("a CPython");
+    let spec = format!("{lib}:lib_work");
+    let env = [("XTRACE_UPROBE_ATTACH", "perf_event")];
+    let (out, _, _tmp) =
+        trace_python_with(&python.path, ("calls", &[&lib]), &["-u", &spec, "--stacks"], &env);
+    assert_eq!(out.summary["attach_mechanism"], "perf_event");
+    let work = probe(&out, "lib_work");
+    let timed: Vec<bool> = work["call_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["total_ns"].as_u64().unwrap() > 0)
+        .collect();
+    assert_eq!(timed, [true, true], "{work}");
+    assert_eq!(
+        sites(&work["call_sites"]),
+        [
+            (site(&python, "Loop.hot", 22), 300),
+            (site(&python, "cold", 27), 100)
+        ]
+    );
 }
 
 #[test]
