@@ -112,8 +112,6 @@ pub struct Rendered {
     pub values: String,
     /// The process's live memory of that kind after this call, when it changed.
     pub memory: Option<(Space, u64)>,
-    /// The kernel a launch ran.
-    pub kernel: Option<String>,
 }
 
 #[derive(Default)]
@@ -122,6 +120,8 @@ pub struct Calls {
     pending: Pending<Entry>,
     pub names: KernelNames,
     pub totals: Totals,
+    /// The kernel of the launch [`Calls::span`] last rendered, until [`Calls::take_launched`].
+    launched: Option<String>,
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u64 {
@@ -213,13 +213,10 @@ impl Calls {
         }
         let Some(call) = mine else {
             self.totals.without_args += 1;
-            return Rendered {
-                values,
-                ..Rendered::default()
-            };
+            return Rendered { values, memory: None };
         };
         let count = !nested && code == 0;
-        let (mut memory, mut kernel) = (None, None);
+        let mut memory = None;
         let get = |s: Src| match s {
             Src::Reg(i) => call.regs[i],
             Src::Stack(j) => call.stack[j],
@@ -230,7 +227,6 @@ impl Calls {
             Op::LaunchRuntime | Op::LaunchRuntimeEx | Op::LaunchDriver | Op::LaunchDriverEx => {
                 let launch = self.launch(images, function.op, (pid, start_ns), &call);
                 values = launch.json() + &values;
-                kernel = Some(launch.kernel.clone());
                 if count {
                     *self.totals.launches.entry(launch.kernel).or_default() += 1;
                 }
@@ -298,11 +294,7 @@ impl Calls {
                 values = self.lookup(function.op, pid, code, &call) + &values;
             }
         }
-        Rendered {
-            values,
-            memory,
-            kernel,
-        }
+        Rendered { values, memory }
     }
 
     /// The values of an allocation that handed out `ptr` (by a call that returned `code`), and,
@@ -362,7 +354,7 @@ impl Calls {
         };
         let lo = |v: u64| v & 0xffff_ffff;
         let hi = |v: u64| v >> 32;
-        match op {
+        let launch = match op {
             Op::LaunchRuntime => Launch {
                 kernel: self.names.stub(images, at, r[0]),
                 grid: [lo(r[1]), hi(r[1]), lo(r[2])],
@@ -391,7 +383,14 @@ impl Calls {
                 shared_mem: u32_at(b, 24),
                 stream: u64_at(b, 32),
             },
-        }
+        };
+        self.launched = Some(launch.kernel.clone());
+        launch
+    }
+
+    /// The kernel of the span just rendered by [`Calls::span`], when it was a launch.
+    pub fn take_launched(&mut self) -> Option<String> {
+        self.launched.take()
     }
 }
 

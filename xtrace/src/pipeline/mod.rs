@@ -490,11 +490,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             (span.start_ns, end_ns),
             span.ret,
         );
-        let site = self.call_site(
-            span,
-            end_ns.saturating_sub(span.start_ns),
-            rendered.kernel.as_deref(),
-        );
+        let kernel = self.cuda.take_launched();
+        let site = self.call_site(span, end_ns.saturating_sub(span.start_ns), kernel.as_deref());
         let values = rendered.values + site.as_deref().unwrap_or_default();
         // Every CUDA call is sent (the CUDA summary counts each); one shorter than
         // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
