@@ -48,17 +48,17 @@ pub fn call_stack(ctx: ProbeContext) -> u32 {
     // SAFETY: the helper only reads the program context.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let sp = user_sp(ctx.regs);
-    let depth = (stack.depth as usize).min(MAX_DEPTH);
+    // Read volatile and masked, not bounded with `min`: the compiler would then drop the mask,
+    // and Linux 6.1's verifier loses the index's lower bound (depth - 1 with depth 0 ruled out
+    // on a copy of the register).
+    // SAFETY: a field of this thread's own stack.
+    let depth = unsafe { core::ptr::read_volatile(&raw const stack.depth) };
+    let top = &stack.calls[(depth.wrapping_sub(1) & (MAX_DEPTH as u32 - 1)) as usize];
     // The call just opened is the innermost one, at this stack pointer, of this probe.
-    let (start_ns, depth) = match depth {
-        0 => (CALL_NOT_OPEN, u32::MAX),
-        _ => {
-            let top = &stack.calls[(depth - 1) & (MAX_DEPTH - 1)];
-            match top.frame == sp && top.probe_id == probe_id {
-                true => (top.start_ns, (depth - 1) as u32),
-                false => (CALL_NOT_OPEN, u32::MAX),
-            }
-        }
+    let open = depth != 0 && depth as usize <= MAX_DEPTH && top.frame == sp && top.probe_id == probe_id;
+    let (start_ns, depth) = match open {
+        true => (top.start_ns, depth - 1),
+        false => (CALL_NOT_OPEN, u32::MAX),
     };
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
