@@ -221,7 +221,13 @@ fn site_name(name: &crate::python::PyName) -> String {
 
 /// A native caller's site: `function+0xOFF (module)`, else `module+0xOFF`, else the address.
 fn native_name(images: &mut Images, pid: u32, ns: u64, address: u64) -> String {
-    let Some(mapping) = images.mapping_at(pid, ns, address).cloned() else {
+    // Where the side band could not be opened, the image model misses what was mapped since it
+    // read /proc: then what the process maps now, while it lives.
+    let mapping = images.mapping_at(pid, ns, address).cloned().or_else(|| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        crate::procfs::find(&crate::procfs::parse_maps(&text), address).cloned()
+    });
+    let Some(mapping) = mapping else {
         return format!("{address:#x}");
     };
     let offset = address - mapping.start + mapping.offset;

@@ -280,8 +280,10 @@ fn load_and_attach(
         attach_started.elapsed().as_secs_f64() * 1e3
     );
     // Opened before children are followed and a launched command runs: every fork, exec and
-    // mapping of theirs is reported, for sampled stacks and CUDA kernels to be named from.
-    let sideband = (sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some()).then(|| {
+    // mapping of theirs is reported, for sampled stacks, CUDA kernels and call sites to be named
+    // from.
+    let watched = sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some() || config.stacks;
+    let sideband = watched.then(|| {
         Sideband::open()
             .map_err(|e| {
                 observer.warning(&format!(
