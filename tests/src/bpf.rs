@@ -25,6 +25,7 @@ pub const XTRACE_PROGRAMS: &[&str] = &[
     "span_enter",
     "span_exit",
     "span_ret",
+    "call_stack",
     "usdt_hit",
     "gpu_records",
     "sample",

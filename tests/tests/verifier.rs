@@ -97,3 +97,47 @@ fn the_off_cpu_return_program_with_its_python_walk_stays_within_its_bound() {
         "{without:?} without the walk, {with} with it"
     );
 }
+
+/// The most instructions this host's verifier may process for `call_stack` (`--stacks`) with its
+/// Python walk: about 67,300 on 6.18 (180 with `--no-python`).
+const CALL_STACK_BOUND: u64 = 100_000;
+
+/// `--stacks` loads `call_stack` with the Python walk inlined, within its bound; `--no-python`
+/// leaves the walk out.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_call_stack_program_with_its_python_walk_stays_within_its_bound() {
+    if !require_bpf() {
+        return;
+    }
+    let count = |extra: &[&str]| {
+        let mut fixture = Fixture::spawn(&fixtures().uselib, &[]);
+        fixture.wait_ready();
+        let tmp = TempDir::new("verifier-stacks");
+        let out = tmp.join("out");
+        let mut argv = args![
+            "-p",
+            fixture.pid().to_string(),
+            "-u",
+            "libxtfix:lib_work",
+            "--stacks"
+        ];
+        argv.extend(extra.iter().map(std::ffi::OsString::from));
+        argv.extend(args!["-o", &out]);
+        let mut xtrace = Xtrace::spawn(argv);
+        xtrace.wait_attached();
+        let counts = verified_insns(xtrace.pid());
+        fixture.go();
+        assert!(fixture.wait().success());
+        xtrace.wait().assert_success();
+        counts.get("call_stack").copied()
+    };
+    let (with, without) = (count(&[]), count(&["--no-python"]));
+    eprintln!("verifier: call_stack {with:?} instructions with the Python walk, {without:?} without");
+    let with = with.expect("call_stack loaded");
+    assert!(with <= CALL_STACK_BOUND, "{with} verified instructions");
+    assert!(
+        without.is_some_and(|w| w < with / 4),
+        "{without:?} without the walk, {with} with it"
+    );
+}

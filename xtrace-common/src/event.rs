@@ -29,6 +29,8 @@ pub const KIND_PY_STACK: u32 = 11;
 pub const KIND_OFF_CPU: u32 = 12;
 /// `EventHeader::kind` of a GPU device record (`crate::gpu::GpuEvent`).
 pub const KIND_GPU: u32 = 13;
+/// `EventHeader::kind` of a traced call's stack at its entry (`crate::stacks::CallStackEvent`).
+pub const KIND_CALL_STACK: u32 = 14;
 
 /// Frames kept per stack of a CPU sample (the kernel's `PERF_MAX_STACK_DEPTH`).
 pub const MAX_FRAMES: usize = 127;

@@ -11,4 +11,5 @@ pub mod offcpu;
 pub mod probe;
 pub mod python;
 pub mod ranges;
+pub mod stacks;
 pub mod usdt;

@@ -15,6 +15,7 @@ mod offcpu;
 mod python;
 mod regs;
 mod sample;
+mod stacks;
 mod strings;
 mod task_storage;
 mod uprobe;

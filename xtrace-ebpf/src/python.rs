@@ -2,8 +2,9 @@
 //! layout keyed by process id), finds the sampled thread's `PyThreadState` and walks its frame
 //! chain, sending each frame's code object, an identity word and its instruction as a
 //! `PyStackEvent` just before the record it belongs to, with that record's time. One piece that
-//! every program whose thread is the current one calls: the CPU sampler, and `off_cpu_return` at
-//! the end of a system call a thread waited in; each has its own scratch ([`Caller`]).
+//! every program whose thread is the current one calls: the CPU sampler, `off_cpu_return` at
+//! the end of a system call a thread waited in, and `call_stack` at a traced call's entry
+//! (`--stacks`); each has its own scratch ([`Caller`]).
 //!
 //! The thread state is the one whose `thread_id` (its thread's `pthread_self()`, which on x86-64
 //! is the thread's FS base) equals the task's `thread.fsbase` (offset from the kernel's BTF):
@@ -72,7 +73,8 @@ pub struct PyScratch {
 }
 
 /// Who walks, each with its own scratch value per CPU: a CPU sample can interrupt a system
-/// call's exit program mid-walk on the same CPU, and must not overwrite its record.
+/// call's exit program or a uprobe program mid-walk on the same CPU, and must not overwrite its
+/// record.
 #[derive(Clone, Copy)]
 #[repr(u32)]
 pub enum Caller {
@@ -80,11 +82,13 @@ pub enum Caller {
     Sample = 0,
     /// `off_cpu_return` (raw tracepoint sys_exit).
     OffCpu = 1,
+    /// `call_stack` (uprobe at a traced call's entry, `--stacks`).
+    Entry = 2,
 }
 
 /// One per CPU and [`Caller`].
 #[map]
-static PY_SCRATCH: PerCpuArray<PyScratch> = PerCpuArray::with_max_entries(2, 0);
+static PY_SCRATCH: PerCpuArray<PyScratch> = PerCpuArray::with_max_entries(3, 0);
 
 /// The u64 at `address` in the process.
 #[inline(always)]

@@ -342,7 +342,7 @@ pub enum NoStack {
 }
 
 /// `EntryStack::announced`: the thread's `ThreadEvent` is sent.
-const ANNOUNCED: u32 = 1;
+pub const ANNOUNCED: u32 = 1;
 /// `EntryStack::announced`: the thread is outside xtrace's PID namespace, or one of xtrace's own.
 const OUTSIDE_NAMESPACE: u32 = 2;
 

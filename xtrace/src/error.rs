@@ -132,6 +132,8 @@ pub enum Error {
     },
     #[error("{0}; see `xtrace --help`")]
     Usage(String),
+    #[error("--stacks records the stack of each traced call, and no call is traced: add -u [TARGET:]SYMBOL or --cuda, or drop --stacks")]
+    StacksWithoutCalls,
     #[error("invalid probe `{spec}`: {reason}")]
     BadProbe { spec: String, reason: String },
     #[error("-U '{spec}': {reason}; {form}", form = PAIRING_FORM)]

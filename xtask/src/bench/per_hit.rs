@@ -8,7 +8,8 @@
 //! unprobed, the bare floors (an empty uprobe; an empty uprobe + uretprobe, the hooks a span
 //! needs), the span lower bound (those hooks reading the clock twice and writing one record), an
 //! xtrace span, an xtrace span whose exit is probed at the `ret` (`--exits ret`, which
-//! the kernel single-steps), bpftrace count() and bpftrace printf. The cost
+//! the kernel single-steps), an xtrace span with its stack (`--stacks`), bpftrace count() and
+//! bpftrace printf. The cost
 //! of a hit is the median ns per call under the tool minus the median unprobed ns per call; runs
 //! of the tools are interleaved so drift on a shared machine spreads over all of them.
 use std::collections::BTreeMap;
@@ -160,6 +161,36 @@ fn measure(env: &Env, cfg: &Config, site: Site, report: &mut Report) {
     rows(site, &tools, &summary, report);
 }
 
+/// The notes of `tool`'s row: its runs' spread, what it costs over a span (`--stacks`) or its
+/// lower bound (a span), and what it missed. `base` is the unprobed ns per call, `value` its
+/// cost; `span` a span's cost, `bound` the span lower bound's ratio to `floor_name`.
+fn notes(
+    tool: Tool,
+    r: &ToolResult,
+    (base, value): (f64, f64),
+    (span, bound, floor_name): (f64, f64, &str),
+) -> Vec<String> {
+    let mut notes = vec![format!(
+        "runs {}-{}",
+        fmt_ns(r.spread.0 - base),
+        fmt_ns(r.spread.1 - base)
+    )];
+    if tool == Tool::SpanStacks && (value - span).is_finite() {
+        notes.push(format!("{} over a span, goal ≤ 3µs", fmt_ns(value - span)));
+    }
+    if tool == Tool::Span && bound.is_finite() {
+        notes.push(format!("span lower bound {bound:.2}x {floor_name}"));
+    }
+    if !r.missed.is_empty() {
+        notes.push(r.missed.clone());
+    } else if matches!(tool, Tool::Span | Tool::SpanRet | Tool::SpanStacks) {
+        notes.push("every call delivered as a span, 0 lost".into());
+    } else if tool == Tool::BpftracePrintf {
+        notes.push("every call printed (to a file), 0 lost".into());
+    }
+    notes
+}
+
 fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report: &mut Report) {
     let (sym, label) = (site.symbol(), site.label());
     let base = results.get("unprobed").map_or(f64::NAN, |r| r.ns);
@@ -183,7 +214,9 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
         let value = if tool == Tool::Unprobed { r.ns } else { r.ns - base };
         // A span needs an entry and a return hook; bpftrace's probes here are entry probes only.
         let (floor, floor_name) = match tool {
-            Tool::Span | Tool::SpanRet | Tool::FloorClock => (cost(Tool::FloorReturn), "floor+ret"),
+            Tool::Span | Tool::SpanRet | Tool::SpanStacks | Tool::FloorClock => {
+                (cost(Tool::FloorReturn), "floor+ret")
+            }
             _ => (cost(Tool::Floor), "floor"),
         };
         let ratio = value / floor;
@@ -202,24 +235,8 @@ fn rows(site: Site, tools: &[Tool], results: &BTreeMap<&str, ToolResult>, report
             };
             row = row.goal(goal, verdict);
         }
-        let mut notes = vec![format!(
-            "runs {}-{}",
-            fmt_ns(r.spread.0 - base),
-            fmt_ns(r.spread.1 - base)
-        )];
-        if tool == Tool::Span {
-            let bound = cost(Tool::FloorClock) / floor;
-            if bound.is_finite() {
-                notes.push(format!("span lower bound {bound:.2}x {floor_name}"));
-            }
-        }
-        if !r.missed.is_empty() {
-            notes.push(r.missed.clone());
-        } else if matches!(tool, Tool::Span | Tool::SpanRet) {
-            notes.push("every call delivered as a span, 0 lost".into());
-        } else if tool == Tool::BpftracePrintf {
-            notes.push("every call printed (to a file), 0 lost".into());
-        }
+        let (span, bound) = (cost(Tool::Span), cost(Tool::FloorClock) / floor);
+        let notes = notes(tool, r, (base, value), (span, bound, floor_name));
         if tool != Tool::Unprobed {
             row = row.note(notes.join("; "));
         }

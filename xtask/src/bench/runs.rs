@@ -37,18 +37,22 @@ pub enum Tool {
     /// An xtrace span with its exit probed at the function's `ret` (`--exits ret`), as xtrace
     /// does by default for C++ and Rust functions that call others.
     SpanRet,
+    /// An xtrace span with its call's stack taken at entry (`--stacks`): `call_stack` beside
+    /// `span_enter`, the caller's return address and a frame-pointer walk (C code, no Python).
+    SpanStacks,
     BpftraceCount,
     BpftracePrintf,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 8] = [
+    pub const ALL: [Tool; 9] = [
         Self::Unprobed,
         Self::Floor,
         Self::FloorReturn,
         Self::FloorClock,
         Self::Span,
         Self::SpanRet,
+        Self::SpanStacks,
         Self::BpftraceCount,
         Self::BpftracePrintf,
     ];
@@ -61,6 +65,7 @@ impl Tool {
             Self::FloorClock => "span lower bound: floor+ret, 2 clock reads, 1 record",
             Self::Span => "xtrace span",
             Self::SpanRet => "xtrace span, exit at ret (--exits ret)",
+            Self::SpanStacks => "xtrace span with its stack (--stacks)",
             Self::BpftraceCount => "bpftrace count()",
             Self::BpftracePrintf => "bpftrace printf",
         }
@@ -74,6 +79,7 @@ impl Tool {
             Self::FloorClock => "floor_clock",
             Self::Span => "xtrace_span",
             Self::SpanRet => "xtrace_span_ret",
+            Self::SpanStacks => "xtrace_span_stacks",
             Self::BpftraceCount => "bpftrace_count",
             Self::BpftracePrintf => "bpftrace_printf",
         }
@@ -128,10 +134,13 @@ pub fn run(env: &Env, tool: Tool, symbol: &str, args: &[String]) -> Result<RunOu
                 lost: None,
             })
         }
-        Tool::Span | Tool::SpanRet => {
+        Tool::Span | Tool::SpanRet | Tool::SpanStacks => {
             let mut spec = XtraceSpec::new(&env.hits, args, &[symbol]);
             if tool == Tool::SpanRet {
                 spec.flags = vec!["--exits".into(), "ret".into()];
+            }
+            if tool == Tool::SpanStacks {
+                spec.flags = vec!["--stacks".into()];
             }
             let out = xtrace(env, &spec)?;
             let summary = out.summary.context("xtrace wrote no summary")?;

@@ -22,7 +22,8 @@ use crate::util::{self, BadInput, Workspace};
 
 /// The smoke set: (file in tests/tests/, test) for each capability the matrix covers: function
 /// spans, arguments, both uprobe attach paths, USDT with semaphores, CPU sampling with unwinding,
-/// off-CPU time, the CUDA stand-in and its GPU device timeline, range probes, the lifecycle
+/// off-CPU time, the CUDA stand-in and its GPU device timeline, call sites (`--stacks`), range
+/// probes, the lifecycle
 /// (SIGINT, SIGTERM, SIGKILL: nothing left attached; SIGTERM, SIGHUP, SIGKILL and a panic in the
 /// USDT semaphore test; perf-event uprobes removed in the background after a prompt exit), bad
 /// input and
@@ -57,6 +58,11 @@ pub const SMOKE: &[(&str, &str)] = &[
         "attach_then_detach_finalizes_cupti_and_attaching_again_works",
     ),
     ("offcpu", "sleeps_in_a_function_are_its_off_cpu_time"),
+    (
+        "stacks",
+        "cuda_launches_and_synchronizations_are_named_by_their_python_lines",
+    ),
+    ("stacks", "c_callers_are_named_by_function_and_offset"),
     ("ranges", "xtrace_range_api_by_pid"),
     ("stop", "sigint_stops"),
     (

@@ -198,6 +198,19 @@ pub struct RecordArgs {
     #[arg(long = "no-python", help_heading = heading::SAMPLING)]
     pub no_python: bool,
 
+    /// Record where each traced call came from: its stack at entry, Python frames included.
+    ///
+    /// At the entry of every traced function (-u) and CUDA call (--cuda), a second kernel program
+    /// (loaded only with this flag) walks the calling thread's Python frames, as for a CPU sample,
+    /// and its native stack by frame pointers (no stack copy, whatever --user-stack says). Each
+    /// call is named by its call site: the innermost Python frame, `qualname (file.py:LINE)` at
+    /// the calling line, else the native caller, `function+0xOFF (module)`. summary.json's
+    /// call_sites (per probe, and per CUDA kernel for launches) and summary.txt list the top 5
+    /// by time, with their counts; each span in the trace carries its site. Needs a traced call
+    /// (-u or --cuda); --no-python leaves the Python frames out.
+    #[arg(long = "stacks", help_heading = heading::PROBES)]
+    pub stacks: bool,
+
     /// Trace CUDA runtime and driver calls, with kernel names.
     ///
     /// Kernel launches with their kernels' names, copies, allocations and synchronization, in
@@ -399,6 +412,7 @@ impl RecordArgs {
             user_stack: self.user_stack,
             inherit: !self.no_inherit,
             python: !self.no_python,
+            stacks: self.stacks,
             exits: self.exits,
             entry: self.entry,
             max_probes: self.max_probes,

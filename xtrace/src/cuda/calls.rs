@@ -120,6 +120,8 @@ pub struct Calls {
     pending: Pending<Entry>,
     pub names: KernelNames,
     pub totals: Totals,
+    /// The kernel of the launch [`Calls::span`] last rendered, until [`Calls::take_launched`].
+    launched: Option<String>,
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u64 {
@@ -352,7 +354,7 @@ impl Calls {
         };
         let lo = |v: u64| v & 0xffff_ffff;
         let hi = |v: u64| v >> 32;
-        match op {
+        let launch = match op {
             Op::LaunchRuntime => Launch {
                 kernel: self.names.stub(images, at, r[0]),
                 grid: [lo(r[1]), hi(r[1]), lo(r[2])],
@@ -381,7 +383,14 @@ impl Calls {
                 shared_mem: u32_at(b, 24),
                 stream: u64_at(b, 32),
             },
-        }
+        };
+        self.launched = Some(launch.kernel.clone());
+        launch
+    }
+
+    /// The kernel of the span just rendered by [`Calls::span`], when it was a launch.
+    pub fn take_launched(&mut self) -> Option<String> {
+        self.launched.take()
     }
 }
 

@@ -8,6 +8,9 @@ use crate::{cuda::calls::Totals, model::cuda_api::Space};
 pub struct KernelLaunches {
     pub kernel: String,
     pub count: u64,
+    /// With `--stacks`: where its launches came from, the most time first (at most 5).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub call_sites: Vec<crate::pipeline::call_sites::CallSite>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -102,6 +105,7 @@ impl CudaSummary {
             .map(|(kernel, count)| KernelLaunches {
                 kernel: kernel.clone(),
                 count: *count,
+                call_sites: Vec::new(),
             })
             .collect();
         launches.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.kernel.cmp(&b.kernel)));
@@ -128,6 +132,19 @@ impl CudaSummary {
         }
     }
 
+    /// Adds each kernel's launch call sites (`--stacks`), by kernel name.
+    pub fn with_call_sites(
+        mut self,
+        sites: Vec<(String, Vec<crate::pipeline::call_sites::CallSite>)>,
+    ) -> Self {
+        for (kernel, sites) in sites {
+            if let Some(launches) = self.launches.iter_mut().find(|l| l.kernel == kernel) {
+                launches.call_sites = sites;
+            }
+        }
+        self
+    }
+
     /// Lines for the readable summary.
     pub fn table(&self) -> String {
         let launches: u64 = self.launches.iter().map(|l| l.count).sum();
@@ -140,6 +157,9 @@ impl CudaSummary {
         );
         for l in self.launches.iter().take(10) {
             out += &format!("  {:>8}  {}\n", l.count, l.kernel);
+            for row in super::summary::call_site_rows(&l.call_sites).lines() {
+                out += &format!("          {row}\n");
+            }
         }
         for c in &self.memcpy {
             out += &format!("  memcpy {:<7} {} calls, {} bytes\n", c.kind, c.calls, c.bytes);

@@ -32,6 +32,9 @@ pub struct ProbeSummary {
     /// A USDT pair's (kind `usdt_span`): its halves left without the other.
     #[serde(flatten)]
     pub pair: Option<PairSummary>,
+    /// With `--stacks`: where its calls came from, the most time first (at most 5).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub call_sites: Vec<crate::pipeline::call_sites::CallSite>,
 }
 
 /// What of a USDT begin/end pair made no span.
@@ -201,6 +204,7 @@ impl Summary {
             .collect();
         out += &super::table::render(&header, &rows, 1);
         out += &self.unpaired_lines();
+        out += &self.call_site_lines();
         if let Some(profile) = &self.profile {
             out += &profile_table(profile);
         }
@@ -272,6 +276,22 @@ impl Summary {
         )
     }
 
+    /// With `--stacks`: each probe's top call sites, a line each (`  91%  12 calls  2.31 s  main
+    /// (train.py:88)`) under one naming the probe.
+    fn call_site_lines(&self) -> String {
+        let mut out = String::new();
+        for p in self.probes.iter().filter(|p| !p.call_sites.is_empty()) {
+            out += &format!(
+                "{}: {} calls, {}, from:\n",
+                p.name,
+                p.stats.count,
+                human(p.stats.total_ns)
+            );
+            out += &call_site_rows(&p.call_sites);
+        }
+        out
+    }
+
     /// A line per USDT pair with begins still open at the stop or ends that found none open.
     fn unpaired_lines(&self) -> String {
         let mut out = String::new();
@@ -338,6 +358,22 @@ impl Summary {
         }
         out
     }
+}
+
+/// One line per call site: share, calls, time and site.
+pub(crate) fn call_site_rows(sites: &[crate::pipeline::call_sites::CallSite]) -> String {
+    sites
+        .iter()
+        .map(|s| {
+            format!(
+                "  {:>3.0}%  {} calls  {}  {}\n",
+                s.share * 100.0,
+                s.count,
+                human(s.total_ns),
+                s.site
+            )
+        })
+        .collect()
 }
 
 /// The CPU profile's lines of the table: sample count and the hottest functions by self samples.
@@ -421,6 +457,7 @@ mod tests {
                 histogram: vec![[500, 1], [900, 2], [1_600, 1]],
                 below_min_duration: None,
                 values: Vec::new(),
+                call_sites: Vec::new(),
                 pair: None,
             }],
             command: Some(CommandSummary {

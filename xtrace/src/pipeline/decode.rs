@@ -28,6 +28,8 @@ pub enum Event {
     PyStack(Box<xtrace_common::python::PyStackEvent>),
     /// A GPU device record from the tool library (`KIND_GPU`).
     Gpu(Box<xtrace_common::gpu::GpuEvent>),
+    /// A traced call's stack at its entry (`--stacks`).
+    CallStack(Box<xtrace_common::stacks::CallStackEvent>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +89,7 @@ impl Event {
             Event::UsdtStr(event) => Some(event.event.header.pid),
             Event::Thread(thread) => Some(thread.header.pid),
             Event::Gpu(event) => Some(event.header.pid),
+            Event::CallStack(event) => Some(event.header.pid),
             Event::Sample(..) | Event::OffCpu(..) | Event::Exec(_) | Event::PyStack(_) => None,
         }
     }
@@ -119,6 +122,10 @@ impl Event {
             Event::Sample(sample, _) => Some(sample.header.ts_ns),
             Event::OffCpu(event, _) => Some(event.interval.start_ns),
             Event::PyStack(walk) => Some(walk.header.ts_ns),
+            Event::CallStack(event) => Some(match event.start_ns {
+                xtrace_common::stacks::CALL_NOT_OPEN => event.header.ts_ns,
+                start => start,
+            }),
             Event::Thread(_) | Event::Out(_) | Event::Exec(_) | Event::Gpu(_) => None,
         }
     }
@@ -162,6 +169,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         )?))),
         KIND_LONG_STR => Ok(Event::LongStr(Box::new(read_trimmed(bytes, LONG_STR_AT)?))),
         xtrace_common::gpu::KIND_GPU => Ok(Event::Gpu(Box::new(read(bytes)?))),
+        xtrace_common::stacks::KIND_CALL_STACK => Ok(Event::CallStack(Box::new(read(bytes)?))),
         kind => Err(DecodeError::UnknownKind { kind }),
     }
 }

@@ -5,6 +5,7 @@
 //! trace.json in the Chrome Trace Event format (`chrome`) or to trace.perfetto-trace in Perfetto's
 //! protobuf format (`perfetto`).
 pub mod bpf_symbols;
+pub mod call_sites;
 pub mod chrome;
 pub mod decode;
 pub mod gpu;
@@ -80,6 +81,8 @@ pub struct Setup {
     pub off_cpu: Option<offcpu::OffCpu>,
     /// `--cuda` with the `gpu_records` probe planned: the GPU device timeline.
     pub gpu: Option<gpu::GpuDevice>,
+    /// `--stacks`: the traced calls' call sites (None without it).
+    pub call_sites: Option<call_sites::CallSites>,
 }
 
 /// What a pipeline holds when its recording is over, besides its trace, for the outputs to be
@@ -95,6 +98,7 @@ pub struct Collected {
     pub python: crate::python::Python,
     pub off_cpu: Option<offcpu::OffCpu>,
     pub gpu: Option<gpu::GpuDevice>,
+    pub call_sites: Option<call_sites::CallSites>,
     pub cuda: crate::cuda::calls::Calls,
     pub ranges: ranges::Ranges,
     pub warnings: warnings::Warnings,
@@ -117,6 +121,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     python: crate::python::Python,
     off_cpu: Option<offcpu::OffCpu>,
     gpu: Option<gpu::GpuDevice>,
+    call_sites: Option<call_sites::CallSites>,
     cuda: crate::cuda::calls::Calls,
     ranges: ranges::Ranges,
     warnings: warnings::Warnings,
@@ -177,12 +182,18 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             loaders,
             off_cpu,
             gpu,
+            call_sites,
         } = setup;
         let probes = captures.len();
         let values = Values::new(captures);
-        let mut images = images;
+        let (mut images, mut python) = (images, python);
         for &pid in targets.iter().flatten() {
             values.seen(&mut images, pid);
+            if call_sites.is_some() {
+                // A running Python's frames from its first traced call on.
+                let image = images.seen(pid, crate::clock::monotonic_ns());
+                python.seen(pid, images.maps(image));
+            }
         }
         Pipeline {
             stats: vec![ProbeStats::default(); probes],
@@ -195,6 +206,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             python,
             off_cpu,
             gpu,
+            call_sites,
             cuda,
             ranges,
             warnings,
@@ -295,6 +307,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             python: self.python,
             off_cpu: self.off_cpu,
             gpu: self.gpu,
+            call_sites: self.call_sites,
             cuda: self.cuda,
             ranges: self.ranges,
             warnings: self.warnings,
@@ -431,6 +444,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Ok(Event::Gpu(event)) => self.gpu_record(&event),
+            Ok(Event::CallStack(event)) => {
+                if let Some(sites) = &mut self.call_sites {
+                    sites.stack(&mut self.images, &mut self.python, &event);
+                }
+                Ok(())
+            }
             Err(_) => {
                 self.undecodable += 1;
                 Ok(())
@@ -460,6 +479,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         if self.cuda.owns(span.probe_id) {
             return self.cuda_span(span);
         }
+        let site = self.call_site(span, duration, None);
         let tail_call = span.exit == EXIT_TAIL_CALL;
         let ret = (!tail_call).then_some((span.ret, ret_str));
         let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
@@ -468,6 +488,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             values
                 .get_or_insert_with(String::new)
                 .push_str(",\"exit\":\"tail call\"");
+        }
+        if let Some(site) = site {
+            values.get_or_insert_with(String::new).push_str(&site);
         }
         let values = values.map(String::into_boxed_str);
         self.emit(SpanOut {
@@ -488,6 +511,17 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         self.trace.span(span)
     }
 
+    /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as
+    /// trace.json `args` members (`,"site":"main (x.py:12)"`); its time is added to the site's.
+    fn call_site(&mut self, span: &SpanEvent, duration: u64, kernel: Option<&str>) -> Option<String> {
+        let sites = self.call_sites.as_mut()?;
+        let site = sites.span(span.header.tid, span.start_ns, duration, kernel)?;
+        Some(format!(
+            ",\"site\":{}",
+            serde_json::to_string(site).unwrap_or_default()
+        ))
+    }
+
     /// The span of a CUDA call, and the process's device memory counter when the call changed it.
     fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
         let (pid, tid) = (span.header.pid, span.header.tid);
@@ -500,6 +534,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             (span.start_ns, end_ns),
             span.ret,
         );
+        let kernel = self.cuda.take_launched();
+        let site = self.call_site(span, end_ns.saturating_sub(span.start_ns), kernel.as_deref());
+        let values = rendered.values + site.as_deref().unwrap_or_default();
         // Every CUDA call is sent (the CUDA summary counts each); one shorter than
         // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
         let duration = end_ns.saturating_sub(span.start_ns);
@@ -515,7 +552,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 start_ns: span.start_ns,
                 dur_ns: duration,
                 depth: span.depth.into(),
-                values: Some(rendered.values.into_boxed_str()),
+                values: Some(values.into_boxed_str()),
                 ..Default::default()
             })?;
         }

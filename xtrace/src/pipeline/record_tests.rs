@@ -39,6 +39,7 @@ fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
     let setup = Setup {
         off_cpu: None,
         gpu: None,
+        call_sites: None,
         captures: vec![Capture::default(), Capture::default()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),

@@ -233,6 +233,18 @@ pub(super) fn function_groups<'a>(
                 0,
             )
         })),
+        // `--stacks`: every entry but `dlopen`'s (watched for CUDA libraries loaded later).
+        "call_stack" => group(
+            attachments
+                .iter()
+                .filter(|a| {
+                    !plan
+                        .watch
+                        .as_ref()
+                        .is_some_and(|w| w.loaders.contains(&a.probe_id))
+                })
+                .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
+        ),
         "span_exit" => group(
             attachments
                 .iter()
@@ -249,7 +261,8 @@ pub(super) fn function_groups<'a>(
 }
 
 /// The span programs `attachments` need, exit probes first so that no entry is left without its
-/// exit.
+/// exit; with `--stacks`, `call_stack` before the entry programs: the kernel runs a uprobe's
+/// consumers newest first, so it runs after the entry program has opened the call.
 pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
     let mut names = Vec::new();
     if attachments.iter().any(|a| a.exits.is_none()) {
@@ -260,6 +273,9 @@ pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'st
         .any(|a| a.exits.as_ref().is_some_and(|e| !e.is_empty()))
     {
         names.push("span_ret");
+    }
+    if plan.stacks && !attachments.is_empty() {
+        names.push("call_stack");
     }
     for entry in ["span_enter", "span_enter_s"] {
         if attachments.iter().any(|a| entry_program(plan, a) == entry) {
@@ -315,8 +331,11 @@ pub(super) fn programs_for(plan: &Plan) -> Vec<&'static str> {
     // program: each is loaded now, while the object still holds every map the programs use.
     if plan.watch.is_some() {
         let sleepable = bpf::features::sleepable_entries().then_some("span_enter_s");
-        for name in ["span_exit", "span_ret", "span_enter"]
+        let stacks = plan.stacks.then_some("call_stack");
+        for name in ["span_exit", "span_ret"]
             .into_iter()
+            .chain(stacks)
+            .chain(["span_enter"])
             .chain(sleepable)
         {
             if !names.contains(&name) {

@@ -122,6 +122,8 @@ pub struct Plan {
     pub notices: Vec<String>,
     /// With `--cuda`: the `dlopen` probes and the probe ids kept for CUDA libraries loaded later.
     pub watch: Option<Watch>,
+    /// `--stacks`: `call_stack` is attached at every function entry too (not at `dlopen`'s).
+    pub stacks: bool,
 }
 
 impl Plan {

@@ -173,6 +173,16 @@ impl Python {
         }
     }
 
+    /// Whether process `pid`'s interpreter is recognised, or cannot be (refused, or off): it needs
+    /// no other look.
+    pub fn settled(&self, pid: u32) -> bool {
+        self.procs.is_none()
+            || matches!(
+                self.states.get(&pid),
+                Some(State::Recognised(..) | State::Refused(_))
+            )
+    }
+
     fn refuse(&mut self, pid: u32, why: String) {
         log::info!("python: process {pid}: {why}");
         self.states.insert(pid, State::Refused(why));

@@ -59,6 +59,8 @@ pub struct Config {
     pub inherit: bool,
     /// Whether samples carry Python frames (not `--no-python`).
     pub python: bool,
+    /// `--stacks`: each traced call's stack is recorded at its entry.
+    pub stacks: bool,
     pub exits: ExitMode,
     pub entry: EntryMode,
     pub max_probes: usize,

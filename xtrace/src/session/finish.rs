@@ -395,7 +395,10 @@ impl Outputs<'_> {
                 })
                 .collect(),
             profile,
-            cuda: (!plan.cuda.is_empty()).then(|| CudaSummary::new(&collected.cuda.totals)),
+            cuda: (!plan.cuda.is_empty()).then(|| {
+                let sites = collected.call_sites.as_ref().map(|s| s.of_kernels());
+                CudaSummary::new(&collected.cuda.totals).with_call_sites(sites.unwrap_or_default())
+            }),
             gpus: self.gpus.iter().map(DeviceSeries::summary).collect(),
             ranges: plan.ranges.map(|_| collected.ranges.summary()),
             ranges_unpaired: plan
@@ -435,6 +438,11 @@ impl Outputs<'_> {
                 histogram: s.histogram(),
                 below_min_duration: self.run.min_duration_ns.map(|_| s.short),
                 values,
+                call_sites: collected
+                    .call_sites
+                    .as_ref()
+                    .map(|sites| sites.of_probe(id as u32))
+                    .unwrap_or_default(),
             })
             .collect();
         probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));

@@ -40,6 +40,9 @@ pub(super) struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     /// Checks `config` against the system and resolves it; warnings go to `observer`.
     pub(super) fn new(config: &'a Config, observer: &mut dyn Observer) -> Result<Self> {
+        if config.stacks && config.uprobes.is_empty() && !config.cuda {
+            return Err(Error::StacksWithoutCalls);
+        }
         // First: privilege::check reads /proc/self, which a /proc of another namespace may not have.
         let pid_namespace = crate::pidns::own()?;
         // Before the capabilities: no capability helps a kernel without BPF.
@@ -50,7 +53,8 @@ impl<'a> Prepared<'a> {
         let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
         let hz = sampling_rate(config)?;
-        let resolved = targets::resolve(config, &specs, hz.is_some())?;
+        let mut resolved = targets::resolve(config, &specs, hz.is_some())?;
+        resolved.plan.stacks = config.stacks;
         if pid_namespace.is_some() {
             // The kernel programs find ids in xtrace's namespace only (`bpf_get_ns_current_pid_tgid`
             // matches a thread's own namespace): a process in a nested one would record nothing.

@@ -296,8 +296,10 @@ fn load_and_attach(
         attach_started.elapsed().as_secs_f64() * 1e3
     );
     // Opened before children are followed and a launched command runs: every fork, exec and
-    // mapping of theirs is reported, for sampled stacks and CUDA kernels to be named from.
-    let sideband = (sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some()).then(|| {
+    // mapping of theirs is reported, for sampled stacks, CUDA kernels and call sites to be named
+    // from.
+    let watched = sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some() || config.stacks;
+    let sideband = watched.then(|| {
         Sideband::open()
             .map_err(|e| {
                 observer.warning(&format!(
@@ -331,9 +333,10 @@ fn load_and_attach(
     Ok((kernel, sideband, cuda))
 }
 
-/// Whether the kernel walks Python frames: for CPU samples and off-CPU waits, unless `--no-python`.
+/// Whether the kernel walks Python frames: for CPU samples, off-CPU waits and traced calls'
+/// stacks (`--stacks`), unless `--no-python`.
 fn walks_python(config: &Config, sampling: bool) -> bool {
-    config.python && (sampling || config.off_cpu_ns.is_some())
+    config.python && (sampling || config.off_cpu_ns.is_some() || config.stacks)
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
@@ -492,6 +495,7 @@ fn setup(
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
         off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
         gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
+        call_sites: config.stacks.then(Default::default),
     }
 }
 
