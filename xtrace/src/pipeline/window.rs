@@ -127,6 +127,13 @@ impl<T: Slot> Window<T> {
         self.span_ns
     }
 
+    /// Changes the byte cap (what else holds memory the cap covers came or went), ageing out
+    /// at once what no longer fits.
+    pub fn set_cap_bytes(&mut self, cap_bytes: usize) {
+        self.cap_bytes = cap_bytes;
+        self.age();
+    }
+
     /// The bytes the slots kept hold.
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -233,6 +240,18 @@ mod tests {
         assert!(times(&window).is_empty());
         assert_eq!(window.aged_out().events, 2);
         assert_eq!(window.since(0).count(), 1, "the empty slot of now is kept");
+    }
+
+    #[test]
+    fn a_lower_cap_ages_out_at_once() {
+        let mut window = Window::new(10, 1000, usize::MAX);
+        for ts in 0..5u64 {
+            window.add(ts * 10, |s: &mut Tens| s.0.push(ts));
+        }
+        window.set_cap_bytes(20);
+        assert_eq!(times(&window), [3, 4]);
+        assert_eq!(window.aged_out().events, 3);
+        assert_eq!(window.bytes(), 20);
     }
 
     #[test]
