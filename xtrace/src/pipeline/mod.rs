@@ -7,6 +7,7 @@
 pub mod bpf_symbols;
 pub mod chrome;
 pub mod decode;
+pub mod flight;
 pub mod gpu;
 pub mod kept_names;
 pub mod offcpu;
@@ -141,6 +142,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     started_at: Option<u64>,
     /// The time of each process's last memory counter value, per memory space.
     counter_at: std::collections::HashMap<(u32, Space), u64>,
+    /// `--flight`: the trace events are kept here instead of being written.
+    flight: Option<flight::Flight>,
 }
 
 impl<W: Write + Send + 'static> Pipeline<W> {
@@ -193,7 +196,29 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             stopped_at: None,
             started_at: None,
             counter_at: std::collections::HashMap::new(),
+            flight: None,
         }
+    }
+
+    /// Keeps the trace events in `flight` from now on instead of writing them (`--flight`).
+    pub fn keep_in_flight(&mut self, flight: flight::Flight) {
+        self.flight = Some(flight);
+    }
+
+    /// The flight recorder's buffer, with `--flight`.
+    pub fn flight(&mut self) -> Option<&mut flight::Flight> {
+        self.flight.as_mut()
+    }
+
+    /// Takes what the flight recorder's buffer holds at `now_ns`, with the names known now.
+    pub fn take_flight(&mut self, now_ns: u64) -> Option<flight::Taken> {
+        let names = &self.names;
+        self.flight.as_mut().map(|f| f.take(now_ns, names))
+    }
+
+    /// The spans over their `--warn-over` limits so far.
+    pub fn warned(&self) -> u64 {
+        self.warnings.over_total()
     }
 
     /// How many records it has been given.
@@ -438,10 +463,17 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         })
     }
 
-    /// Writes one event to trace.json, checking spans against the `--warn-over` rules.
+    /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
+    /// spans against the `--warn-over` rules.
     fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
         self.warnings.span(&span);
-        self.trace.span(span)
+        match &mut self.flight {
+            Some(flight) => {
+                flight.add(span);
+                Ok(())
+            }
+            None => self.trace.span(span),
+        }
     }
 
     /// The span of a CUDA call, and the process's device memory counter when the call changed it.
