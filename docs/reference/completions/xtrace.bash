@@ -107,7 +107,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge check generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -211,6 +211,22 @@ _xtrace() {
                     ;;
                 --trace-format)
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
+                    return 0
+                    ;;
+                --flight)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-trigger)
+                    COMPREPLY=($(compgen -W "warn-over" -- "${cur}"))
                     return 0
                     ;;
                 --buffer-size)
@@ -669,7 +685,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --cuda --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --gzip --trace-format --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -773,6 +789,22 @@ _xtrace() {
                     ;;
                 --trace-format)
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
+                    return 0
+                    ;;
+                --flight)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flight-trigger)
+                    COMPREPLY=($(compgen -W "warn-over" -- "${cur}"))
                     return 0
                     ;;
                 --buffer-size)

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= gzip trace-format= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -47,6 +47,10 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory
 complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
@@ -94,6 +98,10 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit

@@ -85,11 +85,13 @@ impl Stopped<'_> {
             gpus,
             run,
             teardown,
+            flight,
         } = self;
         let stop = stop?;
         reader
             .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_file.path))?;
+        let flight = flight.map(|flight| flight.stop(&mut pipeline, observer));
         for warning in pipeline.take_warnings() {
             observer.warning(&warning);
         }
@@ -144,6 +146,7 @@ impl Stopped<'_> {
             gpus: &gpus,
             off_cpu_lost,
             device_lost: bpf::read_lost_device_records(&counters)?,
+            flight,
         };
         let (summary, derived) = outputs.write(pipeline)?;
         let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
@@ -208,6 +211,8 @@ struct Outputs<'a> {
     off_cpu_lost: u64,
     /// GPU device records the kernel program could not send.
     device_lost: u64,
+    /// `--flight`: the whole run's window and directories.
+    flight: Option<crate::export::summary::FlightSummary>,
 }
 
 impl Outputs<'_> {
@@ -368,6 +373,7 @@ impl Outputs<'_> {
                 .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
+            flight: self.flight.clone(),
             off_cpu: None,
             gpu_device: collected
                 .gpu

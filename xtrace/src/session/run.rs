@@ -65,15 +65,20 @@ pub struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    /// SIGUSR1, the flight recorder's trigger: caught with `--flight` only (else it ends xtrace,
+    /// as it always did).
+    usr1: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    pub fn install() -> Result<Signals> {
+    /// The stop signals, and SIGUSR1 when `flight`.
+    pub fn install(flight: bool) -> Result<Signals> {
         let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
         Ok(Signals {
             int: sig(SignalKind::interrupt())?,
             term: sig(SignalKind::terminate())?,
             hup: sig(SignalKind::hangup())?,
+            usr1: flight.then(|| sig(SignalKind::user_defined1())).transpose()?,
         })
     }
 
@@ -117,6 +122,31 @@ pub struct Loop<'a, W: Write + Send + 'static> {
     /// `-d`, as a moment.
     pub deadline: Option<Instant>,
     pub trace_file: &'a TraceFile,
+    /// `--flight`: its triggers and writing.
+    pub flight: Option<&'a mut super::flight::Recorder>,
+}
+
+/// SIGUSR1 came: what came up to it goes into the flight recorder's window, and triggers it.
+fn signalled<W: Write + Send + 'static>(
+    reader: &mut RingReader,
+    pipeline: &mut Pipeline<W>,
+    flight: Option<&mut super::flight::Recorder>,
+) -> std::io::Result<()> {
+    reader.drain(|bytes| pipeline.record(bytes))?;
+    if let Some(flight) = flight {
+        flight.trigger(crate::clock::monotonic_ns(), "signal");
+    }
+    Ok(())
+}
+
+/// The next SIGUSR1, or never when it is not caught.
+async fn usr1(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Reads records until a stop condition: a signal, every target gone, or the deadline (-d).
@@ -134,8 +164,14 @@ pub async fn run<W: Write + Send + 'static>(
         processes,
         deadline,
         trace_file,
+        mut flight,
     } = state;
-    let Signals { int, term, hup } = signals;
+    let Signals {
+        int,
+        term,
+        hup,
+        usr1: user1,
+    } = signals;
     let pidfds = processes
         .iter()
         .map(|p| p.pidfd.try_clone())
@@ -194,11 +230,19 @@ pub async fn run<W: Write + Send + 'static>(
                     }
                 }
             }
+            _ = usr1(user1) => {
+                signalled(reader, pipeline, flight.as_deref_mut()).map_err(output_error(&trace_file.path))?;
+            }
             _ = int.recv() => return Ok(Stop::Interrupted),
             _ = term.recv() => return Ok(Stop::Terminated),
             _ = hup.recv() => return Ok(Stop::HungUp),
             _ = &mut deadline, if timed => return Ok(Stop::Duration),
             _ = &mut all_exited, if !processes.is_empty() => return Ok(Stop::TargetsExited),
+        }
+        if let Some(flight) = flight.as_deref_mut() {
+            for line in flight.tick(pipeline, crate::clock::monotonic_ns()) {
+                observer.notice(&line);
+            }
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
             let now = Instant::now();

@@ -99,6 +99,8 @@ pub(super) struct Started<'a> {
     /// With `--start-at`, when the window began (its time, or the attach's end when that came
     /// later): CLOCK_REALTIME in ns.
     pub(super) start_at_ns: Option<u64>,
+    /// `--flight`: when and how the buffer of recent events is written out.
+    pub(super) flight: Option<super::flight::Recorder>,
 }
 
 impl<'a> Prepared<'a> {
@@ -155,6 +157,15 @@ impl<'a> Prepared<'a> {
         if let Some([monotonic_ns, _]) = window {
             pipeline.start_at(monotonic_ns);
         }
+        let attached = (
+            kernel.attach_ns,
+            kernel.attached.mechanism.name(),
+            kernel.attached.uprobes,
+        );
+        let flight = super::flight::recorder(config, &plan, attached, &infos, &out);
+        if let Some(flight) = &flight {
+            pipeline.keep_in_flight(flight.buffer());
+        }
         let waits = started.saturating_duration_since(Instant::now());
         let from = match waits.is_zero() {
             true => String::new(),
@@ -182,6 +193,7 @@ impl<'a> Prepared<'a> {
             infos,
             started,
             start_at_ns: window.map(|[_, realtime_ns]| realtime_ns),
+            flight,
         })
     }
 }

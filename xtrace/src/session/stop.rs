@@ -49,6 +49,8 @@ pub(super) struct Stopped<'a> {
     pub(super) run: RunInfo,
     /// Perf-event uprobes whose programs are off, to remove once the outputs are written.
     pub(super) teardown: Teardown,
+    /// `--flight`: its last window is written once what is left is read.
+    pub(super) flight: Option<super::flight::Recorder>,
 }
 
 impl<'a> Started<'a> {
@@ -117,6 +119,7 @@ impl<'a> Started<'a> {
             infos: self.infos,
             gpus,
             teardown,
+            flight: self.flight,
             run: RunInfo {
                 host: crate::output::placeholders::host_name(),
                 labels: self.config.labels.iter().cloned().collect(),
@@ -145,6 +148,7 @@ impl<'a> Started<'a> {
             trace_file,
             pipeline,
             started,
+            flight,
             ..
         } = self;
         let mut late = cuda::late::Late::new(plan);
@@ -177,6 +181,7 @@ impl<'a> Started<'a> {
             processes: &processes,
             deadline: config.duration.map(|d| *started + d),
             trace_file,
+            flight: flight.as_mut(),
         };
         run::run(state, observer, &mut on_change).await
     }
