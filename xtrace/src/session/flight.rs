@@ -153,15 +153,14 @@ impl Recorder {
         for line in self.collect(true) {
             observer.notice(&line);
         }
-        let summary = FlightSummary {
+        FlightSummary {
             window_ns: self.asked.window_ns,
             size_bytes: self.asked.size_bytes,
             kept_ns: None,
             aged_out_events: pipeline.flight().map_or(0, |f| f.aged_out().events),
             trigger: None,
             directories: self.directories,
-        };
-        summary
+        }
     }
 
     /// Hands `taken` to a thread that writes it as the next `flight-NNN`.
