@@ -4,8 +4,8 @@
 //! second SIGUSR1 flight-002, the stop the last one; DIR's summary covers the whole run; `report`
 //! and `convert` read a flight directory. `--flight-after` keeps what follows a trigger; a small
 //! `--flight-size` shortens the window, every event either kept or counted as aged out;
-//! `--flight-trigger warn-over` writes on a span over its limit. Bad flight flags get one line
-//! naming the valid values, exit 2.
+//! `--flight-trigger warn-over` writes on a span over its limit; a Perfetto-format directory is
+//! read by `report`. Bad flight flags get one line naming the valid values, exit 2.
 
 use std::{path::Path, thread, time::Duration};
 
@@ -247,5 +247,34 @@ fn bad_flight_flags() {
     assert!(
         line.starts_with("xtrace: error: ") && line.contains("--flight <DURATION>"),
         "names the flag it needs: {line}"
+    );
+}
+
+/// A flight directory in Perfetto's format, read by `report` as any capture.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn perfetto_flight_directories_are_read_by_report() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = phases();
+    let tmp = TempDir::new("flight-perfetto");
+    let out_dir = tmp.join("out");
+    let flags = args!["--flight", "5s", "--trace-format", "perfetto"];
+    let mut xtrace = Xtrace::record_work(fixture.pid(), flags, &out_dir);
+    xtrace.wait_attached();
+    phase(&mut fixture, 12);
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    let dir = out_dir.join("flight-001");
+    assert!(dir.join("trace.perfetto-trace").is_file());
+    let ran = run_xtrace(args!["report", &dir, "--format", "csv"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout
+            .lines()
+            .any(|l| l.split(',').nth(1) == Some("work") && l.split(',').nth(2) == Some("12")),
+        "{}",
+        ran.stdout
     );
 }
