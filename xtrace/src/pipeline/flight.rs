@@ -8,11 +8,15 @@ use super::{
     writer::SpanOut,
 };
 
-/// The slot length for a window of `window_ns`: a hundredth of it, from 1 ms to 1 s. The window
-/// kept is then within a slot of the one asked for, and the ring holds about a hundred slots.
+/// The slot length for a window of `window_ns`: a thousandth of it, from 1 ms to 1 s. The window
+/// kept is then within a slot of the one asked for.
 pub fn slot_ns(window_ns: u64) -> u64 {
-    (window_ns / 100).clamp(1_000_000, 1_000_000_000)
+    (window_ns / 1000).clamp(1_000_000, 1_000_000_000)
 }
+
+/// Parts of the byte cap a slot may hold before it is split: at a rate where one slot would
+/// hold more than the cap, the cap still holds and the window shortens by small steps.
+const SLOT_PARTS: usize = 64;
 
 /// The heap a boxed string takes: its bytes rounded up to the allocator's 16, and the
 /// allocator's own header; nothing when it is empty (no allocation).
@@ -85,7 +89,8 @@ impl Flight {
     /// The last `window_ns` of events, at most `cap_bytes`.
     pub fn new(window_ns: u64, cap_bytes: usize) -> Self {
         Flight {
-            window: Window::new(slot_ns(window_ns), window_ns, cap_bytes),
+            window: Window::new(slot_ns(window_ns), window_ns, cap_bytes)
+                .split_at_bytes(cap_bytes / SLOT_PARTS),
             aged_before: AgedOut::default(),
         }
     }
@@ -151,9 +156,9 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_a_hundredth_of_the_window_within_bounds() {
-        assert_eq!(slot_ns(10_000_000_000), 100_000_000);
-        assert_eq!(slot_ns(10_000_000), 1_000_000);
+    fn slots_are_a_thousandth_of_the_window_within_bounds() {
+        assert_eq!(slot_ns(10_000_000_000), 10_000_000);
+        assert_eq!(slot_ns(100_000_000), 1_000_000);
         assert_eq!(slot_ns(1_000_000_000_000), 1_000_000_000);
     }
 
@@ -197,7 +202,27 @@ mod tests {
         }
         let taken = flight.take(195_000_000, &Names::default());
         assert_eq!(taken.slots.len(), 1, "only the newest slot is kept past the cap");
-        assert_eq!(taken.aged_out.events, 19);
-        assert_eq!(taken.kept_ns, 10_000_000);
+        assert_eq!(
+            taken.aged_out.events, 20,
+            "the last span's slot went as the now's came"
+        );
+        assert_eq!(taken.kept_ns, 1_000_000);
+    }
+
+    #[test]
+    fn a_rate_past_the_cap_keeps_the_newest_parts() {
+        // 1 MB for a second of one-slot bursts of 10,000 spans: split into parts of 16 KB, the
+        // newest within the cap are kept, and the slot of now is added without dropping them.
+        let cap = 1 << 20;
+        let mut flight = Flight::new(1_000_000_000, cap);
+        for i in 0..10_000 {
+            flight.add(span(100_000_000 + i, None));
+        }
+        flight.advance(100_500_000, cap);
+        assert!(flight.bytes() <= cap, "{} bytes", flight.bytes());
+        let taken = flight.take(100_600_000, &Names::default());
+        let kept: usize = taken.slots.iter().map(|(_, s)| s.spans().len()).sum();
+        assert!(kept > 1000, "{kept} kept");
+        assert_eq!(kept as u64 + taken.aged_out.events, 10_000);
     }
 }
