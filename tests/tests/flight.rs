@@ -4,7 +4,7 @@
 //! second SIGUSR1 flight-002, the stop the last one; DIR's summary covers the whole run; `report`
 //! and `convert` read a flight directory. `--flight-after` keeps what follows a trigger; a small
 //! `--flight-size` shortens the window, every event either kept or counted as aged out;
-//! `--flight-trigger warn-over` writes on a span over its limit; a Perfetto-format directory is
+//! `--flight-trigger warn-over` writes on a span over its limit, once a window; a Perfetto-format directory is
 //! read by `report`. Bad flight flags get one line naming the valid values, exit 2.
 
 use std::{path::Path, thread, time::Duration};
@@ -210,8 +210,17 @@ fn a_span_over_its_limit_triggers() {
     phase(&mut fixture, 5);
     xtrace.wait_stderr(WROTE);
     check_window(&out_dir.join("flight-001"), 5, 5_000_000_000, "warn-over");
+    // More slow spans within the window trigger nothing more: the stop writes them.
+    phase(&mut fixture, 7);
+    thread::sleep(Duration::from_millis(300));
     xtrace.signal(libc::SIGINT);
     xtrace.wait().assert_success();
+    check_window(&out_dir.join("flight-002"), 7, 5_000_000_000, "stop");
+    let whole = Outputs::read(&out_dir);
+    assert_eq!(
+        whole.summary["flight"]["directories"],
+        serde_json::json!(["flight-001", "flight-002"])
+    );
 }
 
 #[test]

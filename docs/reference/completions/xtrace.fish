@@ -50,7 +50,7 @@ perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
-complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
@@ -101,7 +101,7 @@ perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit

@@ -357,7 +357,7 @@ pub struct RecordArgs {
     pub flight_after: Option<u64>,
 
     /// Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over
-    /// its --warn-over limit).
+    /// its --warn-over limit; at most once a window, however many follow).
     #[arg(long = "flight-trigger", value_name = "TRIGGER", value_enum, requires = "flight",
           help_heading = heading::OUTPUT)]
     pub flight_trigger: Option<FlightTrigger>,

@@ -76,6 +76,8 @@ pub(super) struct Recorder {
     writing: Vec<Writing>,
     /// `--warn-over` spans counted at the last tick.
     warned: u64,
+    /// Until when (CLOCK_MONOTONIC ns) a `--warn-over` span triggers nothing: one trigger a window.
+    warn_quiet_until_ns: u64,
 }
 
 impl Recorder {
@@ -90,6 +92,7 @@ impl Recorder {
             held: Arc::new(AtomicUsize::new(0)),
             writing: Vec::new(),
             warned: 0,
+            warn_quiet_until_ns: 0,
         }
     }
 
@@ -124,7 +127,14 @@ impl Recorder {
     ) -> Vec<String> {
         if self.asked.on_warn_over && pipeline.warned() > self.warned {
             self.warned = pipeline.warned();
-            self.trigger(now_ns, "warn-over");
+            // Slow spans that go on are one event, not a directory every pass: at most one
+            // trigger a window.
+            if now_ns >= self.warn_quiet_until_ns {
+                self.trigger(now_ns, "warn-over");
+                self.warn_quiet_until_ns = now_ns
+                    .saturating_add(self.asked.after_ns)
+                    .saturating_add(self.asked.window_ns);
+            }
         }
         if let Some(pending) = self.pending.filter(|p| p.due_ns <= now_ns) {
             self.pending = None;
