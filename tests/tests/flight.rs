@@ -122,6 +122,17 @@ fn signals_and_the_stop_write_the_last_window() {
         serde_json::json!(["flight-001", "flight-002", "flight-003"])
     );
 
+    // `report` of the capture directory points to its flight directories.
+    let ran = run_xtrace(args!["report", &out_dir]);
+    assert!(
+        ran.user_error().ends_with(&format!(
+            "a --flight capture keeps its events in its flight directories, not here; give one of \
+             them, e.g. {}",
+            out_dir.join("flight-001").display()
+        )),
+        "{}",
+        ran.stderr
+    );
     // Each stands alone for the other tools.
     let ran = run_xtrace(args!["report", out_dir.join("flight-001")]);
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);

@@ -200,6 +200,16 @@ pub(crate) fn cut_short(dir: &Path) -> Option<Error> {
 /// Loads `dir` and refuses it when there is nothing in it to analyse.
 pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     let capture = load(dir, what)?;
+    let flight = capture.summary["flight"]["directories"].as_array();
+    if let Some(first) = flight
+        .and_then(|d| d.first()?.as_str())
+        .filter(|_| capture.is_empty())
+    {
+        return Err(Error::FlightOnly {
+            path: dir.to_path_buf(),
+            first: dir.join(first),
+        });
+    }
     if capture.is_empty() {
         return Err(Error::Empty {
             path: dir.to_path_buf(),
@@ -349,6 +359,20 @@ mod tests {
             load_nonempty(&d, Load::default()),
             Err(Error::Empty { .. })
         ));
+        // A --flight capture's events are in its flight directories.
+        std::fs::write(
+            d.join("summary.json"),
+            r#"{"duration_ns": 5, "flight": {"directories": ["flight-001"]}}"#,
+        )
+        .unwrap();
+        let e = load_nonempty(&d, Load::default()).unwrap_err().to_string();
+        assert!(
+            e.ends_with(&format!(
+                "give one of them, e.g. {}",
+                d.join("flight-001").display()
+            )),
+            "{e}"
+        );
         std::fs::remove_file(d.join("summary.json")).unwrap();
         let e = load(&d, Load::default()).unwrap_err().to_string();
         assert!(
