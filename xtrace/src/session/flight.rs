@@ -78,6 +78,8 @@ pub(super) struct Recorder {
     warned: u64,
     /// Until when (CLOCK_MONOTONIC ns) a `--warn-over` span triggers nothing: one trigger a window.
     warn_quiet_until_ns: u64,
+    /// Lines about directories whose thread could not start, not yet told.
+    failed: Vec<String>,
 }
 
 impl Recorder {
@@ -93,6 +95,7 @@ impl Recorder {
             writing: Vec::new(),
             warned: 0,
             warn_quiet_until_ns: 0,
+            failed: Vec::new(),
         }
     }
 
@@ -163,6 +166,8 @@ impl Recorder {
         for line in self.collect(true) {
             observer.notice(&line);
         }
+        // Their threads may have ended out of order: by number.
+        self.directories.sort_by_key(|name| (name.len(), name.clone()));
         FlightSummary {
             window_ns: self.asked.window_ns,
             size_bytes: self.asked.size_bytes,
@@ -177,7 +182,8 @@ impl Recorder {
     fn write(&mut self, taken: Taken, trigger: &'static str) {
         self.begun += 1;
         let name = format!("flight-{:03}", self.begun);
-        self.held.fetch_add(taken.bytes, Ordering::Relaxed);
+        let bytes = taken.bytes;
+        self.held.fetch_add(bytes, Ordering::Relaxed);
         let (context, held) = (self.context.clone(), self.held.clone());
         let thread_name = name.clone();
         let spawned = std::thread::Builder::new()
@@ -185,16 +191,19 @@ impl Recorder {
             .spawn(move || write_dir(&context, &thread_name, taken, trigger, &held));
         match spawned {
             Ok(thread) => self.writing.push((name, thread)),
-            Err(e) => self.writing.push((
-                name,
-                std::thread::spawn(move || Err(Error::io("starting a thread", e))),
-            )),
+            Err(e) => {
+                // The window went with the closure.
+                self.held.fetch_sub(bytes, Ordering::Relaxed);
+                self.failed.push(format!(
+                    "flight recorder: {name} was not written: starting a thread: {e}"
+                ));
+            }
         }
     }
 
     /// The directories whose threads are done (all of them, waiting, when `wait`): their lines.
     fn collect(&mut self, wait: bool) -> Vec<String> {
-        let mut lines = Vec::new();
+        let mut lines = std::mem::take(&mut self.failed);
         let (done, running): (Vec<Writing>, Vec<Writing>) = std::mem::take(&mut self.writing)
             .into_iter()
             .partition(|(_, t)| wait || t.is_finished());
