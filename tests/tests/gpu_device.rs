@@ -102,6 +102,54 @@ fn assert_kernels_inside_their_launches(out: &Outputs, slices: &[Span]) {
     }
 }
 
+/// The summary's idle time is the span less the busy time, with its longest gaps within it,
+/// longest first; every kernel's launch was seen, so each has a queueing delay, within its launch
+/// call (the stand-in driver starts the kernel inside it); each copy's bandwidth is its bytes over
+/// its time.
+fn assert_gaps_queueing_and_bandwidth(out: &Outputs) {
+    let gpu = &out.summary["gpu_device"];
+    let busy = &gpu["gpus"][0];
+    let ns = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert_eq!(
+        ns(busy, "idle_ns"),
+        ns(busy, "span_ns") - ns(busy, "busy_ns"),
+        "{busy}"
+    );
+    let gaps: Vec<u64> = busy["longest_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| ns(g, "dur_ns"))
+        .collect();
+    assert!(
+        !gaps.is_empty() && gaps.windows(2).all(|w| w[0] >= w[1]),
+        "{gaps:?}"
+    );
+    assert!(gaps.iter().sum::<u64>() <= ns(busy, "idle_ns"), "{busy}");
+    let queue = &gpu["queue_delay"];
+    assert_eq!(queue["count"], 15, "{queue}");
+    let longest_launch = out
+        .spans()
+        .iter()
+        .filter(|s| s.name.starts_with("cudaLaunch") || s.name.starts_with("cuLaunch"))
+        .map(|s| (s.dur * 1000.0).ceil() as u64)
+        .max()
+        .expect("launch spans");
+    assert!(
+        ns(queue, "max_ns") <= longest_launch + 1_000,
+        "{queue}: launches last at most {longest_launch} ns"
+    );
+    for copy in gpu["copies"].as_array().unwrap() {
+        let expected = ns(copy, "bytes") as u128 * 1_000_000_000 / ns(copy, "total_ns").max(1) as u128;
+        assert_eq!(u128::from(ns(copy, "bandwidth_bytes_per_s")), expected, "{copy}");
+    }
+    assert!(
+        out.summary_txt.contains("  launch to device start: p50 "),
+        "{}",
+        out.summary_txt
+    );
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
@@ -153,49 +201,7 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         .collect();
     assert_eq!(top, [("reduce_sum", 10), ("vector_add", 5)]);
     assert_eq!(gpu["gpus"][0]["kernels"], 15);
-    // Idle time is the span less the busy time, its longest gaps within it, longest first.
-    let busy = &gpu["gpus"][0];
-    let ns = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
-    assert_eq!(
-        ns(busy, "idle_ns"),
-        ns(busy, "span_ns") - ns(busy, "busy_ns"),
-        "{busy}"
-    );
-    let gaps: Vec<u64> = busy["longest_gaps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| ns(g, "dur_ns"))
-        .collect();
-    assert!(
-        !gaps.is_empty() && gaps.windows(2).all(|w| w[0] >= w[1]),
-        "{gaps:?}"
-    );
-    assert!(gaps.iter().sum::<u64>() <= ns(busy, "idle_ns"), "{busy}");
-    // Every kernel's launch was seen: each has a queueing delay, within its launch call (the
-    // stand-in driver starts the kernel inside it).
-    let queue = &gpu["queue_delay"];
-    assert_eq!(queue["count"], 15, "{queue}");
-    let longest_launch = out
-        .spans()
-        .iter()
-        .filter(|s| s.name.starts_with("cudaLaunch") || s.name.starts_with("cuLaunch"))
-        .map(|s| (s.dur * 1000.0).ceil() as u64)
-        .max()
-        .expect("launch spans");
-    assert!(
-        ns(queue, "max_ns") <= longest_launch + 1_000,
-        "{queue}: launches last at most {longest_launch} ns"
-    );
-    for copy in gpu["copies"].as_array().unwrap() {
-        let expected = ns(copy, "bytes") as u128 * 1_000_000_000 / ns(copy, "total_ns").max(1) as u128;
-        assert_eq!(u128::from(ns(copy, "bandwidth_bytes_per_s")), expected, "{copy}");
-    }
-    assert!(
-        out.summary_txt.contains("  launch to device start: p50 "),
-        "{}",
-        out.summary_txt
-    );
+    assert_gaps_queueing_and_bandwidth(&out);
     assert_eq!(gpu["memsets"]["bytes"], 5 * 1024);
     assert_eq!(
         gpu["records_dropped"],

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= live= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -49,6 +49,10 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l store -d 'After the captu
 complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
@@ -103,6 +107,10 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l store -d 'After
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-size -d 'The most memory the --flight buffer takes (at least 1M) [default: 64M]' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-after -d 'Go on recording for DURATION after a --flight trigger before writing, so that the window holds what came after it too (e.g. 2s)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit

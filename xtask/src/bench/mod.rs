@@ -1,12 +1,13 @@
 //! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
-//! One module per measurement: per_hit, throughput, attach, sampling, rss, ranges, strings,
-//! trace_format. prep builds and installs what is needed; runs, bpftrace, tracer and
+//! One module per measurement: per_hit, throughput, attach, sampling, rss, flight, ranges,
+//! strings, trace_format. prep builds and installs what is needed; runs, bpftrace, tracer and
 //! workload run the processes; report holds the rows and writes the table and the JSON.
 mod attach;
 mod bpf_stats;
 mod bpftrace;
+mod flight;
 mod live;
 mod per_hit;
 mod prep;
@@ -58,6 +59,7 @@ pub enum Part {
     Ranges,
     Strings,
     TraceFormat,
+    Flight,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -136,6 +138,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Rss) {
         rss::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Flight) {
+        flight::run(&env, &cfg, &mut report)?;
     }
 
     let _ = fs::remove_dir_all(&env.tmp);

@@ -201,6 +201,16 @@ pub(crate) fn cut_short(dir: &Path) -> Option<Error> {
 /// or time off CPU.
 pub fn load_nonempty(dir: &Path, what: Load) -> Result<Capture> {
     let capture = load(dir, what)?;
+    let flight = capture.summary["flight"]["directories"].as_array();
+    if let Some(first) = flight
+        .and_then(|d| d.first()?.as_str())
+        .filter(|_| capture.is_empty())
+    {
+        return Err(Error::FlightOnly {
+            path: dir.to_path_buf(),
+            first: dir.join(first),
+        });
+    }
     // Time off CPU is something to analyse too (`--off-cpu` alone).
     let off_cpu = std::fs::metadata(dir.join(crate::output::OFFCPU_FOLDED)).is_ok_and(|m| m.len() > 0);
     if capture.is_empty() && !off_cpu {
@@ -352,6 +362,20 @@ mod tests {
             load_nonempty(&d, Load::default()),
             Err(Error::Empty { .. })
         ));
+        // A --flight capture's events are in its flight directories.
+        std::fs::write(
+            d.join("summary.json"),
+            r#"{"duration_ns": 5, "flight": {"directories": ["flight-001"]}}"#,
+        )
+        .unwrap();
+        let e = load_nonempty(&d, Load::default()).unwrap_err().to_string();
+        assert!(
+            e.ends_with(&format!(
+                "give one of them, e.g. {}",
+                d.join("flight-001").display()
+            )),
+            "{e}"
+        );
         std::fs::remove_file(d.join("summary.json")).unwrap();
         let e = load(&d, Load::default()).unwrap_err().to_string();
         assert!(

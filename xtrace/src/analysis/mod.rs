@@ -45,6 +45,8 @@ pub enum Error {
     CutShort { path: PathBuf, partial: String },
     #[error("{path}: the capture is empty (no spans and no samples); record again with probes (-u, -U, --cuda) or CPU sampling (-F) while the program does work")]
     Empty { path: PathBuf },
+    #[error("{path}: a --flight capture keeps its events in its flight directories, not here; give one of them, e.g. {first}")]
+    FlightOnly { path: PathBuf, first: PathBuf },
     #[error("{path}: {reason}; the capture is damaged: record it again")]
     Malformed { path: PathBuf, reason: String },
     #[error("{path}: cannot be converted: {reason}")]

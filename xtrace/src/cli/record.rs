@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use super::record_values::{
-    parse_buffer_size, parse_duration, parse_gpu_period, parse_label, parse_off_cpu_min, parse_span_duration,
-    parse_start_at, parse_store, parse_user_stack, parse_warn_rule,
+    parse_buffer_size, parse_duration, parse_flight_size, parse_flight_window, parse_gpu_period, parse_label,
+    parse_off_cpu_min, parse_span_duration, parse_start_at, parse_store, parse_user_stack, parse_warn_rule,
 };
 use crate::{
     output::TraceFormat,
     probes::{entry::EntryMode, exits::ExitMode, ranges::Wanted},
-    session::{Config, GpuPeriod, StartAt, TargetChoice},
+    session::{Config, Flight, GpuPeriod, StartAt, TargetChoice},
 };
 
 /// The `--help` headings that group the record flags.
@@ -363,6 +363,42 @@ pub struct RecordArgs {
           default_missing_value = crate::live::DEFAULT_ADDR, help_heading = heading::OUTPUT)]
     pub live: Option<String>,
 
+    /// Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s).
+    ///
+    /// For captures that run for hours: the trace events go into a buffer that keeps the last
+    /// DURATION (units ns, us, ms, s; at least 1ms) in at most --flight-size bytes, instead of
+    /// into the trace file. SIGUSR1 (`kill -USR1 PID`), the stop, and with --flight-trigger a
+    /// span over its --warn-over limit each write the buffer as DIR/flight-001, flight-002, ...:
+    /// a capture directory that `xtrace report`, `diff` and `convert` read, holding the events
+    /// since the previous one, at most DURATION. DIR's summary.json covers the whole run; its
+    /// trace holds names only. Events that fell out of the window are counted in summary.json's
+    /// flight.aged_out_events, not as lost. Not for CPU samples, which stay in DIR's profile.
+    #[arg(long = "flight", value_name = "DURATION", value_parser = parse_flight_window,
+          help_heading = heading::OUTPUT)]
+    pub flight: Option<u64>,
+
+    /// The most memory the --flight buffer takes (at least 1M) [default: 64M].
+    ///
+    /// A number of bytes with an optional K, M or G suffix. It covers the buffer and a directory
+    /// still being written. When the event rate would need more, the oldest events go first and
+    /// the window kept is shorter than --flight asks: each flight-NNN/summary.json says the
+    /// window it covers (flight.kept_ns).
+    #[arg(long = "flight-size", value_name = "BYTES", value_parser = parse_flight_size,
+          requires = "flight", help_heading = heading::OUTPUT)]
+    pub flight_size: Option<u64>,
+
+    /// Go on recording for DURATION after a --flight trigger before writing, so that the window
+    /// holds what came after it too (e.g. 2s).
+    #[arg(long = "flight-after", value_name = "DURATION", value_parser = parse_span_duration,
+          requires = "flight", help_heading = heading::OUTPUT)]
+    pub flight_after: Option<u64>,
+
+    /// Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over
+    /// its --warn-over limit; at most once a window, however many follow).
+    #[arg(long = "flight-trigger", value_name = "TRIGGER", value_enum, requires = "flight",
+          help_heading = heading::OUTPUT)]
+    pub flight_trigger: Option<FlightTrigger>,
+
     /// Print nothing but errors (no attach notice, no live status, no summary table).
     #[arg(short = 'q', long = "quiet", help_heading = heading::OUTPUT)]
     pub quiet: bool,
@@ -385,6 +421,16 @@ pub struct RecordArgs {
           default_value = "16M", value_parser = parse_buffer_size, help_heading = heading::TUNING)]
     pub buffer_size: u32,
 }
+
+/// What else writes the --flight buffer out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlightTrigger {
+    /// A span over its --warn-over limit.
+    WarnOver,
+}
+
+/// `--flight-size`'s default: 64M.
+const DEFAULT_FLIGHT_SIZE: u64 = 64 << 20;
 
 impl RecordArgs {
     /// The recording these flags ask for.
@@ -431,6 +477,12 @@ impl RecordArgs {
             icicle: self.icicle,
             quiet: self.quiet,
             live: self.live.clone(),
+            flight: self.flight.map(|window_ns| Flight {
+                window_ns,
+                size_bytes: self.flight_size.unwrap_or(DEFAULT_FLIGHT_SIZE),
+                after_ns: self.flight_after.unwrap_or(0),
+                on_warn_over: self.flight_trigger == Some(FlightTrigger::WarnOver),
+            }),
         }
     }
 }

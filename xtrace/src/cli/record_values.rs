@@ -103,6 +103,28 @@ pub(super) fn parse_buffer_size(text: &str) -> Result<u32, String> {
     Ok(bytes as u32)
 }
 
+/// `--flight DURATION`: a duration of at least 1ms, the flight recorder's least slot.
+pub(super) fn parse_flight_window(text: &str) -> Result<u64, String> {
+    let ns = parse_span_duration(text)?;
+    if ns < 1_000_000 {
+        return Err(format!(
+            "`{text}` is shorter than 1ms, the least window the flight recorder keeps"
+        ));
+    }
+    Ok(ns)
+}
+
+/// `--flight-size BYTES`: at least 1M.
+pub(super) fn parse_flight_size(text: &str) -> Result<u64, String> {
+    let bytes = parse_bytes(text)?;
+    if bytes < 1 << 20 {
+        return Err(format!(
+            "`{text}` is less than 1M, the least the flight recorder holds (e.g. 16M, 64M, 1G)"
+        ));
+    }
+    Ok(bytes)
+}
+
 /// `--label KEY=VALUE`: a key of letters, digits, `_`, `.` and `-` that starts with a letter or
 /// `_`, and a value of printable characters.
 pub(super) fn parse_label(text: &str) -> Result<(String, String), String> {

@@ -150,6 +150,33 @@ pub struct Summary {
     /// The clocks read as the trace began and as it ended: CLOCK_MONOTONIC, the capture's clock,
     /// paired with CLOCK_REALTIME and CLOCK_BOOTTIME.
     pub clock: ClockSummary,
+    /// With `--flight`: the window kept and what fell out of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flight: Option<FlightSummary>,
+}
+
+/// summary.json's `flight`: of a `flight-NNN` directory, the window it holds; of the capture
+/// directory, the whole run's.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FlightSummary {
+    /// The window asked for (`--flight`).
+    pub window_ns: u64,
+    /// The bytes the buffer may hold (`--flight-size`).
+    pub size_bytes: u64,
+    /// Of a `flight-NNN` directory: the stretch it covers, up to its trigger (or the end of
+    /// `--flight-after`): the window, or less where the byte cap shortened it, or where the
+    /// capture or the time since the previous trigger was shorter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_ns: Option<u64>,
+    /// Events that fell out of the window (by age, or by the byte cap) and are in no directory:
+    /// of a `flight-NNN` directory, since the previous one; of the capture directory, in all.
+    pub aged_out_events: u64,
+    /// Of a `flight-NNN` directory: what wrote it (`signal`, `warn-over` or `stop`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<&'static str>,
+    /// Of the capture directory: the `flight-NNN` directories written, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub directories: Vec<String>,
 }
 
 /// summary.json's `clock`.
@@ -460,6 +487,7 @@ mod tests {
                 call_sites: Vec::new(),
                 pair: None,
             }],
+            flight: None,
             command: Some(CommandSummary {
                 argv: vec!["app".into(), "-x".into()],
                 pid: 42,

@@ -128,6 +128,11 @@ impl Dir {
         ))
     }
 
+    /// Who each file and directory made in it is handed to, under sudo.
+    pub fn owner(&self) -> Option<(u32, u32)> {
+        self.owner
+    }
+
     /// The path the directory was opened by.
     pub fn path(&self) -> &Path {
         &self.path

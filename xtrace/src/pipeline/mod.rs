@@ -8,6 +8,7 @@ pub mod bpf_symbols;
 pub mod call_sites;
 pub mod chrome;
 pub mod decode;
+pub mod flight;
 pub mod gpu;
 pub mod kept_names;
 pub mod live;
@@ -148,6 +149,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     started_at: Option<u64>,
     /// The time of each process's last memory counter value, per memory space.
     counter_at: std::collections::HashMap<(u32, Space), u64>,
+    /// `--flight`: the trace events are kept here instead of being written.
+    flight: Option<flight::Flight>,
     /// With the live view: each probe's calls of the last minute.
     recent: Option<live::RecentCalls>,
 }
@@ -223,7 +226,29 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             started_at: None,
             counter_at: std::collections::HashMap::new(),
             recent: None,
+            flight: None,
         }
+    }
+
+    /// Keeps the trace events in `flight` from now on instead of writing them (`--flight`).
+    pub fn keep_in_flight(&mut self, flight: flight::Flight) {
+        self.flight = Some(flight);
+    }
+
+    /// The flight recorder's buffer, with `--flight`.
+    pub fn flight(&mut self) -> Option<&mut flight::Flight> {
+        self.flight.as_mut()
+    }
+
+    /// Takes what the flight recorder's buffer holds at `now_ns`, with the names known now.
+    pub fn take_flight(&mut self, now_ns: u64) -> Option<flight::Taken> {
+        let names = &self.names;
+        self.flight.as_mut().map(|f| f.take(now_ns, names))
+    }
+
+    /// The spans over their `--warn-over` limits so far.
+    pub fn warned(&self) -> u64 {
+        self.warnings.over_total()
     }
 
     /// Keeps what the live view shows from here on: each probe's calls of the last minute, the
@@ -505,10 +530,17 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         })
     }
 
-    /// Writes one event to trace.json, checking spans against the `--warn-over` rules.
+    /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
+    /// spans against the `--warn-over` rules.
     fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
         self.warnings.span(&span);
-        self.trace.span(span)
+        match &mut self.flight {
+            Some(flight) => {
+                flight.add(span);
+                Ok(())
+            }
+            None => self.trace.span(span),
+        }
     }
 
     /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as

@@ -13,7 +13,7 @@ use crate::target::{thread_comm, ProcessInfo};
 /// Hashes a thread id with one multiplication: the set is asked once per record, where the
 /// default SipHash took ~9% of the reader's time at a million spans a second. Thread ids come
 /// from the kernel, not from input that could be chosen to collide.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct TidHasher(u64);
 
 impl Hasher for TidHasher {
@@ -36,7 +36,7 @@ impl Hasher for TidHasher {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Names {
     seen: HashSet<u32, BuildHasherDefault<TidHasher>>,
     /// Names the traced program gave its threads (NVTX, ITT); they replace the kernel's on the

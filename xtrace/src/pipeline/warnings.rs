@@ -153,6 +153,11 @@ impl Warnings {
         }
     }
 
+    /// The spans over their limits so far, under every rule.
+    pub fn over_total(&self) -> u64 {
+        self.shown
+    }
+
     /// The warning lines not yet shown.
     pub fn take(&mut self) -> Vec<String> {
         std::mem::take(&mut self.pending)

@@ -29,6 +29,8 @@ pub struct Window<T: Slot> {
     slot_ns: u64,
     span_ns: u64,
     cap_bytes: usize,
+    /// The bytes past which the newest slot is split: a new slot for the same stretch begins.
+    slot_cap_bytes: usize,
     /// Oldest first: each slot with the index of its stretch (`ts_ns / slot_ns`).
     slots: VecDeque<(u64, T)>,
     bytes: usize,
@@ -44,10 +46,19 @@ impl<T: Slot> Window<T> {
             slot_ns,
             span_ns: span_ns.max(slot_ns),
             cap_bytes,
+            slot_cap_bytes: usize::MAX,
             slots: VecDeque::new(),
             bytes: 0,
             aged_out: AgedOut::default(),
         }
+    }
+
+    /// Splits the newest slot once it holds `bytes`: the events that follow in the same stretch
+    /// go to a new slot of that stretch. At a rate where one slot would weigh more than the whole
+    /// cap, the cap still holds, and the window shortens by parts of a slot.
+    pub fn split_at_bytes(mut self, bytes: usize) -> Self {
+        self.slot_cap_bytes = bytes.max(1);
+        self
     }
 
     /// Changes the slot of the stretch `ts_ns` falls in with `change`, making it if needed. A time
@@ -56,24 +67,34 @@ impl<T: Slot> Window<T> {
     /// slots then age out as the window asks.
     pub fn add<R>(&mut self, ts_ns: u64, change: impl FnOnce(&mut T) -> R) -> R {
         let index = ts_ns / self.slot_ns;
-        let at = match self.slots.back() {
-            Some(&(newest, _)) if index <= newest => {
+        let newest = self
+            .slots
+            .back()
+            .map(|(i, slot)| (*i, slot.bytes() >= self.slot_cap_bytes));
+        let (at, fresh) = match newest {
+            // The newest slot is full: its stretch goes on in a new one.
+            Some((newest, true)) if index == newest => (self.push(index), true),
+            Some((newest, _)) if index <= newest => {
                 // Slots are consecutive indices with gaps where nothing came: search from the back.
                 let found = self.slots.iter().rposition(|&(i, _)| i <= index);
-                found.unwrap_or(0)
+                (found.unwrap_or(0), false)
             }
-            _ => {
-                self.slots.push_back((index, T::default()));
-                self.slots.len() - 1
-            }
+            _ => (self.push(index), true),
         };
         let slot = &mut self.slots[at].1;
-        let before = slot.bytes();
+        // A new slot's own bytes are counted too.
+        let before = if fresh { 0 } else { slot.bytes() };
         let result = change(slot);
         let after = slot.bytes();
         self.bytes = (self.bytes + after).saturating_sub(before);
         self.age();
         result
+    }
+
+    /// Adds an empty slot for stretch `index`, newest; returns its place.
+    fn push(&mut self, index: u64) -> usize {
+        self.slots.push_back((index, T::default()));
+        self.slots.len() - 1
     }
 
     /// Drops the slots that fall outside the window's time or past its byte cap, oldest first;
@@ -99,7 +120,12 @@ impl<T: Slot> Window<T> {
 
     /// Ages out what the window no longer covers at `now_ns`, when nothing was added since.
     pub fn advance(&mut self, now_ns: u64) {
-        self.add(now_ns, |_| ());
+        let index = now_ns / self.slot_ns;
+        if self.slots.back().is_none_or(|&(newest, _)| newest < index) {
+            let at = self.push(index);
+            self.bytes += self.slots[at].1.bytes();
+        }
+        self.age();
     }
 
     /// The slots kept, oldest first, with the time each stretch begins at.
@@ -125,6 +151,13 @@ impl<T: Slot> Window<T> {
     /// The window asked for.
     pub fn span_ns(&self) -> u64 {
         self.span_ns
+    }
+
+    /// Changes the byte cap (what else holds memory the cap covers came or went), ageing out
+    /// at once what no longer fits.
+    pub fn set_cap_bytes(&mut self, cap_bytes: usize) {
+        self.cap_bytes = cap_bytes;
+        self.age();
     }
 
     /// The bytes the slots kept hold.
@@ -233,6 +266,35 @@ mod tests {
         assert!(times(&window).is_empty());
         assert_eq!(window.aged_out().events, 2);
         assert_eq!(window.since(0).count(), 1, "the empty slot of now is kept");
+    }
+
+    #[test]
+    fn a_full_slot_is_split_so_the_cap_holds() {
+        // One stretch of 1000 ns, 30 bytes a slot at most, 50 in all.
+        let mut window = Window::new(1000, 1000, 50).split_at_bytes(30);
+        for ts in 0..8 {
+            window.add(ts, |s: &mut Tens| s.0.push(ts));
+        }
+        let slots: Vec<(u64, Vec<u64>)> = window.slots().map(|(t, s)| (t, s.0.clone())).collect();
+        assert_eq!(slots, [(0, vec![3, 4, 5]), (0, vec![6, 7])]);
+        assert_eq!(window.aged_out().events, 3);
+        assert_eq!(window.kept_ns(), 1000);
+        // A late record of the stretch joins the newest part, and the oldest part goes.
+        window.add(1, |s: &mut Tens| s.0.push(1));
+        assert_eq!(times(&window), [6, 7, 1]);
+        assert_eq!(window.aged_out().events, 6);
+    }
+
+    #[test]
+    fn a_lower_cap_ages_out_at_once() {
+        let mut window = Window::new(10, 1000, usize::MAX);
+        for ts in 0..5u64 {
+            window.add(ts * 10, |s: &mut Tens| s.0.push(ts));
+        }
+        window.set_cap_bytes(20);
+        assert_eq!(times(&window), [3, 4]);
+        assert_eq!(window.aged_out().events, 3);
+        assert_eq!(window.bytes(), 20);
     }
 
     #[test]

@@ -35,6 +35,19 @@ pub enum StartAt {
     Every { period_ns: u64 },
 }
 
+/// `--flight`: keep the last stretch of events in memory, written out on a trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flight {
+    /// `--flight`: the window kept, in ns.
+    pub window_ns: u64,
+    /// `--flight-size`: the bytes it may hold, snapshots being written included.
+    pub size_bytes: u64,
+    /// `--flight-after`: how long recording goes on after a trigger before the window is written.
+    pub after_ns: u64,
+    /// `--flight-trigger warn-over`: a span over its `--warn-over` limit triggers too.
+    pub on_warn_over: bool,
+}
+
 /// One recording's configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -93,6 +106,8 @@ pub struct Config {
     pub quiet: bool,
     /// `--live`: the address to serve the live view on, as given.
     pub live: Option<String>,
+    /// `--flight`; None records the whole capture.
+    pub flight: Option<Flight>,
 }
 
 impl Config {

@@ -109,11 +109,13 @@ impl Stopped<'_> {
             run,
             teardown,
             live,
+            flight,
         } = self;
         let stop = stop?;
         reader
             .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_file.path))?;
+        let flight = flight.map(|flight| flight.stop(&mut pipeline, observer));
         let warnings = pipeline.take_warnings();
         for warning in &warnings {
             observer.warning(warning);
@@ -173,19 +175,10 @@ impl Stopped<'_> {
             gpus: &gpus,
             off_cpu_lost,
             device_lost: bpf::read_lost_device_records(&counters)?,
+            flight,
         };
         let (summary, derived) = outputs.write(pipeline)?;
-        let mut files = vec![trace_file.name, output::SUMMARY_JSON, output::SUMMARY_TXT];
-        if summary.profile.is_some() {
-            files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
-        }
-        if summary.off_cpu.is_some() {
-            files.extend([output::OFFCPU_FOLDED, output::OFFCPU_SVG]);
-            if summary.profile.is_some() {
-                files.extend([output::WALLCLOCK_FOLDED, output::WALLCLOCK_SVG]);
-            }
-        }
-        files.extend(derived);
+        let files = written(trace_file.name, &summary, derived);
         Ok(Recording {
             summary,
             output: out.path().to_path_buf(),
@@ -240,6 +233,8 @@ struct Outputs<'a> {
     off_cpu_lost: u64,
     /// GPU device records the kernel program could not send.
     device_lost: u64,
+    /// `--flight`: the whole run's window and directories.
+    flight: Option<crate::export::summary::FlightSummary>,
 }
 
 impl Outputs<'_> {
@@ -406,6 +401,7 @@ impl Outputs<'_> {
                 .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
+            flight: self.flight.clone(),
             off_cpu: None,
             gpu_device: collected
                 .gpu
@@ -448,4 +444,25 @@ impl Outputs<'_> {
         probes.sort_by(|a, b| b.stats.total_ns.cmp(&a.stats.total_ns).then(a.name.cmp(&b.name)));
         probes
     }
+}
+
+/// The files a recording wrote, in the order they are named to the user: the trace, the
+/// summaries, the profiles the summary has, then the `derived` ones.
+fn written(
+    trace: &'static str,
+    summary: &crate::export::summary::Summary,
+    derived: Vec<&'static str>,
+) -> Vec<&'static str> {
+    let mut files = vec![trace, output::SUMMARY_JSON, output::SUMMARY_TXT];
+    if summary.profile.is_some() {
+        files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
+    }
+    if summary.off_cpu.is_some() {
+        files.extend([output::OFFCPU_FOLDED, output::OFFCPU_SVG]);
+        if summary.profile.is_some() {
+            files.extend([output::WALLCLOCK_FOLDED, output::WALLCLOCK_SVG]);
+        }
+    }
+    files.extend(derived);
+    files
 }

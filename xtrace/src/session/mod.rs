@@ -9,6 +9,7 @@
 mod changes;
 mod config;
 mod finish;
+mod flight;
 mod prepare;
 mod run;
 mod specs;
@@ -16,7 +17,7 @@ mod start;
 mod stop;
 mod targets;
 
-pub use config::{Config, GpuPeriod, StartAt, TargetChoice};
+pub use config::{Config, Flight, GpuPeriod, StartAt, TargetChoice};
 pub use run::Progress;
 
 use crate::{

@@ -49,7 +49,7 @@ impl<'a> Prepared<'a> {
         crate::bpf::features::require_bpf_syscall()?;
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
-        let signals = Signals::install()?;
+        let signals = Signals::install(config.flight.is_some())?;
         let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
         let hz = sampling_rate(config)?;

@@ -71,15 +71,20 @@ pub struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    /// SIGUSR1, the flight recorder's trigger: caught with `--flight` only (else it ends xtrace,
+    /// as it always did).
+    usr1: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    pub fn install() -> Result<Signals> {
+    /// The stop signals, and SIGUSR1 when `flight`.
+    pub fn install(flight: bool) -> Result<Signals> {
         let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
         Ok(Signals {
             int: sig(SignalKind::interrupt())?,
             term: sig(SignalKind::terminate())?,
             hup: sig(SignalKind::hangup())?,
+            usr1: flight.then(|| sig(SignalKind::user_defined1())).transpose()?,
         })
     }
 
@@ -125,6 +130,8 @@ pub struct Loop<'a, W: Write + Send + 'static> {
     pub trace_file: &'a TraceFile,
     /// `--live`: what publishes to the page.
     pub live: Option<&'a mut crate::live::Publisher>,
+    /// `--flight`: its triggers and writing.
+    pub flight: Option<&'a mut super::flight::Recorder>,
 }
 
 /// Returns when the live view's Stop button is pressed; never without a live view.
@@ -152,6 +159,49 @@ fn publish<W: Write + Send + 'static>(
     }
 }
 
+/// SIGUSR1 came: what came up to it goes into the flight recorder's window, and triggers it.
+fn signalled<W: Write + Send + 'static>(
+    reader: &mut RingReader,
+    pipeline: &mut Pipeline<W>,
+    flight: Option<&mut super::flight::Recorder>,
+) -> std::io::Result<()> {
+    reader.drain(|bytes| pipeline.record(bytes))?;
+    if let Some(flight) = flight {
+        flight.trigger(crate::clock::monotonic_ns(), "signal");
+    }
+    Ok(())
+}
+
+/// The next SIGUSR1, or never when it is not caught.
+async fn usr1(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The processes' pidfds, each readable once its process has exited.
+fn watch(processes: &[&Process]) -> Result<Vec<AsyncFd<OwnedFd>>> {
+    let pidfds = processes
+        .iter()
+        .map(|p| p.pidfd.try_clone())
+        .collect::<std::io::Result<Vec<OwnedFd>>>()
+        .map_err(|e| Error::io("watching the traced processes", e))?;
+    pidfds
+        .into_iter()
+        // SAFETY: each OwnedFd is an open pidfd owned by its AsyncFd until the AsyncFd is dropped.
+        .map(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::io(
+                "watching the traced processes",
+                std::io::Error::other(e.to_string()),
+            )
+        })
+}
+
 /// Reads records until a stop condition: a signal, every target gone, or the deadline (-d).
 /// `on_change` answers what happened in the traced processes, with lines for the user.
 pub async fn run<W: Write + Send + 'static>(
@@ -168,25 +218,16 @@ pub async fn run<W: Write + Send + 'static>(
         deadline,
         trace_file,
         mut live,
+        mut flight,
     } = state;
     let page = live.as_ref().map(|live| live.shared());
-    let Signals { int, term, hup } = signals;
-    let pidfds = processes
-        .iter()
-        .map(|p| p.pidfd.try_clone())
-        .collect::<std::io::Result<Vec<OwnedFd>>>()
-        .map_err(|e| Error::io("watching the traced processes", e))?;
-    let watched = pidfds
-        .into_iter()
-        // SAFETY: each OwnedFd is an open pidfd owned by its AsyncFd until the AsyncFd is dropped.
-        .map(|fd| unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            Error::io(
-                "watching the traced processes",
-                std::io::Error::other(e.to_string()),
-            )
-        })?;
+    let Signals {
+        int,
+        term,
+        hup,
+        usr1: user1,
+    } = signals;
+    let watched = watch(processes)?;
     let all_exited = async {
         // A pidfd becomes readable when its process has exited.
         for fd in &watched {
@@ -232,6 +273,9 @@ pub async fn run<W: Write + Send + 'static>(
                     }
                 }
             }
+            _ = usr1(user1) => {
+                signalled(reader, pipeline, flight.as_deref_mut()).map_err(output_error(&trace_file.path))?;
+            }
             _ = int.recv() => return Ok(Stop::Interrupted),
             _ = term.recv() => return Ok(Stop::Terminated),
             _ = hup.recv() => return Ok(Stop::HungUp),
@@ -243,6 +287,11 @@ pub async fn run<W: Write + Send + 'static>(
             if last_publish.elapsed() >= PUBLISH_INTERVAL {
                 last_publish = Instant::now();
                 publish(live, pipeline, counters);
+            }
+        }
+        if let Some(flight) = flight.as_deref_mut() {
+            for line in flight.tick(pipeline, crate::clock::monotonic_ns()) {
+                observer.notice(&line);
             }
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {

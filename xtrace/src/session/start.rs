@@ -101,6 +101,8 @@ pub(super) struct Started<'a> {
     pub(super) start_at_ns: Option<u64>,
     /// `--live`: the server and what publishes to it.
     pub(super) live: Option<(crate::live::Live, crate::live::Publisher)>,
+    /// `--flight`: when and how the buffer of recent events is written out.
+    pub(super) flight: Option<super::flight::Recorder>,
 }
 
 impl<'a> Prepared<'a> {
@@ -170,6 +172,15 @@ impl<'a> Prepared<'a> {
             let publisher = crate::live::Publisher::new(live.shared(), probes, begin_ns, hz);
             (live, publisher)
         });
+        let attached = (
+            kernel.attach_ns,
+            kernel.attached.mechanism.name(),
+            kernel.attached.uprobes,
+        );
+        let flight = super::flight::recorder(config, &plan, attached, &infos, &out);
+        if let Some(flight) = &flight {
+            pipeline.keep_in_flight(flight.buffer());
+        }
         let waits = started.saturating_duration_since(Instant::now());
         let from = match waits.is_zero() {
             true => String::new(),
@@ -198,6 +209,7 @@ impl<'a> Prepared<'a> {
             started,
             start_at_ns: window.map(|[_, realtime_ns]| realtime_ns),
             live,
+            flight,
         })
     }
 }

@@ -51,6 +51,8 @@ pub(super) struct Stopped<'a> {
     pub(super) teardown: Teardown,
     /// `--live`: the server and what publishes to it, for the last snapshot.
     pub(super) live: Option<(crate::live::Live, crate::live::Publisher)>,
+    /// `--flight`: its last window is written once what is left is read.
+    pub(super) flight: Option<super::flight::Recorder>,
 }
 
 impl<'a> Started<'a> {
@@ -120,6 +122,7 @@ impl<'a> Started<'a> {
             gpus,
             teardown,
             live: self.live,
+            flight: self.flight,
             run: RunInfo {
                 host: crate::output::placeholders::host_name(),
                 labels: self.config.labels.iter().cloned().collect(),
@@ -149,6 +152,7 @@ impl<'a> Started<'a> {
             pipeline,
             started,
             live,
+            flight,
             ..
         } = self;
         let mut late = cuda::late::Late::new(plan);
@@ -182,6 +186,7 @@ impl<'a> Started<'a> {
             deadline: config.duration.map(|d| *started + d),
             trace_file,
             live: live.as_mut().map(|(_, publisher)| publisher),
+            flight: flight.as_mut(),
         };
         run::run(state, observer, &mut on_change).await
     }
