@@ -157,7 +157,7 @@ impl CudaSummary {
         );
         for l in self.launches.iter().take(10) {
             out += &format!("  {:>8}  {}\n", l.count, l.kernel);
-            for row in super::summary::call_site_rows(&l.call_sites).lines() {
+            for row in super::summary_text::call_site_rows(&l.call_sites).lines() {
                 out += &format!("          {row}\n");
             }
         }

@@ -22,5 +22,6 @@ pub mod profile;
 pub mod replay;
 pub mod span_flamegraph;
 pub mod summary;
+mod summary_text;
 pub mod table;
 pub mod wallclock;

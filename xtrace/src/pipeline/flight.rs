@@ -142,6 +142,25 @@ impl Flight {
     }
 }
 
+/// The flight recorder's side of a pipeline.
+impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
+    /// Keeps the trace events in `flight` from now on instead of writing them (`--flight`).
+    pub fn keep_in_flight(&mut self, flight: Flight) {
+        self.flight = Some(flight);
+    }
+
+    /// The flight recorder's buffer, with `--flight`.
+    pub fn flight(&mut self) -> Option<&mut Flight> {
+        self.flight.as_mut()
+    }
+
+    /// Takes what the flight recorder's buffer holds at `now_ns`, with the names known now.
+    pub fn take_flight(&mut self, now_ns: u64) -> Option<Taken> {
+        let names = &self.names;
+        self.flight.as_mut().map(|f| f.take(now_ns, names))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

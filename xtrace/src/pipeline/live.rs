@@ -150,6 +150,44 @@ impl RecentStacks {
     }
 }
 
+/// What the live view reads of a pipeline once a second.
+pub struct LiveParts<'a> {
+    /// Indexed by probe id: every call so far.
+    pub stats: &'a [super::stats::ProbeStats],
+    pub recent: &'a mut RecentCalls,
+    /// The stacks sampled since the last call, taken.
+    pub stacks: RecentStacks,
+    pub samples_total: u64,
+    pub images: &'a mut crate::image::Images,
+    pub python: &'a crate::python::Python,
+    pub bpf: Option<&'a super::bpf_symbols::BpfSymbols>,
+}
+
+/// The live view's side of a pipeline.
+impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
+    /// Keeps what the live view shows from here on: each probe's calls of the last minute, the
+    /// stacks sampled between two [`Pipeline::live_parts`].
+    pub fn watch_live(&mut self) {
+        self.recent = Some(RecentCalls::new(self.stats.len()));
+        self.samples.recent = Some(RecentStacks::default());
+    }
+
+    /// What the live view reads, the stacks sampled since the last call taken; None unless
+    /// [`Pipeline::watch_live`] was called.
+    pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
+        let stacks = std::mem::take(self.samples.recent.as_mut()?);
+        Some(LiveParts {
+            stats: &self.stats,
+            recent: self.recent.as_mut()?,
+            stacks,
+            samples_total: self.samples.total,
+            images: &mut self.images,
+            python: &self.python,
+            bpf: self.samples.bpf.as_ref(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

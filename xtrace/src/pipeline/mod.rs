@@ -12,6 +12,7 @@ pub mod flight;
 pub mod gpu;
 pub mod kept_names;
 pub mod live;
+pub use live::LiveParts;
 pub mod locks;
 pub mod offcpu;
 pub mod perfetto;
@@ -155,19 +156,6 @@ pub struct Pipeline<W: Write + Send + 'static> {
     recent: Option<live::RecentCalls>,
 }
 
-/// What the live view reads of a pipeline once a second.
-pub struct LiveParts<'a> {
-    /// Indexed by probe id: every call so far.
-    pub stats: &'a [ProbeStats],
-    pub recent: &'a mut live::RecentCalls,
-    /// The stacks sampled since the last call, taken.
-    pub stacks: live::RecentStacks,
-    pub samples_total: u64,
-    pub images: &'a mut Images,
-    pub python: &'a crate::python::Python,
-    pub bpf: Option<&'a bpf_symbols::BpfSymbols>,
-}
-
 impl<W: Write + Send + 'static> Pipeline<W> {
     /// A pipeline that writes its trace events to `trace`.
     pub fn new(setup: Setup, trace: TraceWriter<W>) -> Self {
@@ -230,47 +218,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
     }
 
-    /// Keeps the trace events in `flight` from now on instead of writing them (`--flight`).
-    pub fn keep_in_flight(&mut self, flight: flight::Flight) {
-        self.flight = Some(flight);
-    }
-
-    /// The flight recorder's buffer, with `--flight`.
-    pub fn flight(&mut self) -> Option<&mut flight::Flight> {
-        self.flight.as_mut()
-    }
-
-    /// Takes what the flight recorder's buffer holds at `now_ns`, with the names known now.
-    pub fn take_flight(&mut self, now_ns: u64) -> Option<flight::Taken> {
-        let names = &self.names;
-        self.flight.as_mut().map(|f| f.take(now_ns, names))
-    }
-
     /// The spans over their `--warn-over` limits so far.
     pub fn warned(&self) -> u64 {
         self.warnings.over_total()
-    }
-
-    /// Keeps what the live view shows from here on: each probe's calls of the last minute, the
-    /// stacks sampled between two [`Pipeline::live_parts`].
-    pub fn watch_live(&mut self) {
-        self.recent = Some(live::RecentCalls::new(self.stats.len()));
-        self.samples.recent = Some(live::RecentStacks::default());
-    }
-
-    /// What the live view reads, the stacks sampled since the last call taken; None unless
-    /// [`Pipeline::watch_live`] was called.
-    pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
-        let stacks = std::mem::take(self.samples.recent.as_mut()?);
-        Some(LiveParts {
-            stats: &self.stats,
-            recent: self.recent.as_mut()?,
-            stacks,
-            samples_total: self.samples.total,
-            images: &mut self.images,
-            python: &self.python,
-            bpf: self.samples.bpf.as_ref(),
-        })
     }
 
     /// How many records it has been given.
