@@ -76,8 +76,13 @@ impl<T: Slot> Window<T> {
             Some((newest, true)) if index == newest => (self.push(index), true),
             Some((newest, _)) if index <= newest => {
                 // Slots are consecutive indices with gaps where nothing came: search from the back.
-                let found = self.slots.iter().rposition(|&(i, _)| i <= index);
-                (found.unwrap_or(0), false)
+                let found = self.slots.iter().rposition(|&(i, _)| i <= index).unwrap_or(0);
+                // A full older slot (the newest far ahead: a record on another clock) is not
+                // grown past its cap: the event goes to a new newest slot, so the byte cap holds.
+                match self.slots[found].1.bytes() >= self.slot_cap_bytes {
+                    true => (self.push(newest), true),
+                    false => (found, false),
+                }
             }
             _ => (self.push(index), true),
         };
@@ -295,6 +300,18 @@ mod tests {
         assert_eq!(times(&window), [3, 4]);
         assert_eq!(window.aged_out().events, 3);
         assert_eq!(window.bytes(), 20);
+    }
+
+    #[test]
+    fn a_newest_slot_far_ahead_does_not_let_the_cap_go() {
+        // 50 bytes at most, slots split at 20: one event far in the future, then many old ones.
+        let mut window = Window::new(10, 1000, 50).split_at_bytes(20);
+        window.add(1_000_000, |s: &mut Tens| s.0.push(1_000_000));
+        for ts in 0..100u64 {
+            window.add(ts, |s: &mut Tens| s.0.push(ts));
+            assert!(window.bytes() <= 50 + 20, "{} bytes after {ts}", window.bytes());
+        }
+        assert_eq!(window.aged_out().events + times(&window).len() as u64, 101);
     }
 
     #[test]
