@@ -14,8 +14,9 @@ use tokio::{
 pub const MAX_HEAD: usize = 8 * 1024;
 /// The most bytes a request's body may take (POST /stop has none).
 pub const MAX_BODY: usize = 1024;
-/// How long a client has to send its whole request.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send its whole request: short, since a connection that sends nothing
+/// holds one of the few connection slots (a browser sends its request at once).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One parsed request: its method, path and query (split at `?`), and headers (names lower
 /// case).

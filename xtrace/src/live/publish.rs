@@ -82,7 +82,7 @@ impl State {
         let newest_end = self.stacks.slots().next_back().map_or(0, |(t, _)| t + SECOND_NS);
         let since = match seconds {
             0 => 0,
-            s => newest_end.saturating_sub(s * SECOND_NS),
+            s => newest_end.saturating_sub(s.saturating_mul(SECOND_NS)),
         };
         let mut merged: std::collections::BTreeMap<&str, u64> = Default::default();
         let mut samples = 0;
