@@ -68,7 +68,7 @@ fn group_of(run: &StoredRun, grouping: &Grouping) -> Option<String> {
         Grouping::Run => Some(format!(
             "{} {}",
             crate::model::duration::utc(run.run.started_ns),
-            &run.run.id[..8.min(run.run.id.len())]
+            run.run.id.get(..8).unwrap_or(&run.run.id)
         )),
         Grouping::Label(label) => run.run.labels.get(*label).cloned(),
     }

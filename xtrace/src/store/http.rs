@@ -12,6 +12,8 @@ use std::{
 const CONNECT: Duration = Duration::from_secs(5);
 /// How long the server may take to answer one request.
 const ANSWER: Duration = Duration::from_secs(120);
+/// The most an answer may hold: far more than any query xtrace sends returns.
+const MAX_ANSWER: u64 = 1 << 30;
 
 /// A server's answer.
 pub struct Response {
@@ -49,7 +51,12 @@ pub fn post(address: &str, target: &str, headers: &[(&str, String)], body: &[u8]
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer)?;
+    stream.take(MAX_ANSWER).read_to_end(&mut answer)?;
+    if answer.len() as u64 == MAX_ANSWER {
+        return Err(io::Error::other(format!(
+            "an answer of more than {MAX_ANSWER} bytes"
+        )));
+    }
     parse(&answer)
 }
 

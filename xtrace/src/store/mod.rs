@@ -126,6 +126,9 @@ impl Url {
             });
         };
         let (address, database) = rest.split_once('/').unwrap_or((rest, ""));
+        if address.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(bad("a host name holds no spaces or control characters"));
+        }
         if address.contains('@') {
             return Err(bad(
                 "credentials do not go in the URL (it shows in process lists); set XTRACE_STORE_USER and XTRACE_STORE_PASSWORD or XTRACE_STORE_PASSWORD_FILE",
