@@ -186,6 +186,19 @@ pub struct ClockSummary {
     pub end: crate::clock::Snapshot,
 }
 
+impl ClockSummary {
+    /// The first and last of a trace's clock snapshots; all zero without two of them.
+    pub fn of(clocks: &[crate::clock::Snapshot]) -> Self {
+        match clocks {
+            [start, .., end] => ClockSummary {
+                start: *start,
+                end: *end,
+            },
+            _ => ClockSummary::default(),
+        }
+    }
+}
+
 impl Summary {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default() + "\n"

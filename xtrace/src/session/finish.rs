@@ -347,13 +347,7 @@ impl Outputs<'_> {
             }
         }
         trace.end_clocks().map_err(trace_err)?;
-        let clock = match trace.clocks() {
-            [start, .., end] => ClockSummary {
-                start: *start,
-                end: *end,
-            },
-            _ => ClockSummary::default(),
-        };
+        let clock = ClockSummary::of(trace.clocks());
         let spans = trace.spans();
         trace.finish().map_err(trace_err)?.close().map_err(trace_err)?;
         Ok((spans, clock))

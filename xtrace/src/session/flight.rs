@@ -305,13 +305,7 @@ fn write_taken(
         }
     }
     trace.end_clocks().map_err(err)?;
-    let clock = match trace.clocks() {
-        [start, .., end] => ClockSummary {
-            start: *start,
-            end: *end,
-        },
-        _ => ClockSummary::default(),
-    };
+    let clock = ClockSummary::of(trace.clocks());
     let spans = trace.spans();
     trace.finish().map_err(err)?.close().map_err(err)?;
     output::complete(&dir, trace_file.name)?;
