@@ -136,13 +136,14 @@ struct Row<'a> {
     all: Figures,
 }
 
+/// One stretch's figures of a probe, as the page shows them (the live view's and `xtrace view`'s).
 #[derive(Serialize)]
-struct Figures {
-    count: u64,
+pub(super) struct Figures {
+    pub(super) count: u64,
     /// Calls per second.
-    rate: f64,
-    p50_ns: u64,
-    p99_ns: u64,
+    pub(super) rate: f64,
+    pub(super) p50_ns: u64,
+    pub(super) p99_ns: u64,
 }
 
 impl Figures {

@@ -29,15 +29,7 @@ struct Row<'a> {
     kind: &'a str,
     last_10s: Option<()>,
     last_60s: Option<()>,
-    all: Figures,
-}
-
-#[derive(Serialize)]
-struct Figures {
-    count: u64,
-    rate: f64,
-    p50_ns: u64,
-    p99_ns: u64,
+    all: super::publish::Figures,
 }
 
 /// The snapshot of `capture` as the page reads it.
@@ -59,7 +51,7 @@ pub fn snapshot(capture: &Capture) -> String {
                 kind: p.get("kind").and_then(Value::as_str).unwrap_or(""),
                 last_10s: None,
                 last_60s: None,
-                all: Figures {
+                all: super::publish::Figures {
                     count,
                     rate: match seconds > 0.0 {
                         true => (count as f64 / seconds * 10.0).round() / 10.0,
