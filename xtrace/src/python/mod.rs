@@ -409,6 +409,12 @@ fn check(pid: u32, interpreter: &Interpreter, layout: &Layout) -> Result<String,
                     "{source}, checked: thread state to interpreter, frame's code is PyCode_Type"
                 ));
             }
+            // The thread runs while it is read: a frame popped between the two reads holds
+            // anything. Only a frame that is still the thread's innermost one refuses the layout;
+            // otherwise the check waits for a later sample.
+            if code != 0 && first_frame(pid, walk, tstate) != Some(frame) {
+                return Err(Check::Wait("a running frame changed while it was read".into()));
+            }
             if code != 0 {
                 return Err(Check::Refuse(format!(
                     "CPython {}: a running frame's code object is not of PyCode_Type: the layout does not fit",
