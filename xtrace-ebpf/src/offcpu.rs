@@ -91,6 +91,7 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     };
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
+    back_unseen(thread, now, false);
     let sleep = read_kernel::<u32>(prev as u64, load_time(&TASK_STATE)).unwrap_or(0) & 3;
     let key = &mut thread.key;
     key.state = if preempt { state::RUNNABLE } else { sleep };
@@ -122,6 +123,25 @@ fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void,
     if pending.duration_ns != 0 && key.state != state::RUNNABLE && pending.syscall != key.syscall {
         set_aside(thread);
     }
+}
+
+/// Ends the interval of a thread that is running again although its switch back in was not
+/// seen: a kernel may leave a context switch untraced (one guest kernel skips sched_switch when
+/// the task switched from is its own agent's), and the wait would otherwise be lost with the
+/// thread's next `left`. In its return from the system call it slept in (`at_return`) the wait
+/// ends at `now`, so the wait for a CPU still counts; leaving its CPU again, it ends when the
+/// thread was woken (or `now`, not woken that was seen), its time waiting for a CPU unknown.
+#[inline(always)]
+fn back_unseen(thread: &mut OffCpuThread, now: u64, at_return: bool) {
+    if thread.left_ns == 0 {
+        return;
+    }
+    let woken = thread.woken_ns;
+    let end = match at_return || woken <= thread.left_ns || woken > now {
+        true => now,
+        false => woken,
+    };
+    back(thread, end);
 }
 
 /// The system call number in the saved user registers at `regs` (`orig_ax`), or [`NO_SYSCALL`]:
@@ -260,6 +280,8 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     };
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
+    let now = unsafe { bpf_ktime_get_ns() };
+    back_unseen(thread, now, true);
     if thread.pending.duration_ns == 0 {
         return 0;
     }
@@ -272,7 +294,6 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     let Some(scratch) = OFF_CPU_SCRATCH.get_ptr_mut(0) else {
         return 0;
     };
-    let now = unsafe { bpf_ktime_get_ns() };
     let ids = (u64::from(thread.key.pid) << 32) | u64::from(thread.key.tid);
     // Before the wait, with its time, as before a CPU sample: the thread is the current one, so
     // its Python frames are read as the sampler reads them.
