@@ -29,6 +29,10 @@ const RETRY: Duration = Duration::from_millis(20);
 const MAX_CODES: usize = 65536;
 /// Thread states looked at when checking a layout.
 const CHECK_THREADS: usize = 64;
+/// Checks in a row that found a thread state or frame not fitting the layout before it is
+/// refused: the threads run while they are read, so a frame popped and reused between two reads
+/// can fail one check, but a layout that does not fit fails every one.
+const MISFITS_TO_REFUSE: u8 = 3;
 /// Walks kept per thread until a record of their time takes them.
 const KEPT_WALKS: usize = 2;
 
@@ -49,11 +53,13 @@ enum State {
     },
     /// Its interpreter cannot be used.
     Refused(String),
-    /// Its interpreter has no thread running Python code yet.
+    /// Its interpreter has no thread running Python code yet, or its last checks did not fit
+    /// (`misfits` of them in a row).
     Waiting {
         why: String,
         at: Instant,
         found: Box<(Interpreter, Layout)>,
+        misfits: u8,
     },
     Recognised(Box<(Interpreter, Layout)>, String),
 }
@@ -138,7 +144,7 @@ impl Python {
                         return;
                     }
                     // Not mapped in full yet: looked at again at a later sample.
-                    Err(Check::Wait(_)) => return,
+                    Err(Check::Wait(_) | Check::Misfit(_)) => return,
                 },
             },
         };
@@ -159,15 +165,16 @@ impl Python {
                 log::debug!("python: process {pid}: {}", describe(interpreter, &how));
                 self.states.insert(pid, State::Recognised(Box::new(found), how));
             }
-            Err(Check::Wait(why)) => {
-                self.states.insert(
-                    pid,
-                    State::Waiting {
-                        why,
-                        at: Instant::now(),
-                        found: Box::new(found),
-                    },
-                );
+            Err(Check::Wait(why)) => self.wait(pid, why, found, 0),
+            Err(Check::Misfit(why)) => {
+                let misfits = match self.states.get(&pid) {
+                    Some(State::Waiting { misfits, .. }) => misfits + 1,
+                    _ => 1,
+                };
+                match misfits >= MISFITS_TO_REFUSE {
+                    true => self.refuse(pid, why),
+                    false => self.wait(pid, why, found, misfits),
+                }
             }
             Err(Check::Refuse(why)) => self.refuse(pid, why),
         }
@@ -181,6 +188,17 @@ impl Python {
                 self.states.get(&pid),
                 Some(State::Recognised(..) | State::Refused(_))
             )
+    }
+
+    /// Looks at process `pid` again at a sample at least [`RETRY`] later.
+    fn wait(&mut self, pid: u32, why: String, found: (Interpreter, Layout), misfits: u8) {
+        let waiting = State::Waiting {
+            why,
+            at: Instant::now(),
+            found: Box::new(found),
+            misfits,
+        };
+        self.states.insert(pid, waiting);
     }
 
     fn refuse(&mut self, pid: u32, why: String) {
@@ -371,6 +389,9 @@ fn pick(pid: u32, interpreter: &Interpreter) -> Result<Layout, Check> {
 enum Check {
     /// Not yet: the interpreter has no thread running Python code.
     Wait(String),
+    /// A thread state or a running frame did not fit the layout this time
+    /// ([`MISFITS_TO_REFUSE`]).
+    Misfit(String),
     /// The layout does not fit the process.
     Refuse(String),
 }
@@ -393,7 +414,7 @@ fn check(pid: u32, interpreter: &Interpreter, layout: &Layout) -> Result<String,
             break;
         }
         if read(tstate + u64::from(layout.tstate_interp)) != Some(interp) {
-            return Err(Check::Refuse(format!(
+            return Err(Check::Misfit(format!(
                 "CPython {}: a thread state does not point back at its interpreter: the layout does not fit",
                 interpreter.version
             )));
@@ -410,13 +431,13 @@ fn check(pid: u32, interpreter: &Interpreter, layout: &Layout) -> Result<String,
                 ));
             }
             // The thread runs while it is read: a frame popped between the two reads holds
-            // anything. Only a frame that is still the thread's innermost one refuses the layout;
-            // otherwise the check waits for a later sample.
+            // anything. A frame that is no longer the thread's innermost one says nothing; one
+            // that still is counts against the layout.
             if code != 0 && first_frame(pid, walk, tstate) != Some(frame) {
                 return Err(Check::Wait("a running frame changed while it was read".into()));
             }
             if code != 0 {
-                return Err(Check::Refuse(format!(
+                return Err(Check::Misfit(format!(
                     "CPython {}: a running frame's code object is not of PyCode_Type: the layout does not fit",
                     interpreter.version
                 )));
