@@ -42,7 +42,7 @@ fn untraced_the_injection_makes_no_cupti_call() {
     // waits.
     assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
     assert!(
-        counts.len() == 16 && counts.values().all(|&n| n == 0),
+        counts.len() == 17 && counts.values().all(|&n| n == 0),
         "{counts:?}"
     );
     app.send("quit");
@@ -150,18 +150,14 @@ fn assert_gaps_queueing_and_bandwidth(out: &Outputs) {
     );
 }
 
-#[test]
-#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
-fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
-    if !require_bpf() {
-        return;
-    }
-    let tmp = TempDir::new("gpu-launch");
+/// gpuapp launched under `--cuda` (5 rounds of work), with `env` added to its environment.
+fn record_launched(label: &str, env: &[(&str, &str)]) -> (Outputs, xtrace_tests::run::Finished) {
+    let tmp = TempDir::new(label);
     let out_dir = tmp.join("out");
     let [flag, lib] = cupti_args();
     let before = Attachments::snapshot();
     let app = fixtures().gpuapp.display().to_string();
-    let xtrace = Xtrace::spawn(args![
+    let args = args![
         "--cuda",
         "-o",
         &out_dir,
@@ -176,11 +172,20 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         "sleep",
         "300",
         "counts"
-    ]);
-    let finished = xtrace.wait();
+    ];
+    let finished = Xtrace::spawn_with_env(args, env).wait();
     finished.assert_success();
     before.assert_none_left();
-    let out = Outputs::read(&out_dir);
+    (Outputs::read(&out_dir), finished)
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished) = record_launched("gpu-launch", &[]);
     let slices = device_slices(&out);
     assert_eq!(per_name(&slices), expected(5));
     assert_kernels_inside_their_launches(&out, &slices);
@@ -232,6 +237,67 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         (1, 3, 30)
     );
     assert_eq!(c["cuptiActivityRegisterTimestampCallback"], 1);
+    assert_eq!(c["cuptiGetTimestamp"], 1);
+    assert_eq!(
+        gpu["clock"],
+        serde_json::json!({"used": "monotonic", "moved": 0, "offset_ns": 0, "why": ""})
+    );
+}
+
+/// Device records on CUPTI's own clock (some CUPTI versions keep a context made before the
+/// subscription there): ahead of CLOCK_MONOTONIC (CLOCK_REALTIME) they end after their buffer was
+/// read; 3 s behind it, the first kernel begins before its launch. Either way the tool library
+/// moves all 30 by the offset it measured when it subscribed, every kernel then runs inside its
+/// launch, and the summaries say so.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn device_records_on_cuptis_own_clock_are_moved_to_the_traces() {
+    if !require_bpf() {
+        return;
+    }
+    let realtime_ahead = {
+        let clock = |id| {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: writes one timespec.
+            unsafe { libc::clock_gettime(id, &mut t) };
+            t.tv_sec * 1_000_000_000 + t.tv_nsec
+        };
+        clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_MONOTONIC)
+    };
+    for (own, ahead, why) in [
+        ("realtime", realtime_ahead, "ends after it was read"),
+        ("-3000000000", -3_000_000_000, "kernel before its launch"),
+    ] {
+        let (out, _) = record_launched("gpu-clock", &[("XTFAKE_CUPTI_OWN_CLOCK", own)]);
+        let slices = device_slices(&out);
+        assert_eq!(per_name(&slices), expected(5), "{own}");
+        assert_kernels_inside_their_launches(&out, &slices);
+        let clock = &out.summary["gpu_device"]["clock"];
+        assert_eq!(
+            (&clock["used"], &clock["moved"], &clock["why"]),
+            (&"offset".into(), &30.into(), &why.into()),
+            "{own}"
+        );
+        // The offset undoes the clock's lead, to within the bracket of its measurement.
+        let offset = clock["offset_ns"].as_i64().unwrap();
+        assert!(
+            (offset + ahead).abs() < 1_000_000,
+            "{own}: offset {offset}, ahead {ahead}"
+        );
+        assert_eq!(
+            out.summary["gpu_device"]["records_dropped"]["after_stop"], 0,
+            "{own}"
+        );
+        assert!(
+            out.summary_txt
+                .contains(&format!("  30 device records came on CUPTI's own clock ({why})")),
+            "{}",
+            out.summary_txt
+        );
+    }
 }
 
 /// Attaches to `app` by pid, runs `rounds` rounds of work while attached, stops xtrace; the

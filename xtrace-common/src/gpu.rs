@@ -34,6 +34,23 @@ pub mod record_kind {
     /// A launch call's correlation id, from CUPTI's API-enter callback on the launching thread:
     /// `start_ns` is when the call began (CLOCK_MONOTONIC), `stream` holds the thread id.
     pub const LAUNCH: u32 = 7;
+    /// The device records that follow, from one CUPTI buffer, were on CUPTI's own clock and were
+    /// moved to CLOCK_MONOTONIC: `bytes` holds how many, `start_ns` the offset added (an `i64`
+    /// as two's complement), `value` why ([`super::clock_reason`]).
+    pub const CLOCK: u32 = 8;
+}
+
+/// Why the tool library moved a buffer's records to CLOCK_MONOTONIC (`DeviceRecord::value` of a
+/// [`record_kind::CLOCK`] record): what the records' own times could not be.
+pub mod clock_reason {
+    /// A record ended after the buffer holding it was read.
+    pub const ENDS_IN_THE_FUTURE: u32 = 1;
+    /// A kernel began before the launch call that made it.
+    pub const BEFORE_ITS_LAUNCH: u32 = 2;
+    /// Possible on either clock, but only moved did the newest record end near the time the
+    /// buffer was read, as the records of a buffer flushed every period do (told only when the
+    /// clocks are more than a second apart).
+    pub const RECENT: u32 = 3;
 }
 
 /// One device activity, as the tool library hands it over (128 bytes). Times are CLOCK_MONOTONIC

@@ -3,10 +3,14 @@
 //! of each process its busy time (the union of its kernels', copies' and memsets' device time)
 //! and its longest idle gaps, the kernels with the most device time, the queueing delay from
 //! launch call to device start, copies by direction with their bandwidth, memsets, and device
-//! records lost.
+//! records lost, and which clock the device records came on.
 use serde::Serialize;
 
-use crate::{analysis::stats::percentile, model::duration::human, pipeline::gpu::GpuDevice};
+use crate::{
+    analysis::stats::percentile,
+    model::duration::human,
+    pipeline::gpu::{GpuDevice, MovedRecords},
+};
 
 /// How many kernels the summary lists, most device time first.
 pub const TOP_KERNELS: usize = 20;
@@ -29,6 +33,42 @@ pub struct GpuDeviceSummary {
     /// From each kernel's launch call (its start) to the kernel's start on the device, over the
     /// kernels whose launch was seen.
     pub queue_delay: crate::pipeline::stats::Distribution,
+    /// Which clock the device records came on.
+    pub clock: DeviceClock,
+}
+
+/// The device records' clock: `monotonic` when CUPTI timed them all with the CLOCK_MONOTONIC
+/// callback the tool library gave it; `offset` when some came on CUPTI's own clock (a CUDA
+/// context created before xtrace attached, on some CUPTI versions) and were moved by the offset the
+/// tool library measured when it subscribed.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct DeviceClock {
+    /// `monotonic` or `offset`.
+    pub used: &'static str,
+    /// Records moved by `offset_ns`.
+    pub moved: u64,
+    /// Added to CUPTI's own clock to make CLOCK_MONOTONIC (0 when nothing was moved).
+    pub offset_ns: i64,
+    /// What gave the first moved batch away: `ends after it was read`, `kernel before its launch`,
+    /// `recent only when moved` (clocks more than 1 s apart), or empty.
+    pub why: &'static str,
+}
+
+impl DeviceClock {
+    fn of(moved: MovedRecords) -> Self {
+        use xtrace_common::gpu::clock_reason;
+        DeviceClock {
+            used: if moved.records > 0 { "offset" } else { "monotonic" },
+            moved: moved.records,
+            offset_ns: moved.offset_ns,
+            why: match moved.reason {
+                clock_reason::ENDS_IN_THE_FUTURE => "ends after it was read",
+                clock_reason::BEFORE_ITS_LAUNCH => "kernel before its launch",
+                clock_reason::RECENT => "recent only when moved",
+                _ => "",
+            },
+        }
+    }
 }
 
 /// A stretch of time in which a GPU ran nothing of a process.
@@ -192,6 +232,7 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
         },
         notices: gpu.notices.clone(),
         queue_delay: gpu.queue_delay.distribution(),
+        clock: DeviceClock::of(gpu.clock),
     }
     .with_kernel_counts(gpu)
 }
@@ -215,6 +256,15 @@ impl GpuDeviceSummary {
             self.memsets.count,
             dropped.by_cupti + dropped.by_kernel,
         );
+        let clock = &self.clock;
+        if clock.moved > 0 {
+            out += &format!(
+                "  {} device records came on CUPTI's own clock ({}) and were moved by {:+.3} s\n",
+                clock.moved,
+                clock.why,
+                clock.offset_ns as f64 / 1e9
+            );
+        }
         for g in &self.gpus {
             let gap = g.longest_gaps.first().map_or(String::new(), |gap| {
                 format!(", longest idle gap {}", human(gap.dur_ns))

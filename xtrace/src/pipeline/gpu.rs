@@ -114,6 +114,17 @@ pub struct GpuDevice {
     pub after_stop: u64,
     /// From each kernel's launch call to its start on the device (queueing), in constant memory.
     pub queue_delay: super::stats::ProbeStats,
+    /// Device records the tool library moved from CUPTI's own clock to CLOCK_MONOTONIC.
+    pub clock: MovedRecords,
+}
+
+/// What the tool library's `CLOCK` records said: how many device records were on CUPTI's own
+/// clock, by how much they were moved, and why the first batch was (a `clock_reason`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MovedRecords {
+    pub records: u64,
+    pub offset_ns: i64,
+    pub reason: u32,
 }
 
 impl GpuDevice {
@@ -150,6 +161,15 @@ impl GpuDevice {
             }
             record_kind::DROPPED => {
                 self.dropped_by_cupti += record.bytes;
+                None
+            }
+            record_kind::CLOCK => {
+                let clock = &mut self.clock;
+                if clock.records == 0 {
+                    clock.reason = record.value;
+                }
+                clock.records += record.bytes;
+                clock.offset_ns = record.start_ns as i64;
                 None
             }
             record_kind::KERNEL | record_kind::MEMCPY | record_kind::MEMSET => {

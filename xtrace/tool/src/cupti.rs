@@ -68,6 +68,7 @@ type FlushAll = unsafe extern "C" fn(u32) -> CuptiResult;
 type NextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> CuptiResult;
 type Dropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> CuptiResult;
 type Finalize = unsafe extern "C" fn() -> CuptiResult;
+type GetTimestamp = unsafe extern "C" fn(*mut u64) -> CuptiResult;
 
 /// The CUPTI functions the timeline calls, bound with `dlsym`.
 pub struct Cupti {
@@ -85,6 +86,8 @@ pub struct Cupti {
     pub next_record: NextRecord,
     pub dropped: Dropped,
     pub finalize: Finalize,
+    /// `cuptiGetTimestamp`: CUPTI's own clock, before a timestamp callback replaces it.
+    pub get_timestamp: Option<GetTimestamp>,
 }
 
 /// The names CUPTI's library goes by, newest first.
@@ -122,6 +125,10 @@ impl Cupti {
                 next_record: sym!("cuptiActivityGetNextRecord", NextRecord),
                 dropped: sym!("cuptiActivityGetNumDroppedRecords", Dropped),
                 finalize: sym!("cuptiFinalize", Finalize),
+                get_timestamp: {
+                    let f = libc::dlsym(handle, c"cuptiGetTimestamp".as_ptr());
+                    (!f.is_null()).then(|| core::mem::transmute::<*mut c_void, GetTimestamp>(f))
+                },
                 path,
             })
         }

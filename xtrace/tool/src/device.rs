@@ -179,6 +179,8 @@ fn subscribe(state: &mut State, cupti: &Cupti) -> bool {
     SUBSCRIBER.store(handle as usize, Ordering::Release);
     enable_callbacks(cupti, handle as usize);
     if !state.registered {
+        // CUPTI's own clock, while it is still its own.
+        crate::clock::measure(cupti);
         // SAFETY: as above.
         unsafe {
             (cupti.register_timestamp)(monotonic_ns);

@@ -5,6 +5,7 @@
 //! thread name ends in a USDT probe of provider `xtrace` ([`usdt`]), so a range costs a semaphore
 //! check until xtrace attaches — even to a process started long before.
 pub mod api;
+mod clock;
 mod cupti;
 mod device;
 pub mod injection;

@@ -50,6 +50,7 @@ fn with_pending<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
 
 /// A new tracing session: its tracer has seen no names.
 pub fn start_session() {
+    crate::clock::start_session();
     with_pending(|p| {
         p.records.clear();
         p.names.clear();
@@ -69,6 +70,7 @@ pub fn push(record: DeviceRecord) {
 pub fn launch(correlation: u32, start_ns: u64) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
+    crate::clock::launched(correlation, start_ns);
     push(DeviceRecord {
         kind: record_kind::LAUNCH,
         correlation,
@@ -162,18 +164,24 @@ pub unsafe extern "C" fn buffer_complete(
 /// `buffer` holds `valid` bytes of CUPTI activity records.
 unsafe fn read_buffer(cupti: &Cupti, buffer: *mut u8, valid: usize) {
     let mut record: *mut u8 = core::ptr::null_mut();
-    let mut out = Vec::new();
-    with_pending(|p| loop {
-        // SAFETY: as the caller promised; CUPTI walks its own buffer.
-        let result = unsafe { (cupti.next_record)(buffer, valid, &mut record) };
-        if result == MAX_LIMIT_REACHED || result != SUCCESS || record.is_null() {
-            break;
+    let mut batch = Vec::new();
+    with_pending(|p| {
+        loop {
+            // SAFETY: as the caller promised; CUPTI walks its own buffer.
+            let result = unsafe { (cupti.next_record)(buffer, valid, &mut record) };
+            if result == MAX_LIMIT_REACHED || result != SUCCESS || record.is_null() {
+                break;
+            }
+            // SAFETY: CUPTI returned a record inside the buffer.
+            if let Some(r) = unsafe { convert(record, &mut p.names, &mut batch) } {
+                batch.push(r);
+            }
         }
-        // SAFETY: CUPTI returned a record inside the buffer.
-        if let Some(r) = unsafe { convert(record, &mut p.names, &mut out) } {
-            out.push(r);
+        // The buffer's records on CLOCK_MONOTONIC, said before them when they were moved there.
+        if let Some(moved) = crate::clock::check(&mut batch, crate::device::monotonic_ns()) {
+            p.records.push(moved);
         }
-        p.records.append(&mut out);
+        p.records.append(&mut batch);
     });
 }
 
