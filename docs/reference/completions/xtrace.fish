@@ -38,7 +38,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l max-probes -d 'Refuse to 
 complete -c xtrace -n "__fish_xtrace_needs_command" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
 complete -c xtrace -n "__fish_xtrace_needs_command" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
-complete -c xtrace -n "__fish_xtrace_needs_command" -l off-cpu -d 'Sample only the target processes, not the processes they start' -r
+complete -c xtrace -n "__fish_xtrace_needs_command" -l off-cpu -d 'Measure the time the traced threads spend off CPU: where they wait, in what, for how long' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
@@ -55,7 +55,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-after -d 'Go on re
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
-complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit
+complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit -d 'Sample only the target processes, not the processes they start'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
@@ -96,7 +96,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l max-probes -d '
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l debug-dir -d 'Also look for the debug files of stripped files in DIR (repeatable)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s F -l freq -d 'Sample on-CPU stacks HZ times a second on every CPU' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l user-stack -d 'Bytes of user stack copied with each CPU sample (at most 16K; 0: frame pointers only)' -r
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l off-cpu -d 'Sample only the target processes, not the processes they start' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l off-cpu -d 'Measure the time the traced threads spend off CPU: where they wait, in what, for how long' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gpu-metrics -d 'Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l min-duration -d 'Send only calls lasting at least DURATION as spans (e.g. 50us, 2ms, 1s)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l warn-over -d 'Warn about every span over DURATION whose name PATTERN matches, e.g. \'work=100ms\'' -r
@@ -113,7 +113,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-after -d
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit -d 'Sample only the target processes, not the processes they start'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'

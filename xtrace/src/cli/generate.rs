@@ -291,4 +291,24 @@ mod tests {
             assert!(names.iter().any(|n| n == page), "{page} not in {names:?}");
         }
     }
+
+    /// Every flag and argument a user can see has a help line of its own: a doc comment sitting
+    /// above the wrong field leaves one empty and glues its text onto the next one's.
+    #[test]
+    fn every_visible_argument_has_help() {
+        use clap::CommandFactory;
+        fn walk(command: &clap::Command, path: &str, empty: &mut Vec<String>) {
+            for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+                if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    empty.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), empty);
+            }
+        }
+        let mut empty = Vec::new();
+        walk(&super::super::Cli::command(), "xtrace", &mut empty);
+        assert!(empty.is_empty(), "arguments without help: {empty:?}");
+    }
 }

@@ -165,12 +165,6 @@ pub struct RecordArgs {
           default_value = "16K", value_parser = parse_user_stack, help_heading = heading::SAMPLING)]
     pub user_stack: u32,
 
-    /// Sample only the target processes, not the processes they start.
-    ///
-    /// By default every process a sampled process starts (fork, vfork, posix_spawn; then its own
-    /// children, and so on) is sampled too, as perf record does: a launched shell script's
-    /// commands, torchrun's workers, DataLoader workers forked after attach. Probes (-u, -U,
-    /// --cuda, ranges) apply to the targets only either way.
     /// Measure the time the traced threads spend off CPU: where they wait, in what, for how long.
     ///
     /// MIN is a duration (default 1ms; units ns, us, ms, s; 0 for every wait). A wait in a system
@@ -184,6 +178,12 @@ pub struct RecordArgs {
           help_heading = heading::SAMPLING)]
     pub off_cpu: Option<u64>,
 
+    /// Sample only the target processes, not the processes they start.
+    ///
+    /// By default every process a sampled process starts (fork, vfork, posix_spawn; then its own
+    /// children, and so on) is sampled too, as perf record does: a launched shell script's
+    /// commands, torchrun's workers, DataLoader workers forked after attach. Probes (-u, -U,
+    /// --cuda, ranges) apply to the targets only either way.
     #[arg(long = "no-inherit", conflicts_with = "system_wide", help_heading = heading::SAMPLING)]
     pub no_inherit: bool,
 
