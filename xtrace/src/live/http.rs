@@ -1,6 +1,7 @@
 //! The live view's HTTP/1.1, written by hand: one request per connection (`Connection: close`),
 //! GET and POST only, a request head of at most [`MAX_HEAD`] bytes and a body of at most
-//! [`MAX_BODY`], read within [`READ_TIMEOUT`]. The page asks for four paths and sends no body
+//! [`MAX_BODY`], read within [`READ_TIMEOUT`]; every write done within [`WRITE_TIMEOUT`]. The
+//! page asks for four paths and sends no body
 //! worth reading, so this is smaller than a general server (hyper and its stack) and holds
 //! nothing a client could grow.
 use std::time::Duration;
@@ -17,6 +18,9 @@ pub const MAX_BODY: usize = 1024;
 /// How long a client has to send its whole request: short, since a connection that sends nothing
 /// holds one of the few connection slots (a browser sends its request at once).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one write may wait for a client to read: one that stops reading (its window full)
+/// is let go rather than hold a connection slot for as long as the capture runs.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One parsed request: its method, path and query (split at `?`), and headers (names lower
 /// case).
@@ -201,10 +205,19 @@ pub fn event_stream_head() -> Vec<u8> {
     format!("HTTP/1.1 200 OK\r\n{COMMON}Content-Type: text/event-stream\r\n\r\n").into_bytes()
 }
 
-/// Writes `bytes` and ends the connection, giving up silently on a client gone.
+/// Writes `bytes` and ends the connection, giving up silently on a client gone or not reading.
 pub async fn answer(stream: &mut TcpStream, bytes: &[u8]) {
-    let _ = stream.write_all(bytes).await;
-    let _ = stream.shutdown().await;
+    if send(stream, bytes, WRITE_TIMEOUT).await {
+        let _ = stream.shutdown().await;
+    }
+}
+
+/// Writes all of `bytes` within `timeout`; false when the client went away or read too slowly.
+pub async fn send(stream: &mut TcpStream, bytes: &[u8], timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, stream.write_all(bytes)).await,
+        Ok(Ok(()))
+    )
 }
 
 #[cfg(test)]
@@ -235,6 +248,35 @@ mod tests {
         ] {
             assert_eq!(parse_head(head), Err(Bad::Malformed), "{head:?}");
         }
+    }
+
+    /// A client that reads nothing is let go once its window is full and the timeout passes.
+    #[test]
+    fn a_client_that_reads_nothing_is_let_go() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let a_lot = vec![b'x'; 64 << 20];
+            let started = std::time::Instant::now();
+            assert!(!send(&mut server, &a_lot, Duration::from_millis(300)).await);
+            assert!(started.elapsed() < Duration::from_secs(5));
+            drop(client);
+            // One that reads gets all of it.
+            let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let reader = tokio::spawn(async move {
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.map(|_| got.len())
+            });
+            assert!(send(&mut server, &a_lot[..4 << 20], Duration::from_secs(5)).await);
+            drop(server);
+            assert_eq!(reader.await.unwrap().unwrap(), 4 << 20);
+        });
     }
 
     #[test]

@@ -130,7 +130,7 @@ async fn route(mut stream: TcpStream, request: &Request, shared: &Shared, closin
 
 /// The server-sent events: the current snapshot, then each new one, until the last.
 async fn events(mut stream: TcpStream, shared: &Shared, mut closing: watch::Receiver<bool>) {
-    if stream.write_all(&http::event_stream_head()).await.is_err() {
+    if !http::send(&mut stream, &http::event_stream_head(), http::WRITE_TIMEOUT).await {
         return;
     }
     let mut version = shared.version.subscribe();
@@ -141,8 +141,8 @@ async fn events(mut stream: TcpStream, shared: &Shared, mut closing: watch::Rece
             Err(_) => return,
         };
         let message = format!("data: {json}\n\n");
-        if stream.write_all(message.as_bytes()).await.is_err() {
-            log::debug!(target: LOG, "an event stream's client went away");
+        if !http::send(&mut stream, message.as_bytes(), http::WRITE_TIMEOUT).await {
+            log::debug!(target: LOG, "an event stream's client went away or stopped reading");
             return;
         }
         if done || last {
