@@ -58,7 +58,7 @@ pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
 }
 
 /// The executable mappings of `pid`, or None when it is gone.
-fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
+pub fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     Some(parse_maps(&text))
 }

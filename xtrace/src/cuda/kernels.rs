@@ -78,26 +78,18 @@ impl KernelNames {
     }
 
     fn symbolize(&mut self, images: &mut Images, call: Call, address: u64) -> String {
-        let pid = call.pid;
-        let Some(mapping) = images.mapping_at(pid, call.ns, address).cloned() else {
+        let Some(code) = images.code_at(call.pid, call.ns, address) else {
             // Not code: a `cudaKernel_t`.
             return match self.known_handle(images, call, address) {
                 Some(name) => name,
                 None => self.unknown(images, "cudaKernel_t", call, address),
             };
         };
-        let offset = address - mapping.start + mapping.offset;
-        let module = module_name(&mapping.path).to_string();
-        if !mapping.path.starts_with('/') {
-            return format!("{module}+{offset:#x}");
-        }
-        // Through the process's root (containers); once it has exited, by the path itself.
-        let open = images.open_path(pid, &mapping).unwrap_or_default();
-        match images.symbols.function(&open, offset) {
-            Some(function) if function.offset == 0 => function.name,
+        match code.function {
+            Some((name, 0)) => name,
             // Inside a function rather than at its start: not a stub.
-            Some(function) => format!("{}+{:#x}", function.name, function.offset),
-            None => format!("{module}+{offset:#x}"),
+            Some((name, offset)) => format!("{name}+{offset:#x}"),
+            None => code.in_module(),
         }
     }
 

@@ -20,6 +20,7 @@ use std::{
 };
 
 pub mod build_ids;
+pub mod code;
 pub mod readable;
 pub mod sideband;
 pub mod symbols;

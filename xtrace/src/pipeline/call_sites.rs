@@ -183,8 +183,8 @@ impl CallSites {
             return;
         }
         self.looked.insert(pid, Instant::now());
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            python.seen(pid, &crate::procfs::parse_maps(&text));
+        if let Some(maps) = crate::procfs::read_maps(pid) {
+            python.seen(pid, &maps);
         }
     }
 
@@ -221,28 +221,16 @@ fn site_name(name: &crate::python::PyName) -> String {
 
 /// A native caller's site: `function+0xOFF (module)`, else `module+0xOFF`, else the address.
 fn native_name(images: &mut Images, pid: u32, ns: u64, address: u64) -> String {
-    // Where the side band could not be opened, the image model misses what was mapped since it
-    // read /proc: then what the process maps now, while it lives.
-    let mapping = images.mapping_at(pid, ns, address).cloned().or_else(|| {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-        crate::procfs::find(&crate::procfs::parse_maps(&text), address).cloned()
-    });
-    let Some(mapping) = mapping else {
-        return format!("{address:#x}");
-    };
-    let offset = address - mapping.start + mapping.offset;
-    let module = module_name(&mapping.path).to_string();
-    if !mapping.path.starts_with('/') {
-        return format!("{module}+{offset:#x}");
-    }
-    let open = images.open_path(pid, &mapping).unwrap_or_default();
-    match images.symbols.function(&open, offset) {
-        Some(function) => format!(
-            "{}+{:#x} ({module})",
-            crate::demangle::demangle(&function.name),
-            function.offset
-        ),
-        None => format!("{module}+{offset:#x}"),
+    match images.code_at(pid, ns, address) {
+        None => format!("{address:#x}"),
+        Some(code) => match &code.function {
+            Some((name, offset)) => format!(
+                "{}+{offset:#x} ({})",
+                crate::demangle::demangle(name),
+                code.module
+            ),
+            None => code.in_module(),
+        },
     }
 }
 

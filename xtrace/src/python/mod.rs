@@ -339,8 +339,7 @@ impl Walks {
 
 /// What process `pid` maps now (its executable mappings), if it still runs.
 fn current_maps(pid: u32) -> Option<Vec<crate::procfs::Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(crate::procfs::parse_maps(&text))
+    crate::procfs::read_maps(pid)
 }
 
 /// The name of a frame whose code object could not be read.
