@@ -18,7 +18,9 @@ pid, and whether it was closed), "counters" (per track: unit, values in time ord
 (clock ids per snapshot with wall time), "args" (annotation names per event name), "samples"
 (CPU samples per call stack, folded outermost first, kernel frames suffixed `_[k]`),
 "sample_threads" ([pid, tid, samples]), "sequences", "timestamps" (first and last), "flows" (count
-per name of the event a flow starts at and of the one it ends at), "errors".
+per name of the event a flow starts at and of the one it ends at: a flow id on a slice's end event
+is the slice's), "flow_edges" (per flow: where it starts and ends, each [name, pid, tid, track,
+ts]), "off_cpu" (the slices on "off-CPU" tracks: [pid, tid, name, begin, end]), "errors".
 """
 import gzip
 import json
@@ -124,7 +126,6 @@ def main(path):
     samples = Counter()
     sample_threads = Counter()
     clocks = []
-    flow_starts, flow_ends = {}, {}  # flow id -> the name of the event it starts / ends at
     for i, p in enumerate(trace.packet):
         sid = p.trusted_packet_sequence_id
         if sid not in sequences:
@@ -169,18 +170,11 @@ def main(path):
             args = [getattr(lookup(seq, "debug_annotation_names", a.name_iid, i, errors), "name", None)
                     for a in e.debug_annotations]
             value = e.counter_value if e.HasField("counter_value") else e.double_counter_value
-            events.append((ts, i, uuid, e.type, name, cat, args, value))
-            for f in e.flow_ids:
-                flow_starts[f] = name
-            for f in e.terminating_flow_ids:
-                flow_ends[f] = name
+            events.append((ts, i, uuid, e.type, name, cat, args, value,
+                           list(e.flow_ids), list(e.terminating_flow_ids)))
         else:
             errors.append(f"packet {i}: unexpected packet {kind}")
     out = summarize(events, tracks, clocks, errors, len(trace.packet))
-    for f in flow_ends.keys() - flow_starts.keys():
-        errors.append(f"flow {f:#x} ends at {flow_ends[f]} and starts nowhere")
-    flows = Counter((flow_starts[f], flow_ends[f]) for f in flow_ends.keys() & flow_starts.keys())
-    out["flows"] = [{"from": k[0], "to": k[1], "count": n} for k, n in sorted(flows.items(), key=str)]
     out["sequences"] = len(sequences)
     out["samples"] = dict(samples)
     out["sample_threads"] = sorted([k[0], k[1], n] for k, n in sample_threads.items())
@@ -224,20 +218,30 @@ def summarize(events, tracks, clocks, errors, packets):
     slices, instants, counters, args = Counter(), Counter(), defaultdict(list), defaultdict(set)
     asyncs = []
     stacks = defaultdict(list)
+    flow_starts, flow_ends = {}, {}  # flow id -> [name, pid, tid, track, ts] of its ends
+    off_cpu = []
     # Perfetto orders events by time; events of one time keep their order in the file.
-    for ts, _, uuid, kind, name, cat, arg, value in sorted(events, key=lambda e: (e[0], e[1])):
+    for ts, _, uuid, kind, name, cat, arg, value, starts, ends in sorted(events, key=lambda e: (e[0], e[1])):
         t = tracks.get(uuid, {})
         pid, tid = owner(tracks, uuid)
         where = (pid, tid, t.get("name"))
         if name is not None and arg:
             args[name].update(arg)
+        if kind == TE.TYPE_SLICE_END and stacks[uuid]:
+            name = stacks[uuid][-1][0]
+        for f in starts:
+            flow_starts[f] = [name, pid, tid, t.get("name"), ts]
+        for f in ends:
+            flow_ends[f] = [name, pid, tid, t.get("name"), ts]
         if kind == TE.TYPE_SLICE_BEGIN:
-            stacks[uuid].append((name, len(stacks[uuid])))
+            stacks[uuid].append((name, len(stacks[uuid]), ts))
         elif kind == TE.TYPE_SLICE_END:
             if not stacks[uuid]:
                 errors.append(f"a slice end on track {uuid} with no slice open")
                 continue
-            begun, depth = stacks[uuid].pop()
+            begun, depth, begun_ts = stacks[uuid].pop()
+            if t.get("name") == "off-CPU":
+                off_cpu.append([pid, tid, begun, begun_ts, ts])
             if tid is None:
                 asyncs.append({"pid": pid, "track": t.get("name"), "name": begun, "depth": depth})
             else:
@@ -247,7 +251,14 @@ def summarize(events, tracks, clocks, errors, packets):
         elif kind == TE.TYPE_COUNTER:
             counters[(pid, t.get("name"), t.get("unit"))].append(value)
     open_left = sum(len(s) for s in stacks.values())
+    for f in flow_ends.keys() - flow_starts.keys():
+        errors.append(f"flow {f:#x} ends at {flow_ends[f][0]} and starts nowhere")
+    both = sorted(flow_ends.keys() & flow_starts.keys())
+    flows = Counter((flow_starts[f][0], flow_ends[f][0]) for f in both)
     return {
+        "flows": [{"from": k[0], "to": k[1], "count": n} for k, n in sorted(flows.items(), key=str)],
+        "flow_edges": [{"id": f, "from": flow_starts[f], "to": flow_ends[f]} for f in both],
+        "off_cpu": sorted(off_cpu, key=lambda s: s[3]),
         "packets": packets,
         "errors": errors,
         "open_slices": open_left,

@@ -289,6 +289,10 @@ impl Sink<'_> {
         dur_ns: u64,
         args: Option<&str>,
     ) -> Result<(), String> {
+        if name.cat == crate::model::wait::TIMELINE_CATEGORY {
+            // An off-CPU wait: no span (the summary holds the waits).
+            return Ok(());
+        }
         if start_ns > MAX_TIME_NS || dur_ns > MAX_TIME_NS {
             return Err(format!(
                 "a span's time is past 146 years (start {start_ns} ns, duration {dur_ns} ns)"
@@ -312,9 +316,9 @@ impl Sink<'_> {
         Ok(())
     }
 
-    /// An instant event; CPU samples (category `sample`) are not counted.
+    /// An instant event; CPU samples (category `sample`) and off-CPU wake-ups are not counted.
     pub(super) fn instant(&mut self, name: &str, cat: &str) {
-        if cat != "sample" {
+        if cat != "sample" && cat != crate::model::wait::TIMELINE_CATEGORY {
             let name = Name {
                 name: name.to_owned(),
                 cat: cat.to_owned(),

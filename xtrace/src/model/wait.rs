@@ -3,6 +3,13 @@
 //! offcpu.folded (`[futex]`, `[read]`, `[runnable]`) and in the summary.
 use xtrace_common::offcpu::{state, NO_SYSCALL};
 
+/// The category of the off-CPU waits' slices and wake-ups on the timeline. They are no spans:
+/// the trace's readers (`report`, the span flamegraph) leave them out, and its span count does
+/// not count them.
+pub const TIMELINE_CATEGORY: &str = "off_cpu";
+/// The name of a thread's child track that holds them in a Perfetto trace.
+pub const TIMELINE_TRACK: &str = "off-CPU";
+
 /// The kind of one off-CPU interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Wait {

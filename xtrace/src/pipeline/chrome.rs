@@ -6,7 +6,8 @@
 //! and a piece as large as the output's own buffer goes to the file without another copy.
 use std::io::{self, Write};
 
-use super::writer::SpanOut;
+use super::writer::{FlowKind, SpanOut};
+use crate::model::wait::TIMELINE_CATEGORY;
 
 /// The first line of the trace; events follow one per line (which `xtrace report` relies on to
 /// read a trace a line at a time).
@@ -84,15 +85,23 @@ fn push_name_cat(buf: &mut Vec<u8>, name: &str, cat: &str) {
     buf.push(b',');
 }
 
-/// One end of a flow arrow (`"ph":"s"`, or `"ph":"f"` bound to the slice that begins at `ts`):
-/// `{"ph":"s","name":"launch","cat":"gpu","id":ID,"ts":...,"pid":...,"tid":...}`.
+/// One end of a flow arrow: `{"ph":"s","name":"launch","cat":"gpu","id":ID,"ts":...,"pid":...,
+/// "tid":...}`, or `"ph":"f"` with `"bp":"e"`. Chrome's viewer and Perfetto's importer bind an
+/// `s` to the innermost slice of its thread open at its `ts`, and an `f` with `"bp":"e"` to the
+/// innermost one enclosing its `ts` (without it, to the next slice that begins after). Perfetto
+/// reads the events in time order, events of one time in file order, and binds an `f` only to a
+/// flow whose `s` it has read: so a launch's `f` is at its slice's start (the launch came
+/// before), and a wake-up's at the end of the wait it ended, written after the wake-up's `s`
+/// (whose own instant it binds to). Perfetto then keeps the flow from the earlier-starting of
+/// the two slices to the later: a wake-up's arrow joins the wait's end and the wake-up.
 fn push_flow(buf: &mut Vec<u8>, flow: super::writer::Flow, ts_ns: u64, (pid, tid): (u32, u32)) {
     buf.extend_from_slice(if flow.end {
         b"{\"ph\":\"f\",\"bp\":\"e\","
     } else {
         b"{\"ph\":\"s\","
     });
-    push_name_cat(buf, "\"launch\"", "\"gpu\"");
+    let (name, cat) = flow.kind.quoted_name_cat();
+    push_name_cat(buf, name, cat);
     let _ = write!(buf, "\"id\":\"{:#x}\",", flow.id);
     push_when_where(buf, ts_ns, pid, Some(tid));
     buf.push(b'}');
@@ -171,12 +180,21 @@ impl<W: Write> ChromeWriter<W> {
             push_when_where(buf, span.start_ns, pid, Some(tid));
             push_args(buf, values);
         } else if let (true, Some(flow)) = (span.instant, span.flow) {
+            if flow.kind == FlowKind::Wake {
+                // The wake-up's own instant, which the flow's start binds to where no slice of
+                // the waker is open.
+                let values = values.strip_prefix(',').unwrap_or(values);
+                push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
+                buf.extend_from_slice(b",\n");
+            }
             push_flow(buf, flow, span.start_ns, (pid, tid));
         } else if span.instant {
             let values = values.strip_prefix(',').unwrap_or(values);
             push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
         } else {
-            self.complete += 1;
+            if span.cat.as_deref() != Some(TIMELINE_CATEGORY) {
+                self.complete += 1;
+            }
             buf.extend_from_slice(b"{\"ph\":\"X\",");
             push_name_cat(buf, name, cat);
             buf.extend_from_slice(b"\"ts\":");
@@ -193,7 +211,11 @@ impl<W: Write> ChromeWriter<W> {
             buf.extend_from_slice(b"}}");
             if let Some(flow) = span.flow {
                 buf.extend_from_slice(b",\n");
-                push_flow(buf, flow, span.start_ns, (pid, tid));
+                let at = match flow.kind {
+                    FlowKind::Launch => span.start_ns,
+                    FlowKind::Wake => span.start_ns.saturating_add(span.dur_ns),
+                };
+                push_flow(buf, flow, at, (pid, tid));
             }
         }
         self.spill()
@@ -243,7 +265,8 @@ impl<W: Write> ChromeWriter<W> {
         self.metadata("thread_name", pid, tid, name)
     }
 
-    /// The complete events (spans) written so far: functions', USDT begin/end pairs', ranges'.
+    /// The complete events (spans) written so far: functions', USDT begin/end pairs', ranges',
+    /// GPU work's; not off-CPU waits.
     pub fn spans(&self) -> u64 {
         self.complete
     }

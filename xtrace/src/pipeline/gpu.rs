@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
 
 use super::{
-    writer::{Flow, SpanOut},
+    writer::{Flow, FlowKind, SpanOut},
     Pipeline,
 };
 
@@ -277,6 +277,7 @@ impl GpuDevice {
             flow: launcher.map(|_| Flow {
                 id: flow_id,
                 end: true,
+                kind: FlowKind::Launch,
             }),
             ..SpanOut::default()
         };
@@ -292,6 +293,7 @@ impl GpuDevice {
             flow: Some(Flow {
                 id: flow_id,
                 end: false,
+                kind: FlowKind::Launch,
             }),
             ..SpanOut::default()
         });
@@ -375,14 +377,16 @@ mod tests {
             launch.flow,
             Some(Flow {
                 id: 7 << 32 | 9,
-                end: false
+                end: false,
+                kind: FlowKind::Launch,
             })
         );
         assert_eq!(
             span.flow,
             Some(Flow {
                 id: 7 << 32 | 9,
-                end: true
+                end: true,
+                kind: FlowKind::Launch,
             })
         );
         assert_eq!(

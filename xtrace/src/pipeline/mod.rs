@@ -15,6 +15,7 @@ pub mod live;
 pub use live::LiveParts;
 pub mod locks;
 pub mod offcpu;
+pub mod offcpu_timeline;
 pub mod perfetto;
 pub mod ranges;
 pub mod reader;
@@ -398,21 +399,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     .add(&mut self.images, &mut self.python, &event, &comm, &mut stack);
                 Ok(())
             }
-            Ok(Event::OffCpu(event, mut stack)) => {
-                let comm = c_str(&event.sample.comm);
-                self.names.named(event.header.pid, event.header.tid, &comm);
-                if let Some(off_cpu) = &mut self.off_cpu {
-                    off_cpu.wait(
-                        &mut self.images,
-                        &mut self.python,
-                        &event.interval,
-                        &event.sample,
-                        &comm,
-                        &mut stack,
-                    );
-                }
-                Ok(())
-            }
+            Ok(Event::OffCpu(event, mut stack)) => self.off_cpu_wait(&event, &mut stack),
             Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
             Ok(Event::PyStack(walk)) => {
                 self.python.walked(&walk);
@@ -484,6 +471,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// spans against the `--warn-over` rules.
     fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
         self.warnings.span(&span);
+        self.keep(span)
+    }
+
+    /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
+    fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
         match &mut self.flight {
             Some(flight) => {
                 flight.add(span);

@@ -2,7 +2,8 @@
 //! woke them. The kernel side (`xtrace-ebpf/src/offcpu.rs`) sends each wait of at least MIN in a
 //! system call with the user stack it returned to, and adds up the others per thread, frame-pointer
 //! stack and wait; [`OffCpu`] collects both as stacks weighted by nanoseconds, per [`Wait`], named
-//! through the same image model and unwinder as CPU samples. `export::offcpu` writes
+//! through the same image model and unwinder as CPU samples; `offcpu_timeline` puts the waits
+//! sent on the timeline. `export::offcpu` writes
 //! offcpu.folded, offcpu.svg and the summary; `probes::offcpu` loads the programs and reads the
 //! kernel's totals.
 
@@ -63,6 +64,8 @@ pub struct OffCpu {
     pub sent: u64,
     /// The waits on locks, by lock.
     pub locks: super::locks::Locks,
+    /// Wake-up arrows on the timeline so far (each one's id is drawn from it).
+    pub wake_flows: u64,
 }
 
 impl OffCpu {
@@ -73,6 +76,7 @@ impl OffCpu {
             threads: BTreeMap::new(),
             sent: 0,
             locks: super::locks::Locks::default(),
+            wake_flows: 0,
         }
     }
 

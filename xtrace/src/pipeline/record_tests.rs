@@ -10,7 +10,8 @@ use std::{
 use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, EXIT_RETURN, KIND_SPAN, KIND_THREAD};
 
 use super::{
-    ranges::Ranges, samples::Samples, usdt::Usdt, warnings::Warnings, writer::TraceWriter, Pipeline, Setup,
+    flight::Flight, offcpu::OffCpu, ranges::Ranges, samples::Samples, usdt::Usdt, warnings::Warnings,
+    writer::TraceWriter, Pipeline, Setup,
 };
 use crate::{
     cuda::calls::Calls,
@@ -36,8 +37,13 @@ const TARGET: u32 = 100;
 
 /// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
+    pipeline_with(out, targets, None)
+}
+
+/// [`pipeline`] with `--off-cpu`'s state.
+fn pipeline_with(out: Shared, targets: Option<HashSet<u32>>, off_cpu: Option<OffCpu>) -> Pipeline<Shared> {
     let setup = Setup {
-        off_cpu: None,
+        off_cpu,
         gpu: None,
         call_sites: None,
         captures: vec![Capture::default(), Capture::default()],
@@ -208,6 +214,83 @@ fn before_the_window_begins_calls_are_left_out() {
         [
             ("inner".to_string(), 101, 10.0, 1.0),
             ("work".to_string(), 101, 13.0, 2.0),
+        ]
+    );
+}
+
+/// A wait of thread `tid` of 1 ms from 1 ms in clock_nanosleep, woken by thread 101 of the
+/// target, then 50 µs runnable.
+fn off_cpu_wait(tid: u32) -> Vec<u8> {
+    use xtrace_common::offcpu::{state, OffCpuEvent, KIND_OFF_CPU};
+    // SAFETY: plain integers and arrays, valid all zero.
+    let mut event: OffCpuEvent = unsafe { std::mem::zeroed() };
+    event.header = EventHeader {
+        kind: KIND_OFF_CPU,
+        cpu: 0,
+        pid: TARGET,
+        tid,
+        ts_ns: 2_100_000,
+    };
+    event.sample.header = event.header;
+    let interval = &mut event.interval;
+    (interval.start_ns, interval.duration_ns, interval.runnable_ns) = (1_000_000, 1_000_000, 50_000);
+    (interval.sleeps, interval.state, interval.syscall) = (1, state::SLEEPING, 230);
+    (interval.waker_pid, interval.waker_tid, interval.waker_stack) = (TARGET, 101, -1);
+    interval.waker_comm[..6].copy_from_slice(b"holder");
+    bytes_of(&event)
+}
+
+/// With `--flight`, an off-CPU wait's timeline events go to the flight recorder's buffer in the
+/// order written: the wake-up on the waker's thread, the wait, its wait for a CPU; no probe
+/// counts them, and the summary's off-CPU time has the wait.
+#[test]
+fn an_off_cpu_wait_goes_to_the_flight_recorder() {
+    let mut pipeline = pipeline_with(Shared::default(), None, Some(OffCpu::new(1_000_000)));
+    pipeline.keep_in_flight(Flight::new(10_000_000_000, 1 << 20));
+    pipeline.record(&off_cpu_wait(TARGET)).unwrap();
+    let taken = pipeline.take_flight(3_000_000).expect("the flight recorder");
+    let events: Vec<(String, u32, u64, u64)> = taken
+        .slots
+        .iter()
+        .flat_map(|(_, slot)| slot.spans())
+        .map(|s| {
+            (
+                s.name.as_deref().unwrap_or("").to_string(),
+                s.tid,
+                s.start_ns,
+                s.dur_ns,
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("wake".to_string(), 101, 2_000_000, 0),
+            ("clock_nanosleep".to_string(), TARGET, 1_000_000, 1_000_000),
+            ("runnable".to_string(), TARGET, 2_000_000, 50_000),
+        ]
+    );
+    let (_, collected) = pipeline.collected();
+    assert!(collected.stats.iter().all(|s| s.distribution().count == 0));
+    assert_eq!(collected.off_cpu.expect("--off-cpu").total_ns(), 1_050_000);
+}
+
+/// In trace.json: the wait and its wait for a CPU as complete events, not counted as spans.
+#[test]
+fn off_cpu_waits_are_no_spans_of_the_trace() {
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, Some(OffCpu::new(1_000_000)));
+    pipeline.record(&off_cpu_wait(TARGET)).unwrap();
+    let (trace, _) = pipeline.collected();
+    let trace = trace.finish().unwrap();
+    assert_eq!(trace.spans(), 0);
+    trace.finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("clock_nanosleep".to_string(), u64::from(TARGET), 1000.0, 1000.0),
+            ("runnable".to_string(), u64::from(TARGET), 2000.0, 50.0),
         ]
     );
 }

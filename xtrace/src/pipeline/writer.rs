@@ -42,6 +42,28 @@ pub struct SpanOut {
 pub struct Flow {
     pub id: u64,
     pub end: bool,
+    pub kind: FlowKind,
+}
+
+/// What a flow arrow joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowKind {
+    /// A CUDA launch to the GPU work it launched: it ends where the slice begins.
+    Launch,
+    /// A thread's wake-up of another to the wait it ended: it ends where the wait ends (the
+    /// wake-up comes after the wait began).
+    Wake,
+}
+
+impl FlowKind {
+    /// trace.json's name and category of its flow events (a flow there is told apart by id,
+    /// category and name together), JSON-quoted.
+    pub fn quoted_name_cat(self) -> (&'static str, &'static str) {
+        match self {
+            FlowKind::Launch => ("\"launch\"", "\"gpu\""),
+            FlowKind::Wake => ("\"wake\"", "\"off_cpu\""),
+        }
+    }
 }
 
 /// A sampled stack as the timeline shows it: trace.json's innermost frame and innermost frames

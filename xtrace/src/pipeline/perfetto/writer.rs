@@ -8,8 +8,9 @@
 //!
 //! Tracks, each with a uuid from a counter (never derived from a pid or tid, which the kernel
 //! reuses): a process track per process; a thread track per thread; under each thread, one
-//! child track per source (the event's category: `uprobe`, `usdt`, `cuda`, a range's domain),
-//! so that slices of different sources that overlap without nesting are all kept;
+//! child track per source (the event's category: `uprobe`, `usdt`, `cuda`, a range's domain;
+//! `off-CPU` for the off-CPU waits), so that slices of different sources that overlap without
+//! nesting are all kept;
 //! one track per async range (a start/end range, which may end on another thread) under its
 //! process; counter tracks under their process, with the unit their name ends with. A span
 //! arrives once it has ended: its begin and end are written together, and Perfetto orders
@@ -29,7 +30,11 @@ use super::{
     sequence::{clock_snapshot, Sequence},
     stacks::{SampleFrame, Stacks},
 };
-use crate::{clock::Snapshot, pipeline::writer::SpanOut};
+use crate::{
+    clock::Snapshot,
+    model::wait::{TIMELINE_CATEGORY, TIMELINE_TRACK},
+    pipeline::writer::{FlowKind, SpanOut},
+};
 
 /// The main sequence: descriptors, counters, async ranges, samples. 1 is the tracing service's
 /// own sequence in the traces Perfetto records, so a trace merged with one of those keeps the
@@ -216,7 +221,11 @@ impl<W: Write> PerfettoWriter<W> {
             return found;
         }
         let parent = self.thread(pid, tid, None);
-        let uuid = self.child_track(parent, cat.to_string());
+        let name = match cat {
+            TIMELINE_CATEGORY => TIMELINE_TRACK.to_string(),
+            _ => cat.to_string(),
+        };
+        let uuid = self.child_track(parent, name);
         let seq_id = SEQUENCE + self.seqs.len() as u32;
         self.seqs
             .push(Sequence::new(seq_id, self.probes.len(), Some(uuid)));
@@ -295,10 +304,18 @@ impl<W: Write> PerfettoWriter<W> {
             category_iids: vec![cat],
             ..Default::default()
         };
-        let (flow_ids, terminating_flow_ids) = match span.flow {
+        let (flow_ids, mut terminating_flow_ids) = match span.flow {
             Some(flow) if flow.end => (Vec::new(), vec![flow.id]),
             Some(flow) => (vec![flow.id], Vec::new()),
             None => (Vec::new(), Vec::new()),
+        };
+        // Perfetto reads events in time order (those of one time in file order) and ends only a
+        // flow it has seen begin: a wake-up comes as the wait ends, after the wait began, so its
+        // flow ends on the wait's end event, which is written after the wake-up's instant.
+        let ends_at_end = matches!(span.flow, Some(f) if f.kind == FlowKind::Wake);
+        let end_flow_ids = match ends_at_end {
+            true => std::mem::take(&mut terminating_flow_ids),
+            false => Vec::new(),
         };
         if span.instant {
             let event = TrackEvent {
@@ -308,7 +325,9 @@ impl<W: Write> PerfettoWriter<W> {
             };
             self.packet(seq, Some(span.start_ns), Data::TrackEvent(event));
         } else {
-            self.complete += 1;
+            if &*category != TIMELINE_CATEGORY {
+                self.complete += 1;
+            }
             let begin = TrackEvent {
                 debug_annotations: args,
                 terminating_flow_ids,
@@ -318,6 +337,7 @@ impl<W: Write> PerfettoWriter<W> {
             let end_ns = span.start_ns.saturating_add(span.dur_ns);
             let end = TrackEvent {
                 r#type: Some(TYPE_SLICE_END),
+                terminating_flow_ids: end_flow_ids,
                 ..Default::default()
             };
             self.packet(seq, Some(end_ns), Data::TrackEvent(end));

@@ -1,0 +1,283 @@
+//! Off-CPU waits on the timeline (`--off-cpu`), in both trace formats, with fixture `offcpu`
+//! (tests/fixtures/offcpu.c): `sleep N MS` waits N times MS in clock_nanosleep under sleeper();
+//! `mutex MS` blocks the main thread in waiter() on the static mutex `lock` a thread named
+//! "holder" holds for MS. Each wait of at least MIN is a slice of category `off_cpu` on its
+//! thread (in a Perfetto trace on the thread's `off-CPU` child track), a wake-up by a thread a
+//! `wake` instant on the waker's thread with a flow arrow to the wait. The CPU is sampled at 1 Hz
+//! beside, as in offcpu.rs.
+
+use std::ffi::OsString;
+
+use serde_json::Value;
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::fixtures,
+    output::{us_to_ns, Outputs},
+    perfetto::decode,
+    profile::profile_command,
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+const MS: i64 = 1_000_000;
+
+/// The trace.json events of category `off_cpu` and phase `ph`.
+fn off_cpu<'a>(out: &'a Outputs, ph: &str) -> Vec<&'a Value> {
+    out.events
+        .iter()
+        .filter(|e| e["cat"] == "off_cpu" && e["ph"] == ph)
+        .collect()
+}
+
+fn ns(event: &Value, field: &str) -> i64 {
+    us_to_ns(
+        event[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{field} of {event}")),
+    )
+}
+
+/// The summary's (intervals, ns) of wait `name` of thread `tid`.
+fn summary_wait(out: &Outputs, tid: u64, name: &str) -> (u64, u64) {
+    let threads = out.summary["off_cpu"]["threads"]
+        .as_array()
+        .expect("off_cpu.threads");
+    let thread = threads.iter().find(|t| t["tid"] == tid).expect("the thread");
+    let wait = thread["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["wait"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {thread}"));
+    (wait["intervals"].as_u64().unwrap(), wait["ns"].as_u64().unwrap())
+}
+
+/// Ten sleeps of 50 ms: exactly ten `clock_nanosleep` slices on the main thread, each at least
+/// 50 ms, whose durations add up to the summary's clock_nanosleep time to the nanosecond.
+/// Without `--off-cpu`, none.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn each_sleep_is_a_slice_on_its_thread() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offtl-sleep");
+    let out = profile_command(
+        args!["--off-cpu", "-F", "1", "--trace-format", "json"],
+        &fixtures().offcpu,
+        &["sleep", "10", "50"],
+        &tmp,
+    );
+    let pid = out.summary["command"]["pid"].as_u64().unwrap();
+    let sleeps: Vec<&Value> = off_cpu(&out, "X")
+        .into_iter()
+        .filter(|e| e["name"] == "clock_nanosleep" && e["tid"] == pid)
+        .collect();
+    assert_eq!(sleeps.len(), 10, "{sleeps:?}");
+    assert!(sleeps.iter().all(|e| ns(e, "dur") >= 50 * MS), "{sleeps:?}");
+    // Woken by the timer's interrupt: `woken_by`, unless the interrupt came while a thread ran
+    // (which the kernel cannot tell from a wake-up by that thread).
+    assert!(
+        sleeps.iter().all(|e| e["args"]["state"] == "sleeping"
+            && (e["args"]["woken_by"] == "interrupt or idle" || e["args"]["waker"].is_string())),
+        "{sleeps:?}"
+    );
+    let total: i64 = sleeps.iter().map(|e| ns(e, "dur")).sum();
+    let (count, summed) = summary_wait(&out, pid, "clock_nanosleep");
+    assert_eq!((count, total as u64), (10, summed));
+    // A `runnable` slice follows a wait only where it waited for a CPU, and begins at its end.
+    for runnable in off_cpu(&out, "X").into_iter().filter(|e| e["name"] == "runnable") {
+        let at = ns(runnable, "ts");
+        assert!(
+            off_cpu(&out, "X")
+                .iter()
+                .any(|w| w["tid"] == runnable["tid"] && ns(w, "ts") + ns(w, "dur") == at),
+            "{runnable}"
+        );
+    }
+    // No spans: `report` leaves them out.
+    let report = xtrace_tests::captures::xtrace(args!["report", &out.dir, "--format", "csv"]);
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    assert!(!report.stdout.contains("off_cpu"), "{}", report.stdout);
+
+    let tmp = TempDir::new("offtl-none");
+    let out = profile_command(
+        args!["-F", "1", "--trace-format", "json"],
+        &fixtures().offcpu,
+        &["sleep", "2", "10"],
+        &tmp,
+    );
+    assert!(
+        out.events.iter().all(|e| e["cat"] != "off_cpu"),
+        "off-CPU events without --off-cpu"
+    );
+}
+
+/// A wait on a mutex: one `futex lock` slice on the main thread of at least 190 ms, its args
+/// naming the holder as the waker and the lock's address; a `wake` instant on the holder's
+/// thread at the wait's end starts a flow (`s`) that ends (`f`, bound to the enclosing slice)
+/// on the wait at its end.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offtl-mutex");
+    let out = profile_command(
+        args!["--off-cpu", "-F", "1", "--trace-format", "json"],
+        &fixtures().offcpu,
+        &["mutex", "200"],
+        &tmp,
+    );
+    let pid = out.summary["command"]["pid"].as_u64().unwrap();
+    let holder = out
+        .metadata("thread_name")
+        .into_iter()
+        .find(|m| m["args"]["name"] == "holder")
+        .and_then(|m| m["tid"].as_u64())
+        .expect("the holder thread named");
+    assert_ne!(holder, pid);
+    let waits: Vec<&Value> = off_cpu(&out, "X")
+        .into_iter()
+        .filter(|e| e["name"] == "futex lock" && e["tid"] == pid)
+        .collect();
+    assert_eq!(waits.len(), 1, "{:?}", off_cpu(&out, "X"));
+    let wait = waits[0];
+    assert!(ns(wait, "dur") >= 190 * MS, "{wait}");
+    let args = &wait["args"];
+    assert_eq!(args["state"], "sleeping", "{wait}");
+    assert_eq!(args["waker"], format!("holder {pid}/{holder}"), "{wait}");
+    assert!(args["lock"].as_str().unwrap().starts_with("0x"), "{wait}");
+    assert!(args["runnable_ns"].is_u64(), "{wait}");
+    let end = ns(wait, "ts") + ns(wait, "dur");
+    // The flow's end on the wait, at its end; its start on the holder at the same time, with the
+    // same id, beside the wake-up's instant.
+    let ends: Vec<&Value> = off_cpu(&out, "f")
+        .into_iter()
+        .filter(|f| f["tid"] == pid && ns(f, "ts") == end)
+        .collect();
+    assert_eq!(ends.len(), 1, "{:?}", off_cpu(&out, "f"));
+    assert_eq!(
+        (&ends[0]["bp"], &ends[0]["name"]),
+        (&Value::from("e"), &Value::from("wake"))
+    );
+    let id = &ends[0]["id"];
+    let starts: Vec<&Value> = off_cpu(&out, "s")
+        .into_iter()
+        .filter(|s| &s["id"] == id)
+        .collect();
+    assert_eq!(starts.len(), 1, "{:?}", off_cpu(&out, "s"));
+    assert_eq!(
+        (starts[0]["tid"].as_u64(), ns(starts[0], "ts")),
+        (Some(holder), end)
+    );
+    assert!(
+        off_cpu(&out, "i")
+            .iter()
+            .any(|i| i["name"] == "wake" && i["tid"] == holder && ns(i, "ts") == end),
+        "{:?}",
+        off_cpu(&out, "i")
+    );
+}
+
+/// `xtrace FLAGS -o OUT -- offcpu ARGS` with a Perfetto trace, to its end; the decoded trace and
+/// the summary.
+fn perfetto_run(fixture_args: &[&str], tmp: &TempDir) -> (Value, Value) {
+    let out = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut all: Vec<OsString> = args![
+        "--off-cpu",
+        "-F",
+        "1",
+        "--trace-format",
+        "perfetto",
+        "-o",
+        &out,
+        "--"
+    ];
+    all.push(fixtures().offcpu.clone().into_os_string());
+    all.extend(fixture_args.iter().map(OsString::from));
+    Xtrace::spawn(all).wait().assert_success();
+    before.assert_none_left();
+    let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    (decode(&out.join("trace.perfetto-trace")), summary)
+}
+
+/// The same in a Perfetto trace: the slices on each thread's `off-CPU` child track, the wake-up
+/// an instant on the holder's whose flow id the wait's slice ends.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn perfetto_traces_have_the_waits_and_arrows_too() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offtl-pf-sleep");
+    let (decoded, summary) = perfetto_run(&["sleep", "10", "50"], &tmp);
+    let pid = summary["command"]["pid"].as_i64().unwrap();
+    let sleeps: Vec<&Value> = decoded["off_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[0] == pid && s[1] == pid && s[2] == "clock_nanosleep")
+        .collect();
+    assert_eq!(sleeps.len(), 10, "{}", decoded["off_cpu"]);
+    let durations: Vec<i64> = sleeps
+        .iter()
+        .map(|s| s[4].as_i64().unwrap() - s[3].as_i64().unwrap())
+        .collect();
+    assert!(durations.iter().all(|&d| d >= 50 * MS), "{durations:?}");
+    let threads = summary["off_cpu"]["threads"].as_array().unwrap();
+    let main = threads.iter().find(|t| t["tid"] == pid).unwrap();
+    let summed = main["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["wait"] == "clock_nanosleep")
+        .unwrap()["ns"]
+        .as_i64();
+    assert_eq!(Some(durations.iter().sum::<i64>()), summed);
+    // The main thread's track, and those of threads a timer's interrupt found running.
+    assert!(
+        decoded["tracks"]["children"]["off-CPU"].as_u64() >= Some(1),
+        "{}",
+        decoded["tracks"]
+    );
+
+    let tmp = TempDir::new("offtl-pf-mutex");
+    let (decoded, summary) = perfetto_run(&["mutex", "200"], &tmp);
+    let pid = summary["command"]["pid"].as_i64().unwrap();
+    let holder = decoded["tracks"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t[2] == "holder")
+        .and_then(|t| t[1].as_i64())
+        .expect("the holder's thread track");
+    let waits: Vec<&Value> = decoded["off_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[0] == pid && s[1] == pid && s[2] == "futex lock")
+        .collect();
+    assert_eq!(waits.len(), 1, "{}", decoded["off_cpu"]);
+    let (begin, end) = (waits[0][3].as_i64().unwrap(), waits[0][4].as_i64().unwrap());
+    assert!(end - begin >= 190 * MS, "{}", waits[0]);
+    let edges: Vec<&Value> = decoded["flow_edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["to"][0] == "futex lock")
+        .collect();
+    assert_eq!(edges.len(), 1, "{}", decoded["flow_edges"]);
+    assert_eq!(
+        edges[0]["to"],
+        serde_json::json!(["futex lock", pid, pid, "off-CPU", end])
+    );
+    assert_eq!(
+        edges[0]["from"],
+        serde_json::json!(["wake", pid, holder, "off-CPU", end])
+    );
+}

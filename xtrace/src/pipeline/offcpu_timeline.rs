@@ -1,0 +1,236 @@
+//! Off-CPU waits on the timeline (`--off-cpu`): each wait sent on its own (at least MIN, in a
+//! system call) becomes a slice on its thread named by what it waited in (`clock_nanosleep`,
+//! `futex lock` for a lock the image model names), then its wait for a CPU once woken
+//! (`runnable`); a wake-up by another thread becomes a `wake` instant on the waker's thread at the
+//! moment it woke the wait, with a flow arrow from it to the wait. All of category
+//! [`TIMELINE_CATEGORY`]: on each thread's `off-CPU` track in a Perfetto trace, so they never cut
+//! through the nesting of the thread's function spans; in trace.json on the thread itself, where
+//! a wait lies inside the call that made it. Waits added up in the kernel have no time of their
+//! own and are not shown.
+use xtrace_common::offcpu::{OffCpuEvent, OffCpuInterval, NO_SYSCALL};
+
+use super::{
+    writer::{Flow, FlowKind, SpanOut},
+    Pipeline,
+};
+use crate::model::{
+    text::c_str,
+    wait::{syscall_name, Wait, TIMELINE_CATEGORY},
+};
+
+/// Wake-up flows' ids have this bit set, which no GPU launch's (a pid in the high 32 bits) has.
+const WAKE_FLOW_BIT: u64 = 1 << 63;
+
+/// The probe id of these events: none (they carry their own name and category, and no
+/// `--warn-over` rule applies to them).
+const NO_PROBE: usize = usize::MAX;
+
+/// The x86-64 number of futex(2), whose waits on a named lock are named by it.
+const FUTEX: i32 = 202;
+
+impl<W: std::io::Write + Send + 'static> Pipeline<W> {
+    /// One wait sent on its own: counted with its stack, then written to the timeline.
+    pub(super) fn off_cpu_wait(&mut self, event: &OffCpuEvent, stack: &mut [u8]) -> std::io::Result<()> {
+        let comm = c_str(&event.sample.comm);
+        let (pid, tid) = (event.header.pid, event.header.tid);
+        self.names.named(pid, tid, &comm);
+        let Some(off_cpu) = &mut self.off_cpu else {
+            return Ok(());
+        };
+        let interval = &event.interval;
+        off_cpu.wait(
+            &mut self.images,
+            &mut self.python,
+            interval,
+            &event.sample,
+            &comm,
+            stack,
+        );
+        let lock = match interval.lock {
+            0 => None,
+            address => off_cpu
+                .locks
+                .locks
+                .get(&(pid, address))
+                .and_then(|l| l.name.clone()),
+        };
+        off_cpu.wake_flows += 1;
+        let flow_id = WAKE_FLOW_BIT | off_cpu.wake_flows;
+        for span in timeline(interval, (pid, tid), lock.as_deref(), flow_id) {
+            self.keep(span)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a wait is called on the timeline: its system call's name (`futex NAME` for a lock the
+/// image model named), or its state's outside one.
+pub fn wait_name(interval: &OffCpuInterval, lock: Option<&str>) -> String {
+    match (interval.syscall, lock) {
+        (NO_SYSCALL, _) => Wait {
+            state: interval.state,
+            syscall: NO_SYSCALL,
+        }
+        .name(),
+        (FUTEX, Some(lock)) => format!("futex {lock}"),
+        (nr, _) => syscall_name(nr).map_or_else(|| format!("syscall {nr}"), str::to_string),
+    }
+}
+
+/// A wait's `args`: its state, its wait for a CPU, who woke it, the lock, and its sleeps when
+/// the system call slept more than once (then the slice is their sum, from the first).
+fn wait_args(interval: &OffCpuInterval) -> String {
+    let state = Wait {
+        state: interval.state,
+        syscall: interval.syscall,
+    }
+    .state_name();
+    let mut args = format!(",\"state\":\"{state}\",\"runnable_ns\":{}", interval.runnable_ns);
+    if interval.waker_pid == 0 {
+        args.push_str(",\"woken_by\":\"interrupt or idle\"");
+    } else {
+        let waker = format!(
+            "{} {}/{}",
+            c_str(&interval.waker_comm),
+            interval.waker_pid,
+            interval.waker_tid
+        );
+        args.push_str(",\"waker\":");
+        args.push_str(&serde_json::to_string(&waker).unwrap_or_default());
+    }
+    if interval.lock != 0 {
+        args.push_str(&format!(",\"lock\":\"{:#x}\"", interval.lock));
+    }
+    if interval.sleeps > 1 {
+        args.push_str(&format!(",\"sleeps\":{}", interval.sleeps));
+    }
+    args
+}
+
+/// The timeline events of one wait of thread (pid, tid), in the order they are written: the
+/// `wake` instant on the waker's thread where a thread woke it (flow `flow_id` begins there;
+/// written first, so that a reader going in time order has seen it when the wait's end ends the
+/// flow), the wait from `start_ns` for `duration_ns`, then `runnable` for `runnable_ns`.
+pub fn timeline(
+    interval: &OffCpuInterval,
+    (pid, tid): (u32, u32),
+    lock: Option<&str>,
+    flow_id: u64,
+) -> Vec<SpanOut> {
+    let event = |pid, tid, start_ns, dur_ns, name: &str| SpanOut {
+        probe: NO_PROBE,
+        pid,
+        tid,
+        start_ns,
+        dur_ns,
+        name: Some(name.into()),
+        cat: Some(TIMELINE_CATEGORY.into()),
+        ..SpanOut::default()
+    };
+    let woken_ns = interval.start_ns.saturating_add(interval.duration_ns);
+    let mut events = Vec::with_capacity(3);
+    let woken_by_thread = interval.waker_pid != 0;
+    if woken_by_thread {
+        events.push(SpanOut {
+            instant: true,
+            flow: Some(Flow {
+                id: flow_id,
+                end: false,
+                kind: FlowKind::Wake,
+            }),
+            ..event(interval.waker_pid, interval.waker_tid, woken_ns, 0, "wake")
+        });
+    }
+    let name = wait_name(interval, lock);
+    events.push(SpanOut {
+        values: Some(wait_args(interval).into()),
+        flow: woken_by_thread.then_some(Flow {
+            id: flow_id,
+            end: true,
+            kind: FlowKind::Wake,
+        }),
+        ..event(pid, tid, interval.start_ns, interval.duration_ns, &name)
+    });
+    if interval.runnable_ns > 0 {
+        events.push(event(pid, tid, woken_ns, interval.runnable_ns, "runnable"));
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xtrace_common::offcpu::state;
+
+    fn interval(waker_pid: u32, lock: u64) -> OffCpuInterval {
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"holder");
+        OffCpuInterval {
+            start_ns: 1_000,
+            duration_ns: 200,
+            runnable_ns: 30,
+            sleeps: 1,
+            state: state::SLEEPING,
+            syscall: FUTEX,
+            waker_pid,
+            waker_tid: waker_pid + 1,
+            waker_stack: -1,
+            waker_comm: comm,
+            lock,
+        }
+    }
+
+    /// A wait on a named lock woken by a thread: the wake-up's instant on the waker at the
+    /// wait's end begins the flow the wait ends; then the wait for a CPU.
+    #[test]
+    fn a_wake_up_by_a_thread_is_an_arrow_to_the_wait() {
+        let events = timeline(&interval(7, 0x1000), (7, 7), Some("lock"), 42);
+        assert_eq!(events.len(), 3);
+        let [wake, wait, runnable] = [&events[0], &events[1], &events[2]];
+        assert_eq!(
+            (wake.pid, wake.tid, wake.start_ns, wake.instant),
+            (7, 8, 1_200, true)
+        );
+        assert_eq!(wake.name.as_deref(), Some("wake"));
+        let flow = |end| {
+            Some(Flow {
+                id: 42,
+                end,
+                kind: FlowKind::Wake,
+            })
+        };
+        assert_eq!((wake.flow, wait.flow), (flow(false), flow(true)));
+        assert_eq!((wait.tid, wait.start_ns, wait.dur_ns), (7, 1_000, 200));
+        assert_eq!(wait.name.as_deref(), Some("futex lock"));
+        assert_eq!(wait.cat.as_deref(), Some(TIMELINE_CATEGORY));
+        assert_eq!(
+            wait.values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":30,\"waker\":\"holder 7/8\",\"lock\":\"0x1000\"")
+        );
+        assert_eq!(
+            (runnable.name.as_deref(), runnable.start_ns, runnable.dur_ns),
+            (Some("runnable"), 1_200, 30)
+        );
+        assert!(events.iter().all(|e| e.probe == NO_PROBE));
+    }
+
+    /// Woken from an interrupt or the idle task: no arrow, and the args say so; no wait for a
+    /// CPU, no `runnable` slice.
+    #[test]
+    fn a_wake_up_from_an_interrupt_has_no_arrow() {
+        let mut sleep = interval(0, 0);
+        sleep.syscall = 230;
+        sleep.runnable_ns = 0;
+        sleep.sleeps = 2;
+        let events = timeline(&sleep, (7, 9), None, 1);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].name.as_deref(), Some("clock_nanosleep"));
+        assert_eq!(events[0].flow, None);
+        assert_eq!(
+            events[0].values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt or idle\",\"sleeps\":2")
+        );
+        // An unnamed lock's futex wait is `futex`.
+        assert_eq!(wait_name(&interval(0, 0x10), None), "futex");
+    }
+}
