@@ -77,13 +77,15 @@ fn each_sleep_is_a_slice_on_its_thread() {
         .collect();
     assert_eq!(sleeps.len(), 10, "{sleeps:?}");
     assert!(sleeps.iter().all(|e| ns(e, "dur") >= 50 * MS), "{sleeps:?}");
-    // Woken by the timer's interrupt: `woken_by`, unless the interrupt came while a thread ran
-    // (which the kernel cannot tell from a wake-up by that thread).
+    // Woken by the timer, whichever thread its interrupt came in: no waker, and no arrow.
     assert!(
         sleeps.iter().all(|e| e["args"]["state"] == "sleeping"
-            && (e["args"]["woken_by"] == "interrupt or idle" || e["args"]["waker"].is_string())),
+            && e["args"]["woken_by"] == "timer"
+            && e["args"]["waker"].is_null()),
         "{sleeps:?}"
     );
+    let arrows: Vec<&Value> = ["s", "f", "i"].iter().flat_map(|ph| off_cpu(&out, ph)).collect();
+    assert!(arrows.is_empty(), "a sleep has no wake-up arrow: {arrows:?}");
     let total: i64 = sleeps.iter().map(|e| ns(e, "dur")).sum();
     let (count, summed) = summary_wait(&out, pid, "clock_nanosleep");
     assert_eq!((count, total as u64), (10, summed));

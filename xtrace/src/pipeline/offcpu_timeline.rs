@@ -77,6 +77,15 @@ pub fn wait_name(interval: &OffCpuInterval, lock: Option<&str>) -> String {
     }
 }
 
+/// Whether the wait was a sleep for a time (nanosleep, clock_nanosleep): a timer's interrupt ends
+/// it, whichever thread it interrupted, which the kernel program cannot tell from a waker.
+fn is_timer_sleep(interval: &OffCpuInterval) -> bool {
+    matches!(
+        syscall_name(interval.syscall),
+        Some("nanosleep" | "clock_nanosleep")
+    )
+}
+
 /// A wait's `args`: its state, its wait for a CPU, who woke it, the lock, and its sleeps when
 /// the system call slept more than once (then the slice is their sum, from the first).
 fn wait_args(interval: &OffCpuInterval) -> String {
@@ -86,7 +95,9 @@ fn wait_args(interval: &OffCpuInterval) -> String {
     }
     .state_name();
     let mut args = format!(",\"state\":\"{state}\",\"runnable_ns\":{}", interval.runnable_ns);
-    if interval.waker_pid == 0 {
+    if is_timer_sleep(interval) {
+        args.push_str(",\"woken_by\":\"timer\"");
+    } else if interval.waker_pid == 0 {
         args.push_str(",\"woken_by\":\"interrupt or idle\"");
     } else {
         let waker = format!(
@@ -129,7 +140,7 @@ pub fn timeline(
     };
     let woken_ns = interval.start_ns.saturating_add(interval.duration_ns);
     let mut events = Vec::with_capacity(3);
-    let woken_by_thread = interval.waker_pid != 0;
+    let woken_by_thread = interval.waker_pid != 0 && !is_timer_sleep(interval);
     if woken_by_thread {
         events.push(SpanOut {
             instant: true,
@@ -218,17 +229,27 @@ mod tests {
     /// CPU, no `runnable` slice.
     #[test]
     fn a_wake_up_from_an_interrupt_has_no_arrow() {
-        let mut sleep = interval(0, 0);
-        sleep.syscall = 230;
-        sleep.runnable_ns = 0;
-        sleep.sleeps = 2;
-        let events = timeline(&sleep, (7, 9), None, 1);
+        let mut read = interval(0, 0);
+        read.syscall = 0;
+        read.runnable_ns = 0;
+        read.sleeps = 2;
+        let events = timeline(&read, (7, 9), None, 1);
         assert_eq!(events.len(), 1);
-        assert_eq!(events[0].name.as_deref(), Some("clock_nanosleep"));
+        assert_eq!(events[0].name.as_deref(), Some("read"));
         assert_eq!(events[0].flow, None);
         assert_eq!(
             events[0].values.as_deref(),
             Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt or idle\",\"sleeps\":2")
+        );
+        // A sleep for a time ends at a timer, whichever thread its interrupt came in.
+        let mut sleep = interval(7, 0);
+        (sleep.syscall, sleep.runnable_ns) = (230, 0);
+        let events = timeline(&sleep, (7, 9), None, 1);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].flow, None);
+        assert_eq!(
+            events[0].values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"timer\"")
         );
         // An unnamed lock's futex wait is `futex`.
         assert_eq!(wait_name(&interval(0, 0x10), None), "futex");
