@@ -162,9 +162,9 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l min-count -d 'Jud
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s o -l output -d 'Where to write the differential flamegraph (when both captures have stacks.folded)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l markdown -d 'Also write the probes\' comparison and the verdict as Markdown to FILE, for a pull-request comment (the same table `xtrace gate --markdown` writes)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s h -l help -d 'Print help'
-complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l trace-format -d 'The format to write: perfetto (trace.perfetto-trace, beside trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
+complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l trace-format -d 'The format to write: perfetto (trace.perfetto-trace) or json (trace.json) [default: the format the capture\'s trace is not in]' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
-complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l gzip -d 'Write the new trace compressed (trace.perfetto-trace.gz)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l gzip -d 'Write the new trace compressed (trace.json.gz, trace.perfetto-trace.gz)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s o -l output -d 'The directory to write the merged capture into (created if missing)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 'The merged trace\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
