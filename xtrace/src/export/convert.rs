@@ -76,6 +76,7 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
         writer: &mut writer,
         placement: Placement::default(),
         progress: Progress::default(),
+        held: None,
     };
     let replayed = match from {
         TraceFormat::Json => replay_events(&path, reader, &mut replay),
@@ -98,9 +99,14 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
 
 /// Streams the trace.json at `path` from `reader` into `replay`.
 pub(super) fn replay_events(path: &Path, reader: Box<dyn Read>, replay: &mut Replay) -> Result<()> {
-    let streamed = trace_file::stream(reader, replay);
+    let streamed = trace_file::stream(reader, replay).map(|()| replay.release());
+    let streamed = match streamed {
+        Ok(Err(refused)) => Err(malformed(path, refused)),
+        Ok(Ok(())) => Ok(()),
+        Err(e) => Err(malformed(path, e)),
+    };
     match replay.progress.refused.take() {
         Some(refused) => Err(malformed(path, refused)),
-        None => streamed.map_err(|e| malformed(path, e)),
+        None => streamed,
     }
 }

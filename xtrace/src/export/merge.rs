@@ -182,6 +182,7 @@ fn write_trace(
                 process_prefix: Some(part.host.clone()),
             },
             progress: Progress::default(),
+            held: None,
         };
         match from {
             TraceFormat::Json => replay_events(&path, reader, &mut replay)?,

@@ -133,26 +133,52 @@ fn events(path: &Path) -> Vec<String> {
     events
 }
 
-#[test]
-fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
-    let dir = std::env::temp_dir().join(format!("xtrace-replay-pf-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("pf")).unwrap();
-    write(&dir, "trace.json", TraceFormat::Json);
-    write(&dir.join("pf"), "trace.perfetto-trace", TraceFormat::Perfetto);
-    let converted = dir.join("converted.json");
-    let file = std::fs::File::create(&converted).unwrap();
-    let mut writer =
-        EventWriter::starting(Sink::new(file, false).0, &[], TraceFormat::Json, clocks()).unwrap();
+/// Replays into a new trace at `out` in `format`, from `from` (None: the Perfetto trace of
+/// capture `dir`; else that trace.json).
+fn convert(dir: &Path, from: Option<&Path>, out: &Path, format: TraceFormat) {
+    let file = std::fs::File::create(out).unwrap();
+    let mut writer = EventWriter::starting(Sink::new(file, false).0, &[], format, clocks()).unwrap();
     let mut r = Replay {
         writer: &mut writer,
         placement: Placement::default(),
         progress: Progress::default(),
+        held: None,
     };
-    let pf = dir.join("pf");
-    replay(&pf, &pf.join("trace.perfetto-trace"), &mut r).unwrap();
+    match from {
+        None => replay(dir, &dir.join("trace.perfetto-trace"), &mut r).unwrap(),
+        Some(json) => {
+            let reader = Box::new(std::fs::File::open(json).unwrap());
+            crate::export::convert::replay_events(json, reader, &mut r).unwrap();
+        }
+    }
     writer.finish().unwrap().close().unwrap();
-    let (want, got) = (events(&dir.join("trace.json")), events(&converted));
+}
+
+#[test]
+fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
+    let dir = std::env::temp_dir().join(format!("xtrace-replay-pf-{}", std::process::id()));
+    let (pf, twice) = (dir.join("pf"), dir.join("twice"));
+    std::fs::create_dir_all(&pf).unwrap();
+    std::fs::create_dir_all(&twice).unwrap();
+    write(&dir, "trace.json", TraceFormat::Json);
+    write(&pf, "trace.perfetto-trace", TraceFormat::Perfetto);
+    convert(&pf, None, &dir.join("converted.json"), TraceFormat::Json);
+    // trace.json to Perfetto and back: the same events again, flows included.
+    let json = dir.join("trace.json");
+    convert(
+        &dir,
+        Some(&json),
+        &twice.join("trace.perfetto-trace"),
+        TraceFormat::Perfetto,
+    );
+    convert(&twice, None, &dir.join("twice.json"), TraceFormat::Json);
+    let want = events(&json);
+    let (got, back) = (
+        events(&dir.join("converted.json")),
+        events(&dir.join("twice.json")),
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(got, want);
     assert_eq!(got.len(), 14, "{got:#?}");
+    assert_eq!(back, want);
 }
