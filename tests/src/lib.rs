@@ -69,8 +69,25 @@ fn workspace_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The environment variable that sets `record --trace-format`'s default.
+pub const TRACE_FORMAT_ENV: &str = "XTRACE_TRACE_FORMAT";
+
+/// Makes every xtrace the tests start write trace.json unless told otherwise: most tests read
+/// the trace through [`output::Outputs::read`], which parses trace.json. Tests of the default
+/// format remove the variable from their command ([`run::Xtrace::spawn_default_format`]). Set
+/// once, before the first xtrace is started (every start names [`xtrace_bin`] first).
+fn json_traces_by_default() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if env::var_os(TRACE_FORMAT_ENV).is_none() {
+            env::set_var(TRACE_FORMAT_ENV, "json");
+        }
+    });
+}
+
 /// The xtrace binary under test: `XTRACE_BIN`, else `<target>/debug/xtrace`.
 pub fn xtrace_bin() -> PathBuf {
+    json_traces_by_default();
     let path = match env::var_os("XTRACE_BIN") {
         Some(bin) => PathBuf::from(bin),
         None => target_dir().join("debug").join("xtrace"),

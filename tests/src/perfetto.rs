@@ -55,3 +55,18 @@ pub fn counter(decoded: &Value, name: &str) -> (Vec<u64>, String) {
         .collect();
     (values, track["unit"].as_str().unwrap_or("").to_string())
 }
+
+/// The events of a trace.json, each as its JSON text (keys sorted), sorted: the multiset two
+/// traces of the same capture must share.
+pub fn trace_events(path: &Path) -> Vec<String> {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let doc: Value = serde_json::from_slice(&text).expect("JSON");
+    let mut events: Vec<String> = doc["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    events.sort();
+    events
+}

@@ -268,6 +268,18 @@ impl Xtrace {
         Self::spawn_command(command, args)
     }
 
+    /// Like [`Xtrace::spawn`] with the trace format xtrace itself defaults to: without the
+    /// [`crate::TRACE_FORMAT_ENV`] the tests set to json.
+    pub fn spawn_default_format<I, S>(args: I) -> Xtrace
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(xtrace_bin());
+        command.env_remove(crate::TRACE_FORMAT_ENV);
+        Self::spawn_command(command, args)
+    }
+
     /// Like [`Xtrace::spawn`] with extra environment variables.
     pub fn spawn_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Xtrace
     where

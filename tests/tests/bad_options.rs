@@ -3,7 +3,8 @@
 //! xtrace BPF program loaded. Cases: invalid flag combinations (a pid and a command, --tid,
 //! --no-inherit with -a, list without a subcommand), an unusable or taken output directory, bad
 //! XTRACE_UPROBE_ATTACH and XTRACE_TOOL_LIB, --debug-dir that is no directory, an invalid
-//! ring-buffer size, an invalid --exits mode and an unknown --trace-format.
+//! ring-buffer size, an invalid --exits mode and an unknown --trace-format (flag or
+//! XTRACE_TRACE_FORMAT).
 
 use xtrace_tests::{
     args,
@@ -295,6 +296,15 @@ fn unknown_trace_format() {
         line,
         "xtrace: error: invalid value 'protobuf' for '--trace-format <FORMAT>' \
          [possible values: json, perfetto]; see `xtrace --help`"
+    );
+    // The same from the environment variable that sets the default.
+    let line = run_error_with_env(
+        args!["-u", "work", "-o", tmp.join("out"), "--", "true"],
+        &[("XTRACE_TRACE_FORMAT", "protobuf")],
+    );
+    assert!(
+        line.starts_with("xtrace: error: invalid value 'protobuf' for '--trace-format <FORMAT>'"),
+        "{line}"
     );
     assert!(!tmp.join("out").exists(), "nothing is created for invalid flags");
 }

@@ -2,15 +2,16 @@
 //! captures tests/data/workload-1 and -2 (spans on 2 threads and CPU samples) are converted, the
 //! Perfetto trace is checked with Perfetto's own definitions (tests/tools/perfetto_decode.py),
 //! and `report` (every format), `diff` and `flamegraph --diff` must give byte for byte what they
-//! give on trace.json. A cut or damaged Perfetto trace is one line naming the file and the byte
-//! offset of the packet, exit 2.
+//! give on trace.json; converted back, the Perfetto trace is the same trace.json, event for event.
+//! A cut or damaged Perfetto trace is one line naming the file and the byte offset of the packet,
+//! exit 2, for `report`, `diff` and `convert` alike.
 
 use std::path::{Path, PathBuf};
 
 use xtrace_tests::{
     args,
     captures::{data, xtrace_in, Ran},
-    perfetto::{decode, slice_counts},
+    perfetto::{decode, slice_counts, trace_events},
     TempDir,
 };
 
@@ -167,15 +168,60 @@ fn convert_never_writes_over_a_trace() {
         std::fs::read_to_string(json.join("workload-1/trace.perfetto-trace")).unwrap(),
         "mine"
     );
+    // A Perfetto capture with a trace.json already there: its trace.json is the one converted.
+    std::fs::write(perfetto.join("workload-1/trace.json"), "mine").unwrap();
     let ran = xtrace_in(
         &perfetto,
         args!["convert", "workload-1", "--trace-format", "json"],
     );
-    assert!(
-        ran.user_error().starts_with(
-            "xtrace: error: workload-1/trace.perfetto-trace: cannot be converted: only trace.json converts"
-        ),
-        "{}",
-        ran.stderr
+    assert_eq!(
+        ran.user_error(),
+        "xtrace: error: workload-1/trace.json: cannot be converted: it is in that format \
+         already; give another --trace-format"
     );
+    assert_eq!(
+        std::fs::read_to_string(perfetto.join("workload-1/trace.json")).unwrap(),
+        "mine"
+    );
+}
+
+#[test]
+fn a_perfetto_trace_converts_back_to_the_same_trace_json() {
+    let tmp = TempDir::new("convert-back");
+    let (_, perfetto) = twins(&tmp);
+    for name in CAPTURES {
+        let ran = xtrace_in(&perfetto, args!["convert", name]);
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        assert_eq!(ran.stderr, format!("xtrace: wrote {name}/trace.json\n"));
+        let back = trace_events(&perfetto.join(name).join("trace.json"));
+        let recorded = trace_events(&data(name).join("trace.json"));
+        assert_eq!(back.len(), recorded.len(), "{name}");
+        assert!(back == recorded, "{name}: the events differ");
+    }
+}
+
+#[test]
+fn a_cut_perfetto_trace_converts_to_one_line_and_no_file() {
+    let tmp = TempDir::new("convert-cut");
+    let (_, perfetto) = twins(&tmp);
+    let dir = perfetto.join("workload-2");
+    let file = dir.join("trace.perfetto-trace");
+    let whole = std::fs::read(&file).unwrap();
+    let all = packets(&whole);
+    let (at, header, body) = all[all.len() - 2];
+    std::fs::write(&file, &whole[..at + header + 3]).unwrap();
+    let ran = xtrace_in(&perfetto, args!["convert", "workload-2"]);
+    assert_eq!(
+        ran.user_error(),
+        format!(
+            "xtrace: error: workload-2/trace.perfetto-trace: the packet at byte {at} is cut short: \
+             the file ends 3 bytes into its {body}; the capture is damaged: record it again"
+        )
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["stacks.folded", "summary.json", "trace.perfetto-trace"]);
 }

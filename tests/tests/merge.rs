@@ -2,12 +2,14 @@
 //! of fixture `spans exit 0` (work() 3 times each) under torchrun's variables, the second's clock
 //! pairs then moved 1 s ahead, as a host whose monotonic clock runs 1 s behind its wall clock
 //! compared with the first's would write them: every span of it lands exactly its shift later,
-//! its process apart and named after its host and rank.
+//! its process apart and named after its host and rank. A capture whose trace is Perfetto's
+//! merges into the same trace.json.
 
 use serde_json::Value;
 
 use xtrace_tests::{
-    args, fixtures::fixtures, output::Outputs, require_bpf, run::run_error, run::Xtrace, TempDir,
+    args, fixtures::fixtures, output::Outputs, perfetto::trace_events, require_bpf, run::run_error,
+    run::Xtrace, TempDir,
 };
 
 /// Records `spans exit 0` as rank `rank` of 2 into `dir`.
@@ -120,6 +122,22 @@ fn merged_captures_lie_on_one_clock_shifted_by_their_clock_pairs() {
         report.stdout.starts_with("6 spans from 1 probe"),
         "{}",
         report.stdout
+    );
+
+    // Rank 1 as a Perfetto capture (its trace converted, trace.json gone): the same merge.
+    Xtrace::spawn(args!["convert", &b]).wait().assert_success();
+    let b_perfetto = tmp.join("rank1-perfetto");
+    std::fs::create_dir(&b_perfetto).unwrap();
+    for file in ["summary.json", "trace.perfetto-trace"] {
+        std::fs::rename(b.join(file), b_perfetto.join(file)).unwrap();
+    }
+    let again = tmp.join("merged-again");
+    Xtrace::spawn(args!["merge", &a, &b_perfetto, "-o", &again])
+        .wait()
+        .assert_success();
+    assert!(
+        trace_events(&again.join("trace.json")) == trace_events(&merged_dir.join("trace.json")),
+        "the merged events differ"
     );
 }
 

@@ -12,9 +12,10 @@ use serde_json::Value;
 use xtrace_tests::{
     args,
     bpf::Attachments,
+    captures::xtrace,
     fixtures::fixtures,
     output::{us_to_ns, Outputs},
-    perfetto::decode,
+    perfetto::{decode, trace_events},
     profile::profile_command,
     require_bpf,
     run::Xtrace,
@@ -281,5 +282,59 @@ fn perfetto_traces_have_the_waits_and_arrows_too() {
     assert_eq!(
         edges[0]["from"],
         serde_json::json!(["wake", pid, holder, "off-CPU", end])
+    );
+}
+
+/// A JSON recording of the mutex's wait converts to Perfetto and back event for event: the
+/// waits, the wake-up's instant and both ends of its arrow.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn off_cpu_waits_convert_to_perfetto_and_back() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offcpu-round-trip");
+    let out = tmp.join("out");
+    let offcpu = fixtures().offcpu.display().to_string();
+    let args = args![
+        "--off-cpu",
+        "-F",
+        "1",
+        "--trace-format",
+        "json",
+        "-o",
+        &out,
+        "--",
+        offcpu,
+        "mutex",
+        "100"
+    ];
+    Xtrace::spawn(args).wait().assert_success();
+    let ran = xtrace(args!["convert", &out]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let back = tmp.join("back");
+    std::fs::create_dir(&back).unwrap();
+    std::fs::copy(out.join("summary.json"), back.join("summary.json")).unwrap();
+    std::fs::rename(
+        out.join("trace.perfetto-trace"),
+        back.join("trace.perfetto-trace"),
+    )
+    .unwrap();
+    let ran = xtrace(args!["convert", &back]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let recorded = trace_events(&out.join("trace.json"));
+    let converted = trace_events(&back.join("trace.json"));
+    for (ph, name) in [("f", "wake"), ("s", "wake"), ("i", "wake"), ("X", "futex lock")] {
+        let (ph, name) = (format!(r#""ph":"{ph}""#), format!(r#""name":"{name}""#));
+        let n = recorded
+            .iter()
+            .filter(|e| e.contains(&ph) && e.contains(&name))
+            .count();
+        assert_eq!(n, 1, "{ph} {name}: {recorded:#?}");
+    }
+    assert_eq!(converted.len(), recorded.len());
+    assert!(
+        converted == recorded,
+        "the events differ: {recorded:#?}\n{converted:#?}"
     );
 }

@@ -4,7 +4,8 @@
 //! each) and `spans nested 10` (outer() ×10, each calling inner() twice), as uprobe_spans.rs and
 //! launch.rs assert them on trace.json; `cudaapp` with the stand-in CUDA libraries, whose memory
 //! counters cuda.rs asserts; and the ITT client (tests/fixtures/itt_ranges.py), whose two
-//! overlapped `fetch` tasks cross without nesting.
+//! overlapped `fetch` tasks cross without nesting. The default format is perfetto, and a JSON
+//! recording converted to Perfetto and back is the same trace.json, event for event.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +15,7 @@ use xtrace_tests::{
     bpf::Attachments,
     captures::xtrace,
     fixtures::{fixtures, python, script, tool_library, Fixture},
-    perfetto::{counter, decode, slice_counts},
+    perfetto::{counter, decode, slice_counts, trace_events},
     require_bpf,
     run::{trace_fixture_with, Xtrace},
     TempDir,
@@ -338,4 +339,117 @@ fn samples_are_call_stacks_whose_frames_match_stacks_folded() {
     assert_eq!(decoded["sample_threads"], json!([[pid, pid, samples]]));
     // No sample is left as an instant.
     assert_eq!(decoded["instants"], json!([]));
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_default_trace_is_perfetto_and_reports_as_its_converted_json() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("perfetto-default");
+    let out = tmp.join("out");
+    let before = Attachments::snapshot();
+    Xtrace::spawn_default_format(args![
+        "-u",
+        "outer",
+        "-u",
+        "inner",
+        "-o",
+        &out,
+        "--",
+        &fixtures().spans,
+        "nested",
+        "10"
+    ])
+    .wait()
+    .assert_success();
+    before.assert_none_left();
+    assert_eq!(
+        files(&out),
+        [
+            "profile.pb.gz",
+            "span-flamegraph.svg",
+            "summary.json",
+            "summary.txt",
+            "trace.perfetto-trace"
+        ]
+    );
+    let report = |dir: &std::path::Path| xtrace(args!["report", dir, "--format", "json"]);
+    let from_perfetto = report(&out);
+    assert_eq!(from_perfetto.code, Some(0), "{}", from_perfetto.stderr);
+    let ran = xtrace(args!["convert", &out]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // The capture's trace.json, read first now.
+    let events = trace_events(&out.join("trace.json"));
+    let spans = events.iter().filter(|e| e.contains(r#""ph":"X""#)).count();
+    assert_eq!(spans, 30, "10 outer and 20 inner");
+    assert_eq!(
+        events.iter().filter(|e| e.contains(r#""depth":1"#)).count(),
+        20,
+        "inner nests in outer"
+    );
+    let from_json = report(&out);
+    assert_eq!(from_json.stdout, from_perfetto.stdout);
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_json_recording_converts_to_perfetto_and_back_event_for_event() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("perfetto-round-trip");
+    let threads = tmp.join("threads");
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "4", "1000"]);
+    fixture.wait_ready_tids();
+    trace_fixture_with(
+        &mut fixture,
+        args!["-u", "work", "-F", "999", "--trace-format", "json"],
+        &[],
+        &threads,
+    );
+    let sampled = tmp.join("sampled");
+    Xtrace::spawn(args![
+        "-F",
+        "999",
+        "--trace-format",
+        "json",
+        "-o",
+        &sampled,
+        "--",
+        &fixtures().profile,
+        "syscalls",
+        "200"
+    ])
+    .wait()
+    .assert_success();
+    for (out, spans) in [(&threads, 4000), (&sampled, 0)] {
+        let ran = xtrace(args!["convert", out]);
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        // The Perfetto trace alone, in a capture of its own, converted back.
+        let back = out.with_extension("back");
+        std::fs::create_dir(&back).unwrap();
+        for file in ["summary.json", "stacks.folded"] {
+            if out.join(file).exists() {
+                std::fs::copy(out.join(file), back.join(file)).unwrap();
+            }
+        }
+        std::fs::rename(
+            out.join("trace.perfetto-trace"),
+            back.join("trace.perfetto-trace"),
+        )
+        .unwrap();
+        let ran = xtrace(args!["convert", &back]);
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        let recorded = trace_events(&out.join("trace.json"));
+        let converted = trace_events(&back.join("trace.json"));
+        let count = |ph: &str| recorded.iter().filter(|e| e.contains(ph)).count();
+        assert_eq!(count(r#""ph":"X""#), spans);
+        if spans == 0 {
+            assert!(count(r#""cat":"sample""#) > 0, "CPU samples on the timeline");
+        }
+        assert_eq!(converted.len(), recorded.len(), "{}", out.display());
+        assert!(converted == recorded, "{}: the events differ", out.display());
+    }
 }

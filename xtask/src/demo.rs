@@ -17,7 +17,7 @@ use crate::{
 };
 
 const SYMBOLS: &[&str] = &["load_batch", "forward", "backward", "optimizer_step"];
-const OUTPUTS: &[&str] = &["trace.json", "summary.json", "summary.txt"];
+const OUTPUTS: &[&str] = &["trace.perfetto-trace", "summary.json", "summary.txt"];
 
 pub fn run() -> Result<()> {
     setup::run(setup::Verbosity::ChangesOnly)?;
@@ -53,6 +53,8 @@ pub fn run() -> Result<()> {
         trace.args(["-u", symbol]);
     }
     trace.args(["-d", "3", "-o"]).arg(&out_dir);
+    // The default trace format, whatever the environment says.
+    trace.env_remove("XTRACE_TRACE_FORMAT");
     println!("demo: {}", util::display(&trace));
     util::run("xtrace", &mut trace)?;
     drop(guard);
@@ -63,7 +65,7 @@ pub fn run() -> Result<()> {
         let note = if path.is_file() { "" } else { "  (missing!)" };
         println!("  {}{note}", path.display());
     }
-    println!("demo: open trace.json in https://ui.perfetto.dev or chrome://tracing");
+    println!("demo: open trace.perfetto-trace in https://ui.perfetto.dev");
     Ok(())
 }
 

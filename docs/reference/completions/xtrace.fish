@@ -46,7 +46,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l tid -d 'Record only the c
 complete -c xtrace -n "__fish_xtrace_needs_command" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
 complete -c xtrace -n "__fish_xtrace_needs_command" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
-complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l trace-format -d 'The trace file\'s format: perfetto (trace.perfetto-trace) or json (trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
@@ -63,7 +63,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX rang
 complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
-complete -c xtrace -n "__fish_xtrace_needs_command" -l gzip -d 'Write the trace compressed as it is recorded, as trace.json.gz'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l gzip -d 'Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with --trace-format json)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
 complete -c xtrace -n "__fish_xtrace_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -104,7 +104,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l tid -d 'Record 
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s o -l output -d 'Directory for the outputs [default: xtrace-YYYYmmdd-HHMMSS]' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l label -d 'Label the capture with KEY=VALUE, e.g. job=train or commit=1a2b3c (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l store -d 'After the capture, store its statistics in a store of runs (see `xtrace push`): --store sqlite:PATH, --store clickhouse://HOST:PORT/DB, or --store alone for the SQLite file ~/.local/share/xtrace/runs.db (of the user who ran sudo, under sudo)' -r
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l trace-format -d 'The trace file\'s format: perfetto (trace.perfetto-trace) or json (trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l live -d 'Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight -d 'Keep only the last DURATION of events, in memory, written out on a trigger (e.g. 30s)' -r
@@ -121,7 +121,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
-complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gzip -d 'Write the trace compressed as it is recorded, as trace.json.gz'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gzip -d 'Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with --trace-format json)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -162,9 +162,9 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l min-count -d 'Jud
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s o -l output -d 'Where to write the differential flamegraph (when both captures have stacks.folded)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -l markdown -d 'Also write the probes\' comparison and the verdict as Markdown to FILE, for a pull-request comment (the same table `xtrace gate --markdown` writes)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand diff" -s h -l help -d 'Print help'
-complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l trace-format -d 'The format to write: perfetto (trace.perfetto-trace, beside trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
+complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l trace-format -d 'The format to write: perfetto (trace.perfetto-trace) or json (trace.json) [default: the format the capture\'s trace is not in]' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
-complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l gzip -d 'Write the new trace compressed (trace.perfetto-trace.gz)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l gzip -d 'Write the new trace compressed (trace.json.gz, trace.perfetto-trace.gz)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s o -l output -d 'The directory to write the merged capture into (created if missing)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 'The merged trace\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'

@@ -8,7 +8,7 @@ pub mod capture;
 pub mod mannwhitney;
 pub mod offcpu;
 pub mod outliers;
-mod perfetto_file;
+pub(crate) mod perfetto_file;
 pub mod spans;
 pub mod stats;
 pub(crate) mod trace_file;

@@ -1,10 +1,12 @@
-//! Reading trace.perfetto-trace (or its .gz) of a capture into a [`Capture`], packet by packet
-//! (the file is never held whole): slices on the tracks under a thread become spans, as trace.json's
-//! complete events do; instants there are counted; process and thread descriptors name processes
-//! and threads. Async slices (tracks under a process), counters and CPU samples are skipped, as the
-//! trace.json reader skips their events. Interned names are resolved per packet sequence, and
-//! timestamps are read on CLOCK_MONOTONIC or on a sequence's incremental clock defined from it.
-//! A damaged or cut trace is refused with the byte offset of the packet that could not be read.
+//! Reading trace.perfetto-trace (or its .gz) packet by packet (the file is never held whole),
+//! each event decoded ([`Decoded`]) for a [`Decode`]r: names resolved per packet sequence,
+//! timestamps on CLOCK_MONOTONIC (or a sequence's incremental clock defined from it), slices
+//! paired begin with end, tracks traced to their thread or process, samples' call stacks
+//! resolved. A capture's [`Sink`] keeps what trace.json's reader keeps: slices on the tracks under
+//! a thread become spans, instants there are counted, descriptors name processes and threads;
+//! async slices, counters and samples are skipped. `export::replay_perfetto` writes all of it
+//! again (`xtrace convert`, `xtrace merge`). A damaged or cut trace is refused with the byte
+//! offset of the packet that could not be read.
 use std::{
     collections::HashMap,
     io::{BufRead, BufReader, ErrorKind, Read},
@@ -18,13 +20,16 @@ use super::{
     trace_file::Sink,
     Result,
 };
-use crate::pipeline::perfetto::{intern::json_value, proto::*};
+use crate::pipeline::{
+    perfetto::{intern::json_value, proto::*, SampleFrame},
+    writer::{Flow, FlowKind},
+};
 
 /// The largest packet read (xtrace's are a few hundred bytes; Perfetto's own stay under 1 MiB).
 const MAX_PACKET: u64 = 64 << 20;
 
 /// Reads the trace at `path` from `reader` into `sink`.
-pub(super) fn read(path: &Path, reader: impl Read, sink: &mut Sink) -> Result<()> {
+pub(crate) fn read(path: &Path, reader: impl Read, sink: &mut impl Decode) -> Result<()> {
     let gz = path.extension().is_some_and(|e| e == "gz");
     let mut reader = BufReader::with_capacity(1 << 20, reader);
     let mut state = State::default();
@@ -101,16 +106,19 @@ fn varint(reader: &mut impl BufRead, offset: &mut u64) -> Result<Option<u64>, St
 }
 
 /// What a track stands for.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Track {
-    Process,
+    Process {
+        pid: u32,
+    },
     Thread {
         pid: u32,
         tid: u32,
     },
-    /// A track under another one (a source's track, an async range's, a counter).
+    /// A track under another one (a source's track, an async range's, a counter), and its name.
     Child {
         parent: u64,
+        name: String,
     },
 }
 
@@ -119,6 +127,7 @@ struct Open {
     name: Name,
     start_ns: u64,
     args: Option<String>,
+    flow: Option<Flow>,
 }
 
 /// The incremental state of one packet sequence.
@@ -127,6 +136,12 @@ struct Sequence {
     names: HashMap<u64, String>,
     categories: HashMap<u64, String>,
     arg_names: HashMap<u64, String>,
+    /// Samples' call stacks: frame iids by call stack iid, frames, mappings' path iids, strings.
+    callstacks: HashMap<u64, Vec<u64>>,
+    frames: HashMap<u64, Frame>,
+    mappings: HashMap<u64, u64>,
+    function_names: HashMap<u64, String>,
+    mapping_paths: HashMap<u64, String>,
     /// The clock of timestamps without their own.
     default_clock: Option<u32>,
     /// The track of events without their own.
@@ -145,8 +160,102 @@ struct State {
 /// The first clock id Perfetto leaves to a sequence's own clocks.
 const FIRST_SEQUENCE_CLOCK: u32 = 64;
 
+/// A slice read whole (its end read): on a thread's track, or on a process's (an async range).
+pub(crate) struct Slice<'a> {
+    pub name: &'a Name,
+    pub pid: u32,
+    /// The thread whose track (or a track under it) the slice is on; None under a process.
+    pub tid: Option<u32>,
+    /// Its track's uuid (an async range's own track).
+    pub track: u64,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// The annotations of its begin and of its end, as JSON objects; None when there are none.
+    pub args: Option<&'a str>,
+    pub end_args: Option<&'a str>,
+    /// A flow arrow its begin starts or ends.
+    pub flow: Option<Flow>,
+}
+
+/// A counter's value: an integer (a CUDA memory counter) or a double (a GPU reading).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Counted {
+    Int(i64),
+    Double(f64),
+}
+
+/// One thing a Perfetto trace says, decoded: names resolved, times on CLOCK_MONOTONIC.
+pub(crate) enum Decoded<'a> {
+    Process {
+        pid: u32,
+        name: &'a str,
+    },
+    Thread {
+        pid: u32,
+        tid: u32,
+        name: &'a str,
+    },
+    Slice(Slice<'a>),
+    Instant {
+        name: &'a Name,
+        pid: u32,
+        tid: Option<u32>,
+        ts_ns: u64,
+        args: Option<&'a str>,
+        flow: Option<Flow>,
+    },
+    Counter {
+        pid: u32,
+        track: &'a str,
+        ts_ns: u64,
+        value: Counted,
+    },
+    /// A CPU sample and its call stack, outermost frame first.
+    Sample {
+        pid: u32,
+        tid: u32,
+        ts_ns: u64,
+        frames: Vec<SampleFrame>,
+    },
+}
+
+/// What takes a Perfetto trace's events: a capture's [`Sink`], or the replay of `xtrace convert`
+/// and `xtrace merge`.
+pub(crate) trait Decode {
+    /// One event; an error refuses the trace.
+    fn decoded(&mut self, event: Decoded<'_>) -> Result<(), String>;
+    /// Whether samples are wanted (their call stacks are resolved only then).
+    fn samples(&self) -> bool {
+        false
+    }
+}
+
+impl Decode for Sink<'_> {
+    fn decoded(&mut self, event: Decoded<'_>) -> Result<(), String> {
+        match event {
+            Decoded::Process { pid, name } => self.process(pid, name.into()),
+            Decoded::Thread { pid, tid, name } => self.thread(pid, tid, name.into()),
+            Decoded::Slice(s) => {
+                if let Some(tid) = s.tid {
+                    self.span(s.name, (s.pid, tid), s.start_ns, s.dur_ns, s.args)?;
+                }
+            }
+            // An instant that starts a flow is in trace.json as the flow's start alone.
+            Decoded::Instant {
+                name,
+                tid: Some(_),
+                flow: None,
+                ..
+            } => self.instant(&name.name, &name.cat),
+            // CPU samples are read from stacks.folded, as with trace.json.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
 impl State {
-    fn packet(&mut self, p: TracePacket, sink: &mut Sink) -> Result<(), String> {
+    fn packet(&mut self, p: TracePacket, sink: &mut impl Decode) -> Result<(), String> {
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let flags = p.sequence_flags.unwrap_or(0);
         let seq = self.sequences.entry(seq_id).or_default();
@@ -157,16 +266,8 @@ impl State {
             seq.default_clock = defaults.timestamp_clock_id;
             seq.default_track = defaults.track_event_defaults.as_ref().and_then(|d| d.track_uuid);
         }
-        if let Some(d) = &p.interned_data {
-            for (table, entries) in [
-                (&mut seq.names, &d.event_names),
-                (&mut seq.categories, &d.event_categories),
-                (&mut seq.arg_names, &d.debug_annotation_names),
-            ] {
-                for e in entries {
-                    table.insert(e.iid.unwrap_or(0), e.name.clone().unwrap_or_default());
-                }
-            }
+        if let Some(d) = p.interned_data {
+            intern(seq, d);
         }
         let clock = p
             .timestamp_clock_id
@@ -179,54 +280,65 @@ impl State {
         match p.data {
             Some(Data::ClockSnapshot(s)) => clock_snapshot(seq, &s),
             Some(Data::TrackDescriptor(d)) => self.descriptor(d, sink),
-            // CPU samples are read from stacks.folded, as with trace.json.
-            Some(Data::PerfSample(_)) => Ok(()),
+            Some(Data::PerfSample(s)) if sink.samples() => {
+                let ts_ns = timestamp.ok_or("a sample without a timestamp")?;
+                let frames = call_stack(seq, s.callstack_iid.unwrap_or(0))?;
+                let (pid, tid) = (s.pid.unwrap_or(0), s.tid.unwrap_or(0));
+                sink.decoded(Decoded::Sample {
+                    pid,
+                    tid,
+                    ts_ns,
+                    frames,
+                })
+            }
+            Some(Data::PerfSample(_)) | None => Ok(()),
             Some(Data::TrackEvent(e)) => {
                 let ts = timestamp.ok_or("a track event without a timestamp")?;
                 self.event(seq_id, ts, e, sink)
             }
-            None => Ok(()),
         }
     }
 
-    fn descriptor(&mut self, d: TrackDescriptor, sink: &mut Sink) -> Result<(), String> {
+    fn descriptor(&mut self, d: TrackDescriptor, sink: &mut impl Decode) -> Result<(), String> {
         let uuid = d.uuid.ok_or("a track descriptor without a uuid")?;
         let id = |n: Option<i32>| n.unwrap_or(0) as u32;
         let track = if let Some(p) = d.process {
-            if let Some(name) = p.process_name {
-                sink.process(id(p.pid), name);
+            let pid = id(p.pid);
+            if let Some(name) = &p.process_name {
+                sink.decoded(Decoded::Process { pid, name })?;
             }
-            Track::Process
+            Track::Process { pid }
         } else if let Some(t) = d.thread {
             let (pid, tid) = (id(t.pid), id(t.tid));
-            if let Some(name) = t.thread_name {
-                sink.thread(pid, tid, name);
+            if let Some(name) = &t.thread_name {
+                sink.decoded(Decoded::Thread { pid, tid, name })?;
             }
             Track::Thread { pid, tid }
         } else {
             Track::Child {
                 parent: d.parent_uuid.unwrap_or(0),
+                name: d.name.unwrap_or_default(),
             }
         };
         self.tracks.insert(uuid, track);
         Ok(())
     }
 
-    /// The thread a track belongs to: its own, or that of the track it is under; None for a
-    /// process's tracks (async ranges, counters).
-    fn thread_of(&self, mut uuid: u64) -> Option<(u32, u32)> {
+    /// The process and thread a track belongs to: its own, or those of the track it is under;
+    /// no thread for a process's tracks (async ranges, counters); None for a track under none.
+    fn owner(&self, mut uuid: u64) -> Option<(u32, Option<u32>)> {
         // A chain of parents no longer than the tracks there are (a loop ends it).
         for _ in 0..=self.tracks.len() {
             match self.tracks.get(&uuid)? {
-                Track::Thread { pid, tid } => return Some((*pid, *tid)),
-                Track::Process => return None,
-                Track::Child { parent } => uuid = *parent,
+                Track::Thread { pid, tid } => return Some((*pid, Some(*tid))),
+                Track::Process { pid } => return Some((*pid, None)),
+                Track::Child { parent, .. } => uuid = *parent,
             }
         }
         None
     }
 
-    fn event(&mut self, seq_id: u32, ts: u64, e: TrackEvent, sink: &mut Sink) -> Result<(), String> {
+    fn event(&mut self, seq_id: u32, ts: u64, e: TrackEvent, sink: &mut impl Decode) -> Result<(), String> {
         let seq = &self.sequences[&seq_id];
         let uuid = e
             .track_uuid
@@ -237,13 +349,15 @@ impl State {
                 "an event on track {uuid}, which no descriptor before it describes"
             ));
         }
-        let thread = self.thread_of(uuid);
+        let owner = self.owner(uuid);
+        let flow = flow_of(&e);
         match e.r#type.unwrap_or(0) {
             TYPE_SLICE_BEGIN => {
                 let open = Open {
                     name: name_of(seq, &e)?,
                     start_ns: ts,
                     args: args_of(seq, &e)?,
+                    flow,
                 };
                 self.open.entry(uuid).or_default().push(open);
             }
@@ -256,17 +370,134 @@ impl State {
                 let dur_ns = ts
                     .checked_sub(open.start_ns)
                     .ok_or_else(|| format!("a slice on track {uuid} ends before it begins"))?;
-                if let Some(thread) = thread {
-                    sink.span(&open.name, thread, open.start_ns, dur_ns, open.args.as_deref())?;
+                if let Some((pid, tid)) = owner {
+                    let end_args = args_of(seq, &e)?;
+                    sink.decoded(Decoded::Slice(Slice {
+                        name: &open.name,
+                        pid,
+                        tid,
+                        track: uuid,
+                        start_ns: open.start_ns,
+                        dur_ns,
+                        args: open.args.as_deref(),
+                        end_args: end_args.as_deref(),
+                        // A launch's flow ends where its slice begins, a wake-up's where it ends.
+                        flow: open.flow.or(flow),
+                    }))?;
                 }
             }
-            TYPE_INSTANT if thread.is_some() => {
-                let name = name_of(seq, &e)?;
-                sink.instant(&name.name, &name.cat);
+            TYPE_INSTANT => {
+                if let Some((pid, tid)) = owner {
+                    let name = name_of(seq, &e)?;
+                    let args = args_of(seq, &e)?;
+                    sink.decoded(Decoded::Instant {
+                        name: &name,
+                        pid,
+                        tid,
+                        ts_ns: ts,
+                        args: args.as_deref(),
+                        flow,
+                    })?;
+                }
+            }
+            TYPE_COUNTER => {
+                let value = match (e.counter_value, e.double_counter_value) {
+                    (Some(v), _) => Counted::Int(v),
+                    (None, Some(v)) => Counted::Double(v),
+                    (None, None) => return Err(format!("a counter event on track {uuid} without a value")),
+                };
+                if let (Some((pid, _)), Some(Track::Child { name, .. })) = (owner, self.tracks.get(&uuid)) {
+                    sink.decoded(Decoded::Counter {
+                        pid,
+                        track: name,
+                        ts_ns: ts,
+                        value,
+                    })?;
+                }
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Adds a packet's interned data to its sequence's tables.
+fn intern(seq: &mut Sequence, d: InternedData) {
+    for (table, entries) in [
+        (&mut seq.names, d.event_names),
+        (&mut seq.categories, d.event_categories),
+        (&mut seq.arg_names, d.debug_annotation_names),
+    ] {
+        for e in entries {
+            table.insert(e.iid.unwrap_or(0), e.name.unwrap_or_default());
+        }
+    }
+    for (table, entries) in [
+        (&mut seq.function_names, d.function_names),
+        (&mut seq.mapping_paths, d.mapping_paths),
+    ] {
+        for e in entries {
+            let text = String::from_utf8_lossy(e.str.as_deref().unwrap_or_default()).into_owned();
+            table.insert(e.iid.unwrap_or(0), text);
+        }
+    }
+    for m in d.mappings {
+        let path = m.path_string_ids.first().copied().unwrap_or(0);
+        seq.mappings.insert(m.iid.unwrap_or(0), path);
+    }
+    for f in d.frames {
+        seq.frames.insert(f.iid.unwrap_or(0), f);
+    }
+    for c in d.callstacks {
+        seq.callstacks.insert(c.iid.unwrap_or(0), c.frame_ids);
+    }
+}
+
+/// The frames of call stack `iid` of `seq`, outermost first.
+fn call_stack(seq: &Sequence, iid: u64) -> Result<Vec<SampleFrame>, String> {
+    let ids = seq
+        .callstacks
+        .get(&iid)
+        .ok_or_else(|| format!("call stack iid {iid} was never interned"))?;
+    ids.iter()
+        .map(|id| {
+            let f = seq
+                .frames
+                .get(id)
+                .ok_or_else(|| format!("frame iid {id} was never interned"))?;
+            let name = interned(
+                &seq.function_names,
+                f.function_name_id.unwrap_or(0),
+                "function name",
+            )?;
+            let mapping = f.mapping_id.unwrap_or(0);
+            let path = seq
+                .mappings
+                .get(&mapping)
+                .ok_or_else(|| format!("mapping iid {mapping} was never interned"))?;
+            Ok(SampleFrame {
+                name: name.to_owned(),
+                module: interned(&seq.mapping_paths, *path, "mapping path")?.to_owned(),
+                rel_pc: f.rel_pc.unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// The flow arrow an event starts or ends (its first).
+fn flow_of(e: &TrackEvent) -> Option<Flow> {
+    match (e.flow_ids.first(), e.terminating_flow_ids.first()) {
+        (Some(&id), _) => Some(Flow {
+            id,
+            end: false,
+            kind: FlowKind::of_id(id),
+        }),
+        (None, Some(&id)) => Some(Flow {
+            id,
+            end: true,
+            kind: FlowKind::of_id(id),
+        }),
+        (None, None) => None,
     }
 }
 
@@ -348,179 +579,5 @@ fn args_of(seq: &Sequence, e: &TrackEvent) -> Result<Option<String>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{
-        analysis::capture::Capture,
-        pipeline::{
-            chrome::ChromeWriter,
-            perfetto::PerfettoWriter,
-            writer::{AsyncEdge, SpanOut},
-        },
-    };
-
-    const PROBES: [(&str, &str); 2] = [("work", "uprobe"), ("app:tick", "usdt")];
-
-    /// The same events, as the record pipeline hands them to either writer.
-    fn events() -> Vec<SpanOut> {
-        let span = |tid, start_ns, dur_ns, depth| SpanOut {
-            pid: 7,
-            tid,
-            start_ns,
-            dur_ns,
-            depth,
-            ..Default::default()
-        };
-        vec![
-            SpanOut {
-                values: Some(r#","arg0":3,"ret":"0x10""#.into()),
-                ..span(8, 1_000_500, 2_250, 1)
-            },
-            span(8, 1_000_000, 9_000, 0),
-            span(9, 1_020_000, 4_000, 0),
-            SpanOut {
-                probe: 1,
-                instant: true,
-                values: Some(r#","arg0":1"#.into()),
-                ..span(8, 1_011_000, 0, 0)
-            },
-            SpanOut {
-                name: Some("CUDA device memory (bytes)".into()),
-                counter: Some(5),
-                ..span(8, 1_013_000, 0, 0)
-            },
-            SpanOut {
-                name: Some("fetch".into()),
-                cat: Some("itt".into()),
-                edge: Some(AsyncEdge { begin: true, id: 1 }),
-                ..span(8, 1_014_000, 0, 0)
-            },
-            SpanOut {
-                name: Some("fetch".into()),
-                cat: Some("itt".into()),
-                edge: Some(AsyncEdge { begin: false, id: 1 }),
-                ..span(9, 1_015_000, 0, 0)
-            },
-        ]
-    }
-
-    fn perfetto() -> Vec<u8> {
-        let start = crate::clock::snapshot();
-        let mut w = PerfettoWriter::new(Vec::new(), &PROBES, &start).unwrap();
-        for e in events() {
-            w.span(&e).unwrap();
-        }
-        let frame = |name: &str| crate::pipeline::perfetto::SampleFrame {
-            name: name.into(),
-            module: "/bin/app".into(),
-            rel_pc: 0x10,
-        };
-        w.sample(7, 8, 1_016_000, &[frame("a"), frame("hot")]).unwrap();
-        w.process_name(7, "app").unwrap();
-        w.thread_name(7, 8, "worker").unwrap();
-        w.finish().unwrap()
-    }
-
-    fn chrome() -> Vec<u8> {
-        let mut w = ChromeWriter::new(Vec::new(), &PROBES).unwrap();
-        for e in events() {
-            w.span(&e).unwrap();
-        }
-        w.sample(7, 8, 1_016_000, "hot", "a;hot").unwrap();
-        w.process_name(7, "app").unwrap();
-        w.thread_name(7, 8, "worker").unwrap();
-        w.finish().unwrap()
-    }
-
-    /// The capture read from `trace` in `format`, or the error's text.
-    fn load(name: &str, trace: &[u8]) -> Result<Capture, String> {
-        // A directory of its own: the tests run in parallel.
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("xtrace-pf-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(name), trace).unwrap();
-        let mut capture = Capture::default();
-        let read = super::super::trace_file::read(&dir, &mut capture, true);
-        std::fs::remove_dir_all(&dir).unwrap();
-        read.map(|()| capture).map_err(|e| e.to_string())
-    }
-
-    fn args(c: &Capture) -> Vec<Option<serde_json::Value>> {
-        let parsed = |a: &str| {
-            let mut v: serde_json::Value = serde_json::from_str(a).unwrap();
-            v.as_object_mut().unwrap().remove("depth");
-            v
-        };
-        c.spans.iter().map(|s| s.args.as_deref().map(parsed)).collect()
-    }
-
-    #[test]
-    fn a_perfetto_trace_reads_as_its_json_twin() {
-        let json = load("trace.json", &chrome()).unwrap();
-        let pf = load("trace.perfetto-trace", &perfetto()).unwrap();
-        assert_eq!(pf.names, json.names);
-        let no_args = |c: &Capture| -> Vec<_> {
-            c.spans
-                .iter()
-                .map(|s| (s.name, s.pid, s.tid, s.start_ns, s.dur_ns))
-                .collect()
-        };
-        assert_eq!(no_args(&pf), no_args(&json));
-        assert_eq!(args(&pf), args(&json));
-        assert_eq!(pf.spans.len(), 3);
-        assert_eq!(pf.instants, json.instants);
-        assert_eq!(
-            pf.instants.values().sum::<u64>(),
-            1,
-            "the USDT instant, not the sample"
-        );
-        assert_eq!(pf.processes, json.processes);
-        assert_eq!(pf.threads, json.threads);
-    }
-
-    #[test]
-    fn a_cut_or_damaged_trace_is_refused_at_its_packets_offset() {
-        let bytes = perfetto();
-        // Find the offset of the third packet by walking the first two.
-        let mut offsets = vec![0u64];
-        let mut reader = bytes.as_slice();
-        let mut at = 0;
-        let mut buf = Vec::new();
-        while next_packet(&mut reader, &mut buf, &mut at).unwrap() {
-            offsets.push(at);
-        }
-        let third = offsets[2] as usize;
-        let e = load("trace.perfetto-trace", &bytes[..third + 3]).unwrap_err();
-        assert!(
-            e.contains(&format!(
-                "trace.perfetto-trace: the packet at byte {third} is cut short"
-            )),
-            "{e}"
-        );
-        assert!(e.ends_with("; the capture is damaged: record it again"), "{e}");
-        let mut damaged = bytes.clone();
-        damaged[third] = 0x12;
-        let e = load("trace.perfetto-trace", &damaged).unwrap_err();
-        assert!(
-            e.contains(&format!(
-                "the packet at byte {third} is not a Perfetto trace packet"
-            )),
-            "{e}"
-        );
-        let e = load("trace.perfetto-trace", b"{\"traceEvents\":[]}").unwrap_err();
-        assert!(
-            e.contains("the packet at byte 0 is not a Perfetto trace packet (field key 0x7b"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_gzipped_perfetto_trace_is_read_too() {
-        use std::io::Write;
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&perfetto()).unwrap();
-        let c = load("trace.perfetto-trace.gz", &gz.finish().unwrap()).unwrap();
-        assert_eq!(c.spans.len(), 3);
-    }
-}
+#[path = "perfetto_file_tests.rs"]
+mod tests;

@@ -1,4 +1,4 @@
-//! `xtrace convert DIR --trace-format perfetto`: writes a capture's trace in another format
+//! `xtrace convert DIR [--trace-format FORMAT]`: writes a capture's trace in the other format
 //! beside the one it has (see `export::convert`).
 use std::path::PathBuf;
 
@@ -8,18 +8,24 @@ use crate::{analysis::Result, output::TraceFormat};
 
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// The capture: a directory written by `xtrace -o DIR`, with a trace.json or trace.json.gz.
+    /// The capture: a directory written by `xtrace -o DIR`, with a trace.json, a
+    /// trace.perfetto-trace or their .gz.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 
-    /// The format to write: perfetto (trace.perfetto-trace, beside trace.json).
+    /// The format to write: perfetto (trace.perfetto-trace) or json (trace.json) [default: the
+    /// format the capture's trace is not in].
     ///
-    /// The trace already there stays; a trace of the new format already there is never written
-    /// over. `xtrace report` and `xtrace diff` read the capture alike from either trace.
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormat::Perfetto)]
-    pub trace_format: TraceFormat,
+    /// Every event is written again: spans, instants, counters, async ranges, flow arrows, CPU
+    /// samples, process and thread names. From a Perfetto trace, a span's `depth` is its nesting
+    /// on its track, an async range's id its track and its thread its process, and a counter of
+    /// one series is named `value`: what Perfetto does not keep. The trace already there stays; a
+    /// trace of the new format already there is never written over. `xtrace report` and `xtrace
+    /// diff` read the capture alike from either trace.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub trace_format: Option<TraceFormat>,
 
-    /// Write the new trace compressed (trace.perfetto-trace.gz).
+    /// Write the new trace compressed (trace.json.gz, trace.perfetto-trace.gz).
     #[arg(long)]
     pub gzip: bool,
 }

@@ -30,6 +30,8 @@ pub struct MergeArgs {
     pub output: PathBuf,
 
     /// The merged trace's format: json (trace.json) or perfetto (trace.perfetto-trace).
+    ///
+    /// The captures merged may hold either format.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormat::Json)]
     pub trace_format: TraceFormat,
 

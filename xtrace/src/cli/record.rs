@@ -331,22 +331,26 @@ pub struct RecordArgs {
     #[arg(long = "store", value_name = "URL", num_args = 0..=1, default_missing_value = "", value_parser = parse_store, help_heading = heading::OUTPUT)]
     pub store: Option<crate::store::Url>,
 
-    /// Write the trace compressed as it is recorded, as trace.json.gz.
+    /// Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with
+    /// --trace-format json).
     ///
-    /// Perfetto opens it as is; about 6x smaller: for large captures. `xtrace report` and
+    /// Perfetto opens it as is; several times smaller: for large captures. `xtrace report` and
     /// `xtrace diff` read either.
     #[arg(long = "gzip", help_heading = heading::OUTPUT)]
     pub gzip: bool,
 
-    /// The trace file's format: json (trace.json) or perfetto (trace.perfetto-trace).
+    /// The trace file's format: perfetto (trace.perfetto-trace) or json (trace.json).
     ///
-    /// perfetto writes Perfetto's own protobuf format: about a quarter of JSON's bytes, every
-    /// overlapping slice kept (each source on its own track under its thread), counters with their
-    /// units, clock snapshots that convert the times to wall time. Open it at ui.perfetto.dev or
-    /// with trace_processor. `xtrace report` and `xtrace diff` read either format alike. With
-    /// --gzip, trace.perfetto-trace.gz.
-    #[arg(long = "trace-format", value_name = "FORMAT", value_enum, default_value_t = TraceFormat::Json,
-          help_heading = heading::OUTPUT)]
+    /// perfetto, the default, writes Perfetto's own protobuf format: open it at ui.perfetto.dev
+    /// or with trace_processor. About a quarter of JSON's bytes, every overlapping slice kept
+    /// (each source on its own track under its thread), CPU samples as call stacks on their
+    /// threads, counters with their units, clock snapshots that convert the times to wall time.
+    /// json writes Chrome's trace.json, for chrome://tracing, speedscope and scripts. `xtrace
+    /// report` and `xtrace diff` read either format alike, and `xtrace convert` writes one from
+    /// the other. With --gzip, trace.perfetto-trace.gz or trace.json.gz. The environment variable
+    /// XTRACE_TRACE_FORMAT sets the default (the flag wins).
+    #[arg(long = "trace-format", value_name = "FORMAT", value_enum, default_value_t = TraceFormat::Perfetto,
+          env = "XTRACE_TRACE_FORMAT", help_heading = heading::OUTPUT)]
     pub trace_format: TraceFormat,
 
     /// Serve a live view of the capture on IP:PORT [default: 127.0.0.1 and a free port].

@@ -1,8 +1,10 @@
-//! `xtrace convert`: a capture's trace.json (or .gz) rewritten as trace.perfetto-trace beside it,
-//! event by event through the writer a recording uses ([`super::replay`]), so that the two traces
-//! hold the same spans, instants, counters, async ranges, samples and names. The JSON is read with the
-//! streaming parser (any layout); the Perfetto trace is written through `NAME.partial` and never
-//! over a trace already there.
+//! `xtrace convert`: a capture's trace rewritten in the other format beside it — trace.json (or
+//! .gz) as trace.perfetto-trace, trace.perfetto-trace as trace.json — event by event through the
+//! writer a recording uses ([`super::replay`], [`super::replay_perfetto`]), so that the two traces
+//! hold the same spans, instants, counters, async ranges, flows, samples and names. The JSON is
+//! read with the streaming parser (any layout), the Perfetto trace packet by packet; the new trace
+//! is written through `NAME.partial`, removed if the conversion fails, and never over a trace
+//! already there.
 use std::{io::Read, path::Path};
 
 use super::replay::{Placement, Replay};
@@ -17,21 +19,18 @@ use crate::{
     pipeline::writer::EventWriter,
 };
 
-/// Converts the trace of capture `dir` to `format`, compressed when `gzip`; returns the name of
-/// the file written.
-pub fn run(dir: &Path, format: TraceFormat, gzip: bool) -> Result<&'static str> {
+/// Converts the trace of capture `dir` to `format` (None: the format it is not in), compressed
+/// when `gzip`; returns the name of the file written.
+pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'static str> {
     let (path, reader, from) = trace_file::open(dir)?;
+    let format = format.unwrap_or(match from {
+        TraceFormat::Json => TraceFormat::Perfetto,
+        TraceFormat::Perfetto => TraceFormat::Json,
+    });
     if from == format {
         return Err(Error::NotConvertible {
             path,
             reason: "it is in that format already; give another --trace-format".into(),
-        });
-    }
-    if format == TraceFormat::Json {
-        return Err(Error::NotConvertible {
-            path,
-            reason: "only trace.json converts so far (to perfetto); record again with --trace-format json"
-                .into(),
         });
     }
     let summary = crate::analysis::capture::load(
@@ -77,19 +76,37 @@ pub fn run(dir: &Path, format: TraceFormat, gzip: bool) -> Result<&'static str> 
         writer: &mut writer,
         placement: Placement::default(),
         progress: Progress::default(),
+        held: None,
     };
-    replay_events(&path, reader, &mut replay)?;
-    writer.ending(clock("end")).map_err(written)?;
-    writer.finish().and_then(Sink::close).map_err(written)?;
-    output::complete(&out, name)?;
-    Ok(name)
+    let replayed = match from {
+        TraceFormat::Json => replay_events(&path, reader, &mut replay),
+        TraceFormat::Perfetto => {
+            drop(reader);
+            super::replay_perfetto::replay(dir, &path, &mut replay)
+        }
+    };
+    let finished = replayed.and_then(|()| {
+        writer.ending(clock("end")).map_err(written)?;
+        writer.finish().and_then(Sink::close).map_err(written)?;
+        Ok(output::complete(&out, name)?)
+    });
+    if finished.is_err() {
+        // No half-written trace is left to make the capture look cut short.
+        let _ = out.remove_file(&output::partial(name));
+    }
+    finished.map(|()| name)
 }
 
 /// Streams the trace.json at `path` from `reader` into `replay`.
 pub(super) fn replay_events(path: &Path, reader: Box<dyn Read>, replay: &mut Replay) -> Result<()> {
-    let streamed = trace_file::stream(reader, replay);
+    let streamed = trace_file::stream(reader, replay).map(|()| replay.release());
+    let streamed = match streamed {
+        Ok(Err(refused)) => Err(malformed(path, refused)),
+        Ok(Ok(())) => Ok(()),
+        Err(e) => Err(malformed(path, e)),
+    };
     match replay.progress.refused.take() {
         Some(refused) => Err(malformed(path, refused)),
-        None => streamed.map_err(|e| malformed(path, e)),
+        None => streamed,
     }
 }

@@ -7,7 +7,8 @@
 //! between start and end (NTP slewing) is reported beside its shift. Processes are numbered
 //! apart per capture (pid + its capture's offset, a multiple of 2^22, Linux's largest pid) and
 //! named after their host (their names hold their rank); stacks.folded gets each capture's host
-//! and rank as the root frame.
+//! and rank as the root frame. Each capture's trace, trace.json or trace.perfetto-trace, is
+//! replayed into the merged one.
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -172,14 +173,6 @@ fn write_trace(
     let mut writer = EventWriter::starting(sink, &[], format, start).map_err(written)?;
     for (input, part) in inputs.iter().zip(parts) {
         let (path, reader, from) = trace_file::open(&input.capture.dir)?;
-        if from != TraceFormat::Json {
-            return Err(Error::NotMergeable {
-                path,
-                reason: "merge reads trace.json captures so far; record with --trace-format json, or \
-                         merge the trace.json `xtrace convert` cannot write yet"
-                    .into(),
-            });
-        }
         let mut replay = Replay {
             writer: &mut writer,
             placement: Placement {
@@ -189,8 +182,15 @@ fn write_trace(
                 process_prefix: Some(part.host.clone()),
             },
             progress: Progress::default(),
+            held: None,
         };
-        replay_events(&path, reader, &mut replay)?;
+        match from {
+            TraceFormat::Json => replay_events(&path, reader, &mut replay)?,
+            TraceFormat::Perfetto => {
+                drop(reader);
+                super::replay_perfetto::replay(&input.capture.dir, &path, &mut replay)?;
+            }
+        }
     }
     if let Some(reference) = reference {
         writer.ending(reference.end).map_err(written)?;

@@ -2,7 +2,7 @@
 //! `pipeline::chrome`): `summary` (summary.json and the table), `profile` (stacks.folded,
 //! flamegraph.svg), `offcpu` (offcpu.folded, offcpu.svg, the summary's off-CPU section), `cuda`
 //! (the CUDA section of the summary), `span_flamegraph` (span-flamegraph.svg), `convert`
-//! (trace.json to trace.perfetto-trace), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
+//! (trace.json to trace.perfetto-trace and back, through `replay` and `replay_perfetto`), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
 //! `derived` (the span flamegraph and profile a recording writes last); `flamegraph` writes the
 //! folded lines and inferno SVGs of the profile, the off-CPU time and the spans; `plt` names PLT
 //! stubs in the profile's frames (and `elf::fde` functions without symbols, by their unwind
@@ -20,6 +20,7 @@ pub mod plt;
 pub mod pprof;
 pub mod profile;
 pub mod replay;
+pub mod replay_perfetto;
 pub mod span_flamegraph;
 pub mod summary;
 mod summary_text;

@@ -1,7 +1,9 @@
 //! A capture's trace.json events written again through the writer a recording uses (either
 //! format), placed where the caller asks: `xtrace convert` replays a capture as it is into the
 //! other format; `xtrace merge` replays each capture shifted onto a common clock, with its
-//! processes numbered and named apart from the other captures'.
+//! processes numbered and named apart from the other captures'. A flow arrow's end (`"ph":"f"`),
+//! which trace.json writes right after the span it ends in, is put back on that span: each span
+//! is held until the next event.
 use serde_json::{Map, Value};
 
 use crate::{
@@ -9,7 +11,7 @@ use crate::{
     output::Sink,
     pipeline::{
         perfetto::{SampleFrame, KERNEL_MAPPING},
-        writer::{AsyncEdge, EventWriter, SpanOut, TimelineSample},
+        writer::{AsyncEdge, EventWriter, Flow, FlowKind, SpanOut, TimelineSample},
     },
 };
 
@@ -30,6 +32,8 @@ pub(crate) struct Replay<'w> {
     pub(crate) writer: &'w mut EventWriter<Sink>,
     pub(crate) placement: Placement,
     pub(crate) progress: Progress,
+    /// The last span read, not yet written: a flow's end may follow it.
+    pub(crate) held: Option<SpanOut>,
 }
 
 /// An event's `args` object, parsed; empty when it has none.
@@ -72,8 +76,45 @@ fn folded_frames(stack: &str) -> Vec<SampleFrame> {
         .collect()
 }
 
+/// An event's `id` (`"0x1"`), a hex number.
+fn hex_id(e: &RawEvent) -> Result<u64, String> {
+    let id = e.id.as_deref().unwrap_or("0");
+    u64::from_str_radix(id.trim_start_matches("0x"), 16)
+        .map_err(|_| format!("an event whose id {id:?} is not a hex number"))
+}
+
 impl Replay<'_> {
+    /// Writes the span held back, if any: once the next event is read, and at the end.
+    pub(crate) fn release(&mut self) -> Result<(), String> {
+        match self.held.take() {
+            Some(span) => self
+                .writer
+                .span(&span)
+                .map_err(|e| format!("writing the trace: {e}")),
+            None => Ok(()),
+        }
+    }
+
     /// A pid or tid of the event, placed.
+    /// The end of a flow (`f`), put on the span held before it: a launch's arrow ends where its
+    /// slice begins, a wake-up's where its wait ends.
+    fn flow_end(&mut self, e: &RawEvent, (pid, tid): (u32, u32), name: &str) -> Result<(), String> {
+        let (id, ts) = (hex_id(e)?, self.time(e.ts, name)?);
+        let kind = FlowKind::of_id(id);
+        let at = |h: &SpanOut| match kind {
+            FlowKind::Launch => h.start_ns,
+            FlowKind::Wake => h.start_ns.saturating_add(h.dur_ns),
+        };
+        if let Some(held) = self
+            .held
+            .as_mut()
+            .filter(|h| (h.pid, h.tid, at(h)) == (pid, tid, ts))
+        {
+            held.flow = Some(Flow { id, end: true, kind });
+        }
+        Ok(())
+    }
+
     fn id(&self, id: Option<u64>, what: &str) -> Result<u32, String> {
         u32::try_from(id.unwrap_or(0))
             .ok()
@@ -123,17 +164,34 @@ impl Events for Replay<'_> {
             ..Default::default()
         };
         let io = |r: std::io::Result<()>| r.map_err(|e| format!("writing the trace: {e}"));
-        match e.ph.as_deref().unwrap_or("") {
+        let ph = e.ph.as_deref().unwrap_or("");
+        if ph == "f" {
+            return self.flow_end(e, (pid, tid), name);
+        }
+        self.release()?;
+        match ph {
             "X" => {
                 let depth = args.remove("depth").and_then(|d| d.as_u64()).unwrap_or(0);
-                let out = SpanOut {
+                self.held = Some(SpanOut {
                     start_ns: self.time(e.ts, name)?,
                     dur_ns: Self::duration(e.dur, name)?,
                     depth: depth as u32,
                     ..span(&args)
-                };
-                io(self.writer.span(&out))
+                });
+                Ok(())
             }
+            "s" => io(self.writer.span(&SpanOut {
+                start_ns: self.time(e.ts, name)?,
+                instant: true,
+                flow: Some(Flow {
+                    id: hex_id(e)?,
+                    end: false,
+                    kind: FlowKind::of_id(hex_id(e)?),
+                }),
+                ..span(&args)
+            })),
+            // A wake-up's instant: the flow start that follows it writes it again.
+            "i" | "I" if cat == crate::model::wait::TIMELINE_CATEGORY && name == "wake" => Ok(()),
             "i" | "I" if cat == "sample" => {
                 let stack = args.get("stack").and_then(Value::as_str).unwrap_or(name);
                 let sample = TimelineSample {
@@ -148,6 +206,14 @@ impl Events for Replay<'_> {
                 instant: true,
                 ..span(&args)
             })),
+            // An integer `bytes` alone: a CUDA memory counter, an integer in a Perfetto trace.
+            "C" if args.len() == 1 && args.get("bytes").is_some_and(Value::is_u64) => {
+                io(self.writer.span(&SpanOut {
+                    start_ns: self.time(e.ts, name)?,
+                    counter: args.get("bytes").and_then(Value::as_u64),
+                    ..span(&Map::new())
+                }))
+            }
             "C" => {
                 let values: Vec<(String, f64)> = args
                     .iter()
@@ -156,10 +222,10 @@ impl Events for Replay<'_> {
                 io(self.writer.counter(pid, name, self.time(e.ts, name)?, &values))
             }
             ph @ ("b" | "e") => {
-                let id = e.id.as_deref().unwrap_or("0");
-                let id = u64::from_str_radix(id.trim_start_matches("0x"), 16)
-                    .map_err(|_| format!("an async event whose id {id:?} is not a hex number"))?;
-                let edge = AsyncEdge { begin: ph == "b", id };
+                let edge = AsyncEdge {
+                    begin: ph == "b",
+                    id: hex_id(e)?,
+                };
                 io(self.writer.span(&SpanOut {
                     start_ns: self.time(e.ts, name)?,
                     edge: Some(edge),

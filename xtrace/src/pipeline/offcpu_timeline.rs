@@ -18,9 +18,6 @@ use crate::model::{
     wait::{syscall_name, Wait, TIMELINE_CATEGORY},
 };
 
-/// Wake-up flows' ids have this bit set, which no GPU launch's (a pid in the high 32 bits) has.
-const WAKE_FLOW_BIT: u64 = 1 << 63;
-
 /// The probe id of these events: none (they carry their own name and category, and no
 /// `--warn-over` rule applies to them).
 const NO_PROBE: usize = usize::MAX;
@@ -55,7 +52,7 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
                 .and_then(|l| l.name.clone()),
         };
         off_cpu.wake_flows += 1;
-        let flow_id = WAKE_FLOW_BIT | off_cpu.wake_flows;
+        let flow_id = FlowKind::WAKE_BIT | off_cpu.wake_flows;
         for span in timeline(interval, (pid, tid), lock.as_deref(), flow_id) {
             self.keep(span)?;
         }

@@ -56,6 +56,18 @@ pub enum FlowKind {
 }
 
 impl FlowKind {
+    /// Wake-up flows' ids have this bit set, which no GPU launch's (a pid in the high 32 bits)
+    /// has: a trace read back tells the two apart by it.
+    pub const WAKE_BIT: u64 = 1 << 63;
+
+    /// The kind of the flow with id `id`.
+    pub fn of_id(id: u64) -> Self {
+        match id & Self::WAKE_BIT {
+            0 => FlowKind::Launch,
+            _ => FlowKind::Wake,
+        }
+    }
+
     /// trace.json's name and category of its flow events (a flow there is told apart by id,
     /// category and name together), JSON-quoted.
     pub fn quoted_name_cat(self) -> (&'static str, &'static str) {

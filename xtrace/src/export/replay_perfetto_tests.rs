@@ -1,0 +1,215 @@
+//! A Perfetto trace written by the recording's writer, converted to trace.json, against the
+//! trace.json the same events make directly.
+use super::*;
+use crate::{
+    analysis::trace_file::Progress,
+    clock::Snapshot,
+    export::replay::Placement,
+    output::{Sink, TraceFormat},
+    pipeline::{
+        perfetto::SampleFrame,
+        writer::{EventWriter, Flow, FlowKind},
+    },
+};
+
+const PROBES: [(&str, &str); 2] = [("work", "uprobe"), ("app:tick", "usdt")];
+
+fn frame(name: &str, module: &str) -> SampleFrame {
+    SampleFrame {
+        name: name.into(),
+        module: module.into(),
+        rel_pc: 0x10,
+    }
+}
+
+/// Every kind of event, as the record pipeline hands them to either writer.
+fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
+    let span = |tid, start_ns, dur_ns, depth| SpanOut {
+        pid: 7,
+        tid,
+        start_ns,
+        dur_ns,
+        depth,
+        ..Default::default()
+    };
+    let spans = [
+        SpanOut {
+            values: Some(r#","arg0":3,"ret":"0x10""#.into()),
+            ..span(8, 1_000_500, 2_250, 1)
+        },
+        SpanOut {
+            flow: Some(Flow {
+                id: 5,
+                end: true,
+                kind: FlowKind::Launch,
+            }),
+            ..span(8, 1_003_000, 1_000, 1)
+        },
+        span(8, 1_000_000, 9_000, 0),
+        span(9, 1_020_000, 4_000, 0),
+        SpanOut {
+            probe: 1,
+            instant: true,
+            values: Some(r#","arg0":1"#.into()),
+            ..span(8, 1_011_000, 0, 0)
+        },
+        SpanOut {
+            probe: 1,
+            instant: true,
+            flow: Some(Flow {
+                id: 5,
+                end: false,
+                kind: FlowKind::Launch,
+            }),
+            ..span(9, 1_002_000, 0, 0)
+        },
+        // An off-CPU wait of thread 9 and the wake-up by thread 8 that ended it, with its arrow.
+        SpanOut {
+            name: Some("wake".into()),
+            cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+            instant: true,
+            flow: Some(Flow {
+                id: FlowKind::WAKE_BIT | 1,
+                end: false,
+                kind: FlowKind::Wake,
+            }),
+            ..span(8, 1_030_000, 0, 0)
+        },
+        SpanOut {
+            name: Some("futex".into()),
+            cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+            flow: Some(Flow {
+                id: FlowKind::WAKE_BIT | 1,
+                end: true,
+                kind: FlowKind::Wake,
+            }),
+            values: Some(r#","state":"sleeping","runnable_ns":0"#.into()),
+            ..span(9, 1_025_000, 5_000, 0)
+        },
+        SpanOut {
+            name: Some("CUDA device memory (bytes)".into()),
+            counter: Some(5),
+            ..span(8, 1_013_000, 0, 0)
+        },
+        SpanOut {
+            name: Some("fetch".into()),
+            cat: Some("itt".into()),
+            edge: Some(AsyncEdge { begin: true, id: 1 }),
+            values: Some(r#","size":4"#.into()),
+            ..span(8, 1_014_000, 0, 0)
+        },
+        SpanOut {
+            name: Some("fetch".into()),
+            cat: Some("itt".into()),
+            edge: Some(AsyncEdge { begin: false, id: 1 }),
+            ..span(9, 1_015_000, 0, 0)
+        },
+    ];
+    for s in &spans {
+        w.span(s).unwrap();
+    }
+    let frames = vec![
+        frame("main", "/bin/app"),
+        frame("hot", "/bin/app"),
+        frame("ksys_read", KERNEL_MAPPING),
+    ];
+    let sample = TimelineSample {
+        leaf: "ksys_read_[k]".into(),
+        folded: "main;hot;ksys_read_[k]".into(),
+        frames,
+    };
+    w.sample(7, 8, 1_016_000, &sample).unwrap();
+    w.counter(7, "power (W)", 1_017_000, &[("value".into(), 41.5)])
+        .unwrap();
+    w.process_name(7, "app").unwrap();
+    w.thread_name(7, 8, "worker").unwrap();
+}
+
+fn clocks() -> Snapshot {
+    Snapshot {
+        monotonic_ns: 1_000_000,
+        realtime_ns: 5_000_000,
+        boottime_ns: 1_000_100,
+    }
+}
+
+/// The trace `record` makes in `format`, written to `dir/name`.
+fn write(dir: &Path, name: &str, format: TraceFormat) {
+    let file = std::fs::File::create(dir.join(name)).unwrap();
+    let mut w = EventWriter::starting(Sink::new(file, false).0, &PROBES, format, clocks()).unwrap();
+    record(&mut w);
+    w.ending(clocks()).unwrap();
+    w.finish().unwrap().close().unwrap();
+}
+
+/// The events of a trace.json, each as its JSON text (keys sorted), sorted: a multiset.
+fn events(path: &Path) -> Vec<String> {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut events: Vec<String> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            // Perfetto keeps neither an async range's thread nor its id.
+            if matches!(e["ph"].as_str(), Some("b" | "e")) {
+                let e = e.as_object_mut().unwrap();
+                e.remove("tid");
+                e.remove("id");
+            }
+            e.to_string()
+        })
+        .collect();
+    events.sort();
+    events
+}
+
+/// Replays into a new trace at `out` in `format`, from `from` (None: the Perfetto trace of
+/// capture `dir`; else that trace.json).
+fn convert(dir: &Path, from: Option<&Path>, out: &Path, format: TraceFormat) {
+    let file = std::fs::File::create(out).unwrap();
+    let mut writer = EventWriter::starting(Sink::new(file, false).0, &[], format, clocks()).unwrap();
+    let mut r = Replay {
+        writer: &mut writer,
+        placement: Placement::default(),
+        progress: Progress::default(),
+        held: None,
+    };
+    match from {
+        None => replay(dir, &dir.join("trace.perfetto-trace"), &mut r).unwrap(),
+        Some(json) => {
+            let reader = Box::new(std::fs::File::open(json).unwrap());
+            crate::export::convert::replay_events(json, reader, &mut r).unwrap();
+        }
+    }
+    writer.finish().unwrap().close().unwrap();
+}
+
+#[test]
+fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
+    let dir = std::env::temp_dir().join(format!("xtrace-replay-pf-{}", std::process::id()));
+    let (pf, twice) = (dir.join("pf"), dir.join("twice"));
+    std::fs::create_dir_all(&pf).unwrap();
+    std::fs::create_dir_all(&twice).unwrap();
+    write(&dir, "trace.json", TraceFormat::Json);
+    write(&pf, "trace.perfetto-trace", TraceFormat::Perfetto);
+    convert(&pf, None, &dir.join("converted.json"), TraceFormat::Json);
+    // trace.json to Perfetto and back: the same events again, flows included.
+    let json = dir.join("trace.json");
+    convert(
+        &dir,
+        Some(&json),
+        &twice.join("trace.perfetto-trace"),
+        TraceFormat::Perfetto,
+    );
+    convert(&twice, None, &dir.join("twice.json"), TraceFormat::Json);
+    let want = events(&json);
+    let (got, back) = (
+        events(&dir.join("converted.json")),
+        events(&dir.join("twice.json")),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 18, "{got:#?}");
+    assert_eq!(back, want);
+}
