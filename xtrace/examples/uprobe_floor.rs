@@ -24,7 +24,10 @@ use aya::{
     programs::{uprobe::UProbeScope, UProbe},
 };
 use xtrace::{
-    bpf::uprobe_multi::{self, MultiTarget},
+    bpf::{
+        uprobe_multi::{self, MultiTarget},
+        uprobe_program::UprobeProgram,
+    },
     probes::{
         attach::ATTACH_ENV,
         elf::ElfSymbols,
@@ -54,10 +57,10 @@ fn main() -> anyhow::Result<()> {
     };
     let usdt = symbol.starts_with("usdt:");
     let mode = args.next();
-    let programs: &[&str] = match mode.as_deref() {
-        None => &["noop"],
-        Some("--return") => &["noop_ret", "noop"],
-        Some("--clock") => &["clock_ret", "clock"],
+    let programs: &[UprobeProgram] = match mode.as_deref() {
+        None => &[UprobeProgram::Noop],
+        Some("--return") => &[UprobeProgram::NoopRet, UprobeProgram::Noop],
+        Some("--clock") => &[UprobeProgram::ClockRet, UprobeProgram::Clock],
         Some(other) => anyhow::bail!("unknown flag {other}: give --return or --clock"),
     };
     let clock = mode.as_deref() == Some("--clock");
@@ -80,14 +83,14 @@ fn main() -> anyhow::Result<()> {
             cookies: &cookies,
             ref_ctr_offsets: usdt.then_some(ref_ctrs.as_slice()),
             pid: None,
-            ret: program.name().ends_with("_ret"),
+            ret: program.program().is_return_probe(),
         })?);
     }
     if !multi && usdt {
         anyhow::bail!("USDT sites need uprobe_multi here (unset {ATTACH_ENV})");
     }
     if !multi {
-        for name in programs {
+        for name in programs.iter().map(|p| p.name()) {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
                 .ok_or_else(|| anyhow::anyhow!("no {name} program"))?

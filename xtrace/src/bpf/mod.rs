@@ -9,6 +9,7 @@ pub mod layout;
 pub mod overhead;
 pub mod perf_uprobe;
 pub mod uprobe_multi;
+pub mod uprobe_program;
 
 use aya::{
     include_bytes_aligned,

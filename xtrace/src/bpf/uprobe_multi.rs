@@ -20,6 +20,7 @@ use aya_obj::generated::{bpf_attach_type, bpf_cmd, bpf_prog_type, BPF_F_UPROBE_M
 
 use super::{
     attr::{bpf_fd, LinkCreateAttr, ProgLoadAttr},
+    uprobe_program::UprobeProgram,
     OBJECT,
 };
 use crate::error::{Error, Result};
@@ -28,7 +29,7 @@ use crate::error::{Error, Result};
 /// holds it.
 #[derive(Debug)]
 pub struct MultiProgram {
-    name: String,
+    program: UprobeProgram,
     fd: OwnedFd,
 }
 
@@ -66,9 +67,9 @@ fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
     Some(data.fd().as_fd())
 }
 
-/// Loads programs `names` of the embedded object for uprobe_multi links, using the maps of `ebpf`
+/// Loads `programs` of the embedded object for uprobe_multi links, using the maps of `ebpf`
 /// (which must still hold every map the programs use).
-pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
+pub fn load(ebpf: &Ebpf, programs: &[UprobeProgram]) -> Result<Vec<MultiProgram>> {
     let invalid = |what: String| Error::io("preparing uprobe_multi programs", io::Error::other(what));
     let mut obj = aya_obj::Object::parse(OBJECT).map_err(|e| invalid(e.to_string()))?;
     // relocate_maps borrows the object mutably, so the map definitions are taken out of it.
@@ -86,12 +87,13 @@ pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
         .map_err(|e| invalid(e.to_string()))?;
     obj.relocate_calls(&text_sections)
         .map_err(|e| invalid(e.to_string()))?;
-    names
+    programs
         .iter()
-        .map(|name| {
+        .map(|&role| {
+            let name = role.name();
             let program = obj
                 .programs
-                .get(*name)
+                .get(name)
                 .ok_or_else(|| invalid(format!("program {name} is missing from the object")))?;
             let function = &obj.functions[&program.function_key()];
             // `#[uprobe(sleepable)]` programs (section `uprobe.s`) may fault pages in.
@@ -106,10 +108,7 @@ pub fn load(ebpf: &Ebpf, names: &[&str]) -> Result<Vec<MultiProgram>> {
             };
             let fd = load_one(name, &function.instructions, &program.license, flags)
                 .map_err(|e| Error::io(format!("loading {name} for uprobe_multi links"), e))?;
-            Ok(MultiProgram {
-                name: name.to_string(),
-                fd,
-            })
+            Ok(MultiProgram { program: role, fd })
         })
         .collect()
 }
@@ -163,8 +162,8 @@ fn load_one(
 }
 
 impl MultiProgram {
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn program(&self) -> UprobeProgram {
+        self.program
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {

@@ -20,13 +20,14 @@ use crate::{
         self,
         perf_uprobe::PerfUprobe,
         uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
+        uprobe_program::UprobeProgram,
     },
     error::{Error, Result},
     target::TargetFile,
 };
 
-pub(super) fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
-    bpf::program_mut(ebpf, name)
+pub(super) fn program(ebpf: &mut Ebpf, program: UprobeProgram) -> Result<&mut UProbe> {
+    bpf::program_mut(ebpf, program.name())
 }
 
 /// How the probes were attached.
@@ -75,7 +76,10 @@ pub struct Attached {
 impl Attached {
     /// (name, file descriptor) of each program loaded for uprobe_multi links.
     pub fn program_fds(&self) -> Vec<(&str, std::os::fd::BorrowedFd<'_>)> {
-        self.programs.iter().map(|p| (p.name(), p.fd())).collect()
+        self.programs
+            .iter()
+            .map(|p| (p.program().name(), p.fd()))
+            .collect()
     }
 
     pub(super) fn new(mechanism: Mechanism) -> Self {
@@ -200,27 +204,26 @@ fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>
     groups
 }
 
-/// The entry program of attachment `a`: `span_enter_s`, sleepable, for a probe that reads a
-/// string argument where the kernel takes sleepable uprobes (its reads can fault pages in), else
-/// `span_enter`.
-fn entry_program(plan: &Plan, a: &Attachment) -> &'static str {
+/// The entry program of attachment `a`: the sleepable one for a probe that reads a string
+/// argument where the kernel takes sleepable uprobes (its reads can fault pages in).
+fn entry_program(plan: &Plan, a: &Attachment) -> UprobeProgram {
     match plan.reads_strings(a.probe_id) && bpf::features::sleepable_entries() {
-        true => "span_enter_s",
-        false => "span_enter",
+        true => UprobeProgram::SpanEnterSleepable,
+        false => UprobeProgram::SpanEnter,
     }
 }
 
-/// The groups span program `program` attaches to: the entries it takes (`span_enter`,
-/// `span_enter_s`: see [`entry_program`]), the returns of functions with return probes
-/// (`span_exit`), or the exit instructions of the others (`span_ret`).
+/// The groups span program `program` attaches to: the entries it takes (see
+/// [`entry_program`]), the callers of every call (`--stacks`), the returns of functions with
+/// return probes, or the exit instructions of the others.
 pub(super) fn function_groups<'a>(
-    program: &str,
+    program: UprobeProgram,
     plan: &Plan,
     attachments: &'a [Attachment],
 ) -> Vec<Group<'a>> {
     let entries = attachments.iter().filter(|a| entry_program(plan, a) == program);
     match program {
-        "span_enter" | "span_enter_s" => group(entries.map(|a| {
+        UprobeProgram::SpanEnter | UprobeProgram::SpanEnterSleepable => group(entries.map(|a| {
             let exits_probed = if a.exits.is_some() { ENTRY_EXITS_PROBED } else { 0 };
             let stack_check = if a.go_stack_check { ENTRY_GO_STACK_CHECK } else { 0 };
             // A Go function's return probe (`--exits uretprobe`) finds its call per thread.
@@ -234,7 +237,7 @@ pub(super) fn function_groups<'a>(
             )
         })),
         // `--stacks`: every entry but `dlopen`'s (watched for CUDA libraries loaded later).
-        "call_stack" => group(
+        UprobeProgram::CallStack => group(
             attachments
                 .iter()
                 .filter(|a| {
@@ -245,39 +248,47 @@ pub(super) fn function_groups<'a>(
                 })
                 .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
         ),
-        "span_exit" => group(
+        UprobeProgram::SpanExit => group(
             attachments
                 .iter()
                 .filter(|a| a.exits.is_none())
                 .map(|a| (a.scope, &a.file, a.offset, u64::from(a.probe_id), 0)),
         ),
-        _ => group(attachments.iter().flat_map(|a| {
+        UprobeProgram::SpanRet => group(attachments.iter().flat_map(|a| {
             a.exits.iter().flatten().map(|site| {
                 let cookie = exit_cookie(a.probe_id, site.how) | if a.go { EXIT_GO } else { 0 };
                 (a.scope, &a.file, site.offset, cookie, 0)
             })
         })),
+        // USDT sites are no functions' ([`usdt_groups`]); the bench's floor programs are not
+        // in plans.
+        UprobeProgram::UsdtHit
+        | UprobeProgram::GpuRecords
+        | UprobeProgram::Noop
+        | UprobeProgram::NoopRet
+        | UprobeProgram::Clock
+        | UprobeProgram::ClockRet => Vec::new(),
     }
 }
 
 /// The span programs `attachments` need, exit probes first so that no entry is left without its
 /// exit; with `--stacks`, `call_stack` before the entry programs: the kernel runs a uprobe's
 /// consumers newest first, so it runs after the entry program has opened the call.
-pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<&'static str> {
+pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<UprobeProgram> {
     let mut names = Vec::new();
     if attachments.iter().any(|a| a.exits.is_none()) {
-        names.push("span_exit");
+        names.push(UprobeProgram::SpanExit);
     }
     if attachments
         .iter()
         .any(|a| a.exits.as_ref().is_some_and(|e| !e.is_empty()))
     {
-        names.push("span_ret");
+        names.push(UprobeProgram::SpanRet);
     }
     if plan.stacks && !attachments.is_empty() {
-        names.push("call_stack");
+        names.push(UprobeProgram::CallStack);
     }
-    for entry in ["span_enter", "span_enter_s"] {
+    for entry in [UprobeProgram::SpanEnter, UprobeProgram::SpanEnterSleepable] {
         if attachments.iter().any(|a| entry_program(plan, a) == entry) {
             names.push(entry);
         }
@@ -293,11 +304,6 @@ fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
         .is_some_and(|p| p.role == Role::Range(RangeOp::GpuRecords))
 }
 
-/// Whether program `name` attaches to USDT sites (with their semaphores as reference counters).
-pub(super) fn is_usdt_program(name: &str) -> bool {
-    name == "usdt_hit" || name == "gpu_records"
-}
-
 /// The USDT sites of `usdt_hit` (`gpu: false`) or of `gpu_records` (`gpu: true`).
 pub(super) fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
     group(
@@ -309,33 +315,33 @@ pub(super) fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
     )
 }
 
-/// The groups program `name` (a span program, `usdt_hit` or `gpu_records`) attaches to in `plan`.
-fn program_groups<'p>(name: &str, plan: &'p Plan) -> Vec<Group<'p>> {
-    match name {
-        "usdt_hit" => usdt_groups(plan, false),
-        "gpu_records" => usdt_groups(plan, true),
-        _ => function_groups(name, plan, &plan.attachments),
+/// The groups `program` (a span program, or one of USDT sites) attaches to in `plan`.
+fn program_groups(program: UprobeProgram, plan: &Plan) -> Vec<Group<'_>> {
+    match program {
+        UprobeProgram::UsdtHit => usdt_groups(plan, false),
+        UprobeProgram::GpuRecords => usdt_groups(plan, true),
+        span => function_groups(span, plan, &plan.attachments),
     }
 }
 
 /// The programs a plan needs, exit probes first so that no entry is left without its exit.
-pub(super) fn programs_for(plan: &Plan) -> Vec<&'static str> {
+pub(super) fn programs_for(plan: &Plan) -> Vec<UprobeProgram> {
     let mut names = span_programs(plan, &plan.attachments);
     if plan.usdt_sites.iter().any(|s| !is_gpu_site(plan, s)) {
-        names.push("usdt_hit");
+        names.push(UprobeProgram::UsdtHit);
     }
     if plan.usdt_sites.iter().any(|s| is_gpu_site(plan, s)) {
-        names.push("gpu_records");
+        names.push(UprobeProgram::GpuRecords);
     }
     // Functions attached later (`--cuda` watching for libraries loaded later) may need any span
     // program: each is loaded now, while the object still holds every map the programs use.
     if plan.watch.is_some() {
-        let sleepable = bpf::features::sleepable_entries().then_some("span_enter_s");
-        let stacks = plan.stacks.then_some("call_stack");
-        for name in ["span_exit", "span_ret"]
+        let sleepable = bpf::features::sleepable_entries().then_some(UprobeProgram::SpanEnterSleepable);
+        let stacks = plan.stacks.then_some(UprobeProgram::CallStack);
+        for name in [UprobeProgram::SpanExit, UprobeProgram::SpanRet]
             .into_iter()
             .chain(stacks)
-            .chain(["span_enter"])
+            .chain([UprobeProgram::SpanEnter])
             .chain(sleepable)
         {
             if !names.contains(&name) {
@@ -359,9 +365,9 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
     };
     let mut attached = Attached::new(Mechanism::UprobeMulti);
     for program in &programs {
-        let (name, usdt) = (program.name(), is_usdt_program(program.name()));
+        let name = program.program();
         for g in program_groups(name, plan) {
-            let link = match link_group(program, &g, pids[g.scope], usdt) {
+            let link = match link_group(program, &g, pids[g.scope]) {
                 Ok(link) => link,
                 // A kernel without uprobe_multi refuses the first link; one with it refuses a
                 // link whose offsets it cannot probe with the same errors.
@@ -370,33 +376,29 @@ fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option
                 }
                 Err(e) => return Err(group_error(name, &g, pids[g.scope], e)),
             };
-            attached.keep(g.scope, link, is_exit(name), g.offsets.len());
+            attached.keep(g.scope, link, name.ends_calls(), g.offsets.len());
         }
     }
     attached.programs = programs;
     Ok(Some(attached))
 }
 
-/// Whether span program `name` ends spans (detached after the entry probes).
-fn is_exit(name: &str) -> bool {
-    matches!(name, "span_exit" | "span_ret")
-}
-
 /// One uprobe_multi link of `program` on a group's offsets (with their reference counters for
 /// USDT sites), for process `pid` (None: every process); return probes for `span_exit`.
-fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>, usdt: bool) -> std::io::Result<MultiLink> {
+fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>) -> std::io::Result<MultiLink> {
+    let role = program.program();
     program.attach(&MultiTarget {
         path: &g.file.open,
         offsets: &g.offsets,
         cookies: &g.cookies,
-        ref_ctr_offsets: usdt.then_some(g.ref_ctr_offsets.as_slice()),
+        ref_ctr_offsets: role.is_usdt().then_some(g.ref_ctr_offsets.as_slice()),
         pid,
-        ret: program.name() == "span_exit",
+        ret: role.is_return_probe(),
     })
 }
 
 /// The error of a group the kernel refused.
-fn group_error(program: &str, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
+fn group_error(program: UprobeProgram, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
     Error::io(
         format!(
             "attaching {program} to {} offsets in {} for {}",
@@ -458,14 +460,13 @@ pub fn reattach(attached: &mut Attached, plan: &Plan, scope: usize, pid: u32) ->
     // Kept only once all are made: a refused group drops the others, detaching them.
     let mut links = Attached::new(Mechanism::UprobeMulti);
     for program in &attached.programs {
-        let (name, usdt) = (program.name(), is_usdt_program(program.name()));
+        let name = program.program();
         for g in program_groups(name, plan)
             .into_iter()
             .filter(|g| g.scope == scope)
         {
-            let link =
-                link_group(program, &g, Some(pid), usdt).map_err(|e| group_error(name, &g, Some(pid), e))?;
-            links.keep(g.scope, link, is_exit(name), g.offsets.len());
+            let link = link_group(program, &g, Some(pid)).map_err(|e| group_error(name, &g, Some(pid), e))?;
+            links.keep(g.scope, link, name.ends_calls(), g.offsets.len());
         }
     }
     attached.enter.append(&mut links.enter);
@@ -486,22 +487,21 @@ pub fn attach_more(
     let names = span_programs(plan, attachments);
     match attached.mechanism {
         Mechanism::UprobeMulti => {
-            for name in &names {
-                if !attached.programs.iter().any(|p| p.name() == *name) {
+            for &name in &names {
+                if !attached.programs.iter().any(|p| p.program() == name) {
                     attached.programs.extend(uprobe_multi::load(ebpf, &[name])?);
                 }
             }
             // Kept only once all are made: a refused group drops the others, detaching them.
             let mut links = Attached::new(Mechanism::UprobeMulti);
-            for name in &names {
-                let Some(program) = attached.programs.iter().find(|p| p.name() == *name) else {
+            for &name in &names {
+                let Some(program) = attached.programs.iter().find(|p| p.program() == name) else {
                     continue;
                 };
                 for g in function_groups(name, plan, attachments) {
                     let pid = pids[g.scope];
-                    let link =
-                        link_group(program, &g, pid, false).map_err(|e| group_error(name, &g, pid, e))?;
-                    links.keep(g.scope, link, is_exit(name), g.offsets.len());
+                    let link = link_group(program, &g, pid).map_err(|e| group_error(name, &g, pid, e))?;
+                    links.keep(g.scope, link, name.ends_calls(), g.offsets.len());
                 }
             }
             attached.uprobes += links.uprobes;

@@ -7,19 +7,16 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aya::Ebpf;
 
 use super::{
-    attach::{
-        function_groups, is_usdt_program, program, programs_for, usdt_groups, whom, Attached, Group,
-        Mechanism,
-    },
+    attach::{function_groups, program, programs_for, usdt_groups, whom, Attached, Group, Mechanism},
     uprobe::{Attachment, Plan},
 };
 use crate::{
-    bpf::perf_uprobe,
+    bpf::{perf_uprobe, uprobe_program::UprobeProgram},
     error::{Error, Result},
 };
 
 /// Loads program `name` into the kernel.
-pub(super) fn load(ebpf: &mut Ebpf, name: &str) -> Result<()> {
+pub(super) fn load(ebpf: &mut Ebpf, name: UprobeProgram) -> Result<()> {
     program(ebpf, name)?.load().map_err(|source| Error::Attach {
         what: format!("loading {name}"),
         source,
@@ -32,9 +29,9 @@ pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32
     let mut attached = Attached::new(Mechanism::PerfEvent);
     for name in programs_for(plan) {
         load(ebpf, name)?;
-        if is_usdt_program(name) {
+        if name.is_usdt() {
             let fd = program_fd(ebpf, name)?;
-            for g in usdt_groups(plan, name == "gpu_records") {
+            for g in usdt_groups(plan, name == UprobeProgram::GpuRecords) {
                 let sites = g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets);
                 for ((offset, cookie), ref_ctr) in sites {
                     let pid = pids[g.scope];
@@ -74,9 +71,9 @@ fn raise_open_files_limit() {
 }
 
 /// The file descriptor of program `name`, loaded.
-fn program_fd<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<BorrowedFd<'e>> {
+fn program_fd(ebpf: &mut Ebpf, name: UprobeProgram) -> Result<BorrowedFd<'_>> {
     let fd = program(ebpf, name)?.fd().map_err(|source| Error::Attach {
-        what: name.into(),
+        what: name.to_string(),
         source,
     })?;
     Ok(fd.as_fd())
@@ -87,22 +84,21 @@ fn program_fd<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<BorrowedFd<'e>> {
 pub(super) fn attach_functions_perf_event(
     ebpf: &mut Ebpf,
     attached: &mut Attached,
-    name: &str,
+    name: UprobeProgram,
     plan: &Plan,
     attachments: &[Attachment],
     pids: &[Option<u32>],
 ) -> Result<()> {
     let fd = program_fd(ebpf, name)?;
-    let ends_spans = matches!(name, "span_exit" | "span_ret");
     for g in function_groups(name, plan, attachments) {
         let pid = pids[g.scope];
         for (offset, cookie) in g.offsets.iter().zip(&g.cookies) {
-            let at = (*offset, name == "span_exit");
+            let at = (*offset, name.is_return_probe());
             let probe = perf_uprobe::attach(fd, &g.file.open, at, 0, pid, *cookie).map_err(|e| {
                 let probe = &plan.probes[*cookie as u32 as usize].name;
                 refused(name, &g, probe, *offset, pid, e)
             })?;
-            match ends_spans {
+            match name.ends_calls() {
                 true => attached.perf_exit.push(probe),
                 false => attached.perf_enter.push(probe),
             }
@@ -113,7 +109,14 @@ pub(super) fn attach_functions_perf_event(
 }
 
 /// The error of an offset the kernel refused.
-fn refused(program: &str, g: &Group, probe: &str, offset: u64, pid: Option<u32>, e: std::io::Error) -> Error {
+fn refused(
+    program: UprobeProgram,
+    g: &Group,
+    probe: &str,
+    offset: u64,
+    pid: Option<u32>,
+    e: std::io::Error,
+) -> Error {
     Error::io(
         format!(
             "attaching {program} to {}:{probe} at {offset:#x} for {}",
