@@ -53,6 +53,11 @@ fn untraced_the_injection_makes_no_cupti_call() {
 /// launch's grid, block and shared memory, on its stream's track; a flow arrow goes from each
 /// launch to its kernel.
 fn assert_kernels_inside_their_launches(out: &Outputs, slices: &[Span]) {
+    assert_kernels_within_their_launches(out, slices, 0);
+}
+
+/// As [`assert_kernels_inside_their_launches`], to within `slack_ns` on either side.
+fn assert_kernels_within_their_launches(out: &Outputs, slices: &[Span], slack_ns: i64) {
     let launches = out.spans_named("cuLaunchKernel");
     let kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
     assert_eq!((launches.len(), kernels.len()), (15, 15));
@@ -60,7 +65,8 @@ fn assert_kernels_inside_their_launches(out: &Outputs, slices: &[Span]) {
     launches.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     for (launch, kernel) in launches.iter().zip(&kernels) {
         assert!(
-            launch.start_ns() <= kernel.start_ns() && kernel.end_ns() <= launch.end_ns(),
+            launch.start_ns() - slack_ns <= kernel.start_ns()
+                && kernel.end_ns() <= launch.end_ns() + slack_ns,
             "{kernel:?} outside {launch:?}"
         );
         assert_eq!(kernel.pid, launch.pid);
@@ -237,7 +243,8 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         (1, 3, 30)
     );
     assert_eq!(c["cuptiActivityRegisterTimestampCallback"], 1);
-    assert_eq!(c["cuptiGetTimestamp"], 1);
+    // Eight reads of its own clock, the narrowest bracket kept, once per CUPTI session.
+    assert_eq!(c["cuptiGetTimestamp"], 8);
     assert_eq!(
         gpu["clock"],
         serde_json::json!({"used": "monotonic", "moved": 0, "offset_ns": 0, "why": ""})
@@ -248,7 +255,9 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
 /// subscription there): ahead of CLOCK_MONOTONIC (CLOCK_REALTIME) they end after their buffer was
 /// read; 3 s behind it, the first kernel begins before its launch. Either way the tool library
 /// moves all 30 by the offset it measured when it subscribed, every kernel then runs inside its
-/// launch, and the summaries say so.
+/// launch (to within 1 ms: the offset is right to within half the bracket of the host's clock
+/// reads around CUPTI's, microseconds, more when the reading thread is preempted), and the
+/// summaries say so.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn device_records_on_cuptis_own_clock_are_moved_to_the_traces() {
@@ -274,7 +283,7 @@ fn device_records_on_cuptis_own_clock_are_moved_to_the_traces() {
         let (out, _) = record_launched("gpu-clock", &[("XTFAKE_CUPTI_OWN_CLOCK", own)]);
         let slices = device_slices(&out);
         assert_eq!(per_name(&slices), expected(5), "{own}");
-        assert_kernels_inside_their_launches(&out, &slices);
+        assert_kernels_within_their_launches(&out, &slices, 1_000_000);
         let clock = &out.summary["gpu_device"]["clock"];
         assert_eq!(
             (&clock["used"], &clock["moved"], &clock["why"]),
