@@ -1,6 +1,6 @@
-//! `cargo xtask test --kernel PATH` with a PATH that cannot be booted: one line on stderr that
-//! names the path and what to give instead, exit code 2, and nothing built or installed first
-//! (the check comes before `setup`, so these run in well under a second).
+//! `cargo xtask test --kernel PATH` with a kernel that cannot be booted, or no qemu: one line on
+//! stderr that names the path (or the package) and what to do, exit code 2, and nothing built or
+//! installed first (the checks come before `setup`, so these run in well under a second).
 use std::{path::Path, process::Command};
 
 /// Runs `xtask test --kernel PATH` and returns its exit code and stderr.
@@ -98,5 +98,33 @@ fn a_kernel_without_its_modules_names_the_package() {
             "xtask: error: kernel {release} has no modules in /lib/modules/{release}: install \
              its package (for Debian's, `apt-get install linux-image-{release}`)\n"
         )
+    );
+}
+
+#[test]
+fn a_missing_qemu_names_the_package_to_install() {
+    // Debian 12's kernel, which `cargo xtask setup` installs, with a PATH that has no qemu.
+    let mut kernels: Vec<_> = std::fs::read_dir("/boot")
+        .expect("reading /boot")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().starts_with("/boot/vmlinuz-6.1."))
+        .collect();
+    kernels.sort();
+    let kernel = kernels
+        .pop()
+        .expect("no /boot/vmlinuz-6.1.*: run `cargo xtask setup`");
+    let empty = Scratch::new("empty-path");
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["test", "--kernel"])
+        .arg(&kernel)
+        .env("PATH", &empty.0)
+        .output()
+        .expect("running xtask");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        "xtask: error: qemu-system-x86_64 not found: install Debian's qemu-system-x86 \
+         (`cargo xtask setup` does, as root)\n"
     );
 }
