@@ -4,7 +4,15 @@
 //! summary.json, which also says how xtrace attached (uprobe_multi links, or perf-event uprobes on
 //! kernels before 6.6). Detaching perf-event uprobes is slow (each waits for the kernel's uprobe
 //! grace periods), so the 1,000-function run is given a bounded time and reported as "> limit" past it.
-use std::{fmt::Write as _, fs, path::Path, time::Duration};
+//! There xtrace exits once its outputs are written and a helper (`xtrace-detach`) removes the
+//! uprobes in the background: the rows say how soon xtrace exited after the workload and how long
+//! the helper took. `cargo xtask bench --kernel` runs these rows in another kernel (`in_kernel`).
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -16,8 +24,8 @@ use super::{
     Config,
 };
 
-const FUNCTIONS: usize = 1000;
-const LIMIT: Duration = Duration::from_secs(240);
+pub const FUNCTIONS: usize = 1000;
+pub const LIMIT: Duration = Duration::from_secs(240);
 const GOAL: &str = "< 1 s";
 
 /// The fixture's C source: FUNCTIONS functions and a main that calls each once after a line on stdin.
@@ -55,6 +63,34 @@ struct Once {
     exit_s: f64,
     /// summary.json's attach_mechanism.
     mechanism: String,
+    /// How long the background helper took to remove the uprobes after xtrace exited (None: no
+    /// helper, or still running at the limit, as `teardown_timed_out` says).
+    teardown_ns: Option<u64>,
+    teardown_timed_out: bool,
+}
+
+/// The pid of the helper xtrace left removing uprobes, from its line
+/// `xtrace: removing 600 uprobes in the background (pid 4242)`.
+fn helper_pid(lines: &[String]) -> Option<u32> {
+    lines.iter().find_map(|line| {
+        let rest = line.split("in the background (pid ").nth(1)?;
+        rest.strip_suffix(')')?.parse().ok()
+    })
+}
+
+/// Waits until process `pid` is no longer the removal helper (it exited); the time waited, or
+/// None after `limit`.
+fn wait_for_helper(pid: u32, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let comm = PathBuf::from(format!("/proc/{pid}/comm"));
+    while start.elapsed() < limit {
+        match fs::read_to_string(&comm) {
+            Ok(name) if name.trim() == "xtrace-detach" => {}
+            _ => return Some(start.elapsed()),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
@@ -64,6 +100,11 @@ fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
     spec.exit_timeout = limit;
     let out = runs::xtrace(env, &spec)?;
     let exit_s = out.finished.waited.as_secs_f64();
+    // The next run waits for this one's uprobes to be gone, so runs do not overlap.
+    let helper = helper_pid(&out.finished.lines);
+    let teardown = helper.map(|pid| wait_for_helper(pid, limit));
+    let teardown_ns = teardown.flatten().map(|d| d.as_nanos() as u64);
+    let teardown_timed_out = matches!(teardown, Some(None));
     let Some(summary) = out.summary else {
         return Ok(Once {
             attach_ns: 0,
@@ -71,6 +112,8 @@ fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
             spans: 0,
             exit_s,
             mechanism: String::new(),
+            teardown_ns,
+            teardown_timed_out,
         });
     };
     let spans = summary["probes"]
@@ -87,6 +130,8 @@ fn once(env: &Env, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
         spans,
         exit_s,
         mechanism: summary["attach_mechanism"].as_str().unwrap_or("?").to_string(),
+        teardown_ns,
+        teardown_timed_out,
     })
 }
 
@@ -96,26 +141,44 @@ struct Size {
     attach: Vec<f64>,
     detach: Vec<f64>,
     timed_out: bool,
+    /// Seconds from the workload's exit to xtrace's, of the runs that ended.
+    exit_s: Vec<f64>,
+    /// The background helper's time to remove the uprobes, of the runs that had one.
+    teardown: Vec<f64>,
+    teardown_timed_out: bool,
+    /// How long xtrace, and then its helper, were each given.
+    limit: Duration,
     mechanism: String,
     notes: Vec<String>,
     per_run: Vec<Value>,
 }
 
-fn measure(env: &Env, bin: &Path, n: usize, runs: usize) -> Size {
-    let mut size = Size::default();
+fn measure(env: &Env, bin: &Path, n: usize, runs: usize, limit: Duration) -> Size {
+    let mut size = Size {
+        limit,
+        ..Size::default()
+    };
     for i in 0..runs {
         eprintln!("bench: attach/detach {n} functions, run {}/{runs}", i + 1);
-        match once(env, bin, n, LIMIT) {
+        match once(env, bin, n, limit) {
             Ok(Once {
                 attach_ns: a,
                 detach_ns: d,
                 spans,
                 exit_s,
                 mechanism,
+                teardown_ns,
+                teardown_timed_out,
             }) => {
                 let run = json!({"attach_ns": a, "detach_ns": d, "spans": spans,
-                    "xtrace_exit_s": exit_s, "attach_mechanism": mechanism});
+                    "xtrace_exit_s": exit_s, "attach_mechanism": mechanism,
+                    "background_removal_ns": teardown_ns});
                 size.mechanism = mechanism;
+                size.teardown.extend(teardown_ns.map(|ns| ns as f64));
+                size.teardown_timed_out |= teardown_timed_out;
+                if d.is_some() {
+                    size.exit_s.push(exit_s);
+                }
                 size.per_run.push(run);
                 match d {
                     Some(d) => {
@@ -149,7 +212,7 @@ fn rows(n: usize, size: &Size, report: &mut Report) {
         );
         let timed_out = kind == "detach" && size.timed_out;
         let mut row = if timed_out {
-            let secs = LIMIT.as_secs();
+            let secs = size.limit.as_secs();
             Row::new(&id, what, format!("> {secs} s")).note(format!(
                 "xtrace had not exited {secs} s after the workload exited; killed"
             ))
@@ -168,6 +231,41 @@ fn rows(n: usize, size: &Size, report: &mut Report) {
         }
         report.row(row);
     }
+    exit_rows(n, size, report);
+}
+
+/// How soon xtrace exited after the workload (the stop: outputs written, programs stopped), and,
+/// where uprobes were left to a background helper, how long it took to remove them.
+fn exit_rows(n: usize, size: &Size, report: &mut Report) {
+    let functions = fmt_count(n as u64);
+    let exit = median(&size.exit_s);
+    if exit.is_finite() {
+        let mut row = Row::new(
+            &format!("attach.exit_{n}"),
+            format!("xtrace exits after the workload, {functions} functions"),
+            fmt_ns(exit * 1e9),
+        )
+        .data(json!({"seconds": exit, "functions": n}));
+        if n == FUNCTIONS {
+            row = row.goal(GOAL, Verdict::from_bool(exit < 1.0));
+        }
+        report.row(row);
+    }
+    if size.teardown.is_empty() && !size.teardown_timed_out {
+        return;
+    }
+    let what = format!("background removal, {functions} functions (xtrace-detach)");
+    let id = format!("attach.removal_{n}");
+    let row = if size.teardown_timed_out {
+        Row::new(&id, what, format!("> {} s", size.limit.as_secs()))
+            .note("the helper was still removing uprobes at the limit")
+    } else {
+        let ns = median(&size.teardown);
+        Row::new(&id, what, fmt_ns(ns))
+            .ratio(format!("{}/function", fmt_ns(ns / n as f64)))
+            .data(json!({"ns": ns, "ns_per_function": ns / n as f64, "functions": n}))
+    };
+    report.row(row);
 }
 
 /// Rows for the 1,000-function run when it is not made; `detach_100` projects its detach time.
@@ -189,14 +287,27 @@ fn not_run(why: &str, detach_100: f64, over_limit: bool, report: &mut Report) {
 }
 
 pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
-    let src = env.dir.join("funcs.c");
+    let bin = compile_fixture(&env.dir)?;
+    measure_sizes(env, &bin, cfg, LIMIT, report);
+    Ok(())
+}
+
+/// Writes and compiles the fixture in `dir`; its path.
+pub fn compile_fixture(dir: &Path) -> Result<PathBuf> {
+    let src = dir.join("funcs.c");
     fs::write(&src, source()).with_context(|| format!("could not write {}", src.display()))?;
-    let bin = env.dir.join("funcs");
+    let bin = dir.join("funcs");
     compile(&src, &bin)?;
+    Ok(bin)
+}
+
+/// The rows for 10, 100 and (unless `--quick` or projected past `limit`) 1,000 functions of the
+/// fixture `bin`, each run of xtrace and of its helper given `limit`.
+pub fn measure_sizes(env: &Env, bin: &Path, cfg: &Config, limit: Duration, report: &mut Report) {
     let mut raw = serde_json::Map::new();
     let mut detach_100 = f64::NAN;
     for n in [10, 100] {
-        let size = measure(env, &bin, n, cfg.runs.min(3));
+        let size = measure(env, bin, n, cfg.runs.min(3), limit);
         rows(n, &size, report);
         detach_100 = median(&size.detach);
         raw.insert(n.to_string(), Value::Array(size.per_run));
@@ -210,17 +321,16 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             false,
             report,
         );
-    } else if projected > 1.5 * LIMIT.as_nanos() as f64 {
+    } else if projected > 1.5 * limit.as_nanos() as f64 {
         let why = format!(
             "not run: 10 x the 100-function detach exceeds the {} s limit",
-            LIMIT.as_secs()
+            limit.as_secs()
         );
         not_run(&why, detach_100, true, report);
     } else {
-        let size = measure(env, &bin, FUNCTIONS, 1);
+        let size = measure(env, bin, FUNCTIONS, 1, limit);
         rows(FUNCTIONS, &size, report);
         raw.insert(FUNCTIONS.to_string(), Value::Array(size.per_run));
     }
     report.raw("attach", Value::Object(raw));
-    Ok(())
 }
