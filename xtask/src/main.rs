@@ -40,6 +40,9 @@ enum Command {
     Demo,
     /// Measure xtrace against the bare uprobe floor and bpftrace; table + target/bench/bench.json.
     Bench(bench::BenchArgs),
+    /// What `bench --kernel` runs inside the guest kernel.
+    #[command(hide = true)]
+    BenchGuest(bench::GuestArgs),
     /// rustfmt, clippy (host and kernel crates, warnings denied) and the module-cycle check.
     Lint,
     /// Regenerate docs/reference/{cli.md,man,completions} from the clap definitions.
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Demo => demo::run(),
         Command::Bench(args) => bench::run(&args),
+        Command::BenchGuest(args) => bench::guest_main(&args),
         Command::Lint => lint::run(),
         Command::Man => man::run(),
         Command::Dist(args) => dist::run(&args),

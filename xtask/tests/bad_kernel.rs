@@ -1,6 +1,7 @@
-//! `cargo xtask test --kernel PATH` with a kernel that cannot be booted, or no qemu: one line on
-//! stderr that names the path (or the package) and what to do, exit code 2, and nothing built or
-//! installed first (the checks come before `setup`, so these run in well under a second).
+//! `cargo xtask test --kernel PATH` and `bench --kernel PATH` with a kernel that cannot be booted,
+//! or no qemu: one line on stderr that names the path (or the package) and what to do, exit code
+//! 2, and nothing built or installed first (the checks come before `setup`, so these run in well
+//! under a second).
 use std::{path::Path, process::Command};
 
 /// Runs `xtask test --kernel PATH` and returns its exit code and stderr.
@@ -126,5 +127,36 @@ fn a_missing_qemu_names_the_package_to_install() {
         stderr,
         "xtask: error: qemu-system-x86_64 not found: install Debian's qemu-system-x86 \
          (`cargo xtask setup` does, as root)\n"
+    );
+}
+
+#[test]
+fn bench_in_a_kernel_checks_the_kernel_and_its_parts_first() {
+    let dir = Scratch::new("bench-no-such-vmlinuz");
+    let path = dir.0.join("vmlinuz");
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench", "--kernel"])
+        .arg(&path)
+        .output()
+        .expect("running xtask");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "xtask: error: --kernel {}: No such file or directory (os error 2); give a kernel \
+             image such as /boot/vmlinuz-6.1.0-N-amd64\n",
+            path.display()
+        )
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench", "--only", "per-hit", "--kernel"])
+        .arg(&path)
+        .output()
+        .expect("running xtask");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "xtask: error: --kernel measures the attach rows only: leave out --only, or give --only \
+         attach\n"
     );
 }

@@ -1,13 +1,16 @@
 //! `cargo xtask bench [--runs N] [--quick]`: measures xtrace against the bare uprobe floor and
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
-//! One module per measurement: per_hit, throughput, attach, sampling, rss, flight, ranges,
-//! strings, trace_format. prep builds and installs what is needed; runs, bpftrace, tracer and
-//! workload run the processes; report holds the rows and writes the table and the JSON.
+//! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
+//! flight, ranges, strings, trace_format; in_kernel runs the attach rows in another kernel. prep
+//! builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
+//! report holds the rows and writes the table and the JSON.
 mod attach;
+mod attach_bpftrace;
 mod bpf_stats;
 mod bpftrace;
 mod flight;
+mod in_kernel;
 mod live;
 mod per_hit;
 mod prep;
@@ -29,7 +32,11 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 
-use crate::{setup, util::Workspace};
+use crate::{
+    setup,
+    util::{BadInput, Workspace},
+};
+pub use in_kernel::{guest_main, GuestArgs};
 use report::Report;
 
 #[derive(Debug, Args)]
@@ -47,6 +54,11 @@ pub struct BenchArgs {
     /// Print the table as Markdown (docs/performance.md's form) instead of aligned text.
     #[arg(long)]
     pub markdown: bool,
+    /// Measure the attach rows inside this kernel (a bzImage such as
+    /// /boot/vmlinuz-6.1.0-N-amd64) under qemu, beside bpftrace on the same functions; writes
+    /// target/bench/bench-kernel.json.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -80,6 +92,15 @@ impl Config {
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(path) = &args.kernel {
+        if args.only.iter().any(|part| *part != Part::Attach) {
+            return Err(BadInput(
+                "--kernel measures the attach rows only: leave out --only, or give --only attach".into(),
+            )
+            .into());
+        }
+        return in_kernel::run(args, path);
+    }
     let started = Instant::now();
     setup::run(setup::Verbosity::ChangesOnly)?;
     let ws = Workspace::locate()?;

@@ -181,6 +181,14 @@ fn bpftrace_version() -> Option<String> {
     stdout_of(Command::new("bpftrace").arg("--version")).map(|v| v.trim().to_owned())
 }
 
+/// bpftrace from PATH as it is, installing nothing (in a guest, whose root is read-only).
+pub fn bpftrace_installed() -> Result<PathBuf, String> {
+    match bpftrace_version() {
+        Some(_) => Ok(PathBuf::from("bpftrace")),
+        None => Err("`bpftrace --version` fails: install Debian's bpftrace".into()),
+    }
+}
+
 /// bpftrace from PATH, installing the Debian package when missing.
 fn bpftrace() -> Result<PathBuf, String> {
     if bpftrace_version().is_none() {
@@ -194,6 +202,21 @@ fn bpftrace() -> Result<PathBuf, String> {
 
 /// Kernel, CPU model, cores, bpftrace version and the xtrace commit.
 pub fn machine(ws: &Workspace, env: &Env) -> Map<String, Value> {
+    let mut facts = machine_facts(env);
+    let rev = stdout_of(
+        Command::new("git")
+            .arg("-C")
+            .arg(&ws.root)
+            .args(["describe", "--always", "--dirty"]),
+    );
+    let rev = rev.map_or_else(|| "unknown".into(), |r| r.trim().to_owned());
+    facts.insert("xtrace".into(), Value::String(rev));
+    facts
+}
+
+/// Kernel, CPU model, cores, memory and bpftrace version of the machine this runs on (a guest's,
+/// in a guest).
+pub fn machine_facts(env: &Env) -> Map<String, Value> {
     let mut facts = Map::new();
     let mut put = |key: &str, value: String| {
         facts.insert(key.to_owned(), Value::String(value));
@@ -224,15 +247,5 @@ pub fn machine(ws: &Workspace, env: &Env) -> Map<String, Value> {
         Err(why) => format!("unavailable ({why})"),
     };
     put("bpftrace", bpftrace);
-    let rev = stdout_of(
-        Command::new("git")
-            .arg("-C")
-            .arg(&ws.root)
-            .args(["describe", "--always", "--dirty"]),
-    );
-    put(
-        "xtrace",
-        rev.map_or_else(|| "unknown".into(), |r| r.trim().to_owned()),
-    );
     facts
 }

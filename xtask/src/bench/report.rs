@@ -184,7 +184,8 @@ impl Report {
         out
     }
 
-    pub fn write_json(&self, path: &Path) -> Result<()> {
+    /// bench.json's document: the machine, the configuration, the legend, the rows, the raw runs.
+    pub fn to_json(&self) -> Value {
         let rows: Vec<Value> = self
             .rows
             .iter()
@@ -195,11 +196,57 @@ impl Report {
                 })
             })
             .collect();
-        let doc = json!({
+        json!({
             "machine": self.machine, "config": self.config, "legend": self.legend, "rows": rows,
             "raw": self.raw,
-        });
-        let text = serde_json::to_string_pretty(&doc).context("could not serialize bench.json")?;
+        })
+    }
+
+    /// The report [`Report::to_json`] wrote (a bench run in a guest kernel, read back on the host).
+    pub fn from_json(doc: &Value) -> Result<Report> {
+        let object = |key: &str| doc[key].as_object().cloned().unwrap_or_default();
+        let text = |row: &Value, key: &str| row[key].as_str().unwrap_or_default().to_owned();
+        let rows = doc["rows"].as_array().context("a bench report without rows")?;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                let label = text(row, "verdict");
+                let verdict = [
+                    Verdict::Pass,
+                    Verdict::Fail,
+                    Verdict::NotApplicable,
+                    Verdict::Info,
+                ]
+                .into_iter()
+                .find(|v| v.label() == label)
+                .with_context(|| format!("a bench row with the verdict {label:?}"))?;
+                Ok(Row {
+                    id: text(row, "id"),
+                    what: text(row, "what"),
+                    value: text(row, "value"),
+                    ratio: text(row, "ratio"),
+                    goal: text(row, "goal"),
+                    verdict,
+                    note: text(row, "note"),
+                    data: row["data"].clone(),
+                })
+            })
+            .collect::<Result<Vec<Row>>>()?;
+        let legend = doc["legend"].as_array().map(Vec::as_slice).unwrap_or_default();
+        Ok(Report {
+            machine: object("machine"),
+            config: object("config"),
+            legend: legend
+                .iter()
+                .filter_map(|l| l.as_str().map(str::to_owned))
+                .collect(),
+            rows,
+            raw: object("raw"),
+        })
+    }
+
+    pub fn write_json(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(&self.to_json()).context("could not serialize bench.json")?;
         fs::write(path, text + "\n").with_context(|| format!("could not write {}", path.display()))
     }
 }
@@ -283,5 +330,8 @@ mod tests {
              | emulated: span | 1.40 µs | 1.28x | ≤ 1.10x | FAIL | a \\| b |\n\
              | emulated: floor | 604 ns |  |  | - |  |\n"
         );
+        let back = Report::from_json(&report.to_json()).unwrap();
+        assert_eq!(back.markdown(), report.markdown());
+        assert_eq!(back.to_json(), report.to_json());
     }
 }

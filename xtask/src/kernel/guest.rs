@@ -23,8 +23,8 @@ pub const QEMU: &str = "qemu-system-x86_64";
 const BUSYBOX: &str = "/bin/busybox";
 /// How long a guest under KVM may take to print the kernel's banner before TCG is used.
 const KVM_PROBE: Duration = Duration::from_secs(15);
-/// How long the whole guest run may take.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+/// How long the smoke set's guest run may take.
+pub const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// The initramfs's /init: load the modules, mount the host's root, switch to guest-init.sh.
 const INIT: &str = r#"#!/bin/busybox sh
@@ -87,8 +87,9 @@ pub fn require_qemu() -> Result<()> {
     Ok(())
 }
 
-/// Boots `kernel` with the plan in `dir` and reads its console until it powers off.
-pub fn boot(kernel: &GuestKernel, dir: &Path) -> Result<Boot> {
+/// Boots `kernel` with the plan in `dir` and reads its console until it powers off, or for at most
+/// `timeout`.
+pub fn boot(kernel: &GuestKernel, dir: &Path, timeout: Duration) -> Result<Boot> {
     let initramfs = initramfs(kernel, dir)?;
     let accel = choose_accel(kernel);
     println!(
@@ -114,7 +115,7 @@ pub fn boot(kernel: &GuestKernel, dir: &Path) -> Result<Boot> {
     let log_path = dir.join("console.log");
     let mut log =
         std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let deadline = Instant::now() + GUEST_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let (mut kept, mut error) = (Vec::new(), None);
     loop {
         match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -128,10 +129,7 @@ pub fn boot(kernel: &GuestKernel, dir: &Path) -> Result<Boot> {
             }
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
-                error = Some(format!(
-                    "the guest did not finish in {} s",
-                    GUEST_TIMEOUT.as_secs()
-                ));
+                error = Some(format!("the guest did not finish in {} s", timeout.as_secs()));
                 break;
             }
         }

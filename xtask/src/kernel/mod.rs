@@ -10,12 +10,12 @@ use std::{
     collections::BTreeMap,
     fmt::Write as _,
     path::{Path, PathBuf},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
-pub use guest::require_qemu;
+pub use guest::{require_qemu, Boot};
 pub use image::{debian_kernel, GuestKernel};
 
 use crate::util::{self, BadInput, Workspace};
@@ -135,13 +135,20 @@ fn run_chosen(
     build_fixtures(ws, xtrace, env)?;
     let binaries = build_test_binaries(ws, chosen, env)?;
     let dir = ws.target.join("kernel-matrix");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("plan.sh"), plan(ws, xtrace, chosen, &binaries)?)?;
-    std::fs::write(dir.join("guest-init.sh"), include_str!("guest-init.sh"))?;
-    util::make_executable(&dir.join("guest-init.sh"))?;
-    let boot = guest::boot(kernel, &dir)?;
+    let plan = plan(ws, xtrace, chosen, &binaries)?;
+    let boot = boot_with_plan(kernel, &dir, &plan, guest::GUEST_TIMEOUT)?;
     let outcomes = outcomes(chosen, &boot.lines);
     report(kernel, &boot, &outcomes, started.elapsed().as_secs())
+}
+
+/// Boots `kernel` to run `plan` (sourced by guest-init.sh, which offers `onto_tmpfs PATH` and
+/// `run FILE BINARY TEST...`), both written to `dir`, for at most `timeout`.
+pub fn boot_with_plan(kernel: &GuestKernel, dir: &Path, plan: &str, timeout: Duration) -> Result<Boot> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("plan.sh"), plan)?;
+    std::fs::write(dir.join("guest-init.sh"), include_str!("guest-init.sh"))?;
+    util::make_executable(&dir.join("guest-init.sh"))?;
+    guest::boot(kernel, dir, timeout)
 }
 
 /// `cargo run -p xtrace-tests --bin build-fixtures`: the guest cannot write the target directory.
@@ -207,7 +214,7 @@ fn build_test_binaries(
 }
 
 /// A word for the guest's shell, in single quotes.
-fn quoted(path: &Path) -> Result<String> {
+pub fn quoted(path: &Path) -> Result<String> {
     let text = path
         .to_str()
         .with_context(|| format!("{} is not UTF-8", path.display()))?;
