@@ -1,7 +1,8 @@
 //! Off-CPU waits on the timeline (`--off-cpu`), in both trace formats, with fixture `offcpu`
 //! (tests/fixtures/offcpu.c): `sleep N MS` waits N times MS in clock_nanosleep under sleeper();
 //! `mutex MS` blocks the main thread in waiter() on the static mutex `lock` a thread named
-//! "holder" holds for MS. Each wait of at least MIN is a slice of category `off_cpu` on its
+//! "holder" holds for MS; `poll N MS` waits N times MS in poll(2), ended by a timer's interrupt.
+//! Each wait of at least MIN is a slice of category `off_cpu` on its
 //! thread (in a Perfetto trace on the thread's `off-CPU` child track), a wake-up by a thread a
 //! `wake` instant on the waker's thread with a flow arrow to the wait. The CPU is sampled at 1 Hz
 //! beside, as in offcpu.rs.
@@ -116,6 +117,41 @@ fn each_sleep_is_a_slice_on_its_thread() {
         out.events.iter().all(|e| e["cat"] != "off_cpu"),
         "off-CPU events without --off-cpu"
     );
+}
+
+/// Ten polls of 20 ms with no descriptors, each ended by a timer's interrupt while a thread
+/// named "spinner" keeps the CPUs busy: exactly ten `poll` slices on the main thread, every one
+/// `woken_by: interrupt`, with no waker and no arrow, whichever thread the interrupt came in on
+/// (the spinner, often: once it was named as the waker).
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_wait_ended_by_an_interrupt_names_no_thread() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offtl-poll");
+    let out = profile_command(
+        args!["--off-cpu", "-F", "1", "--trace-format", "json"],
+        &fixtures().offcpu,
+        &["poll", "10", "20"],
+        &tmp,
+    );
+    let pid = out.summary["command"]["pid"].as_u64().unwrap();
+    let polls: Vec<&Value> = off_cpu(&out, "X")
+        .into_iter()
+        .filter(|e| e["name"] == "poll" && e["tid"] == pid)
+        .collect();
+    assert_eq!(polls.len(), 10, "{:?}", off_cpu(&out, "X"));
+    assert!(
+        polls.iter().all(|e| ns(e, "dur") >= 20 * MS
+            && e["args"]["woken_by"] == "interrupt"
+            && e["args"]["waker"].is_null()),
+        "{polls:?}"
+    );
+    let arrows: Vec<&Value> = ["s", "f", "i"].iter().flat_map(|ph| off_cpu(&out, ph)).collect();
+    assert!(arrows.is_empty(), "an interrupt draws no arrow: {arrows:?}");
+    let (count, _) = summary_wait(&out, pid, "poll");
+    assert_eq!(count, 10);
 }
 
 /// A wait on a mutex: one `futex lock` slice on the main thread of at least 190 ms, its args

@@ -38,7 +38,7 @@ pub struct OffCpuInterval {
     /// The system call it slept in (x86-64 numbers), or [`NO_SYSCALL`].
     pub syscall: i32,
     /// The process and thread that last woke it, as xtrace sees them; 0 and 0 when woken from an
-    /// interrupt (a timer, an I/O completion) or not seen.
+    /// interrupt (a timer, an I/O completion: `waker_context`) or not seen.
     pub waker_pid: u32,
     pub waker_tid: u32,
     /// The waker's user stack as it woke a thread waiting on a lock (`lock` not 0), walked by
@@ -49,6 +49,18 @@ pub struct OffCpuInterval {
     /// The lock it waited on: a futex's user address (FUTEX_WAIT and its kin: a mutex, a condition
     /// variable, a semaphore), else 0.
     pub lock: u64,
+    /// A [`waker_context`] value: whether a thread or an interrupt woke it.
+    pub waker_context: u32,
+    pub _pad: u32,
+}
+
+/// Where the last wake-up of a thread came from (`OffCpuInterval::waker_context`).
+pub mod waker_context {
+    /// A thread, named by `waker_pid`/`waker_tid` (0: the idle task, or no wake-up seen).
+    pub const THREAD: u32 = 0;
+    /// An interrupt (a timer, an I/O completion, another CPU's request), whichever thread it
+    /// came in on: the waker's ids are 0.
+    pub const INTERRUPT: u32 = 1;
 }
 
 /// A sent interval: its header (`KIND_OFF_CPU`, the thread's ids), the interval, then a CPU
@@ -114,7 +126,8 @@ pub struct OffCpuThread {
     pub waker_comm: [u8; COMM_LEN],
     /// The last waker's stack, when it woke the thread from a wait on a lock; negative otherwise.
     pub waker_stack: i32,
-    pub _pad: u32,
+    /// The last wake-up's [`waker_context`].
+    pub waker_context: u32,
 }
 
 /// The x86-64 system call number of futex(2).
@@ -130,10 +143,10 @@ pub const fn futex_waits(op: u64) -> bool {
 /// Entries of the kernel's table of added-up intervals (`OFF_CPU_TOTALS`) and of its stacks.
 pub const OFF_CPU_KEYS: u32 = 16384;
 
-const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 72);
+const _: () = assert!(core::mem::size_of::<OffCpuInterval>() == 80);
 const _: () = assert!(core::mem::size_of::<OffCpuKey>() == 32);
-const _: () = assert!(core::mem::size_of::<OffCpuThread>() == 152);
-const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 96 + core::mem::size_of::<SampleEvent>());
+const _: () = assert!(core::mem::size_of::<OffCpuThread>() == 160);
+const _: () = assert!(core::mem::size_of::<OffCpuEvent>() == 104 + core::mem::size_of::<SampleEvent>());
 const _: () = assert!(core::mem::size_of::<OffCpuScratch>() < 32768);
 
 #[cfg(feature = "user")]

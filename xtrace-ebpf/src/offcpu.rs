@@ -10,17 +10,18 @@
 //! waker's user stack: where the holder released it.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, bpf_task_pt_regs},
+    helpers::{bpf_get_current_comm, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs},
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
     programs::tracing::StackIdContext,
     programs::{BtfTracePointContext, RawTracePointContext},
+    EbpfContext,
 };
 use xtrace_common::{
     event::USER_STACK_MAX,
     offcpu::{
-        futex_waits, state, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU, NO_SYSCALL,
-        OFF_CPU_KEYS, SYS_FUTEX,
+        futex_waits, state, waker_context, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU,
+        NO_SYSCALL, OFF_CPU_KEYS, SYS_FUTEX,
     },
     probe::counter,
 };
@@ -42,6 +43,22 @@ static OFF_CPU_MIN_NS: u64 = 1_000_000;
 /// Where `task_struct.__state` lies (`state` before 5.14), from the kernel's BTF at load time.
 #[unsafe(no_mangle)]
 static TASK_STATE: u32 = 0;
+
+/// The kernel's interrupt entry code (`__irqentry_text_start` to `__irqentry_text_end`, from
+/// /proc/kallsyms at load time; 0 to 0 when it shows no addresses): a kernel stack with a return
+/// address in it was taken in an interrupt, or in the soft interrupts run as one ends.
+#[unsafe(no_mangle)]
+static IRQ_ENTRY_START: u64 = 0;
+#[unsafe(no_mangle)]
+static IRQ_ENTRY_END: u64 = 0;
+
+/// Kernel frames looked at for an interrupt's entry: an I/O completion's wake-up is ~25 deep.
+const WAKER_FRAMES: usize = 48;
+
+/// Where `off_cpu_waking` walks the kernel stack (a per-CPU buffer: the program can be
+/// interrupted by another program, never by itself).
+#[map]
+static WAKER_STACK: PerCpuArray<[u64; WAKER_FRAMES]> = PerCpuArray::with_max_entries(1, 0);
 
 #[unsafe(link_section = ".maps")]
 #[unsafe(no_mangle)]
@@ -189,6 +206,7 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         pending.waker_tid = thread.waker_tid;
         pending.waker_comm = thread.waker_comm;
         pending.waker_stack = thread.waker_stack;
+        pending.waker_context = thread.waker_context;
         return;
     }
     // The thread's own key: the map copies it.
@@ -251,9 +269,17 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
     };
     // SAFETY: the woken thread's storage; it is not running yet.
     let thread = unsafe { &mut *thread };
-    // From an interrupt (a timer, an I/O completion) the current task is whichever was running:
-    // user space cannot tell it from a real waker (the idle task, pid 0, is the common case).
-    let ids = current_pid_tgid().unwrap_or(0);
+    // From an interrupt (a timer, an I/O completion) the current task is whichever was running,
+    // no waker: the wake-up says so, with no ids.
+    let interrupt = in_interrupt(&ctx);
+    thread.waker_context = match interrupt {
+        true => waker_context::INTERRUPT,
+        false => waker_context::THREAD,
+    };
+    let ids = match interrupt {
+        true => 0,
+        false => current_pid_tgid().unwrap_or(0),
+    };
     thread.waker_pid = (ids >> 32) as u32;
     thread.waker_tid = ids as u32;
     thread.waker_comm = match ids {
@@ -269,6 +295,33 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
     };
     thread.woken_ns = unsafe { bpf_ktime_get_ns() };
     0
+}
+
+/// Whether this runs in an interrupt: whether the kernel stack passes through the interrupt entry
+/// code. (The current task is whichever one the interrupt came in on.)
+#[inline(always)]
+fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
+    let (start, end) = (load_time(&IRQ_ENTRY_START), load_time(&IRQ_ENTRY_END));
+    if start == 0 || end <= start {
+        return false;
+    }
+    let Some(frames) = WAKER_STACK.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer, WAKER_FRAMES words, filled by the helper.
+    let got = unsafe { bpf_get_stack(ctx.as_ptr(), frames.cast(), (WAKER_FRAMES * 8) as u32, 0) };
+    let walked = (got.max(0) as usize / 8).min(WAKER_FRAMES);
+    // SAFETY: as above; read only up to what the helper wrote.
+    let frames = unsafe { &*frames };
+    for (i, &ip) in frames.iter().enumerate() {
+        if i >= walked {
+            break;
+        }
+        if ip >= start && ip < end {
+            return true;
+        }
+    }
+    false
 }
 
 /// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that

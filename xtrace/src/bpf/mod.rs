@@ -5,6 +5,7 @@ mod attr;
 pub mod btf;
 pub mod features;
 pub mod goroutines;
+mod kallsyms;
 pub mod layout;
 pub mod overhead;
 pub mod perf_uprobe;
@@ -169,6 +170,11 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         state: task_state,
         fsbase: task_fsbase,
     } = TaskOffsets::read(options);
+    // `--off-cpu` tells a wake-up from an interrupt by the interrupt entry code in its stack.
+    let irq_entry = match options.off_cpu_min_ns {
+        Some(_) => kallsyms::irq_entry_text(),
+        None => 0..0,
+    };
     let off_cpu_keys = match options.off_cpu_min_ns {
         Some(_) => xtrace_common::offcpu::OFF_CPU_KEYS,
         None => 1,
@@ -208,6 +214,8 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
         .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
         .override_global("TASK_STATE", &task_state, true)
+        .override_global("IRQ_ENTRY_START", &irq_entry.start, true)
+        .override_global("IRQ_ENTRY_END", &irq_entry.end, true)
         .override_global("PYTHON", &u8::from(task_fsbase.is_some()), true)
         .override_global("TASK_FSBASE", &task_fsbase.unwrap_or(0), true)
         .override_global("TASK_UTASK", &options.uprobe_task.task_utask, true)

@@ -15,7 +15,7 @@ use crate::{
     error::Result,
     image::Images,
     output,
-    pipeline::offcpu::{OffCpu, ThreadTime},
+    pipeline::offcpu::{OffCpu, ThreadTime, INTERRUPT_WAKER},
 };
 
 /// Stacks listed in the summary.
@@ -35,8 +35,8 @@ pub struct WaitSummary {
 /// A thread that woke another from waits of at least MIN.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct WakerSummary {
-    /// 0 for the idle task, or no wake-up seen. A wake-up from an interrupt (a timer, an I/O
-    /// completion) names the thread that was running on that CPU.
+    /// 0 for the idle task, or no wake-up seen; 0 with the comm `[interrupt]` for wake-ups
+    /// from interrupts (a timer, an I/O completion), whichever thread was running.
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
@@ -232,6 +232,9 @@ pub fn table(summary: &OffCpuSummary) -> String {
             .map(|w| format!("{} {}", w.wait, ms(w.ns)))
             .collect();
         let woken = match t.woken_by.first() {
+            Some(w) if w.comm == INTERRUPT_WAKER => {
+                format!("; woken most from interrupts ({}x)", w.wakeups)
+            }
             Some(w) if w.pid == 0 => format!("; woken most from the idle task ({}x)", w.wakeups),
             Some(w) => format!("; woken most by {} {}/{} ({}x)", w.comm, w.pid, w.tid, w.wakeups),
             None => String::new(),

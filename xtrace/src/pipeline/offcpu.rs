@@ -19,6 +19,9 @@ use crate::image::Images;
 pub use crate::model::wait::Wait;
 use crate::python::Python;
 
+/// The waker's name in `woken_by` for a wake-up from an interrupt (its ids are 0).
+pub const INTERRUPT_WAKER: &str = "[interrupt]";
+
 /// Waiting for a CPU, wherever.
 const RUNNABLE: Wait = Wait {
     state: xtrace_common::offcpu::state::RUNNABLE,
@@ -119,7 +122,10 @@ impl OffCpu {
                 interval.runnable_ns,
             );
         }
-        let waker = crate::model::text::c_str(&interval.waker_comm).into_owned();
+        let waker = match interval.waker_context {
+            xtrace_common::offcpu::waker_context::INTERRUPT => INTERRUPT_WAKER.to_owned(),
+            _ => crate::model::text::c_str(&interval.waker_comm).into_owned(),
+        };
         if interval.lock != 0 {
             self.locks.waited(
                 images,

@@ -7,7 +7,7 @@
 //! through the nesting of the thread's function spans; in trace.json on the thread itself, where
 //! a wait lies inside the call that made it. Waits added up in the kernel have no time of their
 //! own and are not shown.
-use xtrace_common::offcpu::{OffCpuEvent, OffCpuInterval, NO_SYSCALL};
+use xtrace_common::offcpu::{waker_context, OffCpuEvent, OffCpuInterval, NO_SYSCALL};
 
 use super::{
     writer::{Flow, FlowKind, SpanOut},
@@ -94,8 +94,10 @@ fn wait_args(interval: &OffCpuInterval) -> String {
     let mut args = format!(",\"state\":\"{state}\",\"runnable_ns\":{}", interval.runnable_ns);
     if is_timer_sleep(interval) {
         args.push_str(",\"woken_by\":\"timer\"");
+    } else if interval.waker_context == waker_context::INTERRUPT {
+        args.push_str(",\"woken_by\":\"interrupt\"");
     } else if interval.waker_pid == 0 {
-        args.push_str(",\"woken_by\":\"interrupt or idle\"");
+        args.push_str(",\"woken_by\":\"idle or unseen\"");
     } else {
         let waker = format!(
             "{} {}/{}",
@@ -185,6 +187,7 @@ mod tests {
             waker_stack: -1,
             waker_comm: comm,
             lock,
+            ..OffCpuInterval::default()
         }
     }
 
@@ -230,13 +233,19 @@ mod tests {
         read.syscall = 0;
         read.runnable_ns = 0;
         read.sleeps = 2;
+        read.waker_context = waker_context::INTERRUPT;
         let events = timeline(&read, (7, 9), None, 1);
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].name.as_deref(), Some("read"));
         assert_eq!(events[0].flow, None);
         assert_eq!(
             events[0].values.as_deref(),
-            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt or idle\",\"sleeps\":2")
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt\",\"sleeps\":2")
+        );
+        read.waker_context = waker_context::THREAD;
+        assert_eq!(
+            timeline(&read, (7, 9), None, 1)[0].values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"idle or unseen\",\"sleeps\":2")
         );
         // A sleep for a time ends at a timer, whichever thread its interrupt came in.
         let mut sleep = interval(7, 0);
