@@ -5,7 +5,8 @@
 //! and `convert` read a flight directory. `--flight-after` keeps what follows a trigger; a small
 //! `--flight-size` shortens the window, every event either kept or counted as aged out;
 //! `--flight-trigger warn-over` writes on a span over its limit, once a window; a Perfetto-format directory is
-//! read by `report`. Bad flight flags get one line naming the valid values, exit 2.
+//! read by `report`. With sampling (`profile phases`), each directory holds the CPU samples of its
+//! window. Bad flight flags get one line naming the valid values, exit 2.
 
 use std::{path::Path, thread, time::Duration};
 
@@ -268,6 +269,86 @@ fn bad_flight_flags() {
         line.starts_with("xtrace: error: ") && line.contains("--flight <DURATION>"),
         "names the flag it needs: {line}"
     );
+}
+
+/// CPU samples go into the window with their stacks: `profile phases 300` spins 300 ms of its
+/// CPU time in phase_a, waits longer than the 1 s window, then spins 300 ms in phase_b, sampled
+/// at 999 Hz. flight-001 holds phase_b's samples and none of phase_a's, which aged out and are
+/// counted; stacks.folded, the summary and the timeline agree on every sample; `report` reads it.
+/// The capture directory counts every sample of the run and keeps no stacks.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn each_window_holds_the_cpu_samples_taken_in_it() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().profile, &["phases", "300"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("flight-samples");
+    let out_dir = tmp.join("out");
+    let pid = fixture.pid().to_string();
+    let flags = args!["-p", &pid, "-F", "999", "--flight", "1s", "-o", &out_dir];
+    let mut xtrace = Xtrace::spawn(flags);
+    xtrace.wait_attached();
+    fixture.send("go");
+    for (phase, pause) in [("a", 1500), ("b", 0)] {
+        fixture.send(phase);
+        assert_eq!(fixture.next_line(), "done");
+        thread::sleep(Duration::from_millis(pause));
+    }
+    xtrace.signal(libc::SIGUSR1);
+    xtrace.wait_stderr(WROTE);
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+
+    let dir = out_dir.join("flight-001");
+    let out = Outputs::read_profiled(&dir);
+    let flight = &out.summary["flight"];
+    let folded = out.folded();
+    let samples = u64_field(&out.summary, "samples");
+    assert_eq!(folded.iter().map(|(_, n)| n).sum::<u64>(), samples, "{folded:?}");
+    assert_eq!(out.timeline_samples().len() as u64, samples);
+    assert_eq!(u64_field(&out.summary, "timeline_samples"), samples);
+    assert!(
+        folded.iter().all(|(stack, _)| !stack.contains("phase_a")),
+        "phase A aged out: {folded:?}"
+    );
+    // 300 ms of phase_b's CPU time at 999 Hz: 300 ticks of the CPUs it ran on fall in it, give
+    // or take one per time it was scheduled in; a third either way for a busy machine.
+    let on_b: u64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.contains(";phase_b"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (200..=400).contains(&on_b),
+        "{on_b} samples in phase_b: {folded:?}"
+    );
+    // One thread, sampled at most once a tick: no more than the window's ticks.
+    let kept_ns = u64_field(flight, "kept_ns");
+    assert!(
+        samples <= 999 * kept_ns / 1_000_000_000 + 2,
+        "{samples} in {kept_ns} ns"
+    );
+    // Phase A's ~300 samples fell out of the window, counted.
+    assert!(u64_field(flight, "aged_out_events") >= 200, "{flight}");
+    let ran = run_xtrace(args!["report", &dir]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stdout.contains("phase_b"), "{}", ran.stdout);
+
+    // The run: every sample counted, each in a directory or aged out; the stacks are in those.
+    let whole = Outputs::read(&out_dir);
+    assert!(!out_dir.join("stacks.folded").exists());
+    let last = Outputs::read_profiled(&out_dir.join("flight-002"));
+    assert_eq!(
+        u64_field(&whole.summary, "samples"),
+        samples
+            + u64_field(&last.summary, "samples")
+            + u64_field(&whole.summary["flight"], "aged_out_events"),
+        "{}",
+        whole.summary
+    );
+    assert!(whole.summary["hot_functions"].as_array().unwrap().is_empty());
 }
 
 /// A flight directory in Perfetto's format, read by `report` as any capture.

@@ -3,13 +3,19 @@
 //! pairs then moved 1 s ahead, as a host whose monotonic clock runs 1 s behind its wall clock
 //! compared with the first's would write them: every span of it lands exactly its shift later,
 //! its process apart and named after its host and rank. A capture whose trace is Perfetto's
-//! merges into the same trace.json.
+//! merges into the same trace.json; without `XTRACE_TRACE_FORMAT` the merged trace is Perfetto's.
 
 use serde_json::Value;
 
 use xtrace_tests::{
-    args, fixtures::fixtures, output::Outputs, perfetto::trace_events, require_bpf, run::run_error,
-    run::Xtrace, TempDir,
+    args,
+    fixtures::fixtures,
+    output::Outputs,
+    perfetto::{decode, slice_counts, trace_events},
+    require_bpf,
+    run::run_error,
+    run::Xtrace,
+    TempDir,
 };
 
 /// Records `spans exit 0` as rank `rank` of 2 into `dir`.
@@ -138,6 +144,23 @@ fn merged_captures_lie_on_one_clock_shifted_by_their_clock_pairs() {
     assert!(
         trace_events(&again.join("trace.json")) == trace_events(&merged_dir.join("trace.json")),
         "the merged events differ"
+    );
+
+    // Without XTRACE_TRACE_FORMAT, merge writes Perfetto's format, as recording does: the same
+    // six spans, read back by Perfetto's own definitions and by `report`.
+    let perfetto = tmp.join("merged-perfetto");
+    Xtrace::spawn_default_format(args!["merge", &a, &b_perfetto, "-o", &perfetto])
+        .wait()
+        .assert_success();
+    assert!(!perfetto.join("trace.json").exists());
+    let decoded = decode(&perfetto.join("trace.perfetto-trace"));
+    assert_eq!(slice_counts(&decoded).get("work"), Some(&6), "{decoded}");
+    let report = Xtrace::spawn(args!["report", &perfetto]).wait();
+    report.assert_success();
+    assert!(
+        report.stdout.starts_with("6 spans from 1 probe"),
+        "{}",
+        report.stdout
     );
 }
 

@@ -167,7 +167,7 @@ perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -l gzip -d 'Write the new trace compressed (trace.json.gz, trace.perfetto-trace.gz)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand convert" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s o -l output -d 'The directory to write the merged capture into (created if missing)' -r -F
-complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 'The merged trace\'s format: json (trace.json) or perfetto (trace.perfetto-trace)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
+complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 'The merged trace\'s format: perfetto (trace.perfetto-trace) or json (trace.json)' -r -f -a "json\t'Chrome\'s Trace Event format (trace.json), which Perfetto reads as a legacy format'
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l gzip -d 'Write the merged trace compressed'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -170,7 +170,9 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         .get("samples")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    if counted > 0 && capture.folded.is_empty() {
+    // A --flight capture directory counts the run's samples; its flight directories hold them.
+    let flight_run = capture.summary["flight"].is_object() && capture.summary["flight"]["trigger"].is_null();
+    if counted > 0 && capture.folded.is_empty() && !flight_run {
         return Err(malformed(
             &folded_path,
             format!("missing or empty, while summary.json counts {counted} CPU samples"),

@@ -11,7 +11,7 @@ use crate::{
 
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The captures: directories written by `xtrace -o DIR`, each with a trace.json (two or more).
+    /// The captures: directories written by `xtrace -o DIR`, each with its trace (two or more).
     ///
     /// Each is placed on the merged trace's clock by the clock pairs in its summary.json, read as
     /// it started and as it ended: captures of several hosts line up as far as their wall clocks
@@ -29,10 +29,12 @@ pub struct MergeArgs {
     #[arg(short = 'o', long = "output", value_name = "OUT", required = true)]
     pub output: PathBuf,
 
-    /// The merged trace's format: json (trace.json) or perfetto (trace.perfetto-trace).
+    /// The merged trace's format: perfetto (trace.perfetto-trace) or json (trace.json).
     ///
-    /// The captures merged may hold either format.
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormat::Json)]
+    /// The captures merged may hold either format. As for recording, the environment variable
+    /// XTRACE_TRACE_FORMAT sets the default (the flag wins).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = TraceFormat::Perfetto,
+          env = "XTRACE_TRACE_FORMAT")]
     pub trace_format: TraceFormat,
 
     /// Write the merged trace compressed.

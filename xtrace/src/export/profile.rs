@@ -340,15 +340,7 @@ pub fn timeline<W: std::io::Write>(
 ) -> std::io::Result<()> {
     let by_hash: HashMap<u64, TimelineSample> = frames
         .iter()
-        .map(|(key, frames)| {
-            let start = frames.len().saturating_sub(TIMELINE_FRAMES);
-            let sample = TimelineSample {
-                leaf: frames.last().map_or("?", String::as_str).to_string(),
-                folded: frames[start..].join(";"),
-                frames: sample_frames(key, frames, images),
-            };
-            (stack_hash(key), sample)
-        })
+        .map(|(key, frames)| (stack_hash(key), timeline_sample(key, frames, images)))
         .collect();
     for s in &samples.timeline {
         if let Some(sample) = by_hash.get(&s.stack) {
@@ -356,6 +348,16 @@ pub fn timeline<W: std::io::Write>(
         }
     }
     Ok(())
+}
+
+/// What the timeline shows of each sample of stack `key`, named `frames`.
+pub fn timeline_sample(key: &StackKey, frames: &[String], images: &Images) -> TimelineSample {
+    let start = frames.len().saturating_sub(TIMELINE_FRAMES);
+    TimelineSample {
+        leaf: frames.last().map_or("?", String::as_str).to_string(),
+        folded: frames[start..].join(";"),
+        frames: sample_frames(key, frames, images),
+    }
 }
 
 /// The frames of `key` for a Perfetto call stack, outermost first: named as in stacks.folded
@@ -404,70 +406,17 @@ pub fn write(
     frequency_hz: u64,
     icicle: bool,
 ) -> Result<ProfileSummary> {
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    let mut functions: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut folded = Folded::default();
     for (key, frames) in frames {
-        let count = samples.stacks[*key];
         // The process's name when the sample was taken: a program an exec replaced keeps its own.
         let root = images
             .comm(key.image)
             .map(str::to_string)
             .or_else(|| process_names.get(&key.pid).cloned())
             .unwrap_or_else(|| format!("pid {}", key.pid));
-        let line = flamegraph::fold(&root, frames, None);
-        *folded.entry(line).or_default() += count;
-        let mut seen = HashSet::new();
-        for frame in frames {
-            let name = frame.strip_suffix("_[k]").unwrap_or(frame).to_string();
-            if seen.insert(name.clone()) {
-                functions.entry(name).or_default().1 += count;
-            }
-        }
-        if let Some(leaf) = frames.last() {
-            let name = leaf.strip_suffix("_[k]").unwrap_or(leaf).to_string();
-            functions.entry(name).or_default().0 += count;
-        }
+        folded.add(&root, frames, samples.stacks[*key]);
     }
-    let chart = flamegraph::Chart {
-        title: format!("xtrace: {} samples at {frequency_hz} Hz", samples.total),
-        subtitle: None,
-        count_name: "samples",
-        palette: Palette::Basic(BasicPalette::Hot),
-        empty: "no samples",
-        icicle,
-    };
-    flamegraph::write(
-        out,
-        &folded,
-        crate::output::STACKS_FOLDED,
-        crate::output::FLAMEGRAPH_SVG,
-        &chart,
-    )?;
-
-    let mut hot_functions: Vec<HotFunction> = functions
-        .into_iter()
-        .map(|(name, (self_samples, total))| HotFunction {
-            name,
-            self_samples,
-            total,
-        })
-        .collect();
-    hot_functions.sort_by(|a, b| {
-        (b.self_samples, b.total)
-            .cmp(&(a.self_samples, a.total))
-            .then(a.name.cmp(&b.name))
-    });
-    hot_functions.truncate(HOT_FUNCTIONS);
-    let mut hot_stacks: Vec<HotStack> = folded
-        .into_iter()
-        .map(|(stack, n)| HotStack {
-            stack,
-            samples: n,
-            percent: percent(n, samples.total),
-        })
-        .collect();
-    hot_stacks.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.stack.cmp(&b.stack)));
-    hot_stacks.truncate(HOT_STACKS);
+    let (hot_functions, hot_stacks) = folded.write(out, samples.total, frequency_hz, icicle)?;
     Ok(ProfileSummary {
         samples: samples.total,
         sample_frequency_hz: frequency_hz,
@@ -482,6 +431,120 @@ pub fn write(
         python_truncated: python.truncated,
         sampler_verified_insns: samples.verified_insns,
     })
+}
+
+/// The profile fields of summary.json for a capture whose stacks are not kept for the whole run
+/// (`--flight`: its flight directories have them): the counts, and no hot functions or stacks.
+pub fn totals(samples: &Samples, python: &Python, images: &Images, frequency_hz: u64) -> ProfileSummary {
+    ProfileSummary {
+        samples: samples.total,
+        sample_frequency_hz: frequency_hz,
+        truncated_stacks: samples.truncated,
+        timeline_samples: 0,
+        followed_processes: None,
+        processes_not_followed: None,
+        lost_mapping_records: images.lost(),
+        hot_functions: Vec::new(),
+        hot_stacks: Vec::new(),
+        python: python.entries(),
+        python_truncated: python.truncated,
+        sampler_verified_insns: samples.verified_insns,
+    }
+}
+
+/// Folded stacks and, per function, the samples it was the innermost frame of and those it was
+/// on the stack of: what stacks.folded, flamegraph.svg and the hot lists are made of.
+#[derive(Debug, Default)]
+pub struct Folded {
+    /// Root first, `;`-separated, with their samples.
+    pub lines: BTreeMap<String, u64>,
+    /// By name: (self, total).
+    functions: HashMap<String, (u64, u64)>,
+}
+
+impl Folded {
+    /// Adds `count` samples of the stack `frames` (outermost first) under the root frame `root`.
+    pub fn add(&mut self, root: &str, frames: &[String], count: u64) {
+        let line = flamegraph::fold(root, frames, None);
+        *self.lines.entry(line).or_default() += count;
+        let mut seen = HashSet::new();
+        for frame in frames {
+            let name = frame.strip_suffix("_[k]").unwrap_or(frame).to_string();
+            if seen.insert(name.clone()) {
+                self.functions.entry(name).or_default().1 += count;
+            }
+        }
+        if let Some(leaf) = frames.last() {
+            let name = leaf.strip_suffix("_[k]").unwrap_or(leaf).to_string();
+            self.functions.entry(name).or_default().0 += count;
+        }
+    }
+
+    /// The bytes it holds, about: its strings and their entries.
+    pub fn bytes(&self) -> usize {
+        let entry = 64;
+        let lines: usize = self.lines.keys().map(|l| l.len() + entry).sum();
+        let functions: usize = self.functions.keys().map(|f| f.len() + entry).sum();
+        lines + functions
+    }
+
+    /// Writes stacks.folded and flamegraph.svg into `out` (`total` samples at `frequency_hz`);
+    /// returns the hottest functions and stacks.
+    pub fn write(
+        self,
+        out: &crate::output::Dir,
+        total: u64,
+        frequency_hz: u64,
+        icicle: bool,
+    ) -> Result<(Vec<HotFunction>, Vec<HotStack>)> {
+        let chart = flamegraph::Chart {
+            title: format!("xtrace: {total} samples at {frequency_hz} Hz"),
+            subtitle: None,
+            count_name: "samples",
+            palette: Palette::Basic(BasicPalette::Hot),
+            empty: "no samples",
+            icicle,
+        };
+        flamegraph::write(
+            out,
+            &self.lines,
+            crate::output::STACKS_FOLDED,
+            crate::output::FLAMEGRAPH_SVG,
+            &chart,
+        )?;
+        Ok(self.hot(total))
+    }
+
+    /// The hottest functions (by self samples) and stacks, of `total` samples.
+    fn hot(self, total: u64) -> (Vec<HotFunction>, Vec<HotStack>) {
+        let mut hot_functions: Vec<HotFunction> = self
+            .functions
+            .into_iter()
+            .map(|(name, (self_samples, total))| HotFunction {
+                name,
+                self_samples,
+                total,
+            })
+            .collect();
+        hot_functions.sort_by(|a, b| {
+            (b.self_samples, b.total)
+                .cmp(&(a.self_samples, a.total))
+                .then(a.name.cmp(&b.name))
+        });
+        hot_functions.truncate(HOT_FUNCTIONS);
+        let mut hot_stacks: Vec<HotStack> = self
+            .lines
+            .into_iter()
+            .map(|(stack, n)| HotStack {
+                stack,
+                samples: n,
+                percent: percent(n, total),
+            })
+            .collect();
+        hot_stacks.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.stack.cmp(&b.stack)));
+        hot_stacks.truncate(HOT_STACKS);
+        (hot_functions, hot_stacks)
+    }
 }
 
 /// `n` of `total` in percent, two decimals.

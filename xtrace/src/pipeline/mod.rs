@@ -9,6 +9,7 @@ pub mod call_sites;
 pub mod chrome;
 pub mod decode;
 pub mod flight;
+pub mod flight_stacks;
 pub mod gpu;
 pub mod kept_names;
 pub mod live;
@@ -395,8 +396,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 } else {
                     self.names.named(event.header.pid, event.header.tid, &comm);
                 }
-                self.samples
-                    .add(&mut self.images, &mut self.python, &event, &comm, &mut stack);
+                self.sample(&event, &comm, &mut stack);
                 Ok(())
             }
             Ok(Event::OffCpu(event, mut stack)) => self.off_cpu_wait(&event, &mut stack),

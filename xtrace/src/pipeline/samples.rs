@@ -55,6 +55,10 @@ pub struct Samples {
     pub verified_insns: Option<u32>,
     /// With the live view: the stacks sampled since it last took them.
     pub recent: Option<super::live::RecentStacks>,
+    /// With `--flight`: each sample's stack is kept with it in the flight recorder's window
+    /// (`flight`), not here: `stacks` and `timeline` stay empty and only the totals count, so
+    /// memory does not grow with the run.
+    pub windowed: bool,
 }
 
 /// Samples kept with their time and thread for trace.json.
@@ -192,6 +196,12 @@ impl Samples {
             user,
             python: python.frames(event.header.tid, ts),
         };
+        if let Some(recent) = &mut self.recent {
+            recent.add(&key, weight);
+        }
+        if self.windowed {
+            return Some(key);
+        }
         if self.timeline.len() < TIMELINE_MAX {
             self.timeline.push(TimedSample {
                 ts_ns: event.header.ts_ns,
@@ -201,9 +211,6 @@ impl Samples {
             });
         } else {
             self.timeline_dropped += 1;
-        }
-        if let Some(recent) = &mut self.recent {
-            recent.add(&key, weight);
         }
         *self.stacks.entry(key.clone()).or_default() += weight;
         Some(key)

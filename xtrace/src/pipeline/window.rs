@@ -35,6 +35,8 @@ pub struct Window<T: Slot> {
     slots: VecDeque<(u64, T)>,
     bytes: usize,
     aged_out: AgedOut,
+    /// The newest slot is split before the next event of its stretch ([`Window::split`]).
+    split: bool,
 }
 
 impl<T: Slot> Window<T> {
@@ -50,6 +52,7 @@ impl<T: Slot> Window<T> {
             slots: VecDeque::new(),
             bytes: 0,
             aged_out: AgedOut::default(),
+            split: false,
         }
     }
 
@@ -70,7 +73,7 @@ impl<T: Slot> Window<T> {
         let newest = self
             .slots
             .back()
-            .map(|(i, slot)| (*i, slot.bytes() >= self.slot_cap_bytes));
+            .map(|(i, slot)| (*i, self.split || slot.bytes() >= self.slot_cap_bytes));
         let (at, fresh) = match newest {
             // The newest slot is full: its stretch goes on in a new one.
             Some((newest, true)) if index == newest => (self.push(index), true),
@@ -96,8 +99,15 @@ impl<T: Slot> Window<T> {
         result
     }
 
+    /// Makes the next event of the newest slot's stretch begin a new slot, as if it were full:
+    /// for what a slot holds outside its own bytes (the flight recorder's stacks).
+    pub fn split(&mut self) {
+        self.split = !self.slots.is_empty();
+    }
+
     /// Adds an empty slot for stretch `index`, newest; returns its place.
     fn push(&mut self, index: u64) -> usize {
+        self.split = false;
         self.slots.push_back((index, T::default()));
         self.slots.len() - 1
     }
@@ -288,6 +298,17 @@ mod tests {
         window.add(1, |s: &mut Tens| s.0.push(1));
         assert_eq!(times(&window), [6, 7, 1]);
         assert_eq!(window.aged_out().events, 6);
+    }
+
+    #[test]
+    fn a_split_begins_a_new_slot_of_the_same_stretch() {
+        let mut window = Window::new(1000, 1000, usize::MAX);
+        window.add(1, |s: &mut Tens| s.0.push(1));
+        window.split();
+        window.add(2, |s: &mut Tens| s.0.push(2));
+        window.add(3, |s: &mut Tens| s.0.push(3));
+        let slots: Vec<(u64, Vec<u64>)> = window.slots().map(|(t, s)| (t, s.0.clone())).collect();
+        assert_eq!(slots, [(0, vec![1]), (0, vec![2, 3])]);
     }
 
     #[test]

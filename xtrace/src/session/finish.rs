@@ -255,6 +255,14 @@ impl Outputs<'_> {
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let profile = match (self.sampling, &frames) {
+            // Its flight directories have the stacks; the whole run's counts only are here.
+            (Some(sampling), Some(_)) if self.flight.is_some() => {
+                let (samples, python) = (&collected.samples, &collected.python);
+                let mut profile = profile::totals(samples, python, &collected.images, sampling.hz);
+                profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
+                profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
+                Some(profile)
+            }
             (Some(sampling), Some(frames)) => {
                 let names: HashMap<u32, String> = self
                     .infos
@@ -291,7 +299,8 @@ impl Outputs<'_> {
             }
             _ => None,
         };
-        if let (Some(sampling), Some(_), Some(_)) = (self.sampling, &profile, &off_cpu) {
+        let folded = profile.is_some() && self.flight.is_none();
+        if let (Some(sampling), true, Some(_)) = (self.sampling, folded, &off_cpu) {
             crate::export::wallclock::write(self.out, sampling.hz, self.icicle)?;
         }
         let mut summary = self.summary(&collected, profile);
@@ -448,12 +457,14 @@ fn written(
     derived: Vec<&'static str>,
 ) -> Vec<&'static str> {
     let mut files = vec![trace, output::SUMMARY_JSON, output::SUMMARY_TXT];
-    if summary.profile.is_some() {
+    // With --flight, the stacks are in the flight directories.
+    let folded = summary.profile.is_some() && summary.flight.is_none();
+    if folded {
         files.extend([output::STACKS_FOLDED, output::FLAMEGRAPH_SVG]);
     }
     if summary.off_cpu.is_some() {
         files.extend([output::OFFCPU_FOLDED, output::OFFCPU_SVG]);
-        if summary.profile.is_some() {
+        if folded {
             files.extend([output::WALLCLOCK_FOLDED, output::WALLCLOCK_SVG]);
         }
     }

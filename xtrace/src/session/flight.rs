@@ -3,8 +3,10 @@
 //! stop) takes the buffer's slots after `--flight-after`; a thread of its own writes them as
 //! `DIR/flight-NNN/`, a capture directory that stands alone (its trace with the probes' names
 //! and the processes' and threads' names, summary.json and summary.txt over its window, the
-//! derived files), while the reader goes on recording. What that thread still holds counts
-//! against `--flight-size`: the buffer's cap shrinks by as much until it is written.
+//! derived files; with sampling, the window's CPU samples on the timeline, stacks.folded and
+//! flamegraph.svg, their stacks named here first: `export::flight_profile`), while the reader
+//! goes on recording. What that thread still holds counts against `--flight-size`: the buffer's
+//! cap shrinks by as much until it is written.
 use std::{
     path::PathBuf,
     sync::{
@@ -17,7 +19,11 @@ use std::{
 use super::{config, output_error};
 use crate::{
     error::{Error, Result},
-    export::summary::{ClockSummary, FlightSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+    export::{
+        flight_profile::WindowProfile,
+        profile::{ProfileSummary, Resolver},
+        summary::{ClockSummary, FlightSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+    },
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, TraceFormat},
     pipeline::{
@@ -44,6 +50,8 @@ pub(super) struct Context {
     pub targets: Vec<TargetSummary>,
     /// `--flight-size` (set by [`Recorder::new`]).
     pub size_bytes: u64,
+    /// The sampling frequency, when the CPU is sampled.
+    pub hz: Option<u64>,
 }
 
 /// A flight directory written: its path, the events in it, the stretch they cover.
@@ -80,6 +88,8 @@ pub(super) struct Recorder {
     warn_quiet_until_ns: u64,
     /// Lines about directories whose thread could not start, not yet told.
     failed: Vec<String>,
+    /// Names the windows' sampled stacks; made at the first window taken with sampling.
+    resolver: Option<Resolver>,
 }
 
 impl Recorder {
@@ -96,6 +106,7 @@ impl Recorder {
             warned: 0,
             warn_quiet_until_ns: 0,
             failed: Vec::new(),
+            resolver: None,
         }
     }
 
@@ -141,9 +152,7 @@ impl Recorder {
         }
         if let Some(pending) = self.pending.filter(|p| p.due_ns <= now_ns) {
             self.pending = None;
-            if let Some(taken) = pipeline.take_flight(now_ns) {
-                self.write(taken, pending.trigger);
-            }
+            self.take(pipeline, now_ns, pending.trigger);
         }
         let cap = self.cap();
         if let Some(flight) = pipeline.flight() {
@@ -160,9 +169,7 @@ impl Recorder {
         observer: &mut dyn super::Observer,
     ) -> FlightSummary {
         let trigger = self.pending.take().map_or("stop", |p| p.trigger);
-        if let Some(taken) = pipeline.take_flight(crate::clock::monotonic_ns()) {
-            self.write(taken, trigger);
-        }
+        self.take(pipeline, crate::clock::monotonic_ns(), trigger);
         for line in self.collect(true) {
             observer.notice(&line);
         }
@@ -178,8 +185,29 @@ impl Recorder {
         }
     }
 
+    /// Takes the window at `now_ns` and writes it: with sampling, its stacks are named here,
+    /// from the images the pipeline holds.
+    fn take<W: std::io::Write + Send + 'static>(
+        &mut self,
+        pipeline: &mut Pipeline<W>,
+        now_ns: u64,
+        trigger: &'static str,
+    ) {
+        let Some(mut taken) = pipeline.take_flight(now_ns) else {
+            return;
+        };
+        let profile = self.context.hz.map(|_| {
+            let resolver = self.resolver.get_or_insert_with(Resolver::default);
+            WindowProfile::name(resolver, &mut taken, pipeline.sample_naming())
+        });
+        // The samples and their stacks went into the profile.
+        taken.bytes = taken.slots.iter().map(|(_, s)| s.bytes()).sum::<usize>()
+            + profile.as_ref().map_or(0, WindowProfile::bytes);
+        self.write(taken, profile, trigger);
+    }
+
     /// Hands `taken` to a thread that writes it as the next `flight-NNN`.
-    fn write(&mut self, taken: Taken, trigger: &'static str) {
+    fn write(&mut self, taken: Taken, profile: Option<WindowProfile>, trigger: &'static str) {
         self.begun += 1;
         let name = format!("flight-{:03}", self.begun);
         let bytes = taken.bytes;
@@ -188,7 +216,7 @@ impl Recorder {
         let thread_name = name.clone();
         let spawned = std::thread::Builder::new()
             .name("xtrace-flight".into())
-            .spawn(move || write_dir(&context, &thread_name, taken, trigger, &held));
+            .spawn(move || write_dir(&context, &thread_name, (taken, profile), trigger, &held));
         match spawned {
             Ok(thread) => self.writing.push((name, thread)),
             Err(e) => {
@@ -240,11 +268,11 @@ fn is_call(span: &SpanOut) -> bool {
 fn write_dir(
     context: &Context,
     name: &str,
-    taken: Taken,
+    taken: (Taken, Option<WindowProfile>),
     trigger: &'static str,
     held: &AtomicUsize,
 ) -> Result<Written> {
-    let mut left = taken.bytes;
+    let mut left = taken.0.bytes;
     let result = write_taken(context, name, taken, trigger, &mut |bytes| {
         let bytes = bytes.min(left);
         left -= bytes;
@@ -257,7 +285,7 @@ fn write_dir(
 fn write_taken(
     context: &Context,
     name: &str,
-    taken: Taken,
+    (taken, profile): (Taken, Option<WindowProfile>),
     trigger: &'static str,
     release: &mut dyn FnMut(usize),
 ) -> Result<Written> {
@@ -294,6 +322,10 @@ fn write_taken(
         }
         release(slot.bytes());
     }
+    if let Some(profile) = &profile {
+        profile.timeline(&mut trace).map_err(err)?;
+        events += profile.samples();
+    }
     for (pid, info) in &names.processes {
         let mut info = info.clone();
         info.comm = names.process_comm(*pid, info.comm.take());
@@ -317,7 +349,11 @@ fn write_taken(
         trigger: Some(trigger),
         directories: Vec::new(),
     };
-    let summary = summary(context, &stats, clock, flight);
+    let profile = match (profile, context.hz) {
+        (Some(profile), Some(hz)) => Some(profile.write(&dir, hz, context.icicle)?),
+        _ => None,
+    };
+    let summary = summary(context, &stats, clock, (flight, profile));
     output::write(&dir, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
     output::write(&dir, output::SUMMARY_TXT, summary.table().as_bytes())?;
     // Read back from the directory: span-flamegraph.svg, profile.pb.gz.
@@ -329,8 +365,13 @@ fn write_taken(
     })
 }
 
-/// The summary of one flight directory: its probes' calls in the window.
-fn summary(context: &Context, stats: &[ProbeStats], clock: ClockSummary, flight: FlightSummary) -> Summary {
+/// The summary of one flight directory: its probes' calls and its CPU samples in the window.
+fn summary(
+    context: &Context,
+    stats: &[ProbeStats],
+    clock: ClockSummary,
+    (flight, profile): (FlightSummary, Option<ProfileSummary>),
+) -> Summary {
     let mut probes: Vec<ProbeSummary> = context
         .probes
         .iter()
@@ -361,7 +402,7 @@ fn summary(context: &Context, stats: &[ProbeStats], clock: ClockSummary, flight:
         probes,
         command: None,
         targets: context.targets.clone(),
-        profile: None,
+        profile,
         cuda: None,
         off_cpu: None,
         gpu_device: None,
@@ -380,6 +421,7 @@ pub(super) fn recorder(
     config: &config::Config,
     plan: &crate::probes::uprobe::Plan,
     (attach_ns, mechanism, uprobes): (u64, &'static str, usize),
+    hz: Option<u64>,
     infos: &[(u32, crate::target::ProcessInfo)],
     out: &output::Dir,
 ) -> Option<Recorder> {
@@ -433,6 +475,7 @@ pub(super) fn recorder(
             })
             .collect(),
         size_bytes: 0,
+        hz,
     };
     Some(Recorder::new(asked, context))
 }

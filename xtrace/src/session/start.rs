@@ -177,7 +177,7 @@ impl<'a> Prepared<'a> {
             kernel.attached.mechanism.name(),
             kernel.attached.uprobes,
         );
-        let flight = super::flight::recorder(config, &plan, attached, &infos, &out);
+        let flight = super::flight::recorder(config, &plan, attached, sampling.map(|s| s.hz), &infos, &out);
         if let Some(flight) = &flight {
             pipeline.keep_in_flight(flight.buffer());
         }
