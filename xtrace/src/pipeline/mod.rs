@@ -8,6 +8,7 @@ pub mod bpf_symbols;
 pub mod call_sites;
 pub mod chrome;
 pub mod decode;
+pub mod family;
 pub mod flight;
 pub mod gpu;
 pub mod kept_names;
@@ -40,6 +41,7 @@ use std::io::Write;
 use crate::model::cuda_api::Space;
 use crate::pipeline::{
     decode::Event,
+    family::{functions::FunctionsFamily, Family, Shared, Sink, Window},
     stats::ProbeStats,
     threads::Names,
     usdt::Usdt,
@@ -47,7 +49,7 @@ use crate::pipeline::{
     writer::{SpanOut, TraceWriter},
 };
 use crate::{image::Images, model::text::c_str, probes::Capture};
-use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
+use xtrace_common::event::SpanEvent;
 
 /// The trace.json counter track of a process's live CUDA device memory.
 pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
@@ -117,7 +119,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     stats: Vec<ProbeStats>,
     trace: TraceWriter<W>,
     names: Names,
-    values: Values,
+    functions: FunctionsFamily,
     usdt: Usdt,
     images: Images,
     samples: samples::Samples,
@@ -177,10 +179,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             call_sites,
         } = setup;
         let probes = captures.len();
-        let values = Values::new(captures);
+        let mut functions = FunctionsFamily {
+            values: Values::new(captures),
+        };
         let (mut images, mut python) = (images, python);
         for &pid in targets.iter().flatten() {
-            values.seen(&mut images, pid);
+            functions.seen(&mut images, pid);
             if call_sites.is_some() {
                 // A running Python's frames from its first traced call on.
                 let image = images.seen(pid, crate::clock::monotonic_ns());
@@ -191,7 +195,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             stats: vec![ProbeStats::default(); probes],
             trace,
             names: Names::default(),
-            values,
+            functions,
             usdt,
             images,
             samples,
@@ -276,7 +280,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let collected = Collected {
             stats: self.stats,
             names: self.names,
-            values: self.values,
+            values: self.functions.values,
             usdt: self.usdt,
             images: self.images,
             samples: self.samples,
@@ -329,40 +333,21 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// Handles one ring-buffer record.
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
-        let event = decode::decode(bytes);
-        if let (Some(targets), Ok(event)) = (&self.targets, &event) {
-            if event.target_pid().is_some_and(|pid| !targets.contains(&pid)) {
-                return Ok(());
-            }
-        }
-        if let Ok(event) = &event {
-            let before = self.started_at.is_some_and(|start| event.before(start));
-            if before || self.stopped_at.is_some_and(|stop| event.after(stop)) {
-                return Ok(());
-            }
+        let Ok(event) = decode::decode(bytes) else {
+            self.undecodable += 1;
+            return Ok(());
+        };
+        if self.left_out(&event) {
+            return Ok(());
         }
         match event {
-            Ok(Event::Span(span)) => self.span(&span, &[]),
-            Ok(Event::SpanStr(event)) => {
-                let len = (event.str_len as usize).min(event.string.len());
-                let span = &event.span;
-                let read = &event.string[..len];
-                let string = if span.exit == EXIT_TAIL_CALL {
-                    std::borrow::Cow::Borrowed(read)
-                } else {
-                    let probe = span.probe_id as usize;
-                    self.values
-                        .returned_string(&mut self.images, (probe, span.header.pid, span.ret), read)
-                };
-                self.span(span, &string)
-            }
-            Ok(Event::Thread(thread)) => {
-                self.values.seen(&mut self.images, thread.header.pid);
+            Event::Thread(thread) => {
+                self.functions.seen(&mut self.images, thread.header.pid);
                 let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
             }
-            Ok(Event::Exec(exec)) => {
+            Event::Exec(exec) => {
                 // Sent for every process on the machine: the session keeps those it traces. The
                 // thread's next traced call names it.
                 if !self.execs.contains(&exec.header.pid) {
@@ -370,24 +355,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 }
                 Ok(())
             }
-            Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {
-                self.cuda.args(&mut self.images, &args);
-                Ok(())
-            }
-            Ok(Event::Args(args)) => {
-                self.values.args(&mut self.images, &args);
-                Ok(())
-            }
-            Ok(Event::LongStr(event)) => {
-                self.long_string(&event);
-                Ok(())
-            }
-            Ok(Event::Out(out)) => {
-                self.cuda.out(&out);
-                Ok(())
-            }
-            Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
-            Ok(Event::Sample(event, mut stack)) => {
+            Event::Sample(event, mut stack) => {
                 let comm = c_str(&event.comm);
                 if comm == crate::launch::LAUNCHER_THREAD {
                     // A launched command's sample in its exec, before the kernel renames it.
@@ -399,32 +367,104 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     .add(&mut self.images, &mut self.python, &event, &comm, &mut stack);
                 Ok(())
             }
-            Ok(Event::OffCpu(event, mut stack)) => self.off_cpu_wait(&event, &mut stack),
-            Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
-            Ok(Event::PyStack(walk)) => {
+            Event::OffCpu(event, mut stack) => self.off_cpu_wait(&event, &mut stack),
+            Event::Usdt(event) => self.usdt_hit(&event, &[]),
+            Event::UsdtStr(event) => self.usdt_str(&event),
+            Event::PyStack(walk) => {
                 self.python.walked(&walk);
                 Ok(())
             }
-            Ok(Event::Gpu(event)) => self.gpu_record(&event),
-            Ok(Event::CallStack(event)) => {
+            Event::Gpu(event) => self.gpu_record(&event),
+            Event::CallStack(event) => {
                 if let Some(sites) = &mut self.call_sites {
                     sites.stack(&mut self.images, &mut self.python, &event);
                 }
                 Ok(())
             }
-            Err(_) => {
-                self.undecodable += 1;
+            Event::Args(args) if self.cuda.owns(args.probe_id) => {
+                self.cuda.args(&mut self.images, &args);
                 Ok(())
             }
+            Event::LongStr(event) if self.usdt.owns(event.probe_id) => {
+                self.usdt.long_string(&event);
+                Ok(())
+            }
+            Event::Out(out) => {
+                self.cuda.out(&out);
+                Ok(())
+            }
+            event => self.dispatch(event),
         }
     }
 
-    /// One span; `ret_str`, the string its return value points at (`-> str`; else empty).
-    fn span(&mut self, span: &SpanEvent, ret_str: &[u8]) -> std::io::Result<()> {
+    /// Whether `event` is left out: of a process that is not a target, or outside the window.
+    fn left_out(&self, event: &Event) -> bool {
+        if let Some(targets) = &self.targets {
+            if event.target_pid().is_some_and(|pid| !targets.contains(&pid)) {
+                return true;
+            }
+        }
+        let before = self.started_at.is_some_and(|start| event.before(start));
+        before || self.stopped_at.is_some_and(|stop| event.after(stop))
+    }
+
+    /// Hands `event` to the first family that owns it, after counting a span for its probe.
+    fn dispatch(&mut self, event: Event) -> std::io::Result<()> {
+        let span = match &event {
+            Event::Span(span) => Some(*span),
+            Event::SpanStr(event) => Some(event.span),
+            _ => None,
+        };
+        if let Some(span) = span {
+            if !self.span_seen(&span) {
+                return Ok(());
+            }
+            if self.cuda.owns(span.probe_id) {
+                return self.cuda_span(&span);
+            }
+        }
+        let Pipeline {
+            functions,
+            images,
+            python,
+            names,
+            stats,
+            call_sites,
+            warnings,
+            trace,
+            flight,
+            unknown_probe,
+            ..
+        } = self;
+        let families: [&mut dyn Family; 1] = [functions];
+        let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
+            return Ok(());
+        };
+        let mut shared = Shared {
+            images,
+            python,
+            names,
+            stats,
+            call_sites: call_sites.as_mut(),
+            window: Window {
+                started_at: self.started_at,
+                stopped_at: self.stopped_at,
+            },
+            min_duration_ns: self.min_duration_ns,
+            unknown_probe,
+            warnings,
+            sink: &mut Out { trace, flight },
+        };
+        family.record(event, &mut shared)
+    }
+
+    /// What every span does before its family's: counted for its probe (false for a probe not
+    /// in the table), its thread seen, a `dlopen` probe's process looked at again.
+    fn span_seen(&mut self, span: &SpanEvent) -> bool {
         let id = span.probe_id as usize;
         let Some(stats) = self.stats.get_mut(id) else {
             self.unknown_probe += 1;
-            return Ok(());
+            return false;
         };
         let duration = span.header.ts_ns.saturating_sub(span.start_ns);
         stats.add(duration);
@@ -438,33 +478,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.loaded.push(span.header.pid);
             }
         }
-        if self.cuda.owns(span.probe_id) {
-            return self.cuda_span(span);
-        }
-        let site = self.call_site(span, duration, None);
-        let tail_call = span.exit == EXIT_TAIL_CALL;
-        let ret = (!tail_call).then_some((span.ret, ret_str));
-        let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
-        if tail_call {
-            // The span ends at the jump: the callee's time is not in it.
-            values
-                .get_or_insert_with(String::new)
-                .push_str(",\"exit\":\"tail call\"");
-        }
-        if let Some(site) = site {
-            values.get_or_insert_with(String::new).push_str(&site);
-        }
-        let values = values.map(String::into_boxed_str);
-        self.emit(SpanOut {
-            probe: id,
-            pid: span.header.pid,
-            tid: span.header.tid,
-            start_ns: span.start_ns,
-            dur_ns: duration,
-            depth: span.depth.into(),
-            values,
-            ..Default::default()
-        })
+        true
     }
 
     /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
@@ -476,13 +490,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
 
     /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
     fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
-        match &mut self.flight {
-            Some(flight) => {
-                flight.add(span);
-                Ok(())
-            }
-            None => self.trace.span(span),
+        Out {
+            trace: &mut self.trace,
+            flight: &mut self.flight,
         }
+        .keep(span)
     }
 
     /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as
@@ -555,6 +567,24 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 })
             }
             None => Ok(()),
+        }
+    }
+}
+
+/// The pipeline's one way to the trace: the trace writer, or the flight recorder's buffer.
+struct Out<'a, W: Write + Send + 'static> {
+    trace: &'a mut TraceWriter<W>,
+    flight: &'a mut Option<flight::Flight>,
+}
+
+impl<W: Write + Send + 'static> Sink for Out<'_, W> {
+    fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
+        match self.flight {
+            Some(flight) => {
+                flight.add(span);
+                Ok(())
+            }
+            None => self.trace.span(span),
         }
     }
 }

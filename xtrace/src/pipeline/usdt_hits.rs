@@ -28,15 +28,6 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
         }
     }
 
-    /// One USDT hit: counted for its probe, then written as an instant or a span.
-    /// A long string argument (`str:N`), for the record of its call or hit that follows.
-    pub(super) fn long_string(&mut self, event: &xtrace_common::event::LongStrEvent) {
-        match self.usdt.owns(event.probe_id) {
-            true => self.usdt.long_string(event),
-            false => self.values.long_string(event),
-        }
-    }
-
     /// A USDT hit with strings, the long ones (`str:N`) sent before it in their place.
     pub(super) fn usdt_str(&mut self, event: &xtrace_common::event::UsdtStrEvent) -> std::io::Result<()> {
         let header = &event.event.header;
@@ -50,6 +41,7 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
         self.usdt_hit(&event.event, &strings)
     }
 
+    /// One USDT hit: counted for its probe, then written as an instant or a span.
     pub(super) fn usdt_hit(
         &mut self,
         event: &xtrace_common::event::UsdtEvent,
