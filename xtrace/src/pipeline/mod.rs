@@ -38,10 +38,9 @@ mod record_tests;
 
 use std::io::Write;
 
-use crate::model::cuda_api::Space;
 use crate::pipeline::{
     decode::Event,
-    family::{functions::FunctionsFamily, Family, Shared, Sink, Window},
+    family::{cuda::CudaFamily, functions::FunctionsFamily, Family, Shared, Sink, Window},
     stats::ProbeStats,
     threads::Names,
     usdt::Usdt,
@@ -51,10 +50,7 @@ use crate::pipeline::{
 use crate::{image::Images, model::text::c_str, probes::Capture};
 use xtrace_common::event::SpanEvent;
 
-/// The trace.json counter track of a process's live CUDA device memory.
-pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
-/// The trace.json counter track of a process's live pinned host memory.
-pub const CUDA_PINNED_TRACK: &str = "CUDA pinned host memory (bytes)";
+pub use family::cuda::{CUDA_MEMORY_TRACK, CUDA_PINNED_TRACK};
 
 /// What a pipeline is built from: one value the session fills in before recording starts.
 pub struct Setup {
@@ -125,9 +121,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     samples: samples::Samples,
     python: crate::python::Python,
     off_cpu: Option<offcpu::OffCpu>,
-    gpu: Option<gpu::GpuDevice>,
     call_sites: Option<call_sites::CallSites>,
-    cuda: crate::cuda::calls::Calls,
+    cuda: CudaFamily,
     ranges: ranges::Ranges,
     warnings: warnings::Warnings,
     /// USDT end probes that fired with no span of their pair open on their thread.
@@ -151,8 +146,6 @@ pub struct Pipeline<W: Write + Send + 'static> {
     stopped_at: Option<u64>,
     /// See [`Pipeline::start_at`].
     started_at: Option<u64>,
-    /// The time of each process's last memory counter value, per memory space.
-    counter_at: std::collections::HashMap<(u32, Space), u64>,
     /// `--flight`: the trace events are kept here instead of being written.
     flight: Option<flight::Flight>,
     /// With the live view: each probe's calls of the last minute.
@@ -201,9 +194,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             samples,
             python,
             off_cpu,
-            gpu,
             call_sites,
-            cuda,
+            cuda: CudaFamily::new(cuda, gpu),
             ranges,
             warnings,
             usdt_unpaired: 0,
@@ -217,7 +209,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             min_duration_ns,
             stopped_at: None,
             started_at: None,
-            counter_at: std::collections::HashMap::new(),
             recent: None,
             flight: None,
         }
@@ -246,7 +237,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// The `--warn-over` lines to show since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut lines = self.warnings.take();
-        lines.extend(self.gpu.iter_mut().flat_map(gpu::GpuDevice::take_notices));
+        lines.extend(self.cuda.device.iter_mut().flat_map(gpu::GpuDevice::take_notices));
         lines
     }
 
@@ -286,9 +277,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             samples: self.samples,
             python: self.python,
             off_cpu: self.off_cpu,
-            gpu: self.gpu,
+            gpu: self.cuda.device,
             call_sites: self.call_sites,
-            cuda: self.cuda,
+            cuda: self.cuda.calls,
             ranges: self.ranges,
             warnings: self.warnings,
             usdt_unpaired: self.usdt_unpaired,
@@ -374,23 +365,14 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.python.walked(&walk);
                 Ok(())
             }
-            Event::Gpu(event) => self.gpu_record(&event),
             Event::CallStack(event) => {
                 if let Some(sites) = &mut self.call_sites {
                     sites.stack(&mut self.images, &mut self.python, &event);
                 }
                 Ok(())
             }
-            Event::Args(args) if self.cuda.owns(args.probe_id) => {
-                self.cuda.args(&mut self.images, &args);
-                Ok(())
-            }
             Event::LongStr(event) if self.usdt.owns(event.probe_id) => {
                 self.usdt.long_string(&event);
-                Ok(())
-            }
-            Event::Out(out) => {
-                self.cuda.out(&out);
                 Ok(())
             }
             event => self.dispatch(event),
@@ -419,11 +401,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             if !self.span_seen(&span) {
                 return Ok(());
             }
-            if self.cuda.owns(span.probe_id) {
-                return self.cuda_span(&span);
-            }
         }
         let Pipeline {
+            cuda,
             functions,
             images,
             python,
@@ -436,7 +416,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             unknown_probe,
             ..
         } = self;
-        let families: [&mut dyn Family; 1] = [functions];
+        let families: [&mut dyn Family; 2] = [cuda, functions];
         let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
             return Ok(());
         };
@@ -473,7 +453,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {
-            self.cuda.names.loaded(&mut self.images, span.header.pid);
+            self.cuda.calls.names.loaded(&mut self.images, span.header.pid);
             if !self.loaded.contains(&span.header.pid) {
                 self.loaded.push(span.header.pid);
             }
@@ -495,79 +475,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             flight: &mut self.flight,
         }
         .keep(span)
-    }
-
-    /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as
-    /// trace.json `args` members (`,"site":"main (x.py:12)"`); its time is added to the site's.
-    fn call_site(&mut self, span: &SpanEvent, duration: u64, kernel: Option<&str>) -> Option<String> {
-        let sites = self.call_sites.as_mut()?;
-        let site = sites.span(span.header.tid, span.start_ns, duration, kernel)?;
-        Some(format!(
-            ",\"site\":{}",
-            serde_json::to_string(site).unwrap_or_default()
-        ))
-    }
-
-    /// The span of a CUDA call, and the process's device memory counter when the call changed it.
-    fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
-        let (pid, tid) = (span.header.pid, span.header.tid);
-        let end_ns = span.header.ts_ns;
-        let rendered = self.cuda.span(
-            &mut self.images,
-            span.probe_id,
-            pid,
-            tid,
-            (span.start_ns, end_ns),
-            span.ret,
-        );
-        let kernel = self.cuda.take_launched();
-        let site = self.call_site(span, end_ns.saturating_sub(span.start_ns), kernel.as_deref());
-        let values = rendered.values + site.as_deref().unwrap_or_default();
-        // Every CUDA call is sent (the CUDA summary counts each); one shorter than
-        // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
-        let duration = end_ns.saturating_sub(span.start_ns);
-        if duration < self.min_duration_ns {
-            if let Some(stats) = self.stats.get_mut(span.probe_id as usize) {
-                stats.short += 1;
-            }
-        } else {
-            self.emit(SpanOut {
-                probe: span.probe_id as usize,
-                pid,
-                tid,
-                start_ns: span.start_ns,
-                dur_ns: duration,
-                depth: span.depth.into(),
-                values: Some(values.into_boxed_str()),
-                ..Default::default()
-            })?;
-        }
-        match rendered.memory {
-            // The counter follows the calls in the order their records came, which two CPUs can
-            // swap by nanoseconds: its times never go back, so no viewer draws a change that
-            // never happened.
-            Some((space, bytes)) => {
-                let at = self.counter_at.entry((pid, space)).or_default();
-                *at = end_ns.max(*at);
-                let at = *at;
-                self.emit(SpanOut {
-                    probe: span.probe_id as usize,
-                    pid,
-                    tid: pid,
-                    start_ns: at,
-                    name: Some(
-                        match space {
-                            Space::Device => CUDA_MEMORY_TRACK,
-                            Space::PinnedHost => CUDA_PINNED_TRACK,
-                        }
-                        .into(),
-                    ),
-                    counter: Some(bytes),
-                    ..Default::default()
-                })
-            }
-            None => Ok(()),
-        }
     }
 }
 

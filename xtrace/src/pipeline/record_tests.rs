@@ -37,13 +37,17 @@ const TARGET: u32 = 100;
 
 /// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
-    pipeline_with(out, targets, None)
+    pipeline_with(out, targets, |_| {})
 }
 
-/// [`pipeline`] with `--off-cpu`'s state.
-fn pipeline_with(out: Shared, targets: Option<HashSet<u32>>, off_cpu: Option<OffCpu>) -> Pipeline<Shared> {
-    let setup = Setup {
-        off_cpu,
+/// [`pipeline`] with its setup changed by `edit` (a family's state).
+fn pipeline_with(
+    out: Shared,
+    targets: Option<HashSet<u32>>,
+    edit: impl FnOnce(&mut Setup),
+) -> Pipeline<Shared> {
+    let mut setup = Setup {
+        off_cpu: None,
         gpu: None,
         call_sites: None,
         captures: vec![Capture::default(), Capture::default()],
@@ -58,6 +62,7 @@ fn pipeline_with(out: Shared, targets: Option<HashSet<u32>>, off_cpu: Option<Off
         min_duration_ns: 0,
         loaders: Vec::new(),
     };
+    edit(&mut setup);
     let trace = TraceWriter::spawn(
         out,
         &[("work", "uprobe"), ("inner", "uprobe")],
@@ -104,6 +109,13 @@ fn thread(pid: u32, tid: u32, comm: &str) -> Vec<u8> {
         },
         comm: name,
     })
+}
+
+/// The events of phase `ph` of a closed trace.
+fn events_of(trace: &[u8], ph: &str) -> Vec<serde_json::Value> {
+    let json: serde_json::Value = serde_json::from_slice(trace).expect("trace.json is JSON");
+    let events = json["traceEvents"].as_array().unwrap();
+    events.iter().filter(|e| e["ph"] == ph).cloned().collect()
 }
 
 /// The complete events ("ph":"X") of a closed trace: (name, tid, ts µs, dur µs).
@@ -245,7 +257,9 @@ fn off_cpu_wait(tid: u32) -> Vec<u8> {
 /// counts them, and the summary's off-CPU time has the wait.
 #[test]
 fn an_off_cpu_wait_goes_to_the_flight_recorder() {
-    let mut pipeline = pipeline_with(Shared::default(), None, Some(OffCpu::new(1_000_000)));
+    let mut pipeline = pipeline_with(Shared::default(), None, |s| {
+        s.off_cpu = Some(OffCpu::new(1_000_000))
+    });
     pipeline.keep_in_flight(Flight::new(10_000_000_000, 1 << 20));
     pipeline.record(&off_cpu_wait(TARGET)).unwrap();
     let taken = pipeline.take_flight(3_000_000).expect("the flight recorder");
@@ -279,7 +293,7 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
 #[test]
 fn off_cpu_waits_are_no_spans_of_the_trace() {
     let out = Shared::default();
-    let mut pipeline = pipeline_with(out.clone(), None, Some(OffCpu::new(1_000_000)));
+    let mut pipeline = pipeline_with(out.clone(), None, |s| s.off_cpu = Some(OffCpu::new(1_000_000)));
     pipeline.record(&off_cpu_wait(TARGET)).unwrap();
     let (trace, _) = pipeline.collected();
     let trace = trace.finish().unwrap();
@@ -293,4 +307,71 @@ fn off_cpu_waits_are_no_spans_of_the_trace() {
             ("runnable".to_string(), u64::from(TARGET), 2000.0, 50.0),
         ]
     );
+}
+
+/// A record of `T` whose fields are all zero but its header's.
+fn zeroed_with<T>(header: EventHeader) -> T {
+    // SAFETY: the records are repr(C) integers and arrays of them, valid all zero; the header is
+    // their first field.
+    unsafe {
+        let mut record: T = std::mem::zeroed();
+        std::ptr::write((&mut record as *mut T).cast::<EventHeader>(), header);
+        record
+    }
+}
+
+fn header(kind: u32, tid: u32, ts_ns: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        cpu: 0,
+        pid: TARGET,
+        tid,
+        ts_ns,
+    }
+}
+
+/// The CUDA family: probe `inner` is cudaMalloc. Its entry record and its out-pointer's value
+/// pair with its span, which says the bytes and the pointer; the process's device memory becomes
+/// a counter; the spans of probe `work` stay the functions family's.
+#[test]
+fn a_cuda_allocation_is_a_span_and_a_memory_counter() {
+    use crate::model::cuda_api::FUNCTIONS;
+    use xtrace_common::event::{ArgsEvent, OutEvent, KIND_ARGS, KIND_OUT};
+    let malloc = *FUNCTIONS.iter().find(|f| f.name == "cudaMalloc").unwrap();
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.cuda = Calls::new(BTreeMap::from([(1, malloc)]));
+    });
+    let mut args: ArgsEvent = zeroed_with(header(KIND_ARGS, 101, 10_000));
+    (args.start_ns, args.probe_id, args.args[1]) = (10_000, 1, 4096);
+    let mut value: OutEvent = zeroed_with(header(KIND_OUT, 101, 12_000));
+    (value.start_ns, value.probe_id, value.value) = (10_000, 1, 0xd000);
+    let records = [
+        bytes_of(&args),
+        bytes_of(&value),
+        span(TARGET, 101, 1, 10_000, 12_000, 1),
+        span(TARGET, 101, 0, 9_000, 13_000, 0),
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    assert_eq!(collected.stats[1].distribution().count, 1);
+    assert_eq!(collected.cuda.dropped(), 0);
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("inner".to_string(), 101, 10.0, 2.0),
+            ("work".to_string(), 101, 9.0, 4.0),
+        ]
+    );
+    let spans = events_of(&bytes, "X");
+    assert_eq!(spans[0]["args"]["bytes"], 4096);
+    assert_eq!(spans[0]["args"]["ptr"], "0xd000");
+    let counters = events_of(&bytes, "C");
+    assert_eq!(counters.len(), 1);
+    assert_eq!(counters[0]["name"], super::CUDA_MEMORY_TRACK);
+    assert_eq!(counters[0]["args"]["bytes"], 4096);
 }

@@ -4,6 +4,7 @@
 //! processes' images and names, per-probe statistics, the capture's window, the call sites of
 //! `--stacks`, and the one way to the trace (`emit`: the trace writer or the flight recorder's
 //! buffer, with the `--warn-over` check).
+pub mod cuda;
 pub mod functions;
 
 use std::io;
