@@ -27,7 +27,6 @@ pub mod threads;
 pub mod traps;
 pub mod unwind;
 pub mod usdt;
-mod usdt_hits;
 pub mod values;
 pub mod warnings;
 pub mod window;
@@ -40,7 +39,7 @@ use std::io::Write;
 
 use crate::pipeline::{
     decode::Event,
-    family::{cuda::CudaFamily, functions::FunctionsFamily, Family, Shared, Sink, Window},
+    family::{cuda::CudaFamily, functions::FunctionsFamily, usdt::UsdtFamily, Family, Shared, Sink, Window},
     stats::ProbeStats,
     threads::Names,
     usdt::Usdt,
@@ -116,17 +115,14 @@ pub struct Pipeline<W: Write + Send + 'static> {
     trace: TraceWriter<W>,
     names: Names,
     functions: FunctionsFamily,
-    usdt: Usdt,
+    usdt: UsdtFamily,
     images: Images,
     samples: samples::Samples,
     python: crate::python::Python,
     off_cpu: Option<offcpu::OffCpu>,
     call_sites: Option<call_sites::CallSites>,
     cuda: CudaFamily,
-    ranges: ranges::Ranges,
     warnings: warnings::Warnings,
-    /// USDT end probes that fired with no span of their pair open on their thread.
-    usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     undecodable: u64,
     /// Spans whose probe id is not in the probe table; never expected.
@@ -189,16 +185,14 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             trace,
             names: Names::default(),
             functions,
-            usdt,
+            usdt: UsdtFamily::new(usdt, ranges),
             images,
             samples,
             python,
             off_cpu,
             call_sites,
             cuda: CudaFamily::new(cuda, gpu),
-            ranges,
             warnings,
-            usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
@@ -272,7 +266,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             stats: self.stats,
             names: self.names,
             values: self.functions.values,
-            usdt: self.usdt,
+            usdt: self.usdt.usdt,
             images: self.images,
             samples: self.samples,
             python: self.python,
@@ -280,9 +274,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             gpu: self.cuda.device,
             call_sites: self.call_sites,
             cuda: self.cuda.calls,
-            ranges: self.ranges,
+            ranges: self.usdt.ranges,
             warnings: self.warnings,
-            usdt_unpaired: self.usdt_unpaired,
+            usdt_unpaired: self.usdt.unpaired,
             decode_errors: self.undecodable + self.unknown_probe,
         };
         (self.trace, collected)
@@ -359,8 +353,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 Ok(())
             }
             Event::OffCpu(event, mut stack) => self.off_cpu_wait(&event, &mut stack),
-            Event::Usdt(event) => self.usdt_hit(&event, &[]),
-            Event::UsdtStr(event) => self.usdt_str(&event),
             Event::PyStack(walk) => {
                 self.python.walked(&walk);
                 Ok(())
@@ -369,10 +361,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 if let Some(sites) = &mut self.call_sites {
                     sites.stack(&mut self.images, &mut self.python, &event);
                 }
-                Ok(())
-            }
-            Event::LongStr(event) if self.usdt.owns(event.probe_id) => {
-                self.usdt.long_string(&event);
                 Ok(())
             }
             event => self.dispatch(event),
@@ -404,6 +392,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
         let Pipeline {
             cuda,
+            usdt,
             functions,
             images,
             python,
@@ -416,7 +405,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             unknown_probe,
             ..
         } = self;
-        let families: [&mut dyn Family; 2] = [cuda, functions];
+        let families: [&mut dyn Family; 3] = [cuda, usdt, functions];
         let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
             return Ok(());
         };
@@ -459,13 +448,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
         }
         true
-    }
-
-    /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
-    /// spans against the `--warn-over` rules.
-    fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
-        self.warnings.span(&span);
-        self.keep(span)
     }
 
     /// Writes one event to the trace, or keeps it in the flight recorder's buffer.

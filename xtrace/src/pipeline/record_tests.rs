@@ -35,7 +35,19 @@ impl Write for Shared {
 
 const TARGET: u32 = 100;
 
-/// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
+/// The probes of the pipelines below, by id: two functions, a USDT pair's begin and end probes
+/// and their span, and a range's push and pop probes.
+const PROBES: [(&str, &str); 7] = [
+    ("work", "uprobe"),
+    ("inner", "uprobe"),
+    ("begin", "usdt"),
+    ("end", "usdt"),
+    ("step", "usdt"),
+    ("push", "usdt"),
+    ("pop", "usdt"),
+];
+
+/// A pipeline of the probes [`PROBES`] (the functions `work`, `inner`, ...) for the processes `targets` (None: every process).
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
     pipeline_with(out, targets, |_| {})
 }
@@ -50,7 +62,7 @@ fn pipeline_with(
         off_cpu: None,
         gpu: None,
         call_sites: None,
-        captures: vec![Capture::default(), Capture::default()],
+        captures: vec![Capture::default(); PROBES.len()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),
         ranges: Ranges::new(Wanted::default(), 0),
@@ -63,12 +75,7 @@ fn pipeline_with(
         loaders: Vec::new(),
     };
     edit(&mut setup);
-    let trace = TraceWriter::spawn(
-        out,
-        &[("work", "uprobe"), ("inner", "uprobe")],
-        crate::output::TraceFormat::Json,
-    )
-    .unwrap();
+    let trace = TraceWriter::spawn(out, &PROBES, crate::output::TraceFormat::Json).unwrap();
     Pipeline::new(setup, trace)
 }
 
@@ -374,4 +381,74 @@ fn a_cuda_allocation_is_a_span_and_a_memory_counter() {
     assert_eq!(counters.len(), 1);
     assert_eq!(counters[0]["name"], super::CUDA_MEMORY_TRACK);
     assert_eq!(counters[0]["args"]["bytes"], 4096);
+}
+
+/// A USDT hit of call site `site` by thread `tid` at `ts_ns`.
+fn usdt(site: u32, tid: u32, ts_ns: u64, args: &[u64]) -> Vec<u8> {
+    use xtrace_common::event::{UsdtEvent, KIND_USDT};
+    let mut event: UsdtEvent = zeroed_with(header(KIND_USDT, tid, ts_ns));
+    event.site = site;
+    event.nargs = args.len() as u32;
+    event.args[..args.len()].copy_from_slice(args);
+    bytes_of(&event)
+}
+
+/// The USDT family: sites 0 and 1 are the begin and end probes of span `step`, sites 2 and 3 a
+/// range's push and pop probes. A begin/end pair becomes a span of `step`, an end with
+/// none open on its thread is unpaired, a push/pop pair a range; each hit counts for its probe.
+#[test]
+fn usdt_pairs_and_ranges_become_spans() {
+    use crate::probes::usdt::{
+        plan::{Role, UsdtProbe},
+        spec::RangeOp,
+    };
+    let probe = |role| UsdtProbe {
+        role,
+        types: Vec::new(),
+        end_name: None,
+    };
+    let sites = [2, 3, 5, 6].map(|probe_id| super::usdt::SiteView {
+        probe_id,
+        signed: Vec::new(),
+    });
+    let probes = BTreeMap::from([
+        (2, probe(Role::Begin { span: 4 })),
+        (3, probe(Role::End { span: 4 })),
+        (5, probe(Role::Range(RangeOp::Push))),
+        (6, probe(Role::Range(RangeOp::Pop))),
+    ]);
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.usdt = Usdt::new(sites.to_vec(), probes);
+        s.ranges = Ranges::new(Wanted::ALL, 0);
+    });
+    let xtrace = xtrace_common::ranges::SOURCE_XTRACE;
+    let records = [
+        usdt(0, 101, 10_000, &[]),
+        usdt(2, 101, 11_000, &[xtrace, 0, 0]),
+        usdt(3, 101, 14_000, &[xtrace, 0]),
+        usdt(1, 101, 15_000, &[]),
+        usdt(1, 102, 16_000, &[]),
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    let count = |probe: usize| collected.stats[probe].distribution().count;
+    assert_eq!([2, 3, 4, 5, 6].map(count), [1, 2, 1, 1, 1]);
+    assert_eq!(collected.stats[4].distribution().total_ns, 5_000);
+    assert_eq!(collected.usdt_unpaired, 1);
+    assert_eq!(collected.usdt.unpaired(4), (0, 1));
+    let ranges = collected.ranges.summary();
+    assert_eq!(ranges.len(), 1);
+    assert_eq!((ranges[0].stats.count, ranges[0].stats.total_ns), (1, 3_000));
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("(unnamed)".to_string(), 101, 11.0, 3.0),
+            ("step".to_string(), 101, 10.0, 5.0),
+        ]
+    );
 }
