@@ -39,7 +39,10 @@ use std::io::Write;
 
 use crate::pipeline::{
     decode::Event,
-    family::{cuda::CudaFamily, functions::FunctionsFamily, usdt::UsdtFamily, Family, Shared, Sink, Window},
+    family::{
+        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, usdt::UsdtFamily, Family, Shared,
+        Sink, Window,
+    },
     stats::ProbeStats,
     threads::Names,
     usdt::Usdt,
@@ -119,7 +122,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     images: Images,
     samples: samples::Samples,
     python: crate::python::Python,
-    off_cpu: Option<offcpu::OffCpu>,
+    off_cpu: OffCpuFamily,
     call_sites: Option<call_sites::CallSites>,
     cuda: CudaFamily,
     warnings: warnings::Warnings,
@@ -189,7 +192,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             images,
             samples,
             python,
-            off_cpu,
+            off_cpu: OffCpuFamily { waits: off_cpu },
             call_sites,
             cuda: CudaFamily::new(cuda, gpu),
             warnings,
@@ -270,7 +273,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             images: self.images,
             samples: self.samples,
             python: self.python,
-            off_cpu: self.off_cpu,
+            off_cpu: self.off_cpu.waits,
             gpu: self.cuda.device,
             call_sites: self.call_sites,
             cuda: self.cuda.calls,
@@ -294,7 +297,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         end_ns: u64,
         stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
-        if let Some(off_cpu) = &mut self.off_cpu {
+        if let Some(off_cpu) = &mut self.off_cpu.waits {
             off_cpu.totals(&mut self.images, totals, end_ns, stack_of);
         }
     }
@@ -352,7 +355,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                     .add(&mut self.images, &mut self.python, &event, &comm, &mut stack);
                 Ok(())
             }
-            Event::OffCpu(event, mut stack) => self.off_cpu_wait(&event, &mut stack),
             Event::PyStack(walk) => {
                 self.python.walked(&walk);
                 Ok(())
@@ -393,6 +395,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let Pipeline {
             cuda,
             usdt,
+            off_cpu,
             functions,
             images,
             python,
@@ -405,7 +408,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             unknown_probe,
             ..
         } = self;
-        let families: [&mut dyn Family; 3] = [cuda, usdt, functions];
+        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
         let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
             return Ok(());
         };
@@ -448,15 +451,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
         }
         true
-    }
-
-    /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
-    fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
-        Out {
-            trace: &mut self.trace,
-            flight: &mut self.flight,
-        }
-        .keep(span)
     }
 }
 

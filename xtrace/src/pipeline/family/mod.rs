@@ -6,6 +6,7 @@
 //! buffer, with the `--warn-over` check).
 pub mod cuda;
 pub mod functions;
+pub mod offcpu;
 pub mod usdt;
 
 use std::io;
