@@ -452,3 +452,42 @@ fn usdt_pairs_and_ranges_become_spans() {
         ]
     );
 }
+
+/// The functions family: `work` captures an `i32` argument and an `i64` return value, which
+/// its argument record and its span pair by thread and entry time; `inner` returns by a tail
+/// call, which its span says.
+#[test]
+fn a_call_s_captured_values_join_its_span() {
+    use crate::probes::spec::ArgType;
+    use xtrace_common::event::{ArgsEvent, EXIT_TAIL_CALL, KIND_ARGS};
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.captures[0] = Capture {
+            args: vec![ArgType::I32],
+            ret: Some(ArgType::I64),
+            go: false,
+        };
+    });
+    let mut args: ArgsEvent = zeroed_with(header(KIND_ARGS, 101, 9_000));
+    (args.start_ns, args.probe_id, args.args[0]) = (9_000, 0, (-5i64) as u64);
+    let mut work: SpanEvent = zeroed_with(header(KIND_SPAN, 101, 13_000));
+    (work.start_ns, work.probe_id, work.ret) = (9_000, 0, 7);
+    let mut inner: SpanEvent = zeroed_with(header(KIND_SPAN, 101, 12_000));
+    (inner.start_ns, inner.probe_id, inner.depth, inner.exit) = (10_000, 1, 1, EXIT_TAIL_CALL);
+    for record in [bytes_of(&args), bytes_of(&inner), bytes_of(&work)] {
+        pipeline.record(&record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    assert_eq!(collected.values.dropped(), 0);
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    let spans = events_of(&bytes, "X");
+    assert_eq!(spans.len(), 2);
+    assert_eq!(spans[0]["name"], "inner");
+    assert_eq!(spans[0]["args"]["exit"], "tail call");
+    assert_eq!(spans[1]["name"], "work");
+    assert_eq!(
+        (&spans[1]["args"]["arg0"], &spans[1]["args"]["ret"]),
+        (&(-5).into(), &7.into())
+    );
+}
