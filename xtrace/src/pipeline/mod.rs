@@ -170,24 +170,13 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             gpu,
             call_sites,
         } = setup;
-        let probes = captures.len();
-        let mut functions = FunctionsFamily {
-            values: Values::new(captures),
-        };
-        let (mut images, mut python) = (images, python);
-        for &pid in targets.iter().flatten() {
-            functions.seen(&mut images, pid);
-            if call_sites.is_some() {
-                // A running Python's frames from its first traced call on.
-                let image = images.seen(pid, crate::clock::monotonic_ns());
-                python.seen(pid, images.maps(image));
-            }
-        }
-        Pipeline {
-            stats: vec![ProbeStats::default(); probes],
+        let mut pipeline = Pipeline {
+            stats: vec![ProbeStats::default(); captures.len()],
             trace,
             names: Names::default(),
-            functions,
+            functions: FunctionsFamily {
+                values: Values::new(captures),
+            },
             usdt: UsdtFamily::new(usdt, ranges),
             images,
             samples,
@@ -208,6 +197,31 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             started_at: None,
             recent: None,
             flight: None,
+        };
+        for pid in pipeline.targets.clone().into_iter().flatten() {
+            pipeline.seen(pid);
+            if pipeline.call_sites.is_some() {
+                // A running Python's frames from its first traced call on.
+                let image = pipeline.images.seen(pid, crate::clock::monotonic_ns());
+                pipeline.python.seen(pid, pipeline.images.maps(image));
+            }
+        }
+        pipeline
+    }
+
+    /// Tells every family that process `pid` has records that follow.
+    fn seen(&mut self, pid: u32) {
+        let Pipeline {
+            cuda,
+            usdt,
+            off_cpu,
+            functions,
+            images,
+            ..
+        } = self;
+        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
+        for family in families {
+            family.seen(images, pid);
         }
     }
 
@@ -330,7 +344,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
         match event {
             Event::Thread(thread) => {
-                self.functions.seen(&mut self.images, thread.header.pid);
+                self.seen(thread.header.pid);
                 let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
