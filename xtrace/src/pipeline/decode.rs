@@ -102,7 +102,7 @@ impl Event {
     /// Whether what the record reports began after the capture stopped at `stop` (ns).
     pub fn after(&self, stop: u64) -> bool {
         match self {
-            // Decided by `usdt_hit`: an end may close what began before the stop.
+            // Decided by the USDT family: an end may close what began before the stop.
             Event::Usdt(_) | Event::UsdtStr(_) => false,
             _ => self.began_ns().is_some_and(|began| began > stop),
         }

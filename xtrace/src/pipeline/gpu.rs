@@ -9,28 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
 
-use super::{
-    writer::{Flow, FlowKind, SpanOut},
-    Pipeline,
-};
-
-impl<W: std::io::Write + Send + 'static> Pipeline<W> {
-    /// One GPU device record: a slice on its GPU and stream's track (named the first time), after
-    /// the start of the flow arrow from its launch when the launch was seen.
-    pub(super) fn gpu_record(&mut self, event: &GpuEvent) -> std::io::Result<()> {
-        let window = (self.started_at, self.stopped_at);
-        let Some(slice) = self.gpu.as_mut().and_then(|g| g.record(event, window)) else {
-            return Ok(());
-        };
-        if let Some(name) = slice.track {
-            self.names.given(slice.span.pid, slice.span.tid, name);
-        }
-        if let Some(launch) = slice.launch {
-            self.emit(launch)?;
-        }
-        self.emit(slice.span)
-    }
-}
+use super::writer::{Flow, FlowKind, SpanOut};
 
 /// What one device record becomes.
 #[derive(Debug)]

@@ -1,13 +1,14 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
-//! turns records into events, `stats` aggregates per probe, `values` pairs captured arguments with
-//! their spans, `usdt` turns USDT hits into instants and spans, `ranges` turns the tool library's
-//! hits into annotation ranges, `threads` names pids and tids; `writer` streams trace events to
-//! trace.json in the Chrome Trace Event format (`chrome`) or to trace.perfetto-trace in Perfetto's
-//! protobuf format (`perfetto`).
+//! turns records into events, `stats` aggregates per probe, `threads` names pids and tids; each
+//! record then goes to the probe family that owns it (`family`: functions, USDT and ranges, CUDA,
+//! off-CPU), whose state lives in `values`, `usdt`, `ranges`, `gpu`, `offcpu`; `writer` streams
+//! trace events to trace.json in the Chrome Trace Event format (`chrome`) or to
+//! trace.perfetto-trace in Perfetto's protobuf format (`perfetto`).
 pub mod bpf_symbols;
 pub mod call_sites;
 pub mod chrome;
 pub mod decode;
+pub mod family;
 pub mod flight;
 pub mod flight_stacks;
 pub mod gpu;
@@ -27,7 +28,6 @@ pub mod threads;
 pub mod traps;
 pub mod unwind;
 pub mod usdt;
-mod usdt_hits;
 pub mod values;
 pub mod warnings;
 pub mod window;
@@ -38,9 +38,12 @@ mod record_tests;
 
 use std::io::Write;
 
-use crate::model::cuda_api::Space;
 use crate::pipeline::{
     decode::Event,
+    family::{
+        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, usdt::UsdtFamily, Family, Shared,
+        Sink, Window,
+    },
     stats::ProbeStats,
     threads::Names,
     usdt::Usdt,
@@ -48,12 +51,9 @@ use crate::pipeline::{
     writer::{SpanOut, TraceWriter},
 };
 use crate::{image::Images, model::text::c_str, probes::Capture};
-use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
+use xtrace_common::event::SpanEvent;
 
-/// The trace.json counter track of a process's live CUDA device memory.
-pub const CUDA_MEMORY_TRACK: &str = "CUDA device memory (bytes)";
-/// The trace.json counter track of a process's live pinned host memory.
-pub const CUDA_PINNED_TRACK: &str = "CUDA pinned host memory (bytes)";
+pub use family::cuda::{CUDA_MEMORY_TRACK, CUDA_PINNED_TRACK};
 
 /// What a pipeline is built from: one value the session fills in before recording starts.
 pub struct Setup {
@@ -118,19 +118,15 @@ pub struct Pipeline<W: Write + Send + 'static> {
     stats: Vec<ProbeStats>,
     trace: TraceWriter<W>,
     names: Names,
-    values: Values,
-    usdt: Usdt,
+    functions: FunctionsFamily,
+    usdt: UsdtFamily,
     images: Images,
     samples: samples::Samples,
     python: crate::python::Python,
-    off_cpu: Option<offcpu::OffCpu>,
-    gpu: Option<gpu::GpuDevice>,
+    off_cpu: OffCpuFamily,
     call_sites: Option<call_sites::CallSites>,
-    cuda: crate::cuda::calls::Calls,
-    ranges: ranges::Ranges,
+    cuda: CudaFamily,
     warnings: warnings::Warnings,
-    /// USDT end probes that fired with no span of their pair open on their thread.
-    usdt_unpaired: u64,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     undecodable: u64,
     /// Spans whose probe id is not in the probe table; never expected.
@@ -150,8 +146,6 @@ pub struct Pipeline<W: Write + Send + 'static> {
     stopped_at: Option<u64>,
     /// See [`Pipeline::start_at`].
     started_at: Option<u64>,
-    /// The time of each process's last memory counter value, per memory space.
-    counter_at: std::collections::HashMap<(u32, Space), u64>,
     /// `--flight`: the trace events are kept here instead of being written.
     flight: Option<flight::Flight>,
     /// With the live view: each probe's calls of the last minute.
@@ -177,33 +171,21 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             gpu,
             call_sites,
         } = setup;
-        let probes = captures.len();
-        let values = Values::new(captures);
-        let (mut images, mut python) = (images, python);
-        for &pid in targets.iter().flatten() {
-            values.seen(&mut images, pid);
-            if call_sites.is_some() {
-                // A running Python's frames from its first traced call on.
-                let image = images.seen(pid, crate::clock::monotonic_ns());
-                python.seen(pid, images.maps(image));
-            }
-        }
-        Pipeline {
-            stats: vec![ProbeStats::default(); probes],
+        let mut pipeline = Pipeline {
+            stats: vec![ProbeStats::default(); captures.len()],
             trace,
             names: Names::default(),
-            values,
-            usdt,
+            functions: FunctionsFamily {
+                values: Values::new(captures),
+            },
+            usdt: UsdtFamily::new(usdt, ranges),
             images,
             samples,
             python,
-            off_cpu,
-            gpu,
+            off_cpu: OffCpuFamily { waits: off_cpu },
             call_sites,
-            cuda,
-            ranges,
+            cuda: CudaFamily::new(cuda, gpu),
             warnings,
-            usdt_unpaired: 0,
             undecodable: 0,
             unknown_probe: 0,
             events: 0,
@@ -214,9 +196,33 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             min_duration_ns,
             stopped_at: None,
             started_at: None,
-            counter_at: std::collections::HashMap::new(),
             recent: None,
             flight: None,
+        };
+        for pid in pipeline.targets.clone().into_iter().flatten() {
+            pipeline.seen(pid);
+            if pipeline.call_sites.is_some() {
+                // A running Python's frames from its first traced call on.
+                let image = pipeline.images.seen(pid, crate::clock::monotonic_ns());
+                pipeline.python.seen(pid, pipeline.images.maps(image));
+            }
+        }
+        pipeline
+    }
+
+    /// Tells every family that process `pid` has records that follow.
+    fn seen(&mut self, pid: u32) {
+        let Pipeline {
+            cuda,
+            usdt,
+            off_cpu,
+            functions,
+            images,
+            ..
+        } = self;
+        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
+        for family in families {
+            family.seen(images, pid);
         }
     }
 
@@ -243,7 +249,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// The `--warn-over` lines to show since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut lines = self.warnings.take();
-        lines.extend(self.gpu.iter_mut().flat_map(gpu::GpuDevice::take_notices));
+        lines.extend(self.cuda.device.iter_mut().flat_map(gpu::GpuDevice::take_notices));
         lines
     }
 
@@ -277,18 +283,18 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let collected = Collected {
             stats: self.stats,
             names: self.names,
-            values: self.values,
-            usdt: self.usdt,
+            values: self.functions.values,
+            usdt: self.usdt.usdt,
             images: self.images,
             samples: self.samples,
             python: self.python,
-            off_cpu: self.off_cpu,
-            gpu: self.gpu,
+            off_cpu: self.off_cpu.waits,
+            gpu: self.cuda.device,
             call_sites: self.call_sites,
-            cuda: self.cuda,
-            ranges: self.ranges,
+            cuda: self.cuda.calls,
+            ranges: self.usdt.ranges,
             warnings: self.warnings,
-            usdt_unpaired: self.usdt_unpaired,
+            usdt_unpaired: self.usdt.unpaired,
             decode_errors: self.undecodable + self.unknown_probe,
         };
         (self.trace, collected)
@@ -306,7 +312,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         end_ns: u64,
         stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
-        if let Some(off_cpu) = &mut self.off_cpu {
+        if let Some(off_cpu) = &mut self.off_cpu.waits {
             off_cpu.totals(&mut self.images, totals, end_ns, stack_of);
         }
     }
@@ -330,40 +336,21 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// Handles one ring-buffer record.
     pub fn record(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.events += 1;
-        let event = decode::decode(bytes);
-        if let (Some(targets), Ok(event)) = (&self.targets, &event) {
-            if event.target_pid().is_some_and(|pid| !targets.contains(&pid)) {
-                return Ok(());
-            }
-        }
-        if let Ok(event) = &event {
-            let before = self.started_at.is_some_and(|start| event.before(start));
-            if before || self.stopped_at.is_some_and(|stop| event.after(stop)) {
-                return Ok(());
-            }
+        let Ok(event) = decode::decode(bytes) else {
+            self.undecodable += 1;
+            return Ok(());
+        };
+        if self.left_out(&event) {
+            return Ok(());
         }
         match event {
-            Ok(Event::Span(span)) => self.span(&span, &[]),
-            Ok(Event::SpanStr(event)) => {
-                let len = (event.str_len as usize).min(event.string.len());
-                let span = &event.span;
-                let read = &event.string[..len];
-                let string = if span.exit == EXIT_TAIL_CALL {
-                    std::borrow::Cow::Borrowed(read)
-                } else {
-                    let probe = span.probe_id as usize;
-                    self.values
-                        .returned_string(&mut self.images, (probe, span.header.pid, span.ret), read)
-                };
-                self.span(span, &string)
-            }
-            Ok(Event::Thread(thread)) => {
-                self.values.seen(&mut self.images, thread.header.pid);
+            Event::Thread(thread) => {
+                self.seen(thread.header.pid);
                 let name = c_str(&thread.comm);
                 self.names.named(thread.header.pid, thread.header.tid, &name);
                 Ok(())
             }
-            Ok(Event::Exec(exec)) => {
+            Event::Exec(exec) => {
                 // Sent for every process on the machine: the session keeps those it traces. The
                 // thread's next traced call names it.
                 if !self.execs.contains(&exec.header.pid) {
@@ -371,24 +358,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 }
                 Ok(())
             }
-            Ok(Event::Args(args)) if self.cuda.owns(args.probe_id) => {
-                self.cuda.args(&mut self.images, &args);
-                Ok(())
-            }
-            Ok(Event::Args(args)) => {
-                self.values.args(&mut self.images, &args);
-                Ok(())
-            }
-            Ok(Event::LongStr(event)) => {
-                self.long_string(&event);
-                Ok(())
-            }
-            Ok(Event::Out(out)) => {
-                self.cuda.out(&out);
-                Ok(())
-            }
-            Ok(Event::Usdt(event)) => self.usdt_hit(&event, &[]),
-            Ok(Event::Sample(event, mut stack)) => {
+            Event::Sample(event, mut stack) => {
                 let comm = c_str(&event.comm);
                 if comm == crate::launch::LAUNCHER_THREAD {
                     // A launched command's sample in its exec, before the kernel renames it.
@@ -399,32 +369,88 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 self.sample(&event, &comm, &mut stack);
                 Ok(())
             }
-            Ok(Event::OffCpu(event, mut stack)) => self.off_cpu_wait(&event, &mut stack),
-            Ok(Event::UsdtStr(event)) => self.usdt_str(&event),
-            Ok(Event::PyStack(walk)) => {
+            Event::PyStack(walk) => {
                 self.python.walked(&walk);
                 Ok(())
             }
-            Ok(Event::Gpu(event)) => self.gpu_record(&event),
-            Ok(Event::CallStack(event)) => {
+            Event::CallStack(event) => {
                 if let Some(sites) = &mut self.call_sites {
                     sites.stack(&mut self.images, &mut self.python, &event);
                 }
                 Ok(())
             }
-            Err(_) => {
-                self.undecodable += 1;
-                Ok(())
-            }
+            event => self.dispatch(event),
         }
     }
 
-    /// One span; `ret_str`, the string its return value points at (`-> str`; else empty).
-    fn span(&mut self, span: &SpanEvent, ret_str: &[u8]) -> std::io::Result<()> {
+    /// Whether `event` is left out: of a process that is not a target, or outside the window.
+    fn left_out(&self, event: &Event) -> bool {
+        if let Some(targets) = &self.targets {
+            if event.target_pid().is_some_and(|pid| !targets.contains(&pid)) {
+                return true;
+            }
+        }
+        let before = self.started_at.is_some_and(|start| event.before(start));
+        before || self.stopped_at.is_some_and(|stop| event.after(stop))
+    }
+
+    /// Hands `event` to the first family that owns it, after counting a span for its probe.
+    fn dispatch(&mut self, event: Event) -> std::io::Result<()> {
+        let span = match &event {
+            Event::Span(span) => Some(*span),
+            Event::SpanStr(event) => Some(event.span),
+            _ => None,
+        };
+        if let Some(span) = span {
+            if !self.span_seen(&span) {
+                return Ok(());
+            }
+        }
+        let Pipeline {
+            cuda,
+            usdt,
+            off_cpu,
+            functions,
+            images,
+            python,
+            names,
+            stats,
+            call_sites,
+            warnings,
+            trace,
+            flight,
+            unknown_probe,
+            ..
+        } = self;
+        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
+        let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
+            return Ok(());
+        };
+        let mut shared = Shared {
+            images,
+            python,
+            names,
+            stats,
+            call_sites: call_sites.as_mut(),
+            window: Window {
+                started_at: self.started_at,
+                stopped_at: self.stopped_at,
+            },
+            min_duration_ns: self.min_duration_ns,
+            unknown_probe,
+            warnings,
+            sink: &mut Out { trace, flight },
+        };
+        family.record(event, &mut shared)
+    }
+
+    /// What every span does before its family's: counted for its probe (false for a probe not
+    /// in the table), its thread seen, a `dlopen` probe's process looked at again.
+    fn span_seen(&mut self, span: &SpanEvent) -> bool {
         let id = span.probe_id as usize;
         let Some(stats) = self.stats.get_mut(id) else {
             self.unknown_probe += 1;
-            return Ok(());
+            return false;
         };
         let duration = span.header.ts_ns.saturating_sub(span.start_ns);
         stats.add(duration);
@@ -433,128 +459,29 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {
-            self.cuda.names.loaded(&mut self.images, span.header.pid);
+            self.cuda.calls.names.loaded(&mut self.images, span.header.pid);
             if !self.loaded.contains(&span.header.pid) {
                 self.loaded.push(span.header.pid);
             }
         }
-        if self.cuda.owns(span.probe_id) {
-            return self.cuda_span(span);
-        }
-        let site = self.call_site(span, duration, None);
-        let tail_call = span.exit == EXIT_TAIL_CALL;
-        let ret = (!tail_call).then_some((span.ret, ret_str));
-        let mut values = self.values.span(id, span.header.tid, span.start_ns, ret);
-        if tail_call {
-            // The span ends at the jump: the callee's time is not in it.
-            values
-                .get_or_insert_with(String::new)
-                .push_str(",\"exit\":\"tail call\"");
-        }
-        if let Some(site) = site {
-            values.get_or_insert_with(String::new).push_str(&site);
-        }
-        let values = values.map(String::into_boxed_str);
-        self.emit(SpanOut {
-            probe: id,
-            pid: span.header.pid,
-            tid: span.header.tid,
-            start_ns: span.start_ns,
-            dur_ns: duration,
-            depth: span.depth.into(),
-            values,
-            ..Default::default()
-        })
+        true
     }
+}
 
-    /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
-    /// spans against the `--warn-over` rules.
-    fn emit(&mut self, span: SpanOut) -> std::io::Result<()> {
-        self.warnings.span(&span);
-        self.keep(span)
-    }
+/// The pipeline's one way to the trace: the trace writer, or the flight recorder's buffer.
+struct Out<'a, W: Write + Send + 'static> {
+    trace: &'a mut TraceWriter<W>,
+    flight: &'a mut Option<flight::Flight>,
+}
 
-    /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
+impl<W: Write + Send + 'static> Sink for Out<'_, W> {
     fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
-        match &mut self.flight {
+        match self.flight {
             Some(flight) => {
                 flight.add(span);
                 Ok(())
             }
             None => self.trace.span(span),
-        }
-    }
-
-    /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as
-    /// trace.json `args` members (`,"site":"main (x.py:12)"`); its time is added to the site's.
-    fn call_site(&mut self, span: &SpanEvent, duration: u64, kernel: Option<&str>) -> Option<String> {
-        let sites = self.call_sites.as_mut()?;
-        let site = sites.span(span.header.tid, span.start_ns, duration, kernel)?;
-        Some(format!(
-            ",\"site\":{}",
-            serde_json::to_string(site).unwrap_or_default()
-        ))
-    }
-
-    /// The span of a CUDA call, and the process's device memory counter when the call changed it.
-    fn cuda_span(&mut self, span: &xtrace_common::event::SpanEvent) -> std::io::Result<()> {
-        let (pid, tid) = (span.header.pid, span.header.tid);
-        let end_ns = span.header.ts_ns;
-        let rendered = self.cuda.span(
-            &mut self.images,
-            span.probe_id,
-            pid,
-            tid,
-            (span.start_ns, end_ns),
-            span.ret,
-        );
-        let kernel = self.cuda.take_launched();
-        let site = self.call_site(span, end_ns.saturating_sub(span.start_ns), kernel.as_deref());
-        let values = rendered.values + site.as_deref().unwrap_or_default();
-        // Every CUDA call is sent (the CUDA summary counts each); one shorter than
-        // `--min-duration` is left out of trace.json here, as the kernel leaves out others.
-        let duration = end_ns.saturating_sub(span.start_ns);
-        if duration < self.min_duration_ns {
-            if let Some(stats) = self.stats.get_mut(span.probe_id as usize) {
-                stats.short += 1;
-            }
-        } else {
-            self.emit(SpanOut {
-                probe: span.probe_id as usize,
-                pid,
-                tid,
-                start_ns: span.start_ns,
-                dur_ns: duration,
-                depth: span.depth.into(),
-                values: Some(values.into_boxed_str()),
-                ..Default::default()
-            })?;
-        }
-        match rendered.memory {
-            // The counter follows the calls in the order their records came, which two CPUs can
-            // swap by nanoseconds: its times never go back, so no viewer draws a change that
-            // never happened.
-            Some((space, bytes)) => {
-                let at = self.counter_at.entry((pid, space)).or_default();
-                *at = end_ns.max(*at);
-                let at = *at;
-                self.emit(SpanOut {
-                    probe: span.probe_id as usize,
-                    pid,
-                    tid: pid,
-                    start_ns: at,
-                    name: Some(
-                        match space {
-                            Space::Device => CUDA_MEMORY_TRACK,
-                            Space::PinnedHost => CUDA_PINNED_TRACK,
-                        }
-                        .into(),
-                    ),
-                    counter: Some(bytes),
-                    ..Default::default()
-                })
-            }
-            None => Ok(()),
         }
     }
 }

@@ -7,12 +7,9 @@
 //! through the nesting of the thread's function spans; in trace.json on the thread itself, where
 //! a wait lies inside the call that made it. Waits added up in the kernel have no time of their
 //! own and are not shown.
-use xtrace_common::offcpu::{waker_context, OffCpuEvent, OffCpuInterval, NO_SYSCALL};
+use xtrace_common::offcpu::{waker_context, OffCpuInterval, NO_SYSCALL};
 
-use super::{
-    writer::{Flow, FlowKind, SpanOut},
-    Pipeline,
-};
+use super::writer::{Flow, FlowKind, SpanOut};
 use crate::model::{
     text::c_str,
     wait::{syscall_name, Wait, TIMELINE_CATEGORY},
@@ -24,41 +21,6 @@ const NO_PROBE: usize = usize::MAX;
 
 /// The x86-64 number of futex(2), whose waits on a named lock are named by it.
 const FUTEX: i32 = 202;
-
-impl<W: std::io::Write + Send + 'static> Pipeline<W> {
-    /// One wait sent on its own: counted with its stack, then written to the timeline.
-    pub(super) fn off_cpu_wait(&mut self, event: &OffCpuEvent, stack: &mut [u8]) -> std::io::Result<()> {
-        let comm = c_str(&event.sample.comm);
-        let (pid, tid) = (event.header.pid, event.header.tid);
-        self.names.named(pid, tid, &comm);
-        let Some(off_cpu) = &mut self.off_cpu else {
-            return Ok(());
-        };
-        let interval = &event.interval;
-        off_cpu.wait(
-            &mut self.images,
-            &mut self.python,
-            interval,
-            &event.sample,
-            &comm,
-            stack,
-        );
-        let lock = match interval.lock {
-            0 => None,
-            address => off_cpu
-                .locks
-                .locks
-                .get(&(pid, address))
-                .and_then(|l| l.name.clone()),
-        };
-        off_cpu.wake_flows += 1;
-        let flow_id = FlowKind::WAKE_BIT | off_cpu.wake_flows;
-        for span in timeline(interval, (pid, tid), lock.as_deref(), flow_id) {
-            self.keep(span)?;
-        }
-        Ok(())
-    }
-}
 
 /// What a wait is called on the timeline: its system call's name (`futex NAME` for a lock the
 /// image model named), or its state's outside one.

@@ -35,18 +35,34 @@ impl Write for Shared {
 
 const TARGET: u32 = 100;
 
-/// A pipeline of two probes (`work`, `inner`) for the processes `targets` (None: every process).
+/// The probes of the pipelines below, by id: two functions, a USDT pair's begin and end probes
+/// and their span, and a range's push and pop probes.
+const PROBES: [(&str, &str); 7] = [
+    ("work", "uprobe"),
+    ("inner", "uprobe"),
+    ("begin", "usdt"),
+    ("end", "usdt"),
+    ("step", "usdt"),
+    ("push", "usdt"),
+    ("pop", "usdt"),
+];
+
+/// A pipeline of the probes [`PROBES`] (the functions `work`, `inner`, ...) for the processes `targets` (None: every process).
 fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
-    pipeline_with(out, targets, None)
+    pipeline_with(out, targets, |_| {})
 }
 
-/// [`pipeline`] with `--off-cpu`'s state.
-fn pipeline_with(out: Shared, targets: Option<HashSet<u32>>, off_cpu: Option<OffCpu>) -> Pipeline<Shared> {
-    let setup = Setup {
-        off_cpu,
+/// [`pipeline`] with its setup changed by `edit` (a family's state).
+fn pipeline_with(
+    out: Shared,
+    targets: Option<HashSet<u32>>,
+    edit: impl FnOnce(&mut Setup),
+) -> Pipeline<Shared> {
+    let mut setup = Setup {
+        off_cpu: None,
         gpu: None,
         call_sites: None,
-        captures: vec![Capture::default(), Capture::default()],
+        captures: vec![Capture::default(); PROBES.len()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),
         ranges: Ranges::new(Wanted::default(), 0),
@@ -58,12 +74,8 @@ fn pipeline_with(out: Shared, targets: Option<HashSet<u32>>, off_cpu: Option<Off
         min_duration_ns: 0,
         loaders: Vec::new(),
     };
-    let trace = TraceWriter::spawn(
-        out,
-        &[("work", "uprobe"), ("inner", "uprobe")],
-        crate::output::TraceFormat::Json,
-    )
-    .unwrap();
+    edit(&mut setup);
+    let trace = TraceWriter::spawn(out, &PROBES, crate::output::TraceFormat::Json).unwrap();
     Pipeline::new(setup, trace)
 }
 
@@ -104,6 +116,13 @@ fn thread(pid: u32, tid: u32, comm: &str) -> Vec<u8> {
         },
         comm: name,
     })
+}
+
+/// The events of phase `ph` of a closed trace.
+fn events_of(trace: &[u8], ph: &str) -> Vec<serde_json::Value> {
+    let json: serde_json::Value = serde_json::from_slice(trace).expect("trace.json is JSON");
+    let events = json["traceEvents"].as_array().unwrap();
+    events.iter().filter(|e| e["ph"] == ph).cloned().collect()
 }
 
 /// The complete events ("ph":"X") of a closed trace: (name, tid, ts µs, dur µs).
@@ -245,7 +264,9 @@ fn off_cpu_wait(tid: u32) -> Vec<u8> {
 /// counts them, and the summary's off-CPU time has the wait.
 #[test]
 fn an_off_cpu_wait_goes_to_the_flight_recorder() {
-    let mut pipeline = pipeline_with(Shared::default(), None, Some(OffCpu::new(1_000_000)));
+    let mut pipeline = pipeline_with(Shared::default(), None, |s| {
+        s.off_cpu = Some(OffCpu::new(1_000_000))
+    });
     pipeline.keep_in_flight(Flight::new(10_000_000_000, 1 << 20));
     pipeline.record(&off_cpu_wait(TARGET)).unwrap();
     let taken = pipeline.take_flight(3_000_000).expect("the flight recorder");
@@ -279,7 +300,7 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
 #[test]
 fn off_cpu_waits_are_no_spans_of_the_trace() {
     let out = Shared::default();
-    let mut pipeline = pipeline_with(out.clone(), None, Some(OffCpu::new(1_000_000)));
+    let mut pipeline = pipeline_with(out.clone(), None, |s| s.off_cpu = Some(OffCpu::new(1_000_000)));
     pipeline.record(&off_cpu_wait(TARGET)).unwrap();
     let (trace, _) = pipeline.collected();
     let trace = trace.finish().unwrap();
@@ -292,5 +313,181 @@ fn off_cpu_waits_are_no_spans_of_the_trace() {
             ("read".to_string(), u64::from(TARGET), 1000.0, 1000.0),
             ("runnable".to_string(), u64::from(TARGET), 2000.0, 50.0),
         ]
+    );
+}
+
+/// A record of `T` whose fields are all zero but its header's.
+fn zeroed_with<T>(header: EventHeader) -> T {
+    // SAFETY: the records are repr(C) integers and arrays of them, valid all zero; the header is
+    // their first field.
+    unsafe {
+        let mut record: T = std::mem::zeroed();
+        std::ptr::write((&mut record as *mut T).cast::<EventHeader>(), header);
+        record
+    }
+}
+
+fn header(kind: u32, tid: u32, ts_ns: u64) -> EventHeader {
+    EventHeader {
+        kind,
+        cpu: 0,
+        pid: TARGET,
+        tid,
+        ts_ns,
+    }
+}
+
+/// The CUDA family: probe `inner` is cudaMalloc. Its entry record and its out-pointer's value
+/// pair with its span, which says the bytes and the pointer; the process's device memory becomes
+/// a counter; the spans of probe `work` stay the functions family's.
+#[test]
+fn a_cuda_allocation_is_a_span_and_a_memory_counter() {
+    use crate::model::cuda_api::FUNCTIONS;
+    use xtrace_common::event::{ArgsEvent, OutEvent, KIND_ARGS, KIND_OUT};
+    let malloc = *FUNCTIONS.iter().find(|f| f.name == "cudaMalloc").unwrap();
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.cuda = Calls::new(BTreeMap::from([(1, malloc)]));
+    });
+    let mut args: ArgsEvent = zeroed_with(header(KIND_ARGS, 101, 10_000));
+    (args.start_ns, args.probe_id, args.args[1]) = (10_000, 1, 4096);
+    let mut value: OutEvent = zeroed_with(header(KIND_OUT, 101, 12_000));
+    (value.start_ns, value.probe_id, value.value) = (10_000, 1, 0xd000);
+    let records = [
+        bytes_of(&args),
+        bytes_of(&value),
+        span(TARGET, 101, 1, 10_000, 12_000, 1),
+        span(TARGET, 101, 0, 9_000, 13_000, 0),
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    assert_eq!(collected.stats[1].distribution().count, 1);
+    assert_eq!(collected.cuda.dropped(), 0);
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("inner".to_string(), 101, 10.0, 2.0),
+            ("work".to_string(), 101, 9.0, 4.0),
+        ]
+    );
+    let spans = events_of(&bytes, "X");
+    assert_eq!(spans[0]["args"]["bytes"], 4096);
+    assert_eq!(spans[0]["args"]["ptr"], "0xd000");
+    let counters = events_of(&bytes, "C");
+    assert_eq!(counters.len(), 1);
+    assert_eq!(counters[0]["name"], super::CUDA_MEMORY_TRACK);
+    assert_eq!(counters[0]["args"]["bytes"], 4096);
+}
+
+/// A USDT hit of call site `site` by thread `tid` at `ts_ns`.
+fn usdt(site: u32, tid: u32, ts_ns: u64, args: &[u64]) -> Vec<u8> {
+    use xtrace_common::event::{UsdtEvent, KIND_USDT};
+    let mut event: UsdtEvent = zeroed_with(header(KIND_USDT, tid, ts_ns));
+    event.site = site;
+    event.nargs = args.len() as u32;
+    event.args[..args.len()].copy_from_slice(args);
+    bytes_of(&event)
+}
+
+/// The USDT family: sites 0 and 1 are the begin and end probes of span `step`, sites 2 and 3 a
+/// range's push and pop probes. A begin/end pair becomes a span of `step`, an end with
+/// none open on its thread is unpaired, a push/pop pair a range; each hit counts for its probe.
+#[test]
+fn usdt_pairs_and_ranges_become_spans() {
+    use crate::probes::usdt::{
+        plan::{Role, UsdtProbe},
+        spec::RangeOp,
+    };
+    let probe = |role| UsdtProbe {
+        role,
+        types: Vec::new(),
+        end_name: None,
+    };
+    let sites = [2, 3, 5, 6].map(|probe_id| super::usdt::SiteView {
+        probe_id,
+        signed: Vec::new(),
+    });
+    let probes = BTreeMap::from([
+        (2, probe(Role::Begin { span: 4 })),
+        (3, probe(Role::End { span: 4 })),
+        (5, probe(Role::Range(RangeOp::Push))),
+        (6, probe(Role::Range(RangeOp::Pop))),
+    ]);
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.usdt = Usdt::new(sites.to_vec(), probes);
+        s.ranges = Ranges::new(Wanted::ALL, 0);
+    });
+    let xtrace = xtrace_common::ranges::SOURCE_XTRACE;
+    let records = [
+        usdt(0, 101, 10_000, &[]),
+        usdt(2, 101, 11_000, &[xtrace, 0, 0]),
+        usdt(3, 101, 14_000, &[xtrace, 0]),
+        usdt(1, 101, 15_000, &[]),
+        usdt(1, 102, 16_000, &[]),
+    ];
+    for record in &records {
+        pipeline.record(record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    let count = |probe: usize| collected.stats[probe].distribution().count;
+    assert_eq!([2, 3, 4, 5, 6].map(count), [1, 2, 1, 1, 1]);
+    assert_eq!(collected.stats[4].distribution().total_ns, 5_000);
+    assert_eq!(collected.usdt_unpaired, 1);
+    assert_eq!(collected.usdt.unpaired(4), (0, 1));
+    let ranges = collected.ranges.summary();
+    assert_eq!(ranges.len(), 1);
+    assert_eq!((ranges[0].stats.count, ranges[0].stats.total_ns), (1, 3_000));
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    assert_eq!(
+        complete_events(&bytes),
+        [
+            ("(unnamed)".to_string(), 101, 11.0, 3.0),
+            ("step".to_string(), 101, 10.0, 5.0),
+        ]
+    );
+}
+
+/// The functions family: `work` captures an `i32` argument and an `i64` return value, which
+/// its argument record and its span pair by thread and entry time; `inner` returns by a tail
+/// call, which its span says.
+#[test]
+fn a_call_s_captured_values_join_its_span() {
+    use crate::probes::spec::ArgType;
+    use xtrace_common::event::{ArgsEvent, EXIT_TAIL_CALL, KIND_ARGS};
+    let out = Shared::default();
+    let mut pipeline = pipeline_with(out.clone(), None, |s| {
+        s.captures[0] = Capture {
+            args: vec![ArgType::I32],
+            ret: Some(ArgType::I64),
+            go: false,
+        };
+    });
+    let mut args: ArgsEvent = zeroed_with(header(KIND_ARGS, 101, 9_000));
+    (args.start_ns, args.probe_id, args.args[0]) = (9_000, 0, (-5i64) as u64);
+    let mut work: SpanEvent = zeroed_with(header(KIND_SPAN, 101, 13_000));
+    (work.start_ns, work.probe_id, work.ret) = (9_000, 0, 7);
+    let mut inner: SpanEvent = zeroed_with(header(KIND_SPAN, 101, 12_000));
+    (inner.start_ns, inner.probe_id, inner.depth, inner.exit) = (10_000, 1, 1, EXIT_TAIL_CALL);
+    for record in [bytes_of(&args), bytes_of(&inner), bytes_of(&work)] {
+        pipeline.record(&record).unwrap();
+    }
+    let (trace, collected) = pipeline.collected();
+    assert_eq!(collected.values.dropped(), 0);
+    trace.finish().unwrap().finish().unwrap();
+    let bytes = out.0.lock().unwrap().clone();
+    let spans = events_of(&bytes, "X");
+    assert_eq!(spans.len(), 2);
+    assert_eq!(spans[0]["name"], "inner");
+    assert_eq!(spans[0]["args"]["exit"], "tail call");
+    assert_eq!(spans[1]["name"], "work");
+    assert_eq!(
+        (&spans[1]["args"]["arg0"], &spans[1]["args"]["ret"]),
+        (&(-5).into(), &7.into())
     );
 }

@@ -1,0 +1,94 @@
+//! Probe families behind one trait: each family (functions, CUDA, USDT and ranges, off-CPU
+//! waits) owns the state its records build and decides what its records become; the pipeline
+//! keeps what every family shares and lends it to the family for one record as [`Shared`]: the
+//! processes' images and names, per-probe statistics, the capture's window, the call sites of
+//! `--stacks`, and the one way to the trace (`emit`: the trace writer or the flight recorder's
+//! buffer, with the `--warn-over` check).
+pub mod cuda;
+pub mod functions;
+pub mod offcpu;
+pub mod usdt;
+
+use std::io;
+
+use xtrace_common::event::SpanEvent;
+
+use super::{
+    call_sites::CallSites, decode::Event, stats::ProbeStats, threads::Names, warnings::Warnings,
+    writer::SpanOut,
+};
+use crate::{image::Images, python::Python};
+
+/// One probe family: the records it owns, and what it makes of them.
+///
+/// The pipeline hands a record to the first family that owns it, after what it does for every
+/// record: the targets' and the window's filters, and for a span its probe's statistics and its
+/// thread. Records no family owns (thread names, execs, CPU samples, Python walks, call stacks)
+/// are the pipeline's own.
+pub trait Family {
+    /// Whether `event` is this family's to handle.
+    fn owns(&self, event: &Event) -> bool;
+
+    /// Handles one record it owns.
+    fn record(&mut self, event: Event, shared: &mut Shared<'_>) -> io::Result<()>;
+
+    /// Process `pid` has records that follow (a target at the start, a thread's first record):
+    /// what the family needs to look up while it runs.
+    fn seen(&mut self, _images: &mut Images, _pid: u32) {}
+}
+
+/// The capture's window (CLOCK_MONOTONIC ns): `--start-at`, and the stop once it came.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Window {
+    pub started_at: Option<u64>,
+    pub stopped_at: Option<u64>,
+}
+
+/// Where trace events go: the trace writer, or the flight recorder's buffer with `--flight`.
+pub trait Sink {
+    /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
+    fn keep(&mut self, span: SpanOut) -> io::Result<()>;
+}
+
+/// What the pipeline lends a family for one record.
+pub struct Shared<'a> {
+    pub images: &'a mut Images,
+    pub python: &'a mut Python,
+    pub names: &'a mut Names,
+    /// Indexed by probe id.
+    pub stats: &'a mut [ProbeStats],
+    /// `--stacks`: the traced calls' call sites.
+    pub call_sites: Option<&'a mut CallSites>,
+    pub window: Window,
+    /// `--min-duration` (0: none).
+    pub min_duration_ns: u64,
+    /// Records whose probe is not in the probe table; never expected.
+    pub unknown_probe: &'a mut u64,
+    pub warnings: &'a mut Warnings,
+    pub sink: &'a mut dyn Sink,
+}
+
+impl Shared<'_> {
+    /// Writes one event to the trace (or keeps it in the flight recorder's buffer), checking
+    /// spans against the `--warn-over` rules.
+    pub fn emit(&mut self, span: SpanOut) -> io::Result<()> {
+        self.warnings.span(&span);
+        self.sink.keep(span)
+    }
+
+    /// Writes one event no `--warn-over` rule applies to.
+    pub fn keep(&mut self, span: SpanOut) -> io::Result<()> {
+        self.sink.keep(span)
+    }
+
+    /// With `--stacks`: the call site of `span` (of CUDA kernel `kernel`, for a launch), as
+    /// trace.json `args` members (`,"site":"main (x.py:12)"`); its time is added to the site's.
+    pub fn call_site(&mut self, span: &SpanEvent, duration: u64, kernel: Option<&str>) -> Option<String> {
+        let sites = self.call_sites.as_deref_mut()?;
+        let site = sites.span(span.header.tid, span.start_ns, duration, kernel)?;
+        Some(format!(
+            ",\"site\":{}",
+            serde_json::to_string(site).unwrap_or_default()
+        ))
+    }
+}

@@ -1,0 +1,67 @@
+//! The off-CPU family (`--off-cpu`): each wait the kernel sent on its own is counted with its
+//! stack (`pipeline::offcpu`), then written to the timeline (`pipeline::offcpu_timeline`): the
+//! wait, its wait for a CPU, and the wake-up's arrow from the thread that woke it. Waits the
+//! kernel added up come at the end, through [`crate::pipeline::Pipeline::off_cpu_totals`].
+use std::io;
+
+use xtrace_common::offcpu::OffCpuEvent;
+
+use super::{Family, Shared};
+use crate::{
+    model::text::c_str,
+    pipeline::{decode::Event, offcpu::OffCpu, offcpu_timeline::timeline, writer::FlowKind},
+};
+
+/// The off-CPU family's state: the waits, with `--off-cpu` (None without it).
+pub struct OffCpuFamily {
+    pub waits: Option<OffCpu>,
+}
+
+impl Family for OffCpuFamily {
+    fn owns(&self, event: &Event) -> bool {
+        matches!(event, Event::OffCpu(..))
+    }
+
+    fn record(&mut self, event: Event, shared: &mut Shared<'_>) -> io::Result<()> {
+        match event {
+            Event::OffCpu(event, mut stack) => self.wait(&event, &mut stack, shared),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl OffCpuFamily {
+    /// One wait sent on its own: counted with its stack, then written to the timeline.
+    fn wait(&mut self, event: &OffCpuEvent, stack: &mut [u8], shared: &mut Shared<'_>) -> io::Result<()> {
+        let comm = c_str(&event.sample.comm);
+        let (pid, tid) = (event.header.pid, event.header.tid);
+        shared.names.named(pid, tid, &comm);
+        let Some(off_cpu) = &mut self.waits else {
+            return Ok(());
+        };
+        let interval = &event.interval;
+        off_cpu.wait(
+            shared.images,
+            shared.python,
+            interval,
+            &event.sample,
+            &comm,
+            stack,
+        );
+        let lock = match interval.lock {
+            0 => None,
+            address => off_cpu
+                .locks
+                .locks
+                .get(&(pid, address))
+                .and_then(|l| l.name.clone()),
+        };
+        off_cpu.wake_flows += 1;
+        let flow_id = FlowKind::WAKE_BIT | off_cpu.wake_flows;
+        // No `--warn-over` rule applies to a wait.
+        for span in timeline(interval, (pid, tid), lock.as_deref(), flow_id) {
+            shared.keep(span)?;
+        }
+        Ok(())
+    }
+}
