@@ -291,11 +291,8 @@ impl Resolver {
 /// (the kernel maps the same image into every process).
 fn vdso_symbols() -> Vec<(u64, u64, String)> {
     use object::{Object, ObjectSymbol};
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let Some(mapping) = crate::procfs::parse_maps(&maps)
-        .into_iter()
-        .find(|m| m.path == "[vdso]")
-    else {
+    let maps = crate::procfs::own_maps().unwrap_or_default();
+    let Some(mapping) = maps.into_iter().find(|m| m.path == "[vdso]") else {
         return Vec::new();
     };
     let len = (mapping.end - mapping.start) as usize;

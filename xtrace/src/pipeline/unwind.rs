@@ -124,8 +124,7 @@ impl FileUnwind {
     /// The unwind sections of the vDSO, read from xtrace's own mapping of it (the kernel maps the
     /// same image into every process).
     fn vdso() -> Option<FileUnwind> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let mapping = crate::procfs::parse_maps(&maps)
+        let mapping = crate::procfs::own_maps()?
             .into_iter()
             .find(|m| m.path == "[vdso]")?;
         let mut mem = File::open("/proc/self/mem").ok()?;
@@ -383,19 +382,12 @@ mod tests {
                 options(nomem, nostack, preserves_flags)
             );
         }
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let end = maps
-            .lines()
-            .filter_map(|line| {
-                let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-                let (start, end) = (
-                    u64::from_str_radix(start, 16).ok()?,
-                    u64::from_str_radix(end, 16).ok()?,
-                );
-                (start <= sp && sp < end).then_some(end)
-            })
-            .next()
-            .expect("the stack pointer is in a mapping");
+        let end = crate::procfs::own_all_maps()
+            .unwrap()
+            .iter()
+            .find(|m| m.start <= sp && sp < m.end)
+            .expect("the stack pointer is in a mapping")
+            .end;
         let mut stack = vec![0; (end - sp).min(16384) as usize];
         let mut mem = File::open("/proc/self/mem").unwrap();
         mem.seek(SeekFrom::Start(sp)).unwrap();
@@ -417,7 +409,7 @@ mod tests {
     fn unwinds_this_thread_through_its_callers() {
         let (regs, stack) = outer();
         let pid = std::process::id();
-        let maps = crate::procfs::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let maps = crate::procfs::own_maps().unwrap();
         let mut unwinders = Unwinders::default();
         let unwound = unwinders.unwind(0, pid, &maps, regs, &stack);
         assert!(!unwound.truncated, "{unwound:?}");

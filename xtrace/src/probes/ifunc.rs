@@ -317,16 +317,10 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
 /// `at_zero`, the page of the address the file gives that offset.
 fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines()
-        .filter_map(crate::target::MapsLine::parse)
-        .find_map(|m| {
-            if m.offset != "00000000" || m.inode.parse::<u64>().ok()? != inode {
-                return None;
-            }
-            let start = u64::from_str_radix(m.range.split_once('-')?.0, 16).ok()?;
-            Some(start.wrapping_sub(at_zero))
-        })
+    crate::procfs::all_maps(pid)?
+        .iter()
+        .find(|m| m.offset == 0 && m.file.is_some_and(|(_, ino)| ino == inode))
+        .map(|m| m.start.wrapping_sub(at_zero))
 }
 
 #[cfg(test)]
