@@ -5,7 +5,7 @@
 use super::{
     threads::Names,
     window::{AgedOut, Slot, Window},
-    writer::SpanOut,
+    writer::{EventKind, SpanOut},
 };
 
 /// The slot length for a window of `window_ns`: a thousandth of it, from 1 ms to 1 s. The window
@@ -97,7 +97,7 @@ impl Flight {
 
     /// Keeps one event, in the slot of the time it ends (the order records come in).
     pub fn add(&mut self, span: SpanOut) {
-        let end = span.start_ns.saturating_add(span.dur_ns);
+        let end = span.start_ns.saturating_add(span.dur_ns());
         self.window.add(end, |slot| slot.push(span));
     }
 
@@ -168,7 +168,7 @@ mod tests {
     fn span(start_ns: u64, values: Option<&str>) -> SpanOut {
         SpanOut {
             start_ns,
-            dur_ns: 10,
+            kind: EventKind::span(10, 0),
             values: values.map(Into::into),
             ..Default::default()
         }

@@ -44,7 +44,7 @@ use crate::pipeline::{
     threads::Names,
     usdt::Usdt,
     values::Values,
-    writer::{SpanOut, TraceWriter},
+    writer::{EventKind, SpanOut, TraceWriter},
 };
 use crate::{image::Images, model::text::c_str, probes::Capture};
 use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
@@ -460,8 +460,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             pid: span.header.pid,
             tid: span.header.tid,
             start_ns: span.start_ns,
-            dur_ns: duration,
-            depth: span.depth.into(),
+            kind: EventKind::span(duration, span.depth.into()),
             values,
             ..Default::default()
         })
@@ -524,8 +523,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 pid,
                 tid,
                 start_ns: span.start_ns,
-                dur_ns: duration,
-                depth: span.depth.into(),
+                kind: EventKind::span(duration, span.depth.into()),
                 values: Some(values.into_boxed_str()),
                 ..Default::default()
             })?;
@@ -550,7 +548,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                         }
                         .into(),
                     ),
-                    counter: Some(bytes),
+                    kind: EventKind::Counter(bytes),
                     ..Default::default()
                 })
             }

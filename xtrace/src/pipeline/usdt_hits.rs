@@ -4,7 +4,7 @@
 use super::{
     ranges,
     usdt::{self, Hit},
-    writer::SpanOut,
+    writer::{EventKind, SpanOut},
     Pipeline,
 };
 
@@ -87,7 +87,7 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
                 tid,
                 start_ns: ts_ns,
                 values: Some(args.into_boxed_str()),
-                instant: true,
+                kind: EventKind::INSTANT,
                 ..Default::default()
             }),
             Hit::Closed {
@@ -112,8 +112,7 @@ impl<W: std::io::Write + Send + 'static> Pipeline<W> {
                     pid,
                     tid,
                     start_ns,
-                    dur_ns: duration,
-                    depth,
+                    kind: EventKind::span(duration, depth),
                     values: Some(args.into_boxed_str()),
                     name: name.map(String::into_boxed_str),
                     ..Default::default()
