@@ -18,7 +18,7 @@ use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     Error as UnwindError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
 };
-use object::{read::ReadCache, Object, ObjectSection};
+use object::{Object, ObjectSection};
 use xtrace_common::event::{MAX_FRAMES, USER_BP, USER_IP, USER_SP};
 
 use crate::{elf::ExecSegments, procfs::Mapping};
@@ -87,8 +87,7 @@ fn section_bytes<'d>(section: &impl ObjectSection<'d>) -> Option<std::borrow::Co
 }
 
 impl FileUnwind {
-    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileUnwind> {
-        let file = object::File::parse(data).ok()?;
+    fn parse<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> FileUnwind {
         let range = |name: &str| {
             let section = file.section_by_name(name)?;
             Some(section.address()..section.address().checked_add(section.size())?)
@@ -98,13 +97,13 @@ impl FileUnwind {
             (!data.is_empty()).then(|| Arc::from(&*data))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
-        let segments = ExecSegments::of(&file);
+        let segments = ExecSegments::of(file);
         let eh_frame = with_range(".eh_frame");
         let signal_frames = eh_frame
             .as_ref()
             .map(|(range, bytes)| signal_frames(range.start, bytes))
             .unwrap_or_default();
-        Some(FileUnwind {
+        FileUnwind {
             text_svma: range(".text"),
             got_svma: range(".got"),
             eh_frame,
@@ -112,26 +111,19 @@ impl FileUnwind {
             debug_frame: bytes(".debug_frame"),
             segments,
             signal_frames,
-        })
+        }
     }
 
     /// Reads the unwind sections of the file at `path`, only those sections.
     fn read(path: &str) -> Option<FileUnwind> {
-        let file = File::open(path).ok()?;
-        FileUnwind::parse(&ReadCache::new(file))
+        crate::elf::read_lazily(path, |file| FileUnwind::parse(file)).ok()
     }
 
     /// The unwind sections of the vDSO, read from xtrace's own mapping of it (the kernel maps the
     /// same image into every process).
     fn vdso() -> Option<FileUnwind> {
-        let mapping = crate::procfs::own_maps()?
-            .into_iter()
-            .find(|m| m.path == "[vdso]")?;
-        let mut mem = File::open("/proc/self/mem").ok()?;
-        mem.seek(SeekFrom::Start(mapping.start)).ok()?;
-        let mut image = vec![0; (mapping.end - mapping.start) as usize];
-        mem.read_exact(&mut image).ok()?;
-        FileUnwind::parse(&*image)
+        let image = crate::elf::own_vdso()?;
+        Some(FileUnwind::parse(&image.parse().ok()?))
     }
 
     /// The framehop module for `mapping` of this file: the mapping's start corresponds to its file

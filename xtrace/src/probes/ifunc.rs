@@ -234,8 +234,8 @@ impl InProcess {
 
 /// The IFUNC slots of `file`, None when it has none (or cannot be read).
 fn file_slots(file: &TargetFile) -> Option<FileSlots> {
-    let data = std::fs::read(&file.open).ok()?;
-    let elf = object::File::parse(&*data).ok()?;
+    let read = crate::elf::Elf::read(&file.open).ok()?;
+    let elf = read.parse().ok()?;
     let dynsym = elf.dynamic_symbol_table();
     let ifunc_at = |target: RelocationTarget| {
         let RelocationTarget::Symbol(index) = target else {
@@ -258,7 +258,7 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
             _ => None,
         })
         .collect();
-    slots.extend(irelative_slots(&*data));
+    slots.extend(irelative_slots(read.bytes()));
     if slots.is_empty() {
         return None;
     }
@@ -337,8 +337,8 @@ mod tests {
     #[test]
     fn resolves_strlen_to_the_code_this_process_calls() {
         let (path, copy) = own_libc();
-        let data = std::fs::read(&path).unwrap();
-        let file = object::File::parse(&*data).unwrap();
+        let elf = crate::elf::Elf::read(&path).unwrap();
+        let file = elf.parse().unwrap();
         let resolver = file
             .dynamic_symbols()
             .find(|s| s.name() == Ok("strlen"))

@@ -91,9 +91,9 @@ impl NoteCache {
         let notes = match self.files.entry(key) {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => {
-                let read = std::fs::File::open(&file.open)
-                    .map_err(|e| Unreadable::Elf(e.to_string()))
-                    .and_then(|f| read_notes(&object::ReadCache::new(f)));
+                let read = crate::elf::read_lazily(&file.open, |elf| read_notes(elf))
+                    .map_err(Unreadable::Elf)
+                    .and_then(|read| read);
                 let notes = match read {
                     Ok((notes, warnings)) => {
                         for warning in warnings {
