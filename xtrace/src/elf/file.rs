@@ -1,7 +1,7 @@
 //! Opening ELF files: the one place xtrace reads one's bytes and parses them. [`Elf`] holds a
 //! file's bytes (read whole, mapped, or an image copied from memory) and parses them on request;
 //! files read whole are shared through a small cache of the latest ones ([`Elf::read`]);
-//! [`read_lazily`] reads only the parts of a file its reader looks at; [`own_vdso`] is the
+//! [`LazyElf`] reads only the parts of a file its reader looks at; [`own_vdso`] is the
 //! kernel's vDSO image, copied from xtrace's own mapping of it.
 use std::{
     fs::File,
@@ -27,8 +27,13 @@ enum Data {
     Mapped(memmap2::Mmap),
 }
 
-/// An ELF file parsed, its bytes read only as far as its reader looks ([`read_lazily`]).
+/// An ELF file parsed, its bytes read only as far as its reader looks ([`LazyElf`]).
 pub type LazyObject<'a> = object::File<'a, &'a ReadCache<File>>;
+
+/// An ELF file opened to be read only as far as its reader looks (headers, a few sections), not
+/// whole.
+#[derive(Debug)]
+pub struct LazyElf(ReadCache<File>);
 
 /// A file's identity as `stat` gives it: device, inode, size and modification time. A file
 /// replaced (by rename or a rebuild) or rewritten in place differs in one of them.
@@ -126,14 +131,16 @@ fn keep(identity: Identity, elf: &Arc<Elf>) {
     kept.truncate(within.min(KEPT_FILES));
 }
 
-/// Runs `read` on the ELF file at `path`, which is read through a cache only as far as `read`
-/// looks (headers, a few sections), not whole. Err says why the file cannot be opened or is not
-/// ELF.
-pub fn read_lazily<T>(path: impl AsRef<Path>, read: impl FnOnce(&LazyObject<'_>) -> T) -> Result<T, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
-    let cache = ReadCache::new(file);
-    let parsed = object::File::parse(&cache).map_err(|e| e.to_string())?;
-    Ok(read(&parsed))
+impl LazyElf {
+    /// The file at `path`, opened.
+    pub fn open(path: impl AsRef<Path>) -> std::io::Result<LazyElf> {
+        Ok(LazyElf(ReadCache::new(File::open(path)?)))
+    }
+
+    /// The file parsed: its headers are read now, what else is asked for as it is.
+    pub fn parse(&self) -> object::Result<LazyObject<'_>> {
+        object::File::parse(&self.0)
+    }
 }
 
 /// The vDSO's image, copied from xtrace's own mapping of it (the kernel maps the same image into

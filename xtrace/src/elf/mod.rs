@@ -1,6 +1,6 @@
 //! ELF files, the one layer that opens and parses them for the probes, the pipeline, CPython,
 //! CUDA and the profile: [`Elf`] holds one file's bytes (read once and shared while unchanged,
-//! mapped, or copied from memory), [`read_lazily`] and [`read_elf`] read one only as far as it
+//! mapped, or copied from memory), [`LazyElf`] and [`read_elf`] read one only as far as it
 //! is looked at, [`ExecSegments`] places a file in a mapping of its code, `fde` finds functions
 //! by their unwind entries, `debug_file` finds a stripped file's separate debug file,
 //! `symbolize` names addresses through blazesym. (Symbol tables are `probes::elf`'s.)
@@ -18,7 +18,7 @@ pub mod fde;
 mod file;
 pub mod symbolize;
 
-pub use file::{own_vdso, read_lazily, Elf, LazyObject};
+pub use file::{own_vdso, Elf, LazyElf, LazyObject};
 
 /// Runs `read` on the ELF64 file at `path`, which is read through a cache only as far as `read`
 /// looks (headers, a few sections), not whole; `T::default()` when the file cannot be opened or is

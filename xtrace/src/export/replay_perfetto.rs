@@ -207,7 +207,6 @@ impl Decode for Writing<'_, '_> {
                     cat: Some(name.cat.as_str().into()),
                     values: members(args),
                     kind: EventKind::Instant { flow },
-                    ..Default::default()
                 }))
             }
             Decoded::Counter {

@@ -22,8 +22,9 @@ fn frame(name: &str, module: &str) -> SampleFrame {
     }
 }
 
-/// Every kind of event, as the record pipeline hands them to either writer.
-fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
+/// Every kind of span, instant, counter value and async edge the record pipeline hands either
+/// writer.
+fn spans() -> Vec<SpanOut> {
     let span = |tid, start_ns, dur_ns, depth| SpanOut {
         pid: 7,
         tid,
@@ -31,7 +32,7 @@ fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
         kind: EventKind::span(dur_ns, depth),
         ..Default::default()
     };
-    let spans = [
+    vec![
         SpanOut {
             values: Some(r#","arg0":3,"ret":"0x10""#.into()),
             ..span(8, 1_000_500, 2_250, 1)
@@ -113,8 +114,12 @@ fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
             kind: EventKind::Async(AsyncEdge { begin: false, id: 1 }),
             ..span(9, 1_015_000, 0, 0)
         },
-    ];
-    for s in &spans {
+    ]
+}
+
+/// Every kind of event, as the record pipeline hands them to either writer.
+fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
+    for s in &spans() {
         w.span(s).unwrap();
     }
     let frames = vec![

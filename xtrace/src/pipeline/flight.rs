@@ -5,7 +5,7 @@
 use super::{
     threads::Names,
     window::{AgedOut, Slot, Window},
-    writer::{EventKind, SpanOut},
+    writer::SpanOut,
 };
 
 /// The slot length for a window of `window_ns`: a thousandth of it, from 1 ms to 1 s. The window
@@ -164,6 +164,7 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::writer::EventKind;
 
     fn span(start_ns: u64, values: Option<&str>) -> SpanOut {
         SpanOut {

@@ -282,7 +282,6 @@ impl GpuDevice {
             name: Some(name.into()),
             cat: Some("gpu".into()),
             values: Some(values.into()),
-            ..SpanOut::default()
         };
         // On the launching thread's CUDA track, where its launch call's span is.
         let launch = launcher.map(|(tid, start_ns)| SpanOut {

@@ -5,14 +5,7 @@
 //!
 //! Each file's unwind sections are read once (only those sections, not the whole file) and shared
 //! by every process that maps it; the vDSO's come from xtrace's own, the same kernel's image.
-use std::{
-    collections::HashMap,
-    fs::File,
-    io::{Read, Seek, SeekFrom},
-    ops::Range,
-    os::unix::fs::MetadataExt,
-    sync::Arc,
-};
+use std::{collections::HashMap, io::Read, ops::Range, os::unix::fs::MetadataExt, sync::Arc};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
@@ -116,7 +109,8 @@ impl FileUnwind {
 
     /// Reads the unwind sections of the file at `path`, only those sections.
     fn read(path: &str) -> Option<FileUnwind> {
-        crate::elf::read_lazily(path, |file| FileUnwind::parse(file)).ok()
+        let lazy = crate::elf::LazyElf::open(path).ok()?;
+        Some(FileUnwind::parse(&lazy.parse().ok()?))
     }
 
     /// The unwind sections of the vDSO, read from xtrace's own mapping of it (the kernel maps the
@@ -329,6 +323,11 @@ fn signal_context(frame: u64, read: &mut impl FnMut(u64) -> Result<u64, ()>) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        fs::File,
+        io::{Seek, SeekFrom},
+    };
+
     use super::*;
 
     #[test]

@@ -125,7 +125,7 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(
                 if let Ok(args) = &mut args {
                     for arg in args.iter_mut() {
                         let Some(name) = arg.symbol() else { continue };
-                        let table = symbols.get_or_insert_with(|| symbol_table(&file));
+                        let table = symbols.get_or_insert_with(|| symbol_table(file));
                         if let Some(&value) = table.get(name) {
                             arg.resolve_symbol(value, address);
                         }
