@@ -129,8 +129,8 @@ fn main() -> anyhow::Result<()> {
 /// The file offsets and semaphore offsets of the USDT call sites of `probes`
 /// (`provider:name,...`) in `path`.
 fn usdt_sites(path: &std::path::Path, probes: &str) -> anyhow::Result<(Vec<u64>, Vec<u64>)> {
-    let data = std::fs::read(path)?;
-    let (notes, _) = xtrace::probes::usdt::notes::read_notes(data.as_slice()).map_err(anyhow::Error::msg)?;
+    let elf = xtrace::elf::Elf::read(path)?;
+    let (notes, _) = xtrace::probes::usdt::notes::read_notes(&elf.parse()?).map_err(anyhow::Error::msg)?;
     let wanted: Vec<&str> = probes.split(',').collect();
     let sites: Vec<(u64, u64)> = notes
         .iter()

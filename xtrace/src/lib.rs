@@ -36,11 +36,10 @@ pub use error::Error;
 /// The path of the C library the test binary runs with, from its own mappings.
 #[cfg(test)]
 pub(crate) fn test_libc() -> String {
-    std::fs::read_to_string("/proc/self/maps")
+    procfs::own_maps()
         .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
+        .into_iter()
+        .map(|m| m.path)
         .find(|p| p.contains("/libc.so"))
         .expect("the test links libc")
-        .to_owned()
 }

@@ -1,5 +1,6 @@
-//! A process as /proc/PID shows it: its executable mappings (`maps`), and strings read from its
-//! memory (`mem`); and the kernel's settings under /proc/sys/kernel.
+//! A process as /proc/PID shows it: its mappings (`maps`, the one reader and parser of that
+//! file: [`MapsLine`] each line, [`Mapping`] each mapping), and strings read from its memory
+//! (`mem`); and the kernel's settings under /proc/sys/kernel.
 use std::{fs::File, os::unix::fs::FileExt};
 
 use crate::model::text::c_text;
@@ -45,6 +46,76 @@ impl Mapping {
     }
 }
 
+/// One line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MapsLine<'a> {
+    /// `START-END`, as `/proc/PID/map_files/` names the mapping.
+    pub range: &'a str,
+    pub perms: &'a str,
+    pub offset: &'a str,
+    /// The file's device, `MAJOR:MINOR` in hex.
+    pub dev: &'a str,
+    /// The file's inode number (0 for anonymous memory), in decimal.
+    pub inode: &'a str,
+    /// The path (which may hold spaces) without the kernel's ` (deleted)`; `[vdso]` and such for
+    /// special mappings, empty for anonymous memory.
+    pub path: &'a str,
+    /// The file was deleted since it was mapped, or replaced by another renamed over its path
+    /// (a package upgrade): the file at `path`, if any, is not the one mapped.
+    pub deleted: bool,
+}
+
+impl<'a> MapsLine<'a> {
+    pub fn parse(line: &'a str) -> Option<MapsLine<'a>> {
+        let mut rest = line;
+        let mut fields = [""; 5];
+        for field in &mut fields {
+            rest = rest.trim_start_matches(' ');
+            let end = rest.find(' ').unwrap_or(rest.len());
+            (*field, rest) = rest.split_at(end);
+            if field.is_empty() {
+                return None;
+            }
+        }
+        let path = rest.trim_start_matches(' ');
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(path) if path.starts_with('/') => (path, true),
+            _ => (path, false),
+        };
+        Some(MapsLine {
+            range: fields[0],
+            perms: fields[1],
+            offset: fields[2],
+            dev: fields[3],
+            inode: fields[4],
+            path,
+            deleted,
+        })
+    }
+
+    /// The mapped file's identity: its device (as `stat`'s `st_dev`) and inode; None when the
+    /// line maps none.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        let (major, minor) = self.dev.split_once(':')?;
+        let (major, minor) = (
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        );
+        let inode: u64 = self.inode.parse().ok().filter(|&i| i != 0)?;
+        Some((libc::makedev(major, minor), inode))
+    }
+
+    /// The line when it maps a file (its path is absolute).
+    pub fn file(line: &'a str) -> Option<MapsLine<'a>> {
+        Self::parse(line).filter(|m| m.path.starts_with('/'))
+    }
+}
+
+/// The text of /proc/PID/maps: every mapping of `pid`, one a line ([`MapsLine`]).
+pub fn maps_text(pid: u32) -> std::io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+}
+
 /// The value of the sysctl `kernel.NAME`, trimmed, if readable.
 pub fn kernel_setting(name: &str) -> Option<String> {
     let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
@@ -59,8 +130,29 @@ pub fn find(maps: &[Mapping], address: u64) -> Option<&Mapping> {
 
 /// The executable mappings of `pid`, or None when it is gone.
 pub fn read_maps(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(parse_maps(&text))
+    Some(parse_maps_where(&maps_text(pid).ok()?, executable))
+}
+
+/// The executable mappings of xtrace's own process, as /proc/self/maps shows them (the vDSO,
+/// the libraries xtrace itself loaded), or None when that cannot be read.
+pub fn own_maps() -> Option<Vec<Mapping>> {
+    read_where("/proc/self/maps", executable)
+}
+
+/// Every mapping of xtrace's own process, anonymous ones included (an empty path).
+pub fn own_all_maps() -> Option<Vec<Mapping>> {
+    read_where("/proc/self/maps", |_| true)
+}
+
+/// The mappings that `keep` keeps of the maps file at `path`, or None when it cannot be read.
+fn read_where(path: &str, keep: impl Fn(&MapsLine) -> bool) -> Option<Vec<Mapping>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(parse_maps_where(&text, keep))
+}
+
+/// Whether a line maps executable memory.
+fn executable(line: &MapsLine) -> bool {
+    line.perms.contains('x')
 }
 
 /// Whether `mapping` is already in `maps` and the latest there over its start: a library mapped
@@ -90,14 +182,14 @@ pub fn merge_maps(known: &mut Vec<Mapping>, pid: u32) {
 
 /// Executable mappings from /proc/PID/maps text.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    parse_maps_where(text, |line| line.perms.contains('x'))
+    parse_maps_where(text, executable)
 }
 
 /// The mappings in /proc/PID/maps text whose line `keep` keeps.
-fn parse_maps_where(text: &str, keep: impl Fn(&crate::target::MapsLine) -> bool) -> Vec<Mapping> {
+fn parse_maps_where(text: &str, keep: impl Fn(&MapsLine) -> bool) -> Vec<Mapping> {
     text.lines()
         .filter_map(|line| {
-            let line = crate::target::MapsLine::parse(line)?;
+            let line = MapsLine::parse(line)?;
             if !keep(&line) {
                 return None;
             }
@@ -116,23 +208,19 @@ fn parse_maps_where(text: &str, keep: impl Fn(&crate::target::MapsLine) -> bool)
 
 /// Every mapping of `pid`, anonymous ones included (an empty path), or None when it is gone.
 pub fn all_maps(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(parse_maps_where(&text, |_| true))
+    Some(parse_maps_where(&maps_text(pid).ok()?, |_| true))
 }
 
 /// The file-backed mappings of `pid` it cannot write (read-only data such as `.rodata`, and code),
 /// or None when it is gone: their bytes in memory are their file's, so a string in one can be
 /// read from the file ([`mapped_string`]). A writable mapping's bytes may differ from its file's.
 pub fn read_only_maps(pid: u32) -> Option<Vec<Mapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(parse_read_only_maps(&text))
+    Some(parse_maps_where(&maps_text(pid).ok()?, read_only_file))
 }
 
-/// The readable, not writable file mappings in /proc/PID/maps text.
-fn parse_read_only_maps(text: &str) -> Vec<Mapping> {
-    parse_maps_where(text, |line| {
-        line.perms.starts_with('r') && !line.perms.contains('w') && line.path.starts_with('/')
-    })
+/// Whether a line maps a file readable, not writable.
+fn read_only_file(line: &MapsLine) -> bool {
+    line.perms.starts_with('r') && !line.perms.contains('w') && line.path.starts_with('/')
 }
 
 /// The NUL-terminated string at `address` of process `pid`, which `mapping` (a read-only file
@@ -240,7 +328,7 @@ mod tests {
 3000-4000 r--p 00000000 00:00 0
 4000-5000 r-xp 00002000 08:01 1 /usr/bin/app
 ";
-        let maps = parse_read_only_maps(text);
+        let maps = parse_maps_where(text, read_only_file);
         let starts: Vec<u64> = maps.iter().map(|m| m.start).collect();
         assert_eq!(starts, [0x1000, 0x4000]);
         let dir = std::env::temp_dir().join(format!("xtrace-mapped-{}", std::process::id()));
@@ -294,9 +382,9 @@ mod tests {
             ("/opt/my app/libx.so", true)
         );
         // This process maps its own executable: the same mapping, marked deleted.
-        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let mut mine = parse_maps(&own)
+        let mut mine = own_maps()
+            .unwrap()
             .into_iter()
             .find(|m| std::path::Path::new(&m.path) == exe)
             .unwrap();
@@ -309,5 +397,37 @@ mod tests {
         let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", mine.start, mine.end);
         assert_eq!(mine.open_path(pid), Some(mapped));
         assert_eq!(mine.open_path(u32::MAX), None, "its process is gone");
+    }
+
+    #[test]
+    fn maps_lines() {
+        let line = "7f1c2a400000-7f1c2a428000 r--p 00000000 fd:01 1835040                    /usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert_eq!(
+            MapsLine::parse(line),
+            Some(MapsLine {
+                range: "7f1c2a400000-7f1c2a428000",
+                perms: "r--p",
+                offset: "00000000",
+                dev: "fd:01",
+                inode: "1835040",
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                deleted: false,
+            })
+        );
+        let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
+        let gone = MapsLine::file(gone).unwrap();
+        assert_eq!((gone.path, gone.deleted), ("/tmp/my app/libmy.so", true));
+        // Device 103:02 and inode 99, as `stat` gives them.
+        assert_eq!(gone.identity(), Some((libc::makedev(0x103, 2), 99)));
+        let stack = "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]";
+        assert_eq!(MapsLine::parse(stack).map(|m| m.path), Some("[stack]"));
+        assert_eq!(MapsLine::file(stack), None);
+        assert_eq!(MapsLine::parse(stack).and_then(|m| m.identity()), None);
+        let anonymous = "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ";
+        assert_eq!(
+            MapsLine::parse(anonymous).map(|m| (m.path, m.deleted)),
+            Some(("", false))
+        );
+        assert_eq!(MapsLine::parse("7f1c2a3fd000-7f1c2a400000 rw-p"), None);
     }
 }

@@ -9,6 +9,7 @@ use std::{
 use crate::{
     error::{Error, Result},
     model::rank::Rank,
+    procfs::MapsLine,
 };
 
 /// A file to attach to: `open` is how xtrace reaches it (through /proc/PID/… where the process sees
@@ -86,7 +87,7 @@ impl Process {
                 .map(|d| d.join(path))
                 .unwrap_or_else(|_| path.to_path_buf())
         };
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        let maps = crate::procfs::maps_text(self.pid).unwrap_or_default();
         match maps
             .lines()
             .filter_map(MapsLine::file)
@@ -123,8 +124,7 @@ impl Process {
 
     /// The mapped library named `name` (`libc`, `libc.so.6`, ...).
     pub fn library(&self, name: &str) -> Result<TargetFile> {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map_err(|e| self.proc_error("maps", e))?;
+        let maps = crate::procfs::maps_text(self.pid).map_err(|e| self.proc_error("maps", e))?;
         let mapping = maps
             .lines()
             .filter_map(MapsLine::file)
@@ -139,8 +139,7 @@ impl Process {
     /// The main executable, then every other file the process maps (from /proc/PID/maps), each
     /// once.
     pub fn mapped_files(&self) -> Result<Vec<TargetFile>> {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .map_err(|e| self.proc_error("maps", e))?;
+        let maps = crate::procfs::maps_text(self.pid).map_err(|e| self.proc_error("maps", e))?;
         let exe = self.executable()?;
         // A deleted executable's link reads `PATH (deleted)`; its mappings, PATH.
         let exe_path = exe.shown.to_str().and_then(|s| s.strip_suffix(" (deleted)"));
@@ -193,71 +192,6 @@ impl Process {
     /// Name and namespace pid of the process, if it still exists.
     pub fn info(&self) -> ProcessInfo {
         ProcessInfo::read(self.pid)
-    }
-}
-
-/// One line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
-#[derive(Debug, PartialEq, Eq)]
-pub struct MapsLine<'a> {
-    /// `START-END`, as `/proc/PID/map_files/` names the mapping.
-    pub range: &'a str,
-    pub perms: &'a str,
-    pub offset: &'a str,
-    /// The file's device, `MAJOR:MINOR` in hex.
-    pub dev: &'a str,
-    /// The file's inode number (0 for anonymous memory), in decimal.
-    pub inode: &'a str,
-    /// The path (which may hold spaces) without the kernel's ` (deleted)`; `[vdso]` and such for
-    /// special mappings, empty for anonymous memory.
-    pub path: &'a str,
-    /// The file was deleted since it was mapped, or replaced by another renamed over its path
-    /// (a package upgrade): the file at `path`, if any, is not the one mapped.
-    pub deleted: bool,
-}
-
-impl<'a> MapsLine<'a> {
-    pub fn parse(line: &'a str) -> Option<MapsLine<'a>> {
-        let mut rest = line;
-        let mut fields = [""; 5];
-        for field in &mut fields {
-            rest = rest.trim_start_matches(' ');
-            let end = rest.find(' ').unwrap_or(rest.len());
-            (*field, rest) = rest.split_at(end);
-            if field.is_empty() {
-                return None;
-            }
-        }
-        let path = rest.trim_start_matches(' ');
-        let (path, deleted) = match path.strip_suffix(" (deleted)") {
-            Some(path) if path.starts_with('/') => (path, true),
-            _ => (path, false),
-        };
-        Some(MapsLine {
-            range: fields[0],
-            perms: fields[1],
-            offset: fields[2],
-            dev: fields[3],
-            inode: fields[4],
-            path,
-            deleted,
-        })
-    }
-
-    /// The mapped file's identity: its device (as `stat`'s `st_dev`) and inode; None when the
-    /// line maps none.
-    pub fn identity(&self) -> Option<(u64, u64)> {
-        let (major, minor) = self.dev.split_once(':')?;
-        let (major, minor) = (
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        );
-        let inode: u64 = self.inode.parse().ok().filter(|&i| i != 0)?;
-        Some((libc::makedev(major, minor), inode))
-    }
-
-    /// The line when it maps a file (its path is absolute).
-    fn file(line: &'a str) -> Option<MapsLine<'a>> {
-        Self::parse(line).filter(|m| m.path.starts_with('/'))
     }
 }
 
@@ -448,38 +382,6 @@ mod tests {
         assert_eq!(parse_ns_pid("NSpid:\t4321\n"), None);
         assert_eq!(parse_ns_pid("Name:\tx\n"), None);
         assert_eq!(parse_ns_pid("NSpid:\t4321\tx\n"), None);
-    }
-
-    #[test]
-    fn maps_lines() {
-        let line = "7f1c2a400000-7f1c2a428000 r--p 00000000 fd:01 1835040                    /usr/lib/x86_64-linux-gnu/libc.so.6";
-        assert_eq!(
-            MapsLine::parse(line),
-            Some(MapsLine {
-                range: "7f1c2a400000-7f1c2a428000",
-                perms: "r--p",
-                offset: "00000000",
-                dev: "fd:01",
-                inode: "1835040",
-                path: "/usr/lib/x86_64-linux-gnu/libc.so.6",
-                deleted: false,
-            })
-        );
-        let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
-        let gone = MapsLine::file(gone).unwrap();
-        assert_eq!((gone.path, gone.deleted), ("/tmp/my app/libmy.so", true));
-        // Device 103:02 and inode 99, as `stat` gives them.
-        assert_eq!(gone.identity(), Some((libc::makedev(0x103, 2), 99)));
-        let stack = "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]";
-        assert_eq!(MapsLine::parse(stack).map(|m| m.path), Some("[stack]"));
-        assert_eq!(MapsLine::file(stack), None);
-        assert_eq!(MapsLine::parse(stack).and_then(|m| m.identity()), None);
-        let anonymous = "7f1c2a3fd000-7f1c2a400000 rw-p 00000000 00:00 0 ";
-        assert_eq!(
-            MapsLine::parse(anonymous).map(|m| (m.path, m.deleted)),
-            Some(("", false))
-        );
-        assert_eq!(MapsLine::parse("7f1c2a3fd000-7f1c2a400000 rw-p"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::{
     pipeline::{
         chrome::ChromeWriter,
         perfetto::PerfettoWriter,
-        writer::{AsyncEdge, SpanOut},
+        writer::{AsyncEdge, EventKind, SpanOut},
     },
 };
 
@@ -17,8 +17,7 @@ fn events() -> Vec<SpanOut> {
         pid: 7,
         tid,
         start_ns,
-        dur_ns,
-        depth,
+        kind: EventKind::span(dur_ns, depth),
         ..Default::default()
     };
     vec![
@@ -30,25 +29,25 @@ fn events() -> Vec<SpanOut> {
         span(9, 1_020_000, 4_000, 0),
         SpanOut {
             probe: 1,
-            instant: true,
+            kind: EventKind::INSTANT,
             values: Some(r#","arg0":1"#.into()),
             ..span(8, 1_011_000, 0, 0)
         },
         SpanOut {
             name: Some("CUDA device memory (bytes)".into()),
-            counter: Some(5),
+            kind: EventKind::Counter(5),
             ..span(8, 1_013_000, 0, 0)
         },
         SpanOut {
             name: Some("fetch".into()),
             cat: Some("itt".into()),
-            edge: Some(AsyncEdge { begin: true, id: 1 }),
+            kind: EventKind::Async(AsyncEdge { begin: true, id: 1 }),
             ..span(8, 1_014_000, 0, 0)
         },
         SpanOut {
             name: Some("fetch".into()),
             cat: Some("itt".into()),
-            edge: Some(AsyncEdge { begin: false, id: 1 }),
+            kind: EventKind::Async(AsyncEdge { begin: false, id: 1 }),
             ..span(9, 1_015_000, 0, 0)
         },
     ]

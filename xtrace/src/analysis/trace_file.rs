@@ -507,7 +507,7 @@ mod tests {
             pid: 7,
             tid: 8,
             start_ns: 1_000_500,
-            dur_ns: 2_250,
+            kind: crate::pipeline::writer::EventKind::span(2_250, 0),
             ..Default::default()
         };
         w.span(&span).unwrap();

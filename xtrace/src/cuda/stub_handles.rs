@@ -173,11 +173,8 @@ fn held<'s>(memory: &File, bias: u64, slots: &'s [(u64, String)]) -> Vec<(u64, &
 /// The handle statics of the ELF file at `path` (empty for a file without stubs), None when it
 /// cannot be read.
 fn statics(path: &str) -> Option<Statics> {
-    let file = File::open(path).ok()?;
-    // SAFETY: the map is only read, and only while this function runs; a file truncated meanwhile
-    // would fault (SIGBUS) as under gdb or perf.
-    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let Ok(elf) = object::File::parse(&*data) else {
+    let data = crate::elf::Elf::map(path).ok()?;
+    let Ok(elf) = data.parse() else {
         return Some(Statics::default());
     };
     // Only nvcc's output registers device code, from `.nvFatBinSegment`: other files' symbol

@@ -1,7 +1,9 @@
-//! ELF files read below the probes and the profile: [`read_elf`] reads one only as far as it is
-//! looked at, [`ExecSegments`] places a file in a mapping of its code, `fde` finds functions by
-//! their unwind entries, `debug_file` finds a stripped file's separate debug file, `symbolize`
-//! names addresses through blazesym. (Symbol tables are `probes::elf`'s.)
+//! ELF files, the one layer that opens and parses them for the probes, the pipeline, CPython,
+//! CUDA and the profile: [`Elf`] holds one file's bytes (read once and shared while unchanged,
+//! mapped, or copied from memory), [`LazyElf`] and [`read_elf`] read one only as far as it
+//! is looked at, [`ExecSegments`] places a file in a mapping of its code, `fde` finds functions
+//! by their unwind entries, `debug_file` finds a stripped file's separate debug file,
+//! `symbolize` names addresses through blazesym. (Symbol tables are `probes::elf`'s.)
 use std::fs::File;
 
 use object::{
@@ -13,7 +15,10 @@ use crate::procfs::Mapping;
 
 pub mod debug_file;
 pub mod fde;
+mod file;
 pub mod symbolize;
+
+pub use file::{own_vdso, Elf, LazyElf, LazyObject};
 
 /// Runs `read` on the ELF64 file at `path`, which is read through a cache only as far as `read`
 /// looks (headers, a few sections), not whole; `T::default()` when the file cannot be opened or is

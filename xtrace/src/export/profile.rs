@@ -291,17 +291,10 @@ impl Resolver {
 /// (the kernel maps the same image into every process).
 fn vdso_symbols() -> Vec<(u64, u64, String)> {
     use object::{Object, ObjectSymbol};
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let Some(mapping) = crate::procfs::parse_maps(&maps)
-        .into_iter()
-        .find(|m| m.path == "[vdso]")
-    else {
+    let Some(image) = crate::elf::own_vdso() else {
         return Vec::new();
     };
-    let len = (mapping.end - mapping.start) as usize;
-    // SAFETY: the kernel maps the vDSO readable for the life of the process; it is never unmapped.
-    let image = unsafe { std::slice::from_raw_parts(mapping.start as *const u8, len) };
-    let Ok(file) = object::File::parse(image) else {
+    let Ok(file) = image.parse() else {
         return Vec::new();
     };
     let base = file.relative_address_base();

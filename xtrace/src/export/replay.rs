@@ -11,7 +11,7 @@ use crate::{
     output::Sink,
     pipeline::{
         perfetto::{SampleFrame, KERNEL_MAPPING},
-        writer::{AsyncEdge, EventWriter, Flow, FlowKind, SpanOut, TimelineSample},
+        writer::{AsyncEdge, EventKind, EventWriter, Flow, FlowKind, SpanOut, TimelineSample},
     },
 };
 
@@ -103,14 +103,16 @@ impl Replay<'_> {
         let kind = FlowKind::of_id(id);
         let at = |h: &SpanOut| match kind {
             FlowKind::Launch => h.start_ns,
-            FlowKind::Wake => h.start_ns.saturating_add(h.dur_ns),
+            FlowKind::Wake => h.start_ns.saturating_add(h.dur_ns()),
         };
         if let Some(held) = self
             .held
             .as_mut()
             .filter(|h| (h.pid, h.tid, at(h)) == (pid, tid, ts))
         {
-            held.flow = Some(Flow { id, end: true, kind });
+            if let EventKind::Span { flow, .. } = &mut held.kind {
+                *flow = Some(Flow { id, end: true, kind });
+            }
         }
         Ok(())
     }
@@ -174,20 +176,20 @@ impl Events for Replay<'_> {
                 let depth = args.remove("depth").and_then(|d| d.as_u64()).unwrap_or(0);
                 self.held = Some(SpanOut {
                     start_ns: self.time(e.ts, name)?,
-                    dur_ns: Self::duration(e.dur, name)?,
-                    depth: depth as u32,
+                    kind: EventKind::span(Self::duration(e.dur, name)?, depth as u32),
                     ..span(&args)
                 });
                 Ok(())
             }
             "s" => io(self.writer.span(&SpanOut {
                 start_ns: self.time(e.ts, name)?,
-                instant: true,
-                flow: Some(Flow {
-                    id: hex_id(e)?,
-                    end: false,
-                    kind: FlowKind::of_id(hex_id(e)?),
-                }),
+                kind: EventKind::Instant {
+                    flow: Some(Flow {
+                        id: hex_id(e)?,
+                        end: false,
+                        kind: FlowKind::of_id(hex_id(e)?),
+                    }),
+                },
                 ..span(&args)
             })),
             // A wake-up's instant: the flow start that follows it writes it again.
@@ -203,14 +205,14 @@ impl Events for Replay<'_> {
             }
             "i" | "I" => io(self.writer.span(&SpanOut {
                 start_ns: self.time(e.ts, name)?,
-                instant: true,
+                kind: EventKind::INSTANT,
                 ..span(&args)
             })),
             // An integer `bytes` alone: a CUDA memory counter, an integer in a Perfetto trace.
             "C" if args.len() == 1 && args.get("bytes").is_some_and(Value::is_u64) => {
                 io(self.writer.span(&SpanOut {
                     start_ns: self.time(e.ts, name)?,
-                    counter: args.get("bytes").and_then(Value::as_u64),
+                    kind: EventKind::Counter(args.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
                     ..span(&Map::new())
                 }))
             }
@@ -228,7 +230,7 @@ impl Events for Replay<'_> {
                 };
                 io(self.writer.span(&SpanOut {
                     start_ns: self.time(e.ts, name)?,
-                    edge: Some(edge),
+                    kind: EventKind::Async(edge),
                     ..span(&args)
                 }))
             }

@@ -20,7 +20,7 @@ use crate::{
     },
     pipeline::{
         perfetto::KERNEL_MAPPING,
-        writer::{AsyncEdge, SpanOut, TimelineSample},
+        writer::{AsyncEdge, EventKind, SpanOut, TimelineSample},
     },
 };
 
@@ -131,7 +131,7 @@ impl Writing<'_, '_> {
                 io(self.replay.writer.span(&SpanOut {
                     tid: pid,
                     start_ns: self.time(ts)?,
-                    edge: Some(AsyncEdge { begin, id: s.track }),
+                    kind: EventKind::Async(AsyncEdge { begin, id: s.track }),
                     values: members(args),
                     ..named.clone()
                 }))?;
@@ -143,10 +143,12 @@ impl Writing<'_, '_> {
         io(self.replay.writer.span(&SpanOut {
             tid: self.id(tid)?,
             start_ns: self.time(s.start_ns)?,
-            dur_ns: s.dur_ns,
-            depth,
+            kind: EventKind::Span {
+                dur_ns: s.dur_ns,
+                depth,
+                flow: s.flow,
+            },
             values: members(s.args),
-            flow: s.flow,
             ..named
         }))
     }
@@ -204,9 +206,7 @@ impl Decode for Writing<'_, '_> {
                     name: Some(name.name.as_str().into()),
                     cat: Some(name.cat.as_str().into()),
                     values: members(args),
-                    instant: true,
-                    flow,
-                    ..Default::default()
+                    kind: EventKind::Instant { flow },
                 }))
             }
             Decoded::Counter {
@@ -242,7 +242,7 @@ impl Writing<'_, '_> {
                 tid: pid,
                 start_ns: ts_ns,
                 name: Some(track.into()),
-                counter: Some(v as u64),
+                kind: EventKind::Counter(v as u64),
                 ..Default::default()
             })),
             Counted::Double(v) => {

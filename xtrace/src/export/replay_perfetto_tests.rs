@@ -8,7 +8,7 @@ use crate::{
     output::{Sink, TraceFormat},
     pipeline::{
         perfetto::SampleFrame,
-        writer::{EventWriter, Flow, FlowKind},
+        writer::{EventKind, EventWriter, Flow, FlowKind},
     },
 };
 
@@ -22,90 +22,104 @@ fn frame(name: &str, module: &str) -> SampleFrame {
     }
 }
 
-/// Every kind of event, as the record pipeline hands them to either writer.
-fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
+/// Every kind of span, instant, counter value and async edge the record pipeline hands either
+/// writer.
+fn spans() -> Vec<SpanOut> {
     let span = |tid, start_ns, dur_ns, depth| SpanOut {
         pid: 7,
         tid,
         start_ns,
-        dur_ns,
-        depth,
+        kind: EventKind::span(dur_ns, depth),
         ..Default::default()
     };
-    let spans = [
+    vec![
         SpanOut {
             values: Some(r#","arg0":3,"ret":"0x10""#.into()),
             ..span(8, 1_000_500, 2_250, 1)
         },
         SpanOut {
-            flow: Some(Flow {
-                id: 5,
-                end: true,
-                kind: FlowKind::Launch,
-            }),
+            kind: EventKind::Span {
+                dur_ns: 1_000,
+                depth: 1,
+                flow: Some(Flow {
+                    id: 5,
+                    end: true,
+                    kind: FlowKind::Launch,
+                }),
+            },
             ..span(8, 1_003_000, 1_000, 1)
         },
         span(8, 1_000_000, 9_000, 0),
         span(9, 1_020_000, 4_000, 0),
         SpanOut {
             probe: 1,
-            instant: true,
+            kind: EventKind::INSTANT,
             values: Some(r#","arg0":1"#.into()),
             ..span(8, 1_011_000, 0, 0)
         },
         SpanOut {
             probe: 1,
-            instant: true,
-            flow: Some(Flow {
-                id: 5,
-                end: false,
-                kind: FlowKind::Launch,
-            }),
+            kind: EventKind::Instant {
+                flow: Some(Flow {
+                    id: 5,
+                    end: false,
+                    kind: FlowKind::Launch,
+                }),
+            },
             ..span(9, 1_002_000, 0, 0)
         },
         // An off-CPU wait of thread 9 and the wake-up by thread 8 that ended it, with its arrow.
         SpanOut {
             name: Some("wake".into()),
             cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
-            instant: true,
-            flow: Some(Flow {
-                id: FlowKind::WAKE_BIT | 1,
-                end: false,
-                kind: FlowKind::Wake,
-            }),
+            kind: EventKind::Instant {
+                flow: Some(Flow {
+                    id: FlowKind::WAKE_BIT | 1,
+                    end: false,
+                    kind: FlowKind::Wake,
+                }),
+            },
             ..span(8, 1_030_000, 0, 0)
         },
         SpanOut {
             name: Some("futex".into()),
             cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
-            flow: Some(Flow {
-                id: FlowKind::WAKE_BIT | 1,
-                end: true,
-                kind: FlowKind::Wake,
-            }),
+            kind: EventKind::Span {
+                dur_ns: 5_000,
+                depth: 0,
+                flow: Some(Flow {
+                    id: FlowKind::WAKE_BIT | 1,
+                    end: true,
+                    kind: FlowKind::Wake,
+                }),
+            },
             values: Some(r#","state":"sleeping","runnable_ns":0"#.into()),
             ..span(9, 1_025_000, 5_000, 0)
         },
         SpanOut {
             name: Some("CUDA device memory (bytes)".into()),
-            counter: Some(5),
+            kind: EventKind::Counter(5),
             ..span(8, 1_013_000, 0, 0)
         },
         SpanOut {
             name: Some("fetch".into()),
             cat: Some("itt".into()),
-            edge: Some(AsyncEdge { begin: true, id: 1 }),
+            kind: EventKind::Async(AsyncEdge { begin: true, id: 1 }),
             values: Some(r#","size":4"#.into()),
             ..span(8, 1_014_000, 0, 0)
         },
         SpanOut {
             name: Some("fetch".into()),
             cat: Some("itt".into()),
-            edge: Some(AsyncEdge { begin: false, id: 1 }),
+            kind: EventKind::Async(AsyncEdge { begin: false, id: 1 }),
             ..span(9, 1_015_000, 0, 0)
         },
-    ];
-    for s in &spans {
+    ]
+}
+
+/// Every kind of event, as the record pipeline hands them to either writer.
+fn record<W: std::io::Write>(w: &mut EventWriter<W>) {
+    for s in &spans() {
         w.span(s).unwrap();
     }
     let frames = vec![

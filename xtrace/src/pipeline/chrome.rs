@@ -6,7 +6,7 @@
 //! and a piece as large as the output's own buffer goes to the file without another copy.
 use std::io::{self, Write};
 
-use super::writer::{FlowKind, SpanOut};
+use super::writer::{EventKind, FlowKind, SpanOut};
 use crate::model::wait::TIMELINE_CATEGORY;
 
 /// The first line of the trace; events follow one per line (which `xtrace report` relies on to
@@ -107,6 +107,31 @@ fn push_flow(buf: &mut Vec<u8>, flow: super::writer::Flow, ts_ns: u64, (pid, tid
     buf.push(b'}');
 }
 
+/// A complete event (`"ph":"X"`) named `name` of category `cat`, quoted, from `start_ns` for
+/// `dur_ns`, on its thread, its `depth` and `values` (`,"k":v` members) under `args`.
+fn push_complete(
+    buf: &mut Vec<u8>,
+    (name, cat): (&str, &str),
+    (start_ns, dur_ns): (u64, u64),
+    (pid, tid, depth): (u32, u32, u32),
+    values: &str,
+) {
+    buf.extend_from_slice(b"{\"ph\":\"X\",");
+    push_name_cat(buf, name, cat);
+    buf.extend_from_slice(b"\"ts\":");
+    push_micros(buf, start_ns);
+    buf.extend_from_slice(b",\"dur\":");
+    push_micros(buf, dur_ns);
+    buf.extend_from_slice(b",\"pid\":");
+    push_int(buf, pid);
+    buf.extend_from_slice(b",\"tid\":");
+    push_int(buf, tid);
+    buf.extend_from_slice(b",\"args\":{\"depth\":");
+    push_int(buf, depth);
+    buf.extend_from_slice(values.as_bytes());
+    buf.extend_from_slice(b"}}");
+}
+
 /// `,"args":{VALUES}}`: the `args` object and the event's closing brace.
 fn push_args(buf: &mut Vec<u8>, values: &str) {
     buf.extend_from_slice(b",\"args\":{");
@@ -163,59 +188,58 @@ impl<W: Write> ChromeWriter<W> {
         let name = renamed.as_deref().unwrap_or(probe_name);
         let recat = span.cat.as_deref().map(quote);
         let cat = recat.as_deref().unwrap_or(probe_cat);
-        let SpanOut { pid, tid, depth, .. } = *span;
+        let SpanOut { pid, tid, .. } = *span;
         let values = span.values.as_deref().unwrap_or("");
         let buf = &mut self.buf;
-        if let Some(value) = span.counter {
-            push_counter(buf, pid, name, span.start_ns, &format!("\"bytes\":{value}"));
-        } else if let Some(edge) = span.edge {
-            let values = values.strip_prefix(',').unwrap_or(values);
-            buf.extend_from_slice(if edge.begin {
-                b"{\"ph\":\"b\","
-            } else {
-                b"{\"ph\":\"e\","
-            });
-            push_name_cat(buf, name, cat);
-            let _ = write!(buf, "\"id\":\"{:#x}\",", edge.id);
-            push_when_where(buf, span.start_ns, pid, Some(tid));
-            push_args(buf, values);
-        } else if let (true, Some(flow)) = (span.instant, span.flow) {
-            if flow.kind == FlowKind::Wake {
-                // The wake-up's own instant, which the flow's start binds to where no slice of
-                // the waker is open.
+        match span.kind {
+            EventKind::Counter(value) => {
+                push_counter(buf, pid, name, span.start_ns, &format!("\"bytes\":{value}"));
+            }
+            EventKind::Async(edge) => {
+                let values = values.strip_prefix(',').unwrap_or(values);
+                buf.extend_from_slice(if edge.begin {
+                    b"{\"ph\":\"b\","
+                } else {
+                    b"{\"ph\":\"e\","
+                });
+                push_name_cat(buf, name, cat);
+                let _ = write!(buf, "\"id\":\"{:#x}\",", edge.id);
+                push_when_where(buf, span.start_ns, pid, Some(tid));
+                push_args(buf, values);
+            }
+            EventKind::Instant { flow: Some(flow) } => {
+                if flow.kind == FlowKind::Wake {
+                    // The wake-up's own instant, which the flow's start binds to where no slice
+                    // of the waker is open.
+                    let values = values.strip_prefix(',').unwrap_or(values);
+                    push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
+                    buf.extend_from_slice(b",\n");
+                }
+                push_flow(buf, flow, span.start_ns, (pid, tid));
+            }
+            EventKind::Instant { flow: None } => {
                 let values = values.strip_prefix(',').unwrap_or(values);
                 push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
-                buf.extend_from_slice(b",\n");
             }
-            push_flow(buf, flow, span.start_ns, (pid, tid));
-        } else if span.instant {
-            let values = values.strip_prefix(',').unwrap_or(values);
-            push_instant(buf, (pid, tid), name, cat, span.start_ns, values);
-        } else {
-            if span.cat.as_deref() != Some(TIMELINE_CATEGORY) {
-                self.complete += 1;
-            }
-            buf.extend_from_slice(b"{\"ph\":\"X\",");
-            push_name_cat(buf, name, cat);
-            buf.extend_from_slice(b"\"ts\":");
-            push_micros(buf, span.start_ns);
-            buf.extend_from_slice(b",\"dur\":");
-            push_micros(buf, span.dur_ns);
-            buf.extend_from_slice(b",\"pid\":");
-            push_int(buf, pid);
-            buf.extend_from_slice(b",\"tid\":");
-            push_int(buf, tid);
-            buf.extend_from_slice(b",\"args\":{\"depth\":");
-            push_int(buf, depth);
-            buf.extend_from_slice(values.as_bytes());
-            buf.extend_from_slice(b"}}");
-            if let Some(flow) = span.flow {
-                buf.extend_from_slice(b",\n");
-                let at = match flow.kind {
-                    FlowKind::Launch => span.start_ns,
-                    FlowKind::Wake => span.start_ns.saturating_add(span.dur_ns),
-                };
-                push_flow(buf, flow, at, (pid, tid));
+            EventKind::Span { dur_ns, depth, flow } => {
+                if span.cat.as_deref() != Some(TIMELINE_CATEGORY) {
+                    self.complete += 1;
+                }
+                push_complete(
+                    buf,
+                    (name, cat),
+                    (span.start_ns, dur_ns),
+                    (pid, tid, depth),
+                    values,
+                );
+                if let Some(flow) = flow {
+                    buf.extend_from_slice(b",\n");
+                    let at = match flow.kind {
+                        FlowKind::Launch => span.start_ns,
+                        FlowKind::Wake => span.start_ns.saturating_add(dur_ns),
+                    };
+                    push_flow(buf, flow, at, (pid, tid));
+                }
             }
         }
         self.spill()
@@ -295,8 +319,7 @@ mod tests {
             pid: 10,
             tid: 11,
             start_ns,
-            dur_ns,
-            depth,
+            kind: EventKind::span(dur_ns, depth),
             values: values.map(Into::into),
             ..Default::default()
         };
@@ -309,7 +332,7 @@ mod tests {
         })
         .unwrap();
         w.span(&SpanOut {
-            instant: true,
+            kind: EventKind::INSTANT,
             ..span(1, 1_003_000, 0, 0, Some(r#","arg0":7"#))
         })
         .unwrap();

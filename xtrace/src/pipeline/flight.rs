@@ -137,7 +137,7 @@ impl Flight {
 
     /// Keeps one event, in the slot of the time it ends (the order records come in).
     pub fn add(&mut self, span: SpanOut) {
-        let end = span.start_ns.saturating_add(span.dur_ns);
+        let end = span.start_ns.saturating_add(span.dur_ns());
         self.window.add(end, |slot| slot.push(span));
     }
 
@@ -300,11 +300,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::pipeline::writer::EventKind;
 
     fn span(start_ns: u64, values: Option<&str>) -> SpanOut {
         SpanOut {
             start_ns,
-            dur_ns: 10,
+            kind: EventKind::span(10, 0),
             values: values.map(Into::into),
             ..Default::default()
         }

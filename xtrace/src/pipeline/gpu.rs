@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
 
-use super::writer::{Flow, FlowKind, SpanOut};
+use super::writer::{EventKind, Flow, FlowKind, SpanOut};
 
 /// What one device record becomes.
 #[derive(Debug)]
@@ -249,16 +249,18 @@ impl GpuDevice {
             pid,
             tid: track_tid(r.device, r.stream),
             start_ns: r.start_ns,
-            dur_ns,
+            kind: EventKind::Span {
+                dur_ns,
+                depth: 0,
+                flow: launcher.map(|_| Flow {
+                    id: flow_id,
+                    end: true,
+                    kind: FlowKind::Launch,
+                }),
+            },
             name: Some(name.into()),
             cat: Some("gpu".into()),
             values: Some(values.into()),
-            flow: launcher.map(|_| Flow {
-                id: flow_id,
-                end: true,
-                kind: FlowKind::Launch,
-            }),
-            ..SpanOut::default()
         };
         // On the launching thread's CUDA track, where its launch call's span is.
         let launch = launcher.map(|(tid, start_ns)| SpanOut {
@@ -268,12 +270,13 @@ impl GpuDevice {
             start_ns,
             name: Some("launch".into()),
             cat: Some("cuda".into()),
-            instant: true,
-            flow: Some(Flow {
-                id: flow_id,
-                end: false,
-                kind: FlowKind::Launch,
-            }),
+            kind: EventKind::Instant {
+                flow: Some(Flow {
+                    id: flow_id,
+                    end: false,
+                    kind: FlowKind::Launch,
+                }),
+            },
             ..SpanOut::default()
         });
         Slice { span, track, launch }
@@ -351,9 +354,9 @@ mod tests {
         };
         let Slice { span, track, launch } = gpu.record(&event(7, of(kernel)), (None, None)).expect("a slice");
         let launch = launch.expect("the launch was seen");
-        assert_eq!((launch.pid, launch.tid, launch.instant), (7, 44, true));
+        assert_eq!((launch.pid, launch.tid, launch.kind.is_instant()), (7, 44, true));
         assert_eq!(
-            launch.flow,
+            launch.flow(),
             Some(Flow {
                 id: 7 << 32 | 9,
                 end: false,
@@ -361,7 +364,7 @@ mod tests {
             })
         );
         assert_eq!(
-            span.flow,
+            span.flow(),
             Some(Flow {
                 id: 7 << 32 | 9,
                 end: true,
@@ -373,7 +376,7 @@ mod tests {
             Some(String::from_utf8(long).unwrap().as_str())
         );
         assert_eq!(
-            (span.pid, span.tid, span.start_ns, span.dur_ns),
+            (span.pid, span.tid, span.start_ns, span.dur_ns()),
             (7, track_tid(0, 13), 1000, 500)
         );
         assert_eq!(track.as_deref(), Some("GPU 0 stream 13"));

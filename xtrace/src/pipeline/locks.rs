@@ -148,8 +148,8 @@ struct FileData {
 impl FileData {
     fn read(path: &str) -> Option<FileData> {
         use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
-        let bytes = std::fs::read(path).ok()?;
-        let file = object::File::parse(&*bytes).ok()?;
+        let elf = crate::elf::Elf::read(path).ok()?;
+        let file = elf.parse().ok()?;
         let segments = file
             .segments()
             .map(|s| (s.address(), s.address() + s.size()))

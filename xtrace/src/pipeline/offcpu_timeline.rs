@@ -9,7 +9,7 @@
 //! own and are not shown.
 use xtrace_common::offcpu::{waker_context, OffCpuInterval, NO_SYSCALL};
 
-use super::writer::{Flow, FlowKind, SpanOut};
+use super::writer::{EventKind, Flow, FlowKind, SpanOut};
 use crate::model::{
     text::c_str,
     wait::{syscall_name, Wait, TIMELINE_CATEGORY},
@@ -94,7 +94,7 @@ pub fn timeline(
         pid,
         tid,
         start_ns,
-        dur_ns,
+        kind: EventKind::span(dur_ns, 0),
         name: Some(name.into()),
         cat: Some(TIMELINE_CATEGORY.into()),
         ..SpanOut::default()
@@ -104,23 +104,28 @@ pub fn timeline(
     let woken_by_thread = interval.waker_pid != 0 && !is_timer_sleep(interval);
     if woken_by_thread {
         events.push(SpanOut {
-            instant: true,
-            flow: Some(Flow {
-                id: flow_id,
-                end: false,
-                kind: FlowKind::Wake,
-            }),
+            kind: EventKind::Instant {
+                flow: Some(Flow {
+                    id: flow_id,
+                    end: false,
+                    kind: FlowKind::Wake,
+                }),
+            },
             ..event(interval.waker_pid, interval.waker_tid, woken_ns, 0, "wake")
         });
     }
     let name = wait_name(interval, lock);
     events.push(SpanOut {
         values: Some(wait_args(interval).into()),
-        flow: woken_by_thread.then_some(Flow {
-            id: flow_id,
-            end: true,
-            kind: FlowKind::Wake,
-        }),
+        kind: EventKind::Span {
+            dur_ns: interval.duration_ns,
+            depth: 0,
+            flow: woken_by_thread.then_some(Flow {
+                id: flow_id,
+                end: true,
+                kind: FlowKind::Wake,
+            }),
+        },
         ..event(pid, tid, interval.start_ns, interval.duration_ns, &name)
     });
     if interval.runnable_ns > 0 {
@@ -161,7 +166,7 @@ mod tests {
         assert_eq!(events.len(), 3);
         let [wake, wait, runnable] = [&events[0], &events[1], &events[2]];
         assert_eq!(
-            (wake.pid, wake.tid, wake.start_ns, wake.instant),
+            (wake.pid, wake.tid, wake.start_ns, wake.kind.is_instant()),
             (7, 8, 1_200, true)
         );
         assert_eq!(wake.name.as_deref(), Some("wake"));
@@ -172,8 +177,8 @@ mod tests {
                 kind: FlowKind::Wake,
             })
         };
-        assert_eq!((wake.flow, wait.flow), (flow(false), flow(true)));
-        assert_eq!((wait.tid, wait.start_ns, wait.dur_ns), (7, 1_000, 200));
+        assert_eq!((wake.flow(), wait.flow()), (flow(false), flow(true)));
+        assert_eq!((wait.tid, wait.start_ns, wait.dur_ns()), (7, 1_000, 200));
         assert_eq!(wait.name.as_deref(), Some("futex lock"));
         assert_eq!(wait.cat.as_deref(), Some(TIMELINE_CATEGORY));
         assert_eq!(
@@ -181,7 +186,7 @@ mod tests {
             Some(",\"state\":\"sleeping\",\"runnable_ns\":30,\"waker\":\"holder 7/8\",\"lock\":\"0x1000\"")
         );
         assert_eq!(
-            (runnable.name.as_deref(), runnable.start_ns, runnable.dur_ns),
+            (runnable.name.as_deref(), runnable.start_ns, runnable.dur_ns()),
             (Some("runnable"), 1_200, 30)
         );
         assert!(events.iter().all(|e| e.probe == NO_PROBE));
@@ -199,7 +204,7 @@ mod tests {
         let events = timeline(&read, (7, 9), None, 1);
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].name.as_deref(), Some("read"));
-        assert_eq!(events[0].flow, None);
+        assert_eq!(events[0].flow(), None);
         assert_eq!(
             events[0].values.as_deref(),
             Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt\",\"sleeps\":2")
@@ -214,7 +219,7 @@ mod tests {
         (sleep.syscall, sleep.runnable_ns) = (230, 0);
         let events = timeline(&sleep, (7, 9), None, 1);
         assert_eq!(events.len(), 1);
-        assert_eq!(events[0].flow, None);
+        assert_eq!(events[0].flow(), None);
         assert_eq!(
             events[0].values.as_deref(),
             Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"timer\"")

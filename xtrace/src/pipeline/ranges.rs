@@ -11,7 +11,7 @@ use crate::{
     pipeline::{
         stats::{Distribution, ProbeStats},
         usdt::RangeArg,
-        writer::{AsyncEdge, SpanOut},
+        writer::{AsyncEdge, EventKind, SpanOut},
     },
     probes::{ranges::Wanted, usdt::spec::RangeOp},
 };
@@ -175,8 +175,7 @@ impl Ranges {
         let key_name = name.clone().unwrap_or_else(|| UNNAMED.into());
         self.count((source, domain.clone(), key_name, "push"), duration);
         Output::Events(vec![SpanOut {
-            dur_ns: duration,
-            depth,
+            kind: EventKind::span(duration, depth),
             ..span(start_ns, &name, &domain)
         }])
     }
@@ -239,18 +238,18 @@ impl Ranges {
         let name = open.name.clone().unwrap_or_else(|| UNNAMED.into());
         self.count((open.source, open.domain.clone(), name, "start"), duration);
         let edge = |begin| {
-            Some(AsyncEdge {
+            EventKind::Async(AsyncEdge {
                 begin,
                 id: trace_id(pid, source, id),
             })
         };
         let begin = SpanOut {
             tid: open.tid,
-            edge: edge(true),
+            kind: edge(true),
             ..span(open.start_ns, &open.name, &open.domain)
         };
         let end = SpanOut {
-            edge: edge(false),
+            kind: edge(false),
             values: None,
             ..span(ts_ns, &open.name, &open.domain)
         };
@@ -328,7 +327,7 @@ impl Ranges {
                 let key_name = name.clone().unwrap_or_else(|| UNNAMED.into());
                 self.count((source, domain.clone(), key_name, "mark"), 0);
                 Output::Events(vec![SpanOut {
-                    instant: true,
+                    kind: EventKind::INSTANT,
                     ..span(ts_ns, &name, &domain)
                 }])
             }

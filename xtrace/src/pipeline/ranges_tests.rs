@@ -40,8 +40,8 @@ fn push_pop_nest_per_thread_and_domain() {
         (
             inner[0].name.as_deref(),
             inner[0].start_ns,
-            inner[0].dur_ns,
-            inner[0].depth
+            inner[0].dur_ns(),
+            inner[0].depth()
         ),
         (Some("inner"), 20, 10, 1)
     );
@@ -52,7 +52,7 @@ fn push_pop_nest_per_thread_and_domain() {
         (Some("read"), Some("io"))
     );
     let outer = events(r.hit(1, RangeOp::Pop, &[NVTX, NONE], (1, 1, 40)));
-    assert_eq!((outer[0].depth, outer[0].dur_ns), (0, 30));
+    assert_eq!((outer[0].depth(), outer[0].dur_ns()), (0, 30));
     assert_eq!(r.hit(1, RangeOp::Pop, &[NVTX, NONE], (1, 1, 50)), Output::Nothing);
     assert_eq!(r.unpaired, 1);
     assert_eq!(r.still_open(), 1, "thread 2's range");
@@ -79,8 +79,8 @@ fn a_pop_with_its_start_is_a_range_unless_it_began_before_the_capture() {
         (
             step[0].name.as_deref(),
             step[0].start_ns,
-            step[0].dur_ns,
-            step[0].depth,
+            step[0].dur_ns(),
+            step[0].depth(),
             step[0].cat.as_deref()
         ),
         (Some("step"), 150, 50, 1, Some("xtrace"))
@@ -126,21 +126,21 @@ fn start_end_crosses_threads_and_marks_count() {
     ));
     assert_eq!(edges.len(), 2);
     assert_eq!(
-        (edges[0].tid, edges[0].start_ns, edges[0].edge.unwrap().begin),
+        (edges[0].tid, edges[0].start_ns, edges[0].edge().unwrap().begin),
         (5, 100, true)
     );
     assert_eq!(
-        (edges[1].tid, edges[1].start_ns, edges[1].edge.unwrap().begin),
+        (edges[1].tid, edges[1].start_ns, edges[1].edge().unwrap().begin),
         (6, 150, false)
     );
-    assert_eq!(edges[0].edge.unwrap().id, edges[1].edge.unwrap().id);
+    assert_eq!(edges[0].edge().unwrap().id, edges[1].edge().unwrap().id);
     let mark = events(r.hit(
         4,
         RangeOp::Mark,
         &[RangeArg::Int(3), NONE, s("tick")],
         (5, 5, 160),
     ));
-    assert!(mark[0].instant);
+    assert!(mark[0].kind.is_instant());
     assert_eq!(mark[0].cat.as_deref(), Some("itt"));
     // NVTX is not kept in this recording.
     assert_eq!(
@@ -190,7 +190,7 @@ fn ranges_without_ids_end_oldest_first() {
     // Another tool's id, never seen at a start.
     let b = end(&mut r, 77, 40);
     assert_eq!((b[0].name.as_deref(), b[0].start_ns), (Some("b"), 20));
-    assert_ne!(a[0].edge.unwrap().id, b[0].edge.unwrap().id);
+    assert_ne!(a[0].edge().unwrap().id, b[0].edge().unwrap().id);
     assert_eq!(
         r.hit(1, RangeOp::End, &[NVTX, RangeArg::Int(0)], (5, 6, 50)),
         Output::Nothing
@@ -275,7 +275,7 @@ fn start_end_ids_are_per_source() {
     assert_eq!((nv[0].name.as_deref(), nv[0].start_ns), (Some("nv"), 10));
     let it = events(r.hit(1, RangeOp::End, &[ITT, RangeArg::Int(1)], (1, 1, 50)));
     assert_eq!((it[0].name.as_deref(), it[0].start_ns), (Some("it"), 20));
-    assert_ne!(nv[0].edge.unwrap().id, it[0].edge.unwrap().id);
+    assert_ne!(nv[0].edge().unwrap().id, it[0].edge().unwrap().id);
     assert_eq!((r.unpaired, r.still_open()), (0, 0));
     r.hit(
         0,

@@ -279,7 +279,7 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
                 s.name.as_deref().unwrap_or("").to_string(),
                 s.tid,
                 s.start_ns,
-                s.dur_ns,
+                s.dur_ns(),
             )
         })
         .collect();

@@ -5,20 +5,13 @@
 //!
 //! Each file's unwind sections are read once (only those sections, not the whole file) and shared
 //! by every process that maps it; the vDSO's come from xtrace's own, the same kernel's image.
-use std::{
-    collections::HashMap,
-    fs::File,
-    io::{Read, Seek, SeekFrom},
-    ops::Range,
-    os::unix::fs::MetadataExt,
-    sync::Arc,
-};
+use std::{collections::HashMap, io::Read, ops::Range, os::unix::fs::MetadataExt, sync::Arc};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     Error as UnwindError, ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
 };
-use object::{read::ReadCache, Object, ObjectSection};
+use object::{Object, ObjectSection};
 use xtrace_common::event::{MAX_FRAMES, USER_BP, USER_IP, USER_SP};
 
 use crate::{elf::ExecSegments, procfs::Mapping};
@@ -87,8 +80,7 @@ fn section_bytes<'d>(section: &impl ObjectSection<'d>) -> Option<std::borrow::Co
 }
 
 impl FileUnwind {
-    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileUnwind> {
-        let file = object::File::parse(data).ok()?;
+    fn parse<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> FileUnwind {
         let range = |name: &str| {
             let section = file.section_by_name(name)?;
             Some(section.address()..section.address().checked_add(section.size())?)
@@ -98,13 +90,13 @@ impl FileUnwind {
             (!data.is_empty()).then(|| Arc::from(&*data))
         };
         let with_range = |name: &str| Some((range(name)?, bytes(name)?));
-        let segments = ExecSegments::of(&file);
+        let segments = ExecSegments::of(file);
         let eh_frame = with_range(".eh_frame");
         let signal_frames = eh_frame
             .as_ref()
             .map(|(range, bytes)| signal_frames(range.start, bytes))
             .unwrap_or_default();
-        Some(FileUnwind {
+        FileUnwind {
             text_svma: range(".text"),
             got_svma: range(".got"),
             eh_frame,
@@ -112,27 +104,20 @@ impl FileUnwind {
             debug_frame: bytes(".debug_frame"),
             segments,
             signal_frames,
-        })
+        }
     }
 
     /// Reads the unwind sections of the file at `path`, only those sections.
     fn read(path: &str) -> Option<FileUnwind> {
-        let file = File::open(path).ok()?;
-        FileUnwind::parse(&ReadCache::new(file))
+        let lazy = crate::elf::LazyElf::open(path).ok()?;
+        Some(FileUnwind::parse(&lazy.parse().ok()?))
     }
 
     /// The unwind sections of the vDSO, read from xtrace's own mapping of it (the kernel maps the
     /// same image into every process).
     fn vdso() -> Option<FileUnwind> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let mapping = crate::procfs::parse_maps(&maps)
-            .into_iter()
-            .find(|m| m.path == "[vdso]")?;
-        let mut mem = File::open("/proc/self/mem").ok()?;
-        mem.seek(SeekFrom::Start(mapping.start)).ok()?;
-        let mut image = vec![0; (mapping.end - mapping.start) as usize];
-        mem.read_exact(&mut image).ok()?;
-        FileUnwind::parse(&*image)
+        let image = crate::elf::own_vdso()?;
+        Some(FileUnwind::parse(&image.parse().ok()?))
     }
 
     /// The framehop module for `mapping` of this file: the mapping's start corresponds to its file
@@ -338,6 +323,11 @@ fn signal_context(frame: u64, read: &mut impl FnMut(u64) -> Result<u64, ()>) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        fs::File,
+        io::{Seek, SeekFrom},
+    };
+
     use super::*;
 
     #[test]
@@ -383,19 +373,12 @@ mod tests {
                 options(nomem, nostack, preserves_flags)
             );
         }
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let end = maps
-            .lines()
-            .filter_map(|line| {
-                let (start, end) = line.split_whitespace().next()?.split_once('-')?;
-                let (start, end) = (
-                    u64::from_str_radix(start, 16).ok()?,
-                    u64::from_str_radix(end, 16).ok()?,
-                );
-                (start <= sp && sp < end).then_some(end)
-            })
-            .next()
-            .expect("the stack pointer is in a mapping");
+        let end = crate::procfs::own_all_maps()
+            .unwrap()
+            .iter()
+            .find(|m| m.start <= sp && sp < m.end)
+            .expect("the stack pointer is in a mapping")
+            .end;
         let mut stack = vec![0; (end - sp).min(16384) as usize];
         let mut mem = File::open("/proc/self/mem").unwrap();
         mem.seek(SeekFrom::Start(sp)).unwrap();
@@ -417,7 +400,7 @@ mod tests {
     fn unwinds_this_thread_through_its_callers() {
         let (regs, stack) = outer();
         let pid = std::process::id();
-        let maps = crate::procfs::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let maps = crate::procfs::own_maps().unwrap();
         let mut unwinders = Unwinders::default();
         let unwound = unwinders.unwind(0, pid, &maps, regs, &stack);
         assert!(!unwound.truncated, "{unwound:?}");

@@ -95,20 +95,23 @@ impl Warnings {
     /// A span (`X` event) about to be written. Spans of a probe cost an index lookup and a
     /// comparison; only a span over its limit builds a line.
     pub fn span(&mut self, span: &super::writer::SpanOut) {
-        if self.rules.is_empty() || span.instant || span.counter.is_some() || span.edge.is_some() {
+        let super::writer::EventKind::Span { dur_ns, .. } = span.kind else {
+            return;
+        };
+        if self.rules.is_empty() {
             return;
         }
         let ids = (span.pid, span.tid);
         if let Some(name) = &span.name {
-            return self.check(name, span.dur_ns, ids, span.start_ns);
+            return self.check(name, dur_ns, ids, span.start_ns);
         }
         let Some((_, Some(index))) = self.probes.get(span.probe) else {
             return;
         };
         let index = *index;
-        if span.dur_ns > self.rules[index].limit_ns {
+        if dur_ns > self.rules[index].limit_ns {
             let name = self.probes[span.probe].0.clone();
-            self.over(index, &name, span.dur_ns, ids, span.start_ns);
+            self.over(index, &name, dur_ns, ids, span.start_ns);
         }
     }
 
@@ -243,14 +246,14 @@ mod tests {
             probe,
             pid: 1,
             tid: 2,
-            dur_ns,
+            kind: crate::pipeline::writer::EventKind::span(dur_ns, 0),
             ..Default::default()
         };
         w.span(&span(0, 6_000_000));
         w.span(&span(0, 5_000_000));
         w.span(&span(1, 60_000_000));
         w.span(&SpanOut {
-            instant: true,
+            kind: crate::pipeline::writer::EventKind::INSTANT,
             ..span(0, 9_000_000)
         });
         let lines = w.take();

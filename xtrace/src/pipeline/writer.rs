@@ -11,30 +11,102 @@ use std::{
 use super::{chrome::ChromeWriter, perfetto::PerfettoWriter};
 use crate::{clock::Snapshot, output::TraceFormat};
 
-/// One span (or instant event) for trace.json.
+/// One trace event for the writer: a span, an instant, a counter's value or one end of an async
+/// span, as its [`EventKind`] says; where and when it happened, and how it is named.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpanOut {
     pub probe: usize,
     pub pid: u32,
     pub tid: u32,
     pub start_ns: u64,
-    pub dur_ns: u64,
-    pub depth: u32,
+    pub kind: EventKind,
     /// Captured values as trace.json `args` members (`"arg0":1,"ret":0`), if the probe has any.
     pub values: Option<Box<str>>,
     /// A name that replaces the probe's (a USDT span named by an argument).
     pub name: Option<Box<str>>,
-    /// An instant event (`"ph":"i"`) at `start_ns`; `dur_ns` and `depth` are unused.
-    pub instant: bool,
-    /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
-    pub counter: Option<u64>,
     /// A category that replaces the probe's (a range's domain).
     pub cat: Option<Box<str>>,
+}
+
+/// What a trace event is; each kind carries only what its writers read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A completed call or slice (`"ph":"X"`) of `dur_ns` from `start_ns`, at nesting `depth`;
+    /// it may end a flow arrow (a GPU launch's at its start, a wake-up's at its end).
+    Span {
+        dur_ns: u64,
+        depth: u32,
+        flow: Option<Flow>,
+    },
+    /// An instant event (`"ph":"i"`) at `start_ns`; it may start a flow arrow.
+    Instant { flow: Option<Flow> },
+    /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
+    Counter(u64),
     /// One end of an async span (`"ph":"b"`/`"e"`) at `start_ns`, told apart by its id.
-    pub edge: Option<AsyncEdge>,
-    /// One end of a flow arrow (a GPU launch to the kernel it launched): an instant with
-    /// `end: false` starts it, a span with `end: true` ends it.
-    pub flow: Option<Flow>,
+    Async(AsyncEdge),
+}
+
+impl Default for EventKind {
+    fn default() -> Self {
+        EventKind::Span {
+            dur_ns: 0,
+            depth: 0,
+            flow: None,
+        }
+    }
+}
+
+impl EventKind {
+    /// A span of `dur_ns` at `depth`, ending no flow.
+    pub fn span(dur_ns: u64, depth: u32) -> Self {
+        EventKind::Span {
+            dur_ns,
+            depth,
+            flow: None,
+        }
+    }
+
+    /// Whether it is an instant (`"ph":"i"`).
+    pub fn is_instant(self) -> bool {
+        matches!(self, EventKind::Instant { .. })
+    }
+
+    /// An instant starting no flow.
+    pub const INSTANT: EventKind = EventKind::Instant { flow: None };
+}
+
+impl SpanOut {
+    /// Its duration: a span's own, 0 for any other kind.
+    pub fn dur_ns(&self) -> u64 {
+        match self.kind {
+            EventKind::Span { dur_ns, .. } => dur_ns,
+            _ => 0,
+        }
+    }
+
+    /// Its nesting depth: a span's own, 0 for any other kind.
+    pub fn depth(&self) -> u32 {
+        match self.kind {
+            EventKind::Span { depth, .. } => depth,
+            _ => 0,
+        }
+    }
+
+    /// Which end of which async span it is, if it is one.
+    pub fn edge(&self) -> Option<AsyncEdge> {
+        match self.kind {
+            EventKind::Async(edge) => Some(edge),
+            _ => None,
+        }
+    }
+
+    /// The flow arrow it starts or ends, if any.
+    pub fn flow(&self) -> Option<Flow> {
+        match self.kind {
+            EventKind::Span { flow, .. } | EventKind::Instant { flow } => flow,
+            EventKind::Counter(_) | EventKind::Async(_) => None,
+        }
+    }
 }
 
 /// One end of a flow arrow between two events, told apart by its id.
@@ -297,8 +369,7 @@ mod tests {
                 pid: 1,
                 tid: 2,
                 start_ns: i as u64 * 1000,
-                dur_ns: 5,
-                depth: 0,
+                kind: EventKind::span(5, 0),
                 values: None,
                 ..Default::default()
             };
@@ -340,8 +411,7 @@ mod tests {
             pid: 1,
             tid: 2,
             start_ns: 0,
-            dur_ns: 5,
-            depth: 0,
+            kind: EventKind::span(5, 0),
             values: None,
             ..Default::default()
         };

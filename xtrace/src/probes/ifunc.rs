@@ -234,8 +234,8 @@ impl InProcess {
 
 /// The IFUNC slots of `file`, None when it has none (or cannot be read).
 fn file_slots(file: &TargetFile) -> Option<FileSlots> {
-    let data = std::fs::read(&file.open).ok()?;
-    let elf = object::File::parse(&*data).ok()?;
+    let read = crate::elf::Elf::read(&file.open).ok()?;
+    let elf = read.parse().ok()?;
     let dynsym = elf.dynamic_symbol_table();
     let ifunc_at = |target: RelocationTarget| {
         let RelocationTarget::Symbol(index) = target else {
@@ -258,7 +258,7 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
             _ => None,
         })
         .collect();
-    slots.extend(irelative_slots(&*data));
+    slots.extend(irelative_slots(read.bytes()));
     if slots.is_empty() {
         return None;
     }
@@ -317,16 +317,10 @@ pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less
 /// `at_zero`, the page of the address the file gives that offset.
 fn load_bias(pid: u32, inode: u64, at_zero: u64) -> Option<u64> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines()
-        .filter_map(crate::target::MapsLine::parse)
-        .find_map(|m| {
-            if m.offset != "00000000" || m.inode.parse::<u64>().ok()? != inode {
-                return None;
-            }
-            let start = u64::from_str_radix(m.range.split_once('-')?.0, 16).ok()?;
-            Some(start.wrapping_sub(at_zero))
-        })
+    crate::procfs::all_maps(pid)?
+        .iter()
+        .find(|m| m.offset == 0 && m.file.is_some_and(|(_, ino)| ino == inode))
+        .map(|m| m.start.wrapping_sub(at_zero))
 }
 
 #[cfg(test)]
@@ -343,8 +337,8 @@ mod tests {
     #[test]
     fn resolves_strlen_to_the_code_this_process_calls() {
         let (path, copy) = own_libc();
-        let data = std::fs::read(&path).unwrap();
-        let file = object::File::parse(&*data).unwrap();
+        let elf = crate::elf::Elf::read(&path).unwrap();
+        let file = elf.parse().unwrap();
         let resolver = file
             .dynamic_symbols()
             .find(|s| s.name() == Ok("strlen"))

@@ -3,7 +3,7 @@
 //! `PyCode_Type` in the process.
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use crate::procfs::Mapping;
+use crate::{elf::Elf, procfs::Mapping};
 
 /// An interpreter found in a process's mappings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,10 +55,13 @@ pub fn find(pid: u32, maps: &[Mapping]) -> Found {
 fn read(pid: u32, mapping: &Mapping, shared: bool) -> Result<Interpreter, String> {
     // Through the process's root (a container's files), else as xtrace sees the path (a process
     // in the middle of its exec may not show its root yet).
-    let data = std::fs::read(format!("/proc/{pid}/root{}", mapping.path))
-        .or_else(|_| std::fs::read(&mapping.path))
+    let elf = Elf::read(format!("/proc/{pid}/root{}", mapping.path))
+        .or_else(|_| Elf::read(&mapping.path))
         .map_err(|e| format!("{}: {e}", mapping.path))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file ({e})", mapping.path))?;
+    let data = elf.bytes();
+    let file = elf
+        .parse()
+        .map_err(|e| format!("{}: not an ELF file ({e})", mapping.path))?;
     let (runtime, table) = match symbol(&file, "_PyRuntime") {
         Some(found) => found,
         None if shared => return Err(format!("{}: no _PyRuntime symbol", mapping.path)),
@@ -67,7 +70,7 @@ fn read(pid: u32, mapping: &Mapping, shared: bool) -> Result<Interpreter, String
     let code_type = symbol(&file, "PyCode_Type")
         .ok_or_else(|| format!("{}: no PyCode_Type symbol", mapping.path))?
         .0;
-    let (minor, version, version_from) = version(&file, &data, &mapping.path)?;
+    let (minor, version, version_from) = version(&file, data, &mapping.path)?;
     // Where the file's addresses are in the process: the segment `mapping` maps.
     let bias = file
         .segments()

@@ -260,7 +260,7 @@ impl Recorder {
 
 /// Whether an event is a call's span, for the probe's statistics.
 fn is_call(span: &SpanOut) -> bool {
-    !span.instant && span.counter.is_none() && span.edge.is_none()
+    matches!(span.kind, crate::pipeline::writer::EventKind::Span { .. })
 }
 
 /// Writes `taken` as the directory `name` in the capture directory; `held` is lowered by each
@@ -315,7 +315,7 @@ fn write_taken(
     for (_, slot) in slots {
         for span in slot.spans() {
             if let Some(stats) = stats.get_mut(span.probe).filter(|_| is_call(span)) {
-                stats.add(span.dur_ns);
+                stats.add(span.dur_ns());
             }
             trace.span(span).map_err(err)?;
             events += 1;

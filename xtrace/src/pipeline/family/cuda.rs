@@ -10,7 +10,11 @@ use super::{Family, Shared};
 use crate::{
     cuda::calls::Calls,
     model::cuda_api::Space,
-    pipeline::{decode::Event, gpu::GpuDevice, writer::SpanOut},
+    pipeline::{
+        decode::Event,
+        gpu::GpuDevice,
+        writer::{EventKind, SpanOut},
+    },
 };
 
 /// The trace.json counter track of a process's live CUDA device memory.
@@ -94,8 +98,7 @@ impl CudaFamily {
                 pid,
                 tid,
                 start_ns: span.start_ns,
-                dur_ns: duration,
-                depth: span.depth.into(),
+                kind: EventKind::span(duration, span.depth.into()),
                 values: Some(values.into_boxed_str()),
                 ..Default::default()
             })?;
@@ -120,7 +123,7 @@ impl CudaFamily {
                         }
                         .into(),
                     ),
-                    counter: Some(bytes),
+                    kind: EventKind::Counter(bytes),
                     ..Default::default()
                 })
             }

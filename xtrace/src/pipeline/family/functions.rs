@@ -9,7 +9,11 @@ use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 use super::{Family, Shared};
 use crate::{
     image::Images,
-    pipeline::{decode::Event, values::Values, writer::SpanOut},
+    pipeline::{
+        decode::Event,
+        values::Values,
+        writer::{EventKind, SpanOut},
+    },
 };
 
 /// The functions family's state: the captured values.
@@ -82,8 +86,7 @@ impl FunctionsFamily {
             pid: span.header.pid,
             tid: span.header.tid,
             start_ns: span.start_ns,
-            dur_ns: duration,
-            depth: span.depth.into(),
+            kind: EventKind::span(duration, span.depth.into()),
             values,
             ..Default::default()
         })

@@ -12,7 +12,7 @@ use crate::pipeline::{
     decode::Event,
     ranges::{self, Ranges},
     usdt::{self, Hit, Usdt},
-    writer::SpanOut,
+    writer::{EventKind, SpanOut},
 };
 
 /// The USDT family's state.
@@ -127,7 +127,7 @@ impl UsdtFamily {
                 tid,
                 start_ns: ts_ns,
                 values: Some(args.into_boxed_str()),
-                instant: true,
+                kind: EventKind::INSTANT,
                 ..Default::default()
             }),
             Hit::Closed {
@@ -152,8 +152,7 @@ impl UsdtFamily {
                     pid,
                     tid,
                     start_ns,
-                    dur_ns: duration,
-                    depth,
+                    kind: EventKind::span(duration, depth),
                     values: Some(args.into_boxed_str()),
                     name: name.map(String::into_boxed_str),
                     ..Default::default()

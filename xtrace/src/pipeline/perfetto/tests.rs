@@ -26,7 +26,7 @@ fn span(probe: usize, tid: u32, start_ns: u64, dur_ns: u64) -> SpanOut {
         pid: 10,
         tid,
         start_ns,
-        dur_ns,
+        kind: crate::pipeline::writer::EventKind::span(dur_ns, 0),
         ..Default::default()
     }
 }
@@ -170,7 +170,7 @@ fn tracks_per_process_thread_and_source_with_unique_uuids() {
     w.span(&span(0, 11, 100, 50)).unwrap();
     w.span(&span(0, 12, 100, 50)).unwrap();
     w.span(&SpanOut {
-        instant: true,
+        kind: crate::pipeline::writer::EventKind::INSTANT,
         ..span(1, 11, 120, 0)
     })
     .unwrap();
@@ -224,14 +224,14 @@ fn counters_have_units_and_async_ranges_their_own_tracks() {
         PerfettoWriter::new(Vec::new(), &[("cudaMalloc", "cuda"), ("fetch", "range")], &START).unwrap();
     w.span(&SpanOut {
         name: Some("CUDA device memory (bytes)".into()),
-        counter: Some(0),
+        kind: crate::pipeline::writer::EventKind::Counter(0),
         ..span(0, 10, 5, 0)
     })
     .unwrap();
     w.counter(10, "power (W)", 6, &[("power".into(), 41.5)]).unwrap();
     for (begin, id, ts) in [(true, 1, 10), (true, 2, 20), (false, 1, 30), (false, 2, 40)] {
         w.span(&SpanOut {
-            edge: Some(AsyncEdge { begin, id }),
+            kind: crate::pipeline::writer::EventKind::Async(AsyncEdge { begin, id }),
             ..span(1, 11, ts, 0)
         })
         .unwrap();

@@ -33,7 +33,7 @@ use super::{
 use crate::{
     clock::Snapshot,
     model::wait::{TIMELINE_CATEGORY, TIMELINE_TRACK},
-    pipeline::writer::{FlowKind, SpanOut},
+    pipeline::writer::{EventKind, FlowKind, SpanOut},
 };
 
 /// The main sequence: descriptors, counters, async ranges, samples. 1 is the tracing service's
@@ -267,7 +267,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// One event of the pipeline: a span (a slice), an instant, one end of an async range, or a
     /// CUDA memory counter's value.
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
-        if let Some(value) = span.counter {
+        if let EventKind::Counter(value) = span.kind {
             let name = span.name.as_deref().unwrap_or("counter");
             let track = self.counter_track(span.pid, name);
             let event = TrackEvent {
@@ -277,7 +277,7 @@ impl<W: Write> PerfettoWriter<W> {
             self.packet(MAIN, Some(span.start_ns), Data::TrackEvent(event));
             return self.spill();
         }
-        if let Some(edge) = span.edge {
+        if let EventKind::Async(edge) = span.kind {
             let (name, cat) = name_and_category(&mut self.seqs[MAIN], &self.probes, span);
             let seq = &mut self.seqs[MAIN];
             let args = span_args(seq, span);
@@ -304,7 +304,7 @@ impl<W: Write> PerfettoWriter<W> {
             category_iids: vec![cat],
             ..Default::default()
         };
-        let (flow_ids, mut terminating_flow_ids) = match span.flow {
+        let (flow_ids, mut terminating_flow_ids) = match span.flow() {
             Some(flow) if flow.end => (Vec::new(), vec![flow.id]),
             Some(flow) => (vec![flow.id], Vec::new()),
             None => (Vec::new(), Vec::new()),
@@ -312,12 +312,12 @@ impl<W: Write> PerfettoWriter<W> {
         // Perfetto reads events in time order (those of one time in file order) and ends only a
         // flow it has seen begin: a wake-up comes as the wait ends, after the wait began, so its
         // flow ends on the wait's end event, which is written after the wake-up's instant.
-        let ends_at_end = matches!(span.flow, Some(f) if f.kind == FlowKind::Wake);
+        let ends_at_end = matches!(span.flow(), Some(f) if f.kind == FlowKind::Wake);
         let end_flow_ids = match ends_at_end {
             true => std::mem::take(&mut terminating_flow_ids),
             false => Vec::new(),
         };
-        if span.instant {
+        if let EventKind::Instant { .. } = span.kind {
             let event = TrackEvent {
                 debug_annotations: args,
                 flow_ids,
@@ -334,7 +334,7 @@ impl<W: Write> PerfettoWriter<W> {
                 ..named(TYPE_SLICE_BEGIN)
             };
             self.packet(seq, Some(span.start_ns), Data::TrackEvent(begin));
-            let end_ns = span.start_ns.saturating_add(span.dur_ns);
+            let end_ns = span.start_ns.saturating_add(span.dur_ns());
             let end = TrackEvent {
                 r#type: Some(TYPE_SLICE_END),
                 terminating_flow_ids: end_flow_ids,

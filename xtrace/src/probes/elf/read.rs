@@ -22,11 +22,12 @@ impl ElfSymbols {
     /// /proc/PID/exe).
     pub fn read(path: &Path, shown: &Path, dirs: &crate::elf::debug_file::DebugDirs) -> Result<Self> {
         let meta = target_metadata(path, shown)?;
-        let data = std::fs::read(path).map_err(|e| Error::Unreadable {
+        let elf = crate::elf::Elf::read(path).map_err(|e| Error::Unreadable {
             path: shown.to_path_buf(),
             reason: format!("{e}; give an executable or shared library that can be read"),
         })?;
-        let file = parse_x86_64(&data, shown)?;
+        let data = elf.bytes();
+        let file = parse_x86_64(&elf, shown)?;
         let segments = file_segments(&file, data.len());
         // A stripped file's `.symtab` from its separate debug file, where one matches: its
         // addresses are the file's, its sections hold no code (the file's own give offsets and
@@ -37,9 +38,7 @@ impl ElfSymbols {
             crate::elf::debug_file::Search::default()
         };
         let debug_data = map_debug_file(&debug);
-        let debug_elf = debug_data
-            .as_deref()
-            .and_then(|data| object::File::parse(data).ok());
+        let debug_elf = debug_data.as_ref().and_then(|data| data.parse().ok());
         if debug_elf.is_none() {
             if let Some(found) = debug.found.take() {
                 debug.refused = Some(format!("{} (cannot be read)", found.shown.display()));
@@ -47,7 +46,7 @@ impl ElfSymbols {
         }
         let symtab = debug_elf.as_ref().unwrap_or(&file).symbols();
         let dynamic = file.dynamic_symbols().map(|s| (true, s));
-        let mut walk = SymbolWalk::new(&data, &segments, &meta);
+        let mut walk = SymbolWalk::new(data, &segments, &meta);
         for (in_dynsym, symbol) in symtab.map(|s| (false, s)).chain(dynamic) {
             walk.add(in_dynsym, &symbol);
         }
@@ -58,7 +57,7 @@ impl ElfSymbols {
             throws,
             ..
         } = walk;
-        let sizes = size_implementations(&mut functions, &data, &segments);
+        let sizes = size_implementations(&mut functions, data, &segments);
         mark_entered_specially(&mut functions, file.entry());
         functions.sort_by(|a, b| (&a.name, a.file_offset).cmp(&(&b.name, b.file_offset)));
         functions.dedup_by(|a, b| a.name == b.name && a.file_offset == b.file_offset);
@@ -94,16 +93,16 @@ impl ElfSymbols {
     }
 }
 
-/// `data`, the bytes of the file named `shown`, parsed as an x86-64 ELF file.
-fn parse_x86_64<'d>(data: &'d [u8], shown: &Path) -> Result<object::File<'d>> {
+/// `elf`, the file named `shown`, parsed as an x86-64 ELF file.
+fn parse_x86_64<'d>(elf: &'d crate::elf::Elf, shown: &Path) -> Result<object::File<'d>> {
     let not_elf = |reason: String| Error::NotElf {
         path: shown.to_path_buf(),
         reason,
     };
-    if !data.starts_with(b"\x7fELF") {
+    if !elf.bytes().starts_with(b"\x7fELF") {
         return Err(not_elf("no ELF magic number".into()));
     }
-    let file = object::File::parse(data).map_err(|e| not_elf(e.to_string()))?;
+    let file = elf.parse().map_err(|e| not_elf(e.to_string()))?;
     if file.architecture() != object::Architecture::X86_64 {
         return Err(Error::NotX86_64 {
             path: shown.to_path_buf(),
@@ -128,13 +127,8 @@ fn file_segments(file: &object::File, len: usize) -> Vec<(u64, u64, u64)> {
 
 /// The debug file `debug` found, mapped, not read: a debug file may be of gigabytes, of which the
 /// symbol table is read.
-fn map_debug_file(debug: &crate::elf::debug_file::Search) -> Option<memmap2::Mmap> {
-    let found = debug.found.as_ref()?;
-    let file = std::fs::File::open(&found.path).ok()?;
-    // SAFETY: the map is only read, and only while `ElfSymbols::read` runs. A debug file
-    // truncated meanwhile would fault (SIGBUS) as under gdb or perf; a package update replaces
-    // it by rename, which leaves the mapped one whole.
-    unsafe { memmap2::Mmap::map(&file) }.ok()
+fn map_debug_file(debug: &crate::elf::debug_file::Search) -> Option<crate::elf::Elf> {
+    crate::elf::Elf::map(&debug.found.as_ref()?.path).ok()
 }
 
 /// What the symbol tables of a file give, as [`ElfSymbols::read`] walks them (`.symtab`, then

@@ -88,7 +88,8 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_as_an_elf_file_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let _ = read_notes(bytes.as_slice());
+        let elf = crate::elf::Elf::from_bytes(bytes);
+        let _ = elf.parse().map(|file| read_notes(&file));
     }
 
     #[test]
@@ -99,7 +100,8 @@ proptest! {
         let target = (notes + offset).min(elf.len() - 1);
         elf[target] = value;
         let keep = elf.len().saturating_sub(cut);
-        let _ = read_notes(&elf[..keep]);
+        let elf = crate::elf::Elf::from_bytes(elf[..keep].to_vec());
+        let _ = elf.parse().map(|file| read_notes(&file));
     }
 }
 

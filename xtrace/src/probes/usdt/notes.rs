@@ -40,11 +40,12 @@ pub enum Unreadable {
     Architecture(String),
 }
 
-/// Reads every stapsdt note of an ELF file's bytes. Malformed notes are skipped, each with a
-/// warning in the second list; the file itself must parse as ELF, and be x86-64 code (another
-/// machine's notes name its registers, and its code is no place for x86's probes).
-pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>, Vec<String>), Unreadable> {
-    let file = object::File::parse(data).map_err(|e| Unreadable::Elf(e.to_string()))?;
+/// Reads every stapsdt note of a parsed ELF file. Malformed notes are skipped, each with a
+/// warning in the second list; the file must be x86-64 code (another machine's notes name its
+/// registers, and its code is no place for x86's probes).
+pub fn read_notes<'a, R: object::ReadRef<'a>>(
+    file: &object::File<'a, R>,
+) -> Result<(Vec<UsdtNote>, Vec<String>), Unreadable> {
     if !matches!(
         file.architecture(),
         object::Architecture::X86_64 | object::Architecture::I386 | object::Architecture::X86_64_X32
@@ -124,7 +125,7 @@ pub fn read_notes<'a, R: object::ReadRef<'a>>(data: R) -> Result<(Vec<UsdtNote>,
                 if let Ok(args) = &mut args {
                     for arg in args.iter_mut() {
                         let Some(name) = arg.symbol() else { continue };
-                        let table = symbols.get_or_insert_with(|| symbol_table(&file));
+                        let table = symbols.get_or_insert_with(|| symbol_table(file));
                         if let Some(&value) = table.get(name) {
                             arg.resolve_symbol(value, address);
                         }

@@ -91,9 +91,10 @@ impl NoteCache {
         let notes = match self.files.entry(key) {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => {
-                let read = std::fs::File::open(&file.open)
-                    .map_err(|e| Unreadable::Elf(e.to_string()))
-                    .and_then(|f| read_notes(&object::ReadCache::new(f)));
+                let unreadable = |e: &dyn std::fmt::Display| Unreadable::Elf(e.to_string());
+                let read = crate::elf::LazyElf::open(&file.open)
+                    .map_err(|e| unreadable(&e))
+                    .and_then(|lazy| read_notes(&lazy.parse().map_err(|e| unreadable(&e))?));
                 let notes = match read {
                     Ok((notes, warnings)) => {
                         for warning in warnings {
