@@ -49,7 +49,8 @@ impl Mapping {
 /// One line of `/proc/PID/maps`: `START-END PERMS OFFSET MAJ:MIN INODE [PATH]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct MapsLine<'a> {
-    /// `START-END`, as `/proc/PID/map_files/` names the mapping.
+    /// `START-END` in hex, each padded to 8 digits (`00400000-00452000`); see
+    /// [`MapsLine::map_files_name`] for the name `/proc/PID/map_files/` gives the mapping.
     pub range: &'a str,
     pub perms: &'a str,
     pub offset: &'a str,
@@ -91,6 +92,19 @@ impl<'a> MapsLine<'a> {
             path,
             deleted,
         })
+    }
+
+    /// The mapping's entry in `/proc/PID/map_files/`: its range without the padding, as the kernel
+    /// names it (`%lx-%lx`: `400000-452000` for a non-PIE program's `00400000-00452000`).
+    pub fn map_files_name(&self) -> String {
+        let unpadded = |hex: &str| match hex.trim_start_matches('0') {
+            "" => "0".to_owned(),
+            digits => digits.to_owned(),
+        };
+        match self.range.split_once('-') {
+            Some((start, end)) => format!("{}-{}", unpadded(start), unpadded(end)),
+            None => self.range.to_owned(),
+        }
     }
 
     /// The mapped file's identity: its device (as `stat`'s `st_dev`) and inode; None when the
@@ -417,6 +431,10 @@ mod tests {
         let gone = "55d0c0e00000-55d0c0e01000 r-xp 00001000 103:02 99 /tmp/my app/libmy.so (deleted)";
         let gone = MapsLine::file(gone).unwrap();
         assert_eq!((gone.path, gone.deleted), ("/tmp/my app/libmy.so", true));
+        assert_eq!(gone.map_files_name(), "55d0c0e00000-55d0c0e01000");
+        // A non-PIE program below 0x10000000: maps pads to 8 digits, map_files does not.
+        let low = MapsLine::file("00400000-00452000 r-xp 00000000 fd:01 12 /opt/app (deleted)").unwrap();
+        assert_eq!(low.map_files_name(), "400000-452000");
         // Device 103:02 and inode 99, as `stat` gives them.
         assert_eq!(gone.identity(), Some((libc::makedev(0x103, 2), 99)));
         let stack = "7ffd5e1f0000-7ffd5e211000 rw-p 00000000 00:00 0                          [stack]";

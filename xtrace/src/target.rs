@@ -117,7 +117,11 @@ impl Process {
             return file;
         }
         TargetFile {
-            open: PathBuf::from(format!("/proc/{}/map_files/{}", self.pid, mapping.range)),
+            open: PathBuf::from(format!(
+                "/proc/{}/map_files/{}",
+                self.pid,
+                mapping.map_files_name()
+            )),
             shown: file.shown,
         }
     }
