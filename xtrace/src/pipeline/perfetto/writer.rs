@@ -46,6 +46,11 @@ const MAIN: usize = 0;
 /// Buffered bytes handed to the output at once: as many as the output file's buffer holds.
 const SPILL: usize = crate::output::FILE_BUFFER;
 
+/// What picks a span's source track when it has no category of its own: pid, tid and probe id.
+type SpanSource = (u32, u32, usize);
+/// A source track's uuid and the index of its sequence in `PerfettoWriter::seqs`.
+type SourceTrack = (u64, usize);
+
 pub struct PerfettoWriter<W: Write> {
     out: W,
     /// Packets not yet handed to `out`.
@@ -56,6 +61,9 @@ pub struct PerfettoWriter<W: Write> {
     seqs: Vec<Sequence>,
     /// Category names by an id of the writer's own (never sent), to key source tracks by.
     category_ids: Interner,
+    /// The source track of the last span in its probe's own category: (pid, tid, probe) and its
+    /// track and sequence. Spans come in runs of one thread and probe, so most skip the look-up.
+    last_source: Option<(SpanSource, SourceTrack)>,
     /// Samples' call stacks, frames, mappings and function names (on the main sequence).
     stacks: Stacks,
     tracks: Tracks,
@@ -126,6 +134,7 @@ impl<W: Write> PerfettoWriter<W> {
             probes: probes.iter().map(|(n, c)| ((*n).into(), (*c).into())).collect(),
             seqs: vec![Sequence::new(SEQUENCE, probes.len(), None)],
             category_ids: Interner::default(),
+            last_source: None,
             stacks: Stacks::default(),
             tracks: Tracks::default(),
             complete: 0,
@@ -215,6 +224,24 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// The track of one source (category `cat`) under a thread, and the index of its sequence,
     /// whose events are on that track unless they name another.
+    /// The sequence of `span`'s source track: of its own category, else its probe's.
+    fn source_of(&mut self, span: &SpanOut) -> usize {
+        let key = (span.pid, span.tid, span.probe);
+        match (&span.cat, self.last_source) {
+            (None, Some((last, (_, seq)))) if last == key => seq,
+            (Some(own), _) => self.source(span.pid, span.tid, own).1,
+            (None, _) => {
+                let category = self
+                    .probes
+                    .get(span.probe)
+                    .map_or("?".into(), |(_, cat)| cat.clone());
+                let found = self.source(span.pid, span.tid, &category);
+                self.last_source = Some((key, found));
+                found.1
+            }
+        }
+    }
+
     fn source(&mut self, pid: u32, tid: u32, cat: &str) -> (u64, usize) {
         let id = self.category_ids.iid(cat, &mut Vec::new());
         if let Some(&found) = self.tracks.sources.get(&(pid, tid, id)) {
@@ -289,12 +316,7 @@ impl<W: Write> PerfettoWriter<W> {
             self.async_edge(span, edge, begin, args);
             return self.spill();
         }
-        let category = match (&span.cat, self.probes.get(span.probe)) {
-            (Some(own), _) => own.clone(),
-            (None, Some((_, cat))) => cat.clone(),
-            (None, None) => "?".into(),
-        };
-        let (_, seq) = self.source(span.pid, span.tid, &category);
+        let seq = self.source_of(span);
         let (name, cat) = name_and_category(&mut self.seqs[seq], &self.probes, span);
         let args = span_args(&mut self.seqs[seq], span);
         // On the sequence's own track: no track_uuid.
@@ -325,7 +347,11 @@ impl<W: Write> PerfettoWriter<W> {
             };
             self.packet(seq, Some(span.start_ns), Data::TrackEvent(event));
         } else {
-            if &*category != TIMELINE_CATEGORY {
+            let category = span
+                .cat
+                .as_deref()
+                .or_else(|| self.probes.get(span.probe).map(|(_, cat)| &**cat));
+            if category != Some(TIMELINE_CATEGORY) {
                 self.complete += 1;
             }
             let begin = TrackEvent {
