@@ -58,7 +58,10 @@ fn once(env: &Env, bpftrace: &Path, bin: &Path, n: usize, limit: Duration) -> Re
     fs::write(&file, script(bin, n)).with_context(|| format!("could not write {}", file.display()))?;
     let mut work = Workload::spawn(bin, &[])?;
     let mut cmd = Command::new(bpftrace);
-    cmd.env("__BPFTRACE_NOTIFY_PROBES_ATTACHED", "1").arg(&file);
+    // bpftrace refuses more than 512 probes unless told it may attach more.
+    cmd.env("__BPFTRACE_NOTIFY_PROBES_ATTACHED", "1")
+        .env("BPFTRACE_MAX_PROBES", (2 * n).max(512).to_string())
+        .arg(&file);
     let started = Instant::now();
     let mut tracer = Tracer::spawn("bpftrace", cmd, Stdout::Lines)?;
     tracer.wait_for("__BPFTRACE_NOTIFY_PROBES_ATTACHED", limit)?;
