@@ -57,11 +57,14 @@ fn once(env: &Env, bpftrace: &Path, bin: &Path, n: usize, limit: Duration) -> Re
     let file = env.tmp.join("attach.bt");
     fs::write(&file, script(bin, n)).with_context(|| format!("could not write {}", file.display()))?;
     let mut work = Workload::spawn(bin, &[])?;
-    let mut cmd = Command::new(bpftrace);
+    // bpftrace holds descriptors for each probe: more than the usual limit of 1,024 for 1,000
+    // functions, so the shell raises it first, as far as it may.
+    let mut cmd = Command::new("sh");
+    let raise = "ulimit -n 65536 2>/dev/null || ulimit -n \"$(ulimit -Hn)\"; exec \"$0\" \"$@\"";
+    cmd.args(["-c", raise]).arg(bpftrace).arg(&file);
     // bpftrace refuses more than 512 probes unless told it may attach more.
     cmd.env("__BPFTRACE_NOTIFY_PROBES_ATTACHED", "1")
-        .env("BPFTRACE_MAX_PROBES", (2 * n).max(512).to_string())
-        .arg(&file);
+        .env("BPFTRACE_MAX_PROBES", (2 * n).max(512).to_string());
     let started = Instant::now();
     let mut tracer = Tracer::spawn("bpftrace", cmd, Stdout::Lines)?;
     tracer.wait_for("__BPFTRACE_NOTIFY_PROBES_ATTACHED", limit)?;
