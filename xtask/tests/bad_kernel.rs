@@ -6,8 +6,14 @@ use std::{path::Path, process::Command};
 
 /// Runs `xtask test --kernel PATH` and returns its exit code and stderr.
 fn test_with_kernel(path: &Path) -> (Option<i32>, String) {
+    xtask_with_kernel(&["test"], path)
+}
+
+/// Runs `xtask ARGS --kernel PATH` and returns its exit code and stderr (its stdout is empty).
+fn xtask_with_kernel(args: &[&str], path: &Path) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["test", "--kernel"])
+        .args(args)
+        .arg("--kernel")
         .arg(path)
         .output()
         .expect("running xtask");
@@ -134,28 +140,20 @@ fn a_missing_qemu_names_the_package_to_install() {
 fn bench_in_a_kernel_checks_the_kernel_and_its_parts_first() {
     let dir = Scratch::new("bench-no-such-vmlinuz");
     let path = dir.0.join("vmlinuz");
-    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["bench", "--kernel"])
-        .arg(&path)
-        .output()
-        .expect("running xtask");
-    assert_eq!(out.status.code(), Some(2));
+    let (code, stderr) = xtask_with_kernel(&["bench"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
+        stderr,
         format!(
             "xtask: error: --kernel {}: No such file or directory (os error 2); give a kernel \
              image such as /boot/vmlinuz-6.1.0-N-amd64\n",
             path.display()
         )
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["bench", "--only", "per-hit", "--kernel"])
-        .arg(&path)
-        .output()
-        .expect("running xtask");
-    assert_eq!(out.status.code(), Some(2));
+    let (code, stderr) = xtask_with_kernel(&["bench", "--only", "per-hit"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
+        stderr,
         "xtask: error: --kernel measures the attach rows only: leave out --only, or give --only \
          attach\n"
     );
