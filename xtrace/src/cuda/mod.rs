@@ -1,5 +1,5 @@
 //! CUDA API tracing (`--cuda`) of the runtime and driver functions `model::cuda_api` lists:
-//! `plan` finds the libraries and plans probes, `late` attaches to
+//! `planner` is the family's planning: `plan` finds the libraries and plans probes, `late` attaches to
 //! libraries loaded after the start, `calls` turns each call's records
 //! into a rendered span and totals, `kernels` names launched kernels (`stub_handles`: from the
 //! handles nvcc 13's host stubs keep), `nvml` samples GPU metrics, `device_plan` plans the GPU device timeline's probe.
@@ -9,4 +9,5 @@ pub mod kernels;
 pub mod late;
 pub mod nvml;
 pub mod plan;
+pub mod planner;
 pub mod stub_handles;

@@ -18,6 +18,7 @@ pub mod names;
 pub mod needed;
 pub mod nvtx;
 pub mod offcpu;
+pub mod planner;
 pub mod ranges;
 pub mod sampler;
 pub mod spec;

@@ -35,6 +35,36 @@ impl Wanted {
     };
 }
 
+/// Whether annotation ranges are recorded: the ranges family's planning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeMode {
+    Off,
+    /// `--ranges`, `--nvtx`, `--itt`: a process without the tool library is an error.
+    On(Wanted),
+    /// No probe flags with `--pid`: recorded when the process has loaded the tool library.
+    Auto,
+}
+
+impl super::planner::Planner for RangeMode {
+    fn plan(&self, plan: &mut Plan, at: &mut super::planner::Planning<'_>) -> Result<()> {
+        let scopes = (at.scopes, &mut *at.elves);
+        match *self {
+            RangeMode::Off => {}
+            RangeMode::On(wanted) => {
+                self::plan(plan, scopes, wanted, true)?;
+                plan.ranges = Some(wanted);
+            }
+            // Auto means --pid: scopes are processes, planned only where one maps the library.
+            RangeMode::Auto => {
+                if self::plan(plan, scopes, Wanted::ALL, false)? {
+                    plan.ranges = Some(Wanted::ALL);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The tool library's file name; a mapped file whose name starts with `libxtrace_tool` is one.
 pub const TOOL_LIBRARY: &str = "libxtrace_tool.so";
 

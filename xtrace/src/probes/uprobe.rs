@@ -154,16 +154,53 @@ impl Plan {
 /// [`Attachment::exits`]).
 type Planned = (u32, u64, Option<Vec<ExitSite>>);
 
-/// Resolves every spec in every scope; fails on the first spec that cannot be resolved, or when
-/// more than `max_probes` functions match, before anything is attached. `entries` says where
-/// entries are probed, `exits` how returns are.
-pub fn plan(
+/// The functions family's planning (`-u`): its specs, and where entries and returns are probed.
+#[derive(Clone, Debug)]
+pub struct Functions {
+    /// A function matched by several specs takes the first one's value types: exact names go
+    /// before globs, so `-u 'f*' -u 'f(i32)'` captures f's argument.
+    pub specs: Vec<UprobeSpec>,
+    pub entries: EntryMode,
+    pub exits: ExitMode,
+}
+
+impl Functions {
+    /// The family's planning for `specs` as given: sorted, exact names first.
+    pub fn new(specs: &[UprobeSpec], entries: EntryMode, exits: ExitMode) -> Self {
+        let mut specs = specs.to_vec();
+        specs.sort_by_key(|s| super::glob::is_glob(&s.symbol));
+        Functions {
+            specs,
+            entries,
+            exits,
+        }
+    }
+}
+
+impl super::planner::Planner for Functions {
+    fn plan(&self, plan: &mut Plan, at: &mut super::planner::Planning<'_>) -> Result<()> {
+        plan_functions(
+            plan,
+            &self.specs,
+            (at.scopes, at.elves),
+            at.max_probes,
+            (self.entries, self.exits),
+        )
+    }
+}
+
+/// Adds every spec's functions in every scope to `plan`; fails on the first spec that cannot be
+/// resolved, or when more than `max_probes` functions match, before anything is attached.
+/// `entries` says where entries are probed, `exits` how returns are.
+fn plan_functions(
+    plan: &mut Plan,
     specs: &[UprobeSpec],
     (scopes, elves): (&[Scope], &mut SymbolCache),
     max_probes: usize,
     (entries, exits): (EntryMode, ExitMode),
-) -> Result<Plan> {
-    let mut plan = Plan::default();
+) -> Result<()> {
+    // The probes planned before (of no function), left as they are.
+    let before = plan.probes.len();
     let mut in_process = InProcess::default();
     let mut entry_sites = EntrySites::default();
     // Each probe's function, by probe id: its symbol's file offset and compile unit.
@@ -201,7 +238,7 @@ pub fn plan(
                     Some(known) => {
                         if let Ok((id, ..)) = known {
                             let first = typed_by.get(id).map_or("", String::as_str);
-                            typed_again(&mut plan, *id, spec, first, function);
+                            typed_again(plan, *id, spec, first, function);
                         }
                         known.clone()
                     }
@@ -220,7 +257,7 @@ pub fn plan(
                                     unit: function.unit.clone(),
                                 });
                                 new_probe(
-                                    &mut plan,
+                                    plan,
                                     &mut at_exits,
                                     exits,
                                     spec,
@@ -261,7 +298,7 @@ pub fn plan(
                 )?;
                 plan.attachments.push(attachment);
             }
-            if plan.probes.len() > max_probes {
+            if plan.probes.len() - before > max_probes {
                 return Err(Error::TooManyProbes {
                     spec: spec.text.clone(),
                     max: max_probes,
@@ -271,8 +308,8 @@ pub fn plan(
     }
     left_out::exit_notices(at_exits, exits, &mut plan.notices);
     left_out.notices(&mut plan.notices);
-    super::names::tell_apart(&mut plan.probes, &places);
-    Ok(plan)
+    super::names::tell_apart(&mut plan.probes[before..], &places);
+    Ok(())
 }
 
 /// What a planned probe is known by: its file's device and inode, its entry offset, and whether

@@ -2,72 +2,49 @@
 //! and the plan made of them for the resolved targets.
 use super::config::Config;
 use crate::{
-    cuda,
+    cuda::{self, planner::CudaMode},
     elf::debug_file::DebugDirs,
     error::Result,
     probes::{
         elf::SymbolCache,
-        entry::EntryMode,
-        exits::ExitMode,
-        glob,
-        ranges::{self, Wanted},
+        planner::{Planner, Planning},
+        ranges::{self, RangeMode},
         spec::UprobeSpec,
-        uprobe::{self, Plan, Scope},
-        usdt::{self, spec::UsdtSpec},
+        uprobe::{Functions, Plan, Scope},
+        usdt::{plan::UsdtPlanner, spec::UsdtSpec},
         ProbeKind,
     },
 };
 
-/// Whether CUDA calls are traced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum CudaMode {
-    Off,
-    /// `--cuda`: a target without a CUDA library is an error.
-    On,
-    /// No probe flags with `--pid`: traced when the process maps a CUDA library.
-    Auto,
-}
-
-/// Whether annotation ranges are recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum RangeMode {
-    Off,
-    /// `--ranges`, `--nvtx`, `--itt`: a process without the tool library is an error.
-    On(Wanted),
-    /// No probe flags with `--pid`: recorded when the process has loaded the tool library.
-    Auto,
-}
-
-/// The probes asked for: `-u`, `-U`, `--cuda` and the range flags.
+/// The probes asked for, as each probe family's planning: `-u`, `-U`, `--cuda` and the range
+/// flags.
 pub(super) struct Specs {
-    pub(super) uprobes: Vec<UprobeSpec>,
-    pub(super) exits: ExitMode,
-    pub(super) entries: EntryMode,
-    pub(super) usdt: Vec<UsdtSpec>,
-    pub(super) cuda: CudaMode,
-    pub(super) ranges: RangeMode,
+    functions: Functions,
+    usdt: UsdtPlanner,
+    cuda: CudaMode,
+    ranges: RangeMode,
     /// `--debug-dir`, then the default directories.
-    pub(super) debug_dirs: DebugDirs,
+    debug_dirs: DebugDirs,
 }
 
 impl Specs {
     pub(super) fn parse(config: &Config) -> Result<Self> {
         let no_probes = config.uprobes.is_empty() && config.usdt.is_empty();
         let by_pid = !config.pids().is_empty();
+        let uprobes: Vec<UprobeSpec> = config
+            .uprobes
+            .iter()
+            .map(|s| UprobeSpec::parse(s))
+            .collect::<Result<_>>()?;
+        let usdt: Vec<UsdtSpec> = config
+            .usdt
+            .iter()
+            .map(|s| UsdtSpec::parse(s))
+            .collect::<Result<_>>()?;
         Ok(Specs {
             debug_dirs: DebugDirs::new(config.debug_dirs.clone()),
-            exits: config.exits,
-            entries: config.entry,
-            uprobes: config
-                .uprobes
-                .iter()
-                .map(|s| UprobeSpec::parse(s))
-                .collect::<Result<_>>()?,
-            usdt: config
-                .usdt
-                .iter()
-                .map(|s| UsdtSpec::parse(s))
-                .collect::<Result<_>>()?,
+            functions: Functions::new(&uprobes, config.entry, config.exits),
+            usdt: UsdtPlanner::new(&usdt),
             cuda: match (config.cuda, no_probes) {
                 (true, _) => CudaMode::On,
                 (false, true) if by_pid => CudaMode::Auto,
@@ -105,47 +82,20 @@ impl Specs {
         env
     }
 
+    /// The plan of every probe family in turn, for the resolved targets: functions first (their
+    /// probe ids come first), then USDT, CUDA and ranges.
     pub(super) fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
         // One read of each file for every probe family.
         let mut elves = SymbolCache::new(self.debug_dirs.clone());
-        let elves = &mut elves;
-        // A function or probe matched by several specs takes the first one's value types: exact
-        // names go before globs, so `-u 'f*' -u 'f(i32)'` captures f's argument.
-        let mut uprobes = self.uprobes.clone();
-        uprobes.sort_by_key(|s| glob::is_glob(&s.symbol));
-        let mut usdt = self.usdt.clone();
-        usdt.sort_by_key(|s| glob::is_glob(&s.provider) || glob::is_glob(&s.name));
-        let mut plan = uprobe::plan(&uprobes, (scopes, elves), max_probes, (self.entries, self.exits))?;
-        usdt::plan::plan(&mut plan, &usdt, scopes)?;
-        if self.cuda != CudaMode::Off {
-            // With --cuda, libraries loaded later are watched for (not system-wide: every process
-            // that maps a library planned now is traced anyway).
-            let system_wide = scopes.iter().any(|s| matches!(s, Scope::SystemWide));
-            let watching = self.cuda == CudaMode::On
-                && !system_wide
-                && cuda::late::plan_watch(&mut plan, scopes, elves)?;
-            let found = cuda::plan::plan(&mut plan, (scopes, elves), self.cuda == CudaMode::On && !watching)?;
-            cuda::device_plan::plan(&mut plan, scopes, self.cuda == CudaMode::On, found)?;
-            if watching && found == 0 {
-                plan.notices.push(
-                    "--cuda: no CUDA library is loaded yet; xtrace attaches to libcudart/libcuda \
-                     when the program loads them (dlopen)"
-                        .into(),
-                );
-            }
-        }
-        match self.ranges {
-            RangeMode::Off => {}
-            RangeMode::On(wanted) => {
-                ranges::plan(&mut plan, (scopes, elves), wanted, true)?;
-                plan.ranges = Some(wanted);
-            }
-            // Auto means --pid: scopes are processes, planned only where one maps the library.
-            RangeMode::Auto => {
-                if ranges::plan(&mut plan, (scopes, elves), Wanted::ALL, false)? {
-                    plan.ranges = Some(Wanted::ALL);
-                }
-            }
+        let mut at = Planning {
+            scopes,
+            elves: &mut elves,
+            max_probes,
+        };
+        let families: [&dyn Planner; 4] = [&self.functions, &self.usdt, &self.cuda, &self.ranges];
+        let mut plan = Plan::default();
+        for family in families {
+            family.plan(&mut plan, &mut at)?;
         }
         qualify_shared_names(&mut plan);
         Ok(plan)

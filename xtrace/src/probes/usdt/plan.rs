@@ -123,6 +123,28 @@ impl NoteCache {
     }
 }
 
+/// The USDT family's planning (`-U`): its specs, exact names first (a probe matched by several
+/// specs takes the first one's value types).
+#[derive(Clone, Debug)]
+pub struct UsdtPlanner {
+    pub specs: Vec<UsdtSpec>,
+}
+
+impl UsdtPlanner {
+    /// The family's planning for `specs` as given: sorted, exact names first.
+    pub fn new(specs: &[UsdtSpec]) -> Self {
+        let mut specs = specs.to_vec();
+        specs.sort_by_key(|s| glob::is_glob(&s.provider) || glob::is_glob(&s.name));
+        UsdtPlanner { specs }
+    }
+}
+
+impl crate::probes::planner::Planner for UsdtPlanner {
+    fn plan(&self, plan: &mut Plan, at: &mut crate::probes::planner::Planning<'_>) -> Result<()> {
+        self::plan(plan, &self.specs, at.scopes)
+    }
+}
+
 /// Adds the call sites of every `-U` spec in every scope to `plan`: fails, before anything is
 /// attached, on a spec that matches no probe. Sites whose arguments cannot be read are skipped
 /// with a notice.
