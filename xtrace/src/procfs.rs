@@ -130,6 +130,22 @@ pub fn maps_text(pid: u32) -> std::io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
 }
 
+/// The innermost pid of an `NSpid:` line (`NSpid:\t4321\t7` → 7); None when the process lives in
+/// the reader's own PID namespace (one number) or the line is missing (kernels before 4.1).
+pub fn parse_ns_pid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+    let pids: Vec<&str> = line.split_whitespace().collect();
+    match pids.as_slice() {
+        [_, .., last] => last.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Process `pid`'s pid inside its own PID namespace when that is not xtrace's (a container).
+pub fn ns_pid(pid: u32) -> Option<u32> {
+    parse_ns_pid(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
 /// The value of the sysctl `kernel.NAME`, trimmed, if readable.
 pub fn kernel_setting(name: &str) -> Option<String> {
     let value = std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).ok()?;
@@ -277,6 +293,15 @@ pub fn process_text(pid: u32, address: u64, max: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ns_pid_is_the_innermost_of_several() {
+        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4321\t7\n"), Some(7));
+        assert_eq!(parse_ns_pid("NSpid:\t4321\t900\t1\n"), Some(1));
+        assert_eq!(parse_ns_pid("NSpid:\t4321\n"), None);
+        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
+        assert_eq!(parse_ns_pid("NSpid:\t4321\tx\n"), None);
+    }
 
     /// Once its process is gone, a mapping is named from the file at its path only when that is
     /// the file mapped (another mount namespace saw another file there).

@@ -217,7 +217,7 @@ impl ProcessInfo {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         ProcessInfo {
             comm: read_comm(&format!("/proc/{pid}/comm")),
-            ns_pid: parse_ns_pid(&status),
+            ns_pid: crate::procfs::parse_ns_pid(&status),
             rank: Rank::from_environ_file(&environ),
         }
     }
@@ -233,17 +233,6 @@ impl ProcessInfo {
             true => comm.to_string(),
             false => format!("{comm} ({})", notes.join(", ")),
         }
-    }
-}
-
-/// The innermost pid of an `NSpid:` line (`NSpid:\t4321\t7` → 7); None when the process lives in
-/// the reader's own PID namespace (one number) or the line is missing (kernels before 4.1).
-fn parse_ns_pid(status: &str) -> Option<u32> {
-    let line = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
-    let pids: Vec<&str> = line.split_whitespace().collect();
-    match pids.as_slice() {
-        [_, .., last] => last.parse().ok(),
-        _ => None,
     }
 }
 
@@ -377,15 +366,6 @@ mod tests {
         );
         let gone = proc_error(9, "exe", std::io::ErrorKind::NotFound, (true, true));
         assert!(matches!(gone, Error::NoSuchProcess { pid: 9 }));
-    }
-
-    #[test]
-    fn ns_pid_is_the_innermost_of_several() {
-        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t4321\t7\n"), Some(7));
-        assert_eq!(parse_ns_pid("NSpid:\t4321\t900\t1\n"), Some(1));
-        assert_eq!(parse_ns_pid("NSpid:\t4321\n"), None);
-        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
-        assert_eq!(parse_ns_pid("NSpid:\t4321\tx\n"), None);
     }
 
     #[test]

@@ -308,10 +308,14 @@ pub struct JitSymbol {
     pub name: String,
 }
 
-/// The symbols of `/tmp/perf-PID.map` (lines `START SIZE NAME`, hexadecimal), sorted by start;
-/// empty when the process wrote none.
+/// The symbols of the process's `/tmp/perf-PID.map` (lines `START SIZE NAME`, hexadecimal),
+/// sorted by start; empty when the process wrote none. A process in a container writes it in its
+/// own root, under its own pid: read through `/proc/PID/root` while it lives, else from ours.
 pub fn read_perf_map(pid: u32) -> Vec<JitSymbol> {
-    let text = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap_or_default();
+    let own = crate::procfs::ns_pid(pid).unwrap_or(pid);
+    let text = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/perf-{own}.map"))
+        .or_else(|_| std::fs::read_to_string(format!("/tmp/perf-{pid}.map")))
+        .unwrap_or_default();
     let mut symbols = parse_perf_map(&text);
     symbols.sort_by_key(|s| s.start);
     symbols
