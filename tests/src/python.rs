@@ -101,11 +101,23 @@ impl Interpreter {
 
     /// Runs `xtrace FLAGS -o OUT -- PYTHON pyfix.py MODE ARG` to its end.
     pub fn run(&self, mode: &str, arg: &str, flags: &[&str]) -> (Outputs, TempDir) {
+        self.run_with(&[], (mode, arg), flags)
+    }
+
+    /// Runs `xtrace FLAGS -o OUT -- PYTHON OPTIONS pyfix.py MODE ARG` to its end: `options` are
+    /// the interpreter's own (`-X perf`).
+    pub fn run_with(
+        &self,
+        options: &[&str],
+        (mode, arg): (&str, &str),
+        flags: &[&str],
+    ) -> (Outputs, TempDir) {
         let tmp = TempDir::new(&format!("python-{mode}"));
         let out = tmp.join("out");
         let mut argv: Vec<std::ffi::OsString> = flags.iter().map(std::ffi::OsString::from).collect();
-        argv.extend(args!["-o", &out]);
-        argv.extend(args!["--", &self.path, script("pyfix.py"), mode, arg]);
+        argv.extend(args!["-o", &out, "--", &self.path]);
+        argv.extend(options.iter().map(std::ffi::OsString::from));
+        argv.extend(args![script("pyfix.py"), mode, arg]);
         let finished = Xtrace::spawn(argv).wait();
         finished.assert_success();
         (Outputs::read_profiled(&out), tmp)

@@ -53,6 +53,59 @@ fn python_time_splits_75_25_between_two_callers_of_one_hot_function() {
     }
 }
 
+/// CPython 3.12+ run with `-X perf` calls each Python function through a trampoline in anonymous
+/// memory, without CFI (3.12's keeps no frame pointer either): samples still unwind through
+/// them to `_start`, the split is as without it, and the trampolines' perf-map names (`py::hot:…`)
+/// give way to the Python frames they stand for.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_run_with_x_perf_unwinds_through_its_trampolines() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters().into_iter().filter(|p| p.minor >= 12) {
+        let (out, _tmp) = python.run_with(&["-X", "perf"], ("split", "3"), &["-F", "999"]);
+        let pid = out.summary["command"]["pid"].as_u64().expect("the command's pid");
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        python.assert_recognised(&out);
+        let (hot, three, one, split) = (
+            python.frame("hot", 8),
+            python.frame("three_parts", 15),
+            python.frame("one_part", 19),
+            python.frame("split", 23),
+        );
+        let in_hot = |s: &str| s.contains(hot.as_str());
+        let all = out.samples_where(in_hot);
+        let rooted = out.samples_where(|s| in_hot(s) && s.split(';').nth(1) == Some("_start"));
+        assert!(all > 300, "{}: {all} samples in hot()", python.label);
+        assert!(
+            rooted * 100 >= all * 95,
+            "{}: {rooted} of {all} samples in hot() reach _start",
+            python.label
+        );
+        assert_eq!(
+            out.samples_where(|s| in_hot(s) && s.contains(";py::")),
+            0,
+            "{}",
+            python.label
+        );
+        let under = |caller: &str| out.samples_where(|s| calls(s, caller, &hot) && calls(s, &split, caller));
+        let (a, b) = (under(&three) as f64, under(&one) as f64);
+        let share = a * 100.0 / (a + b);
+        assert!(
+            (70.0..=80.0).contains(&share),
+            "{}: three_parts {share:.1}% of hot()",
+            python.label
+        );
+        // The trampoline's name stands where no walk came (the interpreter starting up).
+        eprintln!(
+            "python: {}: -X perf: {rooted} of {all} samples in hot() reach _start; {} name a trampoline",
+            python.label,
+            out.samples_where(|s| s.contains(";py::"))
+        );
+    }
+}
+
 /// A method, a closure, a generator and a lambda each call hot(): each is named as CPython's
 /// `co_qualname` names it (3.10: `co_name`), with its definition line.
 #[test]

@@ -1,10 +1,13 @@
 //! User stacks of code built without frame pointers, unwound in user space with framehop from the
 //! registers and stack bytes a sample carries (`--user-stack`) and the CFI (`.eh_frame` with its
 //! `.eh_frame_hdr`, or `.debug_frame`) of the modules the process maps. Where a module has no CFI
-//! (JIT code, a file that cannot be read) framehop follows the frame pointer instead.
+//! (JIT code, a file that cannot be read) framehop follows the frame pointer instead, except in
+//! CPython's perf trampolines, which `trampolines` steps over by their known stack layout.
 //!
 //! Each file's unwind sections are read once (only those sections, not the whole file) and shared
 //! by every process that maps it; the vDSO's come from xtrace's own, the same kernel's image.
+mod trampolines;
+
 use std::{collections::HashMap, io::Read, ops::Range, os::unix::fs::MetadataExt, sync::Arc};
 
 use framehop::{
@@ -169,6 +172,8 @@ pub struct Unwinders {
     files: HashMap<String, Option<Arc<FileUnwind>>>,
     processes: HashMap<u32, Process>,
     cache: CacheX86_64,
+    /// CPython's perf trampolines, which have no CFI.
+    trampolines: trampolines::Trampolines,
 }
 
 impl Default for Unwinders {
@@ -177,6 +182,7 @@ impl Default for Unwinders {
             files: HashMap::new(),
             processes: HashMap::new(),
             cache: CacheX86_64::new(),
+            trampolines: Default::default(),
         }
     }
 }
@@ -219,9 +225,22 @@ impl Unwinders {
             truncated: false,
         };
         loop {
-            let next = process
-                .unwinder
-                .unwind_frame(frame, &mut regs, &mut self.cache, &mut read_stack);
+            let trampoline = match frame {
+                FrameAddress::ReturnAddress(at) => {
+                    self.trampolines
+                        .step((pid, maps), at.get(), &regs, &mut read_stack)
+                }
+                FrameAddress::InstructionPointer(_) => None,
+            };
+            let next = match trampoline {
+                Some((caller, caller_regs)) => {
+                    regs = caller_regs;
+                    Ok(Some(caller))
+                }
+                None => process
+                    .unwinder
+                    .unwind_frame(frame, &mut regs, &mut self.cache, &mut read_stack),
+            };
             let next = match next {
                 Ok(Some(return_address)) => return_address,
                 Ok(None) => break,

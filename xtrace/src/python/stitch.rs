@@ -12,6 +12,8 @@ use super::{PyName, ENTRY_BIT};
 
 /// The native function that runs Python frames.
 pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
+/// How the perf map of a CPython run with `-X perf` names its trampolines: `py::QUALNAME:FILE`.
+pub const PERF_TRAMPOLINE: &str = "py::";
 /// The root under which Python frames go that no native eval frame was found for.
 pub const TRUNCATED: &str = "[truncated]";
 
@@ -30,6 +32,9 @@ pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<Stri
     if python.is_empty() {
         return native;
     }
+    // CPython's perf trampolines (`-X perf`) name the Python function each eval frame runs,
+    // which its Python frame now says: kept only where no walk came.
+    let native = native.into_iter().filter(|f| !f.starts_with(PERF_TRAMPOLINE));
     let name = |id: u32| {
         names
             .get((id & !ENTRY_BIT) as usize)
@@ -48,8 +53,8 @@ pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<Stri
         parts.push(part);
     }
     let mut parts = parts.into_iter();
-    let mut inner_first: Vec<String> = Vec::with_capacity(native.len() + python.len());
-    for frame in native.into_iter().rev() {
+    let mut inner_first: Vec<String> = Vec::with_capacity(python.len() + 32);
+    for frame in native.rev() {
         if frame == EVAL_FRAME {
             if let Some(part) = parts.next() {
                 inner_first.extend(part);
@@ -113,6 +118,33 @@ mod tests {
                 "PyNumber_Add"
             ])
         );
+    }
+
+    #[test]
+    fn perf_trampolines_give_way_to_the_python_frames_they_name() {
+        // Each Python call is an eval-loop call of its own through its trampoline.
+        let python = [3 | ENTRY_BIT, 2 | ENTRY_BIT];
+        let stack = native(&[
+            "py_trampoline_evaluator",
+            "py::key:/x/app.py",
+            EVAL_FRAME,
+            "PyObject_Vectorcall",
+            "py_trampoline_evaluator",
+            "py::hot:/x/app.py",
+            EVAL_FRAME,
+        ]);
+        assert_eq!(
+            stitch(stack.clone(), &python, &names()),
+            native(&[
+                "py_trampoline_evaluator",
+                "key (app.py:3)",
+                "PyObject_Vectorcall",
+                "py_trampoline_evaluator",
+                "hot (app.py:4)",
+            ])
+        );
+        // No walk (--no-python, an interpreter not recognised): the trampolines name the calls.
+        assert_eq!(stitch(stack.clone(), &[], &names()), stack);
     }
 
     #[test]
