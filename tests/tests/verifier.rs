@@ -78,8 +78,9 @@ fn the_off_cpu_return_program_with_its_python_walk_stays_within_its_bound() {
     if !require_bpf() {
         return;
     }
+    let tmp = TempDir::new("verifier-offcpu");
     let count = |extra: &[&str]| {
-        let mut argv = args!["--off-cpu", "-F", "1"];
+        let mut argv = args!["--off-cpu", "-F", "1", "-o", tmp.join("out")];
         argv.extend(extra.iter().map(std::ffi::OsString::from));
         argv.extend(args!["--", "/bin/sleep", "1"]);
         let mut xtrace = Xtrace::spawn(argv);
