@@ -106,6 +106,52 @@ fn python_run_with_x_perf_unwinds_through_its_trampolines() {
     }
 }
 
+/// A `multiprocessing` child, started by fork and by spawn: recognised as a process of its own
+/// (the parent too, and on spawn the resource tracker), its frames named, its split as the
+/// parent's would be.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_multiprocessing_child_is_walked_whether_forked_or_spawned() {
+    if !require_bpf() {
+        return;
+    }
+    for python in interpreters() {
+        for method in ["fork", "spawn"] {
+            let label = format!("{} {method}", python.label);
+            let (out, _tmp) = python.record(method, "2", &[]);
+            let entries = out.summary["python"].as_array().expect("python entries");
+            let pids: std::collections::BTreeSet<u64> =
+                entries.iter().filter_map(|e| e["pid"].as_u64()).collect();
+            assert!(
+                entries.len() >= 2 && pids.len() == entries.len(),
+                "{label}: {entries:?}"
+            );
+            assert!(
+                entries.iter().all(|e| e["status"] == "recognised"),
+                "{label}: {entries:?}"
+            );
+            let (child, split) = (python.frame("in_child", 128), python.frame("split", 23));
+            let (three, one, hot) = (
+                python.frame("three_parts", 15),
+                python.frame("one_part", 19),
+                python.frame("hot", 8),
+            );
+            let under = |caller: &str| {
+                out.samples_where(|s| {
+                    calls(s, &child, &split) && calls(s, &split, caller) && calls(s, caller, &hot)
+                })
+            };
+            let (a, b) = (under(&three) as f64, under(&one) as f64);
+            assert!(a + b > 200.0, "{label}: {a} + {b} samples in the child's hot()");
+            let share = a * 100.0 / (a + b);
+            assert!(
+                (70.0..=80.0).contains(&share),
+                "{label}: three_parts {share:.1}% of hot()"
+            );
+        }
+    }
+}
+
 /// A method, a closure, a generator and a lambda each call hot(): each is named as CPython's
 /// `co_qualname` names it (3.10: `co_name`), with its definition line.
 #[test]
