@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::{
     attach::FUNCTIONS,
+    bpftrace::map_count,
     prep::Env,
     report::{fmt_count, fmt_ns, Report, Row},
     runs::WORKLOAD_TIMEOUT,
@@ -44,14 +45,6 @@ fn script(bin: &Path, n: usize) -> String {
     )
 }
 
-/// `@NAME: COUNT` in bpftrace's output at exit.
-fn count(lines: &[String], name: &str) -> Option<u64> {
-    let prefix = format!("@{name}:");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
-}
-
 fn once(env: &Env, bpftrace: &Path, bin: &Path, n: usize, limit: Duration) -> Result<Once> {
     // A file, not `-e`: 2,000 probe names can pass the kernel's 128 KiB limit on one argument.
     let file = env.tmp.join("attach.bt");
@@ -76,8 +69,8 @@ fn once(env: &Env, bpftrace: &Path, bin: &Path, n: usize, limit: Duration) -> Re
     let exit = finished.status.map(|_| finished.waited);
     if exit.is_some() {
         let (entries, returns) = (
-            count(&finished.lines, "entries"),
-            count(&finished.lines, "returns"),
+            map_count(&finished.lines, "entries"),
+            map_count(&finished.lines, "returns"),
         );
         if entries != Some(n as u64) || returns != Some(n as u64) {
             bail!(
@@ -158,7 +151,7 @@ mod tests {
              uretprobe:/b/funcs:f0,uretprobe:/b/funcs:f1 { @returns = count(); }"
         );
         let lines = ["Attaching 4 probes...", "", "@entries: 2", "@returns: 2"].map(String::from);
-        assert_eq!(count(&lines, "entries"), Some(2));
-        assert_eq!(count(&lines, "missing"), None);
+        assert_eq!(map_count(&lines, "entries"), Some(2));
+        assert_eq!(map_count(&lines, "missing"), None);
     }
 }

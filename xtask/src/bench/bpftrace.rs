@@ -37,9 +37,7 @@ pub fn run(env: &Env, tool: Tool, symbol: &str, args: &[String]) -> Result<RunOu
         fs::read_to_string(&out_file).with_context(|| format!("could not read {}", out_file.display()))?;
     let _ = fs::remove_file(&out_file);
     let delivered = if tool == Tool::BpftraceCount {
-        text.lines()
-            .find_map(|l| l.strip_prefix("@c:")?.trim().parse().ok())
-            .unwrap_or(0)
+        map_count(text.lines(), "c").unwrap_or(0)
     } else {
         let is_event = |l: &&str| {
             let mut fields = l.split(' ');
@@ -66,4 +64,12 @@ pub fn run(env: &Env, tool: Tool, symbol: &str, args: &[String]) -> Result<RunOu
         delivered: Some(delivered),
         lost: Some(lost),
     })
+}
+
+/// The value bpftrace printed for count map `@name` at its exit (`@name: 42`), among `lines`.
+pub fn map_count<S: AsRef<str>>(lines: impl IntoIterator<Item = S>, name: &str) -> Option<u64> {
+    let prefix = format!("@{name}:");
+    lines
+        .into_iter()
+        .find_map(|l| l.as_ref().strip_prefix(&prefix)?.trim().parse().ok())
 }
