@@ -175,3 +175,57 @@ fn callgrind_annotate_reads_the_callgrind_output_with_the_capture_totals() {
     }
     assert_eq!(inclusive_of("workload"), outer_ns, "{inclusive}");
 }
+
+/// A Python frame (`qualname (file.py:LINE)`) is, to pprof, function `qualname` of `file.py` at
+/// LINE: `-top -lines` shows it so, beside native frames shown by name alone.
+#[test]
+fn go_tool_pprof_shows_python_frames_at_their_file_and_line() {
+    let tmp = TempDir::new("go-pprof-python");
+    let capture = tmp.join("capture");
+    std::fs::create_dir(&capture).unwrap();
+    for file in ["summary.json", "trace.json"] {
+        std::fs::copy(data(WORKLOAD).join(file), capture.join(file)).unwrap();
+    }
+    std::fs::write(
+        capture.join("stacks.folded"),
+        "python3;<module> (job.py:1);train (job.py:40);Trainer.step (job.py:88);PyNumber_Add 7\n\
+         python3;<module> (job.py:1);train (job.py:40);Trainer.step (job.py:88) 3\n",
+    )
+    .unwrap();
+    let file = tmp.join("profile.pb.gz");
+    let ran = xtrace(args!["report", &capture, "--format", "pprof", "-o", &file]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let top = run(
+        "go",
+        &[
+            "tool".as_ref(),
+            "pprof".as_ref(),
+            "-sample_index=samples".as_ref(),
+            "-top".as_ref(),
+            "-lines".as_ref(),
+            file.as_os_str(),
+        ],
+    );
+    // flat, flat%, sum%, cum, cum%, then the name: by flat samples, then by name.
+    let rows: Vec<(u64, u64, String)> = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let name = words.get(5..)?.join(" ");
+            Some((words[0].parse().ok()?, words[3].parse().ok()?, name))
+        })
+        .filter(|(_, _, name)| name.contains("job.py") || name == "PyNumber_Add")
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (7, 7, "PyNumber_Add".to_string()),
+            (3, 10, "Trainer.step job.py:88".to_string()),
+            (0, 10, "<module> job.py:1".to_string()),
+            (0, 10, "train job.py:40".to_string()),
+        ],
+        "{top}"
+    );
+}

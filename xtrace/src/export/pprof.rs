@@ -6,8 +6,10 @@
 //! - spans: `spans`/`count` and `span_time`/`nanoseconds`, each call path of nested spans carrying
 //!   its self time, so the profile's totals are the time in outermost spans.
 //!
-//! Frames become functions by name (no addresses, no source lines) in one mapping marked as
-//! already symbolized; a sample's locations list the innermost frame first.
+//! Frames become functions by name (no addresses) in one mapping marked as already symbolized; a
+//! sample's locations list the innermost frame first. A Python frame (`qualname (file.py:LINE)`)
+//! is the function `qualname` of `file.py` starting at LINE, its location at that line; other
+//! frames have no source lines.
 use std::{collections::HashMap, io::Write};
 
 use prost::Message;
@@ -82,6 +84,8 @@ pub struct Location {
 pub struct Line {
     #[prost(uint64, tag = "1")]
     pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -92,6 +96,10 @@ pub struct Function {
     pub name: i64,
     #[prost(int64, tag = "3")]
     pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
 }
 
 /// What goes into the profile.
@@ -128,16 +136,39 @@ impl Builder {
             return id;
         }
         let id = self.profile.function.len() as u64 + 1;
-        let s = self.string(name);
-        self.profile.function.push(Function {
-            id,
-            name: s,
-            system_name: s,
-        });
+        let system_name = self.string(name);
+        let (function, line) = match python_source(name) {
+            Some((qualname, file, line)) => {
+                let (name, filename) = (self.string(qualname), self.string(file));
+                (
+                    Function {
+                        id,
+                        name,
+                        system_name,
+                        filename,
+                        start_line: line,
+                    },
+                    line,
+                )
+            }
+            None => (
+                Function {
+                    id,
+                    name: system_name,
+                    system_name,
+                    ..Function::default()
+                },
+                0,
+            ),
+        };
+        self.profile.function.push(function);
         self.profile.location.push(Location {
             id,
             mapping_id: 1,
-            line: vec![Line { function_id: id }],
+            line: vec![Line {
+                function_id: id,
+                line,
+            }],
         });
         self.locations.insert(name.to_string(), id);
         id
@@ -155,6 +186,16 @@ impl Builder {
         let location_id = frames.rev().map(|f| self.location(f)).collect();
         self.profile.sample.push(Sample { location_id, value });
     }
+}
+
+/// A Python frame's parts, as xtrace names it (`qualname (file.py:LINE)`, LINE the line the
+/// function is defined on): its qualified name, file and line.
+fn python_source(frame: &str) -> Option<(&str, &str, i64)> {
+    let (qualname, source) = frame.strip_suffix(')')?.rsplit_once(" (")?;
+    let (file, line) = source.rsplit_once(':')?;
+    let plain = !file.is_empty() && !file.contains(['(', ')']) && !qualname.is_empty();
+    let line: i64 = line.parse().ok().filter(|_| plain)?;
+    Some((qualname, file, line))
 }
 
 fn clamp(v: u64) -> i64 {
@@ -278,6 +319,44 @@ mod tests {
         )
         .unwrap();
         assert_eq!(decoded, p);
+    }
+
+    #[test]
+    fn python_frames_carry_their_file_and_line() {
+        let folded = vec![(
+            "python3;main (app.py:3);Trainer.step (train.py:88);PyNumber_Add".to_string(),
+            1,
+        )];
+        let p = profile(&Input {
+            folded: &folded,
+            sample_hz: Some(100),
+            span_stacks: &[],
+            duration_ns: 7,
+        });
+        let text = |i: i64| p.string_table[i as usize].as_str();
+        let functions: Vec<(&str, &str, &str, i64)> = p
+            .function
+            .iter()
+            .map(|f| (text(f.name), text(f.system_name), text(f.filename), f.start_line))
+            .collect();
+        assert_eq!(
+            functions,
+            [
+                ("PyNumber_Add", "PyNumber_Add", "", 0),
+                ("Trainer.step", "Trainer.step (train.py:88)", "train.py", 88),
+                ("main", "main (app.py:3)", "app.py", 3),
+                ("python3", "python3", "", 0),
+            ]
+        );
+        let lines: Vec<i64> = p.location.iter().map(|l| l.line[0].line).collect();
+        assert_eq!(lines, [0, 88, 3, 0]);
+        for not_python in ["f (x)", "f (a:b)", "(x.py:3)", "g (x.py:)", "h (a(b).py:2)"] {
+            assert_eq!(python_source(not_python), None, "{not_python}");
+        }
+        assert_eq!(
+            python_source("<lambda> (<frozen os>:7)"),
+            Some(("<lambda>", "<frozen os>", 7))
+        );
     }
 
     /// A process named `x;y` (newline) `z`: its CPU samples' root, read from stacks.folded, is
