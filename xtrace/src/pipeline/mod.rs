@@ -1,9 +1,10 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
 //! turns records into events, `stats` aggregates per probe, `threads` names pids and tids; each
 //! record then goes to the probe family that owns it (`family`: functions, USDT and ranges, CUDA,
-//! off-CPU), whose state lives in `values`, `usdt`, `ranges`, `gpu`, `offcpu`; `writer` streams
-//! trace events to trace.json in the Chrome Trace Event format (`chrome`) or to
-//! trace.perfetto-trace in Perfetto's protobuf format (`perfetto`).
+//! off-CPU), whose state lives in `values`, `usdt`, `ranges`, `gpu`, `offcpu`, and which say at the
+//! end what they add to the summary (`family::summary`); `writer` streams trace events to
+//! trace.json in the Chrome Trace Event format (`chrome`) or to trace.perfetto-trace in Perfetto's
+//! protobuf format (`perfetto`).
 pub mod bpf_symbols;
 pub mod call_sites;
 pub mod chrome;
