@@ -30,14 +30,7 @@ pub struct ProbeStats {
     pub stddev_ns: u64,
 }
 
-/// The nearest-rank `p`-th percentile (0 < p ≤ 100) of ascending `sorted`; 0 when empty.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+pub use crate::pipeline::stats::percentile;
 
 /// Mean and population standard deviation.
 pub fn mean_sd(values: &[u64]) -> (f64, f64) {

@@ -149,6 +149,11 @@ impl Calls {
         self.pending.dropped
     }
 
+    /// Whether any CUDA function is traced (`--cuda` found a library that has them).
+    pub fn traced(&self) -> bool {
+        !self.functions.is_empty()
+    }
+
     /// Whether `probe` is a CUDA function.
     pub fn owns(&self, probe: u32) -> bool {
         self.functions.contains_key(&probe)

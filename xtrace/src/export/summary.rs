@@ -1,6 +1,7 @@
 //! The recording summary: summary.json and the readable table (stdout and summary.txt).
 use serde::Serialize;
 
+use crate::pipeline::family::summary::PairSummary;
 use crate::{
     model::summary::Lost,
     pipeline::{stats::Distribution, values::ValueSummary},
@@ -35,15 +36,6 @@ pub struct ProbeSummary {
     /// With `--stacks`: where its calls came from, the most time first (at most 5).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub call_sites: Vec<crate::pipeline::call_sites::CallSite>,
-}
-
-/// What of a USDT begin/end pair made no span.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct PairSummary {
-    /// Begins still open when the capture stopped (on every thread; nested ones each count).
-    pub open: u64,
-    /// End hits with no begin open on their thread (begun before the capture, or on another thread).
-    pub unmatched_ends: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -127,13 +119,13 @@ pub struct Summary {
     pub profile: Option<super::profile::ProfileSummary>,
     /// With CUDA tracing: launches per kernel, copies, device memory, synchronization.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cuda: Option<super::cuda::CudaSummary>,
+    pub cuda: Option<crate::pipeline::family::cuda_summary::CudaSummary>,
     /// `--off-cpu`: time the traced threads spent off CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_cpu: Option<super::offcpu::OffCpuSummary>,
     /// `--cuda` with the GPU device timeline: device time per GPU and per kernel, copies, memsets.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_device: Option<super::gpu_device::GpuDeviceSummary>,
+    pub gpu_device: Option<crate::pipeline::family::gpu_summary::GpuDeviceSummary>,
     /// With GPU metrics: per GPU, its name, readings and highest values.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::cuda::nvml::GpuSummary>,

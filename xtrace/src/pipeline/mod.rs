@@ -1,9 +1,10 @@
 //! From ring-buffer bytes to aggregates and trace events: `reader` drains the ring buffer, `decode`
 //! turns records into events, `stats` aggregates per probe, `threads` names pids and tids; each
 //! record then goes to the probe family that owns it (`family`: functions, USDT and ranges, CUDA,
-//! off-CPU), whose state lives in `values`, `usdt`, `ranges`, `gpu`, `offcpu`; `writer` streams
-//! trace events to trace.json in the Chrome Trace Event format (`chrome`) or to
-//! trace.perfetto-trace in Perfetto's protobuf format (`perfetto`).
+//! off-CPU), whose state lives in `values`, `usdt`, `ranges`, `gpu`, `offcpu`, and which say at the
+//! end what they add to the summary (`family::summary`); `writer` streams trace events to
+//! trace.json in the Chrome Trace Event format (`chrome`) or to trace.perfetto-trace in Perfetto's
+//! protobuf format (`perfetto`).
 pub mod bpf_symbols;
 pub mod call_sites;
 pub mod chrome;
@@ -41,8 +42,8 @@ use std::io::Write;
 use crate::pipeline::{
     decode::Event,
     family::{
-        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, usdt::UsdtFamily, Family, Shared,
-        Sink, Window,
+        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, usdt::UsdtFamily, Families,
+        Shared, Sink, Window,
     },
     stats::ProbeStats,
     threads::Names,
@@ -95,19 +96,13 @@ pub struct Collected {
     /// Indexed by probe id.
     pub stats: Vec<ProbeStats>,
     pub names: Names,
-    pub values: Values,
-    pub usdt: Usdt,
+    /// The probe families: they say what they add to the summary.
+    pub families: Families,
     pub images: Images,
     pub samples: samples::Samples,
     pub python: crate::python::Python,
-    pub off_cpu: Option<offcpu::OffCpu>,
-    pub gpu: Option<gpu::GpuDevice>,
     pub call_sites: Option<call_sites::CallSites>,
-    pub cuda: crate::cuda::calls::Calls,
-    pub ranges: ranges::Ranges,
     pub warnings: warnings::Warnings,
-    /// USDT end probes that fired with no span of their pair open on their thread.
-    pub usdt_unpaired: u64,
     /// Records that could not be decoded, or whose probe id is unknown; never expected.
     pub decode_errors: u64,
 }
@@ -118,14 +113,11 @@ pub struct Pipeline<W: Write + Send + 'static> {
     stats: Vec<ProbeStats>,
     trace: TraceWriter<W>,
     names: Names,
-    functions: FunctionsFamily,
-    usdt: UsdtFamily,
+    families: Families,
     images: Images,
     samples: samples::Samples,
     python: crate::python::Python,
-    off_cpu: OffCpuFamily,
     call_sites: Option<call_sites::CallSites>,
-    cuda: CudaFamily,
     warnings: warnings::Warnings,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     undecodable: u64,
@@ -175,16 +167,18 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             stats: vec![ProbeStats::default(); captures.len()],
             trace,
             names: Names::default(),
-            functions: FunctionsFamily {
-                values: Values::new(captures),
+            families: Families {
+                cuda: CudaFamily::new(cuda, gpu),
+                usdt: UsdtFamily::new(usdt, ranges),
+                off_cpu: OffCpuFamily { waits: off_cpu },
+                functions: FunctionsFamily {
+                    values: Values::new(captures),
+                },
             },
-            usdt: UsdtFamily::new(usdt, ranges),
             images,
             samples,
             python,
-            off_cpu: OffCpuFamily { waits: off_cpu },
             call_sites,
-            cuda: CudaFamily::new(cuda, gpu),
             warnings,
             undecodable: 0,
             unknown_probe: 0,
@@ -212,17 +206,8 @@ impl<W: Write + Send + 'static> Pipeline<W> {
 
     /// Tells every family that process `pid` has records that follow.
     fn seen(&mut self, pid: u32) {
-        let Pipeline {
-            cuda,
-            usdt,
-            off_cpu,
-            functions,
-            images,
-            ..
-        } = self;
-        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
-        for family in families {
-            family.seen(images, pid);
+        for family in self.families.each_mut() {
+            family.seen(&mut self.images, pid);
         }
     }
 
@@ -249,7 +234,13 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// The `--warn-over` lines to show since the last call.
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut lines = self.warnings.take();
-        lines.extend(self.cuda.device.iter_mut().flat_map(gpu::GpuDevice::take_notices));
+        lines.extend(
+            self.families
+                .cuda
+                .device
+                .iter_mut()
+                .flat_map(gpu::GpuDevice::take_notices),
+        );
         lines
     }
 
@@ -283,18 +274,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         let collected = Collected {
             stats: self.stats,
             names: self.names,
-            values: self.functions.values,
-            usdt: self.usdt.usdt,
+            families: self.families,
             images: self.images,
             samples: self.samples,
             python: self.python,
-            off_cpu: self.off_cpu.waits,
-            gpu: self.cuda.device,
             call_sites: self.call_sites,
-            cuda: self.cuda.calls,
-            ranges: self.usdt.ranges,
             warnings: self.warnings,
-            usdt_unpaired: self.usdt.unpaired,
             decode_errors: self.undecodable + self.unknown_probe,
         };
         (self.trace, collected)
@@ -312,7 +297,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         end_ns: u64,
         stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
-        if let Some(off_cpu) = &mut self.off_cpu.waits {
+        if let Some(off_cpu) = &mut self.families.off_cpu.waits {
             off_cpu.totals(&mut self.images, totals, end_ns, stack_of);
         }
     }
@@ -407,10 +392,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             }
         }
         let Pipeline {
-            cuda,
-            usdt,
-            off_cpu,
-            functions,
+            families,
             images,
             python,
             names,
@@ -422,8 +404,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             unknown_probe,
             ..
         } = self;
-        let families: [&mut dyn Family; 4] = [cuda, usdt, off_cpu, functions];
-        let Some(family) = families.into_iter().find(|f| f.owns(&event)) else {
+        let Some(family) = families.each_mut().into_iter().find(|f| f.owns(&event)) else {
             return Ok(());
         };
         let mut shared = Shared {
@@ -459,7 +440,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         }
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {
-            self.cuda.calls.names.loaded(&mut self.images, span.header.pid);
+            self.families
+                .cuda
+                .calls
+                .names
+                .loaded(&mut self.images, span.header.pid);
             if !self.loaded.contains(&span.header.pid) {
                 self.loaded.push(span.header.pid);
             }

@@ -110,6 +110,9 @@ pub struct Ranges {
     stats: HashMap<StatKey, ProbeStats>,
     /// Pops and ends whose range began before the capture.
     pub unpaired: u64,
+    /// Whether ranges were asked for (`--ranges`, `--nvtx`, `--itt`): summary.json has their
+    /// sections only then.
+    asked: bool,
 }
 
 /// One range name's statistics in summary.json.
@@ -153,6 +156,15 @@ impl Ranges {
     pub fn new(wanted: Wanted, since_ns: u64) -> Self {
         Ranges {
             wanted,
+            since_ns,
+            asked: true,
+            ..Default::default()
+        }
+    }
+
+    /// No range asked for: only the tool library's other range probes (`gpu_records`) come.
+    pub fn unasked(since_ns: u64) -> Self {
+        Ranges {
             since_ns,
             ..Default::default()
         }
@@ -389,6 +401,13 @@ impl Ranges {
         self.stacks.values().map(|s| s.len() as u64).sum::<u64>()
             + self.open_async.len() as u64
             + self.unnumbered.values().map(|q| q.len() as u64).sum::<u64>()
+    }
+
+    /// summary.json's `ranges` and `ranges_unpaired` (pops and ends whose push or start came
+    /// before the capture, and ranges still open), when ranges were asked for.
+    pub fn sections(&self) -> Option<(Vec<RangeSummary>, u64)> {
+        self.asked
+            .then(|| (self.summary(), self.unpaired + self.still_open()))
     }
 
     /// Per range name, sorted by total time, largest first (then by name).

@@ -10,12 +10,19 @@ use std::{
 use xtrace_common::event::{EventHeader, SpanEvent, ThreadEvent, EXIT_RETURN, KIND_SPAN, KIND_THREAD};
 
 use super::{
-    flight::Flight, offcpu::OffCpu, ranges::Ranges, samples::Samples, usdt::Usdt, warnings::Warnings,
-    writer::TraceWriter, Pipeline, Setup,
+    family::summary::{Ending, PairSummary},
+    flight::Flight,
+    offcpu::OffCpu,
+    ranges::Ranges,
+    samples::Samples,
+    usdt::Usdt,
+    warnings::Warnings,
+    writer::TraceWriter,
+    Pipeline, Setup,
 };
 use crate::{
     cuda::calls::Calls,
-    probes::{ranges::Wanted, Capture},
+    probes::{ranges::Wanted, Capture, ProbeKind},
 };
 
 /// A writer whose bytes the test reads back once the trace is closed.
@@ -65,7 +72,7 @@ fn pipeline_with(
         captures: vec![Capture::default(); PROBES.len()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),
-        ranges: Ranges::new(Wanted::default(), 0),
+        ranges: Ranges::unasked(0),
         images: Default::default(),
         samples: Samples::default(),
         python: Default::default(),
@@ -293,7 +300,8 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
     );
     let (_, collected) = pipeline.collected();
     assert!(collected.stats.iter().all(|s| s.distribution().count == 0));
-    assert_eq!(collected.off_cpu.expect("--off-cpu").total_ns(), 1_050_000);
+    let waits = collected.families.off_cpu.waits.as_ref();
+    assert_eq!(waits.expect("--off-cpu").total_ns(), 1_050_000);
 }
 
 /// In trace.json: the wait and its wait for a CPU as complete events, not counted as spans.
@@ -364,7 +372,21 @@ fn a_cuda_allocation_is_a_span_and_a_memory_counter() {
     }
     let (trace, collected) = pipeline.collected();
     assert_eq!(collected.stats[1].distribution().count, 1);
-    assert_eq!(collected.cuda.dropped(), 0);
+    // The CUDA family's summary section: the allocation, live at the end.
+    let sections = collected.families.summarize(&Ending::default());
+    assert_eq!(sections.args_unpaired, 0);
+    assert!(sections.gpu_device.is_none() && sections.ranges.is_none());
+    let cuda = sections.cuda.expect("cudaMalloc is traced");
+    let memory: Vec<_> = (cuda.memory.iter())
+        .map(|m| (m.pid, m.peak_bytes, m.live_bytes, m.allocations, m.frees))
+        .collect();
+    assert_eq!(memory, [(TARGET, 4096, 4096, 1, 0)]);
+    let live: Vec<_> = (cuda.memory[0].live.iter())
+        .map(|a| (a.ptr.as_str(), a.bytes, a.tid, a.function, a.at_ns))
+        .collect();
+    assert_eq!(live, [("0xd000", 4096, 101, "cudaMalloc", 10_000)]);
+    assert!(cuda.pinned_host.is_empty() && cuda.launches.is_empty());
+    assert_eq!((cuda.calls_without_args, cuda.sync_calls), (0, 0));
     trace.finish().unwrap().finish().unwrap();
     let bytes = out.0.lock().unwrap().clone();
     assert_eq!(
@@ -429,19 +451,34 @@ fn usdt_pairs_and_ranges_become_spans() {
         usdt(3, 101, 14_000, &[xtrace, 0]),
         usdt(1, 101, 15_000, &[]),
         usdt(1, 102, 16_000, &[]),
+        usdt(0, 103, 17_000, &[]),
+        usdt(2, 103, 18_000, &[xtrace, 0, 0]),
     ];
     for record in &records {
         pipeline.record(record).unwrap();
     }
     let (trace, collected) = pipeline.collected();
     let count = |probe: usize| collected.stats[probe].distribution().count;
-    assert_eq!([2, 3, 4, 5, 6].map(count), [1, 2, 1, 1, 1]);
+    assert_eq!([2, 3, 4, 5, 6].map(count), [2, 2, 1, 2, 1]);
     assert_eq!(collected.stats[4].distribution().total_ns, 5_000);
-    assert_eq!(collected.usdt_unpaired, 1);
-    assert_eq!(collected.usdt.unpaired(4), (0, 1));
-    let ranges = collected.ranges.summary();
-    assert_eq!(ranges.len(), 1);
-    assert_eq!((ranges[0].stats.count, ranges[0].stats.total_ns), (1, 3_000));
+    // The USDT family's summary: the end with no begin and the begin still open, for the pair and
+    // in all; the range, and the push still open.
+    let sections = collected.families.summarize(&Ending::default());
+    assert_eq!(sections.usdt_unpaired, 2);
+    let row = |id, kind| collected.families.probe_row(id, kind).pair;
+    let pair = PairSummary {
+        open: 1,
+        unmatched_ends: 1,
+    };
+    assert_eq!(row(4, ProbeKind::UsdtSpan), Some(pair));
+    assert_eq!(row(2, ProbeKind::Usdt), None);
+    let (ranges, ranges_unpaired) = sections.ranges.expect("ranges are asked for");
+    assert_eq!(ranges_unpaired, 1);
+    let ranges: Vec<_> = (ranges.iter())
+        .map(|r| (r.name.as_str(), r.kind, r.stats.count, r.stats.total_ns))
+        .collect();
+    assert_eq!(ranges, [("(unnamed)", "push", 1, 3_000)]);
+    assert!(sections.cuda.is_none() && sections.gpu_device.is_none());
     trace.finish().unwrap().finish().unwrap();
     let bytes = out.0.lock().unwrap().clone();
     assert_eq!(
@@ -478,7 +515,25 @@ fn a_call_s_captured_values_join_its_span() {
         pipeline.record(&record).unwrap();
     }
     let (trace, collected) = pipeline.collected();
-    assert_eq!(collected.values.dropped(), 0);
+    // The functions family's summary: no record dropped, and `work`'s values in its row.
+    let sections = collected.families.summarize(&Ending::default());
+    assert_eq!((sections.args_unpaired, sections.unreadable_strings), (0, 0));
+    let row = collected.families.probe_row(0, ProbeKind::Uprobe);
+    assert_eq!(
+        serde_json::to_value(&row.values).unwrap(),
+        serde_json::json!([
+            {"name": "arg0", "type": "i32", "count": 1, "min": -5, "max": -5,
+             "top": [{"value": -5, "count": 1}], "other": 0},
+            {"name": "ret", "type": "i64", "count": 1, "min": 7, "max": 7,
+             "top": [{"value": 7, "count": 1}], "other": 0},
+        ])
+    );
+    assert!(row.pair.is_none());
+    assert!(collected
+        .families
+        .probe_row(1, ProbeKind::Uprobe)
+        .values
+        .is_empty());
     trace.finish().unwrap().finish().unwrap();
     let bytes = out.0.lock().unwrap().clone();
     let spans = events_of(&bytes, "X");

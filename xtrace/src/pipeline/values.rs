@@ -313,12 +313,12 @@ impl Values {
         self.pending.dropped
     }
 
-    /// Per-probe value statistics, by probe id (empty for probes that capture nothing).
-    pub fn summaries(&self) -> Vec<Vec<ValueSummary>> {
+    /// The value statistics of probe `probe` (empty for a probe that captures nothing).
+    pub fn summary_of(&self, probe: usize) -> Vec<ValueSummary> {
         self.stats
-            .iter()
+            .get(probe)
             .map(|s| s.iter().map(ValueStats::summary).collect())
-            .collect()
+            .unwrap_or_default()
     }
 }
 
@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(json, r#","ret":"alpha""#);
         assert_eq!(v.span(0, 7, 200, Some((0, &[]))).unwrap(), r#","ret":null"#);
         assert_eq!(v.span(0, 7, 300, None).unwrap(), "");
-        assert_eq!(v.summaries()[0][0].count, 2);
+        assert_eq!(v.summary_of(0)[0].count, 2);
     }
 
     /// A span whose argument record was dropped (ring buffer full) keeps its return value, which
@@ -405,7 +405,7 @@ mod tests {
             v.span(0, 7, 100, Some(((-5i64) as u64, &[]))).unwrap(),
             r#","ret":-5"#
         );
-        let summary = &v.summaries()[0];
+        let summary = &v.summary_of(0);
         assert_eq!(summary[0].count, 0, "arg0 was not recorded");
         assert_eq!((summary[3].name.as_str(), summary[3].count), ("ret", 1));
     }
@@ -426,7 +426,7 @@ mod tests {
         let json = v.span(0, 8, 100, Some((0, &[]))).unwrap();
         assert_eq!(json, r#","arg0":6,"arg1":1,"arg2":"other","ret":0"#);
         assert_eq!(v.span(1, 7, 200, Some((0, &[]))), None);
-        let summary = &v.summaries()[0];
+        let summary = &v.summary_of(0);
         assert_eq!(summary[1].min, Some(serde_json::json!(-3)));
         assert_eq!(summary[1].max, Some(serde_json::json!(1)));
         assert_eq!(summary[2].top.len(), 2);
@@ -441,7 +441,7 @@ mod tests {
             );
             v.span(0, 9, 100, Some((ret, &[]))).unwrap();
         }
-        let top: Vec<serde_json::Value> = v.summaries()[0][0].top.iter().map(|t| t.value.clone()).collect();
+        let top: Vec<serde_json::Value> = v.summary_of(0)[0].top.iter().map(|t| t.value.clone()).collect();
         assert_eq!(top, [5, 6, 9, 10].map(|n| serde_json::json!(n)));
         assert_eq!(summary[3].name, "ret");
         assert_eq!(summary[3].count, 2);

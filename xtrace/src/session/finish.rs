@@ -12,15 +12,14 @@ use crate::{
     cuda::nvml::{track_pid, DeviceSeries},
     error::Result,
     export::{
-        cuda::CudaSummary,
         profile,
-        summary::{ClockSummary, CommandSummary, PairSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{ClockSummary, CommandSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     launch::Launch,
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
-    pipeline::{writer::TraceWriter, Collected, Pipeline},
-    probes::{uprobe::Plan, ProbeKind},
+    pipeline::{family::summary::Ending, writer::TraceWriter, Collected, Pipeline},
+    probes::uprobe::Plan,
     target::ProcessInfo,
 };
 
@@ -244,8 +243,8 @@ impl Outputs<'_> {
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
         let (trace, mut collected) = pipeline.collected();
         // One for the CPU samples and the off-CPU waits: kallsyms and the vDSO are read once.
-        let resolver =
-            (self.sampling.is_some() || collected.off_cpu.is_some()).then(profile::Resolver::default);
+        let resolver = (self.sampling.is_some() || collected.families.off_cpu.waits.is_some())
+            .then(profile::Resolver::default);
         let frames = match (self.sampling, &resolver) {
             (Some(_), Some(resolver)) => {
                 Some(resolver.frames(&collected.samples, &mut collected.images, &collected.python))
@@ -284,7 +283,9 @@ impl Outputs<'_> {
             }
             _ => None,
         };
-        let off_cpu = match (&collected.off_cpu, &resolver) {
+        // The off-CPU section is written with offcpu.folded: its stacks are named by the resolver
+        // the CPU profile shares.
+        let off_cpu = match (&collected.families.off_cpu.waits, &resolver) {
             (Some(off_cpu), Some(resolver)) => {
                 let names = thread_names(&collected.names, off_cpu.threads.keys().copied());
                 Some(crate::export::offcpu::write(
@@ -364,7 +365,11 @@ impl Outputs<'_> {
 
     /// The summary of the recording.
     fn summary(&self, collected: &Collected, profile: Option<profile::ProfileSummary>) -> Summary {
-        let plan = self.plan;
+        let families = collected.families.summarize(&Ending {
+            call_sites: collected.call_sites.as_ref(),
+            device_lost: self.device_lost,
+        });
+        let (ranges, ranges_unpaired) = families.ranges.unzip();
         Summary {
             format_version: FORMAT_VERSION,
             run: self.run.clone(),
@@ -373,9 +378,9 @@ impl Outputs<'_> {
             decode_errors: collected.decode_errors,
             lost: self.lost.clone(),
             unmatched_entries: self.unmatched_entries,
-            args_unpaired: collected.values.dropped() + collected.cuda.dropped(),
-            unreadable_strings: collected.values.unreadable_strings(),
-            usdt_unpaired: collected.usdt_unpaired + collected.usdt.still_open(),
+            args_unpaired: families.args_unpaired,
+            unreadable_strings: families.unreadable_strings,
+            usdt_unpaired: families.usdt_unpaired,
             probes: self.probe_summaries(collected),
             command: self.command.clone(),
             targets: self
@@ -393,23 +398,15 @@ impl Outputs<'_> {
                 })
                 .collect(),
             profile,
-            cuda: (!plan.cuda.is_empty()).then(|| {
-                let sites = collected.call_sites.as_ref().map(|s| s.of_kernels());
-                CudaSummary::new(&collected.cuda.totals).with_call_sites(sites.unwrap_or_default())
-            }),
+            cuda: families.cuda,
             gpus: self.gpus.iter().map(DeviceSeries::summary).collect(),
-            ranges: plan.ranges.map(|_| collected.ranges.summary()),
-            ranges_unpaired: plan
-                .ranges
-                .map(|_| collected.ranges.unpaired + collected.ranges.still_open()),
+            ranges,
+            ranges_unpaired,
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
             flight: self.flight.clone(),
             off_cpu: None,
-            gpu_device: collected
-                .gpu
-                .as_ref()
-                .map(|gpu| crate::export::gpu_device::summary(gpu, self.device_lost)),
+            gpu_device: families.gpu_device,
         }
     }
 
@@ -420,15 +417,12 @@ impl Outputs<'_> {
             .probes
             .iter()
             .zip(collected.stats.iter())
-            .zip(collected.values.summaries())
             .enumerate()
             // Probes kept for CUDA libraries that were never loaded.
-            .filter(|(_, ((p, _), _))| p.is_placed())
-            .map(|(id, ((p, s), values))| ProbeSummary {
-                pair: (p.kind == ProbeKind::UsdtSpan).then(|| {
-                    let (open, unmatched_ends) = collected.usdt.unpaired(id as u32);
-                    PairSummary { open, unmatched_ends }
-                }),
+            .filter(|(_, (p, _))| p.is_placed())
+            .map(|(id, (p, s))| (id, p, s, collected.families.probe_row(id as u32, p.kind)))
+            .map(|(id, p, s, row)| ProbeSummary {
+                pair: row.pair,
                 name: p.name.clone(),
                 kind: p.kind.name(),
                 target: p.target.clone(),
@@ -436,7 +430,7 @@ impl Outputs<'_> {
                 stats: s.distribution(),
                 histogram: s.histogram(),
                 below_min_duration: self.run.min_duration_ns.map(|_| s.short),
-                values,
+                values: row.values,
                 call_sites: collected
                     .call_sites
                     .as_ref()

@@ -494,7 +494,10 @@ fn setup(
         captures: plan.probes.iter().map(|p| p.capture.clone()).collect(),
         usdt: Usdt::new(sites, plan.usdt_probes.clone()),
         cuda,
-        ranges: crate::pipeline::ranges::Ranges::new(plan.ranges.unwrap_or_default(), since_ns),
+        ranges: match plan.ranges {
+            Some(wanted) => crate::pipeline::ranges::Ranges::new(wanted, since_ns),
+            None => crate::pipeline::ranges::Ranges::unasked(since_ns),
+        },
         images,
         samples,
         python: Default::default(),

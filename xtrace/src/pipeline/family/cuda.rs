@@ -1,12 +1,18 @@
 //! The CUDA family (`--cuda`): the CUDA API calls (their entry records, out-pointer values and
 //! spans, rendered and added up by `cuda::calls`), each process's device and pinned host memory as
 //! counter tracks, and the GPU device timeline's records (`pipeline::gpu`) with their flow arrows
-//! from the launches.
+//! from the launches. In summary.json, the `cuda` section (`cuda_summary`), the `gpu_device` one
+//! (`gpu_summary`), and the entry records dropped.
 use std::{collections::HashMap, io};
 
 use xtrace_common::{event::SpanEvent, gpu::GpuEvent};
 
-use super::{Family, Shared};
+use super::{
+    cuda_summary::CudaSummary,
+    gpu_summary,
+    summary::{Ending, Sections},
+    Family, Shared,
+};
 use crate::{
     cuda::calls::Calls,
     model::cuda_api::Space,
@@ -58,6 +64,19 @@ impl Family for CudaFamily {
             Event::Gpu(event) => self.device_record(&event, shared),
             _ => Ok(()),
         }
+    }
+
+    fn summarize(&self, ending: &Ending<'_>, sections: &mut Sections) {
+        sections.args_unpaired += self.calls.dropped();
+        if self.calls.traced() {
+            let sites = ending.call_sites.map(|s| s.of_kernels());
+            sections.cuda =
+                Some(CudaSummary::new(&self.calls.totals).with_call_sites(sites.unwrap_or_default()));
+        }
+        sections.gpu_device = self
+            .device
+            .as_ref()
+            .map(|gpu| gpu_summary::summary(gpu, ending.device_lost));
     }
 }
 

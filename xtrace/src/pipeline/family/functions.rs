@@ -1,12 +1,16 @@
 //! The functions family (`-u`): each traced call's span, with the values its probe captures
 //! (arguments at entry, paired with the span by thread and entry time; the return value, or the
 //! string it points at) and its call site with `--stacks`. It owns every span, argument record
-//! and long string that no other family owns, so it comes last.
+//! and long string that no other family owns, so it comes last. In summary.json, its probes'
+//! `values`, and the argument records dropped and strings unread.
 use std::io;
 
 use xtrace_common::event::{SpanEvent, EXIT_TAIL_CALL};
 
-use super::{Family, Shared};
+use super::{
+    summary::{Ending, ProbeRow, Sections},
+    Family, Shared,
+};
 use crate::{
     image::Images,
     pipeline::{
@@ -14,6 +18,7 @@ use crate::{
         values::Values,
         writer::{EventKind, SpanOut},
     },
+    probes::ProbeKind,
 };
 
 /// The functions family's state: the captured values.
@@ -59,6 +64,15 @@ impl Family for FunctionsFamily {
 
     fn seen(&mut self, images: &mut Images, pid: u32) {
         self.values.seen(images, pid);
+    }
+
+    fn summarize(&self, _ending: &Ending<'_>, sections: &mut Sections) {
+        sections.args_unpaired += self.values.dropped();
+        sections.unreadable_strings += self.values.unreadable_strings();
+    }
+
+    fn probe_row(&self, id: u32, _kind: ProbeKind, row: &mut ProbeRow) {
+        row.values = self.values.summary_of(id as usize);
     }
 }
 

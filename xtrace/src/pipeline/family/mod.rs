@@ -3,10 +3,14 @@
 //! keeps what every family shares and lends it to the family for one record as [`Shared`]: the
 //! processes' images and names, per-probe statistics, the capture's window, the call sites of
 //! `--stacks`, and the one way to the trace (`emit`: the trace writer or the flight recorder's
-//! buffer, with the `--warn-over` check).
+//! buffer, with the `--warn-over` check). When the recording is over, each family says what it
+//! adds to summary.json (`summary`): its sections, and its parts of each probe's row.
 pub mod cuda;
+pub mod cuda_summary;
 pub mod functions;
+pub mod gpu_summary;
 pub mod offcpu;
+pub mod summary;
 pub mod usdt;
 
 use std::io;
@@ -17,7 +21,8 @@ use super::{
     call_sites::CallSites, decode::Event, stats::ProbeStats, threads::Names, warnings::Warnings,
     writer::SpanOut,
 };
-use crate::{image::Images, python::Python};
+use crate::{image::Images, probes::ProbeKind, python::Python};
+use summary::{Ending, ProbeRow, Sections};
 
 /// One probe family: the records it owns, and what it makes of them.
 ///
@@ -35,6 +40,55 @@ pub trait Family {
     /// Process `pid` has records that follow (a target at the start, a thread's first record):
     /// what the family needs to look up while it runs.
     fn seen(&mut self, _images: &mut Images, _pid: u32) {}
+
+    /// Adds its summary.json sections to `sections`, and its counts to those families share.
+    fn summarize(&self, _ending: &Ending<'_>, _sections: &mut Sections) {}
+
+    /// Fills in the parts of the row of probe `id` (of kind `kind`) that it owns.
+    fn probe_row(&self, _id: u32, _kind: ProbeKind, _row: &mut ProbeRow) {}
+}
+
+/// The probe families, in the order a record is offered to them: the functions family, which owns
+/// every span no other does, comes last.
+pub struct Families {
+    pub cuda: cuda::CudaFamily,
+    pub usdt: usdt::UsdtFamily,
+    pub off_cpu: offcpu::OffCpuFamily,
+    pub functions: functions::FunctionsFamily,
+}
+
+impl Families {
+    /// Each family, in order.
+    pub fn each_mut(&mut self) -> [&mut dyn Family; 4] {
+        [
+            &mut self.cuda,
+            &mut self.usdt,
+            &mut self.off_cpu,
+            &mut self.functions,
+        ]
+    }
+
+    fn each(&self) -> [&dyn Family; 4] {
+        [&self.cuda, &self.usdt, &self.off_cpu, &self.functions]
+    }
+
+    /// What the families add to summary.json.
+    pub fn summarize(&self, ending: &Ending<'_>) -> Sections {
+        let mut sections = Sections::default();
+        for family in self.each() {
+            family.summarize(ending, &mut sections);
+        }
+        sections
+    }
+
+    /// The families' parts of the row of probe `id`, of kind `kind`.
+    pub fn probe_row(&self, id: u32, kind: ProbeKind) -> ProbeRow {
+        let mut row = ProbeRow::default();
+        for family in self.each() {
+            family.probe_row(id, kind, &mut row);
+        }
+        row
+    }
 }
 
 /// The capture's window (CLOCK_MONOTONIC ns): `--start-at`, and the stop once it came.

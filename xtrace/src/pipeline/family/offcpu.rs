@@ -1,7 +1,9 @@
 //! The off-CPU family (`--off-cpu`): each wait the kernel sent on its own is counted with its
 //! stack (`pipeline::offcpu`), then written to the timeline (`pipeline::offcpu_timeline`): the
 //! wait, its wait for a CPU, and the wake-up's arrow from the thread that woke it. Waits the
-//! kernel added up come at the end, through [`crate::pipeline::Pipeline::off_cpu_totals`].
+//! kernel added up come at the end, through [`crate::pipeline::Pipeline::off_cpu_totals`]. Its
+//! summary.json section is not the family's to say: its stacks are named by the symbol resolver
+//! the CPU profile shares, so `export::offcpu` makes it while it writes offcpu.folded.
 use std::io;
 
 use xtrace_common::offcpu::OffCpuEvent;

@@ -2,18 +2,24 @@
 //! probe, then written as an instant, the begin or end of a span, or a range's push or pop; hits
 //! while the probes are detached kept only where they end what began before the stop; long string
 //! arguments (`str:N`) put in place. Ranges are hits of USDT probes, decoded by the same table of
-//! call sites and kept names, so they are this family's too; `pipeline::ranges` pairs them.
+//! call sites and kept names, so they are this family's too; `pipeline::ranges` pairs them. In
+//! summary.json, the halves left unpaired (`usdt_unpaired`, each pair's `open` and
+//! `unmatched_ends`) and, with ranges asked for, the `ranges` section.
 use std::io;
 
 use xtrace_common::event::{UsdtEvent, UsdtStrEvent};
 
-use super::{Family, Shared};
+use super::{
+    summary::{Ending, PairSummary, ProbeRow, Sections},
+    Family, Shared,
+};
 use crate::pipeline::{
     decode::Event,
     ranges::{self, Ranges},
     usdt::{self, Hit, Usdt},
     writer::{EventKind, SpanOut},
 };
+use crate::probes::ProbeKind;
 
 /// The USDT family's state.
 pub struct UsdtFamily {
@@ -43,6 +49,18 @@ impl Family for UsdtFamily {
                 Ok(())
             }
             _ => Ok(()),
+        }
+    }
+
+    fn summarize(&self, _ending: &Ending<'_>, sections: &mut Sections) {
+        sections.usdt_unpaired += self.unpaired + self.usdt.still_open();
+        sections.ranges = self.ranges.sections();
+    }
+
+    fn probe_row(&self, id: u32, kind: ProbeKind, row: &mut ProbeRow) {
+        if kind == ProbeKind::UsdtSpan {
+            let (open, unmatched_ends) = self.usdt.unpaired(id);
+            row.pair = Some(PairSummary { open, unmatched_ends });
         }
     }
 }

@@ -1,0 +1,56 @@
+//! What the probe families add to summary.json, asked through [`super::Family::summarize`] and
+//! [`super::Family::probe_row`]: the sections they own ([`Sections`]: the CUDA and GPU device
+//! sections, the ranges, the counts of halves left unpaired), and the parts of a probe's row
+//! they own ([`ProbeRow`]: captured values, a USDT pair's halves). `export::summary` puts them in
+//! their places in summary.json; `export` renders them.
+use serde::Serialize;
+
+use super::{cuda_summary::CudaSummary, gpu_summary::GpuDeviceSummary};
+use crate::pipeline::{call_sites::CallSites, ranges::RangeSummary, values::ValueSummary};
+
+/// The summary.json sections the families fill in; each family adds its own, and adds to the
+/// counts several share.
+#[derive(Clone, Debug, Default)]
+pub struct Sections {
+    /// Argument records dropped because too many calls were waiting for their spans (functions
+    /// and CUDA calls).
+    pub args_unpaired: u64,
+    /// Captured strings at a non-null address that could not be read.
+    pub unreadable_strings: u64,
+    /// USDT end hits with no begin open on their thread, and begins still open at the stop.
+    pub usdt_unpaired: u64,
+    /// With `--cuda`.
+    pub cuda: Option<CudaSummary>,
+    /// With the GPU device timeline.
+    pub gpu_device: Option<GpuDeviceSummary>,
+    /// With ranges asked for: per range name, and the pops and ends left without their other half
+    /// (with those still open).
+    pub ranges: Option<(Vec<RangeSummary>, u64)>,
+}
+
+/// What the families' sections need from outside their own state, once the recording is over.
+#[derive(Clone, Copy, Default)]
+pub struct Ending<'a> {
+    /// `--stacks`: the traced calls' call sites.
+    pub call_sites: Option<&'a CallSites>,
+    /// GPU device records the kernel program could not send.
+    pub device_lost: u64,
+}
+
+/// The parts of one probe's summary.json row that a family owns.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeRow {
+    /// Captured arguments and return value (probes whose spec asks for them).
+    pub values: Vec<ValueSummary>,
+    /// A USDT pair's (kind `usdt_span`): its halves left without the other.
+    pub pair: Option<PairSummary>,
+}
+
+/// What of a USDT begin/end pair made no span.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PairSummary {
+    /// Begins still open when the capture stopped (on every thread; nested ones each count).
+    pub open: u64,
+    /// End hits with no begin open on their thread (begun before the capture, or on another thread).
+    pub unmatched_ends: u64,
+}
