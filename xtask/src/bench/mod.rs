@@ -2,7 +2,7 @@
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
 //! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
-//! flight, ranges, strings, trace_format; in_kernel runs the attach rows in another kernel. prep
+//! flight, ranges, strings, trace_format, offcpu; in_kernel runs the attach rows in another kernel. prep
 //! builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
 //! report holds the rows and writes the table and the JSON.
 mod attach;
@@ -12,6 +12,7 @@ mod bpftrace;
 mod flight;
 mod in_kernel;
 mod live;
+mod offcpu;
 mod per_hit;
 mod prep;
 mod ranges;
@@ -72,6 +73,7 @@ pub enum Part {
     Strings,
     TraceFormat,
     Flight,
+    OffCpu,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -162,6 +164,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Flight) {
         flight::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::OffCpu) {
+        offcpu::run(&env, &cfg, &mut report)?;
     }
 
     let _ = fs::remove_dir_all(&env.tmp);

@@ -1,0 +1,348 @@
+//! Off-CPU cost: the `switches` workload (xtask/bench/switches.c: two threads pinned to one CPU
+//! handing a token over pipes, two off-CPU waits per round trip, timing its rounds itself) runs
+//! bare, under `xtrace --off-cpu -F 1` (sampling at 1 Hz, so that what is added is the scheduler
+//! programs'), and bare again while xtrace traces another process (a sleeping `sleep`): the
+//! added ns per wait for a traced and for an untraced thread. A mix with 100 µs of work before
+//! each hand-off (about 10,000 waits a second) gives the slowdown of a realistic program, and
+//! bpftrace's offcputime-style script (a start time per thread at switch-out, the time off CPU
+//! summed at switch-in) the same ping-pong's cost beside xtrace's. Runs are interleaved, and each
+//! figure is the median over runs of that run's difference to the bare run next to it.
+use std::{path::Path, process::Command, time::Duration};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::{
+    prep::{compile, fixture, Env},
+    report::{median, Report, Row, Verdict},
+    runs::{lost_events, ATTACH_TIMEOUT, EXIT_TIMEOUT},
+    tracer::{Stdout, Tracer},
+    Config,
+};
+
+/// Round trips of the bare ping-pong: 200,000 waits.
+const ROUNDS: u64 = 100_000;
+/// Round trips of the mix, each with `MIX_WORK_NS` of work per thread: about 1 s, 10,000 waits.
+const MIX_ROUNDS: u64 = 5_000;
+const MIX_WORK_NS: u64 = 100_000;
+/// How long a run may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// bpftrace's script: per thread of the command (`-c`), the time it switched out; at its switch
+/// back in, the time off CPU summed and the wait counted.
+const BPFTRACE_SCRIPT: &str = "tracepoint:sched:sched_switch { \
+     if (pid == cpid) { @start[tid] = nsecs; } \
+     $t = @start[args->next_pid]; \
+     if ($t) { @off = sum(nsecs - $t); @waits = count(); delete(@start[args->next_pid]); } }";
+
+/// One run's figures, parsed from the workload's lines.
+struct Ran {
+    elapsed_ns: f64,
+    waits: u64,
+}
+
+fn parse(lines: &[String], what: &str) -> Result<Ran> {
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .with_context(|| format!("{what} printed no `{name}` line: {}", lines.join(" | ")))
+    };
+    Ok(Ran {
+        elapsed_ns: field("elapsed_ns ")?,
+        waits: field("waits ")? as u64,
+    })
+}
+
+/// Runs `cmd` to success; its stdout's lines.
+fn output(cmd: &mut Command, what: &str) -> Result<Vec<String>> {
+    let out = cmd.output().with_context(|| format!("could not run {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+fn bare(bin: &Path, args: &[String]) -> Result<Ran> {
+    parse(&output(Command::new(bin).args(args), "switches")?, "switches")
+}
+
+/// Under `xtrace --off-cpu -F 1`: the run, and the off-CPU intervals xtrace measured and lost.
+fn traced(env: &Env, bin: &Path, args: &[String]) -> Result<(Ran, u64, u64)> {
+    let out = env.tmp.join("offcpu-traced");
+    let mut cmd = Command::new(&env.xtrace);
+    cmd.args(["--off-cpu", "-F", "1", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(bin)
+        .args(args);
+    let ran = parse(&output(&mut cmd, "xtrace --off-cpu")?, "switches under xtrace")?;
+    let text = std::fs::read_to_string(out.join("summary.json")).context("xtrace wrote no summary.json")?;
+    let summary: Value = serde_json::from_str(&text).context("summary.json")?;
+    let intervals = summary["off_cpu"]["intervals"].as_u64().unwrap_or(0);
+    let lost = lost_events(&summary) + summary["off_cpu"]["lost"].as_u64().unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&out);
+    Ok((ran, intervals, lost))
+}
+
+/// Bare, while xtrace traces the off-CPU time of a sleeping process.
+fn beside(env: &Env, bin: &Path, args: &[String]) -> Result<Ran> {
+    let mut sleeper = Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .context("could not start sleep")?;
+    let out = env.tmp.join("offcpu-beside");
+    let mut cmd = Command::new(&env.xtrace);
+    cmd.args(["--off-cpu", "-F", "1", "-o"])
+        .arg(&out)
+        .args(["--pid", &sleeper.id().to_string()]);
+    let ran = (|| {
+        let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
+        tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;
+        let ran = bare(bin, args)?;
+        tracer.interrupt()?;
+        tracer.wait_ok(EXIT_TIMEOUT)?;
+        Ok(ran)
+    })();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let _ = std::fs::remove_dir_all(&out);
+    ran
+}
+
+/// Under bpftrace's script: the run, and the waits bpftrace counted.
+fn bpftrace(bpftrace: &Path, bin: &Path, args: &[String]) -> Result<(Ran, u64)> {
+    let command = std::iter::once(bin.display().to_string())
+        .chain(args.iter().cloned())
+        .collect::<Vec<_>>();
+    let mut cmd = Command::new(bpftrace);
+    cmd.arg("-c").arg(command.join(" ")).args(["-e", BPFTRACE_SCRIPT]);
+    let tracer = Tracer::spawn("bpftrace", cmd, Stdout::Lines)?;
+    let done = tracer.wait_ok(RUN_TIMEOUT)?;
+    let ran = parse(&done.lines, "switches under bpftrace")?;
+    let waits = super::bpftrace::map_count(&done.lines, "waits").unwrap_or(0);
+    Ok((ran, waits))
+}
+
+/// bpftrace 0.17 finds tracepoints through tracefs; where it is not mounted (xtrace's programs use
+/// BTF tracepoints, which need none), it is mounted for the runs and unmounted when dropped.
+struct Tracefs {
+    mounted: bool,
+}
+
+impl Tracefs {
+    const AT: &'static str = "/sys/kernel/tracing";
+
+    fn ensure() -> Result<Self> {
+        if Path::new(Self::AT).join("events").is_dir() {
+            return Ok(Tracefs { mounted: false });
+        }
+        let status = Command::new("mount")
+            .args(["-t", "tracefs", "tracefs", Self::AT])
+            .status()
+            .context("could not run mount")?;
+        if !status.success() {
+            bail!(
+                "tracefs is not mounted at {} and mounting it failed ({status})",
+                Self::AT
+            );
+        }
+        eprintln!(
+            "bench: mounted tracefs at {} for bpftrace; unmounted after",
+            Self::AT
+        );
+        Ok(Tracefs { mounted: true })
+    }
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(Self::AT).status();
+        }
+    }
+}
+
+/// The runs of one measurement: each run's figure against the bare run beside it.
+#[derive(Default)]
+struct Series {
+    added: Vec<f64>,
+    notes: Vec<u64>,
+    lost: u64,
+    errors: Vec<String>,
+}
+
+impl Series {
+    fn add(&mut self, figure: Result<f64>) {
+        match figure {
+            Ok(v) => self.added.push(v),
+            Err(e) => self.errors.push(format!("{e:#}")),
+        }
+    }
+}
+
+pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
+    let bin = env.dir.join("switches");
+    compile(&fixture("switches.c"), &bin)?;
+    let ping = vec![cfg.scale(ROUNDS).to_string(), "0".to_string()];
+    let mix = vec![cfg.scale(MIX_ROUNDS).to_string(), MIX_WORK_NS.to_string()];
+    let runs = cfg.runs.max(5);
+    let tracefs = env.bpftrace.as_ref().ok().map(|_| Tracefs::ensure());
+    let (mut traced_s, mut beside_s, mut mix_s, mut bpf_s) = <(Series, Series, Series, Series)>::default();
+    let per_wait =
+        |with: &Ran, without: &Ran| (with.elapsed_ns - without.elapsed_ns) / without.waits.max(1) as f64;
+    for run in 0..runs {
+        eprintln!("bench: off-cpu run {}/{runs}", run + 1);
+        let base = bare(&bin, &ping)?;
+        let t = traced(env, &bin, &ping).map(|(ran, intervals, lost)| {
+            traced_s.notes.push(intervals);
+            traced_s.lost += lost;
+            per_wait(&ran, &base)
+        });
+        traced_s.add(t);
+        beside_s.add(beside(env, &bin, &ping).map(|ran| per_wait(&ran, &base)));
+        if let (Ok(path), Some(Ok(_))) = (&env.bpftrace, &tracefs) {
+            let b = bpftrace(path, &bin, &ping).map(|(ran, waits)| {
+                bpf_s.notes.push(waits);
+                per_wait(&ran, &base)
+            });
+            bpf_s.add(b);
+        }
+        let mix_base = bare(&bin, &mix)?;
+        let m = traced(env, &bin, &mix).map(|(ran, _, lost)| {
+            mix_s.lost += lost;
+            (ran.elapsed_ns / mix_base.elapsed_ns - 1.0) * 100.0
+        });
+        mix_s.add(m);
+    }
+    let no_bpftrace = match (&env.bpftrace, &tracefs) {
+        (Err(why), _) => Some(why.clone()),
+        (_, Some(Err(e))) => Some(format!("{e:#}")),
+        _ => None,
+    };
+    rows(
+        cfg,
+        [&traced_s, &beside_s, &mix_s, &bpf_s],
+        no_bpftrace.as_ref(),
+        report,
+    );
+    Ok(())
+}
+
+/// The rows: (key, what, unit, goal) per series, in the order `run` passes them.
+fn rows(cfg: &Config, series: [&Series; 4], no_bpftrace: Option<&String>, report: &mut Report) {
+    let specs: [(&str, &str, Option<f64>); 4] = [
+        (
+            "offcpu.traced_ns_per_wait",
+            "off-CPU: added time per wait, traced thread (ping-pong)",
+            Some(1000.0),
+        ),
+        (
+            "offcpu.untraced_ns_per_wait",
+            "off-CPU: added time per wait, untraced thread (ping-pong)",
+            Some(200.0),
+        ),
+        (
+            "offcpu.mix_slowdown",
+            "off-CPU: slowdown of a mix (100 µs of work per wait)",
+            Some(3.0),
+        ),
+        (
+            "offcpu.bpftrace_ns_per_wait",
+            "bpftrace offcputime-style script: added time per wait",
+            None,
+        ),
+    ];
+    for (i, ((key, what, goal), s)) in specs.into_iter().zip(series).enumerate() {
+        if let (3, Some(why)) = (i, no_bpftrace) {
+            report.row(Row::new(key, what, "-").note(why.clone()));
+            continue;
+        }
+        if s.added.is_empty() {
+            report.row(Row::new(key, what, "error").note(s.errors.join("; ")));
+            continue;
+        }
+        let value = median(&s.added);
+        let percent = i == 2;
+        let shown = if percent {
+            format!("{value:+.2}%")
+        } else {
+            format!("{value:.0} ns")
+        };
+        let verdict = match goal {
+            Some(goal) if !cfg.quick && s.errors.is_empty() => {
+                Verdict::from_bool(value < goal && s.lost == 0)
+            }
+            _ => Verdict::NotApplicable,
+        };
+        let goal_text = goal.map_or_else(
+            || "-".to_string(),
+            |g| {
+                if percent {
+                    format!("< {g}%, no loss")
+                } else {
+                    format!("< {g} ns, no loss")
+                }
+            },
+        );
+        let runs: Vec<String> = s
+            .added
+            .iter()
+            .map(|v| {
+                if percent {
+                    format!("{v:+.1}%")
+                } else {
+                    format!("{v:.0}")
+                }
+            })
+            .collect();
+        let mut note = format!(
+            "median of {} runs against the bare run beside each: {}",
+            s.added.len(),
+            runs.join(" ")
+        );
+        match i {
+            0 => note.push_str(&format!(
+                "; xtrace measured {} intervals a run (median); lost {}",
+                median_u64(&s.notes),
+                s.lost
+            )),
+            2 => note.push_str(&format!("; lost {}", s.lost)),
+            3 => note.push_str(&format!(
+                "; bpftrace counted {} waits a run (median)",
+                median_u64(&s.notes)
+            )),
+            _ => {}
+        }
+        if !s.errors.is_empty() {
+            note.push_str(&format!(
+                "; {} run(s) failed: {}",
+                s.errors.len(),
+                s.errors.join("; ")
+            ));
+        }
+        report.row(
+            Row::new(key, what, shown)
+                .goal(goal_text, verdict)
+                .note(note)
+                .data(json!({"median": value, "runs": s.added, "lost": s.lost, "counted": s.notes})),
+        );
+    }
+}
+
+fn median_u64(values: &[u64]) -> u64 {
+    let as_f64: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+    let m = median(&as_f64);
+    if m.is_finite() {
+        m as u64
+    } else {
+        0
+    }
+}
