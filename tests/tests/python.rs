@@ -8,7 +8,7 @@ use xtrace_tests::{
     output::Outputs,
     python::interpreters,
     require_bpf,
-    run::trace_fixture_with,
+    run::{only_child, trace_fixture_with, Xtrace},
     TempDir,
 };
 
@@ -104,6 +104,63 @@ fn python_run_with_x_perf_unwinds_through_its_trampolines() {
             out.samples_where(|s| s.contains(";py::"))
         );
     }
+}
+
+/// `-X perf` in a container: a process in its own PID and mount namespaces, with a /tmp of its
+/// own, writes its perf map there under the pid it sees; xtrace reads it through the process's
+/// root and names the trampolines from it (`--no-python`: no Python frames replace them).
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn x_perf_in_a_container_is_named_from_the_perf_map_in_its_own_tmp() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(python) = interpreters().into_iter().find(|p| p.minor >= 12) else {
+        return;
+    };
+    let inside = r#"mount -t tmpfs xtrace-test /tmp && exec "$0" -X perf "$1" pid 6"#;
+    let (py, pyfix) = (python.path.to_str().unwrap(), script("pyfix.py"));
+    let mut fixture = Fixture::spawn(
+        std::path::Path::new("unshare"),
+        &[
+            "--pid",
+            "--mount",
+            "--fork",
+            "sh",
+            "-c",
+            inside,
+            py,
+            pyfix.to_str().unwrap(),
+        ],
+    );
+    fixture.wait_ready();
+    let pid = only_child(fixture.pid());
+    let tmp = TempDir::new("python-x-perf-container");
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        pid.to_string(),
+        "-F",
+        "999",
+        "--no-python",
+        "-d",
+        "2",
+        "-o",
+        &out
+    ]);
+    xtrace.wait_attached();
+    fixture.go();
+    // xtrace stops while the process still runs (its map is read through its root).
+    xtrace.wait().assert_success();
+    let out = Outputs::read_profiled(&out);
+    let named = out.samples_where(|s| s.contains(";py::hot:") && s.contains(";py::split:"));
+    assert!(
+        named > 300,
+        "{}: {named} samples under py::split and py::hot",
+        python.label
+    );
+    assert!(!std::path::Path::new(&format!("/tmp/perf-{pid}.map")).exists());
+    assert!(fixture.wait().success(), "the container's python failed");
 }
 
 /// A `multiprocessing` child, started by fork and by spawn: recognised as a process of its own
