@@ -1,6 +1,7 @@
-//! Kernel addresses the programs compare against, from /proc/kallsyms at load time: the interrupt
-//! entry code, which `--off-cpu` looks for in a waker's kernel stack to tell a wake-up from an
-//! interrupt (a timer, an I/O completion) from one by the thread that happened to be running.
+//! Kernel symbols' addresses from /proc/kallsyms ([`symbol`], which the samples' trap ranges use
+//! too), and those the programs compare against, read at load time: the interrupt entry code,
+//! which `--off-cpu` looks for in a waker's kernel stack to tell a wake-up from an interrupt (a
+//! timer, an I/O completion) from one by the thread that happened to be running.
 use std::ops::Range;
 
 /// `__irqentry_text_start..__irqentry_text_end` of the running kernel; empty when /proc/kallsyms
@@ -13,16 +14,22 @@ pub fn irq_entry_text() -> Range<u64> {
 
 /// [`irq_entry_text`] of the text of /proc/kallsyms.
 fn irq_entry_in(kallsyms: &str) -> Range<u64> {
-    let address = |name: &str| {
-        let line = kallsyms
-            .lines()
-            .find(|line| line.split(' ').nth(2) == Some(name))?;
-        u64::from_str_radix(line.split(' ').next()?, 16).ok()
-    };
+    let address = |name: &str| symbol(kallsyms, name).map(|(address, _)| address);
     match (address("__irqentry_text_start"), address("__irqentry_text_end")) {
-        (Some(start), Some(end)) if start != 0 && end > start => start..end,
+        (Some(start), Some(end)) if end > start => start..end,
         _ => 0..0,
     }
+}
+
+/// The address of the kernel's own symbol `name` in the text of /proc/kallsyms (lines `ADDRESS
+/// TYPE NAME`; a module's symbols, which end in `[MODULE]`, are not looked at), and where the
+/// text after its line starts; None when it is missing or its address hidden (0: without
+/// CAP_SYSLOG, or under `kptr_restrict`). Found by substring: it runs over ~120,000 lines.
+pub fn symbol(kallsyms: &str, name: &str) -> Option<(u64, usize)> {
+    let at = kallsyms.find(&format!(" {name}\n"))?;
+    let line_start = kallsyms[..at].rfind('\n').map_or(0, |i| i + 1);
+    let address = u64::from_str_radix(kallsyms[line_start..].split(' ').next()?, 16).ok()?;
+    (address != 0).then_some((address, at + name.len() + 2))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ mod attr;
 pub mod btf;
 pub mod features;
 pub mod goroutines;
-mod kallsyms;
+pub mod kallsyms;
 pub mod layout;
 pub mod overhead;
 pub mod perf_uprobe;

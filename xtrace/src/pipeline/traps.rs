@@ -48,12 +48,10 @@ impl Traps {
             (address != 0).then_some(address)
         };
         let range = |name: &str| {
-            let at = kallsyms.find(&format!(" {name}\n"))?;
-            let line_start = kallsyms[..at].rfind('\n').map_or(0, |i| i + 1);
-            let start = address(&kallsyms[line_start..])?;
+            let (start, after) = crate::bpf::kallsyms::symbol(kallsyms, name)?;
             // Aliases share its address (`__x64_sys_uretprobe` beside `__do_sys_uretprobe`).
             let end = kallsyms
-                .get(at + name.len() + 2..)?
+                .get(after..)?
                 .lines()
                 .map_while(address)
                 .find(|&end| end > start)?;
