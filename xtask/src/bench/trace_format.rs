@@ -1,8 +1,10 @@
 //! Trace formats: the same workload (one thread of `hits` calling `emulated_site` a fixed number
-//! of times) recorded with `--trace-format json` and with `--trace-format perfetto`: the trace
+//! of times) recorded with `--trace-format json` and with `--trace-format perfetto`, the two
+//! formats interleaved (json, perfetto, json, ...; at least 5 runs each in a full run): the trace
 //! file's bytes per span and xtrace's CPU time per span (GNU time's user + system, attach and
 //! detach included), which holds reading the trace back for span-flamegraph.svg and profile.pb.gz
-//! in either format.
+//! in either format. Goals, from the medians: perfetto's CPU per span no higher than json's, and
+//! its file at least 4 times smaller.
 use std::fs;
 
 use serde_json::{json, Value};
@@ -10,23 +12,45 @@ use serde_json::{json, Value};
 use super::{
     per_hit::finite,
     prep::Env,
-    report::{fmt_count, fmt_ns, median, Report, Row},
+    report::{fmt_count, fmt_ns, median, Report, Row, Verdict},
     runs::{self, lost_events, probe_count, XtraceSpec},
     saturation::cpu_seconds,
     throughput::SYMBOL,
     Config,
 };
 
-/// One format's runs (medians): trace bytes per span, CPU ns per span, spans per run.
-struct Measured {
-    bytes_per_span: f64,
-    cpu_ns_per_span: f64,
-    spans: u64,
+const FORMATS: [&str; 2] = ["json", "perfetto"];
+/// Runs per format in a full run, at least.
+const MIN_RUNS: usize = 5;
+/// How many times smaller than trace.json the perfetto file must be.
+const GOAL_SMALLER: f64 = 4.0;
+
+/// One format's runs: trace bytes, CPU ns and spans per run.
+#[derive(Default)]
+struct Samples {
+    bytes: Vec<f64>,
+    cpu: Vec<f64>,
+    spans: Vec<f64>,
     lost: u64,
     errors: Vec<String>,
 }
 
-fn measure(env: &Env, cfg: &Config, format: &str, calls: u64) -> Measured {
+impl Samples {
+    fn bytes_per_span(&self) -> f64 {
+        median(&self.bytes)
+    }
+
+    fn cpu_ns_per_span(&self) -> f64 {
+        median(&self.cpu)
+    }
+
+    fn spans(&self) -> u64 {
+        median(&self.spans) as u64
+    }
+}
+
+/// One run of `format`, its numbers added to `s`.
+fn once(env: &Env, format: &str, calls: u64, s: &mut Samples) {
     let args: Vec<String> = ["call", SYMBOL, &calls.to_string(), "1"]
         .map(str::to_owned)
         .into();
@@ -35,62 +59,113 @@ fn measure(env: &Env, cfg: &Config, format: &str, calls: u64) -> Measured {
         "perfetto" => "trace.perfetto-trace",
         _ => "trace.json",
     };
-    let (mut bytes, mut cpu, mut spans, mut lost, mut errors) = (vec![], vec![], vec![], 0, vec![]);
-    let runs = cfg.runs.min(3);
-    for i in 0..runs {
-        eprintln!("bench: trace format {format}, run {}/{runs}", i + 1);
-        let mut spec = XtraceSpec::new(&env.hits, &args, &[SYMBOL]);
-        spec.flags = vec!["--trace-format".into(), format.into()];
-        spec.prefix = ["/usr/bin/time", "-f", "%U %S", "-o"].map(str::to_owned).into();
-        spec.prefix.push(cpu_file.display().to_string());
-        spec.keep_outputs = true;
-        match runs::xtrace(env, &spec) {
-            Ok(out) => {
-                let summary = out.summary.unwrap_or(Value::Null);
-                let count = probe_count(&summary, SYMBOL).max(1);
-                let size = fs::metadata(env.tmp.join("xtrace-out").join(file)).map_or(0, |m| m.len());
-                bytes.push(size as f64 / count as f64);
-                cpu.push(cpu_seconds(&cpu_file).map_or(f64::NAN, |s| s * 1e9 / count as f64));
-                spans.push(count as f64);
-                lost = lost.max(lost_events(&summary));
-            }
-            Err(e) => errors.push(format!("{e:#}")),
+    let mut spec = XtraceSpec::new(&env.hits, &args, &[SYMBOL]);
+    spec.flags = vec!["--trace-format".into(), format.into()];
+    spec.prefix = ["/usr/bin/time", "-f", "%U %S", "-o"].map(str::to_owned).into();
+    spec.prefix.push(cpu_file.display().to_string());
+    spec.keep_outputs = true;
+    match runs::xtrace(env, &spec) {
+        Ok(out) => {
+            let summary = out.summary.unwrap_or(Value::Null);
+            let count = probe_count(&summary, SYMBOL).max(1);
+            let size = fs::metadata(env.tmp.join("xtrace-out").join(file)).map_or(0, |m| m.len());
+            s.bytes.push(size as f64 / count as f64);
+            s.cpu
+                .push(cpu_seconds(&cpu_file).map_or(f64::NAN, |c| c * 1e9 / count as f64));
+            s.spans.push(count as f64);
+            s.lost = s.lost.max(lost_events(&summary));
         }
-    }
-    Measured {
-        bytes_per_span: median(&bytes),
-        cpu_ns_per_span: median(&cpu),
-        spans: median(&spans) as u64,
-        lost,
-        errors,
+        Err(e) => s.errors.push(format!("{e:#}")),
     }
 }
 
 pub fn run(env: &Env, cfg: &Config, report: &mut Report) {
     let calls = cfg.scale(1_000_000);
-    let json_run = measure(env, cfg, "json", calls);
-    let perfetto_run = measure(env, cfg, "perfetto", calls);
-    for (format, m) in [("json", &json_run), ("perfetto", &perfetto_run)] {
+    let runs = if cfg.quick {
+        cfg.runs.min(3)
+    } else {
+        cfg.runs.max(MIN_RUNS)
+    };
+    let mut samples = [Samples::default(), Samples::default()];
+    for i in 0..runs {
+        for (format, s) in FORMATS.iter().zip(&mut samples) {
+            eprintln!("bench: trace format {format}, run {}/{runs}", i + 1);
+            once(env, format, calls, s);
+        }
+    }
+    let [json_run, perfetto_run] = &samples;
+    let judged = !cfg.quick;
+    let unjudged = "; --quick runs fewer and shorter runs, so the goal is not judged";
+    for (format, m) in FORMATS.iter().zip(&samples) {
         let id = format!("trace_format.{format}");
         let what = format!("trace format {format}: trace bytes per span");
-        let row = if m.errors.is_empty() {
+        let row = if !m.errors.is_empty() {
+            Row::new(&id, what, "error").note(m.errors.join("; "))
+        } else {
             let mut note = format!(
-                "{} spans of {SYMBOL}, 1 thread; xtrace CPU {} per span (user+sys, with attach); lost {}",
-                fmt_count(m.spans),
-                fmt_ns(m.cpu_ns_per_span),
+                "median of {runs} runs interleaved with the other format; {} spans of {SYMBOL}, \
+                 1 thread; xtrace CPU {} per span (user+sys, with attach); lost {}",
+                fmt_count(m.spans()),
+                fmt_ns(m.cpu_ns_per_span()),
                 fmt_count(m.lost)
             );
-            if format == "perfetto" {
-                let ratio = json_run.bytes_per_span / m.bytes_per_span;
-                note.push_str(&format!("; {ratio:.1}x smaller than json"));
+            let mut row = Row::new(&id, what, format!("{:.1} B", m.bytes_per_span()));
+            if *format == "perfetto" {
+                let smaller = json_run.bytes_per_span() / m.bytes_per_span();
+                let verdict = goal_verdict(judged && json_run.errors.is_empty(), smaller >= GOAL_SMALLER);
+                if !judged {
+                    note.push_str(unjudged);
+                }
+                row = row
+                    .ratio(format!("{smaller:.1}x smaller than json"))
+                    .goal(format!("≥ {GOAL_SMALLER:.0}x smaller"), verdict);
             }
-            Row::new(&id, what, format!("{:.1} B", m.bytes_per_span))
-                .note(note)
-                .data(json!({"bytes_per_span": finite(m.bytes_per_span),
-                    "xtrace_cpu_ns_per_span": finite(m.cpu_ns_per_span), "spans": m.spans, "lost": m.lost}))
-        } else {
-            Row::new(&id, what, "error").note(m.errors.join("; "))
+            row.note(note)
+                .data(json!({"bytes_per_span": finite(m.bytes_per_span()),
+                "xtrace_cpu_ns_per_span": finite(m.cpu_ns_per_span()), "spans": m.spans(),
+                "lost": m.lost, "runs": runs, "bytes_per_span_each": m.bytes,
+                "xtrace_cpu_ns_per_span_each": m.cpu}))
         };
         report.row(row);
+    }
+    report.row(cpu_row(json_run, perfetto_run, runs, judged, unjudged));
+}
+
+/// Perfetto's CPU per span against json's, from the medians.
+fn cpu_row(json_run: &Samples, perfetto_run: &Samples, runs: usize, judged: bool, unjudged: &str) -> Row {
+    let id = "trace_format.perfetto_cpu";
+    let what = "trace format perfetto: xtrace CPU per span";
+    let mut errors = json_run.errors.clone();
+    errors.extend(perfetto_run.errors.iter().cloned());
+    if !errors.is_empty() {
+        return Row::new(id, what, "error")
+            .goal("≤ json's", Verdict::Fail)
+            .note(errors.join("; "));
+    }
+    let (json_cpu, perfetto_cpu) = (json_run.cpu_ns_per_span(), perfetto_run.cpu_ns_per_span());
+    let ratio = perfetto_cpu / json_cpu;
+    let mut note = format!(
+        "medians of {runs} interleaved runs each, user+sys with attach, detach and the read-back \
+         for span-flamegraph.svg and profile.pb.gz: perfetto {}, json {}",
+        fmt_ns(perfetto_cpu),
+        fmt_ns(json_cpu)
+    );
+    if !judged {
+        note.push_str(unjudged);
+    }
+    Row::new(id, what, fmt_ns(perfetto_cpu))
+        .ratio(format!("×{ratio:.3} json"))
+        .goal("≤ json's", goal_verdict(judged, ratio <= 1.0))
+        .note(note)
+        .data(json!({"perfetto_cpu_ns_per_span": finite(perfetto_cpu),
+            "json_cpu_ns_per_span": finite(json_cpu), "ratio": finite(ratio), "runs": runs}))
+}
+
+/// PASS or FAIL when the goal is judged, n/a when it is not.
+fn goal_verdict(judged: bool, pass: bool) -> Verdict {
+    if judged {
+        Verdict::from_bool(pass)
+    } else {
+        Verdict::NotApplicable
     }
 }

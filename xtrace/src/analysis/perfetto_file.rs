@@ -8,9 +8,9 @@
 //! again (`xtrace convert`, `xtrace merge`). A damaged or cut trace is refused with the byte
 //! offset of the packet that could not be read.
 use std::{
-    collections::HashMap,
     io::{BufRead, BufReader, ErrorKind, Read},
     path::Path,
+    rc::Rc,
 };
 
 use prost::Message;
@@ -21,7 +21,7 @@ use super::{
     Result,
 };
 use crate::pipeline::{
-    perfetto::{intern::json_value, proto::*, SampleFrame},
+    perfetto::{fast_hash::FastMap, intern::json_value, proto::*, SampleFrame},
     writer::{Flow, FlowKind},
 };
 
@@ -41,18 +41,52 @@ pub(crate) fn read(path: &Path, reader: impl Read, sink: &mut impl Decode) -> Re
             true => format!("at byte {at} of the decompressed trace"),
             false => format!("at byte {at}"),
         };
-        match next_packet(&mut reader, &mut buf, &mut offset) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => return Err(malformed(path, format!("the packet {} {e}", place()))),
-        }
-        let packet = TracePacket::decode(buf.as_slice())
-            .map_err(|e| malformed(path, format!("the packet {} does not decode ({e})", place())))?;
+        let undecodable = |e| malformed(path, format!("the packet {} does not decode ({e})", place()));
+        // A packet whole in the reader's buffer is decoded there; any other is copied out first.
+        let buffered = reader.fill_buf().ok().and_then(buffered_packet);
+        let mut packet = if let Some((head, len)) = buffered {
+            let packet = TracePacket::decode(&reader.buffer()[head..head + len]).map_err(undecodable)?;
+            reader.consume(head + len);
+            offset += (head + len) as u64;
+            packet
+        } else {
+            match next_packet(&mut reader, &mut buf, &mut offset) {
+                Ok(false) => break,
+                Ok(true) => {}
+                Err(e) => return Err(malformed(path, format!("the packet {} {e}", place()))),
+            }
+            TracePacket::decode(buf.as_slice()).map_err(undecodable)?
+        };
         state
-            .packet(packet, sink)
+            .packet(&mut packet, sink)
             .map_err(|e| malformed(path, format!("the packet {}: {e}", place())))?;
     }
     Ok(())
+}
+
+/// Where the next packet lies in `bytes` when they hold it whole: the length of its key and
+/// length, and its own. None when they hold less, or something [`next_packet`] refuses.
+fn buffered_packet(bytes: &[u8]) -> Option<(usize, usize)> {
+    let (key, key_len) = slice_varint(bytes)?;
+    if key != u64::from(TRACE_PACKET_FIELD << 3 | 2) {
+        return None;
+    }
+    let (len, len_len) = slice_varint(&bytes[key_len..])?;
+    let head = key_len + len_len;
+    (len <= MAX_PACKET && (bytes.len() - head) as u64 >= len).then_some((head, len as usize))
+}
+
+/// A base-128 varint at the start of `bytes`, and its length; None when they end inside it or it
+/// is longer than 10 bytes.
+fn slice_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, &byte) in bytes.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
 }
 
 /// Reads the next `Trace.packet` field into `buf`, advancing `offset` past it: false at the end
@@ -124,7 +158,7 @@ enum Track {
 
 /// A slice begun on a track and not yet ended.
 struct Open {
-    name: Name,
+    name: Rc<Name>,
     start_ns: u64,
     args: Option<String>,
     flow: Option<Flow>,
@@ -133,28 +167,33 @@ struct Open {
 /// The incremental state of one packet sequence.
 #[derive(Default)]
 struct Sequence {
-    names: HashMap<u64, String>,
-    categories: HashMap<u64, String>,
-    arg_names: HashMap<u64, String>,
+    names: FastMap<u64, String>,
+    categories: FastMap<u64, String>,
+    arg_names: FastMap<u64, String>,
+    /// Events' names and categories resolved, by name iid and first category iid, so
+    /// that a slice's name is shared, not copied; forgotten when names are interned.
+    resolved: FastMap<(u64, Option<u64>), Rc<Name>>,
     /// Samples' call stacks: frame iids by call stack iid, frames, mappings' path iids, strings.
-    callstacks: HashMap<u64, Vec<u64>>,
-    frames: HashMap<u64, Frame>,
-    mappings: HashMap<u64, u64>,
-    function_names: HashMap<u64, String>,
-    mapping_paths: HashMap<u64, String>,
+    callstacks: FastMap<u64, Vec<u64>>,
+    frames: FastMap<u64, Frame>,
+    mappings: FastMap<u64, u64>,
+    function_names: FastMap<u64, String>,
+    mapping_paths: FastMap<u64, String>,
     /// The clock of timestamps without their own.
     default_clock: Option<u32>,
     /// The track of events without their own.
     default_track: Option<u64>,
     /// Incremental clocks: their last value on CLOCK_MONOTONIC.
-    incremental: HashMap<u32, u64>,
+    incremental: FastMap<u32, u64>,
 }
 
 #[derive(Default)]
 struct State {
-    sequences: HashMap<u32, Sequence>,
-    tracks: HashMap<u64, Track>,
-    open: HashMap<u64, Vec<Open>>,
+    sequences: FastMap<u32, Sequence>,
+    tracks: FastMap<u64, Track>,
+    /// [`State::owner`] of the tracks events were on, forgotten when a descriptor comes.
+    owners: FastMap<u64, Option<(u32, Option<u32>)>>,
+    open: FastMap<u64, Vec<Open>>,
 }
 
 /// The first clock id Perfetto leaves to a sequence's own clocks.
@@ -255,7 +294,8 @@ impl Decode for Sink<'_> {
 }
 
 impl State {
-    fn packet(&mut self, p: TracePacket, sink: &mut impl Decode) -> Result<(), String> {
+    /// One packet; what its interned data holds is taken from it.
+    fn packet(&mut self, p: &mut TracePacket, sink: &mut impl Decode) -> Result<(), String> {
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let flags = p.sequence_flags.unwrap_or(0);
         let seq = self.sequences.entry(seq_id).or_default();
@@ -266,7 +306,7 @@ impl State {
             seq.default_clock = defaults.timestamp_clock_id;
             seq.default_track = defaults.track_event_defaults.as_ref().and_then(|d| d.track_uuid);
         }
-        if let Some(d) = p.interned_data {
+        if let Some(d) = p.interned_data.take() {
             intern(seq, d);
         }
         let clock = p
@@ -277,8 +317,8 @@ impl State {
             Some(ts) => Some(time(seq, clock, ts)?),
             None => None,
         };
-        match p.data {
-            Some(Data::ClockSnapshot(s)) => clock_snapshot(seq, &s),
+        match &p.data {
+            Some(Data::ClockSnapshot(s)) => clock_snapshot(seq, s),
             Some(Data::TrackDescriptor(d)) => self.descriptor(d, sink),
             Some(Data::PerfSample(s)) if sink.samples() => {
                 let ts_ns = timestamp.ok_or("a sample without a timestamp")?;
@@ -299,16 +339,16 @@ impl State {
         }
     }
 
-    fn descriptor(&mut self, d: TrackDescriptor, sink: &mut impl Decode) -> Result<(), String> {
+    fn descriptor(&mut self, d: &TrackDescriptor, sink: &mut impl Decode) -> Result<(), String> {
         let uuid = d.uuid.ok_or("a track descriptor without a uuid")?;
         let id = |n: Option<i32>| n.unwrap_or(0) as u32;
-        let track = if let Some(p) = d.process {
+        let track = if let Some(p) = &d.process {
             let pid = id(p.pid);
             if let Some(name) = &p.process_name {
                 sink.decoded(Decoded::Process { pid, name })?;
             }
             Track::Process { pid }
-        } else if let Some(t) = d.thread {
+        } else if let Some(t) = &d.thread {
             let (pid, tid) = (id(t.pid), id(t.tid));
             if let Some(name) = &t.thread_name {
                 sink.decoded(Decoded::Thread { pid, tid, name })?;
@@ -317,10 +357,11 @@ impl State {
         } else {
             Track::Child {
                 parent: d.parent_uuid.unwrap_or(0),
-                name: d.name.unwrap_or_default(),
+                name: d.name.clone().unwrap_or_default(),
             }
         };
         self.tracks.insert(uuid, track);
+        self.owners.clear();
         Ok(())
     }
 
@@ -338,25 +379,33 @@ impl State {
         None
     }
 
-    fn event(&mut self, seq_id: u32, ts: u64, e: TrackEvent, sink: &mut impl Decode) -> Result<(), String> {
-        let seq = &self.sequences[&seq_id];
+    fn event(&mut self, seq_id: u32, ts: u64, e: &TrackEvent, sink: &mut impl Decode) -> Result<(), String> {
+        let default_track = self.sequences.get(&seq_id).and_then(|seq| seq.default_track);
         let uuid = e
             .track_uuid
-            .or(seq.default_track)
+            .or(default_track)
             .ok_or("a track event without a track")?;
         if !self.tracks.contains_key(&uuid) {
             return Err(format!(
                 "an event on track {uuid}, which no descriptor before it describes"
             ));
         }
-        let owner = self.owner(uuid);
-        let flow = flow_of(&e);
+        let owner = match self.owners.get(&uuid) {
+            Some(&owner) => owner,
+            None => {
+                let owner = self.owner(uuid);
+                self.owners.insert(uuid, owner);
+                owner
+            }
+        };
+        let flow = flow_of(e);
+        let seq = self.sequences.entry(seq_id).or_default();
         match e.r#type.unwrap_or(0) {
             TYPE_SLICE_BEGIN => {
                 let open = Open {
-                    name: name_of(seq, &e)?,
+                    name: shared_name_of(seq, e)?,
                     start_ns: ts,
-                    args: args_of(seq, &e)?,
+                    args: args_of(seq, e)?,
                     flow,
                 };
                 self.open.entry(uuid).or_default().push(open);
@@ -371,7 +420,7 @@ impl State {
                     .checked_sub(open.start_ns)
                     .ok_or_else(|| format!("a slice on track {uuid} ends before it begins"))?;
                 if let Some((pid, tid)) = owner {
-                    let end_args = args_of(seq, &e)?;
+                    let end_args = args_of(seq, e)?;
                     sink.decoded(Decoded::Slice(Slice {
                         name: &open.name,
                         pid,
@@ -388,8 +437,8 @@ impl State {
             }
             TYPE_INSTANT => {
                 if let Some((pid, tid)) = owner {
-                    let name = name_of(seq, &e)?;
-                    let args = args_of(seq, &e)?;
+                    let name = name_of(seq, e)?;
+                    let args = args_of(seq, e)?;
                     sink.decoded(Decoded::Instant {
                         name: &name,
                         pid,
@@ -423,6 +472,9 @@ impl State {
 
 /// Adds a packet's interned data to its sequence's tables.
 fn intern(seq: &mut Sequence, d: InternedData) {
+    if !d.event_names.is_empty() || !d.event_categories.is_empty() {
+        seq.resolved.clear();
+    }
     for (table, entries) in [
         (&mut seq.names, d.event_names),
         (&mut seq.categories, d.event_categories),
@@ -540,11 +592,25 @@ fn clock_snapshot(seq: &mut Sequence, s: &ClockSnapshot) -> Result<(), String> {
     Ok(())
 }
 
-fn interned<'s>(table: &'s HashMap<u64, String>, iid: u64, what: &str) -> Result<&'s str, String> {
+fn interned<'s>(table: &'s FastMap<u64, String>, iid: u64, what: &str) -> Result<&'s str, String> {
     table
         .get(&iid)
         .map(String::as_str)
         .ok_or_else(|| format!("{what} iid {iid} was never interned"))
+}
+
+/// An event's name and category (its first), shared with the events of the same iids.
+fn shared_name_of(seq: &mut Sequence, e: &TrackEvent) -> Result<Rc<Name>, String> {
+    let Some(name_iid) = e.name_iid else {
+        return name_of(seq, e).map(Rc::new);
+    };
+    let key = (name_iid, e.category_iids.first().copied());
+    if let Some(name) = seq.resolved.get(&key) {
+        return Ok(Rc::clone(name));
+    }
+    let name = Rc::new(name_of(seq, e)?);
+    seq.resolved.insert(key, Rc::clone(&name));
+    Ok(name)
 }
 
 /// An event's name and category (its first).

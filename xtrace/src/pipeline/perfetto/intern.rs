@@ -1,14 +1,13 @@
 //! Interning per packet sequence: each name gets a small id (iid) the first time it is used, and
 //! is sent once, in the `InternedData` of the packet that first uses it; later packets carry
 //! only the iid. Captured values become debug annotations whose names are interned too.
-use std::collections::HashMap;
-
+use super::fast_hash::FastMap;
 use super::proto::{DebugAnnotation, InternedName, Value};
 
 /// The iids of one kind of interned name (event names, categories, annotation names).
 #[derive(Default)]
 pub struct Interner {
-    ids: HashMap<Box<str>, u64>,
+    ids: FastMap<Box<str>, u64>,
     /// By iid - 1.
     names: Vec<Box<str>>,
 }

@@ -17,14 +17,12 @@
 //! events by time. Names known only at the end are sent then: a later descriptor of the same
 //! uuid renames its track. CPU samples are `PerfSample`s of their thread, their call stacks
 //! interned ([`super::stacks`]).
-use std::{
-    collections::HashMap,
-    io::{self, Write},
-};
+use std::io::{self, Write};
 
 use prost::Message;
 
 use super::{
+    fast_hash::FastMap,
     intern::{annotations, Interner},
     proto::*,
     sequence::{clock_snapshot, Sequence},
@@ -75,14 +73,14 @@ pub struct PerfettoWriter<W: Write> {
 #[derive(Default)]
 struct Tracks {
     last: u64,
-    processes: HashMap<u32, u64>,
-    threads: HashMap<(u32, u32), u64>,
+    processes: FastMap<u32, u64>,
+    threads: FastMap<(u32, u32), u64>,
     /// Track uuid and sequence, by pid, tid and category id.
-    sources: HashMap<(u32, u32, u64), (u64, usize)>,
+    sources: FastMap<(u32, u32, u64), (u64, usize)>,
     /// By pid and name.
-    counters: HashMap<(u32, Box<str>), u64>,
+    counters: FastMap<(u32, Box<str>), u64>,
     /// Async ranges begun and not yet ended, by pid and id.
-    open: HashMap<(u32, u64), u64>,
+    open: FastMap<(u32, u64), u64>,
 }
 
 impl Tracks {
@@ -144,13 +142,13 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(writer)
     }
 
-    /// Appends one packet (the `Trace.packet` field: key, length, message).
+    /// Appends one packet (the `Trace.packet` field: key, length, message), its size reckoned
+    /// once.
     fn write(&mut self, packet: TracePacket) {
-        use prost::encoding::{encode_key, encode_varint, WireType};
+        use prost::encoding::{encode_key, WireType};
         encode_key(TRACE_PACKET_FIELD, WireType::LengthDelimited, &mut self.buf);
-        encode_varint(packet.encoded_len() as u64, &mut self.buf);
         // A Vec grows as needed: encoding into it cannot fail.
-        let _ = packet.encode(&mut self.buf);
+        let _ = packet.encode_length_delimited(&mut self.buf);
     }
 
     /// Appends a packet of sequence `seq` (started first, at this packet's time), with the names
