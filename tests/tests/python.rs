@@ -118,7 +118,8 @@ fn x_perf_in_a_container_is_named_from_the_perf_map_in_its_own_tmp() {
     let Some(python) = interpreters().into_iter().find(|p| p.minor >= 12) else {
         return;
     };
-    let inside = r#"mount -t tmpfs xtrace-test /tmp && exec "$0" -X perf "$1" pid 6"#;
+    // The fixture is copied into the new /tmp, which hides the host's (the checkout may be there).
+    let inside = r#"src=$(cat "$1") && mount -t tmpfs xtrace-test /tmp && printf '%s\n' "$src" > /tmp/pyfix.py && exec "$0" -X perf /tmp/pyfix.py pid 6"#;
     let (py, pyfix) = (python.path.to_str().unwrap(), script("pyfix.py"));
     let mut fixture = Fixture::spawn(
         std::path::Path::new("unshare"),
