@@ -9,6 +9,7 @@ pub mod mannwhitney;
 pub mod offcpu;
 pub mod outliers;
 pub(crate) mod perfetto_file;
+mod perfetto_packets;
 pub mod spans;
 pub mod stats;
 pub(crate) mod trace_file;
