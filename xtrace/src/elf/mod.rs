@@ -16,6 +16,7 @@ use crate::procfs::Mapping;
 pub mod debug_file;
 pub mod fde;
 mod file;
+pub mod plt;
 pub mod symbolize;
 
 pub use file::{own_vdso, Elf, LazyElf, LazyObject};

@@ -6,7 +6,8 @@
 //! window's samples, each sample on the trace's timeline, and the profile fields of its summary.
 use std::collections::HashMap;
 
-use super::profile::{timeline_sample, Folded, ProfileSummary, Resolver};
+use super::profile::{Folded, ProfileSummary};
+use crate::pipeline::symbolizer::{timeline_sample, Resolver};
 use crate::{
     error::Result,
     pipeline::{

@@ -3,7 +3,7 @@
 //! waiter and holder stacks, folded outermost first.
 use serde::Serialize;
 
-use super::profile::Resolver;
+use crate::pipeline::symbolizer::Resolver;
 use crate::{
     image::Images,
     pipeline::{

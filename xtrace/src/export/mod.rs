@@ -4,9 +4,8 @@
 //! (the CUDA section of the summary), `span_flamegraph` (span-flamegraph.svg), `convert`
 //! (trace.json to trace.perfetto-trace and back, through `replay` and `replay_perfetto`), `pprof` (profile.pb.gz), `callgrind` (KCachegrind),
 //! `derived` (the span flamegraph and profile a recording writes last); `flamegraph` writes the
-//! folded lines and inferno SVGs of the profile, the off-CPU time and the spans; `plt` names PLT
-//! stubs in the profile's frames (and `elf::fde` functions without symbols, by their unwind
-//! entries).
+//! folded lines and inferno SVGs of the profile, the off-CPU time and the spans. Their stacks are
+//! named by the in-capture symbolizer, `pipeline::symbolizer`.
 pub mod callgrind;
 pub mod convert;
 pub mod cuda;
@@ -17,7 +16,6 @@ pub mod gpu_device;
 pub mod locks;
 pub mod merge;
 pub mod offcpu;
-pub mod plt;
 pub mod pprof;
 pub mod profile;
 pub mod replay;

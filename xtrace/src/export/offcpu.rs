@@ -7,15 +7,15 @@ use std::collections::{BTreeMap, HashMap};
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use serde::Serialize;
 
-use super::{
-    flamegraph,
-    profile::{percent, Resolver},
-};
+use super::{flamegraph, profile::percent};
 use crate::{
     error::Result,
     image::Images,
     output,
-    pipeline::offcpu::{OffCpu, ThreadTime, INTERRUPT_WAKER},
+    pipeline::{
+        offcpu::{OffCpu, ThreadTime, INTERRUPT_WAKER},
+        symbolizer::Resolver,
+    },
 };
 
 /// Stacks listed in the summary.

@@ -2,7 +2,7 @@
 //! stream's JSON message: events, rate, loss, the per-probe table over the last 10 s, the last
 //! minute and the whole capture, the `--warn-over` alerts) and the CPU samples' stacks of that
 //! second, named while their processes live (through the capture's one bounded cache of names,
-//! `export::profile::Resolver::frames_of`) and folded into a ring of per-second slots (the same
+//! `pipeline::symbolizer::Resolver::frames_of`) and folded into a ring of per-second slots (the same
 //! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from.
 use std::collections::{HashMap, VecDeque};
 
@@ -10,9 +10,10 @@ use serde::Serialize;
 
 use super::Shared;
 use crate::{
-    export::{flamegraph, profile::Resolver},
+    export::flamegraph,
     pipeline::{
         live::{Stretch, RECENT_NS},
+        symbolizer::Resolver,
         window::{Slot, Window},
         LiveParts,
     },

@@ -25,6 +25,7 @@ pub mod reader;
 pub mod samples;
 pub mod stats;
 pub mod strings;
+pub mod symbolizer;
 pub mod threads;
 pub mod traps;
 pub mod unwind;

@@ -258,7 +258,7 @@ fn file_slots(file: &TargetFile) -> Option<FileSlots> {
             _ => None,
         })
         .collect();
-    slots.extend(irelative_slots(read.bytes()));
+    slots.extend(crate::elf::plt::irelative_slots(read.bytes()));
     if slots.is_empty() {
         return None;
     }
@@ -288,30 +288,6 @@ fn filled_slots(pid: u32, inode: u64, file: &FileSlots, symbols: &ElfSymbols) ->
         }
     }
     Some(resolved)
-}
-
-/// Every `R_X86_64_IRELATIVE` relocation of the ELF file `data`, from every relocation section
-/// (a static executable's `.rela.plt` included): (slot, resolver).
-pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
-    use object::read::elf::{FileHeader, Rela, SectionHeader};
-    let parsed = elf::FileHeader64::<object::Endianness>::parse(data)
-        .ok()
-        .and_then(|header| {
-            Some((
-                header.endian().ok()?,
-                header.sections(header.endian().ok()?, data).ok()?,
-            ))
-        });
-    let Some((endian, sections)) = parsed else {
-        return Vec::new();
-    };
-    sections
-        .iter()
-        .filter_map(|section| section.rela(endian, data).ok().flatten())
-        .flat_map(|(relocations, _)| relocations.iter())
-        .filter(|r| r.r_type(endian, false) == elf::R_X86_64_IRELATIVE)
-        .filter_map(|r| Some((r.r_offset(endian), u64::try_from(r.r_addend(endian)).ok()?)))
-        .collect()
 }
 
 /// The load bias of the file with inode `inode` in process `pid`: its mapping of file offset 0 less

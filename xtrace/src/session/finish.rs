@@ -18,7 +18,12 @@ use crate::{
     launch::Launch,
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
-    pipeline::{family::summary::Ending, writer::TraceWriter, Collected, Pipeline},
+    pipeline::{
+        family::summary::Ending,
+        symbolizer::{self, Resolver},
+        writer::TraceWriter,
+        Collected, Pipeline,
+    },
     probes::uprobe::Plan,
     target::ProcessInfo,
 };
@@ -243,8 +248,8 @@ impl Outputs<'_> {
     fn write(mut self, pipeline: Pipeline<Sink>) -> Result<(Summary, Vec<&'static str>)> {
         let (trace, mut collected) = pipeline.collected();
         // One for the CPU samples and the off-CPU waits: kallsyms and the vDSO are read once.
-        let resolver = (self.sampling.is_some() || collected.families.off_cpu.waits.is_some())
-            .then(profile::Resolver::default);
+        let resolver =
+            (self.sampling.is_some() || collected.families.off_cpu.waits.is_some()).then(Resolver::default);
         let frames = match (self.sampling, &resolver) {
             (Some(_), Some(resolver)) => {
                 Some(resolver.frames(&collected.samples, &mut collected.images, &collected.python))
@@ -320,7 +325,7 @@ impl Outputs<'_> {
         &mut self,
         trace: TraceWriter<Sink>,
         collected: &Collected,
-        frames: Option<&profile::Frames>,
+        frames: Option<&symbolizer::Frames>,
     ) -> Result<(u64, ClockSummary)> {
         let trace_err = output_error(&self.trace_file.path);
         let names = &collected.names;
@@ -342,7 +347,7 @@ impl Outputs<'_> {
             }
         }
         if let Some(frames) = frames {
-            profile::timeline(&mut trace, &collected.samples, frames, &collected.images)
+            symbolizer::timeline(&mut trace, &collected.samples, frames, &collected.images)
                 .map_err(trace_err)?;
         }
         for gpu in self.gpus {

@@ -21,7 +21,7 @@ use crate::{
     error::{Error, Result},
     export::{
         flight_profile::WindowProfile,
-        profile::{ProfileSummary, Resolver},
+        profile::ProfileSummary,
         summary::{ClockSummary, FlightSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     model::summary::{Lost, FORMAT_VERSION},
@@ -29,6 +29,7 @@ use crate::{
     pipeline::{
         flight::{Flight, Taken},
         stats::ProbeStats,
+        symbolizer::Resolver,
         window::Slot,
         writer::{EventWriter, SpanOut},
         Pipeline,

@@ -94,7 +94,7 @@ fn got_slots<'d, R: object::ReadRef<'d>>(elf: &ElfFile64<'d, Endianness, R>) -> 
             Some((slot, symbol.name().ok().filter(|n| !n.is_empty())?.to_string()))
         })
         .collect();
-    let irelative = crate::probes::ifunc::irelative_slots(elf.data());
+    let irelative = irelative_slots(elf.data());
     if !irelative.is_empty() {
         let named = functions_by_address(elf);
         for (slot, resolver) in irelative {
@@ -146,6 +146,30 @@ fn jump_slot(bytes: &[u8], address: u64) -> Option<u64> {
             && insn.memory_base() == Register::RIP;
         through_rip.then(|| insn.ip_rel_memory_address())
     })
+}
+
+/// Every `R_X86_64_IRELATIVE` relocation of the ELF file `data`, from every relocation section
+/// (a static executable's `.rela.plt` included): (slot, resolver).
+pub(crate) fn irelative_slots<'d, R: object::ReadRef<'d>>(data: R) -> Vec<(u64, u64)> {
+    use object::read::elf::{FileHeader, Rela, SectionHeader};
+    let parsed = elf::FileHeader64::<object::Endianness>::parse(data)
+        .ok()
+        .and_then(|header| {
+            Some((
+                header.endian().ok()?,
+                header.sections(header.endian().ok()?, data).ok()?,
+            ))
+        });
+    let Some((endian, sections)) = parsed else {
+        return Vec::new();
+    };
+    sections
+        .iter()
+        .filter_map(|section| section.rela(endian, data).ok().flatten())
+        .flat_map(|(relocations, _)| relocations.iter())
+        .filter(|r| r.r_type(endian, false) == elf::R_X86_64_IRELATIVE)
+        .filter_map(|r| Some((r.r_offset(endian), u64::try_from(r.r_addend(endian)).ok()?)))
+        .collect()
 }
 
 #[cfg(test)]
