@@ -251,26 +251,8 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
     /// Keeps the trace events and the CPU samples in `flight` from now on instead of writing
     /// them or counting their stacks for the whole run (`--flight`).
     pub fn keep_in_flight(&mut self, flight: Flight) {
-        self.samples.windowed = true;
+        self.families.sampling.samples.windowed = true;
         self.flight = Some(flight);
-    }
-
-    /// Counts a CPU sample, and with `--flight` keeps it with its stack in the window (see
-    /// [`super::samples::Samples::add`]).
-    pub(super) fn sample(&mut self, event: &xtrace_common::event::SampleEvent, comm: &str, stack: &mut [u8]) {
-        let Some(flight) = &mut self.flight else {
-            self.samples
-                .add(&mut self.images, &mut self.python, event, comm, stack);
-            return;
-        };
-        let truncated = self.samples.truncated;
-        let key = self
-            .samples
-            .add_weighted(&mut self.images, &mut self.python, event, comm, stack, 1);
-        if let Some(key) = key {
-            let at = (event.header.ts_ns, event.header.pid, event.header.tid);
-            flight.add_sample(at, key, self.samples.truncated != truncated);
-        }
     }
 
     /// What naming the stacks of a window taken with [`Self::take_flight`] needs.
@@ -278,8 +260,8 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
         SampleNaming {
             images: &mut self.images,
             python: &self.python,
-            bpf: self.samples.bpf.as_ref(),
-            verified_insns: self.samples.verified_insns,
+            bpf: self.families.sampling.samples.bpf.as_ref(),
+            verified_insns: self.families.sampling.samples.verified_insns,
         }
     }
 

@@ -169,21 +169,21 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
     /// stacks sampled between two [`Pipeline::live_parts`].
     pub fn watch_live(&mut self) {
         self.recent = Some(RecentCalls::new(self.stats.len()));
-        self.samples.recent = Some(RecentStacks::default());
+        self.families.sampling.samples.recent = Some(RecentStacks::default());
     }
 
     /// What the live view reads, the stacks sampled since the last call taken; None unless
     /// [`Pipeline::watch_live`] was called.
     pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
-        let stacks = std::mem::take(self.samples.recent.as_mut()?);
+        let stacks = std::mem::take(self.families.sampling.samples.recent.as_mut()?);
         Some(LiveParts {
             stats: &self.stats,
             recent: self.recent.as_mut()?,
             stacks,
-            samples_total: self.samples.total,
+            samples_total: self.families.sampling.samples.total,
             images: &mut self.images,
             python: &self.python,
-            bpf: self.samples.bpf.as_ref(),
+            bpf: self.families.sampling.samples.bpf.as_ref(),
         })
     }
 }

@@ -37,14 +37,16 @@ pub mod writer;
 
 #[cfg(test)]
 mod record_tests;
+#[cfg(test)]
+mod sampling_tests;
 
 use std::io::Write;
 
 use crate::pipeline::{
     decode::Event,
     family::{
-        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, usdt::UsdtFamily, Families,
-        Shared, Sink, Window,
+        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, sampling::SamplingFamily,
+        usdt::UsdtFamily, Families, Shared, Sink, Window,
     },
     stats::ProbeStats,
     threads::Names,
@@ -100,7 +102,6 @@ pub struct Collected {
     /// The probe families: they say what they add to the summary.
     pub families: Families,
     pub images: Images,
-    pub samples: samples::Samples,
     pub python: crate::python::Python,
     pub call_sites: Option<call_sites::CallSites>,
     pub warnings: warnings::Warnings,
@@ -116,7 +117,6 @@ pub struct Pipeline<W: Write + Send + 'static> {
     names: Names,
     families: Families,
     images: Images,
-    samples: samples::Samples,
     python: crate::python::Python,
     call_sites: Option<call_sites::CallSites>,
     warnings: warnings::Warnings,
@@ -172,12 +172,12 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 cuda: CudaFamily::new(cuda, gpu),
                 usdt: UsdtFamily::new(usdt, ranges),
                 off_cpu: OffCpuFamily { waits: off_cpu },
+                sampling: SamplingFamily { samples },
                 functions: FunctionsFamily {
                     values: Values::new(captures),
                 },
             },
             images,
-            samples,
             python,
             call_sites,
             warnings,
@@ -258,8 +258,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
     /// Reads the kernel's BPF program symbols now, unless a sample already made it read them:
     /// before the programs are detached, while their names are still listed.
     pub fn keep_bpf_symbols(&mut self) {
-        if self.samples.bpf.is_none() {
-            self.samples.bpf = Some(bpf_symbols::BpfSymbols::read());
+        let samples = &mut self.families.sampling.samples;
+        if samples.bpf.is_none() {
+            samples.bpf = Some(bpf_symbols::BpfSymbols::read());
         }
     }
 
@@ -277,7 +278,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             names: self.names,
             families: self.families,
             images: self.images,
-            samples: self.samples,
             python: self.python,
             call_sites: self.call_sites,
             warnings: self.warnings,
@@ -342,17 +342,6 @@ impl<W: Write + Send + 'static> Pipeline<W> {
                 if !self.execs.contains(&exec.header.pid) {
                     self.execs.push(exec.header.pid);
                 }
-                Ok(())
-            }
-            Event::Sample(event, mut stack) => {
-                let comm = c_str(&event.comm);
-                if comm == crate::launch::LAUNCHER_THREAD {
-                    // A launched command's sample in its exec, before the kernel renames it.
-                    self.names.saw(event.header.pid, event.header.tid);
-                } else {
-                    self.names.named(event.header.pid, event.header.tid, &comm);
-                }
-                self.sample(&event, &comm, &mut stack);
                 Ok(())
             }
             Event::PyStack(walk) => {
@@ -468,6 +457,12 @@ impl<W: Write + Send + 'static> Sink for Out<'_, W> {
                 Ok(())
             }
             None => self.trace.span(span),
+        }
+    }
+
+    fn sample(&mut self, at: (u64, u32, u32), key: samples::StackKey, truncated: bool) {
+        if let Some(flight) = self.flight {
+            flight.add_sample(at, key, truncated);
         }
     }
 }

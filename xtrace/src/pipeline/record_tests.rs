@@ -27,7 +27,7 @@ use crate::{
 
 /// A writer whose bytes the test reads back once the trace is closed.
 #[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
+pub(super) struct Shared(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Shared {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -55,7 +55,7 @@ const PROBES: [(&str, &str); 7] = [
 ];
 
 /// A pipeline of the probes [`PROBES`] (the functions `work`, `inner`, ...) for the processes `targets` (None: every process).
-fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
+pub(super) fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<Shared> {
     pipeline_with(out, targets, |_| {})
 }
 
@@ -87,13 +87,13 @@ fn pipeline_with(
 }
 
 /// The bytes of a repr(C) record, as the ring buffer holds it.
-fn bytes_of<T: Copy>(record: &T) -> Vec<u8> {
+pub(super) fn bytes_of<T: Copy>(record: &T) -> Vec<u8> {
     // SAFETY: the records are repr(C) plain data without padding; reading their bytes is sound.
     unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
         .to_vec()
 }
 
-fn span(pid: u32, tid: u32, probe_id: u32, start_ns: u64, end_ns: u64, depth: u16) -> Vec<u8> {
+pub(super) fn span(pid: u32, tid: u32, probe_id: u32, start_ns: u64, end_ns: u64, depth: u16) -> Vec<u8> {
     bytes_of(&SpanEvent {
         header: EventHeader {
             kind: KIND_SPAN,

@@ -251,9 +251,11 @@ impl Outputs<'_> {
         let resolver =
             (self.sampling.is_some() || collected.families.off_cpu.waits.is_some()).then(Resolver::default);
         let frames = match (self.sampling, &resolver) {
-            (Some(_), Some(resolver)) => {
-                Some(resolver.frames(&collected.samples, &mut collected.images, &collected.python))
-            }
+            (Some(_), Some(resolver)) => Some(resolver.frames(
+                &collected.families.sampling.samples,
+                &mut collected.images,
+                &collected.python,
+            )),
             _ => None,
         };
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
@@ -261,7 +263,7 @@ impl Outputs<'_> {
         let profile = match (self.sampling, &frames) {
             // Its flight directories have the stacks; the whole run's counts only are here.
             (Some(sampling), Some(_)) if self.flight.is_some() => {
-                let (samples, python) = (&collected.samples, &collected.python);
+                let (samples, python) = (&collected.families.sampling.samples, &collected.python);
                 let mut profile = profile::totals(samples, python, &collected.images, sampling.hz);
                 profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
                 profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
@@ -275,7 +277,7 @@ impl Outputs<'_> {
                     .collect();
                 let mut profile = profile::write(
                     self.out,
-                    (&collected.samples, &collected.python),
+                    (&collected.families.sampling.samples, &collected.python),
                     &collected.images,
                     frames,
                     &names,
@@ -347,8 +349,13 @@ impl Outputs<'_> {
             }
         }
         if let Some(frames) = frames {
-            symbolizer::timeline(&mut trace, &collected.samples, frames, &collected.images)
-                .map_err(trace_err)?;
+            symbolizer::timeline(
+                &mut trace,
+                &collected.families.sampling.samples,
+                frames,
+                &collected.images,
+            )
+            .map_err(trace_err)?;
         }
         for gpu in self.gpus {
             let pid = track_pid(gpu.index);

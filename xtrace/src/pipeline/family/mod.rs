@@ -1,5 +1,5 @@
 //! Probe families behind one trait: each family (functions, CUDA, USDT and ranges, off-CPU
-//! waits) owns the state its records build and decides what its records become; the pipeline
+//! waits, CPU samples) owns the state its records build and decides what its records become; the pipeline
 //! keeps what every family shares and lends it to the family for one record as [`Shared`]: the
 //! processes' images and names, per-probe statistics, the capture's window, the call sites of
 //! `--stacks`, and the one way to the trace (`emit`: the trace writer or the flight recorder's
@@ -10,6 +10,7 @@ pub mod cuda_summary;
 pub mod functions;
 pub mod gpu_summary;
 pub mod offcpu;
+pub mod sampling;
 pub mod summary;
 pub mod usdt;
 
@@ -18,8 +19,8 @@ use std::io;
 use xtrace_common::event::SpanEvent;
 
 use super::{
-    call_sites::CallSites, decode::Event, stats::ProbeStats, threads::Names, warnings::Warnings,
-    writer::SpanOut,
+    call_sites::CallSites, decode::Event, samples::StackKey, stats::ProbeStats, threads::Names,
+    warnings::Warnings, writer::SpanOut,
 };
 use crate::{image::Images, probes::ProbeKind, python::Python};
 use summary::{Ending, ProbeRow, Sections};
@@ -28,8 +29,8 @@ use summary::{Ending, ProbeRow, Sections};
 ///
 /// The pipeline hands a record to the first family that owns it, after what it does for every
 /// record: the targets' and the window's filters, and for a span its probe's statistics and its
-/// thread. Records no family owns (thread names, execs, CPU samples, Python walks, call stacks)
-/// are the pipeline's own.
+/// thread. Records no family owns (thread names, execs, Python walks, call stacks) are the
+/// pipeline's own.
 pub trait Family {
     /// Whether `event` is this family's to handle.
     fn owns(&self, event: &Event) -> bool;
@@ -54,22 +55,30 @@ pub struct Families {
     pub cuda: cuda::CudaFamily,
     pub usdt: usdt::UsdtFamily,
     pub off_cpu: offcpu::OffCpuFamily,
+    pub sampling: sampling::SamplingFamily,
     pub functions: functions::FunctionsFamily,
 }
 
 impl Families {
     /// Each family, in order.
-    pub fn each_mut(&mut self) -> [&mut dyn Family; 4] {
+    pub fn each_mut(&mut self) -> [&mut dyn Family; 5] {
         [
             &mut self.cuda,
             &mut self.usdt,
             &mut self.off_cpu,
+            &mut self.sampling,
             &mut self.functions,
         ]
     }
 
-    fn each(&self) -> [&dyn Family; 4] {
-        [&self.cuda, &self.usdt, &self.off_cpu, &self.functions]
+    fn each(&self) -> [&dyn Family; 5] {
+        [
+            &self.cuda,
+            &self.usdt,
+            &self.off_cpu,
+            &self.sampling,
+            &self.functions,
+        ]
     }
 
     /// What the families add to summary.json.
@@ -102,6 +111,11 @@ pub struct Window {
 pub trait Sink {
     /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
     fn keep(&mut self, span: SpanOut) -> io::Result<()>;
+
+    /// With `--flight`: keeps a CPU sample of thread `at.2` of process `at.1`, taken at `at.0`
+    /// (CLOCK_MONOTONIC ns), with its stack `key` in the flight recorder's window (`truncated`:
+    /// its user stack was cut). Without, samples are counted by their family, not kept here.
+    fn sample(&mut self, at: (u64, u32, u32), key: StackKey, truncated: bool);
 }
 
 /// What the pipeline lends a family for one record.
