@@ -25,20 +25,7 @@ pub struct Chart {
     pub icicle: bool,
 }
 
-/// A frame name safe for the folded format (no `;`, no line breaks).
-pub(crate) fn folded_frame(name: &str) -> String {
-    name.replace([';', '\n'], ":")
-}
-
-/// The folded stack `root;frames...;leaf`, every frame made safe with [`folded_frame`].
-pub fn fold(root: &str, frames: &[String], leaf: Option<&str>) -> String {
-    let mut line = folded_frame(root);
-    for frame in frames.iter().map(String::as_str).chain(leaf) {
-        line.push(';');
-        line += &folded_frame(frame);
-    }
-    line
-}
+pub use crate::model::folded::{fold, folded_frame};
 
 /// The lines `STACK COUNT` of `folded`, in its order (sorted by stack).
 pub fn lines(folded: &BTreeMap<String, u64>) -> Vec<String> {

@@ -6,11 +6,11 @@
 //! window's samples, each sample on the trace's timeline, and the profile fields of its summary.
 use std::collections::HashMap;
 
-use super::profile::{Folded, ProfileSummary};
 use crate::pipeline::symbolizer::{timeline_sample, Resolver};
 use crate::{
     error::Result,
     pipeline::{
+        family::profile_summary::{Folded, ProfileSummary},
         flight::{SampleNaming, Taken},
         samples::StackKey,
         writer::{EventWriter, TimelineSample},
@@ -137,7 +137,8 @@ impl WindowProfile {
     /// Writes stacks.folded and flamegraph.svg into `out`; returns the profile fields of the
     /// window's summary.
     pub fn write(self, out: &crate::output::Dir, frequency_hz: u64, icicle: bool) -> Result<ProfileSummary> {
-        let (hot_functions, hot_stacks) = self.folded.write(out, self.samples, frequency_hz, icicle)?;
+        super::profile::write(out, &self.folded, self.samples, frequency_hz, icicle)?;
+        let (hot_functions, hot_stacks) = self.folded.hot(self.samples);
         Ok(ProfileSummary {
             samples: self.samples,
             sample_frequency_hz: frequency_hz,

@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use serde::Serialize;
 
-use super::{flamegraph, profile::percent};
+use super::flamegraph;
 use crate::{
     error::Result,
     image::Images,
     output,
     pipeline::{
+        family::profile_summary::percent,
         offcpu::{OffCpu, ThreadTime, INTERRUPT_WAKER},
         symbolizer::Resolver,
     },

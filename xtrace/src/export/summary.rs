@@ -116,7 +116,7 @@ pub struct Summary {
     /// With CPU sampling: `samples`, `sample_frequency_hz`, `truncated_stacks`, `hot_functions`,
     /// `hot_stacks`.
     #[serde(flatten)]
-    pub profile: Option<super::profile::ProfileSummary>,
+    pub profile: Option<crate::pipeline::family::profile_summary::ProfileSummary>,
     /// With CUDA tracing: launches per kernel, copies, device memory, synchronization.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda: Option<crate::pipeline::family::cuda_summary::CudaSummary>,

@@ -217,7 +217,7 @@ pub(crate) fn call_site_rows(sites: &[crate::pipeline::call_sites::CallSite]) ->
 }
 
 /// The CPU profile's lines of the table: sample count and the hottest functions by self samples.
-fn profile_table(profile: &super::profile::ProfileSummary) -> String {
+fn profile_table(profile: &crate::pipeline::family::profile_summary::ProfileSummary) -> String {
     let mut out = format!(
         "{} samples at {} Hz ({} stacks truncated)\n",
         profile.samples, profile.sample_frequency_hz, profile.truncated_stacks

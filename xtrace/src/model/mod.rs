@@ -1,12 +1,13 @@
 //! Plain data every layer may use, depending on none of them: `summary` has the pieces of the
 //! summary schema filled in below `export` (loss counts, the format version), `duration` writes
-//! durations for people, `address` finds the range that holds an address, `text` decodes the
+//! durations for people, `folded` writes a folded stack's line, `address` finds the range that holds an address, `text` decodes the
 //! strings the kernel programs read, `pending` keeps entry records until their spans arrive,
 //! `cuda_api` lists the CUDA functions `--cuda` traces, `rank` reads a process's rank in a
 //! distributed job from its environment.
 pub mod address;
 pub mod cuda_api;
 pub mod duration;
+pub mod folded;
 pub mod pending;
 pub mod rank;
 pub mod summary;

@@ -101,3 +101,88 @@ fn cpu_samples_are_counted_by_stack_or_kept_in_the_flight_window() {
         (3, 0, 0)
     );
 }
+
+/// The sampling family's summary section: the counts, the stacks folded under their process's
+/// name, the hottest functions by self samples and the hottest stacks with their shares; with
+/// `--flight` (no names: the windows have the stacks) the counts only.
+#[test]
+fn the_profile_section_folds_the_named_stacks() {
+    use super::family::summary::{Ending, SamplingEnding};
+    let own = std::process::id();
+    let [a, b, c] = own_code();
+    let mut pipeline = pipeline(Shared::default(), None);
+    for record in [
+        sample(own + 1, 1_000, &[a, b]),
+        sample(own + 1, 2_000, &[a, b]),
+        sample(own + 2, 3_000, &[c]),
+    ] {
+        pipeline.record(&record).unwrap();
+    }
+    let (_, collected) = pipeline.collected();
+    let samples = &collected.families.sampling.samples;
+    let frames: super::symbolizer::Frames = samples
+        .stacks
+        .keys()
+        .map(|key| match key.user.len() {
+            2 => (key, vec!["main".to_string(), "work".to_string()]),
+            _ => (key, vec!["main".to_string(), "idle".to_string()]),
+        })
+        .collect();
+    let process_names = [(own, "target".to_string())].into_iter().collect();
+    let ending = |frames| Ending {
+        sampling: Some(SamplingEnding {
+            frequency_hz: 99,
+            followed: Some((1, 0)),
+            images: &collected.images,
+            python: &collected.python,
+            frames,
+            process_names: &process_names,
+        }),
+        ..Ending::default()
+    };
+    let sections = collected.families.summarize(&ending(Some(&frames)));
+    // No sample of the process's main thread named it: the target's name is the root.
+    let root = "target";
+    let lines: Vec<(String, u64)> = sections.folded.expect("folded").lines.into_iter().collect();
+    assert_eq!(
+        lines,
+        [(format!("{root};main;idle"), 1), (format!("{root};main;work"), 2)]
+    );
+    let profile = sections.profile.expect("the profile section");
+    assert_eq!(
+        (
+            profile.samples,
+            profile.sample_frequency_hz,
+            profile.timeline_samples
+        ),
+        (3, 99, 3)
+    );
+    assert_eq!(
+        (profile.followed_processes, profile.processes_not_followed),
+        (Some(1), Some(0))
+    );
+    let functions: Vec<(&str, u64, u64)> = profile
+        .hot_functions
+        .iter()
+        .map(|f| (f.name.as_str(), f.self_samples, f.total))
+        .collect();
+    assert_eq!(functions, [("work", 2, 2), ("idle", 1, 1), ("main", 0, 3)]);
+    let stacks: Vec<(String, u64, f64)> = profile
+        .hot_stacks
+        .into_iter()
+        .map(|s| (s.stack, s.samples, s.percent))
+        .collect();
+    assert_eq!(
+        stacks,
+        [
+            (format!("{root};main;work"), 2, 66.67),
+            (format!("{root};main;idle"), 1, 33.33)
+        ]
+    );
+
+    let sections = collected.families.summarize(&ending(None));
+    assert!(sections.folded.is_none());
+    let profile = sections.profile.expect("the profile section");
+    assert_eq!((profile.samples, profile.timeline_samples), (3, 0));
+    assert!(profile.hot_functions.is_empty() && profile.hot_stacks.is_empty());
+}

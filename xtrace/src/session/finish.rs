@@ -19,7 +19,7 @@ use crate::{
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
     pipeline::{
-        family::summary::Ending,
+        family::summary::{Ending, SamplingEnding, Sections},
         symbolizer::{self, Resolver},
         writer::TraceWriter,
         Collected, Pipeline,
@@ -260,36 +260,29 @@ impl Outputs<'_> {
         };
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
-        let profile = match (self.sampling, &frames) {
-            // Its flight directories have the stacks; the whole run's counts only are here.
-            (Some(sampling), Some(_)) if self.flight.is_some() => {
-                let (samples, python) = (&collected.families.sampling.samples, &collected.python);
-                let mut profile = profile::totals(samples, python, &collected.images, sampling.hz);
-                profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
-                profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
-                Some(profile)
-            }
-            (Some(sampling), Some(frames)) => {
-                let names: HashMap<u32, String> = self
-                    .infos
-                    .iter()
-                    .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
-                    .collect();
-                let mut profile = profile::write(
-                    self.out,
-                    (&collected.families.sampling.samples, &collected.python),
-                    &collected.images,
-                    frames,
-                    &names,
-                    sampling.hz,
-                    self.icicle,
-                )?;
-                profile.followed_processes = sampling.followed.map(|(followed, _)| followed);
-                profile.processes_not_followed = sampling.followed.map(|(_, not)| not);
-                Some(profile)
-            }
-            _ => None,
-        };
+        let process_names: HashMap<u32, String> = self
+            .infos
+            .iter()
+            .map(|(pid, info)| (*pid, info.comm.clone().unwrap_or_else(|| format!("pid {pid}"))))
+            .collect();
+        let mut sections = collected.families.summarize(&Ending {
+            call_sites: collected.call_sites.as_ref(),
+            device_lost: self.device_lost,
+            sampling: self.sampling.map(|sampling| SamplingEnding {
+                frequency_hz: sampling.hz,
+                followed: sampling.followed,
+                images: &collected.images,
+                python: &collected.python,
+                // Its flight directories have the stacks; the whole run's counts only are here.
+                frames: frames.as_ref().filter(|_| self.flight.is_none()),
+                process_names: &process_names,
+            }),
+        });
+        drop(frames);
+        if let (Some(folded), Some(profile)) = (sections.folded.take(), &sections.profile) {
+            let hz = profile.sample_frequency_hz;
+            profile::write(self.out, &folded, profile.samples, hz, self.icicle)?;
+        }
         // The off-CPU section is written with offcpu.folded: its stacks are named by the resolver
         // the CPU profile shares.
         let off_cpu = match (&collected.families.off_cpu.waits, &resolver) {
@@ -307,11 +300,11 @@ impl Outputs<'_> {
             }
             _ => None,
         };
-        let folded = profile.is_some() && self.flight.is_none();
+        let folded = sections.profile.is_some() && self.flight.is_none();
         if let (Some(sampling), true, Some(_)) = (self.sampling, folded, &off_cpu) {
             crate::export::wallclock::write(self.out, sampling.hz, self.icicle)?;
         }
-        let mut summary = self.summary(&collected, profile);
+        let mut summary = self.summary(&collected, sections);
         summary.off_cpu = off_cpu;
         summary.clock = clock;
         output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
@@ -376,11 +369,7 @@ impl Outputs<'_> {
     }
 
     /// The summary of the recording.
-    fn summary(&self, collected: &Collected, profile: Option<profile::ProfileSummary>) -> Summary {
-        let families = collected.families.summarize(&Ending {
-            call_sites: collected.call_sites.as_ref(),
-            device_lost: self.device_lost,
-        });
+    fn summary(&self, collected: &Collected, families: Sections) -> Summary {
         let (ranges, ranges_unpaired) = families.ranges.unzip();
         Summary {
             format_version: FORMAT_VERSION,
@@ -409,7 +398,7 @@ impl Outputs<'_> {
                     })
                 })
                 .collect(),
-            profile,
+            profile: families.profile,
             cuda: families.cuda,
             gpus: self.gpus.iter().map(DeviceSeries::summary).collect(),
             ranges,

@@ -21,12 +21,12 @@ use crate::{
     error::{Error, Result},
     export::{
         flight_profile::WindowProfile,
-        profile::ProfileSummary,
         summary::{ClockSummary, FlightSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, TraceFormat},
     pipeline::{
+        family::profile_summary::ProfileSummary,
         flight::{Flight, Taken},
         stats::ProbeStats,
         symbolizer::Resolver,

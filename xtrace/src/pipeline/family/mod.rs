@@ -10,6 +10,7 @@ pub mod cuda_summary;
 pub mod functions;
 pub mod gpu_summary;
 pub mod offcpu;
+pub mod profile_summary;
 pub mod sampling;
 pub mod summary;
 pub mod usdt;

@@ -5,8 +5,18 @@
 //! their places in summary.json; `export` renders them.
 use serde::Serialize;
 
-use super::{cuda_summary::CudaSummary, gpu_summary::GpuDeviceSummary};
-use crate::pipeline::{call_sites::CallSites, ranges::RangeSummary, values::ValueSummary};
+use std::collections::HashMap;
+
+use super::{
+    cuda_summary::CudaSummary,
+    gpu_summary::GpuDeviceSummary,
+    profile_summary::{Folded, ProfileSummary},
+};
+use crate::{
+    image::Images,
+    pipeline::{call_sites::CallSites, ranges::RangeSummary, symbolizer::Frames, values::ValueSummary},
+    python::Python,
+};
 
 /// The summary.json sections the families fill in; each family adds its own, and adds to the
 /// counts several share.
@@ -26,6 +36,11 @@ pub struct Sections {
     /// With ranges asked for: per range name, and the pops and ends left without their other half
     /// (with those still open).
     pub ranges: Option<(Vec<RangeSummary>, u64)>,
+    /// With CPU sampling: the `profile` section.
+    pub profile: Option<ProfileSummary>,
+    /// The folded stacks the profile was made of, for stacks.folded and flamegraph.svg (None
+    /// with `--flight`: its windows have the stacks).
+    pub folded: Option<Folded>,
 }
 
 /// What the families' sections need from outside their own state, once the recording is over.
@@ -35,6 +50,23 @@ pub struct Ending<'a> {
     pub call_sites: Option<&'a CallSites>,
     /// GPU device records the kernel program could not send.
     pub device_lost: u64,
+    /// With CPU sampling.
+    pub sampling: Option<SamplingEnding<'a>>,
+}
+
+/// What the sampling family's section needs once the recording is over.
+#[derive(Clone, Copy)]
+pub struct SamplingEnding<'a> {
+    pub frequency_hz: u64,
+    /// Processes started by sampled processes: how many were sampled, how many were not for want
+    /// of room (None when none are followed).
+    pub followed: Option<(u64, u64)>,
+    pub images: &'a Images,
+    pub python: &'a Python,
+    /// The stacks' names (None with `--flight`: its windows have the stacks).
+    pub frames: Option<&'a Frames<'a>>,
+    /// The targets' names, for the root frame of a stack whose process named none.
+    pub process_names: &'a HashMap<u32, String>,
 }
 
 /// The parts of one probe's summary.json row that a family owns.
