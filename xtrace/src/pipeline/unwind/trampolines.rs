@@ -49,9 +49,9 @@ impl Trampolines {
         regs: &UnwindRegsX86_64,
         read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
     ) -> Option<(u64, UnwindRegsX86_64)> {
-        let in_file =
-            |m: &Mapping| m.start <= at && at < m.end && (m.path.starts_with('/') || m.path == "[vdso]");
-        if maps.iter().any(in_file) {
+        // The mapping now at `at` (the latest, where an image's mappings were replaced).
+        let in_file = |m: &Mapping| m.path.starts_with('/') || m.path == "[vdso]";
+        if crate::procfs::find(maps, at).is_some_and(in_file) {
             return None;
         }
         let kind = *self.seen.entry((pid, at)).or_insert_with(|| kind_at(pid, at));
