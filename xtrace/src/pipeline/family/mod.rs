@@ -102,6 +102,16 @@ pub struct Window {
 pub trait Sink {
     /// Writes one event to the trace, or keeps it in the flight recorder's buffer.
     fn keep(&mut self, span: SpanOut) -> io::Result<()>;
+
+    /// With `--flight`, keeps a wait sent on its own and its stack as counted (None for xtrace's
+    /// launcher code) in the flight recorder's buffer, for its window's off-CPU summary; else
+    /// nothing (the whole run's is counted already).
+    fn off_cpu_wait(
+        &mut self,
+        _wait: super::flight_offcpu::FlightWait,
+        _stack: Option<super::samples::StackKey>,
+    ) {
+    }
 }
 
 /// What the pipeline lends a family for one record.
