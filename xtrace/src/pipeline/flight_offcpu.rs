@@ -187,6 +187,9 @@ mod tests {
             [(a, total(7, 700))]
         );
         assert!(reads.bytes() >= 2 * (32 + 16 + 1));
+        // As the guide states them.
+        assert_eq!(std::mem::size_of::<KeptWait>(), 104);
+        assert_eq!(std::mem::size_of::<FlightAddedUp>(), 64);
     }
 
     #[test]
