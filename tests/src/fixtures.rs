@@ -61,7 +61,7 @@ pub struct Fixtures {
     pub entries: PathBuf,
     /// `profile split|syscalls|jit|libc|threads MS` (see profile.c), with frame pointers (-O0).
     pub profile: PathBuf,
-    /// `offcpu sleep N MS | mutex MS` (see offcpu.c): waits of known count and length.
+    /// `offcpu sleep N MS | phases | mutex MS` (see offcpu.c): waits of known count and length.
     pub offcpu: PathBuf,
     /// The same built `-O2 -fomit-frame-pointer`.
     pub profile_nofp: PathBuf,

@@ -3,12 +3,23 @@
 //! thread in waiter() on a mutex a thread named "holder" holds for MS. The CPU is sampled at
 //! 1 Hz beside: naming the samples of the default 99 Hz costs a debug xtrace under the kernel
 //! matrix's emulation more than the tests' time limit allows. The Python tests run
-//! `pyfix.py waits N` (tests/fixtures/pyfix.py) on every interpreter present.
+//! `pyfix.py waits N` (tests/fixtures/pyfix.py) on every interpreter present. With `--flight`,
+//! `offcpu phases` sleeps as each line it reads asks: a flight directory holds the waits of its
+//! window, long and short, and none of the phase before it.
+
+use std::{thread, time::Duration};
 
 use serde_json::Value;
 use xtrace_tests::{
-    args, captures::xtrace, fixtures::fixtures, output::Outputs, profile::profile_command,
-    python::interpreters, require_bpf, run::run_error, TempDir,
+    args,
+    captures::xtrace,
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    profile::profile_command,
+    python::interpreters,
+    require_bpf,
+    run::{run_error, Xtrace},
+    TempDir,
 };
 
 const MS: u64 = 1_000_000;
@@ -282,6 +293,114 @@ fn report_and_diff_show_time_off_cpu() {
         "{line}"
     );
     assert!(cells[3].starts_with('-'), "{line}");
+}
+
+/// The waits' (intervals, ns) of thread `tid` in wait `name`, none when it has none.
+fn waits_of(out: &Outputs, tid: u64, name: &str) -> (u64, u64) {
+    let threads = out.summary["off_cpu"]["threads"]
+        .as_array()
+        .expect("off_cpu.threads");
+    threads
+        .iter()
+        .filter(|t| t["tid"] == tid)
+        .flat_map(|t| t["waits"].as_array().expect("waits"))
+        .filter(|w| w["wait"] == name)
+        .map(|w| (w["intervals"].as_u64().unwrap(), w["ns"].as_u64().unwrap()))
+        .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
+}
+
+/// Makes `offcpu phases` sleep `ms` milliseconds `n` times, and waits until it has.
+fn sleeps(fixture: &mut Fixture, n: u32, ms: u32) {
+    fixture.send(&format!("{n} {ms}"));
+    assert_eq!(fixture.next_line(), "done");
+}
+
+/// With `--flight 2s` and `--off-cpu=20ms`: 4 sleeps of 50 ms and 30 of 2 ms, a pause longer
+/// than the window and the second between two reads of the kernel's added-up waits, then 6 of
+/// 50 ms and 40 of 2 ms, and SIGUSR1. flight-001's off_cpu has exactly the second phase's 46
+/// clock_nanosleep waits of the fixture's thread, 6 sent on their own, 40 added up in the kernel;
+/// its offcpu.folded puts their time under sleeper(), and wallclock.folded holds it too. The
+/// stop's window, after them, has none; the capture directory has the run's 80.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_flight_window_holds_the_waits_of_its_time() {
+    if !require_bpf() {
+        return;
+    }
+    let mut fixture = Fixture::spawn(&fixtures().offcpu, &["phases"]);
+    fixture.wait_ready();
+    let tmp = TempDir::new("offcpu-flight");
+    let out_dir = tmp.join("out");
+    let pid = u64::from(fixture.pid());
+    let flags = args![
+        "-p",
+        pid.to_string(),
+        "--off-cpu=20ms",
+        "-F",
+        "1",
+        "--flight",
+        "2s",
+        "-o",
+        &out_dir
+    ];
+    let mut xtrace = Xtrace::spawn(flags);
+    xtrace.wait_attached();
+    sleeps(&mut fixture, 4, 50);
+    sleeps(&mut fixture, 30, 2);
+    // The window, the second the added-up waits may wait to be read, and a margin.
+    thread::sleep(Duration::from_millis(3500));
+    sleeps(&mut fixture, 6, 50);
+    sleeps(&mut fixture, 40, 2);
+    xtrace.signal(libc::SIGUSR1);
+    xtrace.wait_stderr("xtrace: flight recorder: wrote ");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+
+    let out = Outputs::read_profiled(&out_dir.join("flight-001"));
+    let off = &out.summary["off_cpu"];
+    assert_eq!(u64_field(off, "min_ns"), 20 * MS);
+    let (count, ns) = waits_of(&out, pid, "clock_nanosleep");
+    assert_eq!(count, 46, "the second phase's only: {off}");
+    // Sleeps overrun, never underrun; 2 ms each for the short ones at most.
+    assert!(
+        (380 * MS..380 * MS + 46 * 2 * MS).contains(&ns),
+        "{ns} ns asleep: {off}"
+    );
+    let under_sleeper = off_cpu_ns(&out, |s| {
+        s.starts_with("offcpu;") && s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]")
+    });
+    assert_eq!(under_sleeper, ns, "{:?}", off_cpu_folded(&out));
+    // Sent on their own: the six long sleeps, and the waits of 20 ms or more for the fixture's
+    // next line.
+    let (reads, _) = waits_of(&out, pid, "read");
+    let sent = u64_field(off, "sent");
+    assert!((6..=6 + reads).contains(&sent), "{off}");
+    let folded_ns: u64 = off_cpu_folded(&out).iter().map(|(_, ns)| ns).sum();
+    assert_eq!(folded_ns, u64_field(off, "off_cpu_ns"), "{off}");
+    assert!(out.dir.join("offcpu.svg").is_file());
+    let wall = std::fs::read_to_string(out.dir.join("wallclock.folded")).expect("wallclock.folded");
+    let wall_off: u64 = wall
+        .lines()
+        .filter(|l| l.contains("_[i]"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(wall_off, folded_ns, "{wall}");
+    assert!(out.summary_txt.contains(" off CPU in "), "{}", out.summary_txt);
+
+    let stop = Outputs::read(&out_dir.join("flight-002"));
+    assert_eq!(
+        waits_of(&stop, pid, "clock_nanosleep"),
+        (0, 0),
+        "{}",
+        stop.summary["off_cpu"]
+    );
+    let whole = Outputs::read(&out_dir);
+    assert_eq!(
+        waits_of(&whole, pid, "clock_nanosleep").0,
+        80,
+        "{}",
+        whole.summary["off_cpu"]
+    );
 }
 
 /// A MIN that is not a duration: one line naming the accepted form, exit 2.

@@ -4,8 +4,9 @@
 //! file's bytes per span and xtrace's CPU time per span (GNU time's user + system, attach and
 //! detach included), which holds reading the trace back for span-flamegraph.svg and profile.pb.gz
 //! in either format. Goals, from the medians: perfetto's CPU per span no higher than json's, and
-//! its file at least 4 times smaller.
-use std::fs;
+//! its file at least 4 times smaller. Each capture is then converted to the other format
+//! (`xtrace convert DIR`, under GNU time): its CPU per span and peak RSS, for reference (no goal).
+use std::{fs, process::Command};
 
 use serde_json::{json, Value};
 
@@ -33,6 +34,10 @@ struct Samples {
     spans: Vec<f64>,
     lost: u64,
     errors: Vec<String>,
+    /// `xtrace convert` of each capture to the other format: CPU ns per span, peak RSS in KiB.
+    convert_cpu: Vec<f64>,
+    convert_kib: Vec<f64>,
+    convert_errors: Vec<String>,
 }
 
 impl Samples {
@@ -74,8 +79,38 @@ fn once(env: &Env, format: &str, calls: u64, s: &mut Samples) {
                 .push(cpu_seconds(&cpu_file).map_or(f64::NAN, |c| c * 1e9 / count as f64));
             s.spans.push(count as f64);
             s.lost = s.lost.max(lost_events(&summary));
+            convert(env, count, s);
         }
         Err(e) => s.errors.push(format!("{e:#}")),
+    }
+}
+
+/// `xtrace convert` of the capture just recorded (`count` spans) to the other format, under GNU
+/// time: its CPU per span and peak RSS added to `s`.
+fn convert(env: &Env, count: u64, s: &mut Samples) {
+    let time_file = env.tmp.join("convert-time.txt");
+    let ran = Command::new("/usr/bin/time")
+        .args(["-f", "%U %S %M", "-o"])
+        .arg(&time_file)
+        .arg(&env.xtrace)
+        .arg("convert")
+        .arg(env.tmp.join("xtrace-out"))
+        .output();
+    match ran {
+        Ok(out) if out.status.success() => {
+            s.convert_cpu
+                .push(cpu_seconds(&time_file).map_or(f64::NAN, |c| c * 1e9 / count as f64));
+            let kib = fs::read_to_string(&time_file)
+                .ok()
+                .and_then(|t| t.lines().last()?.split_whitespace().nth(2)?.parse::<f64>().ok());
+            s.convert_kib.push(kib.unwrap_or(f64::NAN));
+        }
+        Ok(out) => s.convert_errors.push(format!(
+            "xtrace convert failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => s.convert_errors.push(format!("running xtrace convert: {e}")),
     }
 }
 
@@ -129,6 +164,38 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) {
         report.row(row);
     }
     report.row(cpu_row(json_run, perfetto_run, runs, judged, unjudged));
+    for (format, m) in FORMATS.iter().zip(&samples) {
+        report.row(convert_row(format, m, runs));
+    }
+}
+
+/// `xtrace convert` from `format` to the other one: CPU per span, for reference.
+fn convert_row(format: &str, m: &Samples, runs: usize) -> Row {
+    let other = FORMATS
+        .iter()
+        .find(|f| **f != format)
+        .copied()
+        .unwrap_or("perfetto");
+    let id = format!("trace_format.convert_{format}");
+    let what = format!("convert {format} to {other}: CPU per span");
+    if !m.convert_errors.is_empty() || m.convert_cpu.is_empty() {
+        let why = match m.convert_errors.is_empty() {
+            true => "no capture to convert".to_string(),
+            false => m.convert_errors.join("; "),
+        };
+        return Row::new(&id, what, "error").note(why);
+    }
+    let (cpu, kib) = (median(&m.convert_cpu), median(&m.convert_kib));
+    let note = format!(
+        "median of {} runs: `xtrace convert DIR` of each {}-span capture of the row above, user+sys \
+         (reading, writing, process start); peak RSS {:.1} MB (GNU time %M); no goal",
+        m.convert_cpu.len(),
+        fmt_count(m.spans()),
+        kib / 1024.0
+    );
+    Row::new(&id, what, fmt_ns(cpu)).note(note).data(json!({
+        "cpu_ns_per_span": finite(cpu), "max_rss_kib": finite(kib), "spans": m.spans(),
+        "runs": runs, "cpu_ns_per_span_each": m.convert_cpu, "max_rss_kib_each": m.convert_kib}))
 }
 
 /// Perfetto's CPU per span against json's, from the medians.

@@ -376,7 +376,8 @@ pub struct RecordArgs {
     /// a capture directory that `xtrace report`, `diff` and `convert` read, holding the events
     /// since the previous one, at most DURATION. DIR's summary.json covers the whole run; its
     /// trace holds names only. Events that fell out of the window are counted in summary.json's
-    /// flight.aged_out_events, not as lost. Not for CPU samples, which stay in DIR's profile.
+    /// flight.aged_out_events, not as lost. CPU samples and --off-cpu's waits are kept in the
+    /// window too: each directory has its own profile and off_cpu section.
     #[arg(long = "flight", value_name = "DURATION", value_parser = parse_flight_window,
           help_heading = heading::OUTPUT)]
     pub flight: Option<u64>,

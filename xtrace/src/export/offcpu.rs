@@ -90,18 +90,40 @@ pub struct OffCpuSummary {
     pub locks: Vec<super::locks::LockSummary>,
 }
 
+/// The off-CPU stacks named and the summary made, ready to be written (by another thread, for a
+/// flight recorder window).
+#[derive(Debug)]
+pub struct Named {
+    /// Nanoseconds per folded stack.
+    folded: BTreeMap<String, u64>,
+    /// Without its hot stacks, made from `folded` as it is written.
+    summary: OffCpuSummary,
+    icicle: bool,
+}
+
 /// Writes offcpu.folded and offcpu.svg into `out` and returns the summary. The stacks are named
 /// by `resolver`, the CPU profile's when there is one. `names` gives a thread's name by (pid,
 /// tid), and a process's by (pid, pid).
 pub fn write(
     out: &output::Dir,
-    (off, python): (&OffCpu, &crate::python::Python),
+    off: (&OffCpu, &crate::python::Python),
     resolver: &Resolver,
     images: &mut Images,
     names: &HashMap<(u32, u32), String>,
     lost: u64,
     icicle: bool,
 ) -> Result<OffCpuSummary> {
+    name(off, resolver, images, names, (lost, icicle)).write(out)
+}
+
+/// Names the stacks of `off` and makes its summary, as [`write`] does, without writing them.
+pub fn name(
+    (off, python): (&OffCpu, &crate::python::Python),
+    resolver: &Resolver,
+    images: &mut Images,
+    names: &HashMap<(u32, u32), String>,
+    (lost, icicle): (u64, bool),
+) -> Named {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for (wait, samples) in &off.stacks {
         let named = resolver.frames(samples, images, python);
@@ -122,42 +144,67 @@ pub fn write(
             *folded.entry(line).or_default() += samples.stacks[*key];
         }
     }
-    let total = off.total_ns();
-    let chart = flamegraph::Chart {
-        title: format!("xtrace: {:.3} s off CPU", total as f64 / 1e9),
-        subtitle: None,
-        count_name: "ns",
-        palette: Palette::Basic(BasicPalette::Blue),
-        empty: "no time off CPU",
-        icicle,
-    };
-    flamegraph::write(out, &folded, output::OFFCPU_FOLDED, output::OFFCPU_SVG, &chart)?;
-    let mut hot_stacks: Vec<HotWait> = folded
-        .into_iter()
-        .map(|(stack, ns)| HotWait {
-            stack,
-            ns,
-            percent: percent(ns, total),
-        })
-        .collect();
-    hot_stacks.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.stack.cmp(&b.stack)));
-    hot_stacks.truncate(HOT_STACKS);
     let threads: Vec<ThreadSummary> = off
         .threads
         .iter()
         .map(|(&(pid, tid), time)| thread_summary(pid, tid, time, names))
         .collect();
     let locks = super::locks::top(&off.locks, resolver, images, python);
-    Ok(OffCpuSummary {
+    let summary = OffCpuSummary {
         locks,
         min_ns: off.min_ns,
         intervals: threads.iter().map(|t| t.intervals).sum(),
-        off_cpu_ns: total,
+        off_cpu_ns: off.total_ns(),
         sent: off.sent,
         lost,
         threads,
-        hot_stacks,
-    })
+        hot_stacks: Vec::new(),
+    };
+    Named {
+        folded,
+        summary,
+        icicle,
+    }
+}
+
+impl Named {
+    /// The bytes it holds, about: its folded stacks and its threads' and locks' lines.
+    pub fn bytes(&self) -> usize {
+        let folded: usize = self.folded.keys().map(|k| k.len() + 64).sum();
+        let threads = self.summary.threads.len() * 1024 + self.summary.locks.len() * 4096;
+        folded + threads
+    }
+
+    /// Writes offcpu.folded and offcpu.svg into `out`; returns the summary.
+    pub fn write(self, out: &output::Dir) -> Result<OffCpuSummary> {
+        let Named {
+            folded,
+            mut summary,
+            icicle,
+        } = self;
+        let total = summary.off_cpu_ns;
+        let chart = flamegraph::Chart {
+            title: format!("xtrace: {:.3} s off CPU", total as f64 / 1e9),
+            subtitle: None,
+            count_name: "ns",
+            palette: Palette::Basic(BasicPalette::Blue),
+            empty: "no time off CPU",
+            icicle,
+        };
+        flamegraph::write(out, &folded, output::OFFCPU_FOLDED, output::OFFCPU_SVG, &chart)?;
+        let mut hot_stacks: Vec<HotWait> = folded
+            .into_iter()
+            .map(|(stack, ns)| HotWait {
+                stack,
+                ns,
+                percent: percent(ns, total),
+            })
+            .collect();
+        hot_stacks.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.stack.cmp(&b.stack)));
+        hot_stacks.truncate(HOT_STACKS);
+        summary.hot_stacks = hot_stacks;
+        Ok(summary)
+    }
 }
 
 fn thread_summary(

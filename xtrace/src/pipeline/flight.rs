@@ -1,10 +1,13 @@
 //! The flight recorder's buffer (`--flight`): the trace events the pipeline would hand the trace
-//! writer, and the CPU samples with their stacks (`flight_stacks`), go into a [`Window`] of
-//! [`Events`] slots instead, so that only the last stretch of a capture is kept, in bounded
-//! memory, for as long as xtrace runs. The samples' distinct stacks are held once, beside the
-//! slots, and counted in the same byte cap. A trigger takes the slots and the stacks they refer
+//! writer, the CPU samples with their stacks (`flight_stacks`) and the off-CPU waits
+//! (`flight_offcpu`), go into a [`Window`] of [`Events`] slots instead, so that only the last
+//! stretch of a capture is kept, in bounded memory, for as long as xtrace runs. The samples' and
+//! the waits' distinct stacks are held once, beside the slots, and counted in the same byte cap. A trigger takes the slots and the stacks they refer
 //! to ([`Flight::take`]); `session::flight` writes them out as a capture directory.
+use std::sync::Arc;
+
 use super::{
+    flight_offcpu::{AddedUpReads, FlightAddedUp, FlightWait, KeptWait},
     flight_stacks::{heap, FlightSample, Stacks},
     samples::StackKey,
     threads::Names,
@@ -27,7 +30,7 @@ fn boxed(text: &Option<Box<str>>) -> usize {
     text.as_ref().map_or(0, |text| heap(text.len()))
 }
 
-/// One slot's trace events and CPU samples, each in the order they came.
+/// One slot's trace events, CPU samples and off-CPU waits, each in the order they came.
 #[derive(Debug, Default)]
 pub struct Events {
     spans: Vec<SpanOut>,
@@ -36,6 +39,10 @@ pub struct Events {
     samples: Vec<FlightSample>,
     /// Samples whose user stack is missing its outermost frames.
     truncated: u64,
+    /// Waits of at least MIN, sent one by one.
+    waits: Vec<KeptWait>,
+    /// What the kernel's added-up waits gained between two reads of its table.
+    added_up: Vec<FlightAddedUp>,
 }
 
 impl Events {
@@ -67,6 +74,20 @@ impl Events {
     pub fn drop_samples(&mut self) {
         self.samples = Vec::new();
     }
+
+    pub fn waits(&self) -> &[KeptWait] {
+        &self.waits
+    }
+
+    pub fn added_up(&self) -> &[FlightAddedUp] {
+        &self.added_up
+    }
+
+    /// Gives up its off-CPU waits (once they are counted elsewhere), freeing what they hold.
+    pub fn drop_waits(&mut self) {
+        self.waits = Vec::new();
+        self.added_up = Vec::new();
+    }
 }
 
 impl Slot for Events {
@@ -76,8 +97,12 @@ impl Slot for Events {
             + self.spans.capacity() * std::mem::size_of::<SpanOut>()
             + self.heap
             + self.samples.capacity() * std::mem::size_of::<FlightSample>()
+            + self.waits.capacity() * std::mem::size_of::<KeptWait>()
+            + self.added_up.capacity() * std::mem::size_of::<FlightAddedUp>()
     }
 
+    /// Its trace events and samples: a wait sent on its own is on the timeline as events
+    /// already, and the added-up waits are counts.
     fn events(&self) -> u64 {
         (self.spans.len() + self.samples.len()) as u64
     }
@@ -119,6 +144,8 @@ pub struct Flight {
     fresh: usize,
     /// What had aged out when the slots were last taken.
     aged_before: AgedOut,
+    /// With `--off-cpu`: the kernel's table of added-up waits as last read.
+    pub(super) reads: AddedUpReads,
 }
 
 impl Flight {
@@ -132,6 +159,7 @@ impl Flight {
             pruned_at: 0,
             fresh: 0,
             aged_before: AgedOut::default(),
+            reads: AddedUpReads::default(),
         }
     }
 
@@ -145,6 +173,39 @@ impl Flight {
     /// for all the samples of the window that share it); `truncated`: its user stack is missing
     /// its outermost frames.
     pub fn add_sample(&mut self, (ts_ns, pid, tid): (u64, u32, u32), key: StackKey, truncated: bool) {
+        let stack = self.intern(key);
+        let sample = FlightSample {
+            ts_ns,
+            pid,
+            tid,
+            stack,
+        };
+        self.window.add(ts_ns, |slot| slot.push_sample(sample, truncated));
+        self.prune_if_heavy();
+    }
+
+    /// Keeps an off-CPU wait sent on its own, in the slot of the time its thread returned from
+    /// it, with its stack as counted (held once for the whole window).
+    pub fn add_wait(&mut self, wait: FlightWait, stack: Option<StackKey>) {
+        let stack = stack.map(|key| self.intern(key));
+        let ts_ns = wait.ts_ns;
+        self.window
+            .add(ts_ns, |slot| slot.waits.push(KeptWait { wait, stack }));
+        self.prune_if_heavy();
+    }
+
+    /// Keeps what the kernel's added-up waits of one key gained since its table was last read,
+    /// in the slot of the read, with their stack.
+    pub fn add_added_up(&mut self, mut added: FlightAddedUp, stack: Option<StackKey>) {
+        added.stack = stack.map(|key| self.intern(key));
+        let ts_ns = added.ts_ns;
+        self.window.add(ts_ns, |slot| slot.added_up.push(added));
+        self.prune_if_heavy();
+    }
+
+    /// The stack `key` as the window holds it, once for all that refer to it. New stacks that
+    /// weigh a slot's part of the cap split the newest slot, so that no slot brings in more.
+    fn intern(&mut self, key: StackKey) -> Arc<StackKey> {
         let before = self.stacks.bytes();
         let stack = self.stacks.intern(key);
         if self.stacks.bytes() != before {
@@ -155,23 +216,28 @@ impl Flight {
             }
             self.window.set_cap_bytes(self.slots_cap());
         }
-        let sample = FlightSample {
-            ts_ns,
-            pid,
-            tid,
-            stack,
-        };
-        self.window.add(ts_ns, |slot| slot.push_sample(sample, truncated));
-        // Stacks that aged out are dropped at the next pass (`advance`), unless they weigh on
-        // the cap: then now, so that they never push out the slots.
+        stack
+    }
+
+    /// Stacks that aged out are dropped at the next pass (`advance`), unless they weigh on the
+    /// cap: then now, so that they never push out the slots.
+    fn prune_if_heavy(&mut self) {
         if self.stacks.bytes() > self.cap_bytes / 2 {
             self.prune();
         }
     }
 
-    /// The bytes the slots may hold: the cap less the stacks'.
-    fn slots_cap(&self) -> usize {
-        self.cap_bytes.saturating_sub(self.stacks.bytes())
+    /// The bytes the slots may hold: the cap less the stacks' and the copy of the kernel's
+    /// table of added-up waits.
+    pub(super) fn slots_cap(&self) -> usize {
+        self.cap_bytes
+            .saturating_sub(self.stacks.bytes())
+            .saturating_sub(self.reads.bytes())
+    }
+
+    /// Applies a change of what the slots may hold (the copy of the kernel's table grew).
+    pub(super) fn recap(&mut self) {
+        self.window.set_cap_bytes(self.slots_cap());
     }
 
     /// Drops the stacks no sample refers to since slots aged out.
@@ -194,9 +260,10 @@ impl Flight {
         self.prune();
     }
 
-    /// The bytes the buffer holds: its slots and the stacks their samples refer to.
+    /// The bytes the buffer holds: its slots, the stacks their samples and waits refer to, and
+    /// the copy of the kernel's table of added-up waits.
     pub fn bytes(&self) -> usize {
-        self.window.bytes() + self.stacks.bytes()
+        self.window.bytes() + self.stacks.bytes() + self.reads.bytes()
     }
 
     /// Every event that fell out of the window since recording began.

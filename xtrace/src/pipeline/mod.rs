@@ -11,6 +11,7 @@ pub mod chrome;
 pub mod decode;
 pub mod family;
 pub mod flight;
+pub mod flight_offcpu;
 pub mod flight_stacks;
 pub mod gpu;
 pub mod kept_names;
@@ -463,6 +464,12 @@ impl<W: Write + Send + 'static> Sink for Out<'_, W> {
     fn sample(&mut self, at: (u64, u32, u32), key: samples::StackKey, truncated: bool) {
         if let Some(flight) = self.flight {
             flight.add_sample(at, key, truncated);
+        }
+    }
+
+    fn off_cpu_wait(&mut self, wait: flight_offcpu::FlightWait, stack: Option<samples::StackKey>) {
+        if let Some(flight) = self.flight {
+            flight.add_wait(wait, stack);
         }
     }
 }

@@ -40,7 +40,7 @@ impl Write for Shared {
     }
 }
 
-const TARGET: u32 = 100;
+pub(super) const TARGET: u32 = 100;
 
 /// The probes of the pipelines below, by id: two functions, a USDT pair's begin and end probes
 /// and their span, and a range's push and pop probes.
@@ -60,7 +60,7 @@ pub(super) fn pipeline(out: Shared, targets: Option<HashSet<u32>>) -> Pipeline<S
 }
 
 /// [`pipeline`] with its setup changed by `edit` (a family's state).
-fn pipeline_with(
+pub(super) fn pipeline_with(
     out: Shared,
     targets: Option<HashSet<u32>>,
     edit: impl FnOnce(&mut Setup),
@@ -276,7 +276,7 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
     });
     pipeline.keep_in_flight(Flight::new(10_000_000_000, 1 << 20));
     pipeline.record(&off_cpu_wait(TARGET)).unwrap();
-    let taken = pipeline.take_flight(3_000_000).expect("the flight recorder");
+    let mut taken = pipeline.take_flight(3_000_000).expect("the flight recorder");
     let events: Vec<(String, u32, u64, u64)> = taken
         .slots
         .iter()
@@ -298,6 +298,16 @@ fn an_off_cpu_wait_goes_to_the_flight_recorder() {
             ("runnable".to_string(), TARGET, 2_000_000, 50_000),
         ]
     );
+    // The window's own count of the wait, with its stack, taken out of the slots.
+    let window = pipeline
+        .flight_off_cpu(&mut taken, &|_| Vec::new())
+        .expect("--off-cpu");
+    let stacks: u64 = window.stacks.values().map(|s| s.total).sum();
+    assert_eq!(
+        (window.sent, window.total_ns(), stacks),
+        (1, 1_050_000, 1_050_000)
+    );
+    assert!(taken.slots.iter().all(|(_, s)| s.waits().is_empty()));
     let (_, collected) = pipeline.collected();
     assert!(collected.stats.iter().all(|s| s.distribution().count == 0));
     let waits = collected.families.off_cpu.waits.as_ref();

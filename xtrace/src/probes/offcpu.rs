@@ -1,7 +1,7 @@
 //! Off-CPU time (`--off-cpu`): loads and attaches its programs: the scheduler's BTF tracepoints `sched_switch` and
 //! `sched_waking`, and the raw tracepoint `sys_exit` that sends a long wait as its thread returns
 //! from it; takes the kernel's table of added-up waits and their stacks, read when the capture
-//! ends.
+//! ends (and, with `--flight`, while it runs).
 use aya::{
     maps::{HashMap, MapData, StackTraceMap},
     programs::BtfTracePoint,
@@ -56,14 +56,19 @@ impl Tables {
     /// Every added-up wait with its user stack's addresses, innermost first (empty when the
     /// stack was not walked or is gone).
     pub fn read(&self) -> Vec<(OffCpuKey, OffCpuTotal, Vec<u64>)> {
-        self.totals
-            .iter()
-            .filter_map(|entry| entry.ok())
+        self.totals()
+            .into_iter()
             .map(|(key, total)| {
                 let user = self.stack(key.user_stack);
                 (key, total, user)
             })
             .collect()
+    }
+
+    /// Every added-up wait, without its stack: while the programs run, what the flight recorder
+    /// reads once a second.
+    pub fn totals(&self) -> Vec<(OffCpuKey, OffCpuTotal)> {
+        self.totals.iter().filter_map(|entry| entry.ok()).collect()
     }
 
     /// The frame-pointer user stack `id` of the kernel's stack table, innermost first; empty for

@@ -119,7 +119,7 @@ impl Stopped<'_> {
         reader
             .drain_all(|bytes| pipeline.record(bytes))
             .map_err(output_error(&trace_file.path))?;
-        let flight = flight.map(|flight| flight.stop(&mut pipeline, observer));
+        let flight = flight.map(|flight| flight.stop(&mut pipeline, observer, off_cpu.as_ref()));
         let warnings = pipeline.take_warnings();
         for warning in &warnings {
             observer.warning(warning);
@@ -194,7 +194,7 @@ impl Stopped<'_> {
 
 /// The names of threads `(pid, tid)` and of their processes (by `(pid, pid)`): as the records
 /// gave them, else as /proc has them now, else empty.
-fn thread_names(
+pub(super) fn thread_names(
     names: &crate::pipeline::threads::Names,
     threads: impl Iterator<Item = (u32, u32)>,
 ) -> HashMap<(u32, u32), String> {

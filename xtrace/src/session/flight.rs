@@ -4,8 +4,11 @@
 //! `DIR/flight-NNN/`, a capture directory that stands alone (its trace with the probes' names
 //! and the processes' and threads' names, summary.json and summary.txt over its window, the
 //! derived files; with sampling, the window's CPU samples on the timeline, stacks.folded and
-//! flamegraph.svg, their stacks named here first: `export::flight_profile`), while the reader
-//! goes on recording. What that thread still holds counts against `--flight-size`: the buffer's
+//! flamegraph.svg, their stacks named here first: `export::flight_profile`; with `--off-cpu`, the
+//! window's waits in its summary's `off_cpu`, offcpu.folded and offcpu.svg, and wallclock.folded
+//! and wallclock.svg with sampling), while the reader goes on recording. With `--off-cpu`, the
+//! kernel's table of added-up waits is read once a second and at each trigger, for the window to
+//! hold what it gained (`pipeline::flight_offcpu`). What that thread still holds counts against `--flight-size`: the buffer's
 //! cap shrinks by as much until it is written.
 use std::{
     path::PathBuf,
@@ -21,6 +24,7 @@ use crate::{
     error::{Error, Result},
     export::{
         flight_profile::WindowProfile,
+        offcpu,
         summary::{ClockSummary, FlightSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
     },
     model::summary::{Lost, FORMAT_VERSION},
@@ -28,12 +32,14 @@ use crate::{
     pipeline::{
         family::profile_summary::ProfileSummary,
         flight::{Flight, Taken},
+        offcpu::OffCpu,
         stats::ProbeStats,
         symbolizer::Resolver,
         window::Slot,
         writer::{EventWriter, SpanOut},
         Pipeline,
     },
+    probes::offcpu::Tables,
 };
 
 /// What every flight directory is written with, besides its events.
@@ -80,6 +86,8 @@ pub(super) struct Recorder {
     /// Those written whole, in order.
     directories: Vec<String>,
     pending: Option<Pending>,
+    /// When the kernel's table of added-up off-CPU waits was last read (`--off-cpu`).
+    off_cpu_read_ns: u64,
     /// Bytes the writing threads still hold.
     held: Arc<AtomicUsize>,
     writing: Vec<Writing>,
@@ -102,6 +110,7 @@ impl Recorder {
             begun: 0,
             directories: Vec::new(),
             pending: None,
+            off_cpu_read_ns: 0,
             held: Arc::new(AtomicUsize::new(0)),
             writing: Vec::new(),
             warned: 0,
@@ -139,7 +148,11 @@ impl Recorder {
         &mut self,
         pipeline: &mut Pipeline<W>,
         now_ns: u64,
+        tables: Option<&Tables>,
     ) -> Vec<String> {
+        if now_ns >= self.off_cpu_read_ns.saturating_add(OFF_CPU_READ_NS) {
+            self.read_off_cpu(pipeline, now_ns, tables);
+        }
         if self.asked.on_warn_over && pipeline.warned() > self.warned {
             self.warned = pipeline.warned();
             // Slow spans that go on are one event, not a directory every pass: at most one
@@ -153,7 +166,7 @@ impl Recorder {
         }
         if let Some(pending) = self.pending.filter(|p| p.due_ns <= now_ns) {
             self.pending = None;
-            self.take(pipeline, now_ns, pending.trigger);
+            self.take(pipeline, now_ns, pending.trigger, tables);
         }
         let cap = self.cap();
         if let Some(flight) = pipeline.flight() {
@@ -168,9 +181,10 @@ impl Recorder {
         mut self,
         pipeline: &mut Pipeline<W>,
         observer: &mut dyn super::Observer,
+        tables: Option<&Tables>,
     ) -> FlightSummary {
         let trigger = self.pending.take().map_or("stop", |p| p.trigger);
-        self.take(pipeline, crate::clock::monotonic_ns(), trigger);
+        self.take(pipeline, crate::clock::monotonic_ns(), trigger, tables);
         for line in self.collect(true) {
             observer.notice(&line);
         }
@@ -186,29 +200,67 @@ impl Recorder {
         }
     }
 
+    /// With `--off-cpu` (`tables`): keeps in the window what the kernel's added-up waits gained
+    /// since the table was last read.
+    fn read_off_cpu<W: std::io::Write + Send + 'static>(
+        &mut self,
+        pipeline: &mut Pipeline<W>,
+        now_ns: u64,
+        tables: Option<&Tables>,
+    ) {
+        if let Some(tables) = tables {
+            self.off_cpu_read_ns = now_ns;
+            pipeline.flight_off_cpu_read(now_ns, &tables.totals(), &|id| tables.stack(id));
+        }
+    }
+
     /// Takes the window at `now_ns` and writes it: with sampling, its stacks are named here,
-    /// from the images the pipeline holds.
+    /// from the images the pipeline holds; with `--off-cpu`, its waits too, once what the
+    /// kernel added up until now is in.
     fn take<W: std::io::Write + Send + 'static>(
         &mut self,
         pipeline: &mut Pipeline<W>,
         now_ns: u64,
         trigger: &'static str,
+        tables: Option<&Tables>,
     ) {
+        self.read_off_cpu(pipeline, now_ns, tables);
         let Some(mut taken) = pipeline.take_flight(now_ns) else {
             return;
         };
+        let off_cpu = tables
+            .and_then(|tables| pipeline.flight_off_cpu(&mut taken, &|id| tables.stack(id)))
+            .map(|window| self.name_off_cpu(pipeline, &window, &taken));
         let profile = self.context.hz.map(|_| {
             let resolver = self.resolver.get_or_insert_with(Resolver::default);
             WindowProfile::name(resolver, &mut taken, pipeline.sample_naming())
         });
-        // The samples and their stacks went into the profile.
+        // The samples, the waits and their stacks went into what was named.
         taken.bytes = taken.slots.iter().map(|(_, s)| s.bytes()).sum::<usize>()
-            + profile.as_ref().map_or(0, WindowProfile::bytes);
-        self.write(taken, profile, trigger);
+            + profile.as_ref().map_or(0, WindowProfile::bytes)
+            + off_cpu.as_ref().map_or(0, offcpu::Named::bytes);
+        self.write(taken, Named { profile, off_cpu }, trigger);
+    }
+
+    /// The window's off-CPU waits `window`, their stacks named from the images the pipeline
+    /// holds, their threads by the names known when `taken` was.
+    fn name_off_cpu<W: std::io::Write + Send + 'static>(
+        &mut self,
+        pipeline: &mut Pipeline<W>,
+        window: &OffCpu,
+        taken: &Taken,
+    ) -> offcpu::Named {
+        let resolver = self.resolver.get_or_insert_with(Resolver::default);
+        let naming = pipeline.sample_naming();
+        let names = super::finish::thread_names(&taken.names, window.threads.keys().copied());
+        // What the kernel could not count is the run's (summary.json of the capture directory).
+        let lost = 0;
+        let off = (window, naming.python);
+        offcpu::name(off, resolver, naming.images, &names, (lost, self.context.icicle))
     }
 
     /// Hands `taken` to a thread that writes it as the next `flight-NNN`.
-    fn write(&mut self, taken: Taken, profile: Option<WindowProfile>, trigger: &'static str) {
+    fn write(&mut self, taken: Taken, named: Named, trigger: &'static str) {
         self.begun += 1;
         let name = format!("flight-{:03}", self.begun);
         let bytes = taken.bytes;
@@ -217,7 +269,7 @@ impl Recorder {
         let thread_name = name.clone();
         let spawned = std::thread::Builder::new()
             .name("xtrace-flight".into())
-            .spawn(move || write_dir(&context, &thread_name, (taken, profile), trigger, &held));
+            .spawn(move || write_dir(&context, &thread_name, (taken, named), trigger, &held));
         match spawned {
             Ok(thread) => self.writing.push((name, thread)),
             Err(e) => {
@@ -259,6 +311,17 @@ impl Recorder {
     }
 }
 
+/// What a window's thread writes besides its events, named on the recording thread: its CPU
+/// profile (with sampling) and its off-CPU waits (with `--off-cpu`).
+struct Named {
+    profile: Option<WindowProfile>,
+    off_cpu: Option<offcpu::Named>,
+}
+
+/// How often the kernel's table of added-up off-CPU waits is read for the flight recorder's
+/// window: a window holds the short waits of the reads made within it.
+const OFF_CPU_READ_NS: u64 = 1_000_000_000;
+
 /// Whether an event is a call's span, for the probe's statistics.
 fn is_call(span: &SpanOut) -> bool {
     matches!(span.kind, crate::pipeline::writer::EventKind::Span { .. })
@@ -269,7 +332,7 @@ fn is_call(span: &SpanOut) -> bool {
 fn write_dir(
     context: &Context,
     name: &str,
-    taken: (Taken, Option<WindowProfile>),
+    taken: (Taken, Named),
     trigger: &'static str,
     held: &AtomicUsize,
 ) -> Result<Written> {
@@ -286,7 +349,7 @@ fn write_dir(
 fn write_taken(
     context: &Context,
     name: &str,
-    (taken, profile): (Taken, Option<WindowProfile>),
+    (taken, Named { profile, off_cpu }): (Taken, Named),
     trigger: &'static str,
     release: &mut dyn FnMut(usize),
 ) -> Result<Written> {
@@ -354,7 +417,12 @@ fn write_taken(
         (Some(profile), Some(hz)) => Some(profile.write(&dir, hz, context.icicle)?),
         _ => None,
     };
-    let summary = summary(context, &stats, clock, (flight, profile));
+    let off_cpu = off_cpu.map(|named| named.write(&dir)).transpose()?;
+    if let (Some(hz), Some(_), Some(_)) = (context.hz, &profile, &off_cpu) {
+        crate::export::wallclock::write(&dir, hz, context.icicle)?;
+    }
+    let mut summary = summary(context, &stats, clock, (flight, profile));
+    summary.off_cpu = off_cpu;
     output::write(&dir, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
     output::write(&dir, output::SUMMARY_TXT, summary.table().as_bytes())?;
     // Read back from the directory: span-flamegraph.svg, profile.pb.gz.

@@ -132,6 +132,8 @@ pub struct Loop<'a, W: Write + Send + 'static> {
     pub live: Option<&'a mut crate::live::Publisher>,
     /// `--flight`: its triggers and writing.
     pub flight: Option<&'a mut super::flight::Recorder>,
+    /// `--off-cpu`: the kernel's added-up waits, read for the flight recorder's window.
+    pub off_cpu: Option<&'a crate::probes::offcpu::Tables>,
 }
 
 /// Returns when the live view's Stop button is pressed; never without a live view.
@@ -219,6 +221,7 @@ pub async fn run<W: Write + Send + 'static>(
         trace_file,
         mut live,
         mut flight,
+        off_cpu,
     } = state;
     let page = live.as_ref().map(|live| live.shared());
     let Signals {
@@ -290,7 +293,7 @@ pub async fn run<W: Write + Send + 'static>(
             }
         }
         if let Some(flight) = flight.as_deref_mut() {
-            for line in flight.tick(pipeline, crate::clock::monotonic_ns()) {
+            for line in flight.tick(pipeline, crate::clock::monotonic_ns(), off_cpu) {
                 observer.notice(&line);
             }
         }

@@ -187,6 +187,7 @@ impl<'a> Started<'a> {
             trace_file,
             live: live.as_mut().map(|(_, publisher)| publisher),
             flight: flight.as_mut(),
+            off_cpu: maps.off_cpu.as_ref(),
         };
         run::run(state, observer, &mut on_change).await
     }

@@ -117,6 +117,11 @@ pub trait Sink {
     /// (CLOCK_MONOTONIC ns), with its stack `key` in the flight recorder's window (`truncated`:
     /// its user stack was cut). Without, samples are counted by their family, not kept here.
     fn sample(&mut self, at: (u64, u32, u32), key: StackKey, truncated: bool);
+
+    /// With `--flight`, keeps a wait sent on its own and its stack as counted (None for xtrace's
+    /// launcher code) in the flight recorder's buffer, for its window's off-CPU summary; else
+    /// nothing (the whole run's is counted already).
+    fn off_cpu_wait(&mut self, _wait: super::flight_offcpu::FlightWait, _stack: Option<StackKey>) {}
 }
 
 /// What the pipeline lends a family for one record.

@@ -1,6 +1,7 @@
 //! The off-CPU family (`--off-cpu`): each wait the kernel sent on its own is counted with its
 //! stack (`pipeline::offcpu`), then written to the timeline (`pipeline::offcpu_timeline`): the
-//! wait, its wait for a CPU, and the wake-up's arrow from the thread that woke it. Waits the
+//! wait, its wait for a CPU, and the wake-up's arrow from the thread that woke it; with
+//! `--flight`, the wait and its stack go to the flight recorder's buffer too. Waits the
 //! kernel added up come at the end, through [`crate::pipeline::Pipeline::off_cpu_totals`]. Its
 //! summary.json section is not the family's to say: its stacks are named by the symbol resolver
 //! the CPU profile shares, so `export::offcpu` makes it while it writes offcpu.folded.
@@ -11,7 +12,9 @@ use xtrace_common::offcpu::OffCpuEvent;
 use super::{Family, Shared};
 use crate::{
     model::text::c_str,
-    pipeline::{decode::Event, offcpu::OffCpu, offcpu_timeline::timeline, writer::FlowKind},
+    pipeline::{
+        decode::Event, flight_offcpu::FlightWait, offcpu::OffCpu, offcpu_timeline::timeline, writer::FlowKind,
+    },
 };
 
 /// The off-CPU family's state: the waits, with `--off-cpu` (None without it).
@@ -42,7 +45,7 @@ impl OffCpuFamily {
             return Ok(());
         };
         let interval = &event.interval;
-        off_cpu.wait(
+        let counted = off_cpu.wait(
             shared.images,
             shared.python,
             interval,
@@ -50,6 +53,13 @@ impl OffCpuFamily {
             &comm,
             stack,
         );
+        let kept = FlightWait {
+            ts_ns: event.header.ts_ns,
+            pid,
+            tid,
+            interval: *interval,
+        };
+        shared.sink.off_cpu_wait(kept, counted);
         let lock = match interval.lock {
             0 => None,
             address => off_cpu
