@@ -122,7 +122,7 @@ pub struct Summary {
     pub cuda: Option<crate::pipeline::family::cuda_summary::CudaSummary>,
     /// `--off-cpu`: time the traced threads spent off CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub off_cpu: Option<super::offcpu::OffCpuSummary>,
+    pub off_cpu: Option<crate::pipeline::family::offcpu_summary::OffCpuSummary>,
     /// `--cuda` with the GPU device timeline: device time per GPU and per kernel, copies, memsets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_device: Option<crate::pipeline::family::gpu_summary::GpuDeviceSummary>,

@@ -172,7 +172,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             families: Families {
                 cuda: CudaFamily::new(cuda, gpu),
                 usdt: UsdtFamily::new(usdt, ranges),
-                off_cpu: OffCpuFamily { waits: off_cpu },
+                off_cpu: OffCpuFamily::new(off_cpu),
                 sampling: SamplingFamily { samples },
                 functions: FunctionsFamily {
                     values: Values::new(captures),

@@ -4,7 +4,7 @@
 //! seen (a thread may be gone by the time the recording ends). A process's name and namespace pid are read from /proc when its first record arrives, while it
 //! most likely still runs (system-wide captures see processes that come and go).
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
 };
 
@@ -108,6 +108,26 @@ impl Names {
         pids.dedup();
         pids
     }
+}
+
+/// The names of threads `(pid, tid)` and of their processes (by `(pid, pid)`): as the records
+/// gave them, else as /proc has them now, else empty.
+pub fn thread_names(names: &Names, threads: impl Iterator<Item = (u32, u32)>) -> HashMap<(u32, u32), String> {
+    let mut named = HashMap::new();
+    for (pid, tid) in threads {
+        for (pid, tid) in [(pid, tid), (pid, pid)] {
+            named.entry((pid, tid)).or_insert_with(|| {
+                let known = match pid == tid {
+                    true => names.process_comm(pid, None),
+                    false => names.thread_label(pid, tid).map(str::to_string),
+                };
+                known
+                    .or_else(|| crate::target::thread_comm(pid, tid))
+                    .unwrap_or_default()
+            });
+        }
+    }
+    named
 }
 
 #[cfg(test)]

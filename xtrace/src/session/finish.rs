@@ -19,7 +19,10 @@ use crate::{
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, Sink, TraceFile},
     pipeline::{
-        family::summary::{Ending, SamplingEnding, Sections},
+        family::{
+            summary::{Ending, SamplingEnding, Sections},
+            Naming,
+        },
         symbolizer::{self, Resolver},
         writer::TraceWriter,
         Collected, Pipeline,
@@ -192,29 +195,6 @@ impl Stopped<'_> {
     }
 }
 
-/// The names of threads `(pid, tid)` and of their processes (by `(pid, pid)`): as the records
-/// gave them, else as /proc has them now, else empty.
-pub(super) fn thread_names(
-    names: &crate::pipeline::threads::Names,
-    threads: impl Iterator<Item = (u32, u32)>,
-) -> HashMap<(u32, u32), String> {
-    let mut named = HashMap::new();
-    for (pid, tid) in threads {
-        for (pid, tid) in [(pid, tid), (pid, pid)] {
-            named.entry((pid, tid)).or_insert_with(|| {
-                let known = match pid == tid {
-                    true => names.process_comm(pid, None),
-                    false => names.thread_label(pid, tid).map(str::to_string),
-                };
-                known
-                    .or_else(|| crate::target::thread_comm(pid, tid))
-                    .unwrap_or_default()
-            });
-        }
-    }
-    named
-}
-
 /// What the outputs are written from, besides the pipeline.
 struct Outputs<'a> {
     out: &'a output::Dir,
@@ -250,6 +230,14 @@ impl Outputs<'_> {
         // One for the CPU samples and the off-CPU waits: kallsyms and the vDSO are read once.
         let resolver =
             (self.sampling.is_some() || collected.families.off_cpu.waits.is_some()).then(Resolver::default);
+        if let Some(resolver) = &resolver {
+            collected.families.name(&mut Naming {
+                images: &mut collected.images,
+                python: &collected.python,
+                resolver,
+                names: &collected.names,
+            });
+        }
         let frames = match (self.sampling, &resolver) {
             (Some(_), Some(resolver)) => Some(resolver.frames(
                 &collected.families.sampling.samples,
@@ -268,6 +256,7 @@ impl Outputs<'_> {
         let mut sections = collected.families.summarize(&Ending {
             call_sites: collected.call_sites.as_ref(),
             device_lost: self.device_lost,
+            off_cpu_lost: self.off_cpu_lost,
             sampling: self.sampling.map(|sampling| SamplingEnding {
                 frequency_hz: sampling.hz,
                 followed: sampling.followed,
@@ -283,29 +272,14 @@ impl Outputs<'_> {
             let hz = profile.sample_frequency_hz;
             profile::write(self.out, &folded, profile.samples, hz, self.icicle)?;
         }
-        // The off-CPU section is written with offcpu.folded: its stacks are named by the resolver
-        // the CPU profile shares.
-        let off_cpu = match (&collected.families.off_cpu.waits, &resolver) {
-            (Some(off_cpu), Some(resolver)) => {
-                let names = thread_names(&collected.names, off_cpu.threads.keys().copied());
-                Some(crate::export::offcpu::write(
-                    self.out,
-                    (off_cpu, &collected.python),
-                    resolver,
-                    &mut collected.images,
-                    &names,
-                    self.off_cpu_lost,
-                    self.icicle,
-                )?)
-            }
-            _ => None,
-        };
+        if let (Some(folded), Some(off_cpu)) = (collected.families.off_cpu.folded(), &sections.off_cpu) {
+            crate::export::offcpu::write(self.out, folded, off_cpu.off_cpu_ns, self.icicle)?;
+        }
         let folded = sections.profile.is_some() && self.flight.is_none();
-        if let (Some(sampling), true, Some(_)) = (self.sampling, folded, &off_cpu) {
+        if let (Some(sampling), true, Some(_)) = (self.sampling, folded, &sections.off_cpu) {
             crate::export::wallclock::write(self.out, sampling.hz, self.icicle)?;
         }
         let mut summary = self.summary(&collected, sections);
-        summary.off_cpu = off_cpu;
         summary.clock = clock;
         output::write(self.out, output::SUMMARY_JSON, summary.to_json().as_bytes())?;
         output::write(self.out, output::SUMMARY_TXT, summary.table().as_bytes())?;
@@ -406,7 +380,7 @@ impl Outputs<'_> {
             warn_over: collected.warnings.summary(),
             clock: ClockSummary::default(),
             flight: self.flight.clone(),
-            off_cpu: None,
+            off_cpu: families.off_cpu,
             gpu_device: families.gpu_device,
         }
     }

@@ -30,7 +30,7 @@ use crate::{
     model::summary::{Lost, FORMAT_VERSION},
     output::{self, TraceFormat},
     pipeline::{
-        family::profile_summary::ProfileSummary,
+        family::{offcpu_summary, profile_summary::ProfileSummary},
         flight::{Flight, Taken},
         offcpu::OffCpu,
         stats::ProbeStats,
@@ -238,7 +238,7 @@ impl Recorder {
         // The samples, the waits and their stacks went into what was named.
         taken.bytes = taken.slots.iter().map(|(_, s)| s.bytes()).sum::<usize>()
             + profile.as_ref().map_or(0, WindowProfile::bytes)
-            + off_cpu.as_ref().map_or(0, offcpu::Named::bytes);
+            + off_cpu.as_ref().map_or(0, offcpu_summary::Named::bytes);
         self.write(taken, Named { profile, off_cpu }, trigger);
     }
 
@@ -249,14 +249,14 @@ impl Recorder {
         pipeline: &mut Pipeline<W>,
         window: &OffCpu,
         taken: &Taken,
-    ) -> offcpu::Named {
+    ) -> offcpu_summary::Named {
         let resolver = self.resolver.get_or_insert_with(Resolver::default);
         let naming = pipeline.sample_naming();
-        let names = super::finish::thread_names(&taken.names, window.threads.keys().copied());
+        let names = crate::pipeline::threads::thread_names(&taken.names, window.threads.keys().copied());
         // What the kernel could not count is the run's (summary.json of the capture directory).
         let lost = 0;
         let off = (window, naming.python);
-        offcpu::name(off, resolver, naming.images, &names, (lost, self.context.icicle))
+        offcpu_summary::name(off, resolver, naming.images, &names, lost)
     }
 
     /// Hands `taken` to a thread that writes it as the next `flight-NNN`.
@@ -315,7 +315,7 @@ impl Recorder {
 /// profile (with sampling) and its off-CPU waits (with `--off-cpu`).
 struct Named {
     profile: Option<WindowProfile>,
-    off_cpu: Option<offcpu::Named>,
+    off_cpu: Option<offcpu_summary::Named>,
 }
 
 /// How often the kernel's table of added-up off-CPU waits is read for the flight recorder's
@@ -417,7 +417,9 @@ fn write_taken(
         (Some(profile), Some(hz)) => Some(profile.write(&dir, hz, context.icicle)?),
         _ => None,
     };
-    let off_cpu = off_cpu.map(|named| named.write(&dir)).transpose()?;
+    let off_cpu = off_cpu
+        .map(|named| offcpu::write_named(&dir, &named, context.icicle))
+        .transpose()?;
     if let (Some(hz), Some(_), Some(_)) = (context.hz, &profile, &off_cpu) {
         crate::export::wallclock::write(&dir, hz, context.icicle)?;
     }

@@ -9,7 +9,9 @@ pub mod cuda;
 pub mod cuda_summary;
 pub mod functions;
 pub mod gpu_summary;
+pub mod locks_summary;
 pub mod offcpu;
+pub mod offcpu_summary;
 pub mod profile_summary;
 pub mod sampling;
 pub mod summary;
@@ -42,6 +44,10 @@ pub trait Family {
     /// Process `pid` has records that follow (a target at the start, a thread's first record):
     /// what the family needs to look up while it runs.
     fn seen(&mut self, _images: &mut Images, _pid: u32) {}
+
+    /// The recording is over: names the stacks its summary shows, while the image model is lent
+    /// (`summarize` only reads what it kept).
+    fn name(&mut self, _naming: &mut Naming<'_>) {}
 
     /// Adds its summary.json sections to `sections`, and its counts to those families share.
     fn summarize(&self, _ending: &Ending<'_>, _sections: &mut Sections) {}
@@ -82,6 +88,13 @@ impl Families {
         ]
     }
 
+    /// Lets each family name the stacks its summary shows.
+    pub fn name(&mut self, naming: &mut Naming<'_>) {
+        for family in self.each_mut() {
+            family.name(naming);
+        }
+    }
+
     /// What the families add to summary.json.
     pub fn summarize(&self, ending: &Ending<'_>) -> Sections {
         let mut sections = Sections::default();
@@ -99,6 +112,15 @@ impl Families {
         }
         row
     }
+}
+
+/// What naming stacks needs once the recording is over: the image model (whose symbol cache
+/// naming fills), the interpreters, the one in-capture symbolizer, and the threads' names.
+pub struct Naming<'a> {
+    pub images: &'a mut Images,
+    pub python: &'a Python,
+    pub resolver: &'a super::symbolizer::Resolver,
+    pub names: &'a Names,
 }
 
 /// The capture's window (CLOCK_MONOTONIC ns): `--start-at`, and the stop once it came.

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use super::{
     cuda_summary::CudaSummary,
     gpu_summary::GpuDeviceSummary,
+    offcpu_summary::OffCpuSummary,
     profile_summary::{Folded, ProfileSummary},
 };
 use crate::{
@@ -36,6 +37,8 @@ pub struct Sections {
     /// With ranges asked for: per range name, and the pops and ends left without their other half
     /// (with those still open).
     pub ranges: Option<(Vec<RangeSummary>, u64)>,
+    /// With `--off-cpu`.
+    pub off_cpu: Option<OffCpuSummary>,
     /// With CPU sampling: the `profile` section.
     pub profile: Option<ProfileSummary>,
     /// The folded stacks the profile was made of, for stacks.folded and flamegraph.svg (None
@@ -50,6 +53,8 @@ pub struct Ending<'a> {
     pub call_sites: Option<&'a CallSites>,
     /// GPU device records the kernel program could not send.
     pub device_lost: u64,
+    /// Off-CPU waits the kernel could not count.
+    pub off_cpu_lost: u64,
     /// With CPU sampling.
     pub sampling: Option<SamplingEnding<'a>>,
 }
