@@ -37,6 +37,8 @@ pub mod window;
 pub mod writer;
 
 #[cfg(test)]
+mod offcpu_tests;
+#[cfg(test)]
 mod record_tests;
 #[cfg(test)]
 mod sampling_tests;

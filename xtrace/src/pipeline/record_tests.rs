@@ -246,7 +246,7 @@ fn before_the_window_begins_calls_are_left_out() {
 
 /// A wait of thread `tid` of 1 ms from 1 ms in clock_nanosleep, woken by thread 101 of the
 /// target, then 50 µs runnable.
-fn off_cpu_wait(tid: u32) -> Vec<u8> {
+pub(super) fn off_cpu_wait(tid: u32) -> Vec<u8> {
     use xtrace_common::offcpu::{state, OffCpuEvent, KIND_OFF_CPU};
     // SAFETY: plain integers and arrays, valid all zero.
     let mut event: OffCpuEvent = unsafe { std::mem::zeroed() };
