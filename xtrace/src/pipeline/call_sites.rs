@@ -13,9 +13,8 @@ use serde::Serialize;
 use xtrace_common::stacks::{CallStackEvent, CALL_NATIVE_MAX, CALL_NOT_OPEN};
 
 use crate::{
-    elf::symbolize::module_name,
     image::Images,
-    python::{Python, ENTRY_BIT},
+    python::{stitch::module_path, Python, ENTRY_BIT},
 };
 
 /// How often a process not (yet) recognised as a CPython is looked at again: a launched python
@@ -215,7 +214,7 @@ fn site_name(name: &crate::python::PyName) -> String {
     if name.filename.is_empty() {
         return name.qualname.clone();
     }
-    let file = module_name(&name.filename);
+    let file = module_path(&name.filename);
     format!("{} ({file}:{})", name.qualname, name.line)
 }
 

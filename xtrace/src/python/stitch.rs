@@ -7,7 +7,8 @@
 //!
 //! A Python frame is named `qualname (file.py:LINE)`, LINE being the function's definition
 //! line: one frame per function in flame graphs, whatever line it was at. The line sampled is
-//! kept with each frame (`PyName::line`) for exports that carry lines.
+//! kept with each frame (`PyName::line`) for exports that carry lines. The file is shown by its
+//! module path ([`module_path`]): `torch/nn/modules/module.py` in any virtualenv.
 use super::{PyName, ENTRY_BIT};
 
 /// The native function that runs Python frames.
@@ -22,8 +23,49 @@ pub fn frame_name(name: &PyName) -> String {
     if name.filename.is_empty() {
         return name.qualname.clone();
     }
-    let file = name.filename.rsplit('/').next().unwrap_or(&name.filename);
+    let file = module_path(&name.filename);
     format!("{} ({file}:{})", name.qualname, name.def_line)
+}
+
+/// How a Python file is shown: its path below the import directory it was found in
+/// (`site-packages`, `dist-packages`, or the standard library's `lib/pythonX.Y`), so that a module
+/// is named alike in two virtualenvs or two installs (and `report` and `diff` pair it), and two
+/// modules of one file name apart (`torch/nn/modules/module.py`, `concurrent/futures/thread.py`);
+/// any other file (the program's own, a frozen module) by its file name.
+pub fn module_path(filename: &str) -> &str {
+    for packages in ["/site-packages/", "/dist-packages/"] {
+        if let Some(at) = filename.rfind(packages) {
+            return &filename[at + packages.len()..];
+        }
+    }
+    if let Some(below) = below_stdlib(filename) {
+        return below;
+    }
+    filename.rsplit('/').next().unwrap_or(filename)
+}
+
+/// The part of `filename` below a standard library directory `.../lib/pythonX.Y/` (or a
+/// free-threaded build's `pythonX.Yt`), if it is in one.
+fn below_stdlib(filename: &str) -> Option<&str> {
+    const LIB: &str = "/lib/python";
+    let mut from = 0;
+    while let Some(at) = filename[from..].find(LIB) {
+        let rest = &filename[from + at + LIB.len()..];
+        let version = rest.split('/').next().unwrap_or("");
+        let digits = version.strip_suffix('t').unwrap_or(version);
+        let numbered = digits
+            .split_once('.')
+            .is_some_and(|(major, minor)| is_number(major) && is_number(minor));
+        if numbered && rest.len() > version.len() + 1 {
+            return Some(&rest[version.len() + 1..]);
+        }
+        from += at + LIB.len();
+    }
+    None
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// `native` (outermost first) with each eval frame replaced by the Python frames it ran, from
@@ -75,6 +117,42 @@ pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_are_shown_by_their_module_path() {
+        let cases = [
+            (
+                "/home/u/venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+                "torch/nn/modules/module.py",
+            ),
+            (
+                "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py",
+                "torch/nn/modules/module.py",
+            ),
+            (
+                "/usr/lib/python3/dist-packages/numpy/core/numeric.py",
+                "numpy/core/numeric.py",
+            ),
+            (
+                "/usr/lib/python3.11/concurrent/futures/thread.py",
+                "concurrent/futures/thread.py",
+            ),
+            (
+                "/root/.pyenv/versions/3.12.1/lib/python3.12/threading.py",
+                "threading.py",
+            ),
+            ("/usr/local/lib/python3.13t/json/decoder.py", "json/decoder.py"),
+            // Not a standard library directory: the file name.
+            ("/srv/lib/python-tools/run.py", "run.py"),
+            ("/usr/lib/python3.11", "python3.11"),
+            ("/work/app/train.py", "train.py"),
+            ("train.py", "train.py"),
+            ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap>"),
+        ];
+        for (file, shown) in cases {
+            assert_eq!(module_path(file), shown, "{file}");
+        }
+    }
 
     fn names() -> Vec<PyName> {
         ["main", "caller", "key", "hot"]
