@@ -10,7 +10,9 @@
 //! waker's user stack: where the holder released it.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_comm, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs,
+    },
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
     programs::tracing::StackIdContext,
@@ -51,6 +53,11 @@ static TASK_STATE: u32 = 0;
 static IRQ_ENTRY_START: u64 = 0;
 #[unsafe(no_mangle)]
 static IRQ_ENTRY_END: u64 = 0;
+
+/// Where `task_struct.stack` lies (the base of a task's kernel stack), from the kernel's BTF at
+/// load time; 0 when not found (it is never the first member): every wake-up's stack is walked.
+#[unsafe(no_mangle)]
+static TASK_STACK: u32 = 0;
 
 /// Kernel frames looked at for an interrupt's entry: an I/O completion's wake-up is ~25 deep.
 const WAKER_FRAMES: usize = 48;
@@ -298,9 +305,13 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// Whether this runs in an interrupt: whether the kernel stack passes through the interrupt entry
-/// code. (The current task is whichever one the interrupt came in on.)
+/// code. (The current task is whichever one the interrupt came in on.) A wake-up that certainly
+/// runs in a system call or a kernel thread is told without walking the stack.
 #[inline(always)]
 fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
+    if in_task_context(ctx) {
+        return false;
+    }
     let (start, end) = (load_time(&IRQ_ENTRY_START), load_time(&IRQ_ENTRY_END));
     if start == 0 || end <= start {
         return false;
@@ -320,6 +331,41 @@ fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
         }
     }
     false
+}
+
+/// Whether this certainly runs in the current task's own context: on its kernel stack, whose
+/// saved user registers are a system call's (or a kernel thread's, all 0). On x86-64 an interrupt
+/// of kernel code, and soft interrupts, run on the CPU's interrupt stack; only an interrupt (or a
+/// fault) of user code runs on the task's stack, and its entry sets the saved `orig_ax` to -1.
+/// The tracepoint's arguments (`ctx`) lie on the stack it fired on. Anything else (an interrupt,
+/// a fault, `TASK_STACK` unknown) is left to the stack walk, which says which it is.
+#[inline(always)]
+fn in_task_context(ctx: &BtfTracePointContext) -> bool {
+    // An idle task (ids 0) takes some interrupts on its own stack: left to the walk.
+    let offset = load_time(&TASK_STACK);
+    if offset == 0 || aya_ebpf::helpers::bpf_get_current_pid_tgid() == 0 {
+        return false;
+    }
+    let Some(slot) = WAKER_STACK.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer (see WAKER_STACK). The arguments' address is passed through it to
+    // make it a number: only compared, never read.
+    let here = unsafe {
+        let slot = slot.cast::<u64>();
+        core::ptr::write_volatile(slot, ctx.as_ptr() as u64);
+        core::ptr::read_volatile(slot)
+    };
+    // SAFETY: the helpers take the current task's BTF pointer; its fields are read with checked
+    // reads.
+    let (task, regs) = unsafe {
+        let task = bpf_get_current_task_btf();
+        (task as u64, bpf_task_pt_regs(task) as u64)
+    };
+    let Some(stack) = read_kernel::<u64>(task, offset) else {
+        return false;
+    };
+    here >= stack && here < regs && read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).is_some_and(|nr| nr >= 0)
 }
 
 /// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that
