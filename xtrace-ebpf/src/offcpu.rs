@@ -90,31 +90,57 @@ pub fn off_cpu_switch(ctx: BtfTracePointContext) -> u32 {
         ctx.arg::<*mut core::ffi::c_void>(1),
         ctx.arg::<*mut core::ffi::c_void>(2),
     );
+    // An untraced thread switched out and one switched in cost two look-ups and nothing else.
+    let next_thread = OFF_CPU.of(next);
+    let prev_thread = traced_current();
+    if prev_thread.is_none() && next_thread.is_none() {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
-    left(&ctx, preempt, prev, now);
-    if let Some(thread) = OFF_CPU.of(next) {
+    if let Some((thread, ids)) = prev_thread {
+        // SAFETY: the current thread's own storage.
+        left(&ctx, unsafe { &mut *thread }, ids, preempt, prev, now);
+    }
+    if let Some(thread) = next_thread {
         // SAFETY: `next`'s own storage; it is not running, so nothing else writes it.
         back(unsafe { &mut *thread }, now);
     }
     0
 }
 
-/// `prev` (the current thread) leaves its CPU: a traced one notes when, how and where.
+/// The current thread's storage and ids when it is traced, created at its first switch: a thread
+/// that has storage is traced (it was created only for one), so only a thread without asks
+/// whether its process is sampled.
 #[inline(always)]
-fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void, now: u64) {
-    let Some(ids) = current_pid_tgid().filter(|&ids| !is_self(ids)) else {
-        return;
-    };
-    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
-    if pid == 0 || !sampled(pid) || !thread_traced(tid) {
-        return;
+fn traced_current() -> Option<(*mut OffCpuThread, u64)> {
+    let ids = current_pid_tgid()?;
+    if let Some(thread) = OFF_CPU.current(false) {
+        return Some((thread, ids));
     }
-    let Some(thread) = OFF_CPU.current(true) else {
-        count(counter::LOST_OFF_CPU);
-        return;
-    };
-    // SAFETY: the current thread's own storage.
-    let thread = unsafe { &mut *thread };
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
+    if is_self(ids) || pid == 0 || !sampled(pid) || !thread_traced(tid) {
+        return None;
+    }
+    match OFF_CPU.current(true) {
+        Some(thread) => Some((thread, ids)),
+        None => {
+            count(counter::LOST_OFF_CPU);
+            None
+        }
+    }
+}
+
+/// `prev` (the current thread, traced) leaves its CPU: notes when, how and where.
+#[inline(always)]
+fn left(
+    ctx: &BtfTracePointContext,
+    thread: &mut OffCpuThread,
+    ids: u64,
+    preempt: bool,
+    prev: *mut core::ffi::c_void,
+    now: u64,
+) {
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
     back_unseen(thread, now, false);
     let sleep = read_kernel::<u32>(prev as u64, load_time(&TASK_STATE)).unwrap_or(0) & 3;
     let key = &mut thread.key;
@@ -377,6 +403,10 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     };
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
+    // Most returns are from calls that did not sleep: nothing to end, nothing to send.
+    if thread.left_ns == 0 && thread.pending.duration_ns == 0 {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     back_unseen(thread, now, true);
     if thread.pending.duration_ns == 0 {
