@@ -376,7 +376,8 @@ fn in_task_context(ctx: &BtfTracePointContext) -> bool {
         return false;
     };
     // SAFETY: this CPU's buffer (see WAKER_STACK). The arguments' address is passed through it to
-    // make it a number: only compared, never read.
+    // make it a number: only compared, never read. (The verifier lets a tracing program, which
+    // needs CAP_PERFMON, store a pointer in a map.)
     let here = unsafe {
         let slot = slot.cast::<u64>();
         core::ptr::write_volatile(slot, ctx.as_ptr() as u64);
