@@ -10,7 +10,9 @@
 //! waker's user stack: where the holder released it.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_comm, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_stack, bpf_ktime_get_ns, bpf_task_pt_regs,
+    },
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
     programs::tracing::StackIdContext,
@@ -52,6 +54,11 @@ static IRQ_ENTRY_START: u64 = 0;
 #[unsafe(no_mangle)]
 static IRQ_ENTRY_END: u64 = 0;
 
+/// Where `task_struct.stack` lies (the base of a task's kernel stack), from the kernel's BTF at
+/// load time; 0 when not found (it is never the first member): every wake-up's stack is walked.
+#[unsafe(no_mangle)]
+static TASK_STACK: u32 = 0;
+
 /// Kernel frames looked at for an interrupt's entry: an I/O completion's wake-up is ~25 deep.
 const WAKER_FRAMES: usize = 48;
 
@@ -83,31 +90,57 @@ pub fn off_cpu_switch(ctx: BtfTracePointContext) -> u32 {
         ctx.arg::<*mut core::ffi::c_void>(1),
         ctx.arg::<*mut core::ffi::c_void>(2),
     );
+    // An untraced thread switched out and one switched in cost two look-ups and nothing else.
+    let next_thread = OFF_CPU.of(next);
+    let prev_thread = traced_current();
+    if prev_thread.is_none() && next_thread.is_none() {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
-    left(&ctx, preempt, prev, now);
-    if let Some(thread) = OFF_CPU.of(next) {
+    if let Some((thread, ids)) = prev_thread {
+        // SAFETY: the current thread's own storage.
+        left(&ctx, unsafe { &mut *thread }, ids, preempt, prev, now);
+    }
+    if let Some(thread) = next_thread {
         // SAFETY: `next`'s own storage; it is not running, so nothing else writes it.
         back(unsafe { &mut *thread }, now);
     }
     0
 }
 
-/// `prev` (the current thread) leaves its CPU: a traced one notes when, how and where.
+/// The current thread's storage and ids when it is traced, created at its first switch: a thread
+/// that has storage is traced (it was created only for one), so only a thread without asks
+/// whether its process is sampled.
 #[inline(always)]
-fn left(ctx: &BtfTracePointContext, preempt: bool, prev: *mut core::ffi::c_void, now: u64) {
-    let Some(ids) = current_pid_tgid().filter(|&ids| !is_self(ids)) else {
-        return;
-    };
-    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
-    if pid == 0 || !sampled(pid) || !thread_traced(tid) {
-        return;
+fn traced_current() -> Option<(*mut OffCpuThread, u64)> {
+    let ids = current_pid_tgid()?;
+    if let Some(thread) = OFF_CPU.current(false) {
+        return Some((thread, ids));
     }
-    let Some(thread) = OFF_CPU.current(true) else {
-        count(counter::LOST_OFF_CPU);
-        return;
-    };
-    // SAFETY: the current thread's own storage.
-    let thread = unsafe { &mut *thread };
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
+    if is_self(ids) || pid == 0 || !sampled(pid) || !thread_traced(tid) {
+        return None;
+    }
+    match OFF_CPU.current(true) {
+        Some(thread) => Some((thread, ids)),
+        None => {
+            count(counter::LOST_OFF_CPU);
+            None
+        }
+    }
+}
+
+/// `prev` (the current thread, traced) leaves its CPU: notes when, how and where.
+#[inline(always)]
+fn left(
+    ctx: &BtfTracePointContext,
+    thread: &mut OffCpuThread,
+    ids: u64,
+    preempt: bool,
+    prev: *mut core::ffi::c_void,
+    now: u64,
+) {
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
     back_unseen(thread, now, false);
     let sleep = read_kernel::<u32>(prev as u64, load_time(&TASK_STATE)).unwrap_or(0) & 3;
     let key = &mut thread.key;
@@ -298,9 +331,13 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
 }
 
 /// Whether this runs in an interrupt: whether the kernel stack passes through the interrupt entry
-/// code. (The current task is whichever one the interrupt came in on.)
+/// code. (The current task is whichever one the interrupt came in on.) A wake-up that certainly
+/// runs in a system call or a kernel thread is told without walking the stack.
 #[inline(always)]
 fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
+    if in_task_context(ctx) {
+        return false;
+    }
     let (start, end) = (load_time(&IRQ_ENTRY_START), load_time(&IRQ_ENTRY_END));
     if start == 0 || end <= start {
         return false;
@@ -322,6 +359,42 @@ fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
     false
 }
 
+/// Whether this certainly runs in the current task's own context: on its kernel stack, whose
+/// saved user registers are a system call's (or a kernel thread's, all 0). On x86-64 an interrupt
+/// of kernel code, and soft interrupts, run on the CPU's interrupt stack; only an interrupt (or a
+/// fault) of user code runs on the task's stack, and its entry sets the saved `orig_ax` to -1.
+/// The tracepoint's arguments (`ctx`) lie on the stack it fired on. Anything else (an interrupt,
+/// a fault, `TASK_STACK` unknown) is left to the stack walk, which says which it is.
+#[inline(always)]
+fn in_task_context(ctx: &BtfTracePointContext) -> bool {
+    // An idle task (ids 0) takes some interrupts on its own stack: left to the walk.
+    let offset = load_time(&TASK_STACK);
+    if offset == 0 || aya_ebpf::helpers::bpf_get_current_pid_tgid() == 0 {
+        return false;
+    }
+    let Some(slot) = WAKER_STACK.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's buffer (see WAKER_STACK). The arguments' address is passed through it to
+    // make it a number: only compared, never read. (The verifier lets a tracing program, which
+    // needs CAP_PERFMON, store a pointer in a map.)
+    let here = unsafe {
+        let slot = slot.cast::<u64>();
+        core::ptr::write_volatile(slot, ctx.as_ptr() as u64);
+        core::ptr::read_volatile(slot)
+    };
+    // SAFETY: the helpers take the current task's BTF pointer; its fields are read with checked
+    // reads.
+    let (task, regs) = unsafe {
+        let task = bpf_get_current_task_btf();
+        (task as u64, bpf_task_pt_regs(task) as u64)
+    };
+    let Some(stack) = read_kernel::<u64>(task, offset) else {
+        return false;
+    };
+    here >= stack && here < regs && read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).is_some_and(|nr| nr >= 0)
+}
+
 /// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that
 /// interval, with the stack it returns to.
 #[raw_tracepoint(tracepoint = "sys_exit")]
@@ -331,6 +404,10 @@ pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
     };
     // SAFETY: the current thread's own storage.
     let thread = unsafe { &mut *thread };
+    // Most returns are from calls that did not sleep: nothing to end, nothing to send.
+    if thread.left_ns == 0 && thread.pending.duration_ns == 0 {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     back_unseen(thread, now, true);
     if thread.pending.duration_ns == 0 {

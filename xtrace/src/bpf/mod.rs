@@ -118,6 +118,9 @@ struct TaskOffsets {
     exec_id: u32,
     /// `__state` (`state` before 5.14), for `--off-cpu`.
     state: u32,
+    /// `stack` (the kernel stack's base), for `--off-cpu` to tell a wake-up in a system call
+    /// without walking its stack (0: not found, every wake-up's stack is walked).
+    stack: u32,
     /// `thread.fsbase`, for Python frames.
     fsbase: Option<u32>,
 }
@@ -138,6 +141,10 @@ impl TaskOffsets {
                 .unwrap_or(0),
             state: match options.off_cpu_min_ns {
                 Some(_) => member("__state").or_else(|| member("state")).unwrap_or(0),
+                None => 0,
+            },
+            stack: match options.off_cpu_min_ns {
+                Some(_) => member("stack").unwrap_or(0),
                 None => 0,
             },
             fsbase: options
@@ -168,6 +175,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let TaskOffsets {
         exec_id: task_exec_id,
         state: task_state,
+        stack: task_stack,
         fsbase: task_fsbase,
     } = TaskOffsets::read(options);
     // `--off-cpu` tells a wake-up from an interrupt by the interrupt entry code in its stack.
@@ -214,6 +222,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
         .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
         .override_global("TASK_STATE", &task_state, true)
+        .override_global("TASK_STACK", &task_stack, true)
         .override_global("IRQ_ENTRY_START", &irq_entry.start, true)
         .override_global("IRQ_ENTRY_END", &irq_entry.end, true)
         .override_global("PYTHON", &u8::from(task_fsbase.is_some()), true)
