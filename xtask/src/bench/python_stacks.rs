@@ -4,7 +4,8 @@
 //! with its stack (`--stacks`), runs interleaved. The cost is the median ns per call with
 //! `--stacks` less the median traced without: the `call_stack` program, its Python walk and what
 //! user space does for it on the traced thread's time. Both traced runs carry `--overhead`, so
-//! the row also gives `call_stack`'s own kernel time per call; its clock reads are in both.
+//! the row also gives `call_stack`'s own kernel time per call (its clock reads are in both), and
+//! a 256M ring buffer, so that no event is lost.
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
@@ -20,11 +21,15 @@ use super::{
 };
 use std::path::Path;
 
-/// Python frames on the stack at each call: `<module>`, `main`, 6 `deep` and `loop`.
+/// Python frames on the stack at each call: `<module>`, `main`, 7 `deep` and `loop`.
 const DEPTH: u32 = 10;
 
 /// Calls per run: about a second under `--stacks` here.
 const CALLS: u64 = 200_000;
+
+/// The ring buffer of both traced runs: with the default 16M, a busy 2-CPU VM lost up to a third
+/// of the `--stacks` events (ring full), and a lost event is user-space work not done.
+const BUFFER: &str = "256M";
 
 const TOOLS: [&str; 3] = ["unprobed", "span", "stacks"];
 
@@ -37,7 +42,7 @@ fn one(env: &Env, tool: &str, args: &[String], spec: &str) -> Result<(f64, Optio
         return Ok((work.finish(WORKLOAD_TIMEOUT)?.ns_per_call, None));
     }
     let mut x = XtraceSpec::new(python, args, &[spec]);
-    x.flags = vec!["--overhead".into()];
+    x.flags = vec!["--overhead".into(), "--buffer-size".into(), BUFFER.into()];
     if tool == "stacks" {
         x.flags.push("--stacks".into());
     }
