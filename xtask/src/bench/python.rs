@@ -30,7 +30,7 @@ use super::{
 /// The interpreter every Python row runs: Debian's, statically linked, always on this machine.
 pub const PYTHON: &str = "/usr/bin/python3.11";
 
-/// `pyspin.py spin` iterations per run: about a second of pure Python on a 2020s x86-64 core.
+/// `pyspin.py spin` iterations per run: about half a second of pure Python on this 2-CPU VM.
 const ITERATIONS: u64 = 3_000_000;
 
 /// What the Python walk may add to the kernel's time per sample (ns): see [`kernel_time`].
