@@ -2,8 +2,8 @@
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
 //! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
-//! flight, ranges, strings, trace_format, offcpu; in_kernel runs the attach rows in another kernel. prep
-//! builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
+//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks); in_kernel runs the
+//! attach rows in another kernel. prep builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
 //! report holds the rows and writes the table and the JSON.
 mod attach;
 mod attach_bpftrace;
@@ -15,6 +15,8 @@ mod live;
 mod offcpu;
 mod per_hit;
 mod prep;
+mod python;
+mod python_stacks;
 mod ranges;
 mod report;
 mod rss;
@@ -74,6 +76,7 @@ pub enum Part {
     TraceFormat,
     Flight,
     OffCpu,
+    Python,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -167,6 +170,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::OffCpu) {
         offcpu::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Python) {
+        python::run(&env, &cfg, &mut report)?;
     }
 
     let _ = fs::remove_dir_all(&env.tmp);

@@ -27,7 +27,7 @@ const ITERATIONS: u64 = 400_000_000;
 pub(super) const PAIRS_PER_RUN: usize = 3;
 
 /// Runs `command` and returns the workload's `elapsed_ns` line.
-fn elapsed_ns(command: &mut Command, what: &str) -> Result<f64> {
+pub(super) fn elapsed_ns(command: &mut Command, what: &str) -> Result<f64> {
     let out = command
         .output()
         .with_context(|| format!("could not run {what}"))?;

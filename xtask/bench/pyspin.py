@@ -1,0 +1,62 @@
+"""The Python workload of `cargo xtask bench --only python` (xtask/src/bench/python.rs).
+
+- `pyspin.py spin ITERATIONS`: CPU-bound pure Python across three functions (outer -> inner ->
+  step), timed with time.perf_counter_ns (CLOCK_MONOTONIC) around the work only; prints
+  `elapsed_ns N`, as spin.c does.
+- `pyspin.py calls LIB N DEPTH`: loads LIB (pycall.c) with ctypes, waits for a line on stdin, then
+  calls its pyb_call N times from `loop`, run DEPTH Python frames deep (<module>, main, `deep`
+  repeated, `loop`; at least 4); prints `ns_per_call`, `calls` and `elapsed_ns`, as the bench's `hits` does.
+"""
+import ctypes
+import sys
+import time
+
+MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def step(x):
+    return (x * 6364136223846793005 + 1442695040888963407) & MASK
+
+
+def inner(x, n):
+    for _ in range(n):
+        x = step(x) ^ (x >> 17)
+    return x
+
+
+def outer(iterations):
+    x = 1
+    for _ in range(iterations // 1000):
+        x = inner(x, 1000)
+    return x
+
+
+def loop(call, n):
+    started = time.perf_counter_ns()
+    for i in range(n):
+        call(i)
+    return time.perf_counter_ns() - started
+
+
+def deep(call, n, frames):
+    if frames > 0:
+        return deep(call, n, frames - 1)
+    return loop(call, n)
+
+
+def main():
+    if sys.argv[1] == "spin":
+        started = time.perf_counter_ns()
+        outer(int(sys.argv[2]))
+        print("elapsed_ns", time.perf_counter_ns() - started)
+        return
+    call = ctypes.CDLL(sys.argv[2]).pyb_call
+    call.argtypes, call.restype = [ctypes.c_long], ctypes.c_long
+    n, depth = int(sys.argv[3]), int(sys.argv[4])
+    sys.stdin.readline()
+    # <module>, main and loop are three of the DEPTH frames, deep's calls the rest.
+    elapsed = deep(call, n, max(depth - 4, 0))
+    print(f"ns_per_call {elapsed / n}\ncalls {n}\nelapsed_ns {elapsed}", flush=True)
+
+
+main()
