@@ -7,10 +7,11 @@
 //! while the process lives).
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use xtrace_common::event::{SampleEvent, MAX_FRAMES};
-
-use super::samples::{Samples, StackKey};
-use crate::{image::Images, procfs::Mapping, python::Python};
+use super::{
+    offcpu::frame_pointer_stack,
+    samples::{Samples, StackKey},
+};
+use crate::{image::Images, procfs::Mapping};
 
 /// One lock's waits.
 #[derive(Debug, Default)]
@@ -103,20 +104,10 @@ impl Locks {
     /// Reads the holders' stacks by their ids (`stack_of`, innermost first) and counts them,
     /// named in the images the processes had at `end_ns`.
     pub fn holder_stacks(&mut self, images: &mut Images, end_ns: u64, stack_of: &dyn Fn(i32) -> Vec<u64>) {
-        let mut no_python = Python::default();
         for lock in self.locks.values_mut() {
             for ((pid, tid, id), ns) in std::mem::take(&mut lock.holder_ids) {
-                let user = stack_of(id);
-                // SAFETY: SampleEvent is plain integers, valid all zero.
-                let mut event: SampleEvent = unsafe { std::mem::zeroed() };
-                event.header.pid = pid;
-                event.header.tid = tid;
-                event.header.ts_ns = end_ns;
-                let frames = user.len().min(MAX_FRAMES);
-                event.user[..frames].copy_from_slice(&user[..frames]);
-                event.user_frames = frames as u32;
-                lock.holder_stacks
-                    .add_weighted(images, &mut no_python, &event, "", &mut [], ns);
+                let at = (pid, tid, end_ns);
+                frame_pointer_stack(&mut lock.holder_stacks, images, at, &stack_of(id), ns);
             }
         }
     }
