@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::profile_summary::percent;
+use super::profile_summary::{hottest, percent};
 use crate::{
     image::Images,
     model::folded::fold,
@@ -157,9 +157,7 @@ impl Named {
     /// The `off_cpu` section, with the stacks that waited longest.
     pub fn summary(&self) -> OffCpuSummary {
         let total = self.summary.off_cpu_ns;
-        let mut hot: Vec<(&String, u64)> = self.folded.iter().map(|(s, &ns)| (s, ns)).collect();
-        hot.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        hot.truncate(HOT_STACKS);
+        let hot = hottest(&self.folded, HOT_STACKS);
         OffCpuSummary {
             hot_stacks: hot
                 .into_iter()

@@ -112,10 +112,7 @@ impl Folded {
                 .then(a.name.cmp(&b.name))
         });
         hot_functions.truncate(HOT_FUNCTIONS);
-        let mut hot_stacks: Vec<(&String, u64)> = self.lines.iter().map(|(s, &n)| (s, n)).collect();
-        hot_stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        hot_stacks.truncate(HOT_STACKS);
-        let hot_stacks = hot_stacks
+        let hot_stacks = hottest(&self.lines, HOT_STACKS)
             .into_iter()
             .map(|(stack, n)| HotStack {
                 stack: stack.clone(),
@@ -125,6 +122,14 @@ impl Folded {
             .collect();
         (hot_functions, hot_stacks)
     }
+}
+
+/// The `n` folded stacks of `lines` with the most counts, most first (ties by stack).
+pub fn hottest(lines: &BTreeMap<String, u64>, n: usize) -> Vec<(&String, u64)> {
+    let mut hot: Vec<(&String, u64)> = lines.iter().map(|(stack, &count)| (stack, count)).collect();
+    hot.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    hot.truncate(n);
+    hot
 }
 
 /// `n` of `total` in percent, two decimals.
