@@ -129,6 +129,21 @@ pub fn gocgo() -> &'static Path {
     GOCGO.get_or_init(|| go_build("gocgo"))
 }
 
+/// `mpifix STEPS SLOW_RANK SLOW_MS` (see mpifix.c): MPI calls with known counts and sizes, and a
+/// rank slower than the others by SLOW_MS per step; built with `mpicc` on first use (only the MPI
+/// tests need it).
+pub fn mpifix() -> &'static Path {
+    static MPIFIX: OnceLock<PathBuf> = OnceLock::new();
+    MPIFIX.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mpifix.c");
+        let out = target_dir().join("xtrace-fixtures");
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+        let binary = out.join("mpifix");
+        compile(&[src], &binary, &[]);
+        binary
+    })
+}
+
 /// Builds fixtures/NAME.go into the fixtures directory with `go build`; returns the binary.
 fn go_build(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/{name}.go"));
@@ -319,6 +334,8 @@ fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
         Some("rs") => ("RUSTC", "rustc", &[][..]),
         // Go fixtures: `go build`, with its build cache under the target directory.
         Some("go") => ("GO", "go", &["build"][..]),
+        // MPI fixtures: Open MPI's compiler wrapper.
+        _ if inputs[0].to_string_lossy().ends_with("mpifix.c") => ("MPICC", "mpicc", CFLAGS),
         _ => ("CC", "cc", CFLAGS),
     };
     let cc = std::env::var(var).unwrap_or_else(|_| default.to_owned());

@@ -16,7 +16,8 @@ use crate::util::{self, cargo_bin_dir, display, is_root, prepend_to_path, stdout
 /// xtrace's files with (`go tool pprof`, `callgrind_annotate`), libc's debug file, whose
 /// local functions tests trace by name (`__pthread_disable_asynccancel`), and c++filt (binutils)
 /// with libLLVM 14, whose C++ names the demangling is compared with c++filt's on, and Chromium
-/// with its chromedriver, in which the live view's page is tested (tests/tools/live_page.py).
+/// with its chromedriver, in which the live view's page is tested (tests/tools/live_page.py), and
+/// Open MPI, whose `mpirun` starts the MPI tests' ranks.
 const PACKAGES: &[&str] = &[
     "gcc",
     "g++",
@@ -35,6 +36,9 @@ const PACKAGES: &[&str] = &[
     "chromium-driver",
     // The store tests start a ClickHouse server of their own (18.16 on Debian 12).
     "clickhouse-server",
+    // The MPI tests' launcher and compiler wrapper (Open MPI 4.1 on Debian 12).
+    "openmpi-bin",
+    "libopenmpi-dev",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
@@ -82,7 +86,7 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
              golang-go valgrind libc6-dbg binutils libllvm14 chromium chromium-driver \
-             clickhouse-server)",
+             clickhouse-server openmpi-bin libopenmpi-dev)",
             debian_packages,
         ),
         (

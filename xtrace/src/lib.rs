@@ -19,6 +19,7 @@ pub mod image;
 pub mod launch;
 pub mod live;
 pub mod model;
+pub mod mpi;
 pub mod output;
 pub mod pidns;
 pub mod pipeline;

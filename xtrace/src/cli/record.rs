@@ -225,6 +225,18 @@ pub struct RecordArgs {
     #[arg(long = "cuda", help_heading = heading::GPU)]
     pub cuda: bool,
 
+    /// Trace MPI calls: sends, receives, waits and collectives, with bytes and peers.
+    ///
+    /// A span for each call of an MPI function of the target's MPI library (Open MPI's
+    /// libmpi.so*, MPICH's libmpich.so*): MPI_Send/Recv and their non-blocking forms, the waits,
+    /// MPI_Barrier, MPI_Bcast, MPI_Allreduce and the other collectives, MPI_Init and
+    /// MPI_Finalize. Each span has the call's count, datatype and bytes (count times the
+    /// datatype's size, for the predefined datatypes), its peer and tag or its root;
+    /// summary.json's `mpi` section adds them up per function. Run one xtrace per rank under the
+    /// launcher (`mpirun -np 4 xtrace --mpi -o 'out/{rank}' -- ./app`), then `xtrace merge`.
+    #[arg(long = "mpi", help_heading = heading::PROBES)]
+    pub mpi: bool,
+
     /// Record NVTX ranges, marks and thread names as spans.
     ///
     /// Through xtrace's tool library, which NVTX loads from NVTX_INJECTION64_PATH. For a launched
@@ -453,6 +465,7 @@ impl RecordArgs {
             uprobes: self.uprobe.clone(),
             usdt: self.usdt.clone(),
             cuda: self.cuda,
+            mpi: self.mpi,
             ranges: (self.ranges || self.nvtx || self.itt).then_some(Wanted {
                 xtrace: self.ranges,
                 nvtx: self.ranges || self.nvtx,

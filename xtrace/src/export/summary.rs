@@ -120,6 +120,9 @@ pub struct Summary {
     /// With CUDA tracing: launches per kernel, copies, device memory, synchronization.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda: Option<crate::pipeline::family::cuda_summary::CudaSummary>,
+    /// `--mpi`: per MPI function, its calls, time and bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<crate::pipeline::family::mpi::MpiSummary>,
     /// `--off-cpu`: time the traced threads spent off CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub off_cpu: Option<crate::pipeline::family::offcpu_summary::OffCpuSummary>,
@@ -263,6 +266,7 @@ mod tests {
             }],
             profile: None,
             cuda: None,
+            mpi: None,
             gpus: Vec::new(),
             off_cpu: None,
             gpu_device: None,

@@ -15,7 +15,7 @@ impl Summary {
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
-        // CUDA probes cover every API function found; only those called are worth a row. The tool
+        // CUDA and MPI probes cover every API function found; only those called are worth a row. The tool
         // library's probes are shown as the ranges they make, `SOURCE [DOMAIN/]NAME`.
         let tool = |p: &&ProbeSummary| crate::probes::ranges::is_tool(std::path::Path::new(&p.target));
         let ranges = self.ranges.iter().flatten().map(|r| {
@@ -25,7 +25,7 @@ impl Summary {
         let rows: Vec<Vec<String>> = self
             .probes
             .iter()
-            .filter(|p| (p.kind != "cuda" || p.stats.count > 0) && !tool(p))
+            .filter(|p| (!matches!(p.kind, "cuda" | "mpi") || p.stats.count > 0) && !tool(p))
             .map(|p| (p.name.clone(), &p.stats))
             .chain(ranges)
             .map(|(name, s)| {
@@ -53,6 +53,9 @@ impl Summary {
         }
         if let Some(cuda) = &self.cuda {
             out += &cuda.table();
+        }
+        if let Some(mpi) = &self.mpi {
+            out += &mpi.table();
         }
         if let Some(gpu) = &self.gpu_device {
             out += &gpu.table();

@@ -48,8 +48,8 @@ use std::io::Write;
 use crate::pipeline::{
     decode::Event,
     family::{
-        cuda::CudaFamily, functions::FunctionsFamily, offcpu::OffCpuFamily, sampling::SamplingFamily,
-        usdt::UsdtFamily, Families, Shared, Sink, Window,
+        cuda::CudaFamily, functions::FunctionsFamily, mpi::MpiFamily, offcpu::OffCpuFamily,
+        sampling::SamplingFamily, usdt::UsdtFamily, Families, Shared, Sink, Window,
     },
     stats::ProbeStats,
     threads::Names,
@@ -69,6 +69,8 @@ pub struct Setup {
     /// The USDT call sites and probes.
     pub usdt: Usdt,
     pub cuda: crate::cuda::calls::Calls,
+    /// `--mpi`: the MPI calls.
+    pub mpi: crate::mpi::calls::Calls,
     pub ranges: ranges::Ranges,
     /// What the traced processes had mapped, and when: names sampled stacks and CUDA kernels.
     pub images: Images,
@@ -155,6 +157,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             captures,
             usdt,
             cuda,
+            mpi,
             ranges,
             images,
             samples,
@@ -173,6 +176,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             names: Names::default(),
             families: Families {
                 cuda: CudaFamily::new(cuda, gpu),
+                mpi: MpiFamily { calls: mpi },
                 usdt: UsdtFamily::new(usdt, ranges),
                 off_cpu: OffCpuFamily::new(off_cpu),
                 sampling: SamplingFamily { samples },

@@ -72,6 +72,7 @@ pub(super) fn pipeline_with(
         captures: vec![Capture::default(); PROBES.len()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),
+        mpi: Default::default(),
         ranges: Ranges::unasked(0),
         images: Default::default(),
         samples: Samples::default(),

@@ -14,6 +14,7 @@ pub mod glob;
 pub mod ifunc;
 pub mod insn;
 mod left_out;
+pub mod mpi_plan;
 pub mod names;
 pub mod needed;
 pub mod nvtx;
@@ -40,6 +41,8 @@ pub enum ProbeKind {
     UsdtSpan,
     /// A CUDA runtime or driver function.
     Cuda,
+    /// An MPI function (`--mpi`).
+    Mpi,
     /// `dlopen`, watched for CUDA libraries loaded later.
     Loader,
     /// A libnvToolsExt function, for NVTX ranges of a process without the tool library.
@@ -54,6 +57,7 @@ impl ProbeKind {
             ProbeKind::Usdt => "usdt",
             ProbeKind::UsdtSpan => "usdt_span",
             ProbeKind::Cuda => "cuda",
+            ProbeKind::Mpi => "mpi",
             ProbeKind::Loader => "loader",
             ProbeKind::Nvtx => "nvtx",
         }

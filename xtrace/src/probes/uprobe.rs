@@ -116,6 +116,8 @@ pub struct Plan {
     pub usdt_probes: BTreeMap<u32, UsdtProbe>,
     /// The CUDA function of each `--cuda` probe, by probe id.
     pub cuda: BTreeMap<u32, crate::model::cuda_api::Function>,
+    /// With `--mpi`: the MPI function of each probe, and the MPI libraries' datatypes.
+    pub mpi: super::mpi_plan::MpiPlan,
     /// The range sources recorded, when the tool library's probes are in the plan.
     pub ranges: Option<super::ranges::Wanted>,
     /// Warnings for the user (a stripped file, C++ exception tables), one line each.
@@ -509,5 +511,6 @@ pub fn arg_specs(plan: &Plan) -> Vec<(u32, u32)> {
         .cuda
         .iter()
         .map(|(id, f)| (*id, f.op.spec() | args::ALWAYS_SENT));
-    typed.chain(cuda).collect()
+    let mpi = plan.mpi.functions.iter().map(|(id, f)| (*id, f.spec()));
+    typed.chain(cuda).chain(mpi).collect()
 }

@@ -60,6 +60,8 @@ pub struct Config {
     pub usdt: Vec<String>,
     /// `--cuda`.
     pub cuda: bool,
+    /// `--mpi`.
+    pub mpi: bool,
     /// The range sources the range flags ask for; None without any.
     pub ranges: Option<Wanted>,
     /// `--gpu-metrics`; None leaves it to whether CUDA calls are traced.
@@ -122,6 +124,6 @@ impl Config {
     /// Whether no probe of any kind is asked for (then xtrace profiles the CPU, and with `--pid`
     /// traces CUDA and ranges where the process has them).
     pub fn asks_no_probe(&self) -> bool {
-        self.uprobes.is_empty() && self.usdt.is_empty() && !self.cuda && self.ranges.is_none()
+        self.uprobes.is_empty() && self.usdt.is_empty() && !self.cuda && !self.mpi && self.ranges.is_none()
     }
 }

@@ -374,6 +374,7 @@ impl Outputs<'_> {
                 .collect(),
             profile: families.profile,
             cuda: families.cuda,
+            mpi: families.mpi,
             gpus: self.gpus.iter().map(DeviceSeries::summary).collect(),
             ranges,
             ranges_unpaired,

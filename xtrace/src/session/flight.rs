@@ -475,6 +475,7 @@ fn summary(
         targets: context.targets.clone(),
         profile,
         cuda: None,
+        mpi: None,
         off_cpu: None,
         gpu_device: None,
         gpus: Vec::new(),

@@ -5,6 +5,7 @@ use crate::{
     cuda::{self, planner::CudaMode},
     elf::debug_file::DebugDirs,
     error::Result,
+    mpi::plan::MpiMode,
     probes::{
         elf::SymbolCache,
         planner::{Planner, Planning},
@@ -22,6 +23,7 @@ pub(super) struct Specs {
     functions: Functions,
     usdt: UsdtPlanner,
     cuda: CudaMode,
+    mpi: MpiMode,
     ranges: RangeMode,
     /// `--debug-dir`, then the default directories.
     debug_dirs: DebugDirs,
@@ -50,6 +52,7 @@ impl Specs {
                 (false, true) if by_pid => CudaMode::Auto,
                 (false, _) => CudaMode::Off,
             },
+            mpi: MpiMode(config.mpi),
             ranges: match config.ranges {
                 Some(wanted) => RangeMode::On(wanted),
                 None if no_probes && by_pid => RangeMode::Auto,
@@ -83,7 +86,7 @@ impl Specs {
     }
 
     /// The plan of every probe family in turn, for the resolved targets: functions first (their
-    /// probe ids come first), then USDT, CUDA and ranges.
+    /// probe ids come first), then USDT, CUDA, MPI and ranges.
     pub(super) fn plan(&self, scopes: &[Scope], max_probes: usize) -> Result<Plan> {
         // One read of each file for every probe family.
         let mut elves = SymbolCache::new(self.debug_dirs.clone());
@@ -92,7 +95,7 @@ impl Specs {
             elves: &mut elves,
             max_probes,
         };
-        let families: [&dyn Planner; 4] = [&self.functions, &self.usdt, &self.cuda, &self.ranges];
+        let families: [&dyn Planner; 5] = [&self.functions, &self.usdt, &self.cuda, &self.mpi, &self.ranges];
         let mut plan = Plan::default();
         for family in families {
             family.plan(&mut plan, &mut at)?;

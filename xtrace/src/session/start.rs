@@ -494,6 +494,7 @@ fn setup(
         captures: plan.probes.iter().map(|p| p.capture.clone()).collect(),
         usdt: Usdt::new(sites, plan.usdt_probes.clone()),
         cuda,
+        mpi: crate::mpi::calls::Calls::new(plan.mpi.clone()),
         ranges: match plan.ranges {
             Some(wanted) => crate::pipeline::ranges::Ranges::new(wanted, since_ns),
             None => crate::pipeline::ranges::Ranges::unasked(since_ns),

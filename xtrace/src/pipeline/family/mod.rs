@@ -1,4 +1,4 @@
-//! Probe families behind one trait: each family (functions, CUDA, USDT and ranges, off-CPU
+//! Probe families behind one trait: each family (functions, CUDA, MPI, USDT and ranges, off-CPU
 //! waits, CPU samples) owns the state its records build and decides what its records become; the pipeline
 //! keeps what every family shares and lends it to the family for one record as [`Shared`]: the
 //! processes' images and names, per-probe statistics, the capture's window, the call sites of
@@ -10,6 +10,7 @@ pub mod cuda_summary;
 pub mod functions;
 pub mod gpu_summary;
 pub mod locks_summary;
+pub mod mpi;
 pub mod offcpu;
 pub mod offcpu_summary;
 pub mod profile_summary;
@@ -60,6 +61,7 @@ pub trait Family {
 /// every span no other does, comes last.
 pub struct Families {
     pub cuda: cuda::CudaFamily,
+    pub mpi: mpi::MpiFamily,
     pub usdt: usdt::UsdtFamily,
     pub off_cpu: offcpu::OffCpuFamily,
     pub sampling: sampling::SamplingFamily,
@@ -68,9 +70,10 @@ pub struct Families {
 
 impl Families {
     /// Each family, in order.
-    pub fn each_mut(&mut self) -> [&mut dyn Family; 5] {
+    pub fn each_mut(&mut self) -> [&mut dyn Family; 6] {
         [
             &mut self.cuda,
+            &mut self.mpi,
             &mut self.usdt,
             &mut self.off_cpu,
             &mut self.sampling,
@@ -78,9 +81,10 @@ impl Families {
         ]
     }
 
-    fn each(&self) -> [&dyn Family; 5] {
+    fn each(&self) -> [&dyn Family; 6] {
         [
             &self.cuda,
+            &self.mpi,
             &self.usdt,
             &self.off_cpu,
             &self.sampling,

@@ -32,6 +32,8 @@ pub struct Sections {
     pub usdt_unpaired: u64,
     /// With `--cuda`.
     pub cuda: Option<CudaSummary>,
+    /// With `--mpi`.
+    pub mpi: Option<super::mpi::MpiSummary>,
     /// With the GPU device timeline.
     pub gpu_device: Option<GpuDeviceSummary>,
     /// With ranges asked for: per range name, and the pops and ends left without their other half

@@ -1,0 +1,146 @@
+//! `--mpi` and `merge`'s stragglers, on real Open MPI: `mpirun -np 2` starts one xtrace per rank,
+//! each launching fixture `mpifix 10 1 20` (10 steps of 10 ms of work and a 1024-double
+//! MPI_Allreduce, rank 1 working 20 ms longer each step; 5 sends of 256 ints from rank 0 to rank 1
+//! with tag 7; 3 broadcasts of 100 chars from rank 0; one barrier). Every call is counted with its
+//! bytes.
+use serde_json::Value;
+
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, mpifix},
+    output::Outputs,
+    require_bpf,
+    run::run_error,
+    xtrace_bin, TempDir,
+};
+
+/// Runs `mpirun -np 2 xtrace FLAGS -o DIR/r{rank} -- mpifix 10 1 20`.
+fn record_ranks(dir: &std::path::Path, flags: &[&str]) {
+    let out = dir.join("r{rank}");
+    let status = std::process::Command::new("mpirun")
+        .args(["-np", "2", "--oversubscribe"])
+        // Open MPI refuses to start as root unless told twice.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .arg(xtrace_bin())
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(mpifix())
+        .args(["10", "1", "20"])
+        // Each xtrace's summary table; the files are what the test reads.
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("mpirun (Open MPI's launcher, installed by `cargo xtask setup`)");
+    assert!(status.success(), "mpirun: {status}");
+}
+
+/// summary.json's `mpi` section as (name, class, calls, bytes, unsized calls), by name.
+fn functions(summary: &Value) -> Vec<(String, String, u64, u64, u64)> {
+    let mpi = &summary["mpi"];
+    assert_eq!(mpi["without_args"], 0, "{mpi}");
+    mpi["functions"]
+        .as_array()
+        .expect("mpi.functions")
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["class"].as_str().unwrap().to_string(),
+                f["calls"].as_u64().unwrap(),
+                f["bytes"].as_u64().unwrap(),
+                f["unsized_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn row(name: &str, class: &str, calls: u64, bytes: u64) -> (String, String, u64, u64, u64) {
+    (name.into(), class.into(), calls, bytes, 0)
+}
+
+/// The `args` of every span named `name`, as (count, datatype, bytes, peer or root, tag).
+fn call_args(out: &Outputs, name: &str, place: &str) -> Vec<(Value, Value, Value, Value, Value)> {
+    out.spans_named(name)
+        .iter()
+        .map(|s| {
+            let a = &s.args;
+            (
+                a["count"].clone(),
+                a["datatype"].clone(),
+                a["bytes"].clone(),
+                a[place].clone(),
+                a["tag"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn mpi_calls_of_two_ranks_carry_their_bytes() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("mpi");
+    record_ranks(&tmp.join("captures"), &["--mpi"]);
+    let (r0, r1) = (
+        Outputs::read(&tmp.join("captures/r0")),
+        Outputs::read(&tmp.join("captures/r1")),
+    );
+    for (rank, out) in [(0, &r0), (1, &r1)] {
+        let target = &out.summary["targets"][0]["rank"];
+        assert_eq!(target["rank"], rank, "{target}");
+        assert_eq!(
+            (&target["world_size"], &target["launcher"]),
+            (&2.into(), &"open-mpi".into())
+        );
+        let (p2p, tag) = match rank {
+            0 => (row("MPI_Send", "point_to_point", 5, 5 * 256 * 4), 1),
+            _ => (row("MPI_Recv", "point_to_point", 5, 5 * 256 * 4), 0),
+        };
+        let mut expected = vec![
+            row("MPI_Allreduce", "collective", 10, 10 * 1024 * 8),
+            row("MPI_Barrier", "collective", 1, 0),
+            row("MPI_Bcast", "collective", 3, 3 * 100),
+            row("MPI_Finalize", "setup", 1, 0),
+            row("MPI_Init", "setup", 1, 0),
+            p2p.clone(),
+        ];
+        expected.sort();
+        assert_eq!(functions(&out.summary), expected, "rank {rank}");
+        // Each span says what it moved: to or from whom, with which tag.
+        let sends = call_args(out, &p2p.0, "peer");
+        let send = (256.into(), "MPI_INT".into(), 1024.into(), tag.into(), 7.into());
+        assert_eq!(sends, vec![send; 5], "rank {rank}");
+        let allreduce = (
+            1024.into(),
+            "MPI_DOUBLE".into(),
+            8192.into(),
+            Value::Null,
+            Value::Null,
+        );
+        assert_eq!(call_args(out, "MPI_Allreduce", "root"), vec![allreduce; 10]);
+        let bcast = (100.into(), "MPI_CHAR".into(), 100.into(), 0.into(), Value::Null);
+        assert_eq!(call_args(out, "MPI_Bcast", "root"), vec![bcast; 3]);
+        assert!(
+            out.summary_txt.contains("\nMPI: 21 calls of 6 functions\n"),
+            "{}",
+            out.summary_txt
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn mpi_without_an_mpi_library_is_refused() {
+    if !require_bpf() {
+        return;
+    }
+    let error = run_error(args!["--mpi", "--", &fixtures().spans, "exit", "0"]);
+    assert!(
+        error.starts_with("xtrace: error: --mpi: the target has no MPI library (libmpi.so*, libmpich.so*)"),
+        "{error}"
+    );
+}
