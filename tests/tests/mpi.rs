@@ -2,7 +2,7 @@
 //! each launching fixture `mpifix 10 1 20` (10 steps of 10 ms of work and a 1024-double
 //! MPI_Allreduce, rank 1 working 20 ms longer each step; 5 sends of 256 ints from rank 0 to rank 1
 //! with tag 7; 3 broadcasts of 100 chars from rank 0; one barrier). Every call is counted with its
-//! bytes.
+//! bytes, and the merged capture names rank 1 the straggler at every allreduce and step.
 use serde_json::Value;
 
 use xtrace_tests::{
@@ -10,7 +10,7 @@ use xtrace_tests::{
     fixtures::{fixtures, mpifix},
     output::Outputs,
     require_bpf,
-    run::run_error,
+    run::{run_error, Xtrace},
     xtrace_bin, TempDir,
 };
 
@@ -79,12 +79,12 @@ fn call_args(out: &Outputs, name: &str, place: &str) -> Vec<(Value, Value, Value
 
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
-fn mpi_calls_of_two_ranks_carry_their_bytes() {
+fn mpi_calls_carry_their_bytes_and_the_slow_rank_is_named_the_straggler() {
     if !require_bpf() {
         return;
     }
     let tmp = TempDir::new("mpi");
-    record_ranks(&tmp.join("captures"), &["--mpi"]);
+    record_ranks(&tmp.join("captures"), &["--mpi", "-u", "compute", "-u", "step"]);
     let (r0, r1) = (
         Outputs::read(&tmp.join("captures/r0")),
         Outputs::read(&tmp.join("captures/r1")),
@@ -130,6 +130,53 @@ fn mpi_calls_of_two_ranks_carry_their_bytes() {
             out.summary_txt
         );
     }
+
+    let merged = tmp.join("merged");
+    let flags = args![
+        "merge",
+        tmp.join("captures/r0"),
+        tmp.join("captures/r1"),
+        "--step",
+        "step",
+        "-o",
+        &merged
+    ];
+    Xtrace::spawn(flags).wait().assert_success();
+    let merged = Outputs::read(&merged);
+    let host = r1.summary["host"].as_str().unwrap().to_string();
+    let stragglers = merged.summary["stragglers"].as_array().expect("stragglers");
+    for (kind, name) in [("collective", "MPI_Allreduce"), ("step", "step")] {
+        let found = stragglers
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stragglers:?}"));
+        assert_eq!(
+            (&found["kind"], &found["rounds"]),
+            (&kind.into(), &10.into()),
+            "{found}"
+        );
+        // Rank 1 arrived last every time, 20 ms late on average (within 10%), working.
+        let ranks = found["ranks"].as_array().unwrap();
+        assert_eq!(ranks.len(), 1, "{found}");
+        let last = &ranks[0];
+        assert_eq!(last["rank"], format!("{host} rank 1"));
+        assert_eq!(last["times_last"], 10);
+        let late = last["late_total_ns"].as_u64().unwrap() as f64 / 10.0;
+        assert!((18e6..=22e6).contains(&late), "{name}: {late} ns late on average");
+        let compute = last["meanwhile"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "compute")
+            .and_then(|m| m["overlap_ns"].as_u64())
+            .unwrap_or_default();
+        assert!(
+            compute as f64 >= 0.9 * 10.0 * late,
+            "{name}: compute {compute} ns of the waits"
+        );
+    }
+    let line = format!("straggler at collective MPI_Allreduce: {host} rank 1 arrived last 10 of 10 times, ");
+    assert!(merged.summary_txt.contains(&line), "{}", merged.summary_txt);
 }
 
 #[test]

@@ -819,7 +819,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__merge)
-            opts="-o -h --output --trace-format --gzip --help"
+            opts="-o -h --output --trace-format --gzip --step --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -835,6 +835,10 @@ _xtrace() {
                     ;;
                 --trace-format)
                     COMPREPLY=($(compgen -W "json perfetto" -- "${cur}"))
+                    return 0
+                    ;;
+                --step)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

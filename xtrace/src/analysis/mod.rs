@@ -12,6 +12,7 @@ pub(crate) mod perfetto_file;
 mod perfetto_packets;
 pub mod spans;
 pub mod stats;
+pub mod stragglers;
 pub(crate) mod trace_file;
 
 use std::path::PathBuf;

@@ -40,6 +40,15 @@ pub struct MergeArgs {
     /// Write the merged trace compressed.
     #[arg(long)]
     pub gzip: bool,
+
+    /// Also name the stragglers of each step: the spans of this name (repeatable).
+    ///
+    /// A traced function (`-u train_step`) or a range (an NVTX range's name). The Nth span of the
+    /// name on each rank is one step; a rank arrives where its first MPI collective inside the
+    /// step begins, else where the step ends, and the rank that arrives last kept the others
+    /// waiting. Without it, only MPI collectives (recorded with --mpi) are examined.
+    #[arg(long = "step", value_name = "NAME")]
+    pub steps: Vec<String>,
 }
 
 /// Merges; returns the note saying what was written.
@@ -53,7 +62,13 @@ pub fn run(args: &MergeArgs) -> Result<String> {
             });
         }
     }
-    let parts = crate::export::merge::run(&args.dirs, &args.output, args.trace_format, args.gzip)?;
+    let parts = crate::export::merge::run(
+        &args.dirs,
+        &args.output,
+        args.trace_format,
+        args.gzip,
+        &args.steps,
+    )?;
     let most = |f: fn(&crate::export::merge::Part) -> u64| parts.iter().map(f).max().unwrap_or(0);
     Ok(format!(
         "merged {} captures into {}: shifted by up to {}, their clocks drifted up to {} (summary.json merged)",

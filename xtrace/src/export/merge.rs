@@ -8,7 +8,8 @@
 //! apart per capture (pid + its capture's offset, a multiple of 2^22, Linux's largest pid) and
 //! named after their host (their names hold their rank); stacks.folded gets each capture's host
 //! and rank as the root frame. Each capture's trace, trace.json or trace.perfetto-trace, is
-//! replayed into the merged one.
+//! replayed into the merged one. Where the captures hold MPI calls (`--mpi`), or with `--step`,
+//! the merged summary names the stragglers (`analysis::stragglers`).
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -21,6 +22,7 @@ use super::{
 use crate::{
     analysis::{
         capture::{self, Capture, Load},
+        stragglers::{RankSpans, Stragglers},
         trace_file::{self, Progress},
         Error, Result,
     },
@@ -60,6 +62,9 @@ struct MergedSummary {
     targets: Vec<Value>,
     clock: Value,
     merged: Vec<Part>,
+    /// Per MPI collective and `--step` name: the ranks that arrived last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stragglers: Vec<Stragglers>,
 }
 
 /// A capture to merge: its summary, and its wall-clock offset at start and end (realtime minus
@@ -120,7 +125,13 @@ fn prefix(host: &str, ranks: &[u64]) -> String {
 
 /// Merges the captures `dirs` into `out` (created, or empty of traces), writing the trace in
 /// `format`; returns the parts.
-pub fn run(dirs: &[PathBuf], out: &Path, format: TraceFormat, gzip: bool) -> Result<Vec<Part>> {
+pub fn run(
+    dirs: &[PathBuf],
+    out: &Path,
+    format: TraceFormat,
+    gzip: bool,
+    steps: &[String],
+) -> Result<Vec<Part>> {
     let inputs = dirs.iter().map(|d| input(d)).collect::<Result<Vec<_>>>()?;
     let mean = |i: &Input| (i.offsets[0] + i.offsets[1]) / 2;
     // The capture whose clock the merged trace is on: its shift is 0.
@@ -149,7 +160,8 @@ pub fn run(dirs: &[PathBuf], out: &Path, format: TraceFormat, gzip: bool) -> Res
     let reference = inputs.get(reference);
     write_trace(&inputs, &parts, reference, &out_dir, (format, gzip))?;
     write_folded(&inputs, &parts, &out_dir)?;
-    write_summary(&inputs, parts.clone(), reference, &out_dir)?;
+    let stragglers = stragglers(&inputs, &parts, steps)?;
+    write_summary(&inputs, (parts.clone(), stragglers), reference, &out_dir)?;
     Ok(parts)
 }
 
@@ -216,9 +228,36 @@ fn write_folded(inputs: &[Input], parts: &[Part], out: &output::Dir) -> Result<(
     output::write(out, output::STACKS_FOLDED, text.as_bytes()).map_err(Error::Xtrace)
 }
 
+/// The stragglers among the parts, when they hold MPI calls or `steps` are named: each part's
+/// spans are read again, and placed on the merged clock.
+fn stragglers(inputs: &[Input], parts: &[Part], steps: &[String]) -> Result<Vec<Stragglers>> {
+    let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
+    if !mpi && steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ranks = Vec::new();
+    for (input, part) in inputs.iter().zip(parts) {
+        let capture = capture::load(&input.capture.dir, Load::default())?;
+        let mut spans: Vec<(String, u64, u64)> = capture
+            .spans
+            .iter()
+            .map(|s| {
+                let name = capture.names[s.name as usize].name.clone();
+                (name, s.start_ns + part.shift_ns, s.end_ns() + part.shift_ns)
+            })
+            .collect();
+        spans.sort_by_key(|s| s.1);
+        ranks.push(RankSpans {
+            rank: prefix(&part.host, &part.ranks),
+            spans,
+        });
+    }
+    Ok(crate::analysis::stragglers::find(&ranks, steps))
+}
+
 fn write_summary(
     inputs: &[Input],
-    parts: Vec<Part>,
+    (parts, stragglers): (Vec<Part>, Vec<Stragglers>),
     reference: Option<&Input>,
     out: &output::Dir,
 ) -> Result<()> {
@@ -260,6 +299,7 @@ fn write_summary(
         targets,
         clock,
         merged: parts,
+        stragglers,
     };
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
     output::write(out, output::SUMMARY_JSON, json.as_bytes()).map_err(Error::Xtrace)?;
@@ -289,5 +329,13 @@ fn text(summary: &MergedSummary) -> String {
             part.id_offset
         );
     }
-    out
+    // Lateness within the clocks' alignment bound, or under a microsecond, is not shown.
+    let floor = summary
+        .merged
+        .iter()
+        .map(|p| p.clock_drift_ns)
+        .max()
+        .unwrap_or(0)
+        .max(1_000);
+    out + &crate::analysis::stragglers::text(&summary.stragglers, floor)
 }
