@@ -191,3 +191,76 @@ fn mpi_without_an_mpi_library_is_refused() {
         "{error}"
     );
 }
+
+/// The ends of each rank's MPI_Allreduce calls in a merged capture, per pid, in order (µs).
+fn allreduce_ends(merged: &Outputs) -> Vec<Vec<f64>> {
+    let mut by_pid: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for s in merged.spans_named("MPI_Allreduce") {
+        by_pid.entry(s.pid).or_default().push(s.ts + s.dur);
+    }
+    by_pid
+        .into_values()
+        .map(|mut ends| {
+            ends.sort_by(f64::total_cmp);
+            ends
+        })
+        .collect()
+}
+
+/// `--align collectives`: rank 1's host clock made 5 ms fast (its clock pairs moved), the clock
+/// pairs alone place its allreduces 5 ms late; the collectives' ends bring them back together.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn align_collectives_undoes_a_host_clock_off_by_5_ms() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("mpi-align");
+    record_ranks(&tmp.join("captures"), &["--mpi"]);
+    let path = tmp.join("captures/r1/summary.json");
+    let mut summary: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for at in ["start", "end"] {
+        let realtime = &mut summary["clock"][at]["realtime_ns"];
+        *realtime = (realtime.as_u64().unwrap() + 5_000_000).into();
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&summary).unwrap()).unwrap();
+    let captures = [tmp.join("captures/r0"), tmp.join("captures/r1")];
+    let merge = |out: &str, align: &str| {
+        let flags = args![
+            "merge",
+            &captures[0],
+            &captures[1],
+            "--align",
+            align,
+            "-o",
+            tmp.join(out)
+        ];
+        Xtrace::spawn(flags).wait().assert_success();
+        Outputs::read(&tmp.join(out))
+    };
+    // Apart by the 5 ms (the allreduce ends are within microseconds on one host).
+    let by_clocks = allreduce_ends(&merge("by-clocks", "clocks"));
+    assert_eq!(by_clocks.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10]);
+    for (a, b) in by_clocks[0].iter().zip(&by_clocks[1]) {
+        assert!((b - a - 5000.0).abs() < 500.0, "ends {a} and {b} µs");
+    }
+    let aligned = merge("by-collectives", "collectives");
+    let parts = aligned.summary["merged"].as_array().unwrap();
+    assert!(parts[0].get("aligned").is_none(), "the reference: {}", parts[0]);
+    let moved = &parts[1]["aligned"];
+    assert_eq!(moved["pairs"], 11, "10 allreduces and a barrier: {moved}");
+    let correction = moved["correction_ns"].as_i64().unwrap();
+    assert!((-5_500_000..=-4_500_000).contains(&correction), "{moved}");
+    assert!(moved["residual_ns"].as_u64().unwrap() < 500_000, "{moved}");
+    let ends = allreduce_ends(&aligned);
+    for (a, b) in ends[0].iter().zip(&ends[1]) {
+        assert!((b - a).abs() < 500.0, "ends {a} and {b} µs");
+    }
+    assert!(
+        aligned
+            .summary_txt
+            .contains("  aligned by 11 collectives: moved "),
+        "{}",
+        aligned.summary_txt
+    );
+}

@@ -819,7 +819,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__merge)
-            opts="-o -h --output --trace-format --gzip --step --help"
+            opts="-o -h --output --trace-format --gzip --step --align --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -839,6 +839,10 @@ _xtrace() {
                     ;;
                 --step)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --align)
+                    COMPREPLY=($(compgen -W "clocks collectives" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -6,6 +6,7 @@ use clap::Args;
 
 use crate::{
     analysis::{Error, Result},
+    export::merge::{Align, Options},
     output::TraceFormat,
 };
 
@@ -49,6 +50,17 @@ pub struct MergeArgs {
     /// waiting. Without it, only MPI collectives (recorded with --mpi) are examined.
     #[arg(long = "step", value_name = "NAME")]
     pub steps: Vec<String>,
+
+    /// How to line the captures up: by their clock pairs, or also by their MPI collectives.
+    ///
+    /// `collectives` then moves each capture so that the ends of its synchronizing collectives
+    /// (MPI_Barrier, MPI_Allreduce, the all-gathers and all-to-alls, recorded with --mpi), which
+    /// every rank leaves together, meet the reference capture's: the median difference over the
+    /// calls paired by their order. Use it when the hosts' clocks agree less well than the
+    /// collectives take (NTP's millisecond against microsecond collectives). summary.json's
+    /// `merged[].aligned` says how far each moved.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Align::Clocks)]
+    pub align: Align,
 }
 
 /// Merges; returns the note saying what was written.
@@ -62,13 +74,13 @@ pub fn run(args: &MergeArgs) -> Result<String> {
             });
         }
     }
-    let parts = crate::export::merge::run(
-        &args.dirs,
-        &args.output,
-        args.trace_format,
-        args.gzip,
-        &args.steps,
-    )?;
+    let options = Options {
+        format: args.trace_format,
+        gzip: args.gzip,
+        steps: args.steps.clone(),
+        align: args.align,
+    };
+    let parts = crate::export::merge::run(&args.dirs, &args.output, &options)?;
     let most = |f: fn(&crate::export::merge::Part) -> u64| parts.iter().map(f).max().unwrap_or(0);
     Ok(format!(
         "merged {} captures into {}: shifted by up to {}, their clocks drifted up to {} (summary.json merged)",

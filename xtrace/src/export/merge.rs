@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::{
     convert::replay_events,
+    merge_align,
     replay::{Placement, Replay},
 };
 use crate::{
@@ -51,6 +52,10 @@ pub struct Part {
     pub clock_drift_ns: u64,
     /// Added to its pids and tids.
     pub id_offset: u32,
+    /// With `--align collectives`: how the ends of its collectives moved it (already in
+    /// `shift_ns`); absent for the reference capture and one with no collective to pair.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aligned: Option<merge_align::Aligned>,
 }
 
 /// The merged summary.json: what `report` reads of a capture, and the parts.
@@ -123,18 +128,31 @@ fn prefix(host: &str, ranks: &[u64]) -> String {
     }
 }
 
-/// Merges the captures `dirs` into `out` (created, or empty of traces), writing the trace in
-/// `format`; returns the parts.
-pub fn run(
-    dirs: &[PathBuf],
-    out: &Path,
-    format: TraceFormat,
-    gzip: bool,
-    steps: &[String],
-) -> Result<Vec<Part>> {
+/// How `merge` lines the captures up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Align {
+    /// By each capture's clock pairs: as its host's wall clock agrees with the others'.
+    #[default]
+    Clocks,
+    /// Then by the ends of the MPI collectives every rank leaves together.
+    Collectives,
+}
+
+/// What `merge` writes, beside the captures.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub format: TraceFormat,
+    pub gzip: bool,
+    /// `--step`: the span names whose stragglers are named.
+    pub steps: Vec<String>,
+    pub align: Align,
+}
+
+/// Merges the captures `dirs` into `out` (created, or empty of traces); returns the parts.
+pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>> {
     let inputs = dirs.iter().map(|d| input(d)).collect::<Result<Vec<_>>>()?;
     let mean = |i: &Input| (i.offsets[0] + i.offsets[1]) / 2;
-    // The capture whose clock the merged trace is on: its shift is 0.
+    // The capture whose clock the merged trace is on: its shift is 0 (unless aligning moves it).
     let reference = (0..inputs.len()).min_by_key(|&i| mean(&inputs[i])).unwrap_or(0);
     let reference_offset = inputs.get(reference).map_or(0, mean);
     let mut parts = Vec::new();
@@ -154,22 +172,58 @@ pub fn run(
             shift_ns: u64::try_from(mean(input) - reference_offset).unwrap_or(0),
             clock_drift_ns: u64::try_from((input.offsets[1] - input.offsets[0]).abs()).unwrap_or(u64::MAX),
             id_offset: ID_STRIDE * (i as u32 + 1),
+            aligned: None,
         });
     }
+    let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
+    let wanted = mpi || !options.steps.is_empty() || options.align == Align::Collectives;
+    let spans = match wanted {
+        true => inputs.iter().map(spans_of).collect::<Result<Vec<_>>>()?,
+        false => Vec::new(),
+    };
+    if options.align == Align::Collectives && !inputs.is_empty() {
+        let shifts: Vec<u64> = parts.iter().map(|p| p.shift_ns).collect();
+        let aligned = merge_align::collectives(&spans, &shifts, reference);
+        for ((part, shift), aligned) in parts
+            .iter_mut()
+            .zip(merge_align::corrected(&shifts, &aligned))
+            .zip(aligned)
+        {
+            part.shift_ns = shift;
+            part.aligned = aligned;
+        }
+    }
     let out_dir = output::prepare(Some(out), true)?;
-    let reference = inputs.get(reference);
-    write_trace(&inputs, &parts, reference, &out_dir, (format, gzip))?;
+    let reference = inputs.get(reference).zip(parts.get(reference));
+    write_trace(
+        &inputs,
+        &parts,
+        reference,
+        &out_dir,
+        (options.format, options.gzip),
+    )?;
     write_folded(&inputs, &parts, &out_dir)?;
-    let stragglers = stragglers(&inputs, &parts, steps)?;
+    let stragglers = match wanted {
+        true => stragglers(&spans, &parts, &options.steps),
+        false => Vec::new(),
+    };
     write_summary(&inputs, (parts.clone(), stragglers), reference, &out_dir)?;
     Ok(parts)
+}
+
+/// A capture's clock pair `at`, placed on the merged clock with `part`'s shift.
+fn placed(at: Snapshot, part: &Part) -> Snapshot {
+    Snapshot {
+        monotonic_ns: at.monotonic_ns + part.shift_ns,
+        ..at
+    }
 }
 
 /// The merged trace, on the clock of `reference` (whose clock pairs begin and end it).
 fn write_trace(
     inputs: &[Input],
     parts: &[Part],
-    reference: Option<&Input>,
+    reference: Option<(&Input, &Part)>,
     out: &output::Dir,
     (format, gzip): (TraceFormat, bool),
 ) -> Result<()> {
@@ -181,7 +235,7 @@ fn write_trace(
         })
     };
     let (sink, _) = Sink::new(output::create(out, name)?, gzip);
-    let start = reference.map(|i| i.start).unwrap_or_default();
+    let start = reference.map(|(i, p)| placed(i.start, p)).unwrap_or_default();
     let mut writer = EventWriter::starting(sink, &[], format, start).map_err(written)?;
     for (input, part) in inputs.iter().zip(parts) {
         let (path, reader, from) = trace_file::open(&input.capture.dir)?;
@@ -204,8 +258,8 @@ fn write_trace(
             }
         }
     }
-    if let Some(reference) = reference {
-        writer.ending(reference.end).map_err(written)?;
+    if let Some((input, part)) = reference {
+        writer.ending(placed(input.end, part)).map_err(written)?;
     }
     writer.finish().and_then(Sink::close).map_err(written)?;
     output::complete(out, name)?;
@@ -228,51 +282,57 @@ fn write_folded(inputs: &[Input], parts: &[Part], out: &output::Dir) -> Result<(
     output::write(out, output::STACKS_FOLDED, text.as_bytes()).map_err(Error::Xtrace)
 }
 
-/// The stragglers among the parts, when they hold MPI calls or `steps` are named: each part's
-/// spans are read again, and placed on the merged clock.
-fn stragglers(inputs: &[Input], parts: &[Part], steps: &[String]) -> Result<Vec<Stragglers>> {
-    let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
-    if !mpi && steps.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ranks = Vec::new();
-    for (input, part) in inputs.iter().zip(parts) {
-        let capture = capture::load(&input.capture.dir, Load::default())?;
-        let mut spans: Vec<(String, u64, u64)> = capture
-            .spans
-            .iter()
-            .map(|s| {
-                let name = capture.names[s.name as usize].name.clone();
-                (name, s.start_ns + part.shift_ns, s.end_ns() + part.shift_ns)
-            })
-            .collect();
-        spans.sort_by_key(|s| s.1);
-        ranks.push(RankSpans {
+/// A capture's spans, read again: (name, start, end) on its own clock, by start.
+fn spans_of(input: &Input) -> Result<merge_align::Spans> {
+    let capture = capture::load(&input.capture.dir, Load::default())?;
+    let mut spans: merge_align::Spans = capture
+        .spans
+        .iter()
+        .map(|s| {
+            (
+                capture.names[s.name as usize].name.clone(),
+                s.start_ns,
+                s.end_ns(),
+            )
+        })
+        .collect();
+    spans.sort_by_key(|s| s.1);
+    Ok(spans)
+}
+
+/// The stragglers among the parts, their spans placed on the merged clock.
+fn stragglers(spans: &[merge_align::Spans], parts: &[Part], steps: &[String]) -> Vec<Stragglers> {
+    let ranks: Vec<RankSpans> = spans
+        .iter()
+        .zip(parts)
+        .map(|(spans, part)| RankSpans {
             rank: prefix(&part.host, &part.ranks),
-            spans,
-        });
-    }
-    Ok(crate::analysis::stragglers::find(&ranks, steps))
+            spans: spans
+                .iter()
+                .map(|(name, start, end)| (name.clone(), start + part.shift_ns, end + part.shift_ns))
+                .collect(),
+        })
+        .collect();
+    crate::analysis::stragglers::find(&ranks, steps)
 }
 
 fn write_summary(
     inputs: &[Input],
     (parts, stragglers): (Vec<Part>, Vec<Stragglers>),
-    reference: Option<&Input>,
+    reference: Option<(&Input, &Part)>,
     out: &output::Dir,
 ) -> Result<()> {
     // The merged window, on the merged clock: from the earliest start to the latest end.
-    let placed = |s: &Snapshot, p: &Part| s.monotonic_ns + p.shift_ns;
     let begin = inputs
         .iter()
         .zip(&parts)
-        .map(|(i, p)| placed(&i.start, p))
+        .map(|(i, p)| placed(i.start, p).monotonic_ns)
         .min()
         .unwrap_or(0);
     let end = inputs
         .iter()
         .zip(&parts)
-        .map(|(i, p)| placed(&i.end, p))
+        .map(|(i, p)| placed(i.end, p).monotonic_ns)
         .max()
         .unwrap_or(0);
     let targets = inputs
@@ -291,7 +351,16 @@ fn write_summary(
             })
         })
         .collect();
-    let clock = reference.map_or(Value::Null, |i| i.capture.summary["clock"].clone());
+    // The reference capture's clock pairs, moved with it when aligning moved it.
+    let clock = reference.map_or(Value::Null, |(input, part)| {
+        let mut clock = input.capture.summary["clock"].clone();
+        for at in ["start", "end"] {
+            if let Some(ns) = clock[at]["monotonic_ns"].as_u64() {
+                clock[at]["monotonic_ns"] = (ns + part.shift_ns).into();
+            }
+        }
+        clock
+    });
     let summary = MergedSummary {
         format_version: FORMAT_VERSION,
         host: "merged",
@@ -328,6 +397,15 @@ fn text(summary: &MergedSummary) -> String {
             human(part.clock_drift_ns),
             part.id_offset
         );
+        if let Some(a) = part.aligned {
+            let by = human(a.correction_ns.unsigned_abs());
+            let way = if a.correction_ns < 0 { "earlier" } else { "later" };
+            out += &format!(
+                "  aligned by {} collectives: moved {by} {way}, their ends {} apart (median)\n",
+                a.pairs,
+                human(a.residual_ns)
+            );
+        }
     }
     // Lateness within the clocks' alignment bound, or under a microsecond, is not shown.
     let floor = summary

@@ -15,6 +15,7 @@ pub mod flight_profile;
 pub mod gpu_device;
 pub mod locks;
 pub mod merge;
+pub mod merge_align;
 pub mod mpi;
 pub mod offcpu;
 pub mod pprof;

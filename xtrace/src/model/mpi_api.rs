@@ -166,6 +166,21 @@ pub fn functions() -> Vec<Function> {
     ]
 }
 
+/// Whether every rank leaves a call of collective `name` at about one time: no rank can return
+/// from it before all have entered (a broadcast's root, a reduction's senders can).
+pub fn ends_together(name: &str) -> bool {
+    matches!(
+        name,
+        "MPI_Barrier"
+            | "MPI_Allreduce"
+            | "MPI_Allgather"
+            | "MPI_Allgatherv"
+            | "MPI_Alltoall"
+            | "MPI_Alltoallv"
+            | "MPI_Reduce_scatter_block"
+    )
+}
+
 /// The MPI name and size in bytes of the predefined datatype whose Open MPI object is the symbol
 /// `symbol` (`MPI_INT` is `&ompi_mpi_int`).
 pub fn open_mpi_datatype(symbol: &str) -> Option<(&'static str, u64)> {
