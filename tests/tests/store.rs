@@ -403,7 +403,7 @@ fn a_store_of_a_newer_schema_is_refused_with_both_versions() {
     let script = "import sqlite3, sys\n\
                   db = sqlite3.connect(sys.argv[1])\n\
                   db.execute('CREATE TABLE schema_versions (version INTEGER NOT NULL)')\n\
-                  db.execute('INSERT INTO schema_versions VALUES (1), (2)')\n\
+                  db.execute('INSERT INTO schema_versions VALUES (1), (2), (3)')\n\
                   db.commit()\n";
     let made = Command::new("python3")
         .args(["-c", script])
@@ -415,6 +415,13 @@ fn a_store_of_a_newer_schema_is_refused_with_both_versions() {
     let ran = xtrace(args!["history", "--store", &url]);
     assert_eq!(
         ran.user_error(),
-        format!("xtrace: error: store `{url}` has schema version 2, newer than version 1, which this xtrace writes; use a newer xtrace with it")
+        format!("xtrace: error: store `{url}` has schema version 3, newer than version 2, which this xtrace writes; use a newer xtrace with it")
     );
+    // Refused, never written: it still has its one table.
+    let tables = Command::new("python3")
+        .args(["-c", "import sqlite3, sys\nprint([r[0] for r in sqlite3.connect(sys.argv[1]).execute(\"SELECT name FROM sqlite_master WHERE type = 'table'\")])"])
+        .arg(&db)
+        .output()
+        .expect("python3");
+    assert_eq!(String::from_utf8_lossy(&tables.stdout), "['schema_versions']\n");
 }

@@ -120,7 +120,7 @@ fn main() -> ExitCode {
         Ok(mut recording) => {
             let code = summarize(&recording, quiet);
             if let Some(url) = &args.store {
-                store_recording(&recording.output, url, quiet);
+                store_recording(&recording.output, (url, args.store_spans), quiet);
             }
             remove_in_background(&mut recording.teardown, quiet);
             code
@@ -151,14 +151,15 @@ fn summarize(recording: &session::Recording, quiet: bool) -> ExitCode {
 
 /// `--store`: pushes the capture just written; a store that fails costs a warning that says how
 /// to push it later, never the capture.
-fn store_recording(dir: &std::path::Path, url: &xtrace::store::Url, quiet: bool) {
-    match xtrace::store::push(dir, url) {
+fn store_recording(dir: &std::path::Path, (url, spans): (&xtrace::store::Url, bool), quiet: bool) {
+    let spans_flag = if spans { " --store-spans" } else { "" };
+    match xtrace::store::push(dir, url, spans) {
         Ok(xtrace::store::Pushed::Stored { id }) if !quiet => {
             err!("xtrace: stored run {id} in {}", url.shown())
         }
         Ok(_) => {}
         Err(e) => err!(
-            "xtrace: warning: the capture was not stored: {e}; send it later with `xtrace push {} --store {}`",
+            "xtrace: warning: the capture was not stored: {e}; send it later with `xtrace push {} --store {}{spans_flag}`",
             xtrace::output::shown(dir),
             url.shown()
         ),

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= store-spans gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -64,6 +64,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX rang
 complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l store-spans -d 'With --store: also store every span of the trace (name, pid, tid, start, duration)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l gzip -d 'Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with --trace-format json)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
@@ -123,6 +124,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l ranges -d 'Record every annotation range: NVTX, ITT and xtrace_range_*'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l icicle -d 'Draw the flamegraphs as icicle graphs (stacks hanging from the top)'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l store-spans -d 'With --store: also store every span of the trace (name, pid, tid, start, duration)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l gzip -d 'Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with --trace-format json)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s q -l quiet -d 'Print nothing but errors (no attach notice, no live status, no summary table)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l overhead -d 'Measure xtrace\'s own kernel programs while recording'
@@ -177,6 +179,7 @@ collectives\t'Then by the ends of the MPI collectives every rank leaves together
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l gzip -d 'Write the merged trace compressed'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand push" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand push" -l store-spans -d 'Also store every span of the capture\'s trace (name, pid, tid, start, duration), as `record --store-spans` does'
 complete -c xtrace -n "__fish_xtrace_using_subcommand push" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand history" -l by -d 'One row per value of this label (`--label` of `xtrace record`, e.g. commit), its runs\' calls added up, in the order the values were first recorded; runs without it are left out. Without it, one row per run, oldest first' -r

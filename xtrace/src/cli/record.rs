@@ -343,6 +343,13 @@ pub struct RecordArgs {
     #[arg(long = "store", value_name = "URL", num_args = 0..=1, default_missing_value = "", value_parser = parse_store, help_heading = heading::OUTPUT)]
     pub store: Option<crate::store::Url>,
 
+    /// With --store: also store every span of the trace (name, pid, tid, start, duration).
+    ///
+    /// A row per span, for queries of your own on the store's `spans` table; a capture of
+    /// millions of spans makes millions of rows. Without it only statistics are stored.
+    #[arg(long = "store-spans", requires = "store", help_heading = heading::OUTPUT)]
+    pub store_spans: bool,
+
     /// Write the trace compressed as it is recorded: trace.perfetto-trace.gz (trace.json.gz with
     /// --trace-format json).
     ///

@@ -33,6 +33,11 @@ pub struct PushArgs {
 
     #[command(flatten)]
     pub store: StoreArg,
+
+    /// Also store every span of the capture's trace (name, pid, tid, start, duration), as
+    /// `record --store-spans` does.
+    #[arg(long = "store-spans")]
+    pub store_spans: bool,
 }
 
 #[derive(Debug, Args)]
@@ -103,7 +108,7 @@ pub struct Said {
 
 pub fn push(args: &PushArgs) -> Result<Said> {
     let url = &args.store.store;
-    let note = match store::push(&args.dir, url)? {
+    let note = match store::push(&args.dir, url, args.store_spans)? {
         Pushed::Stored { id } => format!("stored run {id} in {}", url.shown()),
         Pushed::AlreadyStored { id } => {
             format!("run {id} was already stored in {}; nothing written", url.shown())
@@ -149,7 +154,10 @@ pub fn gate(args: &GateArgs) -> Result<Said> {
     let baseline = gate::baseline(store.as_mut(), &args.baseline)?;
     let dir = PathBuf::from(&args.candidate);
     let (candidate, named) = if dir.is_dir() || !args.candidate.contains('=') {
-        (store::rows::read(&dir)?.functions, crate::output::shown(&dir))
+        (
+            store::rows::read(&dir, false)?.functions,
+            crate::output::shown(&dir),
+        )
     } else {
         let selector = store::selector(&args.candidate)?;
         (

@@ -142,26 +142,40 @@ fn list(items: &[String]) -> String {
 impl Backend for ClickHouse {
     fn prepare(&mut self) -> Result<()> {
         self.request(&format!("CREATE DATABASE IF NOT EXISTS {}", self.database), &[])?;
-        for table in schema::TABLES {
-            self.request(&schema::clickhouse_ddl(&self.database, table), &[])?;
-        }
+        // The version first: a store of a newer schema is refused before anything is written.
+        self.request(&schema::clickhouse_ddl(&self.database, &schema::VERSIONS), &[])?;
         let rows = self.select(&format!(
             "SELECT max(version) AS v FROM {}.schema_versions",
             self.database
         ))?;
-        // max() of no rows is 0 in ClickHouse: no version recorded yet.
-        match rows.first().map(|r| int(r, "v")).unwrap_or(0) {
-            0 => self.insert_rows(
-                &schema::VERSIONS,
-                vec![vec![Value::Int(u64::from(schema::VERSION))]],
-            ),
-            found if found > u64::from(schema::VERSION) => Err(Error::NewerSchema {
-                url: self.url.clone(),
-                found: u32::try_from(found).unwrap_or(u32::MAX),
-                supported: schema::VERSION,
-            }),
-            _ => Ok(()),
+        // max() of no rows is 0 in ClickHouse: no version recorded yet, a new store whose tables
+        // are made as this version's; an older store's are migrated.
+        let found = rows.first().map(|r| int(r, "v")).unwrap_or(0);
+        let found = u32::try_from(found).unwrap_or(u32::MAX);
+        let migrations: Vec<_> = match found {
+            0 => Vec::new(),
+            found => super::migrations(&self.url, found)?.collect(),
+        };
+        for migration in &migrations {
+            let exists = self.select(&format!(
+                "SELECT count() AS n FROM system.tables WHERE database = {} AND name = {}",
+                quoted(&self.database),
+                quoted(migration.table)
+            ))?;
+            if exists.first().is_some_and(|r| int(r, "n") > 0) {
+                for statement in migration.clickhouse {
+                    self.request(&statement.replace("{db}", &self.database), &[])?;
+                }
+            }
         }
+        for table in schema::TABLES {
+            self.request(&schema::clickhouse_ddl(&self.database, table), &[])?;
+        }
+        if found == 0 || !migrations.is_empty() {
+            let version = vec![vec![Value::Int(u64::from(schema::VERSION))]];
+            self.insert_rows(&schema::VERSIONS, version)?;
+        }
+        Ok(())
     }
 
     fn has_run(&mut self, id: &str) -> Result<bool> {

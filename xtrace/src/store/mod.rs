@@ -22,6 +22,19 @@ use std::path::{Path, PathBuf};
 
 pub use rows::{Function, Run, RunRows};
 
+/// The migrations a store of schema version `found` needs before it is used, after a check that
+/// it is not newer than this xtrace's (refused then, never written).
+fn migrations(url: &str, found: u32) -> Result<impl Iterator<Item = &'static schema::Migration>> {
+    if found > schema::VERSION {
+        return Err(Error::NewerSchema {
+            url: url.to_string(),
+            found,
+            supported: schema::VERSION,
+        });
+    }
+    Ok(schema::migrations_from(found))
+}
+
 /// What can go wrong with a store. Exit status 2 for bad input, 1 for a store that fails.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -208,9 +221,10 @@ pub enum Pushed {
     AlreadyStored { id: String },
 }
 
-/// Stores the capture in `dir` in the store at `url`, once.
-pub fn push(dir: &Path, url: &Url) -> Result<Pushed> {
-    let rows = rows::read(dir)?;
+/// Stores the capture in `dir` in the store at `url`, once; every span of its trace too with
+/// `spans` (`--store-spans`).
+pub fn push(dir: &Path, url: &Url, spans: bool) -> Result<Pushed> {
+    let rows = rows::read(dir, spans)?;
     let mut store = url.open()?;
     let id = rows.run.id.clone();
     let pushed = if store.has_run(&id)? {

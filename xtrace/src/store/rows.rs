@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{Error, Result};
 
 /// One run: the `runs` row, written last as the mark that the run's other rows are all there.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Run {
     /// A hash of the capture's summary.json and stacks.folded (32 hex digits).
     pub id: String,
@@ -36,17 +36,63 @@ pub struct Function {
     pub histogram: Vec<[u64; 2]>,
 }
 
+/// One CUDA kernel's launches and device time in one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kernel {
+    pub name: String,
+    /// Launch calls (summary.json's `cuda.launches`).
+    pub launches: u64,
+    /// Runs on the device and their time (`gpu_device.top_kernels`; 0 without the timeline).
+    pub device_count: u64,
+    pub device_total_ns: u64,
+}
+
+/// One MPI function's calls in one run (`--mpi`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MpiRow {
+    pub name: String,
+    pub class: String,
+    pub calls: u64,
+    pub total_ns: u64,
+    pub bytes: u64,
+}
+
+/// The highest reading of one NVML metric of one GPU in one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub device: u64,
+    /// The metric: summary.json's `gpus[]` field without its `max_` (`gpu_utilization_pct`).
+    pub name: String,
+    /// In thousandths of the metric's unit.
+    pub max_milli: u64,
+}
+
+/// One span of the trace (`--store-spans`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpanRow {
+    pub name: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
 /// Everything stored of one capture.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunRows {
     pub run: Run,
     pub functions: Vec<Function>,
     /// stacks.folded: (frames outermost first, samples).
     pub stacks: Vec<(String, u64)>,
+    pub kernels: Vec<Kernel>,
+    pub mpi: Vec<MpiRow>,
+    pub counters: Vec<Counter>,
+    /// With `--store-spans`: every span of the trace.
+    pub spans: Option<Vec<SpanRow>>,
 }
 
-/// Reads what is stored of the capture in `dir`.
-pub fn read(dir: &Path) -> Result<RunRows> {
+/// Reads what is stored of the capture in `dir`; its trace's spans too with `spans`.
+pub fn read(dir: &Path, spans: bool) -> Result<RunRows> {
     let summary_path = dir.join("summary.json");
     let bytes = crate::analysis::read_regular(&summary_path).map_err(|e| Error::Capture {
         path: dir.to_path_buf(),
@@ -79,11 +125,103 @@ pub fn read(dir: &Path) -> Result<RunRows> {
         reason: "its summary.json lacks the run's host, clock or duration (recorded by an older xtrace?)"
             .into(),
     })?;
+    let spans = match spans {
+        true => Some(span_rows(dir)?),
+        false => None,
+    };
     Ok(RunRows {
         run,
         functions: functions(&summary),
         stacks,
+        kernels: kernels(&summary),
+        mpi: mpi(&summary),
+        counters: counters(&summary),
+        spans,
     })
+}
+
+/// Every span of the capture's trace, either format.
+fn span_rows(dir: &Path) -> Result<Vec<SpanRow>> {
+    let capture = crate::analysis::capture::load(dir, Default::default()).map_err(|e| Error::Capture {
+        path: dir.to_path_buf(),
+        reason: format!("its spans cannot be read: {e}"),
+    })?;
+    Ok(capture
+        .spans
+        .iter()
+        .map(|s| SpanRow {
+            name: capture.names[s.name as usize].name.clone(),
+            pid: s.pid,
+            tid: s.tid,
+            start_ns: s.start_ns,
+            dur_ns: s.dur_ns,
+        })
+        .collect())
+}
+
+/// The kernels of summary.json's `cuda.launches` and `gpu_device.top_kernels`, by name.
+fn kernels(summary: &Value) -> Vec<Kernel> {
+    let list = |pointer: &str| {
+        summary
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let n = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let mut by_name: BTreeMap<String, Kernel> = BTreeMap::new();
+    for launch in list("/cuda/launches") {
+        if let Some(name) = launch.get("kernel").and_then(Value::as_str) {
+            by_name.entry(name.to_string()).or_default().launches += n(&launch, "count");
+        }
+    }
+    for kernel in list("/gpu_device/top_kernels") {
+        if let Some(name) = kernel.get("name").and_then(Value::as_str) {
+            let row = by_name.entry(name.to_string()).or_default();
+            row.device_count += n(&kernel, "count");
+            row.device_total_ns += n(&kernel, "total_ns");
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, k)| Kernel { name, ..k })
+        .collect()
+}
+
+/// summary.json's `mpi.functions`.
+fn mpi(summary: &Value) -> Vec<MpiRow> {
+    let functions = summary.pointer("/mpi/functions").and_then(Value::as_array);
+    let row = |f: &Value| {
+        let n = |key: &str| f.get(key).and_then(Value::as_u64).unwrap_or(0);
+        Some(MpiRow {
+            name: f.get("name")?.as_str()?.to_string(),
+            class: f.get("class")?.as_str()?.to_string(),
+            calls: n("calls"),
+            total_ns: n("total_ns"),
+            bytes: n("bytes"),
+        })
+    };
+    functions.into_iter().flatten().filter_map(row).collect()
+}
+
+/// The highest readings of summary.json's `gpus` (each `max_*` field NVML reported).
+fn counters(summary: &Value) -> Vec<Counter> {
+    let gpus = summary.get("gpus").and_then(Value::as_array);
+    let mut found = Vec::new();
+    for gpu in gpus.into_iter().flatten() {
+        let device = gpu.get("index").and_then(Value::as_u64).unwrap_or(0);
+        for (key, value) in gpu.as_object().into_iter().flatten() {
+            let (Some(name), Some(max)) = (key.strip_prefix("max_"), value.as_f64()) else {
+                continue;
+            };
+            found.push(Counter {
+                device,
+                name: name.to_string(),
+                max_milli: (max * 1000.0).round().max(0.0) as u64,
+            });
+        }
+    }
+    found
 }
 
 /// The run id: two 64-bit SipHashes with fixed, different keys over the capture's files.
@@ -209,6 +347,32 @@ pub fn redact(argv: &[String]) -> Vec<String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn kernels_mpi_and_counters_of_a_summary() {
+        let summary = serde_json::json!({
+            "cuda": {"launches": [{"kernel": "add", "count": 5}, {"kernel": "scale", "count": 2}]},
+            "gpu_device": {"top_kernels": [{"name": "add", "count": 5, "total_ns": 50}]},
+            "mpi": {"functions": [{"name": "MPI_Send", "class": "point_to_point", "calls": 5,
+                                   "total_ns": 9, "bytes": 5120, "unsized_calls": 0}]},
+            "gpus": [{"index": 1, "name": "H100", "samples": 3, "max_power_w": 312.5,
+                      "max_gpu_utilization_pct": null}]
+        });
+        let k = |name: &str, launches, device_count, device_total_ns| Kernel {
+            name: name.into(),
+            launches,
+            device_count,
+            device_total_ns,
+        };
+        assert_eq!(kernels(&summary), [k("add", 5, 5, 50), k("scale", 2, 0, 0)]);
+        assert_eq!(mpi(&summary)[0].bytes, 5120);
+        let power = Counter {
+            device: 1,
+            name: "power_w".into(),
+            max_milli: 312_500,
+        };
+        assert_eq!(counters(&summary), [power]);
+    }
+
     fn words(text: &str) -> Vec<String> {
         text.split(' ').map(String::from).collect()
     }
@@ -240,6 +404,7 @@ mod tests {
         assert_eq!(run.labels["commit"], "abc");
         let functions = functions(&summary);
         assert_eq!(functions.len(), 1);
+        assert!(kernels(&summary).is_empty() && mpi(&summary).is_empty() && counters(&summary).is_empty());
         assert_eq!(functions[0].histogram, vec![[5, 2], [20, 1]]);
         assert_ne!(id(b"a", b""), id(b"", b"a"));
         assert_eq!(id(b"a", b"b").len(), 32);

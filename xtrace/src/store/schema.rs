@@ -2,8 +2,9 @@
 //! Every data row carries its run id and the attempt of the push that wrote it; `runs` is
 //! written last. Columns are text and unsigned 64-bit integers only, which ClickHouse servers old
 //! and new accept over HTTP as JSONEachRow (no DateTime64, no Map: labels are a JSON text).
-/// The schema this xtrace writes. A store with a newer one is refused, never written.
-pub const VERSION: u32 = 1;
+/// The schema this xtrace writes. A store with a newer one is refused, never written; an older
+/// one is brought up to it by [`MIGRATIONS`], keeping its runs.
+pub const VERSION: u32 = 2;
 
 /// A column's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +38,9 @@ pub const RUNS: Table = Table {
         ("stop_reason", Text),
         ("labels", Text),
         ("pushed_ns", Int),
+        // Since version 2: the rows stored in `spans` (0 without --store-spans, and for the runs
+        // of a version 1 store).
+        ("spans", Int),
     ],
     order_by: &["run_id"],
 };
@@ -83,6 +87,65 @@ pub const STACKS: Table = Table {
     order_by: &["attempt", "stack"],
 };
 
+/// Per run and CUDA kernel: its launches (the CUDA API calls) and, with the GPU device timeline,
+/// its runs on the device and their device time (the 20 kernels of most device time).
+pub const KERNELS: Table = Table {
+    name: "kernels",
+    columns: &[
+        ("run_id", Text),
+        ("attempt", Text),
+        ("name", Text),
+        ("launches", Int),
+        ("device_count", Int),
+        ("device_total_ns", Int),
+    ],
+    order_by: &["name", "attempt"],
+};
+
+/// Per run and MPI function called (`--mpi`): calls, time and bytes.
+pub const MPI: Table = Table {
+    name: "mpi",
+    columns: &[
+        ("run_id", Text),
+        ("attempt", Text),
+        ("name", Text),
+        ("class", Text),
+        ("calls", Int),
+        ("total_ns", Int),
+        ("bytes", Int),
+    ],
+    order_by: &["name", "attempt"],
+};
+
+/// Per run, GPU and NVML metric: its highest reading, in thousandths of its unit (`%`, bytes,
+/// W).
+pub const COUNTERS: Table = Table {
+    name: "counters",
+    columns: &[
+        ("run_id", Text),
+        ("attempt", Text),
+        ("device", Int),
+        ("name", Text),
+        ("max_milli", Int),
+    ],
+    order_by: &["name", "attempt", "device"],
+};
+
+/// Per run and span, with `--store-spans`: every span of the trace.
+pub const SPANS: Table = Table {
+    name: "spans",
+    columns: &[
+        ("run_id", Text),
+        ("attempt", Text),
+        ("name", Text),
+        ("pid", Int),
+        ("tid", Int),
+        ("start_ns", Int),
+        ("dur_ns", Int),
+    ],
+    order_by: &["attempt", "name", "start_ns"],
+};
+
 /// The schema versions the store was written with, one row each.
 pub const VERSIONS: Table = Table {
     name: "schema_versions",
@@ -90,7 +153,41 @@ pub const VERSIONS: Table = Table {
     order_by: &["version"],
 };
 
-pub const TABLES: &[&Table] = &[&VERSIONS, &RUNS, &FUNCTIONS, &HISTOGRAMS, &STACKS];
+pub const TABLES: &[&Table] = &[
+    &VERSIONS,
+    &RUNS,
+    &FUNCTIONS,
+    &HISTOGRAMS,
+    &STACKS,
+    &KERNELS,
+    &MPI,
+    &COUNTERS,
+    &SPANS,
+];
+
+/// What brings a store of version `to - 1` to version `to`, beside making the tables it lacks
+/// (`CREATE TABLE IF NOT EXISTS`, run after): statements on an existing table for each store
+/// (`{db}`: ClickHouse's database). A store without that table gets it made as it is now.
+pub struct Migration {
+    pub to: u32,
+    pub table: &'static str,
+    pub sqlite: &'static [&'static str],
+    pub clickhouse: &'static [&'static str],
+}
+
+/// Every migration, oldest first: a store of version N runs those with `to` above N, then
+/// records version [`VERSION`].
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    to: 2,
+    table: "runs",
+    sqlite: &["ALTER TABLE runs ADD COLUMN spans INTEGER NOT NULL DEFAULT 0"],
+    clickhouse: &["ALTER TABLE {db}.runs ADD COLUMN spans UInt64 DEFAULT 0"],
+}];
+
+/// The migrations a store of version `found` needs, oldest first.
+pub fn migrations_from(found: u32) -> impl Iterator<Item = &'static Migration> {
+    MIGRATIONS.iter().filter(move |m| m.to > found)
+}
 
 /// `CREATE TABLE IF NOT EXISTS` for SQLite, with its index.
 pub fn sqlite_ddl(table: &Table) -> String {
@@ -172,6 +269,36 @@ pub fn rows<'a>(rows: &'a super::RunRows, attempt: &'a str) -> Vec<(&'static Tab
         .stacks
         .iter()
         .map(|(stack, n)| keyed(vec![text(stack), Value::Int(*n)]));
+    let kernels = rows.kernels.iter().map(|k| {
+        keyed(vec![
+            text(&k.name),
+            Value::Int(k.launches),
+            Value::Int(k.device_count),
+            Value::Int(k.device_total_ns),
+        ])
+    });
+    let mpi = rows.mpi.iter().map(|m| {
+        keyed(vec![
+            text(&m.name),
+            text(&m.class),
+            Value::Int(m.calls),
+            Value::Int(m.total_ns),
+            Value::Int(m.bytes),
+        ])
+    });
+    let counters = rows
+        .counters
+        .iter()
+        .map(|c| keyed(vec![Value::Int(c.device), text(&c.name), Value::Int(c.max_milli)]));
+    let spans = rows.spans.iter().flatten().map(|s| {
+        keyed(vec![
+            text(&s.name),
+            Value::Int(u64::from(s.pid)),
+            Value::Int(u64::from(s.tid)),
+            Value::Int(s.start_ns),
+            Value::Int(s.dur_ns),
+        ])
+    });
     let run = &rows.run;
     let pushed_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -185,11 +312,16 @@ pub fn rows<'a>(rows: &'a super::RunRows, attempt: &'a str) -> Vec<(&'static Tab
         text(&run.stop_reason),
         Value::Text(serde_json::to_string(&run.labels).unwrap_or_default()),
         Value::Int(pushed_ns),
+        Value::Int(rows.spans.as_ref().map_or(0, |s| s.len() as u64)),
     ]);
     vec![
         (&FUNCTIONS, functions.collect()),
         (&HISTOGRAMS, buckets.collect()),
         (&STACKS, stacks.collect()),
+        (&KERNELS, kernels.collect()),
+        (&MPI, mpi.collect()),
+        (&COUNTERS, counters.collect()),
+        (&SPANS, spans.collect()),
         (&RUNS, vec![run_row]),
     ]
 }
@@ -220,17 +352,33 @@ mod tests {
                 histogram: vec![[1, 2], [2, 1]],
             }],
             stacks: vec![("a;b".into(), 5)],
+            ..Default::default()
         };
         let tables = rows(&run_rows, "at");
         let names: Vec<&str> = tables.iter().map(|(t, _)| t.name).collect();
-        assert_eq!(names, ["functions", "histograms", "stacks", "runs"]);
+        assert_eq!(
+            names,
+            [
+                "functions",
+                "histograms",
+                "stacks",
+                "kernels",
+                "mpi",
+                "counters",
+                "spans",
+                "runs"
+            ]
+        );
         for (table, rows) in &tables {
             for row in rows {
                 assert_eq!(row.len(), table.columns.len(), "{}", table.name);
             }
         }
         assert_eq!(tables[1].1.len(), 2);
-        assert_eq!(tables[3].1[0][8], Value::Text(r#"{"k":"v"}"#.into()));
+        let run = &tables[7].1[0];
+        assert_eq!(run[8], Value::Text(r#"{"k":"v"}"#.into()));
+        // Without --store-spans: none stored, and the run says so.
+        assert_eq!((tables[6].1.len(), &run[10]), (0, &Value::Int(0)));
     }
 
     #[test]

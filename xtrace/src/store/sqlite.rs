@@ -78,35 +78,63 @@ fn give_to_sudo_user(path: &Path) {
     }
 }
 
+impl Sqlite {
+    /// Records that the store is of this xtrace's schema version.
+    fn record_version(&self) -> Result<()> {
+        self.db
+            .execute(
+                "INSERT INTO schema_versions (version) VALUES (?1)",
+                [schema::VERSION],
+            )
+            .map(|_| ())
+            .map_err(|e| self.refused(e))
+    }
+}
+
 impl Backend for Sqlite {
     fn prepare(&mut self) -> Result<()> {
-        for table in schema::TABLES {
-            self.db
-                .execute_batch(&schema::sqlite_ddl(table))
-                .map_err(|e| self.refused(e))?;
-        }
+        // The version first: a store of a newer schema is refused before anything is written.
+        self.db
+            .execute_batch(&schema::sqlite_ddl(&schema::VERSIONS))
+            .map_err(|e| self.refused(e))?;
         let found: Option<i64> = self
             .db
             .query_row("SELECT max(version) FROM schema_versions", [], |r| r.get(0))
             .optional()
             .map_err(|e| self.refused(e))?
             .flatten();
-        match found.map(|v| u32::try_from(v).unwrap_or(u32::MAX)) {
-            Some(found) if found > schema::VERSION => Err(Error::NewerSchema {
-                url: self.url.clone(),
-                found,
-                supported: schema::VERSION,
-            }),
-            Some(_) => Ok(()),
-            None => self
+        let found = found.map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+        // A new store's tables are made as this version's; an older store's migrated.
+        let migrations: Vec<_> = match found {
+            Some(found) => super::migrations(&self.url, found)?.collect(),
+            None => Vec::new(),
+        };
+        // One transaction: a migration cut short leaves the store as it was.
+        let tx = self.db.unchecked_transaction().map_err(|e| self.refused(e))?;
+        for migration in &migrations {
+            let exists = self
                 .db
-                .execute(
-                    "INSERT INTO schema_versions (version) VALUES (?1)",
-                    [schema::VERSION],
+                .query_row(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [migration.table],
+                    |_| Ok(()),
                 )
-                .map(|_| ())
-                .map_err(|e| self.refused(e)),
+                .optional()
+                .map_err(|e| self.refused(e))?
+                .is_some();
+            for statement in migration.sqlite.iter().filter(|_| exists) {
+                self.db.execute_batch(statement).map_err(|e| self.refused(e))?;
+            }
         }
+        for table in schema::TABLES {
+            self.db
+                .execute_batch(&schema::sqlite_ddl(table))
+                .map_err(|e| self.refused(e))?;
+        }
+        if found.is_none() || !migrations.is_empty() {
+            self.record_version()?;
+        }
+        tx.commit().map_err(|e| self.refused(e))
     }
 
     fn has_run(&mut self, id: &str) -> Result<bool> {
