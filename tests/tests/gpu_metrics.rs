@@ -1,0 +1,195 @@
+//! `--gpu-metrics` end to end through the stand-in NVML (tests/fixtures/nvml.c, loaded by xtrace
+//! from LD_LIBRARY_PATH as the real libnvidia-ml.so.1 would be): two GPUs whose every counter is
+//! a known function of how many times it was read, so each reading of each counter track in
+//! trace.json is predicted exactly; the traced process's device memory follows the allocations
+//! `gpumem` makes through the stand-in CUDA runtime.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    output::Outputs,
+    require_bpf,
+    run::{Finished, Xtrace},
+    TempDir,
+};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const H100: &str = "NVIDIA H100 80GB HBM3 (stand-in)";
+const A100: &str = "NVIDIA A100-SXM4-40GB (stand-in)";
+
+/// The counter events of GPU `index`'s track `track`, in order; their times never go back.
+fn track<'o>(out: &'o Outputs, index: u32, track: &str) -> Vec<&'o Value> {
+    let pid = 0x7fff_0000 + u64::from(index);
+    let events: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["pid"] == pid && e["name"] == track)
+        .collect();
+    let times: Vec<f64> = events.iter().map(|e| e["ts"].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{track}: {times:?}");
+    events
+}
+
+/// The values of series `series` of a track's events.
+fn values(events: &[&Value], series: &str) -> Vec<f64> {
+    events
+        .iter()
+        .map(|e| {
+            e["args"][series]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{series} in {e}"))
+        })
+        .collect()
+}
+
+/// `values` with runs of one value made one.
+fn steps(values: &[f64]) -> Vec<f64> {
+    let mut steps = values.to_vec();
+    steps.dedup();
+    steps
+}
+
+/// `f(0), f(1), ...` for `n` reads.
+fn expected(n: usize, f: impl Fn(u64) -> f64) -> Vec<f64> {
+    (0..n as u64).map(f).collect()
+}
+
+/// Runs `gpumem` with the stand-in NVML's process directory, traces it by pid with
+/// `--gpu-metrics=20ms`, and walks its memory through 1 MiB, 3 MiB and 2 MiB,
+/// each held 400 ms (20 readings).
+fn trace_gpumem(label: &str) -> (Outputs, Finished, u32, TempDir) {
+    let tmp = TempDir::new(label);
+    let gpu_dir = tmp.join("gpu");
+    std::fs::create_dir(&gpu_dir).unwrap();
+    let mut fixture = Fixture::spawn_with_env(
+        &fixtures().gpumem,
+        &[],
+        &[("XTRACE_STANDIN_GPU_DIR", gpu_dir.as_path())],
+    );
+    fixture.wait_ready();
+    let out = tmp.join("out");
+    let env: Vec<(&str, String)> = fixtures().nvml_env(&gpu_dir);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let pid = fixture.pid();
+    let mut xtrace = Xtrace::spawn_with_env(
+        args!["--cuda", "--gpu-metrics=20ms", "-p", pid.to_string(), "-o", &out],
+        &env,
+    );
+    xtrace.wait_attached();
+    std::thread::sleep(Duration::from_millis(200));
+    for (command, held) in [
+        ("alloc 1048576", MIB),
+        ("alloc 2097152", 3 * MIB),
+        ("free", 2 * MIB),
+    ] {
+        fixture.send(command);
+        assert_eq!(fixture.next_line(), format!("held {held}"));
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    fixture.send("exit");
+    assert!(fixture.wait().success());
+    let finished = xtrace.wait();
+    finished.assert_success();
+    (Outputs::read(&out), finished, pid, tmp)
+}
+
+/// GPU `index`'s device counters: the n-th reading of each is the stand-in's value for its n-th
+/// read, and the summary's maxima are the highest of them.
+fn assert_device_counters(out: &Outputs, index: u32, gpu: &Value) -> usize {
+    let i = u64::from(index);
+    let n = gpu["samples"].as_u64().unwrap() as usize;
+    assert!(n >= 50, "1.4 s at 20 ms: {n} samples");
+    let utilization = track(out, index, "utilization (%)");
+    assert_eq!(utilization.len(), n, "one reading a sample");
+    let gpu_util = expected(n, |k| ((10 * k + i) % 101) as f64);
+    assert_eq!(values(&utilization, "gpu"), gpu_util);
+    assert_eq!(
+        values(&utilization, "memory"),
+        expected(n, |k| (3 * k % 101) as f64)
+    );
+    let used = |k| ((i + 1) * GIB + k * MIB) as f64;
+    assert_eq!(
+        values(&track(out, index, "memory used (bytes)"), "used"),
+        expected(n, used)
+    );
+    let power = |k| (100_000 + 500 * k) as f64 / 1000.0;
+    assert_eq!(
+        values(&track(out, index, "power (W)"), "power"),
+        expected(n, power)
+    );
+    assert_eq!(
+        values(&track(out, index, "temperature (C)"), "gpu"),
+        expected(n, |k| (40 + k % 30) as f64)
+    );
+    assert_eq!(
+        values(&track(out, index, "SM clock (MHz)"), "sm"),
+        expected(n, |k| (1000 + 10 * k) as f64)
+    );
+    let pcie = track(out, index, "PCIe (KB/s)");
+    assert_eq!(values(&pcie, "tx"), expected(n, |k| (100 * k) as f64));
+    assert_eq!(values(&pcie, "rx"), expected(n, |k| (200 * k) as f64));
+    let max_util = gpu_util.iter().copied().fold(0.0, f64::max);
+    assert_eq!(gpu["max_gpu_utilization_pct"], json!(max_util));
+    assert_eq!(gpu["max_memory_used_bytes"], json!(used(n as u64 - 1)));
+    assert_eq!(gpu["max_power_w"], json!(power(n as u64 - 1)));
+    n
+}
+
+/// GPU 0's readings of `pid`: its memory steps as the runtime allocated and freed.
+fn assert_traced_process(out: &Outputs, gpu: &Value, pid: u32) {
+    let series = format!("pid {pid}");
+    let memory = values(&track(out, 0, "traced processes' memory (bytes)"), &series);
+    assert_eq!(steps(&memory), [MIB as f64, (3 * MIB) as f64, (2 * MIB) as f64]);
+    assert_eq!(gpu["max_traced_process_memory_bytes"], json!((3 * MIB) as f64));
+    // The uprobes' account of the same allocations ends where NVML's does.
+    let cuda: Vec<&Value> = out
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "CUDA device memory (bytes)")
+        .collect();
+    assert_eq!(cuda.last().unwrap()["args"]["bytes"], 2 * MIB, "{cuda:?}");
+}
+
+fn gpu_names(out: &Outputs) -> Vec<String> {
+    let mut names: Vec<String> = out
+        .metadata("process_name")
+        .iter()
+        .filter(|e| e["pid"].as_u64().is_some_and(|p| p >= 0x7fff_0000))
+        .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn gpu_metrics_from_the_stand_in_nvml_exactly() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics");
+    assert!(
+        !finished.stderr.iter().any(|l| l.contains("GPU metrics")),
+        "{:?}",
+        finished.stderr
+    );
+    let gpus = out.summary["gpus"].as_array().expect("summary.json gpus");
+    assert_eq!(gpus.len(), 2);
+    assert_eq!((&gpus[0]["index"], &gpus[0]["name"]), (&json!(0), &json!(H100)));
+    assert_eq!((&gpus[1]["index"], &gpus[1]["name"]), (&json!(1), &json!(A100)));
+    assert_eq!(
+        gpu_names(&out),
+        [format!("GPU 0: {H100}"), format!("GPU 1: {A100}")]
+    );
+    let n0 = assert_device_counters(&out, 0, &gpus[0]);
+    let n1 = assert_device_counters(&out, 1, &gpus[1]);
+    assert_eq!(n0, n1, "both GPUs are read each period");
+    assert_traced_process(&out, &gpus[0], pid);
+    // The runtime publishes on GPU 0 only: GPU 1 holds no process.
+    assert!(track(&out, 1, "traced processes' memory (bytes)").is_empty());
+    assert_eq!(gpus[1]["max_traced_process_memory_bytes"], Value::Null);
+}
