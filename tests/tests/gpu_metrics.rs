@@ -2,7 +2,8 @@
 //! from LD_LIBRARY_PATH as the real libnvidia-ml.so.1 would be): two GPUs whose every counter is
 //! a known function of how many times it was read, so each reading of each counter track in
 //! trace.json is predicted exactly; the traced process's device memory follows the allocations
-//! `gpumem` makes through the stand-in CUDA runtime.
+//! `gpumem` makes through the stand-in CUDA runtime; per-process utilization and, on the GPU
+//! with GPM (the stand-in's "H100"), SM occupancy, tensor-core activity and DRAM bandwidth.
 
 use std::time::Duration;
 
@@ -59,9 +60,9 @@ fn expected(n: usize, f: impl Fn(u64) -> f64) -> Vec<f64> {
 }
 
 /// Runs `gpumem` with the stand-in NVML's process directory, traces it by pid with
-/// `--gpu-metrics=20ms`, and walks its memory through 1 MiB, 3 MiB and 2 MiB,
+/// `--gpu-metrics=20ms` and `extra_env`, and walks its memory through 1 MiB, 3 MiB and 2 MiB,
 /// each held 400 ms (20 readings).
-fn trace_gpumem(label: &str) -> (Outputs, Finished, u32, TempDir) {
+fn trace_gpumem(label: &str, extra_env: &[(&str, &str)]) -> (Outputs, Finished, u32, TempDir) {
     let tmp = TempDir::new(label);
     let gpu_dir = tmp.join("gpu");
     std::fs::create_dir(&gpu_dir).unwrap();
@@ -72,7 +73,8 @@ fn trace_gpumem(label: &str) -> (Outputs, Finished, u32, TempDir) {
     );
     fixture.wait_ready();
     let out = tmp.join("out");
-    let env: Vec<(&str, String)> = fixtures().nvml_env(&gpu_dir);
+    let mut env: Vec<(&str, String)> = fixtures().nvml_env(&gpu_dir);
+    env.extend(extra_env.iter().map(|(k, v)| (*k, v.to_string())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let pid = fixture.pid();
     let mut xtrace = Xtrace::spawn_with_env(
@@ -139,12 +141,34 @@ fn assert_device_counters(out: &Outputs, index: u32, gpu: &Value) -> usize {
     n
 }
 
-/// GPU 0's readings of `pid`: its memory steps as the runtime allocated and freed.
+/// GPU 0's readings of `pid`: its memory steps as the runtime allocated and freed; its
+/// utilization is the stand-in's for each read that found it.
 fn assert_traced_process(out: &Outputs, gpu: &Value, pid: u32) {
     let series = format!("pid {pid}");
     let memory = values(&track(out, 0, "traced processes' memory (bytes)"), &series);
     assert_eq!(steps(&memory), [MIB as f64, (3 * MIB) as f64, (2 * MIB) as f64]);
     assert_eq!(gpu["max_traced_process_memory_bytes"], json!((3 * MIB) as f64));
+    let sm = track(out, 0, "traced processes' SM utilization (%)");
+    let m = sm.len();
+    assert!(
+        m + 2 >= memory.len() && m <= memory.len() + 2,
+        "{m} vs {}",
+        memory.len()
+    );
+    let sm_util = expected(m, |k| ((5 * k + 1) % 101) as f64);
+    assert_eq!(values(&sm, &series), sm_util);
+    for (name, f) in [
+        ("memory", (|k| ((5 * k + 2) % 101) as f64) as fn(u64) -> f64),
+        ("encoder", |k| (k % 7) as f64),
+        ("decoder", |k| (k % 11) as f64),
+    ] {
+        let events = track(out, 0, &format!("traced processes' {name} utilization (%)"));
+        assert_eq!(values(&events, &series), expected(m, f), "{name}");
+    }
+    assert_eq!(
+        gpu["max_traced_process_sm_utilization_pct"],
+        json!(sm_util.iter().copied().fold(0.0, f64::max))
+    );
     // The uprobes' account of the same allocations ends where NVML's does.
     let cuda: Vec<&Value> = out
         .events
@@ -152,6 +176,41 @@ fn assert_traced_process(out: &Outputs, gpu: &Value, pid: u32) {
         .filter(|e| e["ph"] == "C" && e["name"] == "CUDA device memory (bytes)")
         .collect();
     assert_eq!(cuda.last().unwrap()["args"]["bytes"], 2 * MIB, "{cuda:?}");
+}
+
+/// GPU 0's GPM tracks: the metrics between sample k-1 and k, for k = 2, 3, ...
+fn assert_gpm(out: &Outputs, gpu: &Value, n: usize) {
+    let occupancy = values(&track(out, 0, "SM occupancy (%)"), "occupancy");
+    let k = |j: u64| j + 2;
+    assert_eq!(occupancy, expected(n - 1, |j| (10 + k(j) % 80) as f64));
+    let tensor = values(&track(out, 0, "tensor-core activity (%)"), "tensor");
+    assert_eq!(tensor, expected(n - 1, |j| (2 * k(j) % 100) as f64));
+    let dram = values(&track(out, 0, "DRAM bandwidth (%)"), "dram");
+    assert_eq!(dram, expected(n - 1, |j| 0.5 * k(j) as f64));
+    assert_eq!(gpu["gpm"], true);
+    for (key, series) in [
+        ("max_sm_occupancy_pct", &occupancy),
+        ("max_tensor_active_pct", &tensor),
+        ("max_dram_bandwidth_pct", &dram),
+    ] {
+        assert_eq!(
+            gpu[key],
+            json!(series.iter().copied().fold(0.0, f64::max)),
+            "{key}"
+        );
+    }
+}
+
+fn assert_no_gpm(out: &Outputs, index: u32, gpu: &Value) {
+    for name in [
+        "SM occupancy (%)",
+        "tensor-core activity (%)",
+        "DRAM bandwidth (%)",
+    ] {
+        assert!(track(out, index, name).is_empty(), "GPU {index}: {name}");
+    }
+    assert_eq!(gpu["gpm"], false);
+    assert_eq!(gpu["max_sm_occupancy_pct"], Value::Null);
 }
 
 fn gpu_names(out: &Outputs) -> Vec<String> {
@@ -171,9 +230,12 @@ fn gpu_metrics_from_the_stand_in_nvml_exactly() {
     if !require_bpf() {
         return;
     }
-    let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics");
+    let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics", &[]);
     assert!(
-        !finished.stderr.iter().any(|l| l.contains("GPU metrics")),
+        !finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("GPU metrics") || l.contains("GPM")),
         "{:?}",
         finished.stderr
     );
@@ -192,4 +254,29 @@ fn gpu_metrics_from_the_stand_in_nvml_exactly() {
     // The runtime publishes on GPU 0 only: GPU 1 holds no process.
     assert!(track(&out, 1, "traced processes' memory (bytes)").is_empty());
     assert_eq!(gpus[1]["max_traced_process_memory_bytes"], Value::Null);
+    assert_gpm(&out, &gpus[0], n0);
+    assert_no_gpm(&out, 1, &gpus[1]);
+}
+
+/// A driver without GPM on any GPU: no GPM track, and nothing said about it (one debug line).
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn gpm_unsupported_is_silent() {
+    if !require_bpf() {
+        return;
+    }
+    let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics-nogpm", &[("XTRACE_STANDIN_GPM", "off")]);
+    assert!(
+        !finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("GPM") || l.contains("GPU metrics")),
+        "{:?}",
+        finished.stderr
+    );
+    let gpus = out.summary["gpus"].as_array().unwrap();
+    for (index, gpu) in gpus.iter().enumerate() {
+        assert_no_gpm(&out, index as u32, gpu);
+    }
+    assert_traced_process(&out, &gpus[0], pid);
 }
