@@ -3,9 +3,10 @@
 //! a known function of how many times it was read, so each reading of each counter track in
 //! trace.json is predicted exactly; the traced process's device memory follows the allocations
 //! `gpumem` makes through the stand-in CUDA runtime; per-process utilization and, on the GPU
-//! with GPM (the stand-in's "H100"), SM occupancy, tensor-core activity and DRAM bandwidth.
+//! with GPM (the stand-in's "H100"), SM occupancy, tensor-core activity and DRAM bandwidth; the
+//! same tracks in trace.perfetto-trace, read back by `xtrace view`'s charts.
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use serde_json::{json, Value};
 use xtrace_tests::{
@@ -62,7 +63,7 @@ fn expected(n: usize, f: impl Fn(u64) -> f64) -> Vec<f64> {
 /// Runs `gpumem` with the stand-in NVML's process directory, traces it by pid with
 /// `--gpu-metrics=20ms` and `extra_env`, and walks its memory through 1 MiB, 3 MiB and 2 MiB,
 /// each held 400 ms (20 readings).
-fn trace_gpumem(label: &str, extra_env: &[(&str, &str)]) -> (Outputs, Finished, u32, TempDir) {
+fn trace_gpumem(label: &str, extra_env: &[(&str, &str)]) -> (PathBuf, Finished, u32, TempDir) {
     let tmp = TempDir::new(label);
     let gpu_dir = tmp.join("gpu");
     std::fs::create_dir(&gpu_dir).unwrap();
@@ -96,7 +97,7 @@ fn trace_gpumem(label: &str, extra_env: &[(&str, &str)]) -> (Outputs, Finished, 
     assert!(fixture.wait().success());
     let finished = xtrace.wait();
     finished.assert_success();
-    (Outputs::read(&out), finished, pid, tmp)
+    (out, finished, pid, tmp)
 }
 
 /// GPU `index`'s device counters: the n-th reading of each is the stand-in's value for its n-th
@@ -231,6 +232,7 @@ fn gpu_metrics_from_the_stand_in_nvml_exactly() {
         return;
     }
     let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics", &[]);
+    let out = Outputs::read(&out);
     assert!(
         !finished
             .stderr
@@ -266,6 +268,7 @@ fn gpm_unsupported_is_silent() {
         return;
     }
     let (out, finished, pid, _tmp) = trace_gpumem("gpu-metrics-nogpm", &[("XTRACE_STANDIN_GPM", "off")]);
+    let out = Outputs::read(&out);
     assert!(
         !finished
             .stderr
@@ -279,4 +282,77 @@ fn gpm_unsupported_is_silent() {
         assert_no_gpm(&out, index as u32, gpu);
     }
     assert_traced_process(&out, &gpus[0], pid);
+}
+
+/// In trace.perfetto-trace each series is its own counter track (`TRACK SERIES` where a track has
+/// several), with the same values; `xtrace view` of the capture reads them back into its charts.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn gpu_metrics_in_perfetto_and_in_view() {
+    if !require_bpf() {
+        return;
+    }
+    let format = [("XTRACE_TRACE_FORMAT", "perfetto")];
+    let (out, _finished, pid, _tmp) = trace_gpumem("gpu-metrics-perfetto", &format);
+    let decoded = xtrace_tests::perfetto::decode(&out.join("trace.perfetto-trace"));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let n = summary["gpus"][0]["samples"].as_u64().unwrap() as usize;
+    let counter = |track: &str| -> Vec<f64> {
+        let found = decoded["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["pid"] == 0x7fff_0000u64 && c["track"] == track);
+        let values = &found.unwrap_or_else(|| panic!("no {track}: {}", decoded["counters"]))["values"];
+        values
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        counter("power (W)"),
+        expected(n, |k| (100_000 + 500 * k) as f64 / 1000.0)
+    );
+    assert_eq!(counter("PCIe (KB/s) tx"), expected(n, |k| (100 * k) as f64));
+    assert_eq!(
+        counter("utilization (%) gpu"),
+        expected(n, |k| (10 * k % 101) as f64)
+    );
+    assert_eq!(
+        steps(&counter("traced processes' memory (bytes)")),
+        [MIB as f64, (3 * MIB) as f64, (2 * MIB) as f64]
+    );
+    assert_eq!(counter("SM occupancy (%)").len(), n - 1);
+
+    // The view's charts end at the last readings, series named as in trace.json where the
+    // Perfetto track names them.
+    let mut view = Xtrace::spawn(args!["view", &out]);
+    let line = view.wait_stderr("xtrace: live view at ");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/live_gpu_page.py");
+    let run = std::process::Command::new(xtrace_tests::fixtures::python())
+        .arg(&script)
+        .args(["view", url])
+        .output()
+        .expect("running live_gpu_page.py");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    view.wait().assert_success();
+    let seen: Value = serde_json::from_slice(&run.stdout).expect("JSON");
+    let shown = |gpu: &str, track: &str, series: &str| seen["charts"][gpu][track][series].as_f64();
+    let last = (n - 1) as f64;
+    assert_eq!(shown("0", "power (W)", "power"), Some(100.0 + 0.5 * last));
+    assert_eq!(shown("0", "PCIe (KB/s)", "tx"), Some(100.0 * last));
+    assert_eq!(shown("0", "PCIe (KB/s)", "rx"), Some(200.0 * last));
+    assert_eq!(shown("0", "SM clock (MHz)", "sm"), Some(1000.0 + 10.0 * last));
+    // One traced process: Perfetto's track of it does not name its series.
+    let memory = "traced processes' memory (bytes)";
+    assert_eq!(shown("0", memory, "value"), Some((2 * MIB) as f64), "{seen}");
+    let cuda = shown("cuda", "CUDA device memory (bytes)", &format!("pid {pid}"));
+    assert_eq!(cuda, Some((2 * MIB) as f64), "{seen}");
 }

@@ -2,11 +2,13 @@
 //! which loads libnvidia-ml.so.1 at run time) each period — what `nvml_read` reads: device
 //! counters, the traced processes' memory and utilization, GPM metrics on Hopper and later —
 //! stamped with CLOCK_MONOTONIC, the clock of the eBPF records, so the counters line up with the
-//! spans in trace.json.
+//! spans in trace.json. With a live view, each round's readings are also handed to it through a
+//! bounded [`GpuFeed`].
 use std::{
+    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, Ordering},
-        mpsc, Arc,
+        mpsc, Arc, Mutex,
     },
     thread::JoinHandle,
     time::Duration,
@@ -29,6 +31,54 @@ const STATIC_BUILD: &str = if cfg!(target_env = "musl") {
 /// Default sampling period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
 
+/// Readings the live view has not taken yet, at most this many (a live view takes them every
+/// second; past it, the oldest go).
+const FEED_CAP: usize = 50_000;
+
+/// The readings handed to the live view: the GPUs (index, name), then each round's readings.
+#[derive(Clone, Default)]
+pub struct GpuFeed(Arc<Mutex<FeedState>>);
+
+#[derive(Default)]
+struct FeedState {
+    gpus: Vec<(u32, String)>,
+    pending: VecDeque<(u32, Reading)>,
+}
+
+impl GpuFeed {
+    pub(crate) fn started(&self, gpus: Vec<(u32, String)>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).gpus = gpus;
+    }
+
+    pub(crate) fn push(&self, index: u32, readings: &[Reading]) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for r in readings {
+            if state.pending.len() == FEED_CAP {
+                state.pending.pop_front();
+            }
+            state.pending.push_back((index, r.clone()));
+        }
+    }
+
+    /// The GPUs and the readings since the last call.
+    pub fn take(&self) -> Taken {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = std::mem::take(&mut state.pending);
+        Taken {
+            gpus: state.gpus.clone(),
+            readings: pending.into(),
+        }
+    }
+}
+
+/// What [`GpuFeed::take`] takes.
+pub struct Taken {
+    /// Each GPU's index and name.
+    pub gpus: Vec<(u32, String)>,
+    /// The readings since the last take, with their GPU's index.
+    pub readings: Vec<(u32, Reading)>,
+}
+
 /// The running sampler.
 pub struct GpuMetrics {
     stop: Arc<AtomicBool>,
@@ -37,9 +87,9 @@ pub struct GpuMetrics {
 
 impl GpuMetrics {
     /// Starts sampling every GPU each `period`, with the memory and utilization of `pids` (every
-    /// process with -a: empty). Err: why not, for a one-line notice (no NVML, no permission, no
-    /// GPU).
-    pub fn start(period: Duration, pids: Vec<u32>) -> Result<GpuMetrics, String> {
+    /// process with -a: empty), handing each round to `feed` too when a live view shows it.
+    /// Err: why not, for a one-line notice (no NVML, no permission, no GPU).
+    pub fn start(period: Duration, pids: Vec<u32>, feed: Option<GpuFeed>) -> Result<GpuMetrics, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready, started) = mpsc::channel::<Result<(), String>>();
         let flag = stop.clone();
@@ -58,6 +108,7 @@ impl GpuMetrics {
                     &Sampling {
                         period,
                         pids,
+                        feed,
                         stop: flag,
                     },
                     ready,
@@ -88,6 +139,7 @@ impl GpuMetrics {
 struct Sampling {
     period: Duration,
     pids: Vec<u32>,
+    feed: Option<GpuFeed>,
     stop: Arc<AtomicBool>,
 }
 
@@ -120,10 +172,17 @@ fn sample(nvml: &Nvml, how: &Sampling, ready: mpsc::Sender<Result<(), String>>) 
             ..Default::default()
         })
         .collect();
+    if let Some(feed) = &how.feed {
+        feed.started(series.iter().map(|s| (s.index, s.name.clone())).collect());
+    }
     let _ = ready.send(Ok(()));
     loop {
-        for ((_, reader), s) in readers.iter_mut().zip(series.iter_mut()) {
-            s.readings.extend(reader.read(&how.pids));
+        for ((index, reader), s) in readers.iter_mut().zip(series.iter_mut()) {
+            let readings = reader.read(&how.pids);
+            if let Some(feed) = &how.feed {
+                feed.push(*index, &readings);
+            }
+            s.readings.extend(readings);
             s.samples += 1;
         }
         // Sleep in short steps so stopping is prompt.

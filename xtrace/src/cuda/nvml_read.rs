@@ -98,6 +98,28 @@ pub const SM_OCCUPANCY: &str = "SM occupancy (%)";
 pub const TENSOR_ACTIVE: &str = "tensor-core activity (%)";
 pub const DRAM_BANDWIDTH: &str = "DRAM bandwidth (%)";
 
+/// The tracks whose series are fixed, with their series (the others have one per `pid N`).
+pub const FIXED_SERIES: [(&str, &[&str]); 9] = [
+    (UTILIZATION, &["gpu", "memory"]),
+    (MEMORY, &["used"]),
+    (POWER, &["power"]),
+    (TEMPERATURE, &["gpu"]),
+    (SM_CLOCK, &["sm"]),
+    (PCIE, &["tx", "rx"]),
+    (SM_OCCUPANCY, &["occupancy"]),
+    (TENSOR_ACTIVE, &["tensor"]),
+    (DRAM_BANDWIDTH, &["dram"]),
+];
+
+/// The tracks with one series per traced process (`pid N`).
+pub const PROCESS_TRACKS: [&str; 5] = [
+    PROCESS_MEMORY,
+    PROCESS_SM,
+    PROCESS_MEMORY_UTIL,
+    PROCESS_ENCODER,
+    PROCESS_DECODER,
+];
+
 /// The GPM metrics read, with their tracks and series.
 const GPM_METRICS: [(GpmMetricId, &str, &str); 3] = [
     (GpmMetricId::SmOccupancy, SM_OCCUPANCY, "occupancy"),
