@@ -214,6 +214,41 @@ fn assert_no_gpm(out: &Outputs, index: u32, gpu: &Value) {
     assert_eq!(gpu["max_sm_occupancy_pct"], Value::Null);
 }
 
+/// summary.txt's GPU lines: the peaks of summary.json.
+fn assert_summary_text(out: &Outputs, gpus: &[Value]) {
+    let peak = |gpu: &Value, key: &str| format!("{:.0}", gpu[key].as_f64().unwrap());
+    let lines: Vec<&str> = out
+        .summary_txt
+        .lines()
+        .skip_while(|l| !l.starts_with("GPU 0 ("))
+        .collect();
+    let head = |gpu: &Value, name| {
+        format!(
+            "GPU {} ({name}): {} readings, peak utilization {}%, memory used {} bytes, power {} W",
+            gpu["index"],
+            gpu["samples"],
+            peak(gpu, "max_gpu_utilization_pct"),
+            peak(gpu, "max_memory_used_bytes"),
+            peak(gpu, "max_power_w"),
+        )
+    };
+    let expected = [
+        head(&gpus[0], H100),
+        format!(
+            "  traced processes: peak SM utilization {}%",
+            peak(&gpus[0], "max_traced_process_sm_utilization_pct")
+        ),
+        format!(
+            "  GPM peaks: SM occupancy {}%, tensor-core activity {}%, DRAM bandwidth {}%",
+            peak(&gpus[0], "max_sm_occupancy_pct"),
+            peak(&gpus[0], "max_tensor_active_pct"),
+            peak(&gpus[0], "max_dram_bandwidth_pct"),
+        ),
+        head(&gpus[1], A100),
+    ];
+    assert_eq!(lines, expected, "{}", out.summary_txt);
+}
+
 fn gpu_names(out: &Outputs) -> Vec<String> {
     let mut names: Vec<String> = out
         .metadata("process_name")
@@ -258,6 +293,7 @@ fn gpu_metrics_from_the_stand_in_nvml_exactly() {
     assert_eq!(gpus[1]["max_traced_process_memory_bytes"], Value::Null);
     assert_gpm(&out, &gpus[0], n0);
     assert_no_gpm(&out, 1, &gpus[1]);
+    assert_summary_text(&out, gpus);
 }
 
 /// A driver without GPM on any GPU: no GPM track, and nothing said about it (one debug line).
