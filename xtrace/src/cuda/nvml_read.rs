@@ -120,6 +120,10 @@ pub const PROCESS_TRACKS: [&str; 5] = [
     PROCESS_DECODER,
 ];
 
+/// The shortest time between two GPM samples compared: NVML's GPM documentation asks for more
+/// than 100 ms, its counters' refresh.
+const GPM_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The GPM metrics read, with their tracks and series.
 const GPM_METRICS: [(GpmMetricId, &str, &str); 3] = [
     (GpmMetricId::SmOccupancy, SM_OCCUPANCY, "occupancy"),
@@ -163,7 +167,8 @@ pub struct DeviceReader<'nvml> {
 enum GpmState<'nvml> {
     /// Supported, no sample taken yet.
     Ready,
-    Previous(GpmSample<'nvml>),
+    /// The previous sample and when it was taken.
+    Previous(GpmSample<'nvml>, std::time::Instant),
 }
 
 impl<'nvml> DeviceReader<'nvml> {
@@ -294,11 +299,18 @@ impl<'nvml> DeviceReader<'nvml> {
         }
     }
 
-    /// The GPM metrics between the previous sample and one taken now (none at the first).
+    /// The GPM metrics between the previous sample and one taken now (none at the first, nor
+    /// within [`GPM_MIN_INTERVAL`] of the previous sample: NVML refreshes its counters no faster).
     fn gpm(&mut self, batch: &mut Batch) {
         let Some(state) = self.gpm.take() else {
             return;
         };
+        if let GpmState::Previous(_, at) = &state {
+            if at.elapsed() < GPM_MIN_INTERVAL {
+                self.gpm = Some(state);
+                return;
+            }
+        }
         let sample = match self.device.gpm_sample() {
             Ok(sample) => sample,
             Err(e) => {
@@ -306,7 +318,7 @@ impl<'nvml> DeviceReader<'nvml> {
                 return;
             }
         };
-        if let GpmState::Previous(previous) = &state {
+        if let GpmState::Previous(previous, _) = &state {
             let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|(id, ..)| *id).collect();
             if let Ok(results) = gpm_metrics_get(self.nvml, previous, &sample, &ids) {
                 for ((_, track, series), result) in GPM_METRICS.iter().zip(results) {
@@ -314,7 +326,7 @@ impl<'nvml> DeviceReader<'nvml> {
                 }
             }
         }
-        self.gpm = Some(GpmState::Previous(sample));
+        self.gpm = Some(GpmState::Previous(sample, std::time::Instant::now()));
     }
 }
 
