@@ -81,9 +81,28 @@ pub struct Fixtures {
     /// `CUDA_INJECTION64_PATH`; `libcupti.so.12` beside them is the stand-in CUPTI (cupti.c).
     pub gpuapp: PathBuf,
     pub libcupti: PathBuf,
+    /// `gpumem` (see gpumem.c): device memory held in steps given on stdin (`alloc N`, `free`),
+    /// through the stand-in runtime, which publishes it to the stand-in NVML.
+    pub gpumem: PathBuf,
+    /// The stand-in NVML `libnvidia-ml.so.1` (nvml.c), alone in its directory, which xtrace is
+    /// given as LD_LIBRARY_PATH (see [`Fixtures::nvml_env`]).
+    pub libnvml: PathBuf,
     /// `ranges run` and `ranges names N` (see ranges.c): known ranges through xtrace's own API,
     /// linked against the tool library `libxtrace_tool.so` next to the xtrace binary under test.
     pub ranges: PathBuf,
+}
+
+impl Fixtures {
+    /// The environment that makes xtrace load the stand-in NVML and lets it see the processes
+    /// whose stand-in runtime publishes into `gpu_dir` (give the fixture the same
+    /// `XTRACE_STANDIN_GPU_DIR`).
+    pub fn nvml_env(&self, gpu_dir: &Path) -> Vec<(&'static str, String)> {
+        let dir = self.libnvml.parent().expect("a directory");
+        vec![
+            ("LD_LIBRARY_PATH", dir.display().to_string()),
+            ("XTRACE_STANDIN_GPU_DIR", gpu_dir.display().to_string()),
+        ]
+    }
 }
 
 /// The tool library next to the xtrace binary under test.
@@ -188,6 +207,8 @@ fn build() -> Fixtures {
         cudalate: out.join("cudalate"),
         gpuapp: out.join("gpuapp"),
         libcupti: out.join("libcupti.so.12"),
+        gpumem: out.join("gpumem"),
+        libnvml: out.join("nvml/libnvidia-ml.so.1"),
         ranges: out.join("ranges"),
     };
     compile(&[src.join("profile.c")], &fixtures.profile, &[]);
@@ -271,6 +292,18 @@ fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
         ],
     );
     compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
+    compile(
+        &[src.join("gpumem.c"), cudart.clone(), cuda.clone()],
+        &fixtures.gpumem,
+        &[
+            &format!("{dir}/libcudart.so.12"),
+            &format!("{dir}/libcuda.so.1"),
+            &format!("-Wl,-rpath,{dir}"),
+        ],
+    );
+    let nvml_dir = fixtures.libnvml.parent().expect("a directory");
+    std::fs::create_dir_all(nvml_dir).unwrap_or_else(|e| panic!("creating {}: {e}", nvml_dir.display()));
+    compile(&[src.join("nvml.c")], &fixtures.libnvml, &["-shared", "-fPIC"]);
     compile(
         &[src.join("gpuapp.c"), cudart.clone(), cuda.clone()],
         &fixtures.gpuapp,

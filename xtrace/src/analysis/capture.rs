@@ -54,6 +54,36 @@ pub struct Capture {
     pub threads: BTreeMap<(u32, u32), String>,
     /// stacks.folded: (frames outermost first, the process first; samples).
     pub folded: Vec<(String, u64)>,
+    /// Counter tracks' values, when loaded with [`Load::counters`].
+    pub counters: Vec<Counter>,
+}
+
+/// One value of one series of a counter track: trace.json's `"ph":"C"` events, one per series
+/// in `args`; a Perfetto trace's counter events, whose track is one series (`series` None).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Counter {
+    pub pid: u32,
+    pub track: String,
+    pub series: Option<String>,
+    pub ts_ns: u64,
+    pub value: f64,
+}
+
+impl Counter {
+    /// The values of a trace.json counter event, one per series of its `args` object.
+    pub(super) fn of_args(pid: u32, track: &str, ts_ns: u64, args: Option<&str>) -> Vec<Counter> {
+        let values: BTreeMap<String, f64> = args
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default();
+        let counter = |(series, value)| Counter {
+            pid,
+            track: track.to_owned(),
+            series: Some(series),
+            ts_ns,
+            value,
+        };
+        values.into_iter().map(counter).collect()
+    }
 }
 
 /// What to read besides summary.json.
@@ -63,6 +93,8 @@ pub struct Load {
     pub trace: bool,
     /// Keep the spans (false: only names, metadata and instants are kept).
     pub spans: bool,
+    /// Keep the counter tracks' values (`xtrace view`'s GPU charts).
+    pub counters: bool,
 }
 
 impl Default for Load {
@@ -70,6 +102,7 @@ impl Default for Load {
         Load {
             trace: true,
             spans: true,
+            counters: false,
         }
     }
 }
@@ -154,7 +187,7 @@ pub fn load(dir: &Path, what: Load) -> Result<Capture> {
         ..Capture::default()
     };
     if what.trace {
-        super::trace_file::read(dir, &mut capture, what.spans)?;
+        super::trace_file::read(dir, &mut capture, what)?;
     }
     let folded_path = dir.join(crate::output::STACKS_FOLDED);
     match super::read_regular(&folded_path) {
@@ -454,6 +487,7 @@ mod tests {
             Load {
                 trace: true,
                 spans: false,
+                counters: false,
             },
         )
         .unwrap();

@@ -209,6 +209,25 @@ impl Decode for Sink<'_> {
                 flow: None,
                 ..
             } => self.instant(&name.name, &name.cat),
+            Decoded::Counter {
+                pid,
+                track,
+                ts_ns,
+                value,
+            } if self.keep_counters => {
+                let value = match value {
+                    Counted::Int(v) => v as f64,
+                    Counted::Double(v) => v,
+                };
+                // One Perfetto track per series: its name says both (see `live::view`).
+                self.capture.counters.push(super::capture::Counter {
+                    pid,
+                    track: track.into(),
+                    series: None,
+                    ts_ns,
+                    value,
+                });
+            }
             // CPU samples are read from stacks.folded, as with trace.json.
             _ => {}
         }

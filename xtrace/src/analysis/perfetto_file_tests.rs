@@ -90,7 +90,7 @@ fn load(name: &str, trace: &[u8]) -> Result<Capture, String> {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join(name), trace).unwrap();
     let mut capture = Capture::default();
-    let read = super::super::trace_file::read(&dir, &mut capture, true);
+    let read = super::super::trace_file::read(&dir, &mut capture, Default::default());
     std::fs::remove_dir_all(&dir).unwrap();
     read.map(|()| capture).map_err(|e| e.to_string())
 }

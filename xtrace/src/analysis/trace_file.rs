@@ -19,7 +19,7 @@ use serde::{
 use serde_json::value::RawValue;
 
 use super::{
-    capture::{cut_short, malformed, unreadable, Capture, Name, Span},
+    capture::{cut_short, malformed, unreadable, Capture, Counter, Name, Span},
     Error, Result,
 };
 use crate::{
@@ -28,10 +28,11 @@ use crate::{
 };
 
 /// Reads the trace of `dir` into `capture`: names, instants, process and thread names, and the
-/// spans when `keep_spans`.
-pub(super) fn read(dir: &Path, capture: &mut Capture, keep_spans: bool) -> Result<()> {
+/// spans and counters when `what` asks for them.
+pub(super) fn read(dir: &Path, capture: &mut Capture, what: super::capture::Load) -> Result<()> {
     let (path, reader, format) = open(dir)?;
-    let mut sink = Sink::new(capture, keep_spans);
+    let mut sink = Sink::new(capture, what.spans);
+    sink.keep_counters = what.counters;
     if format == TraceFormat::Perfetto {
         return super::perfetto_file::read(&path, reader, &mut sink);
     }
@@ -138,8 +139,10 @@ fn read_lines<S: Events>(mut reader: impl BufRead, sink: &mut S) -> Option<()> {
 /// Where parsed events go (from trace.json, or from trace.perfetto-trace through
 /// [`super::perfetto_file`]).
 pub(super) struct Sink<'c> {
-    capture: &'c mut Capture,
+    pub(super) capture: &'c mut Capture,
     keep_spans: bool,
+    /// Whether counters are kept (`xtrace view`).
+    pub(super) keep_counters: bool,
     /// category → name → index into `capture.names`.
     interned: HashMap<String, HashMap<String, u32>>,
     /// The durations of the complete events so far, added: past `u64::MAX` the capture is refused,
@@ -206,6 +209,7 @@ impl<'c> Sink<'c> {
         Sink {
             capture,
             keep_spans,
+            keep_counters: false,
             interned: HashMap::new(),
             durations: 0,
             progress: Progress::default(),
@@ -220,6 +224,7 @@ impl<'c> Sink<'c> {
         c.instants.clear();
         c.processes.clear();
         c.threads.clear();
+        c.counters.clear();
         self.interned.clear();
         self.durations = 0;
         self.progress = Progress::default();
@@ -257,6 +262,14 @@ impl Events for Sink<'_> {
                 self.span(&name, (pid, tid), start_ns, dur_ns, args)?;
             }
             "i" | "I" => self.instant(name.unwrap_or(""), cat.unwrap_or("")),
+            "C" if self.keep_counters => {
+                let ts_ns = event
+                    .ts
+                    .and_then(micros_to_ns)
+                    .ok_or("a counter without a valid ts")?;
+                let counters = Counter::of_args(pid, name.unwrap_or(""), ts_ns, args);
+                self.capture.counters.extend(counters);
+            }
             "M" => {
                 #[derive(Deserialize)]
                 struct Named {
@@ -542,7 +555,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xtrace-trace-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(crate::output::TRACE_FILE), text).unwrap();
-        let e = read(&dir, &mut Capture::default(), true).unwrap_err().to_string();
+        let what = Default::default();
+        let e = read(&dir, &mut Capture::default(), what).unwrap_err().to_string();
         std::fs::remove_dir_all(&dir).unwrap();
         e
     }

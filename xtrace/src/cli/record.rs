@@ -263,10 +263,11 @@ pub struct RecordArgs {
 
     /// Sample every NVIDIA GPU through NVML each PERIOD (default 100ms; `off` disables it).
     ///
-    /// Utilization, memory, power, temperature, SM clock, PCIe, and the traced processes' device
-    /// memory, as counter tracks in the trace. PERIOD is at least 10ms. On by itself whenever CUDA
-    /// calls are traced. Without NVML (no driver, no permission): one warning, and the recording
-    /// goes on.
+    /// Utilization, memory, power, temperature, SM clock, PCIe, the traced processes' device
+    /// memory and utilization, and on Hopper and later SM occupancy, tensor-core activity and
+    /// DRAM bandwidth (GPM), as counter tracks in the trace. PERIOD is at least 10ms. On by itself
+    /// whenever CUDA calls are traced. Without NVML (no driver, no permission): one warning, and
+    /// the recording goes on.
     #[arg(long = "gpu-metrics", value_name = "PERIOD", num_args = 0..=1, require_equals = true,
           default_missing_value = "100ms", value_parser = parse_gpu_period,
           help_heading = heading::GPU)]

@@ -34,8 +34,9 @@ pub async fn run(args: &ViewArgs) -> Result<String> {
     let capture = capture::load(
         &args.dir,
         Load {
-            trace: false,
+            trace: true,
             spans: false,
+            counters: true,
         },
     )?;
     let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));

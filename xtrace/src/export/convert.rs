@@ -38,6 +38,7 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
         crate::analysis::capture::Load {
             trace: false,
             spans: false,
+            counters: false,
         },
     )?;
     let clock = |at: &str| -> Snapshot {

@@ -36,6 +36,7 @@ pub fn write(out: &output::Dir, spans: u64, icicle: bool) -> Result<Vec<&'static
     let what = Load {
         trace: with_spans,
         spans: with_spans,
+        counters: false,
     };
     // Read through the directory's descriptor, like everything written there.
     let capture = capture::load(&out.by_descriptor(), what).map_err(internal)?;

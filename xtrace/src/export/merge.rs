@@ -99,6 +99,7 @@ fn input(dir: &Path) -> Result<Input> {
         Load {
             trace: false,
             spans: false,
+            counters: false,
         },
     )?;
     let path = dir.join(output::SUMMARY_JSON);

@@ -71,6 +71,17 @@ impl Summary {
                 show(gpu.max_memory_used_bytes, " bytes"),
                 show(gpu.max_power_w, " W"),
             );
+            if let Some(sm) = gpu.max_traced_process_sm_utilization_pct {
+                out += &format!("  traced processes: peak SM utilization {sm:.0}%\n");
+            }
+            if gpu.gpm {
+                out += &format!(
+                    "  GPM peaks: SM occupancy {}, tensor-core activity {}, DRAM bandwidth {}\n",
+                    show(gpu.max_sm_occupancy_pct, "%"),
+                    show(gpu.max_tensor_active_pct, "%"),
+                    show(gpu.max_dram_bandwidth_pct, "%"),
+                );
+            }
         }
         out
     }

@@ -1,11 +1,12 @@
 //! The live view (`xtrace record --live`): a small HTTP server on the recording's own tokio
 //! runtime that serves one page, which shows the capture while it runs. `http` reads and answers
 //! requests, `guard` decides who may ask, `server` routes them, `publish` turns the pipeline's
-//! state into what the page reads once a second, and `page.html` is the page itself (plain
+//! state into what the page reads once a second (`gpu_charts`: its GPU charts), and `page.html` is the page itself (plain
 //! HTML, CSS and JavaScript, built into the binary); `view` makes the page's state of a finished
 //! capture (`xtrace view DIR`). The pipeline never waits for the page: it
 //! hands its state over with a `try_lock` and a watch channel, and a slow or absent client costs
 //! it nothing. The server closes with the capture: nothing listens afterwards.
+mod gpu_charts;
 mod guard;
 mod http;
 mod publish;

@@ -3,7 +3,8 @@
 //! minute and the whole capture, the `--warn-over` alerts) and the CPU samples' stacks of that
 //! second, named while their processes live (through the capture's one bounded cache of names,
 //! `pipeline::symbolizer::Resolver::frames_of`) and folded into a ring of per-second slots (the same
-//! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from.
+//! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from, and the GPU
+//! charts (`gpu_charts`).
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
@@ -126,6 +127,9 @@ struct Snapshot<'a> {
     alerts_total: u64,
     done: bool,
     stop_reason: Option<&'static str>,
+    /// The GPU charts: NVML's counters per GPU, CUDA device memory per process.
+    #[serde(flatten)]
+    charts: &'a super::gpu_charts::Charts,
 }
 
 #[derive(Serialize)]
@@ -175,6 +179,7 @@ pub struct Publisher {
     alerts: VecDeque<String>,
     alerts_total: u64,
     last: Option<(u64, u64)>,
+    charts: super::gpu_charts::ChartFeed,
 }
 
 impl Publisher {
@@ -196,7 +201,13 @@ impl Publisher {
             alerts: VecDeque::new(),
             alerts_total: 0,
             last: None,
+            charts: super::gpu_charts::ChartFeed::new(begin_ns),
         }
+    }
+
+    /// Charts the GPU metrics `feed` hands over.
+    pub fn show_gpus(&mut self, feed: crate::cuda::nvml::GpuFeed) {
+        self.charts.show_gpus(feed);
     }
 
     /// The state it publishes to, which the Stop button is pressed through.
@@ -225,7 +236,9 @@ impl Publisher {
             images,
             python,
             bpf,
+            cuda_memory,
         } = parts;
+        self.charts.update(tick.now_ns, &cuda_memory);
         if let Some(resolver) = &self.resolver {
             let keys: Vec<_> = stacks.stacks.keys().collect();
             let frames = resolver.frames_of(&keys, bpf, images, python);
@@ -290,6 +303,7 @@ impl Publisher {
             alerts_total: self.alerts_total,
             done: tick.done.is_some(),
             stop_reason: tick.done,
+            charts: &self.charts.charts,
         };
         state.json = serde_json::to_string(&snapshot).unwrap_or_default().into();
         state.done = tick.done.is_some();

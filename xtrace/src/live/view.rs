@@ -1,11 +1,12 @@
 //! `xtrace view DIR`: the live view's page over a finished capture. Its one snapshot is made from
 //! summary.json (each probe's count, rate over the capture, p50 and p99: the figures `xtrace
-//! report` shows) and its flamegraph from stacks.folded; the recent stretches, which a stored
-//! capture does not have, are null.
+//! report` shows), its flamegraph from stacks.folded and its GPU charts from the trace's counter
+//! tracks; the recent stretches, which a stored capture does not have, are null.
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::analysis::capture::Capture;
+use super::gpu_charts::{Charts, GpuCharts};
+use crate::{analysis::capture::Capture, cuda::nvml::track_pid, pipeline::family::cuda::CUDA_MEMORY_TRACK};
 
 #[derive(Serialize)]
 struct Snapshot<'a> {
@@ -21,6 +22,8 @@ struct Snapshot<'a> {
     alerts_total: u64,
     done: bool,
     stop_reason: Option<&'a str>,
+    #[serde(flatten)]
+    charts: Charts,
 }
 
 #[derive(Serialize)]
@@ -76,8 +79,65 @@ pub fn snapshot(capture: &Capture) -> String {
         alerts_total: 0,
         done: true,
         stop_reason: summary.get("stop_reason").and_then(Value::as_str),
+        charts: charts(capture),
     };
     serde_json::to_string(&snapshot).unwrap_or_default()
+}
+
+/// The GPU charts of the trace's counters, in seconds from the first: the GPUs' pseudo-processes'
+/// tracks, and each process's CUDA device memory.
+fn charts(capture: &Capture) -> Charts {
+    let mut charts = Charts::default();
+    let first_ns = capture.counters.iter().map(|c| c.ts_ns).min().unwrap_or(0);
+    for c in &capture.counters {
+        let (track, series) = match &c.series {
+            Some(series) => (c.track.as_str(), series.as_str()),
+            None => track_and_series(&c.track),
+        };
+        let t_s = c.ts_ns.saturating_sub(first_ns) as f64 / 1e9;
+        let points = match c.pid.checked_sub(track_pid(0)) {
+            Some(index) => {
+                let gpu = match charts.gpus.iter().position(|g| g.index == index) {
+                    Some(at) => &mut charts.gpus[at],
+                    None => {
+                        let name = capture.processes.get(&c.pid).map_or("", String::as_str);
+                        let name = name.split_once(": ").map_or(name, |(_, n)| n);
+                        charts.gpus.push(GpuCharts::new(index, name.to_string()));
+                        charts.gpus.last_mut().expect("just pushed")
+                    }
+                };
+                gpu.chart(track).series.entry(series.to_string()).or_default()
+            }
+            None if track == CUDA_MEMORY_TRACK => {
+                charts.cuda_memory.entry(format!("pid {}", c.pid)).or_default()
+            }
+            None => continue,
+        };
+        points.add(t_s, c.value);
+    }
+    charts.gpus.sort_by_key(|g| g.index);
+    charts
+}
+
+/// A Perfetto counter track's name as (track, series), as trace.json has them: Perfetto has one
+/// track per series, named `TRACK SERIES` where a track has several, `TRACK` where it has one
+/// (then its series is known for the tracks of fixed series, and `value` for the others).
+fn track_and_series(name: &str) -> (&str, &str) {
+    use crate::{cuda::nvml_read, pipeline::family::cuda};
+    let fixed = nvml_read::FIXED_SERIES.iter().copied().chain([
+        (cuda::CUDA_MEMORY_TRACK, &["bytes"][..]),
+        (cuda::CUDA_PINNED_TRACK, &["bytes"][..]),
+    ]);
+    let open = nvml_read::PROCESS_TRACKS.iter().map(|t| (*t, &[][..]));
+    for (track, series) in fixed.chain(open) {
+        if name == track {
+            return (track, series.first().copied().unwrap_or("value"));
+        }
+        if let Some(s) = name.strip_prefix(track).and_then(|s| s.strip_prefix(' ')) {
+            return (track, s);
+        }
+    }
+    (name, "value")
 }
 
 #[cfg(test)]
@@ -106,6 +166,47 @@ mod tests {
         assert_eq!(
             (v["done"].as_bool(), v["view"].as_str()),
             (Some(true), Some("cap"))
+        );
+    }
+
+    #[test]
+    fn gpu_charts_of_the_trace_counters_and_perfetto_track_names() {
+        let counter =
+            |pid, track: &str, series: Option<&str>, ts_ns, value| crate::analysis::capture::Counter {
+                pid,
+                track: track.into(),
+                series: series.map(Into::into),
+                ts_ns,
+                value,
+            };
+        let gpu0 = track_pid(0);
+        let capture = Capture {
+            processes: [(gpu0, "GPU 0: H100".to_string())].into(),
+            counters: vec![
+                counter(gpu0, "power (W)", Some("power"), 1_000_000_000, 100.0),
+                counter(gpu0, "PCIe (KB/s) tx", None, 2_000_000_000, 5.0),
+                counter(gpu0, "power (W)", None, 3_500_000_000, 101.5),
+                counter(7, CUDA_MEMORY_TRACK, Some("bytes"), 3_000_000_000, 4096.0),
+                counter(
+                    7,
+                    "CUDA pinned host memory (bytes)",
+                    Some("bytes"),
+                    3_000_000_000,
+                    1.0,
+                ),
+            ],
+            ..Default::default()
+        };
+        let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
+        assert_eq!(
+            (&v["gpus"], &v["cuda_memory"]),
+            (
+                &serde_json::json!([{"index": 0, "name": "H100", "charts": [
+                    {"track": "power (W)", "series": {"power": [[0.0, 100.0], [2.5, 101.5]]}},
+                    {"track": "PCIe (KB/s)", "series": {"tx": [[1.0, 5.0]]}},
+                ]}]),
+                &serde_json::json!({"pid 7": [[2.0, 4096.0]]})
+            )
         );
     }
 }

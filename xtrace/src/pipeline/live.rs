@@ -161,6 +161,8 @@ pub struct LiveParts<'a> {
     pub images: &'a mut crate::image::Images,
     pub python: &'a crate::python::Python,
     pub bpf: Option<&'a super::bpf_symbols::BpfSymbols>,
+    /// Each process's CUDA device memory allocated by traced calls and not freed, now.
+    pub cuda_memory: Vec<(u32, u64)>,
 }
 
 /// The live view's side of a pipeline.
@@ -184,6 +186,16 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
             images: &mut self.images,
             python: &self.python,
             bpf: self.families.sampling.samples.bpf.as_ref(),
+            cuda_memory: self
+                .families
+                .cuda
+                .calls
+                .totals
+                .memory
+                .iter()
+                .filter(|((space, _), _)| *space == crate::model::cuda_api::Space::Device)
+                .map(|(&(_, pid), memory)| (pid, memory.current))
+                .collect(),
         })
     }
 }

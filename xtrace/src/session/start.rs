@@ -143,7 +143,8 @@ impl<'a> Prepared<'a> {
         let (sink, trace_file) = output::create_trace(&out, config.gzip, config.trace_format)?;
         let writer =
             TraceWriter::spawn(sink, &names, config.trace_format).map_err(output_error(&trace_file.path))?;
-        let gpu_metrics = gpu_metrics(config, &plan, &targets, observer);
+        let gpu_feed = live.as_ref().map(|_| nvml::GpuFeed::default());
+        let gpu_metrics = gpu_metrics(config, &plan, &targets, gpu_feed.clone(), observer);
         let infos = target_infos(&targets);
         // Before the notice too: the pipeline reads the targets' mappings (strings in them).
         let images = images(
@@ -162,15 +163,10 @@ impl<'a> Prepared<'a> {
         }
         let live = live.map(|live| {
             pipeline.watch_live();
-            let probes = plan
-                .probes
-                .iter()
-                .map(|p| (p.name.clone(), p.kind.name()))
-                .collect();
             let begin_ns = window.map_or_else(crate::clock::monotonic_ns, |[monotonic_ns, _]| monotonic_ns);
             let hz = sampling.map_or(0, |s| s.hz);
-            let publisher = crate::live::Publisher::new(live.shared(), probes, begin_ns, hz);
-            (live, publisher)
+            let gpus = gpu_metrics.as_ref().and(gpu_feed);
+            publisher(live, &plan, (begin_ns, hz), gpus)
         });
         let attached = (
             kernel.attach_ns,
@@ -435,12 +431,34 @@ fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> St
     }
 }
 
-/// GPU metrics, read every `--gpu-metrics` period, or every 100 ms when CUDA calls are traced;
-/// without NVML a warning says so, and the recording goes on.
+/// The live view's publisher for a capture of `plan` that began at `begin_ns`, sampling at `hz`
+/// (0: not sampling), with the GPU metrics `gpus` hands over.
+fn publisher(
+    live: crate::live::Live,
+    plan: &Plan,
+    (begin_ns, hz): (u64, u64),
+    gpus: Option<nvml::GpuFeed>,
+) -> (crate::live::Live, crate::live::Publisher) {
+    let probes = plan
+        .probes
+        .iter()
+        .map(|p| (p.name.clone(), p.kind.name()))
+        .collect();
+    let mut publisher = crate::live::Publisher::new(live.shared(), probes, begin_ns, hz);
+    if let Some(feed) = gpus {
+        publisher.show_gpus(feed);
+    }
+    (live, publisher)
+}
+
+/// GPU metrics, read every `--gpu-metrics` period, or every 100 ms when CUDA calls are traced,
+/// handed to the live view through `feed` too; without NVML a warning says so, and the recording
+/// goes on.
 fn gpu_metrics(
     config: &Config,
     plan: &Plan,
     targets: &Targets,
+    feed: Option<nvml::GpuFeed>,
     observer: &mut dyn Observer,
 ) -> Option<GpuMetrics> {
     let period = match config.gpu_metrics {
@@ -449,7 +467,7 @@ fn gpu_metrics(
         None if !plan.cuda.is_empty() => Some(nvml::DEFAULT_PERIOD),
         None => None,
     }?;
-    GpuMetrics::start(period, targets.pids())
+    GpuMetrics::start(period, targets.pids(), feed)
         .map_err(|why| observer.warning(&format!("GPU metrics off: {why}; tracing continues")))
         .ok()
 }
