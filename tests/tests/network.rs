@@ -1,4 +1,5 @@
-//! xtrace listens only with `--live`, only on the address it printed, and closes it at the stop.
+//! xtrace connects only to the `--store` given, listens only with `--live`, only on the address it
+//! printed, and closes it at the stop.
 //! Without `--live`, while it records (uprobes, CPU sampling, GPU metrics asked for), none of its
 //! fds is an inet socket (TCP, UDP or raw, v4 or v6, in its network namespace's /proc/PID/net
 //! tables) and none is a listening Unix socket; its own Unix sockets (tokio's signal wake-up
@@ -7,7 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use xtrace_tests::{args, fixtures::Fixture, require_bpf, run::Xtrace, TempDir};
+use xtrace_tests::{
+    args, clickhouse::ClickHouse, fixtures::fixtures, fixtures::Fixture, require_bpf, run::Xtrace,
+    xtrace_bin, TempDir,
+};
 
 /// The inodes of the sockets process `pid` holds.
 fn socket_inodes(pid: u32) -> BTreeSet<String> {
@@ -121,4 +125,80 @@ fn a_live_capture_listens_only_on_its_address_until_the_stop() {
         Some(std::io::ErrorKind::ConnectionRefused),
         "nothing listens on {printed} after the capture"
     );
+}
+
+/// The network system calls of `xtrace ARGS` and every thread and child it starts, as strace
+/// writes them (`connect(3, {sa_family=AF_INET, sin_port=htons(8123), ...}) = 0`).
+fn network_calls(args: &[std::ffi::OsString]) -> Vec<String> {
+    let out = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=connect,bind,listen,accept,accept4",
+            "-o",
+            "/dev/stderr",
+        ])
+        .arg(xtrace_bin())
+        .args(args)
+        .output()
+        .expect("strace (Debian's strace package)");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+        .lines()
+        .filter(|l| {
+            ["connect(", "bind(", "listen(", "accept"]
+                .iter()
+                .any(|c| l.contains(c))
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// `record --store` and `push` connect to the store's address only, and listen on nothing.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_store_is_the_only_address_xtrace_connects_to() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(server) = ClickHouse::start() else {
+        return;
+    };
+    let tmp = TempDir::new("network-store");
+    let url = server.url("xtrace_network");
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.split('/').next())
+        .expect("a port")
+        .to_string();
+    let out = tmp.join("out");
+    let record = args![
+        "-q",
+        "-u",
+        "busy",
+        "--store",
+        &url,
+        "-o",
+        &out,
+        "--",
+        &fixtures().spans,
+        "busy",
+        "1",
+        "5"
+    ];
+    let push = args!["push", &out, "--store", server.url("xtrace_network_again")];
+    for run in [record, push] {
+        let calls = network_calls(&run);
+        assert!(!calls.is_empty(), "no connection to the store at all");
+        for call in &calls {
+            assert!(
+                call.contains("connect(")
+                    && call.contains(&format!("sin_port=htons({port})"))
+                    && call.contains("inet_addr(\"127.0.0.1\")"),
+                "a network call other than to the store: {call}\n{calls:#?}"
+            );
+        }
+    }
 }

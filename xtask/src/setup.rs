@@ -39,6 +39,8 @@ const PACKAGES: &[&str] = &[
     // The MPI tests' launcher and compiler wrapper (Open MPI 4.1 on Debian 12).
     "openmpi-bin",
     "libopenmpi-dev",
+    // The network test watches xtrace's connections with it.
+    "strace",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and
@@ -86,7 +88,7 @@ pub fn run(verbosity: Verbosity) -> Result<()> {
         (
             "Debian packages (gcc g++ systemtap-sdt-dev bpftool util-linux python3 python3-venv \
              golang-go valgrind libc6-dbg binutils libllvm14 chromium chromium-driver \
-             clickhouse-server openmpi-bin libopenmpi-dev)",
+             clickhouse-server openmpi-bin libopenmpi-dev strace)",
             debian_packages,
         ),
         (
