@@ -2,7 +2,7 @@
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
 //! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
-//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks); in_kernel runs the
+//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks), store; in_kernel runs the
 //! attach rows in another kernel. prep builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
 //! report holds the rows and writes the table and the JSON.
 mod attach;
@@ -23,6 +23,7 @@ mod rss;
 mod runs;
 mod sampling;
 mod saturation;
+mod store;
 mod strings;
 mod throughput;
 mod trace_format;
@@ -77,6 +78,7 @@ pub enum Part {
     Flight,
     OffCpu,
     Python,
+    Store,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -173,6 +175,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if wanted(Part::Python) {
         python::run(&env, &cfg, &mut report)?;
+    }
+    if wanted(Part::Store) {
+        store::run(&env, &cfg, &mut report)?;
     }
 
     let _ = fs::remove_dir_all(&env.tmp);
