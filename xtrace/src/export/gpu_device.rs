@@ -7,8 +7,12 @@ impl GpuDeviceSummary {
     /// summary.txt's lines.
     pub fn table(&self) -> String {
         let dropped = self.records_dropped;
+        let graphs = match self.graph_nodes {
+            0 => String::new(),
+            n => format!(" ({n} as CUDA graph nodes)"),
+        };
         let mut out = format!(
-            "GPU device: {} kernels, {} copies, {} memsets; {} records dropped\n",
+            "GPU device: {} kernels, {} copies, {} memsets{graphs}; {} records dropped\n",
             self.top_kernels.iter().map(|k| k.count).sum::<u64>(),
             self.copies.iter().map(|c| c.count).sum::<u64>(),
             self.memsets.count,

@@ -24,9 +24,20 @@ pub mod kind {
 /// `CUpti_CallbackDomain`.
 pub const DOMAIN_DRIVER_API: u32 = 1;
 pub const DOMAIN_RUNTIME_API: u32 = 2;
-/// The launch calls whose API callbacks carry the correlation id of the kernel they launch:
-/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`.
-pub const LAUNCH_CALLBACKS: [(u32, u32); 2] = [(DOMAIN_RUNTIME_API, 211), (DOMAIN_DRIVER_API, 307)];
+/// The launch calls whose API callbacks carry the correlation id of the work they launch:
+/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`;
+/// and the graph launches, whose id every node's record of that launch carries:
+/// `CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000` and its `_ptsz_v10000`,
+/// `CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch` and its `_ptsz` (cupti_runtime_cbid.h,
+/// cupti_driver_cbid.h, the same in CUDA 12 and 13).
+pub const LAUNCH_CALLBACKS: [(u32, u32); 6] = [
+    (DOMAIN_RUNTIME_API, 211),
+    (DOMAIN_DRIVER_API, 307),
+    (DOMAIN_RUNTIME_API, 311),
+    (DOMAIN_RUNTIME_API, 312),
+    (DOMAIN_DRIVER_API, 514),
+    (DOMAIN_DRIVER_API, 515),
+];
 /// `CUPTI_API_ENTER` and `CUPTI_API_EXIT`.
 pub const API_ENTER: c_int = 0;
 pub const API_EXIT: c_int = 1;
@@ -216,7 +227,9 @@ fn path_of(handle: *mut c_void) -> Option<PathBuf> {
 
 /// The fields of an activity record the timeline reads, at the offsets every kernel record since
 /// `CUpti_ActivityKernel4`, every memcpy record since `CUpti_ActivityMemcpy` and every memset
-/// record since `CUpti_ActivityMemset` have them.
+/// record since `CUpti_ActivityMemset` have them; the graph node and graph ids where every kernel
+/// record since `CUpti_ActivityKernel6`, memcpy record since `CUpti_ActivityMemcpy5` and memset
+/// record since `CUpti_ActivityMemset3` has them (older than CUDA 12.0's, the oldest supported).
 pub mod layout {
     pub const KIND: usize = 0;
     pub mod kernel {
@@ -231,6 +244,8 @@ pub mod layout {
         pub const DYNAMIC_SHARED: usize = 80;
         pub const CORRELATION: usize = 92;
         pub const NAME: usize = 104;
+        pub const GRAPH_NODE: usize = 144;
+        pub const GRAPH: usize = 156;
     }
     pub mod memcpy {
         pub const COPY_KIND: usize = 4;
@@ -240,6 +255,8 @@ pub mod layout {
         pub const DEVICE: usize = 32;
         pub const STREAM: usize = 40;
         pub const CORRELATION: usize = 44;
+        pub const GRAPH_NODE: usize = 64;
+        pub const GRAPH: usize = 72;
     }
     pub mod memset {
         pub const VALUE: usize = 4;
@@ -249,5 +266,7 @@ pub mod layout {
         pub const DEVICE: usize = 32;
         pub const STREAM: usize = 40;
         pub const CORRELATION: usize = 44;
+        pub const GRAPH_NODE: usize = 64;
+        pub const GRAPH: usize = 72;
     }
 }

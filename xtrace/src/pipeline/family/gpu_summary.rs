@@ -24,13 +24,17 @@ pub struct GpuDeviceSummary {
     /// By direction (`HtoD`, `DtoH`, `DtoD`, ...).
     pub copies: Vec<CopyTotal>,
     pub memsets: Transfers,
+    /// Of the kernels, copies and memsets, those that ran as nodes of a CUDA graph (counted in
+    /// the totals above too).
+    pub graph_nodes: u64,
     /// Device records lost: dropped by CUPTI (no buffer for them), not sent by the kernel program
     /// (a batch past its limit, a full ring buffer), and received after the capture stopped.
     pub records_dropped: Dropped,
     /// What the tool library said (CUPTI refused the subscription, an unsupported libcupti, ...).
     pub notices: Vec<String>,
     /// From each kernel's launch call (its start) to the kernel's start on the device, over the
-    /// kernels whose launch was seen.
+    /// kernels whose launch was seen, graph nodes left out (a node waits for the nodes before
+    /// it).
     pub queue_delay: crate::pipeline::stats::Distribution,
     /// Which clock the device records came on.
     pub clock: DeviceClock,
@@ -224,6 +228,7 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             bytes: m.bytes,
             total_ns: m.ns,
         },
+        graph_nodes: gpu.graph_nodes,
         records_dropped: Dropped {
             by_cupti: gpu.dropped_by_cupti,
             by_kernel,
