@@ -38,6 +38,9 @@ pub mod record_kind {
     /// moved to CLOCK_MONOTONIC: `bytes` holds how many, `start_ns` the offset added (an `i64`
     /// as two's complement), `value` why ([`super::clock_reason`]).
     pub const CLOCK: u32 = 8;
+    /// The tool library subscribed to CUPTI: `value` says with which function (1
+    /// `cuptiSubscribe`, 2 `cuptiSubscribe_v2`). Sent at each activation.
+    pub const SUBSCRIBED: u32 = 9;
 }
 
 /// Why the tool library moved a buffer's records to CLOCK_MONOTONIC (`DeviceRecord::value` of a

@@ -106,6 +106,9 @@ pub struct GpuDevice {
     pub clock: MovedRecords,
     /// Kernels, copies and memsets that ran as nodes of a CUDA graph.
     pub graph_nodes: u64,
+    /// The CUPTI functions the tool library subscribed with (`cuptiSubscribe`,
+    /// `cuptiSubscribe_v2`).
+    pub subscribed_with: BTreeSet<&'static str>,
     /// Flow arrows to graph nodes so far (their ids' count).
     graph_flows: u64,
 }
@@ -148,6 +151,13 @@ impl GpuDevice {
             }
             record_kind::LAUNCH => {
                 self.remember_launch(pid, &record);
+                None
+            }
+            record_kind::SUBSCRIBED => {
+                self.subscribed_with.insert(match record.value {
+                    2 => "cuptiSubscribe_v2",
+                    _ => "cuptiSubscribe",
+                });
                 None
             }
             record_kind::DROPPED => {

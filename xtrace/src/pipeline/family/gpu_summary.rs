@@ -38,6 +38,9 @@ pub struct GpuDeviceSummary {
     pub queue_delay: crate::pipeline::stats::Distribution,
     /// Which clock the device records came on.
     pub clock: DeviceClock,
+    /// The CUPTI functions the tool library subscribed with: `cuptiSubscribe_v2` where the
+    /// process's libcupti has it (CUDA 13), else `cuptiSubscribe`.
+    pub subscribed_with: Vec<&'static str>,
 }
 
 /// The device records' clock: `monotonic` when CUPTI timed them all with the CLOCK_MONOTONIC
@@ -237,6 +240,7 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
         notices: gpu.notices.clone(),
         queue_delay: gpu.queue_delay.distribution(),
         clock: DeviceClock::of(gpu.clock),
+        subscribed_with: gpu.subscribed_with.iter().copied().collect(),
     }
     .with_kernel_counts(gpu)
 }
