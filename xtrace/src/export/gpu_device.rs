@@ -1,7 +1,10 @@
 //! The GPU device timeline's lines in summary.txt (`--cuda` with the tool library as CUDA's
-//! injection library); the `gpu_device` section itself is the CUDA family's
-//! (`pipeline::family::gpu_summary`).
-use crate::{model::duration::human, pipeline::family::gpu_summary::GpuDeviceSummary};
+//! injection library), with what the host threads did in each GPU's longest idle gap; the
+//! `gpu_device` section itself is the CUDA family's (`pipeline::family::gpu_summary`).
+use crate::{
+    model::duration::human,
+    pipeline::family::{gpu_gaps::Gap, gpu_summary::GpuDeviceSummary},
+};
 
 impl GpuDeviceSummary {
     /// summary.txt's lines.
@@ -39,6 +42,9 @@ impl GpuDeviceSummary {
                 human(g.span_ns),
                 g.kernels
             );
+            if let Some(gap) = g.longest_gaps.first().filter(|gap| !gap.host.is_empty()) {
+                out += &during(gap);
+            }
         }
         let q = self.queue_delay;
         if q.count > 0 {
@@ -73,3 +79,18 @@ impl GpuDeviceSummary {
         out
     }
 }
+
+/// The line under a GPU's that says what its process's threads did in its longest idle gap: the
+/// spans that covered most of it.
+fn during(gap: &Gap) -> String {
+    let spans: Vec<String> = gap
+        .host
+        .iter()
+        .take(HOST_SPANS_SHOWN)
+        .map(|a| format!("{} {} (tid {})", a.name, human(a.overlap_ns), a.tid))
+        .collect();
+    format!("    during it: {}\n", spans.join(", "))
+}
+
+/// Host spans summary.txt shows for a GPU's longest gap.
+const HOST_SPANS_SHOWN: usize = 3;

@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod cuda_summary;
 pub mod functions;
+pub mod gpu_gaps;
 pub mod gpu_summary;
 pub mod locks_summary;
 pub mod offcpu;
