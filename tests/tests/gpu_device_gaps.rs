@@ -5,12 +5,14 @@
 //! cuStreamSynchronize busy for 3 ms) while the GPU runs nothing, three times, and launches once
 //! more, so each gap is known and so is what covered it.
 
+use std::collections::BTreeMap;
+
 use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::fixtures,
     gpu::{cupti_args, device_slices, per_name},
-    output::{Outputs, Span},
+    output::{us_to_ns, Outputs, Span},
     require_bpf,
     run::Xtrace,
     TempDir,
@@ -138,5 +140,87 @@ fn each_longest_gap_names_the_synchronization_the_host_waited_in() {
             && line.ends_with(&format!(" (tid {pid})"))
             && line.matches(" (tid ").count() == 3,
         "{line}"
+    );
+}
+
+/// With CPU sampling each gap also counts the process's samples taken in it, by innermost frame:
+/// exactly the sample events trace.json has on the process's threads within the gap.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn with_sampling_each_gap_counts_the_samples_taken_in_it() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-gaps-sampled");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    let finished = Xtrace::spawn(args![
+        "--cuda",
+        "-F",
+        "999",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        flag,
+        lib,
+        "init",
+        "wait-active",
+        "gap",
+        "10",
+        "sleep",
+        "300"
+    ])
+    .wait();
+    finished.assert_success();
+    let out = Outputs::read(&out_dir);
+    let busy = &out.summary["gpu_device"]["gpus"][0];
+    let pid = busy["pid"].as_u64().unwrap();
+    let gaps = busy["longest_gaps"].as_array().expect("gaps");
+    assert_eq!(gaps.len(), 5, "{busy}");
+    let mut sampled = 0;
+    for gap in gaps {
+        let (start, end) = (ns(&gap["start_ns"]), ns(&gap["start_ns"]) + ns(&gap["dur_ns"]));
+        let mut in_trace: BTreeMap<String, u64> = BTreeMap::new();
+        for sample in out
+            .events
+            .iter()
+            .filter(|e| e["cat"] == "sample" && e["pid"] == pid)
+        {
+            let at = us_to_ns(sample["ts"].as_f64().unwrap());
+            if start <= at && at < end {
+                *in_trace
+                    .entry(sample["name"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+        }
+        let samples = &gap["samples"];
+        let count = samples["count"].as_u64().unwrap();
+        assert_eq!(count, in_trace.values().sum::<u64>(), "{gap}");
+        let hot: BTreeMap<String, u64> = samples["hot_frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["frame"].as_str().unwrap().to_owned(),
+                    f["samples"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        // At most five frames listed, the most sampled.
+        let mut expected: Vec<(String, u64)> = in_trace.into_iter().collect();
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        expected.truncate(5);
+        assert_eq!(hot, expected.into_iter().collect::<BTreeMap<_, _>>(), "{gap}");
+        sampled += count;
+    }
+    // Five gaps of at least 3 ms each, sampled at 999 Hz.
+    assert!(sampled > 0, "{busy}");
+    assert!(
+        out.summary_txt.contains("    sampled in it: ") || gaps[0]["samples"]["count"] == 0,
+        "{}",
+        out.summary_txt
     );
 }

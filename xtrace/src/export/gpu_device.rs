@@ -42,7 +42,7 @@ impl GpuDeviceSummary {
                 human(g.span_ns),
                 g.kernels
             );
-            if let Some(gap) = g.longest_gaps.first().filter(|gap| !gap.host.is_empty()) {
+            if let Some(gap) = g.longest_gaps.first() {
                 out += &during(gap);
             }
         }
@@ -80,8 +80,8 @@ impl GpuDeviceSummary {
     }
 }
 
-/// The line under a GPU's that says what its process's threads did in its longest idle gap: the
-/// spans that covered most of it.
+/// The lines under a GPU's that say what its process's threads did in its longest idle gap: the
+/// spans that covered most of it, and with CPU sampling the innermost frames sampled most in it.
 fn during(gap: &Gap) -> String {
     let spans: Vec<String> = gap
         .host
@@ -89,8 +89,25 @@ fn during(gap: &Gap) -> String {
         .take(HOST_SPANS_SHOWN)
         .map(|a| format!("{} {} (tid {})", a.name, human(a.overlap_ns), a.tid))
         .collect();
-    format!("    during it: {}\n", spans.join(", "))
+    let mut out = String::new();
+    if !spans.is_empty() {
+        out += &format!("    during it: {}\n", spans.join(", "));
+    }
+    if let Some(samples) = gap.samples.as_ref().filter(|s| s.count > 0) {
+        let frames: Vec<String> = samples
+            .hot_frames
+            .iter()
+            .take(HOST_SPANS_SHOWN)
+            .map(|f| format!("{} {}", f.frame, f.samples))
+            .collect();
+        out += &format!(
+            "    sampled in it: {} ({} samples)\n",
+            frames.join(", "),
+            samples.count
+        );
+    }
+    out
 }
 
-/// Host spans summary.txt shows for a GPU's longest gap.
+/// Host spans (and sampled frames) summary.txt shows for a GPU's longest gap.
 const HOST_SPANS_SHOWN: usize = 3;

@@ -7,11 +7,15 @@
 //! on. `export::gpu_device` renders it in summary.txt.
 use serde::Serialize;
 
+use std::collections::HashMap;
+
 use super::gpu_gaps::{self, Gap};
 use crate::pipeline::{
     gpu::{GpuDevice, MovedRecords},
     host_spans::HostSpans,
+    samples::stack_hash,
     stats::percentile,
+    symbolizer::Frames,
 };
 
 /// How many kernels the summary lists, most device time first.
@@ -219,6 +223,20 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64, host: Option<&HostSpans>) -> Gpu
 }
 
 impl GpuDeviceSummary {
+    /// With CPU sampling: adds to each listed gap the samples of its process taken in it, from the
+    /// samples on the timeline and their stacks' names.
+    pub fn add_samples(&mut self, samples: &crate::pipeline::samples::Samples, frames: &Frames<'_>) {
+        let leaves: HashMap<u64, &str> = frames
+            .iter()
+            .map(|(key, names)| (stack_hash(key), names.last().map_or("?", String::as_str)))
+            .collect();
+        for busy in &mut self.gpus {
+            for gap in &mut busy.longest_gaps {
+                gpu_gaps::add_samples(gap, busy.pid, &samples.timeline, &leaves);
+            }
+        }
+    }
+
     /// Kernels per process and GPU are not kept per GPU by name; count them from the tracks.
     fn with_kernel_counts(mut self, gpu: &GpuDevice) -> Self {
         for busy in &mut self.gpus {

@@ -102,6 +102,11 @@ impl Families {
         for family in self.each() {
             family.summarize(ending, &mut sections);
         }
+        // The GPU's idle gaps, with the CPU samples taken in them.
+        let frames = ending.sampling.and_then(|s| s.frames);
+        if let (Some(gpu), Some(frames)) = (&mut sections.gpu_device, frames) {
+            gpu.add_samples(&self.sampling.samples, frames);
+        }
         sections
     }
 
