@@ -49,6 +49,8 @@ pub struct HostSpans {
     /// The trace's name of each probe, by probe id: a span without a name of its own has its
     /// probe's.
     probe_names: Vec<Box<str>>,
+    /// The label of each probe's name, once used (spans of a probe mostly have its name).
+    probe_labels: Vec<Option<u32>>,
     spans: Vec<HostSpan>,
     labels: Vec<Box<str>>,
     by_label: HashMap<Box<str>, u32>,
@@ -59,6 +61,7 @@ impl HostSpans {
     /// An empty store for a trace whose probes are named `probe_names`, by probe id.
     pub fn new(probe_names: Vec<Box<str>>) -> Self {
         HostSpans {
+            probe_labels: vec![None; probe_names.len()],
             probe_names,
             ..HostSpans::default()
         }
@@ -74,21 +77,16 @@ impl HostSpans {
         if device || not_host || (self.forgotten_up_to_ns > 0 && dur_ns <= self.forgotten_up_to_ns) {
             return;
         }
-        let Some(name) = event
-            .name
-            .as_deref()
-            .or_else(|| self.probe_names.get(event.probe).map(|n| &**n))
-        else {
-            return;
-        };
-        let label = match self.by_label.get(name) {
-            Some(&label) => label,
-            None => {
-                let label = self.labels.len() as u32;
-                self.labels.push(name.into());
-                self.by_label.insert(name.into(), label);
+        let label = match (event.name.as_deref(), self.probe_labels.get(event.probe)) {
+            (Some(name), _) => self.label(name),
+            (None, Some(&Some(label))) => label,
+            (None, Some(None)) => {
+                let name = self.probe_names[event.probe].clone();
+                let label = self.label(&name);
+                self.probe_labels[event.probe] = Some(label);
                 label
             }
+            (None, None) => return,
         };
         if self.spans.len() >= MAX_SPANS {
             self.forget_shorter_half();
@@ -104,6 +102,17 @@ impl HostSpans {
             depth,
             label,
         });
+    }
+
+    /// The label of `name`, given one the first time.
+    fn label(&mut self, name: &str) -> u32 {
+        if let Some(&label) = self.by_label.get(name) {
+            return label;
+        }
+        let label = self.labels.len() as u32;
+        self.labels.push(name.into());
+        self.by_label.insert(name.into(), label);
+        label
     }
 
     fn forget_shorter_half(&mut self) {
