@@ -42,7 +42,7 @@ fn untraced_the_injection_makes_no_cupti_call() {
     // waits.
     assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
     assert!(
-        counts.len() == 17 && counts.values().all(|&n| n == 0),
+        counts.len() == 18 && counts.values().all(|&n| n == 0),
         "{counts:?}"
     );
     app.send("quit");
@@ -238,10 +238,17 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         .find(|l| l.starts_with("counts "))
         .expect("counts");
     let c = counts(line);
+    // CUDA 13's cuptiSubscribe_v2, which the stand-in has unless told otherwise.
     assert_eq!(
-        (c["cuptiSubscribe"], c["cuptiActivityEnable"], c["records"]),
-        (1, 3, 30)
+        (
+            c["cuptiSubscribe_v2"],
+            c["cuptiSubscribe"],
+            c["cuptiActivityEnable"],
+            c["records"]
+        ),
+        (1, 0, 3, 30)
     );
+    assert_eq!(gpu["subscribed_with"], serde_json::json!(["cuptiSubscribe_v2"]));
     assert_eq!(c["cuptiActivityRegisterTimestampCallback"], 1);
     // Eight reads of its own clock, the narrowest bracket kept, once per CUPTI session.
     assert_eq!(c["cuptiGetTimestamp"], 8);
@@ -359,7 +366,7 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     let c = counts(&app.next_line());
     assert_eq!(
         (
-            c["cuptiSubscribe"],
+            c["cuptiSubscribe_v2"],
             c["cuptiActivityDisable"],
             c["cuptiUnsubscribe"],
             c["cuptiFinalize"]
@@ -374,7 +381,10 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     app.send("counts");
     let c = counts(&app.next_line());
     assert_eq!(
-        (c["cuptiSubscribe"], c["cuptiActivityRegisterTimestampCallback"]),
+        (
+            c["cuptiSubscribe_v2"],
+            c["cuptiActivityRegisterTimestampCallback"]
+        ),
         (2, 2),
         "{c:?}"
     );
@@ -383,56 +393,74 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     assert!(app.wait().success());
 }
 
+/// CUPTI refuses, as when another profiler holds it: through `cuptiSubscribe_v2` (CUDA 13) the
+/// warning names the holder CUPTI gave, through `cuptiSubscribe` (CUDA 12) it cannot.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn cupti_refusing_the_subscription_is_one_warning_and_host_tracing_goes_on() {
     if !require_bpf() {
         return;
     }
-    let tmp = TempDir::new("gpu-refused");
-    let out_dir = tmp.join("out");
-    let [flag, lib] = cupti_args();
-    let app = fixtures().gpuapp.display().to_string();
-    let xtrace = Xtrace::spawn_with_env(
-        args!["--cuda", "-o", &out_dir, "--", app, flag, lib, "init", "sleep", "400", "work", "2", "counts"],
-        &[("XTFAKE_CUPTI_REFUSE", "1")],
-    );
-    let finished = xtrace.wait();
-    finished.assert_success();
-    let out = Outputs::read(&out_dir);
-    let warnings: Vec<&String> = finished
-        .stderr
-        .iter()
-        .filter(|l| l.contains("GPU device timeline"))
-        .collect();
-    assert_eq!(warnings.len(), 1, "{:?}", finished.stderr);
-    assert!(
-        warnings[0].starts_with("xtrace: warning: pid ")
-            && warnings[0].ends_with(
-                ": GPU device timeline off: CUPTI refused the subscription \
-                 (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED): another profiler (Nsight Systems, \
-                 torch.profiler) holds it; host-side tracing goes on"
+    for (no_v2, holder, subscribed) in [
+        ("0", "CUPTI for stand-in profiler", (1, 0)),
+        ("1", "Nsight Systems, torch.profiler", (0, 1)),
+    ] {
+        let tmp = TempDir::new("gpu-refused");
+        let out_dir = tmp.join("out");
+        let [flag, lib] = cupti_args();
+        let app = fixtures().gpuapp.display().to_string();
+        let xtrace = Xtrace::spawn_with_env(
+            args![
+                "--cuda", "-o", &out_dir, "--", app, flag, lib, "init", "sleep", "400", "work", "2", "counts"
+            ],
+            &[("XTFAKE_CUPTI_REFUSE", "1"), ("XTFAKE_CUPTI_NO_V2", no_v2)],
+        );
+        let finished = xtrace.wait();
+        finished.assert_success();
+        let out = Outputs::read(&out_dir);
+        let warnings: Vec<&String> = finished
+            .stderr
+            .iter()
+            .filter(|l| l.contains("GPU device timeline"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{:?}", finished.stderr);
+        let expected = format!(
+            ": GPU device timeline off: CUPTI refused the subscription \
+             (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED): another profiler ({holder}) holds it; \
+             host-side tracing goes on"
+        );
+        assert!(
+            warnings[0].starts_with("xtrace: warning: pid ") && warnings[0].ends_with(&expected),
+            "{}",
+            warnings[0]
+        );
+        assert!(device_slices(&out).is_empty());
+        assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
+        assert_eq!(out.spans_named("cudaMemcpy").len(), 4);
+        assert_eq!(
+            out.summary["gpu_device"]["notices"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(
+            out.summary["gpu_device"]["subscribed_with"],
+            serde_json::json!([])
+        );
+        let line = finished
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("counts "))
+            .expect("counts");
+        let c = counts(line);
+        assert_eq!(
+            (
+                (c["cuptiSubscribe_v2"], c["cuptiSubscribe"]),
+                c["cuptiActivityEnable"],
+                c["records"]
             ),
-        "{}",
-        warnings[0]
-    );
-    assert!(device_slices(&out).is_empty());
-    assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
-    assert_eq!(out.spans_named("cudaMemcpy").len(), 4);
-    assert_eq!(
-        out.summary["gpu_device"]["notices"].as_array().map(Vec::len),
-        Some(1)
-    );
-    let line = finished
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("counts "))
-        .expect("counts");
-    let c = counts(line);
-    assert_eq!(
-        (c["cuptiSubscribe"], c["cuptiActivityEnable"], c["records"]),
-        (1, 0, 0)
-    );
+            (subscribed, 0, 0),
+            "XTFAKE_CUPTI_NO_V2={no_v2}"
+        );
+    }
 }
 
 #[test]

@@ -148,7 +148,64 @@ fn without_a_loaded_libcupti_the_one_beside_the_runtime_is_used() {
         .lines()
         .find(|l| l.starts_with("counts "))
         .expect("counts");
-    assert_eq!(counts(line)["cuptiSubscribe"], 1);
+    assert_eq!(counts(line)["cuptiSubscribe_v2"], 1);
+}
+
+/// CUDA 13's libcupti has `cuptiSubscribe_v2`, CUDA 12's only `cuptiSubscribe`: the tool library
+/// subscribes with the first where it exists, and summary.json says which it used.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn cuptis_subscribe_v2_is_used_where_the_libcupti_has_it() {
+    if !require_bpf() {
+        return;
+    }
+    for (no_v2, function, calls) in [
+        ("0", "cuptiSubscribe_v2", (1, 0)),
+        ("1", "cuptiSubscribe", (0, 1)),
+    ] {
+        let tmp = TempDir::new("gpu-subscribe");
+        let out_dir = tmp.join("out");
+        let [flag, lib] = cupti_args();
+        let app = fixtures().gpuapp.display().to_string();
+        let finished = Xtrace::spawn_with_env(
+            args![
+                "--cuda",
+                "-o",
+                &out_dir,
+                "--",
+                app,
+                flag,
+                lib,
+                "init",
+                "wait-active",
+                "work",
+                "2",
+                "sleep",
+                "300",
+                "counts"
+            ],
+            &[("XTFAKE_CUPTI_NO_V2", no_v2)],
+        )
+        .wait();
+        finished.assert_success();
+        let out = Outputs::read(&out_dir);
+        assert_eq!(per_name(&device_slices(&out)), expected(2), "{function}");
+        assert_eq!(
+            out.summary["gpu_device"]["subscribed_with"],
+            serde_json::json!([function])
+        );
+        let line = finished
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("counts "))
+            .expect("counts");
+        let c = counts(line);
+        assert_eq!(
+            (c["cuptiSubscribe_v2"], c["cuptiSubscribe"], c["cuptiUnsubscribe"]),
+            (calls.0, calls.1, 0),
+            "{function}"
+        );
+    }
 }
 
 #[test]

@@ -38,6 +38,9 @@ pub mod record_kind {
     /// moved to CLOCK_MONOTONIC: `bytes` holds how many, `start_ns` the offset added (an `i64`
     /// as two's complement), `value` why ([`super::clock_reason`]).
     pub const CLOCK: u32 = 8;
+    /// The tool library subscribed to CUPTI: `value` says with which function (1
+    /// `cuptiSubscribe`, 2 `cuptiSubscribe_v2`). Sent at each activation.
+    pub const SUBSCRIBED: u32 = 9;
 }
 
 /// Why the tool library moved a buffer's records to CLOCK_MONOTONIC (`DeviceRecord::value` of a
@@ -80,7 +83,14 @@ pub struct DeviceRecord {
     pub copy_kind: u8,
     pub _pad: u8,
     pub value: u32,
-    pub _reserved: [u64; 6],
+    /// The CUDA graph node whose execution this kernel, copy or memset was (CUPTI's
+    /// `graphNodeId`, unique in the process); 0: not launched through a graph. Its correlation id
+    /// is the graph launch call's, shared by every node of one launch.
+    pub graph_node_id: u64,
+    /// The graph of that node (CUPTI's `graphId`); 0 as above.
+    pub graph_id: u32,
+    pub _pad2: u32,
+    pub _reserved: [u64; 4],
 }
 
 /// Bytes of name text one [`DeviceName`] carries.
@@ -114,3 +124,4 @@ pub struct GpuEvent {
 const _: () = assert!(core::mem::size_of::<DeviceRecord>() == RECORD_BYTES);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == RECORD_BYTES);
 const _: () = assert!(core::mem::size_of::<GpuEvent>() == 24 + RECORD_BYTES);
+const _: () = assert!(core::mem::offset_of!(DeviceRecord, graph_node_id) == 80);

@@ -1,14 +1,21 @@
 //! The GPU device timeline's lines in summary.txt (`--cuda` with the tool library as CUDA's
-//! injection library); the `gpu_device` section itself is the CUDA family's
-//! (`pipeline::family::gpu_summary`).
-use crate::{model::duration::human, pipeline::family::gpu_summary::GpuDeviceSummary};
+//! injection library), with what the host threads did in each GPU's longest idle gap; the
+//! `gpu_device` section itself is the CUDA family's (`pipeline::family::gpu_summary`).
+use crate::{
+    model::duration::human,
+    pipeline::family::{gpu_gaps::Gap, gpu_summary::GpuDeviceSummary},
+};
 
 impl GpuDeviceSummary {
     /// summary.txt's lines.
     pub fn table(&self) -> String {
         let dropped = self.records_dropped;
+        let graphs = match self.graph_nodes {
+            0 => String::new(),
+            n => format!(" ({n} as CUDA graph nodes)"),
+        };
         let mut out = format!(
-            "GPU device: {} kernels, {} copies, {} memsets; {} records dropped\n",
+            "GPU device: {} kernels, {} copies, {} memsets{graphs}; {} records dropped\n",
             self.top_kernels.iter().map(|k| k.count).sum::<u64>(),
             self.copies.iter().map(|c| c.count).sum::<u64>(),
             self.memsets.count,
@@ -35,6 +42,9 @@ impl GpuDeviceSummary {
                 human(g.span_ns),
                 g.kernels
             );
+            if let Some(gap) = g.longest_gaps.first() {
+                out += &during(gap);
+            }
         }
         let q = self.queue_delay;
         if q.count > 0 {
@@ -69,3 +79,35 @@ impl GpuDeviceSummary {
         out
     }
 }
+
+/// The lines under a GPU's that say what its process's threads did in its longest idle gap: the
+/// spans that covered most of it, and with CPU sampling the innermost frames sampled most in it.
+fn during(gap: &Gap) -> String {
+    let spans: Vec<String> = gap
+        .host
+        .iter()
+        .take(HOST_SPANS_SHOWN)
+        .map(|a| format!("{} {} (tid {})", a.name, human(a.overlap_ns), a.tid))
+        .collect();
+    let mut out = String::new();
+    if !spans.is_empty() {
+        out += &format!("    during it: {}\n", spans.join(", "));
+    }
+    if let Some(samples) = gap.samples.as_ref().filter(|s| s.count > 0) {
+        let frames: Vec<String> = samples
+            .hot_frames
+            .iter()
+            .take(HOST_SPANS_SHOWN)
+            .map(|f| format!("{} {}", f.frame, f.samples))
+            .collect();
+        out += &format!(
+            "    sampled in it: {} ({} samples)\n",
+            frames.join(", "),
+            samples.count
+        );
+    }
+    out
+}
+
+/// Host spans (and sampled frames) summary.txt shows for a GPU's longest gap.
+const HOST_SPANS_SHOWN: usize = 3;

@@ -21,6 +21,15 @@ pub struct Slice {
     pub launch: Option<SpanOut>,
 }
 
+/// Flow ids of graph nodes have this bit set, and a count in the low bits: a graph launch has a
+/// flow to each of its nodes, so the launch's correlation id alone does not tell them apart. (No
+/// launch's id, a pid in the high 32 bits, has it; nor a wake-up's, `FlowKind::WAKE_BIT`.)
+pub const GRAPH_FLOW_BIT: u64 = 1 << 62;
+
+/// Launches remembered while their device records have not come; past it the oldest half is
+/// forgotten (a graph launch stays until then: the records of all its nodes carry its id).
+const MAX_LAUNCHES: usize = 1 << 16;
+
 /// Device tracks are threads of their process in the trace, with ids no real thread has: this
 /// bit, the GPU in bits 20 to 29 and the stream in the low 20.
 pub const TRACK_BIT: u32 = 1 << 30;
@@ -95,6 +104,13 @@ pub struct GpuDevice {
     pub queue_delay: super::stats::ProbeStats,
     /// Device records the tool library moved from CUPTI's own clock to CLOCK_MONOTONIC.
     pub clock: MovedRecords,
+    /// Kernels, copies and memsets that ran as nodes of a CUDA graph.
+    pub graph_nodes: u64,
+    /// The CUPTI functions the tool library subscribed with (`cuptiSubscribe`,
+    /// `cuptiSubscribe_v2`).
+    pub subscribed_with: BTreeSet<&'static str>,
+    /// Flow arrows to graph nodes so far (their ids' count).
+    graph_flows: u64,
 }
 
 /// What the tool library's `CLOCK` records said: how many device records were on CUPTI's own
@@ -134,8 +150,14 @@ impl GpuDevice {
                 None
             }
             record_kind::LAUNCH => {
-                self.launches
-                    .insert((pid, record.correlation), (record.stream, record.start_ns));
+                self.remember_launch(pid, &record);
+                None
+            }
+            record_kind::SUBSCRIBED => {
+                self.subscribed_with.insert(match record.value {
+                    2 => "cuptiSubscribe_v2",
+                    _ => "cuptiSubscribe",
+                });
                 None
             }
             record_kind::DROPPED => {
@@ -191,55 +213,52 @@ impl GpuDevice {
         }
     }
 
+    /// A launch call's thread and start, until its device record comes.
+    fn remember_launch(&mut self, pid: u32, record: &DeviceRecord) {
+        if self.launches.len() >= MAX_LAUNCHES {
+            let mut by_age: Vec<((u32, u32), u64)> =
+                self.launches.iter().map(|(&k, &(_, at))| (k, at)).collect();
+            by_age.sort_unstable_by_key(|&(_, at)| at);
+            for (key, _) in &by_age[..by_age.len() / 2] {
+                self.launches.remove(key);
+            }
+        }
+        self.launches
+            .insert((pid, record.correlation), (record.stream, record.start_ns));
+    }
+
     fn slice(&mut self, pid: u32, r: &DeviceRecord) -> Slice {
         let dur_ns = r.end_ns.saturating_sub(r.start_ns);
         self.busy
             .entry((pid, r.device))
             .or_default()
             .push((r.start_ns, r.end_ns.max(r.start_ns)));
-        let launcher = self.launches.remove(&(pid, r.correlation));
-        let launched = launcher.map_or(String::new(), |(tid, _)| format!(",\"launch_tid\":{tid}"));
-        // One flow per launch: its correlation id, unique within the process.
-        let flow_id = (u64::from(pid) << 32) | u64::from(r.correlation);
-        let (name, values) = match r.kind {
-            record_kind::KERNEL => {
-                let name = self
-                    .names
-                    .get(&(pid, r.name_id))
-                    .cloned()
-                    .unwrap_or_else(|| "(unnamed kernel)".into());
-                self.kernels.entry(name.clone()).or_default().push(dur_ns);
-                if let Some((_, launched_ns)) = launcher {
-                    self.queue_delay.add(r.start_ns.saturating_sub(launched_ns));
-                }
-                *self.kernels_on.entry((pid, r.device)).or_default() += 1;
-                let [gx, gy, gz] = r.grid;
-                let [bx, by, bz] = r.block;
-                let values = format!(
-                    ",\"grid\":[{gx},{gy},{gz}],\"block\":[{bx},{by},{bz}],\"shared_memory\":{},\
-                     \"registers\":{},\"stream\":{},\"correlation\":{}{launched}",
-                    r.shared_bytes, r.registers, r.stream, r.correlation
-                );
-                (name, values)
-            }
-            record_kind::MEMCPY => {
-                let kind = copy_kind_name(r.copy_kind);
-                self.copies.entry(kind).or_default().add(r.bytes, dur_ns);
-                let values = format!(
-                    ",\"bytes\":{},\"kind\":\"{kind}\",\"stream\":{},\"correlation\":{}{launched}",
-                    r.bytes, r.stream, r.correlation
-                );
-                (format!("memcpy {kind}"), values)
-            }
-            _ => {
-                self.memsets.add(r.bytes, dur_ns);
-                let values = format!(
-                    ",\"bytes\":{},\"value\":{},\"stream\":{},\"correlation\":{}{launched}",
-                    r.bytes, r.value, r.stream, r.correlation
-                );
-                ("memset".to_owned(), values)
-            }
+        let graph_node = r.graph_node_id != 0;
+        // Every node of a graph launch carries the launch's correlation id: the launch stays.
+        let launcher = if graph_node {
+            self.graph_nodes += 1;
+            self.launches.get(&(pid, r.correlation)).copied()
+        } else {
+            self.launches.remove(&(pid, r.correlation))
         };
+        let mut launched = launcher.map_or(String::new(), |(tid, _)| format!(",\"launch_tid\":{tid}"));
+        if graph_node {
+            launched += &format!(
+                ",\"graph_id\":{},\"graph_node_id\":{}",
+                r.graph_id, r.graph_node_id
+            );
+        }
+        // One flow per launch: its correlation id, unique within the process; one per node of a
+        // graph launch.
+        let flow_id = if graph_node && launcher.is_some() {
+            self.graph_flows += 1;
+            GRAPH_FLOW_BIT | self.graph_flows
+        } else {
+            (u64::from(pid) << 32) | u64::from(r.correlation)
+        };
+        // A graph's node waits for the nodes before it, not in a queue.
+        let queued = launcher.filter(|_| !graph_node).map(|(_, at)| at);
+        let (name, values) = self.what_ran(pid, r, queued, &launched);
         let track = self
             .tracks
             .insert((pid, r.device, r.stream))
@@ -280,6 +299,57 @@ impl GpuDevice {
             ..SpanOut::default()
         });
         Slice { span, track, launch }
+    }
+
+    /// The name and trace.json values of what record `r` ran (its launch's in `launched`), added
+    /// to the totals; `queued`: when its launch call began, for the queueing delay.
+    fn what_ran(
+        &mut self,
+        pid: u32,
+        r: &DeviceRecord,
+        queued: Option<u64>,
+        launched: &str,
+    ) -> (String, String) {
+        let dur_ns = r.end_ns.saturating_sub(r.start_ns);
+        match r.kind {
+            record_kind::KERNEL => {
+                let name = self
+                    .names
+                    .get(&(pid, r.name_id))
+                    .cloned()
+                    .unwrap_or_else(|| "(unnamed kernel)".into());
+                self.kernels.entry(name.clone()).or_default().push(dur_ns);
+                if let Some(launched_ns) = queued {
+                    self.queue_delay.add(r.start_ns.saturating_sub(launched_ns));
+                }
+                *self.kernels_on.entry((pid, r.device)).or_default() += 1;
+                let [gx, gy, gz] = r.grid;
+                let [bx, by, bz] = r.block;
+                let values = format!(
+                    ",\"grid\":[{gx},{gy},{gz}],\"block\":[{bx},{by},{bz}],\"shared_memory\":{},\
+                     \"registers\":{},\"stream\":{},\"correlation\":{}{launched}",
+                    r.shared_bytes, r.registers, r.stream, r.correlation
+                );
+                (name, values)
+            }
+            record_kind::MEMCPY => {
+                let kind = copy_kind_name(r.copy_kind);
+                self.copies.entry(kind).or_default().add(r.bytes, dur_ns);
+                let values = format!(
+                    ",\"bytes\":{},\"kind\":\"{kind}\",\"stream\":{},\"correlation\":{}{launched}",
+                    r.bytes, r.stream, r.correlation
+                );
+                (format!("memcpy {kind}"), values)
+            }
+            _ => {
+                self.memsets.add(r.bytes, dur_ns);
+                let values = format!(
+                    ",\"bytes\":{},\"value\":{},\"stream\":{},\"correlation\":{}{launched}",
+                    r.bytes, r.value, r.stream, r.correlation
+                );
+                ("memset".to_owned(), values)
+            }
+        }
     }
 }
 
@@ -397,5 +467,79 @@ mod tests {
             .record(&event(7, of(kernel)), (Some(u64::MAX), None))
             .is_none());
         assert_eq!(gpu.kernels.values().next().map(Vec::len), Some(2));
+    }
+    /// Every node of a graph launch shares the launch's correlation id: each links to the launch
+    /// with a flow of its own and carries its graph and node ids; none counts as queueing.
+    #[test]
+    fn graph_nodes_each_link_to_their_one_launch() {
+        let mut gpu = GpuDevice::new(3);
+        let launch = DeviceRecord {
+            kind: record_kind::LAUNCH,
+            correlation: 4,
+            stream: 44,
+            start_ns: 900,
+            ..Default::default()
+        };
+        assert!(gpu.record(&event(7, of(launch)), (None, None)).is_none());
+        let node = |kind, node: u64, start_ns| DeviceRecord {
+            kind,
+            stream: 15,
+            correlation: 4,
+            start_ns,
+            end_ns: start_ns + 100,
+            bytes: 256,
+            graph_id: 3,
+            graph_node_id: 3 << 32 | node,
+            ..Default::default()
+        };
+        let mut flows = Vec::new();
+        for (i, kind) in [record_kind::KERNEL, record_kind::KERNEL, record_kind::MEMSET]
+            .into_iter()
+            .enumerate()
+        {
+            let n = i as u64 + 1;
+            let slice = gpu
+                .record(&event(7, of(node(kind, n, 1000 + 200 * n))), (None, None))
+                .expect("a slice");
+            let launch = slice.launch.expect("the launch, for every node");
+            assert_eq!((launch.tid, launch.start_ns), (44, 900));
+            let (start, end) = (launch.flow().unwrap(), slice.span.flow().unwrap());
+            assert_eq!((start.id, start.end, end.end), (end.id, false, true));
+            flows.push(end.id);
+            let values = slice.span.values.as_deref().unwrap();
+            assert!(
+                values.ends_with(&format!(
+                    ",\"launch_tid\":44,\"graph_id\":3,\"graph_node_id\":{}",
+                    3u64 << 32 | n
+                )),
+                "{values}"
+            );
+        }
+        assert_eq!(
+            flows,
+            [GRAPH_FLOW_BIT | 1, GRAPH_FLOW_BIT | 2, GRAPH_FLOW_BIT | 3]
+        );
+        assert_eq!(FlowKind::of_id(flows[0]), FlowKind::Launch);
+        assert_eq!((gpu.graph_nodes, gpu.queue_delay.distribution().count), (3, 0));
+        // A kernel launched on its own still takes its launch away.
+        let launch = DeviceRecord {
+            correlation: 5,
+            ..launch
+        };
+        gpu.record(&event(7, of(launch)), (None, None));
+        let alone = DeviceRecord {
+            correlation: 5,
+            graph_id: 0,
+            graph_node_id: 0,
+            ..node(record_kind::KERNEL, 0, 2000)
+        };
+        let slice = gpu.record(&event(7, of(alone)), (None, None)).unwrap();
+        assert_eq!(slice.span.flow().unwrap().id, 7 << 32 | 5);
+        assert!(gpu
+            .record(&event(7, of(alone)), (None, None))
+            .unwrap()
+            .launch
+            .is_none());
+        assert_eq!(gpu.queue_delay.distribution().count, 1);
     }
 }

@@ -14,6 +14,7 @@ pub mod flight;
 pub mod flight_offcpu;
 pub mod flight_stacks;
 pub mod gpu;
+pub mod host_spans;
 pub mod kept_names;
 pub mod live;
 pub use live::LiveParts;
@@ -96,6 +97,8 @@ pub struct Setup {
     pub gpu: Option<gpu::GpuDevice>,
     /// `--stacks`: the traced calls' call sites (None without it).
     pub call_sites: Option<call_sites::CallSites>,
+    /// With the GPU device timeline: the host spans, for what the threads did in its idle gaps.
+    pub host_spans: Option<host_spans::HostSpans>,
 }
 
 /// What a pipeline holds when its recording is over, besides its trace, for the outputs to be
@@ -109,6 +112,7 @@ pub struct Collected {
     pub images: Images,
     pub python: crate::python::Python,
     pub call_sites: Option<call_sites::CallSites>,
+    pub host_spans: Option<host_spans::HostSpans>,
     pub warnings: warnings::Warnings,
     /// Records that could not be decoded, or whose probe id is unknown; never expected.
     pub decode_errors: u64,
@@ -124,6 +128,7 @@ pub struct Pipeline<W: Write + Send + 'static> {
     images: Images,
     python: crate::python::Python,
     call_sites: Option<call_sites::CallSites>,
+    host_spans: Option<host_spans::HostSpans>,
     warnings: warnings::Warnings,
     /// Records that could not be decoded (wrong size or unknown kind); never expected.
     undecodable: u64,
@@ -169,6 +174,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             off_cpu,
             gpu,
             call_sites,
+            host_spans,
         } = setup;
         let mut pipeline = Pipeline {
             stats: vec![ProbeStats::default(); captures.len()],
@@ -187,6 +193,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             images,
             python,
             call_sites,
+            host_spans,
             warnings,
             undecodable: 0,
             unknown_probe: 0,
@@ -287,6 +294,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             images: self.images,
             python: self.python,
             call_sites: self.call_sites,
+            host_spans: self.host_spans,
             warnings: self.warnings,
             decode_errors: self.undecodable + self.unknown_probe,
         };
@@ -398,6 +406,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             warnings,
             trace,
             flight,
+            host_spans,
             unknown_probe,
             ..
         } = self;
@@ -417,7 +426,11 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             min_duration_ns: self.min_duration_ns,
             unknown_probe,
             warnings,
-            sink: &mut Out { trace, flight },
+            sink: &mut Out {
+                trace,
+                flight,
+                host_spans,
+            },
         };
         family.record(event, &mut shared)
     }
@@ -454,10 +467,14 @@ impl<W: Write + Send + 'static> Pipeline<W> {
 struct Out<'a, W: Write + Send + 'static> {
     trace: &'a mut TraceWriter<W>,
     flight: &'a mut Option<flight::Flight>,
+    host_spans: &'a mut Option<host_spans::HostSpans>,
 }
 
 impl<W: Write + Send + 'static> Sink for Out<'_, W> {
     fn keep(&mut self, span: SpanOut) -> std::io::Result<()> {
+        if let Some(host) = self.host_spans {
+            host.add(&span);
+        }
         match self.flight {
             Some(flight) => {
                 flight.add(span);

@@ -69,6 +69,7 @@ pub(super) fn pipeline_with(
         off_cpu: None,
         gpu: None,
         call_sites: None,
+        host_spans: None,
         captures: vec![Capture::default(); PROBES.len()],
         usdt: Usdt::new(Vec::new(), BTreeMap::new()),
         cuda: Calls::new(BTreeMap::new()),

@@ -255,6 +255,7 @@ impl Outputs<'_> {
             .collect();
         let mut sections = collected.families.summarize(&Ending {
             call_sites: collected.call_sites.as_ref(),
+            host_spans: collected.host_spans.as_ref(),
             device_lost: self.device_lost,
             off_cpu_lost: self.off_cpu_lost,
             sampling: self.sampling.map(|sampling| SamplingEnding {

@@ -530,6 +530,11 @@ fn setup(
         off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
         gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
         call_sites: config.stacks.then(Default::default),
+        host_spans: gpu_probe(plan).map(|_| {
+            crate::pipeline::host_spans::HostSpans::new(
+                plan.probes.iter().map(|p| p.name.as_str().into()).collect(),
+            )
+        }),
     }
 }
 

@@ -24,9 +24,20 @@ pub mod kind {
 /// `CUpti_CallbackDomain`.
 pub const DOMAIN_DRIVER_API: u32 = 1;
 pub const DOMAIN_RUNTIME_API: u32 = 2;
-/// The launch calls whose API callbacks carry the correlation id of the kernel they launch:
-/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`.
-pub const LAUNCH_CALLBACKS: [(u32, u32); 2] = [(DOMAIN_RUNTIME_API, 211), (DOMAIN_DRIVER_API, 307)];
+/// The launch calls whose API callbacks carry the correlation id of the work they launch:
+/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`;
+/// and the graph launches, whose id every node's record of that launch carries:
+/// `CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000` and its `_ptsz_v10000`,
+/// `CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch` and its `_ptsz` (cupti_runtime_cbid.h,
+/// cupti_driver_cbid.h, the same in CUDA 12 and 13).
+pub const LAUNCH_CALLBACKS: [(u32, u32); 6] = [
+    (DOMAIN_RUNTIME_API, 211),
+    (DOMAIN_DRIVER_API, 307),
+    (DOMAIN_RUNTIME_API, 311),
+    (DOMAIN_RUNTIME_API, 312),
+    (DOMAIN_DRIVER_API, 514),
+    (DOMAIN_DRIVER_API, 515),
+];
 /// `CUPTI_API_ENTER` and `CUPTI_API_EXIT`.
 pub const API_ENTER: c_int = 0;
 pub const API_EXIT: c_int = 1;
@@ -51,6 +62,46 @@ pub struct CallbackData {
     pub correlation_id: u32,
 }
 
+/// `CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`: another subscriber holds CUPTI.
+pub const MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: CuptiResult = 39;
+
+/// `CUpti_SubscriberParams` (cupti_callbacks.h, CUDA 13), the parameters of `cuptiSubscribe_v2`.
+#[repr(C)]
+pub struct SubscriberParams {
+    /// Bytes of the struct up to `padding`'s end, as the caller knows it.
+    pub struct_size: usize,
+    /// The name CUPTI gives this subscriber ("CUPTI for NAME"), shown to tools refused after it.
+    pub subscriber_name: *const c_char,
+    /// Where CUPTI writes the name of the subscriber that holds it, when it refuses.
+    pub old_subscriber_name: *mut c_char,
+    pub old_subscriber_size: usize,
+    /// 1: several subscribers may hold CUPTI at once (each then needs the per-subscriber `_v2`
+    /// activity functions).
+    pub allow_multiple_subscribers: u8,
+    pub padding: [u8; 7],
+}
+
+const _: () = assert!(core::mem::size_of::<SubscriberParams>() == 40);
+
+/// The bytes CUPTI asks for the holder's name (`CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN`).
+const OLD_SUBSCRIBER_NAME: usize = 64;
+
+/// Which function subscribed (`DeviceRecord::value` of a `SUBSCRIBED` record).
+pub mod subscribed_with {
+    pub const SUBSCRIBE: u32 = 1;
+    pub const SUBSCRIBE_V2: u32 = 2;
+}
+
+/// What a subscription attempt gave.
+pub struct Subscription {
+    pub result: CuptiResult,
+    pub handle: *mut c_void,
+    /// [`subscribed_with`].
+    pub with: u32,
+    /// The subscriber holding CUPTI, when it refused and `cuptiSubscribe_v2` said who.
+    pub holder: Option<String>,
+}
+
 pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 pub type RequestFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type CompleteFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
@@ -59,6 +110,8 @@ pub type TimestampFn = unsafe extern "C" fn() -> u64;
 type GetVersion = unsafe extern "C" fn(*mut u32) -> CuptiResult;
 type GetResultString = unsafe extern "C" fn(CuptiResult, *mut *const c_char) -> CuptiResult;
 type Subscribe = unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> CuptiResult;
+type SubscribeV2 =
+    unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void, *mut SubscriberParams) -> CuptiResult;
 type Unsubscribe = unsafe extern "C" fn(*mut c_void) -> CuptiResult;
 type EnableCallback = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> CuptiResult;
 type ActivityKindFn = unsafe extern "C" fn(u32) -> CuptiResult;
@@ -88,6 +141,8 @@ pub struct Cupti {
     pub finalize: Finalize,
     /// `cuptiGetTimestamp`: CUPTI's own clock, before a timestamp callback replaces it.
     pub get_timestamp: Option<GetTimestamp>,
+    /// `cuptiSubscribe_v2` (CUDA 13 on): a named subscription that says who holds CUPTI.
+    pub subscribe_v2: Option<SubscribeV2>,
 }
 
 /// The names CUPTI's library goes by, newest first.
@@ -129,8 +184,52 @@ impl Cupti {
                     let f = libc::dlsym(handle, c"cuptiGetTimestamp".as_ptr());
                     (!f.is_null()).then(|| core::mem::transmute::<*mut c_void, GetTimestamp>(f))
                 },
+                subscribe_v2: {
+                    let f = libc::dlsym(handle, c"cuptiSubscribe_v2".as_ptr());
+                    (!f.is_null()).then(|| core::mem::transmute::<*mut c_void, SubscribeV2>(f))
+                },
                 path,
             })
+        }
+    }
+
+    /// Subscribes with `callback`: through `cuptiSubscribe_v2` where this libcupti has it, named
+    /// `xtrace` and learning who holds CUPTI when it refuses, else through `cuptiSubscribe`. It
+    /// asks to be the only subscriber, as `cuptiSubscribe` is: the activity functions the
+    /// timeline calls are CUPTI's process-wide ones, defined for one subscriber.
+    pub fn subscribe(&self, callback: CallbackFn) -> Subscription {
+        let mut handle: *mut c_void = core::ptr::null_mut();
+        let Some(subscribe_v2) = self.subscribe_v2 else {
+            // SAFETY: a bound CUPTI function; the callback is `extern "C"` and catches its panics.
+            let result = unsafe { (self.subscribe)(&mut handle, callback, core::ptr::null_mut()) };
+            return Subscription {
+                result,
+                handle,
+                with: subscribed_with::SUBSCRIBE,
+                holder: None,
+            };
+        };
+        let mut holder = [0 as c_char; OLD_SUBSCRIBER_NAME];
+        let mut params = SubscriberParams {
+            struct_size: core::mem::size_of::<SubscriberParams>(),
+            subscriber_name: c"xtrace".as_ptr(),
+            old_subscriber_name: holder.as_mut_ptr(),
+            old_subscriber_size: holder.len(),
+            allow_multiple_subscribers: 0,
+            padding: [0; 7],
+        };
+        // SAFETY: as above; `params` and the buffer it points to outlive the call, and CUPTI
+        // copies the name.
+        let result = unsafe { subscribe_v2(&mut handle, callback, core::ptr::null_mut(), &mut params) };
+        holder[OLD_SUBSCRIBER_NAME - 1] = 0;
+        // SAFETY: NUL-terminated within the buffer (its last byte is).
+        let name = unsafe { CStr::from_ptr(holder.as_ptr()) }.to_string_lossy();
+        Subscription {
+            result,
+            handle,
+            with: subscribed_with::SUBSCRIBE_V2,
+            holder: (result == MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !name.is_empty())
+                .then(|| name.into_owned()),
         }
     }
 
@@ -216,7 +315,9 @@ fn path_of(handle: *mut c_void) -> Option<PathBuf> {
 
 /// The fields of an activity record the timeline reads, at the offsets every kernel record since
 /// `CUpti_ActivityKernel4`, every memcpy record since `CUpti_ActivityMemcpy` and every memset
-/// record since `CUpti_ActivityMemset` have them.
+/// record since `CUpti_ActivityMemset` have them; the graph node and graph ids where every kernel
+/// record since `CUpti_ActivityKernel6`, memcpy record since `CUpti_ActivityMemcpy5` and memset
+/// record since `CUpti_ActivityMemset3` has them (older than CUDA 12.0's, the oldest supported).
 pub mod layout {
     pub const KIND: usize = 0;
     pub mod kernel {
@@ -231,6 +332,8 @@ pub mod layout {
         pub const DYNAMIC_SHARED: usize = 80;
         pub const CORRELATION: usize = 92;
         pub const NAME: usize = 104;
+        pub const GRAPH_NODE: usize = 144;
+        pub const GRAPH: usize = 156;
     }
     pub mod memcpy {
         pub const COPY_KIND: usize = 4;
@@ -240,6 +343,8 @@ pub mod layout {
         pub const DEVICE: usize = 32;
         pub const STREAM: usize = 40;
         pub const CORRELATION: usize = 44;
+        pub const GRAPH_NODE: usize = 64;
+        pub const GRAPH: usize = 72;
     }
     pub mod memset {
         pub const VALUE: usize = 4;
@@ -249,5 +354,7 @@ pub mod layout {
         pub const DEVICE: usize = 32;
         pub const STREAM: usize = 40;
         pub const CORRELATION: usize = 44;
+        pub const GRAPH_NODE: usize = 64;
+        pub const GRAPH: usize = 72;
     }
 }

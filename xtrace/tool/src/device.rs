@@ -3,7 +3,8 @@
 //! buffers and a hand-over of the records each period while it stays up, deactivation when it
 //! falls.
 //!
-//! Activation binds the process's libcupti (`cupti.rs`), checks its version, subscribes (a refusal,
+//! Activation binds the process's libcupti (`cupti.rs`), checks its version, subscribes
+//! (`cuptiSubscribe_v2` where CUDA 13's libcupti has it, else `cuptiSubscribe`; a refusal,
 //! as when another profiler holds CUPTI, leaves the timeline off with one notice), gives CUPTI a
 //! CLOCK_MONOTONIC timestamp callback (once per CUPTI session: registering it again corrupts the
 //! first records), and enables kernel, memcpy and memset records and the launch calls' callbacks.
@@ -13,7 +14,7 @@
 use core::ffi::c_void;
 use std::{
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
         Mutex, OnceLock,
     },
     time::{Duration, Instant},
@@ -67,6 +68,8 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// CUPTI's subscriber handle while subscribed (read by the callback that finalizes, while the
 /// watcher holds `STATE`).
 static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
+/// Which function made the current subscription (`cupti::subscribed_with`).
+static SUBSCRIBED_WITH: AtomicU32 = AtomicU32::new(0);
 /// Held while finalizing, so that a new activation cannot interleave with it.
 static FINALIZING: Mutex<()> = Mutex::new(());
 
@@ -144,6 +147,7 @@ fn activate(state: &mut State) {
         state.phase == Phase::Parked
     };
     if parked {
+        records::push(subscribed(SUBSCRIBED_WITH.load(Ordering::Acquire)));
         records::notice(
             "CUPTI had stayed subscribed since the last trace (no CUDA call came to finalize it); \
              its records were off meanwhile",
@@ -162,20 +166,24 @@ fn activate(state: &mut State) {
 
 /// Subscribes and registers the callbacks; false (with the timeline off) when CUPTI refuses.
 fn subscribe(state: &mut State, cupti: &Cupti) -> bool {
-    let mut handle: *mut c_void = core::ptr::null_mut();
-    // SAFETY: bound CUPTI functions; the callbacks are `extern "C"` and catch their panics.
-    let result = unsafe { (cupti.subscribe)(&mut handle, on_api, core::ptr::null_mut()) };
-    if result != SUCCESS {
+    let subscription = cupti.subscribe(on_api);
+    if subscription.result != SUCCESS {
+        let holder = subscription
+            .holder
+            .unwrap_or_else(|| "Nsight Systems, torch.profiler".to_owned());
         off(
             state,
             &format!(
                 "GPU device timeline off: CUPTI refused the subscription ({}): another profiler \
-                 (Nsight Systems, torch.profiler) holds it; host-side tracing goes on",
-                cupti.result_name(result)
+                 ({holder}) holds it; host-side tracing goes on",
+                cupti.result_name(subscription.result)
             ),
         );
         return false;
     }
+    SUBSCRIBED_WITH.store(subscription.with, Ordering::Release);
+    records::push(subscribed(subscription.with));
+    let handle = subscription.handle;
     SUBSCRIBER.store(handle as usize, Ordering::Release);
     enable_callbacks(cupti, handle as usize);
     if !state.registered {
@@ -189,6 +197,15 @@ fn subscribe(state: &mut State, cupti: &Cupti) -> bool {
         state.registered = true;
     }
     true
+}
+
+/// The record that tells the tracer which function subscribed ([`cupti::subscribed_with`]).
+fn subscribed(with: u32) -> DeviceRecord {
+    DeviceRecord {
+        kind: record_kind::SUBSCRIBED,
+        value: with,
+        ..DeviceRecord::default()
+    }
 }
 
 /// Enables (or disables) the records. (The launch callbacks stay on while subscribed: the one that

@@ -227,6 +227,8 @@ unsafe fn convert(
                     block: field(at, f::BLOCK),
                     shared_bytes: shared.max(0) as u32,
                     registers: field(at, f::REGISTERS),
+                    graph_node_id: field(at, f::GRAPH_NODE),
+                    graph_id: field(at, f::GRAPH),
                     ..DeviceRecord::default()
                 })
             }
@@ -241,6 +243,8 @@ unsafe fn convert(
                     end_ns: field(at, f::END),
                     bytes: field(at, f::BYTES),
                     copy_kind: field(at, f::COPY_KIND),
+                    graph_node_id: field(at, f::GRAPH_NODE),
+                    graph_id: field(at, f::GRAPH),
                     ..DeviceRecord::default()
                 })
             }
@@ -255,6 +259,8 @@ unsafe fn convert(
                     end_ns: field(at, f::END),
                     bytes: field(at, f::BYTES),
                     value: field(at, f::VALUE),
+                    graph_node_id: field(at, f::GRAPH_NODE),
+                    graph_id: field(at, f::GRAPH),
                     ..DeviceRecord::default()
                 })
             }

@@ -76,7 +76,7 @@ impl Family for CudaFamily {
         sections.gpu_device = self
             .device
             .as_ref()
-            .map(|gpu| gpu_summary::summary(gpu, ending.device_lost));
+            .map(|gpu| gpu_summary::summary(gpu, ending.device_lost, ending.host_spans));
     }
 }
 

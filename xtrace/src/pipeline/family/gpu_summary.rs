@@ -1,14 +1,21 @@
 //! The CUDA family's GPU device timeline section of summary.json (`gpu_device`: `--cuda` with the
 //! tool library as CUDA's injection library): per GPU of each process its busy time (the union
-//! of its kernels', copies' and memsets' device time) and its longest idle gaps, the kernels with
+//! of its kernels', copies' and memsets' device time) and its longest idle gaps (`gpu_gaps`, with
+//! what the host threads did in them), the kernels with
 //! the most device time, the queueing delay from launch call to device start, copies by direction
 //! with their bandwidth, memsets, and device records lost, and which clock the device records came
 //! on. `export::gpu_device` renders it in summary.txt.
 use serde::Serialize;
 
+use std::collections::HashMap;
+
+use super::gpu_gaps::{self, Gap};
 use crate::pipeline::{
     gpu::{GpuDevice, MovedRecords},
+    host_spans::HostSpans,
+    samples::stack_hash,
     stats::percentile,
+    symbolizer::Frames,
 };
 
 /// How many kernels the summary lists, most device time first.
@@ -24,16 +31,26 @@ pub struct GpuDeviceSummary {
     /// By direction (`HtoD`, `DtoH`, `DtoD`, ...).
     pub copies: Vec<CopyTotal>,
     pub memsets: Transfers,
+    /// Of the kernels, copies and memsets, those that ran as nodes of a CUDA graph (counted in
+    /// the totals above too).
+    pub graph_nodes: u64,
     /// Device records lost: dropped by CUPTI (no buffer for them), not sent by the kernel program
     /// (a batch past its limit, a full ring buffer), and received after the capture stopped.
     pub records_dropped: Dropped,
     /// What the tool library said (CUPTI refused the subscription, an unsupported libcupti, ...).
     pub notices: Vec<String>,
+    /// 0, or the length up to which host spans may have been left out of the gaps' `host`
+    /// (more than `host_spans::MAX_SPANS` were traced): such a span overlaps a gap by at most it.
+    pub host_spans_left_out_up_to_ns: u64,
     /// From each kernel's launch call (its start) to the kernel's start on the device, over the
-    /// kernels whose launch was seen.
+    /// kernels whose launch was seen, graph nodes left out (a node waits for the nodes before
+    /// it).
     pub queue_delay: crate::pipeline::stats::Distribution,
     /// Which clock the device records came on.
     pub clock: DeviceClock,
+    /// The CUPTI functions the tool library subscribed with: `cuptiSubscribe_v2` where the
+    /// process's libcupti has it (CUDA 13), else `cuptiSubscribe`.
+    pub subscribed_with: Vec<&'static str>,
 }
 
 /// The device records' clock: `monotonic` when CUPTI timed them all with the CLOCK_MONOTONIC
@@ -70,17 +87,6 @@ impl DeviceClock {
     }
 }
 
-/// A stretch of time in which a GPU ran nothing of a process.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct Gap {
-    /// When it began (CLOCK_MONOTONIC ns, the trace's clock).
-    pub start_ns: u64,
-    pub dur_ns: u64,
-}
-
-/// Gaps listed per GPU, longest first.
-pub const LONGEST_GAPS: usize = 5;
-
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuBusy {
     pub pid: u32,
@@ -91,7 +97,8 @@ pub struct GpuBusy {
     pub span_ns: u64,
     /// `span_ns` less `busy_ns`: time between device work.
     pub idle_ns: u64,
-    /// The longest stretches without device work, longest first.
+    /// The longest stretches without device work, longest first, with what the host threads
+    /// did in them.
     pub longest_gaps: Vec<Gap>,
     pub kernels: u64,
 }
@@ -130,30 +137,6 @@ pub struct Dropped {
     pub after_stop: u64,
 }
 
-/// Total length of the union of `intervals`, and the gaps between its pieces, longest first.
-fn union_ns(intervals: &mut [(u64, u64)]) -> (u64, Vec<Gap>) {
-    intervals.sort_unstable();
-    let mut total = 0;
-    let mut gaps = Vec::new();
-    let mut current: Option<(u64, u64)> = None;
-    for &(start, end) in intervals.iter() {
-        current = match current {
-            Some((s, e)) if start <= e => Some((s, e.max(end))),
-            Some((s, e)) => {
-                total += e - s;
-                gaps.push(Gap {
-                    start_ns: e,
-                    dur_ns: start - e,
-                });
-                Some((start, end))
-            }
-            None => Some((start, end)),
-        };
-    }
-    gaps.sort_by(|a, b| b.dur_ns.cmp(&a.dur_ns).then(a.start_ns.cmp(&b.start_ns)));
-    (total + current.map_or(0, |(s, e)| e - s), gaps)
-}
-
 /// Bytes per second of `bytes` moved in `ns`.
 fn bandwidth(bytes: u64, ns: u64) -> u64 {
     match ns {
@@ -162,8 +145,9 @@ fn bandwidth(bytes: u64, ns: u64) -> u64 {
     }
 }
 
-/// The section of `gpu`; `by_kernel`: records the kernel program could not send.
-pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
+/// The section of `gpu`; `by_kernel`: records the kernel program could not send; `host`: the
+/// host spans, for what the threads did in the longest gaps.
+pub fn summary(gpu: &GpuDevice, by_kernel: u64, host: Option<&HostSpans>) -> GpuDeviceSummary {
     let gpus = gpu
         .busy
         .iter()
@@ -171,15 +155,14 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             let mut intervals = intervals.clone();
             let first = intervals.iter().map(|i| i.0).min().unwrap_or(0);
             let last = intervals.iter().map(|i| i.1).max().unwrap_or(0);
-            let (busy_ns, mut gaps) = union_ns(&mut intervals);
-            gaps.truncate(LONGEST_GAPS);
+            let (busy_ns, gaps) = gpu_gaps::union_ns(&mut intervals);
             GpuBusy {
                 pid,
                 device,
                 busy_ns,
                 span_ns: last - first,
                 idle_ns: (last - first).saturating_sub(busy_ns),
-                longest_gaps: gaps,
+                longest_gaps: gpu_gaps::longest(pid, gaps, host),
                 kernels: 0,
             }
         })
@@ -224,19 +207,36 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64) -> GpuDeviceSummary {
             bytes: m.bytes,
             total_ns: m.ns,
         },
+        graph_nodes: gpu.graph_nodes,
         records_dropped: Dropped {
             by_cupti: gpu.dropped_by_cupti,
             by_kernel,
             after_stop: gpu.after_stop,
         },
         notices: gpu.notices.clone(),
+        host_spans_left_out_up_to_ns: host.map_or(0, HostSpans::forgotten_up_to_ns),
         queue_delay: gpu.queue_delay.distribution(),
         clock: DeviceClock::of(gpu.clock),
+        subscribed_with: gpu.subscribed_with.iter().copied().collect(),
     }
     .with_kernel_counts(gpu)
 }
 
 impl GpuDeviceSummary {
+    /// With CPU sampling: adds to each listed gap the samples of its process taken in it, from the
+    /// samples on the timeline and their stacks' names.
+    pub fn add_samples(&mut self, samples: &crate::pipeline::samples::Samples, frames: &Frames<'_>) {
+        let leaves: HashMap<u64, &str> = frames
+            .iter()
+            .map(|(key, names)| (stack_hash(key), names.last().map_or("?", String::as_str)))
+            .collect();
+        for busy in &mut self.gpus {
+            for gap in &mut busy.longest_gaps {
+                gpu_gaps::add_samples(gap, busy.pid, &samples.timeline, &leaves);
+            }
+        }
+    }
+
     /// Kernels per process and GPU are not kept per GPU by name; count them from the tracks.
     fn with_kernel_counts(mut self, gpu: &GpuDevice) -> Self {
         for busy in &mut self.gpus {
@@ -248,15 +248,8 @@ impl GpuDeviceSummary {
 
 #[cfg(test)]
 mod tests {
-    /// Overlapping and touching intervals count once; gaps are not busy.
     #[test]
-    fn busy_time_is_the_union_of_intervals() {
-        let mut intervals = vec![(10, 20), (15, 30), (30, 35), (50, 60), (62, 70)];
-        let (busy, gaps) = super::union_ns(&mut intervals);
-        assert_eq!(busy, 25 + 10 + 8);
-        let gaps: Vec<(u64, u64)> = gaps.iter().map(|g| (g.start_ns, g.dur_ns)).collect();
-        assert_eq!(gaps, [(35, 15), (60, 2)]);
-        assert_eq!(super::union_ns(&mut []), (0, vec![]));
+    fn bandwidth_is_bytes_over_time() {
         assert_eq!(super::bandwidth(3_000, 1_500), 2_000_000_000);
         assert_eq!(super::bandwidth(3_000, 0), 0);
     }

@@ -8,6 +8,7 @@
 pub mod cuda;
 pub mod cuda_summary;
 pub mod functions;
+pub mod gpu_gaps;
 pub mod gpu_summary;
 pub mod locks_summary;
 pub mod mpi;
@@ -104,6 +105,11 @@ impl Families {
         let mut sections = Sections::default();
         for family in self.each() {
             family.summarize(ending, &mut sections);
+        }
+        // The GPU's idle gaps, with the CPU samples taken in them.
+        let frames = ending.sampling.and_then(|s| s.frames);
+        if let (Some(gpu), Some(frames)) = (&mut sections.gpu_device, frames) {
+            gpu.add_samples(&self.sampling.samples, frames);
         }
         sections
     }

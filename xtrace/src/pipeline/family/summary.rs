@@ -59,6 +59,8 @@ pub struct Ending<'a> {
     pub off_cpu_lost: u64,
     /// With CPU sampling.
     pub sampling: Option<SamplingEnding<'a>>,
+    /// With the GPU device timeline: the host spans, for what the threads did in its idle gaps.
+    pub host_spans: Option<&'a crate::pipeline::host_spans::HostSpans>,
 }
 
 /// What the sampling family's section needs once the recording is over.
