@@ -22,7 +22,7 @@ use super::{
     Result,
 };
 use crate::pipeline::{
-    perfetto::{fast_hash::FastMap, intern::json_value, proto::*, SampleFrame},
+    perfetto::{fast_hash::FastMap, intern::json_value, proto::*, writer::DEPTH, SampleFrame},
     writer::{Flow, FlowKind},
 };
 
@@ -84,6 +84,7 @@ struct Open {
     name: Rc<Name>,
     start_ns: u64,
     args: Option<String>,
+    depth: Option<u32>,
     flow: Option<Flow>,
 }
 
@@ -135,6 +136,9 @@ pub(crate) struct Slice<'a> {
     /// The annotations of its begin and of its end, as JSON objects; None when there are none.
     pub args: Option<&'a str>,
     pub end_args: Option<&'a str>,
+    /// Its `depth` annotation (a nested slice of a trace that gives depths: see
+    /// [`crate::pipeline::perfetto::writer::DEPTH`]), left out of `args`.
+    pub depth: Option<u32>,
     /// A flow arrow its begin starts or ends.
     pub flow: Option<Flow>,
 }
@@ -344,10 +348,12 @@ impl State {
         let seq = self.sequences.entry(seq_id).or_default();
         match e.r#type.unwrap_or(0) {
             TYPE_SLICE_BEGIN => {
+                let (args, depth) = args_and_depth(seq, e)?;
                 let open = Open {
                     name: shared_name_of(seq, e)?,
                     start_ns: ts,
-                    args: args_of(seq, e)?,
+                    args,
+                    depth,
                     flow,
                 };
                 self.open.entry(uuid).or_default().push(open);
@@ -372,6 +378,7 @@ impl State {
                         dur_ns,
                         args: open.args.as_deref(),
                         end_args: end_args.as_deref(),
+                        depth: open.depth,
                         // A launch's flow ends where its slice begins, a wake-up's where it ends.
                         flow: open.flow.or(flow),
                     }))?;
@@ -572,18 +579,25 @@ fn name_of(seq: &Sequence, e: &TrackEvent) -> Result<Name, String> {
 /// An event's annotations as the JSON object trace.json's `args` holds (without `depth`); None
 /// when it has none.
 fn args_of(seq: &Sequence, e: &TrackEvent) -> Result<Option<String>, String> {
-    if e.debug_annotations.is_empty() {
-        return Ok(None);
-    }
+    args_and_depth(seq, e).map(|(args, _)| args)
+}
+
+/// [`args_of`], and the `depth` annotation apart.
+fn args_and_depth(seq: &Sequence, e: &TrackEvent) -> Result<(Option<String>, Option<u32>), String> {
     let mut object = serde_json::Map::new();
+    let mut depth = None;
     for a in &e.debug_annotations {
         let name = match (a.name_iid, &a.name) {
-            (Some(iid), _) => interned(&seq.arg_names, iid, "annotation name")?.to_owned(),
-            (None, name) => name.clone().unwrap_or_default(),
+            (Some(iid), _) => interned(&seq.arg_names, iid, "annotation name")?,
+            (None, name) => name.as_deref().unwrap_or_default(),
         };
-        object.insert(name, json_value(a));
+        match (name, &a.value) {
+            (DEPTH, Some(Value::Uint(d))) => depth = u32::try_from(*d).ok(),
+            _ => drop(object.insert(name.to_owned(), json_value(a))),
+        }
     }
-    Ok(Some(serde_json::Value::Object(object).to_string()))
+    let args = (!object.is_empty()).then(|| serde_json::Value::Object(object).to_string());
+    Ok((args, depth))
 }
 
 #[cfg(test)]

@@ -17,9 +17,10 @@ pub struct ConvertArgs {
     /// format the capture's trace is not in].
     ///
     /// Every event is written again: spans, instants, counters, async ranges, flow arrows, CPU
-    /// samples, process and thread names. From a Perfetto trace, a span's `depth` is its nesting
-    /// on its track, an async range's id its track and its thread its process, and a counter of
-    /// one series is named `value`: what Perfetto does not keep. The trace already there stays; a
+    /// samples, process and thread names. From a Perfetto trace, a span's `depth` is the one
+    /// recorded (from an older xtrace's trace, its nesting on its track), an async range's id its
+    /// track and its thread its process, and a counter of one series is named `value`: what
+    /// Perfetto does not keep. The trace already there stays; a
     /// trace of the new format already there is never written over. `xtrace report` and `xtrace
     /// diff` read the capture alike from either trace.
     #[arg(long, value_enum, value_name = "FORMAT")]

@@ -83,7 +83,8 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
         TraceFormat::Json => replay_events(&path, reader, &mut replay),
         TraceFormat::Perfetto => {
             drop(reader);
-            super::replay_perfetto::replay(dir, &path, &mut replay)
+            let depths = summary.summary["slice_depths"] == true;
+            super::replay_perfetto::replay(dir, &path, &mut replay, depths)
         }
     };
     let finished = replayed.and_then(|()| {

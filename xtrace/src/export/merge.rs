@@ -62,6 +62,9 @@ pub struct Part {
 #[derive(Debug, Serialize)]
 struct MergedSummary {
     format_version: u32,
+    /// As a recording's: the merged Perfetto trace gives its nested slices' depths.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    slice_depths: bool,
     host: &'static str,
     duration_ns: u64,
     targets: Vec<Value>,
@@ -208,7 +211,8 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
         true => stragglers(&spans, &parts, &options.steps),
         false => Vec::new(),
     };
-    write_summary(&inputs, (parts.clone(), stragglers), reference, &out_dir)?;
+    let depths = options.format == TraceFormat::Perfetto;
+    write_summary(&inputs, (parts.clone(), stragglers, depths), reference, &out_dir)?;
     Ok(parts)
 }
 
@@ -255,7 +259,8 @@ fn write_trace(
             TraceFormat::Json => replay_events(&path, reader, &mut replay)?,
             TraceFormat::Perfetto => {
                 drop(reader);
-                super::replay_perfetto::replay(&input.capture.dir, &path, &mut replay)?;
+                let depths = input.capture.summary["slice_depths"] == true;
+                super::replay_perfetto::replay(&input.capture.dir, &path, &mut replay, depths)?;
             }
         }
     }
@@ -319,7 +324,7 @@ fn stragglers(spans: &[merge_align::Spans], parts: &[Part], steps: &[String]) ->
 
 fn write_summary(
     inputs: &[Input],
-    (parts, stragglers): (Vec<Part>, Vec<Stragglers>),
+    (parts, stragglers, slice_depths): (Vec<Part>, Vec<Stragglers>, bool),
     reference: Option<(&Input, &Part)>,
     out: &output::Dir,
 ) -> Result<()> {
@@ -364,6 +369,7 @@ fn write_summary(
     });
     let summary = MergedSummary {
         format_version: FORMAT_VERSION,
+        slice_depths,
         host: "merged",
         duration_ns: end.saturating_sub(begin),
         targets,

@@ -6,10 +6,13 @@
 //! process), instants (flow arrows kept), counters, CPU samples (their frames; trace.json's folded
 //! stack is their 32 innermost names, kernel frames suffixed `_[k]`), process and thread names.
 //!
-//! A span's `depth`, which a Perfetto trace does not hold, is its nesting on its track: the
-//! slices enclosing it there. Spans arrive in the order they ended (inner before outer), so the
-//! trace is read twice: first for each span's enclosing span (4 bytes a span, and a stack per
-//! track of the spans not yet enclosed), then to write it.
+//! A span's `depth` is the one its slice's `depth` annotation gives, in the traces that give
+//! nested slices theirs (summary.json's `slice_depths`): the trace is read once, and memory does
+//! not grow with it. An older trace holds no depths; there a span's depth is its nesting on its
+//! track, the slices enclosing it there. Spans arrive in the order they ended (inner before
+//! outer), so such a trace is read twice: first for each span's enclosing span (4 bytes a span,
+//! and a stack per track of the spans not yet enclosed, which on a flat track holds them all),
+//! then to write it.
 use std::{collections::HashMap, path::Path};
 
 use super::replay::Replay;
@@ -27,12 +30,18 @@ use crate::{
 /// Frames of a sample's folded stack in trace.json, innermost kept (as a recording writes it).
 const TIMELINE_FRAMES: usize = 32;
 
-/// Replays the Perfetto trace of capture `dir` (at `path`) into `replay`.
-pub(crate) fn replay(dir: &Path, path: &Path, replay: &mut Replay) -> Result<()> {
-    let mut nesting = Nesting::default();
-    let (_, reader, _) = trace_file::open(dir)?;
-    perfetto_file::read(path, reader, &mut nesting)?;
-    let depths = nesting.depths();
+/// Replays the Perfetto trace of capture `dir` (at `path`) into `replay`; `slice_depths`: the
+/// trace gives its nested slices' depths (summary.json says so).
+pub(crate) fn replay(dir: &Path, path: &Path, replay: &mut Replay, slice_depths: bool) -> Result<()> {
+    let depths = match slice_depths {
+        true => None,
+        false => {
+            let mut nesting = Nesting::default();
+            let (_, reader, _) = trace_file::open(dir)?;
+            perfetto_file::read(path, reader, &mut nesting)?;
+            Some(nesting.depths())
+        }
+    };
     let (_, reader, _) = trace_file::open(dir)?;
     let mut writing = Writing {
         replay,
@@ -89,7 +98,9 @@ impl Decode for Nesting {
 /// The second pass: the events written.
 struct Writing<'r, 'w> {
     replay: &'r mut Replay<'w>,
-    depths: Vec<u32>,
+    /// Each thread slice's depth worked out by [`Nesting`], in order; None where the trace gives
+    /// them.
+    depths: Option<Vec<u32>>,
     /// The index of the next thread slice.
     next: usize,
 }
@@ -138,7 +149,10 @@ impl Writing<'_, '_> {
             }
             return Ok(());
         };
-        let depth = self.depths.get(self.next).copied().unwrap_or(0);
+        let depth = match &self.depths {
+            Some(depths) => depths.get(self.next).copied().unwrap_or(0),
+            None => s.depth.unwrap_or(0),
+        };
         self.next += 1;
         io(self.replay.writer.span(&SpanOut {
             tid: self.id(tid)?,

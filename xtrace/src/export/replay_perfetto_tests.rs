@@ -179,8 +179,9 @@ fn events(path: &Path) -> Vec<String> {
 }
 
 /// Replays into a new trace at `out` in `format`, from `from` (None: the Perfetto trace of
-/// capture `dir`; else that trace.json).
-fn convert(dir: &Path, from: Option<&Path>, out: &Path, format: TraceFormat) {
+/// capture `dir`, whose depths are read from the trace with `depths`, else worked out; Some:
+/// that trace.json).
+fn convert(dir: &Path, (from, depths): (Option<&Path>, bool), out: &Path, format: TraceFormat) {
     let file = std::fs::File::create(out).unwrap();
     let mut writer = EventWriter::starting(Sink::new(file, false).0, &[], format, clocks()).unwrap();
     let mut r = Replay {
@@ -190,7 +191,7 @@ fn convert(dir: &Path, from: Option<&Path>, out: &Path, format: TraceFormat) {
         held: None,
     };
     match from {
-        None => replay(dir, &dir.join("trace.perfetto-trace"), &mut r).unwrap(),
+        None => replay(dir, &dir.join("trace.perfetto-trace"), &mut r, depths).unwrap(),
         Some(json) => {
             let reader = Box::new(std::fs::File::open(json).unwrap());
             crate::export::convert::replay_events(json, reader, &mut r).unwrap();
@@ -207,23 +208,29 @@ fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
     std::fs::create_dir_all(&twice).unwrap();
     write(&dir, "trace.json", TraceFormat::Json);
     write(&pf, "trace.perfetto-trace", TraceFormat::Perfetto);
-    convert(&pf, None, &dir.join("converted.json"), TraceFormat::Json);
+    // The depths the trace gives, and the depths worked out from the nesting (an older trace's
+    // way), agree: the fixture's nested spans are on one source track.
+    convert(&pf, (None, true), &dir.join("converted.json"), TraceFormat::Json);
+    convert(&pf, (None, false), &dir.join("nested.json"), TraceFormat::Json);
     // trace.json to Perfetto and back: the same events again, flows included.
     let json = dir.join("trace.json");
     convert(
         &dir,
-        Some(&json),
+        (Some(&json), false),
         &twice.join("trace.perfetto-trace"),
         TraceFormat::Perfetto,
     );
-    convert(&twice, None, &dir.join("twice.json"), TraceFormat::Json);
+    convert(&twice, (None, true), &dir.join("twice.json"), TraceFormat::Json);
     let want = events(&json);
-    let (got, back) = (
+    let (got, nested, back) = (
         events(&dir.join("converted.json")),
+        events(&dir.join("nested.json")),
         events(&dir.join("twice.json")),
     );
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(got, want);
     assert_eq!(got.len(), 18, "{got:#?}");
+    assert!(got.iter().any(|e| e.contains("\"depth\":1")), "{got:#?}");
+    assert_eq!(nested, want);
     assert_eq!(back, want);
 }

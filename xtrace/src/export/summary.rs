@@ -91,6 +91,11 @@ pub struct RunInfo {
 pub struct Summary {
     /// [`FORMAT_VERSION`](crate::model::summary::FORMAT_VERSION); a summary.json without it is read as version 1.
     pub format_version: u32,
+    /// The Perfetto trace gives each nested slice its depth (a `depth` annotation; absent: 0),
+    /// so it is read back without working nesting out (`convert`, `merge`). Absent from older
+    /// captures and trace.json ones.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub slice_depths: bool,
     #[serde(flatten)]
     pub run: RunInfo,
     pub stop_reason: &'static str,
@@ -208,6 +213,7 @@ mod tests {
     fn summary() -> Summary {
         Summary {
             format_version: FORMAT_VERSION,
+            slice_depths: false,
             run: RunInfo {
                 host: "node7".into(),
                 labels: Default::default(),

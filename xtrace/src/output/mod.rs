@@ -284,6 +284,7 @@ pub fn write(dir: &Dir, name: &str, bytes: &[u8]) -> Result<()> {
 pub struct TraceFile {
     /// `trace.json` or `trace.perfetto-trace`, `.gz` appended with `--gzip`.
     pub name: &'static str,
+    pub format: TraceFormat,
     /// Where it is written until it is whole: `DIR/NAME.partial`.
     pub path: PathBuf,
     /// Bytes handed to the file so far (compressed ones with `--gzip`), for the live status line.
@@ -301,7 +302,15 @@ pub fn create_trace(dir: &Dir, gzip: bool, format: TraceFormat) -> Result<(Sink,
     let name = format.file_name(gzip);
     let (sink, bytes) = Sink::new(create(dir, name)?, gzip);
     let path = dir.join(&partial(name));
-    Ok((sink, TraceFile { name, path, bytes }))
+    Ok((
+        sink,
+        TraceFile {
+            name,
+            format,
+            path,
+            bytes,
+        },
+    ))
 }
 
 #[cfg(test)]

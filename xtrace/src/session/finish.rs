@@ -348,6 +348,7 @@ impl Outputs<'_> {
         let (ranges, ranges_unpaired) = families.ranges.unzip();
         Summary {
             format_version: FORMAT_VERSION,
+            slice_depths: self.trace_file.format == crate::output::TraceFormat::Perfetto,
             run: self.run.clone(),
             stop_reason: self.stop.reason(),
             lost_events: self.lost.total(),

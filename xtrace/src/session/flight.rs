@@ -458,6 +458,7 @@ fn summary(
     let kept_ns = flight.kept_ns.unwrap_or(0);
     Summary {
         format_version: FORMAT_VERSION,
+        slice_depths: context.format == TraceFormat::Perfetto,
         run: RunInfo {
             duration_ns: kept_ns,
             ..context.run.clone()

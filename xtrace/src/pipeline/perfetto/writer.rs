@@ -352,6 +352,13 @@ impl<W: Write> PerfettoWriter<W> {
             if category != Some(TIMELINE_CATEGORY) {
                 self.complete += 1;
             }
+            let mut args = args;
+            if let EventKind::Span {
+                depth: depth @ 1.., ..
+            } = span.kind
+            {
+                args.push(depth_annotation(&mut self.seqs[seq], depth));
+            }
             let begin = TrackEvent {
                 debug_annotations: args,
                 terminating_flow_ids,
@@ -503,6 +510,19 @@ fn name_and_category(seq: &mut Sequence, probes: &[(Box<str>, Box<str>)], span: 
         None => cat,
     };
     (name, cat)
+}
+
+/// The name of the annotation that gives a nested slice its depth, as trace.json's `args.depth`
+/// does: how many traced calls were open on its thread (absent for 0, as most slices are).
+pub const DEPTH: &str = "depth";
+
+/// A nested slice's depth as an annotation named on `seq`.
+fn depth_annotation(seq: &mut Sequence, depth: u32) -> DebugAnnotation {
+    DebugAnnotation {
+        name_iid: Some(seq.arg_names.iid(DEPTH, &mut seq.pending.debug_annotation_names)),
+        value: Some(Value::Uint(u64::from(depth))),
+        ..Default::default()
+    }
 }
 
 /// A span's captured values as annotations named on `seq`.
