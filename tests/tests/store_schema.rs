@@ -2,7 +2,8 @@
 //! written by a version 1 xtrace (made here with version 1's tables and one run) is brought to
 //! version 2 when next used, keeping its run beside the new one, and both stores then tell the
 //! same history; `--store-spans` stores every span of the trace; an MPI capture's calls and
-//! bytes are stored per function.
+//! bytes are stored per function, and each GPU's highest NVML readings (the stand-in NVML's) per
+//! metric.
 
 use std::{path::Path, process::Command};
 
@@ -228,4 +229,57 @@ fn spans_and_mpi_calls_are_stored_exactly() {
          MPI_Recv\tpoint_to_point\t5\t5120\n\
          MPI_Send\tpoint_to_point\t5\t5120\n"
     );
+}
+
+/// A capture with GPU metrics (the stand-in NVML's two GPUs): each GPU's highest readings are
+/// stored, one row per metric, in thousandths, as summary.json's `gpus` has them.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn gpu_peaks_are_stored_per_device_and_metric() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("store-gpus");
+    let (run, gpu_dir) = (tmp.join("run"), tmp.join("gpu"));
+    std::fs::create_dir(&gpu_dir).unwrap();
+    let env: Vec<(&str, String)> = fixtures().nvml_env(&gpu_dir);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let flags = args![
+        "-q",
+        "-u",
+        "busy",
+        "--gpu-metrics=20ms",
+        "-o",
+        &run,
+        "--",
+        &fixtures().spans,
+        "busy",
+        "1000",
+        "200"
+    ];
+    Xtrace::spawn_with_env(flags, &env).wait().assert_success();
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    let mut want = Vec::new();
+    for gpu in summary["gpus"].as_array().expect("the stand-in's GPUs") {
+        for (key, value) in gpu.as_object().unwrap() {
+            if let (Some(name), Some(max)) = (key.strip_prefix("max_"), value.as_f64()) {
+                let milli = (max * 1000.0).round() as u64;
+                want.push(format!("{}\t{name}\t{milli}", gpu["index"]));
+            }
+        }
+    }
+    want.sort();
+    assert!(want.len() >= 8, "{want:?}");
+    let db = tmp.join("runs.db");
+    succeeded(&xtrace(args![
+        "push",
+        &run,
+        "--store",
+        format!("sqlite:{}", db.display())
+    ]));
+    let stored = sqlite_query(&db, "SELECT device, name, max_milli FROM counters");
+    let mut stored: Vec<&str> = stored.lines().collect();
+    stored.sort_unstable();
+    assert_eq!(stored, want);
 }
