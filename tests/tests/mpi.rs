@@ -77,6 +77,60 @@ fn call_args(out: &Outputs, name: &str, place: &str) -> Vec<(Value, Value, Value
         .collect()
 }
 
+/// Rank `rank`'s MPI calls, exactly: per function, its calls and bytes; each call's count,
+/// datatype, bytes, peer and tag or root; with --stacks, where the allreduces came from.
+fn assert_rank_calls(rank: u64, out: &Outputs) {
+    let target = &out.summary["targets"][0]["rank"];
+    assert_eq!(target["rank"], rank, "{target}");
+    assert_eq!(
+        (&target["world_size"], &target["launcher"]),
+        (&2.into(), &"open-mpi".into())
+    );
+    let (p2p, tag) = match rank {
+        0 => (row("MPI_Send", "point_to_point", 5, 5 * 256 * 4), 1),
+        _ => (row("MPI_Recv", "point_to_point", 5, 5 * 256 * 4), 0),
+    };
+    let mut expected = vec![
+        row("MPI_Allreduce", "collective", 10, 10 * 1024 * 8),
+        row("MPI_Barrier", "collective", 1, 0),
+        row("MPI_Bcast", "collective", 3, 3 * 100),
+        row("MPI_Finalize", "setup", 1, 0),
+        row("MPI_Init", "setup", 1, 0),
+        p2p.clone(),
+    ];
+    expected.sort();
+    assert_eq!(functions(&out.summary), expected, "rank {rank}");
+    // Each span says what it moved: to or from whom, with which tag.
+    let sends = call_args(out, &p2p.0, "peer");
+    let send = (256.into(), "MPI_INT".into(), 1024.into(), tag.into(), 7.into());
+    assert_eq!(sends, vec![send; 5], "rank {rank}");
+    let allreduce = (
+        1024.into(),
+        "MPI_DOUBLE".into(),
+        8192.into(),
+        Value::Null,
+        Value::Null,
+    );
+    assert_eq!(call_args(out, "MPI_Allreduce", "root"), vec![allreduce; 10]);
+    let bcast = (100.into(), "MPI_CHAR".into(), 100.into(), 0.into(), Value::Null);
+    assert_eq!(call_args(out, "MPI_Bcast", "root"), vec![bcast; 3]);
+    assert!(
+        out.summary_txt.contains("\nMPI: 21 calls of 6 functions\n"),
+        "{}",
+        out.summary_txt
+    );
+    // With --stacks, where each was called from: every allreduce from step().
+    let probes = out.summary["probes"].as_array().unwrap();
+    let allreduce = probes.iter().find(|p| p["name"] == "MPI_Allreduce");
+    let sites = &allreduce.expect("MPI_Allreduce's row")["call_sites"];
+    assert_eq!(sites.as_array().map(Vec::len), Some(1), "{sites}");
+    assert_eq!(sites[0]["count"], 10, "{sites}");
+    assert!(
+        sites[0]["site"].as_str().unwrap().starts_with("step+0x"),
+        "{sites}"
+    );
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn mpi_calls_carry_their_bytes_and_the_slow_rank_is_named_the_straggler() {
@@ -84,51 +138,16 @@ fn mpi_calls_carry_their_bytes_and_the_slow_rank_is_named_the_straggler() {
         return;
     }
     let tmp = TempDir::new("mpi");
-    record_ranks(&tmp.join("captures"), &["--mpi", "-u", "compute", "-u", "step"]);
+    record_ranks(
+        &tmp.join("captures"),
+        &["--mpi", "--stacks", "-u", "compute", "-u", "step"],
+    );
     let (r0, r1) = (
         Outputs::read(&tmp.join("captures/r0")),
         Outputs::read(&tmp.join("captures/r1")),
     );
     for (rank, out) in [(0, &r0), (1, &r1)] {
-        let target = &out.summary["targets"][0]["rank"];
-        assert_eq!(target["rank"], rank, "{target}");
-        assert_eq!(
-            (&target["world_size"], &target["launcher"]),
-            (&2.into(), &"open-mpi".into())
-        );
-        let (p2p, tag) = match rank {
-            0 => (row("MPI_Send", "point_to_point", 5, 5 * 256 * 4), 1),
-            _ => (row("MPI_Recv", "point_to_point", 5, 5 * 256 * 4), 0),
-        };
-        let mut expected = vec![
-            row("MPI_Allreduce", "collective", 10, 10 * 1024 * 8),
-            row("MPI_Barrier", "collective", 1, 0),
-            row("MPI_Bcast", "collective", 3, 3 * 100),
-            row("MPI_Finalize", "setup", 1, 0),
-            row("MPI_Init", "setup", 1, 0),
-            p2p.clone(),
-        ];
-        expected.sort();
-        assert_eq!(functions(&out.summary), expected, "rank {rank}");
-        // Each span says what it moved: to or from whom, with which tag.
-        let sends = call_args(out, &p2p.0, "peer");
-        let send = (256.into(), "MPI_INT".into(), 1024.into(), tag.into(), 7.into());
-        assert_eq!(sends, vec![send; 5], "rank {rank}");
-        let allreduce = (
-            1024.into(),
-            "MPI_DOUBLE".into(),
-            8192.into(),
-            Value::Null,
-            Value::Null,
-        );
-        assert_eq!(call_args(out, "MPI_Allreduce", "root"), vec![allreduce; 10]);
-        let bcast = (100.into(), "MPI_CHAR".into(), 100.into(), 0.into(), Value::Null);
-        assert_eq!(call_args(out, "MPI_Bcast", "root"), vec![bcast; 3]);
-        assert!(
-            out.summary_txt.contains("\nMPI: 21 calls of 6 functions\n"),
-            "{}",
-            out.summary_txt
-        );
+        assert_rank_calls(rank, out);
     }
 
     let merged = tmp.join("merged");
@@ -207,6 +226,14 @@ fn allreduce_ends(merged: &Outputs) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// The median of how far rank 1's allreduces end after rank 0's (µs). The median: on a loaded
+/// machine a rank spinning in MPI can be preempted and leave a call milliseconds late.
+fn median_apart(ends: &[Vec<f64>]) -> f64 {
+    let mut apart: Vec<f64> = ends[0].iter().zip(&ends[1]).map(|(a, b)| b - a).collect();
+    apart.sort_by(f64::total_cmp);
+    apart[apart.len() / 2]
+}
+
 /// `--align collectives`: rank 1's host clock made 5 ms fast (its clock pairs moved), the clock
 /// pairs alone place its allreduces 5 ms late; the collectives' ends bring them back together.
 #[test]
@@ -241,9 +268,11 @@ fn align_collectives_undoes_a_host_clock_off_by_5_ms() {
     // Apart by the 5 ms (the allreduce ends are within microseconds on one host).
     let by_clocks = allreduce_ends(&merge("by-clocks", "clocks"));
     assert_eq!(by_clocks.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10]);
-    for (a, b) in by_clocks[0].iter().zip(&by_clocks[1]) {
-        assert!((b - a - 5000.0).abs() < 500.0, "ends {a} and {b} µs");
-    }
+    let apart = median_apart(&by_clocks);
+    assert!(
+        (apart - 5000.0).abs() < 500.0,
+        "ends {apart} µs apart: {by_clocks:?}"
+    );
     let aligned = merge("by-collectives", "collectives");
     let parts = aligned.summary["merged"].as_array().unwrap();
     assert!(parts[0].get("aligned").is_none(), "the reference: {}", parts[0]);
@@ -253,9 +282,8 @@ fn align_collectives_undoes_a_host_clock_off_by_5_ms() {
     assert!((-5_500_000..=-4_500_000).contains(&correction), "{moved}");
     assert!(moved["residual_ns"].as_u64().unwrap() < 500_000, "{moved}");
     let ends = allreduce_ends(&aligned);
-    for (a, b) in ends[0].iter().zip(&ends[1]) {
-        assert!((b - a).abs() < 500.0, "ends {a} and {b} µs");
-    }
+    let apart = median_apart(&ends);
+    assert!(apart.abs() < 500.0, "ends {apart} µs apart: {ends:?}");
     assert!(
         aligned
             .summary_txt
