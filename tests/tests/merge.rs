@@ -48,6 +48,27 @@ fn work(out: &Outputs) -> Vec<(u64, u64)> {
     spans
 }
 
+/// How far rank 1 may be off rank 0 (the reference, 0): its drift, half the slowest clock-pair
+/// reads of both, and both wall clocks' error estimates where the kernel keeps them.
+fn assert_uncertainty(parts: &[Value], (sa, sb): (&Value, &Value)) {
+    let worst = |summary: &Value, key: &str| -> Option<u64> {
+        let at = |at: &str| summary["clock"][at][key].as_u64();
+        Some(at("start")?.max(at("end")?))
+    };
+    let reads = worst(sa, "read_ns").unwrap() + worst(sb, "read_ns").unwrap();
+    assert!(reads > 0 && reads < 2_000_000, "clock pairs read in {reads} ns");
+    let errors = worst(sa, "error_ns").unwrap_or(0) + worst(sb, "error_ns").unwrap_or(0);
+    let drift = parts[1]["clock_drift_ns"].as_u64().unwrap();
+    assert_eq!(parts[1]["uncertainty_ns"], drift + reads.div_ceil(2) + errors);
+    assert_eq!(parts[0]["uncertainty_ns"], 0);
+    assert_eq!(
+        (&parts[0]["reference"], &parts[1]["reference"]),
+        (&true.into(), &false.into())
+    );
+    let known = worst(sa, "error_ns").is_some() && worst(sb, "error_ns").is_some();
+    assert_eq!(parts[1]["wall_clock_error_known"], known);
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn merged_captures_lie_on_one_clock_shifted_by_their_clock_pairs() {
@@ -89,6 +110,7 @@ fn merged_captures_lie_on_one_clock_shifted_by_their_clock_pairs() {
     assert_eq!(parts[1]["shift_ns"], shift_b);
     assert!((999_000_000..1_001_000_000).contains(&shift_b), "{shift_b}");
     assert_eq!(parts[1]["ranks"], serde_json::json!([1]));
+    assert_uncertainty(parts, (&before_a.summary, &before_b.summary));
 
     // Every span is there, each at its own time plus its capture's shift, its pid moved apart.
     let stride = 1u64 << 22;

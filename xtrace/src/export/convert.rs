@@ -41,15 +41,7 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
             counters: false,
         },
     )?;
-    let clock = |at: &str| -> Snapshot {
-        let c = &summary.summary["clock"][at];
-        let ns = |k: &str| c[k].as_u64().unwrap_or(0);
-        Snapshot {
-            monotonic_ns: ns("monotonic_ns"),
-            realtime_ns: ns("realtime_ns"),
-            boottime_ns: ns("boottime_ns"),
-        }
-    };
+    let clock = |at: &str| Snapshot::from_json(&summary.summary["clock"][at]);
     let name = format.file_name(gzip);
     let out = output::prepare(Some(dir), true)?;
     if out

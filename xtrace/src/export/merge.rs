@@ -50,6 +50,15 @@ pub struct Part {
     /// How far its wall clock moved against its monotonic clock between its start and its end
     /// (ns, either way): the alignment is no better than this.
     pub clock_drift_ns: u64,
+    /// Whether it is the capture whose clock the merged one is on.
+    pub reference: bool,
+    /// How far its times may be off the reference capture's (0 for that one): its drift, half
+    /// the slowest read of its clock pairs and of the reference's, and the kernels' estimates of
+    /// both wall clocks' error where they keep one.
+    pub uncertainty_ns: u64,
+    /// Whether both kernels gave an estimate of their wall clock's error (synchronized by NTP or
+    /// PTP); without, `uncertainty_ns` leaves the wall clocks' own error out.
+    pub wall_clock_error_known: bool,
     /// Added to its pids and tids.
     pub id_offset: u32,
     /// With `--align collectives`: how the ends of its collectives moved it (already in
@@ -87,13 +96,8 @@ struct Input {
 /// The clock pair `at` (`start` or `end`) of a capture's summary.json; None when it has none
 /// (an older xtrace's capture).
 fn clock(summary: &Value, at: &str) -> Option<Snapshot> {
-    let c = &summary["clock"][at];
-    let ns = |k: &str| c[k].as_u64().filter(|&n| n > 0);
-    Some(Snapshot {
-        monotonic_ns: ns("monotonic_ns")?,
-        realtime_ns: ns("realtime_ns")?,
-        boottime_ns: c["boottime_ns"].as_u64().unwrap_or(0),
-    })
+    let pair = Snapshot::from_json(&summary["clock"][at]);
+    (pair.monotonic_ns > 0 && pair.realtime_ns > 0).then_some(pair)
 }
 
 fn input(dir: &Path) -> Result<Input> {
@@ -175,9 +179,20 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
             ranks,
             shift_ns: u64::try_from(mean(input) - reference_offset).unwrap_or(0),
             clock_drift_ns: u64::try_from((input.offsets[1] - input.offsets[0]).abs()).unwrap_or(u64::MAX),
+            reference: i == reference,
+            uncertainty_ns: 0,
+            wall_clock_error_known: true,
             id_offset: ID_STRIDE * (i as u32 + 1),
             aligned: None,
         });
+    }
+    if let Some(r) = inputs.get(reference) {
+        for (input, part) in inputs.iter().zip(parts.iter_mut()) {
+            (part.uncertainty_ns, part.wall_clock_error_known) = uncertainty((input, part.clock_drift_ns), r);
+        }
+        if let Some(part) = parts.get_mut(reference) {
+            part.uncertainty_ns = 0;
+        }
     }
     let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
     let wanted = mpi || !options.steps.is_empty() || options.align == Align::Collectives;
@@ -214,6 +229,17 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
     let depths = options.format == TraceFormat::Perfetto;
     write_summary(&inputs, (parts.clone(), stragglers, depths), reference, &out_dir)?;
     Ok(parts)
+}
+
+/// How far a capture's times may be off the reference capture's, given its drift (see
+/// [`Part::uncertainty_ns`]); and whether both wall clocks' errors are known.
+fn uncertainty((input, drift_ns): (&Input, u64), reference: &Input) -> (u64, bool) {
+    let read = |i: &Input| i.start.read_ns.max(i.end.read_ns);
+    let error = |i: &Input| i.start.error_ns.zip(i.end.error_ns).map(|(a, b)| a.max(b));
+    let (mine, theirs) = (error(input), error(reference));
+    let errors = mine.unwrap_or(0) + theirs.unwrap_or(0);
+    let reads = (read(input) + read(reference)).div_ceil(2);
+    (drift_ns + reads + errors, mine.is_some() && theirs.is_some())
 }
 
 /// A capture's clock pair `at`, placed on the merged clock with `part`'s shift.
@@ -396,8 +422,16 @@ fn text(summary: &MergedSummary) -> String {
             true => String::new(),
             false => format!(" rank {}", ranks.join(",")),
         };
+        let within = match (part.reference, part.wall_clock_error_known) {
+            (true, _) => "the reference".to_string(),
+            (false, true) => format!("within ±{}", human(part.uncertainty_ns)),
+            (false, false) => format!(
+                "within ±{} and the wall clocks' own error (not synchronized)",
+                human(part.uncertainty_ns)
+            ),
+        };
         out += &format!(
-            "{}: {}{ranks}, shifted {}, clocks drifted {} apart, pids + {}\n",
+            "{}: {}{ranks}, shifted {}, clocks drifted {} apart, {within}, pids + {}\n",
             part.dir,
             part.host,
             human(part.shift_ns),

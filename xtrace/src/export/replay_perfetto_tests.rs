@@ -144,6 +144,8 @@ fn clocks() -> Snapshot {
         monotonic_ns: 1_000_000,
         realtime_ns: 5_000_000,
         boottime_ns: 1_000_100,
+        read_ns: 40,
+        error_ns: None,
     }
 }
 

@@ -284,6 +284,8 @@ mod tests {
                     monotonic_ns: 1_000,
                     realtime_ns: 1_700_000_000_000_000_000,
                     boottime_ns: 1_500,
+                    read_ns: 80,
+                    error_ns: Some(2_000),
                 },
                 end: crate::clock::Snapshot::default(),
             },

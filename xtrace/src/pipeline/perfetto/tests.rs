@@ -14,6 +14,8 @@ const START: Snapshot = Snapshot {
     monotonic_ns: 1_000,
     realtime_ns: 2_000,
     boottime_ns: 3_000,
+    read_ns: 50,
+    error_ns: None,
 };
 
 fn packets(bytes: &[u8]) -> Vec<TracePacket> {
