@@ -21,7 +21,7 @@ use std::{
 use tokio::sync::{watch, Notify};
 
 use crate::error::{Error, Result};
-pub use publish::{Publisher, Tick};
+pub use publish::{PlannedProbe, Publisher, Tick};
 
 /// The log target of the server's lines (`RUST_LOG=xtrace::live=debug`).
 const LOG: &str = "xtrace::live";

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::Shared;
 use crate::{
-    export::flamegraph,
+    export::{flamegraph, summary},
     pipeline::{
         live::{Stretch, RECENT_NS},
         symbolizer::Resolver,
@@ -166,11 +166,28 @@ impl Figures {
     }
 }
 
+/// A probe of the plan, as the page names it.
+pub struct PlannedProbe {
+    pub name: String,
+    pub kind: &'static str,
+    /// The file it is in; empty for the probes `--cuda` keeps for libraries loaded later, until
+    /// one is (then its calls show that it was placed).
+    pub target: String,
+}
+
+impl PlannedProbe {
+    /// Whether it gets a row, given its `count` of calls so far: the rows summary.txt would
+    /// show (`export::summary::has_row`), of the probes summary.json would list (placed ones).
+    fn has_row(&self, count: u64) -> bool {
+        (!self.target.is_empty() || count > 0) && summary::has_row(self.kind, &self.target, count)
+    }
+}
+
 /// The recording loop's side: makes the snapshots and hands them over without waiting.
 pub struct Publisher {
     shared: std::sync::Arc<Shared>,
-    /// Each probe's name and kind, by probe id.
-    probes: Vec<(String, &'static str)>,
+    /// The plan's probes, by probe id.
+    probes: Vec<PlannedProbe>,
     resolver: Option<Resolver>,
     begin_ns: u64,
     frequency_hz: u64,
@@ -187,7 +204,7 @@ impl Publisher {
     /// `begin_ns`, sampling at `frequency_hz` (0: not sampling).
     pub fn new(
         shared: std::sync::Arc<Shared>,
-        probes: Vec<(String, &'static str)>,
+        probes: Vec<PlannedProbe>,
         begin_ns: u64,
         frequency_hz: u64,
     ) -> Self {
@@ -257,18 +274,19 @@ impl Publisher {
             .probes
             .iter()
             .enumerate()
-            .map(|(id, (name, kind))| {
+            .filter_map(|(id, probe)| {
                 let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
-                Row {
-                    name,
-                    kind,
-                    last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
-                    last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
-                    all: Figures::of(Stretch {
-                        calls: all,
-                        covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
-                    }),
-                }
+                probe.has_row(all.count).then_some((id, probe, all))
+            })
+            .map(|(id, probe, all)| Row {
+                name: &probe.name,
+                kind: probe.kind,
+                last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
+                last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
+                all: Figures::of(Stretch {
+                    calls: all,
+                    covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
+                }),
             })
             .collect();
         let event_rate = match self.last {
@@ -322,6 +340,21 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_summary_rows_of_placed_probes() {
+        let probe = |kind, target: &str| PlannedProbe {
+            name: "f".into(),
+            kind,
+            target: target.into(),
+        };
+        assert!(probe("uprobe", "/bin/x").has_row(0));
+        assert!(!probe("cuda", "/lib/libcudart.so").has_row(0));
+        assert!(probe("cuda", "/lib/libcudart.so").has_row(3));
+        // Kept for a CUDA library never loaded.
+        assert!(!probe("cuda", "").has_row(0));
+        assert!(!probe("uprobe", "/usr/lib/libxtrace_tool.so").has_row(5));
+    }
 
     #[test]
     fn folded_lines_of_the_last_seconds() {

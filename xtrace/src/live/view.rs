@@ -36,7 +36,7 @@ struct Row<'a> {
 }
 
 /// The snapshot of `capture` as the page reads it.
-pub fn snapshot(capture: &Capture) -> String {
+pub fn snapshot<'a>(capture: &'a Capture) -> String {
     let summary = &capture.summary;
     let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
     let seconds = number(summary, "duration_ns") as f64 / 1e9;
@@ -45,8 +45,11 @@ pub fn snapshot(capture: &Capture) -> String {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let text = |v: &'a Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("");
     let rows = probes
         .iter()
+        // The rows summary.txt shows.
+        .filter(|p| crate::export::summary::has_row(text(p, "kind"), text(p, "target"), number(p, "count")))
         .map(|p| {
             let count = number(p, "count");
             Row {
