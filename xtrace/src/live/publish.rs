@@ -66,6 +66,8 @@ pub struct State {
     pub done: bool,
     pub stacks: Window<Folded>,
     pub frequency_hz: u64,
+    /// A flamegraph drawn once, served instead of the stacks' (`xtrace view --diff`'s).
+    pub drawn: Option<std::sync::Arc<[u8]>>,
 }
 
 impl State {
@@ -75,6 +77,7 @@ impl State {
             done: false,
             stacks: Window::new(SECOND_NS, STACKS_NS, STACKS_CAP_BYTES),
             frequency_hz: 0,
+            drawn: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! `xtrace view DIR`: the live view's page over a finished capture. Its one snapshot is made from
 //! summary.json (each probe's count, rate over the capture, p50 and p99: the figures `xtrace
 //! report` shows), its flamegraph from stacks.folded and its GPU charts from the trace's counter
-//! tracks; the recent stretches, which a stored capture does not have, are null.
+//! tracks; the recent stretches, which a stored capture does not have, are null. With `--diff`
+//! the snapshot holds `xtrace diff`'s tables instead.
 use serde::Serialize;
 use serde_json::Value;
 
@@ -33,6 +34,33 @@ struct Row<'a> {
     last_10s: Option<()>,
     last_60s: Option<()>,
     all: super::publish::Figures,
+}
+
+/// Two captures compared, as `xtrace diff` prints them: what the page shows of
+/// `xtrace view --diff`.
+#[derive(Serialize)]
+pub struct DiffPage<'a> {
+    pub base: String,
+    pub new: String,
+    /// The probes' table: its header and a row of cells per probe, as printed.
+    pub header: &'a [&'a str],
+    pub rows: &'a [Vec<String>],
+    /// The off-CPU and CPU samples' tables, as printed.
+    pub tables: &'a str,
+    /// The closing line.
+    pub verdict: &'a str,
+    /// Whether the differential flamegraph was drawn (both captures have stacks).
+    pub flamegraph: bool,
+}
+
+/// The one snapshot of `xtrace view --diff`.
+pub fn diff_snapshot(diff: &DiffPage) -> String {
+    serde_json::json!({
+        "view": format!("{} vs {}", diff.new, diff.base),
+        "done": true,
+        "diff": diff,
+    })
+    .to_string()
 }
 
 /// The snapshot of `capture` as the page reads it.
