@@ -330,6 +330,12 @@ fn live_page_in_chromium() {
         "the page ends with summary.json's count"
     );
     assert_eq!(seen["state"], "stopped: stopped from page");
+    // The fixture's one thread made every call.
+    assert_eq!(
+        seen["threads"],
+        serde_json::json!([[fixture.pid(), "spans", outputs.probe_count("work")]]),
+        "{seen}"
+    );
     assert!(
         std::fs::metadata(&screenshot).is_ok_and(|m| m.len() > 10_000),
         "a screenshot in {screenshot}"

@@ -54,7 +54,7 @@ pub async fn run(args: &ViewArgs) -> Result<String> {
         (Some(dir), _) => {
             let load = Load {
                 trace: true,
-                spans: false,
+                spans: true,
                 counters: true,
             };
             (

@@ -1,7 +1,7 @@
 //! The live view (`xtrace record --live`): a small HTTP server on the recording's own tokio
 //! runtime that serves one page, which shows the capture while it runs. `http` reads and answers
 //! requests, `guard` decides who may ask, `server` routes them, `publish` turns the pipeline's
-//! state into what the page reads once a second (`gpu_charts`: its GPU charts), and `page.html` is the page itself (plain
+//! state into what the page reads once a second (`gpu_charts`: its GPU charts, `threads`: its threads' activity), and `page.html` is the page itself (plain
 //! HTML, CSS and JavaScript, built into the binary); `view` makes the page's state of a finished
 //! capture (`xtrace view DIR`) or of two
 //! captures compared (`xtrace view --diff BASE NEW`). The pipeline never waits for the page: it
@@ -12,6 +12,7 @@ mod guard;
 mod http;
 mod publish;
 mod server;
+mod threads;
 mod view;
 
 use std::{

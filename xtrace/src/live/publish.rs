@@ -4,7 +4,7 @@
 //! second, named while their processes live (through the capture's one bounded cache of names,
 //! `pipeline::symbolizer::Resolver::frames_of`) and folded into a ring of per-second slots (the same
 //! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from, and the GPU
-//! charts (`gpu_charts`).
+//! charts (`gpu_charts`) and the threads' activity (`threads`).
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
@@ -133,6 +133,9 @@ struct Snapshot<'a> {
     /// The GPU charts: NVML's counters per GPU, CUDA device memory per process.
     #[serde(flatten)]
     charts: &'a super::gpu_charts::Charts,
+    /// The busiest threads (`live::threads`), and how many were seen.
+    threads: Vec<super::threads::Row>,
+    threads_seen: usize,
 }
 
 #[derive(Serialize)]
@@ -200,6 +203,7 @@ pub struct Publisher {
     alerts_total: u64,
     last: Option<(u64, u64)>,
     charts: super::gpu_charts::ChartFeed,
+    threads: super::threads::Threads,
 }
 
 impl Publisher {
@@ -222,6 +226,7 @@ impl Publisher {
             alerts_total: 0,
             last: None,
             charts: super::gpu_charts::ChartFeed::new(begin_ns),
+            threads: super::threads::Threads::default(),
         }
     }
 
@@ -252,6 +257,8 @@ impl Publisher {
             stats,
             recent,
             stacks,
+            thread_calls,
+            names,
             samples_total,
             images,
             python,
@@ -259,6 +266,7 @@ impl Publisher {
             cuda_memory,
         } = parts;
         self.charts.update(tick.now_ns, &cuda_memory);
+        self.threads.add(tick.now_ns, thread_calls, &stacks.threads);
         if let Some(resolver) = &self.resolver {
             let keys: Vec<_> = stacks.stacks.keys().collect();
             let frames = resolver.frames_of(&keys, bpf, images, python);
@@ -325,6 +333,8 @@ impl Publisher {
             done: tick.done.is_some(),
             stop_reason: tick.done,
             charts: &self.charts.charts,
+            threads: self.threads.rows(tick.now_ns, names, self.frequency_hz > 0),
+            threads_seen: self.threads.seen(),
         };
         state.json = serde_json::to_string(&snapshot).unwrap_or_default().into();
         state.done = tick.done.is_some();

@@ -25,6 +25,20 @@ struct Snapshot<'a> {
     stop_reason: Option<&'a str>,
     #[serde(flatten)]
     charts: Charts,
+    threads: Vec<Thread<'a>>,
+    threads_seen: usize,
+}
+
+/// A thread's calls over the whole capture (a stored capture has no recent stretches).
+#[derive(Serialize)]
+struct Thread<'a> {
+    pid: u32,
+    tid: u32,
+    name: &'a str,
+    calls_10s: Option<()>,
+    calls_60s: Option<()>,
+    calls: u64,
+    samples_10s_pct: Option<()>,
 }
 
 #[derive(Serialize)]
@@ -97,6 +111,7 @@ pub fn snapshot<'a>(capture: &'a Capture) -> String {
             }
         })
         .collect();
+    let (threads, threads_seen) = threads(capture);
     let snapshot = Snapshot {
         view: capture.dir.display().to_string(),
         elapsed_s: seconds,
@@ -111,8 +126,36 @@ pub fn snapshot<'a>(capture: &'a Capture) -> String {
         done: true,
         stop_reason: summary.get("stop_reason").and_then(Value::as_str),
         charts: charts(capture),
+        threads,
+        threads_seen,
     };
     serde_json::to_string(&snapshot).unwrap_or_default()
+}
+
+/// The threads with the most spans (at most `threads::SHOWN`), as the live page shows them, and
+/// how many threads have spans.
+fn threads(capture: &Capture) -> (Vec<Thread<'_>>, usize) {
+    let mut calls: std::collections::HashMap<(u32, u32), u64> = Default::default();
+    for span in &capture.spans {
+        *calls.entry((span.pid, span.tid)).or_default() += 1;
+    }
+    let mut busiest: Vec<((u32, u32), u64)> = calls.into_iter().collect();
+    let seen = busiest.len();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.truncate(super::threads::SHOWN);
+    let rows = busiest
+        .into_iter()
+        .map(|((pid, tid), calls)| Thread {
+            pid,
+            tid,
+            name: capture.threads.get(&(pid, tid)).map_or("?", String::as_str),
+            calls_10s: None,
+            calls_60s: None,
+            calls,
+            samples_10s_pct: None,
+        })
+        .collect();
+    (rows, seen)
 }
 
 /// The GPU charts of the trace's counters, in seconds from the first: the GPUs' pseudo-processes'
@@ -186,9 +229,32 @@ mod tests {
                 "probes": [{"name": "work", "kind": "uprobe", "count": 50, "p50_ns": 7, "p99_ns": 9}],
             }),
             folded: vec![("a;b".into(), 4)],
+            threads: [((1, 2), "worker".to_string())].into(),
+            spans: [(1, 2), (1, 3), (1, 2)]
+                .map(|(pid, tid)| crate::analysis::capture::Span {
+                    name: 0,
+                    pid,
+                    tid,
+                    start_ns: 0,
+                    dur_ns: 1,
+                    args: None,
+                })
+                .into(),
             ..Default::default()
         };
         let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
+        assert_eq!(
+            (&v["threads"], &v["threads_seen"]),
+            (
+                &serde_json::json!([
+                    {"pid": 1, "tid": 2, "name": "worker", "calls_10s": null, "calls_60s": null,
+                     "calls": 2, "samples_10s_pct": null},
+                    {"pid": 1, "tid": 3, "name": "?", "calls_10s": null, "calls_60s": null,
+                     "calls": 1, "samples_10s_pct": null},
+                ]),
+                &serde_json::json!(2)
+            )
+        );
         assert_eq!(v["probes"][0]["all"]["count"], 50);
         assert_eq!(v["probes"][0]["all"]["rate"], 25.0);
         assert_eq!(v["probes"][0]["all"]["p99_ns"], 9);
