@@ -14,6 +14,7 @@ pub mod clickhouse;
 pub mod fixtures;
 pub mod gpu;
 pub mod kernel;
+pub mod live;
 pub mod namespaces;
 pub mod output;
 pub mod perfetto;

@@ -8,8 +8,8 @@
 //! headless Chromium (tests/tools/live_page.py, selenium and chromedriver).
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::{SocketAddr, TcpStream},
+    io::{Read, Write},
+    net::TcpStream,
     time::{Duration, Instant},
 };
 
@@ -17,119 +17,12 @@ use serde_json::Value;
 use xtrace_tests::{
     args,
     fixtures::Fixture,
+    live::{ask, read_events, View},
     output::Outputs,
     require_bpf,
     run::{error_on_spinner, Xtrace},
     TempDir,
 };
-
-/// A served live view: its address and token, from the line xtrace printed.
-struct View {
-    addr: SocketAddr,
-    token: String,
-}
-
-impl View {
-    fn from_line(line: &str) -> View {
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"));
-        let rest = url.strip_prefix("http://").unwrap();
-        let (host, query) = rest
-            .split_once("/?token=")
-            .unwrap_or_else(|| panic!("no token in {url}"));
-        View {
-            addr: host.parse().unwrap_or_else(|_| panic!("not IP:PORT: {host}")),
-            token: query.to_string(),
-        }
-    }
-
-    fn host(&self) -> String {
-        self.addr.to_string()
-    }
-
-    fn cookie(&self) -> String {
-        format!("Cookie: xtrace_live_{}={}", self.addr.port(), self.token)
-    }
-}
-
-/// An answer: status, head lines, body.
-struct Answer {
-    status: u16,
-    head: Vec<String>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        let prefix = format!("{}: ", name.to_ascii_lowercase());
-        self.head
-            .iter()
-            .find(|l| l.to_ascii_lowercase().starts_with(&prefix))
-            .map(|l| &l[prefix.len()..])
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Sends `method path` with `headers` (lines without CRLF) and reads the whole answer (the server
-/// closes every connection after one).
-fn ask(addr: SocketAddr, method: &str, path: &str, headers: &[String]) -> Answer {
-    let mut stream = TcpStream::connect(addr).expect("connecting to the live view");
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut request = format!("{method} {path} HTTP/1.1\r\n");
-    for h in headers {
-        request += h;
-        request += "\r\n";
-    }
-    request += "\r\n";
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).expect("reading the answer");
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head in {:?}", String::from_utf8_lossy(&bytes)));
-    let head: Vec<String> = String::from_utf8_lossy(&bytes[..split])
-        .split("\r\n")
-        .map(str::to_string)
-        .collect();
-    let status = head[0]
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    Answer {
-        status,
-        head,
-        body: bytes[split + 4..].to_vec(),
-    }
-}
-
-/// The snapshots of an event stream, read on a thread until the stream ends.
-fn read_events(view: &View) -> std::thread::JoinHandle<Vec<Value>> {
-    let (addr, host, cookie) = (view.addr, view.host(), view.cookie());
-    std::thread::spawn(move || {
-        let mut stream = TcpStream::connect(addr).expect("connecting for /events");
-        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        write!(stream, "GET /events HTTP/1.1\r\nHost: {host}\r\n{cookie}\r\n\r\n").unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut status = String::new();
-        reader.read_line(&mut status).unwrap();
-        assert!(status.starts_with("HTTP/1.1 200"), "/events: {status}");
-        let mut messages = Vec::new();
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            if let Some(json) = line.strip_prefix("data: ") {
-                messages.push(serde_json::from_str(json).expect("an event's JSON"));
-            }
-        }
-        messages
-    })
-}
 
 /// The `work` row's whole-capture count in a snapshot (0 before the first).
 fn work_count(snapshot: &Value) -> u64 {
@@ -437,6 +330,12 @@ fn live_page_in_chromium() {
         "the page ends with summary.json's count"
     );
     assert_eq!(seen["state"], "stopped: stopped from page");
+    // The fixture's one thread made every call.
+    assert_eq!(
+        seen["threads"],
+        serde_json::json!([[fixture.pid(), "spans", outputs.probe_count("work")]]),
+        "{seen}"
+    );
     assert!(
         std::fs::metadata(&screenshot).is_ok_and(|m| m.len() > 10_000),
         "a screenshot in {screenshot}"

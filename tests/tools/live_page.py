@@ -2,7 +2,8 @@
 tests/tests/live.rs: opens the URL xtrace printed (token included), reads the probe rows while
 they rise, reads the flamegraph's frame names, optionally saves a screenshot, clicks Stop and
 waits for the page to say the capture stopped. Prints one JSON object on stdout:
-{"counts": [...], "final_count": N, "flame_names": [...], "state": "..."}.
+{"counts": [...], "final_count": N, "flame_names": [...], "state": "...",
+ "threads": [[TID, NAME, CALLS], ...]} (the thread table's last rows).
 
 Usage: live_page.py URL PROBE [SCREENSHOT.png]
 """
@@ -103,7 +104,13 @@ def main():
             lambda: (lambda t: t if t.startswith("stopped:") else None)(driver.find_element(By.ID, "state").text),
         )
         final = row_count(driver, probe)
-        print(json.dumps({"counts": counts, "final_count": final, "flame_names": names[:50], "state": state}))
+        threads = driver.execute_script(
+            """return Array.from(document.querySelectorAll('#threads tbody tr'), r =>
+                 [Number(r.dataset.tid), r.cells[2].textContent,
+                  Number(r.querySelector('td.calls').textContent.replaceAll(',', ''))]);"""
+        )
+        print(json.dumps({"counts": counts, "final_count": final, "flame_names": names[:50], "state": state,
+                          "threads": threads}))
     finally:
         driver.quit()
 

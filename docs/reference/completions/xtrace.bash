@@ -1047,12 +1047,24 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__view)
-            opts="-h --listen --help"
+            opts="-h --diff --threshold --min-count --listen --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --diff)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threshold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --listen)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -81,7 +81,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -a "push" -d 'Store a captur
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
-complete -c xtrace -n "__fish_xtrace_needs_command" -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`'
+complete -c xtrace -n "__fish_xtrace_needs_command" -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`, or two compared: `xtrace view --diff BASE NEW`'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
 complete -c xtrace -n "__fish_xtrace_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s p -l pid -d 'Trace this running process, all its threads (repeatable)' -r
@@ -194,6 +194,9 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l min-count -d 'Jud
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l markdown -d 'Also write the verdicts as Markdown to FILE, for a pull-request comment (the table of `xtrace diff --markdown`)' -r -F
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l diff -d 'Show two captures compared instead: the probes\' table, verdicts and differential flamegraph that `xtrace diff BASE NEW` makes (with `--threshold` and `--min-count`)' -r -F
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l threshold -d 'Relative growth of a probe\'s p50 or mean beyond which it regressed (with statistical support): a percentage such as `5%` or `5`' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l min-count -d 'Judge only probes with at least N spans in each capture' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l listen -d 'Serve on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand view" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s o -l output -d 'The directory to write man/, completions/ and cli.md into (created if missing)' -r -F
@@ -209,7 +212,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "history" -d 'Show functions\' statistics across the runs of a store, run by run or by label'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "gate" -d 'Judge a run against stored baseline runs; exit 1 when a function regressed (a CI gate)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "check" -d 'Check whether this host can record: kernel, BTF, BPF features, settings, capabilities'
-complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`'
+complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "view" -d 'Serve a finished capture with the live view\'s page: `xtrace view DIR`, or two compared: `xtrace view --diff BASE NEW`'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "generate" -d 'Write the man pages, shell completions and Markdown CLI reference into a directory'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and not __fish_seen_subcommand_from record list flamegraph report diff convert merge push history gate check view generate help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand help; and __fish_seen_subcommand_from list" -f -a "symbols" -d 'Functions that `-u` would attach: `list symbols TARGET [GLOB]` or `list symbols --pid PID [\'[TARGET:]GLOB\']`'

@@ -3,7 +3,7 @@
 //! by more than `--threshold`, the one-sided Mann–Whitney U test says NEW's durations are larger
 //! with p < 0.01, and both captures hold at least `--min-count` of its spans. With stacks.folded
 //! on both sides it also writes a differential flamegraph.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -30,6 +30,22 @@ pub struct DiffArgs {
     #[arg(value_name = "NEW")]
     pub new: PathBuf,
 
+    #[command(flatten)]
+    pub judging: Judging,
+
+    /// Where to write the differential flamegraph (when both captures have stacks.folded).
+    #[arg(short = 'o', long = "output", value_name = "SVG", default_value = "diff.svg")]
+    pub output: PathBuf,
+
+    /// Also write the probes' comparison and the verdict as Markdown to FILE, for a
+    /// pull-request comment (the same table `xtrace gate --markdown` writes).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+}
+
+/// How a probe is judged (`xtrace diff`, `xtrace view --diff`).
+#[derive(Clone, Copy, Debug, Args)]
+pub struct Judging {
     /// Relative growth of a probe's p50 or mean beyond which it regressed (with statistical
     /// support): a percentage such as `5%` or `5`.
     #[arg(allow_hyphen_values = true, long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
@@ -43,15 +59,6 @@ pub struct DiffArgs {
         default_value_t = 20
     )]
     pub min_count: u64,
-
-    /// Where to write the differential flamegraph (when both captures have stacks.folded).
-    #[arg(short = 'o', long = "output", value_name = "SVG", default_value = "diff.svg")]
-    pub output: PathBuf,
-
-    /// Also write the probes' comparison and the verdict as Markdown to FILE, for a
-    /// pull-request comment (the same table `xtrace gate --markdown` writes).
-    #[arg(long, value_name = "FILE")]
-    pub markdown: Option<PathBuf>,
 }
 
 /// `5%`, `5` or `2.5%` → 0.05, 0.05, 0.025.
@@ -77,6 +84,19 @@ pub struct Row {
     /// One-sided p-value in the direction the p50 moved (None: not tested).
     pub p: Option<f64>,
     pub verdict: &'static str,
+}
+
+/// Two captures compared, as `xtrace diff` prints it and `xtrace view --diff` shows it.
+pub struct Comparison {
+    /// The probes' table's cells, one row per probe ([`PROBE_HEADER`]'s columns).
+    pub probe_cells: Vec<Vec<String>>,
+    /// The off-CPU and CPU samples' tables, as printed (empty where neither side has them).
+    pub tables: String,
+    /// The closing line: which probes regressed, if any.
+    pub verdict: String,
+    pub regressed: Vec<String>,
+    /// The differential flamegraph, when both captures have stacks.folded.
+    pub svg: Option<Vec<u8>>,
 }
 
 /// What `xtrace diff` found.
@@ -181,7 +201,7 @@ fn folded_text(capture: &Capture) -> String {
 }
 
 /// The header of the probes' table.
-const PROBE_HEADER: [&str; 11] = [
+pub const PROBE_HEADER: [&str; 11] = [
     "PROBE",
     "BASE N",
     "NEW N",
@@ -289,14 +309,14 @@ fn off_cpu_table(
     text
 }
 
-/// Runs `xtrace diff`.
-pub fn run(args: &DiffArgs) -> Result<Outcome> {
-    let base = capture::load_nonempty(&args.base, Load::default())?;
-    let new = capture::load_nonempty(&args.new, Load::default())?;
+/// Compares the captures in `base_dir` and `new_dir`.
+pub fn comparison(base_dir: &Path, new_dir: &Path, judging: Judging) -> Result<Comparison> {
+    let base = capture::load_nonempty(base_dir, Load::default())?;
+    let new = capture::load_nonempty(new_dir, Load::default())?;
     if base.format_version != new.format_version {
         return Err(Error::VersionMismatch {
-            base: args.base.clone(),
-            new: args.new.clone(),
+            base: base_dir.to_path_buf(),
+            new: new_dir.to_path_buf(),
             base_version: base.format_version,
             new_version: new.format_version,
         });
@@ -305,64 +325,86 @@ pub fn run(args: &DiffArgs) -> Result<Outcome> {
     if min_duration(&base) != min_duration(&new) {
         let shown = |c: &Capture| min_duration(c).map_or("none".into(), human);
         return Err(Error::MinDurationMismatch {
-            base: args.base.clone(),
-            new: args.new.clone(),
+            base: base_dir.to_path_buf(),
+            new: new_dir.to_path_buf(),
             base_min: shown(&base),
             new_min: shown(&new),
         });
     }
-    let rows = compare(&base, &new, args.threshold, args.min_count);
-    let mut text = String::new();
+    let rows = compare(&base, &new, judging.threshold, judging.min_count);
     let regressed: Vec<String> = rows
         .iter()
         .filter(|r| r.verdict == "REGRESSED")
         .map(|r| r.name.clone())
         .collect();
-    if !rows.is_empty() {
-        text += &render(&PROBE_HEADER, &probe_cells(&rows), 1);
-    }
+    let mut tables = String::new();
     let (base_off, new_off) = (
-        crate::analysis::offcpu::load(&args.base, &base.summary)?,
-        crate::analysis::offcpu::load(&args.new, &new.summary)?,
+        crate::analysis::offcpu::load(base_dir, &base.summary)?,
+        crate::analysis::offcpu::load(new_dir, &new.summary)?,
     );
     if base_off.is_some() || new_off.is_some() {
-        text += &off_cpu_table(&base_off.unwrap_or_default(), &new_off.unwrap_or_default());
+        tables += &off_cpu_table(&base_off.unwrap_or_default(), &new_off.unwrap_or_default());
     }
-    let mut wrote = Vec::new();
+    let mut svg = None;
     if !base.folded.is_empty() && !new.folded.is_empty() {
-        text += &sample_table(&base, &new);
-        let title = format!("xtrace diff: {} vs {}", args.new.display(), args.base.display());
-        let svg = super::flamegraph::draw_diff(&folded_text(&base), &folded_text(&new), title, true)?;
-        output::write_path(&args.output, &svg)?;
-        wrote.push(args.output.clone());
+        tables += &sample_table(&base, &new);
+        let title = format!("xtrace diff: {} vs {}", new_dir.display(), base_dir.display());
+        svg = Some(super::flamegraph::draw_diff(
+            &folded_text(&base),
+            &folded_text(&new),
+            title,
+            true,
+        )?);
     }
+    let threshold = show_change(judging.threshold);
+    let threshold = threshold.trim_start_matches('+');
     let verdict = match regressed.len() {
         0 => format!(
-            "\nno probe regressed beyond {} (p50 or mean, one-sided Mann-Whitney p < {ALPHA}, at least {} spans each)\n",
-            show_change(args.threshold).trim_start_matches('+'),
-            args.min_count
+            "\nno probe regressed beyond {threshold} (p50 or mean, one-sided Mann-Whitney p < {ALPHA}, at least {} spans each)\n",
+            judging.min_count
         ),
         n => format!(
-            "\n{n} probe{} regressed beyond {} (p50 or mean, one-sided Mann-Whitney p < {ALPHA}): {}\n",
+            "\n{n} probe{} regressed beyond {threshold} (p50 or mean, one-sided Mann-Whitney p < {ALPHA}): {}\n",
             if n == 1 { "" } else { "s" },
-            show_change(args.threshold).trim_start_matches('+'),
             regressed.join(", ")
         ),
     };
-    text += &verdict;
+    Ok(Comparison {
+        probe_cells: probe_cells(&rows),
+        tables,
+        verdict,
+        regressed,
+        svg,
+    })
+}
+
+/// Runs `xtrace diff`.
+pub fn run(args: &DiffArgs) -> Result<Outcome> {
+    let compared = comparison(&args.base, &args.new, args.judging)?;
+    let mut text = String::new();
+    if !compared.probe_cells.is_empty() {
+        text += &render(&PROBE_HEADER, &compared.probe_cells, 1);
+    }
+    text += &compared.tables;
+    text += &compared.verdict;
+    let mut wrote = Vec::new();
+    if let Some(svg) = &compared.svg {
+        output::write_path(&args.output, svg)?;
+        wrote.push(args.output.clone());
+    }
     if let Some(path) = &args.markdown {
-        let table = crate::export::table::markdown(&PROBE_HEADER, &probe_cells(&rows), 1);
+        let table = crate::export::table::markdown(&PROBE_HEADER, &compared.probe_cells, 1);
         let title = format!(
             "## xtrace diff: {} against {}\n\n",
             args.new.display(),
             args.base.display()
         );
-        output::write_path(path, format!("{title}{table}{verdict}").as_bytes())?;
+        output::write_path(path, format!("{title}{table}{}", compared.verdict).as_bytes())?;
         wrote.push(path.clone());
     }
     Ok(Outcome {
         text,
-        regressed,
+        regressed: compared.regressed,
         wrote,
     })
 }

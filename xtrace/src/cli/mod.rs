@@ -72,10 +72,12 @@ pub enum Command {
     /// what to do. Exit status 0 when recording can work, 1 when an item is missing; 2, with one
     /// error line instead of the items, on a kernel without BPF (gVisor).
     Check,
-    /// Serve a finished capture with the live view's page: `xtrace view DIR`.
+    /// Serve a finished capture with the live view's page: `xtrace view DIR`, or two compared:
+    /// `xtrace view --diff BASE NEW`.
     ///
     /// The probe table (count, rate, p50 and p99 of summary.json, as `xtrace report` shows them)
-    /// and the flamegraph of stacks.folded, behind the same token, Host and Origin checks as
+    /// and the flamegraph of stacks.folded; with `--diff`, what `xtrace diff BASE NEW` prints and
+    /// its differential flamegraph. Behind the same token, Host and Origin checks as
     /// `record --live`, until Ctrl-C or the page's Close button.
     View(view::ViewArgs),
     /// Write the man pages, shell completions and Markdown CLI reference into a directory.

@@ -1,6 +1,8 @@
 //! `xtrace view DIR`: serves a finished capture with the live view's page (its probe table from
-//! summary.json, its flamegraph from stacks.folded), behind the same token, Host and Origin
-//! checks, until Ctrl-C or the page's Close button.
+//! summary.json, its flamegraph from stacks.folded); `xtrace view --diff BASE NEW` serves two
+//! captures compared by `xtrace diff`'s own code (its tables, verdicts and differential
+//! flamegraph). Behind the same token, Host and Origin checks, until Ctrl-C or the page's Close
+//! button.
 use std::path::PathBuf;
 
 use clap::Args;
@@ -19,7 +21,16 @@ use crate::{
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     /// The capture directory to show (written by `xtrace -o DIR`).
-    pub dir: PathBuf,
+    #[arg(required_unless_present = "diff", conflicts_with = "diff")]
+    pub dir: Option<PathBuf>,
+
+    /// Show two captures compared instead: the probes' table, verdicts and differential
+    /// flamegraph that `xtrace diff BASE NEW` makes (with `--threshold` and `--min-count`).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"])]
+    pub diff: Option<Vec<PathBuf>>,
+
+    #[command(flatten)]
+    pub judging: super::diff::Judging,
 
     /// Serve on IP:PORT [default: 127.0.0.1 and a free port].
     ///
@@ -31,21 +42,50 @@ pub struct ViewArgs {
 
 /// Serves the capture until a stop signal or the page's Close button; returns the note to print.
 pub async fn run(args: &ViewArgs) -> Result<String> {
-    let capture = capture::load(
-        &args.dir,
-        Load {
-            trace: true,
-            spans: false,
-            counters: true,
-        },
-    )?;
+    let (served, shown) = match (&args.dir, args.diff.as_deref()) {
+        (_, Some([base, new])) => (
+            Served::Diff(super::diff::comparison(base, new, args.judging)?, base, new),
+            format!(
+                "the comparison of {} with {}",
+                crate::output::shown(new),
+                crate::output::shown(base)
+            ),
+        ),
+        (Some(dir), _) => {
+            let load = Load {
+                trace: true,
+                spans: true,
+                counters: true,
+            };
+            (
+                Served::Capture(capture::load(dir, load)?),
+                format!("the view of {}", crate::output::shown(dir)),
+            )
+        }
+        // clap requires DIR or --diff BASE NEW.
+        _ => return Err(Error::Usage("give a capture directory, or --diff BASE NEW".into()).into()),
+    };
     let sig = |kind| signal(kind).map_err(|e| Error::io("installing signal handlers", e));
     let (mut int, mut term, mut hup) = (
         sig(SignalKind::interrupt())?,
         sig(SignalKind::terminate())?,
         sig(SignalKind::hangup())?,
     );
-    let (live, told) = Live::view(&args.listen, &capture)?;
+    let (live, told) = match served {
+        Served::Capture(capture) => Live::view(&args.listen, &capture)?,
+        Served::Diff(compared, base, new) => {
+            let page = crate::live::DiffPage {
+                base: base.display().to_string(),
+                new: new.display().to_string(),
+                header: &super::diff::PROBE_HEADER,
+                rows: &compared.probe_cells,
+                tables: &compared.tables,
+                verdict: compared.verdict.trim(),
+                flamegraph: compared.svg.is_some(),
+            };
+            Live::view_diff(&args.listen, &page, compared.svg)?
+        }
+    };
     for line in &told.notices {
         print_err(&format!("xtrace: {line}"));
     }
@@ -61,5 +101,12 @@ pub async fn run(args: &ViewArgs) -> Result<String> {
         _ = shared.stop_asked() => {}
     }
     live.close().await;
-    Ok(format!("closed the view of {}", crate::output::shown(&args.dir)))
+    Ok(format!("closed {shown}"))
+}
+
+/// What is shown.
+enum Served<'a> {
+    Capture(crate::analysis::capture::Capture),
+    /// BASE and NEW compared, BASE, NEW.
+    Diff(super::diff::Comparison, &'a PathBuf, &'a PathBuf),
 }

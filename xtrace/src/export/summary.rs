@@ -38,6 +38,15 @@ pub struct ProbeSummary {
     pub call_sites: Vec<crate::pipeline::call_sites::CallSite>,
 }
 
+/// Whether a probe gets a row in the summary's table (summary.txt, stdout) and in the live view's
+/// probe table: CUDA and MPI probes cover every API function found, so only those called are
+/// worth a row; the tool library's probes are shown as the ranges they make instead. (Probes
+/// kept for CUDA libraries never loaded are not in summary.json at all.)
+pub fn has_row(kind: &str, target: &str, count: u64) -> bool {
+    (!matches!(kind, "cuda" | "mpi") || count > 0)
+        && !crate::probes::ranges::is_tool(std::path::Path::new(target))
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct CommandSummary {
     pub argv: Vec<String>,

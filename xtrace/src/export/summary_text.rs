@@ -1,6 +1,6 @@
 //! The summary's readable table (stdout and summary.txt): the headline, the run's lines, the
 //! probes, their call sites and their values, then each section's lines.
-use super::summary::{ProbeSummary, Summary};
+use super::summary::Summary;
 use crate::model::duration::human;
 
 impl Summary {
@@ -15,9 +15,7 @@ impl Summary {
         let header = [
             "PROBE", "COUNT", "TOTAL", "MIN", "MEAN", "P50", "P90", "P99", "MAX",
         ];
-        // CUDA and MPI probes cover every API function found; only those called are worth a row. The tool
-        // library's probes are shown as the ranges they make, `SOURCE [DOMAIN/]NAME`.
-        let tool = |p: &&ProbeSummary| crate::probes::ranges::is_tool(std::path::Path::new(&p.target));
+        // The tool library's probes are shown as the ranges they make, `SOURCE [DOMAIN/]NAME`.
         let ranges = self.ranges.iter().flatten().map(|r| {
             let domain = r.domain.as_deref().map_or(String::new(), |d| format!("{d}/"));
             (format!("{} {domain}{}", r.source.name(), r.name), &r.stats)
@@ -25,7 +23,7 @@ impl Summary {
         let rows: Vec<Vec<String>> = self
             .probes
             .iter()
-            .filter(|p| (!matches!(p.kind, "cuda" | "mpi") || p.stats.count > 0) && !tool(p))
+            .filter(|p| super::summary::has_row(p.kind, &p.target, p.stats.count))
             .map(|p| (p.name.clone(), &p.stats))
             .chain(ranges)
             .map(|(name, s)| {

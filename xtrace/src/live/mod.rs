@@ -1,9 +1,10 @@
 //! The live view (`xtrace record --live`): a small HTTP server on the recording's own tokio
 //! runtime that serves one page, which shows the capture while it runs. `http` reads and answers
 //! requests, `guard` decides who may ask, `server` routes them, `publish` turns the pipeline's
-//! state into what the page reads once a second (`gpu_charts`: its GPU charts), and `page.html` is the page itself (plain
+//! state into what the page reads once a second (`gpu_charts`: its GPU charts, `threads`: its threads' activity), and `page.html` is the page itself (plain
 //! HTML, CSS and JavaScript, built into the binary); `view` makes the page's state of a finished
-//! capture (`xtrace view DIR`). The pipeline never waits for the page: it
+//! capture (`xtrace view DIR`) or of two
+//! captures compared (`xtrace view --diff BASE NEW`). The pipeline never waits for the page: it
 //! hands its state over with a `try_lock` and a watch channel, and a slow or absent client costs
 //! it nothing. The server closes with the capture: nothing listens afterwards.
 mod gpu_charts;
@@ -11,6 +12,7 @@ mod guard;
 mod http;
 mod publish;
 mod server;
+mod threads;
 mod view;
 
 use std::{
@@ -21,7 +23,8 @@ use std::{
 use tokio::sync::{watch, Notify};
 
 use crate::error::{Error, Result};
-pub use publish::{Publisher, Tick};
+pub use publish::{PlannedProbe, Publisher, Tick};
+pub use view::DiffPage;
 
 /// The log target of the server's lines (`RUST_LOG=xtrace::live=debug`).
 const LOG: &str = "xtrace::live";
@@ -127,6 +130,19 @@ impl Live {
                     slot.add(line.clone(), *n);
                 }
             });
+        }
+        Ok((live, told))
+    }
+
+    /// Serves the page over a comparison of two captures (`xtrace view --diff`): its one
+    /// snapshot, and the differential flamegraph when there is one.
+    pub fn view_diff(given: &str, diff: &view::DiffPage, svg: Option<Vec<u8>>) -> Result<(Live, Told)> {
+        let (live, told) = Live::start(given)?;
+        {
+            let mut state = live.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.json = view::diff_snapshot(diff).into();
+            state.done = true;
+            state.drawn = svg.map(Into::into);
         }
         Ok((live, told))
     }

@@ -4,14 +4,14 @@
 //! second, named while their processes live (through the capture's one bounded cache of names,
 //! `pipeline::symbolizer::Resolver::frames_of`) and folded into a ring of per-second slots (the same
 //! bounded [`Window`] as the flight recorder's) that the flamegraph is drawn from, and the GPU
-//! charts (`gpu_charts`).
+//! charts (`gpu_charts`) and the threads' activity (`threads`).
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
 use super::Shared;
 use crate::{
-    export::flamegraph,
+    export::{flamegraph, summary},
     pipeline::{
         live::{Stretch, RECENT_NS},
         symbolizer::Resolver,
@@ -66,6 +66,8 @@ pub struct State {
     pub done: bool,
     pub stacks: Window<Folded>,
     pub frequency_hz: u64,
+    /// A flamegraph drawn once, served instead of the stacks' (`xtrace view --diff`'s).
+    pub drawn: Option<std::sync::Arc<[u8]>>,
 }
 
 impl State {
@@ -75,6 +77,7 @@ impl State {
             done: false,
             stacks: Window::new(SECOND_NS, STACKS_NS, STACKS_CAP_BYTES),
             frequency_hz: 0,
+            drawn: None,
         }
     }
 
@@ -130,6 +133,9 @@ struct Snapshot<'a> {
     /// The GPU charts: NVML's counters per GPU, CUDA device memory per process.
     #[serde(flatten)]
     charts: &'a super::gpu_charts::Charts,
+    /// The busiest threads (`live::threads`), and how many were seen.
+    threads: Vec<super::threads::Row>,
+    threads_seen: usize,
 }
 
 #[derive(Serialize)]
@@ -166,11 +172,28 @@ impl Figures {
     }
 }
 
+/// A probe of the plan, as the page names it.
+pub struct PlannedProbe {
+    pub name: String,
+    pub kind: &'static str,
+    /// The file it is in; empty for the probes `--cuda` keeps for libraries loaded later, until
+    /// one is (then its calls show that it was placed).
+    pub target: String,
+}
+
+impl PlannedProbe {
+    /// Whether it gets a row, given its `count` of calls so far: the rows summary.txt would
+    /// show (`export::summary::has_row`), of the probes summary.json would list (placed ones).
+    fn has_row(&self, count: u64) -> bool {
+        (!self.target.is_empty() || count > 0) && summary::has_row(self.kind, &self.target, count)
+    }
+}
+
 /// The recording loop's side: makes the snapshots and hands them over without waiting.
 pub struct Publisher {
     shared: std::sync::Arc<Shared>,
-    /// Each probe's name and kind, by probe id.
-    probes: Vec<(String, &'static str)>,
+    /// The plan's probes, by probe id.
+    probes: Vec<PlannedProbe>,
     resolver: Option<Resolver>,
     begin_ns: u64,
     frequency_hz: u64,
@@ -180,6 +203,7 @@ pub struct Publisher {
     alerts_total: u64,
     last: Option<(u64, u64)>,
     charts: super::gpu_charts::ChartFeed,
+    threads: super::threads::Threads,
 }
 
 impl Publisher {
@@ -187,7 +211,7 @@ impl Publisher {
     /// `begin_ns`, sampling at `frequency_hz` (0: not sampling).
     pub fn new(
         shared: std::sync::Arc<Shared>,
-        probes: Vec<(String, &'static str)>,
+        probes: Vec<PlannedProbe>,
         begin_ns: u64,
         frequency_hz: u64,
     ) -> Self {
@@ -202,6 +226,7 @@ impl Publisher {
             alerts_total: 0,
             last: None,
             charts: super::gpu_charts::ChartFeed::new(begin_ns),
+            threads: super::threads::Threads::default(),
         }
     }
 
@@ -232,6 +257,8 @@ impl Publisher {
             stats,
             recent,
             stacks,
+            thread_calls,
+            names,
             samples_total,
             images,
             python,
@@ -239,6 +266,7 @@ impl Publisher {
             cuda_memory,
         } = parts;
         self.charts.update(tick.now_ns, &cuda_memory);
+        self.threads.add(tick.now_ns, thread_calls, &stacks.threads);
         if let Some(resolver) = &self.resolver {
             let keys: Vec<_> = stacks.stacks.keys().collect();
             let frames = resolver.frames_of(&keys, bpf, images, python);
@@ -257,18 +285,19 @@ impl Publisher {
             .probes
             .iter()
             .enumerate()
-            .map(|(id, (name, kind))| {
+            .filter_map(|(id, probe)| {
                 let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
-                Row {
-                    name,
-                    kind,
-                    last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
-                    last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
-                    all: Figures::of(Stretch {
-                        calls: all,
-                        covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
-                    }),
-                }
+                probe.has_row(all.count).then_some((id, probe, all))
+            })
+            .map(|(id, probe, all)| Row {
+                name: &probe.name,
+                kind: probe.kind,
+                last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
+                last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
+                all: Figures::of(Stretch {
+                    calls: all,
+                    covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
+                }),
             })
             .collect();
         let event_rate = match self.last {
@@ -304,6 +333,8 @@ impl Publisher {
             done: tick.done.is_some(),
             stop_reason: tick.done,
             charts: &self.charts.charts,
+            threads: self.threads.rows(tick.now_ns, names, self.frequency_hz > 0),
+            threads_seen: self.threads.seen(),
         };
         state.json = serde_json::to_string(&snapshot).unwrap_or_default().into();
         state.done = tick.done.is_some();
@@ -322,6 +353,21 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_summary_rows_of_placed_probes() {
+        let probe = |kind, target: &str| PlannedProbe {
+            name: "f".into(),
+            kind,
+            target: target.into(),
+        };
+        assert!(probe("uprobe", "/bin/x").has_row(0));
+        assert!(!probe("cuda", "/lib/libcudart.so").has_row(0));
+        assert!(probe("cuda", "/lib/libcudart.so").has_row(3));
+        // Kept for a CUDA library never loaded.
+        assert!(!probe("cuda", "").has_row(0));
+        assert!(!probe("uprobe", "/usr/lib/libxtrace_tool.so").has_row(5));
+    }
 
     #[test]
     fn folded_lines_of_the_last_seconds() {

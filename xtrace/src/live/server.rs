@@ -1,6 +1,7 @@
 //! The live view's routes: the page (`/`), its event stream (`/events`, one JSON snapshot each
 //! time the recording publishes one), the current snapshot (`/state.json`), the flamegraph of
-//! the last seconds (`/flamegraph.svg?seconds=N`, drawn by inferno off the runtime's thread) and
+//! the last seconds (`/flamegraph.svg?seconds=N`, drawn by inferno off the runtime's thread, or
+//! the one drawn beforehand: `xtrace view --diff`'s differential flamegraph) and
 //! the Stop button (`POST /stop`). Every request passes the [`Guard`](super::guard::Guard) first.
 //! At most [`MAX_CONNECTIONS`] are served at once; others are closed at once.
 use std::{sync::Arc, time::Duration};
@@ -105,6 +106,10 @@ async fn route(mut stream: TcpStream, request: &Request, shared: &Shared, closin
             http::response(200, "application/json", "", json.as_bytes())
         }
         ("GET", "/flamegraph.svg") => {
+            let drawn = shared.state.lock().ok().and_then(|s| s.drawn.clone());
+            if let Some(svg) = drawn {
+                return http::answer(&mut stream, &http::response(200, "image/svg+xml", "", &svg)).await;
+            }
             let seconds = request
                 .param("seconds")
                 .and_then(|s| s.parse::<u64>().ok())

@@ -1,7 +1,8 @@
 //! `xtrace view DIR`: the live view's page over a finished capture. Its one snapshot is made from
 //! summary.json (each probe's count, rate over the capture, p50 and p99: the figures `xtrace
 //! report` shows), its flamegraph from stacks.folded and its GPU charts from the trace's counter
-//! tracks; the recent stretches, which a stored capture does not have, are null.
+//! tracks; the recent stretches, which a stored capture does not have, are null. With `--diff`
+//! the snapshot holds `xtrace diff`'s tables instead.
 use serde::Serialize;
 use serde_json::Value;
 
@@ -24,6 +25,20 @@ struct Snapshot<'a> {
     stop_reason: Option<&'a str>,
     #[serde(flatten)]
     charts: Charts,
+    threads: Vec<Thread<'a>>,
+    threads_seen: usize,
+}
+
+/// A thread's calls over the whole capture (a stored capture has no recent stretches).
+#[derive(Serialize)]
+struct Thread<'a> {
+    pid: u32,
+    tid: u32,
+    name: &'a str,
+    calls_10s: Option<()>,
+    calls_60s: Option<()>,
+    calls: u64,
+    samples_10s_pct: Option<()>,
 }
 
 #[derive(Serialize)]
@@ -35,8 +50,35 @@ struct Row<'a> {
     all: super::publish::Figures,
 }
 
+/// Two captures compared, as `xtrace diff` prints them: what the page shows of
+/// `xtrace view --diff`.
+#[derive(Serialize)]
+pub struct DiffPage<'a> {
+    pub base: String,
+    pub new: String,
+    /// The probes' table: its header and a row of cells per probe, as printed.
+    pub header: &'a [&'a str],
+    pub rows: &'a [Vec<String>],
+    /// The off-CPU and CPU samples' tables, as printed.
+    pub tables: &'a str,
+    /// The closing line.
+    pub verdict: &'a str,
+    /// Whether the differential flamegraph was drawn (both captures have stacks).
+    pub flamegraph: bool,
+}
+
+/// The one snapshot of `xtrace view --diff`.
+pub fn diff_snapshot(diff: &DiffPage) -> String {
+    serde_json::json!({
+        "view": format!("{} vs {}", diff.new, diff.base),
+        "done": true,
+        "diff": diff,
+    })
+    .to_string()
+}
+
 /// The snapshot of `capture` as the page reads it.
-pub fn snapshot(capture: &Capture) -> String {
+pub fn snapshot<'a>(capture: &'a Capture) -> String {
     let summary = &capture.summary;
     let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
     let seconds = number(summary, "duration_ns") as f64 / 1e9;
@@ -45,8 +87,11 @@ pub fn snapshot(capture: &Capture) -> String {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let text = |v: &'a Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("");
     let rows = probes
         .iter()
+        // The rows summary.txt shows.
+        .filter(|p| crate::export::summary::has_row(text(p, "kind"), text(p, "target"), number(p, "count")))
         .map(|p| {
             let count = number(p, "count");
             Row {
@@ -66,6 +111,7 @@ pub fn snapshot(capture: &Capture) -> String {
             }
         })
         .collect();
+    let (threads, threads_seen) = threads(capture);
     let snapshot = Snapshot {
         view: capture.dir.display().to_string(),
         elapsed_s: seconds,
@@ -80,8 +126,36 @@ pub fn snapshot(capture: &Capture) -> String {
         done: true,
         stop_reason: summary.get("stop_reason").and_then(Value::as_str),
         charts: charts(capture),
+        threads,
+        threads_seen,
     };
     serde_json::to_string(&snapshot).unwrap_or_default()
+}
+
+/// The threads with the most spans (at most `threads::SHOWN`), as the live page shows them, and
+/// how many threads have spans.
+fn threads(capture: &Capture) -> (Vec<Thread<'_>>, usize) {
+    let mut calls: std::collections::HashMap<(u32, u32), u64> = Default::default();
+    for span in &capture.spans {
+        *calls.entry((span.pid, span.tid)).or_default() += 1;
+    }
+    let mut busiest: Vec<((u32, u32), u64)> = calls.into_iter().collect();
+    let seen = busiest.len();
+    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.truncate(super::threads::SHOWN);
+    let rows = busiest
+        .into_iter()
+        .map(|((pid, tid), calls)| Thread {
+            pid,
+            tid,
+            name: capture.threads.get(&(pid, tid)).map_or("?", String::as_str),
+            calls_10s: None,
+            calls_60s: None,
+            calls,
+            samples_10s_pct: None,
+        })
+        .collect();
+    (rows, seen)
 }
 
 /// The GPU charts of the trace's counters, in seconds from the first: the GPUs' pseudo-processes'
@@ -155,9 +229,32 @@ mod tests {
                 "probes": [{"name": "work", "kind": "uprobe", "count": 50, "p50_ns": 7, "p99_ns": 9}],
             }),
             folded: vec![("a;b".into(), 4)],
+            threads: [((1, 2), "worker".to_string())].into(),
+            spans: [(1, 2), (1, 3), (1, 2)]
+                .map(|(pid, tid)| crate::analysis::capture::Span {
+                    name: 0,
+                    pid,
+                    tid,
+                    start_ns: 0,
+                    dur_ns: 1,
+                    args: None,
+                })
+                .into(),
             ..Default::default()
         };
         let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
+        assert_eq!(
+            (&v["threads"], &v["threads_seen"]),
+            (
+                &serde_json::json!([
+                    {"pid": 1, "tid": 2, "name": "worker", "calls_10s": null, "calls_60s": null,
+                     "calls": 2, "samples_10s_pct": null},
+                    {"pid": 1, "tid": 3, "name": "?", "calls_10s": null, "calls_60s": null,
+                     "calls": 1, "samples_10s_pct": null},
+                ]),
+                &serde_json::json!(2)
+            )
+        );
         assert_eq!(v["probes"][0]["all"]["count"], 50);
         assert_eq!(v["probes"][0]["all"]["rate"], 25.0);
         assert_eq!(v["probes"][0]["all"]["p99_ns"], 9);

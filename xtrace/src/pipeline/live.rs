@@ -2,6 +2,8 @@
 //! per-second duration histograms (`Window` of [`ProbeStats`], the last minute), which gives the
 //! count, rate, p50 and p99 of the last 10 s and the last minute; and the CPU samples' stacks
 //! since the live view last took them (at most [`MAX_RECENT_STACKS`] distinct ones; the rest are
+//! counted as `other`); and per thread, the calls that ended on it and the samples taken of it
+//! since the live view last took them (at most [`MAX_RECENT_THREADS`] threads; the rest are
 //! counted as `other`).
 use std::collections::HashMap;
 
@@ -32,10 +34,37 @@ const PROBE_CAP_BYTES: usize = 1 << 20;
 /// Distinct stacks kept between two takes; the samples of others are counted only.
 pub const MAX_RECENT_STACKS: usize = 10_000;
 
-/// The calls of the last minute, per probe.
+/// Distinct threads counted between two takes; the calls and samples of others are counted only.
+pub const MAX_RECENT_THREADS: usize = 10_000;
+
+/// The calls of the last minute, per probe, and those since the last take, per thread.
 #[derive(Debug)]
 pub struct RecentCalls {
     probes: Vec<Recent>,
+    /// The calls that ended on each thread since the live view last took them.
+    pub threads: ThreadCounts,
+}
+
+/// Counts per thread (pid, tid) since the live view last took them (hashed as the thread names
+/// are: this is asked once per span).
+#[derive(Debug, Default)]
+pub struct ThreadCounts {
+    pub counts: HashMap<(u32, u32), u64, std::hash::BuildHasherDefault<super::threads::TidHasher>>,
+    /// Counts of threads past [`MAX_RECENT_THREADS`].
+    pub other: u64,
+}
+
+impl ThreadCounts {
+    /// Counts `n` for thread `tid` of process `pid`.
+    pub fn add(&mut self, pid: u32, tid: u32, n: u64) {
+        if let Some(count) = self.counts.get_mut(&(pid, tid)) {
+            *count += n;
+        } else if self.counts.len() < MAX_RECENT_THREADS {
+            self.counts.insert((pid, tid), n);
+        } else {
+            self.other += n;
+        }
+    }
 }
 
 /// One probe's window, and the second being filled: a call of that second costs what adding to
@@ -74,6 +103,7 @@ impl RecentCalls {
                     current: None,
                 })
                 .collect(),
+            threads: ThreadCounts::default(),
         }
     }
 
@@ -135,11 +165,14 @@ pub struct RecentStacks {
     pub stacks: HashMap<StackKey, u64>,
     /// Samples of stacks past [`MAX_RECENT_STACKS`].
     pub other: u64,
+    /// The samples of each thread.
+    pub threads: ThreadCounts,
 }
 
 impl RecentStacks {
-    /// Counts `weight` samples of `key`.
-    pub fn add(&mut self, key: &StackKey, weight: u64) {
+    /// Counts `weight` samples of `key`, taken of thread `tid`.
+    pub fn add(&mut self, key: &StackKey, tid: u32, weight: u64) {
+        self.threads.add(key.pid, tid, weight);
         if let Some(n) = self.stacks.get_mut(key) {
             *n += weight;
         } else if self.stacks.len() < MAX_RECENT_STACKS {
@@ -155,8 +188,12 @@ pub struct LiveParts<'a> {
     /// Indexed by probe id: every call so far.
     pub stats: &'a [super::stats::ProbeStats],
     pub recent: &'a mut RecentCalls,
-    /// The stacks sampled since the last call, taken.
+    /// The stacks sampled since the last call, taken (with their threads' samples).
     pub stacks: RecentStacks,
+    /// The calls that ended on each thread since the last call, taken.
+    pub thread_calls: ThreadCounts,
+    /// The threads' names.
+    pub names: &'a super::threads::Names,
     pub samples_total: u64,
     pub images: &'a mut crate::image::Images,
     pub python: &'a crate::python::Python,
@@ -178,10 +215,14 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
     /// [`Pipeline::watch_live`] was called.
     pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
         let stacks = std::mem::take(self.families.sampling.samples.recent.as_mut()?);
+        let recent = self.recent.as_mut()?;
+        let thread_calls = std::mem::take(&mut recent.threads);
         Some(LiveParts {
             stats: &self.stats,
-            recent: self.recent.as_mut()?,
+            recent,
             stacks,
+            thread_calls,
+            names: &self.names,
             samples_total: self.families.sampling.samples.total,
             images: &mut self.images,
             python: &self.python,
@@ -264,11 +305,17 @@ mod tests {
             python: Box::new([]),
         };
         for pid in 0..(MAX_RECENT_STACKS as u32 + 5) {
-            recent.add(&key(pid), 2);
+            recent.add(&key(pid), pid, 2);
         }
-        recent.add(&key(0), 1);
+        recent.add(&key(0), 0, 1);
         assert_eq!(recent.stacks.len(), MAX_RECENT_STACKS);
         assert_eq!(recent.stacks[&key(0)], 3);
         assert_eq!(recent.other, 10);
+        assert_eq!(recent.threads.counts.len(), MAX_RECENT_THREADS);
+        assert_eq!(recent.threads.counts[&(0, 0)], 3);
+        assert_eq!(
+            recent.threads.other,
+            2 * (MAX_RECENT_STACKS + 5 - MAX_RECENT_THREADS) as u64
+        );
     }
 }

@@ -447,6 +447,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         stats.add(duration);
         if let Some(recent) = &mut self.recent {
             recent.span(id, span.header.ts_ns, duration);
+            recent.threads.add(span.header.pid, span.header.tid, 1);
         }
         self.names.saw(span.header.pid, span.header.tid);
         if self.loaders.contains(&span.probe_id) {

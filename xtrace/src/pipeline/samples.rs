@@ -197,7 +197,7 @@ impl Samples {
             python: python.frames(event.header.tid, ts),
         };
         if let Some(recent) = &mut self.recent {
-            recent.add(&key, weight);
+            recent.add(&key, event.header.tid, weight);
         }
         if self.windowed {
             return Some(key);

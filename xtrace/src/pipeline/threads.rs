@@ -14,7 +14,7 @@ use crate::target::{thread_comm, ProcessInfo};
 /// default SipHash took ~9% of the reader's time at a million spans a second. Thread ids come
 /// from the kernel, not from input that could be chosen to collide.
 #[derive(Clone, Debug, Default)]
-struct TidHasher(u64);
+pub struct TidHasher(u64);
 
 impl Hasher for TidHasher {
     fn finish(&self) -> u64 {

@@ -442,7 +442,11 @@ fn publisher(
     let probes = plan
         .probes
         .iter()
-        .map(|p| (p.name.clone(), p.kind.name()))
+        .map(|p| crate::live::PlannedProbe {
+            name: p.name.clone(),
+            kind: p.kind.name(),
+            target: p.target.clone(),
+        })
         .collect();
     let mut publisher = crate::live::Publisher::new(live.shared(), probes, begin_ns, hz);
     if let Some(feed) = gpus {

@@ -1,0 +1,180 @@
+//! The live view's tables end equal to the capture's files. Probes: `gpumem` calls the stand-in
+//! CUDA runtime under `--cuda --live`, whose plan also keeps a block of probes for CUDA libraries
+//! loaded later (never placed here); the last snapshot names each function once, hides the CUDA
+//! functions never called, and ends with summary.json's counts. Threads: `spans threads 4 N`'s
+//! threads each call `work` N times; the last snapshot's per-thread calls are trace.json's spans
+//! per thread, and `xtrace view` of the capture shows the same.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde_json::Value;
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    live::{read_events, View},
+    output::Outputs,
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// name → count of the rows of a snapshot's probe table.
+fn page_rows(snapshot: &Value) -> Vec<(String, u64)> {
+    snapshot["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["all"]["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn live_probe_rows_are_the_summary_rows() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("live-rows");
+    let mut fixture = Fixture::spawn(&fixtures().gpumem, &[]);
+    fixture.wait_ready();
+    let pid = fixture.pid();
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["--cuda", "--live", "-p", pid.to_string(), "-o", &out]);
+    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    xtrace.wait_attached();
+    let events = read_events(&view);
+    for (command, held) in [
+        ("alloc 1048576", MIB),
+        ("alloc 2097152", 3 * MIB),
+        ("free", 2 * MIB),
+    ] {
+        fixture.send(command);
+        assert_eq!(fixture.next_line(), format!("held {held}"));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(view.stop().status, 200);
+    xtrace.wait().assert_success();
+    fixture.send("exit");
+    let outputs = Outputs::read(&out);
+    let messages = events.join().expect("the event stream's reader");
+    let last = messages.last().expect("a last snapshot");
+    assert_eq!(last["done"], true, "{last}");
+
+    let rows = page_rows(last);
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, _) in &rows {
+        assert!(seen.insert(name.clone()), "{name} has one row: {rows:?}");
+    }
+    // summary.txt's rows: the CUDA functions called, and every other probe.
+    let summary: BTreeMap<String, u64> = outputs.summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] != "cuda" || p["count"].as_u64() > Some(0))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let page: BTreeMap<String, u64> = rows.into_iter().collect();
+    assert_eq!(page, summary);
+    assert_eq!((page["cudaMalloc"], page["cudaFree"]), (2, 1), "{page:?}");
+    for name in page.keys() {
+        assert!(
+            outputs
+                .summary_txt
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "{name} is a row of summary.txt:\n{}",
+            outputs.summary_txt
+        );
+    }
+}
+
+/// tid → calls of a snapshot's thread table, the threads with calls only.
+fn thread_calls(snapshot: &Value) -> BTreeMap<u64, u64> {
+    snapshot["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["calls"].as_u64() > Some(0))
+        .map(|t| (t["tid"].as_u64().unwrap(), t["calls"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn live_thread_rows_end_equal_to_the_trace() {
+    if !require_bpf() {
+        return;
+    }
+    const CALLS: u64 = 30_000;
+    let tmp = TempDir::new("live-threads");
+    let mut fixture = Fixture::spawn(&fixtures().spans, &["threads", "4", &CALLS.to_string()]);
+    let tids = fixture.wait_ready_tids();
+    assert_eq!(tids.len(), 4);
+    let out = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args![
+        "-u",
+        "work",
+        "-F",
+        "499",
+        "--live",
+        "-p",
+        fixture.pid().to_string(),
+        "-o",
+        &out
+    ]);
+    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    xtrace.wait_attached();
+    let events = read_events(&view);
+    fixture.go();
+    assert!(fixture.wait().success());
+    xtrace.wait().assert_success();
+    let outputs = Outputs::read(&out);
+    let last = events
+        .join()
+        .expect("the event stream's reader")
+        .pop()
+        .expect("a snapshot");
+    assert_eq!(last["done"], true, "{last}");
+
+    // trace.json's spans per thread: each worker's CALLS.
+    let mut trace: BTreeMap<u64, u64> = BTreeMap::new();
+    for e in outputs
+        .events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "work")
+    {
+        *trace.entry(e["tid"].as_u64().unwrap()).or_default() += 1;
+    }
+    let expected: BTreeMap<u64, u64> = tids.iter().map(|&t| (u64::from(t), CALLS)).collect();
+    assert_eq!(trace, expected);
+    assert_eq!(thread_calls(&last), trace, "{}", last["threads"]);
+    let threads = last["threads"].as_array().unwrap();
+    for t in threads.iter().filter(|t| t["calls"].as_u64() > Some(0)) {
+        assert_eq!(t["pid"], fixture.pid(), "{t}");
+        assert_eq!(t["name"], "spans", "{t}");
+        assert!(t["samples_10s_pct"].is_f64(), "sampled: {t}");
+    }
+    let shares: f64 = threads.iter().filter_map(|t| t["samples_10s_pct"].as_f64()).sum();
+    assert!(shares <= 100.5, "{shares}");
+    assert_eq!(last["threads_seen"].as_u64(), Some(threads.len() as u64));
+
+    // `xtrace view` of the capture: the same calls per thread.
+    let mut viewer = Xtrace::spawn(args!["view", &out]);
+    let served = View::from_line(&viewer.wait_stderr("xtrace: live view at "));
+    let state: Value = serde_json::from_slice(&served.get("/state.json").body).expect("JSON");
+    assert_eq!(thread_calls(&state), trace, "{}", state["threads"]);
+    assert_eq!(served.stop().status, 200);
+    viewer.wait().assert_success();
+}
