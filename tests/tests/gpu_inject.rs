@@ -207,7 +207,8 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
     );
     assert_untouched(&mut app);
     // A thread that never makes a system call: refused after the wait, and it computes on.
-    app.send("spin 4000");
+    app.send("spin");
+    assert_eq!(app.next_line(), "spinning");
     let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
     assert!(
         line.starts_with(&format!(
@@ -215,6 +216,8 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
         )),
         "{line}"
     );
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
     assert_eq!(app.next_line(), "spun");
     assert_untouched(&mut app);
     // A kernel thread; a pid that does not exist.
