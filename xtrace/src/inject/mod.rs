@@ -118,11 +118,7 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
             waited_ms: SAFE_POINT_WAIT.as_millis(),
         });
     };
-    // How the thread goes on: its system call made again from the start.
-    let mut resume = at_entry;
-    resume.rip -= 2;
-    resume.rax = at_entry.orig_rax;
-    resume.orig_rax = u64::MAX;
+    let resume = trampoline::resume_registers(&at_entry);
     let library_len = bytes.len() as u64;
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
     let mapped = tracee.syscall(

@@ -216,6 +216,17 @@ pub fn xsave_size() -> Option<u64> {
     Some(u64::from(leaf.ebx))
 }
 
+/// How a thread stopped at a system-call entry with `at_entry` goes on: its `syscall` instruction
+/// (the two bytes before the instruction pointer) made again with its number, and no restart for
+/// the kernel to make on top (`orig_rax` -1).
+pub fn resume_registers(at_entry: &libc::user_regs_struct) -> libc::user_regs_struct {
+    let mut resume = *at_entry;
+    resume.rip -= 2;
+    resume.rax = at_entry.orig_rax;
+    resume.orig_rax = u64::MAX;
+    resume
+}
+
 /// The registers that start the trampoline at `code` from a thread stopped with `resume`: a stack
 /// below the red zone, with the xsave area of `xsave` bytes at its top.
 pub fn start_registers(resume: &libc::user_regs_struct, code: u64, xsave: u64) -> libc::user_regs_struct {
@@ -264,6 +275,21 @@ mod tests {
         );
         // The code starts by zeroing the xsave header: `xor eax, eax`.
         assert_eq!(&page[..2], &[0x31, 0xc0]);
+    }
+
+    #[test]
+    fn a_thread_resumes_by_making_its_call_again() {
+        // SAFETY: as above.
+        let mut entry: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        entry.rip = 0x7f00_0000_1002;
+        entry.orig_rax = 0; // read
+        entry.rax = (-38i64) as u64; // -ENOSYS, as at every entry
+        entry.rdi = 7;
+        let resume = resume_registers(&entry);
+        assert_eq!(
+            (resume.rip, resume.rax, resume.orig_rax, resume.rdi),
+            (0x7f00_0000_1000, 0, u64::MAX, 7)
+        );
     }
 
     #[test]
