@@ -291,3 +291,54 @@ fn killing_xtrace_at_each_injection_step_leaves_the_process_running() {
         assert!(app.wait().success(), "after a kill at {step}");
     }
 }
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_computing_or_sleeping_thread_is_injected_at_its_next_system_call_made_once() {
+    if !require_bpf() {
+        return;
+    }
+    // Computing: seized outside any system call, it is taken at its next one, the write of
+    // "spun", which it then makes once.
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    app.send("spin");
+    assert_eq!(app.next_line(), "spinning");
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
+    xtrace.wait_attached();
+    assert_eq!(app.next_line(), "spun");
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    assert_eq!(injected_inodes(pid).len(), 1);
+    app.send("quit");
+    assert!(app.wait().success());
+    // Sleeping (clock_nanosleep, which the kernel restarts through restart_syscall): the sleep
+    // goes on to its end, once.
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    let started = std::time::Instant::now();
+    app.send("sleep 1500");
+    app.send("work 1");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // In clock_nanosleep (230) when xtrace starts.
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).expect("its system call");
+    assert!(syscall.starts_with("230 "), "{syscall}");
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    xtrace.wait_attached();
+    assert_eq!(app.next_line(), "done 1");
+    let slept = started.elapsed();
+    assert!(
+        slept >= std::time::Duration::from_millis(1500) && slept < std::time::Duration::from_millis(4000),
+        "{slept:?}"
+    );
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
+    app.send("quit");
+    assert!(app.wait().success());
+}
