@@ -220,6 +220,18 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
     assert_eq!(app.next_line(), "spun");
     assert_untouched(&mut app);
+    // A stopped process (Ctrl-Z): ptrace would resume it.
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    while xtrace_tests::run::process_state(pid) != 'T' {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
+    assert!(line.contains(&format!("pid {pid} is stopped (SIGSTOP")), "{line}");
+    assert_eq!(xtrace_tests::run::process_state(pid), 'T');
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) }, 0);
+    assert_untouched(&mut app);
     // A kernel thread; a pid that does not exist.
     let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(2)));
     assert!(line.contains("pid 2 is a kernel thread"), "{line}");

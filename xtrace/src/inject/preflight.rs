@@ -32,6 +32,15 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         return Err(Error::PtraceScope { pid });
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    if is_stopped(&status) {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "pid {pid} is stopped (SIGSTOP, a shell's Ctrl-Z): a thread that cannot run cannot load a \
+                 library, and ptrace would resume it; continue it first (kill -CONT {pid})"
+            ),
+        });
+    }
     if let Some(tracer) = tracer_pid(&status) {
         let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
             .map_or_else(|_| "gone".into(), |c| c.trim_end().to_owned());
@@ -63,6 +72,14 @@ pub fn check(process: &Process) -> Result<Found, Error> {
     })?;
     let (dlopen, dlsym) = libc_functions(process, &files)?;
     Ok(Found::Ready(Ready { dlopen, dlsym, xsave }))
+}
+
+/// Whether a /proc/PID/status says the process is stopped by a signal (not traced: `t`).
+fn is_stopped(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|state| state.trim_start().starts_with('T'))
 }
 
 /// The `TracerPid:` of a /proc/PID/status, when not 0.
@@ -121,6 +138,13 @@ fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<(u64, u64), E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stopped_process_is_told_from_a_traced_or_sleeping_one() {
+        assert!(is_stopped("Name:\tx\nState:\tT (stopped)\n"));
+        assert!(!is_stopped("State:\tt (tracing stop)\n"));
+        assert!(!is_stopped("State:\tS (sleeping)\n"));
+    }
 
     #[test]
     fn a_tracer_is_read_from_the_status() {
