@@ -212,7 +212,7 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
     let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
     assert!(
         line.starts_with(&format!(
-            "xtrace: error: --inject: no thread of pid {pid} made a system call within 2000 ms"
+            "xtrace: error: --inject: the main thread of pid {pid} made no system call within 2000 ms"
         )),
         "{line}"
     );

@@ -45,7 +45,7 @@ pub enum Error {
         "--inject: {why}; start pid {pid} with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead"
     )]
     Unsupported { pid: u32, why: String },
-    #[error("--inject: no thread of pid {pid} made a system call within {waited_ms} ms (a thread that only computes has no safe point to stop at); it was left as it was; try again while it does I/O or waits")]
+    #[error("--inject: the main thread of pid {pid} made no system call within {waited_ms} ms (a thread that only computes has no safe point to stop at, and --inject stops the main thread only); it was left as it was; try again while it does I/O or waits")]
     NoSafePoint { pid: u32, waited_ms: u128 },
     #[error("--inject into pid {pid} failed at {step}: {reason}")]
     Ptrace {
