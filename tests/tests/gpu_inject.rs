@@ -3,7 +3,8 @@
 //! tool library) and reading commands from stdin, so that its one thread sits in `read` when
 //! xtrace seizes it. xtrace loads libxtrace_tool.so into it with ptrace and a memfd; the device
 //! timeline then works as for a process started with the variable, the process goes on as it
-//! was, a second `--inject` loads nothing, and each refusal leaves the process as it was. A debug
+//! was (a computing thread is taken at its next system call, a sleeping one sleeps to its end), a
+//! second `--inject` loads nothing, and each refusal leaves the process as it was. A debug
 //! build of xtrace pauses at a named injection step (`XTRACE_TEST_INJECT_PAUSE`), where the tests
 //! kill it.
 
