@@ -26,6 +26,8 @@ pub struct Tracee {
     pub tid: u32,
     mem: File,
     detached: bool,
+    /// A signal the thread stopped to receive and has not been given yet: given at the detach.
+    pending: i32,
 }
 
 impl Tracee {
@@ -60,6 +62,7 @@ impl Tracee {
             tid,
             mem,
             detached: false,
+            pending: 0,
         };
         // SAFETY: PTRACE_INTERRUPT of a seized thread takes no address or data.
         if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as libc::pid_t, 0, 0) } != 0 {
@@ -127,11 +130,11 @@ impl Tracee {
     /// it gets as it would have), until `deadline`. Returns its registers there, None at the
     /// deadline (the thread stopped again, ready to detach).
     pub fn reach_safe_point(&mut self, deadline: Instant) -> Result<Option<libc::user_regs_struct>, String> {
-        // The first stop is PTRACE_INTERRUPT's.
-        if self.wait(deadline + Duration::from_secs(1))?.is_none() {
+        // The first stop is PTRACE_INTERRUPT's, or one for a signal that came first (delivered on).
+        let Some(first) = self.wait(deadline + Duration::from_secs(1))? else {
             return Err("the thread did not stop".into());
-        }
-        let mut signal = 0;
+        };
+        let mut signal = delivery_signal(first);
         loop {
             self.resume_to_syscall(signal)?;
             signal = 0;
@@ -139,13 +142,9 @@ impl Tracee {
                 self.interrupt_for_detach()?;
                 return Ok(None);
             };
-            let stopped = libc::WSTOPSIG(status);
-            if status >> 16 != 0 {
-                // An event stop (a group stop, our interrupt): nothing to deliver.
-                continue;
-            }
-            if stopped != SYSCALL_STOP {
-                signal = stopped;
+            if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
+                // A signal to deliver on, or an event stop (a group stop, our interrupt).
+                signal = delivery_signal(status);
                 continue;
             }
             if !self.at_entry()? {
@@ -165,7 +164,9 @@ impl Tracee {
         if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, self.tid as libc::pid_t, 0, 0) } != 0 {
             return Err(last_error());
         }
-        let _ = self.wait(Instant::now() + Duration::from_secs(1))?;
+        if let Some(status) = self.wait(Instant::now() + Duration::from_secs(1))? {
+            self.pending = delivery_signal(status);
+        }
         Ok(())
     }
 
@@ -202,13 +203,8 @@ impl Tracee {
             let status = self
                 .wait(deadline)?
                 .ok_or("the system call did not return within 5 s")?;
-            let stopped = libc::WSTOPSIG(status);
-            if status >> 16 != 0 {
-                continue;
-            }
-            if stopped != SYSCALL_STOP {
-                // Delivered at the exit, after the call.
-                signal = stopped;
+            if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
+                signal = delivery_signal(status);
                 continue;
             }
             if !self.at_entry()? {
@@ -233,8 +229,8 @@ impl Tracee {
     /// Lets the thread go with the registers last set.
     pub fn detach(mut self) -> Result<(), String> {
         self.detached = true;
-        // SAFETY: PTRACE_DETACH of a stopped, seized thread, delivering no signal.
-        match unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid as libc::pid_t, 0, 0) } {
+        // SAFETY: PTRACE_DETACH of a stopped, seized thread; data is a signal number.
+        match unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid as libc::pid_t, 0, self.pending) } {
             0 => Ok(()),
             _ => Err(last_error()),
         }
@@ -246,11 +242,36 @@ impl Drop for Tracee {
         if !self.detached {
             // SAFETY: as in `detach`; a thread that is not stopped is detached by the kernel when
             // xtrace exits.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid as libc::pid_t, 0, 0) };
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid as libc::pid_t, 0, self.pending) };
         }
+    }
+}
+
+/// The signal a stop with `status` holds for the thread: that of a signal-delivery stop, none for
+/// a system-call stop (`SIGTRAP | 0x80`) or an event stop (a group stop, PTRACE_INTERRUPT's).
+fn delivery_signal(status: i32) -> i32 {
+    let signal = libc::WSTOPSIG(status);
+    if status >> 16 != 0 || signal == SYSCALL_STOP {
+        0
+    } else {
+        signal
     }
 }
 
 fn last_error() -> String {
     std::io::Error::last_os_error().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_signal_delivery_stop_holds_a_signal() {
+        // Statuses as waitpid gives them: 0x7f, the signal in bits 8-15, an event in 16-23.
+        let stop = |signal: i32, event: i32| 0x7f | (signal << 8) | (event << 16);
+        assert_eq!(delivery_signal(stop(libc::SIGUSR1, 0)), libc::SIGUSR1);
+        assert_eq!(delivery_signal(stop(SYSCALL_STOP, 0)), 0);
+        assert_eq!(delivery_signal(stop(libc::SIGTRAP, libc::PTRACE_EVENT_STOP)), 0);
+    }
 }
