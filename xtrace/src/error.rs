@@ -167,6 +167,8 @@ pub enum Error {
         what: String,
         source: aya::programs::ProgramError,
     },
+    #[error(transparent)]
+    Inject(Box<crate::inject::Error>),
     #[error("loading the kernel programs: {0}; is BPF enabled in this kernel (CONFIG_BPF_SYSCALL)?")]
     Load(#[from] aya::EbpfError),
     #[error("BPF map {name}: {source}")]
@@ -218,6 +220,13 @@ impl Error {
             what: what.into(),
             source,
         }
+    }
+}
+
+/// Boxed: the injector's errors are larger than the others.
+impl From<crate::inject::Error> for Error {
+    fn from(e: crate::inject::Error) -> Self {
+        Error::Inject(Box::new(e))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod elf;
 pub mod error;
 pub mod export;
 pub mod image;
+pub mod inject;
 pub mod launch;
 pub mod live;
 pub mod model;

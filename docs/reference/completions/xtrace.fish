@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= store-spans gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda inject mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= store-spans gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -59,6 +59,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit -d 'Sample onl
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l inject -d 'Load the tool library into a --pid process started without CUDA_INJECTION64_PATH'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l mpi -d 'Trace MPI calls: sends, receives, waits and collectives, with bytes and peers'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'
@@ -119,6 +120,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit -d '
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l cuda -d 'Trace CUDA runtime and driver calls, with kernel names'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l inject -d 'Load the tool library into a --pid process started without CUDA_INJECTION64_PATH'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l mpi -d 'Trace MPI calls: sends, receives, waits and collectives, with bytes and peers'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l nvtx -d 'Record NVTX ranges, marks and thread names as spans'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l itt -d 'Record Intel ITT tasks, frames and thread names as spans'

@@ -22,7 +22,7 @@ use crate::util::{self, BadInput, Workspace};
 
 /// The smoke set: (file in tests/tests/, test) for each capability the matrix covers: function
 /// spans, arguments, both uprobe attach paths, USDT with semaphores, CPU sampling with unwinding,
-/// off-CPU time, the CUDA stand-in and its GPU device timeline, call sites (`--stacks`), range
+/// off-CPU time, the CUDA stand-in and its GPU device timeline (`--inject` too), call sites (`--stacks`), range
 /// probes, the lifecycle
 /// (SIGINT, SIGTERM, SIGKILL: nothing left attached; SIGTERM, SIGHUP, SIGKILL and a panic in the
 /// USDT semaphore test; perf-event uprobes removed in the background after a prompt exit), bad
@@ -56,6 +56,10 @@ pub const SMOKE: &[(&str, &str)] = &[
     (
         "gpu_device",
         "attach_then_detach_finalizes_cupti_and_attaching_again_works",
+    ),
+    (
+        "gpu_inject",
+        "inject_gives_a_process_started_without_the_variable_its_device_timeline",
     ),
     ("offcpu", "sleeps_in_a_function_are_its_off_cpu_time"),
     (

@@ -5,7 +5,7 @@
 //!
 //! A launched command loads the shipped library through `CUDA_INJECTION64_PATH` (set by
 //! [`launch_env`]); a `--pid` process has it mapped when it was started with the variable, else
-//! one notice says how to start it.
+//! one notice says how to start it (or `--inject` loaded it: `crate::inject`).
 use std::{ffi::OsString, path::PathBuf};
 
 use crate::{
@@ -50,7 +50,8 @@ pub fn plan(plan: &mut Plan, scopes: &[Scope], explicit: bool, cuda_found: usize
                         "--cuda: pid {} was not started with {INJECTION_ENV} set to {TOOL_LIBRARY}: its CUDA \
                          calls are traced, not its GPU device timeline; start it with \
                          {INJECTION_ENV}=/path/to/{TOOL_LIBRARY} (see docs/guide.md, GPU device timeline), \
-                         or launch it with `xtrace --cuda -- COMMAND`",
+                         launch it with `xtrace --cuda -- COMMAND`, or add --inject to load the library \
+                         into it now",
                         p.pid
                     ));
                 }

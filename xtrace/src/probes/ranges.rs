@@ -109,7 +109,8 @@ fn op(name: &str) -> Option<RangeOp> {
 pub fn is_tool(path: &std::path::Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("libxtrace_tool"))
+        // `memfd:libxtrace_tool.so`: loaded by `--inject`.
+        .is_some_and(|n| n.trim_start_matches("memfd:").starts_with("libxtrace_tool"))
 }
 
 /// Adds the tool library's probes to `plan`. `required`: a scope without a tool library is an

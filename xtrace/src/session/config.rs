@@ -60,6 +60,8 @@ pub struct Config {
     pub usdt: Vec<String>,
     /// `--cuda`.
     pub cuda: bool,
+    /// `--inject`: load the tool library into each `--pid` process with ptrace.
+    pub inject: bool,
     /// `--mpi`.
     pub mpi: bool,
     /// The range sources the range flags ask for; None without any.

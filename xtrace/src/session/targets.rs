@@ -115,8 +115,15 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
                     return Err(Error::NotATargetThread { tid: *tid });
                 }
             }
+            // Before planning: the plan finds the injected library among the mapped files.
+            let injected = if config.inject {
+                inject(&processes)?
+            } else {
+                Vec::new()
+            };
             let scopes: Vec<Scope> = processes.iter().map(Scope::Process).collect();
-            let plan = specs.plan(&scopes, config.max_probes)?;
+            let mut plan = specs.plan(&scopes, config.max_probes)?;
+            plan.notices.extend(injected);
             let out = output::prepare(output_path(config, &processes)?.as_deref(), config.quiet)?;
             Ok(Resolved {
                 targets: Targets::Pids(processes),
@@ -136,4 +143,31 @@ pub(super) fn resolve(config: &Config, specs: &Specs, sampling: bool) -> Result<
             })
         }
     }
+}
+
+/// `--inject`: loads the tool library into each process; a notice for each.
+fn inject(processes: &[Process]) -> Result<Vec<String>> {
+    let library = crate::probes::ranges::shipped().ok_or_else(|| {
+        Error::from(crate::inject::Error::Unsupported {
+            pid: processes.first().map_or(0, |p| p.pid),
+            why: "libxtrace_tool.so is not beside the xtrace binary (nor named by XTRACE_TOOL_LIB)".into(),
+        })
+    })?;
+    let mut notices = Vec::new();
+    for process in processes {
+        notices.push(match crate::inject::inject(process, &library)? {
+            crate::inject::Outcome::Loaded { tid, stopped, took } => format!(
+                "--inject: loaded libxtrace_tool.so into pid {} (thread {tid} stopped {} us; watcher \
+                 running after {} ms)",
+                process.pid,
+                stopped.as_micros(),
+                took.as_millis()
+            ),
+            crate::inject::Outcome::AlreadyLoaded => format!(
+                "--inject: pid {} has xtrace's tool library loaded already; nothing injected",
+                process.pid
+            ),
+        });
+    }
+    Ok(notices)
 }

@@ -3,7 +3,8 @@
 //! thread, `xtrace-gpu`, which reads the `xtrace:gpu_records` semaphore every [`PERIOD`]: no CUPTI
 //! call is made until a tracer raises it (xtrace attaching its probe there), so an untraced
 //! process pays nothing per launch, and the device timeline starts at most one period after the
-//! attach. The thread is started again in a forked child.
+//! attach. The thread is started again in a forked child. `xtrace --inject` loads the library into
+//! a running process and calls [`xtrace_inject_start`] instead.
 use core::ffi::c_int;
 use std::{
     panic::catch_unwind,
@@ -32,6 +33,14 @@ pub extern "C" fn InitializeInjection() -> c_int {
         c_int::from(start_watcher())
     })
     .unwrap_or(0)
+}
+
+/// Called by the code `xtrace record --inject` runs in a process that was started without the
+/// variable, right after it loaded this library: the driver, initialized already, will not call
+/// `InitializeInjection` again, so this does what it does. Returns as `InitializeInjection` does.
+#[no_mangle]
+pub extern "C" fn xtrace_inject_start() -> c_int {
+    InitializeInjection()
 }
 
 /// Whether `InitializeInjection` has run in this process.

@@ -1,0 +1,359 @@
+//! `--inject` on the real kernel with the stand-in CUDA runtime, driver and CUPTI (see
+//! gpu_device.rs): fixture `gpuapp` started without `CUDA_INJECTION64_PATH` (its `cuInit` loads no
+//! tool library) and reading commands from stdin, so that its one thread sits in `read` when
+//! xtrace seizes it. xtrace loads libxtrace_tool.so into it with ptrace and a memfd; the device
+//! timeline then works as for a process started with the variable, the process goes on as it
+//! was (a computing thread is taken at its next system call, a sleeping one sleeps to its end), a
+//! second `--inject` loads nothing, and each refusal leaves the process as it was. A debug
+//! build of xtrace pauses at a named injection step (`XTRACE_TEST_INJECT_PAUSE`), where the tests
+//! kill it.
+
+use xtrace_tests::{
+    args,
+    bpf::Attachments,
+    fixtures::{fixtures, Fixture},
+    gpu::{counts, cupti_args, device_slices, expected, per_name, thread_names},
+    output::Outputs,
+    require_bpf,
+    run::{expect_user_error, Xtrace},
+    TempDir,
+};
+
+/// gpuapp with the stand-in CUPTI loaded, CUDA initialized without the variable, on stdin.
+fn uninjected_app() -> Fixture {
+    let [flag, lib] = cupti_args();
+    let mut app = Fixture::spawn(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"]);
+    app.wait_ready();
+    app
+}
+
+/// The process's mappings of the injected library, by inode: one inode per load.
+fn injected_inodes(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the fixture's maps");
+    let mut inodes: Vec<String> = maps
+        .lines()
+        .filter(|l| l.ends_with("/memfd:libxtrace_tool.so (deleted)"))
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        .collect();
+    inodes.dedup();
+    inodes
+}
+
+/// One `--inject` recording of `rounds` rounds of work; returns its outputs and stderr.
+fn inject_round(app: &mut Fixture, rounds: u32, label: &str) -> (Outputs, Vec<String>) {
+    let tmp = TempDir::new(label);
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        app.pid().to_string(),
+        "--cuda",
+        "--inject",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    app.send("wait-active");
+    assert_eq!(app.next_line(), "active");
+    app.send(&format!("work {rounds}"));
+    assert_eq!(app.next_line(), format!("done {rounds}"));
+    // Two flush periods, so the records reach the kernel program before xtrace stops.
+    app.send("sleep 300");
+    app.send("counts");
+    app.next_line();
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    (Outputs::read(&out_dir), finished.stderr)
+}
+
+/// Every device slice lies inside the capture: after the first launch call began, before the last
+/// one's record ended, and each kernel after a launch of its own.
+fn assert_inside_the_capture(out: &Outputs, rounds: usize) {
+    let launches = out.spans_named("cuLaunchKernel");
+    assert_eq!(launches.len(), 3 * rounds);
+    let first = launches.iter().map(|s| s.ts).fold(f64::MAX, f64::min);
+    let last = launches.iter().map(|s| s.ts + s.dur).fold(0.0, f64::max);
+    for slice in device_slices(out) {
+        assert!(
+            slice.ts >= first && slice.ts <= last + 1e6,
+            "{slice:?} outside {first}..{last}"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
+    if !require_bpf() {
+        return;
+    }
+    let mut app = uninjected_app();
+    assert_eq!(thread_names(app.pid()), ["gpuapp"]);
+    let (out, stderr) = inject_round(&mut app, 3, "gpu-inject");
+    let loaded: Vec<&String> = stderr.iter().filter(|l| l.contains("--inject: loaded")).collect();
+    assert_eq!(loaded.len(), 1, "{stderr:?}");
+    assert!(
+        loaded[0].starts_with(&format!(
+            "xtrace: warning: --inject: loaded libxtrace_tool.so into pid {} (thread {} stopped ",
+            app.pid(),
+            app.pid()
+        )),
+        "{}",
+        loaded[0]
+    );
+    // No notice telling how to start the process: it has the library now.
+    assert!(
+        !stderr.iter().any(|l| l.contains("was not started with")),
+        "{stderr:?}"
+    );
+    let slices = device_slices(&out);
+    assert_eq!(per_name(&slices), expected(3));
+    assert_inside_the_capture(&out, 3);
+    assert_eq!(out.summary["gpu_device"]["gpus"][0]["kernels"], 9);
+    // xtrace gone: the process goes on, with the library loaded once, its watcher running, and
+    // CUPTI unsubscribed and finalized.
+    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
+    assert_eq!(injected_inodes(app.pid()).len(), 1);
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    app.send("counts");
+    let c = counts(&app.next_line());
+    // Through CUDA 13's cuptiSubscribe_v2, which the stand-in has.
+    assert_eq!(
+        (
+            c["cuptiSubscribe_v2"],
+            c["cuptiSubscribe"],
+            c["cuptiUnsubscribe"],
+            c["cuptiFinalize"],
+            c["records"]
+        ),
+        (1, 0, 1, 1, 18)
+    );
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_second_inject_finds_the_library_and_loads_nothing() {
+    if !require_bpf() {
+        return;
+    }
+    let mut app = uninjected_app();
+    let (first, _) = inject_round(&mut app, 2, "gpu-inject-first");
+    assert_eq!(per_name(&device_slices(&first)), expected(2));
+    // A CUDA call while the library deactivates, for CUPTI to be finalized.
+    app.send("sleep 300");
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    let (second, stderr) = inject_round(&mut app, 4, "gpu-inject-second");
+    assert_eq!(per_name(&device_slices(&second)), expected(4));
+    let told: Vec<&String> = stderr.iter().filter(|l| l.contains("--inject")).collect();
+    assert_eq!(
+        told,
+        [&format!(
+            "xtrace: warning: --inject: pid {} has xtrace's tool library loaded already; nothing injected",
+            app.pid()
+        )]
+    );
+    assert_eq!(injected_inodes(app.pid()).len(), 1);
+    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
+    app.send("counts");
+    let c = counts(&app.next_line());
+    // Subscribed once per trace; the second is finalized at the next CUDA call.
+    assert_eq!((c["cuptiSubscribe_v2"], c["cuptiFinalize"]), (2, 1));
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+/// The process answers as before and has no library of xtrace's.
+fn assert_untouched(app: &mut Fixture) {
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    assert!(injected_inodes(app.pid()).is_empty());
+    assert_eq!(thread_names(app.pid()), ["gpuapp"]);
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
+    if !require_bpf() {
+        return;
+    }
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    let inject = |pid: u32| args!["-p", pid.to_string(), "--cuda", "--inject"];
+    // No CUDA in the process.
+    let plain = Fixture::spin();
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(plain.pid())));
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: --inject: pid {} maps no CUDA driver (libcuda.so): there is no GPU work to \
+             trace; inject into the process that runs CUDA",
+            plain.pid()
+        )
+    );
+    // Without CAP_SYS_PTRACE.
+    let line = expect_user_error(
+        &Attachments::snapshot(),
+        Xtrace::spawn_without_ptrace(inject(pid)),
+    );
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: --inject needs CAP_SYS_PTRACE to load its library into pid {pid}: run xtrace \
+             as root, or give it that capability (docker run --cap-add SYS_PTRACE)"
+        )
+    );
+    assert_untouched(&mut app);
+    // A thread that never makes a system call: refused after the wait, and it computes on.
+    app.send("spin");
+    assert_eq!(app.next_line(), "spinning");
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
+    assert!(
+        line.starts_with(&format!(
+            "xtrace: error: --inject: the main thread of pid {pid} made no system call within 2000 ms"
+        )),
+        "{line}"
+    );
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
+    assert_eq!(app.next_line(), "spun");
+    assert_untouched(&mut app);
+    // A stopped process (Ctrl-Z): ptrace would resume it.
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    while xtrace_tests::run::process_state(pid) != 'T' {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
+    assert!(line.contains(&format!("pid {pid} is stopped (SIGSTOP")), "{line}");
+    assert_eq!(xtrace_tests::run::process_state(pid), 'T');
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) }, 0);
+    assert_untouched(&mut app);
+    // A kernel thread; a pid that does not exist.
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(2)));
+    assert!(line.contains("pid 2 is a kernel thread"), "{line}");
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(u32::MAX >> 10)));
+    assert!(line.contains("no process with pid"), "{line}");
+    // --inject without --pid or --cuda: clap's error.
+    let line = expect_user_error(
+        &Attachments::snapshot(),
+        Xtrace::spawn(args!["--inject", "-p", pid.to_string()]),
+    );
+    assert!(line.contains("--cuda"), "{line}");
+    // Another tracer attached: this test process seizes the fixture.
+    // SAFETY: PTRACE_SEIZE of the fixture (a child of this process) with no options.
+    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid as libc::pid_t, 0, 0) };
+    assert_eq!(seized, 0, "{}", std::io::Error::last_os_error());
+    let line = expect_user_error(&Attachments::snapshot(), Xtrace::spawn(inject(pid)));
+    assert!(
+        line.starts_with(&format!(
+            "xtrace: error: --inject: pid {pid} is traced already by pid {} (",
+            // SAFETY: gettid has no preconditions; the tracer is this thread.
+            unsafe { libc::gettid() }
+        )),
+        "{line}"
+    );
+    assert_untouched(&mut app);
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn killing_xtrace_at_each_injection_step_leaves_the_process_running() {
+    if !require_bpf() {
+        return;
+    }
+    for step in ["seized", "mapped", "written", "started"] {
+        let mut app = uninjected_app();
+        let mut xtrace = Xtrace::spawn_with_env(
+            args!["-p", app.pid().to_string(), "--cuda", "--inject"],
+            &[("XTRACE_TEST_INJECT_PAUSE", step)],
+        );
+        assert_eq!(
+            xtrace.wait_stderr("xtrace: test: "),
+            format!("xtrace: test: --inject paused at {step}")
+        );
+        xtrace.signal(libc::SIGKILL);
+        xtrace.wait_exit();
+        // Its interrupted read goes on: the next command is read and run.
+        app.send("work 2");
+        assert_eq!(app.next_line(), "done 2", "after a kill at {step}");
+        if step == "started" {
+            // The thread ran the trampoline on its own: the library is loaded and started.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !thread_names(app.pid()).contains(&"xtrace-gpu".to_owned()) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no watcher after a kill at started"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(injected_inodes(app.pid()).len(), 1);
+        } else {
+            assert!(injected_inodes(app.pid()).is_empty(), "at {step}");
+            assert_eq!(thread_names(app.pid()), ["gpuapp"], "at {step}");
+        }
+        app.send("work 1");
+        assert_eq!(app.next_line(), "done 1", "after a kill at {step}");
+        app.send("quit");
+        assert!(app.wait().success(), "after a kill at {step}");
+    }
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_computing_or_sleeping_thread_is_injected_at_its_next_system_call_made_once() {
+    if !require_bpf() {
+        return;
+    }
+    // Computing: seized outside any system call, it is taken at its next one, the write of
+    // "spun", which it then makes once.
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    app.send("spin");
+    assert_eq!(app.next_line(), "spinning");
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
+    xtrace.wait_attached();
+    assert_eq!(app.next_line(), "spun");
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    assert_eq!(injected_inodes(pid).len(), 1);
+    app.send("quit");
+    assert!(app.wait().success());
+    // Sleeping (clock_nanosleep, which the kernel restarts through restart_syscall): the sleep
+    // goes on to its end, once.
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    let started = std::time::Instant::now();
+    app.send("sleep 1500");
+    app.send("work 1");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // In clock_nanosleep (230) when xtrace starts.
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).expect("its system call");
+    assert!(syscall.starts_with("230 "), "{syscall}");
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    xtrace.wait_attached();
+    assert_eq!(app.next_line(), "done 1");
+    let slept = started.elapsed();
+    assert!(
+        slept >= std::time::Duration::from_millis(1500) && slept < std::time::Duration::from_millis(4000),
+        "{slept:?}"
+    );
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
+    app.send("quit");
+    assert!(app.wait().success());
+}

@@ -1,0 +1,192 @@
+//! `--inject`: loading xtrace's tool library into a running CUDA process that was not started with
+//! `CUDA_INJECTION64_PATH`, so that it gets a GPU device timeline too.
+//!
+//! First every check that needs no ptrace ([`preflight`]): Yama's `ptrace_scope`, another tracer,
+//! CAP_SYS_PTRACE, a mapped libcuda, glibc 2.34 or later (`dlopen` in libc.so.6), and whether the
+//! library is loaded already (then nothing is done). Then one thread is seized ([`ptrace`]) and
+//! brought to a system-call entry; there it runs one `mmap` of xtrace's for a page of code and the
+//! library's bytes, and gets its registers pointed at the [`trampoline`], which loads the library
+//! from a memfd, calls its `xtrace_inject_start` and restores the thread itself. xtrace then waits
+//! for the library's watcher thread, `xtrace-gpu`, to appear.
+//!
+//! A debug build pauses at a named step when `XTRACE_TEST_INJECT_PAUSE` names it (`seized`,
+//! `mapped`, `written`, `started`), for the tests that kill xtrace there.
+mod preflight;
+mod ptrace;
+mod trampoline;
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use crate::target::Process;
+
+/// How long a thread may take to reach a system call before `--inject` gives up.
+pub const SAFE_POINT_WAIT: Duration = Duration::from_secs(2);
+/// How long the library may take to load and start its watcher thread.
+pub const START_WAIT: Duration = Duration::from_secs(10);
+/// The watcher thread's name (xtrace/tool/src/injection.rs).
+pub const WATCHER: &str = "xtrace-gpu";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("--inject: Yama's ptrace_scope is 3 (/proc/sys/kernel/yama/ptrace_scope): no process may be traced with ptrace until reboot, so xtrace cannot load its library into pid {pid}; start the process with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead")]
+    PtraceScope { pid: u32 },
+    #[error("--inject: pid {pid} is traced already by pid {tracer} ({name}), and a process has one tracer at a time; detach that debugger or tracer first")]
+    Traced { pid: u32, tracer: u32, name: String },
+    #[error("--inject needs CAP_SYS_PTRACE to load its library into pid {pid}: run xtrace as root, or give it that capability (docker run --cap-add SYS_PTRACE)")]
+    NoCapability { pid: u32 },
+    #[error("--inject: pid {pid} maps no CUDA driver (libcuda.so): there is no GPU work to trace; inject into the process that runs CUDA")]
+    NoCuda { pid: u32 },
+    #[error("--inject: pid {pid}'s C library ({libc}) has no dlopen, which glibc has had since 2.34: xtrace cannot load its library into it; start the process with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead")]
+    OldGlibc { pid: u32, libc: String },
+    #[error(
+        "--inject: {why}; start pid {pid} with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead"
+    )]
+    Unsupported { pid: u32, why: String },
+    #[error("--inject: the main thread of pid {pid} made no system call within {waited_ms} ms (a thread that only computes has no safe point to stop at, and --inject stops the main thread only); it was left as it was; try again while it does I/O or waits")]
+    NoSafePoint { pid: u32, waited_ms: u128 },
+    #[error("--inject into pid {pid} failed at {step}: {reason}")]
+    Ptrace {
+        pid: u32,
+        step: &'static str,
+        reason: String,
+    },
+    #[error("--inject: libxtrace_tool.so was written into pid {pid}, but its watcher thread did not start within {waited_s} s: the library's load failed in the process (its dynamic loader refused it, or its memory ran out)")]
+    NotStarted { pid: u32, waited_s: u64 },
+}
+
+/// What `--inject` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Loaded by thread `tid`, which was stopped for `stopped`; the watcher ran `took` after the
+    /// start.
+    Loaded {
+        tid: u32,
+        stopped: Duration,
+        took: Duration,
+    },
+    /// The library's watcher runs in the process already.
+    AlreadyLoaded,
+}
+
+/// Loads `library` (the shipped tool library) into `process`.
+pub fn inject(process: &Process, library: &Path) -> Result<Outcome, Error> {
+    let pid = process.pid;
+    let found = match preflight::check(process)? {
+        preflight::Found::Loaded => return Ok(Outcome::AlreadyLoaded),
+        preflight::Found::Ready(found) => found,
+    };
+    let bytes = std::fs::read(library).map_err(|e| Error::Unsupported {
+        pid,
+        why: format!("cannot read {}: {e}", library.display()),
+    })?;
+    let started = Instant::now();
+    let tid = load(pid, &found, &bytes)?;
+    let stopped = started.elapsed();
+    let deadline = Instant::now() + START_WAIT;
+    while Instant::now() < deadline {
+        if watcher_runs(pid) {
+            return Ok(Outcome::Loaded {
+                tid,
+                stopped,
+                took: started.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err(Error::NotStarted {
+        pid,
+        waited_s: START_WAIT.as_secs(),
+    })
+}
+
+/// The ptrace part: from seizing the main thread to detaching it, running the trampoline.
+fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> {
+    let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
+    let mut tracee = ptrace::Tracee::seize(pid, pid)?;
+    pause_for_test("seized");
+    let deadline = Instant::now() + SAFE_POINT_WAIT;
+    let Some(at_entry) = tracee
+        .reach_safe_point(deadline)
+        .map_err(fail("waiting for a system call"))?
+    else {
+        tracee.detach().map_err(fail("PTRACE_DETACH"))?;
+        return Err(Error::NoSafePoint {
+            pid,
+            waited_ms: SAFE_POINT_WAIT.as_millis(),
+        });
+    };
+    let resume = trampoline::resume_registers(&at_entry);
+    let library_len = bytes.len() as u64;
+    let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
+    let mapped = tracee.syscall(
+        &at_entry,
+        libc::SYS_mmap as u64,
+        [
+            0,
+            size,
+            (libc::PROT_READ | libc::PROT_EXEC) as u64,
+            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+            u64::MAX,
+            0,
+        ],
+    );
+    // Whatever the mmap gave, the thread is set to go on as it would have.
+    tracee
+        .set_registers(&resume)
+        .map_err(fail("restoring the registers"))?;
+    let code = match mapped.map_err(fail("mmap in the process"))? {
+        address @ 0.. => address as u64,
+        errno => {
+            return Err(fail("mmap in the process")(
+                std::io::Error::from_raw_os_error(-errno as i32).to_string(),
+            ))
+        }
+    };
+    pause_for_test("mapped");
+    let library = code + trampoline::PAGE;
+    tracee
+        .write_bytes(library, bytes)
+        .map_err(fail("writing the library"))?;
+    let page = trampoline::code_page(&trampoline::Values {
+        dlopen: found.dlopen,
+        dlsym: found.dlsym,
+        library,
+        library_len,
+        resume,
+    });
+    tracee
+        .write_bytes(code, &page)
+        .map_err(fail("writing the trampoline"))?;
+    pause_for_test("written");
+    let start = trampoline::start_registers(&resume, code, found.xsave);
+    tracee
+        .set_registers(&start)
+        .map_err(fail("starting the trampoline"))?;
+    pause_for_test("started");
+    let tid = tracee.tid;
+    tracee.detach().map_err(fail("PTRACE_DETACH"))?;
+    Ok(tid)
+}
+
+/// Whether a thread of `pid` is the tool library's watcher.
+pub fn watcher_runs(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == WATCHER))
+}
+
+/// In a debug build, stops here for good when `XTRACE_TEST_INJECT_PAUSE` names `step`.
+fn pause_for_test(step: &str) {
+    if cfg!(debug_assertions) && std::env::var("XTRACE_TEST_INJECT_PAUSE").is_ok_and(|s| s == step) {
+        eprintln!("xtrace: test: --inject paused at {step}");
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
+}

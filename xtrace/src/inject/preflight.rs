@@ -1,0 +1,155 @@
+//! `--inject`'s checks before any ptrace call, each a refusal that leaves the process untouched,
+//! and what the trampoline needs from the process: the addresses of `dlopen` and `dlsym` in its
+//! libc (glibc 2.34 and later have them there, not only in libdl).
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use super::{trampoline, Error};
+use crate::{
+    procfs::MapsLine,
+    target::{library_matches, Process},
+};
+
+/// What the checks found.
+pub enum Found {
+    /// The tool library's watcher runs, or the library is mapped from a memfd of an earlier
+    /// injection.
+    Loaded,
+    Ready(Ready),
+}
+
+/// What the trampoline needs from the process.
+pub struct Ready {
+    pub dlopen: u64,
+    pub dlsym: u64,
+    /// The size of the thread's extended state (`xsave`).
+    pub xsave: u64,
+}
+
+/// Runs every check; the first that fails is the error.
+pub fn check(process: &Process) -> Result<Found, Error> {
+    let pid = process.pid;
+    if crate::procfs::kernel_setting("yama/ptrace_scope").as_deref() == Some("3") {
+        return Err(Error::PtraceScope { pid });
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    if is_stopped(&status) {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!(
+                "pid {pid} is stopped (SIGSTOP, a shell's Ctrl-Z): a thread that cannot run cannot load a \
+                 library, and ptrace would resume it; continue it first (kill -CONT {pid})"
+            ),
+        });
+    }
+    if let Some(tracer) = tracer_pid(&status) {
+        let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+            .map_or_else(|_| "gone".into(), |c| c.trim_end().to_owned());
+        return Err(Error::Traced { pid, tracer, name });
+    }
+    if !crate::privilege::may_inspect_others() {
+        return Err(Error::NoCapability { pid });
+    }
+    let maps = crate::procfs::maps_text(pid).map_err(|e| Error::Unsupported {
+        pid,
+        why: format!("cannot read /proc/{pid}/maps: {e}"),
+    })?;
+    let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
+    if !files.iter().any(|m| library_matches(m.path, "libcuda")) {
+        return Err(Error::NoCuda { pid });
+    }
+    if super::watcher_runs(pid) || files.iter().any(|m| m.path == "/memfd:libxtrace_tool.so") {
+        return Ok(Found::Loaded);
+    }
+    if !cfg!(target_arch = "x86_64") {
+        return Err(Error::Unsupported {
+            pid,
+            why: "loading a library with ptrace is implemented for x86_64 only".into(),
+        });
+    }
+    let xsave = trampoline::xsave_size().ok_or_else(|| Error::Unsupported {
+        pid,
+        why: "this CPU or kernel has no XSAVE, which the trampoline saves the thread's state with".into(),
+    })?;
+    let (dlopen, dlsym) = libc_functions(process, &files)?;
+    Ok(Found::Ready(Ready { dlopen, dlsym, xsave }))
+}
+
+/// Whether a /proc/PID/status says the process is stopped by a signal (not traced: `t`).
+fn is_stopped(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|state| state.trim_start().starts_with('T'))
+}
+
+/// The `TracerPid:` of a /proc/PID/status, when not 0.
+fn tracer_pid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&t| t != 0)
+}
+
+/// The run-time addresses of `dlopen` and `dlsym` in the process's libc.so.6.
+fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<(u64, u64), Error> {
+    let pid = process.pid;
+    let Some(first) = files
+        .iter()
+        .find(|m| library_matches(m.path, "libc.so.6") && u64::from_str_radix(m.offset, 16) == Ok(0))
+    else {
+        return Err(Error::Unsupported {
+            pid,
+            why: format!("pid {pid} maps no glibc (libc.so.6): only glibc processes can be injected"),
+        });
+    };
+    let unreadable = |e: String| Error::Unsupported {
+        pid,
+        why: format!("cannot read pid {pid}'s {}: {e}", first.path),
+    };
+    let file = process
+        .library("libc.so.6")
+        .map_err(|e| unreadable(e.to_string()))?;
+    let elf = crate::elf::Elf::read(&file.open).map_err(|e| unreadable(e.to_string()))?;
+    let parsed = elf.parse().map_err(|e| unreadable(e.to_string()))?;
+    let start = first
+        .range
+        .split('-')
+        .next()
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| unreadable("a malformed maps line".into()))?;
+    let lowest = parsed.segments().map(|s| s.address()).min().unwrap_or(0) & !(trampoline::PAGE - 1);
+    let bias = start.wrapping_sub(lowest);
+    let address = |name: &str| {
+        parsed
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(name) && s.is_definition() && s.address() != 0)
+            .map(|s| s.address().wrapping_add(bias))
+    };
+    match (address("dlopen"), address("dlsym")) {
+        (Some(dlopen), Some(dlsym)) => Ok((dlopen, dlsym)),
+        _ => Err(Error::OldGlibc {
+            pid,
+            libc: first.path.to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_is_told_from_a_traced_or_sleeping_one() {
+        assert!(is_stopped("Name:\tx\nState:\tT (stopped)\n"));
+        assert!(!is_stopped("State:\tt (tracing stop)\n"));
+        assert!(!is_stopped("State:\tS (sleeping)\n"));
+    }
+
+    #[test]
+    fn a_tracer_is_read_from_the_status() {
+        assert_eq!(tracer_pid("Name:\tx\nTracerPid:\t4242\nUid:\t0\n"), Some(4242));
+        assert_eq!(tracer_pid("TracerPid:\t0\n"), None);
+        assert_eq!(tracer_pid("Name:\tx\n"), None);
+    }
+}
