@@ -8,6 +8,7 @@ pub mod capture;
 pub mod mannwhitney;
 pub mod offcpu;
 pub mod outliers;
+mod perfetto_args;
 pub(crate) mod perfetto_file;
 mod perfetto_packets;
 pub mod spans;

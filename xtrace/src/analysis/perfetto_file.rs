@@ -17,12 +17,13 @@ use prost::Message;
 
 use super::{
     capture::{malformed, Name},
+    perfetto_args::{args_and_depth, args_of, interned},
     perfetto_packets::{buffered_packet, next_packet},
     trace_file::Sink,
     Result,
 };
 use crate::pipeline::{
-    perfetto::{fast_hash::FastMap, intern::json_value, proto::*, writer::DEPTH, SampleFrame},
+    perfetto::{fast_hash::FastMap, proto::*, SampleFrame},
     writer::{Flow, FlowKind},
 };
 
@@ -348,7 +349,7 @@ impl State {
         let seq = self.sequences.entry(seq_id).or_default();
         match e.r#type.unwrap_or(0) {
             TYPE_SLICE_BEGIN => {
-                let (args, depth) = args_and_depth(seq, e)?;
+                let (args, depth) = args_and_depth(&seq.arg_names, e)?;
                 let open = Open {
                     name: shared_name_of(seq, e)?,
                     start_ns: ts,
@@ -368,7 +369,7 @@ impl State {
                     .checked_sub(open.start_ns)
                     .ok_or_else(|| format!("a slice on track {uuid} ends before it begins"))?;
                 if let Some((pid, tid)) = owner {
-                    let end_args = args_of(seq, e)?;
+                    let end_args = args_of(&seq.arg_names, e)?;
                     sink.decoded(Decoded::Slice(Slice {
                         name: &open.name,
                         pid,
@@ -387,7 +388,7 @@ impl State {
             TYPE_INSTANT => {
                 if let Some((pid, tid)) = owner {
                     let name = name_of(seq, e)?;
-                    let args = args_of(seq, e)?;
+                    let args = args_of(&seq.arg_names, e)?;
                     sink.decoded(Decoded::Instant {
                         name: &name,
                         pid,
@@ -541,13 +542,6 @@ fn clock_snapshot(seq: &mut Sequence, s: &ClockSnapshot) -> Result<(), String> {
     Ok(())
 }
 
-fn interned<'s>(table: &'s FastMap<u64, String>, iid: u64, what: &str) -> Result<&'s str, String> {
-    table
-        .get(&iid)
-        .map(String::as_str)
-        .ok_or_else(|| format!("{what} iid {iid} was never interned"))
-}
-
 /// An event's name and category (its first), shared with the events of the same iids.
 fn shared_name_of(seq: &mut Sequence, e: &TrackEvent) -> Result<Rc<Name>, String> {
     let Some(name_iid) = e.name_iid else {
@@ -574,30 +568,6 @@ fn name_of(seq: &Sequence, e: &TrackEvent) -> Result<Name, String> {
         None => String::new(),
     };
     Ok(Name { name, cat })
-}
-
-/// An event's annotations as the JSON object trace.json's `args` holds (without `depth`); None
-/// when it has none.
-fn args_of(seq: &Sequence, e: &TrackEvent) -> Result<Option<String>, String> {
-    args_and_depth(seq, e).map(|(args, _)| args)
-}
-
-/// [`args_of`], and the `depth` annotation apart.
-fn args_and_depth(seq: &Sequence, e: &TrackEvent) -> Result<(Option<String>, Option<u32>), String> {
-    let mut object = serde_json::Map::new();
-    let mut depth = None;
-    for a in &e.debug_annotations {
-        let name = match (a.name_iid, &a.name) {
-            (Some(iid), _) => interned(&seq.arg_names, iid, "annotation name")?,
-            (None, name) => name.as_deref().unwrap_or_default(),
-        };
-        match (name, &a.value) {
-            (DEPTH, Some(Value::Uint(d))) => depth = u32::try_from(*d).ok(),
-            _ => drop(object.insert(name.to_owned(), json_value(a))),
-        }
-    }
-    let args = (!object.is_empty()).then(|| serde_json::Value::Object(object).to_string());
-    Ok((args, depth))
 }
 
 #[cfg(test)]
