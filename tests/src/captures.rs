@@ -59,6 +59,17 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// Checks that it exited 0, showing what it printed if not.
+    pub fn assert_success(&self) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+    }
+
     /// The one stderr line of a user error (exit 2), checked.
     pub fn user_error(&self) -> &str {
         assert_eq!(self.code, Some(2), "exit status; stderr:\n{}", self.stderr);

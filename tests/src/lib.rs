@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod gpu;
 pub mod kernel;
 pub mod live;
+pub mod mpi;
 pub mod namespaces;
 pub mod output;
 pub mod perfetto;

@@ -7,33 +7,17 @@ use serde_json::Value;
 
 use xtrace_tests::{
     args,
-    fixtures::{fixtures, mpifix},
+    fixtures::fixtures,
+    mpi::mpirun_ranks,
     output::Outputs,
     require_bpf,
     run::{run_error, Xtrace},
-    xtrace_bin, TempDir,
+    TempDir,
 };
 
 /// Runs `mpirun -np 2 xtrace FLAGS -o DIR/r{rank} -- mpifix 10 1 20`.
 fn record_ranks(dir: &std::path::Path, flags: &[&str]) {
-    let out = dir.join("r{rank}");
-    let status = std::process::Command::new("mpirun")
-        .args(["-np", "2", "--oversubscribe"])
-        // Open MPI refuses to start as root unless told twice.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .arg(xtrace_bin())
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg("--")
-        .arg(mpifix())
-        .args(["10", "1", "20"])
-        // Each xtrace's summary table; the files are what the test reads.
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("mpirun (Open MPI's launcher, installed by `cargo xtask setup`)");
-    assert!(status.success(), "mpirun: {status}");
+    mpirun_ranks(flags, &dir.join("r{rank}"), ["10", "1", "20"]);
 }
 
 /// summary.json's `mpi` section as (name, class, calls, bytes, unsized calls), by name.

@@ -10,7 +10,7 @@ use std::{ffi::OsString, path::PathBuf, process::Command};
 
 use xtrace_tests::{
     args,
-    captures::{xtrace, xtrace_with_env, Ran},
+    captures::{xtrace, xtrace_with_env},
     clickhouse::ClickHouse,
     fixtures::fixtures,
     require_bpf,
@@ -28,16 +28,6 @@ fn record(dir: &PathBuf, function: &str, labels: &[&str], mode: &[&str]) {
     flags.push(fixtures().spans.clone().into());
     flags.extend(mode.iter().map(OsString::from));
     Xtrace::spawn(flags).wait().assert_success();
-}
-
-fn succeeded(ran: &Ran) {
-    assert_eq!(
-        ran.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        ran.stdout,
-        ran.stderr
-    );
 }
 
 /// The rows of `history`'s table for `function` (after its `NAME (KIND)` line), split on spaces.
@@ -73,12 +63,12 @@ fn runs_are_stored_once_and_both_stores_tell_the_same_history() {
     for url in [&sqlite, &clickhouse] {
         for dir in [&a, &b] {
             let ran = xtrace(args!["push", dir, "--store", url]);
-            succeeded(&ran);
+            ran.assert_success();
             assert!(ran.stderr.starts_with("xtrace: stored run "), "{}", ran.stderr);
         }
         // Pushed again: stored once.
         let again = xtrace(args!["push", &a, "--store", url]);
-        succeeded(&again);
+        again.assert_success();
         assert!(again.stderr.contains("was already stored"), "{}", again.stderr);
     }
     // Each capture lists where it went.
@@ -92,7 +82,7 @@ fn runs_are_stored_once_and_both_stores_tell_the_same_history() {
     );
 
     let by_run = xtrace(args!["history", "busy", "--store", &sqlite]);
-    succeeded(&by_run);
+    by_run.assert_success();
     let rows = history_rows(&by_run.stdout, "busy");
     // One row per run, oldest first: RUN (date, time, id) RUNS COUNT ...
     let counts: Vec<&str> = rows.iter().map(|r| r[4].as_str()).collect();
@@ -103,7 +93,7 @@ fn runs_are_stored_once_and_both_stores_tell_the_same_history() {
     );
 
     let by_commit = xtrace(args!["history", "--by", "commit", "--store", &clickhouse]);
-    succeeded(&by_commit);
+    by_commit.assert_success();
     let rows = history_rows(&by_commit.stdout, "busy");
     let groups: Vec<(&str, &str, &str)> = rows
         .iter()
@@ -167,10 +157,10 @@ fn a_push_cut_short_before_its_mark_is_stored_once_when_pushed_again() {
         );
         // Its rows are there, unread: no run yet.
         let none = xtrace(args!["history", "busy", "--store", &url]);
-        succeeded(&none);
+        none.assert_success();
         assert_eq!(none.stdout, "", "a run without its mark was read");
-        succeeded(&xtrace(args!["push", &dir, "--store", &url]));
-        succeeded(&xtrace(args!["push", &dir, "--store", &url]));
+        xtrace(args!["push", &dir, "--store", &url]).assert_success();
+        xtrace(args!["push", &dir, "--store", &url]).assert_success();
         let history = xtrace(args!["history", "busy", "--store", &url]);
         let rows = history_rows(&history.stdout, "busy");
         assert_eq!(rows.len(), 1, "{}", history.stdout);
@@ -200,7 +190,7 @@ fn the_gate_passes_the_same_speed_and_fails_twenty_percent_slower_on_both_stores
             &["busy", "200", "100"],
         );
         for url in [&sqlite, &clickhouse] {
-            succeeded(&xtrace(args!["push", &dir, "--store", url]));
+            xtrace(args!["push", &dir, "--store", url]).assert_success();
         }
     }
     let (same, slower) = (tmp.join("same"), tmp.join("slower"));
@@ -217,7 +207,7 @@ fn the_gate_passes_the_same_speed_and_fails_twenty_percent_slower_on_both_stores
             "--candidate",
             &same
         ]);
-        succeeded(&passed);
+        passed.assert_success();
         assert!(
             passed
                 .stdout
@@ -250,7 +240,7 @@ fn the_gate_passes_the_same_speed_and_fails_twenty_percent_slower_on_both_stores
             "{written}"
         );
         // The candidate as stored runs, by label.
-        succeeded(&xtrace(args!["push", &slower, "--store", url]));
+        xtrace(args!["push", &slower, "--store", url]).assert_success();
         let by_label = xtrace(args![
             "gate",
             "--store",

@@ -8,13 +8,8 @@
 use std::{path::Path, process::Command};
 
 use xtrace_tests::{
-    args,
-    captures::{xtrace, Ran},
-    clickhouse::ClickHouse,
-    fixtures::{fixtures, mpifix},
-    require_bpf,
-    run::Xtrace,
-    xtrace_bin, TempDir,
+    args, captures::xtrace, clickhouse::ClickHouse, fixtures::fixtures, mpi::mpirun_ranks, require_bpf,
+    run::Xtrace, TempDir,
 };
 
 /// Version 1's tables, as a version 1 xtrace made them (SQLite).
@@ -102,16 +97,6 @@ fn sqlite_query(db: &Path, sql: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn succeeded(ran: &Ran) {
-    assert_eq!(
-        ran.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        ran.stdout,
-        ran.stderr
-    );
-}
-
 /// Records `spans busy 1 N` (N calls of busy(), 1 µs each) into `dir`.
 fn record_busy(dir: &Path, calls: &str) {
     let flags = args![
@@ -150,9 +135,9 @@ fn a_version_1_store_is_migrated_and_keeps_its_runs() {
     let clickhouse = server.url("xtrace_v1");
     let mut told = Vec::new();
     for url in [&sqlite, &clickhouse] {
-        succeeded(&xtrace(args!["push", &run, "--store", url]));
+        xtrace(args!["push", &run, "--store", url]).assert_success();
         let history = xtrace(args!["history", "busy", "--by", "commit", "--store", url]);
-        succeeded(&history);
+        history.assert_success();
         told.push(history.stdout);
     }
     // The old run and the new, in the order they were recorded, from either store alike.
@@ -178,7 +163,7 @@ fn a_version_1_store_is_migrated_and_keeps_its_runs() {
         server.query("SELECT schema_version, spans FROM xtrace_v1.runs ORDER BY started_ns FORMAT TSV");
     assert_eq!(spans.as_deref(), Some("1\t0\n2\t0\n"));
     // Used again: nothing to migrate, no version recorded twice.
-    succeeded(&xtrace(args!["history", "--store", &sqlite]));
+    xtrace(args!["history", "--store", &sqlite]).assert_success();
     assert_eq!(sqlite_query(&db, "SELECT count(*) FROM schema_versions"), "2\n");
 }
 
@@ -193,7 +178,7 @@ fn spans_and_mpi_calls_are_stored_exactly() {
     record_busy(&run, "25");
     let db = tmp.join("runs.db");
     let url = format!("sqlite:{}", db.display());
-    succeeded(&xtrace(args!["push", &run, "--store", &url, "--store-spans"]));
+    xtrace(args!["push", &run, "--store", &url, "--store-spans"]).assert_success();
     assert_eq!(
         sqlite_query(&db, "SELECT name, count(*) FROM spans GROUP BY name"),
         "busy\t25\n"
@@ -202,19 +187,7 @@ fn spans_and_mpi_calls_are_stored_exactly() {
 
     // Rank 0 of an MPI job, stored as `record --store` does.
     let out = tmp.join("mpi/r{rank}");
-    let status = Command::new("mpirun")
-        .args(["-np", "2", "--oversubscribe"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .arg(xtrace_bin())
-        .args(["-q", "--mpi", "--store", &url, "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(mpifix())
-        .args(["3", "1", "0"])
-        .status()
-        .expect("mpirun");
-    assert!(status.success());
+    mpirun_ranks(&["-q", "--mpi", "--store", &url], &out, ["3", "1", "0"]);
     let stored = sqlite_query(
         &db,
         "SELECT name, class, sum(calls), sum(bytes) FROM mpi GROUP BY name, class ORDER BY name",
@@ -272,12 +245,7 @@ fn gpu_peaks_are_stored_per_device_and_metric() {
     want.sort();
     assert!(want.len() >= 8, "{want:?}");
     let db = tmp.join("runs.db");
-    succeeded(&xtrace(args![
-        "push",
-        &run,
-        "--store",
-        format!("sqlite:{}", db.display())
-    ]));
+    xtrace(args!["push", &run, "--store", format!("sqlite:{}", db.display())]).assert_success();
     let stored = sqlite_query(&db, "SELECT device, name, max_milli FROM counters");
     let mut stored: Vec<&str> = stored.lines().collect();
     stored.sort_unstable();
