@@ -172,3 +172,16 @@ fn view_diff_of_no_capture_is_one_line() {
         );
     }
 }
+
+/// `--threshold` and `--min-count` judge a comparison; on one capture they are refused.
+#[test]
+fn view_judging_flags_need_a_comparison() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/workload-1");
+    for flag in [["--threshold", "10%"], ["--min-count", "3"]] {
+        let line = run_error(args!["view", &data, flag[0], flag[1]]);
+        assert_eq!(
+            line,
+            "xtrace: error: --threshold and --min-count judge a comparison: give them with --diff BASE NEW; see `xtrace --help`"
+        );
+    }
+}

@@ -197,8 +197,8 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -l markdown -d 'Also
 complete -c xtrace -n "__fish_xtrace_using_subcommand gate" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l diff -d 'Show two captures compared instead: the probes\' table, verdicts and differential flamegraph that `xtrace diff BASE NEW` makes (with `--threshold` and `--min-count`)' -r -F
-complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l threshold -d 'Relative growth of a probe\'s p50 or mean beyond which it regressed (with statistical support): a percentage such as `5%` or `5`' -r
-complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l min-count -d 'Judge only probes with at least N spans in each capture' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l threshold -d 'With `--diff`: judge as `xtrace diff --threshold` does (and by its default)' -r
+complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l min-count -d 'With `--diff`: judge as `xtrace diff --min-count` does (and by its default)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand view" -l listen -d 'Serve on IP:PORT [default: 127.0.0.1 and a free port]' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand view" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand generate" -s o -l output -d 'The directory to write man/, completions/ and cli.md into (created if missing)' -r -F

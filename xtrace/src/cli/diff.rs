@@ -61,6 +61,16 @@ pub struct Judging {
     pub min_count: u64,
 }
 
+impl Default for Judging {
+    /// The flags' own defaults, read from their definitions above.
+    fn default() -> Self {
+        use clap::{Command, FromArgMatches};
+        let matches = Self::augment_args(Command::new("judging")).get_matches_from(["judging"]);
+        // The defaults above are constants that parse; a failure is a bug in them.
+        Self::from_arg_matches(&matches).expect("Judging's defaults parse")
+    }
+}
+
 /// `5%`, `5` or `2.5%` → 0.05, 0.05, 0.025.
 pub(crate) fn parse_percent(text: &str) -> Result<f64, String> {
     let trimmed = text.trim();

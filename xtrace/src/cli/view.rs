@@ -29,8 +29,19 @@ pub struct ViewArgs {
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"])]
     pub diff: Option<Vec<PathBuf>>,
 
-    #[command(flatten)]
-    pub judging: super::diff::Judging,
+    /// With `--diff`: judge as `xtrace diff --threshold` does (and by its default).
+    #[arg(allow_hyphen_values = true, long, value_name = "PERCENT",
+          value_parser = super::diff::parse_percent)]
+    pub threshold: Option<f64>,
+
+    /// With `--diff`: judge as `xtrace diff --min-count` does (and by its default).
+    #[arg(
+        allow_negative_numbers = true,
+        long = "min-count",
+        value_name = "N",
+        requires = "diff"
+    )]
+    pub min_count: Option<u64>,
 
     /// Serve on IP:PORT [default: 127.0.0.1 and a free port].
     ///
@@ -40,17 +51,33 @@ pub struct ViewArgs {
     pub listen: String,
 }
 
+impl ViewArgs {
+    fn judging(&self) -> super::diff::Judging {
+        let default = super::diff::Judging::default();
+        super::diff::Judging {
+            threshold: self.threshold.unwrap_or(default.threshold),
+            min_count: self.min_count.unwrap_or(default.min_count),
+        }
+    }
+}
+
 /// Serves the capture until a stop signal or the page's Close button; returns the note to print.
 pub async fn run(args: &ViewArgs) -> Result<String> {
     let (served, shown) = match (&args.dir, args.diff.as_deref()) {
         (_, Some([base, new])) => (
-            Served::Diff(super::diff::comparison(base, new, args.judging)?, base, new),
+            Served::Diff(super::diff::comparison(base, new, args.judging())?, base, new),
             format!(
                 "the comparison of {} with {}",
                 crate::output::shown(new),
                 crate::output::shown(base)
             ),
         ),
+        (Some(_), _) if args.threshold.is_some() || args.min_count.is_some() => {
+            return Err(Error::Usage(
+                "--threshold and --min-count judge a comparison: give them with --diff BASE NEW".into(),
+            )
+            .into())
+        }
         (Some(dir), _) => {
             let load = Load {
                 trace: true,
