@@ -27,6 +27,7 @@ pub const XTRACE_PROGRAMS: &[&str] = &[
     "span_ret",
     "call_stack",
     "usdt_hit",
+    "usdt_stack",
     "gpu_records",
     "sample",
     "thread_exit",

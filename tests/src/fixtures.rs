@@ -53,6 +53,12 @@ pub struct Fixtures {
     /// `usdt_pairs run`: txn__start/txn__commit|txn__abort, query__start/query__done and
     /// stmt_start/stmt_done with known counts, some left open or without begin (see usdt_pairs.c).
     pub usdt_pairs: PathBuf,
+    /// `usdt_sites run`: xtsites:tick 30 times from caller_a and 10 from caller_b, and the pair
+    /// op__start/op__done 3 and 2 times from them (see usdt_sites.c).
+    pub usdt_sites: PathBuf,
+    /// `libxtsites.so`: usdt_sites.c's probes in `site_tick`, `site_op_start` and `site_op_done`,
+    /// for pystacks.py's `usdt` mode.
+    pub libxtsites: PathBuf,
     /// `unprobeable`: locked_entry and segment_entry start with prefixes uprobes refuse; plain;
     /// each called 5 times.
     pub unprobeable: PathBuf,
@@ -196,6 +202,8 @@ fn build() -> Fixtures {
         usdt: out.join("usdt"),
         usdt_malformed: out.join("usdt_malformed"),
         usdt_pairs: out.join("usdt_pairs"),
+        usdt_sites: out.join("usdt_sites"),
+        libxtsites: out.join("libxtsites.so"),
         unprobeable: out.join("unprobeable"),
         entries: out.join("entries"),
         profile: out.join("profile"),
@@ -238,6 +246,12 @@ fn build() -> Fixtures {
     compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
     compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
     compile(&[src.join("usdt_pairs.c")], &fixtures.usdt_pairs, &[]);
+    compile(&[src.join("usdt_sites.c")], &fixtures.usdt_sites, &[]);
+    compile(
+        &[src.join("usdt_sites.c")],
+        &fixtures.libxtsites,
+        &["-shared", "-fPIC", "-DXT_LIBRARY"],
+    );
     compile(&[src.join("unprobeable.c")], &fixtures.unprobeable, &["-O1"]);
     compile(
         &[src.join("entries.c")],

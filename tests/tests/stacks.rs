@@ -3,8 +3,10 @@
 //! CUDA runtime (`cuda`), on every CPython of this machine that is present (tests/src/python.rs);
 //! `uselib` (C) calls `lib_work` from `main`. Each fixture is traced by `--pid` once ready, so its
 //! interpreter is recognised before its first call, and lives until xtrace has stopped, so its
-//! code objects are named. Also: without `--stacks` the `call_stack` program is not loaded, and
-//! `--stacks` with no call traced is refused.
+//! code objects are named. USDT probes (`-U`): `usdt_sites run` (C) fires xtsites:tick and the
+//! pair xtsites:op__start/op__done from two callers with known counts, and pystacks.py's `usdt`
+//! mode fires them through ctypes (libxtsites.so) from known lines. Also: without `--stacks` the
+//! `call_stack` program is not loaded, and `--stacks` with no call traced is refused.
 
 use serde_json::Value;
 use xtrace_tests::{
@@ -239,6 +241,140 @@ fn c_callers_are_named_by_function_and_offset() {
     );
 }
 
+/// Traces `usdt_sites run` by `--pid` with `-U xtsites:* --stacks` (and the environment `env`
+/// for xtrace) until the fixture exits; returns the outputs and whether `usdt_stack` was loaded.
+fn trace_usdt_sites(env: &[(&str, &str)]) -> (Outputs, bool, TempDir) {
+    let tmp = TempDir::new("stacks-usdt");
+    let out = tmp.join("out");
+    let mut fixture = Fixture::spawn(&fixtures().usdt_sites, &["run"]);
+    fixture.wait_ready();
+    let before = Attachments::snapshot();
+    let mut argv = args!["-p", fixture.pid().to_string(), "-U", "xtsites:*", "--stacks"];
+    argv.extend(args!["-o", &out]);
+    let mut xtrace = Xtrace::spawn_with_env(argv, env);
+    xtrace.wait_attached();
+    let loaded = Attachments::snapshot()
+        .new_since(&before)
+        .iter()
+        .any(|a| matches!(a, Attached::Program(_, name) if name == "usdt_stack"));
+    fixture.send("go");
+    assert_eq!(fixture.next_line(), "fired");
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    before.assert_none_left();
+    fixture.go();
+    assert!(fixture.wait().success());
+    (Outputs::read(&out), loaded, tmp)
+}
+
+/// The functions (without their offsets) and counts of `sites`, checking each is in
+/// `usdt_sites`.
+fn callers(sites: &Value) -> Vec<(String, u64)> {
+    self::sites(sites)
+        .into_iter()
+        .map(|(site, count)| {
+            assert!(site.ends_with(" (usdt_sites)"), "{site}");
+            let function = site.split("+0x").next().unwrap_or_default().to_string();
+            (function, count)
+        })
+        .collect()
+}
+
+/// A USDT probe's hits and a pair's spans are counted by the caller of the function the probe
+/// is in, 30 and 10 (3 and 2 spans) exactly; a span's time goes to its begin's site; the end
+/// and begin probes' own rows list none. The probes have semaphores (attached twice, with the
+/// same reference counter); with perf-event uprobes (kernels before 6.6) too.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn usdt_hits_and_spans_are_named_by_their_callers() {
+    if !require_bpf() {
+        return;
+    }
+    for env in [&[][..], &[("XTRACE_UPROBE_ATTACH", "perf_event")][..]] {
+        let (out, loaded, _tmp) = trace_usdt_sites(env);
+        assert!(loaded, "{env:?}: usdt_stack is loaded with --stacks and -U");
+        let tick = probe(&out, "xtsites:tick");
+        assert_eq!(tick["count"], 40, "{env:?}");
+        let want = [("caller_a".to_string(), 30), ("caller_b".to_string(), 10)];
+        assert_eq!(callers(&tick["call_sites"]), want, "{env:?}: {tick}");
+        let op = probe(&out, "xtsites:op");
+        assert_eq!(op["count"], 5, "{env:?}");
+        let want = [("caller_a".to_string(), 3), ("caller_b".to_string(), 2)];
+        assert_eq!(callers(&op["call_sites"]), want, "{env:?}: {op}");
+        let total: u64 = op["call_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["total_ns"].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, op["total_ns"].as_u64().unwrap(), "{env:?}");
+        for half in ["xtsites:op__start", "xtsites:op__done"] {
+            assert!(probe(&out, half).get("call_sites").is_none(), "{env:?}: {half}");
+        }
+        // Every span and instant carries its site.
+        let spans = out.spans_named("xtsites:op");
+        let from_a = spans
+            .iter()
+            .filter(|s| s.args["site"].as_str().unwrap().starts_with("caller_a+0x"))
+            .count();
+        assert_eq!((spans.len(), from_a), (5, 3), "{env:?}");
+        let ticks = out.instants("xtsites:tick");
+        let from_b = ticks
+            .iter()
+            .filter(|a| a["site"].as_str().unwrap().starts_with("caller_b+0x"))
+            .count();
+        assert_eq!((ticks.len(), from_b), (40, 10), "{env:?}");
+        assert!(
+            out.summary_txt
+                .lines()
+                .any(|l| l.contains(" 30 calls ") && l.contains("caller_a+0x")),
+            "{env:?}: {}",
+            out.summary_txt
+        );
+    }
+}
+
+/// Through ctypes, a USDT hit and a span are named by the Python line that called the function
+/// the probe is in, on every CPython present.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn python_usdt_hits_are_named_by_their_calling_lines() {
+    if !require_bpf() {
+        return;
+    }
+    let lib = fixtures().libxtsites.to_str().unwrap().to_string();
+    for python in interpreters() {
+        let (out, loaded, _tmp) =
+            trace_python(&python.path, "usdt", &[&lib], &["-U", "xtsites:*", "--stacks"]);
+        assert!(
+            !loaded,
+            "{}: call_stack is not loaded: no function is traced",
+            python.label
+        );
+        let tick = probe(&out, "xtsites:tick");
+        assert_eq!(tick["count"], 40, "{}", python.label);
+        assert_eq!(
+            sites(&tick["call_sites"]),
+            [
+                (site(&python, "usdt_hot", 70), 30),
+                (site(&python, "usdt_cold", 78), 10)
+            ],
+            "{}: {tick}",
+            python.label
+        );
+        let op = probe(&out, "xtsites:op");
+        assert_eq!(
+            sites(&op["call_sites"]),
+            [
+                (site(&python, "usdt_hot", 72), 3),
+                (site(&python, "usdt_cold", 80), 2)
+            ],
+            "{}: {op}",
+            python.label
+        );
+    }
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn without_stacks_nothing_changes() {
@@ -269,7 +405,7 @@ fn stacks_without_a_traced_call_is_refused() {
     let line = run_error(args!["-p", fixture.pid().to_string(), "--stacks"]);
     assert_eq!(
         line,
-        "xtrace: error: --stacks records the stack of each traced call, and no call is traced: \
-         add -u [TARGET:]SYMBOL or --cuda, or drop --stacks"
+        "xtrace: error: --stacks records the stack of each traced call and USDT hit, and none is \
+         traced: add -u [TARGET:]SYMBOL, -U [TARGET:]PROVIDER:NAME or --cuda, or drop --stacks"
     );
 }

@@ -142,3 +142,43 @@ fn the_call_stack_program_with_its_python_walk_stays_within_its_bound() {
         "{without:?} without the walk, {with} with it"
     );
 }
+
+/// The most instructions this host's verifier may process for `usdt_stack` (`--stacks` with
+/// `-U`): the same Python walk as `call_stack`, so the same bound (about 66,300 on 6.18, 450
+/// with `--no-python`).
+const USDT_STACK_BOUND: u64 = CALL_STACK_BOUND;
+
+/// `--stacks -U` loads `usdt_stack` with the Python walk inlined, within its bound; `--no-python`
+/// leaves the walk out.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_usdt_stack_program_with_its_python_walk_stays_within_its_bound() {
+    if !require_bpf() {
+        return;
+    }
+    let count = |extra: &[&str]| {
+        let mut fixture = Fixture::spawn(&fixtures().usdt_sites, &["run"]);
+        fixture.wait_ready();
+        let tmp = TempDir::new("verifier-usdt-stacks");
+        let out = tmp.join("out");
+        let mut argv = args!["-p", fixture.pid().to_string(), "-U", "xtsites:tick", "--stacks"];
+        argv.extend(extra.iter().map(std::ffi::OsString::from));
+        argv.extend(args!["-o", &out]);
+        let mut xtrace = Xtrace::spawn(argv);
+        xtrace.wait_attached();
+        let counts = verified_insns(xtrace.pid());
+        fixture.go();
+        assert_eq!(fixture.next_line(), "fired");
+        assert!(fixture.wait().success());
+        xtrace.wait().assert_success();
+        counts.get("usdt_stack").copied()
+    };
+    let (with, without) = (count(&[]), count(&["--no-python"]));
+    eprintln!("verifier: usdt_stack {with:?} instructions with the Python walk, {without:?} without");
+    let with = with.expect("usdt_stack loaded");
+    assert!(with <= USDT_STACK_BOUND, "{with} verified instructions");
+    assert!(
+        without.is_some_and(|w| w < with / 4),
+        "{without:?} without the walk, {with} with it"
+    );
+}

@@ -7,6 +7,12 @@
 //! address in the caller (read at the stack pointer: a frame-pointer walk from a function's first
 //! instruction skips its caller) and a frame-pointer walk from the caller's frame
 //! (`bpf_get_stack`, no copy of the stack). Not sleepable: the walk uses per-CPU scratch.
+//!
+//! `usdt_stack` does the same at USDT sites (of instant probes and of pairs' begin probes),
+//! attached after `usdt_hit` so that it runs before it: the stack comes just before the hit it
+//! belongs to, and user space gives it to the thread's next hit of the probe. It names the thread
+//! itself when the hit is its first (as `usdt_hit` would), and sends the probe's own address and
+//! a frame-pointer walk from the probe's frame ([`CALL_AT_USDT`]).
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{bpf_get_attach_cookie, bpf_get_stack, bpf_ktime_get_ns, bpf_probe_read_user},
@@ -16,14 +22,14 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     probe::MAX_DEPTH,
-    stacks::{CallStackEvent, CALL_NATIVE_MAX, CALL_NOT_OPEN, KIND_CALL_STACK},
+    stacks::{CallStackEvent, CALL_AT_USDT, CALL_NATIVE_MAX, CALL_NOT_OPEN, KIND_CALL_STACK},
 };
 
 use crate::{
-    maps::{reserve, stopped, submit_flags, STACKS},
+    maps::{current_pid_tgid, current_thread_traced, reserve, stopped, submit_flags, STACKS, USDT_SITES},
     python::{walk, Caller},
-    regs::user_sp,
-    uprobe::header,
+    regs::{user_ip, user_sp},
+    uprobe::{header, thread_stack, NoStack},
 };
 
 /// Bytes the frame-pointer walk may write: every slot of `native` but the caller's.
@@ -62,10 +68,68 @@ pub fn call_stack(ctx: ProbeContext) -> u32 {
     };
     // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: a checked read of user memory.
+    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+    let call = Call {
+        probe_id,
+        start_ns,
+        depth,
+        flags: 0,
+    };
+    send(&ctx, pid_tgid, now, &call, caller);
+    0
+}
+
+#[uprobe]
+pub fn usdt_stack(ctx: ProbeContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
+    // SAFETY: no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !current_thread_traced() {
+        return 0;
+    }
+    // The hit that follows may be its thread's first: named here, before its stack.
+    let pid_tgid = match thread_stack(now) {
+        Ok(stack) => stack.pid_tgid,
+        Err(NoStack::NoSlot) => match current_pid_tgid() {
+            Some(pid_tgid) => pid_tgid,
+            None => return 0,
+        },
+        Err(NoStack::OutsideNamespace) => return 0,
+    };
+    // SAFETY: the helper only reads the program context.
+    let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let Some(site) = USDT_SITES.get(site_index) else {
+        return 0;
+    };
+    let call = Call {
+        probe_id: site.probe_id,
+        start_ns: CALL_NOT_OPEN,
+        depth: u32::MAX,
+        flags: CALL_AT_USDT,
+    };
+    send(&ctx, pid_tgid, now, &call, user_ip(ctx.regs));
+    0
+}
+
+/// What a stack record says of its call.
+struct Call {
+    probe_id: u32,
+    start_ns: u64,
+    depth: u32,
+    flags: u32,
+}
+
+/// Sends thread `pid_tgid`'s Python frames, then a `CallStackEvent` of `call` at `now`:
+/// `first`, then a frame-pointer walk from the current frame pointer.
+#[inline(always)]
+fn send(ctx: &ProbeContext, pid_tgid: u64, now: u64, call: &Call, first: u64) {
     // Before the record, with its time: user space pairs them by thread and time.
     walk(pid_tgid, now, Caller::Entry);
     let Some(mut entry) = reserve::<CallStackEvent>() else {
-        return 0;
+        return;
     };
     let event = entry.as_mut_ptr();
     // SAFETY: `event` points at a reserved ring-buffer record of CallStackEvent's size; every
@@ -73,12 +137,12 @@ pub fn call_stack(ctx: ProbeContext) -> u32 {
     // most WALK_BYTES from `native[1]`.
     unsafe {
         (*event).header = header(KIND_CALL_STACK, pid_tgid, now);
-        (*event).start_ns = start_ns;
-        (*event).probe_id = probe_id;
-        (*event).depth = depth;
-        (*event)._pad = 0;
-        (*event).native[0] = bpf_probe_read_user(sp as *const u64).unwrap_or(0);
-        // Skips the walk's first frame, the probed function's own address.
+        (*event).start_ns = call.start_ns;
+        (*event).probe_id = call.probe_id;
+        (*event).depth = call.depth;
+        (*event).flags = call.flags;
+        (*event).native[0] = first;
+        // Skips the walk's first frame, the probed address itself.
         let walked = bpf_get_stack(
             ctx.as_ptr(),
             (&raw mut (*event).native[1]).cast(),
@@ -88,5 +152,4 @@ pub fn call_stack(ctx: ProbeContext) -> u32 {
         (*event).native_len = 1 + if walked > 0 { (walked / 8) as u32 } else { 0 };
     }
     entry.submit(submit_flags());
-    0
 }

@@ -132,7 +132,7 @@ pub enum Error {
     },
     #[error("{0}; see `xtrace --help`")]
     Usage(String),
-    #[error("--stacks records the stack of each traced call, and no call is traced: add -u [TARGET:]SYMBOL or --cuda, or drop --stacks")]
+    #[error("--stacks records the stack of each traced call and USDT hit, and none is traced: add -u [TARGET:]SYMBOL, -U [TARGET:]PROVIDER:NAME or --cuda, or drop --stacks")]
     StacksWithoutCalls,
     #[error("invalid probe `{spec}`: {reason}")]
     BadProbe { spec: String, reason: String },

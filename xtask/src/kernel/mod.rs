@@ -22,7 +22,7 @@ use crate::util::{self, BadInput, Workspace};
 
 /// The smoke set: (file in tests/tests/, test) for each capability the matrix covers: function
 /// spans, arguments, both uprobe attach paths, USDT with semaphores, CPU sampling with unwinding,
-/// off-CPU time, the CUDA stand-in and its GPU device timeline (`--inject` too), call sites (`--stacks`), range
+/// off-CPU time, the CUDA stand-in and its GPU device timeline (`--inject` too), call sites (`--stacks`, of functions and USDT probes), range
 /// probes, the lifecycle
 /// (SIGINT, SIGTERM, SIGKILL: nothing left attached; SIGTERM, SIGHUP, SIGKILL and a panic in the
 /// USDT semaphore test; perf-event uprobes removed in the background after a prompt exit), bad
@@ -67,6 +67,7 @@ pub const SMOKE: &[(&str, &str)] = &[
         "cuda_launches_and_synchronizations_are_named_by_their_python_lines",
     ),
     ("stacks", "c_callers_are_named_by_function_and_offset"),
+    ("stacks", "usdt_hits_and_spans_are_named_by_their_callers"),
     ("ranges", "xtrace_range_api_by_pid"),
     ("stop", "sigint_stops"),
     (

@@ -18,6 +18,8 @@ pub enum UprobeProgram {
     CallStack,
     /// A USDT site.
     UsdtHit,
+    /// `--stacks`: the stack of each hit of an instant or begin USDT probe, before `UsdtHit`.
+    UsdtStack,
     /// The tool library's `xtrace:gpu_records` USDT site: a batch of GPU device records.
     GpuRecords,
     /// The bench's floor (`examples/uprobe_floor.rs`): a program that does nothing, at an entry.
@@ -40,6 +42,7 @@ impl UprobeProgram {
             UprobeProgram::SpanRet => "span_ret",
             UprobeProgram::CallStack => "call_stack",
             UprobeProgram::UsdtHit => "usdt_hit",
+            UprobeProgram::UsdtStack => "usdt_stack",
             UprobeProgram::GpuRecords => "gpu_records",
             UprobeProgram::Noop => "noop",
             UprobeProgram::NoopRet => "noop_ret",
@@ -50,7 +53,10 @@ impl UprobeProgram {
 
     /// Whether it attaches to USDT sites (with their semaphores as reference counters).
     pub const fn is_usdt(self) -> bool {
-        matches!(self, UprobeProgram::UsdtHit | UprobeProgram::GpuRecords)
+        matches!(
+            self,
+            UprobeProgram::UsdtHit | UprobeProgram::UsdtStack | UprobeProgram::GpuRecords
+        )
     }
 
     /// Whether it ends calls: detached after the programs that begin them.
@@ -88,6 +94,7 @@ mod tests {
             SpanRet,
             CallStack,
             UsdtHit,
+            UsdtStack,
             GpuRecords,
             Noop,
             NoopRet,

@@ -200,14 +200,15 @@ pub struct RecordArgs {
 
     /// Record where each traced call came from: its stack at entry, Python frames included.
     ///
-    /// At the entry of every traced function (-u) and CUDA call (--cuda), a second kernel program
-    /// (loaded only with this flag) walks the calling thread's Python frames, as for a CPU sample,
-    /// and its native stack by frame pointers (no stack copy, whatever --user-stack says). Each
-    /// call is named by its call site: the innermost Python frame, `qualname (file.py:LINE)` at
-    /// the calling line, else the native caller, `function+0xOFF (module)`. summary.json's
-    /// call_sites (per probe, and per CUDA kernel for launches) and summary.txt list the top 5
-    /// by time, with their counts; each span in the trace carries its site. Needs a traced call
-    /// (-u or --cuda); --no-python leaves the Python frames out.
+    /// At the entry of every traced function (-u) and CUDA call (--cuda), and at every hit of a
+    /// USDT probe (-U; of a pair, its begin), a second kernel program (loaded only with this flag)
+    /// walks the thread's Python frames, as for a CPU sample, and its native stack by frame
+    /// pointers (no stack copy, whatever --user-stack says). Each call is named by its call site:
+    /// the innermost Python frame, `qualname (file.py:LINE)` at the calling line, else the native
+    /// caller, `function+0xOFF (module)` (of a USDT probe: the caller of the function the probe is
+    /// in). summary.json's call_sites (per probe and USDT span, and per CUDA kernel for launches)
+    /// and summary.txt list the top 5 by time, with their counts; each span in the trace carries
+    /// its site. Needs a traced call (-u, -U or --cuda); --no-python leaves the Python frames out.
     #[arg(long = "stacks", help_heading = heading::PROBES)]
     pub stacks: bool,
 

@@ -4,13 +4,16 @@
 //! (`qualname (file.py:LINE)`, LINE the calling line), else the native caller
 //! (`function+0xOFF (module)`). Calls are counted per probe and site as they enter, and their
 //! time added when their span ends: a span and its stack share their thread and entry time.
+//! A USDT hit's stack comes just before the hit (`CALL_AT_USDT`), is named by the caller of the
+//! function the probe is in, and is counted when the hit comes: for an instant probe under the
+//! probe, for a pair's begin under the pair's span, whose time is added when the span closes.
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
 };
 
 use serde::Serialize;
-use xtrace_common::stacks::{CallStackEvent, CALL_NATIVE_MAX, CALL_NOT_OPEN};
+use xtrace_common::stacks::{CallStackEvent, CALL_AT_USDT, CALL_NATIVE_MAX, CALL_NOT_OPEN};
 
 use crate::{
     image::Images,
@@ -64,6 +67,10 @@ pub struct CallSites {
     kernels: HashMap<(String, u32), Tally>,
     /// Open calls per thread, outermost first.
     open: HashMap<u32, Vec<Open>>,
+    /// The stack of each thread's next USDT hit: (probe id, site id).
+    usdt_next: HashMap<u32, (u32, u32)>,
+    /// Open USDT spans per (thread, span probe), innermost last: (begin time, site id).
+    usdt_open: HashMap<(u32, u32), Vec<(u64, u32)>>,
     /// Site ids of native callers already named, by (pid, return address).
     native: HashMap<(u32, u64), u32>,
     /// When each process not yet recognised as a CPython was last looked at.
@@ -80,6 +87,7 @@ impl CallSites {
         let (pid, tid, ts) = (event.header.pid, event.header.tid, event.header.ts_ns);
         self.stacks += 1;
         self.look(python, pid);
+        let usdt = event.flags & CALL_AT_USDT != 0;
         let site = match python.frames(tid, ts).first() {
             Some(&id) => {
                 let name = python.names.get((id & !ENTRY_BIT) as usize).map(site_name);
@@ -87,10 +95,19 @@ impl CallSites {
             }
             None => {
                 let len = (event.native_len as usize).min(CALL_NATIVE_MAX);
-                let caller = event.native[..len].first().copied().unwrap_or(0);
-                self.native_site(images, pid, ts, caller)
+                // At a USDT probe, [0] is the probe itself; [1] is in its function's caller.
+                let native = &event.native[..len];
+                let caller = match usdt {
+                    true => native.get(1).or(native.first()),
+                    false => native.first(),
+                };
+                self.native_site(images, pid, ts, caller.copied().unwrap_or(0))
             }
         };
+        if usdt {
+            self.usdt_next.insert(tid, (event.probe_id, site));
+            return;
+        }
         let key = (event.probe_id, site);
         self.tallies.entry(key).or_default().count += 1;
         if event.start_ns == CALL_NOT_OPEN {
@@ -124,6 +141,34 @@ impl CallSites {
             tally.total_ns += duration;
         }
         self.names.get(key.1 as usize).map(String::as_str)
+    }
+
+    /// A hit of USDT probe `probe` on thread `tid` at `ns`, opening a span of probe `span` when
+    /// it is a pair's begin: it takes the stack sent just before it, if that was of its probe,
+    /// and is counted at its site, under the span for a begin. Returns the site's name.
+    pub fn usdt_hit(&mut self, tid: u32, probe: u32, span: Option<u32>, ns: u64) -> Option<&str> {
+        let (of, site) = self.usdt_next.remove(&tid)?;
+        if of != probe {
+            return None;
+        }
+        self.tallies
+            .entry((span.unwrap_or(probe), site))
+            .or_default()
+            .count += 1;
+        if let Some(span) = span {
+            self.usdt_open.entry((tid, span)).or_default().push((ns, site));
+        }
+        self.names.get(site as usize).map(String::as_str)
+    }
+
+    /// A USDT span of probe `span` on thread `tid`, begun at `start_ns`, closed after
+    /// `duration`: its time goes to its begin's site, which is returned (None: no stack).
+    pub fn usdt_closed(&mut self, tid: u32, span: u32, start_ns: u64, duration: u64) -> Option<&str> {
+        let open = self.usdt_open.get_mut(&(tid, span))?;
+        let at = open.iter().rposition(|&(ns, _)| ns == start_ns)?;
+        let (_, site) = open.remove(at);
+        self.tallies.entry((span, site)).or_default().total_ns += duration;
+        self.names.get(site as usize).map(String::as_str)
     }
 
     /// The top [`TOP_SITES`] call sites of probe `probe_id`, the most time first.
@@ -294,5 +339,39 @@ mod tests {
         assert_eq!(sites.span(7, 30, 5, None), None);
         assert_eq!(sites.span(8, 10, 5, None), None);
         assert_eq!(sites.tallies[&(0, s)].total_ns, 5);
+    }
+
+    #[test]
+    fn a_usdt_stack_goes_to_the_next_hit_of_its_probe_and_a_span_takes_its_time() {
+        let mut sites = CallSites::default();
+        let a = sites.intern("a (x.py:3)".into());
+        // Instant probe 4: the stack sent before the hit is counted under the probe.
+        sites.usdt_next.insert(7, (4, a));
+        assert_eq!(sites.usdt_hit(7, 4, None, 100), Some("a (x.py:3)"));
+        // A hit with no stack before it (its stack was lost) takes none.
+        assert_eq!(sites.usdt_hit(7, 4, None, 110), None);
+        // A stack of another probe is not this hit's.
+        sites.usdt_next.insert(7, (5, a));
+        assert_eq!(sites.usdt_hit(7, 4, None, 120), None);
+        // Begin probe 5 of span 6: counted under the span, its time added when it closes.
+        sites.usdt_next.insert(7, (5, a));
+        assert_eq!(sites.usdt_hit(7, 5, Some(6), 200), Some("a (x.py:3)"));
+        assert_eq!(sites.usdt_closed(7, 6, 200, 50), Some("a (x.py:3)"));
+        assert_eq!(sites.usdt_closed(7, 6, 200, 50), None, "closed once");
+        assert_eq!(
+            sites.tallies[&(4, a)],
+            Tally {
+                count: 1,
+                total_ns: 0
+            }
+        );
+        assert_eq!(
+            sites.tallies[&(6, a)],
+            Tally {
+                count: 1,
+                total_ns: 50
+            }
+        );
+        assert!(!sites.tallies.contains_key(&(5, a)));
     }
 }

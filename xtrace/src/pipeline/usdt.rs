@@ -211,6 +211,14 @@ impl Usdt {
         }
     }
 
+    /// The span probe `probe` opens, if it is a pair's begin.
+    pub fn span_of(&self, probe: u32) -> Option<u32> {
+        match self.probes.get(&probe)?.role {
+            Role::Begin { span } => Some(span),
+            _ => None,
+        }
+    }
+
     /// Whether `event` is an end probe's hit that would close a span open on its thread: such a
     /// hit ends a span begun during the capture, so it is kept even after the stop, as a call in
     /// flight at the stop still ends its span.

@@ -263,6 +263,7 @@ pub(super) fn function_groups<'a>(
         // USDT sites are no functions' ([`usdt_groups`]); the bench's floor programs are not
         // in plans.
         UprobeProgram::UsdtHit
+        | UprobeProgram::UsdtStack
         | UprobeProgram::GpuRecords
         | UprobeProgram::Noop
         | UprobeProgram::NoopRet
@@ -304,13 +305,28 @@ fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
         .is_some_and(|p| p.role == Role::Range(RangeOp::GpuRecords))
 }
 
-/// The USDT sites of `usdt_hit` (`gpu: false`) or of `gpu_records` (`gpu: true`).
-pub(super) fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
+/// Whether USDT site `site` of `plan` takes `usdt_stack` (`--stacks`): a site of an instant
+/// probe or of a pair's begin probe (a span's stack is its begin's).
+fn takes_stack(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
+    plan.stacks
+        && plan
+            .usdt_probes
+            .get(&site.site.probe_id)
+            .is_some_and(|p| matches!(p.role, Role::Instant | Role::Begin { .. }))
+}
+
+/// The USDT sites of USDT program `program` (`usdt_hit`, `usdt_stack` or `gpu_records`), each
+/// with its index in the plan's sites as cookie.
+pub(super) fn usdt_groups(plan: &Plan, program: UprobeProgram) -> Vec<Group<'_>> {
     group(
         plan.usdt_sites
             .iter()
             .enumerate()
-            .filter(|(_, s)| is_gpu_site(plan, s) == gpu)
+            .filter(|(_, s)| match program {
+                UprobeProgram::GpuRecords => is_gpu_site(plan, s),
+                UprobeProgram::UsdtStack => takes_stack(plan, s),
+                _ => !is_gpu_site(plan, s),
+            })
             .map(|(i, s)| (s.scope, &s.file, s.offset, i as u64, s.ref_ctr_offset)),
     )
 }
@@ -318,17 +334,21 @@ pub(super) fn usdt_groups(plan: &Plan, gpu: bool) -> Vec<Group<'_>> {
 /// The groups `program` (a span program, or one of USDT sites) attaches to in `plan`.
 fn program_groups(program: UprobeProgram, plan: &Plan) -> Vec<Group<'_>> {
     match program {
-        UprobeProgram::UsdtHit => usdt_groups(plan, false),
-        UprobeProgram::GpuRecords => usdt_groups(plan, true),
+        usdt if usdt.is_usdt() => usdt_groups(plan, usdt),
         span => function_groups(span, plan, &plan.attachments),
     }
 }
 
-/// The programs a plan needs, exit probes first so that no entry is left without its exit.
+/// The programs a plan needs, exit probes first so that no entry is left without its exit; with
+/// `--stacks`, `usdt_stack` after `usdt_hit`: the kernel runs a uprobe's consumers newest first,
+/// so it runs before the hit is sent.
 pub(super) fn programs_for(plan: &Plan) -> Vec<UprobeProgram> {
     let mut names = span_programs(plan, &plan.attachments);
     if plan.usdt_sites.iter().any(|s| !is_gpu_site(plan, s)) {
         names.push(UprobeProgram::UsdtHit);
+    }
+    if plan.usdt_sites.iter().any(|s| takes_stack(plan, s)) {
+        names.push(UprobeProgram::UsdtStack);
     }
     if plan.usdt_sites.iter().any(|s| is_gpu_site(plan, s)) {
         names.push(UprobeProgram::GpuRecords);

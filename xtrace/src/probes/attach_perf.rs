@@ -31,7 +31,7 @@ pub(super) fn attach_perf_event(ebpf: &mut Ebpf, plan: &Plan, pids: &[Option<u32
         load(ebpf, name)?;
         if name.is_usdt() {
             let fd = program_fd(ebpf, name)?;
-            for g in usdt_groups(plan, name == UprobeProgram::GpuRecords) {
+            for g in usdt_groups(plan, name) {
                 let sites = g.offsets.iter().zip(&g.cookies).zip(&g.ref_ctr_offsets);
                 for ((offset, cookie), ref_ctr) in sites {
                     let pid = pids[g.scope];

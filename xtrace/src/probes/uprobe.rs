@@ -124,7 +124,8 @@ pub struct Plan {
     pub notices: Vec<String>,
     /// With `--cuda`: the `dlopen` probes and the probe ids kept for CUDA libraries loaded later.
     pub watch: Option<Watch>,
-    /// `--stacks`: `call_stack` is attached at every function entry too (not at `dlopen`'s).
+    /// `--stacks`: `call_stack` is attached at every function entry too (not at `dlopen`'s), and
+    /// `usdt_stack` at the sites of instant and begin USDT probes.
     pub stacks: bool,
 }
 

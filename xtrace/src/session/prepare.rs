@@ -40,7 +40,8 @@ pub(super) struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     /// Checks `config` against the system and resolves it; warnings go to `observer`.
     pub(super) fn new(config: &'a Config, observer: &mut dyn Observer) -> Result<Self> {
-        if config.stacks && config.uprobes.is_empty() && !config.cuda && !config.mpi {
+        let calls = !config.uprobes.is_empty() || !config.usdt.is_empty() || config.cuda || config.mpi;
+        if config.stacks && !calls {
             return Err(Error::StacksWithoutCalls);
         }
         // First: privilege::check reads /proc/self, which a /proc of another namespace may not have.

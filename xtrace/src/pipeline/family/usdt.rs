@@ -128,7 +128,27 @@ impl UsdtFamily {
         };
         stats.add(0);
         shared.names.saw(pid, tid);
-        self.write(hit, (pid, tid, ts_ns), shared)
+        let site = self.call_site(&hit, (tid, ts_ns), shared);
+        self.write(hit, (pid, tid, ts_ns), site, shared)
+    }
+
+    /// With `--stacks`: the call site of `hit` of thread `tid` at `ts_ns` (an instant's, a
+    /// begin's, or for an end that closes a span its begin's, whose time is added to it), as
+    /// trace.json `args` members (`,"site":"main (x.py:12)"`).
+    fn call_site(&self, hit: &Hit, (tid, ts_ns): (u32, u64), shared: &mut Shared<'_>) -> Option<String> {
+        let sites = shared.call_sites.as_deref_mut()?;
+        let site = match *hit {
+            Hit::Instant { probe, .. } => sites.usdt_hit(tid, probe, None, ts_ns),
+            Hit::Opened { probe } => sites.usdt_hit(tid, probe, self.usdt.span_of(probe), ts_ns),
+            Hit::Closed { span, start_ns, .. } => {
+                sites.usdt_closed(tid, span, start_ns, ts_ns.saturating_sub(start_ns))
+            }
+            _ => None,
+        }?;
+        Some(format!(
+            ",\"site\":{}",
+            serde_json::to_string(site).unwrap_or_default()
+        ))
     }
 
     /// What a counted hit of thread (pid, tid) at `ts_ns` writes.
@@ -136,6 +156,7 @@ impl UsdtFamily {
         &mut self,
         hit: Hit,
         (pid, tid, ts_ns): (u32, u32, u64),
+        site: Option<String>,
         shared: &mut Shared<'_>,
     ) -> io::Result<()> {
         match hit {
@@ -144,7 +165,7 @@ impl UsdtFamily {
                 pid,
                 tid,
                 start_ns: ts_ns,
-                values: Some(args.into_boxed_str()),
+                values: Some((args + site.as_deref().unwrap_or("")).into_boxed_str()),
                 kind: EventKind::INSTANT,
                 ..Default::default()
             }),
@@ -171,7 +192,7 @@ impl UsdtFamily {
                     tid,
                     start_ns,
                     kind: EventKind::span(duration, depth),
-                    values: Some(args.into_boxed_str()),
+                    values: Some((args + site.as_deref().unwrap_or("")).into_boxed_str()),
                     name: name.map(String::into_boxed_str),
                     ..Default::default()
                 })
