@@ -4,7 +4,8 @@
 //! "holder" holds for MS; `poll N MS` waits N times MS in poll(2), ended by a timer's interrupt.
 //! Each wait of at least MIN is a slice of category `off_cpu` on its
 //! thread (in a Perfetto trace on the thread's `off-CPU` child track), a wake-up by a thread a
-//! `wake` instant on the waker's thread with a flow arrow to the wait. The CPU is sampled at 1 Hz
+//! `wake` instant on the waker's thread with a flow arrow forward to the woken thread's wait for a
+//! CPU (`runnable`), which begins as the wait ends. The CPU is sampled at 1 Hz
 //! beside, as in offcpu.rs.
 
 use std::ffi::OsString;
@@ -157,7 +158,7 @@ fn a_wait_ended_by_an_interrupt_names_no_thread() {
 /// A wait on a mutex: one `futex lock` slice on the main thread of at least 190 ms, its args
 /// naming the holder as the waker and the lock's address; a `wake` instant on the holder's
 /// thread at the wait's end starts a flow (`s`) that ends (`f`, bound to the enclosing slice)
-/// on the wait at its end.
+/// on the `runnable` slice that follows the wait, as it begins: the arrow goes forward in time.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
@@ -192,13 +193,27 @@ fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
     assert!(args["lock"].as_str().unwrap().starts_with("0x"), "{wait}");
     assert!(args["runnable_ns"].is_u64(), "{wait}");
     let end = ns(wait, "ts") + ns(wait, "dur");
-    // The flow's end on the wait, at its end; its start on the holder at the same time, with the
-    // same id, beside the wake-up's instant.
+    // The wait for a CPU that follows the wait, as it ends (the clock's nanoseconds pass through
+    // microseconds with 3 decimals: equal within 1 ns).
+    let runnable: Vec<&Value> = off_cpu(&out, "X")
+        .into_iter()
+        .filter(|e| e["name"] == "runnable" && e["tid"] == pid && (ns(e, "ts") - end).abs() <= 1)
+        .collect();
+    assert_eq!(runnable.len(), 1, "{:?}", off_cpu(&out, "X"));
+    let woken = ns(runnable[0], "ts");
+    assert_eq!(
+        ns(runnable[0], "dur"),
+        args["runnable_ns"].as_i64().unwrap(),
+        "{wait}"
+    );
+    // The flow's end on that `runnable`, as it begins; its start on the holder at the same time,
+    // with the same id, beside the wake-up's instant; none ends on the wait.
     let ends: Vec<&Value> = off_cpu(&out, "f")
         .into_iter()
-        .filter(|f| f["tid"] == pid && ns(f, "ts") == end)
+        .filter(|f| f["tid"] == pid)
         .collect();
     assert_eq!(ends.len(), 1, "{:?}", off_cpu(&out, "f"));
+    assert_eq!(ns(ends[0], "ts"), woken, "{:?}", ends[0]);
     assert_eq!(
         (&ends[0]["bp"], &ends[0]["name"]),
         (&Value::from("e"), &Value::from("wake"))
@@ -211,12 +226,12 @@ fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
     assert_eq!(starts.len(), 1, "{:?}", off_cpu(&out, "s"));
     assert_eq!(
         (starts[0]["tid"].as_u64(), ns(starts[0], "ts")),
-        (Some(holder), end)
+        (Some(holder), woken)
     );
     assert!(
         off_cpu(&out, "i")
             .iter()
-            .any(|i| i["name"] == "wake" && i["tid"] == holder && ns(i, "ts") == end),
+            .any(|i| i["name"] == "wake" && i["tid"] == holder && ns(i, "ts") == woken),
         "{:?}",
         off_cpu(&out, "i")
     );
@@ -246,7 +261,8 @@ fn perfetto_run(fixture_args: &[&str], tmp: &TempDir) -> (Value, Value) {
 }
 
 /// The same in a Perfetto trace: the slices on each thread's `off-CPU` child track, the wake-up
-/// an instant on the holder's whose flow id the wait's slice ends.
+/// an instant on the holder's whose flow id the `runnable` slice after the wait ends as it
+/// begins, at the same time (the decoder reports an arrow that ends before it starts).
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn perfetto_traces_have_the_waits_and_arrows_too() {
@@ -304,16 +320,17 @@ fn perfetto_traces_have_the_waits_and_arrows_too() {
     assert_eq!(waits.len(), 1, "{}", decoded["off_cpu"]);
     let (begin, end) = (waits[0][3].as_i64().unwrap(), waits[0][4].as_i64().unwrap());
     assert!(end - begin >= 190 * MS, "{}", waits[0]);
+    assert_eq!(decoded["errors"], serde_json::json!([]));
     let edges: Vec<&Value> = decoded["flow_edges"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["to"][0] == "futex lock")
+        .filter(|e| e["to"][1] == pid && e["to"][2] == pid)
         .collect();
     assert_eq!(edges.len(), 1, "{}", decoded["flow_edges"]);
     assert_eq!(
         edges[0]["to"],
-        serde_json::json!(["futex lock", pid, pid, "off-CPU", end])
+        serde_json::json!(["runnable", pid, pid, "off-CPU", end])
     );
     assert_eq!(
         edges[0]["from"],
@@ -322,7 +339,8 @@ fn perfetto_traces_have_the_waits_and_arrows_too() {
 }
 
 /// A JSON recording of the mutex's wait converts to Perfetto and back event for event: the
-/// waits, the wake-up's instant and both ends of its arrow.
+/// waits, the wake-up's instant and both ends of its arrow, which ends on a `runnable` slice as
+/// it begins.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn off_cpu_waits_convert_to_perfetto_and_back() {
@@ -370,6 +388,13 @@ fn off_cpu_waits_convert_to_perfetto_and_back() {
             .count();
         assert_eq!(n, 1, "{ph} {name}: {recorded:#?}");
     }
+    let flow_end = recorded.iter().find(|e| e.contains(r#""ph":"f""#)).unwrap();
+    let flow_end: Value = serde_json::from_str(flow_end).unwrap();
+    let runnable = recorded
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find(|e| e["name"] == "runnable" && e["tid"] == flow_end["tid"] && e["ts"] == flow_end["ts"]);
+    assert!(runnable.is_some(), "no runnable at {flow_end}: {recorded:#?}");
     assert_eq!(converted.len(), recorded.len());
     assert!(
         converted == recorded,

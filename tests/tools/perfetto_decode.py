@@ -232,6 +232,8 @@ def summarize(events, tracks, clocks, errors, packets):
         for f in starts:
             flow_starts[f] = [name, pid, tid, t.get("name"), ts]
         for f in ends:
+            if f not in flow_starts:
+                errors.append(f"flow {f:#x} ends at {name} before it starts")
             flow_ends[f] = [name, pid, tid, t.get("name"), ts]
         if kind == TE.TYPE_SLICE_BEGIN:
             stacks[uuid].append((name, len(stacks[uuid]), ts))

@@ -380,7 +380,8 @@ impl State {
                         args: open.args.as_deref(),
                         end_args: end_args.as_deref(),
                         depth: open.depth,
-                        // A launch's flow ends where its slice begins, a wake-up's where it ends.
+                        // A flow ends where its slice begins (one on the end, from an older
+                        // trace, is read too).
                         flow: open.flow.or(flow),
                     }))?;
                 }

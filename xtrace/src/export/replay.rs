@@ -96,19 +96,15 @@ impl Replay<'_> {
     }
 
     /// A pid or tid of the event, placed.
-    /// The end of a flow (`f`), put on the span held before it: a launch's arrow ends where its
-    /// slice begins, a wake-up's where its wait ends.
+    /// The end of a flow (`f`), put on the span held before it: an arrow ends where its slice
+    /// begins (a launch's GPU work, a wake-up's `runnable`).
     fn flow_end(&mut self, e: &RawEvent, (pid, tid): (u32, u32), name: &str) -> Result<(), String> {
         let (id, ts) = (hex_id(e)?, self.time(e.ts, name)?);
         let kind = FlowKind::of_id(id);
-        let at = |h: &SpanOut| match kind {
-            FlowKind::Launch => h.start_ns,
-            FlowKind::Wake => h.start_ns.saturating_add(h.dur_ns()),
-        };
         if let Some(held) = self
             .held
             .as_mut()
-            .filter(|h| (h.pid, h.tid, at(h)) == (pid, tid, ts))
+            .filter(|h| (h.pid, h.tid, h.start_ns) == (pid, tid, ts))
         {
             if let EventKind::Span { flow, .. } = &mut held.kind {
                 *flow = Some(Flow { id, end: true, kind });

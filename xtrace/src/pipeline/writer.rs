@@ -32,7 +32,8 @@ pub struct SpanOut {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// A completed call or slice (`"ph":"X"`) of `dur_ns` from `start_ns`, at nesting `depth`;
-    /// it may end a flow arrow (a GPU launch's at its start, a wake-up's at its end).
+    /// it may end a flow arrow at its start (a GPU launch's, a wake-up's on the woken thread's
+    /// wait for a CPU).
     Span {
         dur_ns: u64,
         depth: u32,
@@ -122,8 +123,8 @@ pub struct Flow {
 pub enum FlowKind {
     /// A CUDA launch to the GPU work it launched: it ends where the slice begins.
     Launch,
-    /// A thread's wake-up of another to the wait it ended: it ends where the wait ends (the
-    /// wake-up comes after the wait began).
+    /// A thread's wake-up of another to the woken thread's wait for a CPU (`runnable`), which
+    /// begins at the wake-up: it ends where that slice begins, so that it goes forward in time.
     Wake,
 }
 

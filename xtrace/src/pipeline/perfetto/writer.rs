@@ -31,7 +31,7 @@ use super::{
 use crate::{
     clock::Snapshot,
     model::wait::{TIMELINE_CATEGORY, TIMELINE_TRACK},
-    pipeline::writer::{EventKind, FlowKind, SpanOut},
+    pipeline::writer::{EventKind, SpanOut},
 };
 
 /// The main sequence: descriptors, counters, async ranges, samples. 1 is the tracing service's
@@ -324,18 +324,14 @@ impl<W: Write> PerfettoWriter<W> {
             category_iids: vec![cat],
             ..Default::default()
         };
-        let (flow_ids, mut terminating_flow_ids) = match span.flow() {
+        // Perfetto reads events in time order (those of one time in file order) and ends only a
+        // flow it has seen begin, from the earlier-starting slice to the later (the first read
+        // on a tie): a flow ends on its slice's begin, written after the event that starts it (a
+        // wake-up's instant is at the time the woken thread's `runnable` slice begins).
+        let (flow_ids, terminating_flow_ids) = match span.flow() {
             Some(flow) if flow.end => (Vec::new(), vec![flow.id]),
             Some(flow) => (vec![flow.id], Vec::new()),
             None => (Vec::new(), Vec::new()),
-        };
-        // Perfetto reads events in time order (those of one time in file order) and ends only a
-        // flow it has seen begin: a wake-up comes as the wait ends, after the wait began, so its
-        // flow ends on the wait's end event, which is written after the wake-up's instant.
-        let ends_at_end = matches!(span.flow(), Some(f) if f.kind == FlowKind::Wake);
-        let end_flow_ids = match ends_at_end {
-            true => std::mem::take(&mut terminating_flow_ids),
-            false => Vec::new(),
         };
         if let EventKind::Instant { .. } = span.kind {
             let event = TrackEvent {
@@ -368,7 +364,6 @@ impl<W: Write> PerfettoWriter<W> {
             let end_ns = span.start_ns.saturating_add(span.dur_ns());
             let end = TrackEvent {
                 r#type: Some(TYPE_SLICE_END),
-                terminating_flow_ids: end_flow_ids,
                 ..Default::default()
             };
             self.packet(seq, Some(end_ns), Data::TrackEvent(end));
