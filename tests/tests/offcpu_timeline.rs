@@ -401,9 +401,109 @@ fn off_cpu_waits_convert_to_perfetto_and_back() {
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
         .find(|e| e["name"] == "runnable" && e["tid"] == flow_end["tid"] && e["ts"] == flow_end["ts"]);
     assert!(runnable.is_some(), "no runnable at {flow_end}: {recorded:#?}");
+    // The threads' short-wait counters too: on the thread, the tid in the name before the unit.
+    let counters: Vec<Value> = recorded
+        .iter()
+        .filter(|e| e.contains(r#""ph":"C""#) && e.contains(r#""cat":"off_cpu""#))
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(!counters.is_empty(), "{recorded:#?}");
+    for c in &counters {
+        let tid = c["tid"].as_u64().unwrap();
+        let names = [
+            format!("short waits {tid} (ns)"),
+            format!("short waits {tid} (count)"),
+        ];
+        assert!(names.iter().any(|n| c["name"] == n.as_str()), "{c}");
+        assert!(c["args"]["value"].is_u64(), "{c}");
+    }
     assert_eq!(converted.len(), recorded.len());
     assert!(
         converted == recorded,
         "the events differ: {recorded:#?}\n{converted:#?}"
     );
+}
+
+/// The values of thread `tid`'s counter track `track` of a decoded Perfetto trace, with its unit.
+fn thread_counter(decoded: &Value, tid: i64, track: &str) -> (Vec<i64>, Vec<i64>, String) {
+    let found = decoded["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["tid"] == tid && c["track"] == track)
+        .unwrap_or_else(|| panic!("no {track} of {tid}: {}", decoded["counters"]));
+    let numbers = |field: &str| -> Vec<i64> {
+        found[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as i64)
+            .collect()
+    };
+    (
+        numbers("values"),
+        numbers("times"),
+        found["unit"].as_str().unwrap().into(),
+    )
+}
+
+/// 12,000 sleeps of 0.1 ms (about 2 s) under MIN 1 ms are added up in the kernel, yet the
+/// thread's `short waits (ns)` and `short waits (count)` counter tracks, read once a second,
+/// show them: over the capture they add up exactly to the summary's added-up blocked time (its
+/// blocked time less the waits sent on their own, which are slices) and to the 12,000 sleeps
+/// (less those that overran MIN and were sent), and end at 0.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn short_waits_are_counters_of_their_thread() {
+    if !require_bpf() {
+        return;
+    }
+    const SLEEPS: i64 = 12_000;
+    let tmp = TempDir::new("offtl-short");
+    let (decoded, summary) = perfetto_run(&["sleep", &SLEEPS.to_string(), "0.1"], &tmp);
+    let pid = summary["command"]["pid"].as_i64().unwrap();
+    let (blocked, times, unit) = thread_counter(&decoded, pid, "short waits (ns)");
+    assert_eq!(unit, "UNIT_TIME_NS");
+    let (counts, count_times, unit) = thread_counter(&decoded, pid, "short waits (count)");
+    assert_eq!(unit, "UNIT_COUNT");
+    assert_eq!(times, count_times);
+    assert!(times.len() >= 3, "{times:?}: a point a second and a last 0");
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    assert_eq!((blocked.last(), counts.last()), (Some(&0), Some(&0)));
+    // The waits sent on their own: slices on the thread's off-CPU track.
+    let sent: Vec<(String, i64)> = decoded["off_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[1] == pid && s[2] != "runnable")
+        .map(|s| {
+            (
+                s[2].as_str().unwrap().to_string(),
+                s[4].as_i64().unwrap() - s[3].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let thread = summary["off_cpu"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == pid)
+        .unwrap();
+    let blocked_ns = thread["sleeping_ns"].as_i64().unwrap() + thread["uninterruptible_ns"].as_i64().unwrap();
+    let sent_ns: i64 = sent.iter().map(|(_, ns)| ns).sum();
+    assert_eq!(blocked.iter().sum::<i64>(), blocked_ns - sent_ns, "{thread}");
+    let sent_sleeps = sent.iter().filter(|(name, _)| name == "clock_nanosleep").count() as i64;
+    let waits = thread["waits"].as_array().unwrap();
+    let blocked_waits: i64 = waits
+        .iter()
+        .filter(|w| w["wait"] != "runnable")
+        .map(|w| w["intervals"].as_i64().unwrap())
+        .sum();
+    assert_eq!(
+        counts.iter().sum::<i64>(),
+        blocked_waits - sent.len() as i64,
+        "{thread}"
+    );
+    // The main thread blocks only in its sleeps.
+    assert_eq!(counts.iter().sum::<i64>() + sent_sleeps, SLEEPS, "{thread}");
 }

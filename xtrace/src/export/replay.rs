@@ -11,7 +11,9 @@ use crate::{
     output::Sink,
     pipeline::{
         perfetto::{SampleFrame, KERNEL_MAPPING},
-        writer::{AsyncEdge, EventKind, EventWriter, Flow, FlowKind, SpanOut, TimelineSample},
+        writer::{
+            thread_counter_name, AsyncEdge, EventKind, EventWriter, Flow, FlowKind, SpanOut, TimelineSample,
+        },
     },
 };
 
@@ -209,6 +211,16 @@ impl Events for Replay<'_> {
                 io(self.writer.span(&SpanOut {
                     start_ns: self.time(e.ts, name)?,
                     kind: EventKind::Counter(args.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
+                    ..span(&Map::new())
+                }))
+            }
+            // A thread's counter (off-CPU short waits): the tid it was recorded with in its name.
+            "C" if cat == crate::model::wait::TIMELINE_CATEGORY => {
+                let recorded_tid = e.tid.unwrap_or(0) as u32;
+                io(self.writer.span(&SpanOut {
+                    start_ns: self.time(e.ts, name)?,
+                    name: Some(thread_counter_name(name, recorded_tid).into()),
+                    kind: EventKind::ThreadCounter(args.get("value").and_then(Value::as_u64).unwrap_or(0)),
                     ..span(&Map::new())
                 }))
             }

@@ -102,6 +102,13 @@ fn spans() -> Vec<SpanOut> {
             },
             ..span(9, 1_030_000, 2_000, 0)
         },
+        // Thread 9's short waits (`--off-cpu`): a counter of its own.
+        SpanOut {
+            name: Some("short waits (ns)".into()),
+            cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+            kind: EventKind::ThreadCounter(12_345),
+            ..span(9, 1_018_000, 0, 0)
+        },
         SpanOut {
             name: Some("CUDA device memory (bytes)".into()),
             kind: EventKind::Counter(5),
@@ -237,7 +244,7 @@ fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(got, want);
-    assert_eq!(got.len(), 19, "{got:#?}");
+    assert_eq!(got.len(), 20, "{got:#?}");
     assert!(got.iter().any(|e| e.contains("\"depth\":1")), "{got:#?}");
     assert_eq!(nested, want);
     assert_eq!(back, want);

@@ -196,6 +196,14 @@ impl<W: Write> ChromeWriter<W> {
             EventKind::Counter(value) => {
                 push_counter(buf, pid, name, span.start_ns, &format!("\"bytes\":{value}"));
             }
+            EventKind::ThreadCounter(value) => {
+                // A process's counter in trace.json: the tid in its name, and beside it.
+                let track = super::writer::json_counter_name(span.name.as_deref().unwrap_or("counter"), tid);
+                buf.extend_from_slice(b"{\"ph\":\"C\",");
+                push_name_cat(buf, &quote(&track), cat);
+                push_when_where(buf, span.start_ns, pid, Some(tid));
+                push_args(buf, &format!("\"value\":{value}"));
+            }
             EventKind::Async(edge) => {
                 let values = values.strip_prefix(',').unwrap_or(values);
                 buf.extend_from_slice(if edge.begin {

@@ -43,6 +43,10 @@ pub enum EventKind {
     Instant { flow: Option<Flow> },
     /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
     Counter(u64),
+    /// A counter sample of the thread's own track named `name`, which ends with its unit
+    /// (`short waits (ns)`), at `start_ns`: in trace.json, whose counters are a process's, named
+    /// with the tid before the unit (see [`json_counter_name`]).
+    ThreadCounter(u64),
     /// One end of an async span (`"ph":"b"`/`"e"`) at `start_ns`, told apart by its id.
     Async(AsyncEdge),
 }
@@ -105,8 +109,27 @@ impl SpanOut {
     pub fn flow(&self) -> Option<Flow> {
         match self.kind {
             EventKind::Span { flow, .. } | EventKind::Instant { flow } => flow,
-            EventKind::Counter(_) | EventKind::Async(_) => None,
+            EventKind::Counter(_) | EventKind::ThreadCounter(_) | EventKind::Async(_) => None,
         }
+    }
+}
+
+/// trace.json's name of thread `tid`'s counter track `name`: the tid before the unit the name
+/// ends with (`short waits 4213 (ns)`), so that viewers, which keep a counter per process and
+/// name, keep the threads' apart.
+pub fn json_counter_name(name: &str, tid: u32) -> String {
+    match name.rsplit_once(" (") {
+        Some((base, unit)) => format!("{base} {tid} ({unit}"),
+        None => format!("{name} {tid}"),
+    }
+}
+
+/// The thread counter track's name that [`json_counter_name`] made `json` of, for thread `tid`.
+pub fn thread_counter_name(json: &str, tid: u32) -> String {
+    let with_tid = format!(" {tid}");
+    match json.rsplit_once(" (") {
+        Some((base, unit)) => format!("{} ({unit}", base.strip_suffix(&with_tid).unwrap_or(base)),
+        None => json.strip_suffix(&with_tid).unwrap_or(json).to_string(),
     }
 }
 
@@ -432,5 +455,16 @@ mod tests {
             .err()
             .expect("finishing after a failure fails too");
         assert_eq!(err.to_string(), "the trace writer stopped");
+    }
+
+    /// A thread's counter in trace.json has the tid before its unit, and reads back without it.
+    #[test]
+    fn a_thread_counter_is_named_with_its_tid_in_trace_json() {
+        assert_eq!(json_counter_name("short waits (ns)", 42), "short waits 42 (ns)");
+        assert_eq!(json_counter_name("waits", 42), "waits 42");
+        assert_eq!(thread_counter_name("short waits 42 (ns)", 42), "short waits (ns)");
+        assert_eq!(thread_counter_name("waits 42", 42), "waits");
+        // Another thread's tid is not taken out.
+        assert_eq!(thread_counter_name("waits 42 (ns)", 7), "waits 42 (ns)");
     }
 }
