@@ -401,22 +401,8 @@ fn off_cpu_waits_convert_to_perfetto_and_back() {
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
         .find(|e| e["name"] == "runnable" && e["tid"] == flow_end["tid"] && e["ts"] == flow_end["ts"]);
     assert!(runnable.is_some(), "no runnable at {flow_end}: {recorded:#?}");
-    // The threads' short-wait counters too: on the thread, the tid in the name before the unit.
-    let counters: Vec<Value> = recorded
-        .iter()
-        .filter(|e| e.contains(r#""ph":"C""#) && e.contains(r#""cat":"off_cpu""#))
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
-    assert!(!counters.is_empty(), "{recorded:#?}");
-    for c in &counters {
-        let tid = c["tid"].as_u64().unwrap();
-        let names = [
-            format!("short waits {tid} (ns)"),
-            format!("short waits {tid} (count)"),
-        ];
-        assert!(names.iter().any(|n| c["name"] == n.as_str()), "{c}");
-        assert!(c["args"]["value"].is_u64(), "{c}");
-    }
+    // The threads' short-wait counters, where the threads had short waits (they need not: see
+    // short_waits_are_counters_of_their_thread), convert too, as compared below.
     assert_eq!(converted.len(), recorded.len());
     assert!(
         converted == recorded,
@@ -506,4 +492,32 @@ fn short_waits_are_counters_of_their_thread() {
     );
     // The main thread blocks only in its sleeps.
     assert_eq!(counts.iter().sum::<i64>() + sent_sleeps, SLEEPS, "{thread}");
+
+    // In trace.json (by `convert`): `C` events on the thread, the tid in their names before the
+    // unit, with the same values.
+    let out = tmp.join("out");
+    let ran = xtrace(args!["convert", &out]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events: Vec<Value> = trace_events(&out.join("trace.json"))
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .filter(|e: &Value| e["ph"] == "C" && e["cat"] == "off_cpu" && e["tid"] == pid)
+        .collect();
+    let sum = |name: String| -> i64 {
+        let values: Vec<i64> = events
+            .iter()
+            .filter(|e| e["name"] == name.as_str())
+            .map(|e| e["args"]["value"].as_i64().unwrap())
+            .collect();
+        assert_eq!(values.len(), times.len(), "{name}: {events:?}");
+        values.iter().sum()
+    };
+    assert_eq!(
+        sum(format!("short waits {pid} (ns)")),
+        blocked.iter().sum::<i64>()
+    );
+    assert_eq!(
+        sum(format!("short waits {pid} (count)")),
+        counts.iter().sum::<i64>()
+    );
 }
