@@ -4,7 +4,8 @@
 //! "holder" holds for MS; `poll N MS` waits N times MS in poll(2), ended by a timer's interrupt.
 //! Each wait of at least MIN is a slice of category `off_cpu` on its
 //! thread (in a Perfetto trace on the thread's `off-CPU` child track), a wake-up by a thread a
-//! `wake` instant on the waker's thread with a flow arrow to the wait. The CPU is sampled at 1 Hz
+//! `wake` instant on the waker's thread with a flow arrow forward to the woken thread's wait for a
+//! CPU (`runnable`), which begins as the wait ends. The CPU is sampled at 1 Hz
 //! beside, as in offcpu.rs.
 
 use std::ffi::OsString;
@@ -157,7 +158,7 @@ fn a_wait_ended_by_an_interrupt_names_no_thread() {
 /// A wait on a mutex: one `futex lock` slice on the main thread of at least 190 ms, its args
 /// naming the holder as the waker and the lock's address; a `wake` instant on the holder's
 /// thread at the wait's end starts a flow (`s`) that ends (`f`, bound to the enclosing slice)
-/// on the wait at its end.
+/// on the `runnable` slice that follows the wait, as it begins: the arrow goes forward in time.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
@@ -192,13 +193,32 @@ fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
     assert!(args["lock"].as_str().unwrap().starts_with("0x"), "{wait}");
     assert!(args["runnable_ns"].is_u64(), "{wait}");
     let end = ns(wait, "ts") + ns(wait, "dur");
-    // The flow's end on the wait, at its end; its start on the holder at the same time, with the
-    // same id, beside the wake-up's instant.
+    // The wait for a CPU that follows the wait, as it ends (the clock's nanoseconds pass through
+    // microseconds with 3 decimals: equal within 1 ns).
+    let runnable: Vec<&Value> = off_cpu(&out, "X")
+        .into_iter()
+        .filter(|e| e["name"] == "runnable" && e["tid"] == pid && (ns(e, "ts") - end).abs() <= 1)
+        .collect();
+    assert_eq!(runnable.len(), 1, "{:?}", off_cpu(&out, "X"));
+    let woken = ns(runnable[0], "ts");
+    assert_eq!(
+        ns(runnable[0], "dur"),
+        args["runnable_ns"].as_i64().unwrap(),
+        "{wait}"
+    );
+    // The flow's end on that `runnable`, as it begins (the main thread's other waits,
+    // pthread_join's, may have arrows of their own); its start on the holder at the same time,
+    // with the same id, beside the wake-up's instant; none ends at the wait's start.
     let ends: Vec<&Value> = off_cpu(&out, "f")
         .into_iter()
-        .filter(|f| f["tid"] == pid && ns(f, "ts") == end)
+        .filter(|f| f["tid"] == pid && ns(f, "ts") == woken)
         .collect();
     assert_eq!(ends.len(), 1, "{:?}", off_cpu(&out, "f"));
+    assert!(
+        off_cpu(&out, "f").iter().all(|f| ns(f, "ts") != ns(wait, "ts")),
+        "{:?}",
+        off_cpu(&out, "f")
+    );
     assert_eq!(
         (&ends[0]["bp"], &ends[0]["name"]),
         (&Value::from("e"), &Value::from("wake"))
@@ -211,12 +231,12 @@ fn a_wait_on_a_mutex_has_an_arrow_from_its_holder() {
     assert_eq!(starts.len(), 1, "{:?}", off_cpu(&out, "s"));
     assert_eq!(
         (starts[0]["tid"].as_u64(), ns(starts[0], "ts")),
-        (Some(holder), end)
+        (Some(holder), woken)
     );
     assert!(
         off_cpu(&out, "i")
             .iter()
-            .any(|i| i["name"] == "wake" && i["tid"] == holder && ns(i, "ts") == end),
+            .any(|i| i["name"] == "wake" && i["tid"] == holder && ns(i, "ts") == woken),
         "{:?}",
         off_cpu(&out, "i")
     );
@@ -246,7 +266,8 @@ fn perfetto_run(fixture_args: &[&str], tmp: &TempDir) -> (Value, Value) {
 }
 
 /// The same in a Perfetto trace: the slices on each thread's `off-CPU` child track, the wake-up
-/// an instant on the holder's whose flow id the wait's slice ends.
+/// an instant on the holder's whose flow id the `runnable` slice after the wait ends as it
+/// begins, at the same time (the decoder reports an arrow that ends before it starts).
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn perfetto_traces_have_the_waits_and_arrows_too() {
@@ -304,16 +325,18 @@ fn perfetto_traces_have_the_waits_and_arrows_too() {
     assert_eq!(waits.len(), 1, "{}", decoded["off_cpu"]);
     let (begin, end) = (waits[0][3].as_i64().unwrap(), waits[0][4].as_i64().unwrap());
     assert!(end - begin >= 190 * MS, "{}", waits[0]);
+    assert_eq!(decoded["errors"], serde_json::json!([]));
     let edges: Vec<&Value> = decoded["flow_edges"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["to"][0] == "futex lock")
+        // The main thread's other waits (pthread_join's) may have arrows of their own.
+        .filter(|e| e["to"][2] == pid && e["to"][4] == end)
         .collect();
     assert_eq!(edges.len(), 1, "{}", decoded["flow_edges"]);
     assert_eq!(
         edges[0]["to"],
-        serde_json::json!(["futex lock", pid, pid, "off-CPU", end])
+        serde_json::json!(["runnable", pid, pid, "off-CPU", end])
     );
     assert_eq!(
         edges[0]["from"],
@@ -322,7 +345,8 @@ fn perfetto_traces_have_the_waits_and_arrows_too() {
 }
 
 /// A JSON recording of the mutex's wait converts to Perfetto and back event for event: the
-/// waits, the wake-up's instant and both ends of its arrow.
+/// waits, the wake-up's instant and both ends of its arrow, which ends on a `runnable` slice as
+/// it begins.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn off_cpu_waits_convert_to_perfetto_and_back() {
@@ -370,9 +394,130 @@ fn off_cpu_waits_convert_to_perfetto_and_back() {
             .count();
         assert_eq!(n, 1, "{ph} {name}: {recorded:#?}");
     }
+    let flow_end = recorded.iter().find(|e| e.contains(r#""ph":"f""#)).unwrap();
+    let flow_end: Value = serde_json::from_str(flow_end).unwrap();
+    let runnable = recorded
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find(|e| e["name"] == "runnable" && e["tid"] == flow_end["tid"] && e["ts"] == flow_end["ts"]);
+    assert!(runnable.is_some(), "no runnable at {flow_end}: {recorded:#?}");
+    // The threads' short-wait counters, where the threads had short waits (they need not: see
+    // short_waits_are_counters_of_their_thread), convert too, as compared below.
     assert_eq!(converted.len(), recorded.len());
     assert!(
         converted == recorded,
         "the events differ: {recorded:#?}\n{converted:#?}"
+    );
+}
+
+/// The values of thread `tid`'s counter track `track` of a decoded Perfetto trace, with its unit.
+fn thread_counter(decoded: &Value, tid: i64, track: &str) -> (Vec<i64>, Vec<i64>, String) {
+    let found = decoded["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["tid"] == tid && c["track"] == track)
+        .unwrap_or_else(|| panic!("no {track} of {tid}: {}", decoded["counters"]));
+    let numbers = |field: &str| -> Vec<i64> {
+        found[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as i64)
+            .collect()
+    };
+    (
+        numbers("values"),
+        numbers("times"),
+        found["unit"].as_str().unwrap().into(),
+    )
+}
+
+/// 12,000 sleeps of 0.1 ms (about 2 s) under MIN 1 ms are added up in the kernel, yet the
+/// thread's `short waits (ns)` and `short waits (count)` counter tracks, read once a second,
+/// show them: over the capture they add up exactly to the summary's added-up blocked time (its
+/// blocked time less the waits sent on their own, which are slices) and to the 12,000 sleeps
+/// (less those that overran MIN and were sent), and end at 0.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn short_waits_are_counters_of_their_thread() {
+    if !require_bpf() {
+        return;
+    }
+    const SLEEPS: i64 = 12_000;
+    let tmp = TempDir::new("offtl-short");
+    let (decoded, summary) = perfetto_run(&["sleep", &SLEEPS.to_string(), "0.1"], &tmp);
+    let pid = summary["command"]["pid"].as_i64().unwrap();
+    let (blocked, times, unit) = thread_counter(&decoded, pid, "short waits (ns)");
+    assert_eq!(unit, "UNIT_TIME_NS");
+    let (counts, count_times, unit) = thread_counter(&decoded, pid, "short waits (count)");
+    assert_eq!(unit, "UNIT_COUNT");
+    assert_eq!(times, count_times);
+    assert!(times.len() >= 3, "{times:?}: a point a second and a last 0");
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    assert_eq!((blocked.last(), counts.last()), (Some(&0), Some(&0)));
+    // The waits sent on their own: slices on the thread's off-CPU track.
+    let sent: Vec<(String, i64)> = decoded["off_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[1] == pid && s[2] != "runnable")
+        .map(|s| {
+            (
+                s[2].as_str().unwrap().to_string(),
+                s[4].as_i64().unwrap() - s[3].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let thread = summary["off_cpu"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == pid)
+        .unwrap();
+    let blocked_ns = thread["sleeping_ns"].as_i64().unwrap() + thread["uninterruptible_ns"].as_i64().unwrap();
+    let sent_ns: i64 = sent.iter().map(|(_, ns)| ns).sum();
+    assert_eq!(blocked.iter().sum::<i64>(), blocked_ns - sent_ns, "{thread}");
+    let sent_sleeps = sent.iter().filter(|(name, _)| name == "clock_nanosleep").count() as i64;
+    let waits = thread["waits"].as_array().unwrap();
+    let blocked_waits: i64 = waits
+        .iter()
+        .filter(|w| w["wait"] != "runnable")
+        .map(|w| w["intervals"].as_i64().unwrap())
+        .sum();
+    assert_eq!(
+        counts.iter().sum::<i64>(),
+        blocked_waits - sent.len() as i64,
+        "{thread}"
+    );
+    // The main thread blocks only in its sleeps.
+    assert_eq!(counts.iter().sum::<i64>() + sent_sleeps, SLEEPS, "{thread}");
+
+    // In trace.json (by `convert`): `C` events on the thread, the tid in their names before the
+    // unit, with the same values.
+    let out = tmp.join("out");
+    let ran = xtrace(args!["convert", &out]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events: Vec<Value> = trace_events(&out.join("trace.json"))
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .filter(|e: &Value| e["ph"] == "C" && e["cat"] == "off_cpu" && e["tid"] == pid)
+        .collect();
+    let sum = |name: String| -> i64 {
+        let values: Vec<i64> = events
+            .iter()
+            .filter(|e| e["name"] == name.as_str())
+            .map(|e| e["args"]["value"].as_i64().unwrap())
+            .collect();
+        assert_eq!(values.len(), times.len(), "{name}: {events:?}");
+        values.iter().sum()
+    };
+    assert_eq!(
+        sum(format!("short waits {pid} (ns)")),
+        blocked.iter().sum::<i64>()
+    );
+    assert_eq!(
+        sum(format!("short waits {pid} (count)")),
+        counts.iter().sum::<i64>()
     );
 }

@@ -14,7 +14,7 @@ slice; every flow that ends somewhere starts somewhere.
 
 Output: "packets", "tracks" (processes, threads with their names, child tracks by name), "slices"
 (count per pid, tid, track, name and nesting depth), "instants", "async" (per async slice: name,
-pid, and whether it was closed), "counters" (per track: unit, values in time order), "clocks"
+pid, and whether it was closed), "counters" (per track: pid, tid for a thread's, unit, values in time order and their times), "clocks"
 (clock ids per snapshot with wall time), "args" (annotation names per event name), "samples"
 (CPU samples per call stack, folded outermost first, kernel frames suffixed `_[k]`),
 "sample_threads" ([pid, tid, samples]), "sequences", "timestamps" (first and last), "flows" (count
@@ -232,6 +232,8 @@ def summarize(events, tracks, clocks, errors, packets):
         for f in starts:
             flow_starts[f] = [name, pid, tid, t.get("name"), ts]
         for f in ends:
+            if f not in flow_starts:
+                errors.append(f"flow {f:#x} ends at {name} before it starts")
             flow_ends[f] = [name, pid, tid, t.get("name"), ts]
         if kind == TE.TYPE_SLICE_BEGIN:
             stacks[uuid].append((name, len(stacks[uuid]), ts))
@@ -249,7 +251,7 @@ def summarize(events, tracks, clocks, errors, packets):
         elif kind == TE.TYPE_INSTANT:
             instants[where + (name,)] += 1
         elif kind == TE.TYPE_COUNTER:
-            counters[(pid, t.get("name"), t.get("unit"))].append(value)
+            counters[(pid, tid, t.get("name"), t.get("unit"))].append([ts, value])
     open_left = sum(len(s) for s in stacks.values())
     for f in flow_ends.keys() - flow_starts.keys():
         errors.append(f"flow {f:#x} ends at {flow_ends[f][0]} and starts nowhere")
@@ -273,7 +275,8 @@ def summarize(events, tracks, clocks, errors, packets):
         "instants": [{"pid": k[0], "tid": k[1], "track": k[2], "name": k[3], "count": n}
                      for k, n in sorted(instants.items(), key=str)],
         "async": asyncs,
-        "counters": [{"pid": k[0], "track": k[1], "unit": k[2], "values": v}
+        "counters": [{"pid": k[0], "tid": k[1], "track": k[2], "unit": k[3],
+                      "values": [p[1] for p in v], "times": [p[0] for p in v]}
                      for k, v in sorted(counters.items(), key=str)],
         "clocks": clocks,
         "args": {k: sorted(v) for k, v in args.items()},

@@ -54,6 +54,24 @@ pub struct OffCpuInterval {
     pub _pad: u32,
 }
 
+/// The name the kernel threads that run soft interrupts have, `ksoftirqd/CPU`, up to the CPU.
+pub const SOFTIRQ_THREAD: &[u8; 10] = b"ksoftirqd/";
+
+/// Whether a kernel thread named `comm` runs soft interrupts (`ksoftirqd/N`): a wake-up it makes
+/// finishes an interrupt's work (an I/O completion, a packet, a timer), so it is the interrupt's,
+/// not that thread's. Byte by byte, for the kernel program (no `memcmp` there).
+#[inline(always)]
+pub fn runs_soft_interrupts(comm: &[u8; 16]) -> bool {
+    let mut i = 0;
+    while i < SOFTIRQ_THREAD.len() {
+        if comm[i] != SOFTIRQ_THREAD[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Where the last wake-up of a thread came from (`OffCpuInterval::waker_context`).
 pub mod waker_context {
     /// A thread, named by `waker_pid`/`waker_tid` (0: the idle task, or no wake-up seen).
@@ -157,4 +175,35 @@ mod pod {
     unsafe impl aya::Pod for super::OffCpuTotal {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::OffCpuInterval {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_soft_interrupts;
+
+    fn comm(name: &str) -> [u8; 16] {
+        let mut comm = [0u8; 16];
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        comm
+    }
+
+    /// `ksoftirqd/N` of any CPU runs soft interrupts; other kernel threads and names that only
+    /// begin alike do not.
+    #[test]
+    fn only_ksoftirqd_threads_run_soft_interrupts() {
+        for name in ["ksoftirqd/0", "ksoftirqd/15", "ksoftirqd/1023"] {
+            assert!(runs_soft_interrupts(&comm(name)), "{name}");
+        }
+        for name in [
+            "",
+            "ksoftirqd",
+            "kworker/0:1",
+            "rcu_preempt",
+            "migration/0",
+            "ksoftirq/0",
+            "Ksoftirqd/0",
+        ] {
+            assert!(!runs_soft_interrupts(&comm(name)), "{name}");
+        }
+    }
 }

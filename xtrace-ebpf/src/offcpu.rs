@@ -22,8 +22,8 @@ use aya_ebpf::{
 use xtrace_common::{
     event::USER_STACK_MAX,
     offcpu::{
-        futex_waits, state, waker_context, OffCpuKey, OffCpuScratch, OffCpuThread, OffCpuTotal, KIND_OFF_CPU,
-        NO_SYSCALL, OFF_CPU_KEYS, SYS_FUTEX,
+        futex_waits, runs_soft_interrupts, state, waker_context, OffCpuKey, OffCpuScratch, OffCpuThread,
+        OffCpuTotal, KIND_OFF_CPU, NO_SYSCALL, OFF_CPU_KEYS, SYS_FUTEX,
     },
     probe::counter,
 };
@@ -33,7 +33,7 @@ use crate::{
         add, count, current_pid_tgid, is_self, load_time, output_flags, read_kernel, sampled, thread_traced,
         EVENTS,
     },
-    regs::{PT_REGS_DI, PT_REGS_ORIG_AX, PT_REGS_SI},
+    regs::{PT_REGS_CS, PT_REGS_DI, PT_REGS_ORIG_AX, PT_REGS_SI},
     task_storage::TaskStorage,
     uprobe::header,
 };
@@ -304,21 +304,31 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
     let thread = unsafe { &mut *thread };
     // From an interrupt (a timer, an I/O completion) the current task is whichever was running,
     // no waker: the wake-up says so, with no ids.
-    let interrupt = in_interrupt(&ctx);
-    thread.waker_context = match interrupt {
-        true => waker_context::INTERRUPT,
-        false => waker_context::THREAD,
+    let waker = waker_of(&ctx);
+    let ids = match waker {
+        Waker::Interrupt => 0,
+        Waker::Task { .. } => current_pid_tgid().unwrap_or(0),
     };
-    let ids = match interrupt {
-        true => 0,
-        false => current_pid_tgid().unwrap_or(0),
-    };
-    thread.waker_pid = (ids >> 32) as u32;
-    thread.waker_tid = ids as u32;
-    thread.waker_comm = match ids {
+    let comm = match ids {
         0 => [0; 16],
         _ => bpf_get_current_comm().unwrap_or_default(),
     };
+    // A `ksoftirqd/N` kernel thread finishing an interrupt's work: the interrupt's wake-up.
+    let softirq = matches!(waker, Waker::Task { maybe_kernel: true })
+        && ids != 0
+        && runs_soft_interrupts(&comm)
+        && in_kernel_thread();
+    let (ids, comm) = match softirq {
+        true => (0, [0; 16]),
+        false => (ids, comm),
+    };
+    thread.waker_context = match ids {
+        0 if softirq || matches!(waker, Waker::Interrupt) => waker_context::INTERRUPT,
+        _ => waker_context::THREAD,
+    };
+    thread.waker_pid = (ids >> 32) as u32;
+    thread.waker_tid = ids as u32;
+    thread.waker_comm = comm;
     // The waker of a thread waiting on a lock released it: where it was is the holder's stack.
     thread.waker_stack = match (ids, thread.key.lock) {
         (0, _) | (_, 0) => -1,
@@ -330,14 +340,47 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-/// Whether this runs in an interrupt: whether the kernel stack passes through the interrupt entry
-/// code. (The current task is whichever one the interrupt came in on.) A wake-up that certainly
-/// runs in a system call or a kernel thread is told without walking the stack.
+/// What runs a wake-up.
+#[derive(Clone, Copy)]
+enum Waker {
+    /// An interrupt, on whichever task it came in on.
+    Interrupt,
+    /// The current task; `maybe_kernel` when it may be a kernel thread (its saved registers say
+    /// system call 0, as a kernel thread's all-0 ones do, or were not looked at): only then is its
+    /// name compared with `ksoftirqd/`.
+    Task { maybe_kernel: bool },
+}
+
+/// What runs this wake-up: an interrupt when the kernel stack passes through the interrupt entry
+/// code (the current task is then whichever one the interrupt came in on), else the current task.
+/// A wake-up that certainly runs in a system call or a kernel thread is told without walking the
+/// stack.
 #[inline(always)]
-fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
-    if in_task_context(ctx) {
-        return false;
+fn waker_of(ctx: &BtfTracePointContext) -> Waker {
+    if let Some(syscall) = task_context_syscall(ctx) {
+        return Waker::Task {
+            maybe_kernel: syscall == 0,
+        };
     }
+    match in_interrupt_entry(ctx) {
+        true => Waker::Interrupt,
+        false => Waker::Task { maybe_kernel: true },
+    }
+}
+
+/// Whether the current task is a kernel thread: its saved user code segment is 0 (a user task's
+/// is the user one, in a system call as in an interrupt). Read only for a `ksoftirqd/` name.
+#[inline(always)]
+fn in_kernel_thread() -> bool {
+    // SAFETY: the helpers take the current task's BTF pointer; the field is read with a checked
+    // read.
+    let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf()) as u64 };
+    read_kernel::<u64>(regs, PT_REGS_CS as u32) == Some(0)
+}
+
+/// Whether the kernel stack passes through the interrupt entry code (`IRQ_ENTRY_START`..).
+#[inline(always)]
+fn in_interrupt_entry(ctx: &BtfTracePointContext) -> bool {
     let (start, end) = (load_time(&IRQ_ENTRY_START), load_time(&IRQ_ENTRY_END));
     if start == 0 || end <= start {
         return false;
@@ -359,22 +402,21 @@ fn in_interrupt(ctx: &BtfTracePointContext) -> bool {
     false
 }
 
-/// Whether this certainly runs in the current task's own context: on its kernel stack, whose
-/// saved user registers are a system call's (or a kernel thread's, all 0). On x86-64 an interrupt
-/// of kernel code, and soft interrupts, run on the CPU's interrupt stack; only an interrupt (or a
-/// fault) of user code runs on the task's stack, and its entry sets the saved `orig_ax` to -1.
-/// The tracepoint's arguments (`ctx`) lie on the stack it fired on. Anything else (an interrupt,
-/// a fault, `TASK_STACK` unknown) is left to the stack walk, which says which it is.
+/// When this certainly runs in the current task's own context, the system call its saved user
+/// registers are in: on its kernel stack, whose saved user registers are a system call's (or a
+/// kernel thread's, all 0: system call 0). On x86-64 an interrupt of kernel code, and soft
+/// interrupts, run on the CPU's interrupt stack; only an interrupt (or a fault) of user code runs
+/// on the task's stack, and its entry sets the saved `orig_ax` to -1. The tracepoint's arguments
+/// (`ctx`) lie on the stack it fired on. Anything else (an interrupt, a fault, `TASK_STACK`
+/// unknown) is None, left to the stack walk, which says which it is.
 #[inline(always)]
-fn in_task_context(ctx: &BtfTracePointContext) -> bool {
+fn task_context_syscall(ctx: &BtfTracePointContext) -> Option<i64> {
     // An idle task (ids 0) takes some interrupts on its own stack: left to the walk.
     let offset = load_time(&TASK_STACK);
     if offset == 0 || aya_ebpf::helpers::bpf_get_current_pid_tgid() == 0 {
-        return false;
+        return None;
     }
-    let Some(slot) = WAKER_STACK.get_ptr_mut(0) else {
-        return false;
-    };
+    let slot = WAKER_STACK.get_ptr_mut(0)?;
     // SAFETY: this CPU's buffer (see WAKER_STACK). The arguments' address is passed through it to
     // make it a number: only compared, never read. (The verifier lets a tracing program, which
     // needs CAP_PERFMON, store a pointer in a map.)
@@ -389,10 +431,11 @@ fn in_task_context(ctx: &BtfTracePointContext) -> bool {
         let task = bpf_get_current_task_btf();
         (task as u64, bpf_task_pt_regs(task) as u64)
     };
-    let Some(stack) = read_kernel::<u64>(task, offset) else {
-        return false;
-    };
-    here >= stack && here < regs && read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).is_some_and(|nr| nr >= 0)
+    let stack = read_kernel::<u64>(task, offset)?;
+    if here < stack || here >= regs {
+        return None;
+    }
+    read_kernel::<i64>(regs, PT_REGS_ORIG_AX as u32).filter(|&nr| nr >= 0)
 }
 
 /// sys_exit: a traced thread returning from a system call it slept in for at least MIN sends that

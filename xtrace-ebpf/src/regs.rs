@@ -25,6 +25,9 @@ pub const PT_REGS_BP: usize = 4 * 8;
 pub const PT_REGS_ORIG_AX: usize = 15 * 8;
 /// Offset of `ip`.
 pub const PT_REGS_IP: usize = 16 * 8;
+/// Offset of `cs`: the user code segment while in user space or a system call; 0 in a kernel
+/// thread, whose saved registers are all 0.
+pub const PT_REGS_CS: usize = 17 * 8;
 /// Offset of `flags`.
 pub const PT_REGS_FLAGS: usize = 18 * 8;
 /// Offset of `sp`.

@@ -171,8 +171,10 @@ pub(crate) enum Decoded<'a> {
         args: Option<&'a str>,
         flow: Option<Flow>,
     },
+    /// A counter's value; `tid` for a thread's counter track (off-CPU short waits).
     Counter {
         pid: u32,
+        tid: Option<u32>,
         track: &'a str,
         ts_ns: u64,
         value: Counted,
@@ -216,6 +218,7 @@ impl Decode for Sink<'_> {
             } => self.instant(&name.name, &name.cat),
             Decoded::Counter {
                 pid,
+                tid: None,
                 track,
                 ts_ns,
                 value,
@@ -380,7 +383,8 @@ impl State {
                         args: open.args.as_deref(),
                         end_args: end_args.as_deref(),
                         depth: open.depth,
-                        // A launch's flow ends where its slice begins, a wake-up's where it ends.
+                        // A flow ends where its slice begins (one on the end, from an older
+                        // trace, is read too).
                         flow: open.flow.or(flow),
                     }))?;
                 }
@@ -405,9 +409,10 @@ impl State {
                     (None, Some(v)) => Counted::Double(v),
                     (None, None) => return Err(format!("a counter event on track {uuid} without a value")),
                 };
-                if let (Some((pid, _)), Some(Track::Child { name, .. })) = (owner, self.tracks.get(&uuid)) {
+                if let (Some((pid, tid)), Some(Track::Child { name, .. })) = (owner, self.tracks.get(&uuid)) {
                     sink.decoded(Decoded::Counter {
                         pid,
+                        tid,
                         track: name,
                         ts_ns: ts,
                         value,

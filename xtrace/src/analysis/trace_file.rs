@@ -262,7 +262,7 @@ impl Events for Sink<'_> {
                 self.span(&name, (pid, tid), start_ns, dur_ns, args)?;
             }
             "i" | "I" => self.instant(name.unwrap_or(""), cat.unwrap_or("")),
-            "C" if self.keep_counters => {
+            "C" if self.keep_counters && cat != Some(crate::model::wait::TIMELINE_CATEGORY) => {
                 let ts_ns = event
                     .ts
                     .and_then(micros_to_ns)

@@ -11,7 +11,9 @@ use crate::{
     output::Sink,
     pipeline::{
         perfetto::{SampleFrame, KERNEL_MAPPING},
-        writer::{AsyncEdge, EventKind, EventWriter, Flow, FlowKind, SpanOut, TimelineSample},
+        writer::{
+            thread_counter_name, AsyncEdge, EventKind, EventWriter, Flow, FlowKind, SpanOut, TimelineSample,
+        },
     },
 };
 
@@ -96,19 +98,15 @@ impl Replay<'_> {
     }
 
     /// A pid or tid of the event, placed.
-    /// The end of a flow (`f`), put on the span held before it: a launch's arrow ends where its
-    /// slice begins, a wake-up's where its wait ends.
+    /// The end of a flow (`f`), put on the span held before it: an arrow ends where its slice
+    /// begins (a launch's GPU work, a wake-up's `runnable`).
     fn flow_end(&mut self, e: &RawEvent, (pid, tid): (u32, u32), name: &str) -> Result<(), String> {
         let (id, ts) = (hex_id(e)?, self.time(e.ts, name)?);
         let kind = FlowKind::of_id(id);
-        let at = |h: &SpanOut| match kind {
-            FlowKind::Launch => h.start_ns,
-            FlowKind::Wake => h.start_ns.saturating_add(h.dur_ns()),
-        };
         if let Some(held) = self
             .held
             .as_mut()
-            .filter(|h| (h.pid, h.tid, at(h)) == (pid, tid, ts))
+            .filter(|h| (h.pid, h.tid, h.start_ns) == (pid, tid, ts))
         {
             if let EventKind::Span { flow, .. } = &mut held.kind {
                 *flow = Some(Flow { id, end: true, kind });
@@ -213,6 +211,16 @@ impl Events for Replay<'_> {
                 io(self.writer.span(&SpanOut {
                     start_ns: self.time(e.ts, name)?,
                     kind: EventKind::Counter(args.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
+                    ..span(&Map::new())
+                }))
+            }
+            // A thread's counter (off-CPU short waits): the tid it was recorded with in its name.
+            "C" if cat == crate::model::wait::TIMELINE_CATEGORY => {
+                let recorded_tid = e.tid.unwrap_or(0) as u32;
+                io(self.writer.span(&SpanOut {
+                    start_ns: self.time(e.ts, name)?,
+                    name: Some(thread_counter_name(name, recorded_tid).into()),
+                    kind: EventKind::ThreadCounter(args.get("value").and_then(Value::as_u64).unwrap_or(0)),
                     ..span(&Map::new())
                 }))
             }

@@ -225,6 +225,26 @@ impl Decode for Writing<'_, '_> {
             }
             Decoded::Counter {
                 pid,
+                tid: Some(tid),
+                track,
+                ts_ns,
+                value,
+            } => io(self.replay.writer.span(&SpanOut {
+                probe: usize::MAX,
+                pid: self.id(pid)?,
+                tid: self.id(tid)?,
+                start_ns: self.time(ts_ns)?,
+                name: Some(track.into()),
+                cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+                kind: EventKind::ThreadCounter(match value {
+                    Counted::Int(v) => v as u64,
+                    Counted::Double(v) => v as u64,
+                }),
+                ..Default::default()
+            })),
+            Decoded::Counter {
+                pid,
+                tid: None,
                 track,
                 ts_ns,
                 value,

@@ -68,7 +68,8 @@ fn spans() -> Vec<SpanOut> {
             },
             ..span(9, 1_002_000, 0, 0)
         },
-        // An off-CPU wait of thread 9 and the wake-up by thread 8 that ended it, with its arrow.
+        // An off-CPU wait of thread 9 and the wake-up by thread 8 that ended it, with its arrow
+        // to thread 9's wait for a CPU.
         SpanOut {
             name: Some("wake".into()),
             cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
@@ -84,8 +85,14 @@ fn spans() -> Vec<SpanOut> {
         SpanOut {
             name: Some("futex".into()),
             cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+            values: Some(r#","state":"sleeping","runnable_ns":2000"#.into()),
+            ..span(9, 1_025_000, 5_000, 0)
+        },
+        SpanOut {
+            name: Some("runnable".into()),
+            cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
             kind: EventKind::Span {
-                dur_ns: 5_000,
+                dur_ns: 2_000,
                 depth: 0,
                 flow: Some(Flow {
                     id: FlowKind::WAKE_BIT | 1,
@@ -93,8 +100,14 @@ fn spans() -> Vec<SpanOut> {
                     kind: FlowKind::Wake,
                 }),
             },
-            values: Some(r#","state":"sleeping","runnable_ns":0"#.into()),
-            ..span(9, 1_025_000, 5_000, 0)
+            ..span(9, 1_030_000, 2_000, 0)
+        },
+        // Thread 9's short waits (`--off-cpu`): a counter of its own.
+        SpanOut {
+            name: Some("short waits (ns)".into()),
+            cat: Some(crate::model::wait::TIMELINE_CATEGORY.into()),
+            kind: EventKind::ThreadCounter(12_345),
+            ..span(9, 1_018_000, 0, 0)
         },
         SpanOut {
             name: Some("CUDA device memory (bytes)".into()),
@@ -231,7 +244,7 @@ fn a_perfetto_trace_converts_to_the_trace_json_of_the_same_events() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(got, want);
-    assert_eq!(got.len(), 18, "{got:#?}");
+    assert_eq!(got.len(), 20, "{got:#?}");
     assert!(got.iter().any(|e| e.contains("\"depth\":1")), "{got:#?}");
     assert_eq!(nested, want);
     assert_eq!(back, want);

@@ -90,10 +90,11 @@ fn push_name_cat(buf: &mut Vec<u8>, name: &str, cat: &str) {
 /// `s` to the innermost slice of its thread open at its `ts`, and an `f` with `"bp":"e"` to the
 /// innermost one enclosing its `ts` (without it, to the next slice that begins after). Perfetto
 /// reads the events in time order, events of one time in file order, and binds an `f` only to a
-/// flow whose `s` it has read: so a launch's `f` is at its slice's start (the launch came
-/// before), and a wake-up's at the end of the wait it ended, written after the wake-up's `s`
-/// (whose own instant it binds to). Perfetto then keeps the flow from the earlier-starting of
-/// the two slices to the later: a wake-up's arrow joins the wait's end and the wake-up.
+/// flow whose `s` it has read: so an `f` is at its slice's start, written after its `s` (a
+/// launch's came before; a wake-up's `s` is at the same time as the woken thread's `runnable`
+/// slice, and written before it). Perfetto then keeps the flow from the earlier-starting of the
+/// two slices to the later (the first read on a tie): from the launch to the GPU work, from the
+/// waker's `wake` instant to the woken thread's `runnable` slice.
 fn push_flow(buf: &mut Vec<u8>, flow: super::writer::Flow, ts_ns: u64, (pid, tid): (u32, u32)) {
     buf.extend_from_slice(if flow.end {
         b"{\"ph\":\"f\",\"bp\":\"e\","
@@ -195,6 +196,14 @@ impl<W: Write> ChromeWriter<W> {
             EventKind::Counter(value) => {
                 push_counter(buf, pid, name, span.start_ns, &format!("\"bytes\":{value}"));
             }
+            EventKind::ThreadCounter(value) => {
+                // A process's counter in trace.json: the tid in its name, and beside it.
+                let track = super::writer::json_counter_name(span.name.as_deref().unwrap_or("counter"), tid);
+                buf.extend_from_slice(b"{\"ph\":\"C\",");
+                push_name_cat(buf, &quote(&track), cat);
+                push_when_where(buf, span.start_ns, pid, Some(tid));
+                push_args(buf, &format!("\"value\":{value}"));
+            }
             EventKind::Async(edge) => {
                 let values = values.strip_prefix(',').unwrap_or(values);
                 buf.extend_from_slice(if edge.begin {
@@ -234,11 +243,7 @@ impl<W: Write> ChromeWriter<W> {
                 );
                 if let Some(flow) = flow {
                     buf.extend_from_slice(b",\n");
-                    let at = match flow.kind {
-                        FlowKind::Launch => span.start_ns,
-                        FlowKind::Wake => span.start_ns.saturating_add(dur_ns),
-                    };
-                    push_flow(buf, flow, at, (pid, tid));
+                    push_flow(buf, flow, span.start_ns, (pid, tid));
                 }
             }
         }

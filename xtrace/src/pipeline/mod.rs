@@ -20,6 +20,7 @@ pub mod live;
 pub use live::LiveParts;
 pub mod locks;
 pub mod offcpu;
+pub mod offcpu_counters;
 pub mod offcpu_timeline;
 pub mod perfetto;
 pub mod ranges;
@@ -151,6 +152,8 @@ pub struct Pipeline<W: Write + Send + 'static> {
     started_at: Option<u64>,
     /// `--flight`: the trace events are kept here instead of being written.
     flight: Option<flight::Flight>,
+    /// With `--off-cpu`: the reads of the kernel's added-up waits, for each thread's counters.
+    short_waits: Option<offcpu_counters::ShortWaits>,
     /// With the live view: each probe's calls of the last minute.
     recent: Option<live::RecentCalls>,
 }
@@ -176,6 +179,9 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             call_sites,
             host_spans,
         } = setup;
+        let short_waits = off_cpu
+            .is_some()
+            .then(|| offcpu_counters::ShortWaits::starting(crate::clock::monotonic_ns()));
         let mut pipeline = Pipeline {
             stats: vec![ProbeStats::default(); captures.len()],
             trace,
@@ -207,6 +213,7 @@ impl<W: Write + Send + 'static> Pipeline<W> {
             started_at: None,
             recent: None,
             flight: None,
+            short_waits,
         };
         for pid in pipeline.targets.clone().into_iter().flatten() {
             pipeline.seen(pid);

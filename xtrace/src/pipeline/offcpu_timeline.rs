@@ -2,7 +2,8 @@
 //! system call) becomes a slice on its thread named by what it waited in (`clock_nanosleep`,
 //! `futex lock` for a lock the image model names), then its wait for a CPU once woken
 //! (`runnable`); a wake-up by another thread becomes a `wake` instant on the waker's thread at the
-//! moment it woke the wait, with a flow arrow from it to the wait. All of category
+//! moment it woke the wait, with a flow arrow from it to the `runnable` slice that begins then
+//! (forward in time, as Perfetto draws an arrow from the earlier slice). All of category
 //! [`TIMELINE_CATEGORY`]: on each thread's `off-CPU` track in a Perfetto trace, so they never cut
 //! through the nesting of the thread's function spans; in trace.json on the thread itself, where
 //! a wait lies inside the call that made it. Waits added up in the kernel have no time of their
@@ -81,8 +82,9 @@ fn wait_args(interval: &OffCpuInterval) -> String {
 
 /// The timeline events of one wait of thread (pid, tid), in the order they are written: the
 /// `wake` instant on the waker's thread where a thread woke it (flow `flow_id` begins there;
-/// written first, so that a reader going in time order has seen it when the wait's end ends the
-/// flow), the wait from `start_ns` for `duration_ns`, then `runnable` for `runnable_ns`.
+/// written first, so that a reader going in time order has seen it when the `runnable` slice at
+/// the same time ends the flow), the wait from `start_ns` for `duration_ns`, then `runnable` for
+/// `runnable_ns` (there even when 0 where the arrow ends on it).
 pub fn timeline(
     interval: &OffCpuInterval,
     (pid, tid): (u32, u32),
@@ -117,19 +119,21 @@ pub fn timeline(
     let name = wait_name(interval, lock);
     events.push(SpanOut {
         values: Some(wait_args(interval).into()),
-        kind: EventKind::Span {
-            dur_ns: interval.duration_ns,
-            depth: 0,
-            flow: woken_by_thread.then_some(Flow {
-                id: flow_id,
-                end: true,
-                kind: FlowKind::Wake,
-            }),
-        },
         ..event(pid, tid, interval.start_ns, interval.duration_ns, &name)
     });
-    if interval.runnable_ns > 0 {
-        events.push(event(pid, tid, woken_ns, interval.runnable_ns, "runnable"));
+    if interval.runnable_ns > 0 || woken_by_thread {
+        events.push(SpanOut {
+            kind: EventKind::Span {
+                dur_ns: interval.runnable_ns,
+                depth: 0,
+                flow: woken_by_thread.then_some(Flow {
+                    id: flow_id,
+                    end: true,
+                    kind: FlowKind::Wake,
+                }),
+            },
+            ..event(pid, tid, woken_ns, interval.runnable_ns, "runnable")
+        });
     }
     events
 }
@@ -159,7 +163,7 @@ mod tests {
     }
 
     /// A wait on a named lock woken by a thread: the wake-up's instant on the waker at the
-    /// wait's end begins the flow the wait ends; then the wait for a CPU.
+    /// wait's end begins the flow that the wait for a CPU, beginning then, ends.
     #[test]
     fn a_wake_up_by_a_thread_is_an_arrow_to_the_wait() {
         let events = timeline(&interval(7, 0x1000), (7, 7), Some("lock"), 42);
@@ -177,7 +181,10 @@ mod tests {
                 kind: FlowKind::Wake,
             })
         };
-        assert_eq!((wake.flow(), wait.flow()), (flow(false), flow(true)));
+        assert_eq!(
+            (wake.flow(), wait.flow(), runnable.flow()),
+            (flow(false), None, flow(true))
+        );
         assert_eq!((wait.tid, wait.start_ns, wait.dur_ns()), (7, 1_000, 200));
         assert_eq!(wait.name.as_deref(), Some("futex lock"));
         assert_eq!(wait.cat.as_deref(), Some(TIMELINE_CATEGORY));
@@ -190,6 +197,15 @@ mod tests {
             (Some("runnable"), 1_200, 30)
         );
         assert!(events.iter().all(|e| e.probe == NO_PROBE));
+        // Woken by a thread and at once on a CPU: the arrow still ends on a `runnable`, of 0.
+        let mut at_once = interval(7, 0);
+        at_once.runnable_ns = 0;
+        let events = timeline(&at_once, (7, 7), None, 42);
+        assert_eq!(events.len(), 3);
+        assert_eq!(
+            (events[2].start_ns, events[2].dur_ns(), events[2].flow()),
+            (1_200, 0, flow(true))
+        );
     }
 
     /// Woken from an interrupt or the idle task: no arrow, and the args say so; no wait for a

@@ -32,7 +32,8 @@ pub struct SpanOut {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// A completed call or slice (`"ph":"X"`) of `dur_ns` from `start_ns`, at nesting `depth`;
-    /// it may end a flow arrow (a GPU launch's at its start, a wake-up's at its end).
+    /// it may end a flow arrow at its start (a GPU launch's, a wake-up's on the woken thread's
+    /// wait for a CPU).
     Span {
         dur_ns: u64,
         depth: u32,
@@ -42,6 +43,10 @@ pub enum EventKind {
     Instant { flow: Option<Flow> },
     /// A counter sample (`"ph":"C"`) of the process's track named `name`, at `start_ns`.
     Counter(u64),
+    /// A counter sample of the thread's own track named `name`, which ends with its unit
+    /// (`short waits (ns)`), at `start_ns`: in trace.json, whose counters are a process's, named
+    /// with the tid before the unit (see [`json_counter_name`]).
+    ThreadCounter(u64),
     /// One end of an async span (`"ph":"b"`/`"e"`) at `start_ns`, told apart by its id.
     Async(AsyncEdge),
 }
@@ -104,8 +109,27 @@ impl SpanOut {
     pub fn flow(&self) -> Option<Flow> {
         match self.kind {
             EventKind::Span { flow, .. } | EventKind::Instant { flow } => flow,
-            EventKind::Counter(_) | EventKind::Async(_) => None,
+            EventKind::Counter(_) | EventKind::ThreadCounter(_) | EventKind::Async(_) => None,
         }
+    }
+}
+
+/// trace.json's name of thread `tid`'s counter track `name`: the tid before the unit the name
+/// ends with (`short waits 4213 (ns)`), so that viewers, which keep a counter per process and
+/// name, keep the threads' apart.
+pub fn json_counter_name(name: &str, tid: u32) -> String {
+    match name.rsplit_once(" (") {
+        Some((base, unit)) => format!("{base} {tid} ({unit}"),
+        None => format!("{name} {tid}"),
+    }
+}
+
+/// The thread counter track's name that [`json_counter_name`] made `json` of, for thread `tid`.
+pub fn thread_counter_name(json: &str, tid: u32) -> String {
+    let with_tid = format!(" {tid}");
+    match json.rsplit_once(" (") {
+        Some((base, unit)) => format!("{} ({unit}", base.strip_suffix(&with_tid).unwrap_or(base)),
+        None => json.strip_suffix(&with_tid).unwrap_or(json).to_string(),
     }
 }
 
@@ -122,8 +146,8 @@ pub struct Flow {
 pub enum FlowKind {
     /// A CUDA launch to the GPU work it launched: it ends where the slice begins.
     Launch,
-    /// A thread's wake-up of another to the wait it ended: it ends where the wait ends (the
-    /// wake-up comes after the wait began).
+    /// A thread's wake-up of another to the woken thread's wait for a CPU (`runnable`), which
+    /// begins at the wake-up: it ends where that slice begins, so that it goes forward in time.
     Wake,
 }
 
@@ -431,5 +455,16 @@ mod tests {
             .err()
             .expect("finishing after a failure fails too");
         assert_eq!(err.to_string(), "the trace writer stopped");
+    }
+
+    /// A thread's counter in trace.json has the tid before its unit, and reads back without it.
+    #[test]
+    fn a_thread_counter_is_named_with_its_tid_in_trace_json() {
+        assert_eq!(json_counter_name("short waits (ns)", 42), "short waits 42 (ns)");
+        assert_eq!(json_counter_name("waits", 42), "waits 42");
+        assert_eq!(thread_counter_name("short waits 42 (ns)", 42), "short waits (ns)");
+        assert_eq!(thread_counter_name("waits 42", 42), "waits");
+        // Another thread's tid is not taken out.
+        assert_eq!(thread_counter_name("waits 42 (ns)", 7), "waits 42 (ns)");
     }
 }

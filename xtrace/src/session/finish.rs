@@ -131,7 +131,13 @@ impl Stopped<'_> {
         let off_cpu_lost = match &off_cpu {
             Some(tables) => {
                 let stack_of = |id| tables.stack(id);
-                pipeline.off_cpu_totals(&tables.read(), crate::clock::monotonic_ns(), &stack_of);
+                let (totals, now) = (tables.read(), crate::clock::monotonic_ns());
+                // The threads' short-wait counters' last stretch, from the same read.
+                let read: Vec<_> = totals.iter().map(|(key, total, _)| (*key, *total)).collect();
+                pipeline
+                    .off_cpu_read(now, &read, true)
+                    .map_err(output_error(&trace_file.path))?;
+                pipeline.off_cpu_totals(&totals, now, &stack_of);
                 bpf::read_lost_off_cpu(&counters)?
             }
             None => 0,

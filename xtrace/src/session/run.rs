@@ -1,6 +1,7 @@
 //! The recording loop: drain the ring buffer when the kernel signals or every poll interval, report
-//! progress, publish to the live view, and return on the first stop condition (-d, SIGINT,
-//! SIGTERM, SIGHUP, targets exited, the live view's Stop button).
+//! progress, publish to the live view, read the kernel's added-up off-CPU waits once a second, and
+//! return on the first stop condition (-d, SIGINT, SIGTERM, SIGHUP, targets exited, the live
+//! view's Stop button).
 use std::{
     io::Write,
     os::fd::OwnedFd,
@@ -27,6 +28,8 @@ use crate::{
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 /// How often the live view gets a new snapshot.
 const PUBLISH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the kernel's added-up off-CPU waits are read for the threads' counters.
+const OFF_CPU_READ_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the live status line shows.
 #[derive(Clone, Copy, Debug, Default)]
@@ -132,8 +135,23 @@ pub struct Loop<'a, W: Write + Send + 'static> {
     pub live: Option<&'a mut crate::live::Publisher>,
     /// `--flight`: its triggers and writing.
     pub flight: Option<&'a mut super::flight::Recorder>,
-    /// `--off-cpu`: the kernel's added-up waits, read for the flight recorder's window.
+    /// `--off-cpu`: the kernel's added-up waits, read for the threads' short-wait counters, or
+    /// the flight recorder's window.
     pub off_cpu: Option<&'a crate::probes::offcpu::Tables>,
+}
+
+/// Without `--flight`: once a second, the kernel's added-up off-CPU waits for the threads'
+/// short-wait counters (`last`: when last read).
+fn read_off_cpu<W: Write + Send + 'static>(
+    pipeline: &mut Pipeline<W>,
+    tables: &crate::probes::offcpu::Tables,
+    last: &mut Instant,
+) -> std::io::Result<()> {
+    if last.elapsed() < OFF_CPU_READ_INTERVAL {
+        return Ok(());
+    }
+    *last = Instant::now();
+    pipeline.off_cpu_read(crate::clock::monotonic_ns(), &tables.totals(), false)
 }
 
 /// Returns when the live view's Stop button is pressed; never without a live view.
@@ -246,6 +264,7 @@ pub async fn run<W: Write + Send + 'static>(
     tokio::pin!(deadline);
     let started = Instant::now();
     let (mut last_report, mut last_events, mut last_publish) = (started, 0, started);
+    let mut last_off_cpu_read = started;
     let test_panic = cfg!(debug_assertions) && std::env::var_os("XTRACE_TEST_PANIC").is_some();
     loop {
         tokio::select! {
@@ -296,6 +315,8 @@ pub async fn run<W: Write + Send + 'static>(
             for line in flight.tick(pipeline, crate::clock::monotonic_ns(), off_cpu) {
                 observer.notice(&line);
             }
+        } else if let Some(tables) = off_cpu {
+            read_off_cpu(pipeline, tables, &mut last_off_cpu_read).map_err(output_error(&trace_file.path))?;
         }
         if last_report.elapsed() >= PROGRESS_INTERVAL {
             let now = Instant::now();

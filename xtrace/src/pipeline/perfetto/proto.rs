@@ -250,7 +250,9 @@ pub struct CounterDescriptor {
     pub unit_name: Option<String>,
 }
 
-/// `CounterDescriptor.Unit`.
+/// `CounterDescriptor.Unit`s.
+pub const UNIT_TIME_NS: i32 = 1;
+pub const UNIT_COUNT: i32 = 2;
 pub const UNIT_SIZE_BYTES: i32 = 3;
 
 /// protos/perfetto/trace/track_event/track_event.proto `TrackEvent`.

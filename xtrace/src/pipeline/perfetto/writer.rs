@@ -31,7 +31,7 @@ use super::{
 use crate::{
     clock::Snapshot,
     model::wait::{TIMELINE_CATEGORY, TIMELINE_TRACK},
-    pipeline::writer::{EventKind, FlowKind, SpanOut},
+    pipeline::writer::{EventKind, SpanOut},
 };
 
 /// The main sequence: descriptors, counters, async ranges, samples. 1 is the tracing service's
@@ -79,6 +79,8 @@ struct Tracks {
     sources: FastMap<(u32, u32, u64), (u64, usize)>,
     /// By pid and name.
     counters: FastMap<(u32, Box<str>), u64>,
+    /// A thread's, by pid, tid and name.
+    thread_counters: FastMap<(u32, u32, Box<str>), u64>,
     /// Async ranges begun and not yet ended, by pid and id.
     open: FastMap<(u32, u64), u64>,
 }
@@ -90,18 +92,21 @@ impl Tracks {
     }
 }
 
-/// The counter unit a track's name ends with, `(bytes)` or `(W)`: bytes as Perfetto's own unit,
-/// any other by its name.
+/// The counter unit a track's name ends with, `(bytes)` or `(W)`: bytes, nanoseconds (`ns`) and
+/// counts (`count`) as Perfetto's own units, any other by its name.
 fn counter_unit(track: &str) -> CounterDescriptor {
     let unit = track
         .strip_suffix(')')
         .and_then(|t| t.rsplit_once('('))
         .map(|(_, unit)| unit);
+    let own = |unit| CounterDescriptor {
+        unit: Some(unit),
+        unit_name: None,
+    };
     match unit {
-        Some("bytes") => CounterDescriptor {
-            unit: Some(UNIT_SIZE_BYTES),
-            unit_name: None,
-        },
+        Some("bytes") => own(UNIT_SIZE_BYTES),
+        Some("ns") => own(UNIT_TIME_NS),
+        Some("count") => own(UNIT_COUNT),
         Some(unit) => CounterDescriptor {
             unit: None,
             unit_name: Some(unit.into()),
@@ -289,9 +294,38 @@ impl<W: Write> PerfettoWriter<W> {
         uuid
     }
 
+    /// The counter track `name` of a thread, under its thread's track.
+    fn thread_counter_track(&mut self, pid: u32, tid: u32, name: &str) -> u64 {
+        let key = (pid, tid, Box::from(name));
+        if let Some(&uuid) = self.tracks.thread_counters.get(&key) {
+            return uuid;
+        }
+        let parent = self.thread(pid, tid, None);
+        let uuid = self.tracks.next();
+        self.tracks.thread_counters.insert(key, uuid);
+        self.descriptor(TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(parent),
+            name: Some(name.into()),
+            counter: Some(counter_unit(name)),
+            ..Default::default()
+        });
+        uuid
+    }
+
     /// One event of the pipeline: a span (a slice), an instant, one end of an async range, or a
-    /// CUDA memory counter's value.
+    /// counter's value (a process's CUDA memory, a thread's short waits).
     pub fn span(&mut self, span: &SpanOut) -> io::Result<()> {
+        if let EventKind::ThreadCounter(value) = span.kind {
+            let name = span.name.as_deref().unwrap_or("counter");
+            let track = self.thread_counter_track(span.pid, span.tid, name);
+            let event = TrackEvent {
+                counter_value: Some(value as i64),
+                ..event(TYPE_COUNTER, track)
+            };
+            self.packet(MAIN, Some(span.start_ns), Data::TrackEvent(event));
+            return self.spill();
+        }
         if let EventKind::Counter(value) = span.kind {
             let name = span.name.as_deref().unwrap_or("counter");
             let track = self.counter_track(span.pid, name);
@@ -324,18 +358,14 @@ impl<W: Write> PerfettoWriter<W> {
             category_iids: vec![cat],
             ..Default::default()
         };
-        let (flow_ids, mut terminating_flow_ids) = match span.flow() {
+        // Perfetto reads events in time order (those of one time in file order) and ends only a
+        // flow it has seen begin, from the earlier-starting slice to the later (the first read
+        // on a tie): a flow ends on its slice's begin, written after the event that starts it (a
+        // wake-up's instant is at the time the woken thread's `runnable` slice begins).
+        let (flow_ids, terminating_flow_ids) = match span.flow() {
             Some(flow) if flow.end => (Vec::new(), vec![flow.id]),
             Some(flow) => (vec![flow.id], Vec::new()),
             None => (Vec::new(), Vec::new()),
-        };
-        // Perfetto reads events in time order (those of one time in file order) and ends only a
-        // flow it has seen begin: a wake-up comes as the wait ends, after the wait began, so its
-        // flow ends on the wait's end event, which is written after the wake-up's instant.
-        let ends_at_end = matches!(span.flow(), Some(f) if f.kind == FlowKind::Wake);
-        let end_flow_ids = match ends_at_end {
-            true => std::mem::take(&mut terminating_flow_ids),
-            false => Vec::new(),
         };
         if let EventKind::Instant { .. } = span.kind {
             let event = TrackEvent {
@@ -368,7 +398,6 @@ impl<W: Write> PerfettoWriter<W> {
             let end_ns = span.start_ns.saturating_add(span.dur_ns());
             let end = TrackEvent {
                 r#type: Some(TYPE_SLICE_END),
-                terminating_flow_ids: end_flow_ids,
                 ..Default::default()
             };
             self.packet(seq, Some(end_ns), Data::TrackEvent(end));
