@@ -51,6 +51,8 @@ pub struct Meanwhile {
 }
 
 /// The stragglers of every MPI collective the ranks called, then of each step name in `steps`.
+/// Each rank's spans are indexed once (see [`Index`]): a capture of millions of spans takes
+/// O(n log n), plus the spans that overlap the waits.
 pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
     if ranks.len() < 2 {
         return Vec::new();
@@ -60,34 +62,104 @@ pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
         .filter(|f| f.class == Class::Collective)
         .map(|f| f.name)
         .collect();
-    let is_collective = |name: &str| collectives.contains(&name);
+    let indexes: Vec<Index> = ranks.iter().map(|r| Index::new(&r.spans, &collectives)).collect();
     let mut found = Vec::new();
     for name in &collectives {
-        let arrivals: Vec<Vec<u64>> = ranks
-            .iter()
-            .map(|r| r.spans.iter().filter(|s| s.0 == *name).map(|s| s.1).collect())
-            .collect();
-        found.extend(rounds(name, "collective", ranks, &arrivals));
+        let arrivals: Vec<Vec<u64>> = indexes.iter().map(|i| i.calls(name)).collect();
+        found.extend(rounds(name, "collective", ranks, &indexes, &arrivals));
     }
     for step in steps {
         let arrivals: Vec<Vec<u64>> = ranks
             .iter()
-            .map(|r| {
+            .zip(&indexes)
+            .map(|(r, index)| {
                 r.spans
                     .iter()
                     .filter(|s| s.0 == *step)
-                    .map(|&(_, start, end)| {
-                        r.spans
-                            .iter()
-                            .find(|s| s.1 >= start && s.1 < end && is_collective(&s.0))
-                            .map_or(end, |s| s.1)
-                    })
+                    .map(|&(_, start, end)| index.first_collective(start, end).unwrap_or(end))
                     .collect()
             })
             .collect();
-        found.extend(rounds(step, "step", ranks, &arrivals));
+        found.extend(rounds(step, "step", ranks, &indexes, &arrivals));
     }
     found
+}
+
+/// One rank's spans (by start) made quick to ask: the starts of its collective calls by name and
+/// all together, and a segment tree of the latest end under each node, which finds the spans
+/// overlapping a window without looking at those that ended before it.
+struct Index<'a> {
+    spans: &'a [(String, u64, u64)],
+    /// The starts of its collective calls, by name, in order.
+    by_name: BTreeMap<&'a str, Vec<u64>>,
+    /// The starts of all its collective calls, in order.
+    collective_starts: Vec<u64>,
+    /// `latest[leaves + i]` is span i's end; an inner node holds its children's latest end.
+    latest: Vec<u64>,
+    leaves: usize,
+}
+
+impl<'a> Index<'a> {
+    fn new(spans: &'a [(String, u64, u64)], collectives: &[&str]) -> Index<'a> {
+        let mut by_name: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut collective_starts = Vec::new();
+        for (name, start, _) in spans {
+            if collectives.contains(&name.as_str()) {
+                by_name.entry(name.as_str()).or_default().push(*start);
+                collective_starts.push(*start);
+            }
+        }
+        let leaves = spans.len().next_power_of_two();
+        let mut latest = vec![0; 2 * leaves];
+        for (i, s) in spans.iter().enumerate() {
+            latest[leaves + i] = s.2;
+        }
+        for node in (1..leaves).rev() {
+            latest[node] = latest[2 * node].max(latest[2 * node + 1]);
+        }
+        Index {
+            spans,
+            by_name,
+            collective_starts,
+            latest,
+            leaves,
+        }
+    }
+
+    /// The starts of its calls of collective `name`.
+    fn calls(&self, name: &str) -> Vec<u64> {
+        self.by_name.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The start of its first collective call that starts in [start, end).
+    fn first_collective(&self, start: u64, end: u64) -> Option<u64> {
+        let at = self.collective_starts.partition_point(|&s| s < start);
+        self.collective_starts.get(at).copied().filter(|&s| s < end)
+    }
+
+    /// Calls `each` with every span that starts before `to` and ends after `from`, and its
+    /// overlap with [from, to) when that is not empty.
+    fn overlapping(&self, (from, to): (u64, u64), mut each: impl FnMut(&'a str, u64)) {
+        let before = self.spans.partition_point(|s| s.1 < to);
+        // (node, first leaf under it, how many leaves under it)
+        let mut stack = vec![(1, 0, self.leaves)];
+        while let Some((node, first, width)) = stack.pop() {
+            if first >= before || self.latest[node] <= from {
+                continue;
+            }
+            if width == 1 {
+                let (name, start, end) = &self.spans[first];
+                let overlap = (*end).min(to).saturating_sub((*start).max(from));
+                if overlap > 0 {
+                    each(name.as_str(), overlap);
+                }
+                continue;
+            }
+            let half = width / 2;
+            stack.push((2 * node + 1, first + half, half));
+            stack.push((2 * node, first, half));
+        }
+    }
 }
 
 /// What one rank's rounds as the last to arrive add up to.
@@ -101,12 +173,18 @@ struct Tally<'a> {
 }
 
 /// The stragglers of `name`, given each rank's arrival at each of its rounds.
-fn rounds(name: &str, kind: &'static str, ranks: &[RankSpans], arrivals: &[Vec<u64>]) -> Option<Stragglers> {
+fn rounds<'a>(
+    name: &str,
+    kind: &'static str,
+    ranks: &[RankSpans],
+    indexes: &[Index<'a>],
+    arrivals: &[Vec<u64>],
+) -> Option<Stragglers> {
     let rounds = arrivals.iter().map(Vec::len).min().unwrap_or(0);
     if rounds == 0 {
         return None;
     }
-    let mut last: BTreeMap<usize, Tally> = BTreeMap::new();
+    let mut last: BTreeMap<usize, Tally<'a>> = BTreeMap::new();
     for round in 0..rounds {
         let mut at: Vec<(u64, usize)> = arrivals.iter().enumerate().map(|(r, a)| (a[round], r)).collect();
         at.sort_unstable();
@@ -117,12 +195,11 @@ fn rounds(name: &str, kind: &'static str, ranks: &[RankSpans], arrivals: &[Vec<u
         tally.times_last += 1;
         tally.late_total_ns += late;
         tally.late_max_ns = tally.late_max_ns.max(late);
-        for (span, start, end) in &ranks[rank].spans {
-            let overlap = (*end).min(arrived).saturating_sub((*start).max(next));
-            if overlap > 0 && span != name {
-                *tally.meanwhile.entry(span.as_str()).or_default() += overlap;
+        indexes[rank].overlapping((next, arrived), |span, overlap| {
+            if span != name {
+                *tally.meanwhile.entry(span).or_default() += overlap;
             }
-        }
+        });
     }
     let mut ranks: Vec<LastRank> = last
         .into_iter()
@@ -196,70 +273,5 @@ pub fn text(found: &[Stragglers], floor_ns: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rank(name: &str, spans: &[(&str, u64, u64)]) -> RankSpans {
-        RankSpans {
-            rank: name.into(),
-            spans: spans.iter().map(|&(n, s, e)| (n.to_string(), s, e)).collect(),
-        }
-    }
-
-    #[test]
-    fn the_rank_that_arrives_last_is_named_with_its_lateness_and_what_it_did() {
-        // Three ranks, two allreduces inside two steps; rank 2 computes 30 ns longer each time,
-        // rank 1 10 ns longer.
-        let ranks = [
-            rank(
-                "r0",
-                &[("step", 0, 200), ("work", 0, 100), ("MPI_Allreduce", 100, 200)],
-            ),
-            rank(
-                "r1",
-                &[("step", 0, 200), ("work", 0, 110), ("MPI_Allreduce", 110, 200)],
-            ),
-            rank(
-                "r2",
-                &[("step", 0, 200), ("work", 0, 140), ("MPI_Allreduce", 140, 200)],
-            ),
-        ];
-        let found = find(&ranks, &["step".to_string()]);
-        assert_eq!(found.len(), 2);
-        for (s, kind, name) in [
-            (&found[0], "collective", "MPI_Allreduce"),
-            (&found[1], "step", "step"),
-        ] {
-            assert_eq!((s.kind, s.name.as_str(), s.rounds), (kind, name, 1));
-            assert_eq!(s.ranks.len(), 1);
-            let r = &s.ranks[0];
-            assert_eq!(
-                (r.rank.as_str(), r.times_last, r.late_total_ns, r.late_max_ns),
-                ("r2", 1, 30, 30)
-            );
-            // The step encloses the wait too; work is what it did.
-            let work = r
-                .meanwhile
-                .iter()
-                .find(|m| m.name == "work")
-                .map(|m| m.overlap_ns);
-            assert_eq!(work, Some(30));
-        }
-        assert_eq!(text(&found, 31), "");
-        assert!(text(&found, 30).starts_with(
-            "straggler at collective MPI_Allreduce: r2 arrived last 1 of 1 times, 30ns late on average"
-        ));
-    }
-
-    #[test]
-    fn rounds_are_the_fewest_calls_of_any_rank_and_one_rank_has_none() {
-        let ranks = [
-            rank("r0", &[("MPI_Barrier", 0, 5), ("MPI_Barrier", 10, 15)]),
-            rank("r1", &[("MPI_Barrier", 3, 5)]),
-        ];
-        let found = find(&ranks, &[]);
-        assert_eq!(found[0].rounds, 1);
-        assert_eq!(found[0].ranks[0].rank, "r1");
-        assert!(find(&ranks[..1], &[]).is_empty());
-    }
-}
+#[path = "stragglers_tests.rs"]
+mod tests;
