@@ -148,7 +148,7 @@ pub fn gocgo() -> &'static Path {
     GOCGO.get_or_init(|| go_build("gocgo"))
 }
 
-/// `mpifix STEPS SLOW_RANK SLOW_MS` (see mpifix.c): MPI calls with known counts and sizes, and a
+/// `mpifix STEPS SLOW_RANK SLOW_MS [spin]` (see mpifix.c): MPI calls with known counts and sizes, and a
 /// rank slower than the others by SLOW_MS per step; built with `mpicc` on first use (only the MPI
 /// tests need it).
 pub fn mpifix() -> &'static Path {

@@ -4,9 +4,9 @@ use std::{path::Path, process::Command};
 
 use crate::{fixtures::mpifix, xtrace_bin};
 
-/// Runs `mpirun -np 2 xtrace FLAGS -o OUT -- mpifix ARGS` (OUT with `{rank}` in it) to its end;
+/// Runs `mpirun -np 2 xtrace FLAGS -o OUT -- mpifix ARGS...` (OUT with `{rank}` in it) to its end;
 /// each xtrace's summary table is dropped, the files are what a test reads.
-pub fn mpirun_ranks(flags: &[&str], out: &Path, args: [&str; 3]) {
+pub fn mpirun_ranks(flags: &[&str], out: &Path, args: &[&str]) {
     let status = Command::new("mpirun")
         .args(["-np", "2", "--oversubscribe"])
         // Open MPI refuses to start as root unless told twice.

@@ -4,7 +4,10 @@
 //! at a collective when its call begins; at a step when its first collective inside the step
 //! begins (where it starts to wait for the others), else when the step ends. The straggler kept
 //! everyone waiting for `late_ns`: its arrival less the next-latest rank's. What it was doing
-//! meanwhile is its own spans that overlap that wait, added up by name.
+//! meanwhile is its own spans that overlap that wait, added up by name; where its capture
+//! sampled (`-F`), its CPU samples during the wait by call stack; and where it has the GPU device
+//! timeline, its device's kernels, copies and memsets during the wait and how long the device was
+//! busy.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -12,11 +15,18 @@ use serde::Serialize;
 use crate::model::mpi_api::{functions, Class};
 
 /// One rank's spans, on the merged clock.
+#[derive(Default)]
 pub struct RankSpans {
     /// How the rank is shown: `node7 rank 3`.
     pub rank: String,
-    /// (name, start, end), by start.
+    /// (name, start, end), by start: its spans, the GPU device's slices apart.
     pub spans: Vec<(String, u64, u64)>,
+    /// (time, folded call stack) of its CPU samples, by time; None when its capture did not
+    /// sample.
+    pub samples: Option<Vec<(u64, String)>>,
+    /// (name, start, end) of its GPU device's slices, by start; None when its capture has no
+    /// device timeline.
+    pub gpu: Option<Vec<(String, u64, u64)>>,
 }
 
 /// summary.json `stragglers[]`: one collective or step name.
@@ -42,6 +52,37 @@ pub struct LastRank {
     pub late_max_ns: u64,
     /// Its own spans that overlapped those waits, by name, the most time first (at most 5).
     pub meanwhile: Vec<Meanwhile>,
+    /// Its CPU samples during those waits, where its capture sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<WaitSamples>,
+    /// Its GPU device's activity during those waits, where its capture has the device timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<WaitGpu>,
+}
+
+/// A straggler's CPU samples during the others' waits for it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct WaitSamples {
+    /// All of them.
+    pub count: u64,
+    /// By call stack, the most samples first (at most 5).
+    pub stacks: Vec<StackCount>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StackCount {
+    /// Folded, outermost frame first (the timeline keeps the innermost 32).
+    pub stack: String,
+    pub count: u64,
+}
+
+/// A straggler's GPU device activity during the others' waits for it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct WaitGpu {
+    /// How long at least one kernel, copy or memset ran, added up over the waits (ns).
+    pub busy_ns: u64,
+    /// Kernels, copies and memsets by name, the most time first (at most 5).
+    pub slices: Vec<Meanwhile>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -62,7 +103,7 @@ pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
         .filter(|f| f.class == Class::Collective)
         .map(|f| f.name)
         .collect();
-    let indexes: Vec<Index> = ranks.iter().map(|r| Index::new(&r.spans, &collectives)).collect();
+    let indexes: Vec<Index> = ranks.iter().map(|r| Index::new(r, &collectives)).collect();
     let mut found = Vec::new();
     for name in &collectives {
         let arrivals: Vec<Vec<u64>> = indexes.iter().map(|i| i.calls(name)).collect();
@@ -86,43 +127,33 @@ pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
 }
 
 /// One rank's spans (by start) made quick to ask: the starts of its collective calls by name and
-/// all together, and a segment tree of the latest end under each node, which finds the spans
-/// overlapping a window without looking at those that ended before it.
+/// all together, and its spans and GPU slices as [`Overlaps`].
 struct Index<'a> {
-    spans: &'a [(String, u64, u64)],
     /// The starts of its collective calls, by name, in order.
     by_name: BTreeMap<&'a str, Vec<u64>>,
     /// The starts of all its collective calls, in order.
     collective_starts: Vec<u64>,
-    /// `latest[leaves + i]` is span i's end; an inner node holds its children's latest end.
-    latest: Vec<u64>,
-    leaves: usize,
+    spans: Overlaps<'a>,
+    samples: Option<&'a [(u64, String)]>,
+    gpu: Option<Overlaps<'a>>,
 }
 
 impl<'a> Index<'a> {
-    fn new(spans: &'a [(String, u64, u64)], collectives: &[&str]) -> Index<'a> {
+    fn new(rank: &'a RankSpans, collectives: &[&str]) -> Index<'a> {
         let mut by_name: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         let mut collective_starts = Vec::new();
-        for (name, start, _) in spans {
+        for (name, start, _) in &rank.spans {
             if collectives.contains(&name.as_str()) {
                 by_name.entry(name.as_str()).or_default().push(*start);
                 collective_starts.push(*start);
             }
         }
-        let leaves = spans.len().next_power_of_two();
-        let mut latest = vec![0; 2 * leaves];
-        for (i, s) in spans.iter().enumerate() {
-            latest[leaves + i] = s.2;
-        }
-        for node in (1..leaves).rev() {
-            latest[node] = latest[2 * node].max(latest[2 * node + 1]);
-        }
         Index {
-            spans,
             by_name,
             collective_starts,
-            latest,
-            leaves,
+            spans: Overlaps::new(&rank.spans),
+            samples: rank.samples.as_deref(),
+            gpu: rank.gpu.as_deref().map(Overlaps::new),
         }
     }
 
@@ -137,9 +168,44 @@ impl<'a> Index<'a> {
         self.collective_starts.get(at).copied().filter(|&s| s < end)
     }
 
-    /// Calls `each` with every span that starts before `to` and ends after `from`, and its
-    /// overlap with [from, to) when that is not empty.
-    fn overlapping(&self, (from, to): (u64, u64), mut each: impl FnMut(&'a str, u64)) {
+    /// Its samples taken in [from, to).
+    fn samples(&self, (from, to): (u64, u64)) -> Option<&'a [(u64, String)]> {
+        let samples = self.samples?;
+        let first = samples.partition_point(|s| s.0 < from);
+        let end = samples.partition_point(|s| s.0 < to);
+        Some(&samples[first..end.max(first)])
+    }
+}
+
+/// Spans (by start) with a segment tree of the latest end under each node, which finds the spans
+/// overlapping a window without looking at those that ended before it.
+struct Overlaps<'a> {
+    spans: &'a [(String, u64, u64)],
+    /// `latest[leaves + i]` is span i's end; an inner node holds its children's latest end.
+    latest: Vec<u64>,
+    leaves: usize,
+}
+
+impl<'a> Overlaps<'a> {
+    fn new(spans: &'a [(String, u64, u64)]) -> Overlaps<'a> {
+        let leaves = spans.len().next_power_of_two();
+        let mut latest = vec![0; 2 * leaves];
+        for (i, s) in spans.iter().enumerate() {
+            latest[leaves + i] = s.2;
+        }
+        for node in (1..leaves).rev() {
+            latest[node] = latest[2 * node].max(latest[2 * node + 1]);
+        }
+        Overlaps {
+            spans,
+            latest,
+            leaves,
+        }
+    }
+
+    /// Calls `each` with every span that overlaps [from, to): its name, and its part of the
+    /// window as (start, end).
+    fn each(&self, (from, to): (u64, u64), mut each: impl FnMut(&'a str, (u64, u64))) {
         let before = self.spans.partition_point(|s| s.1 < to);
         // (node, first leaf under it, how many leaves under it)
         let mut stack = vec![(1, 0, self.leaves)];
@@ -149,9 +215,9 @@ impl<'a> Index<'a> {
             }
             if width == 1 {
                 let (name, start, end) = &self.spans[first];
-                let overlap = (*end).min(to).saturating_sub((*start).max(from));
-                if overlap > 0 {
-                    each(name.as_str(), overlap);
+                let (start, end) = ((*start).max(from), (*end).min(to));
+                if end > start {
+                    each(name.as_str(), (start, end));
                 }
                 continue;
             }
@@ -170,6 +236,88 @@ struct Tally<'a> {
     late_max_ns: u64,
     /// Its spans' overlap with the waits, by name.
     meanwhile: BTreeMap<&'a str, u64>,
+    /// Its samples during the waits: how many, and by stack.
+    samples: u64,
+    stacks: BTreeMap<&'a str, u64>,
+    /// Its GPU slices' overlap with the waits, by name, and the time any ran.
+    gpu: BTreeMap<&'a str, u64>,
+    gpu_busy_ns: u64,
+}
+
+impl<'a> Tally<'a> {
+    /// What rank `index` did during the wait [from, to) for it at collective or step `name`.
+    fn add(&mut self, index: &Index<'a>, name: &str, window: (u64, u64)) {
+        index.spans.each(window, |span, (start, end)| {
+            if span != name {
+                *self.meanwhile.entry(span).or_default() += end - start;
+            }
+        });
+        for (_, stack) in index.samples(window).unwrap_or_default() {
+            self.samples += 1;
+            *self.stacks.entry(stack.as_str()).or_default() += 1;
+        }
+        if let Some(gpu) = &index.gpu {
+            let mut ran: Vec<(u64, u64)> = Vec::new();
+            gpu.each(window, |slice, (start, end)| {
+                *self.gpu.entry(slice).or_default() += end - start;
+                ran.push((start, end));
+            });
+            self.gpu_busy_ns += union_ns(&mut ran);
+        }
+    }
+
+    /// The tally as summary.json gives it, for rank `index`.
+    fn into_last(self, rank: &str, index: &Index) -> LastRank {
+        LastRank {
+            rank: rank.to_string(),
+            times_last: self.times_last,
+            late_total_ns: self.late_total_ns,
+            late_max_ns: self.late_max_ns,
+            meanwhile: top(self.meanwhile),
+            samples: index.samples.map(|_| WaitSamples {
+                count: self.samples,
+                stacks: top(self.stacks)
+                    .into_iter()
+                    .map(|m| StackCount {
+                        stack: m.name,
+                        count: m.overlap_ns,
+                    })
+                    .collect(),
+            }),
+            gpu: index.gpu.as_ref().map(|_| WaitGpu {
+                busy_ns: self.gpu_busy_ns,
+                slices: top(self.gpu),
+            }),
+        }
+    }
+}
+
+/// The 5 largest of `by_name`, largest first (then by name).
+fn top(by_name: BTreeMap<&str, u64>) -> Vec<Meanwhile> {
+    let mut top: Vec<Meanwhile> = by_name
+        .into_iter()
+        .map(|(name, overlap_ns)| Meanwhile {
+            name: name.to_string(),
+            overlap_ns,
+        })
+        .collect();
+    top.sort_by(|a, b| b.overlap_ns.cmp(&a.overlap_ns).then(a.name.cmp(&b.name)));
+    top.truncate(5);
+    top
+}
+
+/// How long at least one of `intervals` covers.
+fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let (mut total, mut reach) = (0, 0);
+    for &(start, end) in intervals.iter() {
+        let start = start.max(reach);
+        if end > start {
+            total += end - start;
+            reach = end;
+        }
+    }
+    total
 }
 
 /// The stragglers of `name`, given each rank's arrival at each of its rounds.
@@ -195,33 +343,11 @@ fn rounds<'a>(
         tally.times_last += 1;
         tally.late_total_ns += late;
         tally.late_max_ns = tally.late_max_ns.max(late);
-        indexes[rank].overlapping((next, arrived), |span, overlap| {
-            if span != name {
-                *tally.meanwhile.entry(span).or_default() += overlap;
-            }
-        });
+        tally.add(&indexes[rank], name, (next, arrived));
     }
     let mut ranks: Vec<LastRank> = last
         .into_iter()
-        .map(|(r, tally)| {
-            let mut meanwhile: Vec<Meanwhile> = tally
-                .meanwhile
-                .into_iter()
-                .map(|(name, overlap_ns)| Meanwhile {
-                    name: name.to_string(),
-                    overlap_ns,
-                })
-                .collect();
-            meanwhile.sort_by(|a, b| b.overlap_ns.cmp(&a.overlap_ns).then(a.name.cmp(&b.name)));
-            meanwhile.truncate(5);
-            LastRank {
-                rank: ranks[r].rank.clone(),
-                times_last: tally.times_last,
-                late_total_ns: tally.late_total_ns,
-                late_max_ns: tally.late_max_ns,
-                meanwhile,
-            }
-        })
+        .map(|(r, tally)| tally.into_last(&ranks[r].rank, &indexes[r]))
         .collect();
     ranks.sort_by(|a, b| {
         b.times_last
@@ -268,6 +394,31 @@ pub fn text(found: &[Stragglers], floor_ns: u64) -> String {
                 false => format!("; meanwhile {}", meanwhile.join(", ")),
             }
         );
+        out.pop();
+        out += &activity(worst);
+        out.push('\n');
+    }
+    out
+}
+
+/// What summary.txt says of a straggler's samples and GPU during the waits, where it has them.
+fn activity(last: &LastRank) -> String {
+    let human = crate::model::duration::human;
+    let mut out = String::new();
+    if let Some(samples) = &last.samples {
+        out += &format!("; {} CPU samples", samples.count);
+        if let Some(most) = samples.stacks.first() {
+            // The innermost three frames say where it was.
+            let frames: Vec<&str> = most.stack.rsplitn(4, ';').take(3).collect();
+            let frames: Vec<&str> = frames.into_iter().rev().collect();
+            out += &format!(", most in {} ({})", frames.join(";"), most.count);
+        }
+    }
+    if let Some(gpu) = &last.gpu {
+        out += &format!("; GPU busy {}", human(gpu.busy_ns));
+        if let Some(most) = gpu.slices.first() {
+            out += &format!(", most in {} ({})", most.name, human(most.overlap_ns));
+        }
     }
     out
 }

@@ -6,6 +6,7 @@ fn rank(name: &str, spans: &[(&str, u64, u64)]) -> RankSpans {
     RankSpans {
         rank: name.into(),
         spans: spans.iter().map(|&(n, s, e)| (n.to_string(), s, e)).collect(),
+        ..RankSpans::default()
     }
 }
 
@@ -65,6 +66,69 @@ fn rounds_are_the_fewest_calls_of_any_rank_and_one_rank_has_none() {
     assert_eq!(found[0].ranks[0].rank, "r1");
     assert!(find(&ranks[..1], &[]).is_empty());
 }
+#[test]
+fn the_late_ranks_samples_and_gpu_slices_during_the_wait_are_counted() {
+    let mut r0 = rank("r0", &[("MPI_Allreduce", 100, 200)]);
+    (r0.samples, r0.gpu) = (Some(Vec::new()), Some(Vec::new()));
+    // Rank 1 arrives at 150: the wait is [100, 150).
+    let mut r1 = rank("r1", &[("work", 0, 150), ("MPI_Allreduce", 150, 200)]);
+    let sample = |t: u64, stack: &str| (t, stack.to_string());
+    r1.samples = Some(vec![
+        sample(90, "main;work;spin"),
+        sample(100, "main;work;spin"),
+        sample(110, "main;work;memcpy"),
+        sample(120, "main;work;spin"),
+        sample(130, "main;work;spin"),
+        sample(150, "main;MPI_Allreduce"),
+    ]);
+    // Two streams: k1 and k2 overlap on [110, 120); the copy runs past the wait's end.
+    let slice = |n: &str, s: u64, e: u64| (n.to_string(), s, e);
+    r1.gpu = Some(vec![
+        slice("k1", 80, 120),
+        slice("k2", 110, 140),
+        slice("memcpy HtoD", 145, 160),
+    ]);
+    let found = find(&[r0, r1], &[]);
+    let last = &found[0].ranks[0];
+    assert_eq!((last.rank.as_str(), last.late_total_ns), ("r1", 50));
+    let stacks = |s: &WaitSamples| -> Vec<(String, u64)> {
+        s.stacks.iter().map(|s| (s.stack.clone(), s.count)).collect()
+    };
+    let samples = last.samples.as_ref().expect("sampled");
+    assert_eq!(samples.count, 4);
+    assert_eq!(
+        stacks(samples),
+        [
+            ("main;work;spin".to_string(), 3),
+            ("main;work;memcpy".to_string(), 1)
+        ]
+    );
+    let gpu = last.gpu.as_ref().expect("device timeline");
+    // Busy on [100, 140) and [145, 150).
+    assert_eq!(gpu.busy_ns, 45);
+    let slices: Vec<(&str, u64)> = gpu
+        .slices
+        .iter()
+        .map(|m| (m.name.as_str(), m.overlap_ns))
+        .collect();
+    assert_eq!(slices, [("k2", 30), ("k1", 20), ("memcpy HtoD", 5)]);
+    assert!(text(&found, 50).ends_with(
+        "; meanwhile work 50ns; 4 CPU samples, most in main;work;spin (3); GPU busy 45ns, most in k2 (30ns)\n"
+    ), "{}", text(&found, 50));
+    // Without -F or the device timeline there is nothing to say of either.
+    let plain = find(
+        &[
+            rank("r0", &[("MPI_Barrier", 0, 9)]),
+            rank("r1", &[("MPI_Barrier", 5, 9)]),
+        ],
+        &[],
+    );
+    assert_eq!(
+        (&plain[0].ranks[0].samples, &plain[0].ranks[0].gpu),
+        (&None, &None)
+    );
+}
+
 /// The stragglers as the definition says them, span by span: quadratic, for comparison.
 fn reference(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
     let collectives: Vec<&str> = functions()
@@ -134,6 +198,8 @@ fn reference(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
                     late_total_ns,
                     late_max_ns,
                     meanwhile,
+                    samples: None,
+                    gpu: None,
                 }
             })
             .collect();
@@ -193,6 +259,7 @@ fn a_large_capture_gives_what_the_span_by_span_definition_gives() {
             RankSpans {
                 rank: format!("r{r}"),
                 spans,
+                ..RankSpans::default()
             }
         })
         .collect();
