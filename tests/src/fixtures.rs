@@ -163,6 +163,34 @@ pub fn mpifix() -> &'static Path {
     })
 }
 
+/// `ncclfix BARRIER STEPS SLOW_MS` with RANK and WORLD_SIZE (see ncclfix.c): NCCL's NVTX ranges
+/// around a real barrier between two ranks; built on first use against the NVTX3 headers of the
+/// venv's nvidia-nvtx-cu12 (`cargo xtask setup`).
+pub fn ncclfix() -> &'static Path {
+    static NCCLFIX: OnceLock<PathBuf> = OnceLock::new();
+    NCCLFIX.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ncclfix.c");
+        let lib = target_dir().join("xtrace-pyenv/lib");
+        let include = std::fs::read_dir(&lib)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|python| python.path().join("site-packages/nvidia/nvtx/include"))
+            .find(|include| include.is_dir())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no nvidia/nvtx/include under {}: run `cargo xtask setup`",
+                    lib.display()
+                )
+            });
+        let out = target_dir().join("xtrace-fixtures");
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+        let binary = out.join("ncclfix");
+        compile(&[src], &binary, &[&format!("-I{}", include.display()), "-ldl"]);
+        binary
+    })
+}
+
 /// Builds fixtures/NAME.go into the fixtures directory with `go build`; returns the binary.
 fn go_build(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/{name}.go"));

@@ -1,6 +1,7 @@
 //! Stragglers among the ranks of a merged capture: for each collective call (the Nth call of an
-//! MPI collective on every rank is one collective) and each step (`merge --step NAME`: the Nth
-//! span of that name on every rank), the rank that arrived last, and by how much. A rank arrives
+//! MPI collective, or the Nth NVTX range of an NCCL collective, on every rank is one collective)
+//! and each step (`merge --step NAME`: the Nth span of that name on every rank), the rank that
+//! arrived last, and by how much. A rank arrives
 //! at a collective when its call begins; at a step when its first collective inside the step
 //! begins (where it starts to wait for the others), else when the step ends. The straggler kept
 //! everyone waiting for `late_ns`: its arrival less the next-latest rank's. What it was doing
@@ -12,7 +13,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::mpi_api::{functions, Class};
+use crate::model::{
+    mpi_api::{functions, Class},
+    nccl_api,
+};
 
 /// One rank's spans, on the merged clock.
 #[derive(Default)]
@@ -91,7 +95,8 @@ pub struct Meanwhile {
     pub overlap_ns: u64,
 }
 
-/// The stragglers of every MPI collective the ranks called, then of each step name in `steps`.
+/// The stragglers of every MPI collective the ranks called, then of every NCCL collective (spans
+/// of these names are NCCL's NVTX ranges: see `export::merge`), then of each step name in `steps`.
 /// Each rank's spans are indexed once (see [`Index`]): a capture of millions of spans takes
 /// O(n log n), plus the spans that overlap the waits.
 pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
@@ -102,6 +107,7 @@ pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
         .into_iter()
         .filter(|f| f.class == Class::Collective)
         .map(|f| f.name)
+        .chain(nccl_api::COLLECTIVES.iter().copied())
         .collect();
     let indexes: Vec<Index> = ranks.iter().map(|r| Index::new(r, &collectives)).collect();
     let mut found = Vec::new();

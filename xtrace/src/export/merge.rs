@@ -8,8 +8,8 @@
 //! apart per capture (pid + its capture's offset, a multiple of 2^22, Linux's largest pid) and
 //! named after their host (their names hold their rank); stacks.folded gets each capture's host
 //! and rank as the root frame. Each capture's trace, trace.json or trace.perfetto-trace, is
-//! replayed into the merged one. Where the captures hold MPI calls (`--mpi`), or with `--step`,
-//! the merged summary names the stragglers (`analysis::stragglers`).
+//! replayed into the merged one. Where the captures hold MPI calls (`--mpi`) or NCCL's NVTX
+//! ranges, or with `--step`, the merged summary names the stragglers (`analysis::stragglers`).
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -28,7 +28,7 @@ use crate::{
         Error, Result,
     },
     clock::Snapshot,
-    model::summary::FORMAT_VERSION,
+    model::{nccl_api, summary::FORMAT_VERSION},
     output::{self, Sink, TraceFormat},
     pipeline::writer::EventWriter,
 };
@@ -129,6 +129,12 @@ fn input(dir: &Path) -> Result<Input> {
     })
 }
 
+/// Whether a capture holds NCCL's NVTX ranges (summary.json's `ranges` has domain `NCCL`).
+fn has_nccl(summary: &Value) -> bool {
+    let ranges = summary["ranges"].as_array().into_iter().flatten();
+    ranges.into_iter().any(|r| r["domain"] == nccl_api::NVTX_DOMAIN)
+}
+
 /// The name of a part: its host, and its targets' rank when they share one.
 fn prefix(host: &str, ranks: &[u64]) -> String {
     match ranks {
@@ -143,7 +149,8 @@ pub enum Align {
     /// By each capture's clock pairs: as its host's wall clock agrees with the others'.
     #[default]
     Clocks,
-    /// Then by the ends of the MPI collectives every rank leaves together.
+    /// Then by the ends of the MPI collectives every rank leaves together. Not by NCCL's: an
+    /// NCCL call returns once its work is queued on the GPU, before the others have arrived.
     Collectives,
 }
 
@@ -196,7 +203,10 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
         }
     }
     let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
-    let wanted = mpi || !options.steps.is_empty() || options.align == Align::Collectives;
+    let wanted = mpi
+        || inputs.iter().any(|i| has_nccl(&i.capture.summary))
+        || !options.steps.is_empty()
+        || options.align == Align::Collectives;
     let timelines = match wanted {
         true => inputs.iter().map(timeline_of).collect::<Result<Vec<_>>>()?,
         false => Vec::new(),
@@ -338,7 +348,13 @@ fn timeline_of(input: &Input) -> Result<Timeline> {
     let (mut spans, mut gpu) = (Vec::new(), Vec::new());
     for s in &capture.spans {
         let name = &capture.names[s.name as usize];
-        let span = (name.name.clone(), s.start_ns, s.end_ns());
+        // A span named as an NCCL collective but not NCCL's range (another domain, a function
+        // traced with -u) is named apart, so that only NCCL's ranges count as its collectives.
+        let nccl = nccl_api::COLLECTIVES.contains(&name.name.as_str());
+        let span = match nccl && !nccl_api::is_collective(&name.cat, &name.name) {
+            true => (format!("{} [{}]", name.name, name.cat), s.start_ns, s.end_ns()),
+            false => (name.name.clone(), s.start_ns, s.end_ns()),
+        };
         // The device tracks' slices (`pipeline::gpu`).
         match name.cat == "gpu" {
             true => gpu.push(span),

@@ -3,7 +3,9 @@
 //! synchronizing collective (MPI_Barrier, MPI_Allreduce, the all-gathers and all-to-alls) within
 //! microseconds of each other, so the Nth such call on two ranks ends at one time: each capture
 //! is moved by the median difference of its ends from the reference capture's, and the median
-//! distance of its ends from that is how well the ranks now line up.
+//! distance of its ends from that is how well the ranks now line up. NCCL's collectives do not
+//! serve: their NVTX ranges end once the call has queued its work on the GPU, each rank on its
+//! own, before the others arrive (the device kernels wait, not the call).
 use serde::Serialize;
 
 use crate::model::mpi_api::ends_together;
