@@ -154,7 +154,7 @@ pub fn gocgo() -> &'static Path {
     GOCGO.get_or_init(|| go_build("gocgo"))
 }
 
-/// `mpifix STEPS SLOW_RANK SLOW_MS` (see mpifix.c): MPI calls with known counts and sizes, and a
+/// `mpifix STEPS SLOW_RANK SLOW_MS [spin]` (see mpifix.c): MPI calls with known counts and sizes, and a
 /// rank slower than the others by SLOW_MS per step; built with `mpicc` on first use (only the MPI
 /// tests need it).
 pub fn mpifix() -> &'static Path {
@@ -165,6 +165,34 @@ pub fn mpifix() -> &'static Path {
         std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
         let binary = out.join("mpifix");
         compile(&[src], &binary, &[]);
+        binary
+    })
+}
+
+/// `ncclfix BARRIER STEPS SLOW_MS` with RANK and WORLD_SIZE (see ncclfix.c): NCCL's NVTX ranges
+/// around a real barrier between two ranks; built on first use against the NVTX3 headers of the
+/// venv's nvidia-nvtx-cu12 (`cargo xtask setup`).
+pub fn ncclfix() -> &'static Path {
+    static NCCLFIX: OnceLock<PathBuf> = OnceLock::new();
+    NCCLFIX.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ncclfix.c");
+        let lib = target_dir().join("xtrace-pyenv/lib");
+        let include = std::fs::read_dir(&lib)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|python| python.path().join("site-packages/nvidia/nvtx/include"))
+            .find(|include| include.is_dir())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no nvidia/nvtx/include under {}: run `cargo xtask setup`",
+                    lib.display()
+                )
+            });
+        let out = target_dir().join("xtrace-fixtures");
+        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
+        let binary = out.join("ncclfix");
+        compile(&[src], &binary, &[&format!("-I{}", include.display()), "-ldl"]);
         binary
     })
 }

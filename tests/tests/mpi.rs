@@ -2,7 +2,8 @@
 //! each launching fixture `mpifix 10 1 20` (10 steps of 10 ms of work and a 1024-double
 //! MPI_Allreduce, rank 1 working 20 ms longer each step; 5 sends of 256 ints from rank 0 to rank 1
 //! with tag 7; 3 broadcasts of 100 chars from rank 0; one barrier). Every call is counted with its
-//! bytes, and the merged capture names rank 1 the straggler at every allreduce and step.
+//! bytes, and the merged capture names rank 1 the straggler at every allreduce and step; with -F,
+//! its CPU samples during the waits are in `compute`.
 use serde_json::Value;
 
 use xtrace_tests::{
@@ -15,9 +16,10 @@ use xtrace_tests::{
     TempDir,
 };
 
-/// Runs `mpirun -np 2 xtrace FLAGS -o DIR/r{rank} -- mpifix 10 1 20`.
-fn record_ranks(dir: &std::path::Path, flags: &[&str]) {
-    mpirun_ranks(flags, &dir.join("r{rank}"), ["10", "1", "20"]);
+/// Runs `mpirun -np 2 xtrace FLAGS -o DIR/r{rank} -- mpifix 10 1 20 MORE...`.
+fn record_ranks(dir: &std::path::Path, flags: &[&str], more: &[&str]) {
+    let args = [&["10", "1", "20"][..], more].concat();
+    mpirun_ranks(flags, &dir.join("r{rank}"), &args);
 }
 
 /// summary.json's `mpi` section as (name, class, calls, bytes, unsized calls), by name.
@@ -125,6 +127,7 @@ fn mpi_calls_carry_their_bytes_and_the_slow_rank_is_named_the_straggler() {
     record_ranks(
         &tmp.join("captures"),
         &["--mpi", "--stacks", "-u", "compute", "-u", "step"],
+        &[],
     );
     let (r0, r1) = (
         Outputs::read(&tmp.join("captures/r0")),
@@ -177,9 +180,71 @@ fn mpi_calls_carry_their_bytes_and_the_slow_rank_is_named_the_straggler() {
             compute as f64 >= 0.9 * 10.0 * late,
             "{name}: compute {compute} ns of the waits"
         );
+        assert!(last.get("samples").is_none(), "not sampled: {last}");
     }
     let line = format!("straggler at collective MPI_Allreduce: {host} rank 1 arrived last 10 of 10 times, ");
     assert!(merged.summary_txt.contains(&line), "{}", merged.summary_txt);
+}
+
+/// With -F, the straggler's CPU samples during the waits: rank 1 computing on the CPU (`spin`).
+/// Its lateness is not checked here: a rank spinning on a loaded machine is preempted, and the
+/// sampling's own work on two CPUs moves its arrivals by milliseconds either way.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_stragglers_samples_during_the_waits_are_in_what_it_computed() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("mpi-samples");
+    record_ranks(&tmp.join("captures"), &["--mpi", "-F", "99"], &["spin"]);
+    let merged = tmp.join("merged");
+    let flags = args![
+        "merge",
+        tmp.join("captures/r0"),
+        tmp.join("captures/r1"),
+        "-o",
+        &merged
+    ];
+    Xtrace::spawn(flags).wait().assert_success();
+    let merged = Outputs::read(&merged);
+    let stragglers = merged.summary["stragglers"].as_array().expect("stragglers");
+    let allreduce = stragglers
+        .iter()
+        .find(|s| s["name"] == "MPI_Allreduce")
+        .expect("MPI_Allreduce");
+    let last = &allreduce["ranks"][0];
+    assert!(last["rank"].as_str().unwrap().ends_with(" rank 1"), "{allreduce}");
+    assert!(last["times_last"].as_u64().unwrap() >= 7, "{allreduce}");
+    let waited = last["late_total_ns"].as_u64().unwrap() as f64;
+    assert_samples_in_compute(&last["samples"], waited);
+    assert!(
+        merged.summary_txt.contains(" CPU samples, most in "),
+        "{}",
+        merged.summary_txt
+    );
+}
+
+/// The straggler's CPU samples during waits of `waited` ns in all (on the CPU for all but 5 ms of
+/// each, sampled at 99 Hz): some, no more than the waits hold (fewer when the machine preempts
+/// it), and at least 80% of them in `compute`.
+fn assert_samples_in_compute(samples: &Value, waited: f64) {
+    let count = samples["count"].as_u64().expect("samples.count");
+    let most = waited / 1e9 * 99.0;
+    assert!(
+        count >= 3 && count as f64 <= 1.2 * most + 2.0,
+        "{count} samples in the waits, at most {most} expected: {samples}"
+    );
+    let in_compute: u64 = samples["stacks"]
+        .as_array()
+        .expect("samples.stacks")
+        .iter()
+        .filter(|s| s["stack"].as_str().unwrap().split(';').any(|f| f == "compute"))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    assert!(
+        in_compute as f64 >= 0.8 * count as f64,
+        "{in_compute} of {count} samples in compute: {samples}"
+    );
 }
 
 #[test]
@@ -227,7 +292,7 @@ fn align_collectives_undoes_a_host_clock_off_by_5_ms() {
         return;
     }
     let tmp = TempDir::new("mpi-align");
-    record_ranks(&tmp.join("captures"), &["--mpi"]);
+    record_ranks(&tmp.join("captures"), &["--mpi"], &[]);
     let path = tmp.join("captures/r1/summary.json");
     let mut summary: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     for at in ["start", "end"] {

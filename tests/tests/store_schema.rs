@@ -187,7 +187,7 @@ fn spans_and_mpi_calls_are_stored_exactly() {
 
     // Rank 0 of an MPI job, stored as `record --store` does.
     let out = tmp.join("mpi/r{rank}");
-    mpirun_ranks(&["-q", "--mpi", "--store", &url], &out, ["3", "1", "0"]);
+    mpirun_ranks(&["-q", "--mpi", "--store", &url], &out, &["3", "1", "0"]);
     let stored = sqlite_query(
         &db,
         "SELECT name, class, sum(calls), sum(bytes) FROM mpi GROUP BY name, class ORDER BY name",

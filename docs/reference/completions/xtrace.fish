@@ -177,7 +177,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l trace-format -d 
 perfetto\t'Perfetto\'s own protobuf format (trace.perfetto-trace)'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l step -d 'Also name the stragglers of each step: the spans of this name (repeatable)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l align -d 'How to line the captures up: by their clock pairs, or also by their MPI collectives' -r -f -a "clocks\t'By each capture\'s clock pairs: as its host\'s wall clock agrees with the others\''
-collectives\t'Then by the ends of the MPI collectives every rank leaves together'"
+collectives\t'Then by the ends of the MPI collectives every rank leaves together. Not by NCCL\'s: an NCCL call returns once its work is queued on the GPU, before the others have arrived'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -l gzip -d 'Write the merged trace compressed'
 complete -c xtrace -n "__fish_xtrace_using_subcommand merge" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c xtrace -n "__fish_xtrace_using_subcommand push" -l store -d 'The store: sqlite:PATH (a file, made if missing) or clickhouse://HOST:PORT/DB (ClickHouse\'s HTTP interface; the database is made if missing)' -r

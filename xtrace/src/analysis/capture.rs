@@ -56,6 +56,16 @@ pub struct Capture {
     pub folded: Vec<(String, u64)>,
     /// Counter tracks' values, when loaded with [`Load::counters`].
     pub counters: Vec<Counter>,
+    /// The timeline's CPU samples, when loaded with [`Load::samples`], in the trace's order.
+    pub timed_samples: Vec<TimedSample>,
+}
+
+/// A CPU sample of the timeline: when, and its call stack folded (outermost first, as the
+/// timeline keeps it: its innermost 32 frames).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedSample {
+    pub ts_ns: u64,
+    pub stack: String,
 }
 
 /// One value of one series of a counter track: trace.json's `"ph":"C"` events, one per series
@@ -95,6 +105,8 @@ pub struct Load {
     pub spans: bool,
     /// Keep the counter tracks' values (`xtrace view`'s GPU charts).
     pub counters: bool,
+    /// Keep the CPU samples of the timeline with their times (`merge`'s stragglers).
+    pub samples: bool,
 }
 
 impl Default for Load {
@@ -103,6 +115,7 @@ impl Default for Load {
             trace: true,
             spans: true,
             counters: false,
+            samples: false,
         }
     }
 }
@@ -488,6 +501,7 @@ mod tests {
                 trace: true,
                 spans: false,
                 counters: false,
+                samples: false,
             },
         )
         .unwrap();

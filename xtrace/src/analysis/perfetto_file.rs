@@ -200,6 +200,10 @@ pub(crate) trait Decode {
 }
 
 impl Decode for Sink<'_> {
+    fn samples(&self) -> bool {
+        self.keep_samples
+    }
+
     fn decoded(&mut self, event: Decoded<'_>) -> Result<(), String> {
         match event {
             Decoded::Process { pid, name } => self.process(pid, name.into()),
@@ -236,7 +240,15 @@ impl Decode for Sink<'_> {
                     value,
                 });
             }
-            // CPU samples are read from stacks.folded, as with trace.json.
+            // Kept with their times when asked; their counts are read from stacks.folded, as
+            // with trace.json.
+            Decoded::Sample { ts_ns, frames, .. } => {
+                let names: Vec<&str> = frames.iter().map(|f| f.name.as_str()).collect();
+                let stack = names[names.len().saturating_sub(32)..].join(";");
+                self.capture
+                    .timed_samples
+                    .push(super::capture::TimedSample { ts_ns, stack });
+            }
             _ => {}
         }
         Ok(())

@@ -1,22 +1,36 @@
 //! Stragglers among the ranks of a merged capture: for each collective call (the Nth call of an
-//! MPI collective on every rank is one collective) and each step (`merge --step NAME`: the Nth
-//! span of that name on every rank), the rank that arrived last, and by how much. A rank arrives
+//! MPI collective, or the Nth NVTX range of an NCCL collective, on every rank is one collective)
+//! and each step (`merge --step NAME`: the Nth span of that name on every rank), the rank that
+//! arrived last, and by how much. A rank arrives
 //! at a collective when its call begins; at a step when its first collective inside the step
 //! begins (where it starts to wait for the others), else when the step ends. The straggler kept
 //! everyone waiting for `late_ns`: its arrival less the next-latest rank's. What it was doing
-//! meanwhile is its own spans that overlap that wait, added up by name.
+//! meanwhile is its own spans that overlap that wait, added up by name; where its capture
+//! sampled (`-F`), its CPU samples during the wait by call stack; and where it has the GPU device
+//! timeline, its device's kernels, copies and memsets during the wait and how long the device was
+//! busy.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::mpi_api::{functions, Class};
+use crate::model::{
+    mpi_api::{functions, Class},
+    nccl_api,
+};
 
 /// One rank's spans, on the merged clock.
+#[derive(Default)]
 pub struct RankSpans {
     /// How the rank is shown: `node7 rank 3`.
     pub rank: String,
-    /// (name, start, end), by start.
+    /// (name, start, end), by start: its spans, the GPU device's slices apart.
     pub spans: Vec<(String, u64, u64)>,
+    /// (time, folded call stack) of its CPU samples, by time; None when its capture did not
+    /// sample.
+    pub samples: Option<Vec<(u64, String)>>,
+    /// (name, start, end) of its GPU device's slices, by start; None when its capture has no
+    /// device timeline.
+    pub gpu: Option<Vec<(String, u64, u64)>>,
 }
 
 /// summary.json `stragglers[]`: one collective or step name.
@@ -42,6 +56,37 @@ pub struct LastRank {
     pub late_max_ns: u64,
     /// Its own spans that overlapped those waits, by name, the most time first (at most 5).
     pub meanwhile: Vec<Meanwhile>,
+    /// Its CPU samples during those waits, where its capture sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<WaitSamples>,
+    /// Its GPU device's activity during those waits, where its capture has the device timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<WaitGpu>,
+}
+
+/// A straggler's CPU samples during the others' waits for it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct WaitSamples {
+    /// All of them.
+    pub count: u64,
+    /// By call stack, the most samples first (at most 5).
+    pub stacks: Vec<StackCount>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StackCount {
+    /// Folded, outermost frame first (the timeline keeps the innermost 32).
+    pub stack: String,
+    pub count: u64,
+}
+
+/// A straggler's GPU device activity during the others' waits for it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct WaitGpu {
+    /// How long at least one kernel, copy or memset ran, added up over the waits (ns).
+    pub busy_ns: u64,
+    /// Kernels, copies and memsets by name, the most time first (at most 5).
+    pub slices: Vec<Meanwhile>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -50,7 +95,10 @@ pub struct Meanwhile {
     pub overlap_ns: u64,
 }
 
-/// The stragglers of every MPI collective the ranks called, then of each step name in `steps`.
+/// The stragglers of every MPI collective the ranks called, then of every NCCL collective (spans
+/// of these names are NCCL's NVTX ranges: see `export::merge`), then of each step name in `steps`.
+/// Each rank's spans are indexed once (see [`Index`]): a capture of millions of spans takes
+/// O(n log n), plus the spans that overlap the waits.
 pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
     if ranks.len() < 2 {
         return Vec::new();
@@ -59,35 +107,131 @@ pub fn find(ranks: &[RankSpans], steps: &[String]) -> Vec<Stragglers> {
         .into_iter()
         .filter(|f| f.class == Class::Collective)
         .map(|f| f.name)
+        .chain(nccl_api::COLLECTIVES.iter().copied())
         .collect();
-    let is_collective = |name: &str| collectives.contains(&name);
+    let indexes: Vec<Index> = ranks.iter().map(|r| Index::new(r, &collectives)).collect();
     let mut found = Vec::new();
     for name in &collectives {
-        let arrivals: Vec<Vec<u64>> = ranks
-            .iter()
-            .map(|r| r.spans.iter().filter(|s| s.0 == *name).map(|s| s.1).collect())
-            .collect();
-        found.extend(rounds(name, "collective", ranks, &arrivals));
+        let arrivals: Vec<Vec<u64>> = indexes.iter().map(|i| i.calls(name)).collect();
+        found.extend(rounds(name, "collective", ranks, &indexes, &arrivals));
     }
     for step in steps {
         let arrivals: Vec<Vec<u64>> = ranks
             .iter()
-            .map(|r| {
+            .zip(&indexes)
+            .map(|(r, index)| {
                 r.spans
                     .iter()
                     .filter(|s| s.0 == *step)
-                    .map(|&(_, start, end)| {
-                        r.spans
-                            .iter()
-                            .find(|s| s.1 >= start && s.1 < end && is_collective(&s.0))
-                            .map_or(end, |s| s.1)
-                    })
+                    .map(|&(_, start, end)| index.first_collective(start, end).unwrap_or(end))
                     .collect()
             })
             .collect();
-        found.extend(rounds(step, "step", ranks, &arrivals));
+        found.extend(rounds(step, "step", ranks, &indexes, &arrivals));
     }
     found
+}
+
+/// One rank's spans (by start) made quick to ask: the starts of its collective calls by name and
+/// all together, and its spans and GPU slices as [`Overlaps`].
+struct Index<'a> {
+    /// The starts of its collective calls, by name, in order.
+    by_name: BTreeMap<&'a str, Vec<u64>>,
+    /// The starts of all its collective calls, in order.
+    collective_starts: Vec<u64>,
+    spans: Overlaps<'a>,
+    samples: Option<&'a [(u64, String)]>,
+    gpu: Option<Overlaps<'a>>,
+}
+
+impl<'a> Index<'a> {
+    fn new(rank: &'a RankSpans, collectives: &[&str]) -> Index<'a> {
+        let mut by_name: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut collective_starts = Vec::new();
+        for (name, start, _) in &rank.spans {
+            if collectives.contains(&name.as_str()) {
+                by_name.entry(name.as_str()).or_default().push(*start);
+                collective_starts.push(*start);
+            }
+        }
+        Index {
+            by_name,
+            collective_starts,
+            spans: Overlaps::new(&rank.spans),
+            samples: rank.samples.as_deref(),
+            gpu: rank.gpu.as_deref().map(Overlaps::new),
+        }
+    }
+
+    /// The starts of its calls of collective `name`.
+    fn calls(&self, name: &str) -> Vec<u64> {
+        self.by_name.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The start of its first collective call that starts in [start, end).
+    fn first_collective(&self, start: u64, end: u64) -> Option<u64> {
+        let at = self.collective_starts.partition_point(|&s| s < start);
+        self.collective_starts.get(at).copied().filter(|&s| s < end)
+    }
+
+    /// Its samples taken in [from, to).
+    fn samples(&self, (from, to): (u64, u64)) -> Option<&'a [(u64, String)]> {
+        let samples = self.samples?;
+        let first = samples.partition_point(|s| s.0 < from);
+        let end = samples.partition_point(|s| s.0 < to);
+        Some(&samples[first..end.max(first)])
+    }
+}
+
+/// Spans (by start) with a segment tree of the latest end under each node, which finds the spans
+/// overlapping a window without looking at those that ended before it.
+struct Overlaps<'a> {
+    spans: &'a [(String, u64, u64)],
+    /// `latest[leaves + i]` is span i's end; an inner node holds its children's latest end.
+    latest: Vec<u64>,
+    leaves: usize,
+}
+
+impl<'a> Overlaps<'a> {
+    fn new(spans: &'a [(String, u64, u64)]) -> Overlaps<'a> {
+        let leaves = spans.len().next_power_of_two();
+        let mut latest = vec![0; 2 * leaves];
+        for (i, s) in spans.iter().enumerate() {
+            latest[leaves + i] = s.2;
+        }
+        for node in (1..leaves).rev() {
+            latest[node] = latest[2 * node].max(latest[2 * node + 1]);
+        }
+        Overlaps {
+            spans,
+            latest,
+            leaves,
+        }
+    }
+
+    /// Calls `each` with every span that overlaps [from, to): its name, and its part of the
+    /// window as (start, end).
+    fn each(&self, (from, to): (u64, u64), mut each: impl FnMut(&'a str, (u64, u64))) {
+        let before = self.spans.partition_point(|s| s.1 < to);
+        // (node, first leaf under it, how many leaves under it)
+        let mut stack = vec![(1, 0, self.leaves)];
+        while let Some((node, first, width)) = stack.pop() {
+            if first >= before || self.latest[node] <= from {
+                continue;
+            }
+            if width == 1 {
+                let (name, start, end) = &self.spans[first];
+                let (start, end) = ((*start).max(from), (*end).min(to));
+                if end > start {
+                    each(name.as_str(), (start, end));
+                }
+                continue;
+            }
+            let half = width / 2;
+            stack.push((2 * node + 1, first + half, half));
+            stack.push((2 * node, first, half));
+        }
+    }
 }
 
 /// What one rank's rounds as the last to arrive add up to.
@@ -98,15 +242,103 @@ struct Tally<'a> {
     late_max_ns: u64,
     /// Its spans' overlap with the waits, by name.
     meanwhile: BTreeMap<&'a str, u64>,
+    /// Its samples during the waits: how many, and by stack.
+    samples: u64,
+    stacks: BTreeMap<&'a str, u64>,
+    /// Its GPU slices' overlap with the waits, by name, and the time any ran.
+    gpu: BTreeMap<&'a str, u64>,
+    gpu_busy_ns: u64,
+}
+
+impl<'a> Tally<'a> {
+    /// What rank `index` did during the wait [from, to) for it at collective or step `name`.
+    fn add(&mut self, index: &Index<'a>, name: &str, window: (u64, u64)) {
+        index.spans.each(window, |span, (start, end)| {
+            if span != name {
+                *self.meanwhile.entry(span).or_default() += end - start;
+            }
+        });
+        for (_, stack) in index.samples(window).unwrap_or_default() {
+            self.samples += 1;
+            *self.stacks.entry(stack.as_str()).or_default() += 1;
+        }
+        if let Some(gpu) = &index.gpu {
+            let mut ran: Vec<(u64, u64)> = Vec::new();
+            gpu.each(window, |slice, (start, end)| {
+                *self.gpu.entry(slice).or_default() += end - start;
+                ran.push((start, end));
+            });
+            self.gpu_busy_ns += union_ns(&mut ran);
+        }
+    }
+
+    /// The tally as summary.json gives it, for rank `index`.
+    fn into_last(self, rank: &str, index: &Index) -> LastRank {
+        LastRank {
+            rank: rank.to_string(),
+            times_last: self.times_last,
+            late_total_ns: self.late_total_ns,
+            late_max_ns: self.late_max_ns,
+            meanwhile: top(self.meanwhile),
+            samples: index.samples.map(|_| WaitSamples {
+                count: self.samples,
+                stacks: top(self.stacks)
+                    .into_iter()
+                    .map(|m| StackCount {
+                        stack: m.name,
+                        count: m.overlap_ns,
+                    })
+                    .collect(),
+            }),
+            gpu: index.gpu.as_ref().map(|_| WaitGpu {
+                busy_ns: self.gpu_busy_ns,
+                slices: top(self.gpu),
+            }),
+        }
+    }
+}
+
+/// The 5 largest of `by_name`, largest first (then by name).
+fn top(by_name: BTreeMap<&str, u64>) -> Vec<Meanwhile> {
+    let mut top: Vec<Meanwhile> = by_name
+        .into_iter()
+        .map(|(name, overlap_ns)| Meanwhile {
+            name: name.to_string(),
+            overlap_ns,
+        })
+        .collect();
+    top.sort_by(|a, b| b.overlap_ns.cmp(&a.overlap_ns).then(a.name.cmp(&b.name)));
+    top.truncate(5);
+    top
+}
+
+/// How long at least one of `intervals` covers.
+fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let (mut total, mut reach) = (0, 0);
+    for &(start, end) in intervals.iter() {
+        let start = start.max(reach);
+        if end > start {
+            total += end - start;
+            reach = end;
+        }
+    }
+    total
 }
 
 /// The stragglers of `name`, given each rank's arrival at each of its rounds.
-fn rounds(name: &str, kind: &'static str, ranks: &[RankSpans], arrivals: &[Vec<u64>]) -> Option<Stragglers> {
+fn rounds<'a>(
+    name: &str,
+    kind: &'static str,
+    ranks: &[RankSpans],
+    indexes: &[Index<'a>],
+    arrivals: &[Vec<u64>],
+) -> Option<Stragglers> {
     let rounds = arrivals.iter().map(Vec::len).min().unwrap_or(0);
     if rounds == 0 {
         return None;
     }
-    let mut last: BTreeMap<usize, Tally> = BTreeMap::new();
+    let mut last: BTreeMap<usize, Tally<'a>> = BTreeMap::new();
     for round in 0..rounds {
         let mut at: Vec<(u64, usize)> = arrivals.iter().enumerate().map(|(r, a)| (a[round], r)).collect();
         at.sort_unstable();
@@ -117,34 +349,11 @@ fn rounds(name: &str, kind: &'static str, ranks: &[RankSpans], arrivals: &[Vec<u
         tally.times_last += 1;
         tally.late_total_ns += late;
         tally.late_max_ns = tally.late_max_ns.max(late);
-        for (span, start, end) in &ranks[rank].spans {
-            let overlap = (*end).min(arrived).saturating_sub((*start).max(next));
-            if overlap > 0 && span != name {
-                *tally.meanwhile.entry(span.as_str()).or_default() += overlap;
-            }
-        }
+        tally.add(&indexes[rank], name, (next, arrived));
     }
     let mut ranks: Vec<LastRank> = last
         .into_iter()
-        .map(|(r, tally)| {
-            let mut meanwhile: Vec<Meanwhile> = tally
-                .meanwhile
-                .into_iter()
-                .map(|(name, overlap_ns)| Meanwhile {
-                    name: name.to_string(),
-                    overlap_ns,
-                })
-                .collect();
-            meanwhile.sort_by(|a, b| b.overlap_ns.cmp(&a.overlap_ns).then(a.name.cmp(&b.name)));
-            meanwhile.truncate(5);
-            LastRank {
-                rank: ranks[r].rank.clone(),
-                times_last: tally.times_last,
-                late_total_ns: tally.late_total_ns,
-                late_max_ns: tally.late_max_ns,
-                meanwhile,
-            }
-        })
+        .map(|(r, tally)| tally.into_last(&ranks[r].rank, &indexes[r]))
         .collect();
     ranks.sort_by(|a, b| {
         b.times_last
@@ -191,75 +400,35 @@ pub fn text(found: &[Stragglers], floor_ns: u64) -> String {
                 false => format!("; meanwhile {}", meanwhile.join(", ")),
             }
         );
+        out.pop();
+        out += &activity(worst);
+        out.push('\n');
+    }
+    out
+}
+
+/// What summary.txt says of a straggler's samples and GPU during the waits, where it has them.
+fn activity(last: &LastRank) -> String {
+    let human = crate::model::duration::human;
+    let mut out = String::new();
+    if let Some(samples) = &last.samples {
+        out += &format!("; {} CPU samples", samples.count);
+        if let Some(most) = samples.stacks.first() {
+            // The innermost three frames say where it was.
+            let frames: Vec<&str> = most.stack.rsplitn(4, ';').take(3).collect();
+            let frames: Vec<&str> = frames.into_iter().rev().collect();
+            out += &format!(", most in {} ({})", frames.join(";"), most.count);
+        }
+    }
+    if let Some(gpu) = &last.gpu {
+        out += &format!("; GPU busy {}", human(gpu.busy_ns));
+        if let Some(most) = gpu.slices.first() {
+            out += &format!(", most in {} ({})", most.name, human(most.overlap_ns));
+        }
     }
     out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rank(name: &str, spans: &[(&str, u64, u64)]) -> RankSpans {
-        RankSpans {
-            rank: name.into(),
-            spans: spans.iter().map(|&(n, s, e)| (n.to_string(), s, e)).collect(),
-        }
-    }
-
-    #[test]
-    fn the_rank_that_arrives_last_is_named_with_its_lateness_and_what_it_did() {
-        // Three ranks, two allreduces inside two steps; rank 2 computes 30 ns longer each time,
-        // rank 1 10 ns longer.
-        let ranks = [
-            rank(
-                "r0",
-                &[("step", 0, 200), ("work", 0, 100), ("MPI_Allreduce", 100, 200)],
-            ),
-            rank(
-                "r1",
-                &[("step", 0, 200), ("work", 0, 110), ("MPI_Allreduce", 110, 200)],
-            ),
-            rank(
-                "r2",
-                &[("step", 0, 200), ("work", 0, 140), ("MPI_Allreduce", 140, 200)],
-            ),
-        ];
-        let found = find(&ranks, &["step".to_string()]);
-        assert_eq!(found.len(), 2);
-        for (s, kind, name) in [
-            (&found[0], "collective", "MPI_Allreduce"),
-            (&found[1], "step", "step"),
-        ] {
-            assert_eq!((s.kind, s.name.as_str(), s.rounds), (kind, name, 1));
-            assert_eq!(s.ranks.len(), 1);
-            let r = &s.ranks[0];
-            assert_eq!(
-                (r.rank.as_str(), r.times_last, r.late_total_ns, r.late_max_ns),
-                ("r2", 1, 30, 30)
-            );
-            // The step encloses the wait too; work is what it did.
-            let work = r
-                .meanwhile
-                .iter()
-                .find(|m| m.name == "work")
-                .map(|m| m.overlap_ns);
-            assert_eq!(work, Some(30));
-        }
-        assert_eq!(text(&found, 31), "");
-        assert!(text(&found, 30).starts_with(
-            "straggler at collective MPI_Allreduce: r2 arrived last 1 of 1 times, 30ns late on average"
-        ));
-    }
-
-    #[test]
-    fn rounds_are_the_fewest_calls_of_any_rank_and_one_rank_has_none() {
-        let ranks = [
-            rank("r0", &[("MPI_Barrier", 0, 5), ("MPI_Barrier", 10, 15)]),
-            rank("r1", &[("MPI_Barrier", 3, 5)]),
-        ];
-        let found = find(&ranks, &[]);
-        assert_eq!(found[0].rounds, 1);
-        assert_eq!(found[0].ranks[0].rank, "r1");
-        assert!(find(&ranks[..1], &[]).is_empty());
-    }
-}
+#[path = "stragglers_tests.rs"]
+mod tests;

@@ -32,7 +32,7 @@ use crate::{
 pub(super) fn read(dir: &Path, capture: &mut Capture, what: super::capture::Load) -> Result<()> {
     let (path, reader, format) = open(dir)?;
     let mut sink = Sink::new(capture, what.spans);
-    sink.keep_counters = what.counters;
+    (sink.keep_counters, sink.keep_samples) = (what.counters, what.samples);
     if format == TraceFormat::Perfetto {
         return super::perfetto_file::read(&path, reader, &mut sink);
     }
@@ -143,6 +143,8 @@ pub(super) struct Sink<'c> {
     keep_spans: bool,
     /// Whether counters are kept (`xtrace view`).
     pub(super) keep_counters: bool,
+    /// Whether CPU samples are kept with their times (`merge`).
+    pub(super) keep_samples: bool,
     /// category → name → index into `capture.names`.
     interned: HashMap<String, HashMap<String, u32>>,
     /// The durations of the complete events so far, added: past `u64::MAX` the capture is refused,
@@ -210,6 +212,7 @@ impl<'c> Sink<'c> {
             capture,
             keep_spans,
             keep_counters: false,
+            keep_samples: false,
             interned: HashMap::new(),
             durations: 0,
             progress: Progress::default(),
@@ -225,6 +228,7 @@ impl<'c> Sink<'c> {
         c.processes.clear();
         c.threads.clear();
         c.counters.clear();
+        c.timed_samples.clear();
         self.interned.clear();
         self.durations = 0;
         self.progress = Progress::default();
@@ -260,6 +264,19 @@ impl Events for Sink<'_> {
                     cat: cat.unwrap_or("").to_owned(),
                 };
                 self.span(&name, (pid, tid), start_ns, dur_ns, args)?;
+            }
+            "i" | "I" if self.keep_samples && cat == Some("sample") => {
+                let ts_ns = event
+                    .ts
+                    .and_then(micros_to_ns)
+                    .ok_or("a sample without a valid ts")?;
+                let stack = args.and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok());
+                let stack = stack.as_ref().and_then(|a| a["stack"].as_str()).unwrap_or("?");
+                let sample = super::capture::TimedSample {
+                    ts_ns,
+                    stack: stack.to_owned(),
+                };
+                self.capture.timed_samples.push(sample);
             }
             "i" | "I" => self.instant(name.unwrap_or(""), cat.unwrap_or("")),
             "C" if self.keep_counters && cat != Some(crate::model::wait::TIMELINE_CATEGORY) => {

@@ -83,6 +83,7 @@ pub async fn run(args: &ViewArgs) -> Result<String> {
                 trace: true,
                 spans: true,
                 counters: true,
+                samples: false,
             };
             (
                 Served::Capture(capture::load(dir, load)?),

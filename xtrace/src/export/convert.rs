@@ -39,6 +39,7 @@ pub fn run(dir: &Path, format: Option<TraceFormat>, gzip: bool) -> Result<&'stat
             trace: false,
             spans: false,
             counters: false,
+            samples: false,
         },
     )?;
     let clock = |at: &str| Snapshot::from_json(&summary.summary["clock"][at]);

@@ -37,6 +37,7 @@ pub fn write(out: &output::Dir, spans: u64, icicle: bool) -> Result<Vec<&'static
         trace: with_spans,
         spans: with_spans,
         counters: false,
+        samples: false,
     };
     // Read through the directory's descriptor, like everything written there.
     let capture = capture::load(&out.by_descriptor(), what).map_err(internal)?;

@@ -8,8 +8,8 @@
 //! apart per capture (pid + its capture's offset, a multiple of 2^22, Linux's largest pid) and
 //! named after their host (their names hold their rank); stacks.folded gets each capture's host
 //! and rank as the root frame. Each capture's trace, trace.json or trace.perfetto-trace, is
-//! replayed into the merged one. Where the captures hold MPI calls (`--mpi`), or with `--step`,
-//! the merged summary names the stragglers (`analysis::stragglers`).
+//! replayed into the merged one. Where the captures hold MPI calls (`--mpi`) or NCCL's NVTX
+//! ranges, or with `--step`, the merged summary names the stragglers (`analysis::stragglers`).
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -28,7 +28,7 @@ use crate::{
         Error, Result,
     },
     clock::Snapshot,
-    model::summary::FORMAT_VERSION,
+    model::{nccl_api, summary::FORMAT_VERSION},
     output::{self, Sink, TraceFormat},
     pipeline::writer::EventWriter,
 };
@@ -107,6 +107,7 @@ fn input(dir: &Path) -> Result<Input> {
             trace: false,
             spans: false,
             counters: false,
+            samples: false,
         },
     )?;
     let path = dir.join(output::SUMMARY_JSON);
@@ -128,6 +129,12 @@ fn input(dir: &Path) -> Result<Input> {
     })
 }
 
+/// Whether a capture holds NCCL's NVTX ranges (summary.json's `ranges` has domain `NCCL`).
+fn has_nccl(summary: &Value) -> bool {
+    let ranges = summary["ranges"].as_array().into_iter().flatten();
+    ranges.into_iter().any(|r| r["domain"] == nccl_api::NVTX_DOMAIN)
+}
+
 /// The name of a part: its host, and its targets' rank when they share one.
 fn prefix(host: &str, ranks: &[u64]) -> String {
     match ranks {
@@ -142,7 +149,8 @@ pub enum Align {
     /// By each capture's clock pairs: as its host's wall clock agrees with the others'.
     #[default]
     Clocks,
-    /// Then by the ends of the MPI collectives every rank leaves together.
+    /// Then by the ends of the MPI collectives every rank leaves together. Not by NCCL's: an
+    /// NCCL call returns once its work is queued on the GPU, before the others have arrived.
     Collectives,
 }
 
@@ -195,13 +203,17 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
         }
     }
     let mpi = inputs.iter().any(|i| i.capture.summary.get("mpi").is_some());
-    let wanted = mpi || !options.steps.is_empty() || options.align == Align::Collectives;
-    let spans = match wanted {
-        true => inputs.iter().map(spans_of).collect::<Result<Vec<_>>>()?,
+    let wanted = mpi
+        || inputs.iter().any(|i| has_nccl(&i.capture.summary))
+        || !options.steps.is_empty()
+        || options.align == Align::Collectives;
+    let timelines = match wanted {
+        true => inputs.iter().map(timeline_of).collect::<Result<Vec<_>>>()?,
         false => Vec::new(),
     };
     if options.align == Align::Collectives && !inputs.is_empty() {
         let shifts: Vec<u64> = parts.iter().map(|p| p.shift_ns).collect();
+        let spans: Vec<&merge_align::Spans> = timelines.iter().map(|t| &t.spans).collect();
         let aligned = merge_align::collectives(&spans, &shifts, reference);
         for ((part, shift), aligned) in parts
             .iter_mut()
@@ -223,7 +235,7 @@ pub fn run(dirs: &[PathBuf], out: &Path, options: &Options) -> Result<Vec<Part>>
     )?;
     write_folded(&inputs, &parts, &out_dir)?;
     let stragglers = match wanted {
-        true => stragglers(&spans, &parts, &options.steps),
+        true => stragglers(timelines, &parts, &options.steps),
         false => Vec::new(),
     };
     let depths = options.format == TraceFormat::Perfetto;
@@ -314,35 +326,77 @@ fn write_folded(inputs: &[Input], parts: &[Part], out: &output::Dir) -> Result<(
     output::write(out, output::STACKS_FOLDED, text.as_bytes()).map_err(Error::Xtrace)
 }
 
-/// A capture's spans, read again: (name, start, end) on its own clock, by start.
-fn spans_of(input: &Input) -> Result<merge_align::Spans> {
-    let capture = capture::load(&input.capture.dir, Load::default())?;
-    let mut spans: merge_align::Spans = capture
-        .spans
-        .iter()
-        .map(|s| {
-            (
-                capture.names[s.name as usize].name.clone(),
-                s.start_ns,
-                s.end_ns(),
-            )
-        })
-        .collect();
-    spans.sort_by_key(|s| s.1);
-    Ok(spans)
+/// A capture's timeline, read again, on its own clock: its spans (the GPU device's slices apart),
+/// (name, start, end) by start; its GPU slices alike where it has the device timeline; its CPU
+/// samples, (time, folded stack) by time, where it sampled.
+struct Timeline {
+    spans: merge_align::Spans,
+    gpu: Option<merge_align::Spans>,
+    samples: Option<Vec<(u64, String)>>,
 }
 
-/// The stragglers among the parts, their spans placed on the merged clock.
-fn stragglers(spans: &[merge_align::Spans], parts: &[Part], steps: &[String]) -> Vec<Stragglers> {
-    let ranks: Vec<RankSpans> = spans
-        .iter()
+fn timeline_of(input: &Input) -> Result<Timeline> {
+    let summary = &input.capture.summary;
+    let sampled = summary
+        .get("sample_frequency_hz")
+        .is_some_and(|hz| hz.as_u64() > Some(0));
+    let load = Load {
+        samples: sampled,
+        ..Load::default()
+    };
+    let capture = capture::load(&input.capture.dir, load)?;
+    let (mut spans, mut gpu) = (Vec::new(), Vec::new());
+    for s in &capture.spans {
+        let name = &capture.names[s.name as usize];
+        // A span named as an NCCL collective but not NCCL's range (another domain, a function
+        // traced with -u) is named apart, so that only NCCL's ranges count as its collectives.
+        let nccl = nccl_api::COLLECTIVES.contains(&name.name.as_str());
+        let span = match nccl && !nccl_api::is_collective(&name.cat, &name.name) {
+            true => (format!("{} [{}]", name.name, name.cat), s.start_ns, s.end_ns()),
+            false => (name.name.clone(), s.start_ns, s.end_ns()),
+        };
+        // The device tracks' slices (`pipeline::gpu`).
+        match name.cat == "gpu" {
+            true => gpu.push(span),
+            false => spans.push(span),
+        }
+    }
+    spans.sort_by_key(|s| s.1);
+    gpu.sort_by_key(|s| s.1);
+    let mut samples: Vec<(u64, String)> = capture
+        .timed_samples
+        .into_iter()
+        .map(|s| (s.ts_ns, s.stack))
+        .collect();
+    samples.sort_by_key(|s| s.0);
+    Ok(Timeline {
+        spans,
+        gpu: summary.get("gpu_device").is_some().then_some(gpu),
+        samples: sampled.then_some(samples),
+    })
+}
+
+/// The stragglers among the parts, their timelines placed on the merged clock.
+fn stragglers(timelines: Vec<Timeline>, parts: &[Part], steps: &[String]) -> Vec<Stragglers> {
+    let ranks: Vec<RankSpans> = timelines
+        .into_iter()
         .zip(parts)
-        .map(|(spans, part)| RankSpans {
-            rank: prefix(&part.host, &part.ranks),
-            spans: spans
-                .iter()
-                .map(|(name, start, end)| (name.clone(), start + part.shift_ns, end + part.shift_ns))
-                .collect(),
+        .map(|(timeline, part)| {
+            let shift = part.shift_ns;
+            let moved = |spans: merge_align::Spans| -> merge_align::Spans {
+                spans
+                    .into_iter()
+                    .map(|(n, s, e)| (n, s + shift, e + shift))
+                    .collect()
+            };
+            RankSpans {
+                rank: prefix(&part.host, &part.ranks),
+                spans: moved(timeline.spans),
+                gpu: timeline.gpu.map(moved),
+                samples: timeline
+                    .samples
+                    .map(|samples| samples.into_iter().map(|(t, s)| (t + shift, s)).collect()),
+            }
         })
         .collect();
     crate::analysis::stragglers::find(&ranks, steps)

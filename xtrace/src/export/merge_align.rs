@@ -3,7 +3,9 @@
 //! synchronizing collective (MPI_Barrier, MPI_Allreduce, the all-gathers and all-to-alls) within
 //! microseconds of each other, so the Nth such call on two ranks ends at one time: each capture
 //! is moved by the median difference of its ends from the reference capture's, and the median
-//! distance of its ends from that is how well the ranks now line up.
+//! distance of its ends from that is how well the ranks now line up. NCCL's collectives do not
+//! serve: their NVTX ranges end once the call has queued its work on the GPU, each rank on its
+//! own, before the others arrive (the device kernels wait, not the call).
 use serde::Serialize;
 
 use crate::model::mpi_api::ends_together;
@@ -24,7 +26,7 @@ pub struct Aligned {
 
 /// The correction of each capture against capture `reference`, given the shifts of the clock
 /// pairs; None for the reference, and for a capture with no collective to pair.
-pub fn collectives(spans: &[Spans], shifts: &[u64], reference: usize) -> Vec<Option<Aligned>> {
+pub fn collectives(spans: &[&Spans], shifts: &[u64], reference: usize) -> Vec<Option<Aligned>> {
     let ends = |spans: &Spans, name: &str| -> Vec<u64> {
         spans.iter().filter(|s| s.0 == name).map(|s| s.2).collect()
     };
@@ -42,7 +44,7 @@ pub fn collectives(spans: &[Spans], shifts: &[u64], reference: usize) -> Vec<Opt
             }
             let mut diffs: Vec<i128> = Vec::new();
             for name in &names {
-                let (mine, theirs) = (ends(&spans[part], name), ends(&spans[reference], name));
+                let (mine, theirs) = (ends(spans[part], name), ends(spans[reference], name));
                 diffs.extend(mine.iter().zip(&theirs).map(|(m, t)| {
                     i128::from(*m) + i128::from(shifts[part]) - i128::from(*t) - i128::from(shifts[reference])
                 }));
@@ -105,7 +107,7 @@ mod tests {
                 ("MPI_Bcast", 9999),
             ]),
         ];
-        let aligned = collectives(&parts, &[0, 0], 0);
+        let aligned = collectives(&[&parts[0], &parts[1]], &[0, 0], 0);
         assert_eq!(aligned[0], None);
         // Diffs 1000, 1090, 1002 (MPI_Bcast's root leaves early: not paired); median 1002.
         let a = aligned[1].expect("paired");
@@ -130,7 +132,7 @@ mod tests {
     #[test]
     fn captures_without_collectives_in_common_are_left_as_they_are() {
         let parts = [spans(&[("MPI_Allreduce", 100)]), spans(&[("work", 100)])];
-        assert_eq!(collectives(&parts, &[0, 7], 0), [None, None]);
+        assert_eq!(collectives(&[&parts[0], &parts[1]], &[0, 7], 0), [None, None]);
         assert_eq!(corrected(&[0, 7], &[None, None]), [0, 7]);
     }
 }
