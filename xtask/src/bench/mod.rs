@@ -2,7 +2,7 @@
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
 //! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
-//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks), store; in_kernel runs the
+//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks), store, gpu_launch; in_kernel runs the
 //! attach rows in another kernel. prep builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
 //! report holds the rows and writes the table and the JSON.
 mod attach;
@@ -10,6 +10,7 @@ mod attach_bpftrace;
 mod bpf_stats;
 mod bpftrace;
 mod flight;
+mod gpu_launch;
 mod in_kernel;
 mod live;
 mod offcpu;
@@ -79,6 +80,7 @@ pub enum Part {
     OffCpu,
     Python,
     Store,
+    GpuLaunch,
 }
 
 /// What every measurement needs to know about the invocation.
@@ -141,44 +143,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "Spans (entry + return) are compared with floor+ret, bpftrace's entry probes with floor.".into(),
         "printf / span is per event, whole; beyond the hooks, each tool's cost less that of its cheapest probe on the same hooks (span - floor+ret, printf - count()).".into(),
     ];
-    let wanted = |part: Part| args.only.is_empty() || args.only.contains(&part);
-    if wanted(Part::PerHit) {
-        per_hit::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Throughput) {
-        throughput::run(&env, &cfg, &mut report)?;
-        live::run(&env, &cfg, &mut report);
-    }
-    if wanted(Part::Attach) {
-        attach::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Sampling) {
-        sampling::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Strings) {
-        strings::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Ranges) {
-        ranges::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::TraceFormat) {
-        trace_format::run(&env, &cfg, &mut report);
-    }
-    if wanted(Part::Rss) {
-        rss::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Flight) {
-        flight::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::OffCpu) {
-        offcpu::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Python) {
-        python::run(&env, &cfg, &mut report)?;
-    }
-    if wanted(Part::Store) {
-        store::run(&env, &cfg, &mut report)?;
-    }
+    run_parts(&env, &cfg, &args.only, &mut report)?;
 
     let _ = fs::remove_dir_all(&env.tmp);
     let elapsed = started.elapsed().as_secs_f64();
@@ -198,5 +163,51 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         elapsed,
         path.display()
     );
+    Ok(())
+}
+
+/// Runs the measurements `only` names (all when empty), in the table's order.
+fn run_parts(env: &prep::Env, cfg: &Config, only: &[Part], report: &mut Report) -> Result<()> {
+    let wanted = |part: Part| only.is_empty() || only.contains(&part);
+    if wanted(Part::PerHit) {
+        per_hit::run(env, cfg, report)?;
+    }
+    if wanted(Part::Throughput) {
+        throughput::run(env, cfg, report)?;
+        live::run(env, cfg, report);
+    }
+    if wanted(Part::Attach) {
+        attach::run(env, cfg, report)?;
+    }
+    if wanted(Part::Sampling) {
+        sampling::run(env, cfg, report)?;
+    }
+    if wanted(Part::Strings) {
+        strings::run(env, cfg, report)?;
+    }
+    if wanted(Part::Ranges) {
+        ranges::run(env, cfg, report)?;
+    }
+    if wanted(Part::TraceFormat) {
+        trace_format::run(env, cfg, report);
+    }
+    if wanted(Part::Rss) {
+        rss::run(env, cfg, report)?;
+    }
+    if wanted(Part::Flight) {
+        flight::run(env, cfg, report)?;
+    }
+    if wanted(Part::OffCpu) {
+        offcpu::run(env, cfg, report)?;
+    }
+    if wanted(Part::Python) {
+        python::run(env, cfg, report)?;
+    }
+    if wanted(Part::Store) {
+        store::run(env, cfg, report)?;
+    }
+    if wanted(Part::GpuLaunch) {
+        gpu_launch::run(env, cfg, report)?;
+    }
     Ok(())
 }

@@ -29,8 +29,14 @@ pub struct Workload {
 
 impl Workload {
     pub fn spawn(bin: &Path, args: &[String]) -> Result<Self> {
+        Self::spawn_env(bin, args, &[])
+    }
+
+    /// [`Workload::spawn`] with `env` added to its environment.
+    pub fn spawn_env(bin: &Path, args: &[String], env: &[(&str, &Path)]) -> Result<Self> {
         let mut child = Command::new(bin)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
