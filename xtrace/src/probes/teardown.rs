@@ -8,9 +8,14 @@
 //! written, [`Teardown::hand_off`] forks a helper that keeps only the uprobes' events and links,
 //! closes them one by one and exits, and xtrace returns. If the helper is killed, the kernel
 //! closes them as it exits.
+//!
+//! Whoever closes a uprobe's descriptors last pays for its removal. The helper therefore starts
+//! closing only once xtrace has closed its own copies (it waits for the end of a pipe xtrace
+//! holds): otherwise a helper scheduled first closes copies that cost nothing while xtrace still
+//! holds its own, and xtrace, closing the last ones, pays for every removal before it can exit.
 use std::{
     io::{self, IsTerminal},
-    os::fd::{AsRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
     time::Duration,
 };
 
@@ -48,13 +53,21 @@ impl Teardown {
     /// waits for it to end (a pipe reader waiting for end of file). On an error nothing changes:
     /// dropping `self` removes the uprobes here.
     pub fn hand_off(&mut self, progress: bool) -> io::Result<u32> {
+        let forked = self.fork_helper(progress)?;
+        Ok(self.release(forked))
+    }
+
+    /// Forks the helper, which waits for [`Teardown::release`] before it closes anything.
+    fn fork_helper(&self, progress: bool) -> io::Result<Forked> {
         let order: Vec<RawFd> = self
             .entries
             .iter()
             .chain(&self.exits)
             .map(AsRawFd::as_raw_fd)
             .collect();
+        let (wait, go) = go_pipe()?;
         let mut keep = order.clone();
+        keep.push(wait.as_raw_fd());
         keep.sort_unstable();
         if keep.first().is_some_and(|fd| *fd <= 2) {
             return Err(io::Error::other(
@@ -69,6 +82,7 @@ impl Teardown {
             order: &order,
             keep: &keep,
             null: null.as_raw_fd(),
+            wait: wait.as_raw_fd(),
             progress: progress && io::stderr().is_terminal(),
         };
         // SAFETY: the child runs only `Helper::run`, which makes system calls that are safe after
@@ -76,13 +90,43 @@ impl Teardown {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => helper.run(),
-            pid => {
-                self.entries.clear();
-                self.exits.clear();
-                Ok(pid as u32)
-            }
+            pid => Ok(Forked { pid: pid as u32, go }),
         }
     }
+
+    /// Closes this process's copies of the descriptors, then lets the helper start: every copy
+    /// closed here costs nothing while the helper holds its own. Returns the helper's pid.
+    fn release(&mut self, forked: Forked) -> u32 {
+        self.entries.clear();
+        self.exits.clear();
+        drop(forked.go);
+        forked.pid
+    }
+}
+
+/// A helper forked and waiting: its pid, and the pipe's write end whose closing lets it start.
+struct Forked {
+    pid: u32,
+    go: OwnedFd,
+}
+
+/// A pipe (read end, write end), both close-on-exec, the read end above the standard streams
+/// (it is kept in the helper, whose streams are replaced).
+fn go_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both are new and owned here only.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // `try_clone` duplicates to the lowest descriptor from 3 up.
+    let read = if read.as_raw_fd() <= 2 {
+        read.try_clone()?
+    } else {
+        read
+    };
+    Ok((read, write))
 }
 
 impl Drop for Teardown {
@@ -101,6 +145,8 @@ struct Helper<'a> {
     keep: &'a [RawFd],
     /// /dev/null, put in place of the standard streams.
     null: RawFd,
+    /// The read end of the pipe whose end of file says xtrace closed its copies.
+    wait: RawFd,
     progress: bool,
 }
 
@@ -121,6 +167,7 @@ impl Helper<'_> {
             }
         }
         close_all_but(self.keep);
+        wait_for_end(self.wait);
         let started = now_ns();
         let mut said = started;
         // Two descriptors a uprobe: its event, then its link.
@@ -141,6 +188,21 @@ impl Helper<'_> {
         // SAFETY: ends the helper without running the parent's exit handlers or destructors.
         unsafe { libc::_exit(0) }
     }
+}
+
+/// Waits until the pipe's read end `fd` reads end of file (the parent closed its copies and the
+/// write end, or it died), and closes it.
+fn wait_for_end(fd: RawFd) {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into a live local.
+        let n = unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
+        if n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    // SAFETY: a descriptor this process holds and closes once.
+    unsafe { libc::close(fd) };
 }
 
 /// Closes every descriptor from 3 up that is not in `keep` (sorted, each above 2).
@@ -260,7 +322,7 @@ impl Line {
 
 #[cfg(test)]
 mod tests {
-    use std::{io::Read, os::fd::FromRawFd};
+    use std::io::Read;
 
     use super::*;
 
@@ -314,6 +376,61 @@ mod tests {
             );
         }
         let mut status = 0;
+        // SAFETY: waits for this process's own child.
+        assert_eq!(unsafe { libc::waitpid(pid as i32, &mut status, 0) }, pid as i32);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status:#x}"
+        );
+    }
+
+    /// What /proc/`pid`/fd/`fd` names ("pipe:[1234]"), or None.
+    fn fd_target(pid: u32, fd: RawFd) -> Option<String> {
+        let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+        Some(link.to_string_lossy().into_owned())
+    }
+
+    /// The helper closes nothing before this process has closed its copies (else this process
+    /// pays for the removals, closing the last copies): until then it holds every descriptor
+    /// it was handed and has not exited; then it closes them all and exits 0.
+    #[test]
+    fn the_helper_waits_for_this_process_to_close_its_copies_first() {
+        let (mut readers, writers): (Vec<_>, Vec<_>) = (0..4).map(|_| pipe()).unzip();
+        let own = std::process::id();
+        let handed: Vec<String> = writers
+            .iter()
+            .map(|w| fd_target(own, w.as_raw_fd()).expect("a pipe's write end here"))
+            .collect();
+        let mut teardown = Teardown::new(writers, Vec::new());
+        let forked = teardown.fork_helper(false).expect("forking the helper");
+        let pid = forked.pid;
+        std::thread::sleep(Duration::from_millis(300));
+        let mut status = 0;
+        // SAFETY: asks about this process's own child without waiting.
+        let waited = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+        assert_eq!(
+            waited, 0,
+            "the helper ended before this process closed its copies"
+        );
+        let held: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the helper's descriptors")
+            .filter_map(|entry| {
+                let fd = entry.ok()?.file_name().to_str()?.parse().ok()?;
+                fd_target(pid, fd)
+            })
+            .filter(|target| handed.contains(target))
+            .collect();
+        assert_eq!(
+            held.len(),
+            4,
+            "the helper holds every descriptor handed: {held:?}"
+        );
+        assert_eq!(teardown.release(forked), pid);
+        assert_eq!(teardown.uprobes(), 0);
+        for reader in &mut readers {
+            let mut rest = Vec::new();
+            assert_eq!(reader.read_to_end(&mut rest).unwrap(), 0, "end of file");
+        }
         // SAFETY: waits for this process's own child.
         assert_eq!(unsafe { libc::waitpid(pid as i32, &mut status, 0) }, pid as i32);
         assert!(
