@@ -143,3 +143,46 @@ impl View {
         )
     }
 }
+
+/// The probe rows `xtrace view` serves of capture `dir` (its state.json's `probes`), after which
+/// the view is closed.
+pub fn served_probe_rows(dir: &std::path::Path) -> Vec<Value> {
+    let mut xtrace = crate::run::Xtrace::spawn(crate::args!["view", dir]);
+    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    let state = view.get("/state.json");
+    assert_eq!(state.status, 200, "{}", state.text());
+    let state: Value = serde_json::from_slice(&state.body).expect("JSON");
+    assert_eq!(view.stop().status, 200);
+    xtrace.wait().assert_success();
+    state["probes"].as_array().expect("probe rows").clone()
+}
+
+/// Checks that `xtrace view` of capture `dir` shows summary.json's probes, with their counts,
+/// p50 and p99 (in any order).
+pub fn view_shows_the_summary(dir: &std::path::Path) {
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("summary.json")).expect("the capture's summary.json"))
+            .expect("JSON");
+    let figures = |rows: &[Value], all: bool| {
+        let mut rows: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                let of = if all { &row["all"] } else { row };
+                format!(
+                    "{} {} {} {}",
+                    row["name"], of["count"], of["p50_ns"], of["p99_ns"]
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let shown = figures(&served_probe_rows(dir), true);
+    assert!(
+        !shown.is_empty(),
+        "no probe rows in the view of {}",
+        dir.display()
+    );
+    let listed = summary["probes"].as_array().expect("summary.json's probes");
+    assert_eq!(shown, figures(listed, false), "{}", dir.display());
+}

@@ -91,6 +91,8 @@ fn signals_and_the_stop_write_the_last_window() {
     let line = xtrace.wait_stderr(WROTE);
     assert!(line.contains("flight-001 (37 events over the last "), "{line}");
     let first = check_window(&out_dir.join("flight-001"), 37, 1_000_000_000, "signal");
+    // `xtrace view` serves a flight window as any capture.
+    xtrace_tests::live::view_shows_the_summary(&out_dir.join("flight-001"));
     assert_eq!(
         u64_field(&first, "aged_out_events"),
         100,

@@ -26,6 +26,15 @@ fn record_rank(dir: &std::path::Path, rank: &str) {
         .assert_success();
 }
 
+/// `xtrace view` of a merged capture, whose summary lists no probes, shows the figures of its
+/// spans: the 3 `work` calls of each of the two ranks.
+fn view_shows_the_merged_spans(merged_dir: &std::path::Path) {
+    let rows = xtrace_tests::live::served_probe_rows(merged_dir);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["name"], "work");
+    assert_eq!(rows[0]["all"]["count"], 6, "3 calls of each rank");
+}
+
 /// realtime minus monotonic, at `at` (start or end), in ns.
 fn offset(summary: &Value, at: &str) -> i128 {
     let c = &summary["clock"][at];
@@ -99,6 +108,7 @@ fn merged_captures_lie_on_one_clock_shifted_by_their_clock_pairs() {
         finished.stderr
     );
     let merged = Outputs::read(&merged_dir);
+    view_shows_the_merged_spans(&merged_dir);
 
     // Rank 0's clock is the reference (the smaller offset); rank 1 is shifted by the difference.
     let (offset_a, offset_b) = (mean_offset(&before_a.summary), mean_offset(&before_b.summary));

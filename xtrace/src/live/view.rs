@@ -1,6 +1,7 @@
 //! `xtrace view DIR`: the live view's page over a finished capture. Its one snapshot is made from
 //! summary.json (each probe's count, rate over the capture, p50 and p99: the figures `xtrace
-//! report` shows), its flamegraph from stacks.folded and its GPU charts from the trace's counter
+//! report` shows; for a merged capture, whose summary lists no probes, from its spans, as
+//! `xtrace report` works them out), its flamegraph from stacks.folded and its GPU charts from the trace's counter
 //! tracks; the recent stretches, which a stored capture does not have, are null. With `--diff`
 //! the snapshot holds `xtrace diff`'s tables instead.
 use serde::Serialize;
@@ -78,16 +79,14 @@ pub fn diff_snapshot(diff: &DiffPage) -> String {
 }
 
 /// The snapshot of `capture` as the page reads it.
-pub fn snapshot<'a>(capture: &'a Capture) -> String {
+pub fn snapshot(capture: &Capture) -> String {
     let summary = &capture.summary;
     let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
     let seconds = number(summary, "duration_ns") as f64 / 1e9;
-    let probes = summary
-        .get("probes")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let text = |v: &'a Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("");
+    let probes = probe_values(capture);
+    fn text<'v>(v: &'v Value, key: &str) -> &'v str {
+        v.get(key).and_then(Value::as_str).unwrap_or("")
+    }
     let rows = probes
         .iter()
         // The rows summary.txt shows.
@@ -130,6 +129,23 @@ pub fn snapshot<'a>(capture: &'a Capture) -> String {
         threads_seen,
     };
     serde_json::to_string(&snapshot).unwrap_or_default()
+}
+
+/// The probes' figures: summary.json's, or for a capture whose summary has none (a merged
+/// capture's), those `xtrace report` works out from its spans.
+fn probe_values(capture: &Capture) -> std::borrow::Cow<'_, [Value]> {
+    use crate::analysis::{spans, stats};
+    match capture.summary.get("probes").and_then(Value::as_array) {
+        Some(probes) => std::borrow::Cow::Borrowed(probes.as_slice()),
+        None => {
+            let nesting = spans::nest(&capture.spans);
+            let computed = stats::probes(capture, &nesting)
+                .iter()
+                .filter_map(|p| serde_json::to_value(p).ok())
+                .collect();
+            std::borrow::Cow::Owned(computed)
+        }
+    }
 }
 
 /// The threads with the most spans (at most `threads::SHOWN`), as the live page shows them, and
