@@ -2,6 +2,7 @@
 //! per-CPU loss counters. `uprobe_multi` loads programs for uprobe_multi links, which aya cannot;
 //! `layout` has where the programs find fields of the kernel's structures.
 mod attr;
+pub mod batch;
 pub mod btf;
 pub mod features;
 pub mod goroutines;

@@ -65,10 +65,21 @@ impl Tables {
             .collect()
     }
 
-    /// Every added-up wait, without its stack: while the programs run, what the flight recorder
-    /// reads once a second.
+    /// Every added-up wait, without its stack: while the programs run, what is read once a
+    /// second. One batch read (one system call for the whole table), else key by key.
     pub fn totals(&self) -> Vec<(OffCpuKey, OffCpuTotal)> {
-        self.totals.iter().filter_map(|entry| entry.ok()).collect()
+        let map = aya::maps::IterableMap::map(&self.totals);
+        let read = map
+            .info()
+            .map_err(std::io::Error::other)
+            .and_then(|info| bpf::batch::hash_entries(map, info.max_entries()));
+        match read {
+            Ok(entries) => entries,
+            Err(e) => {
+                log::debug!("reading OFF_CPU_TOTALS by batch: {e}; reading it key by key");
+                self.totals.iter().filter_map(|entry| entry.ok()).collect()
+            }
+        }
     }
 
     /// The frame-pointer user stack `id` of the kernel's stack table, innermost first; empty for
