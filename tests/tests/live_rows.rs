@@ -1,7 +1,8 @@
 //! The live view's tables end equal to the capture's files. Probes: `gpumem` calls the stand-in
 //! CUDA runtime under `--cuda --live`, whose plan also keeps a block of probes for CUDA libraries
 //! loaded later (never placed here); the last snapshot names each function once, hides the CUDA
-//! functions never called, and ends with summary.json's counts. Threads: `spans threads 4 N`'s
+//! functions never called, and ends with summary.json's counts, its rows in summary.txt's order
+//! (the most time first), as `xtrace view` of the capture shows them. Threads: `spans threads 4 N`'s
 //! threads each call `work` N times; the last snapshot's per-thread calls are trace.json's spans
 //! per thread, and `xtrace view` of the capture shows the same. Off CPU: `offcpu phases`
 //! sleeps as each line it reads asks, under `--off-cpu=30ms --live`, long sleeps sent one by one
@@ -88,6 +89,31 @@ fn live_probe_rows_are_the_summary_rows() {
             )
         })
         .collect();
+    // In summary.txt's order, the most time first (then by name), in the page and in
+    // `xtrace view`.
+    let order: Vec<&str> = rows.iter().map(|(name, _)| name.as_str()).collect();
+    let mut by_total: Vec<(u64, &str)> = outputs.summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["total_ns"].as_u64().unwrap(), p["name"].as_str().unwrap()))
+        .filter(|(_, name)| order.contains(name))
+        .collect();
+    by_total.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    assert_eq!(order, by_total.iter().map(|(_, n)| *n).collect::<Vec<_>>());
+    let txt: Vec<&str> = outputs
+        .summary_txt
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|first| order.contains(first))
+        .collect();
+    assert_eq!(&txt[..order.len()], &order[..], "{}", outputs.summary_txt);
+    let mut viewer = Xtrace::spawn(args!["view", &out]);
+    let served = View::from_line(&viewer.wait_stderr("xtrace: live view at "));
+    let state: Value = serde_json::from_slice(&served.get("/state.json").body).expect("JSON");
+    assert_eq!(page_rows(&state), rows, "{}", state["probes"]);
+    assert_eq!(served.stop().status, 200);
+    viewer.wait().assert_success();
     let page: BTreeMap<String, u64> = rows.into_iter().collect();
     assert_eq!(page, summary);
     assert_eq!((page["cudaMalloc"], page["cudaFree"]), (2, 1), "{page:?}");

@@ -254,7 +254,8 @@ impl Publisher {
         self.alerts_total += 1;
     }
 
-    /// The probe table's rows at `now_ns`: the rows summary.txt shows, of the probes placed.
+    /// The probe table's rows at `now_ns`: the rows summary.txt shows, of the probes placed, in
+    /// its order.
     /// `probes`: the plan's, by probe id, of a capture that began at `begin_ns`.
     fn probe_rows<'p>(
         (probes, begin_ns): (&'p [PlannedProbe], u64),
@@ -262,13 +263,18 @@ impl Publisher {
         recent: &mut crate::pipeline::live::RecentCalls,
         now_ns: u64,
     ) -> Vec<Row<'p>> {
-        probes
+        let mut shown: Vec<_> = probes
             .iter()
             .enumerate()
             .filter_map(|(id, probe)| {
                 let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
                 probe.has_row(all.count).then_some((id, probe, all))
             })
+            .collect();
+        // In summary.txt's order: the most time first.
+        shown.sort_by(|(_, a, da), (_, b, db)| summary::by_total(&a.name, da.total_ns, &b.name, db.total_ns));
+        shown
+            .into_iter()
             .map(|(id, probe, all)| Row {
                 name: &probe.name,
                 kind: probe.kind,
@@ -388,6 +394,27 @@ mod tests {
         // Kept for a CUDA library never loaded.
         assert!(!probe("cuda", "").has_row(0));
         assert!(!probe("uprobe", "/usr/lib/libxtrace_tool.so").has_row(5));
+    }
+
+    /// The busiest first, as summary.txt lists them: by time in all, then by name.
+    #[test]
+    fn probe_rows_are_in_summary_order() {
+        let probe = |name: &str| PlannedProbe {
+            name: name.into(),
+            kind: "uprobe",
+            target: "/bin/x".into(),
+        };
+        let probes = [probe("a"), probe("c"), probe("b"), probe("d")];
+        let mut stats = vec![crate::pipeline::stats::ProbeStats::default(); 4];
+        for (id, durations) in [(0, &[10u64][..]), (1, &[20, 10]), (2, &[30]), (3, &[])] {
+            for &d in durations {
+                stats[id].add(d);
+            }
+        }
+        let mut recent = crate::pipeline::live::RecentCalls::new(4);
+        let rows = Publisher::probe_rows((&probes, 0), &stats, &mut recent, SECOND_NS);
+        let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["b", "c", "a", "d"]);
     }
 
     #[test]

@@ -93,10 +93,17 @@ pub fn snapshot<'a>(capture: &'a Capture) -> String {
         .map(Vec::as_slice)
         .unwrap_or_default();
     let text = |v: &'a Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("");
-    let rows = probes
+    let mut shown: Vec<&Value> = probes
         .iter()
-        // The rows summary.txt shows.
+        // The rows summary.txt shows, in its order.
         .filter(|p| crate::export::summary::has_row(text(p, "kind"), text(p, "target"), number(p, "count")))
+        .collect();
+    shown.sort_by(|a, b| {
+        let name = |v| text(v, "name");
+        crate::export::summary::by_total(name(a), number(a, "total_ns"), name(b), number(b, "total_ns"))
+    });
+    let rows = shown
+        .into_iter()
         .map(|p| {
             let count = number(p, "count");
             Row {
