@@ -7,7 +7,9 @@
 //! per thread, and `xtrace view` of the capture shows the same. Off CPU: `offcpu phases`
 //! sleeps as each line it reads asks, under `--off-cpu=30ms --live`, long sleeps sent one by one
 //! and short ones added up in the kernel; the last snapshot's blocked time of the sleeping thread
-//! is summary.json's to the nanosecond, and `xtrace view` shows the same.
+//! is summary.json's to the nanosecond, in the event stream and in the page's table as headless
+//! Chromium reads it after pressing Stop (tests/tools/page_threads.py), and `xtrace view` shows
+//! the same.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -220,6 +222,35 @@ fn thread_off_cpu(snapshot: &Value, tid: u32) -> &Value {
     &row["off_cpu"]
 }
 
+/// Thread `tid`'s off-CPU cells in the thread table of the page at `line`'s URL, read in
+/// headless Chromium (tests/tools/page_threads.py); `mode` `stop` presses Stop first and reads
+/// the page's last figures.
+fn page_threads(line: &str, tid: u32, mode: &str) -> Value {
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("a URL");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/page_threads.py");
+    let run = std::process::Command::new(xtrace_tests::fixtures::python())
+        .arg(&script)
+        .args([url, &tid.to_string(), mode])
+        .output()
+        .expect("running tests/tools/page_threads.py");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "page_threads.py failed ({}):\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("page_threads.py's JSON")
+}
+
+/// How the page shows a duration under a second (its `duration()`): milliseconds to one decimal.
+fn shown_ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn live_off_cpu_time_ends_equal_to_the_summary() {
@@ -242,7 +273,8 @@ fn live_off_cpu_time_ends_equal_to_the_summary() {
         "-o",
         &out
     ]);
-    let view = View::from_line(&xtrace.wait_stderr("xtrace: live view at "));
+    let line = xtrace.wait_stderr("xtrace: live view at ");
+    let view = View::from_line(&line);
     xtrace.wait_attached();
     let events = read_events(&view);
     // Ten sleeps of 50 ms, each sent; twenty of 5 ms, added up in the kernel.
@@ -252,7 +284,8 @@ fn live_off_cpu_time_ends_equal_to_the_summary() {
     }
     // The kernel's table is read once a second: at least one read after the short sleeps.
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(view.stop().status, 200);
+    // The page in Chromium: Stop, then its last figures.
+    let browser = page_threads(&line, pid, "stop");
     xtrace.wait().assert_success();
     drop(fixture);
     let outputs = Outputs::read(&out);
@@ -282,6 +315,22 @@ fn live_off_cpu_time_ends_equal_to_the_summary() {
         "{page} vs {summary}"
     );
     // The sleeps were within the last 10 s.
+    // The page shows them: each cell's data-ns exactly, its text rounded as `duration()` does.
+    assert_eq!(browser["offcpu_headers"], 6, "{browser}");
+    let cell = &browser["row"]["blocked"];
+    assert_eq!(cell["ns"].as_u64(), Some(blocked), "{browser}");
+    if blocked < 1_000_000_000 {
+        assert_eq!(
+            cell["text"].as_str(),
+            Some(shown_ms(blocked).as_str()),
+            "{browser}"
+        );
+    }
+    assert_eq!(
+        browser["row"]["runnable"]["ns"].as_u64(),
+        Some(ns("runnable_ns")),
+        "{browser}"
+    );
     let blocked_10s = page["blocked_10s_ns"].as_u64().unwrap();
     assert!((600 * MS..=blocked).contains(&blocked_10s), "{page}");
     // Some snapshot before the last showed the sleeps sent one by one (500 ms and more).
@@ -295,9 +344,17 @@ fn live_off_cpu_time_ends_equal_to_the_summary() {
 
     // `xtrace view` of the capture: the same figures, the whole capture's only.
     let mut viewer = Xtrace::spawn(args!["view", &out]);
-    let served = View::from_line(&viewer.wait_stderr("xtrace: live view at "));
+    let line = viewer.wait_stderr("xtrace: live view at ");
+    let served = View::from_line(&line);
     let state: Value = serde_json::from_slice(&served.get("/state.json").body).expect("JSON");
     assert_eq!(state["off_cpu"], true);
+    let browser = page_threads(&line, pid, "view");
+    assert_eq!(
+        browser["row"]["blocked"]["ns"].as_u64(),
+        Some(blocked),
+        "{browser}"
+    );
+    assert_eq!(browser["row"]["blocked10"]["text"], "–", "{browser}");
     let stored = thread_off_cpu(&state, pid);
     assert_eq!(
         (stored["blocked_ns"].as_u64(), stored["runnable_ns"].as_u64()),
