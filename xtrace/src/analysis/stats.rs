@@ -86,8 +86,12 @@ pub fn probes(capture: &Capture, nesting: &Nesting) -> Vec<ProbeStats> {
     let mut self_by_name = vec![0u64; capture.names.len()];
     let mut durations: Vec<Vec<u64>> = vec![Vec::new(); capture.names.len()];
     for (span, self_ns) in capture.spans.iter().zip(&nesting.self_ns) {
-        self_by_name[span.name as usize] += self_ns;
-        durations[span.name as usize].push(span.dur_ns);
+        // A span names one of the capture's names; one that does not is left out.
+        let name = span.name as usize;
+        if let (Some(own), Some(all)) = (self_by_name.get_mut(name), durations.get_mut(name)) {
+            *own += self_ns;
+            all.push(span.dur_ns);
+        }
     }
     let mut stats: Vec<ProbeStats> = capture
         .names

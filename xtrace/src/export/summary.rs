@@ -47,6 +47,12 @@ pub fn has_row(kind: &str, target: &str, count: u64) -> bool {
         && !crate::probes::ranges::is_tool(std::path::Path::new(target))
 }
 
+/// The order of the probe table's rows: the most time in all first, then by name. summary.txt's, and the live
+/// view's page (`live::publish`, `live::view`).
+pub fn by_total(a: &str, a_total_ns: u64, b: &str, b_total_ns: u64) -> std::cmp::Ordering {
+    b_total_ns.cmp(&a_total_ns).then_with(|| a.cmp(b))
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct CommandSummary {
     pub argv: Vec<String>,
@@ -376,6 +382,26 @@ mod tests {
             command_line(None, None, true),
             "command `app -x` (pid 42) was still running when xtrace stopped"
         );
+    }
+
+    /// The probe table lists the most time first, then by name, whatever the plan's order.
+    #[test]
+    fn probe_rows_are_the_busiest_first() {
+        let mut s = summary();
+        for (name, total_ns) in [("zed", 4_000), ("alpha", 9_000), ("mid", 4_000)] {
+            let mut probe = s.probes[0].clone();
+            probe.name = name.into();
+            probe.stats.total_ns = total_ns;
+            s.probes.push(probe);
+        }
+        let table = s.table();
+        let names: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("PROBE"))
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(names, ["alpha", "mid", "work", "zed"], "{table}");
     }
 
     /// A USDT pair's probe has `open` and `unmatched_ends` in summary.json, and a line under the

@@ -20,12 +20,17 @@ impl Summary {
             let domain = r.domain.as_deref().map_or(String::new(), |d| format!("{d}/"));
             (format!("{} {domain}{}", r.source.name(), r.name), &r.stats)
         });
-        let rows: Vec<Vec<String>> = self
+        let mut rows: Vec<_> = self
             .probes
             .iter()
             .filter(|p| super::summary::has_row(p.kind, &p.target, p.stats.count))
             .map(|p| (p.name.clone(), &p.stats))
             .chain(ranges)
+            .collect();
+        // The busiest first, as perf top lists them; the live view's page does the same.
+        rows.sort_by(|(a, sa), (b, sb)| super::summary::by_total(a, sa.total_ns, b, sb.total_ns));
+        let rows: Vec<Vec<String>> = rows
+            .into_iter()
             .map(|(name, s)| {
                 vec![
                     name,

@@ -136,6 +136,8 @@ struct Snapshot<'a> {
     /// The busiest threads (`live::threads`), and how many were seen.
     threads: Vec<super::threads::Row>,
     threads_seen: usize,
+    /// Whether the threads' rows have their time off CPU.
+    off_cpu: bool,
 }
 
 #[derive(Serialize)]
@@ -204,6 +206,8 @@ pub struct Publisher {
     last: Option<(u64, u64)>,
     charts: super::gpu_charts::ChartFeed,
     threads: super::threads::Threads,
+    /// Whether the time off CPU is counted (`--off-cpu`).
+    off_cpu: bool,
 }
 
 impl Publisher {
@@ -227,6 +231,7 @@ impl Publisher {
             last: None,
             charts: super::gpu_charts::ChartFeed::new(begin_ns),
             threads: super::threads::Threads::default(),
+            off_cpu: false,
         }
     }
 
@@ -249,6 +254,40 @@ impl Publisher {
         self.alerts_total += 1;
     }
 
+    /// The probe table's rows at `now_ns`: the rows summary.txt shows, of the probes placed, in
+    /// its order.
+    /// `probes`: the plan's, by probe id, of a capture that began at `begin_ns`.
+    fn probe_rows<'p>(
+        (probes, begin_ns): (&'p [PlannedProbe], u64),
+        stats: &[crate::pipeline::stats::ProbeStats],
+        recent: &mut crate::pipeline::live::RecentCalls,
+        now_ns: u64,
+    ) -> Vec<Row<'p>> {
+        let mut shown: Vec<_> = probes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, probe)| {
+                let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
+                probe.has_row(all.count).then_some((id, probe, all))
+            })
+            .collect();
+        // In summary.txt's order: the most time first.
+        shown.sort_by(|(_, a, da), (_, b, db)| summary::by_total(&a.name, da.total_ns, &b.name, db.total_ns));
+        shown
+            .into_iter()
+            .map(|(id, probe, all)| Row {
+                name: &probe.name,
+                kind: probe.kind,
+                last_10s: Figures::of(recent.stretch(id, now_ns, 10 * SECOND_NS, begin_ns)),
+                last_60s: Figures::of(recent.stretch(id, now_ns, RECENT_NS, begin_ns)),
+                all: Figures::of(Stretch {
+                    calls: all,
+                    covered_ns: now_ns.saturating_sub(begin_ns),
+                }),
+            })
+            .collect()
+    }
+
     /// Makes a snapshot from `parts` at `tick` and hands it over, unless the server holds the
     /// state this moment: then its stacks wait for the next one.
     pub fn publish(&mut self, parts: LiveParts<'_>, tick: Tick) {
@@ -264,9 +303,12 @@ impl Publisher {
             python,
             bpf,
             cuda_memory,
+            off_cpu,
         } = parts;
         self.charts.update(tick.now_ns, &cuda_memory);
-        self.threads.add(tick.now_ns, thread_calls, &stacks.threads);
+        self.threads
+            .add(tick.now_ns, thread_calls, &stacks.threads, off_cpu.as_ref());
+        self.off_cpu |= off_cpu.is_some();
         if let Some(resolver) = &self.resolver {
             let keys: Vec<_> = stacks.stacks.keys().collect();
             let frames = resolver.frames_of(&keys, bpf, images, python);
@@ -281,25 +323,7 @@ impl Publisher {
                 self.pending.add(OTHER_STACKS.to_string(), stacks.other);
             }
         }
-        let rows: Vec<Row> = self
-            .probes
-            .iter()
-            .enumerate()
-            .filter_map(|(id, probe)| {
-                let all = stats.get(id).map(|s| s.distribution()).unwrap_or_default();
-                probe.has_row(all.count).then_some((id, probe, all))
-            })
-            .map(|(id, probe, all)| Row {
-                name: &probe.name,
-                kind: probe.kind,
-                last_10s: Figures::of(recent.stretch(id, tick.now_ns, 10 * SECOND_NS, self.begin_ns)),
-                last_60s: Figures::of(recent.stretch(id, tick.now_ns, RECENT_NS, self.begin_ns)),
-                all: Figures::of(Stretch {
-                    calls: all,
-                    covered_ns: tick.now_ns.saturating_sub(self.begin_ns),
-                }),
-            })
-            .collect();
+        let rows = Self::probe_rows((&self.probes, self.begin_ns), stats, recent, tick.now_ns);
         let event_rate = match self.last {
             Some((at, events)) if tick.now_ns > at => {
                 (tick.events - events) as f64 / ((tick.now_ns - at) as f64 / 1e9)
@@ -333,7 +357,10 @@ impl Publisher {
             done: tick.done.is_some(),
             stop_reason: tick.done,
             charts: &self.charts.charts,
-            threads: self.threads.rows(tick.now_ns, names, self.frequency_hz > 0),
+            threads: self
+                .threads
+                .rows(tick.now_ns, names, self.frequency_hz > 0, self.off_cpu),
+            off_cpu: self.off_cpu,
             threads_seen: self.threads.seen(),
         };
         state.json = serde_json::to_string(&snapshot).unwrap_or_default().into();
@@ -367,6 +394,27 @@ mod tests {
         // Kept for a CUDA library never loaded.
         assert!(!probe("cuda", "").has_row(0));
         assert!(!probe("uprobe", "/usr/lib/libxtrace_tool.so").has_row(5));
+    }
+
+    /// The busiest first, as summary.txt lists them: by time in all, then by name.
+    #[test]
+    fn probe_rows_are_in_summary_order() {
+        let probe = |name: &str| PlannedProbe {
+            name: name.into(),
+            kind: "uprobe",
+            target: "/bin/x".into(),
+        };
+        let probes = [probe("a"), probe("c"), probe("b"), probe("d")];
+        let mut stats = vec![crate::pipeline::stats::ProbeStats::default(); 4];
+        for (id, durations) in [(0, &[10u64][..]), (1, &[20, 10]), (2, &[30]), (3, &[])] {
+            for &d in durations {
+                stats[id].add(d);
+            }
+        }
+        let mut recent = crate::pipeline::live::RecentCalls::new(4);
+        let rows = Publisher::probe_rows((&probes, 0), &stats, &mut recent, SECOND_NS);
+        let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["b", "c", "a", "d"]);
     }
 
     #[test]

@@ -1,53 +1,72 @@
 //! The live view's per-thread activity: for each traced thread, the calls that ended on it over
 //! the last 10 s, the last minute and the whole capture, and (when sampling) its share of the CPU
-//! samples of the last 10 s. Fed once a second with what the pipeline counted since the last
-//! snapshot (`pipeline::live::ThreadCounts`), kept as a ring of per-second counts per thread, at
-//! most [`MAX_THREADS`] threads (the rest are added up as one row); the page is sent the
-//! [`SHOWN`] busiest.
+//! samples of the last 10 s, and (with `--off-cpu`) its time off CPU over the last 10 s and the
+//! whole capture, blocked (sleeping, uninterruptible) and runnable (waiting for a CPU). Fed once a
+//! second with what the pipeline counted since the last snapshot (`pipeline::live::ThreadCounts`,
+//! `OffCpuCounts`), kept as a ring of per-second counts per thread, at most [`MAX_THREADS`]
+//! threads (the rest are added up as one row); the page is sent the [`SHOWN`] busiest.
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::pipeline::{live::ThreadCounts, threads::Names};
+use crate::pipeline::{
+    live::{OffCpuCounts, ThreadCounts},
+    threads::Names,
+};
 
 const SECOND_NS: u64 = 1_000_000_000;
 /// The seconds a thread's ring holds: the last minute.
 const RING: usize = 60;
-/// Threads kept (about 1 KiB each); the counts of others go to one row.
+/// Threads kept (about 2.5 KiB each); the counts of others go to one row.
 pub const MAX_THREADS: usize = 4096;
 /// Threads the page is sent, the busiest over the last 10 s (then over the capture).
 pub const SHOWN: usize = 20;
 /// The name of the row that adds up the threads past [`MAX_THREADS`].
 pub const OTHER_THREADS: &str = "[other threads]";
 
-/// One second of one thread: its index (`ns / SECOND_NS`), calls and samples.
+/// What one thread did over a stretch: calls, samples, nanoseconds blocked and runnable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub calls: u64,
+    pub samples: u64,
+    pub blocked_ns: u64,
+    pub runnable_ns: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.calls += other.calls;
+        self.samples += other.samples;
+        self.blocked_ns += other.blocked_ns;
+        self.runnable_ns += other.runnable_ns;
+    }
+}
+
+/// One second of one thread: its index (`ns / SECOND_NS`) and counts.
 #[derive(Clone, Copy, Debug, Default)]
 struct Second {
     at: u64,
-    calls: u64,
-    samples: u64,
+    counts: Counts,
 }
 
 /// One thread's counts.
 #[derive(Debug)]
 struct Thread {
     ring: [Second; RING],
-    calls: u64,
-    samples: u64,
+    all: Counts,
 }
 
 impl Default for Thread {
     fn default() -> Self {
         Thread {
             ring: [Second::default(); RING],
-            calls: 0,
-            samples: 0,
+            all: Counts::default(),
         }
     }
 }
 
 impl Thread {
-    fn add(&mut self, second: u64, calls: u64, samples: u64) {
+    fn add(&mut self, second: u64, counts: Counts) {
         let slot = &mut self.ring[(second % RING as u64) as usize];
         if slot.at != second {
             *slot = Second {
@@ -55,19 +74,28 @@ impl Thread {
                 ..Second::default()
             };
         }
-        slot.calls += calls;
-        slot.samples += samples;
-        self.calls += calls;
-        self.samples += samples;
+        slot.counts.add(counts);
+        self.all.add(counts);
     }
 
-    /// Calls and samples of the `seconds` up to and including `now`.
-    fn last(&self, now: u64, seconds: u64) -> (u64, u64) {
-        self.ring
-            .iter()
-            .filter(|s| s.at <= now && s.at + seconds > now && (s.calls > 0 || s.samples > 0))
-            .fold((0, 0), |(c, n), s| (c + s.calls, n + s.samples))
+    /// The counts of the `seconds` up to and including `now`.
+    fn last(&self, now: u64, seconds: u64) -> Counts {
+        let mut sum = Counts::default();
+        for s in self.ring.iter().filter(|s| s.at <= now && s.at + seconds > now) {
+            sum.add(s.counts);
+        }
+        sum
     }
+}
+
+/// One thread's time off CPU, as the page shows it; the recent stretch is None for a stored
+/// capture (`xtrace view`).
+#[derive(Debug, Serialize, PartialEq)]
+pub struct OffCpu {
+    pub blocked_10s_ns: Option<u64>,
+    pub runnable_10s_ns: Option<u64>,
+    pub blocked_ns: u64,
+    pub runnable_ns: u64,
 }
 
 /// One row of the page's thread table.
@@ -81,6 +109,8 @@ pub struct Row {
     pub calls: u64,
     /// Percent of all the CPU samples of the last 10 s; None when not sampling.
     pub samples_10s_pct: Option<f64>,
+    /// None without `--off-cpu`.
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// The threads' counts, the publisher's side.
@@ -94,30 +124,54 @@ pub struct Threads {
 }
 
 impl Threads {
-    /// Adds what the pipeline counted since the last call, at `now_ns`.
-    pub fn add(&mut self, now_ns: u64, calls: ThreadCounts, samples: &ThreadCounts) {
+    /// Adds what the pipeline counted since the last call, at `now_ns`: the calls that ended on
+    /// each thread, the samples taken of it and (with `--off-cpu`) its time off CPU.
+    pub fn add(
+        &mut self,
+        now_ns: u64,
+        calls: ThreadCounts,
+        samples: &ThreadCounts,
+        off_cpu: Option<&OffCpuCounts>,
+    ) {
         let second = now_ns / SECOND_NS;
-        let mut keys: Vec<(u32, u32)> = calls
-            .counts
-            .keys()
-            .chain(samples.counts.keys())
-            .copied()
-            .collect();
+        let none = OffCpuCounts::default();
+        let off = off_cpu.unwrap_or(&none);
+        let all = [&calls, samples, &off.blocked, &off.runnable];
+        let mut keys: Vec<(u32, u32)> = all.iter().flat_map(|c| c.counts.keys()).copied().collect();
         keys.sort_unstable();
         keys.dedup();
+        let of = |c: &ThreadCounts, key| c.counts.get(&key).copied().unwrap_or(0);
         for key in keys {
-            let (c, s) = (
-                calls.counts.get(&key).copied().unwrap_or(0),
-                samples.counts.get(&key).copied().unwrap_or(0),
+            let counts = Counts {
+                calls: of(&calls, key),
+                samples: of(samples, key),
+                blocked_ns: of(&off.blocked, key),
+                runnable_ns: of(&off.runnable, key),
+            };
+            self.thread(key).add(second, counts);
+            self.all.add(
+                second,
+                Counts {
+                    samples: counts.samples,
+                    ..Counts::default()
+                },
             );
-            self.thread(key).add(second, c, s);
-            self.all.add(second, 0, s);
         }
-        if calls.other > 0 || samples.other > 0 {
-            self.other
-                .get_or_insert_with(Thread::default)
-                .add(second, calls.other, samples.other);
-            self.all.add(second, 0, samples.other);
+        let other = Counts {
+            calls: calls.other,
+            samples: samples.other,
+            blocked_ns: off.blocked.other,
+            runnable_ns: off.runnable.other,
+        };
+        if other != Counts::default() {
+            self.other.get_or_insert_with(Thread::default).add(second, other);
+            self.all.add(
+                second,
+                Counts {
+                    samples: other.samples,
+                    ..Counts::default()
+                },
+            );
         }
     }
 
@@ -135,22 +189,28 @@ impl Threads {
     }
 
     /// The [`SHOWN`] busiest threads at `now_ns`, named by `names`; `sampling`: whether the
-    /// samples' shares mean anything.
-    pub fn rows(&self, now_ns: u64, names: &Names, sampling: bool) -> Vec<Row> {
+    /// samples' shares mean anything, `off_cpu`: whether the time off CPU was counted.
+    pub fn rows(&self, now_ns: u64, names: &Names, sampling: bool, off_cpu: bool) -> Vec<Row> {
         let now = now_ns / SECOND_NS;
-        let (_, samples_10s) = self.all.last(now, 10);
+        let samples_10s = self.all.last(now, 10).samples;
         let row = |pid, tid, name: String, t: &Thread| {
-            let (calls_10s, own_10s) = t.last(now, 10);
+            let ten = t.last(now, 10);
             Row {
                 pid,
                 tid,
                 name,
-                calls_10s,
-                calls_60s: t.last(now, RING as u64).0,
-                calls: t.calls,
+                calls_10s: ten.calls,
+                calls_60s: t.last(now, RING as u64).calls,
+                calls: t.all.calls,
                 samples_10s_pct: sampling.then(|| match samples_10s {
                     0 => 0.0,
-                    all => (own_10s as f64 * 1000.0 / all as f64).round() / 10.0,
+                    all => (ten.samples as f64 * 1000.0 / all as f64).round() / 10.0,
+                }),
+                off_cpu: off_cpu.then_some(OffCpu {
+                    blocked_10s_ns: Some(ten.blocked_ns),
+                    runnable_10s_ns: Some(ten.runnable_ns),
+                    blocked_ns: t.all.blocked_ns,
+                    runnable_ns: t.all.runnable_ns,
                 }),
             }
         };
@@ -163,9 +223,14 @@ impl Threads {
             })
             .chain(self.other.iter().map(|t| row(0, 0, OTHER_THREADS.to_string(), t)))
             .collect();
+        let off_10s = |r: &Row| {
+            r.off_cpu.as_ref().map_or(0, |o| {
+                o.blocked_10s_ns.unwrap_or(0) + o.runnable_10s_ns.unwrap_or(0)
+            })
+        };
         rows.sort_by(|a, b| {
-            (b.calls_10s, b.samples_10s_pct.unwrap_or(0.0), b.calls)
-                .partial_cmp(&(a.calls_10s, a.samples_10s_pct.unwrap_or(0.0), a.calls))
+            (b.calls_10s, b.samples_10s_pct.unwrap_or(0.0), b.calls, off_10s(b))
+                .partial_cmp(&(a.calls_10s, a.samples_10s_pct.unwrap_or(0.0), a.calls, off_10s(a)))
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then((a.pid, a.tid).cmp(&(b.pid, b.tid)))
         });
@@ -194,9 +259,10 @@ mod tests {
                 s * SECOND_NS,
                 counts(&[((10, 11), 5)]),
                 &counts(&[((10, 11), 3), ((10, 12), 1)]),
+                None,
             );
         }
-        let rows = threads.rows(30 * SECOND_NS + 5, &Names::default(), true);
+        let rows = threads.rows(30 * SECOND_NS + 5, &Names::default(), true, false);
         assert_eq!(
             rows[0],
             Row {
@@ -207,6 +273,7 @@ mod tests {
                 calls_60s: 150,
                 calls: 150,
                 samples_10s_pct: Some(75.0),
+                off_cpu: None,
             }
         );
         assert_eq!(
@@ -214,7 +281,7 @@ mod tests {
             (12, 0, Some(25.0))
         );
         // A minute later, the recent stretches are empty and the capture's count stays.
-        let later = threads.rows(200 * SECOND_NS, &Names::default(), false);
+        let later = threads.rows(200 * SECOND_NS, &Names::default(), false, false);
         assert_eq!(
             (
                 later[0].calls_10s,
@@ -232,14 +299,48 @@ mod tests {
         let many: Vec<((u32, u32), u64)> = (0..MAX_THREADS as u32 + 3)
             .map(|t| ((1, t), u64::from(t) + 1))
             .collect();
-        threads.add(SECOND_NS, counts(&many), &ThreadCounts::default());
+        threads.add(SECOND_NS, counts(&many), &ThreadCounts::default(), None);
         assert_eq!(threads.seen(), MAX_THREADS + 1);
-        let rows = threads.rows(SECOND_NS, &Names::default(), false);
+        let rows = threads.rows(SECOND_NS, &Names::default(), false, false);
         assert_eq!(rows.len(), SHOWN);
         // The three past the cap, added up, are the busiest.
         assert_eq!(rows[0].name, OTHER_THREADS);
         let past: u64 = (MAX_THREADS as u64..MAX_THREADS as u64 + 3).map(|t| t + 1).sum();
         assert_eq!(rows[0].calls, past);
         assert_eq!(rows[1].tid, MAX_THREADS as u32 - 1);
+    }
+
+    /// Time off CPU: blocked and runnable apart, over the last 10 s and the capture; a thread
+    /// that only waited has a row, after those with calls.
+    #[test]
+    fn off_cpu_time_over_the_last_10_s_and_the_capture() {
+        let mut threads = Threads::default();
+        for s in 1..=20u64 {
+            let off = OffCpuCounts {
+                blocked: counts(&[((10, 12), 1_000)]),
+                runnable: counts(&[((10, 12), 10), ((10, 13), 1)]),
+            };
+            threads.add(
+                s * SECOND_NS,
+                counts(&[((10, 11), 1)]),
+                &ThreadCounts::default(),
+                Some(&off),
+            );
+        }
+        let rows = threads.rows(20 * SECOND_NS, &Names::default(), false, true);
+        assert_eq!(rows.iter().map(|r| r.tid).collect::<Vec<_>>(), [11, 12, 13]);
+        assert_eq!(
+            rows[1].off_cpu,
+            Some(OffCpu {
+                blocked_10s_ns: Some(10_000),
+                runnable_10s_ns: Some(100),
+                blocked_ns: 20_000,
+                runnable_ns: 200,
+            })
+        );
+        assert_eq!(rows[0].off_cpu.as_ref().map(|o| o.blocked_ns), Some(0));
+        assert!(threads.rows(20 * SECOND_NS, &Names::default(), false, false)[1]
+            .off_cpu
+            .is_none());
     }
 }

@@ -1,8 +1,9 @@
 //! `xtrace view DIR`: the live view's page over a finished capture. Its one snapshot is made from
 //! summary.json (each probe's count, rate over the capture, p50 and p99: the figures `xtrace
 //! report` shows; for a merged capture, whose summary lists no probes, from its spans, as
-//! `xtrace report` works them out), its flamegraph from stacks.folded and its GPU charts from the trace's counter
-//! tracks; the recent stretches, which a stored capture does not have, are null. With `--diff`
+//! `xtrace report` works them out), its flamegraph from stacks.folded, its GPU charts from the
+//! trace's counter tracks and its threads' time off CPU from summary.json's `off_cpu` section;
+//! the recent stretches, which a stored capture does not have, are null. With `--diff`
 //! the snapshot holds `xtrace diff`'s tables instead.
 use serde::Serialize;
 use serde_json::Value;
@@ -28,9 +29,12 @@ struct Snapshot<'a> {
     charts: Charts,
     threads: Vec<Thread<'a>>,
     threads_seen: usize,
+    /// Whether the threads' rows have their time off CPU (a capture made with `--off-cpu`).
+    off_cpu: bool,
 }
 
-/// A thread's calls over the whole capture (a stored capture has no recent stretches).
+/// A thread's calls and time off CPU over the whole capture (a stored capture has no recent
+/// stretches).
 #[derive(Serialize)]
 struct Thread<'a> {
     pid: u32,
@@ -40,6 +44,7 @@ struct Thread<'a> {
     calls_60s: Option<()>,
     calls: u64,
     samples_10s_pct: Option<()>,
+    off_cpu: Option<super::threads::OffCpu>,
 }
 
 #[derive(Serialize)]
@@ -87,10 +92,17 @@ pub fn snapshot(capture: &Capture) -> String {
     fn text<'v>(v: &'v Value, key: &str) -> &'v str {
         v.get(key).and_then(Value::as_str).unwrap_or("")
     }
-    let rows = probes
+    let mut shown: Vec<&Value> = probes
         .iter()
-        // The rows summary.txt shows.
+        // The rows summary.txt shows, in its order.
         .filter(|p| crate::export::summary::has_row(text(p, "kind"), text(p, "target"), number(p, "count")))
+        .collect();
+    shown.sort_by(|a, b| {
+        let name = |v| text(v, "name");
+        crate::export::summary::by_total(name(a), number(a, "total_ns"), name(b), number(b, "total_ns"))
+    });
+    let rows = shown
+        .into_iter()
         .map(|p| {
             let count = number(p, "count");
             Row {
@@ -110,7 +122,8 @@ pub fn snapshot(capture: &Capture) -> String {
             }
         })
         .collect();
-    let (threads, threads_seen) = threads(capture);
+    let off_cpu = summary.get("off_cpu").filter(|o| o.is_object());
+    let (threads, threads_seen) = threads(capture, off_cpu);
     let snapshot = Snapshot {
         view: capture.dir.display().to_string(),
         elapsed_s: seconds,
@@ -127,6 +140,7 @@ pub fn snapshot(capture: &Capture) -> String {
         charts: charts(capture),
         threads,
         threads_seen,
+        off_cpu: off_cpu.is_some(),
     };
     serde_json::to_string(&snapshot).unwrap_or_default()
 }
@@ -148,16 +162,42 @@ fn probe_values(capture: &Capture) -> std::borrow::Cow<'_, [Value]> {
     }
 }
 
-/// The threads with the most spans (at most `threads::SHOWN`), as the live page shows them, and
-/// how many threads have spans.
-fn threads(capture: &Capture) -> (Vec<Thread<'_>>, usize) {
-    let mut calls: std::collections::HashMap<(u32, u32), u64> = Default::default();
+/// The threads with the most spans, then the most time off CPU (at most `threads::SHOWN`), as
+/// the live page shows them, and how many threads have spans or time off CPU. `off_cpu`:
+/// summary.json's section, whose threads' blocked time is their sleeping and uninterruptible
+/// time.
+fn threads<'a>(capture: &'a Capture, off_cpu: Option<&Value>) -> (Vec<Thread<'a>>, usize) {
+    use std::collections::HashMap;
+    let mut calls: HashMap<(u32, u32), u64> = HashMap::new();
     for span in &capture.spans {
         *calls.entry((span.pid, span.tid)).or_default() += 1;
     }
+    let ns = |t: &Value, key: &str| t.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let mut off: HashMap<(u32, u32), super::threads::OffCpu> = HashMap::new();
+    for t in off_cpu
+        .and_then(|o| o.get("threads"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let id = |key| u32::try_from(ns(t, key)).unwrap_or(0);
+        let figures = super::threads::OffCpu {
+            blocked_10s_ns: None,
+            runnable_10s_ns: None,
+            blocked_ns: ns(t, "sleeping_ns") + ns(t, "uninterruptible_ns"),
+            runnable_ns: ns(t, "runnable_ns"),
+        };
+        calls.entry((id("pid"), id("tid"))).or_default();
+        off.insert((id("pid"), id("tid")), figures);
+    }
+    let off_total = |key: &(u32, u32)| off.get(key).map_or(0, |o| o.blocked_ns + o.runnable_ns);
     let mut busiest: Vec<((u32, u32), u64)> = calls.into_iter().collect();
     let seen = busiest.len();
-    busiest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    busiest.sort_by(|a, b| {
+        (b.1, off_total(&b.0))
+            .cmp(&(a.1, off_total(&a.0)))
+            .then(a.0.cmp(&b.0))
+    });
     busiest.truncate(super::threads::SHOWN);
     let rows = busiest
         .into_iter()
@@ -169,6 +209,14 @@ fn threads(capture: &Capture) -> (Vec<Thread<'_>>, usize) {
             calls_60s: None,
             calls,
             samples_10s_pct: None,
+            off_cpu: off_cpu.map(|_| {
+                off.remove(&(pid, tid)).unwrap_or(super::threads::OffCpu {
+                    blocked_10s_ns: None,
+                    runnable_10s_ns: None,
+                    blocked_ns: 0,
+                    runnable_ns: 0,
+                })
+            }),
         })
         .collect();
     (rows, seen)
@@ -264,13 +312,14 @@ mod tests {
             (
                 &serde_json::json!([
                     {"pid": 1, "tid": 2, "name": "worker", "calls_10s": null, "calls_60s": null,
-                     "calls": 2, "samples_10s_pct": null},
+                     "calls": 2, "samples_10s_pct": null, "off_cpu": null},
                     {"pid": 1, "tid": 3, "name": "?", "calls_10s": null, "calls_60s": null,
-                     "calls": 1, "samples_10s_pct": null},
+                     "calls": 1, "samples_10s_pct": null, "off_cpu": null},
                 ]),
                 &serde_json::json!(2)
             )
         );
+        assert_eq!(v["off_cpu"], false);
         assert_eq!(v["probes"][0]["all"]["count"], 50);
         assert_eq!(v["probes"][0]["all"]["rate"], 25.0);
         assert_eq!(v["probes"][0]["all"]["p99_ns"], 9);
@@ -279,6 +328,48 @@ mod tests {
         assert_eq!(
             (v["done"].as_bool(), v["view"].as_str()),
             (Some(true), Some("cap"))
+        );
+    }
+
+    /// With an `off_cpu` section: each thread's blocked time is its sleeping and uninterruptible
+    /// time; a thread that only waited has a row, after those with calls.
+    #[test]
+    fn threads_time_off_cpu_is_the_summary_figures() {
+        let capture = Capture {
+            summary: serde_json::json!({"off_cpu": {"threads": [
+                {"pid": 1, "tid": 2, "sleeping_ns": 70, "uninterruptible_ns": 5, "runnable_ns": 3},
+                {"pid": 1, "tid": 4, "sleeping_ns": 9, "uninterruptible_ns": 0, "runnable_ns": 0},
+            ]}}),
+            spans: [(1, 3)]
+                .map(|(pid, tid)| crate::analysis::capture::Span {
+                    name: 0,
+                    pid,
+                    tid,
+                    start_ns: 0,
+                    dur_ns: 1,
+                    args: None,
+                })
+                .into(),
+            ..Default::default()
+        };
+        let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
+        assert_eq!(
+            (&v["off_cpu"], &v["threads_seen"]),
+            (&Value::Bool(true), &serde_json::json!(3))
+        );
+        let off: Vec<(u64, &Value)> = v["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["tid"].as_u64().unwrap(), &t["off_cpu"]))
+            .collect();
+        let figures = |blocked: u64, runnable: u64| {
+            serde_json::json!({"blocked_10s_ns": null, "runnable_10s_ns": null,
+                               "blocked_ns": blocked, "runnable_ns": runnable})
+        };
+        assert_eq!(
+            off,
+            [(3, &figures(0, 0)), (2, &figures(75, 3)), (4, &figures(9, 0))]
         );
     }
 

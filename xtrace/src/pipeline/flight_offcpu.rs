@@ -99,6 +99,7 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
         totals: &[(OffCpuKey, OffCpuTotal)],
         stack_of: &dyn Fn(i32) -> Vec<u64>,
     ) {
+        self.live_off_cpu_read(totals);
         let Some(flight) = &mut self.flight else {
             return;
         };

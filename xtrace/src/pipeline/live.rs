@@ -4,8 +4,12 @@
 //! since the live view last took them (at most [`MAX_RECENT_STACKS`] distinct ones; the rest are
 //! counted as `other`); and per thread, the calls that ended on it and the samples taken of it
 //! since the live view last took them (at most [`MAX_RECENT_THREADS`] threads; the rest are
-//! counted as `other`).
+//! counted as `other`), and with `--off-cpu` their time off CPU since then, blocked and runnable
+//! ([`RecentOffCpu`]: the waits sent one by one as they come, the kernel's added-up ones by what
+//! its table gained between two reads).
 use std::collections::HashMap;
+
+use xtrace_common::offcpu::{state, OffCpuKey, OffCpuTotal};
 
 use super::{
     samples::StackKey,
@@ -64,6 +68,55 @@ impl ThreadCounts {
         } else {
             self.other += n;
         }
+    }
+}
+
+/// Nanoseconds off CPU per thread since the live view last took them.
+#[derive(Debug, Default)]
+pub struct OffCpuCounts {
+    /// Sleeping or in uninterruptible sleep.
+    pub blocked: ThreadCounts,
+    /// Waiting for a CPU.
+    pub runnable: ThreadCounts,
+}
+
+/// The off-CPU time the live view has not taken yet (`--off-cpu`), and the kernel's table of
+/// added-up waits as last read (at most its `OFF_CPU_KEYS` keys), for what it gains next.
+#[derive(Debug, Default)]
+pub struct RecentOffCpu {
+    counts: OffCpuCounts,
+    last: HashMap<OffCpuKey, OffCpuTotal>,
+}
+
+impl RecentOffCpu {
+    /// `ns` off CPU of thread `tid` of `pid` in scheduler state `state`.
+    pub fn add(&mut self, (pid, tid): (u32, u32), wait_state: u32, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        match wait_state {
+            state::RUNNABLE => self.counts.runnable.add(pid, tid, ns),
+            state::SLEEPING | state::UNINTERRUPTIBLE => self.counts.blocked.add(pid, tid, ns),
+            _ => {}
+        }
+    }
+
+    /// The kernel's table of added-up waits as read now: what each key gained since the last
+    /// read (all of it for a key whose total went down, a table emptied and read back).
+    pub fn read(&mut self, totals: &[(OffCpuKey, OffCpuTotal)]) {
+        for (key, total) in totals {
+            let before = self.last.insert(*key, *total).unwrap_or_default();
+            let ns = match total.total_ns >= before.total_ns && total.count >= before.count {
+                true => total.total_ns - before.total_ns,
+                false => total.total_ns,
+            };
+            self.add((key.pid, key.tid), key.state, ns);
+        }
+    }
+
+    /// Takes what was counted since the last take.
+    pub fn take(&mut self) -> OffCpuCounts {
+        std::mem::take(&mut self.counts)
     }
 }
 
@@ -200,6 +253,8 @@ pub struct LiveParts<'a> {
     pub bpf: Option<&'a super::bpf_symbols::BpfSymbols>,
     /// Each process's CUDA device memory allocated by traced calls and not freed, now.
     pub cuda_memory: Vec<(u32, u64)>,
+    /// With `--off-cpu`: each thread's time off CPU since the last call, taken.
+    pub off_cpu: Option<OffCpuCounts>,
 }
 
 /// The live view's side of a pipeline.
@@ -209,12 +264,35 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
     pub fn watch_live(&mut self) {
         self.recent = Some(RecentCalls::new(self.stats.len()));
         self.families.sampling.samples.recent = Some(RecentStacks::default());
+        if let Some(waits) = &mut self.families.off_cpu.waits {
+            waits.recent = Some(RecentOffCpu::default());
+        }
+    }
+
+    /// With the live view and `--off-cpu`: the kernel's table of added-up waits, as read now.
+    pub(super) fn live_off_cpu_read(&mut self, totals: &[(OffCpuKey, OffCpuTotal)]) {
+        if let Some(recent) = self
+            .families
+            .off_cpu
+            .waits
+            .as_mut()
+            .and_then(|w| w.recent.as_mut())
+        {
+            recent.read(totals);
+        }
     }
 
     /// What the live view reads, the stacks sampled since the last call taken; None unless
     /// [`Pipeline::watch_live`] was called.
     pub fn live_parts(&mut self) -> Option<LiveParts<'_>> {
         let stacks = std::mem::take(self.families.sampling.samples.recent.as_mut()?);
+        let off_cpu = self
+            .families
+            .off_cpu
+            .waits
+            .as_mut()
+            .and_then(|w| w.recent.as_mut())
+            .map(RecentOffCpu::take);
         let recent = self.recent.as_mut()?;
         let thread_calls = std::mem::take(&mut recent.threads);
         Some(LiveParts {
@@ -237,6 +315,7 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
                 .filter(|((space, _), _)| *space == crate::model::cuda_api::Space::Device)
                 .map(|(&(_, pid), memory)| (pid, memory.current))
                 .collect(),
+            off_cpu,
         })
     }
 }
@@ -291,6 +370,42 @@ mod tests {
         recent.span(0, SECOND_NS, 10);
         let later = recent.stretch(0, 100 * SECOND_NS, RECENT_NS, 0);
         assert_eq!(later.calls.count, 0);
+    }
+
+    /// Waits counted as they come, and the kernel's table by what each key gained between two
+    /// reads, runnable apart from blocked.
+    #[test]
+    fn off_cpu_time_is_what_came_since_the_last_take() {
+        let key = |tid, state| OffCpuKey {
+            pid: 7,
+            tid,
+            state,
+            ..OffCpuKey::default()
+        };
+        let total = |count, total_ns| OffCpuTotal { count, total_ns };
+        let mut recent = RecentOffCpu::default();
+        recent.add((7, 8), state::SLEEPING, 50);
+        recent.add((7, 8), state::UNINTERRUPTIBLE, 5);
+        recent.add((7, 8), state::RUNNABLE, 3);
+        recent.add((7, 9), state::SLEEPING, 0);
+        recent.read(&[
+            (key(8, state::SLEEPING), total(2, 100)),
+            (key(9, state::RUNNABLE), total(1, 7)),
+        ]);
+        let taken = recent.take();
+        assert_eq!(taken.blocked.counts.get(&(7, 8)), Some(&155));
+        assert_eq!(taken.runnable.counts.get(&(7, 8)), Some(&3));
+        assert_eq!(taken.runnable.counts.get(&(7, 9)), Some(&7));
+        assert_eq!(taken.blocked.counts.len(), 1, "a wait of 0 ns counts nothing");
+        // The next read: what the keys gained; a key whose total went down counts from 0.
+        recent.read(&[
+            (key(8, state::SLEEPING), total(3, 130)),
+            (key(9, state::RUNNABLE), total(1, 2)),
+        ]);
+        let taken = recent.take();
+        assert_eq!(taken.blocked.counts.get(&(7, 8)), Some(&30));
+        assert_eq!(taken.runnable.counts.get(&(7, 9)), Some(&2));
+        assert!(recent.take().blocked.counts.is_empty());
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct OffCpu {
     pub locks: super::locks::Locks,
     /// Wake-up arrows on the timeline so far (each one's id is drawn from it).
     pub wake_flows: u64,
+    /// With the live view: the time off CPU it has not taken yet.
+    pub recent: Option<super::live::RecentOffCpu>,
 }
 
 impl OffCpu {
@@ -80,6 +82,7 @@ impl OffCpu {
             sent: 0,
             locks: super::locks::Locks::default(),
             wake_flows: 0,
+            recent: None,
         }
     }
 
@@ -128,6 +131,10 @@ impl OffCpu {
         };
         let ns = interval.duration_ns;
         self.sent += 1;
+        if let Some(recent) = &mut self.recent {
+            recent.add((pid, tid), interval.state, ns);
+            recent.add((pid, tid), RUNNABLE.state, interval.runnable_ns);
+        }
         let thread = self.threads.entry((pid, tid)).or_default();
         thread.add(wait, 1, ns);
         if interval.runnable_ns > 0 {

@@ -118,6 +118,7 @@ impl<W: std::io::Write + Send + 'static> super::Pipeline<W> {
         totals: &[(OffCpuKey, OffCpuTotal)],
         end: bool,
     ) -> std::io::Result<()> {
+        self.live_off_cpu_read(totals);
         let Some(short_waits) = self.short_waits.as_mut().filter(|_| self.flight.is_none()) else {
             return Ok(());
         };
