@@ -30,6 +30,9 @@ use super::{
 /// Launches per run: about a second bare, and under xtrace.
 const BARE_LAUNCHES: u64 = 2_000_000;
 const TRACED_LAUNCHES: u64 = 200_000;
+/// Bare and injected pairs per run: a launch of the stand-in takes about 80 ns, so single pairs
+/// swing by a few percent on a shared machine.
+const PAIRS_PER_RUN: usize = 3;
 /// The kernel the workload launches.
 const KERNEL: &str = "step";
 
@@ -93,17 +96,18 @@ fn measure(env: &Env, cfg: &Config, gpu: &Gpu) -> Result<Times> {
     let mut times = Times::default();
     for run in 0..cfg.runs {
         eprintln!("bench: gpu launch run {}/{}", run + 1, cfg.runs);
-        // Alternating which goes first, so that neither always runs on a warmer machine.
-        let order: [bool; 2] = if run % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for injected in order {
-            let ns = untraced(gpu, bare_n, injected)?;
-            match injected {
-                true => times.injected.push(ns),
-                false => times.bare.push(ns),
+        for pair in 0..PAIRS_PER_RUN {
+            // Alternating which goes first, so that neither always runs on a warmer machine.
+            let order: [bool; 2] = match (run * PAIRS_PER_RUN + pair) % 2 {
+                0 => [false, true],
+                _ => [true, false],
+            };
+            for injected in order {
+                let ns = untraced(gpu, bare_n, injected)?;
+                match injected {
+                    true => times.injected.push(ns),
+                    false => times.bare.push(ns),
+                }
             }
         }
         times.traced_bare.push(untraced(gpu, traced_n, false)?);
@@ -148,7 +152,9 @@ fn traced(env: &Env, gpu: &Gpu, n: u64) -> Result<(f64, Option<String>)> {
     let mut cmd = Command::new(&env.xtrace);
     cmd.arg("--pid")
         .arg(work.pid().to_string())
-        .args(["--cuda", "-o"])
+        // A 16 MB ring overflows at the stand-in's 260,000 launches a second on 2 CPUs; a run
+        // that loses events would look cheaper than it is.
+        .args(["--cuda", "--buffer-size", "256M", "-o"])
         .arg(&out_dir);
     let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
     tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;
@@ -220,7 +226,8 @@ fn report_times(cfg: &Config, report: &mut Report, times: &Times) {
     let change = median(&changes);
     let verdict = match cfg.quick {
         true => Verdict::NotApplicable,
-        false => Verdict::from_bool(change.abs() < 0.02),
+        // One-sided: the variable can only add work; a faster run beside it is the machine's noise.
+        false => Verdict::from_bool(change < 0.02),
     };
     let runs: Vec<String> = changes.iter().map(|c| format!("{:+.1}%", c * 100.0)).collect();
     report.row(
@@ -234,7 +241,7 @@ fn report_times(cfg: &Config, report: &mut Report, times: &Times) {
             fmt_ns(median(injected)),
             fmt_ns(median(bare))
         ))
-        .goal("within ±2%", verdict)
+        .goal("< +2%", verdict)
         .note(format!("median of per-pair changes; runs {}", runs.join(" ")))
         .data(json!({"change": change, "bare_ns": median(bare), "injected_ns": median(injected)})),
     );
