@@ -160,6 +160,14 @@ fn check_stream(messages: &[Value], summary_count: u64) {
         "the page ends with summary.json's count"
     );
     assert_eq!(messages.iter().filter(|m| m["done"] == true).count(), 1);
+    // xtrace's own CPU time, in percent of one CPU: in every snapshot; over the capture, some.
+    for m in messages.iter().filter(|m| m.get("elapsed_s").is_some()) {
+        for key in ["last_pct", "all_pct"] {
+            let pct = m["xtrace_cpu"][key].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=100.0 * 1024.0).contains(&pct), "{key}: {m}");
+        }
+    }
+    assert!(last["xtrace_cpu"]["all_pct"].as_f64() > Some(0.0), "{last}");
     // The --warn-over lines, as stderr had them: the page keeps the newest 50.
     assert_eq!(last["alerts_total"], 101, "{last}");
     let alerts = last["alerts"].as_array().unwrap();

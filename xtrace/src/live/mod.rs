@@ -10,6 +10,7 @@
 mod gpu_charts;
 mod guard;
 mod http;
+mod own_cpu;
 mod publish;
 mod server;
 mod threads;

@@ -122,6 +122,8 @@ struct Snapshot<'a> {
     events: u64,
     event_rate: f64,
     lost: u64,
+    /// xtrace's own CPU time (user + system), in percent of one CPU.
+    xtrace_cpu: super::own_cpu::Figures,
     samples: u64,
     /// Seconds of stacks the flamegraph can draw.
     stacks_kept_s: u64,
@@ -208,6 +210,7 @@ pub struct Publisher {
     threads: super::threads::Threads,
     /// Whether the time off CPU is counted (`--off-cpu`).
     off_cpu: bool,
+    own_cpu: super::own_cpu::OwnCpu,
 }
 
 impl Publisher {
@@ -232,6 +235,7 @@ impl Publisher {
             charts: super::gpu_charts::ChartFeed::new(begin_ns),
             threads: super::threads::Threads::default(),
             off_cpu: false,
+            own_cpu: super::own_cpu::OwnCpu::new(crate::clock::monotonic_ns()),
         }
     }
 
@@ -349,6 +353,7 @@ impl Publisher {
             events: tick.events,
             event_rate: event_rate.round(),
             lost: tick.lost,
+            xtrace_cpu: self.own_cpu.read(tick.now_ns),
             samples: samples_total,
             stacks_kept_s: state.stacks.kept_ns() / SECOND_NS,
             probes: rows,

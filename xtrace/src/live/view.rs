@@ -18,6 +18,8 @@ struct Snapshot<'a> {
     events: Option<u64>,
     event_rate: Option<f64>,
     lost: u64,
+    /// xtrace's own CPU time, which a stored capture does not have.
+    xtrace_cpu: Option<()>,
     samples: u64,
     stacks_kept_s: u64,
     probes: Vec<Row<'a>>,
@@ -130,6 +132,7 @@ pub fn snapshot(capture: &Capture) -> String {
         events: None,
         event_rate: None,
         lost: number(summary, "lost_events"),
+        xtrace_cpu: None,
         samples: capture.samples(),
         stacks_kept_s: seconds as u64,
         probes: rows,
