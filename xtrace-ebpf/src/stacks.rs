@@ -26,10 +26,10 @@ use xtrace_common::{
 };
 
 use crate::{
-    maps::{current_pid_tgid, current_thread_traced, reserve, stopped, submit_flags, STACKS, USDT_SITES},
+    maps::{reserve, stopped, submit_flags, STACKS},
     python::{walk, Caller},
     regs::{user_ip, user_sp},
-    uprobe::{header, thread_stack, NoStack},
+    uprobe::header,
 };
 
 /// Bytes the frame-pointer walk may write: every slot of `native` but the caller's.
@@ -82,26 +82,8 @@ pub fn call_stack(ctx: ProbeContext) -> u32 {
 
 #[uprobe]
 pub fn usdt_stack(ctx: ProbeContext) -> u32 {
-    if stopped() {
-        return 0;
-    }
-    // SAFETY: no preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
-    if !current_thread_traced() {
-        return 0;
-    }
     // The hit that follows may be its thread's first: named here, before its stack.
-    let pid_tgid = match thread_stack(now) {
-        Ok(stack) => stack.pid_tgid,
-        Err(NoStack::NoSlot) => match current_pid_tgid() {
-            Some(pid_tgid) => pid_tgid,
-            None => return 0,
-        },
-        Err(NoStack::OutsideNamespace) => return 0,
-    };
-    // SAFETY: the helper only reads the program context.
-    let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let Some(site) = USDT_SITES.get(site_index) else {
+    let Some((now, pid_tgid, _, site)) = crate::usdt::at_site(&ctx) else {
         return 0;
     };
     let call = Call {

@@ -27,28 +27,34 @@ use crate::{
     uprobe::{header, thread_stack, NoStack},
 };
 
-#[uprobe]
-pub fn usdt_hit(ctx: ProbeContext) -> u32 {
+/// What every program at a USDT site starts with: nothing while stopping or for an untraced
+/// thread; else the time, the thread's ids, the site's index (the attach cookie) and the site.
+/// A thread's first hit names it (a thread that only hits USDT probes may be gone, /proc and
+/// all, by the time user space reads the hit); its stack keeps its ids from then on.
+#[inline(always)]
+pub(crate) fn at_site(ctx: &ProbeContext) -> Option<(u64, u64, u32, &'static UsdtSite)> {
     if stopped() {
-        return 0;
+        return None;
     }
+    // SAFETY: no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     if !current_thread_traced() {
-        return 0;
+        return None;
     }
-    // A thread's first hit names it (a thread that only hits USDT probes may be gone, /proc and
-    // all, by the time user space reads the hit); its stack keeps its ids from then on.
     let pid_tgid = match thread_stack(now) {
         Ok(stack) => stack.pid_tgid,
-        Err(NoStack::NoSlot) => match current_pid_tgid() {
-            Some(pid_tgid) => pid_tgid,
-            None => return 0,
-        },
-        Err(NoStack::OutsideNamespace) => return 0,
+        Err(NoStack::NoSlot) => current_pid_tgid()?,
+        Err(NoStack::OutsideNamespace) => return None,
     };
     // SAFETY: the helper only reads the program context.
     let site_index = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let Some(site) = USDT_SITES.get(site_index) else {
+    let site = USDT_SITES.get(site_index)?;
+    Some((now, pid_tgid, site_index, site))
+}
+
+#[uprobe]
+pub fn usdt_hit(ctx: ProbeContext) -> u32 {
+    let Some((now, pid_tgid, site_index, site)) = at_site(&ctx) else {
         return 0;
     };
     if site.guard_slot != 0 && guarded(&ctx, site) {
