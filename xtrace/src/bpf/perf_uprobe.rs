@@ -120,6 +120,11 @@ impl PerfUprobe {
         // SAFETY: an ioctl without an argument on a perf event descriptor we own. A failure
         // leaves the event counting hits into no buffer: harmless.
         unsafe { libc::ioctl(self.event.as_raw_fd(), PERF_EVENT_IOC_DISABLE as _, 0) };
+        self.into_fds()
+    }
+
+    /// The event and the link apart, the event still enabled.
+    pub fn into_fds(self) -> (OwnedFd, OwnedFd) {
         (self.event, self.link)
     }
 }

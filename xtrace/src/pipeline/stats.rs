@@ -159,32 +159,39 @@ impl ProbeStats {
         stats
     }
 
-    /// Nearest-rank percentile `p`: the bucket holding the value with rank ceil(p% × count),
-    /// reported as the bucket's smallest value, clamped to [min, max].
-    fn percentile(&self, p: u64) -> u64 {
-        let rank = (u128::from(p) * u128::from(self.count)).div_ceil(100).max(1) as u64;
-        let mut seen = 0;
+    /// Nearest-rank percentiles `ps` (ascending), in one pass over the buckets: for each, the
+    /// bucket holding the value with rank ceil(p% × count), reported as the bucket's smallest
+    /// value, clamped to [min, max].
+    fn percentiles<const N: usize>(&self, ps: [u64; N]) -> [u64; N] {
+        let ranks = ps.map(|p| (u128::from(p) * u128::from(self.count)).div_ceil(100).max(1) as u64);
+        let mut values = [self.max; N];
+        let (mut next, mut seen) = (0, 0);
         for (index, n) in self.buckets.iter().enumerate() {
             seen += n;
-            if seen >= rank {
-                return bucket_floor(index).clamp(self.min, self.max);
+            while next < N && seen >= ranks[next] {
+                values[next] = bucket_floor(index).clamp(self.min, self.max);
+                next += 1;
+            }
+            if next == N {
+                break;
             }
         }
-        self.max
+        values
     }
 
     pub fn distribution(&self) -> Distribution {
         if self.count == 0 {
             return Distribution::default();
         }
+        let [p50_ns, p90_ns, p99_ns] = self.percentiles([50, 90, 99]);
         Distribution {
             count: self.count,
             total_ns: u64::try_from(self.total).unwrap_or(u64::MAX),
             min_ns: self.min,
             mean_ns: u64::try_from(self.total / u128::from(self.count)).unwrap_or(u64::MAX),
-            p50_ns: self.percentile(50),
-            p90_ns: self.percentile(90),
-            p99_ns: self.percentile(99),
+            p50_ns,
+            p90_ns,
+            p99_ns,
             max_ns: self.max,
         }
     }

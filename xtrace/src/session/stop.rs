@@ -82,12 +82,15 @@ impl<'a> Started<'a> {
         }
         // uprobe_multi links are closed here; perf-event uprobes' programs stop doing anything
         // here, and the uprobes are removed once the outputs are written (`probes::teardown`).
-        if mechanism == Mechanism::PerfEvent {
-            if let Err(e) = bpf::stop_programs(&mut kernel.ebpf) {
-                log::warn!(target: SESSION_LOG, "{e}: the programs run until the uprobes are removed");
-            }
-        }
-        let teardown = kernel.attached.stop();
+        let programs_stopped = mechanism == Mechanism::PerfEvent
+            && match bpf::stop_programs(&mut kernel.ebpf) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!(target: SESSION_LOG, "{e}: the programs run until the uprobes are removed");
+                    false
+                }
+            };
+        let teardown = kernel.attached.stop(programs_stopped);
         drop(kernel.ebpf);
         let detach_ns = detach_started.elapsed().as_nanos() as u64;
         log::info!(
