@@ -107,7 +107,7 @@ pub struct GpuDevice {
     /// Kernels, copies and memsets that ran as nodes of a CUDA graph.
     pub graph_nodes: u64,
     /// The CUPTI functions the tool library subscribed with (`cuptiSubscribe`,
-    /// `cuptiSubscribe_v2`).
+    /// `cuptiSubscribe_v2`, `cuptiSubscribe_v2 shared`).
     pub subscribed_with: BTreeSet<&'static str>,
     /// Flow arrows to graph nodes so far (their ids' count).
     graph_flows: u64,
@@ -156,6 +156,7 @@ impl GpuDevice {
             record_kind::SUBSCRIBED => {
                 self.subscribed_with.insert(match record.value {
                     2 => "cuptiSubscribe_v2",
+                    3 => "cuptiSubscribe_v2 shared",
                     _ => "cuptiSubscribe",
                 });
                 None
