@@ -84,7 +84,8 @@ pub struct Fixtures {
     pub cudalate: PathBuf,
     /// `gpuapp [--cupti LIBCUPTI] COMMAND...` (see gpuapp.c): kernels, copies and memsets with known
     /// counts through the stand-in runtime and driver, whose `cuInit` loads
-    /// `CUDA_INJECTION64_PATH`; `libcupti.so.12` beside them is the stand-in CUPTI (cupti.c).
+    /// `CUDA_INJECTION64_PATH`; `libcupti.so.12` beside them is the stand-in CUPTI (cupti.c,
+    /// cupti_multi.c).
     pub gpuapp: PathBuf,
     pub libcupti: PathBuf,
     /// `gpumem` (see gpumem.c): device memory held in steps given on stdin (`alloc N`, `free`),
@@ -318,7 +319,12 @@ fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
     let dir = out.to_str().expect("target dir is UTF-8");
     let (cuda, cudart) = (out.join("libcuda.so.1"), out.join("libcudart.so.12"));
     compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC", "-ldl"]);
-    compile(&[src.join("cupti.c")], &fixtures.libcupti, &["-shared", "-fPIC"]);
+    let multi = src.join("cupti_multi.c");
+    compile(
+        &[src.join("cupti.c"), multi.clone(), src.join("cupti_fake.h")],
+        &fixtures.libcupti,
+        &["-shared", "-fPIC", multi.to_str().expect("UTF-8 path")],
+    );
     compile(
         &[src.join("cudart.c"), cuda.clone()],
         &cudart,

@@ -107,7 +107,7 @@ pub struct GpuDevice {
     /// Kernels, copies and memsets that ran as nodes of a CUDA graph.
     pub graph_nodes: u64,
     /// The CUPTI functions the tool library subscribed with (`cuptiSubscribe`,
-    /// `cuptiSubscribe_v2`).
+    /// `cuptiSubscribe_v2`, `cuptiSubscribe_v2 shared`).
     pub subscribed_with: BTreeSet<&'static str>,
     /// Flow arrows to graph nodes so far (their ids' count).
     graph_flows: u64,
@@ -156,6 +156,7 @@ impl GpuDevice {
             record_kind::SUBSCRIBED => {
                 self.subscribed_with.insert(match record.value {
                     2 => "cuptiSubscribe_v2",
+                    3 => "cuptiSubscribe_v2 shared",
                     _ => "cuptiSubscribe",
                 });
                 None
@@ -470,6 +471,24 @@ mod tests {
     }
     /// Every node of a graph launch shares the launch's correlation id: each links to the launch
     /// with a flow of its own and carries its graph and node ids; none counts as queueing.
+    /// Each process's subscription is named by the function that made it, sharing CUPTI or not.
+    #[test]
+    fn subscriptions_are_named_by_how_they_were_made() {
+        let mut gpu = GpuDevice::new(3);
+        for (pid, value) in [(7, 1), (8, 2), (9, 3), (10, 3)] {
+            let subscribed = DeviceRecord {
+                kind: record_kind::SUBSCRIBED,
+                value,
+                ..Default::default()
+            };
+            assert!(gpu.record(&event(pid, of(subscribed)), (None, None)).is_none());
+        }
+        assert_eq!(
+            gpu.subscribed_with.into_iter().collect::<Vec<_>>(),
+            ["cuptiSubscribe", "cuptiSubscribe_v2", "cuptiSubscribe_v2 shared"]
+        );
+    }
+
     #[test]
     fn graph_nodes_each_link_to_their_one_launch() {
         let mut gpu = GpuDevice::new(3);

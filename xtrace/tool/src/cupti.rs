@@ -90,6 +90,8 @@ const OLD_SUBSCRIBER_NAME: usize = 64;
 pub mod subscribed_with {
     pub const SUBSCRIBE: u32 = 1;
     pub const SUBSCRIBE_V2: u32 = 2;
+    /// `cuptiSubscribe_v2` allowing other subscribers, with the per-subscriber activity functions.
+    pub const SUBSCRIBE_V2_SHARED: u32 = 3;
 }
 
 /// What a subscription attempt gave.
@@ -100,12 +102,20 @@ pub struct Subscription {
     pub with: u32,
     /// The subscriber holding CUPTI, when it refused and `cuptiSubscribe_v2` said who.
     pub holder: Option<String>,
+    /// The first subscriber, when CUPTI let this one share it with others and said who.
+    pub shared_with: Option<String>,
 }
 
 pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 pub type RequestFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type CompleteFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
 pub type TimestampFn = unsafe extern "C" fn() -> u64;
+/// `CUpti_BuffersCallbackRequestFunc_v2`: as [`RequestFn`], and a `CUpti_BufferCallbackRequestInfo`
+/// the timeline does not read.
+pub type RequestV2Fn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize, *mut c_void);
+/// `CUpti_BuffersCallbackCompleteFunc_v2`: buffer, size, valid bytes, and a
+/// `CUpti_BufferCallbackCompleteInfo` the timeline does not read.
+pub type CompleteV2Fn = unsafe extern "C" fn(*mut u8, usize, usize, *mut c_void);
 
 type GetVersion = unsafe extern "C" fn(*mut u32) -> CuptiResult;
 type GetResultString = unsafe extern "C" fn(CuptiResult, *mut *const c_char) -> CuptiResult;
@@ -122,6 +132,26 @@ type NextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut u8) -> CuptiRes
 type Dropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> CuptiResult;
 type Finalize = unsafe extern "C" fn() -> CuptiResult;
 type GetTimestamp = unsafe extern "C" fn(*mut u64) -> CuptiResult;
+type ActivityKindV2 = unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> CuptiResult;
+type RegisterCallbacksV2 = unsafe extern "C" fn(*mut c_void, RequestV2Fn, CompleteV2Fn) -> CuptiResult;
+type NextRecordV2 = unsafe extern "C" fn(*mut c_void, *mut u8, usize, *mut *mut u8) -> CuptiResult;
+type DroppedV2 = unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut usize) -> CuptiResult;
+
+/// CUPTI's per-subscriber activity functions (cupti_activity.h, CUDA 13.2 on: multiple subscribers,
+/// each with its own kinds, buffers and records). `cuptiActivityFlushAll` has no per-subscriber
+/// form: it flushes every subscriber's buffers.
+pub struct PerSubscriber {
+    /// `cuptiActivityEnable_v2(subscriber, kind, config)`.
+    pub enable: ActivityKindV2,
+    /// `cuptiActivityDisable_v2(subscriber, kind, config)`.
+    pub disable: ActivityKindV2,
+    /// `cuptiActivityRegisterCallbacks_v2(subscriber, request, complete)`.
+    pub register_callbacks: RegisterCallbacksV2,
+    /// `cuptiActivityGetNextRecord_v2(subscriber, buffer, valid, record)`.
+    pub next_record: NextRecordV2,
+    /// `cuptiActivityGetNumDroppedRecords_v2(subscriber, context, stream, dropped)`.
+    pub dropped: DroppedV2,
+}
 
 /// The CUPTI functions the timeline calls, bound with `dlsym`.
 pub struct Cupti {
@@ -143,6 +173,9 @@ pub struct Cupti {
     pub get_timestamp: Option<GetTimestamp>,
     /// `cuptiSubscribe_v2` (CUDA 13 on): a named subscription that says who holds CUPTI.
     pub subscribe_v2: Option<SubscribeV2>,
+    /// The per-subscriber activity functions, when this libcupti has every one of them (and
+    /// `cuptiSubscribe_v2`): the timeline then shares CUPTI with other subscribers.
+    pub per_subscriber: Option<PerSubscriber>,
 }
 
 /// The names CUPTI's library goes by, newest first.
@@ -188,6 +221,7 @@ impl Cupti {
                     let f = libc::dlsym(handle, c"cuptiSubscribe_v2".as_ptr());
                     (!f.is_null()).then(|| core::mem::transmute::<*mut c_void, SubscribeV2>(f))
                 },
+                per_subscriber: per_subscriber(handle),
                 path,
             })
         }
@@ -195,8 +229,9 @@ impl Cupti {
 
     /// Subscribes with `callback`: through `cuptiSubscribe_v2` where this libcupti has it, named
     /// `xtrace` and learning who holds CUPTI when it refuses, else through `cuptiSubscribe`. It
-    /// asks to be the only subscriber, as `cuptiSubscribe` is: the activity functions the
-    /// timeline calls are CUPTI's process-wide ones, defined for one subscriber.
+    /// allows other subscribers where this libcupti has the per-subscriber activity functions the
+    /// timeline then calls; else it asks to be the only subscriber, as `cuptiSubscribe` is: the
+    /// process-wide activity functions are defined for one subscriber.
     pub fn subscribe(&self, callback: CallbackFn) -> Subscription {
         let mut handle: *mut c_void = core::ptr::null_mut();
         let Some(subscribe_v2) = self.subscribe_v2 else {
@@ -207,6 +242,7 @@ impl Cupti {
                 handle,
                 with: subscribed_with::SUBSCRIBE,
                 holder: None,
+                shared_with: None,
             };
         };
         let mut holder = [0 as c_char; OLD_SUBSCRIBER_NAME];
@@ -215,7 +251,7 @@ impl Cupti {
             subscriber_name: c"xtrace".as_ptr(),
             old_subscriber_name: holder.as_mut_ptr(),
             old_subscriber_size: holder.len(),
-            allow_multiple_subscribers: 0,
+            allow_multiple_subscribers: u8::from(self.per_subscriber.is_some()),
             padding: [0; 7],
         };
         // SAFETY: as above; `params` and the buffer it points to outlive the call, and CUPTI
@@ -224,12 +260,21 @@ impl Cupti {
         holder[OLD_SUBSCRIBER_NAME - 1] = 0;
         // SAFETY: NUL-terminated within the buffer (its last byte is).
         let name = unsafe { CStr::from_ptr(holder.as_ptr()) }.to_string_lossy();
+        let shared = self.per_subscriber.is_some();
+        // Allowing others, CUPTI names the first subscriber even when it succeeds: another tool
+        // when there is one, else nobody or this subscription itself.
+        let other = !name.is_empty() && name != "CUPTI for xtrace";
         Subscription {
             result,
             handle,
-            with: subscribed_with::SUBSCRIBE_V2,
+            with: if shared {
+                subscribed_with::SUBSCRIBE_V2_SHARED
+            } else {
+                subscribed_with::SUBSCRIBE_V2
+            },
             holder: (result == MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !name.is_empty())
-                .then(|| name.into_owned()),
+                .then(|| name.clone().into_owned()),
+            shared_with: (result == SUCCESS && shared && other).then(|| name.into_owned()),
         }
     }
 
@@ -244,6 +289,32 @@ impl Cupti {
         } else {
             format!("CUPTI error {result}")
         }
+    }
+}
+
+/// The per-subscriber activity functions of the libcupti `handle`, when it has them all.
+fn per_subscriber(handle: *mut c_void) -> Option<PerSubscriber> {
+    // SAFETY: `handle` is a live dlopen handle and each name NUL-terminated; each pointer is cast
+    // to the type of the function CUPTI's documentation gives for that name.
+    unsafe {
+        let sym = |name: &CStr| {
+            let f = libc::dlsym(handle, name.as_ptr());
+            (!f.is_null()).then_some(f)
+        };
+        sym(c"cuptiSubscribe_v2")?;
+        Some(PerSubscriber {
+            enable: core::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityEnable_v2")?),
+            disable: core::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityDisable_v2")?),
+            register_callbacks: core::mem::transmute::<*mut c_void, RegisterCallbacksV2>(sym(
+                c"cuptiActivityRegisterCallbacks_v2",
+            )?),
+            next_record: core::mem::transmute::<*mut c_void, NextRecordV2>(sym(
+                c"cuptiActivityGetNextRecord_v2",
+            )?),
+            dropped: core::mem::transmute::<*mut c_void, DroppedV2>(sym(
+                c"cuptiActivityGetNumDroppedRecords_v2",
+            )?),
+        })
     }
 }
 

@@ -11,6 +11,13 @@
 //! Deactivation disables them, flushes, and then unsubscribes and finalizes from the next API-exit
 //! callback, as CUPTI requires; when no CUDA call comes within [`FINALIZE_WAIT`], the process stays
 //! subscribed with every kind disabled, and the next activation says so.
+//!
+//! Where the libcupti has the per-subscriber activity functions (CUDA 13.2 on), the subscription
+//! allows other subscribers (torch.profiler, Nsight Systems) and every activity call names
+//! xtrace's subscriber, so that each tool gets only its own records. Then no timestamp callback is
+//! given (the process-wide one would move the other tool's records to xtrace's clock; the records
+//! come on CUPTI's own clock and `clock.rs` moves them), and deactivation unsubscribes at once and
+//! never finalizes, which would tear CUPTI down under the other tool.
 use core::ffi::c_void;
 use std::{
     sync::{
@@ -70,6 +77,8 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
 /// Which function made the current subscription (`cupti::subscribed_with`).
 static SUBSCRIBED_WITH: AtomicU32 = AtomicU32::new(0);
+/// The current subscription shares CUPTI: the per-subscriber activity functions are called.
+static SHARED: AtomicBool = AtomicBool::new(false);
 /// Held while finalizing, so that a new activation cannot interleave with it.
 static FINALIZING: Mutex<()> = Mutex::new(());
 
@@ -90,6 +99,13 @@ pub fn bound() -> Result<&'static Cupti, &'static str> {
     CUPTI.get().ok_or("no libcupti bound")
 }
 
+/// The subscriber handle and the per-subscriber functions, while subscribed sharing CUPTI.
+pub fn shared() -> Option<(*mut c_void, &'static cupti::PerSubscriber)> {
+    let per = bound().ok()?.per_subscriber.as_ref()?;
+    let handle = SUBSCRIBER.load(Ordering::Acquire);
+    (SHARED.load(Ordering::Acquire) && handle != 0).then_some((handle as *mut c_void, per))
+}
+
 /// One period of the watcher: `traced` is whether the semaphore is raised.
 pub fn tick(traced: bool) {
     let mut state = lock(&STATE);
@@ -108,6 +124,7 @@ pub fn forget_after_fork() {
     let mut state = lock(&STATE);
     state.phase = Phase::Idle;
     SUBSCRIBER.store(0, Ordering::Release);
+    SHARED.store(false, Ordering::Release);
     LAUNCHES.store(false, Ordering::Release);
     records::clear();
 }
@@ -183,9 +200,23 @@ fn subscribe(state: &mut State, cupti: &Cupti) -> bool {
     }
     SUBSCRIBED_WITH.store(subscription.with, Ordering::Release);
     records::push(subscribed(subscription.with));
+    if let Some(first) = &subscription.shared_with {
+        records::notice(&format!("sharing CUPTI with {first}"));
+    }
     let handle = subscription.handle;
     SUBSCRIBER.store(handle as usize, Ordering::Release);
     enable_callbacks(cupti, handle as usize);
+    if let (cupti::subscribed_with::SUBSCRIBE_V2_SHARED, Some(per)) =
+        (subscription.with, &cupti.per_subscriber)
+    {
+        SHARED.store(true, Ordering::Release);
+        crate::clock::measure(cupti);
+        // SAFETY: a bound CUPTI function taking the handle CUPTI gave and callbacks that catch
+        // their panics.
+        unsafe { (per.register_callbacks)(handle, records::request_buffer_v2, records::buffer_complete_v2) };
+        return true;
+    }
+    SHARED.store(false, Ordering::Release);
     if !state.registered {
         // CUPTI's own clock, while it is still its own.
         crate::clock::measure(cupti);
@@ -212,10 +243,13 @@ fn subscribed(with: u32) -> DeviceRecord {
 /// finalizes is one of them.)
 fn enable(cupti: &Cupti, on: bool) {
     let kinds = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMSET];
-    // SAFETY: bound CUPTI functions taking plain values.
+    // SAFETY: bound CUPTI functions taking plain values (and the subscriber handle CUPTI gave).
     unsafe {
         for k in kinds {
-            if on {
+            if let Some((handle, per)) = shared() {
+                let f = if on { per.enable } else { per.disable };
+                f(handle, k, core::ptr::null_mut());
+            } else if on {
                 (cupti.activity_enable)(k);
             } else {
                 (cupti.activity_disable)(k);
@@ -244,7 +278,11 @@ fn flush() {
         unsafe {
             (cupti.flush_all)(cupti::FLUSH_FORCED);
             let mut dropped = 0usize;
-            if (cupti.dropped)(core::ptr::null_mut(), 0, &mut dropped) == SUCCESS && dropped > 0 {
+            let result = match shared() {
+                Some((handle, per)) => (per.dropped)(handle, core::ptr::null_mut(), 0, &mut dropped),
+                None => (cupti.dropped)(core::ptr::null_mut(), 0, &mut dropped),
+            };
+            if result == SUCCESS && dropped > 0 {
                 records::push(DeviceRecord {
                     kind: record_kind::DROPPED,
                     bytes: dropped as u64,
@@ -267,6 +305,16 @@ fn deactivate(state: &mut State) {
     unsafe { (cupti.flush_all)(cupti::FLUSH_FORCED) };
     // Nobody reads the records now.
     records::clear();
+    if let Some((handle, _)) = shared() {
+        // Sharing CUPTI: unsubscribing ends this subscription only; finalizing would end the
+        // other tool's too.
+        SHARED.store(false, Ordering::Release);
+        SUBSCRIBER.store(0, Ordering::Release);
+        // SAFETY: a bound CUPTI function taking the handle CUPTI gave.
+        unsafe { (cupti.unsubscribe)(handle) };
+        state.phase = Phase::Idle;
+        return;
+    }
     FINALIZE_WANTED.store(true, Ordering::Release);
     let deadline = Instant::now() + FINALIZE_WAIT;
     while Instant::now() < deadline && !FINALIZED.load(Ordering::Acquire) {

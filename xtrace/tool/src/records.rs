@@ -160,6 +160,23 @@ pub unsafe extern "C" fn buffer_complete(
     });
 }
 
+/// `cuptiActivityRegisterCallbacks_v2`'s request callback: as [`request_buffer`].
+pub unsafe extern "C" fn request_buffer_v2(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+    _info: *mut c_void,
+) {
+    // SAFETY: as CUPTI promises for the first three arguments.
+    unsafe { request_buffer(buffer, size, max_records) }
+}
+
+/// `cuptiActivityRegisterCallbacks_v2`'s complete callback: as [`buffer_complete`].
+pub unsafe extern "C" fn buffer_complete_v2(buffer: *mut u8, size: usize, valid: usize, _info: *mut c_void) {
+    // SAFETY: as CUPTI promises for the buffer.
+    unsafe { buffer_complete(core::ptr::null_mut(), 0, buffer, size, valid) }
+}
+
 /// # Safety
 /// `buffer` holds `valid` bytes of CUPTI activity records.
 unsafe fn read_buffer(cupti: &Cupti, buffer: *mut u8, valid: usize) {
@@ -167,8 +184,14 @@ unsafe fn read_buffer(cupti: &Cupti, buffer: *mut u8, valid: usize) {
     let mut batch = Vec::new();
     with_pending(|p| {
         loop {
-            // SAFETY: as the caller promised; CUPTI walks its own buffer.
-            let result = unsafe { (cupti.next_record)(buffer, valid, &mut record) };
+            // SAFETY: as the caller promised; CUPTI walks its own buffer (with the subscriber's
+            // record layout when sharing CUPTI).
+            let result = unsafe {
+                match crate::device::shared() {
+                    Some((handle, per)) => (per.next_record)(handle, buffer, valid, &mut record),
+                    None => (cupti.next_record)(buffer, valid, &mut record),
+                }
+            };
             if result == MAX_LIMIT_REACHED || result != SUCCESS || record.is_null() {
                 break;
             }

@@ -48,8 +48,9 @@ pub struct GpuDeviceSummary {
     pub queue_delay: crate::pipeline::stats::Distribution,
     /// Which clock the device records came on.
     pub clock: DeviceClock,
-    /// The CUPTI functions the tool library subscribed with: `cuptiSubscribe_v2` where the
-    /// process's libcupti has it (CUDA 13), else `cuptiSubscribe`.
+    /// The CUPTI functions the tool library subscribed with: `cuptiSubscribe_v2 shared` where the
+    /// process's libcupti has the per-subscriber activity functions (CUDA 13.2 on),
+    /// `cuptiSubscribe_v2` where it has that function only (CUDA 13), else `cuptiSubscribe`.
     pub subscribed_with: Vec<&'static str>,
 }
 
