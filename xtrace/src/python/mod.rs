@@ -89,6 +89,24 @@ pub struct Python {
     pub truncated: u64,
     /// Frames whose code object could not be named (freed or reused by the time it was read).
     pub unnamed: u64,
+    /// What naming the walks took.
+    pub cost: NamingCost,
+}
+
+/// What naming the kernel's walks took (`--overhead`: summary.json's `symbolize`): one clock
+/// pair per walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamingCost {
+    /// Walks named: one per CPU sample of a recognised process, off-CPU wait and `--stacks` call.
+    pub walks: u64,
+    /// Frames named in them.
+    pub frames: u64,
+    /// Code objects read from the processes' memory: the frames the cache did not name.
+    pub codes_read: u64,
+    /// Time spent naming them.
+    pub ns: u64,
+    /// Time the first walk took: every code object in it read (the cache was empty).
+    pub first_walk_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for Python {
@@ -213,6 +231,7 @@ impl Python {
             return;
         };
         let (code_type, layout) = (found.0.code_type, found.1);
+        let started = Instant::now();
         if event.flags != 0 {
             self.truncated += 1;
         }
@@ -231,7 +250,10 @@ impl Python {
             let code = self
                 .codes
                 .entry((pid, frame.code, frame.identity))
-                .or_insert_with(|| names::code(pid, &layout.code, code_type, frame.code, frame.identity));
+                .or_insert_with(|| {
+                    self.cost.codes_read += 1;
+                    names::code(pid, &layout.code, code_type, frame.code, frame.identity)
+                });
             let entry = if frame.flags & PY_FRAME_ENTRY != 0 {
                 ENTRY_BIT
             } else {
@@ -263,6 +285,10 @@ impl Python {
         }
         self.pending
             .keep(event.header.tid, event.header.ts_ns, ids.into());
+        let ns = started.elapsed().as_nanos() as u64;
+        let cost = &mut self.cost;
+        (cost.walks, cost.frames, cost.ns) = (cost.walks + 1, cost.frames + len as u64, cost.ns + ns);
+        cost.first_walk_ns.get_or_insert(ns);
     }
 
     fn intern(&mut self, name: PyName) -> u32 {

@@ -134,6 +134,7 @@ impl<'a> Started<'a> {
                 min_duration_ns: self.config.min_duration_ns,
                 uprobes,
                 overhead,
+                symbolize: None,
             },
         }
     }
