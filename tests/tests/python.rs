@@ -354,3 +354,66 @@ fn the_python_walk_verifies_within_its_bound_and_no_python_leaves_it_out() {
     assert_eq!(without.samples_where(|s| s.contains("(pyfix.py:")), 0);
     assert!(without.samples_where(|s| s.contains("_PyEval_EvalFrameDefault")) > 0);
 }
+
+/// `--overhead` says what naming the samples' stacks took (summary.json's `symbolize`): every
+/// sample written to stacks.folded counted once, Python frames named from walks, code objects
+/// read fewer than the frames named (the cache names the rest), and the times adding up.
+/// Without `--overhead` it is left out.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn overhead_counts_the_samples_and_python_frames_symbolized() {
+    if !require_bpf() {
+        return;
+    }
+    let Some(python) = interpreters().into_iter().next() else {
+        return;
+    };
+    let (out, _tmp) = python.record("split", "2", &["--overhead"]);
+    python.assert_recognised(&out);
+    let cost = &out.summary["symbolize"];
+    let field = |k: &str| {
+        cost[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("symbolize.{k}: {cost}"))
+    };
+    let folded = out.folded();
+    let written: u64 = folded.iter().map(|(_, n)| n).sum();
+    assert_eq!(field("samples"), written, "{cost}");
+    assert_eq!(
+        field("samples"),
+        out.summary["samples"].as_u64().unwrap(),
+        "{cost}"
+    );
+    // Stacks that fold alike (one line) may differ in their addresses.
+    assert!(
+        field("stacks") >= folded.len() as u64 && field("stacks") <= written,
+        "{cost}"
+    );
+    assert_eq!(field("ns"), field("native_ns") + field("python_ns"), "{cost}");
+    assert!(field("native_ns") > 0 && field("python_ns") > 0, "{cost}");
+    // Sampling only: one walk per sample of the recognised process, at least one for each
+    // sample with Python frames, each with <module> and split at least.
+    let with_python = out.samples_where(|s| s.contains("(pyfix.py:"));
+    assert!(with_python > 100, "{with_python} samples with Python frames");
+    let walks = field("python_walks");
+    assert!(
+        (with_python..=written).contains(&walks),
+        "{with_python} with Python frames: {cost}"
+    );
+    assert!(field("python_frames") >= 2 * with_python, "{cost}");
+    let codes = field("python_codes_read");
+    assert!(codes >= 4 && codes * 100 < field("python_frames"), "{cost}");
+    let first = field("python_first_walk_ns");
+    assert!(first > 0 && first <= field("python_ns"), "{cost}");
+    assert!(
+        out.summary_txt.lines().any(|l| l.starts_with("symbolize: ")
+            && l.contains(&format!(
+                " naming {written} samples' stacks ({} distinct",
+                field("stacks")
+            ))),
+        "{}",
+        out.summary_txt
+    );
+    let (bare, _tmp2) = python.record("split", "1", &[]);
+    assert!(bare.summary.get("symbolize").is_none(), "{}", bare.summary);
+}

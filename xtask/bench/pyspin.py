@@ -6,8 +6,12 @@
 - `pyspin.py calls LIB N DEPTH`: loads LIB (pycall.c) with ctypes, waits for a line on stdin, then
   calls its pyb_call N times from `loop`, run DEPTH Python frames deep (<module>, main, `deep`
   repeated, `loop`; at least 4); prints `ns_per_call`, `calls` and `elapsed_ns`, as the bench's `hits` does.
+- `pyspin.py recurse SECONDS DEPTH PROCESSES`: PROCESSES processes (this one and forked
+  children), each DEPTH frames of `recurse` deep under <module> and main, spinning in the
+  innermost one for SECONDS (python_symbolize.rs); prints `elapsed_ns`.
 """
 import ctypes
+import os
 import sys
 import time
 
@@ -44,7 +48,36 @@ def deep(call, n, frames):
     return loop(call, n)
 
 
+def recurse(depth, until):
+    if depth > 1:
+        return recurse(depth - 1, until)
+    x = 1
+    while time.monotonic_ns() < until:
+        for _ in range(1000):
+            x = (x * 6364136223846793005 + 1442695040888963407) & MASK
+    return x
+
+
+def recursions(seconds, depth, processes):
+    started = time.monotonic_ns()
+    until = started + int(seconds * 1e9)
+    children = []
+    for _ in range(processes - 1):
+        pid = os.fork()
+        if pid == 0:
+            recurse(depth, until)
+            os._exit(0)
+        children.append(pid)
+    recurse(depth, until)
+    for pid in children:
+        os.waitpid(pid, 0)
+    print("elapsed_ns", time.monotonic_ns() - started)
+
+
 def main():
+    if sys.argv[1] == "recurse":
+        recursions(float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return
     if sys.argv[1] == "spin":
         started = time.perf_counter_ns()
         outer(int(sys.argv[2]))

@@ -2,7 +2,7 @@
 //! bpftrace on this machine, side by side, and judges the project's performance goals. Prints a
 //! table on stdout and writes `target/bench/bench.json` (the same rows plus every run's raw numbers).
 //! One module per measurement: per_hit, throughput, attach (and attach_bpftrace), sampling, rss,
-//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks), store, gpu_launch; in_kernel runs the
+//! flight, ranges, strings, trace_format, offcpu, python (and python_stacks, python_symbolize), store, gpu_launch; in_kernel runs the
 //! attach rows in another kernel. prep builds and installs what is needed; runs, bpftrace, tracer and workload run the processes;
 //! report holds the rows and writes the table and the JSON.
 mod attach;
@@ -18,6 +18,7 @@ mod per_hit;
 mod prep;
 mod python;
 mod python_stacks;
+mod python_symbolize;
 mod ranges;
 mod report;
 mod rss;

@@ -11,7 +11,8 @@
 //!   gives the early return's cost, taken out of each capture's total before dividing by its
 //!   samples. The goal is on the walk's share, the difference from the same capture with
 //!   `--no-python`;
-//! - the per-call cost of `--stacks` with Python frames (python_stacks.rs).
+//! - the per-call cost of `--stacks` with Python frames (python_stacks.rs);
+//! - the time spent naming 100,000 samples of a 100-frame Python stack (python_symbolize.rs).
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -52,7 +53,8 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     let script = fixture("pyspin.py");
     slowdown(env, cfg, &script, report)?;
     kernel_time(env, cfg, &script, report)?;
-    super::python_stacks::run(env, cfg, &script, report)
+    super::python_stacks::run(env, cfg, &script, report)?;
+    super::python_symbolize::run(env, cfg, &script, report)
 }
 
 /// `pyspin.py spin N` on the bench's Python.

@@ -100,6 +100,54 @@ pub struct RunInfo {
     /// With `--overhead`: xtrace's kernel programs that ran, most time first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Vec<crate::bpf::overhead::ProgramCost>>,
+    /// With `--overhead` and sampling: what naming the CPU samples' stacks took in user space.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbolize: Option<SymbolizeCost>,
+}
+
+/// The time xtrace spent naming the sampled stacks: each Python walk's frames as it came (from
+/// the cache, or read from the process), then, once, each distinct stack's native frames with
+/// the Python frames stitched in.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SymbolizeCost {
+    /// `python_ns` and `native_ns` together.
+    pub ns: u64,
+    /// Samples whose stacks were named: the sum of stacks.folded's counts.
+    pub samples: u64,
+    /// Distinct stacks among them, each named once.
+    pub stacks: u64,
+    /// Naming the distinct stacks' native frames and stitching their Python frames in.
+    pub native_ns: u64,
+    /// Naming the Python walks' frames.
+    pub python_ns: u64,
+    /// Python walks named: one per CPU sample of a recognised interpreter, and one per off-CPU
+    /// wait and `--stacks` call of one.
+    pub python_walks: u64,
+    /// Python frames named in them.
+    pub python_frames: u64,
+    /// Code objects read from the processes' memory (the frames the cache did not name).
+    pub python_codes_read: u64,
+    /// The first walk's time, every code object in it read: the cold cache's cost.
+    pub python_first_walk_ns: Option<u64>,
+}
+
+impl SymbolizeCost {
+    /// The summary line: `symbolize: 12.3ms for 10000 samples (...)`.
+    pub fn line(&self) -> String {
+        let human = crate::model::duration::human;
+        format!(
+            "symbolize: {} naming {} samples' stacks ({} distinct: {}; {} Python frames in {} walks: {}, \
+             {} code objects read)",
+            human(self.ns),
+            self.samples,
+            self.stacks,
+            human(self.native_ns),
+            self.python_frames,
+            self.python_walks,
+            human(self.python_ns),
+            self.python_codes_read
+        )
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -240,6 +288,7 @@ mod tests {
                 uprobes: 2,
                 min_duration_ns: None,
                 overhead: None,
+                symbolize: None,
             },
             stop_reason: "targets_exited",
             lost_events: 0,

@@ -10,6 +10,10 @@ impl Summary {
             out += &crate::bpf::overhead::line(costs);
             out.push('\n');
         }
+        if let Some(cost) = &self.run.symbolize {
+            out += &cost.line();
+            out.push('\n');
+        }
         out += &self.command_lines();
         out += &self.job_line();
         let header = [

@@ -13,6 +13,7 @@ pub mod stitch;
 
 use std::{
     collections::HashMap,
+    hash::BuildHasherDefault,
     time::{Duration, Instant},
 };
 
@@ -27,6 +28,8 @@ use layout::Layout;
 const RETRY: Duration = Duration::from_millis(20);
 /// Code objects named, at most; past it the cache starts over.
 const MAX_CODES: usize = 65536;
+/// Frames (code object and instruction) named, at most; past it the cache starts over.
+const MAX_FRAMES: usize = 1 << 18;
 /// Thread states looked at when checking a layout.
 const CHECK_THREADS: usize = 64;
 /// Checks in a row that found a thread state or frame not fitting the layout before it is
@@ -80,8 +83,13 @@ pub struct Python {
     procs: Option<BpfHashMap<MapData, u32, PyLayout>>,
     states: HashMap<u32, State>,
     codes: HashMap<(u32, u64, u64), Option<names::Code>>,
+    /// Frame ids by (pid, code object, identity, instruction): a frame seen before is named by
+    /// one look-up (None: not begun yet).
+    frame_ids: HashMap<FrameKey, Option<u32>, BuildHasherDefault<WordHasher>>,
     /// Frame names, indexed by the ids stacks hold.
     pub names: Vec<PyName>,
+    /// Each name as stacks show it ([`stitch::frame_name`]), by id.
+    labels: Vec<String>,
     ids: HashMap<PyName, u32>,
     /// The latest walks of each thread, until the record of their time takes them.
     pending: Walks,
@@ -89,6 +97,24 @@ pub struct Python {
     pub truncated: u64,
     /// Frames whose code object could not be named (freed or reused by the time it was read).
     pub unnamed: u64,
+    /// What naming the walks took.
+    pub cost: NamingCost,
+}
+
+/// What naming the kernel's walks took (`--overhead`: summary.json's `symbolize`): one clock
+/// pair per walk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamingCost {
+    /// Walks named: one per CPU sample of a recognised process, off-CPU wait and `--stacks` call.
+    pub walks: u64,
+    /// Frames named in them.
+    pub frames: u64,
+    /// Code objects read from the processes' memory: the frames the cache did not name.
+    pub codes_read: u64,
+    /// Time spent naming them.
+    pub ns: u64,
+    /// Time the first walk took: every code object in it read (the cache was empty).
+    pub first_walk_ns: Option<u64>,
 }
 
 impl std::fmt::Debug for Python {
@@ -98,6 +124,37 @@ impl std::fmt::Debug for Python {
             .field("processes", &self.states.len())
             .field("names", &self.names.len())
             .finish()
+    }
+}
+
+/// What names a walked frame: its process, code object, identity and instruction.
+type FrameKey = (u32, u64, u64, u32);
+
+/// A hasher for keys of a few integers the kernel read (the frame cache's): a rotate and a
+/// multiply per word, where SipHash's defence against chosen keys costs more than the rest of a
+/// frame's naming.
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(26) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -213,6 +270,7 @@ impl Python {
             return;
         };
         let (code_type, layout) = (found.0.code_type, found.1);
+        let started = Instant::now();
         if event.flags != 0 {
             self.truncated += 1;
         }
@@ -225,32 +283,28 @@ impl Python {
         );
         let mut ids = Vec::with_capacity(len);
         for frame in &event.frames[..len] {
-            if self.codes.len() >= MAX_CODES {
-                self.codes.clear();
-            }
-            let code = self
-                .codes
-                .entry((pid, frame.code, frame.identity))
-                .or_insert_with(|| names::code(pid, &layout.code, code_type, frame.code, frame.identity));
+            let key = (pid, frame.code, frame.identity, frame.instr);
+            let id = match self.frame_ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = self.name_frame(key, code_type, &layout.code);
+                    if self.frame_ids.len() >= MAX_FRAMES {
+                        self.frame_ids.clear();
+                    }
+                    self.frame_ids.insert(key, id);
+                    id
+                }
+            };
             let entry = if frame.flags & PY_FRAME_ENTRY != 0 {
                 ENTRY_BIT
             } else {
                 0
             };
-            let name = match code {
-                // Unnamed: its place is kept, so the frames around it stay where they ran.
-                None => Some(unknown()),
-                Some(code) => code.unit(frame.instr).map(|unit| PyName {
-                    qualname: code.qualname.clone(),
-                    filename: code.filename.clone(),
-                    def_line: code.firstlineno,
-                    line: code.line(unit),
-                }),
-            };
-            match name {
-                Some(name) => {
-                    self.unnamed += u64::from(name.filename.is_empty());
-                    ids.push(self.intern(name) | entry);
+            match id {
+                Some(id) => {
+                    // Unnamed: its place is kept, so the frames around it stay where they ran.
+                    self.unnamed += u64::from(self.names[id as usize].filename.is_empty());
+                    ids.push(id | entry);
                 }
                 // Not begun yet: CPython leaves it out of tracebacks too. An entry mark moves to
                 // the frame above it.
@@ -263,6 +317,33 @@ impl Python {
         }
         self.pending
             .keep(event.header.tid, event.header.ts_ns, ids.into());
+        let ns = started.elapsed().as_nanos() as u64;
+        let cost = &mut self.cost;
+        (cost.walks, cost.frames, cost.ns) = (cost.walks + 1, cost.frames + len as u64, cost.ns + ns);
+        cost.first_walk_ns.get_or_insert(ns);
+    }
+
+    /// The id of the frame `key` names, its code object read from the process unless cached;
+    /// None for a frame that has not begun its body.
+    fn name_frame(&mut self, key: FrameKey, code_type: u64, layout: &layout::CodeLayout) -> Option<u32> {
+        let (pid, address, identity, instr) = key;
+        if self.codes.len() >= MAX_CODES {
+            self.codes.clear();
+        }
+        let code = self.codes.entry((pid, address, identity)).or_insert_with(|| {
+            self.cost.codes_read += 1;
+            names::code(pid, layout, code_type, address, identity)
+        });
+        let name = match code {
+            None => unknown(),
+            Some(code) => PyName {
+                qualname: code.qualname.clone(),
+                filename: code.filename.clone(),
+                def_line: code.firstlineno,
+                line: code.line(code.unit(instr)?),
+            },
+        };
+        Some(self.intern(name))
     }
 
     fn intern(&mut self, name: PyName) -> u32 {
@@ -270,6 +351,7 @@ impl Python {
             return id;
         }
         let id = self.names.len() as u32;
+        self.labels.push(stitch::frame_name(&name));
         self.names.push(name.clone());
         self.ids.insert(name, id);
         id
@@ -285,7 +367,7 @@ impl Python {
     /// [`Python::frames`] gave them) in place of the eval-loop frames that ran them: the one
     /// stitch every stack with Python frames goes through (CPU samples, off-CPU waits).
     pub fn stitch(&self, native: Vec<String>, python: &[u32]) -> Vec<String> {
-        stitch::stitch(native, python, &self.names)
+        stitch::stitch(native, python, &self.labels)
     }
 
     /// One entry per process that maps a CPython interpreter, by pid.

@@ -69,8 +69,9 @@ fn is_number(text: &str) -> bool {
 }
 
 /// `native` (outermost first) with each eval frame replaced by the Python frames it ran, from
-/// `python` (ids into `names`, innermost first, `ENTRY_BIT` on the outermost of each part).
-pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<String> {
+/// `python` (ids into `labels`, the frames' names as [`frame_name`] gives them, innermost first,
+/// `ENTRY_BIT` on the outermost of each part).
+pub fn stitch(native: Vec<String>, python: &[u32], labels: &[String]) -> Vec<String> {
     if python.is_empty() {
         return native;
     }
@@ -78,9 +79,9 @@ pub fn stitch(native: Vec<String>, python: &[u32], names: &[PyName]) -> Vec<Stri
     // which its Python frame now says: kept only where no walk came.
     let native = native.into_iter().filter(|f| !f.starts_with(PERF_TRAMPOLINE));
     let name = |id: u32| {
-        names
+        labels
             .get((id & !ENTRY_BIT) as usize)
-            .map_or_else(|| "?".to_string(), frame_name)
+            .map_or_else(|| "?".to_string(), String::clone)
     };
     // Parts, innermost first, each innermost first.
     let mut parts: Vec<Vec<String>> = Vec::new();
@@ -167,6 +168,10 @@ mod tests {
             .collect()
     }
 
+    fn labels() -> Vec<String> {
+        names().iter().map(frame_name).collect()
+    }
+
     fn native(frames: &[&str]) -> Vec<String> {
         frames.iter().map(|s| s.to_string()).collect()
     }
@@ -184,7 +189,7 @@ mod tests {
             "PyNumber_Add",
         ]);
         assert_eq!(
-            stitch(stack, &python, &names()),
+            stitch(stack, &python, &labels()),
             native(&[
                 "_start",
                 "Py_RunMain",
@@ -212,7 +217,7 @@ mod tests {
             EVAL_FRAME,
         ]);
         assert_eq!(
-            stitch(stack.clone(), &python, &names()),
+            stitch(stack.clone(), &python, &labels()),
             native(&[
                 "py_trampoline_evaluator",
                 "key (app.py:3)",
@@ -222,7 +227,7 @@ mod tests {
             ])
         );
         // No walk (--no-python, an interpreter not recognised): the trampolines name the calls.
-        assert_eq!(stitch(stack.clone(), &[], &names()), stack);
+        assert_eq!(stitch(stack.clone(), &[], &labels()), stack);
     }
 
     #[test]
@@ -230,7 +235,7 @@ mod tests {
         let python = [3, 2 | ENTRY_BIT, 1, ENTRY_BIT];
         let stack = native(&[EVAL_FRAME, "PyNumber_Add"]);
         assert_eq!(
-            stitch(stack, &python, &names()),
+            stitch(stack, &python, &labels()),
             native(&[
                 TRUNCATED,
                 "main (app.py:1)",

@@ -2,7 +2,10 @@
 //! launched command's exit, then the outputs: trace metadata (process and thread names, GPU
 //! counters), the CPU profile (stacks.folded, flamegraph.svg), the summary files and what is
 //! derived from them.
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use super::{
     output_error, run::Stop, start::ExitReceiver, stop::Stopped, targets::Targets, Observer, Recording,
@@ -13,7 +16,9 @@ use crate::{
     error::Result,
     export::{
         profile,
-        summary::{ClockSummary, CommandSummary, ProbeSummary, RunInfo, Summary, TargetSummary},
+        summary::{
+            ClockSummary, CommandSummary, ProbeSummary, RunInfo, Summary, SymbolizeCost, TargetSummary,
+        },
     },
     launch::Launch,
     model::summary::{Lost, FORMAT_VERSION},
@@ -23,6 +28,7 @@ use crate::{
             summary::{Ending, SamplingEnding, Sections},
             Naming,
         },
+        samples::Samples,
         symbolizer::{self, Resolver},
         writer::TraceWriter,
         Collected, Pipeline,
@@ -30,6 +36,27 @@ use crate::{
     probes::uprobe::Plan,
     target::ProcessInfo,
 };
+
+/// What naming the CPU samples' stacks took: `python`'s walks as they came, and the distinct
+/// stacks of `samples`, named `frames` in `native_ns`.
+fn symbolize_cost(
+    samples: &Samples,
+    frames: &symbolizer::Frames,
+    native_ns: u64,
+    python: crate::python::NamingCost,
+) -> SymbolizeCost {
+    SymbolizeCost {
+        ns: native_ns + python.ns,
+        samples: frames.keys().map(|key| samples.stacks[*key]).sum(),
+        stacks: frames.len() as u64,
+        native_ns,
+        python_ns: python.ns,
+        python_walks: python.walks,
+        python_frames: python.frames,
+        python_codes_read: python.codes_read,
+        python_first_walk_ns: python.first_walk_ns,
+    }
+}
 
 /// The launched command's exit; a command still running gets SIGTERM, then SIGKILL after 2 s. One
 /// that has exited (its pidfd says so) is waited for, not signalled: its waiter may not have
@@ -244,6 +271,7 @@ impl Outputs<'_> {
                 names: &collected.names,
             });
         }
+        let named_at = Instant::now();
         let frames = match (self.sampling, &resolver) {
             (Some(_), Some(resolver)) => Some(resolver.frames(
                 &collected.families.sampling.samples,
@@ -252,6 +280,11 @@ impl Outputs<'_> {
             )),
             _ => None,
         };
+        if let (Some(_), Some(frames)) = (&self.run.overhead, &frames) {
+            let native_ns = named_at.elapsed().as_nanos() as u64;
+            let samples = &collected.families.sampling.samples;
+            self.run.symbolize = Some(symbolize_cost(samples, frames, native_ns, collected.python.cost));
+        }
         let (spans, clock) = self.close_trace(trace, &collected, frames.as_ref())?;
         output::complete(self.out, self.trace_file.name)?;
         let process_names: HashMap<u32, String> = self

@@ -536,6 +536,7 @@ pub(super) fn recorder(
             uprobes,
             min_duration_ns: config.min_duration_ns,
             overhead: None,
+            symbolize: None,
         },
         targets: infos
             .iter()

@@ -137,6 +137,7 @@ impl<'a> Started<'a> {
                 min_duration_ns: self.config.min_duration_ns,
                 uprobes,
                 overhead,
+                symbolize: None,
             },
         }
     }
