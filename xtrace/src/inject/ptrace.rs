@@ -18,6 +18,9 @@ use super::Error;
 const SYSCALL_STOP: i32 = libc::SIGTRAP | 0x80;
 /// `PTRACE_SYSCALL_INFO_ENTRY`.
 const INFO_ENTRY: u8 = 1;
+/// PTRACE_GET_SYSCALL_INFO (Linux 5.3, <linux/ptrace.h>), which the libc crate gives for glibc
+/// only, not for the release's static (musl) build.
+const PTRACE_GET_SYSCALL_INFO: u32 = 0x420e;
 /// System calls whose callers may hold malloc's or the loader's lock: not a safe point.
 const UNSAFE_CALLS: &[u64] = &[9, 10, 11, 12, 25, 28, 56, 57, 58, 59, 60, 231, 435, 15];
 
@@ -113,7 +116,7 @@ impl Tracee {
         // SAFETY: PTRACE_GET_SYSCALL_INFO writes at most `info.len()` bytes into `info`.
         let got = unsafe {
             libc::ptrace(
-                libc::PTRACE_GET_SYSCALL_INFO,
+                PTRACE_GET_SYSCALL_INFO as _,
                 self.tid as libc::pid_t,
                 info.len(),
                 info.as_mut_ptr(),
