@@ -41,6 +41,8 @@ const PACKAGES: &[&str] = &[
     "libopenmpi-dev",
     // The network test watches xtrace's connections with it.
     "strace",
+    // musl-gcc: the release's static xtrace builds the store's bundled SQLite for musl with it.
+    "musl-tools",
 ];
 
 /// The PyPI packages the range tests drive (NVIDIA's NVTX3 bindings, Intel's ITT bindings, and

@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
 use crate::{
@@ -25,6 +25,9 @@ use crate::{
 /// standard library supports on x86-64 Linux, so the library loads into processes on RHEL 7 and
 /// 8, Ubuntu 18.04 and 20.04, Amazon Linux 2, and every newer distribution.
 pub const GLIBC_BASELINE: &str = "2.17";
+
+/// The C compiler for the musl target: Debian's wrapper around gcc with musl's headers and libc.
+const MUSL_GCC: &str = "musl-gcc";
 
 #[derive(Debug, Args)]
 pub struct DistArgs {
@@ -87,8 +90,12 @@ fn build(ws: &Workspace) -> Result<Release> {
 }
 
 /// `cargo build --release --target x86_64-unknown-linux-musl -p xtrace`: static, with the kernel
-/// programs embedded (build.rs builds them with nightly whatever the target).
+/// programs embedded (build.rs builds them with nightly whatever the target), and the store's
+/// SQLite (bundled, C) compiled by Debian's musl-gcc (musl-tools, installed by `setup`).
 fn build_static_xtrace(ws: &Workspace) -> Result<PathBuf> {
+    if util::stdout_of(Command::new(MUSL_GCC).arg("--version")).is_none() {
+        bail!("{MUSL_GCC} not found: install Debian's musl-tools (`cargo xtask setup` does, as root)");
+    }
     let mut cmd = ws.cargo();
     cmd.args([
         "build",
@@ -97,7 +104,8 @@ fn build_static_xtrace(ws: &Workspace) -> Result<PathBuf> {
         setup::MUSL_TARGET,
         "-p",
         "xtrace",
-    ]);
+    ])
+    .env("CC_x86_64_unknown_linux_musl", MUSL_GCC);
     util::run("build of the static xtrace", &mut cmd)?;
     Ok(ws.target.join(setup::MUSL_TARGET).join("release/xtrace"))
 }
