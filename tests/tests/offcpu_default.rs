@@ -32,7 +32,10 @@ fn capture(flags: &[&str], tmp: &TempDir) -> (u64, Outputs) {
     let mut all = args!["-p", pid.to_string(), "-o", &out_dir];
     all.extend(flags.iter().map(Into::into));
     let mut xtrace = Xtrace::spawn(all);
-    xtrace.wait_attached();
+    // The attached line says so, as off-CPU time is on by itself.
+    let attached = xtrace.wait_attached();
+    let said = attached.contains(" and off-CPU time (MIN 1.00ms) to pid ");
+    assert_eq!(said, !flags.contains(&"--no-off-cpu"), "{attached}");
     sleeps(&mut fixture, 6, 5.0);
     sleeps(&mut fixture, 25, 0.2);
     xtrace.signal(libc::SIGINT);

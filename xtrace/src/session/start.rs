@@ -441,7 +441,7 @@ fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> St
     let sampler = sampling.map(|s| format!("the sampler ({} CPUs at {} Hz)", kernel.cpus, s.hz));
     // Probes kept for libraries loaded later are not attached yet.
     let planned = plan.probes.iter().filter(|p| p.is_placed()).count();
-    match (planned, sampler) {
+    let what = match (planned, sampler) {
         (0, Some(sampler)) => format!("attached {sampler}"),
         (probes, sampler) => {
             let plural = if probes == 1 { "" } else { "s" };
@@ -452,6 +452,14 @@ fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> St
                 sampler.map_or(String::new(), |s| format!(" and {s}"))
             )
         }
+    };
+    // Said, as it may be on by itself (`--pid` without probes).
+    match kernel.off_cpu_ns {
+        Some(min_ns) => format!(
+            "{what} and off-CPU time (MIN {})",
+            crate::model::duration::human(min_ns)
+        ),
+        None => what,
     }
 }
 
