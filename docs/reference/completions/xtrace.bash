@@ -131,7 +131,7 @@ _xtrace() {
 
     case "${cmd}" in
         xtrace)
-            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --stacks --cuda --inject --mpi --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --store-spans --gzip --trace-format --live --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge push history gate check view generate help"
+            opts="-p -a -d -u -U -F -o -q -h -V --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-off-cpu --no-inherit --no-python --stacks --cuda --inject --mpi --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --store-spans --gzip --trace-format --live --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help --version record list flamegraph report diff convert merge push history gate check view generate help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -871,7 +871,7 @@ _xtrace() {
             return 0
             ;;
         xtrace__subcmd__record)
-            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-inherit --no-python --stacks --cuda --inject --mpi --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --store-spans --gzip --trace-format --live --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help"
+            opts="-p -a -d -u -U -F -o -q -h --pid --system-wide --duration --start-at --uprobe --usdt --exits --entry --max-probes --debug-dir --freq --user-stack --off-cpu --no-off-cpu --no-inherit --no-python --stacks --cuda --inject --mpi --nvtx --itt --ranges --gpu-metrics --min-duration --warn-over --tid --icicle --output --label --store --store-spans --gzip --trace-format --live --flight --flight-size --flight-after --flight-trigger --quiet --overhead --buffer-size --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_xtrace_global_optspecs
-    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-inherit no-python stacks cuda inject mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= store-spans gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
+    string join \n p/pid= a/system-wide d/duration= start-at= u/uprobe= U/usdt= exits= entry= max-probes= debug-dir= F/freq= user-stack= off-cpu= no-off-cpu no-inherit no-python stacks cuda inject mpi nvtx itt ranges gpu-metrics= min-duration= warn-over= tid= icicle o/output= label= store= store-spans gzip trace-format= live= flight= flight-size= flight-after= flight-trigger= q/quiet overhead buffer-size= h/help V/version
 end
 
 function __fish_xtrace_needs_command
@@ -55,6 +55,7 @@ complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-after -d 'Go on re
 complete -c xtrace -n "__fish_xtrace_needs_command" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_needs_command" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_needs_command" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
+complete -c xtrace -n "__fish_xtrace_needs_command" -l no-off-cpu -d 'Do not measure off-CPU time where it is on by itself (--pid without probes)'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-inherit -d 'Sample only the target processes, not the processes they start'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_needs_command" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'
@@ -116,6 +117,7 @@ complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-after -d
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l flight-trigger -d 'Write the --flight buffer on this besides SIGUSR1 and the stop: warn-over (a span over its --warn-over limit; at most once a window, however many follow)' -r -f -a "warn-over\t'A span over its --warn-over limit'"
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l buffer-size -d 'Size of the kernel ring buffer that carries events to xtrace (4K to 1G)' -r
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -s a -l system-wide -d 'Trace every process that maps each probe\'s file'
+complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-off-cpu -d 'Do not measure off-CPU time where it is on by itself (--pid without probes)'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-inherit -d 'Sample only the target processes, not the processes they start'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l no-python -d 'Leave Python frames out of CPU samples and off-CPU waits'
 complete -c xtrace -n "__fish_xtrace_using_subcommand record" -l stacks -d 'Record where each traced call came from: its stack at entry, Python frames included'

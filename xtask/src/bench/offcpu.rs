@@ -6,7 +6,11 @@
 //! each hand-off (about 10,000 waits a second) gives the slowdown of a realistic program, and
 //! bpftrace's offcputime-style script (a start time per thread at switch-out, the time off CPU
 //! summed at switch-in) the same ping-pong's cost beside xtrace's. Runs are interleaved, and each
-//! figure is the median over runs of that run's difference to the bare run next to it.
+//! figure is the median over runs of that run's difference to the bare run next to it. The
+//! `syscalls` workload (xtask/bench/syscalls.c: getppid(2) in 20 timed batches, none blocking,
+//! reporting its fastest batch) runs the same three ways: the time the off-CPU programs add to each
+//! system call (their raw tracepoint on sys_exit runs at every return of every thread) for a traced
+//! and for an untraced thread.
 use std::{path::Path, process::Command, time::Duration};
 
 use anyhow::{bail, Context, Result};
@@ -25,6 +29,8 @@ const ROUNDS: u64 = 100_000;
 /// Round trips of the mix, each with `MIX_WORK_NS` of work per thread: about 1 s, 10,000 waits.
 const MIX_ROUNDS: u64 = 5_000;
 const MIX_WORK_NS: u64 = 100_000;
+/// System calls of a `syscalls` run, in 20 batches: about 0.25 s bare here.
+const SYSCALLS: u64 = 2_000_000;
 /// How long a run may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -38,6 +44,7 @@ const BPFTRACE_SCRIPT: &str = "tracepoint:sched:sched_switch { \
 /// One run's figures, parsed from the workload's lines.
 struct Ran {
     elapsed_ns: f64,
+    /// What the figure is divided by: `switches`' off-CPU waits, `syscalls`' calls.
     waits: u64,
 }
 
@@ -50,7 +57,7 @@ fn parse(lines: &[String], what: &str) -> Result<Ran> {
     };
     Ok(Ran {
         elapsed_ns: field("elapsed_ns ")?,
-        waits: field("waits ")? as u64,
+        waits: field("waits ").or_else(|_| field("calls "))? as u64,
     })
 }
 
@@ -71,7 +78,8 @@ fn output(cmd: &mut Command, what: &str) -> Result<Vec<String>> {
 }
 
 fn bare(bin: &Path, args: &[String]) -> Result<Ran> {
-    parse(&output(Command::new(bin).args(args), "switches")?, "switches")
+    let what = bin.file_name().unwrap_or_default().to_string_lossy();
+    parse(&output(Command::new(bin).args(args), &what)?, &what)
 }
 
 /// Under `xtrace --off-cpu -F 1`: the run, and the off-CPU intervals xtrace measured and lost.
@@ -83,7 +91,10 @@ fn traced(env: &Env, bin: &Path, args: &[String]) -> Result<(Ran, u64, u64)> {
         .arg("--")
         .arg(bin)
         .args(args);
-    let ran = parse(&output(&mut cmd, "xtrace --off-cpu")?, "switches under xtrace")?;
+    let ran = parse(
+        &output(&mut cmd, "xtrace --off-cpu")?,
+        "the workload under xtrace",
+    )?;
     let text = std::fs::read_to_string(out.join("summary.json")).context("xtrace wrote no summary.json")?;
     let summary: Value = serde_json::from_str(&text).context("summary.json")?;
     let intervals = summary["off_cpu"]["intervals"].as_u64().unwrap_or(0);
@@ -193,9 +204,13 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
     compile(&fixture("switches.c"), &bin)?;
     let ping = vec![cfg.scale(ROUNDS).to_string(), "0".to_string()];
     let mix = vec![cfg.scale(MIX_ROUNDS).to_string(), MIX_WORK_NS.to_string()];
+    let calls_bin = env.dir.join("syscalls");
+    compile(&fixture("syscalls.c"), &calls_bin)?;
+    let calls = (calls_bin.as_path(), vec![cfg.scale(SYSCALLS).to_string()]);
     let runs = cfg.runs.max(5);
     let tracefs = env.bpftrace.as_ref().ok().map(|_| Tracefs::ensure());
     let (mut traced_s, mut beside_s, mut mix_s, mut bpf_s) = <(Series, Series, Series, Series)>::default();
+    let mut per_call = <(Series, Series)>::default();
     let per_wait =
         |with: &Ran, without: &Ran| (with.elapsed_ns - without.elapsed_ns) / without.waits.max(1) as f64;
     for run in 0..runs {
@@ -221,46 +236,83 @@ pub fn run(env: &Env, cfg: &Config, report: &mut Report) -> Result<()> {
             (ran.elapsed_ns / mix_base.elapsed_ns - 1.0) * 100.0
         });
         mix_s.add(m);
+        syscall_run(env, (calls.0, &calls.1), &mut per_call)?;
     }
     let no_bpftrace = match (&env.bpftrace, &tracefs) {
         (Err(why), _) => Some(why.clone()),
         (_, Some(Err(e))) => Some(format!("{e:#}")),
         _ => None,
     };
-    rows(
-        cfg,
-        [&traced_s, &beside_s, &mix_s, &bpf_s],
-        no_bpftrace.as_ref(),
-        report,
-    );
+    let series = [&traced_s, &beside_s, &mix_s, &bpf_s, &per_call.0, &per_call.1];
+    rows(cfg, series, no_bpftrace.as_ref(), report);
     Ok(())
 }
 
+/// One run of `syscalls`: bare, traced, and bare beside a traced process; the time each adds per
+/// system call goes to `traced` and `untraced`.
+fn syscall_run(
+    env: &Env,
+    (bin, args): (&Path, &[String]),
+    (traced_s, untraced_s): &mut (Series, Series),
+) -> Result<()> {
+    let per_call =
+        |with: &Ran, without: &Ran| (with.elapsed_ns - without.elapsed_ns) / without.waits.max(1) as f64;
+    let base = bare(bin, args)?;
+    let t = traced(env, bin, args).map(|(ran, intervals, lost)| {
+        traced_s.notes.push(intervals);
+        traced_s.lost += lost;
+        per_call(&ran, &base)
+    });
+    traced_s.add(t);
+    untraced_s.add(beside(env, bin, args).map(|ran| per_call(&ran, &base)));
+    Ok(())
+}
+
+/// The rows' (key, what, goal), in the order `run` passes their series; a goal in ns, or in
+/// percent for the mix (index 2).
+const SPECS: [(&str, &str, Option<f64>); 6] = [
+    (
+        "offcpu.traced_ns_per_wait",
+        "off-CPU: added time per wait, traced thread (ping-pong)",
+        Some(1000.0),
+    ),
+    (
+        "offcpu.untraced_ns_per_wait",
+        "off-CPU: added time per wait, untraced thread (ping-pong)",
+        Some(200.0),
+    ),
+    (
+        "offcpu.mix_slowdown",
+        "off-CPU: slowdown of a mix (100 µs of work per wait)",
+        Some(3.0),
+    ),
+    (
+        "offcpu.bpftrace_ns_per_wait",
+        "bpftrace offcputime-style script: added time per wait",
+        None,
+    ),
+    (
+        "offcpu.traced_ns_per_syscall",
+        "off-CPU: added time per system call, traced thread (getppid)",
+        Some(TRACED_SYSCALL_GOAL_NS),
+    ),
+    (
+        "offcpu.untraced_ns_per_syscall",
+        "off-CPU: added time per system call, untraced thread (getppid)",
+        Some(UNTRACED_SYSCALL_GOAL_NS),
+    ),
+];
+
+/// The goals per system call. Every return of every thread runs `off_cpu_return` once the
+/// programs are attached (and the kernel takes its slower system-call exit for the tracepoint);
+/// an untraced thread's run ends at its first lookup (no task storage), a traced one's after two
+/// fields of its storage are read: tens of ns each, which these bound with room for the noise.
+const TRACED_SYSCALL_GOAL_NS: f64 = 100.0;
+const UNTRACED_SYSCALL_GOAL_NS: f64 = 50.0;
+
 /// The rows: (key, what, unit, goal) per series, in the order `run` passes them.
-fn rows(cfg: &Config, series: [&Series; 4], no_bpftrace: Option<&String>, report: &mut Report) {
-    let specs: [(&str, &str, Option<f64>); 4] = [
-        (
-            "offcpu.traced_ns_per_wait",
-            "off-CPU: added time per wait, traced thread (ping-pong)",
-            Some(1000.0),
-        ),
-        (
-            "offcpu.untraced_ns_per_wait",
-            "off-CPU: added time per wait, untraced thread (ping-pong)",
-            Some(200.0),
-        ),
-        (
-            "offcpu.mix_slowdown",
-            "off-CPU: slowdown of a mix (100 µs of work per wait)",
-            Some(3.0),
-        ),
-        (
-            "offcpu.bpftrace_ns_per_wait",
-            "bpftrace offcputime-style script: added time per wait",
-            None,
-        ),
-    ];
-    for (i, ((key, what, goal), s)) in specs.into_iter().zip(series).enumerate() {
+fn rows(cfg: &Config, series: [&Series; 6], no_bpftrace: Option<&String>, report: &mut Report) {
+    for (i, ((key, what, goal), s)) in SPECS.into_iter().zip(series).enumerate() {
         if let (3, Some(why)) = (i, no_bpftrace) {
             report.row(Row::new(key, what, "-").note(why.clone()));
             continue;
@@ -309,7 +361,7 @@ fn rows(cfg: &Config, series: [&Series; 4], no_bpftrace: Option<&String>, report
             runs.join(" ")
         );
         match i {
-            0 => note.push_str(&format!(
+            0 | 4 => note.push_str(&format!(
                 "; xtrace measured {} intervals a run (median); lost {}",
                 median_u64(&s.notes),
                 s.lost

@@ -123,4 +123,39 @@ mod tests {
             assert!(error.contains(&wanted), "{args:?}: {error}");
         }
     }
+
+    /// Off-CPU time is on by itself at 1 ms only for `--pid` without probes and without
+    /// `--no-off-cpu`; an explicit `--off-cpu` keeps its own MIN; the two flags conflict.
+    #[test]
+    fn off_cpu_is_on_by_itself_for_a_pid_without_probes() {
+        let config = |args: &[&str]| {
+            let argv = std::iter::once("xtrace").chain(args.iter().copied());
+            let config = super::Cli::try_parse_from(argv).unwrap().record.config();
+            (config.off_cpu_by_default(), config.off_cpu_ns)
+        };
+        assert_eq!(config(&["-p", "1"]), (true, None));
+        assert_eq!(config(&["-p", "1", "-F", "999", "-d", "1"]), (true, None));
+        assert_eq!(config(&["-p", "1", "--no-off-cpu"]), (false, None));
+        assert_eq!(config(&["-p", "1", "--off-cpu=5ms"]), (false, Some(5_000_000)));
+        for probe in [
+            &["-u", "f"][..],
+            &["-U", "p:n"],
+            &["--cuda"],
+            &["--mpi"],
+            &["--nvtx"],
+            &["--itt"],
+            &["--ranges"],
+        ] {
+            let args: Vec<&str> = ["-p", "1"].iter().chain(probe).copied().collect();
+            assert_eq!(config(&args), (false, None), "{probe:?}");
+        }
+        assert_eq!(config(&["--", "true"]), (false, None));
+        assert_eq!(config(&["-a", "-F", "99"]), (false, None));
+        let argv = ["xtrace", "-p", "1", "--off-cpu", "--no-off-cpu"];
+        let error = super::Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(
+            error.contains("'--off-cpu[=<MIN>]' cannot be used with '--no-off-cpu'"),
+            "{error}"
+        );
+    }
 }

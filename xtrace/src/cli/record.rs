@@ -172,11 +172,20 @@ pub struct RecordArgs {
     /// CPU sample's; shorter waits, and waits for a CPU (runnable), are added up in the kernel per
     /// thread, wait and frame-pointer stack. Writes offcpu.folded and offcpu.svg (nanoseconds per
     /// stack, the wait as the leaf: [futex], [read], [runnable]) and an off_cpu section in the
-    /// summary: per thread, time by state and by wait, and who woke it.
+    /// summary: per thread, time by state and by wait, and who woke it. On by itself, at 1ms,
+    /// with --pid and no -u, -U, --cuda, --mpi, --nvtx, --itt or --ranges (--no-off-cpu turns
+    /// it off); a kernel without what it needs then costs a notice, not the capture.
     #[arg(long = "off-cpu", value_name = "MIN", num_args = 0..=1, require_equals = true,
           default_missing_value = "1ms", value_parser = parse_off_cpu_min,
           help_heading = heading::SAMPLING)]
     pub off_cpu: Option<u64>,
+
+    /// Do not measure off-CPU time where it is on by itself (--pid without probes).
+    ///
+    /// Each system call of every thread on the host then runs no off-CPU program: the cost
+    /// docs/performance.md states for --off-cpu is not paid. CPU sampling is not affected.
+    #[arg(long = "no-off-cpu", conflicts_with = "off_cpu", help_heading = heading::SAMPLING)]
+    pub no_off_cpu: bool,
 
     /// Sample only the target processes, not the processes they start.
     ///
@@ -506,6 +515,7 @@ impl RecordArgs {
             warn_over: self.warn_over.clone(),
             overhead: self.overhead,
             off_cpu_ns: self.off_cpu,
+            no_off_cpu: self.no_off_cpu,
             duration: self.duration,
             start_at: self.start_at,
             output: self.output.clone(),

@@ -14,6 +14,20 @@ use crate::{
     error::{Error, Result},
 };
 
+/// `--off-cpu`'s MIN when it is on by itself (`--pid` without probes), as when given bare: 1 ms.
+pub const DEFAULT_MIN_NS: u64 = 1_000_000;
+
+/// Why this kernel cannot measure off-CPU time, in one phrase; None when it can (or when the
+/// kernel would not say: the attach then answers). The scheduler's BTF-typed tracepoints must
+/// load.
+pub fn unavailable() -> Option<String> {
+    let btf = crate::bpf::btf::KernelBtf::read().ok();
+    match crate::bpf::features::btf_tracepoints(btf.as_ref()) {
+        crate::bpf::features::Answer::No(why) => Some(why),
+        _ => None,
+    }
+}
+
 /// Attaches the off-CPU programs of the loaded object.
 pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
     let btf =
@@ -33,6 +47,20 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
         })?;
     }
     bpf::attach_raw_tracepoint(ebpf, "off_cpu_return", "sys_exit")
+}
+
+/// Detaches and unloads whichever off-CPU programs did attach, for a capture that goes on
+/// without off-CPU time after [`attach`] failed.
+pub fn detach(ebpf: &mut Ebpf) {
+    for name in ["off_cpu_switch", "off_cpu_waking"] {
+        if let Ok(Err(e)) = bpf::program_mut::<BtfTracePoint>(ebpf, name).map(|hook| hook.unload()) {
+            log::debug!("unloading {name}: {e}");
+        }
+    }
+    let hook = bpf::program_mut::<aya::programs::RawTracePoint>(ebpf, "off_cpu_return");
+    if let Ok(Err(e)) = hook.map(|hook| hook.unload()) {
+        log::debug!("unloading off_cpu_return: {e}");
+    }
 }
 
 /// The kernel's added-up waits and the stacks they name, taken out of the object so they can be

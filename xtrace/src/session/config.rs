@@ -89,6 +89,8 @@ pub struct Config {
     /// `--off-cpu[=MIN]`, in nanoseconds: waits off CPU are measured, those of at least MIN
     /// with their whole stack (None: not measured).
     pub off_cpu_ns: Option<u64>,
+    /// `--no-off-cpu`: off-CPU time is not measured by default.
+    pub no_off_cpu: bool,
     /// `--overhead`.
     pub overhead: bool,
     /// `-d`, counted from the window's start.
@@ -127,5 +129,15 @@ impl Config {
     /// traces CUDA and ranges where the process has them).
     pub fn asks_no_probe(&self) -> bool {
         self.uprobes.is_empty() && self.usdt.is_empty() && !self.cuda && !self.mpi && self.ranges.is_none()
+    }
+
+    /// Whether off-CPU time is measured without `--off-cpu` being given: with `--pid` and no
+    /// probe asked for (as CPU sampling turns on by itself), unless `--no-off-cpu`. Not for a
+    /// launched command or `-a`.
+    pub fn off_cpu_by_default(&self) -> bool {
+        self.off_cpu_ns.is_none()
+            && !self.no_off_cpu
+            && matches!(self.targets, TargetChoice::Pids(_))
+            && self.asks_no_probe()
     }
 }

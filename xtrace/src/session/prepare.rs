@@ -15,7 +15,7 @@ use crate::{
     error::{Error, Result},
     pidns::PidNamespace,
     privilege,
-    probes::{follow, sampler},
+    probes::{follow, offcpu, sampler},
 };
 
 /// A recording ready to start.
@@ -35,6 +35,8 @@ pub(super) struct Prepared<'a> {
     pub(super) start_at_ns: Option<u64>,
     /// `--live`: the server, listening already (a port in use is refused before attaching).
     pub(super) live: Option<crate::live::Live>,
+    /// Off-CPU time's MIN in ns, when it is measured: `--off-cpu`, or on by itself.
+    pub(super) off_cpu_ns: Option<u64>,
 }
 
 impl<'a> Prepared<'a> {
@@ -92,6 +94,7 @@ impl<'a> Prepared<'a> {
         if let Some(why) = sampling.and_then(|_| sampler::kernel_names_hidden()) {
             observer.warning(&why);
         }
+        let off_cpu_ns = off_cpu_min(config, observer);
         let live = match &config.live {
             Some(given) => {
                 let (live, told) = crate::live::Live::start(given)?;
@@ -114,7 +117,28 @@ impl<'a> Prepared<'a> {
             follow,
             start_at_ns,
             live,
+            off_cpu_ns,
         })
+    }
+}
+
+/// Off-CPU time's MIN in ns when it is measured: `--off-cpu`'s, or 1 ms when it is on by itself
+/// (`--pid` without probes). A kernel that cannot measure it costs a notice, and the capture goes
+/// on without it.
+fn off_cpu_min(config: &Config, observer: &mut dyn Observer) -> Option<u64> {
+    let min_ns = match config.off_cpu_by_default() {
+        true => Some(offcpu::DEFAULT_MIN_NS),
+        false => config.off_cpu_ns,
+    };
+    match min_ns.and_then(|_| offcpu::unavailable()) {
+        Some(why) => {
+            observer.warning(&format!(
+                "off-CPU time is not measured: {why} (it needs the scheduler's BTF-typed \
+                 tracepoints)"
+            ));
+            None
+        }
+        None => min_ns,
     }
 }
 

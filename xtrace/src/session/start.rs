@@ -63,6 +63,8 @@ pub(super) struct Kernel {
     pub(super) go_code: bool,
     /// Whether samples walk Python frames (`PY_PROCS` is then read).
     pub(super) python: bool,
+    /// Off-CPU time's MIN in ns, when it is measured (its tables are then read).
+    pub(super) off_cpu_ns: Option<u64>,
 }
 
 /// The maps read while recording and after it.
@@ -133,7 +135,7 @@ impl<'a> Prepared<'a> {
         // The recording runs from here (or from --start-at): a launched command is released
         // below, and -d counts from this moment as duration_ns does.
         let (started, window) = window_begins(start_at_ns, observer);
-        let (mut maps, reader) = take_maps(&mut kernel, config.off_cpu_ns.is_some())?;
+        let (mut maps, reader) = take_maps(&mut kernel)?;
         let exit = release(&mut targets, &mut signals, observer).await?;
         let names: Vec<(&str, &str)> = plan
             .probes
@@ -157,6 +159,7 @@ impl<'a> Prepared<'a> {
         samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
         let mut setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
         setup.python = crate::python::Python::new(maps.python.take());
+        setup.off_cpu = kernel.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new);
         let mut pipeline = Pipeline::new(setup, writer);
         if let Some([monotonic_ns, _]) = window {
             pipeline.start_at(monotonic_ns);
@@ -246,6 +249,7 @@ fn load_and_attach(
         sampling,
         follow,
         pid_namespace,
+        off_cpu_ns,
         ..
     } = prepared;
     let stats_on = config.overhead.then(bpf::overhead::enable).transpose()?;
@@ -269,10 +273,10 @@ fn load_and_attach(
             false => Default::default(),
         },
         go_code,
-        python: walks_python(config, sampling.is_some()),
+        python: walks_python(config, sampling.is_some(), off_cpu_ns.is_some()),
         follow: *follow,
         pid_namespace: *pid_namespace,
-        off_cpu_min_ns: config.off_cpu_ns,
+        off_cpu_min_ns: *off_cpu_ns,
     })?;
     let mut cuda = Calls::new(plan.cuda.clone());
     if let (Targets::Pids(_), false) = (targets, plan.cuda.is_empty()) {
@@ -306,7 +310,7 @@ fn load_and_attach(
     // Opened before children are followed and a launched command runs: every fork, exec and
     // mapping of theirs is reported, for sampled stacks, CUDA kernels and call sites to be named
     // from.
-    let watched = sampling.is_some() || !plan.cuda.is_empty() || config.off_cpu_ns.is_some() || config.stacks;
+    let watched = sampling.is_some() || !plan.cuda.is_empty() || off_cpu_ns.is_some() || config.stacks;
     let sideband = watched.then(|| {
         Sideband::open()
             .map_err(|e| {
@@ -326,9 +330,7 @@ fn load_and_attach(
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
         None => 0,
     };
-    if config.off_cpu_ns.is_some() {
-        crate::probes::offcpu::attach(&mut ebpf)?;
-    }
+    let off_cpu_ns = off_cpu(&mut ebpf, (config, *off_cpu_ns), observer)?;
     let kernel = Kernel {
         ebpf,
         attached,
@@ -336,19 +338,41 @@ fn load_and_attach(
         cpus,
         attach_ns: attach_started.elapsed().as_nanos() as u64,
         go_code,
-        python: walks_python(config, sampling.is_some()),
+        python: walks_python(config, sampling.is_some(), off_cpu_ns.is_some()),
+        off_cpu_ns,
     };
     Ok((kernel, sideband, cuda))
 }
 
+/// Attaches the off-CPU programs when off-CPU time is measured (MIN `min_ns`); returns the MIN
+/// when they are attached. Where it is on by itself, a refusal costs a notice, not the capture.
+fn off_cpu(
+    ebpf: &mut Ebpf,
+    (config, min_ns): (&Config, Option<u64>),
+    observer: &mut dyn Observer,
+) -> Result<Option<u64>> {
+    let Some(min_ns) = min_ns else {
+        return Ok(None);
+    };
+    match crate::probes::offcpu::attach(ebpf) {
+        Ok(()) => Ok(Some(min_ns)),
+        Err(e) if config.off_cpu_by_default() => {
+            crate::probes::offcpu::detach(ebpf);
+            observer.warning(&format!("off-CPU time is not measured: {e}"));
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the kernel walks Python frames: for CPU samples, off-CPU waits and traced calls'
 /// stacks (`--stacks`), unless `--no-python`.
-fn walks_python(config: &Config, sampling: bool) -> bool {
-    config.python && (sampling || config.off_cpu_ns.is_some() || config.stacks)
+fn walks_python(config: &Config, sampling: bool, off_cpu: bool) -> bool {
+    config.python && (sampling || off_cpu || config.stacks)
 }
 
 /// Takes the maps the session reads out of the loaded object, and the ring buffer's reader.
-fn take_maps(kernel: &mut Kernel, off_cpu: bool) -> Result<(Maps, RingReader)> {
+fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
     let ebpf = &mut kernel.ebpf;
     let map_err = |name| move |source| Error::Map { name, source };
     let ring = RingBuf::try_from(bpf::take_map(ebpf, "EVENTS")?).map_err(map_err("EVENTS"))?;
@@ -367,7 +391,7 @@ fn take_maps(kernel: &mut Kernel, off_cpu: bool) -> Result<(Maps, RingReader)> {
         false => None,
     };
     let reader = RingReader::new(ring, woken)?;
-    let off_cpu = match off_cpu {
+    let off_cpu = match kernel.off_cpu_ns.is_some() {
         true => Some(crate::probes::offcpu::Tables::take(ebpf)?),
         false => None,
     };
@@ -417,7 +441,7 @@ fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> St
     let sampler = sampling.map(|s| format!("the sampler ({} CPUs at {} Hz)", kernel.cpus, s.hz));
     // Probes kept for libraries loaded later are not attached yet.
     let planned = plan.probes.iter().filter(|p| p.is_placed()).count();
-    match (planned, sampler) {
+    let what = match (planned, sampler) {
         (0, Some(sampler)) => format!("attached {sampler}"),
         (probes, sampler) => {
             let plural = if probes == 1 { "" } else { "s" };
@@ -428,6 +452,14 @@ fn attached_what(plan: &Plan, kernel: &Kernel, sampling: Option<Sampling>) -> St
                 sampler.map_or(String::new(), |s| format!(" and {s}"))
             )
         }
+    };
+    // Said, as it may be on by itself (`--pid` without probes).
+    match kernel.off_cpu_ns {
+        Some(min_ns) => format!(
+            "{what} and off-CPU time (MIN {})",
+            crate::model::duration::human(min_ns)
+        ),
+        None => what,
     }
 }
 
@@ -531,7 +563,8 @@ fn setup(
         targets: (!matches!(targets, Targets::SystemWide)).then(|| targets.pids().into_iter().collect()),
         min_duration_ns: config.min_duration_ns.unwrap_or(0),
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
-        off_cpu: config.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new),
+        // Set by the caller, from what the kernel measures.
+        off_cpu: None,
         gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
         call_sites: config.stacks.then(Default::default),
         host_spans: gpu_probe(plan).map(|_| {

@@ -1,0 +1,129 @@
+//! Off-CPU time on by itself: `xtrace -p PID` with no probe flag measures it at MIN 1 ms, as
+//! CPU sampling turns on at 99 Hz; `--no-off-cpu` turns it off. Fixture `offcpu phases`
+//! (tests/fixtures/offcpu.c): for each line "N MS" it reads, sleeper() sleeps MS milliseconds N
+//! times, then it prints "done".
+
+use serde_json::Value;
+use xtrace_tests::{
+    args,
+    fixtures::{fixtures, Fixture},
+    output::{u64_field, Outputs},
+    require_bpf,
+    run::Xtrace,
+    TempDir,
+};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+
+/// Makes `offcpu phases` sleep `ms` milliseconds `n` times, and waits until it has.
+fn sleeps(fixture: &mut Fixture, n: u32, ms: f64) {
+    fixture.send(&format!("{n} {ms}"));
+    assert_eq!(fixture.next_line(), "done");
+}
+
+/// Records `offcpu phases` with `-p PID -o DIR` and `flags` while it sleeps 6 times 5 ms (each
+/// at least the default MIN: sent with its stack) and 25 times 200 µs (added up in the kernel).
+fn capture(flags: &[&str], tmp: &TempDir) -> (u64, Outputs) {
+    let mut fixture = Fixture::spawn(&fixtures().offcpu, &["phases"]);
+    fixture.wait_ready();
+    let out_dir = tmp.join("out");
+    let pid = u64::from(fixture.pid());
+    let mut all = args!["-p", pid.to_string(), "-o", &out_dir];
+    all.extend(flags.iter().map(Into::into));
+    let mut xtrace = Xtrace::spawn(all);
+    // The attached line says so, as off-CPU time is on by itself.
+    let attached = xtrace.wait_attached();
+    let said = attached.contains(" and off-CPU time (MIN 1.00ms) to pid ");
+    assert_eq!(said, !flags.contains(&"--no-off-cpu"), "{attached}");
+    sleeps(&mut fixture, 6, 5.0);
+    sleeps(&mut fixture, 25, 0.2);
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    (pid, Outputs::read_profiled(&out_dir))
+}
+
+/// Thread `tid`'s (intervals, ns) in wait `name`, from the summary's off_cpu section.
+fn waits_of(off: &Value, tid: u64, name: &str) -> (u64, u64) {
+    let threads = off["threads"].as_array().expect("off_cpu.threads");
+    threads
+        .iter()
+        .filter(|t| t["tid"] == tid)
+        .flat_map(|t| t["waits"].as_array().expect("waits"))
+        .filter(|w| w["wait"] == name)
+        .map(|w| (w["intervals"].as_u64().unwrap(), w["ns"].as_u64().unwrap()))
+        .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
+}
+
+/// offcpu.folded as (stack, nanoseconds) lines.
+fn folded(out: &Outputs) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(out.dir.join("offcpu.folded")).expect("offcpu.folded");
+    text.lines()
+        .map(|line| {
+            let (stack, ns) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("not folded: {line}"));
+            (
+                stack.to_string(),
+                ns.parse().unwrap_or_else(|_| panic!("not folded: {line}")),
+            )
+        })
+        .collect()
+}
+
+/// Without any flag but the output directory: exactly the fixture's 31 clock_nanosleep waits
+/// in its summary's off_cpu section (MIN 1 ms), the 6 of 5 ms among those sent with their
+/// stacks; their time, all under sleeper() in offcpu.folded, is at least what was asked (sleeps
+/// overrun, never underrun); offcpu.svg and wallclock.svg are written beside the CPU profile.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_pid_without_flags_measures_off_cpu_time() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offcpu-default");
+    let (pid, out) = capture(&[], &tmp);
+    let off = &out.summary["off_cpu"];
+    assert_eq!(u64_field(off, "min_ns"), MS, "{off}");
+    let (count, ns) = waits_of(off, pid, "clock_nanosleep");
+    assert_eq!(count, 31, "{off}");
+    let asked = 6 * 5 * MS + 25 * 200 * US;
+    assert!(
+        (asked..asked + 31 * 2 * MS).contains(&ns),
+        "{ns} ns asleep: {off}"
+    );
+    let under_sleeper: u64 = folded(&out)
+        .iter()
+        .filter(|(s, _)| s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]"))
+        .map(|(_, ns)| ns)
+        .sum();
+    assert_eq!(under_sleeper, ns, "{:?}", folded(&out));
+    // Sent on their own: the six sleeps of 5 ms, and the waits of 1 ms or more for the
+    // fixture's next line.
+    let (reads, _) = waits_of(off, pid, "read");
+    let sent = u64_field(off, "sent");
+    assert!((6..=6 + reads).contains(&sent), "{off}");
+    for file in ["offcpu.folded", "offcpu.svg", "wallclock.folded", "wallclock.svg"] {
+        assert!(out.dir.join(file).is_file(), "no {file}");
+    }
+    assert_eq!(out.summary["sample_frequency_hz"], 99);
+    assert!(out.summary_txt.contains(" off CPU in "), "{}", out.summary_txt);
+}
+
+/// `--no-off-cpu`: the same capture has no off_cpu section and writes no off-CPU file; the CPU
+/// is sampled at 99 Hz as without it.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn no_off_cpu_turns_it_off() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("offcpu-default-off");
+    let (_, out) = capture(&["--no-off-cpu"], &tmp);
+    assert_eq!(out.summary["off_cpu"], Value::Null, "{}", out.summary["off_cpu"]);
+    for file in ["offcpu.folded", "offcpu.svg", "wallclock.folded", "wallclock.svg"] {
+        assert!(!out.dir.join(file).exists(), "{file} written");
+    }
+    assert_eq!(out.summary["sample_frequency_hz"], 99);
+    assert!(!out.summary_txt.contains(" off CPU in "), "{}", out.summary_txt);
+}
