@@ -1,7 +1,7 @@
 //! `cargo xtask lint`: the checks `.ci/run` makes before the tests. rustfmt; clippy on every
 //! target with warnings denied (the kernel crate too, with nightly for its BPF target), functions
-//! over 100 lines included (clippy.toml); and no two top-level modules of xtrace/src that import
-//! each other (see [`cycles`]).
+//! over 100 lines included (clippy.toml); a check of xtrace for the release's musl target; and no
+//! two top-level modules of xtrace/src that import each other (see [`cycles`]).
 mod cycles;
 
 use anyhow::{bail, Result};
@@ -51,6 +51,21 @@ pub fn run() -> Result<()> {
         ]);
     util::run("clippy of the kernel programs (xtrace-ebpf)", &mut kernel)?;
 
+    // The release's static xtrace (`cargo xtask dist`) is built for musl, where the libc crate
+    // lacks some glibc-only items and C sources compile with musl-gcc: checked here, so that a
+    // change that breaks it fails CI rather than the next release.
+    let mut musl = ws.cargo();
+    musl.args([
+        "check",
+        "-p",
+        "xtrace",
+        "--release",
+        "--target",
+        setup::MUSL_TARGET,
+    ])
+    .env("CC_x86_64_unknown_linux_musl", crate::dist::MUSL_GCC);
+    util::run("check of the release's static build (musl)", &mut musl)?;
+
     let pairs = cycles::mutual_imports(&ws.root.join("xtrace/src"))?;
     if !pairs.is_empty() {
         let lines: Vec<String> = pairs.iter().map(ToString::to_string).collect();
@@ -60,6 +75,8 @@ pub fn run() -> Result<()> {
             lines.join("; ")
         );
     }
-    println!("xtask lint: rustfmt, clippy (host and kernel crates) and the module graph pass");
+    println!(
+        "xtask lint: rustfmt, clippy (host and kernel crates), the musl build and the module graph pass"
+    );
     Ok(())
 }

@@ -27,7 +27,7 @@ use crate::{
 pub const GLIBC_BASELINE: &str = "2.17";
 
 /// The C compiler for the musl target: Debian's wrapper around gcc with musl's headers and libc.
-const MUSL_GCC: &str = "musl-gcc";
+pub const MUSL_GCC: &str = "musl-gcc";
 
 #[derive(Debug, Args)]
 pub struct DistArgs {
