@@ -151,7 +151,9 @@ impl FileData {
             .filter(|s| s.kind() == SymbolKind::Data)
             .filter_map(|s| Some((s.address(), s.size(), crate::demangle::demangle(s.name().ok()?))))
             .collect();
-        symbols.sort();
+        // Of the symbols at one address the largest holds it (`_PyRuntime`, not the empty
+        // `__TMC_END__` beside it).
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
         symbols.dedup_by_key(|s| s.0);
         Some(FileData {
             exec: crate::elf::ExecSegments::of(&file),
