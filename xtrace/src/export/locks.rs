@@ -7,9 +7,10 @@ pub fn table(locks: &[LockSummary]) -> String {
     let ms = |ns: u64| format!("{:.1} ms", ns as f64 / 1e6);
     let mut out = String::new();
     for lock in locks.iter().take(3) {
-        let named = match &lock.name {
-            Some(name) => format!("`{name}`"),
-            None => format!("at {}", lock.address),
+        let named = match (&lock.name, &lock.symbol) {
+            (Some(name), Some(symbol)) if name != symbol => format!("`{name}` (`{symbol}`)"),
+            (Some(name), _) => format!("`{name}`"),
+            (None, _) => format!("at {}", lock.address),
         };
         let place = lock
             .place

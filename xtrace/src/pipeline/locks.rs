@@ -4,26 +4,30 @@
 //! wake-up released them (the holders), with both sides' stacks. A lock in a file's data or bss
 //! (a global or static mutex) is named by the data symbol that holds it, in the files its process
 //! had mapped (the image model keeps them after it exits); others by where they lie (`[heap]`,
-//! while the process lives).
+//! while the process lives). CPython's GIL is named `GIL` (and its mutex and forced-switch
+//! fields `GIL.mutex`, `GIL.switch_cond`, `GIL.switch_mutex`) where the process's interpreter
+//! has its offset (`python::gil`); the two futex words of its condition variable are one lock.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
     offcpu::frame_pointer_stack,
     samples::{Samples, StackKey},
 };
-use crate::{image::Images, procfs::Mapping};
+use crate::{image::Images, procfs::Mapping, python::gil::Gil};
 
 /// One lock's waits.
 #[derive(Debug, Default)]
 pub struct Lock {
-    /// The data symbol that holds it (`queue_lock`, `state+0x28`), where it has one.
+    /// Its name: `GIL` (or a part of it) for CPython's GIL, else the data symbol that holds it.
     pub name: Option<String>,
+    /// The data symbol that holds it (`queue_lock`, `state+0x28`), where it has one.
+    pub symbol: Option<String>,
     /// The file whose data holds it, or `[heap]`, `[stack]`; None for anonymous memory.
     pub place: Option<String>,
     pub waits: u64,
     pub ns: u64,
-    /// The threads that waited on it.
-    pub waiters: BTreeSet<u32>,
+    /// The threads that waited on it: (waits, nanoseconds) by tid.
+    pub waiters: BTreeMap<u32, (u64, u64)>,
     /// Who released a wait of at least MIN, by (pid, tid, name): (wake-ups, nanoseconds).
     pub holders: BTreeMap<(u32, u32, String), (u64, u64)>,
     /// The waiters' stacks, weighted by nanoseconds.
@@ -39,7 +43,9 @@ impl Lock {
     fn counted(&mut self, tid: u32, waits: u64, ns: u64) {
         self.waits += waits;
         self.ns += ns;
-        self.waiters.insert(tid);
+        let waiter = self.waiters.entry(tid).or_default();
+        waiter.0 += waits;
+        waiter.1 += ns;
     }
 }
 
@@ -112,13 +118,23 @@ impl Locks {
         }
     }
 
-    /// The lock at `address` of `pid`, named the first time it is seen, at `ns`.
+    /// The name of the lock that futex word `address` of `pid` belongs to, once it was waited on.
+    pub fn name(&self, pid: u32, address: u64) -> Option<String> {
+        let address = self.names.gil_part(pid, address).map_or(address, |part| part.1);
+        self.locks.get(&(pid, address))?.name.clone()
+    }
+
+    /// The lock at `address` of `pid` (the start of the GIL's part holding it, for the GIL),
+    /// named the first time it is seen, at `ns`.
     fn lock(&mut self, images: &mut Images, pid: u32, ns: u64, address: u64) -> &mut Lock {
         let names = &mut self.names;
+        let gil = names.gil(images, pid, ns).and_then(|gil| gil.part(address));
+        let address = gil.map_or(address, |part| part.1);
         self.locks.entry((pid, address)).or_insert_with(|| {
-            let (name, place) = names.name(images, pid, ns, address);
+            let (symbol, place) = names.name(images, pid, ns, address);
             Lock {
-                name,
+                name: gil.map(|part| part.0.to_string()).or_else(|| symbol.clone()),
+                symbol,
                 place,
                 ..Lock::default()
             }
@@ -151,7 +167,9 @@ impl FileData {
             .filter(|s| s.kind() == SymbolKind::Data)
             .filter_map(|s| Some((s.address(), s.size(), crate::demangle::demangle(s.name().ok()?))))
             .collect();
-        symbols.sort();
+        // Of the symbols at one address the largest holds it (`_PyRuntime`, not the empty
+        // `__TMC_END__` beside it).
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
         symbols.dedup_by_key(|s| s.0);
         Some(FileData {
             exec: crate::elf::ExecSegments::of(&file),
@@ -171,13 +189,37 @@ impl FileData {
     }
 }
 
-/// The data files read to name locks, by path (None: not an ELF file).
+/// The data files read to name locks, by path (None: not an ELF file), and each process's GIL.
 #[derive(Debug, Default)]
 pub struct Names {
     files: HashMap<String, Option<FileData>>,
+    /// Each process's GIL, or None with the number of mappings it had when none was found (looked
+    /// for again once it maps more: a python executable loads its libpython).
+    gils: HashMap<u32, Result<Gil, usize>>,
 }
 
 impl Names {
+    /// The GIL of `pid` at `ns`, looked for in the files it maps the first time (and again while
+    /// none is found and it maps more).
+    fn gil(&mut self, images: &mut Images, pid: u32, ns: u64) -> Option<Gil> {
+        if let Some(Ok(gil)) = self.gils.get(&pid) {
+            return Some(*gil);
+        }
+        let image = images.at(pid, ns);
+        let maps = images.maps(image);
+        if matches!(self.gils.get(&pid), Some(Err(mapped)) if *mapped >= maps.len()) {
+            return None;
+        }
+        let found = Gil::of(pid, maps).ok_or(maps.len());
+        self.gils.insert(pid, found);
+        found.ok()
+    }
+
+    /// The GIL's part holding `address` of `pid`, as last looked for.
+    fn gil_part(&self, pid: u32, address: u64) -> Option<(&'static str, u64)> {
+        self.gils.get(&pid)?.as_ref().ok()?.part(address)
+    }
+
     /// The data symbol holding `address` in `pid` at `ns`, and the file whose segment holds it:
     /// through the files the process had mapped then (the image model keeps them once it exited),
     /// each placed by its code's load bias. Else where /proc says it lies (`[heap]`), while the

@@ -7,6 +7,7 @@
 //! per Python process says what was recognised and how, or why not. docs/internals/python.md
 //! has the layouts and how each was checked.
 pub mod detect;
+pub mod gil;
 pub mod layout;
 pub mod names;
 pub mod stitch;

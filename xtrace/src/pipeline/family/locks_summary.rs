@@ -1,6 +1,6 @@
 //! The summary's contended locks (`off_cpu.locks`): the locks the traced threads waited on
-//! longest, each with its name where it has one, its waits, waiters and holders, and the heaviest
-//! waiter and holder stacks, folded outermost first.
+//! longest, each with its name where it has one (`GIL` for CPython's), its waits, waiters and
+//! holders, and the heaviest waiter and holder stacks, folded outermost first.
 use serde::Serialize;
 
 use crate::{
@@ -17,6 +17,16 @@ use crate::{
 const TOP_LOCKS: usize = 10;
 /// Holders listed per lock.
 const HOLDERS: usize = 5;
+/// Waiting threads listed per lock.
+const WAITERS: usize = 8;
+
+/// A thread that waited on a lock.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct WaiterSummary {
+    pub tid: u32,
+    pub waits: u64,
+    pub wait_ns: u64,
+}
 
 /// A thread that released waiters of a lock.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -35,14 +45,19 @@ pub struct LockSummary {
     pub pid: u32,
     /// Its address in the process, in hex.
     pub address: String,
-    /// The data symbol holding it (`queue_lock`, `state+0x28`); null for one on the heap.
+    /// `GIL` (or `GIL.mutex`, `GIL.switch_cond`, `GIL.switch_mutex`) for CPython's GIL, else
+    /// the data symbol holding it; null for one on the heap.
     pub name: Option<String>,
+    /// The data symbol holding it (`queue_lock`, `state+0x28`, `_PyRuntime+0x188`).
+    pub symbol: Option<String>,
     /// The file whose data holds it, or `[heap]`, `[stack]`; null for anonymous memory.
     pub place: Option<String>,
     pub waits: u64,
     pub wait_ns: u64,
     /// Threads that waited on it.
     pub waiters: usize,
+    /// The threads that waited on it longest, most time first.
+    pub waiter_threads: Vec<WaiterSummary>,
     /// Who released its waits of at least MIN, most time first.
     pub holders: Vec<HolderSummary>,
     /// The stack that waited on it longest, and the one the holders released it from most.
@@ -84,14 +99,23 @@ fn summary(
         .collect();
     holders.sort_by(|a, b| b.ns.cmp(&a.ns).then((a.pid, a.tid).cmp(&(b.pid, b.tid))));
     holders.truncate(HOLDERS);
+    let mut waiter_threads: Vec<WaiterSummary> = lock
+        .waiters
+        .iter()
+        .map(|(&tid, &(waits, wait_ns))| WaiterSummary { tid, waits, wait_ns })
+        .collect();
+    waiter_threads.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tid.cmp(&b.tid)));
+    waiter_threads.truncate(WAITERS);
     LockSummary {
         pid,
         address: format!("{address:#x}"),
         name: lock.name.clone(),
+        symbol: lock.symbol.clone(),
         place: lock.place.clone(),
         waits: lock.waits,
         wait_ns: lock.ns,
         waiters: lock.waiters.len(),
+        waiter_threads,
         holders,
         waiter_stack: heaviest_named(&lock.waiter_stacks, resolver, images, python),
         holder_stack: heaviest_named(&lock.holder_stacks, resolver, images, python),

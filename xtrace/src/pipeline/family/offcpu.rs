@@ -98,11 +98,7 @@ impl OffCpuFamily {
         shared.sink.off_cpu_wait(kept, counted);
         let lock = match interval.lock {
             0 => None,
-            address => off_cpu
-                .locks
-                .locks
-                .get(&(pid, address))
-                .and_then(|l| l.name.clone()),
+            address => off_cpu.locks.name(pid, address),
         };
         off_cpu.wake_flows += 1;
         let flow_id = FlowKind::WAKE_BIT | off_cpu.wake_flows;
