@@ -114,17 +114,14 @@ pub struct PerfUprobe {
 }
 
 impl PerfUprobe {
-    /// Stops the event counting hits (its program still runs on each), and returns it and the
-    /// link apart.
-    pub fn disable(self) -> (OwnedFd, OwnedFd) {
-        // SAFETY: an ioctl without an argument on a perf event descriptor we own. A failure
-        // leaves the event counting hits into no buffer: harmless.
-        unsafe { libc::ioctl(self.event.as_raw_fd(), PERF_EVENT_IOC_DISABLE as _, 0) };
-        self.into_fds()
-    }
-
-    /// The event and the link apart, the event still enabled.
-    pub fn into_fds(self) -> (OwnedFd, OwnedFd) {
+    /// The event and the link apart; with `disable`, the event stops counting hits first (its
+    /// program still runs on each).
+    pub fn into_fds(self, disable: bool) -> (OwnedFd, OwnedFd) {
+        if disable {
+            // SAFETY: an ioctl without an argument on a perf event descriptor we own. A failure
+            // leaves the event counting hits into no buffer: harmless.
+            unsafe { libc::ioctl(self.event.as_raw_fd(), PERF_EVENT_IOC_DISABLE as _, 0) };
+        }
         (self.event, self.link)
     }
 }

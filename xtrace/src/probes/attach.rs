@@ -149,14 +149,7 @@ impl Attached {
         let split = |all: &mut Vec<PerfUprobe>| -> Vec<OwnedFd> {
             std::mem::take(all)
                 .into_iter()
-                .flat_map(|probe| {
-                    let fds = if programs_stopped {
-                        probe.into_fds()
-                    } else {
-                        probe.disable()
-                    };
-                    <[OwnedFd; 2]>::from(fds)
-                })
+                .flat_map(|probe| <[OwnedFd; 2]>::from(probe.into_fds(!programs_stopped)))
                 .collect()
         };
         // USDT sites first: removing their uprobes lowers the semaphores of the sites.
