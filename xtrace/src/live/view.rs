@@ -285,6 +285,21 @@ fn track_and_series(name: &str) -> (&str, &str) {
 mod tests {
     use super::*;
 
+    /// A span of probe 0 for each (pid, tid), 1 ns long.
+    fn one_call_each(threads: &[(u32, u32)]) -> Vec<crate::analysis::capture::Span> {
+        threads
+            .iter()
+            .map(|&(pid, tid)| crate::analysis::capture::Span {
+                name: 0,
+                pid,
+                tid,
+                start_ns: 0,
+                dur_ns: 1,
+                args: None,
+            })
+            .collect()
+    }
+
     #[test]
     fn rows_are_the_summary_figures() {
         let capture = Capture {
@@ -297,16 +312,7 @@ mod tests {
             }),
             folded: vec![("a;b".into(), 4)],
             threads: [((1, 2), "worker".to_string())].into(),
-            spans: [(1, 2), (1, 3), (1, 2)]
-                .map(|(pid, tid)| crate::analysis::capture::Span {
-                    name: 0,
-                    pid,
-                    tid,
-                    start_ns: 0,
-                    dur_ns: 1,
-                    args: None,
-                })
-                .into(),
+            spans: one_call_each(&[(1, 2), (1, 3), (1, 2)]),
             ..Default::default()
         };
         let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
@@ -343,16 +349,7 @@ mod tests {
                 {"pid": 1, "tid": 2, "sleeping_ns": 70, "uninterruptible_ns": 5, "runnable_ns": 3},
                 {"pid": 1, "tid": 4, "sleeping_ns": 9, "uninterruptible_ns": 0, "runnable_ns": 0},
             ]}}),
-            spans: [(1, 3)]
-                .map(|(pid, tid)| crate::analysis::capture::Span {
-                    name: 0,
-                    pid,
-                    tid,
-                    start_ns: 0,
-                    dur_ns: 1,
-                    args: None,
-                })
-                .into(),
+            spans: one_call_each(&[(1, 3)]),
             ..Default::default()
         };
         let v: Value = serde_json::from_str(&snapshot(&capture)).unwrap();
