@@ -9,6 +9,17 @@ pub const MAX_DEPTH: usize = 64;
 /// out); the per-thread stacks of open calls have no such limit.
 pub const MAX_THREADS: u32 = 16_384;
 
+/// Slots of `SAMPLE_PID_HINTS`: one byte per process id modulo this, set for every process put in
+/// `SAMPLE_PIDS` and never cleared, so that a process whose slot is 0 is certainly not sampled and
+/// an untraced thread is told so by one array read instead of a hash look-up.
+pub const SAMPLE_PID_HINTS: u32 = 1 << 16;
+
+/// The `SAMPLE_PID_HINTS` slot of process `tgid`.
+#[inline(always)]
+pub const fn sample_pid_hint(tgid: u32) -> u32 {
+    tgid & (SAMPLE_PID_HINTS - 1)
+}
+
 /// Goroutines with open traced calls of Go code at once (the eBPF crate's `goroutine.rs`); a call
 /// of another is not recorded (counted in `LOST_NO_THREAD_SLOT`).
 pub const MAX_GOROUTINES: u32 = 16_384;

@@ -15,7 +15,9 @@ use aya_ebpf::{
 };
 use xtrace_common::probe::counter;
 
-use crate::maps::{count, current_pid_tgid, in_pid_namespace, load_time, read_kernel, SAMPLE_PIDS};
+use crate::maps::{
+    count, current_pid_tgid, hint_sampled, in_pid_namespace, load_time, read_kernel, SAMPLE_PIDS,
+};
 
 /// `clone()` flag: a thread of the caller's process, not a new process.
 const CLONE_THREAD: u64 = 0x0001_0000;
@@ -72,6 +74,7 @@ pub fn process_fork(ctx: RawTracePointContext) -> u32 {
     if child <= 0 {
         return 0;
     }
+    hint_sampled(child as u32);
     match SAMPLE_PIDS.insert(child as u32, 1, u64::from(BPF_NOEXIST)) {
         Ok(()) => count(counter::FOLLOWED_PROCESSES),
         // Present: the pid of a process that exited on a kernel without `group_dead`.

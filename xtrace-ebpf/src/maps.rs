@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use xtrace_common::{
-    probe::{counter, EntryStack, ShortCalls, StrLens, DEFAULT_RING_BYTES, MAX_THREADS},
+    probe::{counter, sample_pid_hint, EntryStack, ShortCalls, StrLens, DEFAULT_RING_BYTES, MAX_THREADS},
     usdt::UsdtSite,
 };
 
@@ -204,10 +204,47 @@ pub static SAMPLE_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static SAMPLE_FILTER: u8 = 0;
 
+/// One byte per process-id slot (`xtrace_common::probe::sample_pid_hint`), 1 where a process in
+/// `SAMPLE_PIDS` may have that slot; sized by user space (`SAMPLE_PID_HINTS` slots with a filter).
+#[map]
+pub static SAMPLE_PID_HINTS: Array<u8> = Array::with_max_entries(1, 0);
+
+/// Notes that process `tgid` is, or is about to be, in `SAMPLE_PIDS` (before it is put there).
+#[inline(always)]
+pub fn hint_sampled(tgid: u32) {
+    if let Some(slot) = SAMPLE_PID_HINTS.get_ptr_mut(sample_pid_hint(tgid)) {
+        // SAFETY: an element of the array; every writer stores the same byte.
+        unsafe { core::ptr::write_volatile(slot, 1) };
+    }
+}
+
+/// Whether process `tgid` may be sampled: false only when it certainly is not (always true with
+/// `-a`). One array read, no hash look-up.
+#[inline(always)]
+pub fn maybe_sampled(tgid: u32) -> bool {
+    if load_time(&SAMPLE_FILTER) == 0 {
+        return true;
+    }
+    SAMPLE_PID_HINTS
+        .get(sample_pid_hint(tgid))
+        .is_some_and(|&hint| hint != 0)
+}
+
 /// Whether process `tgid` is sampled (always with `-a`).
 #[inline(always)]
 pub fn sampled(tgid: u32) -> bool {
-    allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, || tgid)
+    maybe_sampled(tgid) && allowed(&SAMPLE_FILTER, &SAMPLE_PIDS, || tgid)
+}
+
+/// Whether the current thread's process may be sampled (`maybe_sampled`), asked before looking for
+/// its task storage: in xtrace's own PID namespace, where its ids cost a helper of their own,
+/// always true (the storage look-up decides).
+#[inline(always)]
+pub fn current_maybe_sampled() -> bool {
+    if in_pid_namespace() {
+        return true;
+    }
+    maybe_sampled((bpf_get_current_pid_tgid() >> 32) as u32)
 }
 
 /// Out-pointer arguments of open calls (`xtrace_common::probe::args::out`), keyed by thread id

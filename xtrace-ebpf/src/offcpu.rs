@@ -30,8 +30,8 @@ use xtrace_common::{
 
 use crate::{
     maps::{
-        add, count, current_pid_tgid, is_self, load_time, output_flags, read_kernel, sampled, thread_traced,
-        EVENTS,
+        add, count, current_maybe_sampled, current_pid_tgid, is_self, load_time, maybe_sampled, output_flags,
+        read_kernel, sampled, thread_traced, EVENTS,
     },
     regs::{PT_REGS_CS, PT_REGS_DI, PT_REGS_ORIG_AX, PT_REGS_SI},
     task_storage::TaskStorage,
@@ -114,11 +114,15 @@ pub fn off_cpu_switch(ctx: BtfTracePointContext) -> u32 {
 #[inline(always)]
 fn traced_current() -> Option<(*mut OffCpuThread, u64)> {
     let ids = current_pid_tgid()?;
+    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
+    // A thread of a process that is certainly not sampled has no storage: one array read.
+    if pid == 0 || !maybe_sampled(pid) {
+        return None;
+    }
     if let Some(thread) = OFF_CPU.current(false) {
         return Some((thread, ids));
     }
-    let (pid, tid) = ((ids >> 32) as u32, ids as u32);
-    if is_self(ids) || pid == 0 || !sampled(pid) || !thread_traced(tid) {
+    if is_self(ids) || !sampled(pid) || !thread_traced(tid) {
         return None;
     }
     match OFF_CPU.current(true) {
@@ -442,6 +446,10 @@ fn task_context_syscall(ctx: &BtfTracePointContext) -> Option<i64> {
 /// interval, with the stack it returns to.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn off_cpu_return(ctx: RawTracePointContext) -> u32 {
+    // Every return of every thread comes here: most are of processes certainly not traced.
+    if !current_maybe_sampled() {
+        return 0;
+    }
     let Some(thread) = OFF_CPU.current(false) else {
         return 0;
     };

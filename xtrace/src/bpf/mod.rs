@@ -19,7 +19,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use xtrace_common::{
-    probe::{counter, ShortCalls, LOG2_BUCKETS},
+    probe::{counter, sample_pid_hint, ShortCalls, LOG2_BUCKETS, SAMPLE_PID_HINTS},
     usdt::UsdtSite,
 };
 
@@ -172,6 +172,10 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
     let followed_room = options.follow.map_or(0, |_| FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
+    let hint_slots = match sample_filter {
+        0 => 1,
+        _ => SAMPLE_PID_HINTS,
+    };
     let offsets = options.follow.unwrap_or_default();
     let TaskOffsets {
         exec_id: task_exec_id,
@@ -200,6 +204,7 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
         .map_max_entries("TIDS", options.tids.len().max(1) as u32)
         .map_max_entries("USDT_SITES", options.usdt_sites.len().max(1) as u32)
         .map_max_entries("SAMPLE_PIDS", sample_slots)
+        .map_max_entries("SAMPLE_PID_HINTS", hint_slots)
         .override_global("TASK_PID", &offsets.task_pid, true)
         .override_global("TASK_THREAD_PID", &offsets.task_thread_pid, true)
         .override_global("PID_LEVEL", &offsets.pid_level, true)
@@ -243,21 +248,35 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
                 .map_err(map_error("USDT_SITES"))?;
         }
     }
+    fill_filters(&mut ebpf, options)?;
+    Ok(ebpf)
+}
+
+/// The processes sampled (`SAMPLE_PIDS` and their `SAMPLE_PID_HINTS` bytes) and the threads
+/// traced (`TIDS`), when the recording names them.
+fn fill_filters(ebpf: &mut Ebpf, options: &LoadOptions) -> Result<()> {
     if !options.sample_pids.is_empty() {
+        let mut hints: Array<_, u8> =
+            Array::try_from(map_mut(ebpf, "SAMPLE_PID_HINTS")?).map_err(map_error("SAMPLE_PID_HINTS"))?;
+        for &pid in &options.sample_pids {
+            hints
+                .set(sample_pid_hint(pid), 1, 0)
+                .map_err(map_error("SAMPLE_PID_HINTS"))?;
+        }
         let mut pids: HashMap<_, u32, u8> =
-            HashMap::try_from(map_mut(&mut ebpf, "SAMPLE_PIDS")?).map_err(map_error("SAMPLE_PIDS"))?;
+            HashMap::try_from(map_mut(ebpf, "SAMPLE_PIDS")?).map_err(map_error("SAMPLE_PIDS"))?;
         for pid in &options.sample_pids {
             pids.insert(pid, 1, 0).map_err(map_error("SAMPLE_PIDS"))?;
         }
     }
     if !options.tids.is_empty() {
         let mut tids: HashMap<_, u32, u8> =
-            HashMap::try_from(map_mut(&mut ebpf, "TIDS")?).map_err(map_error("TIDS"))?;
+            HashMap::try_from(map_mut(ebpf, "TIDS")?).map_err(map_error("TIDS"))?;
         for tid in &options.tids {
             tids.insert(tid, 1, 0).map_err(map_error("TIDS"))?;
         }
     }
-    Ok(ebpf)
+    Ok(())
 }
 
 /// Loads program `program` of the object and attaches it to raw tracepoint `tracepoint` (by name:
