@@ -400,8 +400,13 @@ fn rows(cfg: &Config, series: [&Series; 6], no_bpftrace: Option<&String>, report
                 }
             })
             .collect();
+        // The ping-pong rows (not the mix's, nor the system calls') keep each start's fastest.
+        let each = match i {
+            0 | 1 | 3 => format!(" (each the fastest of {TRIES} starts)"),
+            _ => String::new(),
+        };
         let mut note = format!(
-            "median of {} runs against the bare run beside each: {}",
+            "median of {} runs{each} against the bare run beside each: {}",
             s.added.len(),
             runs.join(" ")
         );
