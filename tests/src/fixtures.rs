@@ -1,9 +1,7 @@
-//! Fixture programs: building the C sources in `tests/fixtures/` once per test binary, and driving
-//! a running fixture over its stdin/stdout (`ready`, `tid N` lines, the `go` line).
-//!
-//! Binaries go to `<target>/xtrace-fixtures/` and are rebuilt when a source is newer than its
-//! output; each is compiled to a temporary name and renamed, so concurrent test binaries never see
-//! a half-written file.
+//! Fixture programs: their paths, built once per test binary (build.rs compiles them), and
+//! driving a running fixture over its stdin/stdout (`ready`, `tid N` lines, the `go` line).
+
+mod build;
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -18,8 +16,6 @@ use std::{
 };
 
 use crate::{target_dir, SAFETY_TIMEOUT};
-
-const CFLAGS: &[&str] = &["-O0", "-g", "-fno-omit-frame-pointer", "-pthread"];
 
 /// Paths of the built fixtures.
 #[derive(Debug)]
@@ -146,13 +142,13 @@ pub fn script(name: &str) -> PathBuf {
 /// tests need it).
 pub fn gocalls() -> &'static Path {
     static GOCALLS: OnceLock<PathBuf> = OnceLock::new();
-    GOCALLS.get_or_init(|| go_build("gocalls"))
+    GOCALLS.get_or_init(|| build::go("gocalls"))
 }
 
 /// `gocgo` (see gocgo.go): Go code calling C code through cgo, built with `go build` on first use.
 pub fn gocgo() -> &'static Path {
     static GOCGO: OnceLock<PathBuf> = OnceLock::new();
-    GOCGO.get_or_init(|| go_build("gocgo"))
+    GOCGO.get_or_init(|| build::go("gocgo"))
 }
 
 /// `mpifix STEPS SLOW_RANK SLOW_MS [spin]` (see mpifix.c): MPI calls with known counts and sizes, and a
@@ -162,10 +158,8 @@ pub fn mpifix() -> &'static Path {
     static MPIFIX: OnceLock<PathBuf> = OnceLock::new();
     MPIFIX.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mpifix.c");
-        let out = target_dir().join("xtrace-fixtures");
-        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-        let binary = out.join("mpifix");
-        compile(&[src], &binary, &[]);
+        let binary = build::out_dir().join("mpifix");
+        build::compile(&[src], &binary, &[]);
         binary
     })
 }
@@ -190,259 +184,16 @@ pub fn ncclfix() -> &'static Path {
                     lib.display()
                 )
             });
-        let out = target_dir().join("xtrace-fixtures");
-        std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-        let binary = out.join("ncclfix");
-        compile(&[src], &binary, &[&format!("-I{}", include.display()), "-ldl"]);
+        let binary = build::out_dir().join("ncclfix");
+        build::compile(&[src], &binary, &[&format!("-I{}", include.display()), "-ldl"]);
         binary
     })
-}
-
-/// Builds fixtures/NAME.go into the fixtures directory with `go build`; returns the binary.
-fn go_build(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/{name}.go"));
-    let out = target_dir().join("xtrace-fixtures");
-    std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-    let binary = out.join(name);
-    compile(&[src], &binary, &[]);
-    binary
 }
 
 /// Builds the fixtures on first use (once per test binary) and returns their paths.
 pub fn fixtures() -> &'static Fixtures {
     static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
-    FIXTURES.get_or_init(build)
-}
-
-fn build() -> Fixtures {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    let out = target_dir().join("xtrace-fixtures");
-    std::fs::create_dir_all(&out).unwrap_or_else(|e| panic!("creating {}: {e}", out.display()));
-    let fixtures = Fixtures {
-        spans: out.join("spans"),
-        libxtfix: out.join("libxtfix.so"),
-        uselib: out.join("uselib"),
-        many: out.join("many"),
-        matrix: out.join("matrix"),
-        matrix_o2: out.join("matrix-o2"),
-        calls: out.join("calls"),
-        calls_cet: out.join("calls-cet"),
-        calls_static: out.join("calls-static"),
-        usdt: out.join("usdt"),
-        usdt_malformed: out.join("usdt_malformed"),
-        usdt_pairs: out.join("usdt_pairs"),
-        usdt_sites: out.join("usdt_sites"),
-        libxtsites: out.join("libxtsites.so"),
-        unprobeable: out.join("unprobeable"),
-        entries: out.join("entries"),
-        profile: out.join("profile"),
-        offcpu: out.join("offcpu"),
-        profile_nofp: out.join("profile-nofp"),
-        profile_gz: out.join("profile-gz"),
-        profile_rs: out.join("profile_rs"),
-        cudaapp: out.join("cudaapp"),
-        cudalate: out.join("cudalate"),
-        gpuapp: out.join("gpuapp"),
-        libcupti: out.join("libcupti.so.12"),
-        gpumem: out.join("gpumem"),
-        libnvml: out.join("nvml/libnvidia-ml.so.1"),
-        ranges: out.join("ranges"),
-    };
-    compile(&[src.join("profile.c")], &fixtures.profile, &[]);
-    compile(&[src.join("offcpu.c")], &fixtures.offcpu, &["-pthread"]);
-    for plugin in ["plugin_a", "plugin_b"] {
-        compile(
-            &[src.join("plugin.c")],
-            &out.join(format!("lib{plugin}.so")),
-            &["-shared", "-fPIC", &format!("-DPLUGIN={plugin}")],
-        );
-    }
-    compile(
-        &[src.join("profile.c")],
-        &fixtures.profile_nofp,
-        &["-O2", "-fomit-frame-pointer"],
-    );
-    compile(
-        &[src.join("profile.c")],
-        &fixtures.profile_gz,
-        &["-g", "-gz=zlib"],
-    );
-    compile(
-        &[src.join("profile_rs.rs")],
-        &fixtures.profile_rs,
-        &["-C", "opt-level=3"],
-    );
-    compile(&[src.join("usdt.c")], &fixtures.usdt, &[]);
-    compile(&[src.join("usdt_malformed.c")], &fixtures.usdt_malformed, &[]);
-    compile(&[src.join("usdt_pairs.c")], &fixtures.usdt_pairs, &[]);
-    compile(&[src.join("usdt_sites.c")], &fixtures.usdt_sites, &[]);
-    compile(
-        &[src.join("usdt_sites.c")],
-        &fixtures.libxtsites,
-        &["-shared", "-fPIC", "-DXT_LIBRARY"],
-    );
-    compile(&[src.join("unprobeable.c")], &fixtures.unprobeable, &["-O1"]);
-    compile(
-        &[src.join("entries.c")],
-        &fixtures.entries,
-        &["-fcf-protection=none"],
-    );
-    compile(&[src.join("calls.c")], &fixtures.calls, &[]);
-    compile(
-        &[src.join("calls.c")],
-        &fixtures.calls_cet,
-        &["-fcf-protection=full"],
-    );
-    compile(&[src.join("calls.c")], &fixtures.calls_static, &["-static"]);
-    compile(&[src.join("many.c")], &fixtures.many, &[]);
-    compile(&[src.join("matrix.cpp")], &fixtures.matrix, &[]);
-    compile(&[src.join("matrix.cpp")], &fixtures.matrix_o2, &["-O2"]);
-    compile(&[src.join("spans.c")], &fixtures.spans, &[]);
-    compile(
-        &[src.join("libxtfix.c")],
-        &fixtures.libxtfix,
-        &["-shared", "-fPIC"],
-    );
-    build_cuda_stand_ins(&src, &out, &fixtures);
-    build_ranges(&src, &fixtures);
-    let dir = out.to_str().expect("target dir is UTF-8");
-    compile(
-        &[src.join("uselib.c"), fixtures.libxtfix.clone()],
-        &fixtures.uselib,
-        &[&format!("-L{dir}"), "-lxtfix", &format!("-Wl,-rpath,{dir}")],
-    );
-    fixtures
-}
-
-/// The stand-in CUDA driver and runtime libraries in `out`, and the programs that call them.
-fn build_cuda_stand_ins(src: &Path, out: &Path, fixtures: &Fixtures) {
-    let dir = out.to_str().expect("target dir is UTF-8");
-    let (cuda, cudart) = (out.join("libcuda.so.1"), out.join("libcudart.so.12"));
-    compile(&[src.join("cudadrv.c")], &cuda, &["-shared", "-fPIC", "-ldl"]);
-    let multi = src.join("cupti_multi.c");
-    compile(
-        &[src.join("cupti.c"), multi.clone(), src.join("cupti_fake.h")],
-        &fixtures.libcupti,
-        &["-shared", "-fPIC", multi.to_str().expect("UTF-8 path")],
-    );
-    compile(
-        &[src.join("cudart.c"), cuda.clone()],
-        &cudart,
-        &["-shared", "-fPIC", &format!("{dir}/libcuda.so.1")],
-    );
-    compile(
-        &[src.join("cudaapp.cpp"), cudart.clone(), cuda.clone()],
-        &fixtures.cudaapp,
-        &[
-            &format!("{dir}/libcudart.so.12"),
-            &format!("{dir}/libcuda.so.1"),
-            &format!("-Wl,-rpath,{dir}"),
-        ],
-    );
-    compile(&[src.join("cudalate.c")], &fixtures.cudalate, &["-ldl"]);
-    compile(
-        &[src.join("gpumem.c"), cudart.clone(), cuda.clone()],
-        &fixtures.gpumem,
-        &[
-            &format!("{dir}/libcudart.so.12"),
-            &format!("{dir}/libcuda.so.1"),
-            &format!("-Wl,-rpath,{dir}"),
-        ],
-    );
-    let nvml_dir = fixtures.libnvml.parent().expect("a directory");
-    std::fs::create_dir_all(nvml_dir).unwrap_or_else(|e| panic!("creating {}: {e}", nvml_dir.display()));
-    compile(&[src.join("nvml.c")], &fixtures.libnvml, &["-shared", "-fPIC"]);
-    compile(
-        &[src.join("gpuapp.c"), cudart.clone(), cuda.clone()],
-        &fixtures.gpuapp,
-        &[
-            &format!("{dir}/libcudart.so.12"),
-            &format!("{dir}/libcuda.so.1"),
-            &format!("-Wl,-rpath,{dir}"),
-            "-ldl",
-        ],
-    );
-}
-
-/// The `ranges` fixture, linked against the tool library next to the xtrace binary. Linked anew
-/// when that directory changes (the release's tests run another xtrace), which `ranges.tool`
-/// records: an older library elsewhere would not make the fixture stale by its date.
-fn build_ranges(src: &Path, fixtures: &Fixtures) {
-    let tool = tool_library();
-    let tool_dir = tool
-        .parent()
-        .and_then(Path::to_str)
-        .expect("tool library path is UTF-8");
-    let stamp = fixtures.ranges.with_extension("tool");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(tool_dir) {
-        let _ = std::fs::remove_file(&fixtures.ranges);
-    }
-    let include = src.join("../../xtrace/tool/include");
-    compile(
-        &[src.join("ranges.c"), tool.clone(), include.join("xtrace_range.h")],
-        &fixtures.ranges,
-        &[
-            &format!("-I{}", include.display()),
-            &format!("-L{tool_dir}"),
-            "-lxtrace_tool",
-            &format!("-Wl,-rpath,{tool_dir}"),
-            // DT_RPATH beats LD_LIBRARY_PATH (cargo's), so the library next to XTRACE_BIN is used.
-            "-Wl,--disable-new-dtags",
-        ],
-    );
-    std::fs::write(&stamp, tool_dir).unwrap_or_else(|e| panic!("writing {}: {e}", stamp.display()));
-}
-
-/// Compiles `inputs[0]` into `output` (with `extra` flags after the source, where linker inputs
-/// belong) unless `output` is newer than every input.
-fn compile(inputs: &[PathBuf], output: &Path, extra: &[&str]) {
-    let built = output.metadata().and_then(|m| m.modified()).ok();
-    let stale = inputs.iter().any(|input| {
-        let modified = input
-            .metadata()
-            .and_then(|m| m.modified())
-            .unwrap_or_else(|e| panic!("fixture input {}: {e}", input.display()));
-        built.is_none_or(|built| built < modified)
-    });
-    if !stale {
-        return;
-    }
-    let tmp = output.with_extension(format!("tmp{}", std::process::id()));
-    let extension = inputs[0].extension().and_then(|e| e.to_str());
-    let (var, default, flags) = match extension {
-        Some("cpp") => ("CXX", "c++", CFLAGS),
-        // Rust fixtures take only their own flags (rustc is the toolchain building the tests).
-        Some("rs") => ("RUSTC", "rustc", &[][..]),
-        // Go fixtures: `go build`, with its build cache under the target directory.
-        Some("go") => ("GO", "go", &["build"][..]),
-        // MPI fixtures: Open MPI's compiler wrapper.
-        _ if inputs[0].to_string_lossy().ends_with("mpifix.c") => ("MPICC", "mpicc", CFLAGS),
-        _ => ("CC", "cc", CFLAGS),
-    };
-    let cc = std::env::var(var).unwrap_or_else(|_| default.to_owned());
-    let mut command = Command::new(&cc);
-    if extension == Some("go") {
-        command.env("GOCACHE", target_dir().join("xtrace-fixtures/go-cache"));
-    }
-    let result = command
-        .args(flags)
-        .arg("-o")
-        .arg(&tmp)
-        .arg(&inputs[0])
-        .args(extra)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("running {cc} (C, C++, Rust and Go compilers are needed for the fixtures): {e}")
-        });
-    assert!(
-        result.status.success(),
-        "compiling {} failed ({}):\n{}",
-        inputs[0].display(),
-        result.status,
-        String::from_utf8_lossy(&result.stderr)
-    );
-    std::fs::rename(&tmp, output)
-        .unwrap_or_else(|e| panic!("renaming {} to {}: {e}", tmp.display(), output.display()));
+    FIXTURES.get_or_init(build::all)
 }
 
 /// A running fixture with piped stdin/stdout; killed and reaped on drop.

@@ -1,15 +1,54 @@
-//! Helpers of the GPU device timeline's tests (gpu_device.rs, gpu_device_paths.rs): fixture
-//! `gpuapp` on the stand-in CUDA runtime, driver and CUPTI.
-use std::collections::BTreeMap;
+//! Helpers of the GPU device timeline's tests (gpu_device*.rs, gpu_inject.rs): fixture `gpuapp`
+//! on the stand-in CUDA runtime, driver and CUPTI, and a recording of its work by pid.
+use std::{collections::BTreeMap, path::Path};
 
 use crate::{
-    fixtures::fixtures,
+    args,
+    bpf::Attachments,
+    fixtures::{fixtures, Fixture},
     output::{Outputs, Span},
+    run::{Finished, Xtrace},
+    TempDir,
 };
 
 /// gpuapp's `--cupti LIBCUPTI` arguments.
 pub fn cupti_args() -> [String; 2] {
     ["--cupti".into(), fixtures().libcupti.display().to_string()]
+}
+
+/// gpuapp with the stand-in CUPTI, CUDA initialized and reading commands from stdin, once ready;
+/// `env` adds variables (the tool library's `CUDA_INJECTION64_PATH`, the CUPTI's modes).
+pub fn stdin_app(env: &[(&str, &Path)]) -> Fixture {
+    let [flag, lib] = cupti_args();
+    let mut app = Fixture::spawn_with_env(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"], env);
+    app.wait_ready();
+    app
+}
+
+/// Attaches to `app` by pid with `--cuda` and `flags`, runs `rounds` rounds of work while
+/// attached, stops xtrace, and checks it succeeded and left nothing attached.
+pub fn attach_round(app: &mut Fixture, rounds: u32, label: &str, flags: &[&str]) -> (Outputs, Finished) {
+    let tmp = TempDir::new(label);
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let mut all = args!["-p", app.pid().to_string(), "--cuda"];
+    all.extend(flags.iter().map(Into::into));
+    all.extend(args!["-o", &out_dir]);
+    let mut xtrace = Xtrace::spawn(all);
+    xtrace.wait_attached();
+    app.send("wait-active");
+    assert_eq!(app.next_line(), "active");
+    app.send(&format!("work {rounds}"));
+    assert_eq!(app.next_line(), format!("done {rounds}"));
+    // Two flush periods, so the records reach the kernel program before xtrace stops.
+    app.send("sleep 300");
+    app.send("counts");
+    app.next_line();
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    (Outputs::read(&out_dir), finished)
 }
 
 /// The stand-in CUPTI's counts from a `counts ...` line: function (or `records`, `dropped`) →

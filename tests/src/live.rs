@@ -157,32 +157,36 @@ pub fn served_probe_rows(dir: &std::path::Path) -> Vec<Value> {
     state["probes"].as_array().expect("probe rows").clone()
 }
 
+/// Probe rows as `name count p50_ns p99_ns` lines, in their order: a served row's figures over the
+/// whole capture (`all`, as `xtrace view` and the live view serve them) or summary.json's own.
+pub fn probe_figures(rows: &[Value], all: bool) -> Vec<String> {
+    rows.iter()
+        .map(|row| {
+            let of = if all { &row["all"] } else { row };
+            format!(
+                "{} {} {} {}",
+                row["name"], of["count"], of["p50_ns"], of["p99_ns"]
+            )
+        })
+        .collect()
+}
+
 /// Checks that `xtrace view` of capture `dir` shows summary.json's probes, with their counts,
 /// p50 and p99 (in any order).
 pub fn view_shows_the_summary(dir: &std::path::Path) {
     let summary: Value =
         serde_json::from_slice(&std::fs::read(dir.join("summary.json")).expect("the capture's summary.json"))
             .expect("JSON");
-    let figures = |rows: &[Value], all: bool| {
-        let mut rows: Vec<String> = rows
-            .iter()
-            .map(|row| {
-                let of = if all { &row["all"] } else { row };
-                format!(
-                    "{} {} {} {}",
-                    row["name"], of["count"], of["p50_ns"], of["p99_ns"]
-                )
-            })
-            .collect();
+    let sorted = |mut rows: Vec<String>| {
         rows.sort();
         rows
     };
-    let shown = figures(&served_probe_rows(dir), true);
+    let shown = sorted(probe_figures(&served_probe_rows(dir), true));
     assert!(
         !shown.is_empty(),
         "no probe rows in the view of {}",
         dir.display()
     );
     let listed = summary["probes"].as_array().expect("summary.json's probes");
-    assert_eq!(shown, figures(listed, false), "{}", dir.display());
+    assert_eq!(shown, sorted(probe_figures(listed, false)), "{}", dir.display());
 }

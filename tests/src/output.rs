@@ -107,26 +107,46 @@ impl Outputs {
 
     /// The samples of the stacks.folded lines whose stack `keep` takes.
     pub fn samples_where(&self, keep: impl Fn(&str) -> bool) -> u64 {
-        self.folded()
-            .iter()
-            .filter(|(stack, _)| keep(stack))
-            .map(|(_, n)| n)
-            .sum()
+        self.folded_sum("stacks.folded", keep)
     }
 
     /// stacks.folded as (stack, samples) lines.
     pub fn folded(&self) -> Vec<(String, u64)> {
-        let path = self.dir.join("stacks.folded");
+        self.folded_file("stacks.folded")
+    }
+
+    /// offcpu.folded as (stack, nanoseconds) lines.
+    pub fn off_cpu_folded(&self) -> Vec<(String, u64)> {
+        self.folded_file("offcpu.folded")
+    }
+
+    /// The nanoseconds of the offcpu.folded lines whose stack `keep` takes.
+    pub fn off_cpu_ns_where(&self, keep: impl Fn(&str) -> bool) -> u64 {
+        self.folded_sum("offcpu.folded", keep)
+    }
+
+    /// The counts of the folded file `name`'s lines whose stack `keep` takes.
+    fn folded_sum(&self, name: &str, keep: impl Fn(&str) -> bool) -> u64 {
+        self.folded_file(name)
+            .iter()
+            .filter(|(stack, _)| keep(stack))
+            .map(|(_, count)| count)
+            .sum()
+    }
+
+    /// The folded file `name` (stacks, offcpu or wallclock) as (stack, count) lines.
+    pub fn folded_file(&self, name: &str) -> Vec<(String, u64)> {
+        let path = self.dir.join(name);
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         text.lines()
             .map(|line| {
                 let (stack, count) = line
                     .rsplit_once(' ')
-                    .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+                    .unwrap_or_else(|| panic!("{name} line without a count: {line:?}"));
                 let count = count
                     .parse()
-                    .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
+                    .unwrap_or_else(|_| panic!("{name} line with a bad count: {line:?}"));
                 (stack.to_string(), count)
             })
             .collect()

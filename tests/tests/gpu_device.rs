@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use xtrace_tests::{
     args,
     bpf::Attachments,
-    fixtures::{fixtures, tool_library, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name, thread_names},
+    fixtures::{fixtures, tool_library},
+    gpu::{attach_round, counts, cupti_args, device_slices, expected, per_name, stdin_app, thread_names},
     output::{Outputs, Span},
     require_bpf,
     run::Xtrace,
@@ -25,14 +25,8 @@ fn untraced_the_injection_makes_no_cupti_call() {
     if !require_bpf() {
         return;
     }
-    let [flag, lib] = cupti_args();
     let tool = tool_library();
-    let mut app = Fixture::spawn_with_env(
-        &fixtures().gpuapp,
-        &[&flag, &lib, "init", "stdin"],
-        &[("CUDA_INJECTION64_PATH", tool.as_path())],
-    );
-    app.wait_ready();
+    let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
     app.send("work 3");
     assert_eq!(app.next_line(), "done 3");
     app.send("sleep 300");
@@ -316,47 +310,21 @@ fn device_records_on_cuptis_own_clock_are_moved_to_the_traces() {
     }
 }
 
-/// Attaches to `app` by pid, runs `rounds` rounds of work while attached, stops xtrace; the
-/// device slices recorded.
-fn attach_round(app: &mut Fixture, rounds: u32, label: &str) -> Vec<Span> {
-    let tmp = TempDir::new(label);
-    let out_dir = tmp.join("out");
-    let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send(&format!("work {rounds}"));
-    assert_eq!(app.next_line(), format!("done {rounds}"));
-    // Two flush periods, so the records reach the kernel program before xtrace stops.
-    app.send("sleep 300");
-    app.send("counts");
-    app.next_line();
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    device_slices(&Outputs::read(&out_dir))
-}
-
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     if !require_bpf() {
         return;
     }
-    let [flag, lib] = cupti_args();
     let tool = tool_library();
-    let mut app = Fixture::spawn_with_env(
-        &fixtures().gpuapp,
-        &[&flag, &lib, "init", "stdin"],
-        &[("CUDA_INJECTION64_PATH", tool.as_path())],
-    );
-    app.wait_ready();
+    let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
     // Work before the attach is not recorded.
     app.send("work 2");
     assert_eq!(app.next_line(), "done 2");
-    assert_eq!(per_name(&attach_round(&mut app, 4, "gpu-attach-1")), expected(4));
+    assert_eq!(
+        per_name(&device_slices(&attach_round(&mut app, 4, "gpu-attach-1", &[]).0)),
+        expected(4)
+    );
     // Once xtrace left, the next launch's API-exit callback unsubscribes and finalizes.
     app.send("sleep 300");
     app.send("work 1");
@@ -377,7 +345,10 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     let records_after_first = c["records"];
     assert_eq!(records_after_first, 4 * 6);
     // A second attach subscribes again, with the callbacks registered anew after the finalize.
-    assert_eq!(per_name(&attach_round(&mut app, 3, "gpu-attach-2")), expected(3));
+    assert_eq!(
+        per_name(&device_slices(&attach_round(&mut app, 3, "gpu-attach-2", &[]).0)),
+        expected(3)
+    );
     app.send("counts");
     let c = counts(&app.next_line());
     assert_eq!(

@@ -7,7 +7,7 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, tool_library, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name},
+    gpu::{counts, cupti_args, device_slices, expected, per_name, stdin_app},
     output::Outputs,
     require_bpf,
     run::Xtrace,
@@ -20,9 +20,7 @@ fn a_process_started_without_the_injection_gets_one_notice_and_its_calls_traced(
     if !require_bpf() {
         return;
     }
-    let [flag, lib] = cupti_args();
-    let mut app = Fixture::spawn(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"]);
-    app.wait_ready();
+    let mut app = stdin_app(&[]);
     let tmp = TempDir::new("gpu-no-injection");
     let out_dir = tmp.join("out");
     let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);

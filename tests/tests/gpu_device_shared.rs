@@ -7,52 +7,22 @@ use std::path::Path;
 
 use xtrace_tests::{
     args,
-    bpf::Attachments,
-    fixtures::{fixtures, tool_library, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name},
+    fixtures::{tool_library, Fixture},
+    gpu::{attach_round, counts, device_slices, expected, per_name, stdin_app},
     output::{Outputs, Span},
     require_bpf,
-    run::{Finished, Xtrace},
+    run::Xtrace,
     TempDir,
 };
 
 /// gpuapp on the stand-in CUDA with the tool library injected and the stand-in CUPTI in its
 /// multi-subscriber mode, reading commands from stdin.
 fn shared_app() -> Fixture {
-    let [flag, lib] = cupti_args();
     let tool = tool_library();
-    let mut app = Fixture::spawn_with_env(
-        &fixtures().gpuapp,
-        &[&flag, &lib, "init", "stdin"],
-        &[
-            ("CUDA_INJECTION64_PATH", tool.as_path()),
-            ("XTFAKE_CUPTI_MULTI", Path::new("1")),
-        ],
-    );
-    app.wait_ready();
-    app
-}
-
-/// Attaches to `app` by pid, runs `rounds` rounds of work while attached, stops xtrace.
-fn attach_round(app: &mut Fixture, rounds: u32, label: &str) -> (Outputs, Finished) {
-    let tmp = TempDir::new(label);
-    let out_dir = tmp.join("out");
-    let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send(&format!("work {rounds}"));
-    assert_eq!(app.next_line(), format!("done {rounds}"));
-    // Two flush periods, so the records reach the kernel program before xtrace stops.
-    app.send("sleep 300");
-    app.send("counts");
-    app.next_line();
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    (Outputs::read(&out_dir), finished)
+    stdin_app(&[
+        ("CUDA_INJECTION64_PATH", tool.as_path()),
+        ("XTFAKE_CUPTI_MULTI", Path::new("1")),
+    ])
 }
 
 /// Each kernel slice has one flow arrow from a launch call on its launching thread, and lies
@@ -107,7 +77,7 @@ fn sharing_cupti_with_the_apps_profiler_leaves_its_profile_whole() {
     // The app's profiler: both callbacks of each of 3 launches a round, and each kernel's record.
     assert_eq!(profiled(&mut app), (2 * 3 * 2, 3 * 2));
 
-    let (out, finished) = attach_round(&mut app, 4, "gpu-shared-1");
+    let (out, finished) = attach_round(&mut app, 4, "gpu-shared-1", &[]);
     let slices = device_slices(&out);
     assert_eq!(per_name(&slices), expected(4));
     assert_kernels_linked_to_launches(&out, &slices, 12);
@@ -161,7 +131,7 @@ fn sharing_cupti_with_the_apps_profiler_leaves_its_profile_whole() {
     assert_eq!(profiled(&mut app), (2 * 3 * 7, 3 * 7));
 
     // A second attach subscribes beside the app's profiler again.
-    let (out, _) = attach_round(&mut app, 3, "gpu-shared-2");
+    let (out, _) = attach_round(&mut app, 3, "gpu-shared-2", &[]);
     let slices = device_slices(&out);
     assert_eq!(per_name(&slices), expected(3));
     assert_kernels_linked_to_launches(&out, &slices, 9);

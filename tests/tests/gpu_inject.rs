@@ -11,20 +11,16 @@
 use xtrace_tests::{
     args,
     bpf::Attachments,
-    fixtures::{fixtures, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name, thread_names},
+    fixtures::Fixture,
+    gpu::{attach_round, counts, device_slices, expected, per_name, stdin_app, thread_names},
     output::Outputs,
     require_bpf,
     run::{expect_user_error, Xtrace},
-    TempDir,
 };
 
 /// gpuapp with the stand-in CUPTI loaded, CUDA initialized without the variable, on stdin.
 fn uninjected_app() -> Fixture {
-    let [flag, lib] = cupti_args();
-    let mut app = Fixture::spawn(&fixtures().gpuapp, &[&flag, &lib, "init", "stdin"]);
-    app.wait_ready();
-    app
+    stdin_app(&[])
 }
 
 /// The process's mappings of the injected library, by inode: one inode per load.
@@ -41,31 +37,8 @@ fn injected_inodes(pid: u32) -> Vec<String> {
 
 /// One `--inject` recording of `rounds` rounds of work; returns its outputs and stderr.
 fn inject_round(app: &mut Fixture, rounds: u32, label: &str) -> (Outputs, Vec<String>) {
-    let tmp = TempDir::new(label);
-    let out_dir = tmp.join("out");
-    let before = Attachments::snapshot();
-    let mut xtrace = Xtrace::spawn(args![
-        "-p",
-        app.pid().to_string(),
-        "--cuda",
-        "--inject",
-        "-o",
-        &out_dir
-    ]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send(&format!("work {rounds}"));
-    assert_eq!(app.next_line(), format!("done {rounds}"));
-    // Two flush periods, so the records reach the kernel program before xtrace stops.
-    app.send("sleep 300");
-    app.send("counts");
-    app.next_line();
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    (Outputs::read(&out_dir), finished.stderr)
+    let (out, finished) = attach_round(app, rounds, label, &["--inject"]);
+    (out, finished.stderr)
 }
 
 /// Every device slice lies inside the capture: after the first launch call began, before the last

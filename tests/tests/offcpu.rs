@@ -24,32 +24,6 @@ use xtrace_tests::{
 
 const MS: u64 = 1_000_000;
 
-/// offcpu.folded as (stack, nanoseconds) lines.
-fn off_cpu_folded(out: &Outputs) -> Vec<(String, u64)> {
-    let path = out.dir.join("offcpu.folded");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    text.lines()
-        .map(|line| {
-            let (stack, ns) = line
-                .rsplit_once(' ')
-                .unwrap_or_else(|| panic!("not folded: {line}"));
-            (
-                stack.to_string(),
-                ns.parse().unwrap_or_else(|_| panic!("not folded: {line}")),
-            )
-        })
-        .collect()
-}
-
-/// Nanoseconds of the folded stacks `keep` accepts.
-fn off_cpu_ns(out: &Outputs, keep: impl Fn(&str) -> bool) -> u64 {
-    off_cpu_folded(out)
-        .iter()
-        .filter(|(s, _)| keep(s))
-        .map(|(_, ns)| ns)
-        .sum()
-}
-
 /// The summary's entry for thread `tid`.
 fn thread(out: &Outputs, tid: u64) -> &Value {
     let threads = out.summary["off_cpu"]["threads"]
@@ -94,10 +68,10 @@ fn sleeps_in_a_function_are_its_off_cpu_time() {
     let (count, ns) = wait(thread(&out, pid), "clock_nanosleep");
     assert_eq!(count, 10, "{}", out.summary["off_cpu"]);
     assert!((500 * MS..525 * MS).contains(&ns), "{ns} ns asleep");
-    let under_sleeper = off_cpu_ns(&out, |s| {
+    let under_sleeper = out.off_cpu_ns_where(|s| {
         s.starts_with("offcpu;") && s.contains(";main;sleeper;") && s.ends_with(";[clock_nanosleep]")
     });
-    assert_eq!(under_sleeper, ns, "{:?}", off_cpu_folded(&out));
+    assert_eq!(under_sleeper, ns, "{:?}", out.off_cpu_folded());
     // The ten, and any wait of the program's start that took 1 ms (a slow disk, an emulator).
     let sent = out.summary["off_cpu"]["sent"].as_u64().unwrap();
     assert!(sent >= 10, "{}", out.summary["off_cpu"]);
@@ -146,11 +120,11 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
     );
     let pid = out.summary["command"]["pid"].as_u64().unwrap();
     let main = thread(&out, pid);
-    let under_waiter = off_cpu_ns(&out, |s| s.contains(";main;waiter;") && s.ends_with(";[futex]"));
+    let under_waiter = out.off_cpu_ns_where(|s| s.contains(";main;waiter;") && s.ends_with(";[futex]"));
     assert!(
         (150 * MS..=210 * MS).contains(&under_waiter),
         "{:?}",
-        off_cpu_folded(&out)
+        out.off_cpu_folded()
     );
     let wakers = main["woken_by"].as_array().unwrap();
     assert!(
@@ -161,16 +135,9 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
     );
     // wallclock.folded: every off-CPU stack with its frames marked `_[i]` (drawn apart) and its
     // nanoseconds, every sample one period (1 s at -F 1).
-    let read =
-        |name: &str| std::fs::read_to_string(out.dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let wall: std::collections::BTreeMap<String, u64> = read("wallclock.folded")
-        .lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').unwrap();
-            (stack.to_string(), n.parse().unwrap())
-        })
-        .collect();
-    for (stack, ns) in off_cpu_folded(&out) {
+    let wall: std::collections::BTreeMap<String, u64> =
+        out.folded_file("wallclock.folded").into_iter().collect();
+    for (stack, ns) in out.off_cpu_folded() {
         let (root, rest) = stack.split_once(';').unwrap();
         let marked: Vec<String> = rest.split(';').map(|f| format!("{f}_[i]")).collect();
         assert_eq!(
@@ -179,15 +146,12 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
             "{stack}"
         );
     }
-    for line in read("stacks.folded").lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        assert_eq!(
-            wall.get(stack),
-            Some(&(n.parse::<u64>().unwrap() * 1_000_000_000)),
-            "{line}"
-        );
+    for (stack, samples) in out.folded() {
+        assert_eq!(wall.get(&stack), Some(&(samples * 1_000_000_000)), "{stack}");
     }
-    assert!(read("wallclock.svg").contains("off CPU in aqua"));
+    let svg = out.dir.join("wallclock.svg");
+    let svg = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{}: {e}", svg.display()));
+    assert!(svg.contains("off CPU in aqua"));
     // The wait is the lock's: the fixture's static `lock`, released by the holder thread, with
     // the waiter's stack under waiter() and the holder's where it unlocked.
     let locks = out.summary["off_cpu"]["locks"].as_array().expect("off_cpu.locks");
@@ -366,25 +330,25 @@ fn a_flight_window_holds_the_waits_of_its_time() {
         (380 * MS..380 * MS + 46 * 2 * MS).contains(&ns),
         "{ns} ns asleep: {off}"
     );
-    let under_sleeper = off_cpu_ns(&out, |s| {
+    let under_sleeper = out.off_cpu_ns_where(|s| {
         s.starts_with("offcpu;") && s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]")
     });
-    assert_eq!(under_sleeper, ns, "{:?}", off_cpu_folded(&out));
+    assert_eq!(under_sleeper, ns, "{:?}", out.off_cpu_folded());
     // Sent on their own: the six long sleeps, and the waits of 20 ms or more for the fixture's
     // next line.
     let (reads, _) = waits_of(&out, pid, "read");
     let sent = u64_field(off, "sent");
     assert!((6..=6 + reads).contains(&sent), "{off}");
-    let folded_ns: u64 = off_cpu_folded(&out).iter().map(|(_, ns)| ns).sum();
+    let folded_ns: u64 = out.off_cpu_folded().iter().map(|(_, ns)| ns).sum();
     assert_eq!(folded_ns, u64_field(off, "off_cpu_ns"), "{off}");
     assert!(out.dir.join("offcpu.svg").is_file());
-    let wall = std::fs::read_to_string(out.dir.join("wallclock.folded")).expect("wallclock.folded");
+    let wall = out.folded_file("wallclock.folded");
     let wall_off: u64 = wall
-        .lines()
-        .filter(|l| l.contains("_[i]"))
-        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .iter()
+        .filter(|(stack, _)| stack.contains("_[i]"))
+        .map(|(_, ns)| ns)
         .sum();
-    assert_eq!(wall_off, folded_ns, "{wall}");
+    assert_eq!(wall_off, folded_ns, "{wall:?}");
     assert!(out.summary_txt.contains(" off CPU in "), "{}", out.summary_txt);
 
     let stop = Outputs::read(&out_dir.join("flight-002"));
@@ -457,15 +421,15 @@ fn python_functions_that_wait_are_named_on_off_cpu_stacks() {
         );
         let nap = python.frame("nap", 99);
         let leaf = format!("[{sleep}]");
-        let under_nap = off_cpu_ns(&out, |s| waited_in(s, &nap, &leaf));
-        assert_eq!(under_nap, ns, "{}: {:?}", python.label, off_cpu_folded(&out));
+        let under_nap = out.off_cpu_ns_where(|s| waited_in(s, &nap, &leaf));
+        assert_eq!(under_nap, ns, "{}: {:?}", python.label, out.off_cpu_folded());
         let blocked = python.frame("blocked", 105);
-        let under_blocked = off_cpu_ns(&out, |s| waited_in(s, &blocked, "[futex]"));
+        let under_blocked = out.off_cpu_ns_where(|s| waited_in(s, &blocked, "[futex]"));
         assert!(
             (400 * MS..=750 * MS).contains(&under_blocked),
             "{}: {under_blocked} ns under {blocked}: {:?}",
             python.label,
-            off_cpu_folded(&out)
+            out.off_cpu_folded()
         );
         let hot = out.summary["off_cpu"]["hot_stacks"].as_array().unwrap();
         for frame in [&nap, &blocked] {
@@ -492,11 +456,11 @@ fn no_python_leaves_python_frames_off_off_cpu_stacks() {
     };
     let (out, _tmp) = python.run("waits", "4", &["--off-cpu", "-F", "99", "--no-python"]);
     assert_eq!(out.summary["python"], serde_json::json!([]));
-    let folded = off_cpu_folded(&out);
+    let folded = out.off_cpu_folded();
     assert!(
         folded.iter().all(|(s, _)| !s.contains("(pyfix.py:")),
         "{folded:?}"
     );
-    let eval = off_cpu_ns(&out, |s| s.contains(";_PyEval_EvalFrameDefault;"));
+    let eval = out.off_cpu_ns_where(|s| s.contains(";_PyEval_EvalFrameDefault;"));
     assert!(eval >= 200 * MS, "{eval} ns under the eval loop: {folded:?}");
 }

@@ -55,22 +55,6 @@ fn waits_of(off: &Value, tid: u64, name: &str) -> (u64, u64) {
         .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
 }
 
-/// offcpu.folded as (stack, nanoseconds) lines.
-fn folded(out: &Outputs) -> Vec<(String, u64)> {
-    let text = std::fs::read_to_string(out.dir.join("offcpu.folded")).expect("offcpu.folded");
-    text.lines()
-        .map(|line| {
-            let (stack, ns) = line
-                .rsplit_once(' ')
-                .unwrap_or_else(|| panic!("not folded: {line}"));
-            (
-                stack.to_string(),
-                ns.parse().unwrap_or_else(|_| panic!("not folded: {line}")),
-            )
-        })
-        .collect()
-}
-
 /// Without any flag but the output directory: exactly the fixture's 31 clock_nanosleep waits
 /// in its summary's off_cpu section (MIN 1 ms), the 6 of 5 ms among those sent with their
 /// stacks; their time, all under sleeper() in offcpu.folded, is at least what was asked (sleeps
@@ -92,12 +76,9 @@ fn a_pid_without_flags_measures_off_cpu_time() {
         (asked..asked + 31 * 2 * MS).contains(&ns),
         "{ns} ns asleep: {off}"
     );
-    let under_sleeper: u64 = folded(&out)
-        .iter()
-        .filter(|(s, _)| s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]"))
-        .map(|(_, ns)| ns)
-        .sum();
-    assert_eq!(under_sleeper, ns, "{:?}", folded(&out));
+    let under_sleeper =
+        out.off_cpu_ns_where(|s| s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]"));
+    assert_eq!(under_sleeper, ns, "{:?}", out.off_cpu_folded());
     // Sent on their own: the six sleeps of 5 ms, and the waits of 1 ms or more for the
     // fixture's next line.
     let (reads, _) = waits_of(off, pid, "read");

@@ -66,6 +66,20 @@ fn argument_reading_programs_stay_within_the_instruction_bound() {
     }
 }
 
+/// Checks program `name`'s verified instructions, as `count(extra flags)` reads them, against
+/// `bound` with its Python walk inlined, and that `--no-python`, which leaves the walk out, makes
+/// it far smaller.
+fn assert_python_walk_within(name: &str, bound: u64, count: impl Fn(&[&str]) -> Option<u64>) {
+    let (with, without) = (count(&[]), count(&["--no-python"]));
+    eprintln!("verifier: {name} {with:?} instructions with the Python walk, {without:?} without");
+    let with = with.unwrap_or_else(|| panic!("{name} was not loaded"));
+    assert!(with <= bound, "{name}: {with} verified instructions");
+    assert!(
+        without.is_some_and(|w| w < with / 4),
+        "{name}: {without:?} without the walk, {with} with it"
+    );
+}
+
 /// The most instructions this host's verifier may process for `off_cpu_return` with its Python
 /// walk: about 87,500 on 6.18 (the sampler takes 89,500 with the same walk), 9,600 without it.
 const OFF_CPU_RETURN_BOUND: u64 = 150_000;
@@ -89,14 +103,7 @@ fn the_off_cpu_return_program_with_its_python_walk_stays_within_its_bound() {
         xtrace.wait().assert_success();
         counts.get("off_cpu_return").copied()
     };
-    let (with, without) = (count(&[]), count(&["--no-python"]));
-    eprintln!("verifier: off_cpu_return {with:?} instructions with the Python walk, {without:?} without");
-    let with = with.expect("off_cpu_return loaded");
-    assert!(with <= OFF_CPU_RETURN_BOUND, "{with} verified instructions");
-    assert!(
-        without.is_some_and(|w| w < with / 4),
-        "{without:?} without the walk, {with} with it"
-    );
+    assert_python_walk_within("off_cpu_return", OFF_CPU_RETURN_BOUND, count);
 }
 
 /// The most instructions this host's verifier may process for `call_stack` (`--stacks`) with its
@@ -133,14 +140,7 @@ fn the_call_stack_program_with_its_python_walk_stays_within_its_bound() {
         xtrace.wait().assert_success();
         counts.get("call_stack").copied()
     };
-    let (with, without) = (count(&[]), count(&["--no-python"]));
-    eprintln!("verifier: call_stack {with:?} instructions with the Python walk, {without:?} without");
-    let with = with.expect("call_stack loaded");
-    assert!(with <= CALL_STACK_BOUND, "{with} verified instructions");
-    assert!(
-        without.is_some_and(|w| w < with / 4),
-        "{without:?} without the walk, {with} with it"
-    );
+    assert_python_walk_within("call_stack", CALL_STACK_BOUND, count);
 }
 
 /// The most instructions this host's verifier may process for `usdt_stack` (`--stacks` with
@@ -173,12 +173,5 @@ fn the_usdt_stack_program_with_its_python_walk_stays_within_its_bound() {
         xtrace.wait().assert_success();
         counts.get("usdt_stack").copied()
     };
-    let (with, without) = (count(&[]), count(&["--no-python"]));
-    eprintln!("verifier: usdt_stack {with:?} instructions with the Python walk, {without:?} without");
-    let with = with.expect("usdt_stack loaded");
-    assert!(with <= USDT_STACK_BOUND, "{with} verified instructions");
-    assert!(
-        without.is_some_and(|w| w < with / 4),
-        "{without:?} without the walk, {with} with it"
-    );
+    assert_python_walk_within("usdt_stack", USDT_STACK_BOUND, count);
 }

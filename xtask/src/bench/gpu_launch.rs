@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::{
     prep::{compile_with, Env},
     report::{fmt_count, fmt_ns, median, Report, Row, Verdict},
-    runs::{lost_events, ATTACH_TIMEOUT, EXIT_TIMEOUT, WORKLOAD_TIMEOUT},
+    runs::{lost_events, read_summary, ATTACH_TIMEOUT, EXIT_TIMEOUT, WORKLOAD_TIMEOUT},
     tracer::{Stdout, Tracer},
     workload::Workload,
     Config,
@@ -161,10 +161,7 @@ fn traced(env: &Env, gpu: &Gpu, n: u64) -> Result<(f64, Option<String>)> {
     work.go()?;
     let ns = work.finish(WORKLOAD_TIMEOUT)?.ns_per_call;
     tracer.wait_ok(EXIT_TIMEOUT)?;
-    let path = out_dir.join("summary.json");
-    let text = fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
-    let summary: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    let summary = read_summary(&out_dir)?;
     let _ = fs::remove_dir_all(&out_dir);
     let seen = device_kernels(&summary);
     let lost = lost_events(&summary);

@@ -18,12 +18,12 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{
     prep::{compile, fixture, Env},
     report::{median, Report, Row, Verdict},
-    runs::{lost_events, ATTACH_TIMEOUT, EXIT_TIMEOUT},
+    runs::{lost_events, read_summary, ATTACH_TIMEOUT, EXIT_TIMEOUT},
     tracer::{Stdout, Tracer},
     Config,
 };
@@ -124,8 +124,7 @@ fn traced(env: &Env, bin: &Path, args: &[String]) -> Result<(Ran, u64, u64)> {
         &output(&mut cmd, "xtrace --off-cpu")?,
         "the workload under xtrace",
     )?;
-    let text = std::fs::read_to_string(out.join("summary.json")).context("xtrace wrote no summary.json")?;
-    let summary: Value = serde_json::from_str(&text).context("summary.json")?;
+    let summary = read_summary(&out)?;
     let intervals = summary["off_cpu"]["intervals"].as_u64().unwrap_or(0);
     let lost = lost_events(&summary) + summary["off_cpu"]["lost"].as_u64().unwrap_or(0);
     let _ = std::fs::remove_dir_all(&out);

@@ -237,12 +237,7 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
     let summary = match finished.status {
         None => None,
         Some(status) if !status.success() => bail!("xtrace failed ({status}): {}", tail(&finished.lines)),
-        Some(_) => {
-            let path = out_dir.join("summary.json");
-            let text =
-                fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
-            Some(serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?)
-        }
+        Some(_) => Some(read_summary(&out_dir)?),
     };
     if !spec.keep_outputs {
         let _ = fs::remove_dir_all(&out_dir);
@@ -252,6 +247,13 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
         summary,
         finished,
     })
+}
+
+/// The summary.json xtrace wrote into `out_dir`.
+pub fn read_summary(out_dir: &Path) -> Result<Value> {
+    let path = out_dir.join("summary.json");
+    let text = fs::read_to_string(&path).with_context(|| format!("could not read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 /// curl reading the live view's `/events` (to /dev/null), the token in the URL xtrace printed

@@ -10,6 +10,7 @@ mod changes;
 mod config;
 mod finish;
 mod flight;
+mod kernel;
 mod prepare;
 mod run;
 mod specs;

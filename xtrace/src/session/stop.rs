@@ -11,8 +11,9 @@ use super::{
     changes::{self, Execs},
     config::Config,
     finish::Sampling,
+    kernel::Maps,
     run::{self, Change, Loop, Stop},
-    start::{ExitReceiver, Maps, Started},
+    start::{ExitReceiver, Started},
     targets::Targets,
     Observer, Said, SESSION_LOG,
 };
