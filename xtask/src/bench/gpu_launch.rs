@@ -65,7 +65,9 @@ fn build(env: &Env) -> Result<Gpu> {
     let libcuda = dir.join("libcuda.so.1");
     compile_with(&stand_in("cudadrv.c"), &libcuda, &shared(&["-ldl"]))?;
     let libcupti = dir.join("libcupti.so.12");
-    compile_with(&stand_in("cupti.c"), &libcupti, &shared(&[]))?;
+    // cupti.c's multi-subscriber functions live in cupti_multi.c, compiled into the same library.
+    let multi = stand_in("cupti_multi.c").display().to_string();
+    compile_with(&stand_in("cupti.c"), &libcupti, &shared(&[&multi]))?;
     let bin = dir.join("launches");
     let extra = [
         libcuda.display().to_string(),
