@@ -42,6 +42,43 @@ fn local_functions_know_their_source_file() {
     assert_eq!(symbols.find("malloc").unwrap()[0].unit, None);
 }
 
+/// The index by name finds, for names of every kind (mangled, demangled, without parameters or
+/// clone suffixes, bare), the functions a comparison with every function's names finds.
+#[test]
+fn the_index_by_name_finds_what_comparing_every_name_finds() {
+    // C++ names where libstdc++ is installed; C ones in libc, which this test maps.
+    let files = [
+        String::from("/usr/lib/x86_64-linux-gnu/libstdc++.so.6"),
+        crate::test_libc(),
+    ];
+    for path in files.map(std::path::PathBuf::from).iter().filter(|p| p.exists()) {
+        let symbols = ElfSymbols::read(path, path, &Default::default()).unwrap();
+        let mut looked_up = 0;
+        for function in symbols.functions.iter().step_by(97) {
+            for name in names(function) {
+                let scanned: Vec<_> = symbols
+                    .functions
+                    .iter()
+                    .filter(|f| names(f).any(|n| n == name))
+                    .collect();
+                let indexed = symbols.named(&name);
+                assert!(!indexed.is_empty(), "{name}");
+                assert_eq!(indexed.len(), scanned.len(), "{name}");
+                assert!(
+                    indexed.iter().zip(&scanned).all(|(a, b)| std::ptr::eq(*a, *b)),
+                    "{name}"
+                );
+                looked_up += 1;
+            }
+        }
+        assert!(
+            looked_up >= 4 * (symbols.functions.len() / 97),
+            "{}",
+            path.display()
+        );
+    }
+}
+
 #[test]
 fn code_entered_without_a_return_address_is_known() {
     // This test binary's entry point, by name and by the ELF header; main is called.

@@ -89,6 +89,7 @@ impl ElfSymbols {
             plt: plt_sections(&file),
             segments,
             sizes,
+            by_name: Default::default(),
         })
     }
 }
