@@ -5,7 +5,10 @@ use std::{
     collections::{hash_map::Entry, HashMap},
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
-    sync::OnceLock,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        OnceLock,
+    },
 };
 
 use super::{
@@ -165,9 +168,11 @@ pub struct ElfSymbols {
     segments: Vec<(u64, u64, u64)>,
     /// What sizes an IFUNC's implementation.
     sizes: ImplementationSizes,
-    /// Each of the functions' [`names`] → the indices in `functions` of those it names (see
-    /// [`ElfSymbols::named`]).
-    by_name: OnceLock<HashMap<String, Vec<usize>>>,
+    /// (hash of one of a function's [`names`], its index in `functions`), sorted: see
+    /// [`ElfSymbols::named`].
+    by_name: OnceLock<Vec<(u32, u32)>>,
+    /// Names looked up by comparing every function's names, before the index is built.
+    scans: AtomicU32,
 }
 
 /// The names `-u` finds a function by: its stored (mangled) name, the demangled name, that
@@ -183,6 +188,17 @@ fn names(f: &FunctionSymbol) -> impl Iterator<Item = Cow<'_, str>> {
     .into_iter()
     .map(Cow::Borrowed)
     .chain(std::iter::once_with(|| super::names::bare(&f.demangled).map(Cow::Owned)).flatten())
+}
+
+/// Names [`ElfSymbols::named`] looks up by comparing every function's names before it builds
+/// its index, which costs about three such lookups.
+const SCANS_BEFORE_INDEX: u32 = 4;
+
+/// FNV-1a of `name`, 32 bits: the key of [`ElfSymbols::named`]'s index.
+fn name_hash(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// A run of code in the file.
@@ -369,23 +385,39 @@ impl ElfSymbols {
     /// The functions one of whose [`names`] is `name`, in the order of `functions`. The index is
     /// built at the first lookup: a plan of 1,000 functions looks up 1,000 names, and comparing
     /// each with every function's names was most of its planning (7.5 s of a 1,000-function plan
-    /// on Linux 6.1 under qemu's emulation).
+    /// on Linux 6.1 under qemu's emulation). It holds a 32-bit hash of each distinct name of a
+    /// function and the function's index, 8 bytes each (about 3 MB for the 93,000 functions of
+    /// librustc_driver, where one of the names as strings took 41 MB), and costs about one scan
+    /// of every name to build; a hash shared by other names is told apart by comparing them. The
+    /// first `SCANS_BEFORE_INDEX` lookups compare every name instead, so that a plan of a few
+    /// names costs what it did.
     fn named(&self, name: &str) -> Vec<&FunctionSymbol> {
+        if self.by_name.get().is_none() && self.scans.fetch_add(1, Ordering::Relaxed) < SCANS_BEFORE_INDEX {
+            return self
+                .functions
+                .iter()
+                .filter(|f| names(f).any(|n| n == name))
+                .collect();
+        }
         let by_name = self.by_name.get_or_init(|| {
-            let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+            let mut by_name = Vec::with_capacity(self.functions.len() * 2);
             for (i, function) in self.functions.iter().enumerate() {
-                for name in names(function) {
-                    let indices = by_name.entry(name.into_owned()).or_default();
-                    if indices.last() != Some(&i) {
-                        indices.push(i);
-                    }
-                }
+                let mut hashes: Vec<u32> = names(function).map(|n| name_hash(&n)).collect();
+                hashes.sort_unstable();
+                hashes.dedup();
+                by_name.extend(hashes.into_iter().map(|h| (h, i as u32)));
             }
+            by_name.sort_unstable();
             by_name
         });
-        by_name.get(name).map_or_else(Vec::new, |indices| {
-            indices.iter().map(|&i| &self.functions[i]).collect()
-        })
+        let hash = name_hash(name);
+        let first = by_name.partition_point(|&(h, _)| h < hash);
+        by_name[first..]
+            .iter()
+            .take_while(|&&(h, _)| h == hash)
+            .map(|&(_, i)| &self.functions[i as usize])
+            .filter(|f| names(f).any(|n| n == name))
+            .collect()
     }
 
     /// Up to five function names close to `symbol`, closest first.

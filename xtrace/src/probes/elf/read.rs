@@ -90,6 +90,7 @@ impl ElfSymbols {
             segments,
             sizes,
             by_name: Default::default(),
+            scans: Default::default(),
         })
     }
 }
