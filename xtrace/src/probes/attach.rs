@@ -3,11 +3,12 @@
 //! every function, and `usdt_hit` at every USDT call site (cookie = site index, with the
 //! site's semaphore as the uprobe's reference counter), scoped to the traced processes. uprobe_multi
 //! links where the kernel has them (6.6+), perf-event uprobes otherwise. Linux 5.15+.
-use std::{os::fd::OwnedFd, path::Path};
+use std::os::fd::OwnedFd;
 
 use aya::{programs::UProbe, Ebpf};
 
 use super::{
+    attach_multi::{attach_multi, group_error, link_group},
     attach_perf::{attach_functions_perf_event, attach_perf_event, load},
     teardown::Teardown,
     uprobe::{Attachment, Plan},
@@ -19,7 +20,7 @@ use crate::{
     bpf::{
         self,
         perf_uprobe::PerfUprobe,
-        uprobe_multi::{self, MultiLink, MultiProgram, MultiTarget},
+        uprobe_multi::{self, MultiLink, MultiProgram},
         uprobe_program::UprobeProgram,
     },
     error::{Error, Result},
@@ -70,7 +71,7 @@ pub struct Attached {
     pub(super) perf_usdt: Vec<PerfUprobe>,
     pub(super) perf_enter: Vec<PerfUprobe>,
     pub(super) perf_exit: Vec<PerfUprobe>,
-    programs: Vec<MultiProgram>,
+    pub(super) programs: Vec<MultiProgram>,
 }
 
 impl Attached {
@@ -97,7 +98,7 @@ impl Attached {
 
     /// Keeps a uprobe_multi link of `uprobes` probes for plan scope `scope`: with the exit probes
     /// when `exit`.
-    fn keep(&mut self, scope: usize, link: MultiLink, exit: bool, uprobes: usize) {
+    pub(super) fn keep(&mut self, scope: usize, link: MultiLink, exit: bool, uprobes: usize) {
         self.uprobes += uprobes;
         if exit {
             self.exit.push((scope, link));
@@ -335,7 +336,7 @@ pub(super) fn usdt_groups(plan: &Plan, program: UprobeProgram) -> Vec<Group<'_>>
 }
 
 /// The groups `program` (a span program, or one of USDT sites) attaches to in `plan`.
-fn program_groups(program: UprobeProgram, plan: &Plan) -> Vec<Group<'_>> {
+pub(super) fn program_groups(program: UprobeProgram, plan: &Plan) -> Vec<Group<'_>> {
     match program {
         usdt if usdt.is_usdt() => usdt_groups(plan, usdt),
         span => function_groups(span, plan, &plan.attachments),
@@ -379,60 +380,6 @@ pub(super) fn whom(pid: Option<u32>) -> String {
     pid.map_or("every process".into(), |pid| format!("pid {pid}"))
 }
 
-/// Attaches with uprobe_multi links; `Ok(None)` when the kernel does not support them.
-fn attach_multi(ebpf: &Ebpf, plan: &Plan, pids: &[Option<u32>]) -> Result<Option<Attached>> {
-    let programs = match uprobe_multi::load(ebpf, &programs_for(plan)) {
-        Ok(programs) => programs,
-        Err(Error::Io { source, .. }) if unsupported(&source) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut attached = Attached::new(Mechanism::UprobeMulti);
-    for program in &programs {
-        let name = program.program();
-        for g in program_groups(name, plan) {
-            let link = match link_group(program, &g, pids[g.scope]) {
-                Ok(link) => link,
-                // A kernel without uprobe_multi refuses the first link; one with it refuses a
-                // link whose offsets it cannot probe with the same errors.
-                Err(e) if attached.uprobes == 0 && unsupported(&e) && !has_uprobe_multi(program) => {
-                    return Ok(None)
-                }
-                Err(e) => return Err(group_error(name, &g, pids[g.scope], e)),
-            };
-            attached.keep(g.scope, link, name.ends_calls(), g.offsets.len());
-        }
-    }
-    attached.programs = programs;
-    Ok(Some(attached))
-}
-
-/// One uprobe_multi link of `program` on a group's offsets (with their reference counters for
-/// USDT sites), for process `pid` (None: every process); return probes for `span_exit`.
-fn link_group(program: &MultiProgram, g: &Group, pid: Option<u32>) -> std::io::Result<MultiLink> {
-    let role = program.program();
-    program.attach(&MultiTarget {
-        path: &g.file.open,
-        offsets: &g.offsets,
-        cookies: &g.cookies,
-        ref_ctr_offsets: role.is_usdt().then_some(g.ref_ctr_offsets.as_slice()),
-        pid,
-        ret: role.is_return_probe(),
-    })
-}
-
-/// The error of a group the kernel refused.
-fn group_error(program: UprobeProgram, g: &Group, pid: Option<u32>, e: std::io::Error) -> Error {
-    Error::io(
-        format!(
-            "attaching {program} to {} offsets in {} for {}",
-            g.offsets.len(),
-            g.file.shown.display(),
-            whom(pid)
-        ),
-        explained(e),
-    )
-}
-
 /// What xtrace's own check of each instruction (probes::insn) did not foresee, said plainly.
 pub(super) fn explained(e: std::io::Error) -> std::io::Error {
     match e.raw_os_error() {
@@ -443,27 +390,8 @@ pub(super) fn explained(e: std::io::Error) -> std::io::Error {
     }
 }
 
-/// Whether the kernel has uprobe_multi links: one has them when it refuses a link on `/` (no
-/// regular file) with EBADF, after it accepted the attach type.
-fn has_uprobe_multi(program: &MultiProgram) -> bool {
-    let probe = program.attach(&MultiTarget {
-        path: Path::new("/"),
-        offsets: &[0],
-        cookies: &[0],
-        ref_ctr_offsets: None,
-        pid: None,
-        ret: false,
-    });
-    matches!(probe, Err(e) if e.raw_os_error() == Some(libc::EBADF))
-}
-
 /// The kernel's internal "operation not supported" (524), which reaches user space unchanged.
-const ENOTSUPP: i32 = 524;
-
-/// Errors with which a kernel older than 6.6 refuses uprobe_multi programs or links.
-fn unsupported(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP))
-}
+pub(super) const ENOTSUPP: i32 = 524;
 
 /// Attaches again, for process `pid`, every probe of the plan's scope `scope` (function probes and
 /// USDT sites), after a thread other than the process's first ran exec: the kernel ties a link's
