@@ -130,6 +130,24 @@ pub fn maps_text(pid: u32) -> std::io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
 }
 
+/// /proc/PID/environ once two reads in a row agree (empty when they never do). The kernel copies
+/// the environment a page at a time from the memory the process had when the file was opened; an
+/// exec or an exit meanwhile ends the copy at a page boundary, leaving out the variables after it
+/// (a rank without its world size, an NVTX tool variable). A launched command is read while it
+/// may exec.
+pub fn environ(pid: u32) -> Vec<u8> {
+    let read = || std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let mut last = read();
+    for _ in 0..3 {
+        let next = read();
+        if next == last {
+            return next;
+        }
+        last = next;
+    }
+    Vec::new()
+}
+
 /// The innermost pid of an `NSpid:` line (`NSpid:\t4321\t7` → 7); None when the process lives in
 /// the reader's own PID namespace (one number) or the line is missing (kernels before 4.1).
 pub fn parse_ns_pid(status: &str) -> Option<u32> {
@@ -293,6 +311,13 @@ pub fn process_text(pid: u32, address: u64, max: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_environment_is_the_whole_file_and_a_gone_process_has_none() {
+        let own = std::fs::read("/proc/self/environ").unwrap();
+        assert_eq!(environ(std::process::id()), own);
+        assert!(environ(u32::MAX).is_empty());
+    }
 
     #[test]
     fn ns_pid_is_the_innermost_of_several() {

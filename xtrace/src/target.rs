@@ -199,23 +199,6 @@ impl Process {
     }
 }
 
-/// /proc/PID/environ once two reads in a row agree (empty when they never do). The kernel copies
-/// the environment a page at a time from the memory the process had when the file was opened; an
-/// exec or an exit meanwhile ends the copy early, with a rank and without the variables after it
-/// (a launched command is read while it may exec).
-fn settled_environ(pid: u32) -> Vec<u8> {
-    let read = || std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let mut last = read();
-    for _ in 0..3 {
-        let next = read();
-        if next == last {
-            return next;
-        }
-        last = next;
-    }
-    Vec::new()
-}
-
 /// What the trace reports about a process besides its (host) pid.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
@@ -231,7 +214,7 @@ impl ProcessInfo {
     /// Reads /proc/PID/comm, the `NSpid:` line of /proc/PID/status and /proc/PID/environ.
     pub fn read(pid: u32) -> ProcessInfo {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let environ = settled_environ(pid);
+        let environ = crate::procfs::environ(pid);
         let rank = Rank::from_environ_file(&environ);
         ProcessInfo {
             comm: read_comm(&format!("/proc/{pid}/comm")),
@@ -366,13 +349,6 @@ fn proc_error(pid: u32, what: &str, kind: std::io::ErrorKind, (root, ptrace): (b
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_settled_environment_is_the_whole_file_and_a_gone_process_has_none() {
-        let own = std::fs::read("/proc/self/environ").unwrap();
-        assert_eq!(settled_environ(std::process::id()), own);
-        assert!(settled_environ(u32::MAX).is_empty());
-    }
 
     #[test]
     fn a_refusal_advises_what_would_mend_it() {

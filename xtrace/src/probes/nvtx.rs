@@ -150,9 +150,7 @@ const FUNCTIONS: &[Function] = &[
 /// forwards every call to it, and its own probes see them. The variable may name it through a
 /// symbolic link, or relative to the process's working directory.
 fn injects_tool(process: &Process) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{}/environ", process.pid)) else {
-        return false;
-    };
+    let environ = crate::procfs::environ(process.pid);
     let prefix = format!("{NVTX_ENV}=");
     environ
         .split(|&b| b == 0)
