@@ -387,7 +387,7 @@ impl ElfSymbols {
     /// each with every function's names was most of its planning (7.5 s of a 1,000-function plan
     /// on Linux 6.1 under qemu's emulation). It holds a 32-bit hash of each distinct name of a
     /// function and the function's index, 8 bytes each (about 3 MB for the 93,000 functions of
-    /// librustc_driver, where one of the names as strings took 41 MB), and costs about one scan
+    /// librustc_driver at most, where its names as strings took 41 MB), and costs about one scan
     /// of every name to build; a hash shared by other names is told apart by comparing them. The
     /// first `SCANS_BEFORE_INDEX` lookups compare every name instead, so that a plan of a few
     /// names costs what it did.
