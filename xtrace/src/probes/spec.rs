@@ -85,7 +85,7 @@ impl ArgType {
 /// Most arguments a spec may capture (the x86-64 SysV argument registers).
 pub const MAX_ARGS: usize = xtrace_common::event::MAX_ARGS;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TargetSpec {
     /// The traced process's main executable.
     MainExecutable,

@@ -8,7 +8,7 @@ pub use placement::{placement, Placed, Untraceable};
 
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{hash_map::Entry, BTreeMap, HashMap, HashSet},
     os::unix::fs::MetadataExt,
 };
 
@@ -222,21 +222,29 @@ fn plan_functions(
     let mut at_exits: BTreeMap<String, AtExits> = BTreeMap::new();
     // What globs matched that is not traced, and why.
     let mut left_out = LeftOut::default();
+    // Each TARGET resolved and opened once per scope, for every spec that names it: a plan of a
+    // thousand `-u lib:name` would otherwise read the process's mappings a thousand times.
+    let mut opened: HashMap<(usize, &TargetSpec), Opened> = HashMap::new();
     for spec in specs {
         for (scope_index, scope) in scopes.iter().enumerate() {
-            let file = scope.resolve(&spec.target)?;
-            let (symbols, first) = elves.get(&file)?;
+            let target = match opened.entry((scope_index, &spec.target)) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(new) => new.insert(Opened {
+                    file: scope.resolve(&spec.target)?,
+                    code: None,
+                }),
+            };
+            // Read (and its kind of file checked) before it is opened: opening a FIFO would wait.
+            let (symbols, first) = elves.get(&target.file)?;
             if first {
-                file_notices(&mut plan.notices, &file, symbols, exits);
+                file_notices(&mut plan.notices, &target.file, symbols, exits);
             }
             let functions = symbols.find(&spec.symbol)?;
-            // Opened once for every function's instructions (entry, exits).
-            let code = std::fs::File::open(&file.open).map_err(unreadable(&file))?;
-            let meta = code.metadata().map_err(unreadable(&file))?;
+            let (file, (code, meta)) = target.code()?;
             for function in functions {
-                let function = &*in_scope(function, scope, (&file, &code), symbols, &mut in_process);
+                let function = &*in_scope(function, scope, (file, code), symbols, &mut in_process);
                 let shown = file.shown.display().to_string();
-                let key = probe_key(&meta, function);
+                let key = probe_key(meta, function);
                 let planned = match ids.get(&key) {
                     Some(known) => {
                         if let Ok((id, ..)) = known {
@@ -248,7 +256,7 @@ fn plan_functions(
                     None => {
                         let known = match placement(
                             (entries, exits),
-                            (&file, &code),
+                            (file, code),
                             symbols,
                             function,
                             spec.args.len(),
@@ -264,7 +272,7 @@ fn plan_functions(
                                     &mut at_exits,
                                     exits,
                                     spec,
-                                    &file,
+                                    file,
                                     symbols,
                                     (function, entry, sites),
                                 )
@@ -292,13 +300,8 @@ fn plan_functions(
                 if !attached.insert((scope_index, key)) {
                     continue;
                 }
-                let attachment = attachment(
-                    (&file, &code),
-                    symbols,
-                    function,
-                    (id, offset, sites),
-                    scope_index,
-                )?;
+                let attachment =
+                    attachment((file, code), symbols, function, (id, offset, sites), scope_index)?;
                 plan.attachments.push(attachment);
             }
             if plan.probes.len() - before > max_probes {
@@ -313,6 +316,29 @@ fn plan_functions(
     left_out.notices(&mut plan.notices);
     super::names::tell_apart(&mut plan.probes[before..], &places);
     Ok(())
+}
+
+/// A TARGET's file as resolved in a scope, and once its symbols are read, opened for its
+/// functions' instructions (entry, exits).
+struct Opened {
+    file: TargetFile,
+    code: Option<(std::fs::File, std::fs::Metadata)>,
+}
+
+impl Opened {
+    /// The file and, opened on the first call, its code.
+    fn code(&mut self) -> Result<(&TargetFile, &(std::fs::File, std::fs::Metadata))> {
+        let Opened { file, code } = self;
+        let code = match code {
+            Some(code) => code,
+            None => {
+                let opened = std::fs::File::open(&file.open).map_err(unreadable(file))?;
+                let meta = opened.metadata().map_err(unreadable(file))?;
+                code.insert((opened, meta))
+            }
+        };
+        Ok((file, code))
+    }
 }
 
 /// What a planned probe is known by: its file's device and inode, its entry offset, and whether
