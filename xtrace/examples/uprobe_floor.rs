@@ -64,10 +64,11 @@ fn main() -> anyhow::Result<()> {
         Some(other) => anyhow::bail!("unknown flag {other}: give --return or --clock"),
     };
     let clock = mode.as_deref() == Some("--clock");
-    let mut ebpf = xtrace::bpf::load(&xtrace::bpf::LoadOptions {
+    let options = xtrace::bpf::LoadOptions {
         ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
         ..Default::default()
-    })?;
+    };
+    let mut ebpf = xtrace::bpf::load(&options, xtrace::bpf::loader::Parsed::parse(false).loader)?;
     let mut links = Vec::new();
     let multi = std::env::var(ATTACH_ENV).as_deref() != Ok("perf_event");
     let loaded = if multi {

@@ -8,6 +8,7 @@ pub mod features;
 pub mod goroutines;
 pub mod kallsyms;
 pub mod layout;
+pub mod loader;
 pub mod overhead;
 pub mod perf_uprobe;
 pub mod uprobe_multi;
@@ -156,8 +157,9 @@ impl TaskOffsets {
     }
 }
 
-/// Loads the object configured by `options`.
-pub fn load(options: &LoadOptions) -> Result<Ebpf> {
+/// Loads the object configured by `options` with `loader` (see [`loader`]: one without the
+/// kernel's BTF).
+pub fn load(options: &LoadOptions, loader: EbpfLoader<'static>) -> Result<Ebpf> {
     let args_enabled = u8::from(!options.arg_specs.is_empty());
     // -u probes' long strings are in STR_LENS, USDT sites' in their arguments (`UsdtArg::long`).
     let str_lens = !options.str_lens.is_empty();
@@ -195,7 +197,9 @@ pub fn load(options: &LoadOptions) -> Result<Ebpf> {
     let pid_namespace = options
         .pid_namespace
         .unwrap_or(crate::pidns::PidNamespace { dev: 0, ino: 0 });
-    let mut ebpf = EbpfLoader::new()
+    // Borrowing the values below for as long as the load.
+    let mut loader: EbpfLoader<'_> = loader;
+    let mut ebpf = loader
         // STACKS is task storage, which aya creates but has no user-space type for (xtrace
         // never reads it from user space).
         .allow_unsupported_maps()

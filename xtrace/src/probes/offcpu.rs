@@ -28,10 +28,12 @@ pub fn unavailable() -> Option<String> {
     }
 }
 
-/// Attaches the off-CPU programs of the loaded object.
-pub fn attach(ebpf: &mut Ebpf) -> Result<()> {
-    let btf =
-        Btf::from_sys_fs().map_err(|e| Error::io("/sys/kernel/btf/vmlinux", std::io::Error::other(e)))?;
+/// Attaches the off-CPU programs of the loaded object, typed by `btf`, the kernel's BTF as aya
+/// parsed it (parsed here when not given).
+pub fn attach(ebpf: &mut Ebpf, btf: Option<bpf::loader::TypesBtf>) -> Result<()> {
+    let btf = btf
+        .unwrap_or_else(Btf::from_sys_fs)
+        .map_err(|e| Error::io("/sys/kernel/btf/vmlinux", std::io::Error::other(e)))?;
     for (program, tracepoint) in [
         ("off_cpu_switch", "sched_switch"),
         ("off_cpu_waking", "sched_waking"),

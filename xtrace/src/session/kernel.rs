@@ -61,9 +61,11 @@ pub(super) struct Maps {
 /// Loads the kernel programs and attaches the probes, the child-following tracepoints and the
 /// sampler; opens the side band that reports mappings, before anything it must see can happen.
 pub(super) fn load_and_attach(
-    prepared: &Prepared,
+    prepared: &mut Prepared,
     observer: &mut dyn Observer,
 ) -> Result<(Kernel, Option<Sideband>, Calls)> {
+    let parsing = prepared.take_parsing();
+    let prepared = &*prepared;
     let Prepared {
         config,
         resolved: Resolved { targets, plan, .. },
@@ -78,7 +80,8 @@ pub(super) fn load_and_attach(
     // Samples carry user stacks to unwind; functions of Go code are traced.
     let copies_stacks = sampling.is_some() && config.user_stack > 0;
     let go_code = plan.attachments.iter().any(|a| a.go);
-    let mut ebpf = bpf::load(&bpf::LoadOptions {
+    let parsed = parsing.join();
+    let options = bpf::LoadOptions {
         ring_bytes: config.buffer_size,
         arg_specs: uprobe::arg_specs(plan),
         str_lens: uprobe::str_lens(plan),
@@ -98,7 +101,8 @@ pub(super) fn load_and_attach(
         follow: *follow,
         pid_namespace: *pid_namespace,
         off_cpu_min_ns: *off_cpu_ns,
-    })?;
+    };
+    let mut ebpf = bpf::load(&options, parsed.loader)?;
     let mut cuda = Calls::new(plan.cuda.clone());
     if let (Targets::Pids(_), false) = (targets, plan.cuda.is_empty()) {
         for pid in targets.pids() {
@@ -151,7 +155,7 @@ pub(super) fn load_and_attach(
         Some(sampling) => sampler::attach(&mut ebpf, sampling.hz)?,
         None => 0,
     };
-    let off_cpu_ns = off_cpu(&mut ebpf, (config, *off_cpu_ns), observer)?;
+    let off_cpu_ns = off_cpu(&mut ebpf, (config, *off_cpu_ns, parsed.btf), observer)?;
     let kernel = Kernel {
         ebpf,
         attached,
@@ -169,13 +173,13 @@ pub(super) fn load_and_attach(
 /// when they are attached. Where it is on by itself, a refusal costs a notice, not the capture.
 fn off_cpu(
     ebpf: &mut Ebpf,
-    (config, min_ns): (&Config, Option<u64>),
+    (config, min_ns, btf): (&Config, Option<u64>, Option<bpf::loader::TypesBtf>),
     observer: &mut dyn Observer,
 ) -> Result<Option<u64>> {
     let Some(min_ns) = min_ns else {
         return Ok(None);
     };
-    match crate::probes::offcpu::attach(ebpf) {
+    match crate::probes::offcpu::attach(ebpf, btf) {
         Ok(()) => Ok(Some(min_ns)),
         Err(e) if config.off_cpu_by_default() => {
             crate::probes::offcpu::detach(ebpf);

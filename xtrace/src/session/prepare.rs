@@ -37,6 +37,9 @@ pub(super) struct Prepared<'a> {
     pub(super) live: Option<crate::live::Live>,
     /// Off-CPU time's MIN in ns, when it is measured: `--off-cpu`, or on by itself.
     pub(super) off_cpu_ns: Option<u64>,
+    /// aya's loader and the kernel's BTF, parsed while the probes are planned; taken by the
+    /// load.
+    pub(super) parsing: Option<crate::bpf::loader::Parsing>,
 }
 
 impl<'a> Prepared<'a> {
@@ -52,6 +55,9 @@ impl<'a> Prepared<'a> {
         crate::bpf::features::require_bpf_syscall()?;
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
+        // Everything below the privileges ends in a load: the kernel's BTF is parsed meanwhile.
+        let off_cpu_asked = config.off_cpu_by_default() || config.off_cpu_ns.is_some();
+        let parsing = Some(crate::bpf::loader::Parsing::start(off_cpu_asked));
         let signals = Signals::install(config.flight.is_some())?;
         let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
@@ -118,6 +124,16 @@ impl<'a> Prepared<'a> {
             start_at_ns,
             live,
             off_cpu_ns,
+            parsing,
+        })
+    }
+}
+
+impl Prepared<'_> {
+    /// The parses started by [`Prepared::new`], for the load to join (once).
+    pub(super) fn take_parsing(&mut self) -> crate::bpf::loader::Parsing {
+        self.parsing.take().unwrap_or(crate::bpf::loader::Parsing::Later {
+            typed_programs: self.off_cpu_ns.is_some(),
         })
     }
 }

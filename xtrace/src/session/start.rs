@@ -70,9 +70,9 @@ pub(super) struct Started<'a> {
 
 impl<'a> Prepared<'a> {
     /// Attaches and starts recording; `observer` hears the attached notice.
-    pub(super) async fn start(self, observer: &mut dyn Observer) -> Result<Started<'a>> {
+    pub(super) async fn start(mut self, observer: &mut dyn Observer) -> Result<Started<'a>> {
         let since_ns = crate::clock::monotonic_ns();
-        let (mut kernel, sideband, cuda) = load_and_attach(&self, observer)?;
+        let (mut kernel, sideband, cuda) = load_and_attach(&mut self, observer)?;
         let Prepared {
             config,
             mut signals,
