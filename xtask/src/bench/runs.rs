@@ -6,7 +6,7 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::Command,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -192,6 +192,9 @@ impl XtraceSpec {
 
 pub struct XtraceOut {
     pub work: WorkloadOut,
+    /// From xtrace's spawn until it printed that every probe is attached (planning, loading and
+    /// attaching), timed as bpftrace's attach is.
+    pub ready: Duration,
     /// summary.json; `None` when xtrace was killed after `exit_timeout`.
     pub summary: Option<Value>,
     pub finished: Finished,
@@ -218,8 +221,10 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
     cmd.args(&spec.flags);
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     cmd.arg("-o").arg(&out_dir);
+    let spawned = Instant::now();
     let mut tracer = Tracer::spawn("xtrace", cmd, Stdout::Lines)?;
     tracer.wait_for("xtrace: attached", ATTACH_TIMEOUT)?;
+    let ready = spawned.elapsed();
     let client = match spec.live_client {
         true => Some(live_client(env, &tracer.lines())?),
         false => None,
@@ -244,6 +249,7 @@ pub fn xtrace(env: &Env, spec: &XtraceSpec) -> Result<XtraceOut> {
     }
     Ok(XtraceOut {
         work,
+        ready,
         summary,
         finished,
     })
