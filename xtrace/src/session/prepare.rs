@@ -56,8 +56,9 @@ impl<'a> Prepared<'a> {
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
         // Everything below the privileges ends in a load: the kernel's BTF is parsed meanwhile.
-        let off_cpu_asked = config.off_cpu_by_default() || config.off_cpu_ns.is_some();
-        let parsing = Some(crate::bpf::loader::Parsing::start(off_cpu_asked));
+        let parsing = Some(crate::bpf::loader::Parsing::start(
+            off_cpu_asked(config).is_some(),
+        ));
         let signals = Signals::install(config.flight.is_some())?;
         let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
@@ -138,14 +139,19 @@ impl Prepared<'_> {
     }
 }
 
+/// Off-CPU time's MIN in ns as asked for: `--off-cpu`'s, or 1 ms when it is on by itself.
+fn off_cpu_asked(config: &Config) -> Option<u64> {
+    match config.off_cpu_by_default() {
+        true => Some(offcpu::DEFAULT_MIN_NS),
+        false => config.off_cpu_ns,
+    }
+}
+
 /// Off-CPU time's MIN in ns when it is measured: `--off-cpu`'s, or 1 ms when it is on by itself
 /// (`--pid` without probes). A kernel that cannot measure it costs a notice, and the capture goes
 /// on without it.
 fn off_cpu_min(config: &Config, observer: &mut dyn Observer) -> Option<u64> {
-    let min_ns = match config.off_cpu_by_default() {
-        true => Some(offcpu::DEFAULT_MIN_NS),
-        false => config.off_cpu_ns,
-    };
+    let min_ns = off_cpu_asked(config);
     match min_ns.and_then(|_| offcpu::unavailable()) {
         Some(why) => {
             observer.warning(&format!(
