@@ -215,11 +215,10 @@ impl ProcessInfo {
     pub fn read(pid: u32) -> ProcessInfo {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let environ = crate::procfs::environ(pid);
-        let rank = Rank::from_environ_file(&environ);
         ProcessInfo {
             comm: read_comm(&format!("/proc/{pid}/comm")),
             ns_pid: crate::procfs::parse_ns_pid(&status),
-            rank,
+            rank: Rank::from_environ_file(&environ),
         }
     }
 

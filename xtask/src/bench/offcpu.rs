@@ -5,12 +5,12 @@
 //! `sleep`): the added ns per wait for a traced and for an untraced thread. On a virtual machine
 //! the same bare ping-pong runs at about 1.3 µs or about 2 µs a wait from one process to the next
 //! (the whole run in one mode: it is not the scheduler, the switches are the same), so one run of
-//! each against the other measures the mode, not xtrace: each run of this bench starts each ping-pong
-//! (bare, traced, untraced, bpftrace's) `TRIES` times, interleaved, and keeps each one's fastest
-//! batch per wait. A mix with
-//! 100 µs of work before each hand-off (about 10,000 waits a second) gives the slowdown of a
-//! realistic program, and bpftrace's offcputime-style script (a start time per thread at
-//! switch-out, the time off CPU summed at switch-in) the same ping-pong's cost beside xtrace's.
+//! each against the other measures the mode, not xtrace: each run of this bench starts each
+//! ping-pong (bare, traced, untraced, bpftrace's) `TRIES` times, interleaved, and keeps each one's
+//! fastest batch per wait. A mix with 100 µs of work before each hand-off (about 10,000 waits a
+//! second) gives the slowdown of a realistic program, and bpftrace's offcputime-style script (a
+//! start time per thread at switch-out, the time off CPU summed at switch-in) the same
+//! ping-pong's cost beside xtrace's.
 //! Each figure is the median over runs of that run's difference to the bare figure of the same
 //! run. The `syscalls` workload (xtask/bench/syscalls.c: getppid(2) in 20 timed batches, none
 //! blocking, reporting its fastest batch) runs the same three ways: the time the off-CPU programs
