@@ -68,7 +68,10 @@ fn main() -> anyhow::Result<()> {
         ring_bytes: xtrace_common::probe::DEFAULT_RING_BYTES,
         ..Default::default()
     };
-    let mut ebpf = xtrace::bpf::load(&options, xtrace::bpf::loader::Parsed::parse(false).loader)?;
+    let mut ebpf = xtrace::bpf::load(
+        &options,
+        xtrace::bpf::loader::Parsed::parse(Default::default()).loader,
+    )?;
     let mut links = Vec::new();
     let multi = std::env::var(ATTACH_ENV).as_deref() != Ok("perf_event");
     let loaded = if multi {

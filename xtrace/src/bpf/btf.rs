@@ -3,7 +3,10 @@
 //! struct, and how many arguments a raw tracepoint passes (its `btf_trace_NAME` typedef, a pointer
 //! to the probe's prototype). A reader of the format's type and string sections as the kernel's
 //! Documentation/bpf/btf.rst lays them out, not a general BTF library.
-use std::ops::Range;
+use std::{
+    ops::Range,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 const MAGIC: u16 = 0xeb9f;
@@ -15,6 +18,9 @@ const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_TYPEDEF: u32 = 8;
 const KIND_FUNC_PROTO: u32 = 13;
+
+/// The kernel's BTF of the capture being prepared (see [`KernelBtf::shared`]).
+static SHARED: Mutex<Option<Arc<KernelBtf>>> = Mutex::new(None);
 
 /// The kernel's BTF: its bytes and where each type's record starts (type id i at `types[i - 1]`).
 pub struct KernelBtf {
@@ -45,6 +51,33 @@ impl KernelBtf {
             )
         })?;
         Self::parse(data).map_err(|reason| std::io::Error::other(format!("{VMLINUX}: {reason}")))
+    }
+
+    /// The kernel's BTF, read at the first call since [`KernelBtf::release`] and shared until
+    /// then. Preparing a capture asks it several questions from several modules (whether off-CPU
+    /// time can be measured, where `task_struct`'s members lie, how to follow child processes):
+    /// one read of several MB, not one per question. A caller that comes while another reads
+    /// waits for that read (the xtrace-btf thread reads it beside the planning). A failed read is
+    /// not kept: the next call tries again.
+    pub fn shared() -> std::io::Result<Arc<KernelBtf>> {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(btf) = &*shared {
+            return Ok(Arc::clone(btf));
+        }
+        let btf = Arc::new(Self::read()?);
+        *shared = Some(Arc::clone(&btf));
+        Ok(btf)
+    }
+
+    /// Lets the shared BTF go (its memory goes with its last holder): everything loaded, no
+    /// question is left for it while the capture runs.
+    pub fn release() {
+        SHARED.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    /// The BTF's bytes, as read.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
     }
 
     /// Indexes BTF bytes in this machine's byte order.
@@ -286,5 +319,17 @@ mod tests {
         assert!(btf.member_offset("task_struct", "tgid").is_some());
         assert_eq!(btf.tracepoint_args("task_newtask"), Some(2));
         assert!(btf.tracepoint_args("sched_process_exit").is_some());
+    }
+
+    #[test]
+    fn the_shared_btf_is_read_once_until_released() {
+        let first = KernelBtf::shared().expect("this kernel's BTF");
+        let again = KernelBtf::shared().expect("this kernel's BTF");
+        assert!(Arc::ptr_eq(&first, &again), "read twice");
+        KernelBtf::release();
+        let after = KernelBtf::shared().expect("this kernel's BTF");
+        assert!(!Arc::ptr_eq(&first, &after), "kept after its release");
+        assert_eq!(after.bytes(), first.bytes());
+        KernelBtf::release();
     }
 }

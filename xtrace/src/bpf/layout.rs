@@ -36,7 +36,7 @@ pub struct UprobeTask {
 impl UprobeTask {
     /// The offsets on this kernel, or all 0.
     pub fn read() -> UprobeTask {
-        let Ok(btf) = super::btf::KernelBtf::read() else {
+        let Ok(btf) = super::btf::KernelBtf::shared() else {
             return UprobeTask::default();
         };
         let offsets = (|| {

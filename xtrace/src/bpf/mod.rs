@@ -130,7 +130,7 @@ struct TaskOffsets {
 impl TaskOffsets {
     fn read(options: &LoadOptions) -> Self {
         let needed = options.go_code || options.off_cpu_min_ns.is_some() || options.python;
-        let btf = needed.then(|| btf::KernelBtf::read().ok()).flatten();
+        let btf = needed.then(|| btf::KernelBtf::shared().ok()).flatten();
         let member = |name: &str| {
             btf.as_ref()
                 .and_then(|btf| btf.member_offset("task_struct", name))

@@ -12,7 +12,7 @@ use crate::{
 /// its own (`in_namespace`).
 pub fn offsets(in_namespace: bool) -> Result<Offsets> {
     let needed = |what: &str| format!("{what} (needed to follow child processes; --no-inherit does without)");
-    let btf = KernelBtf::read().map_err(|e| Error::io(needed("the kernel's BTF"), e))?;
+    let btf = KernelBtf::shared().map_err(|e| Error::io(needed("the kernel's BTF"), e))?;
     let missing = |what: &str| {
         Error::io(
             needed("the kernel's BTF"),

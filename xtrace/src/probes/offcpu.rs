@@ -21,8 +21,8 @@ pub const DEFAULT_MIN_NS: u64 = 1_000_000;
 /// kernel would not say: the attach then answers). The scheduler's BTF-typed tracepoints must
 /// load.
 pub fn unavailable() -> Option<String> {
-    let btf = crate::bpf::btf::KernelBtf::read().ok();
-    match crate::bpf::features::btf_tracepoints(btf.as_ref()) {
+    let btf = crate::bpf::btf::KernelBtf::shared().ok();
+    match crate::bpf::features::btf_tracepoints(btf.as_deref()) {
         crate::bpf::features::Answer::No(why) => Some(why),
         _ => None,
     }

@@ -156,6 +156,8 @@ pub(super) fn load_and_attach(
         None => 0,
     };
     let off_cpu_ns = off_cpu(&mut ebpf, (config, *off_cpu_ns, parsed.btf), observer)?;
+    // Every question to the kernel's BTF is answered.
+    bpf::btf::KernelBtf::release();
     let kernel = Kernel {
         ebpf,
         attached,

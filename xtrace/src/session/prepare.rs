@@ -11,7 +11,7 @@ use super::{
     Observer,
 };
 use crate::{
-    bpf::layout::Offsets,
+    bpf::{layout::Offsets, loader::Wanted},
     error::{Error, Result},
     pidns::PidNamespace,
     privilege,
@@ -55,14 +55,16 @@ impl<'a> Prepared<'a> {
         crate::bpf::features::require_bpf_syscall()?;
         privilege::check()?;
         crate::probes::attach::forced_mechanism()?;
+        let hz = sampling_rate(config)?;
         // Everything below the privileges ends in a load: the kernel's BTF is parsed meanwhile.
-        let parsing = Some(crate::bpf::loader::Parsing::start(
-            off_cpu_asked(config).is_some(),
-        ));
+        let off_cpu = off_cpu_asked(config).is_some();
+        let parsing = Some(crate::bpf::loader::Parsing::start(Wanted {
+            typed_programs: off_cpu,
+            kernel_btf: off_cpu || hz.is_some(),
+        }));
         let signals = Signals::install(config.flight.is_some())?;
         let start_at_ns = config.start_at.map(window_start).transpose()?;
         let specs = Specs::parse(config)?;
-        let hz = sampling_rate(config)?;
         let mut resolved = targets::resolve(config, &specs, hz.is_some())?;
         resolved.plan.stacks = config.stacks;
         if pid_namespace.is_some() {
@@ -133,9 +135,12 @@ impl<'a> Prepared<'a> {
 impl Prepared<'_> {
     /// The parses started by [`Prepared::new`], for the load to join (once).
     pub(super) fn take_parsing(&mut self) -> crate::bpf::loader::Parsing {
-        self.parsing.take().unwrap_or(crate::bpf::loader::Parsing::Later {
-            typed_programs: self.off_cpu_ns.is_some(),
-        })
+        self.parsing
+            .take()
+            .unwrap_or(crate::bpf::loader::Parsing::later(Wanted {
+                typed_programs: self.off_cpu_ns.is_some(),
+                kernel_btf: false,
+            }))
     }
 }
 
