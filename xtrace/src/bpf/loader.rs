@@ -14,7 +14,7 @@ use aya::{Btf, BtfError, EbpfLoader, Endianness};
 
 use super::btf::KernelBtf;
 
-/// What the thread makes besides the loader.
+/// What the threads make besides the loader.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Wanted {
     /// The kernel's BTF as aya parses it, for the off-CPU programs.
@@ -99,7 +99,8 @@ fn read_btf(wanted: Wanted) -> Option<TypesBtf> {
 
 impl Parsing {
     /// Starts the threads: one makes the loader, one (when `wanted` asks for anything) reads the
-    /// kernel's BTF. Apart, each waits for neither: aya's loader parses the kernel's BTF again.
+    /// kernel's BTF. Two, so that neither waits for the other: aya's loader parses the kernel's
+    /// BTF on its own.
     pub fn start(wanted: Wanted) -> Parsing {
         let btf = match wanted.kernel_btf || wanted.typed_programs {
             true => Pending::start("xtrace-btf", read_btf, wanted),
