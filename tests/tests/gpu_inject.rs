@@ -16,6 +16,7 @@ use xtrace_tests::{
     output::Outputs,
     require_bpf,
     run::{expect_user_error, Xtrace},
+    TempDir,
 };
 
 /// gpuapp with the stand-in CUPTI loaded, CUDA initialized without the variable, on stdin.
@@ -292,7 +293,9 @@ fn a_computing_or_sleeping_thread_is_injected_at_its_next_system_call_made_once(
     let pid = app.pid();
     app.send("spin");
     assert_eq!(app.next_line(), "spinning");
-    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    let tmp = TempDir::new("inject-computing");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject", "-o", &out_dir]);
     std::thread::sleep(std::time::Duration::from_millis(500));
     // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
@@ -302,6 +305,8 @@ fn a_computing_or_sleeping_thread_is_injected_at_its_next_system_call_made_once(
     assert_eq!(app.next_line(), "done 1");
     xtrace.signal(libc::SIGINT);
     xtrace.wait().assert_success();
+    // The one round of work came after the attach: its three launches were traced.
+    assert_eq!(Outputs::read(&out_dir).spans_named("cuLaunchKernel").len(), 3);
     assert_eq!(injected_inodes(pid).len(), 1);
     app.send("quit");
     assert!(app.wait().success());
@@ -316,7 +321,14 @@ fn a_computing_or_sleeping_thread_is_injected_at_its_next_system_call_made_once(
     // In clock_nanosleep (230) when xtrace starts.
     let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).expect("its system call");
     assert!(syscall.starts_with("230 "), "{syscall}");
-    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]);
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        pid.to_string(),
+        "--cuda",
+        "--inject",
+        "-o",
+        tmp.join("slept")
+    ]);
     xtrace.wait_attached();
     assert_eq!(app.next_line(), "done 1");
     let slept = started.elapsed();
