@@ -3,9 +3,14 @@
 //! XTRACE_BIN set. Under CI (CI=true or CI=1) it also sets XTRACE_REQUIRE_BPF=1, so a missing
 //! capability fails, and then runs the kernel matrix's smoke set inside Debian 12's kernel.
 //! With `--kernel PATH` it runs only that smoke set, inside the kernel at PATH (see kernel/).
-use std::{env, path::PathBuf};
+use std::{
+    collections::BTreeSet,
+    env,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::{
@@ -58,7 +63,22 @@ pub fn run(args: &TestArgs) -> Result<()> {
     root.args(["test", "-p", "xtrace-tests", "--", "--test-threads=1"])
         .args(&args.args);
     root.env("XTRACE_BIN", &bin).envs(test_env());
+    // `cargo test` runs them in the crate's directory, which is part of the source tree.
+    let cwd = ws.root.join("tests");
+    let before = entries(&cwd)?;
     util::run("integration tests (xtrace-tests)", &mut root)?;
+    let left: Vec<String> = entries(&cwd)?
+        .difference(&before)
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    if !left.is_empty() {
+        bail!(
+            "integration tests left {} in {}: a test wrote into its working directory (an xtrace \
+             run without `-o`?); give it a TempDir",
+            left.join(", "),
+            cwd.display()
+        );
+    }
     if in_ci() {
         // The same build, in the kernel of Debian 12 hosts (5.15 to 6.8 are in production).
         let guest = kernel::debian_kernel()?;
@@ -80,4 +100,12 @@ pub fn test_env() -> Vec<(&'static str, &'static str)> {
 
 fn in_ci() -> bool {
     env::var("CI").is_ok_and(|ci| ci.eq_ignore_ascii_case("true") || ci == "1")
+}
+
+/// The names in directory `dir`.
+fn entries(dir: &Path) -> Result<BTreeSet<OsString>> {
+    let read = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    read.map(|entry| Ok(entry?.file_name()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("reading {}", dir.display()))
 }
