@@ -23,6 +23,13 @@ pub struct Wanted {
     pub kernel_btf: bool,
 }
 
+impl Wanted {
+    /// Whether the kernel's BTF is read at all: for xtrace's index or for aya's parse of it.
+    fn any_btf(self) -> bool {
+        self.kernel_btf || self.typed_programs
+    }
+}
+
 /// The parses under way; [`Parsing::join`] waits for them.
 pub struct Parsing {
     loader: Pending<EbpfLoader<'static>>,
@@ -90,7 +97,7 @@ fn make_loader(_: Wanted) -> EbpfLoader<'static> {
 /// The kernel's BTF as `wanted` says: xtrace's index, shared with the planning thread, which
 /// waits for this read instead of making its own, and aya's parse of the same bytes.
 fn read_btf(wanted: Wanted) -> Option<TypesBtf> {
-    let kernel = (wanted.kernel_btf || wanted.typed_programs).then(KernelBtf::shared);
+    let kernel = wanted.any_btf().then(KernelBtf::shared);
     wanted.typed_programs.then(|| match &kernel {
         Some(Ok(kernel)) => Btf::parse(kernel.bytes(), Endianness::default()),
         _ => Btf::from_sys_fs(),
@@ -102,9 +109,10 @@ impl Parsing {
     /// kernel's BTF. Two, so that neither waits for the other: aya's loader parses the kernel's
     /// BTF on its own.
     pub fn start(wanted: Wanted) -> Parsing {
-        let btf = match wanted.kernel_btf || wanted.typed_programs {
-            true => Pending::start("xtrace-btf", read_btf, wanted),
-            false => Pending::Later(read_btf, wanted),
+        let btf = if wanted.any_btf() {
+            Pending::start("xtrace-btf", read_btf, wanted)
+        } else {
+            Pending::Later(read_btf, wanted)
         };
         Parsing {
             loader: Pending::start("xtrace-loader", make_loader, wanted),
