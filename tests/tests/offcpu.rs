@@ -183,14 +183,14 @@ fn a_wait_on_a_mutex_is_woken_by_its_holder() {
         holder.contains("lll_lock_wake") || holder.contains("mutex_unlock"),
         "{holder}"
     );
-    assert!(
-        out.summary_txt.contains(&format!(
-            "lock `lock` in {} (pid {pid}): ",
-            fixtures().offcpu.display()
-        )),
-        "{}",
-        out.summary_txt
+    let line = format!("  lock `lock` in {} (pid {pid}): ", fixtures().offcpu.display());
+    let line = out.summary_txt.lines().find(|l| l.starts_with(&line));
+    let line = line.unwrap_or_else(|| panic!("no lock line in\n{}", out.summary_txt));
+    let released = format!(
+        " of 1 threads; released most by holder {pid}/{} (1x)",
+        holders[0]["tid"]
     );
+    assert!(line.ends_with(&released), "{line}");
 }
 
 /// `report` shows a capture's time off CPU by wait, its longest waits and its locks; `diff`

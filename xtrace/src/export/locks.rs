@@ -2,7 +2,8 @@
 //! `pipeline::family::locks_summary`).
 use crate::pipeline::family::locks_summary::LockSummary;
 
-/// The summary's text lines: the three most contended locks and who held them.
+/// The summary's text lines: the three most contended locks and who released their waits of at
+/// least MIN most, with how many.
 pub fn table(locks: &[LockSummary]) -> String {
     let ms = |ns: u64| format!("{:.1} ms", ns as f64 / 1e6);
     let mut out = String::new();
@@ -18,7 +19,11 @@ pub fn table(locks: &[LockSummary]) -> String {
             .map(|p| format!(" in {p}"))
             .unwrap_or_default();
         let held = match lock.holders.first() {
-            Some(h) => format!("; released most by {} {}/{}", h.comm, h.pid, h.tid),
+            // How often: a lock whose waits mostly end at their timeouts has few wake-ups to go by.
+            Some(h) => format!(
+                "; released most by {} {}/{} ({}x)",
+                h.comm, h.pid, h.tid, h.wakeups
+            ),
             None => String::new(),
         };
         out += &format!(
