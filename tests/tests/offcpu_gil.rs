@@ -1,9 +1,16 @@
 //! CPython's GIL among the contended locks (`--off-cpu`): `pyfix.py gil SECONDS`
-//! (tests/fixtures/pyfix.py) runs two threads that spin in pure Python, taking the GIL from each
-//! other every switch interval, while its main thread waits for them in join(). Traced by `--pid`
-//! for 2 s within their spin, on every interpreter present (Debian's static python3.11 and
-//! pyenv's 3.10 to 3.13): the lock named `GIL` was waited on by exactly the two threads, each for
-//! about half the capture (less its time waiting for a CPU), and released by them.
+//! (tests/fixtures/pyfix.py) runs two threads that take turns at the GIL, each computing in pure
+//! Python for 3 ms and then sleeping 0.5 ms, which drops the GIL and wakes the other, while its
+//! main thread waits for them in join(). Traced by `--pid` for 2 s within their turns, on every
+//! interpreter present (Debian's static python3.11 and pyenv's 3.10 to 3.13): the lock named
+//! `GIL` was waited on by exactly the two threads, each for about 2.5 ms of every 6 (less its
+//! time waiting for a CPU), and released by each of them.
+//!
+//! The turns are what make the holders known. Two threads that only spin take the GIL from each
+//! other at the switch interval: each wait for it lasts the whole interval (5 ms) and ends at its
+//! timeout, a wake-up from a timer interrupt, which names no holder; the holder's release then
+//! ends a second, short wait, under MIN, whose waker is not kept. Such a capture has holders only
+//! where something else (another process taking the CPU) stretched a wait.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,7 +40,7 @@ fn gil_cond_symbol(minor: u32) -> String {
 
 /// The two threads contend for the GIL for the 2 s of a `--pid` capture: one lock named `GIL`,
 /// its waiters exactly the two, each waiting 25% to 75% of the capture less its time runnable
-/// (about half: the other holds it), its holders among them; summary.txt names it.
+/// (about 42%: 2.5 ms of every 6), its holders exactly the two; summary.txt names it.
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn two_threads_contending_for_the_gil_wait_on_the_lock_named_gil() {
@@ -104,10 +111,10 @@ fn runnable_ns(out: &Outputs) -> BTreeMap<u64, u64> {
         .collect()
 }
 
-/// `gil`'s waiters are exactly `workers` (tid: nanoseconds runnable), their waits adding up to the
-/// lock's; its holders are among them. Each waits for the GIL while the other holds it: about
-/// half of the `duration` it did not spend waiting for a CPU (which a busy machine makes longer),
-/// asserted within 25% to 75%.
+/// `gil`'s waiters and holders are exactly `workers` (tid: nanoseconds runnable), their waits
+/// adding up to the lock's. Each waits for the GIL while the other holds it: about 42% of the
+/// `duration` it did not spend waiting for a CPU (which a busy machine makes longer), asserted
+/// within 25% to 75%.
 fn assert_gil_waits(label: &str, gil: &Value, workers: &BTreeMap<u64, u64>, duration: u64) {
     let waiters = gil["waiter_threads"].as_array().expect("waiter_threads");
     let tids: BTreeSet<u64> = waiters.iter().map(|w| u64_field(w, "tid")).collect();
@@ -129,11 +136,8 @@ fn assert_gil_waits(label: &str, gil: &Value, workers: &BTreeMap<u64, u64>, dura
     let total: u64 = waiters.iter().map(|w| u64_field(w, "wait_ns")).sum();
     assert_eq!(u64_field(gil, "wait_ns"), total, "{label}");
     let holders = gil["holders"].as_array().expect("holders");
-    assert!(!holders.is_empty(), "{label}: {gil:#?}");
-    for holder in holders {
-        assert!(
-            workers.contains_key(&u64_field(holder, "tid")),
-            "{label}: {gil:#?}"
-        );
-    }
+    let tids: BTreeSet<u64> = holders.iter().map(|h| u64_field(h, "tid")).collect();
+    assert_eq!(tids, workers.keys().copied().collect(), "{label}: {gil:#?}");
+    let released: Vec<u64> = holders.iter().map(|h| u64_field(h, "wakeups")).collect();
+    eprintln!("gil: {label}: holders released waits of at least 1 ms {released:?} times");
 }
