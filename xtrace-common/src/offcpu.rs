@@ -38,7 +38,8 @@ pub struct OffCpuInterval {
     /// The system call it slept in (x86-64 numbers), or [`NO_SYSCALL`].
     pub syscall: i32,
     /// The process and thread that last woke it, as xtrace sees them; 0 and 0 when woken from an
-    /// interrupt (a timer, an I/O completion: `waker_context`) or not seen.
+    /// interrupt (a timer, an I/O completion: `waker_context`), by the idle task (`waker_comm`
+    /// `swapper/N`), or not seen (`waker_comm` empty).
     pub waker_pid: u32,
     pub waker_tid: u32,
     /// The waker's user stack as it woke a thread waiting on a lock (`lock` not 0), walked by
@@ -52,6 +53,15 @@ pub struct OffCpuInterval {
     /// A [`waker_context`] value: whether a thread or an interrupt woke it.
     pub waker_context: u32,
     pub _pad: u32,
+}
+
+impl OffCpuInterval {
+    /// Whether the wake-up that ended it was seen: by a thread (the idle task too) or an
+    /// interrupt. One not seen (the thread went to sleep before the wake-ups were watched) names
+    /// no waker.
+    pub fn waker_seen(&self) -> bool {
+        self.waker_context == waker_context::INTERRUPT || self.waker_pid != 0 || self.waker_comm[0] != 0
+    }
 }
 
 /// The name the kernel threads that run soft interrupts have, `ksoftirqd/CPU`, up to the CPU.
@@ -74,7 +84,8 @@ pub fn runs_soft_interrupts(comm: &[u8; 16]) -> bool {
 
 /// Where the last wake-up of a thread came from (`OffCpuInterval::waker_context`).
 pub mod waker_context {
-    /// A thread, named by `waker_pid`/`waker_tid` (0: the idle task, or no wake-up seen).
+    /// A thread, named by `waker_pid`/`waker_tid` (0: the idle task, or no wake-up seen, which
+    /// has no `waker_comm` either).
     pub const THREAD: u32 = 0;
     /// An interrupt (a timer, an I/O completion, another CPU's request), whichever thread it
     /// came in on: the waker's ids are 0.
@@ -179,7 +190,7 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_soft_interrupts;
+    use super::{runs_soft_interrupts, waker_context, OffCpuInterval};
 
     fn comm(name: &str) -> [u8; 16] {
         let mut comm = [0u8; 16];
@@ -205,5 +216,24 @@ mod tests {
         ] {
             assert!(!runs_soft_interrupts(&comm(name)), "{name}");
         }
+    }
+
+    /// A wake-up is unseen only with no ids, no name and no interrupt: the idle task has its name.
+    #[test]
+    fn a_wake_up_is_unseen_only_without_ids_name_or_interrupt() {
+        let seen = |pid, name: &str, context| {
+            OffCpuInterval {
+                waker_pid: pid,
+                waker_tid: pid,
+                waker_comm: comm(name),
+                waker_context: context,
+                ..OffCpuInterval::default()
+            }
+            .waker_seen()
+        };
+        assert!(!seen(0, "", waker_context::THREAD));
+        assert!(seen(0, "", waker_context::INTERRUPT));
+        assert!(seen(0, "swapper/1", waker_context::THREAD));
+        assert!(seen(42, "holder", waker_context::THREAD));
     }
 }

@@ -216,7 +216,8 @@ fn back(thread: &mut OffCpuThread, now: u64) {
     thread.left_ns = 0;
     // Woken since it left: the wait ends there, and the rest is the wait for a CPU.
     let woken = thread.woken_ns;
-    let (duration, delay) = match woken > start && woken <= now {
+    let seen = woken > start && woken <= now;
+    let (duration, delay) = match seen {
         true => (woken - start, now - woken),
         false => (now.saturating_sub(start), 0),
     };
@@ -239,11 +240,15 @@ fn back(thread: &mut OffCpuThread, now: u64) {
         if key.state == state::UNINTERRUPTIBLE {
             pending.state = state::UNINTERRUPTIBLE;
         }
-        pending.waker_pid = thread.waker_pid;
-        pending.waker_tid = thread.waker_tid;
-        pending.waker_comm = thread.waker_comm;
-        pending.waker_stack = thread.waker_stack;
-        pending.waker_context = thread.waker_context;
+        // The waker of this sleep when its wake-up was seen; else none, not an earlier sleep's.
+        (pending.waker_pid, pending.waker_tid, pending.waker_comm) = match seen {
+            true => (thread.waker_pid, thread.waker_tid, thread.waker_comm),
+            false => (0, 0, [0; 16]),
+        };
+        (pending.waker_stack, pending.waker_context) = match seen {
+            true => (thread.waker_stack, thread.waker_context),
+            false => (-1, waker_context::THREAD),
+        };
         return;
     }
     // The thread's own key: the map copies it.
@@ -313,9 +318,10 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
         Waker::Interrupt => 0,
         Waker::Task { .. } => current_pid_tgid().unwrap_or(0),
     };
-    let comm = match ids {
-        0 => [0; 16],
-        _ => bpf_get_current_comm().unwrap_or_default(),
+    // The idle task (ids 0) has a name, `swapper/N`: that tells its wake-ups from unseen ones.
+    let comm = match waker {
+        Waker::Interrupt => [0; 16],
+        Waker::Task { .. } => bpf_get_current_comm().unwrap_or_default(),
     };
     // A `ksoftirqd/N` kernel thread finishing an interrupt's work: the interrupt's wake-up.
     let softirq = matches!(waker, Waker::Task { maybe_kernel: true })

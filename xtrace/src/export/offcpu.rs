@@ -12,7 +12,7 @@ use crate::{
     output,
     pipeline::{
         family::offcpu_summary::{Named, OffCpuSummary},
-        offcpu::INTERRUPT_WAKER,
+        offcpu::{INTERRUPT_WAKER, UNSEEN_WAKER},
     },
 };
 
@@ -58,6 +58,7 @@ pub fn table(summary: &OffCpuSummary) -> String {
             Some(w) if w.comm == INTERRUPT_WAKER => {
                 format!("; woken most from interrupts ({}x)", w.wakeups)
             }
+            Some(w) if w.comm == UNSEEN_WAKER => format!("; its wake-ups mostly unseen ({}x)", w.wakeups),
             Some(w) if w.pid == 0 => format!("; woken most from the idle task ({}x)", w.wakeups),
             Some(w) => format!("; woken most by {} {}/{} ({}x)", w.comm, w.pid, w.tid, w.wakeups),
             None => String::new(),

@@ -22,6 +22,9 @@ use crate::python::Python;
 /// The waker's name in `woken_by` for a wake-up from an interrupt (its ids are 0).
 pub const INTERRUPT_WAKER: &str = "[interrupt]";
 
+/// The waker's name in `woken_by` for a wake-up that was not seen (its ids are 0).
+pub const UNSEEN_WAKER: &str = "[unseen]";
+
 /// Waiting for a CPU, wherever.
 const RUNNABLE: Wait = Wait {
     state: xtrace_common::offcpu::state::RUNNABLE,
@@ -34,8 +37,8 @@ pub struct ThreadTime {
     /// Per wait: intervals and nanoseconds.
     pub waits: BTreeMap<Wait, (u64, u64)>,
     /// Who woke it from the waits of at least MIN, by (pid, tid, name): how many times. A pid of
-    /// 0 is the idle task or no wake-up seen; an interrupt's wake-up names the thread it
-    /// interrupted.
+    /// 0 is the idle task (`swapper/N`), interrupts ([`INTERRUPT_WAKER`]) or no wake-up seen
+    /// ([`UNSEEN_WAKER`]).
     pub wakers: BTreeMap<(u32, u32, String), u64>,
 }
 
@@ -149,6 +152,7 @@ impl OffCpu {
             }
         }
         let waker = match interval.waker_context {
+            _ if !interval.waker_seen() => UNSEEN_WAKER.to_owned(),
             xtrace_common::offcpu::waker_context::INTERRUPT => INTERRUPT_WAKER.to_owned(),
             _ => crate::model::text::c_str(&interval.waker_comm).into_owned(),
         };

@@ -59,8 +59,10 @@ fn wait_args(interval: &OffCpuInterval) -> String {
         args.push_str(",\"woken_by\":\"timer\"");
     } else if interval.waker_context == waker_context::INTERRUPT {
         args.push_str(",\"woken_by\":\"interrupt\"");
+    } else if !interval.waker_seen() {
+        args.push_str(",\"woken_by\":\"unseen\"");
     } else if interval.waker_pid == 0 {
-        args.push_str(",\"woken_by\":\"idle or unseen\"");
+        args.push_str(",\"woken_by\":\"idle\"");
     } else {
         let waker = format!(
             "{} {}/{}",
@@ -208,8 +210,8 @@ mod tests {
         );
     }
 
-    /// Woken from an interrupt or the idle task: no arrow, and the args say so; no wait for a
-    /// CPU, no `runnable` slice.
+    /// Woken from an interrupt, by the idle task or unseen: no arrow, and the args say which; no
+    /// wait for a CPU, no `runnable` slice.
     #[test]
     fn a_wake_up_from_an_interrupt_has_no_arrow() {
         let mut read = interval(0, 0);
@@ -225,10 +227,15 @@ mod tests {
             events[0].values.as_deref(),
             Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"interrupt\",\"sleeps\":2")
         );
-        read.waker_context = waker_context::THREAD;
+        (read.waker_context, read.waker_comm) = (waker_context::THREAD, [0; 16]);
         assert_eq!(
             timeline(&read, (7, 9), None, 1)[0].values.as_deref(),
-            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"idle or unseen\",\"sleeps\":2")
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"unseen\",\"sleeps\":2")
+        );
+        read.waker_comm[..9].copy_from_slice(b"swapper/1");
+        assert_eq!(
+            timeline(&read, (7, 9), None, 1)[0].values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"idle\",\"sleeps\":2")
         );
         // A sleep for a time ends at a timer, whichever thread its interrupt came in.
         let mut sleep = interval(7, 0);

@@ -34,9 +34,10 @@ pub fn attach(ebpf: &mut Ebpf, btf: Option<bpf::loader::TypesBtf>) -> Result<()>
     let btf = btf
         .unwrap_or_else(Btf::from_sys_fs)
         .map_err(|e| Error::io("/sys/kernel/btf/vmlinux", std::io::Error::other(e)))?;
+    // The wake-ups first: every wait the switches see begin then has its wake-up seen.
     for (program, tracepoint) in [
-        ("off_cpu_switch", "sched_switch"),
         ("off_cpu_waking", "sched_waking"),
+        ("off_cpu_switch", "sched_switch"),
     ] {
         let hook: &mut BtfTracePoint = bpf::program_mut(ebpf, program)?;
         hook.load(tracepoint, &btf).map_err(|source| Error::Attach {
