@@ -13,6 +13,7 @@ pub mod overhead;
 pub mod perf_uprobe;
 pub mod uprobe_multi;
 pub mod uprobe_program;
+pub mod verify;
 
 use aya::{
     include_bytes_aligned,
@@ -287,10 +288,13 @@ fn fill_filters(ebpf: &mut Ebpf, options: &LoadOptions) -> Result<()> {
 /// no tracefs); the link is an fd that goes with the object.
 pub fn attach_raw_tracepoint(ebpf: &mut Ebpf, program: &str, tracepoint: &str) -> Result<()> {
     let hook: &mut aya::programs::RawTracePoint = program_mut(ebpf, program)?;
-    hook.load().map_err(|source| Error::Attach {
-        what: format!("loading {program}"),
-        source,
-    })?;
+    // Verified beside another program already ([`verify`]) when it was wanted with one.
+    if hook.fd().is_err() {
+        hook.load().map_err(|source| Error::Attach {
+            what: format!("loading {program}"),
+            source,
+        })?;
+    }
     hook.attach(tracepoint).map_err(|source| Error::Attach {
         what: format!("{program} to raw tracepoint {tracepoint}"),
         source,

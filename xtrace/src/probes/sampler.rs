@@ -54,7 +54,6 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Loads the sampling program and starts one perf event per online CPU. Returns the CPU count.
 /// The instructions the verifier processed to load the sampling program (`verified_insns`, Linux
 /// 5.16+), once it is loaded: the Python walk is most of them, and its bound is tested.
 pub fn verified_insns(ebpf: &mut Ebpf) -> Option<u32> {
@@ -62,12 +61,17 @@ pub fn verified_insns(ebpf: &mut Ebpf) -> Option<u32> {
     program.info().ok()?.verified_instruction_count()
 }
 
+/// Loads the sampling program (unless it is loaded) and starts one perf event per online CPU.
+/// Returns the CPU count.
 pub fn attach(ebpf: &mut Ebpf, hz: u64) -> Result<usize> {
     let program: &mut PerfEvent = crate::bpf::program_mut(ebpf, "sample")?;
-    program.load().map_err(|source| Error::Attach {
-        what: "loading sample".into(),
-        source,
-    })?;
+    // Verified beside off_cpu_return already (bpf::verify), when both are wanted.
+    if program.fd().is_err() {
+        program.load().map_err(|source| Error::Attach {
+            what: "loading sample".into(),
+            source,
+        })?;
+    }
     let cpus = online_cpus().map_err(|(what, e)| Error::io(what, e))?;
     for &cpu in &cpus {
         program

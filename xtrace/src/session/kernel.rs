@@ -71,7 +71,6 @@ pub(super) fn load_and_attach(
         resolved: Resolved { targets, plan, .. },
         sampling,
         follow,
-        pid_namespace,
         off_cpu_ns,
         ..
     } = prepared;
@@ -81,28 +80,7 @@ pub(super) fn load_and_attach(
     let copies_stacks = sampling.is_some() && config.user_stack > 0;
     let go_code = plan.attachments.iter().any(|a| a.go);
     let parsed = parsing.join();
-    let options = bpf::LoadOptions {
-        ring_bytes: config.buffer_size,
-        arg_specs: uprobe::arg_specs(plan),
-        str_lens: uprobe::str_lens(plan),
-        tids: config.tids.clone(),
-        min_duration_ns: config.min_duration_ns.unwrap_or(0),
-        probes: plan.probes.len() as u32,
-        usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
-        sample_pids: targets.pids(),
-        user_stack_bytes: config.user_stack,
-        return_addresses: copies_stacks,
-        uprobe_task: match copies_stacks {
-            true => bpf::layout::UprobeTask::read(),
-            false => Default::default(),
-        },
-        go_code,
-        python: walks_python(config, sampling.is_some(), off_cpu_ns.is_some()),
-        follow: *follow,
-        pid_namespace: *pid_namespace,
-        off_cpu_min_ns: *off_cpu_ns,
-    };
-    let mut ebpf = bpf::load(&options, parsed.loader)?;
+    let mut ebpf = load_object(prepared, parsed.loader, copies_stacks, go_code)?;
     let mut cuda = Calls::new(plan.cuda.clone());
     if let (Targets::Pids(_), false) = (targets, plan.cuda.is_empty()) {
         for pid in targets.pids() {
@@ -169,6 +147,52 @@ pub(super) fn load_and_attach(
         off_cpu_ns,
     };
     Ok((kernel, sideband, cuda))
+}
+
+/// Loads the object with the capture's options and, for a capture that samples and measures
+/// off-CPU time, has the kernel verify the two longest programs side by side.
+fn load_object(
+    prepared: &Prepared,
+    loader: aya::EbpfLoader<'static>,
+    copies_stacks: bool,
+    go_code: bool,
+) -> Result<Ebpf> {
+    let Prepared {
+        config,
+        resolved: Resolved { targets, plan, .. },
+        sampling,
+        follow,
+        pid_namespace,
+        off_cpu_ns,
+        ..
+    } = prepared;
+    let options = bpf::LoadOptions {
+        ring_bytes: config.buffer_size,
+        arg_specs: uprobe::arg_specs(plan),
+        str_lens: uprobe::str_lens(plan),
+        tids: config.tids.clone(),
+        min_duration_ns: config.min_duration_ns.unwrap_or(0),
+        probes: plan.probes.len() as u32,
+        usdt_sites: plan.usdt_sites.iter().map(|s| s.site).collect(),
+        sample_pids: targets.pids(),
+        user_stack_bytes: config.user_stack,
+        return_addresses: copies_stacks,
+        uprobe_task: match copies_stacks {
+            true => bpf::layout::UprobeTask::read(),
+            false => Default::default(),
+        },
+        go_code,
+        python: walks_python(config, sampling.is_some(), off_cpu_ns.is_some()),
+        follow: *follow,
+        pid_namespace: *pid_namespace,
+        off_cpu_min_ns: *off_cpu_ns,
+    };
+    let mut ebpf = bpf::load(&options, loader)?;
+    if sampling.is_some() && off_cpu_ns.is_some() {
+        // The two longest verifications, side by side; each is attached below, in its turn.
+        bpf::verify::load_together(&mut ebpf, &["sample", "off_cpu_return"]);
+    }
+    Ok(ebpf)
 }
 
 /// Attaches the off-CPU programs when off-CPU time is measured (MIN `min_ns`); returns the MIN
