@@ -2,7 +2,7 @@
 //! to its first probe in a sampling capture that measures off-CPU time: the sampler and
 //! `off_cpu_return` take about 70 ms each on 6.18, about a second each under software emulation,
 //! one after the other. A privileged load takes no global lock in the verifier, so two loads on
-//! two threads take about as long as the longer one on a machine with two CPUs.
+//! two threads overlap (on two CPUs they still slow each other: about 115 ms each on 6.18).
 //!
 //! Only the load is moved: each program is still attached where it was, in the order the
 //! capture needs, by code that loads it first when it is not loaded yet. A load that fails here,
