@@ -62,6 +62,20 @@ impl OffCpuInterval {
     pub fn waker_seen(&self) -> bool {
         self.waker_context == waker_context::INTERRUPT || self.waker_pid != 0 || self.waker_comm[0] != 0
     }
+
+    /// Whether the idle task woke it: no ids, and the idle task's name. (A thread outside
+    /// xtrace's PID namespace has no ids either, and its own name.)
+    pub fn woken_by_idle(&self) -> bool {
+        self.waker_context == waker_context::THREAD && self.waker_pid == 0 && is_idle_task(&self.waker_comm)
+    }
+}
+
+/// The name of the idle tasks, `swapper/CPU`, up to the CPU.
+pub const IDLE_TASK: &[u8; 8] = b"swapper/";
+
+/// Whether `comm` is an idle task's name (`swapper/N`).
+pub fn is_idle_task(comm: &[u8]) -> bool {
+    comm.starts_with(IDLE_TASK)
 }
 
 /// The name the kernel threads that run soft interrupts have, `ksoftirqd/CPU`, up to the CPU.
@@ -235,5 +249,24 @@ mod tests {
         assert!(seen(0, "", waker_context::INTERRUPT));
         assert!(seen(0, "swapper/1", waker_context::THREAD));
         assert!(seen(42, "holder", waker_context::THREAD));
+    }
+
+    /// The idle task is told by its name: a thread outside xtrace's PID namespace has no ids
+    /// either.
+    #[test]
+    fn the_idle_task_is_told_by_its_name() {
+        let idle = |pid, name: &str| {
+            OffCpuInterval {
+                waker_pid: pid,
+                waker_comm: comm(name),
+                ..OffCpuInterval::default()
+            }
+            .woken_by_idle()
+        };
+        assert!(idle(0, "swapper/0"));
+        assert!(idle(0, "swapper/17"));
+        assert!(!idle(0, "kworker/1:2"));
+        assert!(!idle(0, ""));
+        assert!(!idle(7, "swapper/0"));
     }
 }

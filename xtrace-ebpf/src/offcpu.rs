@@ -318,7 +318,8 @@ pub fn off_cpu_waking(ctx: BtfTracePointContext) -> u32 {
         Waker::Interrupt => 0,
         Waker::Task { .. } => current_pid_tgid().unwrap_or(0),
     };
-    // The idle task (ids 0) has a name, `swapper/N`: that tells its wake-ups from unseen ones.
+    // The idle task (ids 0) has a name, `swapper/N`, and so has a thread outside xtrace's PID
+    // namespace (ids 0 too): that tells their wake-ups from unseen ones.
     let comm = match waker {
         Waker::Interrupt => [0; 16],
         Waker::Task { .. } => bpf_get_current_comm().unwrap_or_default(),

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use inferno::flamegraph::color::{BasicPalette, Palette};
+use xtrace_common::offcpu::is_idle_task;
 
 use super::flamegraph;
 use crate::{
@@ -59,7 +60,9 @@ pub fn table(summary: &OffCpuSummary) -> String {
                 format!("; woken most from interrupts ({}x)", w.wakeups)
             }
             Some(w) if w.comm == UNSEEN_WAKER => format!("; its wake-ups mostly unseen ({}x)", w.wakeups),
-            Some(w) if w.pid == 0 => format!("; woken most from the idle task ({}x)", w.wakeups),
+            Some(w) if w.pid == 0 && is_idle_task(w.comm.as_bytes()) => {
+                format!("; woken most from the idle task ({}x)", w.wakeups)
+            }
             Some(w) => format!("; woken most by {} {}/{} ({}x)", w.comm, w.pid, w.tid, w.wakeups),
             None => String::new(),
         };

@@ -61,7 +61,7 @@ fn wait_args(interval: &OffCpuInterval) -> String {
         args.push_str(",\"woken_by\":\"interrupt\"");
     } else if !interval.waker_seen() {
         args.push_str(",\"woken_by\":\"unseen\"");
-    } else if interval.waker_pid == 0 {
+    } else if interval.woken_by_idle() {
         args.push_str(",\"woken_by\":\"idle\"");
     } else {
         let waker = format!(
@@ -236,6 +236,15 @@ mod tests {
         assert_eq!(
             timeline(&read, (7, 9), None, 1)[0].values.as_deref(),
             Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"woken_by\":\"idle\",\"sleeps\":2")
+        );
+        // A thread outside xtrace's PID namespace: its name, no ids to draw an arrow from.
+        read.waker_comm = [0; 16];
+        read.waker_comm[..6].copy_from_slice(b"outer1");
+        let events = timeline(&read, (7, 9), None, 1);
+        assert_eq!((events.len(), events[0].flow()), (1, None));
+        assert_eq!(
+            events[0].values.as_deref(),
+            Some(",\"state\":\"sleeping\",\"runnable_ns\":0,\"waker\":\"outer1 0/1\",\"sleeps\":2")
         );
         // A sleep for a time ends at a timer, whichever thread its interrupt came in.
         let mut sleep = interval(7, 0);

@@ -34,9 +34,10 @@ pub struct WaitSummary {
 /// A thread that woke another from waits of at least MIN.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct WakerSummary {
-    /// 0 for the idle task (comm `swapper/N`); 0 with the comm `[interrupt]` for wake-ups from
-    /// interrupts (a timer, an I/O completion), whichever thread was running; 0 with the comm
-    /// `[unseen]` for wake-ups not seen.
+    /// 0 for the idle task (comm `swapper/N`) and for a thread outside xtrace's PID namespace
+    /// (its own comm); 0 with the comm `[interrupt]` for wake-ups from interrupts (a timer, an
+    /// I/O completion), whichever thread was running; 0 with the comm `[unseen]` for wake-ups
+    /// not seen.
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
