@@ -1,6 +1,6 @@
 //! The GPU device timeline on its other paths, on the real kernel with the stand-in CUDA runtime,
 //! driver and CUPTI (see gpu_device.rs): a process started without the injection variable, a
-//! Perfetto trace, a forked child, a libcupti found beside the runtime, records CUPTI drops, and
+//! Perfetto trace, a forked child (and one forked during a flush), a libcupti found beside the runtime, records CUPTI drops, and
 //! perf-event uprobes (kernels before 6.6); and `report` and `diff` of device time per kernel.
 
 use xtrace_tests::{
@@ -110,6 +110,41 @@ fn a_forked_child_gets_its_own_watcher() {
     app.wait_ready();
     // fork() copies only the calling thread: the library started the watcher again in the child.
     assert_eq!(app.next_line(), "child threads xtrace-gpu");
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+/// A fork while the watcher is inside a flush, holding the library's state (the stand-in CUPTI
+/// keeps it there until the fork is made): only the forking thread lives on in the child, so that
+/// lock stays held there for ever. The child runs on and exits, without a watcher of its own
+/// (one would wait for that lock for ever, and so would its exit handler); the parent's trace
+/// goes on, whole.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_fork_during_a_flush_leaves_the_child_running_and_the_trace_whole() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
+    let tmp = TempDir::new("gpu-fork-in-flush");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    app.send("wait-active");
+    assert_eq!(app.next_line(), "active");
+    app.send("fork-in-flush");
+    assert_eq!(app.next_line(), "child threads");
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    // Two flush periods, so the records reach the kernel program before xtrace stops.
+    app.send("sleep 300");
+    app.send("counts");
+    app.next_line();
+    xtrace.signal(libc::SIGINT);
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
     app.send("quit");
     assert!(app.wait().success());
 }

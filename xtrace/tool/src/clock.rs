@@ -67,6 +67,14 @@ pub fn measure(cupti: &Cupti) {
     }
 }
 
+/// In a forked child: the parent's launches are not the child's. False when their lock was held
+/// at the fork (see [`crate::try_lock`]).
+pub fn forget_after_fork() -> bool {
+    crate::try_lock(&LAUNCHES)
+        .map(|mut launches| *launches = None)
+        .is_some()
+}
+
 /// A new tracing session: no launches are known yet.
 pub fn start_session() {
     *LAUNCHES.lock().unwrap_or_else(PoisonError::into_inner) = None;

@@ -36,6 +36,8 @@ use crate::{
 
 /// How long deactivation waits for an API-exit callback to finalize CUPTI.
 pub const FINALIZE_WAIT: Duration = Duration::from_secs(2);
+/// How long the exit handler waits for the watcher's period to end.
+const EXIT_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -79,6 +81,8 @@ static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
 static SUBSCRIBED_WITH: AtomicU32 = AtomicU32::new(0);
 /// The current subscription shares CUPTI: the per-subscriber activity functions are called.
 static SHARED: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child whose `STATE` was held at the fork: nothing may wait for it.
+static STATE_LOST: AtomicBool = AtomicBool::new(false);
 /// Held while finalizing, so that a new activation cannot interleave with it.
 static FINALIZING: Mutex<()> = Mutex::new(());
 
@@ -119,14 +123,25 @@ pub fn tick(traced: bool) {
     }
 }
 
-/// In a forked child: CUPTI's session belongs to the parent.
-pub fn forget_after_fork() {
-    let mut state = lock(&STATE);
-    state.phase = Phase::Idle;
+/// In a forked child: CUPTI's session belongs to the parent. Only the forking thread lives on in
+/// the child: a lock that another thread held at the fork (the watcher's `STATE` all through a
+/// flush, the records' lock during a launch) stays held there for ever, so none is waited for.
+/// Returns whether every one was free and reset; when not, the child gets no watcher (its device
+/// timeline stays off) instead of one, or an exit handler, that would wait for ever.
+pub fn forget_after_fork() -> bool {
     SUBSCRIBER.store(0, Ordering::Release);
     SHARED.store(false, Ordering::Release);
     LAUNCHES.store(false, Ordering::Release);
-    records::clear();
+    FINALIZE_WANTED.store(false, Ordering::Release);
+    FINALIZED.store(false, Ordering::Release);
+    let Some(mut state) = crate::try_lock(&STATE) else {
+        STATE_LOST.store(true, Ordering::Release);
+        return false;
+    };
+    state.phase = Phase::Idle;
+    drop(state);
+    let records = records::forget_after_fork();
+    crate::clock::forget_after_fork() && records
 }
 
 fn finalized(state: &mut State) {
@@ -361,10 +376,23 @@ fn finalize_here() {
     FINALIZED.store(true, Ordering::Release);
 }
 
+/// At exit, the records still in CUPTI's buffers, when tracing. Waits for the watcher's period
+/// to end for [`EXIT_WAIT`] at most, and not at all in a forked child whose `STATE` was held at
+/// the fork.
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        if lock(&STATE).phase == Phase::Active {
-            flush();
+        let deadline = Instant::now() + EXIT_WAIT;
+        while !STATE_LOST.load(Ordering::Acquire) {
+            if let Some(state) = crate::try_lock(&STATE) {
+                if state.phase == Phase::Active {
+                    flush();
+                }
+                return;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     });
 }

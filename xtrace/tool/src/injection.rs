@@ -58,8 +58,9 @@ fn start_watcher() -> bool {
 /// The forked child has none of its parent's threads, nor a CUPTI session of its own.
 extern "C" fn in_child() {
     let _ = catch_unwind(|| {
-        device::forget_after_fork();
-        start_watcher();
+        if device::forget_after_fork() {
+            start_watcher();
+        }
     });
 }
 

@@ -16,3 +16,13 @@ mod open;
 mod records;
 mod text;
 pub mod usdt;
+
+/// `mutex`, when no thread holds it. In a forked child only the forking thread lives on, so a
+/// lock another thread held at the fork stays held for ever: the child takes none by waiting.
+fn try_lock<T>(mutex: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}

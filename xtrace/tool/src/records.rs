@@ -62,6 +62,14 @@ pub fn clear() {
     with_pending(|p| p.records.clear());
 }
 
+/// In a forked child: drops the parent's records. False when their lock was held at the fork
+/// (see [`crate::try_lock`]).
+pub fn forget_after_fork() -> bool {
+    crate::try_lock(&PENDING)
+        .map(|mut pending| *pending = None)
+        .is_some()
+}
+
 pub fn push(record: DeviceRecord) {
     with_pending(|p| p.records.push(record));
 }
