@@ -36,18 +36,22 @@ pub static xtrace_range_semaphores: Semaphores = Semaphores {
 /// `name` is null or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn xtrace_range_push(name: *const c_char) {
-    if open::push_wanted() {
-        // SAFETY: as the caller promised.
-        open::push(Source::Xtrace, None, unsafe { cstr(name) });
-    }
+    crate::guard((), || {
+        if open::push_wanted() {
+            // SAFETY: as the caller promised.
+            open::push(Source::Xtrace, None, unsafe { cstr(name) });
+        }
+    })
 }
 
 /// Closes the calling thread's innermost range.
 #[no_mangle]
 pub extern "C" fn xtrace_range_pop() {
-    if open::pop_wanted() {
-        open::pop(Source::Xtrace, None);
-    }
+    crate::guard((), || {
+        if open::pop_wanted() {
+            open::pop(Source::Xtrace, None);
+        }
+    })
 }
 
 /// An instant named `name`.
@@ -56,8 +60,10 @@ pub extern "C" fn xtrace_range_pop() {
 /// `name` is null or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn xtrace_mark(name: *const c_char) {
-    if enabled!(xtrace_mark_semaphore) {
-        // SAFETY: as the caller promised.
-        usdt::mark(Source::Xtrace, None, unsafe { cstr(name) });
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_mark_semaphore) {
+            // SAFETY: as the caller promised.
+            usdt::mark(Source::Xtrace, None, unsafe { cstr(name) });
+        }
+    })
 }

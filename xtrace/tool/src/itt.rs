@@ -90,18 +90,20 @@ fn created<T>(
 /// `name` is null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_domain_create(name: *const c_char) -> *mut Domain {
-    static DOMAINS: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
-    // SAFETY: as the caller promised.
-    let Some(name) = (unsafe { cstr(name) }) else {
-        return core::ptr::null_mut();
-    };
-    created(&DOMAINS, name, |name_a| Domain {
-        flags: 1,
-        name_a,
-        name_w: core::ptr::null(),
-        extra1: 0,
-        extra2: core::ptr::null_mut(),
-        next: core::ptr::null_mut(),
+    crate::guard(core::ptr::null_mut(), || {
+        static DOMAINS: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
+        // SAFETY: as the caller promised.
+        let Some(name) = (unsafe { cstr(name) }) else {
+            return core::ptr::null_mut();
+        };
+        created(&DOMAINS, name, |name_a| Domain {
+            flags: 1,
+            name_a,
+            name_w: core::ptr::null(),
+            extra1: 0,
+            extra2: core::ptr::null_mut(),
+            next: core::ptr::null_mut(),
+        })
     })
 }
 
@@ -109,17 +111,19 @@ pub unsafe extern "C" fn __itt_domain_create(name: *const c_char) -> *mut Domain
 /// `name` is null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut StringHandle {
-    static STRINGS: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
-    // SAFETY: as the caller promised.
-    let Some(name) = (unsafe { cstr(name) }) else {
-        return core::ptr::null_mut();
-    };
-    created(&STRINGS, name, |str_a| StringHandle {
-        str_a,
-        str_w: core::ptr::null(),
-        extra1: 0,
-        extra2: core::ptr::null_mut(),
-        next: core::ptr::null_mut(),
+    crate::guard(core::ptr::null_mut(), || {
+        static STRINGS: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
+        // SAFETY: as the caller promised.
+        let Some(name) = (unsafe { cstr(name) }) else {
+            return core::ptr::null_mut();
+        };
+        created(&STRINGS, name, |str_a| StringHandle {
+            str_a,
+            str_w: core::ptr::null(),
+            extra1: 0,
+            extra2: core::ptr::null_mut(),
+            next: core::ptr::null_mut(),
+        })
     })
 }
 
@@ -127,21 +131,25 @@ pub unsafe extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut
 /// `d` is an `__itt_domain`, `name` null or an `__itt_string_handle`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_task_begin(d: *const Domain, _id: Id, _parent: Id, name: *const StringHandle) {
-    if open::push_wanted() {
-        // SAFETY: as the caller promised.
-        let (domain, name) = unsafe { (domain_name(d), name.as_ref().and_then(|n| cstr(n.str_a))) };
-        open::push(Source::Itt, domain, name);
-    }
+    crate::guard((), || {
+        if open::push_wanted() {
+            // SAFETY: as the caller promised.
+            let (domain, name) = unsafe { (domain_name(d), name.as_ref().and_then(|n| cstr(n.str_a))) };
+            open::push(Source::Itt, domain, name);
+        }
+    })
 }
 
 /// # Safety
 /// `d` is an `__itt_domain`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_task_end(d: *const Domain) {
-    if open::pop_wanted() {
-        // SAFETY: as the caller promised.
-        open::pop(Source::Itt, unsafe { domain_name(d) });
-    }
+    crate::guard((), || {
+        if open::pop_wanted() {
+            // SAFETY: as the caller promised.
+            open::pop(Source::Itt, unsafe { domain_name(d) });
+        }
+    })
 }
 
 /// A start/end range's key: the domain's address and the ITT id.
@@ -188,15 +196,19 @@ pub unsafe extern "C" fn __itt_task_begin_overlapped(
     _parent: Id,
     name: *const StringHandle,
 ) {
-    // SAFETY: as the caller promised.
-    start(d, id, unsafe { name.as_ref().and_then(|n| cstr(n.str_a)) });
+    crate::guard((), || {
+        // SAFETY: as the caller promised.
+        start(d, id, unsafe { name.as_ref().and_then(|n| cstr(n.str_a)) });
+    })
 }
 
 /// # Safety
 /// `d` is an `__itt_domain`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_task_end_overlapped(d: *const Domain, id: Id) {
-    end(d, id);
+    crate::guard((), || {
+        end(d, id);
+    })
 }
 
 /// The id of a frame call (null: the domain's one frame at a time).
@@ -214,26 +226,32 @@ unsafe fn frame_id(id: *const Id) -> Id {
 /// `d` is an `__itt_domain`, `id` null or an `__itt_id`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_frame_begin_v3(d: *const Domain, id: *const Id) {
-    // SAFETY: as the caller promised.
-    start(d, unsafe { frame_id(id) }, Some(c"frame"));
+    crate::guard((), || {
+        // SAFETY: as the caller promised.
+        start(d, unsafe { frame_id(id) }, Some(c"frame"));
+    })
 }
 
 /// # Safety
 /// `d` is an `__itt_domain`, `id` null or an `__itt_id`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_frame_end_v3(d: *const Domain, id: *const Id) {
-    // SAFETY: as the caller promised.
-    end(d, unsafe { frame_id(id) });
+    crate::guard((), || {
+        // SAFETY: as the caller promised.
+        end(d, unsafe { frame_id(id) });
+    })
 }
 
 /// # Safety
 /// `name` is null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_thread_set_name(name: *const c_char) {
-    if enabled!(xtrace_thread_name_semaphore) {
-        // SAFETY: as the caller promised.
-        usdt::thread_name(Source::Itt, 0, unsafe { cstr(name) });
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_thread_name_semaphore) {
+            // SAFETY: as the caller promised.
+            usdt::thread_name(Source::Itt, 0, unsafe { cstr(name) });
+        }
+    })
 }
 
 /// Ours for an ITT function name, if we trace it.
@@ -259,23 +277,25 @@ fn ours(name: &[u8]) -> Option<*const c_void> {
 /// `global` is the static part's `__itt_global`.
 #[no_mangle]
 pub unsafe extern "C" fn __itt_api_init(global: *mut c_void, _groups: c_int) {
-    if global.is_null() {
-        return;
-    }
-    // SAFETY: `__itt_global`'s layout: the list pointer at API_LIST_OFFSET.
-    let mut entry = unsafe { *global.cast::<u8>().add(API_LIST_OFFSET).cast::<*mut ApiInfo>() };
-    if entry.is_null() {
-        return;
-    }
-    // SAFETY: the list ends with an entry whose name is null; each func_ptr is a slot.
-    unsafe {
-        while !(*entry).name.is_null() {
-            let info = &mut *entry;
-            if !info.func_ptr.is_null() {
-                let name = CStr::from_ptr(info.name).to_bytes();
-                *info.func_ptr = ours(name).unwrap_or(info.null_func);
-            }
-            entry = entry.add(1);
+    crate::guard((), || {
+        if global.is_null() {
+            return;
         }
-    }
+        // SAFETY: `__itt_global`'s layout: the list pointer at API_LIST_OFFSET.
+        let mut entry = unsafe { *global.cast::<u8>().add(API_LIST_OFFSET).cast::<*mut ApiInfo>() };
+        if entry.is_null() {
+            return;
+        }
+        // SAFETY: the list ends with an entry whose name is null; each func_ptr is a slot.
+        unsafe {
+            while !(*entry).name.is_null() {
+                let info = &mut *entry;
+                if !info.func_ptr.is_null() {
+                    let name = CStr::from_ptr(info.name).to_bytes();
+                    *info.func_ptr = ours(name).unwrap_or(info.null_func);
+                }
+                entry = entry.add(1);
+            }
+        }
+    })
 }

@@ -26,3 +26,10 @@ fn try_lock<T>(mutex: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, 
         Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
+
+/// Runs `body`, an exported entry point's work: a panic stops here, where it gives `fallback`,
+/// since one that unwound out of an `extern "C"` function would abort the application.
+#[inline(always)]
+fn guard<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}

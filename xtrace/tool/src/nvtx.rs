@@ -136,150 +136,194 @@ fn next_id() -> u64 {
 }
 
 unsafe extern "C" fn mark_a(text: *const c_char) {
-    if enabled!(xtrace_mark_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated string.
-        usdt::mark(Source::Nvtx, None, unsafe { cstr(text) });
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_mark_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated string.
+            usdt::mark(Source::Nvtx, None, unsafe { cstr(text) });
+        }
+    })
 }
 
 unsafe extern "C" fn mark_w(text: *const i32) {
-    if enabled!(xtrace_mark_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated wide string.
-        usdt::mark(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_mark_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated wide string.
+            usdt::mark(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
+        }
+    })
 }
 
 unsafe extern "C" fn mark_ex(attr: *const EventAttributes) {
-    // SAFETY: forwarded from NVTX.
-    unsafe { domain_mark_ex(core::ptr::null(), attr) }
+    crate::guard((), || {
+        // SAFETY: forwarded from NVTX.
+        unsafe { domain_mark_ex(core::ptr::null(), attr) }
+    })
 }
 
 unsafe extern "C" fn domain_mark_ex(d: *const c_void, attr: *const EventAttributes) {
-    if enabled!(xtrace_mark_semaphore) {
-        // SAFETY: handles and attributes from NVTX.
-        let (d, m) = unsafe { (domain(d), message(attr)) };
-        usdt::mark(Source::Nvtx, d, m.as_deref());
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_mark_semaphore) {
+            // SAFETY: handles and attributes from NVTX.
+            let (d, m) = unsafe { (domain(d), message(attr)) };
+            usdt::mark(Source::Nvtx, d, m.as_deref());
+        }
+    })
 }
 
 unsafe extern "C" fn range_push_a(text: *const c_char) -> c_int {
-    if open::push_wanted() {
-        // SAFETY: NVTX passes a NUL-terminated string.
-        open::push(Source::Nvtx, None, unsafe { cstr(text) });
-    }
-    push_level()
+    crate::guard(-1, || {
+        if open::push_wanted() {
+            // SAFETY: NVTX passes a NUL-terminated string.
+            open::push(Source::Nvtx, None, unsafe { cstr(text) });
+        }
+        push_level()
+    })
 }
 
 unsafe extern "C" fn range_push_w(text: *const i32) -> c_int {
-    if open::push_wanted() {
-        // SAFETY: NVTX passes a NUL-terminated wide string.
-        open::push(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
-    }
-    push_level()
+    crate::guard(-1, || {
+        if open::push_wanted() {
+            // SAFETY: NVTX passes a NUL-terminated wide string.
+            open::push(Source::Nvtx, None, unsafe { wide(text) }.as_deref());
+        }
+        push_level()
+    })
 }
 
 unsafe extern "C" fn range_push_ex(attr: *const EventAttributes) -> c_int {
-    // SAFETY: forwarded from NVTX.
-    unsafe { domain_range_push_ex(core::ptr::null(), attr) }
+    crate::guard(-1, || {
+        // SAFETY: forwarded from NVTX.
+        unsafe { domain_range_push_ex(core::ptr::null(), attr) }
+    })
 }
 
 unsafe extern "C" fn domain_range_push_ex(d: *const c_void, attr: *const EventAttributes) -> c_int {
-    if open::push_wanted() {
-        // SAFETY: handles and attributes from NVTX.
-        let (d, m) = unsafe { (domain(d), message(attr)) };
-        open::push(Source::Nvtx, d, m.as_deref());
-    }
-    push_level()
+    crate::guard(-1, || {
+        if open::push_wanted() {
+            // SAFETY: handles and attributes from NVTX.
+            let (d, m) = unsafe { (domain(d), message(attr)) };
+            open::push(Source::Nvtx, d, m.as_deref());
+        }
+        push_level()
+    })
 }
 
 extern "C" fn range_pop() -> c_int {
-    // SAFETY: the default domain.
-    unsafe { domain_range_pop(core::ptr::null()) }
+    crate::guard(-1, || {
+        // SAFETY: the default domain.
+        unsafe { domain_range_pop(core::ptr::null()) }
+    })
 }
 
 unsafe extern "C" fn domain_range_pop(d: *const c_void) -> c_int {
-    if open::pop_wanted() {
-        // SAFETY: a handle from NVTX.
-        open::pop(Source::Nvtx, unsafe { domain(d) });
-    }
-    pop_level()
+    crate::guard(-1, || {
+        if open::pop_wanted() {
+            // SAFETY: a handle from NVTX.
+            open::pop(Source::Nvtx, unsafe { domain(d) });
+        }
+        pop_level()
+    })
 }
 
 unsafe extern "C" fn range_start_a(text: *const c_char) -> u64 {
-    let id = next_id();
-    if enabled!(xtrace_range_start_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated string.
-        usdt::range_start(Source::Nvtx, None, unsafe { cstr(text) }, id);
-    }
-    id
+    crate::guard(0, || {
+        let id = next_id();
+        if enabled!(xtrace_range_start_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated string.
+            usdt::range_start(Source::Nvtx, None, unsafe { cstr(text) }, id);
+        }
+        id
+    })
 }
 
 unsafe extern "C" fn range_start_w(text: *const i32) -> u64 {
-    let id = next_id();
-    if enabled!(xtrace_range_start_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated wide string.
-        usdt::range_start(Source::Nvtx, None, unsafe { wide(text) }.as_deref(), id);
-    }
-    id
+    crate::guard(0, || {
+        let id = next_id();
+        if enabled!(xtrace_range_start_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated wide string.
+            usdt::range_start(Source::Nvtx, None, unsafe { wide(text) }.as_deref(), id);
+        }
+        id
+    })
 }
 
 unsafe extern "C" fn range_start_ex(attr: *const EventAttributes) -> u64 {
-    // SAFETY: forwarded from NVTX.
-    unsafe { domain_range_start_ex(core::ptr::null(), attr) }
+    crate::guard(0, || {
+        // SAFETY: forwarded from NVTX.
+        unsafe { domain_range_start_ex(core::ptr::null(), attr) }
+    })
 }
 
 unsafe extern "C" fn domain_range_start_ex(d: *const c_void, attr: *const EventAttributes) -> u64 {
-    let id = next_id();
-    if enabled!(xtrace_range_start_semaphore) {
-        // SAFETY: handles and attributes from NVTX.
-        let (d, m) = unsafe { (domain(d), message(attr)) };
-        usdt::range_start(Source::Nvtx, d, m.as_deref(), id);
-    }
-    id
+    crate::guard(0, || {
+        let id = next_id();
+        if enabled!(xtrace_range_start_semaphore) {
+            // SAFETY: handles and attributes from NVTX.
+            let (d, m) = unsafe { (domain(d), message(attr)) };
+            usdt::range_start(Source::Nvtx, d, m.as_deref(), id);
+        }
+        id
+    })
 }
 
 extern "C" fn range_end(id: u64) {
-    if enabled!(xtrace_range_end_semaphore) {
-        usdt::range_end(Source::Nvtx, id);
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_range_end_semaphore) {
+            usdt::range_end(Source::Nvtx, id);
+        }
+    })
 }
 
 extern "C" fn domain_range_end(_domain: *const c_void, id: u64) {
-    range_end(id);
+    crate::guard((), || {
+        range_end(id);
+    })
 }
 
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
-    if enabled!(xtrace_thread_name_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated string.
-        usdt::thread_name(Source::Nvtx, u64::from(tid), unsafe { cstr(name) });
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_thread_name_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated string.
+            usdt::thread_name(Source::Nvtx, u64::from(tid), unsafe { cstr(name) });
+        }
+    })
 }
 
 unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const i32) {
-    if enabled!(xtrace_thread_name_semaphore) {
-        // SAFETY: NVTX passes a NUL-terminated wide string.
-        usdt::thread_name(Source::Nvtx, u64::from(tid), unsafe { wide(name) }.as_deref());
-    }
+    crate::guard((), || {
+        if enabled!(xtrace_thread_name_semaphore) {
+            // SAFETY: NVTX passes a NUL-terminated wide string.
+            usdt::thread_name(Source::Nvtx, u64::from(tid), unsafe { wide(name) }.as_deref());
+        }
+    })
 }
 
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> *const c_char {
-    // SAFETY: NVTX passes a NUL-terminated string.
-    unsafe { cstr(name) }.map_or(core::ptr::null(), interned)
+    crate::guard(core::ptr::null(), || {
+        // SAFETY: NVTX passes a NUL-terminated string.
+        unsafe { cstr(name) }.map_or(core::ptr::null(), interned)
+    })
 }
 
 unsafe extern "C" fn domain_create_w(name: *const i32) -> *const c_char {
-    // SAFETY: NVTX passes a NUL-terminated wide string.
-    unsafe { wide(name) }.map_or(core::ptr::null(), |n| interned(&n))
+    crate::guard(core::ptr::null(), || {
+        // SAFETY: NVTX passes a NUL-terminated wide string.
+        unsafe { wide(name) }.map_or(core::ptr::null(), |n| interned(&n))
+    })
 }
 
 unsafe extern "C" fn register_string_a(_domain: *const c_void, text: *const c_char) -> *const c_char {
-    // SAFETY: as domain_create_a.
-    unsafe { domain_create_a(text) }
+    crate::guard(core::ptr::null(), || {
+        // SAFETY: as domain_create_a.
+        unsafe { domain_create_a(text) }
+    })
 }
 
 unsafe extern "C" fn register_string_w(_domain: *const c_void, text: *const i32) -> *const c_char {
-    // SAFETY: as domain_create_w.
-    unsafe { domain_create_w(text) }
+    crate::guard(core::ptr::null(), || {
+        // SAFETY: as domain_create_w.
+        unsafe { domain_create_w(text) }
+    })
 }
 
 /// The callbacks installed per module: (callback id, function).
@@ -330,41 +374,43 @@ fn callbacks(module: c_int) -> Vec<(usize, Fn)> {
 /// Called by NVTX with its `getExportTable` function.
 #[no_mangle]
 pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: Option<GetExportTable>) -> c_int {
-    let Some(get_export_table) = get_export_table else {
-        return 0;
-    };
-    // SAFETY: NVTX's export table function and the table it returns.
-    let table = unsafe { get_export_table(EXPORT_TABLE_CALLBACKS) }.cast::<Callbacks>();
-    // SAFETY: null or a valid table of at least `struct_size` bytes.
-    let Some(table) = (unsafe { table.as_ref() }) else {
-        return 0;
-    };
-    if table.struct_size < core::mem::size_of::<Callbacks>() {
-        return 0;
-    }
-    let Some(get_module) = table.get_module_function_table else {
-        return 0;
-    };
-    for module in [MODULE_CORE, MODULE_CORE2] {
-        let (mut slots, mut size): (*mut *mut Option<Fn>, c_uint) = (core::ptr::null_mut(), 0);
-        // SAFETY: NVTX's function, with out-pointers to our locals.
-        if unsafe { get_module(module, &mut slots, &mut size) } == 0 || slots.is_null() {
-            continue;
+    crate::guard(0, || {
+        let Some(get_export_table) = get_export_table else {
+            return 0;
+        };
+        // SAFETY: NVTX's export table function and the table it returns.
+        let table = unsafe { get_export_table(EXPORT_TABLE_CALLBACKS) }.cast::<Callbacks>();
+        // SAFETY: null or a valid table of at least `struct_size` bytes.
+        let Some(table) = (unsafe { table.as_ref() }) else {
+            return 0;
+        };
+        if table.struct_size < core::mem::size_of::<Callbacks>() {
+            return 0;
         }
-        for (id, callback) in callbacks(module) {
-            if id >= size as usize {
+        let Some(get_module) = table.get_module_function_table else {
+            return 0;
+        };
+        for module in [MODULE_CORE, MODULE_CORE2] {
+            let (mut slots, mut size): (*mut *mut Option<Fn>, c_uint) = (core::ptr::null_mut(), 0);
+            // SAFETY: NVTX's function, with out-pointers to our locals.
+            if unsafe { get_module(module, &mut slots, &mut size) } == 0 || slots.is_null() {
                 continue;
             }
-            // SAFETY: `slots` has `size` entries, each null or the address of a function slot.
-            unsafe {
-                let slot = *slots.add(id);
-                if !slot.is_null() {
-                    *slot = Some(callback);
+            for (id, callback) in callbacks(module) {
+                if id >= size as usize {
+                    continue;
+                }
+                // SAFETY: `slots` has `size` entries, each null or the address of a function slot.
+                unsafe {
+                    let slot = *slots.add(id);
+                    if !slot.is_null() {
+                        *slot = Some(callback);
+                    }
                 }
             }
         }
-    }
-    1
+        1
+    })
 }
 
 #[cfg(test)]
