@@ -172,9 +172,10 @@ fn each_node_of_a_graph_launch_is_a_slice_inside_and_linked_to_its_launch() {
         .lines()
         .find(|l| l.starts_with("counts "))
         .expect("counts");
-    // The launch callbacks: cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch (and _ptsz),
-    // cuGraphLaunch (and _ptsz).
-    assert_eq!(counts(line)["cuptiEnableCallback"], 6);
+    // The launch callbacks, each with its _ptsz form: cudaLaunchKernel,
+    // cudaLaunchCooperativeKernel, cudaLaunchKernelExC, cuLaunchKernel, cuLaunchCooperativeKernel,
+    // cuLaunchKernelEx, cudaGraphLaunch, cuGraphLaunch.
+    assert_eq!(counts(line)["cuptiEnableCallback"], 16);
 }
 
 #[test]

@@ -24,15 +24,28 @@ pub mod kind {
 /// `CUpti_CallbackDomain`.
 pub const DOMAIN_DRIVER_API: u32 = 1;
 pub const DOMAIN_RUNTIME_API: u32 = 2;
-/// The launch calls whose API callbacks carry the correlation id of the work they launch:
-/// `CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000` and `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel`;
-/// and the graph launches, whose id every node's record of that launch carries:
-/// `CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000` and its `_ptsz_v10000`,
-/// `CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch` and its `_ptsz` (cupti_runtime_cbid.h,
-/// cupti_driver_cbid.h, the same in CUDA 12 and 13).
-pub const LAUNCH_CALLBACKS: [(u32, u32); 6] = [
+/// The launch calls whose API callbacks carry the correlation id of the work they launch, by
+/// (domain, callback id) as cupti_runtime_cbid.h and cupti_driver_cbid.h number them (the same in
+/// CUDA 12 and 13): the kernel launches, each with its per-thread default stream form (`_ptsz`):
+/// `cudaLaunchKernel_v7000` (211, 214), `cudaLaunchCooperativeKernel_v9000` (269, 270),
+/// `cudaLaunchKernelExC_v11060` (430, 431), `cuLaunchKernel` (307, 442),
+/// `cuLaunchCooperativeKernel` (477, 478), `cuLaunchKernelEx` (652, 653: recent Triton's); and the
+/// graph launches, whose id every node's record of that launch carries: `cudaGraphLaunch_v10000`
+/// (311, 312), `cuGraphLaunch` (514, 515). A libcupti that lacks one refuses to enable it; the
+/// others are enabled all the same.
+pub const LAUNCH_CALLBACKS: [(u32, u32); 16] = [
     (DOMAIN_RUNTIME_API, 211),
+    (DOMAIN_RUNTIME_API, 214),
+    (DOMAIN_RUNTIME_API, 269),
+    (DOMAIN_RUNTIME_API, 270),
+    (DOMAIN_RUNTIME_API, 430),
+    (DOMAIN_RUNTIME_API, 431),
     (DOMAIN_DRIVER_API, 307),
+    (DOMAIN_DRIVER_API, 442),
+    (DOMAIN_DRIVER_API, 477),
+    (DOMAIN_DRIVER_API, 478),
+    (DOMAIN_DRIVER_API, 652),
+    (DOMAIN_DRIVER_API, 653),
     (DOMAIN_RUNTIME_API, 311),
     (DOMAIN_RUNTIME_API, 312),
     (DOMAIN_DRIVER_API, 514),
