@@ -221,7 +221,7 @@ fn optional_capabilities(held: u64) -> Vec<Item> {
         (
             Capability::SysPtrace,
             "CAP_SYS_PTRACE",
-            "--pid of another user's process",
+            "--pid of another user's process, and --inject",
         ),
         (
             Capability::Syslog,
