@@ -195,6 +195,17 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
         .map(|s| s.args["bytes"].as_u64().unwrap())
         .collect();
     assert_eq!(bytes, [4096; 5]);
+    // Each copy's achieved bandwidth: its bytes over its time on the device (the slice's
+    // duration, in microseconds to the nanosecond).
+    for copy in slices.iter().filter(|s| s.name.starts_with("memcpy ")) {
+        let ns = (copy.dur * 1000.0).round() as u128;
+        let bytes = u128::from(copy.args["bytes"].as_u64().unwrap());
+        assert_eq!(
+            u128::from(copy.args["bandwidth_bytes_per_s"].as_u64().unwrap()),
+            bytes * 1_000_000_000 / ns,
+            "{copy:?}"
+        );
+    }
     let gpu = &out.summary["gpu_device"];
     let top: Vec<(&str, u64)> = gpu["top_kernels"]
         .as_array()

@@ -337,8 +337,12 @@ impl GpuDevice {
                 let kind = copy_kind_name(r.copy_kind);
                 self.copies.entry(kind).or_default().add(r.bytes, dur_ns);
                 let values = format!(
-                    ",\"bytes\":{},\"kind\":\"{kind}\",\"stream\":{},\"correlation\":{}{launched}",
-                    r.bytes, r.stream, r.correlation
+                    ",\"bytes\":{},\"kind\":\"{kind}\",\"bandwidth_bytes_per_s\":{},\"stream\":{},\
+                     \"correlation\":{}{launched}",
+                    r.bytes,
+                    super::family::gpu_summary::bandwidth(r.bytes, dur_ns),
+                    r.stream,
+                    r.correlation
                 );
                 (format!("memcpy {kind}"), values)
             }

@@ -139,7 +139,7 @@ pub struct Dropped {
 }
 
 /// Bytes per second of `bytes` moved in `ns`.
-fn bandwidth(bytes: u64, ns: u64) -> u64 {
+pub fn bandwidth(bytes: u64, ns: u64) -> u64 {
     match ns {
         0 => 0,
         ns => u64::try_from(u128::from(bytes) * 1_000_000_000 / u128::from(ns)).unwrap_or(u64::MAX),
