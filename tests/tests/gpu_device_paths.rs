@@ -114,6 +114,47 @@ fn a_forked_child_gets_its_own_watcher() {
     assert!(app.wait().success());
 }
 
+/// `xtrace --pid N` with no probe flags traces a CUDA process's calls by itself, and, when the
+/// process was started with the tool library as its injection library, switches its device
+/// timeline on too: no `--cuda` needed, and no notice.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_bare_pid_capture_switches_the_device_timeline_on_by_itself() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
+    let tmp = TempDir::new("gpu-bare-pid");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "-o", &out_dir]);
+    xtrace.wait_attached();
+    app.send("wait-active");
+    assert_eq!(app.next_line(), "active");
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    // Two flush periods, so the records reach the kernel program before xtrace stops.
+    app.send("sleep 300");
+    app.send("counts");
+    app.next_line();
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    assert!(
+        !finished
+            .stderr
+            .iter()
+            .any(|l| l.contains("CUDA_INJECTION64_PATH")),
+        "{:?}",
+        finished.stderr
+    );
+    let out = Outputs::read(&out_dir);
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
+    assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
 /// A fork while the watcher is inside a flush, holding the library's state (the stand-in CUPTI
 /// keeps it there until the fork is made): only the forking thread lives on in the child, so that
 /// lock stays held there for ever. The child runs on and exits, without a watcher of its own
