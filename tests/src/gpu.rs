@@ -28,16 +28,33 @@ pub fn stdin_app(env: &[(&str, &Path)]) -> Fixture {
 /// Attaches to `app` by pid with `--cuda` and `flags`, runs `rounds` rounds of work while
 /// attached, stops xtrace, and checks it succeeded and left nothing attached.
 pub fn attach_round(app: &mut Fixture, rounds: u32, label: &str, flags: &[&str]) -> (Outputs, Finished) {
+    let mut all = vec!["--cuda"];
+    all.extend(flags);
+    traced_round(app, (rounds, label), &all, &[])
+}
+
+/// As [`attach_round`], with `flags` only (no `--cuda` added), and once the device timeline is
+/// on, each of `first` (a command, the line it answers) sent before the work.
+pub fn traced_round(
+    app: &mut Fixture,
+    (rounds, label): (u32, &str),
+    flags: &[&str],
+    first: &[(&str, &str)],
+) -> (Outputs, Finished) {
     let tmp = TempDir::new(label);
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
-    let mut all = args!["-p", app.pid().to_string(), "--cuda"];
+    let mut all = args!["-p", app.pid().to_string()];
     all.extend(flags.iter().map(Into::into));
     all.extend(args!["-o", &out_dir]);
     let mut xtrace = Xtrace::spawn(all);
     xtrace.wait_attached();
     app.send("wait-active");
     assert_eq!(app.next_line(), "active");
+    for (command, answer) in first {
+        app.send(command);
+        assert_eq!(app.next_line(), *answer, "after {command}");
+    }
     app.send(&format!("work {rounds}"));
     assert_eq!(app.next_line(), format!("done {rounds}"));
     // Two flush periods, so the records reach the kernel program before xtrace stops.

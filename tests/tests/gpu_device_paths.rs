@@ -7,7 +7,7 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, tool_library, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name, stdin_app},
+    gpu::{counts, cupti_args, device_slices, expected, per_name, stdin_app, traced_round},
     output::Outputs,
     require_bpf,
     run::Xtrace,
@@ -125,21 +125,7 @@ fn a_bare_pid_capture_switches_the_device_timeline_on_by_itself() {
     }
     let tool = tool_library();
     let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
-    let tmp = TempDir::new("gpu-bare-pid");
-    let out_dir = tmp.join("out");
-    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 2");
-    assert_eq!(app.next_line(), "done 2");
-    // Two flush periods, so the records reach the kernel program before xtrace stops.
-    app.send("sleep 300");
-    app.send("counts");
-    app.next_line();
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
+    let (out, finished) = traced_round(&mut app, (2, "gpu-bare-pid"), &[], &[]);
     assert!(
         !finished
             .stderr
@@ -148,7 +134,6 @@ fn a_bare_pid_capture_switches_the_device_timeline_on_by_itself() {
         "{:?}",
         finished.stderr
     );
-    let out = Outputs::read(&out_dir);
     assert_eq!(per_name(&device_slices(&out)), expected(2));
     assert_eq!(out.spans_named("cuLaunchKernel").len(), 6);
     app.send("quit");
@@ -168,23 +153,8 @@ fn a_fork_during_a_flush_leaves_the_child_running_and_the_trace_whole() {
     }
     let tool = tool_library();
     let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
-    let tmp = TempDir::new("gpu-fork-in-flush");
-    let out_dir = tmp.join("out");
-    let mut xtrace = Xtrace::spawn(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("fork-in-flush");
-    assert_eq!(app.next_line(), "child threads");
-    app.send("work 2");
-    assert_eq!(app.next_line(), "done 2");
-    // Two flush periods, so the records reach the kernel program before xtrace stops.
-    app.send("sleep 300");
-    app.send("counts");
-    app.next_line();
-    xtrace.signal(libc::SIGINT);
-    xtrace.wait().assert_success();
-    let out = Outputs::read(&out_dir);
+    let first = [("fork-in-flush", "child threads")];
+    let (out, _) = traced_round(&mut app, (2, "gpu-fork-in-flush"), &["--cuda"], &first);
     assert_eq!(per_name(&device_slices(&out)), expected(2));
     app.send("quit");
     assert!(app.wait().success());
