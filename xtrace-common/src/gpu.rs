@@ -39,8 +39,13 @@ pub mod record_kind {
     /// as two's complement), `value` why ([`super::clock_reason`]).
     pub const CLOCK: u32 = 8;
     /// The tool library subscribed to CUPTI: `value` says with which function (1
-    /// `cuptiSubscribe`, 2 `cuptiSubscribe_v2`). Sent at each activation.
+    /// `cuptiSubscribe`, 2 `cuptiSubscribe_v2`, 3 `cuptiSubscribe_v2` sharing CUPTI with other
+    /// subscribers). Sent at each activation.
     pub const SUBSCRIBED: u32 = 9;
+    /// The last record of a tracing session, after the last device records: the tool library
+    /// switched CUPTI's records off and handed over what its buffers held, because the
+    /// `xtrace:gpu_drain` semaphore rose (the tracer is stopping) or `xtrace:gpu_records`' fell.
+    pub const DRAINED: u32 = 10;
 }
 
 /// Why the tool library moved a buffer's records to CLOCK_MONOTONIC (`DeviceRecord::value` of a

@@ -57,7 +57,7 @@ pub const OPEN_DEPTH: usize = 64;
 
 /// Every probe the tool library fires. The tool checks each of its call sites against this table
 /// when it is compiled ([`declared`]); xtrace attaches to those marked `attached`.
-pub const PROBES: [Probe; 7] = [
+pub const PROBES: [Probe; 8] = [
     Probe {
         name: "range_push",
         args: "8@%rdi 8@%rsi 8@%rdx",
@@ -99,6 +99,17 @@ pub const PROBES: [Probe; 7] = [
     // the kernel program `gpu_records` here, not `usdt_hit`.
     Probe {
         name: "gpu_records",
+        args: "8@%rdi 8@%rsi",
+        strings: &[false, false],
+        attached: false,
+    },
+    // (null, 0): a site whose semaphore alone matters. xtrace raises it when it stops, while
+    // `gpu_records` is still attached: the tool library then hands over its last device records,
+    // ending with a `crate::gpu::record_kind::DRAINED` record, and switches CUPTI off. The site
+    // fires once, when the library's watcher starts, with arguments `gpu_records` reads as an
+    // empty batch.
+    Probe {
+        name: "gpu_drain",
         args: "8@%rdi 8@%rsi",
         strings: &[false, false],
         attached: false,

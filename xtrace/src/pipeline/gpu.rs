@@ -111,6 +111,11 @@ pub struct GpuDevice {
     pub subscribed_with: BTreeSet<&'static str>,
     /// Flow arrows to graph nodes so far (their ids' count).
     graph_flows: u64,
+    /// Processes whose tool library subscribed and has not handed over its last records yet
+    /// (a `SUBSCRIBED` record came, and no `DRAINED` after it).
+    pub undrained: BTreeSet<u32>,
+    /// Processes whose tool library handed over its last records.
+    pub drained: BTreeSet<u32>,
 }
 
 /// What the tool library's `CLOCK` records said: how many device records were on CUPTI's own
@@ -154,11 +159,17 @@ impl GpuDevice {
                 None
             }
             record_kind::SUBSCRIBED => {
+                self.undrained.insert(pid);
                 self.subscribed_with.insert(match record.value {
                     2 => "cuptiSubscribe_v2",
                     3 => "cuptiSubscribe_v2 shared",
                     _ => "cuptiSubscribe",
                 });
+                None
+            }
+            record_kind::DRAINED => {
+                self.undrained.remove(&pid);
+                self.drained.insert(pid);
                 None
             }
             record_kind::DROPPED => {

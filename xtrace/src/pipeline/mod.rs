@@ -266,6 +266,13 @@ impl<W: Write + Send + 'static> Pipeline<W> {
         lines
     }
 
+    /// Processes whose tool library is recording device records and has not handed over its last
+    /// ones (see `session::drain`).
+    pub fn gpu_undrained(&self) -> Vec<u32> {
+        let device = self.families.cuda.device.as_ref();
+        device.map_or_else(Vec::new, |d| d.undrained.iter().copied().collect())
+    }
+
     /// Hands the events written so far to the trace's writer thread.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.trace.flush()

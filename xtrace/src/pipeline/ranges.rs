@@ -358,8 +358,8 @@ impl Ranges {
                 }
                 None => Output::Nothing,
             },
-            // Its hits go to the kernel program `gpu_records`, never to `usdt_hit`.
-            RangeOp::GpuRecords => Output::Nothing,
+            // Their hits go to the kernel program `gpu_records`, never to `usdt_hit`.
+            RangeOp::GpuRecords | RangeOp::GpuDrain => Output::Nothing,
         }
     }
 
@@ -390,9 +390,12 @@ impl Ranges {
                         .get(&(pid, source))
                         .is_some_and(|open| !open.is_empty())
             }
-            RangeOp::Push | RangeOp::Start | RangeOp::Mark | RangeOp::ThreadName | RangeOp::GpuRecords => {
-                false
-            }
+            RangeOp::Push
+            | RangeOp::Start
+            | RangeOp::Mark
+            | RangeOp::ThreadName
+            | RangeOp::GpuRecords
+            | RangeOp::GpuDrain => false,
         }
     }
 

@@ -182,7 +182,9 @@ pub(super) struct Group<'a> {
 }
 
 /// Groups (scope, file, offset, cookie, reference counter) per (scope, file), in first-seen order.
-fn group<'a>(items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>) -> Vec<Group<'a>> {
+pub(super) fn group<'a>(
+    items: impl Iterator<Item = (usize, &'a TargetFile, u64, u64, u64)>,
+) -> Vec<Group<'a>> {
     let mut groups: Vec<Group> = Vec::new();
     for (scope, file, offset, cookie, ref_ctr) in items {
         let index = match groups
@@ -301,12 +303,19 @@ pub(super) fn span_programs(plan: &Plan, attachments: &[Attachment]) -> Vec<Upro
     names
 }
 
-/// Whether USDT site `site` of `plan` is the tool library's `gpu_records` probe, which the kernel
-/// program of that name reads instead of `usdt_hit`.
-fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
+/// Whether USDT site `site` of `plan` is the tool library's probe `op` (`gpu_records`, which the
+/// kernel program of that name reads instead of `usdt_hit`, or `gpu_drain`, attached only at the
+/// stop: [`super::attach_drain`]).
+pub(super) fn is_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment, op: RangeOp) -> bool {
     plan.usdt_probes
         .get(&site.site.probe_id)
-        .is_some_and(|p| p.role == Role::Range(RangeOp::GpuRecords))
+        .is_some_and(|p| p.role == Role::Range(op))
+}
+
+/// Whether USDT site `site` of `plan` is one of the tool library's GPU sites, which `usdt_hit`
+/// never takes.
+fn is_any_gpu_site(plan: &Plan, site: &super::usdt::plan::SiteAttachment) -> bool {
+    is_gpu_site(plan, site, RangeOp::GpuRecords) || is_gpu_site(plan, site, RangeOp::GpuDrain)
 }
 
 /// Whether USDT site `site` of `plan` takes `usdt_stack` (`--stacks`): a site of an instant
@@ -327,9 +336,9 @@ pub(super) fn usdt_groups(plan: &Plan, program: UprobeProgram) -> Vec<Group<'_>>
             .iter()
             .enumerate()
             .filter(|(_, s)| match program {
-                UprobeProgram::GpuRecords => is_gpu_site(plan, s),
+                UprobeProgram::GpuRecords => is_gpu_site(plan, s, RangeOp::GpuRecords),
                 UprobeProgram::UsdtStack => takes_stack(plan, s),
-                _ => !is_gpu_site(plan, s),
+                _ => !is_any_gpu_site(plan, s),
             })
             .map(|(i, s)| (s.scope, &s.file, s.offset, i as u64, s.ref_ctr_offset)),
     )
@@ -348,13 +357,17 @@ pub(super) fn program_groups(program: UprobeProgram, plan: &Plan) -> Vec<Group<'
 /// so it runs before the hit is sent.
 pub(super) fn programs_for(plan: &Plan) -> Vec<UprobeProgram> {
     let mut names = span_programs(plan, &plan.attachments);
-    if plan.usdt_sites.iter().any(|s| !is_gpu_site(plan, s)) {
+    if plan.usdt_sites.iter().any(|s| !is_any_gpu_site(plan, s)) {
         names.push(UprobeProgram::UsdtHit);
     }
     if plan.usdt_sites.iter().any(|s| takes_stack(plan, s)) {
         names.push(UprobeProgram::UsdtStack);
     }
-    if plan.usdt_sites.iter().any(|s| is_gpu_site(plan, s)) {
+    if plan
+        .usdt_sites
+        .iter()
+        .any(|s| is_gpu_site(plan, s, RangeOp::GpuRecords))
+    {
         names.push(UprobeProgram::GpuRecords);
     }
     // Functions attached later (`--cuda` watching for libraries loaded later) may need any span

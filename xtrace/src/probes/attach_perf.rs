@@ -71,7 +71,7 @@ fn raise_open_files_limit() {
 }
 
 /// The file descriptor of program `name`, loaded.
-fn program_fd(ebpf: &mut Ebpf, name: UprobeProgram) -> Result<BorrowedFd<'_>> {
+pub(super) fn program_fd(ebpf: &mut Ebpf, name: UprobeProgram) -> Result<BorrowedFd<'_>> {
     let fd = program(ebpf, name)?.fd().map_err(|source| Error::Attach {
         what: name.to_string(),
         source,

@@ -3,6 +3,7 @@
 //! spans, `usdt` resolves USDT call sites, `attach` attaches both; `sampler` starts CPU sampling and
 //! `follow` has it follow the processes that sampled processes start.
 pub mod attach;
+pub mod attach_drain;
 mod attach_multi;
 mod attach_perf;
 pub mod branches;

@@ -296,7 +296,9 @@ mod tests {
                 RangeOp::Closed => 5,
                 RangeOp::Pop | RangeOp::End => 2,
                 RangeOp::ThreadName => 3,
-                RangeOp::GpuRecords => unreachable!("no NVTX function hands over GPU records"),
+                RangeOp::GpuRecords | RangeOp::GpuDrain => {
+                    unreachable!("no NVTX function hands over GPU records")
+                }
             };
             assert!(nargs >= needed, "{}", function.name);
             for (i, ty) in function.types.iter().enumerate() {

@@ -8,6 +8,7 @@
 //! (see `output::create`).
 mod changes;
 mod config;
+mod drain;
 mod finish;
 mod flight;
 mod kernel;

@@ -62,6 +62,7 @@ impl<'a> Started<'a> {
         let stop = self.read_until_stop(observer).await;
         let duration_ns = self.started.elapsed().as_nanos() as u64;
         self.pipeline.stop_at(crate::clock::monotonic_ns());
+        self.drain_device_records(observer).await;
         let gpus = self
             .gpu_metrics
             .take()

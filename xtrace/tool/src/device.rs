@@ -8,7 +8,9 @@
 //! as when another profiler holds CUPTI, leaves the timeline off with one notice), gives CUPTI a
 //! CLOCK_MONOTONIC timestamp callback (once per CUPTI session: registering it again corrupts the
 //! first records), and enables kernel, memcpy and memset records and the launch calls' callbacks.
-//! Deactivation disables them, flushes, and then unsubscribes and finalizes from the next API-exit
+//! Deactivation disables them, flushes and hands the last records over, ending with a `DRAINED`
+//! record (they reach xtrace when it asked for them with the `xtrace:gpu_drain` semaphore, its
+//! probes still attached), and then unsubscribes and finalizes from the next API-exit
 //! callback, as CUPTI requires; when no CUDA call comes within [`FINALIZE_WAIT`], the process stays
 //! subscribed with every kind disabled, and the next activation says so.
 //!
@@ -115,7 +117,7 @@ pub fn tick(traced: bool) {
     let mut state = lock(&STATE);
     match (state.phase, traced) {
         (Phase::Idle | Phase::Parked, true) => activate(&mut state),
-        (Phase::Active, true) => flush(),
+        (Phase::Active, true) => flush(false),
         (Phase::Active, false) => deactivate(&mut state),
         (Phase::Off, false) => state.phase = Phase::Idle,
         (Phase::Parked, false) if FINALIZED.load(Ordering::Acquire) => finalized(&mut state),
@@ -190,6 +192,9 @@ fn activate(state: &mut State) {
     enable(cupti, true);
     state.phase = Phase::Active;
     LAUNCHES.store(true, Ordering::Release);
+    // The `SUBSCRIBED` record at once: from it, a tracer that stops within the period knows to
+    // ask for the records.
+    records::deliver();
     if !state.exit_handler {
         // SAFETY: registers a handler with no arguments, which catches its own panics.
         state.exit_handler = unsafe { libc::atexit(at_exit) } == 0;
@@ -286,8 +291,9 @@ fn off(state: &mut State, why: &str) {
     state.phase = Phase::Off;
 }
 
-/// Flushes CUPTI's buffers (complete or not) and hands the records over.
-fn flush() {
+/// Flushes CUPTI's buffers (complete or not) and hands the records over; `last`: ending with a
+/// `DRAINED` record (the records are off).
+fn flush(last: bool) {
     if let Ok(cupti) = bound() {
         // SAFETY: bound CUPTI functions; the buffer callbacks run inside.
         unsafe {
@@ -306,6 +312,12 @@ fn flush() {
             }
         }
     }
+    if last {
+        records::push(DeviceRecord {
+            kind: record_kind::DRAINED,
+            ..DeviceRecord::default()
+        });
+    }
     records::deliver();
 }
 
@@ -316,10 +328,9 @@ fn deactivate(state: &mut State) {
         return;
     };
     enable(cupti, false);
-    // SAFETY: a bound CUPTI function; the buffer callbacks run inside.
-    unsafe { (cupti.flush_all)(cupti::FLUSH_FORCED) };
-    // Nobody reads the records now.
-    records::clear();
+    // The last records reach the tracer when it is stopping (the `xtrace:gpu_drain` semaphore
+    // rose, `xtrace:gpu_records` still raised); when it left without asking, nobody reads them.
+    flush(true);
     if let Some((handle, _)) = shared() {
         // Sharing CUPTI: unsubscribing ends this subscription only; finalizing would end the
         // other tool's too.
@@ -385,7 +396,7 @@ extern "C" fn at_exit() {
         while !STATE_LOST.load(Ordering::Acquire) {
             if let Some(state) = crate::try_lock(&STATE) {
                 if state.phase == Phase::Active {
-                    flush();
+                    flush(false);
                 }
                 return;
             }

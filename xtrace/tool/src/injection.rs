@@ -3,8 +3,10 @@
 //! thread, `xtrace-gpu`, which reads the `xtrace:gpu_records` semaphore every [`PERIOD`]: no CUPTI
 //! call is made until a tracer raises it (xtrace attaching its probe there), so an untraced
 //! process pays nothing per launch, and the device timeline starts at most one period after the
-//! attach. The thread is started again in a forked child. `xtrace --inject` loads the library into
-//! a running process and calls [`xtrace_inject_start`] instead.
+//! attach. It ends when that semaphore falls or when `xtrace:gpu_drain`'s rises: xtrace raises
+//! the second when it stops, so that the last records still reach it. The thread is started
+//! again in a forked child. `xtrace --inject` loads the library into a running process and calls
+//! [`xtrace_inject_start`] instead.
 use core::ffi::c_int;
 use std::{
     panic::catch_unwind,
@@ -65,8 +67,9 @@ extern "C" fn in_child() {
 }
 
 fn watch() {
+    crate::usdt::gpu_drain();
     loop {
-        let traced = enabled!(xtrace_gpu_records_semaphore);
+        let traced = enabled!(xtrace_gpu_records_semaphore) && !enabled!(xtrace_gpu_drain_semaphore);
         let _ = catch_unwind(|| device::tick(traced));
         std::thread::sleep(PERIOD);
     }

@@ -57,11 +57,6 @@ pub fn start_session() {
     });
 }
 
-/// Drops what was not handed over.
-pub fn clear() {
-    with_pending(|p| p.records.clear());
-}
-
 /// In a forked child: drops the parent's records. False when their lock was held at the fork
 /// (see [`crate::try_lock`]).
 pub fn forget_after_fork() -> bool {

@@ -39,6 +39,7 @@ semaphores!(
     xtrace_mark_semaphore,
     xtrace_thread_name_semaphore,
     xtrace_gpu_records_semaphore,
+    xtrace_gpu_drain_semaphore,
 );
 
 /// Whether a tracer is attached to the probe whose semaphore this is.
@@ -200,6 +201,22 @@ pub fn gpu_records(records: *const xtrace_common::gpu::DeviceRecord, count: usiz
     site!(
         xtrace_gpu_records_semaphore,
         "gpu_records",
+        "8@%rdi 8@%rsi",
+        "rdi" = r,
+        "rsi" = n
+    );
+}
+
+/// `xtrace:gpu_drain(null, 0)`: only its semaphore matters (the tracer raises it when it stops,
+/// asking for the last device records: `device.rs`). Fired once per watcher, so that the site is
+/// code that runs; `gpu_records`, the program xtrace puts there, reads the arguments as an empty
+/// batch.
+#[inline(never)]
+pub fn gpu_drain() {
+    let (r, n) = (0u64, 0u64);
+    site!(
+        xtrace_gpu_drain_semaphore,
+        "gpu_drain",
         "8@%rdi 8@%rsi",
         "rdi" = r,
         "rsi" = n

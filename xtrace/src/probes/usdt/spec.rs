@@ -145,6 +145,9 @@ pub enum RangeOp {
     /// Not a range: the tool library's batch of GPU device records (`cuda::device_plan`), read by
     /// the kernel program `gpu_records` rather than `usdt_hit`.
     GpuRecords,
+    /// Not a range: the site whose semaphore xtrace raises when it stops, asking the tool library
+    /// for its last device records (`cuda::device_plan`); attached then, with `gpu_records`.
+    GpuDrain,
 }
 
 impl UsdtSpec {
