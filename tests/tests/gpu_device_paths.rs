@@ -109,7 +109,26 @@ fn a_forked_child_gets_its_own_watcher() {
     );
     app.wait_ready();
     // fork() copies only the calling thread: the library started the watcher again in the child.
-    assert_eq!(app.next_line(), "child threads xtrace-gpu");
+    assert_eq!(app.next_line(), "child threads xtrace-gpu; CUPTI untouched");
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+/// A child forked while its parent's device timeline is on inherits the raised semaphore (a copy
+/// of the parent's memory) but none of the tracer's probes, and a CUDA process's forked child
+/// cannot use CUDA: its watcher waits for the semaphore to fall and rise again, and makes no
+/// CUPTI call meanwhile. The parent's trace goes on, whole.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_child_forked_during_a_trace_does_not_switch_cupti_on() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
+    let first = [("fork", "child threads xtrace-gpu; CUPTI untouched")];
+    let (out, _) = traced_round(&mut app, (2, "gpu-fork-traced"), &["--cuda"], &first);
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
     app.send("quit");
     assert!(app.wait().success());
 }
@@ -153,7 +172,7 @@ fn a_fork_during_a_flush_leaves_the_child_running_and_the_trace_whole() {
     }
     let tool = tool_library();
     let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
-    let first = [("fork-in-flush", "child threads")];
+    let first = [("fork-in-flush", "child threads; CUPTI untouched")];
     let (out, _) = traced_round(&mut app, (2, "gpu-fork-in-flush"), &["--cuda"], &first);
     assert_eq!(per_name(&device_slices(&out)), expected(2));
     app.send("quit");

@@ -85,6 +85,11 @@ static SUBSCRIBED_WITH: AtomicU32 = AtomicU32::new(0);
 static SHARED: AtomicBool = AtomicBool::new(false);
 /// Set in a forked child whose `STATE` was held at the fork: nothing may wait for it.
 static STATE_LOST: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child until the watcher sees the semaphore low: a raised one came with the
+/// parent's memory, not from a tracer of the child (whose probes the child does not inherit), and
+/// a CUDA process's forked child cannot use CUDA. (A child forked while traced keeps that copy
+/// raised, so it never switches CUPTI on.)
+static INHERITED: AtomicBool = AtomicBool::new(false);
 /// Held while finalizing, so that a new activation cannot interleave with it.
 static FINALIZING: Mutex<()> = Mutex::new(());
 
@@ -112,8 +117,15 @@ pub fn shared() -> Option<(*mut c_void, &'static cupti::PerSubscriber)> {
     (SHARED.load(Ordering::Acquire) && handle != 0).then_some((handle as *mut c_void, per))
 }
 
-/// One period of the watcher: `traced` is whether the semaphore is raised.
+/// One period of the watcher: `traced` is whether a tracer wants records (`xtrace:gpu_records`'
+/// semaphore raised, `xtrace:gpu_drain`'s not).
 pub fn tick(traced: bool) {
+    if INHERITED.load(Ordering::Acquire) {
+        if traced {
+            return;
+        }
+        INHERITED.store(false, Ordering::Release);
+    }
     let mut state = lock(&STATE);
     match (state.phase, traced) {
         (Phase::Idle | Phase::Parked, true) => activate(&mut state),
@@ -125,12 +137,14 @@ pub fn tick(traced: bool) {
     }
 }
 
-/// In a forked child: CUPTI's session belongs to the parent. Only the forking thread lives on in
+/// In a forked child: CUPTI's session belongs to the parent, and so does a raised semaphore
+/// (nothing activates until it fell: [`INHERITED`]). Only the forking thread lives on in
 /// the child: a lock that another thread held at the fork (the watcher's `STATE` all through a
 /// flush, the records' lock during a launch) stays held there for ever, so none is waited for.
 /// Returns whether every one was free and reset; when not, the child gets no watcher (its device
 /// timeline stays off) instead of one, or an exit handler, that would wait for ever.
 pub fn forget_after_fork() -> bool {
+    INHERITED.store(true, Ordering::Release);
     SUBSCRIBER.store(0, Ordering::Release);
     SHARED.store(false, Ordering::Release);
     LAUNCHES.store(false, Ordering::Release);

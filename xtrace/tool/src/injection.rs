@@ -4,9 +4,10 @@
 //! call is made until a tracer raises it (xtrace attaching its probe there), so an untraced
 //! process pays nothing per launch, and the device timeline starts at most one period after the
 //! attach. It ends when that semaphore falls or when `xtrace:gpu_drain`'s rises: xtrace raises
-//! the second when it stops, so that the last records still reach it. The thread is started
-//! again in a forked child. `xtrace --inject` loads the library into a running process and calls
-//! [`xtrace_inject_start`] instead.
+//! the second when it stops, so that the last records still reach it. The watcher is started
+//! again in a forked child, where it waits for the semaphore, inherited raised from a traced
+//! parent, to fall before anything can start. `xtrace --inject` loads the library into a running
+//! process and calls [`xtrace_inject_start`] instead.
 use core::ffi::c_int;
 use std::{
     panic::catch_unwind,
