@@ -237,12 +237,13 @@ pub struct RecordArgs {
 
     /// Load the tool library into a --pid process started without CUDA_INJECTION64_PATH.
     ///
-    /// For the GPU device timeline of a running CUDA process: xtrace stops its main thread with
-    /// ptrace at a system call, has it load libxtrace_tool.so from a memfd (dlopen) and start the
-    /// library's watcher, and lets it go on where it was. Needs CAP_SYS_PTRACE, glibc 2.34 or
-    /// later and x86_64; refused under Yama ptrace_scope 3, with another tracer attached, or when
-    /// the main thread makes no system call within 2 s. The library stays loaded after xtrace
-    /// leaves, inert until the next trace; a second --inject finds it and loads nothing.
+    /// For the GPU device timeline of a running CUDA process: xtrace stops one thread with ptrace
+    /// at a system call (the main thread, or another when it only computes), has it load
+    /// libxtrace_tool.so from a memfd (dlopen) and start the library's watcher, and lets it go on
+    /// where it was. Needs CAP_SYS_PTRACE, glibc 2.34 or later and x86_64; refused under Yama
+    /// ptrace_scope 3, with another tracer attached, or when no thread makes a system call within
+    /// 2 s. The library stays loaded after xtrace leaves, inert until the next trace; a second
+    /// --inject finds it and loads nothing.
     #[arg(long = "inject", requires_all = ["pid", "cuda"], help_heading = heading::GPU)]
     pub inject: bool,
 

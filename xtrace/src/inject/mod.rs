@@ -4,10 +4,12 @@
 //! First every check that needs no ptrace ([`preflight`]): Yama's `ptrace_scope`, another tracer,
 //! CAP_SYS_PTRACE, a mapped libcuda, glibc 2.34 or later (`dlopen` in libc.so.6), and whether the
 //! library is loaded already (then nothing is done). Then one thread is seized ([`ptrace`]) and
-//! brought to a system-call entry; there it runs one `mmap` of xtrace's for a page of code and the
-//! library's bytes, and gets its registers pointed at the [`trampoline`], which loads the library
-//! from a memfd, calls its `xtrace_inject_start` and restores the thread itself. xtrace then waits
-//! for the library's watcher thread, `xtrace-gpu`, to appear.
+//! brought to a system-call entry: the main thread, or, when it reaches none within half the wait
+//! (it computes), each other thread in turn ([`safe_point`]). There it runs one `mmap` of xtrace's
+//! for a page of code and the library's bytes, and gets its registers pointed at the
+//! [`trampoline`], which loads the library from a memfd, calls its `xtrace_inject_start` and
+//! restores the thread itself. xtrace then waits for the library's watcher thread, `xtrace-gpu`,
+//! to appear.
 //!
 //! A debug build pauses at a named step when `XTRACE_TEST_INJECT_PAUSE` names it (`seized`,
 //! `mapped`, `written`, `started`), for the tests that kill xtrace there.
@@ -22,8 +24,11 @@ use std::{
 
 use crate::target::Process;
 
-/// How long a thread may take to reach a system call before `--inject` gives up.
+/// How long the threads may take to reach a system call before `--inject` gives up: all of it for
+/// the main thread of a process that has no other, half of it when it has.
 pub const SAFE_POINT_WAIT: Duration = Duration::from_secs(2);
+/// How long each thread but the main one may take to reach a system call.
+pub const OTHER_THREAD_WAIT: Duration = Duration::from_millis(200);
 /// How long the library may take to load and start its watcher thread.
 pub const START_WAIT: Duration = Duration::from_secs(10);
 /// The watcher thread's name (xtrace/tool/src/injection.rs).
@@ -45,8 +50,12 @@ pub enum Error {
         "--inject: {why}; start pid {pid} with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead"
     )]
     Unsupported { pid: u32, why: String },
-    #[error("--inject: the main thread of pid {pid} made no system call within {waited_ms} ms (a thread that only computes has no safe point to stop at, and --inject stops the main thread only); it was left as it was; try again while it does I/O or waits")]
-    NoSafePoint { pid: u32, waited_ms: u128 },
+    #[error("--inject: no thread of pid {pid} made a system call within {waited_ms} ms ({threads} tried; a thread that only computes has no safe point to stop at); each was left as it was; try again while the process does I/O or waits")]
+    NoSafePoint {
+        pid: u32,
+        threads: usize,
+        waited_ms: u128,
+    },
     #[error("--inject into pid {pid} failed at {step}: {reason}")]
     Ptrace {
         pid: u32,
@@ -102,22 +111,72 @@ pub fn inject(process: &Process, library: &Path) -> Result<Outcome, Error> {
     })
 }
 
-/// The ptrace part: from seizing the main thread to detaching it, running the trampoline.
+/// A thread of `pid` stopped at a safe point, with its registers there: the main thread, for all
+/// of [`SAFE_POINT_WAIT`] when it is the only one, else for half of it; then each other thread, in
+/// the order they were made, for [`OTHER_THREAD_WAIT`], until `SAFE_POINT_WAIT` has passed. A
+/// thread that reaches none is let go as it was; one that exits meanwhile is passed over.
+fn safe_point(pid: u32) -> Result<(ptrace::Tracee, libc::user_regs_struct), Error> {
+    let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
+    let started = Instant::now();
+    let end = started + SAFE_POINT_WAIT;
+    let threads = threads(pid);
+    let main_wait = match threads.len() {
+        0 | 1 => SAFE_POINT_WAIT,
+        _ => SAFE_POINT_WAIT / 2,
+    };
+    let mut tried = 0;
+    for tid in threads {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let wait = if tid == pid { main_wait } else { OTHER_THREAD_WAIT };
+        let mut tracee = match ptrace::Tracee::seize(pid, tid) {
+            Ok(tracee) => tracee,
+            Err(_) if tid != pid && !thread_exists(pid, tid) => continue,
+            Err(e) => return Err(e),
+        };
+        if tried == 0 {
+            pause_for_test("seized");
+        }
+        tried += 1;
+        match tracee.reach_safe_point((now + wait).min(end)) {
+            Ok(Some(at_entry)) => return Ok((tracee, at_entry)),
+            Ok(None) => tracee.detach().map_err(fail("PTRACE_DETACH"))?,
+            Err(_) if tid != pid && !thread_exists(pid, tid) => continue,
+            Err(e) => return Err(fail("waiting for a system call")(e)),
+        }
+    }
+    Err(Error::NoSafePoint {
+        pid,
+        threads: tried,
+        waited_ms: started.elapsed().as_millis(),
+    })
+}
+
+/// The threads of `pid`, the main thread first, then the others by id (the order they were
+/// made, until ids wrap).
+fn threads(pid: u32) -> Vec<u32> {
+    let mut others: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|&tid| tid != pid)
+                .collect()
+        })
+        .unwrap_or_default();
+    others.sort_unstable();
+    std::iter::once(pid).chain(others).collect()
+}
+
+fn thread_exists(pid: u32, tid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// The ptrace part: from seizing a thread to detaching it, running the trampoline.
 fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
-    let mut tracee = ptrace::Tracee::seize(pid, pid)?;
-    pause_for_test("seized");
-    let deadline = Instant::now() + SAFE_POINT_WAIT;
-    let Some(at_entry) = tracee
-        .reach_safe_point(deadline)
-        .map_err(fail("waiting for a system call"))?
-    else {
-        tracee.detach().map_err(fail("PTRACE_DETACH"))?;
-        return Err(Error::NoSafePoint {
-            pid,
-            waited_ms: SAFE_POINT_WAIT.as_millis(),
-        });
-    };
+    let (tracee, at_entry) = safe_point(pid)?;
     let resume = trampoline::resume_registers(&at_entry);
     let library_len = bytes.len() as u64;
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
