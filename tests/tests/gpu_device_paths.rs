@@ -3,6 +3,8 @@
 //! Perfetto trace, a forked child (and one forked during a flush), a libcupti found beside the runtime, records CUPTI drops, and
 //! perf-event uprobes (kernels before 6.6); and `report` and `diff` of device time per kernel.
 
+use std::collections::BTreeMap;
+
 use xtrace_tests::{
     args,
     bpf::Attachments,
@@ -355,6 +357,55 @@ fn perf_event_uprobes_carry_the_device_records_too() {
     assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
 }
 
+/// `report --format json`'s probes of kind `gpu` against the capture's own summary.json: each
+/// kernel's count, total and mean exactly, its p50 and p99 within the histogram's 1/128; each copy
+/// direction's and the memsets' count and total exactly.
+fn assert_report_is_the_summarys_device_time(capture: &std::path::Path) {
+    let report = xtrace_tests::captures::xtrace(args!["report", capture, "--format", "json"]);
+    assert_eq!(report.code, Some(0), "{}", report.stderr);
+    let report: serde_json::Value = serde_json::from_str(&report.stdout).expect("report's JSON");
+    let gpu: BTreeMap<&str, &serde_json::Value> = report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter(|p| p["kind"] == "gpu")
+        .map(|p| (p["name"].as_str().unwrap(), p))
+        .collect();
+    let summary = Outputs::read(capture).summary;
+    let device = &summary["gpu_device"];
+    let ns = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let kernels = device["top_kernels"].as_array().expect("top_kernels");
+    for kernel in kernels {
+        let name = kernel["name"].as_str().unwrap();
+        let probe = gpu[name];
+        for key in ["count", "total_ns", "mean_ns"] {
+            assert_eq!(probe[key], kernel[key], "{name} {key}: {probe} {kernel}");
+        }
+        for key in ["p50_ns", "p99_ns"] {
+            let (got, exact) = (ns(probe, key), ns(kernel, key));
+            assert!(
+                got.abs_diff(exact) <= exact / 128,
+                "{name} {key}: {probe} {kernel}"
+            );
+        }
+    }
+    let copies = device["copies"].as_array().expect("copies");
+    for copy in copies {
+        let name = format!("memcpy {}", copy["kind"].as_str().unwrap());
+        assert_eq!(
+            (&gpu[name.as_str()]["count"], &gpu[name.as_str()]["total_ns"]),
+            (&copy["count"], &copy["total_ns"]),
+            "{name}"
+        );
+    }
+    let memsets = &device["memsets"];
+    assert_eq!(
+        (&gpu["memset"]["count"], &gpu["memset"]["total_ns"]),
+        (&memsets["count"], &memsets["total_ns"])
+    );
+    assert_eq!(gpu.len(), kernels.len() + copies.len() + 1, "{gpu:?}");
+}
+
 /// `report` lists each kernel's device time as a probe of kind `gpu`, and `diff` compares it
 /// kernel by kernel: here 5 rounds of work, then 8.
 #[test]
@@ -398,6 +449,7 @@ fn report_and_diff_compare_device_time_per_kernel() {
     let kernel = row(&report.stdout, "vector_add");
     assert_eq!(kernel[1..3], ["gpu", "5"], "{kernel:?}");
     assert_eq!(row(&report.stdout, "reduce_sum")[1..3], ["gpu", "10"]);
+    assert_report_is_the_summarys_device_time(&base);
     let diff = xtrace_tests::captures::xtrace(args!["diff", &base, &new, "--min-count", "1000"]);
     assert_eq!(diff.code, Some(0), "{}", diff.stdout);
     // PROBE, BASE N, NEW N, ...
