@@ -11,7 +11,8 @@
 #     maps libcupti by itself;
 #  3. the untraced cost of CUDA_INJECTION64_PATH (5 interleaved pairs);
 #  4. --pid --cuda --stacks on a process started with the variable: how soon after the attach
-#     device records came, and the Python lines behind its kernels and synchronizations.
+#     device records came, how long the stop waited for the last ones (real CUPTI's flush), and
+#     the Python lines behind its kernels and synchronizations.
 set -u
 X=${1:?usage: check.sh XTRACE OUTDIR}; W=${2:?usage: check.sh XTRACE OUTDIR}
 D=$(dirname "$0"); LOOP=$D/torch_loop.py; LIB=$(dirname "$X")/libxtrace_tool.so
@@ -58,7 +59,9 @@ echo "== 4. --pid --cuda --stacks, 5 s, on a process started with the variable"
 CUDA_INJECTION64_PATH=$LIB python3 "$LOOP" 0 40 > "$W/loop2.txt" 2>&1 & PY=$!
 for _ in $(seq 1 60); do grep -q ready "$W/loop2.txt" && break; sleep 0.5; done
 grep -c libcupti /proc/$PY/maps | sed 's/^/libcupti mappings before the attach: /'
-timeout -k 5 60 "$X" --pid $PY --cuda --stacks -d 5 -q -o "$W/pid_device"; echo "rc=$?"
+RUST_LOG=xtrace::session=info timeout -k 5 60 "$X" --pid $PY --cuda --stacks -d 5 -q -o "$W/pid_device" 2>&1 |
+    grep -E "last GPU device records|did not hand over|warning"
+echo "rc=${PIPESTATUS[0]}"
 kill $PY; wait $PY 2>/dev/null
 python3 - "$W/pid_device/summary.json" <<'PY'
 import json, sys
