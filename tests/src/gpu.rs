@@ -111,6 +111,46 @@ pub fn expected(rounds: usize) -> BTreeMap<String, usize> {
     .collect()
 }
 
+/// Each of the `kernels` kernel slices among `slices` belongs to its own `cuLaunchKernel` call (the
+/// stand-in driver runs a kernel inside its launch call, one launch after another, so the k-th
+/// kernel to start is the k-th call's): it lies within that call to within `slack_ns`, in its
+/// process, names the call's thread as `launch_tid`, and has one flow arrow; and every device
+/// slice, copies and memsets too, lies inside the capture's traced CUDA calls (to within
+/// `slack_ns`): none from before the attach or after the stop.
+pub fn assert_linked_inside_the_capture(out: &Outputs, slices: &[Span], kernels: usize, slack_ns: i64) {
+    let mut launches = out.spans_named("cuLaunchKernel");
+    launches.sort_by_key(Span::start_ns);
+    let mut device_kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
+    device_kernels.sort_by_key(|s| s.start_ns());
+    assert_eq!((launches.len(), device_kernels.len()), (kernels, kernels));
+    for (kernel, launch) in device_kernels.iter().zip(&launches) {
+        assert!(
+            launch.start_ns() - slack_ns <= kernel.start_ns()
+                && kernel.end_ns() <= launch.end_ns() + slack_ns,
+            "{kernel:?} outside its launch {launch:?}"
+        );
+        assert_eq!(
+            (kernel.pid, &kernel.args["launch_tid"]),
+            (launch.pid, &launch.tid.into())
+        );
+    }
+    let flows = |ph: &str| out.events.iter().filter(|e| e["ph"] == ph).count();
+    assert_eq!((flows("s"), flows("f")), (kernels, kernels));
+    let calls: Vec<Span> = out
+        .spans()
+        .into_iter()
+        .filter(|s| s.cat != "gpu" && s.name.starts_with("cu"))
+        .collect();
+    let first = calls.iter().map(Span::start_ns).min().expect("CUDA calls");
+    let last = calls.iter().map(Span::end_ns).max().expect("CUDA calls");
+    for slice in slices {
+        assert!(
+            first - slack_ns <= slice.start_ns() && slice.end_ns() <= last + slack_ns,
+            "{slice:?} outside the capture's CUDA calls {first}..{last} ns"
+        );
+    }
+}
+
 /// The names of process `pid`'s threads, sorted.
 pub fn thread_names(pid: u32) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))

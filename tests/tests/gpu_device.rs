@@ -12,7 +12,10 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, tool_library},
-    gpu::{attach_round, counts, cupti_args, device_slices, expected, per_name, stdin_app, thread_names},
+    gpu::{
+        assert_linked_inside_the_capture, attach_round, counts, cupti_args, device_slices, expected,
+        per_name, stdin_app, thread_names,
+    },
     output::{Outputs, Span},
     require_bpf,
     run::Xtrace,
@@ -405,10 +408,11 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     // Work before the attach is not recorded.
     app.send("work 2");
     assert_eq!(app.next_line(), "done 2");
-    assert_eq!(
-        per_name(&device_slices(&attach_round(&mut app, 4, "gpu-attach-1", &[]).0)),
-        expected(4)
-    );
+    // Mid-run: each kernel linked to its launch, none from the work before the attach.
+    let (first, _) = attach_round(&mut app, 4, "gpu-attach-1", &[]);
+    let slices = device_slices(&first);
+    assert_eq!(per_name(&slices), expected(4));
+    assert_linked_inside_the_capture(&first, &slices, 12, 0);
     // Once xtrace left, the next launch's API-exit callback unsubscribes and finalizes.
     app.send("sleep 300");
     app.send("work 1");
@@ -429,10 +433,11 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     let records_after_first = c["records"];
     assert_eq!(records_after_first, 4 * 6);
     // A second attach subscribes again, with the callbacks registered anew after the finalize.
-    assert_eq!(
-        per_name(&device_slices(&attach_round(&mut app, 3, "gpu-attach-2", &[]).0)),
-        expected(3)
-    );
+    let (second, _) = attach_round(&mut app, 3, "gpu-attach-2", &[]);
+    let slices = device_slices(&second);
+    assert_eq!(per_name(&slices), expected(3));
+    // Nothing from the round between the two traces.
+    assert_linked_inside_the_capture(&second, &slices, 9, 0);
     app.send("counts");
     let c = counts(&app.next_line());
     assert_eq!(

@@ -12,7 +12,10 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::Fixture,
-    gpu::{attach_round, counts, device_slices, expected, per_name, stdin_app, thread_names},
+    gpu::{
+        assert_linked_inside_the_capture, attach_round, counts, device_slices, expected, per_name, stdin_app,
+        thread_names,
+    },
     output::Outputs,
     require_bpf,
     run::{expect_user_error, Xtrace},
@@ -42,21 +45,6 @@ fn inject_round(app: &mut Fixture, rounds: u32, label: &str) -> (Outputs, Vec<St
     (out, finished.stderr)
 }
 
-/// Every device slice lies inside the capture: after the first launch call began, before the last
-/// one's record ended, and each kernel after a launch of its own.
-fn assert_inside_the_capture(out: &Outputs, rounds: usize) {
-    let launches = out.spans_named("cuLaunchKernel");
-    assert_eq!(launches.len(), 3 * rounds);
-    let first = launches.iter().map(|s| s.ts).fold(f64::MAX, f64::min);
-    let last = launches.iter().map(|s| s.ts + s.dur).fold(0.0, f64::max);
-    for slice in device_slices(out) {
-        assert!(
-            slice.ts >= first && slice.ts <= last + 1e6,
-            "{slice:?} outside {first}..{last}"
-        );
-    }
-}
-
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
@@ -84,7 +72,7 @@ fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
     );
     let slices = device_slices(&out);
     assert_eq!(per_name(&slices), expected(3));
-    assert_inside_the_capture(&out, 3);
+    assert_linked_inside_the_capture(&out, &device_slices(&out), 9, 0);
     assert_eq!(out.summary["gpu_device"]["gpus"][0]["kernels"], 9);
     // xtrace gone: the process goes on, with the library loaded once, its watcher running, and
     // CUPTI unsubscribed and finalized.
