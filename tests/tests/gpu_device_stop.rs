@@ -184,3 +184,45 @@ fn a_subscription_left_parked_is_used_by_the_next_attach_with_a_notice() {
     app.send("quit");
     assert!(app.wait().success());
 }
+
+/// Two processes traced together (`-p A -p B`), each working right up to the stop: the stop waits
+/// for each one's last records, and each process's slices are all there, in its own tracks.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn the_stop_waits_for_the_last_records_of_every_traced_process() {
+    if !require_bpf() {
+        return;
+    }
+    let tool = tool_library();
+    let mut apps: [Fixture; 2] =
+        std::array::from_fn(|_| stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]));
+    let tmp = TempDir::new("gpu-stop-two");
+    let out_dir = tmp.join("out");
+    let before = Attachments::snapshot();
+    let (a, b) = (apps[0].pid().to_string(), apps[1].pid().to_string());
+    let mut xtrace = Xtrace::spawn(args!["-p", a, "-p", b, "--cuda", "-o", &out_dir]);
+    xtrace.wait_attached();
+    for (app, rounds) in apps.iter_mut().zip([2, 3]) {
+        app.send("wait-active");
+        assert_eq!(app.next_line(), "active");
+        app.send(&format!("work {rounds}"));
+        assert_eq!(app.next_line(), format!("done {rounds}"));
+    }
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    before.assert_none_left();
+    assert!(
+        !finished.stderr.iter().any(|l| l.contains("did not hand over")),
+        "{:?}",
+        finished.stderr
+    );
+    let slices = device_slices(&Outputs::read(&out_dir));
+    for (app, rounds) in apps.iter_mut().zip([2, 3]) {
+        let pid = u64::from(app.pid());
+        let own: Vec<_> = slices.iter().filter(|s| s.pid == pid).cloned().collect();
+        assert_eq!(per_name(&own), expected(rounds), "pid {pid}");
+        app.send("quit");
+        assert!(app.wait().success());
+    }
+}
