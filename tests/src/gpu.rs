@@ -41,29 +41,53 @@ pub fn traced_round(
     flags: &[&str],
     first: &[(&str, &str)],
 ) -> (Outputs, Finished) {
+    let (work, done) = (format!("work {rounds}"), format!("done {rounds}"));
+    let mut steps = first.to_vec();
+    steps.push((&work, &done));
+    traced_steps(app, label, (flags, &[]), &steps)
+}
+
+/// Attaches to `app` by pid with `flags` (xtrace's environment plus `env`); once the device
+/// timeline is on, sends each of `steps` (a command, the line it answers), then stops xtrace at
+/// once: the records still in the stand-in CUPTI's buffers (the tool library flushes them every
+/// 100 ms) reach xtrace all the same, as it asks for them when it stops. Checks that xtrace
+/// succeeded and left nothing attached (perf-event uprobes once their background removal ends).
+pub fn traced_steps(
+    app: &mut Fixture,
+    label: &str,
+    (flags, env): (&[&str], &[(&str, &str)]),
+    steps: &[(&str, &str)],
+) -> (Outputs, Finished) {
     let tmp = TempDir::new(label);
     let out_dir = tmp.join("out");
     let before = Attachments::snapshot();
     let mut all = args!["-p", app.pid().to_string()];
     all.extend(flags.iter().map(Into::into));
     all.extend(args!["-o", &out_dir]);
-    let mut xtrace = Xtrace::spawn(all);
+    let mut xtrace = Xtrace::spawn_with_env(all, env);
     xtrace.wait_attached();
     app.send("wait-active");
     assert_eq!(app.next_line(), "active");
-    for (command, answer) in first {
+    for (command, answer) in steps {
         app.send(command);
         assert_eq!(app.next_line(), *answer, "after {command}");
     }
-    app.send(&format!("work {rounds}"));
-    assert_eq!(app.next_line(), format!("done {rounds}"));
-    // At once: the records still in the stand-in CUPTI's buffers (the tool library flushes them
-    // every 100 ms) reach xtrace all the same, as it asks for them when it stops.
     xtrace.signal(libc::SIGINT);
     let finished = xtrace.wait();
     finished.assert_success();
+    finished.wait_background_removal(crate::SAFETY_TIMEOUT);
     before.assert_none_left();
     (Outputs::read(&out_dir), finished)
+}
+
+/// One CUDA call by `app` (whose API-exit callback finalizes CUPTI once a deactivation asked for
+/// it), then the stand-in CUPTI's counts.
+pub fn one_call_then_counts(app: &mut Fixture) -> BTreeMap<String, u64> {
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    app.send("sleep 200");
+    app.send("counts");
+    counts(&app.next_line())
 }
 
 /// The stand-in CUPTI's counts from a `counts ...` line: function (or `records`, `dropped`) →

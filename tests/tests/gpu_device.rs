@@ -14,7 +14,7 @@ use xtrace_tests::{
     fixtures::{fixtures, tool_library},
     gpu::{
         assert_linked_inside_the_capture, attach_round, counts, cupti_args, device_slices, expected,
-        per_name, stdin_app, thread_names,
+        one_call_then_counts, per_name, stdin_app, thread_names,
     },
     output::{Outputs, Span},
     require_bpf,
@@ -415,11 +415,7 @@ fn attach_then_detach_finalizes_cupti_and_attaching_again_works() {
     assert_linked_inside_the_capture(&first, &slices, 12, 0);
     // Once xtrace left, the next launch's API-exit callback unsubscribes and finalizes.
     app.send("sleep 300");
-    app.send("work 1");
-    assert_eq!(app.next_line(), "done 1");
-    app.send("sleep 200");
-    app.send("counts");
-    let c = counts(&app.next_line());
+    let c = one_call_then_counts(&mut app);
     assert_eq!(
         (
             c["cuptiSubscribe_v2"],

@@ -8,37 +8,23 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{tool_library, Fixture},
-    gpu::{attach_round, counts, device_slices, expected, per_name, stdin_app},
+    gpu::{
+        attach_round, counts, device_slices, expected, one_call_then_counts, per_name, stdin_app,
+        traced_steps,
+    },
     output::Outputs,
     require_bpf,
     run::{Finished, Xtrace},
-    TempDir, SAFETY_TIMEOUT,
+    TempDir,
 };
 
-/// gpuapp by pid under `xtrace --cuda` (with `env`), once its device timeline is on, then each
-/// of `steps` (a command, the line it answers) sent, then SIGINT at once; the stand-in CUPTI's
-/// counts once xtrace is gone.
+/// gpuapp by pid under `xtrace --cuda` (with `env`), stopped right after `steps`
+/// ([`traced_steps`]).
 fn stop_after(label: &str, env: &[(&str, &str)], steps: &[(&str, &str)]) -> (Outputs, Finished, Fixture) {
     let tool = tool_library();
     let mut app = stdin_app(&[("CUDA_INJECTION64_PATH", tool.as_path())]);
-    let tmp = TempDir::new(label);
-    let out_dir = tmp.join("out");
-    let before = Attachments::snapshot();
-    let mut xtrace =
-        Xtrace::spawn_with_env(args!["-p", app.pid().to_string(), "--cuda", "-o", &out_dir], env);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    for (command, answer) in steps {
-        app.send(command);
-        assert_eq!(app.next_line(), *answer, "after {command}");
-    }
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    finished.wait_background_removal(SAFETY_TIMEOUT);
-    before.assert_none_left();
-    (Outputs::read(&out_dir), finished, app)
+    let (out, finished) = traced_steps(&mut app, label, (&["--cuda"], env), steps);
+    (out, finished, app)
 }
 
 /// Work done just before the stop, its records still in the stand-in CUPTI's buffers, is all in
@@ -112,11 +98,7 @@ fn a_process_that_does_not_hand_over_its_last_records_gets_one_warning() {
     assert!(started.elapsed() >= std::time::Duration::from_secs(1));
     app.send("release-flush");
     app.send("sleep 300");
-    app.send("work 1");
-    assert_eq!(app.next_line(), "done 1");
-    app.send("sleep 200");
-    app.send("counts");
-    let c = counts(&app.next_line());
+    let c = one_call_then_counts(&mut app);
     assert_eq!(
         (
             c["cuptiActivityDisable"],
@@ -175,11 +157,7 @@ fn a_subscription_left_parked_is_used_by_the_next_attach_with_a_notice() {
         "{}",
         notices[0]
     );
-    app.send("work 1");
-    assert_eq!(app.next_line(), "done 1");
-    app.send("sleep 200");
-    app.send("counts");
-    let c = counts(&app.next_line());
+    let c = one_call_then_counts(&mut app);
     assert_eq!(calls(&c), [1, 6, 1, 1], "{c:?}");
     app.send("quit");
     assert!(app.wait().success());
