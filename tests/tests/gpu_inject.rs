@@ -39,6 +39,44 @@ fn injected_inodes(pid: u32) -> Vec<String> {
     inodes
 }
 
+/// The process's executable mappings, as /proc/PID/maps gives them.
+fn code_mappings(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the fixture's maps");
+    maps.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|perms| perms.contains('x'))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether the process's mapping of libc's code holds the file's bytes, the padding after the
+/// code (where `--inject`'s stage 0 runs) included.
+fn libc_code_as_in_file(pid: u32) -> bool {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the fixture's maps");
+    let line = maps
+        .lines()
+        .find(|l| l.contains(" r-xp ") && l.ends_with("/libc.so.6"))
+        .expect("libc's code in the fixture");
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (start, end) = fields[0].split_once('-').unwrap();
+    let (start, end) = (
+        u64::from_str_radix(start, 16).unwrap(),
+        u64::from_str_radix(end, 16).unwrap(),
+    );
+    let offset = u64::from_str_radix(fields[2], 16).unwrap();
+    let mut mapped = vec![0; (end - start) as usize];
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    mem.read_exact_at(&mut mapped, start).unwrap();
+    let mut file = vec![0; mapped.len()];
+    let libc = std::fs::File::open(format!("/proc/{pid}/root{}", fields[5])).unwrap();
+    libc.read_exact_at(&mut file, offset).unwrap();
+    mapped == file
+}
+
 /// One `--inject` recording of `rounds` rounds of work; returns its outputs and stderr.
 fn inject_round(app: &mut Fixture, rounds: u32, label: &str) -> (Outputs, Vec<String>) {
     let (out, finished) = attach_round(app, rounds, label, &["--inject"]);
@@ -53,6 +91,7 @@ fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
     }
     let mut app = uninjected_app();
     assert_eq!(thread_names(app.pid()), ["gpuapp"]);
+    let code = code_mappings(app.pid());
     let (out, stderr) = inject_round(&mut app, 3, "gpu-inject");
     let loaded: Vec<&String> = stderr.iter().filter(|l| l.contains("--inject: loaded")).collect();
     assert_eq!(loaded.len(), 1, "{stderr:?}");
@@ -78,6 +117,22 @@ fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
     // CUPTI unsubscribed and finalized.
     assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
     assert_eq!(injected_inodes(app.pid()).len(), 1);
+    // Of xtrace's code, one anonymous page is left (the trampoline's; the others are the
+    // library, what it needs and the kernel's uprobe page), and libc's padding is zeros again.
+    let added: Vec<String> = code_mappings(app.pid())
+        .into_iter()
+        .filter(|l| !code.contains(l) && l.split_whitespace().count() == 5)
+        .collect();
+    assert_eq!(added.len(), 1, "{added:?}");
+    let range = added[0]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split_once('-')
+        .unwrap();
+    let size = u64::from_str_radix(range.1, 16).unwrap() - u64::from_str_radix(range.0, 16).unwrap();
+    assert_eq!(size, 4096, "{added:?}");
+    assert!(libc_code_as_in_file(app.pid()));
     app.send("work 2");
     assert_eq!(app.next_line(), "done 2");
     app.send("counts");
@@ -231,12 +286,67 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
 
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn an_mmap_the_process_may_not_make_leaves_it_as_it_was() {
+    if !require_bpf() {
+        return;
+    }
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    let code = code_mappings(pid);
+    // Address space for 64 KiB more than the process has: too little for the library's bytes.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let size_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().strip_suffix(" kB"))
+        .and_then(|v| v.parse().ok())
+        .expect("VmSize");
+    let limit = |bytes: u64| libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let set_limit = |bytes: u64| {
+        // SAFETY: prlimit reads one rlimit and writes none (null old limit).
+        let set = unsafe {
+            libc::prlimit(
+                pid as libc::pid_t,
+                libc::RLIMIT_AS,
+                &limit(bytes),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    };
+    set_limit((size_kib + 64) * 1024);
+    let line = expect_user_error(
+        &Attachments::snapshot(),
+        Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]),
+    );
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: --inject into pid {pid} failed at mmap in the process: Cannot allocate \
+             memory (os error 12)"
+        )
+    );
+    set_limit(libc::RLIM_INFINITY);
+    // Its read made anew, no mapping left, and stage 0 cleared from libc's padding.
+    assert_untouched(&mut app);
+    assert_eq!(code_mappings(pid), code);
+    assert!(libc_code_as_in_file(pid));
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn killing_xtrace_at_each_injection_step_leaves_the_process_running() {
     if !require_bpf() {
         return;
     }
-    for step in ["seized", "mapped", "written", "started"] {
+    for step in ["seized", "staged", "entered", "mapped", "written", "started"] {
         let mut app = uninjected_app();
+        let code = code_mappings(app.pid());
         let mut xtrace = Xtrace::spawn_with_env(
             args!["-p", app.pid().to_string(), "--cuda", "--inject"],
             &[("XTRACE_TEST_INJECT_PAUSE", step)],
@@ -264,9 +374,19 @@ fn killing_xtrace_at_each_injection_step_leaves_the_process_running() {
         } else {
             assert!(injected_inodes(app.pid()).is_empty(), "at {step}");
             assert_eq!(thread_names(app.pid()), ["gpuapp"], "at {step}");
+            // Stage 0's mmap was never made, or stage 0 undid it.
+            assert_eq!(code_mappings(app.pid()), code, "at {step}");
         }
+        // Stage 0 stays in libc's padding once written: xtrace clears it only after the start.
+        assert_eq!(libc_code_as_in_file(app.pid()), step == "seized", "at {step}");
         app.send("work 1");
         assert_eq!(app.next_line(), "done 1", "after a kill at {step}");
+        if step == "written" {
+            // The stage left there is taken again, and cleared this time.
+            let (out, _) = inject_round(&mut app, 1, "gpu-inject-after-kill");
+            assert_eq!(per_name(&device_slices(&out)), expected(1));
+            assert!(libc_code_as_in_file(app.pid()));
+        }
         app.send("quit");
         assert!(app.wait().success(), "after a kill at {step}");
     }

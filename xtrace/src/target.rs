@@ -111,7 +111,7 @@ impl Process {
     /// The file of `mapping`, as the process has it: the file at its path, or when the mapping
     /// says the file was deleted (or replaced on disk, as by a package upgrade) the mapped file
     /// itself, through `/proc/PID/map_files/` (which needs CAP_SYS_ADMIN).
-    fn mapped(&self, mapping: &MapsLine) -> TargetFile {
+    pub(crate) fn mapped(&self, mapping: &MapsLine) -> TargetFile {
         let file = self.at_path(PathBuf::from(mapping.path));
         if !mapping.deleted {
             return file;

@@ -5,16 +5,20 @@
 //! CAP_SYS_PTRACE, a mapped libcuda, glibc 2.34 or later (`dlopen` in libc.so.6), and whether the
 //! library is loaded already (then nothing is done). Then one thread is seized ([`ptrace`]) and
 //! brought to a system-call entry: the main thread, or, when it reaches none within half the wait
-//! (it computes), each other thread in turn ([`safe_point`]). There it runs one `mmap` of xtrace's
-//! for a page of code and the library's bytes, and gets its registers pointed at the
-//! [`trampoline`], which loads the library from a memfd, calls its `xtrace_inject_start` and
-//! restores the thread itself. xtrace then waits for the library's watcher thread, `xtrace-gpu`,
-//! to appear.
+//! (it computes), each other thread in turn ([`safe_point`]). There its call is skipped and it is
+//! sent into stage 0 (written into the padding after a library's code, [`site`]), which `mmap`s
+//! a page of code and room for the library's bytes and hands the address over at a `getpid`;
+//! xtrace writes the [`trampoline`] and the library there and points the thread at it, which
+//! loads the library from a memfd, calls its `xtrace_inject_start` and restores the thread
+//! itself. Both blobs end by making the thread's own call anew, so the thread resumes correctly
+//! whatever step xtrace dies at. xtrace then waits for the library's watcher thread,
+//! `xtrace-gpu`, to appear.
 //!
 //! A debug build pauses at a named step when `XTRACE_TEST_INJECT_PAUSE` names it (`seized`,
-//! `mapped`, `written`, `started`), for the tests that kill xtrace there.
+//! `staged`, `entered`, `mapped`, `written`, `started`), for the tests that kill xtrace there.
 mod preflight;
 mod ptrace;
+mod site;
 mod trampoline;
 
 use std::{
@@ -173,35 +177,38 @@ fn thread_exists(pid: u32, tid: u32) -> bool {
     Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
-/// The ptrace part: from seizing a thread to detaching it, running the trampoline.
+/// The ptrace part: from seizing a thread to detaching it. From the moment its registers first
+/// change (into stage 0) the thread resumes by itself from wherever xtrace leaves it: a failure
+/// from there on returns with the thread let go to finish stage 0, which undoes its `mmap`.
 fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
     let (tracee, at_entry) = safe_point(pid)?;
     let resume = trampoline::resume_registers(&at_entry);
     let library_len = bytes.len() as u64;
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
-    let mapped = tracee.syscall(
-        &at_entry,
-        libc::SYS_mmap as u64,
-        [
-            0,
-            size,
-            (libc::PROT_READ | libc::PROT_EXEC) as u64,
-            (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
-            u64::MAX,
-            0,
-        ],
-    );
-    // Whatever the mmap gave, the thread is set to go on as it would have.
+    let site = found.stage.address;
     tracee
-        .set_registers(&resume)
-        .map_err(fail("restoring the registers"))?;
-    let code = match mapped.map_err(fail("mmap in the process"))? {
+        .write_bytes(site, &trampoline::stage_code(size, &resume))
+        .map_err(fail("writing stage 0"))?;
+    pause_for_test("staged");
+    tracee
+        .set_registers(&trampoline::stage_registers(&at_entry, site))
+        .map_err(fail("entering stage 0"))?;
+    pause_for_test("entered");
+    let handover = tracee
+        .run_to_handover(trampoline::handover_address(site))
+        .map_err(fail("stage 0 in the process"))?;
+    let code = match handover.rdi as i64 {
         address @ 0.. => address as u64,
         errno => {
-            return Err(fail("mmap in the process")(
-                std::io::Error::from_raw_os_error(-errno as i32).to_string(),
-            ))
+            // Nothing mapped: the thread goes back to its call at once (the getpid skipped),
+            // and stage 0 is cleared, the process as it was.
+            let reason = std::io::Error::from_raw_os_error(-errno as i32).to_string();
+            tracee
+                .set_registers(&resume)
+                .map_err(fail("restoring the registers"))?;
+            clear_stage(&tracee, &found.stage, pid);
+            return Err(fail("mmap in the process")(reason));
         }
     };
     pause_for_test("mapped");
@@ -220,14 +227,23 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .write_bytes(code, &page)
         .map_err(fail("writing the trampoline"))?;
     pause_for_test("written");
+    // The hand-over's getpid is skipped (orig_rax -1), the thread sent to the trampoline.
     let start = trampoline::start_registers(&resume, code, found.xsave);
     tracee
         .set_registers(&start)
         .map_err(fail("starting the trampoline"))?;
     pause_for_test("started");
+    clear_stage(&tracee, &found.stage, pid);
     let tid = tracee.tid;
     tracee.detach().map_err(fail("PTRACE_DETACH"))?;
     Ok(tid)
+}
+
+/// Gives the padding stage 0 lay in its zeros back, once the thread will not run it again.
+fn clear_stage(tracee: &ptrace::Tracee, stage: &site::Site, pid: u32) {
+    if let Err(e) = tracee.write_bytes(stage.address, &vec![0; trampoline::stage_len()]) {
+        log::debug!("--inject: stage 0 left in {} of pid {pid}: {e}", stage.library);
+    }
 }
 
 /// Whether a thread of `pid` is the tool library's watcher.

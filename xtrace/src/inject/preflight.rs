@@ -1,9 +1,9 @@
 //! `--inject`'s checks before any ptrace call, each a refusal that leaves the process untouched,
 //! and what the trampoline needs from the process: the addresses of `dlopen` and `dlsym` in its
-//! libc (glibc 2.34 and later have them there, not only in libdl).
+//! libc (glibc 2.34 and later have them there, not only in libdl), and where its stage 0 can go.
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use super::{trampoline, Error};
+use super::{site, trampoline, Error};
 use crate::{
     procfs::MapsLine,
     target::{library_matches, Process},
@@ -23,6 +23,8 @@ pub struct Ready {
     pub dlsym: u64,
     /// The size of the thread's extended state (`xsave`).
     pub xsave: u64,
+    /// Where stage 0 goes.
+    pub stage: site::Site,
 }
 
 /// Runs every check; the first that fails is the error.
@@ -71,7 +73,20 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         why: "this CPU or kernel has no XSAVE, which the trampoline saves the thread's state with".into(),
     })?;
     let (dlopen, dlsym) = libc_functions(process, &files)?;
-    Ok(Found::Ready(Ready { dlopen, dlsym, xsave }))
+    let len = trampoline::stage_len();
+    let stage = site::find(process, &files, len).ok_or_else(|| Error::Unsupported {
+        pid,
+        why: format!(
+            "no library mapped by pid {pid} has {len} free bytes after its code, where xtrace's first \
+             instructions in the process go"
+        ),
+    })?;
+    Ok(Found::Ready(Ready {
+        dlopen,
+        dlsym,
+        xsave,
+        stage,
+    }))
 }
 
 /// Whether a /proc/PID/status says the process is stopped by a signal (not traced: `t`).

@@ -1,7 +1,8 @@
 //! The ptrace side of `--inject`: seizing one thread, bringing it to a system-call entry (a safe
 //! point: the thread holds no user-space lock a library load might need, unless its call is one
 //! of memory management, which such code makes under malloc's lock and those are passed over),
-//! running one system call of xtrace's there, writing memory, and letting the thread go.
+//! sending it into stage 0 and following it to the hand-over, writing memory, and letting the
+//! thread go.
 //!
 //! Until [`Tracee::set_registers`] the thread's registers are never changed, so a kill of xtrace
 //! leaves at most its interrupted system call restarted or returning EINTR. Dropping a `Tracee`
@@ -191,13 +192,10 @@ impl Tracee {
         }
     }
 
-    /// At a system-call entry with registers `at_entry`: makes the thread run system call `nr`
-    /// with `args` instead, and returns its result, the thread stopped at its exit.
-    pub fn syscall(&self, at_entry: &libc::user_regs_struct, nr: u64, args: [u64; 6]) -> Result<i64, String> {
-        let mut regs = *at_entry;
-        regs.orig_rax = nr;
-        [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9] = args;
-        self.set_registers(&regs)?;
+    /// Lets the thread, sent into stage 0, run to the entry of its hand-over call (a `getpid`
+    /// whose `syscall` instruction ends just before `handover`), passing signals on: its
+    /// registers there, `rdi` what stage 0's `mmap` returned.
+    pub fn run_to_handover(&self, handover: u64) -> Result<libc::user_regs_struct, String> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut signal = 0;
         loop {
@@ -205,13 +203,16 @@ impl Tracee {
             signal = 0;
             let status = self
                 .wait(deadline)?
-                .ok_or("the system call did not return within 5 s")?;
+                .ok_or("the thread did not reach the hand-over within 5 s")?;
             if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
                 signal = delivery_signal(status);
                 continue;
             }
-            if !self.at_entry()? {
-                return Ok(self.registers()?.rax as i64);
+            if self.at_entry()? {
+                let regs = self.registers()?;
+                if regs.rip == handover && regs.orig_rax == libc::SYS_getpid as u64 {
+                    return Ok(regs);
+                }
             }
         }
     }

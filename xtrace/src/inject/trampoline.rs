@@ -1,27 +1,147 @@
-//! The code `--inject` runs in the target thread (x86_64): a position-independent blob, assembled
-//! here and never run by xtrace, copied into a page the target mapped, followed by the values it
-//! reads (the addresses of `dlopen` and `dlsym`, where the library's bytes lie, and the thread's
-//! registers to resume with). It needs nothing of xtrace once it starts:
+//! The code `--inject` runs in the target thread (x86_64): two position-independent blobs,
+//! assembled here and never run by xtrace, each copied into the target followed by the values it
+//! reads. Each needs nothing of xtrace once the thread runs it, and each ends by restoring every
+//! general register and the flags from its values and jumping to the thread's own `syscall`
+//! instruction, so that the thread makes the call it was stopped in anew.
+//!
+//! **Stage 0** ([`stage_code`]) lies in the zero padding after a library's code (see
+//! [`super::site`]); the thread is sent there from its system-call entry, that call skipped:
+//!
+//! 1. `mmap`s the memory for the trampoline and the library's bytes;
+//! 2. makes a `getpid` with the mapping's address in `rdi`: the hand-over, where xtrace, stopped at
+//!    that call's entry, writes the trampoline and the library and points the thread at it;
+//! 3. when xtrace did not (it died, or failed), unmaps the memory and resumes the thread.
+//!
+//! **The trampoline** ([`code_page`]) lies in the page that `mmap` gave:
 //!
 //! 1. saves the thread's extended state (`xsave`, into an area on the thread's own stack);
 //! 2. `memfd_create`s `libxtrace_tool.so`, writes the library's bytes into it, and `dlopen`s
 //!    `/proc/self/fd/N` (a path that exists in every mount namespace), then calls the library's
 //!    `xtrace_inject_start`, closes the fd and unmaps the library's bytes;
-//! 3. restores the extended state, every general register and the flags from the values after the
-//!    code, and jumps to the saved instruction pointer.
+//! 3. restores the extended state and resumes the thread.
 //!
-//! So once xtrace has written the thread's registers to point here, the thread resumes correctly
-//! whether or not xtrace is still alive. The code page itself stays mapped (one page).
+//! So from the moment xtrace first changes the thread's registers (to enter stage 0) the thread
+//! resumes correctly whether or not xtrace is still alive. The trampoline's page stays mapped
+//! (one page).
 use std::arch::global_asm;
 
-// The blob lives in a read-only data section of xtrace: copied, never executed here.
+/// The assembly that restores the registers in [`register_slots`]' order from the 18 slots at
+/// `$slots` and jumps to the saved instruction pointer: the end of both blobs.
+macro_rules! restore_registers {
+    ($slots:literal) => {
+        concat!(
+            "push qword ptr [rip + ",
+            $slots,
+            " + 128]\n",
+            "popfq\n",
+            "mov r15, [rip + ",
+            $slots,
+            " + 0]\n",
+            "mov r14, [rip + ",
+            $slots,
+            " + 8]\n",
+            "mov r13, [rip + ",
+            $slots,
+            " + 16]\n",
+            "mov r12, [rip + ",
+            $slots,
+            " + 24]\n",
+            "mov rbp, [rip + ",
+            $slots,
+            " + 32]\n",
+            "mov rbx, [rip + ",
+            $slots,
+            " + 40]\n",
+            "mov r11, [rip + ",
+            $slots,
+            " + 48]\n",
+            "mov r10, [rip + ",
+            $slots,
+            " + 56]\n",
+            "mov r9, [rip + ",
+            $slots,
+            " + 64]\n",
+            "mov r8, [rip + ",
+            $slots,
+            " + 72]\n",
+            "mov rax, [rip + ",
+            $slots,
+            " + 80]\n",
+            "mov rcx, [rip + ",
+            $slots,
+            " + 88]\n",
+            "mov rdx, [rip + ",
+            $slots,
+            " + 96]\n",
+            "mov rsi, [rip + ",
+            $slots,
+            " + 104]\n",
+            "mov rdi, [rip + ",
+            $slots,
+            " + 112]\n",
+            "mov rsp, [rip + ",
+            $slots,
+            " + 136]\n",
+            "jmp qword ptr [rip + ",
+            $slots,
+            " + 120]",
+        )
+    };
+}
+
+// Stage 0, entered with rsp below the interrupted code's red zone, 16-byte aligned.
+global_asm!(
+    ".pushsection .rodata.xtrace_inject_stage0,\"a\"",
+    ".p2align 4",
+    ".globl xtrace_inject_stage0",
+    ".hidden xtrace_inject_stage0",
+    "xtrace_inject_stage0:",
+    // mmap(NULL, size, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    "xor edi, edi",
+    "mov rsi, [rip + .Lxs0_size]",
+    "mov edx, 5",
+    "mov r10d, 0x22",
+    "mov r8, -1",
+    "xor r9d, r9d",
+    "mov eax, 9",
+    "syscall",
+    // The kernel keeps rbx across system calls.
+    "mov rbx, rax",
+    "mov rdi, rax",
+    "mov eax, 39",
+    "syscall",
+    ".globl xtrace_inject_stage0_handover",
+    ".hidden xtrace_inject_stage0_handover",
+    "xtrace_inject_stage0_handover:",
+    // Still here: nobody took the hand-over. Unmap what mmap gave (not an error: -4095..-1).
+    "cmp rbx, -4095",
+    "jae .Lxs0_resume",
+    "mov rdi, rbx",
+    "mov rsi, [rip + .Lxs0_size]",
+    "mov eax, 11",
+    "syscall",
+    ".Lxs0_resume:",
+    restore_registers!(".Lxs0_regs"),
+    ".p2align 3",
+    ".globl xtrace_inject_stage0_data",
+    ".hidden xtrace_inject_stage0_data",
+    "xtrace_inject_stage0_data:",
+    ".Lxs0_size: .quad 0",
+    ".Lxs0_regs: .fill 18, 8, 0",
+    ".globl xtrace_inject_stage0_end",
+    ".hidden xtrace_inject_stage0_end",
+    "xtrace_inject_stage0_end:",
+    ".popsection",
+);
+
+// The trampoline, entered with rbx a 64-byte aligned xsave area on the thread's stack and rsp
+// below it, 16-byte aligned.
 global_asm!(
     ".pushsection .rodata.xtrace_inject_trampoline,\"a\"",
     ".p2align 6",
     ".globl xtrace_inject_trampoline",
     ".hidden xtrace_inject_trampoline",
     "xtrace_inject_trampoline:",
-    // rbx: a 64-byte aligned xsave area on the thread's stack; rsp: below it, 16-byte aligned.
     // XRSTOR faults on a header with stray bytes: zero it first.
     "xor eax, eax",
     "mov [rbx + 512], rax",
@@ -102,25 +222,7 @@ global_asm!(
     "mov eax, -1",
     "mov edx, -1",
     "xrstor64 [rbx]",
-    "push qword ptr [rip + .Lxti_regs + 128]",
-    "popfq",
-    "mov r15, [rip + .Lxti_regs + 0]",
-    "mov r14, [rip + .Lxti_regs + 8]",
-    "mov r13, [rip + .Lxti_regs + 16]",
-    "mov r12, [rip + .Lxti_regs + 24]",
-    "mov rbp, [rip + .Lxti_regs + 32]",
-    "mov rbx, [rip + .Lxti_regs + 40]",
-    "mov r11, [rip + .Lxti_regs + 48]",
-    "mov r10, [rip + .Lxti_regs + 56]",
-    "mov r9, [rip + .Lxti_regs + 64]",
-    "mov r8, [rip + .Lxti_regs + 72]",
-    "mov rax, [rip + .Lxti_regs + 80]",
-    "mov rcx, [rip + .Lxti_regs + 88]",
-    "mov rdx, [rip + .Lxti_regs + 96]",
-    "mov rsi, [rip + .Lxti_regs + 104]",
-    "mov rdi, [rip + .Lxti_regs + 112]",
-    "mov rsp, [rip + .Lxti_regs + 136]",
-    "jmp qword ptr [rip + .Lxti_regs + 120]",
+    restore_registers!(".Lxti_regs"),
     ".Lxti_prefix:",
     ".ascii \"/proc/self/fd/\"",
     ".Lxti_name:",
@@ -145,6 +247,10 @@ global_asm!(
 );
 
 extern "C" {
+    static xtrace_inject_stage0: u8;
+    static xtrace_inject_stage0_handover: u8;
+    static xtrace_inject_stage0_data: u8;
+    static xtrace_inject_stage0_end: u8;
     static xtrace_inject_trampoline: u8;
     static xtrace_inject_trampoline_data: u8;
     static xtrace_inject_trampoline_end: u8;
@@ -165,18 +271,31 @@ pub struct Values {
     pub resume: libc::user_regs_struct,
 }
 
-/// The blob: code, then the values it reads.
-fn blob() -> (&'static [u8], usize) {
-    let start = &raw const xtrace_inject_trampoline;
-    let data = &raw const xtrace_inject_trampoline_data;
-    let end = &raw const xtrace_inject_trampoline_end;
+/// A blob's bytes, from its first label to its end, and where its values start in them.
+fn blob(start: *const u8, data: *const u8, end: *const u8) -> (&'static [u8], usize) {
     let len = end as usize - start as usize;
-    // SAFETY: the three labels delimit one blob of bytes in a read-only section of this binary.
+    // SAFETY: the labels delimit one blob of bytes in a read-only section of this binary.
     let bytes = unsafe { std::slice::from_raw_parts(start, len) };
     (bytes, data as usize - start as usize)
 }
 
-/// The registers in the order the blob restores them.
+fn trampoline_blob() -> (&'static [u8], usize) {
+    blob(
+        &raw const xtrace_inject_trampoline,
+        &raw const xtrace_inject_trampoline_data,
+        &raw const xtrace_inject_trampoline_end,
+    )
+}
+
+fn stage_blob() -> (&'static [u8], usize) {
+    blob(
+        &raw const xtrace_inject_stage0,
+        &raw const xtrace_inject_stage0_data,
+        &raw const xtrace_inject_stage0_end,
+    )
+}
+
+/// The registers in the order the blobs restore them.
 fn register_slots(r: &libc::user_regs_struct) -> [u64; 18] {
     [
         r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rax, r.rcx, r.rdx, r.rsi,
@@ -184,10 +303,18 @@ fn register_slots(r: &libc::user_regs_struct) -> [u64; 18] {
     ]
 }
 
+/// `blob` with `slots` written over its values.
+fn filled(blob: (&[u8], usize), slots: &[u64]) -> Vec<u8> {
+    let (bytes, data) = blob;
+    let mut filled = bytes.to_vec();
+    for (i, slot) in slots.iter().enumerate() {
+        filled[data + 8 * i..data + 8 * i + 8].copy_from_slice(&slot.to_le_bytes());
+    }
+    filled
+}
+
 /// The code page's bytes, with `values` filled in.
 pub fn code_page(values: &Values) -> Vec<u8> {
-    let (bytes, data) = blob();
-    let mut page = bytes.to_vec();
     let mut slots = vec![
         values.dlopen,
         values.dlsym,
@@ -197,10 +324,43 @@ pub fn code_page(values: &Values) -> Vec<u8> {
         values.library_len.div_ceil(PAGE) * PAGE,
     ];
     slots.extend(register_slots(&values.resume));
-    for (i, slot) in slots.iter().enumerate() {
-        page[data + 8 * i..data + 8 * i + 8].copy_from_slice(&slot.to_le_bytes());
-    }
-    page
+    filled(trampoline_blob(), &slots)
+}
+
+/// Stage 0's length in bytes, its values included.
+pub fn stage_len() -> usize {
+    stage_blob().0.len()
+}
+
+/// Stage 0's code, without its values: what a stage left by an earlier injection starts with.
+pub fn stage_code_only() -> &'static [u8] {
+    let (bytes, data) = stage_blob();
+    &bytes[..data]
+}
+
+/// Stage 0's bytes, for a mapping of `size` bytes and a thread that resumes with `resume`.
+pub fn stage_code(size: u64, resume: &libc::user_regs_struct) -> Vec<u8> {
+    let mut slots = vec![size];
+    slots.extend(register_slots(resume));
+    filled(stage_blob(), &slots)
+}
+
+/// Where a thread running stage 0 at `site` stands at the hand-over's entry stop: its
+/// instruction pointer, just after that `syscall`.
+pub fn handover_address(site: u64) -> u64 {
+    let start = &raw const xtrace_inject_stage0;
+    let handover = &raw const xtrace_inject_stage0_handover;
+    site + (handover as usize - start as usize) as u64
+}
+
+/// The registers that send a thread stopped at a system-call entry with `at_entry` into stage 0
+/// at `site`, its call skipped (`orig_rax` -1): a stack below the red zone.
+pub fn stage_registers(at_entry: &libc::user_regs_struct, site: u64) -> libc::user_regs_struct {
+    let mut stage = *at_entry;
+    stage.rip = site;
+    stage.rsp = (at_entry.rsp - 128) & !15;
+    stage.orig_rax = u64::MAX;
+    stage
 }
 
 /// The extended-state area the blob's `xsave` fills, in bytes (CPUID leaf 0xD: the size the
@@ -260,7 +420,7 @@ mod tests {
             library_len: 5000,
             resume,
         });
-        let (bytes, data) = blob();
+        let (bytes, data) = trampoline_blob();
         assert_eq!(page.len(), bytes.len());
         assert!(page.len() < PAGE as usize);
         let slot = |i: usize| u64::from_le_bytes(page[data + 8 * i..data + 8 * i + 8].try_into().unwrap());
@@ -307,5 +467,55 @@ mod tests {
         assert_eq!(start.rip, 0x5000);
         assert_eq!(start.orig_rax, u64::MAX);
         assert_eq!(start.eflags, 0x246);
+    }
+
+    #[test]
+    fn stage_0_holds_the_size_then_the_registers_after_its_code() {
+        // SAFETY: as above.
+        let mut resume: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        resume.rip = 0x7f00_0000_1000;
+        resume.rax = 0; // read, made again
+        resume.rsp = 0x7fff_0000_1238;
+        let stage = stage_code(0x5000, &resume);
+        let (bytes, data) = stage_blob();
+        assert_eq!(stage.len(), stage_len());
+        assert_eq!(stage.len(), data + 8 * 19);
+        assert_eq!(&stage[..data], stage_code_only());
+        assert_eq!(&stage[..data], &bytes[..data]);
+        let slot = |i: usize| u64::from_le_bytes(stage[data + 8 * i..data + 8 * i + 8].try_into().unwrap());
+        assert_eq!(slot(0), 0x5000);
+        assert_eq!(
+            [slot(1 + 10), slot(1 + 15), slot(1 + 17)],
+            [0, 0x7f00_0000_1000, 0x7fff_0000_1238]
+        );
+        // A few hundred bytes: it fits the padding of nearly every library.
+        assert!(stage.len() < 512, "{}", stage.len());
+    }
+
+    #[test]
+    fn the_hand_over_stop_is_just_after_stage_0s_getpid() {
+        let site = 0x7f00_0017_b100;
+        let offset = (handover_address(site) - site) as usize;
+        let code = stage_code_only();
+        assert!(offset < code.len());
+        // `mov eax, 39`, then `syscall`.
+        assert_eq!(&code[offset - 7..offset], &[0xb8, 39, 0, 0, 0, 0x0f, 0x05]);
+    }
+
+    #[test]
+    fn a_thread_enters_stage_0_with_its_call_skipped_below_its_red_zone() {
+        // SAFETY: as above.
+        let mut entry: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        entry.rip = 0x7f00_0000_1002;
+        entry.rsp = 0x7fff_0000_1238;
+        entry.orig_rax = 7; // poll
+        entry.rdi = 3;
+        let stage = stage_registers(&entry, 0x7f00_0017_b100);
+        assert_eq!(
+            (stage.rip, stage.orig_rax, stage.rdi),
+            (0x7f00_0017_b100, u64::MAX, 3)
+        );
+        assert_eq!(stage.rsp % 16, 0);
+        assert!(stage.rsp + 8 <= entry.rsp - 128);
     }
 }
