@@ -285,6 +285,36 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
 }
 
 #[test]
+#[ignore = "sets Yama's ptrace_scope to 3, which only a reboot undoes: the kernel matrix's guest runs it last"]
+fn inject_refuses_under_yama_ptrace_scope_3() {
+    if !require_bpf() {
+        return;
+    }
+    let scope = "/proc/sys/kernel/yama/ptrace_scope";
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    std::fs::write(scope, "3").unwrap_or_else(|e| panic!("{scope}: {e} (a kernel without Yama?)"));
+    assert_eq!(std::fs::read_to_string(scope).unwrap(), "3\n");
+    let line = expect_user_error(
+        &Attachments::snapshot(),
+        Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]),
+    );
+    assert_eq!(
+        line,
+        format!(
+            "xtrace: error: --inject: Yama's ptrace_scope is 3 (/proc/sys/kernel/yama/ptrace_scope): no \
+             process may be traced with ptrace until reboot, so xtrace cannot load its library into pid \
+             {pid}; start the process with CUDA_INJECTION64_PATH=/path/to/libxtrace_tool.so instead"
+        )
+    );
+    assert_untouched(&mut app);
+    // Nor can the setting be lowered: what makes this test one for a guest that is powered off.
+    assert!(std::fs::write(scope, "1").is_err());
+    app.send("quit");
+    assert!(app.wait().success());
+}
+
+#[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn an_mmap_the_process_may_not_make_leaves_it_as_it_was() {
     if !require_bpf() {

@@ -80,7 +80,13 @@ pub const SMOKE: &[(&str, &str)] = &[
     ("bad_input", "unknown_symbol_suggests_close_names"),
     ("bad_input", "function_the_kernel_cannot_probe"),
     ("check", "as_root_every_item_is_ok"),
+    ("gpu_inject", "inject_refuses_under_yama_ptrace_scope_3"),
 ];
+
+/// Smoke tests that change the guest for good (Yama's `ptrace_scope` 3 cannot be lowered again
+/// before a reboot): `#[ignore]`d on the host, run in the guest after all the others, with
+/// `--include-ignored`.
+pub const RUN_LAST: &[(&str, &str)] = &[("gpu_inject", "inject_refuses_under_yama_ptrace_scope_3")];
 
 /// Smoke tests that fail in a kernel series for a defect of xtrace's, written down: (release
 /// prefix, file, test, the defect). They still run; the step fails if one passes, so a fix
@@ -229,7 +235,8 @@ pub fn quoted(path: &Path) -> Result<String> {
     Ok(format!("'{text}'"))
 }
 
-/// plan.sh, which guest-init.sh sources: what to move onto the tmpfs, then one `run` per file.
+/// plan.sh, which guest-init.sh sources: what to move onto the tmpfs, then one `run` per file,
+/// then one for each of [`RUN_LAST`] chosen.
 fn plan(
     ws: &Workspace,
     xtrace: &Path,
@@ -242,17 +249,24 @@ fn plan(
         writeln!(text, "onto_tmpfs {}", quoted(path)?)?;
     }
     writeln!(text, "XTRACE_BIN={}\nexport XTRACE_BIN", quoted(xtrace)?)?;
-    let mut files: Vec<&str> = chosen.iter().map(|(file, _)| *file).collect();
-    files.dedup();
-    for file in files {
+    let binary = |file: &str| {
         let binary = binaries
             .get(file)
             .with_context(|| format!("cargo built no test binary for tests/tests/{file}.rs"))?;
-        write!(text, "run {file} {}", quoted(binary)?)?;
-        for (_, name) in chosen.iter().filter(|(f, _)| *f == file) {
+        quoted(binary)
+    };
+    let (last, first): (Vec<_>, Vec<_>) = chosen.iter().partition(|test| RUN_LAST.contains(test));
+    let mut files: Vec<&str> = first.iter().map(|(file, _)| *file).collect();
+    files.dedup();
+    for file in files {
+        write!(text, "run {file} {}", binary(file)?)?;
+        for (_, name) in first.iter().filter(|(f, _)| *f == file) {
             write!(text, " {name}")?;
         }
         text.push('\n');
+    }
+    for (file, name) in last {
+        writeln!(text, "run {file} {} --include-ignored {name}", binary(file)?)?;
     }
     Ok(text)
 }
@@ -385,6 +399,40 @@ mod tests {
                 "tests/tests/{file}.rs uses no PANIC_ENV"
             );
         }
+    }
+
+    /// What runs last is a smoke test ignored on the host, and the plan runs it after the rest.
+    #[test]
+    fn run_last_tests_are_ignored_smoke_tests_planned_last() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tests");
+        for test @ (file, name) in RUN_LAST {
+            assert!(SMOKE.contains(test), "{test:?} is not in SMOKE");
+            let source = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
+            let at = source.find(&format!("\nfn {name}()")).unwrap();
+            let attrs = &source[source[..at].rfind("\n\n").unwrap_or(0)..at];
+            assert!(
+                attrs.contains("#[ignore = "),
+                "{file}::{name} is not ignored on the host"
+            );
+        }
+        let ws = Workspace {
+            root: PathBuf::from("/w"),
+            target: PathBuf::from("/w/target"),
+        };
+        let binaries: BTreeMap<String, PathBuf> = ["a", "gpu_inject"]
+            .map(|f| (f.to_owned(), PathBuf::from(format!("/w/{f}"))))
+            .into();
+        let chosen = [("gpu_inject", "x"), RUN_LAST[0], ("a", "y")];
+        let text = plan(&ws, Path::new("/w/xtrace"), &chosen, &binaries).unwrap();
+        let runs: Vec<&str> = text.lines().filter(|l| l.starts_with("run ")).collect();
+        assert_eq!(
+            runs,
+            [
+                "run gpu_inject '/w/gpu_inject' x",
+                "run a '/w/a' y",
+                "run gpu_inject '/w/gpu_inject' --include-ignored inject_refuses_under_yama_ptrace_scope_3",
+            ]
+        );
     }
 
     #[test]
