@@ -291,7 +291,7 @@ fn a_launched_command_gets_every_kernel_copy_and_memset_inside_its_launch() {
     assert_eq!(gpu["memsets"]["bytes"], 5 * 1024);
     assert_eq!(
         gpu["records_dropped"],
-        serde_json::json!({"by_cupti": 0, "by_kernel": 0, "after_stop": 0})
+        serde_json::json!({"by_cupti": 0, "by_kernel": 0, "other_records_by_kernel": 0, "after_stop": 0})
     );
     assert!(
         out.summary_txt

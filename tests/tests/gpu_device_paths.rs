@@ -1,7 +1,8 @@
 //! The GPU device timeline on its other paths, on the real kernel with the stand-in CUDA runtime,
 //! driver and CUPTI (see gpu_device.rs): a process started without the injection variable, a
-//! Perfetto trace, a forked child (and one forked during a flush), a libcupti found beside the runtime, records CUPTI drops, and
-//! perf-event uprobes (kernels before 6.6); and `report` and `diff` of device time per kernel.
+//! Perfetto trace, a forked child (and one forked during a flush), a libcupti found beside the
+//! runtime, records CUPTI drops and records the ring buffer has no room for, and perf-event
+//! uprobes (kernels before 6.6); and `report` and `diff` of device time per kernel.
 
 use std::collections::BTreeMap;
 
@@ -312,6 +313,77 @@ fn records_cupti_drops_are_counted() {
     assert!(out
         .summary_txt
         .contains("GPU device: 10 kernels, 10 copies, 0 memsets; 10 records dropped\n"));
+}
+
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn records_the_ring_has_no_room_for_are_counted() {
+    if !require_bpf() {
+        return;
+    }
+    let tmp = TempDir::new("gpu-ring-full");
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let app = fixtures().gpuapp.display().to_string();
+    // A 16 KiB ring holds 100 records; the 3000 device records of 500 rounds come in hand-overs
+    // of 64, one right after another, at the watcher's next period.
+    let xtrace = Xtrace::spawn(args![
+        "--cuda",
+        "--buffer-size",
+        "16K",
+        "-o",
+        &out_dir,
+        "--",
+        app,
+        flag,
+        lib,
+        "init",
+        "wait-active",
+        "work",
+        "500",
+        "sleep",
+        "300"
+    ]);
+    xtrace.wait().assert_success();
+    let out = Outputs::read(&out_dir);
+    let slices = per_name(&device_slices(&out));
+    let dropped = &out.summary["gpu_device"]["records_dropped"];
+    let by_kernel = dropped["by_kernel"].as_u64().expect("by_kernel");
+    let others = dropped["other_records_by_kernel"].as_u64().expect("others");
+    // How they split between the timeline and the count depends on how fast xtrace reads; the
+    // sum does not: each of the 3000 is a slice or counted.
+    let on_timeline: usize = slices.values().sum();
+    assert!(by_kernel > 0, "{dropped}");
+    assert_eq!(on_timeline as u64 + by_kernel, 3000, "{slices:?} {dropped}");
+    // A kernel whose name record found no room is on the timeline unnamed.
+    let count = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| slices.get(*n).copied().unwrap_or(0))
+            .sum::<usize>()
+    };
+    let kernels = count(&["vector_add", "reduce_sum", "(unnamed kernel)"]);
+    let copies = count(&["memcpy HtoD", "memcpy DtoH"]);
+    let memsets = count(&["memset"]);
+    assert_eq!(kernels + copies + memsets, on_timeline, "{slices:?}");
+    assert!(kernels <= 1500 && copies <= 1000 && memsets <= 500, "{slices:?}");
+    // The others: at most a launch record for each of the 1500 launches, two names and the
+    // subscription; the launches' API spans in the same ring are lost too.
+    assert!(others <= 1503, "{dropped}");
+    assert_eq!(
+        (dropped["by_cupti"].as_u64(), dropped["after_stop"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert!(out.summary["lost"]["ring_full"].as_u64().unwrap() >= by_kernel + others);
+    let also = match others {
+        0 => String::new(),
+        n => format!(" (and {n} launch records, names or marks: raise --buffer-size)"),
+    };
+    let line = format!(
+        "GPU device: {kernels} kernels, {copies} copies, {memsets} memsets; {by_kernel} records \
+         dropped{also}\n"
+    );
+    assert!(out.summary_txt.contains(&line), "{line}");
 }
 
 #[test]

@@ -125,14 +125,17 @@ pub mod counter {
     /// Off-CPU intervals not counted: the table that adds them up was full, or one to send did
     /// not fit in the ring buffer.
     pub const LOST_OFF_CPU: u32 = 6;
-    /// GPU device records not sent: past `gpu::MAX_RECORDS_PER_HIT` in one batch, or no room in
-    /// the ring buffer.
+    /// GPU device activity records (kernels, copies, memsets) not sent: past
+    /// `gpu::MAX_RECORDS_PER_HIT` in one batch, unreadable, or no room in the ring buffer.
     pub const LOST_DEVICE_RECORDS: u32 = 7;
     /// Hits of uprobe programs after the stop (`STOPPED`), which returned at once: perf-event
     /// uprobes stay in the processes until a background helper has removed them.
     pub const AFTER_STOP: u32 = 8;
+    /// The tool library's other records not sent for want of room in the ring buffer: launch
+    /// records, names, notices, clock and session marks.
+    pub const LOST_TOOL_RECORDS: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 /// One open call on a thread's `EntryStack` (32 bytes).

@@ -1,15 +1,17 @@
 //! The GPU device timeline's records: `gpu_records`, a uprobe on the tool library's
 //! `xtrace:gpu_records` USDT site, copies each `DeviceRecord` of the batch the site passes (its
 //! address in rdi, its length in rsi) into the ring buffer as a `GpuEvent`, at most
-//! `MAX_RECORDS_PER_HIT` of them; the rest, and those the ring has no room for, are counted
-//! (`LOST_DEVICE_RECORDS`). The records are the tool library's fixed layout, never CUPTI's.
+//! `MAX_RECORDS_PER_HIT` of them; the rest, and those the ring has no room for, are counted: the
+//! device activities (kernels, copies, memsets; also any record past the limit or unreadable) as
+//! `LOST_DEVICE_RECORDS`, the others (launch records, names, marks) as `LOST_TOOL_RECORDS`. The
+//! records are the tool library's fixed layout, never CUPTI's.
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_user_buf},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::uprobe,
     programs::ProbeContext,
 };
 use xtrace_common::{
-    gpu::{GpuEvent, KIND_GPU, MAX_RECORDS_PER_HIT, RECORD_BYTES},
+    gpu::{record_kind, GpuEvent, KIND_GPU, MAX_RECORDS_PER_HIT, RECORD_BYTES},
     probe::counter,
 };
 
@@ -43,15 +45,16 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
         if i >= sent {
             break;
         }
+        let at = records + i * RECORD_BYTES as u64;
         let Some(mut entry) = reserve::<GpuEvent>() else {
-            lost += sent - i;
-            break;
+            // The next may fit again, once xtrace has read some.
+            lost += unsent_activity(at);
+            continue;
         };
         let event = entry.as_mut_ptr();
         // SAFETY: `event` is the reserved record; the copy of user memory is checked.
         let copied = unsafe {
             (*event).header = header(KIND_GPU, pid_tgid, now);
-            let at = records + i * RECORD_BYTES as u64;
             bpf_probe_read_user_buf(at as *const u8, &mut (*event).record)
         };
         if copied.is_err() {
@@ -65,4 +68,19 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
         count_n(counter::LOST_DEVICE_RECORDS, lost);
     }
     0
+}
+
+/// For the record at `at`, which the ring had no room for: 1 when it is a device activity (or
+/// unreadable), else 0, counted as `LOST_TOOL_RECORDS`.
+#[inline(always)]
+fn unsent_activity(at: u64) -> u64 {
+    // `kind` is the record's first field.
+    // SAFETY: a checked copy of user memory.
+    match unsafe { bpf_probe_read_user(at as *const u32) } {
+        Ok(record_kind::KERNEL | record_kind::MEMCPY | record_kind::MEMSET) | Err(_) => 1,
+        Ok(_) => {
+            count_n(counter::LOST_TOOL_RECORDS, 1);
+            0
+        }
+    }
 }

@@ -387,9 +387,16 @@ pub fn read_lost_off_cpu(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
     counter_sum(counters, counter::LOST_OFF_CPU)
 }
 
-/// GPU device records the kernel program could not send (a batch past its limit, a full ring).
+/// GPU device activity records the kernel program could not send (a batch past its limit, a full
+/// ring).
 pub fn read_lost_device_records(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
     counter_sum(counters, counter::LOST_DEVICE_RECORDS)
+}
+
+/// The tool library's other records (launch records, names, marks) the kernel program could not
+/// send (a full ring).
+pub fn read_lost_tool_records(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
+    counter_sum(counters, counter::LOST_TOOL_RECORDS)
 }
 
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).

@@ -14,8 +14,12 @@ impl GpuDeviceSummary {
             0 => String::new(),
             n => format!(" ({n} as CUDA graph nodes)"),
         };
+        let others = match dropped.other_records_by_kernel {
+            0 => String::new(),
+            n => format!(" (and {n} launch records, names or marks: raise --buffer-size)"),
+        };
         let mut out = format!(
-            "GPU device: {} kernels, {} copies, {} memsets{graphs}; {} records dropped\n",
+            "GPU device: {} kernels, {} copies, {} memsets{graphs}; {} records dropped{others}\n",
             self.top_kernels.iter().map(|k| k.count).sum::<u64>(),
             self.copies.iter().map(|c| c.count).sum::<u64>(),
             self.memsets.count,

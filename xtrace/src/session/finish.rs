@@ -25,6 +25,7 @@ use crate::{
     output::{self, Sink, TraceFile},
     pipeline::{
         family::{
+            gpu_summary::DeviceLost,
             summary::{Ending, SamplingEnding, Sections},
             Naming,
         },
@@ -214,7 +215,7 @@ impl Stopped<'_> {
             icicle: config.icicle,
             gpus: &gpus,
             off_cpu_lost,
-            device_lost: bpf::read_lost_device_records(&counters)?,
+            device_lost: device_lost(&counters)?,
             flight,
         };
         let (summary, derived) = outputs.write(pipeline)?;
@@ -248,8 +249,8 @@ struct Outputs<'a> {
     gpus: &'a [DeviceSeries],
     /// Off-CPU waits the kernel could not count.
     off_cpu_lost: u64,
-    /// GPU device records the kernel program could not send.
-    device_lost: u64,
+    /// The tool library's records the kernel program could not send.
+    device_lost: DeviceLost,
     /// `--flight`: the whole run's window and directories.
     flight: Option<crate::export::summary::FlightSummary>,
 }
@@ -481,4 +482,12 @@ fn written(
     }
     files.extend(derived);
     files
+}
+
+/// The tool library's records the kernel program could not send, by kind.
+fn device_lost(counters: &aya::maps::PerCpuArray<aya::maps::MapData, u64>) -> Result<DeviceLost> {
+    Ok(DeviceLost {
+        activities: bpf::read_lost_device_records(counters)?,
+        other_records: bpf::read_lost_tool_records(counters)?,
+    })
 }

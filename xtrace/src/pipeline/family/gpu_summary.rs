@@ -135,7 +135,16 @@ pub struct Transfers {
 pub struct Dropped {
     pub by_cupti: u64,
     pub by_kernel: u64,
+    pub other_records_by_kernel: u64,
     pub after_stop: u64,
+}
+
+/// The tool library's records the kernel program could not send: device activities (kernels,
+/// copies, memsets), and the others (launch records, names, notices, clock and session marks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceLost {
+    pub activities: u64,
+    pub other_records: u64,
 }
 
 /// Bytes per second of `bytes` moved in `ns`.
@@ -146,9 +155,9 @@ pub fn bandwidth(bytes: u64, ns: u64) -> u64 {
     }
 }
 
-/// The section of `gpu`; `by_kernel`: records the kernel program could not send; `host`: the
-/// host spans, for what the threads did in the longest gaps.
-pub fn summary(gpu: &GpuDevice, by_kernel: u64, host: Option<&HostSpans>) -> GpuDeviceSummary {
+/// The section of `gpu`; `lost`: records the kernel program could not send; `host`: the host
+/// spans, for what the threads did in the longest gaps.
+pub fn summary(gpu: &GpuDevice, lost: DeviceLost, host: Option<&HostSpans>) -> GpuDeviceSummary {
     let gpus = gpu
         .busy
         .iter()
@@ -211,7 +220,8 @@ pub fn summary(gpu: &GpuDevice, by_kernel: u64, host: Option<&HostSpans>) -> Gpu
         graph_nodes: gpu.graph_nodes,
         records_dropped: Dropped {
             by_cupti: gpu.dropped_by_cupti,
-            by_kernel,
+            by_kernel: lost.activities,
+            other_records_by_kernel: lost.other_records,
             after_stop: gpu.after_stop,
         },
         notices: gpu.notices.clone(),

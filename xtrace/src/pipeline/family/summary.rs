@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::{
     cuda_summary::CudaSummary,
-    gpu_summary::GpuDeviceSummary,
+    gpu_summary::{DeviceLost, GpuDeviceSummary},
     offcpu_summary::OffCpuSummary,
     profile_summary::{Folded, ProfileSummary},
 };
@@ -53,8 +53,8 @@ pub struct Sections {
 pub struct Ending<'a> {
     /// `--stacks`: the traced calls' call sites.
     pub call_sites: Option<&'a CallSites>,
-    /// GPU device records the kernel program could not send.
-    pub device_lost: u64,
+    /// The tool library's records the kernel program could not send.
+    pub device_lost: DeviceLost,
     /// Off-CPU waits the kernel could not count.
     pub off_cpu_lost: u64,
     /// With CPU sampling.
