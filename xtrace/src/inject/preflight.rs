@@ -108,7 +108,15 @@ fn tracer_pid(status: &str) -> Option<u32> {
 
 /// The run-time addresses of `dlopen` and `dlsym` in the process's libc.so.6.
 fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<(u64, u64), Error> {
-    let pid = process.pid;
+    libc_functions_in(process.pid, files, |line| process.mapped(line).open)
+}
+
+/// [`libc_functions`] of `pid`, whose mapped files `open` gives a path to.
+fn libc_functions_in(
+    pid: u32,
+    files: &[MapsLine],
+    open: impl Fn(&MapsLine) -> std::path::PathBuf,
+) -> Result<(u64, u64), Error> {
     let Some(first) = files
         .iter()
         .find(|m| library_matches(m.path, "libc.so.6") && u64::from_str_radix(m.offset, 16) == Ok(0))
@@ -122,10 +130,7 @@ fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<(u64, u64), E
         pid,
         why: format!("cannot read pid {pid}'s {}: {e}", first.path),
     };
-    let file = process
-        .library("libc.so.6")
-        .map_err(|e| unreadable(e.to_string()))?;
-    let elf = crate::elf::Elf::read(&file.open).map_err(|e| unreadable(e.to_string()))?;
+    let elf = crate::elf::Elf::read(open(first)).map_err(|e| unreadable(e.to_string()))?;
     let parsed = elf.parse().map_err(|e| unreadable(e.to_string()))?;
     let start = first
         .range
@@ -159,6 +164,37 @@ mod tests {
         assert!(is_stopped("Name:\tx\nState:\tT (stopped)\n"));
         assert!(!is_stopped("State:\tt (tracing stop)\n"));
         assert!(!is_stopped("State:\tS (sleeping)\n"));
+    }
+
+    #[test]
+    fn dlopen_and_dlsym_are_found_where_this_process_has_them() {
+        let pid = std::process::id();
+        let maps = crate::procfs::maps_text(pid).unwrap();
+        let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
+        let found = libc_functions_in(pid, &files, |m| m.path.into()).unwrap();
+        let symbol = |name: &std::ffi::CStr| {
+            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up.
+            unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as u64 }
+        };
+        assert_eq!(found, (symbol(c"dlopen"), symbol(c"dlsym")));
+    }
+
+    #[test]
+    fn a_libc_without_dlopen_is_a_glibc_before_2_34() {
+        // This process's libc mapping, read from a library that has no dlopen (libm), stands for
+        // a glibc before 2.34, whose dlopen was in libdl.
+        let pid = std::process::id();
+        let maps = crate::procfs::maps_text(pid).unwrap();
+        let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
+        let libm = files
+            .iter()
+            .find(|m| library_matches(m.path, "libm.so.6"))
+            .map_or("/lib/x86_64-linux-gnu/libm.so.6", |m| m.path);
+        let got = libc_functions_in(pid, &files, |_| libm.into());
+        assert!(
+            matches!(&got, Err(Error::OldGlibc { pid: p, libc }) if *p == pid && libc.ends_with("libc.so.6")),
+            "{got:?}"
+        );
     }
 
     #[test]
