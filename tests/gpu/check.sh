@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GPU check (not run by CI, which has no GPU): real PyTorch under xtrace, each part printing
-# what it saw; outputs stay in OUTDIR. About 6 minutes on an H100.
+# what it saw; outputs stay in OUTDIR. About 6.5 minutes on an H100.
 #   tests/gpu/check.sh XTRACE OUTDIR
 # XTRACE is a release build of xtrace with libxtrace_tool.so beside it; needs root, an NVIDIA GPU,
 # a python3 with torch, and a kernel that loads BPF (`uname -r` and `xtrace check` come first).
@@ -12,7 +12,9 @@
 #  3. the untraced cost of CUDA_INJECTION64_PATH (5 interleaved pairs);
 #  4. --pid --cuda --stacks on a process started with the variable: how soon after the attach
 #     device records came, how long the stop waited for the last ones (real CUPTI's flush), and
-#     the Python lines behind its kernels and synchronizations.
+#     the Python lines behind its kernels and synchronizations;
+#  5. --pid --cuda --inject on a process started without it: the load (which thread, how long it
+#     was stopped), its device timeline, and the loop running on to its own end.
 set -u
 X=${1:?usage: check.sh XTRACE OUTDIR}; W=${2:?usage: check.sh XTRACE OUTDIR}
 D=$(dirname "$0"); LOOP=$D/torch_loop.py; LIB=$(dirname "$X")/libxtrace_tool.so
@@ -84,4 +86,13 @@ for probe in s.get("probes", []):
         for site in probe.get("call_sites", [])[:3]:
             print(f"    {site['share'] * 100:5.1f}%  {site['count']:6}  {site['site']}")
 PY
+
+echo "== 5. --pid --cuda --inject, 4 s, on a process started without the variable"
+python3 "$LOOP" 0 15 > "$W/loop3.txt" 2>&1 & PY=$!
+for _ in $(seq 1 60); do grep -q ready "$W/loop3.txt" && break; sleep 0.5; done
+timeout -k 5 60 "$X" --pid $PY --cuda --inject -d 4 -o "$W/inject" 2>&1 | grep -E "inject|error|warning"
+echo "rc=${PIPESTATUS[0]}"
+grep "^GPU device:" "$W/inject/summary.txt" | cut -c1-200
+grep -c "memfd:libxtrace_tool" /proc/$PY/maps | sed 's/^/library mappings after the capture: /'
+wait $PY; echo "the loop's own end: rc=$? $(tail -n 1 "$W/loop3.txt")"
 exit 0
