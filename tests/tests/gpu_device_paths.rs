@@ -325,36 +325,48 @@ fn records_the_ring_has_no_room_for_are_counted() {
     let out_dir = tmp.join("out");
     let [flag, lib] = cupti_args();
     let app = fixtures().gpuapp.display().to_string();
-    // A 16 KiB ring holds 100 records; the 3000 device records of 500 rounds come in hand-overs
-    // of 64, one right after another, at the watcher's next period.
-    let xtrace = Xtrace::spawn(args![
-        "--cuda",
-        "--buffer-size",
-        "16K",
-        "-o",
-        &out_dir,
-        "--",
-        app,
-        flag,
-        lib,
-        "init",
-        "wait-active",
-        "work",
-        "500",
-        "sleep",
-        "300"
-    ]);
+    // A 16 KiB ring holds 100 records; the 3000 device activities of 500 rounds come in
+    // hand-overs of 64, one right after another, at the watcher's next period. CUPTI drops every
+    // third (each round's second reduce_sum and its memset), and says how many in records of
+    // their own, which may find no room either.
+    let xtrace = Xtrace::spawn_with_env(
+        args![
+            "--cuda",
+            "--buffer-size",
+            "16K",
+            "-o",
+            &out_dir,
+            "--",
+            app,
+            flag,
+            lib,
+            "init",
+            "wait-active",
+            "work",
+            "500",
+            "sleep",
+            "300"
+        ],
+        &[("XTFAKE_CUPTI_DROP_EVERY", "3")],
+    );
     xtrace.wait().assert_success();
     let out = Outputs::read(&out_dir);
     let slices = per_name(&device_slices(&out));
     let dropped = &out.summary["gpu_device"]["records_dropped"];
     let by_kernel = dropped["by_kernel"].as_u64().expect("by_kernel");
+    let by_cupti = dropped["by_cupti"].as_u64().expect("by_cupti");
     let others = dropped["other_records_by_kernel"].as_u64().expect("others");
-    // How they split between the timeline and the count depends on how fast xtrace reads; the
-    // sum does not: each of the 3000 is a slice or counted.
+    // How they split between the timeline and the counts depends on how fast xtrace reads; the
+    // sum does not: each of the 3000 is a slice or counted, by CUPTI's count if that arrived,
+    // else by the kernel program's.
     let on_timeline: usize = slices.values().sum();
     assert!(by_kernel > 0, "{dropped}");
-    assert_eq!(on_timeline as u64 + by_kernel, 3000, "{slices:?} {dropped}");
+    assert!(by_cupti <= 1000, "{dropped}");
+    assert_eq!(
+        on_timeline as u64 + by_kernel + by_cupti,
+        3000,
+        "{slices:?} {dropped}"
+    );
     // A kernel whose name record found no room is on the timeline unnamed.
     let count = |names: &[&str]| {
         names
@@ -366,22 +378,20 @@ fn records_the_ring_has_no_room_for_are_counted() {
     let copies = count(&["memcpy HtoD", "memcpy DtoH"]);
     let memsets = count(&["memset"]);
     assert_eq!(kernels + copies + memsets, on_timeline, "{slices:?}");
-    assert!(kernels <= 1500 && copies <= 1000 && memsets <= 500, "{slices:?}");
+    assert!(kernels <= 1000 && copies <= 1000 && memsets == 0, "{slices:?}");
     // The others: at most a launch record for each of the 1500 launches, two names and the
     // subscription; the launches' API spans in the same ring are lost too.
     assert!(others <= 1503, "{dropped}");
-    assert_eq!(
-        (dropped["by_cupti"].as_u64(), dropped["after_stop"].as_u64()),
-        (Some(0), Some(0))
-    );
+    assert_eq!(dropped["after_stop"], 0);
     assert!(out.summary["lost"]["ring_full"].as_u64().unwrap() >= by_kernel + others);
     let also = match others {
         0 => String::new(),
         n => format!(" (and {n} launch records, names or marks: raise --buffer-size)"),
     };
     let line = format!(
-        "GPU device: {kernels} kernels, {copies} copies, {memsets} memsets; {by_kernel} records \
-         dropped{also}\n"
+        "GPU device: {kernels} kernels, {copies} copies, {memsets} memsets; {} records \
+         dropped{also}\n",
+        by_cupti + by_kernel
     );
     assert!(out.summary_txt.contains(&line), "{line}");
 }

@@ -11,7 +11,7 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 use xtrace_common::{
-    gpu::{record_kind, GpuEvent, KIND_GPU, MAX_RECORDS_PER_HIT, RECORD_BYTES},
+    gpu::{record_kind, DeviceRecord, GpuEvent, KIND_GPU, MAX_RECORDS_PER_HIT, RECORD_BYTES},
     probe::counter,
 };
 
@@ -70,17 +70,24 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// For the record at `at`, which the ring had no room for: 1 when it is a device activity (or
-/// unreadable), else 0, counted as `LOST_TOOL_RECORDS`.
+/// For the record at `at`, which the ring had no room for, how many device activities it stood
+/// for: 1 for a kernel, copy or memset (or an unreadable record), its count for a `DROPPED`
+/// record (CUPTI's drops, otherwise unknown to xtrace), else 0, counted as `LOST_TOOL_RECORDS`.
 #[inline(always)]
 fn unsent_activity(at: u64) -> u64 {
-    // `kind` is the record's first field.
-    // SAFETY: a checked copy of user memory.
-    match unsafe { bpf_probe_read_user(at as *const u32) } {
+    // SAFETY: checked copies of user memory: `kind` and `bytes` of a `DeviceRecord`.
+    let kind = unsafe { bpf_probe_read_user((at + KIND_OFFSET) as *const u32) };
+    match kind {
         Ok(record_kind::KERNEL | record_kind::MEMCPY | record_kind::MEMSET) | Err(_) => 1,
+        Ok(record_kind::DROPPED) => {
+            unsafe { bpf_probe_read_user((at + BYTES_OFFSET) as *const u64) }.unwrap_or(0)
+        }
         Ok(_) => {
             count_n(counter::LOST_TOOL_RECORDS, 1);
             0
         }
     }
 }
+
+const KIND_OFFSET: u64 = core::mem::offset_of!(DeviceRecord, kind) as u64;
+const BYTES_OFFSET: u64 = core::mem::offset_of!(DeviceRecord, bytes) as u64;
