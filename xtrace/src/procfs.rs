@@ -94,6 +94,12 @@ impl<'a> MapsLine<'a> {
         })
     }
 
+    /// The addresses the line maps, `START..END`; None for a malformed range.
+    pub fn addresses(&self) -> Option<std::ops::Range<u64>> {
+        let (start, end) = self.range.split_once('-')?;
+        Some(u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?)
+    }
+
     /// The mapping's entry in `/proc/PID/map_files/`: its range without the padding, as the kernel
     /// names it (`%lx-%lx`: `400000-452000` for a non-PIE program's `00400000-00452000`).
     pub fn map_files_name(&self) -> String {
@@ -241,10 +247,10 @@ fn parse_maps_where(text: &str, keep: impl Fn(&MapsLine) -> bool) -> Vec<Mapping
             if !keep(&line) {
                 return None;
             }
-            let (start, end) = line.range.split_once('-')?;
+            let addresses = line.addresses()?;
             Some(Mapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
+                start: addresses.start,
+                end: addresses.end,
                 offset: u64::from_str_radix(line.offset, 16).ok()?,
                 path: line.path.to_string(),
                 deleted: line.deleted,

@@ -118,8 +118,12 @@ pub fn inject(process: &Process, library: &Path) -> Result<Outcome, Error> {
 /// A thread of `pid` stopped at a safe point, with its registers there: the main thread, for all
 /// of [`SAFE_POINT_WAIT`] when it is the only one, else for half of it; then each other thread, in
 /// the order they were made, for [`OTHER_THREAD_WAIT`], until `SAFE_POINT_WAIT` has passed. A
-/// thread that reaches none is let go as it was; one that exits meanwhile is passed over.
-fn safe_point(pid: u32) -> Result<(ptrace::Tracee, libc::user_regs_struct), Error> {
+/// thread that reaches none is let go as it was; one that exits meanwhile is passed over. Calls
+/// made from the code in `avoid` are no safe point.
+fn safe_point(
+    pid: u32,
+    avoid: &[std::ops::Range<u64>],
+) -> Result<(ptrace::Tracee, libc::user_regs_struct), Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
     let started = Instant::now();
     let end = started + SAFE_POINT_WAIT;
@@ -144,7 +148,7 @@ fn safe_point(pid: u32) -> Result<(ptrace::Tracee, libc::user_regs_struct), Erro
             pause_for_test("seized");
         }
         tried += 1;
-        match tracee.reach_safe_point((now + wait).min(end)) {
+        match tracee.reach_safe_point((now + wait).min(end), avoid) {
             Ok(Some(at_entry)) => return Ok((tracee, at_entry)),
             Ok(None) => tracee.detach().map_err(fail("PTRACE_DETACH"))?,
             Err(_) if tid != pid && !thread_exists(pid, tid) => continue,
@@ -182,13 +186,24 @@ fn thread_exists(pid: u32, tid: u32) -> bool {
 /// from there on returns with the thread let go to finish stage 0, which undoes its `mmap`.
 fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
-    let (tracee, at_entry) = safe_point(pid)?;
+    let (tracee, at_entry) = safe_point(pid, &found.loader)?;
     let resume = trampoline::resume_registers(&at_entry);
     let library_len = bytes.len() as u64;
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
     let site = found.stage.address;
+    let stage = trampoline::stage_code(size, &resume);
+    // Checked again now that the process is held: a library unloaded since would have freed it.
+    let there = tracee
+        .read_bytes(site, stage.len())
+        .map_err(fail("reading stage 0's place"))?;
+    if !site::is_free_bytes(&there) {
+        return Err(fail("writing stage 0")(format!(
+            "the bytes after the code of {} changed since they were checked; try again",
+            found.stage.library
+        )));
+    }
     tracee
-        .write_bytes(site, &trampoline::stage_code(size, &resume))
+        .write_bytes(site, &stage)
         .map_err(fail("writing stage 0"))?;
     pause_for_test("staged");
     tracee

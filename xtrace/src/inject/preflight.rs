@@ -25,6 +25,8 @@ pub struct Ready {
     pub xsave: u64,
     /// Where stage 0 goes.
     pub stage: site::Site,
+    /// The dynamic loader's code: its system calls are made holding its lock.
+    pub loader: Vec<std::ops::Range<u64>>,
 }
 
 /// Runs every check; the first that fails is the error.
@@ -43,7 +45,7 @@ pub fn check(process: &Process) -> Result<Found, Error> {
             ),
         });
     }
-    if let Some(tracer) = tracer_pid(&status) {
+    if let Some(tracer) = tracer_pid(&status).or_else(|| thread_tracer(pid)) {
         let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
             .map_or_else(|_| "gone".into(), |c| c.trim_end().to_owned());
         return Err(Error::Traced { pid, tracer, name });
@@ -81,11 +83,17 @@ pub fn check(process: &Process) -> Result<Found, Error> {
              instructions in the process go"
         ),
     })?;
+    let loader = files
+        .iter()
+        .filter(|m| m.perms.contains('x') && library_matches(m.path, "ld-linux-x86-64.so.2"))
+        .filter_map(MapsLine::addresses)
+        .collect();
     Ok(Found::Ready(Ready {
         dlopen,
         dlsym,
         xsave,
         stage,
+        loader,
     }))
 }
 
@@ -104,6 +112,14 @@ fn tracer_pid(status: &str) -> Option<u32> {
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .and_then(|v| v.trim().parse().ok())
         .filter(|&t| t != 0)
+}
+
+/// The tracer of a thread of `pid` (another `--inject` holds one thread, not the main one).
+fn thread_tracer(pid: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .find_map(|status| tracer_pid(&status))
 }
 
 /// The run-time addresses of `dlopen` and `dlsym` in the process's libc.so.6.
@@ -133,11 +149,9 @@ fn libc_functions_in(
     let elf = crate::elf::Elf::read(open(first)).map_err(|e| unreadable(e.to_string()))?;
     let parsed = elf.parse().map_err(|e| unreadable(e.to_string()))?;
     let start = first
-        .range
-        .split('-')
-        .next()
-        .and_then(|s| u64::from_str_radix(s, 16).ok())
-        .ok_or_else(|| unreadable("a malformed maps line".into()))?;
+        .addresses()
+        .ok_or_else(|| unreadable("a malformed maps line".into()))?
+        .start;
     let lowest = parsed.segments().map(|s| s.address()).min().unwrap_or(0) & !(trampoline::PAGE - 1);
     let bias = start.wrapping_sub(lowest);
     let address = |name: &str| {

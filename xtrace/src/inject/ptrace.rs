@@ -9,6 +9,7 @@
 //! detaches it with the registers it last set.
 use std::{
     fs::File,
+    ops::Range,
     os::unix::fs::FileExt,
     time::{Duration, Instant},
 };
@@ -130,10 +131,16 @@ impl Tracee {
     }
 
     /// Brings the stopped thread to the entry of a system call it makes by itself (the one it was
-    /// interrupted in, restarted, or its next), passing over [`UNSAFE_CALLS`] and signals (which
-    /// it gets as it would have), until `deadline`. Returns its registers there, None at the
-    /// deadline (the thread stopped again, ready to detach).
-    pub fn reach_safe_point(&mut self, deadline: Instant) -> Result<Option<libc::user_regs_struct>, String> {
+    /// interrupted in, restarted, or its next), passing over [`UNSAFE_CALLS`], calls made from
+    /// the code in `avoid` (the dynamic loader's: it makes its calls holding its lock, in the
+    /// middle of loading a library) and signals (which it gets as it would have), until
+    /// `deadline`. Returns its registers there, None at the deadline (the thread stopped again,
+    /// ready to detach).
+    pub fn reach_safe_point(
+        &mut self,
+        deadline: Instant,
+        avoid: &[Range<u64>],
+    ) -> Result<Option<libc::user_regs_struct>, String> {
         // The first stop is PTRACE_INTERRUPT's, or one for a signal that came first (delivered on).
         let Some(first) = self.wait(deadline + Duration::from_secs(1))? else {
             return Err("the thread did not stop".into());
@@ -155,7 +162,11 @@ impl Tracee {
                 continue;
             }
             let regs = self.registers()?;
-            if UNSAFE_CALLS.contains(&regs.orig_rax) || self.read_bytes(regs.rip - 2, 2)? != [0x0f, 0x05] {
+            let call = regs.rip - 2;
+            if UNSAFE_CALLS.contains(&regs.orig_rax)
+                || avoid.iter().any(|code| code.contains(&call))
+                || self.read_bytes(call, 2)? != [0x0f, 0x05]
+            {
                 continue;
             }
             return Ok(Some(regs));

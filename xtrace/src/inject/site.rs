@@ -76,10 +76,10 @@ fn find_in(pid: u32, files: &[MapsLine], len: usize, open: impl Fn(&MapsLine) ->
 }
 
 fn mapped(line: &MapsLine) -> Option<Mapped> {
-    let (start, end) = line.range.split_once('-')?;
+    let addresses = line.addresses()?;
     Some(Mapped {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
+        start: addresses.start,
+        end: addresses.end,
         offset: u64::from_str_radix(line.offset, 16).ok()?,
     })
 }
@@ -127,12 +127,14 @@ fn padding(loads: &[Load], mapped: Mapped) -> Option<std::ops::Range<u64>> {
     (!shared && end.next_multiple_of(PAGE) == mapped.end && end < mapped.end).then_some(end..mapped.end)
 }
 
-/// Whether the `len` bytes at `address` are zeros, or a stage 0 left there before.
+/// Whether the `len` bytes at `address` are free for stage 0 ([`is_free_bytes`]).
 fn is_free(mem: &File, address: u64, len: usize) -> bool {
     let mut bytes = vec![0; len];
-    if mem.read_exact_at(&mut bytes, address).is_err() {
-        return false;
-    }
+    mem.read_exact_at(&mut bytes, address).is_ok() && is_free_bytes(&bytes)
+}
+
+/// Whether `bytes` are zeros, or a stage 0 a killed `--inject` left there.
+pub fn is_free_bytes(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| b == 0) || bytes.starts_with(stage_code_only())
 }
 
