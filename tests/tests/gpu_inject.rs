@@ -316,12 +316,16 @@ fn inject_refuses_under_yama_ptrace_scope_3() {
 
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
-fn an_mmap_the_process_may_not_make_leaves_it_as_it_was() {
+fn a_failed_mmap_leaves_the_process_as_it_was_and_seccomp_sees_no_call_minus_1() {
     if !require_bpf() {
         return;
     }
     let mut app = uninjected_app();
     let pid = app.pid();
+    // Killed by seccomp if xtrace ever made the thread's call -1 (a skipped call) at an entry,
+    // where seccomp judges the call after the tracer.
+    app.send("seccomp");
+    assert_eq!(app.next_line(), "filtered");
     let code = code_mappings(pid);
     // Address space for 64 KiB more than the process has: too little for the library's bytes.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -364,6 +368,10 @@ fn an_mmap_the_process_may_not_make_leaves_it_as_it_was() {
     assert_untouched(&mut app);
     assert_eq!(code_mappings(pid), code);
     assert!(libc_code_as_in_file(pid));
+    // With room again, the injection goes through, the filter in place.
+    let (out, _) = inject_round(&mut app, 2, "gpu-inject-filtered");
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
+    assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
     app.send("quit");
     assert!(app.wait().success());
 }

@@ -216,9 +216,10 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
     let code = match handover.rdi as i64 {
         address @ 0.. => address as u64,
         errno => {
-            // Nothing mapped: the thread goes back to its call at once (the getpid skipped),
+            // Nothing mapped: from the getpid's exit the thread goes back to its call at once,
             // and stage 0 is cleared, the process as it was.
             let reason = std::io::Error::from_raw_os_error(-errno as i32).to_string();
+            tracee.finish_call().map_err(fail("stage 0 in the process"))?;
             tracee
                 .set_registers(&resume)
                 .map_err(fail("restoring the registers"))?;
@@ -242,7 +243,7 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .write_bytes(code, &page)
         .map_err(fail("writing the trampoline"))?;
     pause_for_test("written");
-    // The hand-over's getpid is skipped (orig_rax -1), the thread sent to the trampoline.
+    // The hand-over's getpid is made, the thread sent to the trampoline.
     let start = trampoline::start_registers(&resume, code, found.xsave);
     tracee
         .set_registers(&start)

@@ -203,29 +203,41 @@ impl Tracee {
         }
     }
 
-    /// Lets the thread, sent into stage 0, run to the entry of its hand-over call (a `getpid`
-    /// whose `syscall` instruction ends just before `handover`), passing signals on: its
-    /// registers there, `rdi` what stage 0's `mmap` returned.
-    pub fn run_to_handover(&self, handover: u64) -> Result<libc::user_regs_struct, String> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+    /// Resumes the thread to its next system-call stop, passing on the signals it stops for on
+    /// the way, by `deadline` (else the error `late`): whether the stop is at an entry.
+    fn next_syscall_stop(&self, deadline: Instant, late: &str) -> Result<bool, String> {
         let mut signal = 0;
         loop {
             self.resume_to_syscall(signal)?;
-            signal = 0;
-            let status = self
-                .wait(deadline)?
-                .ok_or("the thread did not reach the hand-over within 5 s")?;
+            let status = self.wait(deadline)?.ok_or_else(|| late.to_owned())?;
             if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
                 signal = delivery_signal(status);
                 continue;
             }
-            if self.at_entry()? {
+            return self.at_entry();
+        }
+    }
+
+    /// Lets the thread, sent into stage 0, run to the entry of its hand-over call (a `getpid`
+    /// whose `syscall` instruction ends just before `handover`): its registers there, `rdi` what
+    /// stage 0's `mmap` returned.
+    pub fn run_to_handover(&self, handover: u64) -> Result<libc::user_regs_struct, String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if self.next_syscall_stop(deadline, "the thread did not reach the hand-over within 5 s")? {
                 let regs = self.registers()?;
                 if regs.rip == handover && regs.orig_rax == libc::SYS_getpid as u64 {
                     return Ok(regs);
                 }
             }
         }
+    }
+
+    /// Lets the thread, stopped at a system call's entry, make it, and stops it at its exit.
+    pub fn finish_call(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.next_syscall_stop(deadline, "the system call did not return within 5 s")? {}
+        Ok(())
     }
 
     pub fn read_bytes(&self, address: u64, len: usize) -> Result<Vec<u8>, String> {

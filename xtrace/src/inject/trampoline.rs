@@ -353,13 +353,19 @@ pub fn handover_address(site: u64) -> u64 {
     site + (handover as usize - start as usize) as u64
 }
 
+/// What the call of a thread stopped at a system-call entry becomes when xtrace sends the thread
+/// elsewhere from there: a `getpid`, made and its result unused, which every seccomp filter
+/// allows (stage 0 makes one anyway). Not a skipped call (`orig_rax` -1): seccomp judges the call
+/// after the tracer has changed it, and -1 gets a filter's default, a kill or an errno in `rax`.
+pub const REPLACED_CALL: u64 = libc::SYS_getpid as u64;
+
 /// The registers that send a thread stopped at a system-call entry with `at_entry` into stage 0
-/// at `site`, its call skipped (`orig_rax` -1): a stack below the red zone.
+/// at `site`, its call replaced by [`REPLACED_CALL`]: a stack below the red zone.
 pub fn stage_registers(at_entry: &libc::user_regs_struct, site: u64) -> libc::user_regs_struct {
     let mut stage = *at_entry;
     stage.rip = site;
     stage.rsp = (at_entry.rsp - 128) & !15;
-    stage.orig_rax = u64::MAX;
+    stage.orig_rax = REPLACED_CALL;
     stage
 }
 
@@ -377,8 +383,9 @@ pub fn xsave_size() -> Option<u64> {
 }
 
 /// How a thread stopped at a system-call entry with `at_entry` goes on: its `syscall` instruction
-/// (the two bytes before the instruction pointer) made again with its number, and no restart for
-/// the kernel to make on top (`orig_rax` -1).
+/// (the two bytes before the instruction pointer) made again with its number. Set by xtrace only
+/// at a system call's exit, with no restart for the kernel to make on top (`orig_rax` -1); the
+/// blobs restore it without `orig_rax`.
 pub fn resume_registers(at_entry: &libc::user_regs_struct) -> libc::user_regs_struct {
     let mut resume = *at_entry;
     resume.rip -= 2;
@@ -387,8 +394,9 @@ pub fn resume_registers(at_entry: &libc::user_regs_struct) -> libc::user_regs_st
     resume
 }
 
-/// The registers that start the trampoline at `code` from a thread stopped with `resume`: a stack
-/// below the red zone, with the xsave area of `xsave` bytes at its top.
+/// The registers that start the trampoline at `code` from a thread that resumes with `resume`,
+/// stopped at a system-call entry (the hand-over's): a stack below the red zone, with the xsave
+/// area of `xsave` bytes at its top; the call made as [`REPLACED_CALL`].
 pub fn start_registers(resume: &libc::user_regs_struct, code: u64, xsave: u64) -> libc::user_regs_struct {
     let mut start = *resume;
     // The 128-byte red zone below the interrupted code's stack pointer stays untouched.
@@ -396,8 +404,8 @@ pub fn start_registers(resume: &libc::user_regs_struct, code: u64, xsave: u64) -
     start.rbx = area;
     start.rsp = (area - 128) & !15;
     start.rip = code;
-    // No system call to restart, and the direction flag clear, as calls expect.
-    start.orig_rax = u64::MAX;
+    // The direction flag clear, as calls expect.
+    start.orig_rax = REPLACED_CALL;
     start.eflags &= !0x400;
     start
 }
@@ -465,7 +473,7 @@ mod tests {
         assert_eq!(start.rsp % 16, 0);
         assert!(start.rsp + 64 <= start.rbx);
         assert_eq!(start.rip, 0x5000);
-        assert_eq!(start.orig_rax, u64::MAX);
+        assert_eq!(start.orig_rax, 39);
         assert_eq!(start.eflags, 0x246);
     }
 
@@ -503,7 +511,7 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_enters_stage_0_with_its_call_skipped_below_its_red_zone() {
+    fn a_thread_enters_stage_0_with_its_call_a_getpid_below_its_red_zone() {
         // SAFETY: as above.
         let mut entry: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         entry.rip = 0x7f00_0000_1002;
@@ -511,10 +519,7 @@ mod tests {
         entry.orig_rax = 7; // poll
         entry.rdi = 3;
         let stage = stage_registers(&entry, 0x7f00_0017_b100);
-        assert_eq!(
-            (stage.rip, stage.orig_rax, stage.rdi),
-            (0x7f00_0017_b100, u64::MAX, 3)
-        );
+        assert_eq!((stage.rip, stage.orig_rax, stage.rdi), (0x7f00_0017_b100, 39, 3));
         assert_eq!(stage.rsp % 16, 0);
         assert!(stage.rsp + 8 <= entry.rsp - 128);
     }
