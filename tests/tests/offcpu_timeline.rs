@@ -121,9 +121,10 @@ fn each_sleep_is_a_slice_on_its_thread() {
 }
 
 /// Ten polls of 20 ms with no descriptors, each ended by a timer's interrupt while a thread
-/// named "spinner" keeps the CPUs busy: exactly ten `poll` slices on the main thread, every one
-/// `woken_by: interrupt`, with no waker and no arrow, whichever thread the interrupt came in on
-/// (the spinner, often: once it was named as the waker).
+/// named "spinner" keeps the CPUs busy: exactly ten `poll` slices on the main thread, each
+/// `woken_by: interrupt` (at least eight: a wake-up may go unseen) with no waker and no arrow,
+/// whichever thread the interrupt came in on (the spinner, often: once it was named as the
+/// waker).
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_wait_ended_by_an_interrupt_names_no_thread() {
@@ -143,12 +144,18 @@ fn a_wait_ended_by_an_interrupt_names_no_thread() {
         .filter(|e| e["name"] == "poll" && e["tid"] == pid)
         .collect();
     assert_eq!(polls.len(), 10, "{:?}", off_cpu(&out, "X"));
+    // A wake-up from an interrupt that came in while a program of xtrace's ran on that CPU
+    // (the sched_switch one, in the middle of its task storage) is not seen: the kernel runs no
+    // tracing program, and gives no task storage, inside another there. Such a poll says
+    // `unseen`, never a thread; one in a fresh-clone CI run did.
     assert!(
         polls.iter().all(|e| ns(e, "dur") >= 20 * MS
-            && e["args"]["woken_by"] == "interrupt"
+            && ["interrupt", "unseen"].contains(&e["args"]["woken_by"].as_str().unwrap_or(""))
             && e["args"]["waker"].is_null()),
         "{polls:?}"
     );
+    let by_interrupt = polls.iter().filter(|e| e["args"]["woken_by"] == "interrupt").count();
+    assert!(by_interrupt >= 8, "{polls:?}");
     let arrows: Vec<&Value> = ["s", "f", "i"].iter().flat_map(|ph| off_cpu(&out, ph)).collect();
     assert!(arrows.is_empty(), "an interrupt draws no arrow: {arrows:?}");
     let (count, _) = summary_wait(&out, pid, "poll");
