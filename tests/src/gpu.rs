@@ -25,6 +25,28 @@ pub fn stdin_app(env: &[(&str, &Path)]) -> Fixture {
     app
 }
 
+/// `xtrace --cuda FLAGS -o DIR -- gpuapp --cupti LIBCUPTI COMMANDS...`, xtrace's environment
+/// plus `env`, run to its end and checked to succeed: its outputs (DIR in a temporary directory
+/// named by `label`).
+pub fn launched_app(label: &str, flags: &[&str], commands: &[&str], env: &[(&str, &str)]) -> Outputs {
+    let tmp = TempDir::new(label);
+    let out_dir = tmp.join("out");
+    let [flag, lib] = cupti_args();
+    let mut all = args!["--cuda"];
+    all.extend(flags.iter().map(Into::into));
+    all.extend(args![
+        "-o",
+        &out_dir,
+        "--",
+        fixtures().gpuapp.display().to_string(),
+        flag,
+        lib
+    ]);
+    all.extend(commands.iter().map(Into::into));
+    Xtrace::spawn_with_env(all, env).wait().assert_success();
+    Outputs::read(&out_dir)
+}
+
 /// Attaches to `app` by pid with `--cuda` and `flags`, runs `rounds` rounds of work while
 /// attached, stops xtrace, and checks it succeeded and left nothing attached.
 pub fn attach_round(app: &mut Fixture, rounds: u32, label: &str, flags: &[&str]) -> (Outputs, Finished) {

@@ -10,7 +10,7 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, tool_library, Fixture},
-    gpu::{counts, cupti_args, device_slices, expected, per_name, stdin_app, traced_round},
+    gpu::{counts, cupti_args, device_slices, expected, launched_app, per_name, stdin_app, traced_round},
     output::Outputs,
     require_bpf,
     run::Xtrace,
@@ -280,31 +280,13 @@ fn records_cupti_drops_are_counted() {
     if !require_bpf() {
         return;
     }
-    let tmp = TempDir::new("gpu-dropped");
-    let out_dir = tmp.join("out");
-    let [flag, lib] = cupti_args();
-    let app = fixtures().gpuapp.display().to_string();
     // Every third record: each round's second reduce_sum and its memset.
-    let xtrace = Xtrace::spawn_with_env(
-        args![
-            "--cuda",
-            "-o",
-            &out_dir,
-            "--",
-            app,
-            flag,
-            lib,
-            "init",
-            "wait-active",
-            "work",
-            "5",
-            "sleep",
-            "300"
-        ],
+    let out = launched_app(
+        "gpu-dropped",
+        &[],
+        &["init", "wait-active", "work", "5", "sleep", "300"],
         &[("XTFAKE_CUPTI_DROP_EVERY", "3")],
     );
-    xtrace.wait().assert_success();
-    let out = Outputs::read(&out_dir);
     let mut expected = expected(5);
     expected.insert("reduce_sum".into(), 5);
     expected.remove("memset");
@@ -321,36 +303,16 @@ fn records_the_ring_has_no_room_for_are_counted() {
     if !require_bpf() {
         return;
     }
-    let tmp = TempDir::new("gpu-ring-full");
-    let out_dir = tmp.join("out");
-    let [flag, lib] = cupti_args();
-    let app = fixtures().gpuapp.display().to_string();
     // A 16 KiB ring holds 100 records; the 3000 device activities of 500 rounds come in
     // hand-overs of 64, one right after another, at the watcher's next period. CUPTI drops every
     // third (each round's second reduce_sum and its memset), and says how many in records of
     // their own, which may find no room either.
-    let xtrace = Xtrace::spawn_with_env(
-        args![
-            "--cuda",
-            "--buffer-size",
-            "16K",
-            "-o",
-            &out_dir,
-            "--",
-            app,
-            flag,
-            lib,
-            "init",
-            "wait-active",
-            "work",
-            "500",
-            "sleep",
-            "300"
-        ],
+    let out = launched_app(
+        "gpu-ring-full",
+        &["--buffer-size", "16K"],
+        &["init", "wait-active", "work", "500", "sleep", "300"],
         &[("XTFAKE_CUPTI_DROP_EVERY", "3")],
     );
-    xtrace.wait().assert_success();
-    let out = Outputs::read(&out_dir);
     let slices = per_name(&device_slices(&out));
     let dropped = &out.summary["gpu_device"]["records_dropped"];
     let by_kernel = dropped["by_kernel"].as_u64().expect("by_kernel");

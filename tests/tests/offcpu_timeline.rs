@@ -154,7 +154,10 @@ fn a_wait_ended_by_an_interrupt_names_no_thread() {
             && e["args"]["waker"].is_null()),
         "{polls:?}"
     );
-    let by_interrupt = polls.iter().filter(|e| e["args"]["woken_by"] == "interrupt").count();
+    let by_interrupt = polls
+        .iter()
+        .filter(|e| e["args"]["woken_by"] == "interrupt")
+        .count();
     assert!(by_interrupt >= 8, "{polls:?}");
     let arrows: Vec<&Value> = ["s", "f", "i"].iter().flat_map(|ph| off_cpu(&out, ph)).collect();
     assert!(arrows.is_empty(), "an interrupt draws no arrow: {arrows:?}");
