@@ -5,8 +5,8 @@
 //! CAP_SYS_PTRACE, a mapped libcuda, glibc 2.34 or later (`dlopen` in libc.so.6), and whether the
 //! library is loaded already (then nothing is done). Then one thread is seized ([`ptrace`]) and
 //! brought to a system-call entry: the main thread, or, when it reaches none within half the wait
-//! (it computes), each other thread in turn ([`safe_point`]). There its call is skipped and it is
-//! sent into stage 0 (written into the padding after a library's code, [`site`]), which `mmap`s
+//! (it computes), each other thread in turn ([`safe_point`]). There its call becomes a `getpid`
+//! and it is sent into stage 0 (written into the padding after a library's code, [`site`]), which `mmap`s
 //! a page of code and room for the library's bytes and hands the address over at a `getpid`;
 //! xtrace writes the [`trampoline`] and the library there and points the thread at it, which
 //! loads the library from a memfd, calls its `xtrace_inject_start` and restores the thread

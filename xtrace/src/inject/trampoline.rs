@@ -5,7 +5,8 @@
 //! instruction, so that the thread makes the call it was stopped in anew.
 //!
 //! **Stage 0** ([`stage_code`]) lies in the zero padding after a library's code (see
-//! [`super::site`]); the thread is sent there from its system-call entry, that call skipped:
+//! [`super::site`]); the thread is sent there from its system-call entry, that call made a
+//! `getpid` ([`REPLACED_CALL`]):
 //!
 //! 1. `mmap`s the memory for the trampoline and the library's bytes;
 //! 2. makes a `getpid` with the mapping's address in `rdi`: the hand-over, where xtrace, stopped at
@@ -27,64 +28,29 @@ use std::arch::global_asm;
 
 /// The assembly that restores the registers in [`register_slots`]' order from the 18 slots at
 /// `$slots` and jumps to the saved instruction pointer: the end of both blobs.
+#[rustfmt::skip]
 macro_rules! restore_registers {
     ($slots:literal) => {
         concat!(
-            "push qword ptr [rip + ",
-            $slots,
-            " + 128]\n",
+            "push qword ptr [rip + ", $slots, " + 128]\n",
             "popfq\n",
-            "mov r15, [rip + ",
-            $slots,
-            " + 0]\n",
-            "mov r14, [rip + ",
-            $slots,
-            " + 8]\n",
-            "mov r13, [rip + ",
-            $slots,
-            " + 16]\n",
-            "mov r12, [rip + ",
-            $slots,
-            " + 24]\n",
-            "mov rbp, [rip + ",
-            $slots,
-            " + 32]\n",
-            "mov rbx, [rip + ",
-            $slots,
-            " + 40]\n",
-            "mov r11, [rip + ",
-            $slots,
-            " + 48]\n",
-            "mov r10, [rip + ",
-            $slots,
-            " + 56]\n",
-            "mov r9, [rip + ",
-            $slots,
-            " + 64]\n",
-            "mov r8, [rip + ",
-            $slots,
-            " + 72]\n",
-            "mov rax, [rip + ",
-            $slots,
-            " + 80]\n",
-            "mov rcx, [rip + ",
-            $slots,
-            " + 88]\n",
-            "mov rdx, [rip + ",
-            $slots,
-            " + 96]\n",
-            "mov rsi, [rip + ",
-            $slots,
-            " + 104]\n",
-            "mov rdi, [rip + ",
-            $slots,
-            " + 112]\n",
-            "mov rsp, [rip + ",
-            $slots,
-            " + 136]\n",
-            "jmp qword ptr [rip + ",
-            $slots,
-            " + 120]",
+            "mov r15, [rip + ", $slots, " + 0]\n",
+            "mov r14, [rip + ", $slots, " + 8]\n",
+            "mov r13, [rip + ", $slots, " + 16]\n",
+            "mov r12, [rip + ", $slots, " + 24]\n",
+            "mov rbp, [rip + ", $slots, " + 32]\n",
+            "mov rbx, [rip + ", $slots, " + 40]\n",
+            "mov r11, [rip + ", $slots, " + 48]\n",
+            "mov r10, [rip + ", $slots, " + 56]\n",
+            "mov r9, [rip + ", $slots, " + 64]\n",
+            "mov r8, [rip + ", $slots, " + 72]\n",
+            "mov rax, [rip + ", $slots, " + 80]\n",
+            "mov rcx, [rip + ", $slots, " + 88]\n",
+            "mov rdx, [rip + ", $slots, " + 96]\n",
+            "mov rsi, [rip + ", $slots, " + 104]\n",
+            "mov rdi, [rip + ", $slots, " + 112]\n",
+            "mov rsp, [rip + ", $slots, " + 136]\n",
+            "jmp qword ptr [rip + ", $slots, " + 120]",
         )
     };
 }
