@@ -285,6 +285,51 @@ fn inject_refuses_what_it_cannot_do_and_leaves_the_process_untouched() {
 }
 
 #[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_tracer_of_a_thread_but_the_main_one_refuses_too() {
+    if !require_bpf() {
+        return;
+    }
+    // Another --inject holds one thread, not always the main one: this test process seizes the
+    // fixture's waiter thread.
+    let mut app = uninjected_app();
+    let pid = app.pid();
+    app.send("waiter");
+    let waiter: i32 = app
+        .next_line()
+        .strip_prefix("waiting ")
+        .and_then(|tid| tid.parse().ok())
+        .expect("the waiter's thread id");
+    // SAFETY: PTRACE_SEIZE of a thread of the fixture (a child of this process) with no options.
+    let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, waiter, 0, 0) };
+    assert_eq!(seized, 0, "{}", std::io::Error::last_os_error());
+    let line = expect_user_error(
+        &Attachments::snapshot(),
+        Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject"]),
+    );
+    // SAFETY: gettid has no preconditions; the tracer is this thread.
+    let tracer = unsafe { libc::gettid() };
+    assert!(
+        line.starts_with(&format!(
+            "xtrace: error: --inject: pid {pid} is traced already by pid {tracer} ("
+        )),
+        "{line}"
+    );
+    app.send("work 1");
+    assert_eq!(app.next_line(), "done 1");
+    assert!(injected_inodes(pid).is_empty());
+    assert_eq!(thread_names(pid), ["gpuapp", "waiter"]);
+    app.send("quit");
+    // The waiter's exit is told to its tracer, this thread, which reaps it before the process
+    // can be.
+    let mut status = 0;
+    // SAFETY: waits for the one traced thread; writes one int.
+    let reaped = unsafe { libc::waitpid(waiter, &mut status, libc::__WALL) };
+    assert_eq!(reaped, waiter, "{}", std::io::Error::last_os_error());
+    assert!(app.wait().success());
+}
+
+#[test]
 #[ignore = "sets Yama's ptrace_scope to 3, which only a reboot undoes: the kernel matrix's guest runs it last"]
 fn inject_refuses_under_yama_ptrace_scope_3() {
     if !require_bpf() {

@@ -192,13 +192,15 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
     let site = found.stage.address;
     let stage = trampoline::stage_code(size, &resume);
-    // Checked again now that the process is held: a library unloaded since would have freed it.
+    // Checked again now that the thread is held: another `--inject` that began meanwhile holds a
+    // thread while its stage 0 may run, and a library unloaded since would have freed the place.
+    preflight::refuse_other_tracer(pid)?;
     let there = tracee
         .read_bytes(site, stage.len())
         .map_err(fail("reading stage 0's place"))?;
-    if !site::is_free_bytes(&there) {
+    if !site::still_there(pid, &found.stage) || !site::is_free_bytes(&there) {
         return Err(fail("writing stage 0")(format!(
-            "the bytes after the code of {} changed since they were checked; try again",
+            "the code of {} moved or changed since it was checked; try again",
             found.stage.library
         )));
     }

@@ -45,11 +45,7 @@ pub fn check(process: &Process) -> Result<Found, Error> {
             ),
         });
     }
-    if let Some(tracer) = tracer_pid(&status).or_else(|| thread_tracer(pid)) {
-        let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
-            .map_or_else(|_| "gone".into(), |c| c.trim_end().to_owned());
-        return Err(Error::Traced { pid, tracer, name });
-    }
+    refuse_other_tracer(pid)?;
     if !crate::privilege::may_inspect_others() {
         return Err(Error::NoCapability { pid });
     }
@@ -114,12 +110,21 @@ fn tracer_pid(status: &str) -> Option<u32> {
         .filter(|&t| t != 0)
 }
 
-/// The tracer of a thread of `pid` (another `--inject` holds one thread, not the main one).
-fn thread_tracer(pid: u32) -> Option<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
+/// Refuses `pid` when a tracer other than a thread of xtrace's holds one of its threads: a
+/// debugger, or another `--inject` (which holds one thread, not always the main one).
+pub fn refuse_other_tracer(pid: u32) -> Result<(), Error> {
+    let ours = |tracer: u32| std::path::Path::new(&format!("/proc/self/task/{tracer}")).exists();
+    let tracer = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
-        .find_map(|status| tracer_pid(&status))
+        .find_map(|status| tracer_pid(&status).filter(|&tracer| !ours(tracer)));
+    let Some(tracer) = tracer else {
+        return Ok(());
+    };
+    let name = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+        .map_or_else(|_| "gone".into(), |c| c.trim_end().to_owned());
+    Err(Error::Traced { pid, tracer, name })
 }
 
 /// The run-time addresses of `dlopen` and `dlsym` in the process's libc.so.6.

@@ -127,6 +127,17 @@ fn padding(loads: &[Load], mapped: Mapped) -> Option<std::ops::Range<u64>> {
     (!shared && end.next_multiple_of(PAGE) == mapped.end && end < mapped.end).then_some(end..mapped.end)
 }
 
+/// Whether `pid` still maps `site`'s library's code over it.
+pub fn still_there(pid: u32, site: &Site) -> bool {
+    crate::procfs::maps_text(pid).is_ok_and(|maps| {
+        maps.lines().filter_map(MapsLine::file).any(|m| {
+            m.perms == "r-xp"
+                && m.path == site.library
+                && m.addresses().is_some_and(|a| a.contains(&site.address))
+        })
+    })
+}
+
 /// Whether the `len` bytes at `address` are free for stage 0 ([`is_free_bytes`]).
 fn is_free(mem: &File, address: u64, len: usize) -> bool {
     let mut bytes = vec![0; len];
