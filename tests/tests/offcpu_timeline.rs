@@ -144,10 +144,10 @@ fn a_wait_ended_by_an_interrupt_names_no_thread() {
         .filter(|e| e["name"] == "poll" && e["tid"] == pid)
         .collect();
     assert_eq!(polls.len(), 10, "{:?}", off_cpu(&out, "X"));
-    // A wake-up from an interrupt that came in while a program of xtrace's ran on that CPU
-    // (the sched_switch one, in the middle of its task storage) is not seen: the kernel runs no
-    // tracing program, and gives no task storage, inside another there. Such a poll says
-    // `unseen`, never a thread; one in a fresh-clone CI run did.
+    // A wake-up from an interrupt that came in while another program of xtrace's on that CPU
+    // was inside a task-storage access is not seen: the kernel gives the wake-up's program no
+    // task storage then. Such a poll says `unseen`, never a thread; one in a fresh-clone CI run
+    // did.
     assert!(
         polls.iter().all(|e| ns(e, "dur") >= 20 * MS
             && ["interrupt", "unseen"].contains(&e["args"]["woken_by"].as_str().unwrap_or(""))

@@ -126,7 +126,8 @@ pub mod counter {
     /// not fit in the ring buffer.
     pub const LOST_OFF_CPU: u32 = 6;
     /// GPU device activity records (kernels, copies, memsets) not sent: past
-    /// `gpu::MAX_RECORDS_PER_HIT` in one batch, unreadable, or no room in the ring buffer.
+    /// `gpu::MAX_RECORDS_PER_HIT` in one batch, unreadable, or no room in the ring buffer; and
+    /// the count a record of CUPTI's drops carried when it found no room.
     pub const LOST_DEVICE_RECORDS: u32 = 7;
     /// Hits of uprobe programs after the stop (`STOPPED`), which returned at once: perf-event
     /// uprobes stay in the processes until a background helper has removed them.

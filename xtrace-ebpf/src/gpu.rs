@@ -2,9 +2,10 @@
 //! `xtrace:gpu_records` USDT site, copies each `DeviceRecord` of the batch the site passes (its
 //! address in rdi, its length in rsi) into the ring buffer as a `GpuEvent`, at most
 //! `MAX_RECORDS_PER_HIT` of them; the rest, and those the ring has no room for, are counted: the
-//! device activities (kernels, copies, memsets; also any record past the limit or unreadable) as
-//! `LOST_DEVICE_RECORDS`, the others (launch records, names, marks) as `LOST_TOOL_RECORDS`. The
-//! records are the tool library's fixed layout, never CUPTI's.
+//! device activities (kernels, copies, memsets; also any record past the limit or unreadable,
+//! and the count a record of CUPTI's drops carried) as `LOST_DEVICE_RECORDS`, the others (launch
+//! records, names, marks) as `LOST_TOOL_RECORDS`. The records are the tool library's fixed
+//! layout, never CUPTI's.
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::uprobe,
