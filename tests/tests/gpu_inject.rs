@@ -27,6 +27,18 @@ fn uninjected_app() -> Fixture {
     stdin_app(&[])
 }
 
+/// [`uninjected_app`] with its `waiter` thread started (waiting in `read`), and that thread's id.
+fn app_with_waiter() -> (Fixture, u32) {
+    let mut app = uninjected_app();
+    app.send("waiter");
+    let waiter = app
+        .next_line()
+        .strip_prefix("waiting ")
+        .and_then(|tid| tid.parse().ok())
+        .expect("the waiter's thread id");
+    (app, waiter)
+}
+
 /// The process's mappings of the injected library, by inode: one inode per load.
 fn injected_inodes(pid: u32) -> Vec<String> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("the fixture's maps");
@@ -292,14 +304,9 @@ fn a_tracer_of_a_thread_but_the_main_one_refuses_too() {
     }
     // Another --inject holds one thread, not always the main one: this test process seizes the
     // fixture's waiter thread.
-    let mut app = uninjected_app();
+    let (mut app, waiter) = app_with_waiter();
     let pid = app.pid();
-    app.send("waiter");
-    let waiter: i32 = app
-        .next_line()
-        .strip_prefix("waiting ")
-        .and_then(|tid| tid.parse().ok())
-        .expect("the waiter's thread id");
+    let waiter = waiter as libc::pid_t;
     // SAFETY: PTRACE_SEIZE of a thread of the fixture (a child of this process) with no options.
     let seized = unsafe { libc::ptrace(libc::PTRACE_SEIZE, waiter, 0, 0) };
     assert_eq!(seized, 0, "{}", std::io::Error::last_os_error());
@@ -547,14 +554,8 @@ fn a_waiting_thread_is_taken_when_the_main_thread_only_computes() {
     if !require_bpf() {
         return;
     }
-    let mut app = uninjected_app();
+    let (mut app, waiter) = app_with_waiter();
     let pid = app.pid();
-    app.send("waiter");
-    let waiter: u32 = app
-        .next_line()
-        .strip_prefix("waiting ")
-        .and_then(|tid| tid.parse().ok())
-        .expect("the waiter's thread id");
     app.send("spin");
     assert_eq!(app.next_line(), "spinning");
     let tmp = TempDir::new("inject-waiter");
