@@ -103,7 +103,8 @@ pub const NAME_CHUNK: usize = 112;
 
 /// A piece of a name: `text[..len]` is the name's bytes from `offset` on. A name longer than
 /// [`NAME_CHUNK`] comes in several records, in order; the tool library cuts names at
-/// [`NAME_MAX`] bytes.
+/// [`NAME_MAX`] bytes. The last piece is shorter than a chunk (empty for a name of a multiple
+/// of [`NAME_CHUNK`] bytes), so a reader knows when a name is whole.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceName {
@@ -118,6 +119,14 @@ pub struct DeviceName {
 /// Longest name the tool library sends, in bytes.
 pub const NAME_MAX: usize = 1024;
 
+/// Most kernel name pieces the kernel program keeps in `GPU_NAME_PIECES` when the ring buffer
+/// has no room for them, for xtrace to look up when a record names them (each piece is taken
+/// out as it is read).
+pub const MAX_KEPT_NAME_PIECES: u32 = 4096;
+
+/// A kept name piece's key in `GPU_NAME_PIECES`: process id, name id, offset in the name.
+pub type NamePieceKey = [u32; 3];
+
 /// A record as the ring buffer holds it: who fired the probe, when, and the record's bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,3 +139,9 @@ const _: () = assert!(core::mem::size_of::<DeviceRecord>() == RECORD_BYTES);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == RECORD_BYTES);
 const _: () = assert!(core::mem::size_of::<GpuEvent>() == 24 + RECORD_BYTES);
 const _: () = assert!(core::mem::offset_of!(DeviceRecord, graph_node_id) == 80);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: a plain-old-data record: repr(C), integer fields only, no padding.
+    unsafe impl aya::Pod for super::DeviceName {}
+}

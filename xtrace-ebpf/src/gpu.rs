@@ -4,15 +4,22 @@
 //! `MAX_RECORDS_PER_HIT` of them; the rest, and those the ring has no room for, are counted: the
 //! device activities (kernels, copies, memsets; also any record past the limit or unreadable,
 //! and the count a record of CUPTI's drops carried) as `LOST_DEVICE_RECORDS`, the others (launch
-//! records, names, marks) as `LOST_TOOL_RECORDS`. The records are the tool library's fixed
-//! layout, never CUPTI's.
+//! records, marks) as `LOST_TOOL_RECORDS`. A kernel name's piece the ring has no room for is kept
+//! in `GPU_NAME_PIECES` instead (counted lost only when that is full): the tool library sends each
+//! name once per tracing session, and xtrace looks it up there when a record names it. The
+//! records are the tool library's fixed layout, never CUPTI's.
 use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
-    macros::uprobe,
+    macros::{map, uprobe},
+    maps::HashMap,
     programs::ProbeContext,
 };
 use xtrace_common::{
-    gpu::{record_kind, DeviceRecord, GpuEvent, KIND_GPU, MAX_RECORDS_PER_HIT, RECORD_BYTES},
+    gpu::{
+        record_kind, DeviceName, DeviceRecord, GpuEvent, NamePieceKey, KIND_GPU, MAX_KEPT_NAME_PIECES,
+        MAX_RECORDS_PER_HIT, RECORD_BYTES,
+    },
     probe::counter,
 };
 
@@ -20,6 +27,12 @@ use crate::{
     maps::{count_n, current_pid_tgid, current_thread_traced, reserve, stopped, submit_flags},
     uprobe::header,
 };
+
+/// Kernel name pieces the ring had no room for, by (process id, name id, offset); xtrace takes
+/// each out as it reads it.
+#[map]
+static GPU_NAME_PIECES: HashMap<NamePieceKey, DeviceName> =
+    HashMap::with_max_entries(MAX_KEPT_NAME_PIECES, BPF_F_NO_PREALLOC);
 
 #[uprobe]
 pub fn gpu_records(ctx: ProbeContext) -> u32 {
@@ -49,7 +62,7 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
         let at = records + i * RECORD_BYTES as u64;
         let Some(mut entry) = reserve::<GpuEvent>() else {
             // The next may fit again, once xtrace has read some.
-            lost += unsent_activity(at);
+            lost += unsent_activity(at, (pid_tgid >> 32) as u32);
             continue;
         };
         let event = entry.as_mut_ptr();
@@ -71,11 +84,12 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// For the record at `at`, which the ring had no room for, how many device activities it stood
-/// for: 1 for a kernel, copy or memset (or an unreadable record), its count for a `DROPPED`
-/// record (CUPTI's drops, otherwise unknown to xtrace), else 0, counted as `LOST_TOOL_RECORDS`.
+/// For the record at `at` of process `tgid`, which the ring had no room for, how many device
+/// activities it stood for: 1 for a kernel, copy or memset (or an unreadable record), its count
+/// for a `DROPPED` record (CUPTI's drops, otherwise unknown to xtrace), else 0: a name's piece is
+/// kept in `GPU_NAME_PIECES`, and what is not kept is counted as `LOST_TOOL_RECORDS`.
 #[inline(always)]
-fn unsent_activity(at: u64) -> u64 {
+fn unsent_activity(at: u64, tgid: u32) -> u64 {
     // SAFETY: checked copies of user memory: `kind` and `bytes` of a `DeviceRecord`.
     let kind = unsafe { bpf_probe_read_user((at + KIND_OFFSET) as *const u32) };
     match kind {
@@ -83,11 +97,24 @@ fn unsent_activity(at: u64) -> u64 {
         Ok(record_kind::DROPPED) => {
             unsafe { bpf_probe_read_user((at + BYTES_OFFSET) as *const u64) }.unwrap_or(0)
         }
+        Ok(record_kind::NAME) if keep_name_piece(at, tgid) => 0,
         Ok(_) => {
             count_n(counter::LOST_TOOL_RECORDS, 1);
             0
         }
     }
+}
+
+/// Keeps the name piece at `at` of process `tgid` in `GPU_NAME_PIECES`; false when it cannot be
+/// read or the table is full.
+#[inline(always)]
+fn keep_name_piece(at: u64, tgid: u32) -> bool {
+    // SAFETY: a checked copy of user memory, a whole `DeviceName`.
+    let Ok(piece) = (unsafe { bpf_probe_read_user(at as *const DeviceName) }) else {
+        return false;
+    };
+    let key: NamePieceKey = [tgid, piece.id, piece.offset];
+    GPU_NAME_PIECES.insert(key, piece, 0).is_ok()
 }
 
 const KIND_OFFSET: u64 = core::mem::offset_of!(DeviceRecord, kind) as u64;

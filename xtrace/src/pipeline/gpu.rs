@@ -2,14 +2,17 @@
 //! library): what ran on each GPU and when, as the tool library read it from CUPTI and the kernel
 //! program `gpu_records` copied it (`xtrace_common::gpu`). Each kernel, copy and memset becomes a
 //! slice on a track of its own per process, GPU and stream; names arrive in pieces before the first
-//! record that uses them; notices from the library become warnings. [`GpuDevice`] also adds up
+//! record that uses them (`gpu_names`); notices from the library become warnings. [`GpuDevice`] also adds up
 //! what `export::gpu_device` writes: busy time per GPU, device time per kernel, copies, memsets
 //! and records lost.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent, NAME_CHUNK, NAME_MAX};
+use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, GpuEvent};
 
-use super::writer::{EventKind, Flow, FlowKind, SpanOut};
+use super::{
+    gpu_names::{DeviceNames, KeptPieces},
+    writer::{EventKind, Flow, FlowKind, SpanOut},
+};
 
 /// What one device record becomes.
 #[derive(Debug)]
@@ -77,9 +80,8 @@ impl Transfers {
 pub struct GpuDevice {
     /// The `gpu_records` probe, whose id the slices carry.
     probe: usize,
-    /// Kernel names by (pid, id), once whole; pieces still coming in `partial`.
-    names: HashMap<(u32, u32), String>,
-    partial: HashMap<(u32, u32, u32), Vec<u8>>,
+    /// Kernel names, and notices until whole.
+    names: DeviceNames,
     /// The launch of each correlation id not yet matched: (pid, id) → (thread, when it began).
     launches: HashMap<(u32, u32), (u32, u64)>,
     /// Device time of each kernel execution, by name.
@@ -132,6 +134,14 @@ impl GpuDevice {
         GpuDevice {
             probe,
             ..GpuDevice::default()
+        }
+    }
+
+    /// Kernel names also looked up in `kept`, the pieces the ring buffer had no room for.
+    pub fn with_kept_names(self, kept: Box<dyn KeptPieces>) -> Self {
+        GpuDevice {
+            names: DeviceNames::with_kept(kept),
+            ..self
         }
     }
 
@@ -199,27 +209,10 @@ impl GpuDevice {
         }
     }
 
-    /// A piece of a name or notice; a notice is whole at its last piece (shorter than a chunk).
+    /// A piece of a name or notice; a notice is kept and shown once whole.
     fn piece(&mut self, pid: u32, piece: &DeviceName) {
-        let len = (piece.len as usize).min(NAME_CHUNK);
-        let key = (pid, piece.kind, piece.id);
-        let text = self.partial.entry(key).or_default();
-        if piece.offset as usize != text.len() || text.len() >= NAME_MAX {
-            // A piece out of order (a batch lost in between): start again from this one.
-            text.clear();
-            if piece.offset != 0 {
-                return;
-            }
-        }
-        text.extend_from_slice(&piece.text[..len]);
-        let whole = len < NAME_CHUNK || text.len() >= NAME_MAX;
-        let name = String::from_utf8_lossy(text).into_owned();
-        if piece.kind == record_kind::NAME {
-            // Kept as it grows: a name of an exact multiple of the chunk has no shorter last piece.
-            self.names.insert((pid, piece.id), name);
-        } else if whole {
-            self.partial.remove(&key);
-            let line = format!("pid {pid}: {name}");
+        if let Some(text) = self.names.piece(pid, piece) {
+            let line = format!("pid {pid}: {text}");
             self.notices.push(line.clone());
             self.new_notices.push(line);
         }
@@ -325,11 +318,7 @@ impl GpuDevice {
         let dur_ns = r.end_ns.saturating_sub(r.start_ns);
         match r.kind {
             record_kind::KERNEL => {
-                let name = self
-                    .names
-                    .get(&(pid, r.name_id))
-                    .cloned()
-                    .unwrap_or_else(|| "(unnamed kernel)".into());
+                let name = self.names.kernel(pid, r.name_id);
                 self.kernels.entry(name.clone()).or_default().push(dur_ns);
                 if let Some(launched_ns) = queued {
                     self.queue_delay.add(r.start_ns.saturating_sub(launched_ns));
@@ -372,7 +361,10 @@ impl GpuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xtrace_common::event::{EventHeader, KIND_GPU};
+    use xtrace_common::{
+        event::{EventHeader, KIND_GPU},
+        gpu::NAME_CHUNK,
+    };
 
     fn event(pid: u32, bytes: [u8; 128]) -> GpuEvent {
         GpuEvent {

@@ -14,6 +14,7 @@ pub mod flight;
 pub mod flight_offcpu;
 pub mod flight_stacks;
 pub mod gpu;
+pub mod gpu_names;
 pub mod host_spans;
 pub mod kept_names;
 pub mod live;

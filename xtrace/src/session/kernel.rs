@@ -9,7 +9,10 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     Ebpf,
 };
-use xtrace_common::probe::ShortCalls;
+use xtrace_common::{
+    gpu::{DeviceName, NamePieceKey},
+    probe::ShortCalls,
+};
 
 use super::{
     config::Config,
@@ -56,6 +59,9 @@ pub(super) struct Maps {
     pub(super) off_cpu: Option<crate::probes::offcpu::Tables>,
     /// The kernel's table of Python processes' layouts, until the pipeline takes it.
     pub(super) python: Option<aya::maps::HashMap<MapData, u32, xtrace_common::python::PyLayout>>,
+    /// The kernel's table of GPU kernel name pieces the ring had no room for, until the pipeline
+    /// takes it.
+    pub(super) gpu_names: Option<aya::maps::HashMap<MapData, NamePieceKey, DeviceName>>,
 }
 
 /// Loads the kernel programs and attaches the probes, the child-following tracepoints and the
@@ -241,6 +247,8 @@ pub(super) fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
         ),
         false => None,
     };
+    let gpu_names = aya::maps::HashMap::try_from(bpf::take_map(ebpf, "GPU_NAME_PIECES")?)
+        .map_err(map_err("GPU_NAME_PIECES"))?;
     let reader = RingReader::new(ring, woken)?;
     let off_cpu = match kernel.off_cpu_ns.is_some() {
         true => Some(crate::probes::offcpu::Tables::take(ebpf)?),
@@ -252,6 +260,7 @@ pub(super) fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
         short_calls,
         goroutines,
         off_cpu,
+        gpu_names: Some(gpu_names),
     };
     Ok((maps, reader))
 }

@@ -88,10 +88,12 @@ pub fn notice(text: &str) {
     with_pending(|p| text_records(&mut p.records, record_kind::NOTICE, 0, text.as_bytes()));
 }
 
-/// `text` (cut at `NAME_MAX` bytes) as `DeviceName` pieces of `kind`.
+/// `text` (cut at `NAME_MAX` bytes) as `DeviceName` pieces of `kind`, the last shorter than a
+/// chunk: an empty one follows a text of whole chunks.
 fn text_records(out: &mut Vec<DeviceRecord>, kind: u32, id: u32, text: &[u8]) {
     let text = &text[..text.len().min(NAME_MAX)];
-    for (i, chunk) in text.chunks(NAME_CHUNK).enumerate() {
+    let last = text.len().is_multiple_of(NAME_CHUNK).then_some(&[][..]);
+    for (i, chunk) in text.chunks(NAME_CHUNK).chain(last).enumerate() {
         let mut piece = DeviceName {
             kind,
             id,
@@ -304,4 +306,42 @@ fn name_id(text: &[u8], names: &mut HashMap<Vec<u8>, u32>, out: &mut Vec<DeviceR
     names.insert(text.to_vec(), id);
     text_records(out, record_kind::NAME, id, text);
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The (offset, length) of each piece `text` is sent as.
+    fn pieces(text: &[u8]) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        text_records(&mut out, record_kind::NAME, 7, text);
+        out.iter()
+            .map(|r| {
+                // SAFETY: both are 128-byte repr(C) structs of plain integers.
+                let piece: DeviceName = unsafe { core::mem::transmute(*r) };
+                assert_eq!((piece.kind, piece.id), (record_kind::NAME, 7));
+                (piece.offset, piece.len)
+            })
+            .collect()
+    }
+
+    /// The last piece is shorter than a chunk, so the tracer knows the text is whole.
+    #[test]
+    fn a_text_ends_with_a_piece_shorter_than_a_chunk() {
+        let chunk = NAME_CHUNK as u32;
+        assert_eq!(pieces(b"vector_add"), [(0, 10)]);
+        assert_eq!(pieces(b""), [(0, 0)]);
+        assert_eq!(pieces(&[b'k'; NAME_CHUNK]), [(0, chunk), (chunk, 0)]);
+        assert_eq!(pieces(&[b'k'; NAME_CHUNK + 1]), [(0, chunk), (chunk, 1)]);
+        assert_eq!(
+            pieces(&[b'k'; 2 * NAME_CHUNK]),
+            [(0, chunk), (chunk, chunk), (2 * chunk, 0)]
+        );
+        // Cut at NAME_MAX bytes.
+        let long = pieces(&[b'k'; 5000]);
+        let sent: u32 = long.iter().map(|&(_, len)| len).sum();
+        assert_eq!(sent as usize, NAME_MAX);
+        assert!(long.last().unwrap().1 < chunk);
+    }
 }

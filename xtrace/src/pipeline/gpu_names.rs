@@ -1,0 +1,274 @@
+//! The GPU device timeline's kernel names and notices, put together from `DeviceName` pieces: those
+//! the ring buffer brought, in order, and, for a kernel name, those it had no room for, which the
+//! kernel program kept in `GPU_NAME_PIECES` ([`KeptPieces`]) because the tool library sends each
+//! name only once per tracing session. A text is whole at its piece shorter than a chunk (the tool
+//! library ends a text of whole chunks with an empty one) or at `NAME_MAX` bytes.
+use std::collections::{BTreeMap, HashMap};
+
+use aya::maps::MapData;
+use xtrace_common::gpu::{record_kind, DeviceName, NamePieceKey, NAME_CHUNK, NAME_MAX};
+
+/// What a kernel with no name, or a name none of whose pieces came, is called.
+pub const UNNAMED: &str = "(unnamed kernel)";
+
+/// The name pieces the ring buffer had no room for.
+pub trait KeptPieces: Send {
+    /// Takes out the piece kept for (process id, name id, offset), if one is.
+    fn take(&mut self, key: NamePieceKey) -> Option<DeviceName>;
+}
+
+/// The kernel program's table of them.
+impl KeptPieces for aya::maps::HashMap<MapData, NamePieceKey, DeviceName> {
+    fn take(&mut self, key: NamePieceKey) -> Option<DeviceName> {
+        let piece = self.get(&key, 0).ok()?;
+        // Out of the table, so that it holds only what is still to be read.
+        let _ = self.remove(&key);
+        Some(piece)
+    }
+}
+
+/// Names and notices of the traced processes.
+#[derive(Default)]
+pub struct DeviceNames {
+    /// Kernel names by (pid, id), once whole or looked up.
+    names: HashMap<(u32, u32), String>,
+    /// Pieces of texts not whole yet, by (pid, kind, id), then by offset.
+    partial: HashMap<(u32, u32, u32), BTreeMap<u32, Vec<u8>>>,
+    kept: Option<Box<dyn KeptPieces>>,
+}
+
+impl std::fmt::Debug for DeviceNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceNames")
+            .field("names", &self.names)
+            .field("partial", &self.partial)
+            .field("kept", &self.kept.is_some())
+            .finish()
+    }
+}
+
+impl DeviceNames {
+    /// Names that also look up the pieces `kept` holds.
+    pub fn with_kept(kept: Box<dyn KeptPieces>) -> Self {
+        DeviceNames {
+            kept: Some(kept),
+            ..DeviceNames::default()
+        }
+    }
+
+    /// A piece from the ring buffer of process `pid`; the text of a notice once it is whole.
+    pub fn piece(&mut self, pid: u32, piece: &DeviceName) -> Option<String> {
+        let len = (piece.len as usize).min(NAME_CHUNK);
+        if piece.offset as usize >= NAME_MAX {
+            return None;
+        }
+        let key = (pid, piece.kind, piece.id);
+        let pieces = self.partial.entry(key).or_default();
+        if piece.offset == 0 {
+            // Pieces come in order: this begins a new text (all notices share id 0; after an
+            // exec, a new tracing session numbers its names from 1 again).
+            pieces.clear();
+            if piece.kind == record_kind::NAME {
+                self.names.remove(&(pid, piece.id));
+            }
+        }
+        pieces.insert(piece.offset, piece.text[..len].to_vec());
+        let (text, true) = joined(pieces, |_| None) else {
+            return None;
+        };
+        self.partial.remove(&key);
+        let text = String::from_utf8_lossy(&text).into_owned();
+        match piece.kind {
+            record_kind::NAME => {
+                self.names.insert((pid, piece.id), text);
+                None
+            }
+            _ => Some(text),
+        }
+    }
+
+    /// The name of kernel `id` of process `pid`: from its pieces, those the ring buffer brought
+    /// and those kept for want of room; [`UNNAMED`] for id 0 or a name with no piece at all. A name
+    /// some of whose pieces are lost is cut at the first missing one.
+    pub fn kernel(&mut self, pid: u32, id: u32) -> String {
+        if let Some(name) = self.names.get(&(pid, id)) {
+            return name.clone();
+        }
+        let pieces = self
+            .partial
+            .remove(&(pid, record_kind::NAME, id))
+            .unwrap_or_default();
+        let (text, _) = match (&mut self.kept, id) {
+            (_, 0) => (Vec::new(), false),
+            (Some(kept), _) => joined(&pieces, |offset| {
+                let piece = kept.take([pid, id, offset])?;
+                Some(piece.text[..(piece.len as usize).min(NAME_CHUNK)].to_vec())
+            }),
+            (None, _) => joined(&pieces, |_| None),
+        };
+        let name = match text.is_empty() {
+            true => UNNAMED.into(),
+            false => String::from_utf8_lossy(&text).into_owned(),
+        };
+        self.names.insert((pid, id), name.clone());
+        name
+    }
+}
+
+/// The pieces' text from offset 0 up to the first one missing (taken from `more` if it has it),
+/// and whether that is the whole text.
+fn joined(pieces: &BTreeMap<u32, Vec<u8>>, mut more: impl FnMut(u32) -> Option<Vec<u8>>) -> (Vec<u8>, bool) {
+    let mut text = Vec::new();
+    loop {
+        let offset = text.len() as u32;
+        let Some(piece) = pieces.get(&offset).cloned().or_else(|| more(offset)) else {
+            return (text, false);
+        };
+        let last = piece.len() < NAME_CHUNK;
+        text.extend_from_slice(&piece);
+        if last || text.len() >= NAME_MAX {
+            text.truncate(NAME_MAX);
+            return (text, true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl KeptPieces for HashMap<NamePieceKey, DeviceName> {
+        fn take(&mut self, key: NamePieceKey) -> Option<DeviceName> {
+            self.remove(&key)
+        }
+    }
+
+    fn piece(kind: u32, id: u32, offset: usize, text: &[u8]) -> DeviceName {
+        let mut piece = DeviceName {
+            kind,
+            id,
+            offset: offset as u32,
+            len: text.len() as u32,
+            text: [0; NAME_CHUNK],
+        };
+        piece.text[..text.len()].copy_from_slice(text);
+        piece
+    }
+
+    /// A name of `len` bytes, each its offset's letter.
+    fn text(len: usize) -> Vec<u8> {
+        (0..len).map(|i| b'a' + (i % 26) as u8).collect()
+    }
+
+    /// A text's pieces as the tool library sends them.
+    fn pieces_of(kind: u32, id: u32, text: &[u8]) -> Vec<DeviceName> {
+        let mut out: Vec<DeviceName> = text
+            .chunks(NAME_CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| piece(kind, id, i * NAME_CHUNK, chunk))
+            .collect();
+        if text.len().is_multiple_of(NAME_CHUNK) {
+            out.push(piece(kind, id, text.len(), b""));
+        }
+        out
+    }
+
+    #[test]
+    fn a_name_is_whole_at_its_short_piece() {
+        let mut names = DeviceNames::default();
+        for len in [1, NAME_CHUNK - 1, NAME_CHUNK, 2 * NAME_CHUNK, 2 * NAME_CHUNK + 7] {
+            let id = len as u32;
+            let name = text(len);
+            let pieces = pieces_of(record_kind::NAME, id, &name);
+            let (last, first) = pieces.split_last().unwrap();
+            for p in first {
+                assert_eq!(names.piece(9, p), None);
+                assert!(!names.names.contains_key(&(9, id)), "{len}");
+            }
+            assert_eq!(names.piece(9, last), None);
+            assert_eq!(names.kernel(9, id).as_bytes(), name, "{len}");
+        }
+        assert!(names.partial.is_empty());
+    }
+
+    #[test]
+    fn a_notice_is_whole_at_its_short_piece() {
+        let mut names = DeviceNames::default();
+        let line = text(NAME_CHUNK);
+        let pieces = pieces_of(record_kind::NOTICE, 0, &line);
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(names.piece(4, &pieces[0]), None);
+        assert_eq!(names.piece(4, &pieces[1]).unwrap().as_bytes(), line);
+        // The next notice's first piece starts a new text.
+        assert_eq!(names.piece(4, &pieces[0]), None);
+        let short = piece(record_kind::NOTICE, 0, 0, b"CUPTI is held");
+        assert_eq!(names.piece(4, &short).as_deref(), Some("CUPTI is held"));
+    }
+
+    /// Pieces the ring had no room for come from the kept ones, wherever they are in the name.
+    #[test]
+    fn lost_pieces_are_looked_up_in_the_kept_ones() {
+        let name = text(3 * NAME_CHUNK + 5);
+        let pieces = pieces_of(record_kind::NAME, 2, &name);
+        for lost in [vec![0], vec![1], vec![3], vec![0, 1, 2, 3], vec![1, 3]] {
+            let mut kept: HashMap<NamePieceKey, DeviceName> = HashMap::new();
+            let mut names = DeviceNames::default();
+            for (i, p) in pieces.iter().enumerate() {
+                match lost.contains(&i) {
+                    true => drop(kept.insert([5, p.id, p.offset], *p)),
+                    false => assert_eq!(names.piece(5, p), None),
+                }
+            }
+            let mut names = DeviceNames {
+                kept: Some(Box::new(kept)),
+                ..names
+            };
+            assert_eq!(names.kernel(5, 2).as_bytes(), name, "{lost:?}");
+            // Looked up once, then known.
+            assert_eq!(names.kernel(5, 2).as_bytes(), name);
+        }
+    }
+
+    #[test]
+    fn a_name_with_pieces_lost_for_good_is_cut_or_unnamed() {
+        let name = text(2 * NAME_CHUNK + 5);
+        let pieces = pieces_of(record_kind::NAME, 3, &name);
+        let mut names = DeviceNames::with_kept(Box::new(HashMap::<NamePieceKey, DeviceName>::new()));
+        // The first piece came, the second is lost, the third came.
+        assert_eq!(names.piece(1, &pieces[0]), None);
+        assert_eq!(names.piece(1, &pieces[2]), None);
+        assert_eq!(names.kernel(1, 3).as_bytes(), &name[..NAME_CHUNK]);
+        // None came: unnamed; id 0 is no name.
+        assert_eq!(names.kernel(1, 4), UNNAMED);
+        assert_eq!(names.kernel(1, 0), UNNAMED);
+        // Without kept pieces (and none lost), as from the ring alone.
+        let mut plain = DeviceNames::default();
+        for p in &pieces {
+            assert_eq!(plain.piece(1, p), None);
+        }
+        assert_eq!(plain.kernel(1, 3).as_bytes(), name);
+    }
+
+    /// After an exec, the process's new tracing session numbers its names from 1 again.
+    #[test]
+    fn a_name_sent_again_replaces_the_old_one() {
+        let mut names = DeviceNames::default();
+        assert_eq!(names.piece(6, &piece(record_kind::NAME, 1, 0, b"old")), None);
+        assert_eq!(names.kernel(6, 1), "old");
+        assert_eq!(names.piece(6, &piece(record_kind::NAME, 1, 0, b"new")), None);
+        assert_eq!(names.kernel(6, 1), "new");
+    }
+
+    #[test]
+    fn texts_stop_at_the_longest_name() {
+        let mut names = DeviceNames::default();
+        let name = text(2000);
+        for (i, chunk) in name.chunks(NAME_CHUNK).enumerate() {
+            assert_eq!(
+                names.piece(8, &piece(record_kind::NAME, 1, i * NAME_CHUNK, chunk)),
+                None
+            );
+        }
+        assert_eq!(names.kernel(8, 1).len(), NAME_MAX);
+    }
+}
