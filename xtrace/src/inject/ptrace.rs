@@ -16,6 +16,8 @@ use std::{
 
 use super::Error;
 
+/// Bytes PTRACE_PEEKDATA and PTRACE_POKEDATA read and write.
+const WORD: u64 = 8;
 /// `PTRACE_O_TRACESYSGOOD`: system-call stops report `SIGTRAP | 0x80`.
 const SYSCALL_STOP: i32 = libc::SIGTRAP | 0x80;
 /// `PTRACE_SYSCALL_INFO_ENTRY`.
@@ -38,13 +40,15 @@ pub struct Tracee {
 impl Tracee {
     /// Seizes thread `tid` of process `pid` and stops it.
     pub fn seize(pid: u32, tid: u32) -> Result<Tracee, Error> {
+        // The thread's own file: under `proc_mem.force_override=ptrace` only its tracer may write
+        // where the process may not, and it is this thread xtrace traces.
         let mem = File::options()
             .read(true)
             .write(true)
-            .open(format!("/proc/{pid}/mem"))
+            .open(format!("/proc/{pid}/task/{tid}/mem"))
             .map_err(|e| Error::Ptrace {
                 pid,
-                step: "open /proc/PID/mem",
+                step: "open /proc/PID/task/TID/mem",
                 reason: e.to_string(),
             })?;
         // SAFETY: PTRACE_SEIZE takes a tid, a null address and the option bits.
@@ -248,9 +252,55 @@ impl Tracee {
         Ok(bytes)
     }
 
-    /// Writes `bytes` at `address`, in a mapping the thread may not write itself.
+    /// Writes `bytes` at `address`, in a mapping the thread may not write itself: through
+    /// /proc/PID/task/TID/mem, or, where the kernel lets no one write there so
+    /// (`proc_mem.force_override=never`: EIO), a word at a time with PTRACE_POKEDATA, which it
+    /// still lets the tracer do.
     pub fn write_bytes(&self, address: u64, bytes: &[u8]) -> Result<(), String> {
-        self.mem.write_all_at(bytes, address).map_err(|e| e.to_string())
+        match self.mem.write_all_at(bytes, address) {
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => self.poke(address, bytes),
+            written => written.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Writes `bytes` at `address` with PTRACE_POKEDATA; the bytes around them in their first and
+    /// last words are read and written back as they were (no other thread writes where xtrace
+    /// writes: the padding after a library's code, or the mapping stage 0 made).
+    fn poke(&self, address: u64, bytes: &[u8]) -> Result<(), String> {
+        let start = address & !(WORD - 1);
+        let end = (address + bytes.len() as u64).next_multiple_of(WORD);
+        let mut words = Vec::with_capacity((end - start) as usize);
+        words.extend_from_slice(&self.peek(start)?.to_ne_bytes());
+        if end - start > WORD {
+            words.resize((end - start - WORD) as usize, 0);
+            words.extend_from_slice(&self.peek(end - WORD)?.to_ne_bytes());
+        }
+        let from = (address - start) as usize;
+        words[from..from + bytes.len()].copy_from_slice(bytes);
+        for (i, bytes) in words.chunks_exact(WORD as usize).enumerate() {
+            let at = start + i as u64 * WORD;
+            let mut word = [0; WORD as usize];
+            word.copy_from_slice(bytes);
+            let word = u64::from_ne_bytes(word);
+            // SAFETY: PTRACE_POKEDATA of a stopped tracee: an address and the word, as data.
+            if unsafe { libc::ptrace(libc::PTRACE_POKEDATA, self.tid as libc::pid_t, at, word) } != 0 {
+                return Err(format!("PTRACE_POKEDATA: {}", last_error()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The word at `at`, with PTRACE_PEEKDATA.
+    fn peek(&self, at: u64) -> Result<u64, String> {
+        // PEEKDATA returns the word, so -1 is an error only when errno says one.
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: PTRACE_PEEKDATA of a stopped tracee: an address, no data.
+        let word = unsafe { libc::ptrace(libc::PTRACE_PEEKDATA, self.tid as libc::pid_t, at, 0) };
+        match word == -1 && std::io::Error::last_os_error().raw_os_error() != Some(0) {
+            true => Err(format!("PTRACE_PEEKDATA: {}", last_error())),
+            false => Ok(word as u64),
+        }
     }
 
     /// Lets the thread go with the registers last set.
@@ -300,5 +350,45 @@ mod tests {
         assert_eq!(delivery_signal(stop(libc::SIGUSR1, 0)), libc::SIGUSR1);
         assert_eq!(delivery_signal(stop(SYSCALL_STOP, 0)), 0);
         assert_eq!(delivery_signal(stop(libc::SIGTRAP, libc::PTRACE_EVENT_STOP)), 0);
+    }
+
+    /// PTRACE_POKEDATA writes exactly the bytes asked, whatever their alignment, and leaves the
+    /// rest of their words as they were.
+    #[test]
+    fn poked_bytes_land_exactly() {
+        /// Killed and reaped however the test ends.
+        struct Child(libc::pid_t);
+        impl Drop for Child {
+            fn drop(&mut self) {
+                // SAFETY: the child is ours.
+                unsafe {
+                    libc::kill(self.0, libc::SIGKILL);
+                    libc::waitpid(self.0, core::ptr::null_mut(), libc::__WALL);
+                }
+            }
+        }
+        let buffer = vec![0xaa_u8; 48];
+        let at = buffer.as_ptr() as u64;
+        // SAFETY: the child only waits for signals until it is killed.
+        let guard = match unsafe { libc::fork() } {
+            0 => loop {
+                // SAFETY: no preconditions.
+                unsafe { libc::pause() };
+            },
+            pid => Child(pid),
+        };
+        let child = guard.0;
+        let tracee = Tracee::seize(child as u32, child as u32).expect("seized");
+        let mut status = 0;
+        // SAFETY: waits for the seized child's PTRACE_INTERRUPT stop.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, libc::__WALL) }, child);
+        let mut expected = buffer.clone();
+        for (offset, len) in [(3, 2), (5, 19), (8, 8), (30, 1), (0, 48), (47, 1), (9, 0)] {
+            let bytes: Vec<u8> = (0..len).map(|i| (offset + i) as u8).collect();
+            tracee.poke(at + offset as u64, &bytes).expect("poked");
+            expected[offset..offset + len].copy_from_slice(&bytes);
+            assert_eq!(tracee.read_bytes(at, 48).unwrap(), expected, "{offset} {len}");
+        }
+        assert_eq!(tracee.peek(at + 8).unwrap().to_ne_bytes(), expected[8..16]);
     }
 }
