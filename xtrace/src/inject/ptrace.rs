@@ -151,18 +151,13 @@ impl Tracee {
         };
         let mut signal = delivery_signal(first);
         loop {
-            self.resume_to_syscall(signal)?;
+            let entry = self.next_syscall_stop(signal, deadline)?;
             signal = 0;
-            let Some(status) = self.wait(deadline)? else {
+            let Some(entry) = entry else {
                 self.interrupt_for_detach()?;
                 return Ok(None);
             };
-            if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
-                // A signal to deliver on, or an event stop (a group stop, our interrupt).
-                signal = delivery_signal(status);
-                continue;
-            }
-            if !self.at_entry()? {
+            if !entry {
                 continue;
             }
             let regs = self.registers()?;
@@ -207,18 +202,21 @@ impl Tracee {
         }
     }
 
-    /// Resumes the thread to its next system-call stop, passing on the signals it stops for on
-    /// the way, by `deadline` (else the error `late`): whether the stop is at an entry.
-    fn next_syscall_stop(&self, deadline: Instant, late: &str) -> Result<bool, String> {
-        let mut signal = 0;
+    /// Resumes the thread, delivering `signal`, to its next system-call stop, passing on the
+    /// signals it stops for on the way: whether the stop is at an entry; None when `deadline`
+    /// passed first (the thread still running).
+    fn next_syscall_stop(&self, mut signal: i32, deadline: Instant) -> Result<Option<bool>, String> {
         loop {
             self.resume_to_syscall(signal)?;
-            let status = self.wait(deadline)?.ok_or_else(|| late.to_owned())?;
+            let Some(status) = self.wait(deadline)? else {
+                return Ok(None);
+            };
             if status >> 16 != 0 || libc::WSTOPSIG(status) != SYSCALL_STOP {
+                // A signal to deliver on, or an event stop (a group stop, our interrupt).
                 signal = delivery_signal(status);
                 continue;
             }
-            return self.at_entry();
+            return self.at_entry().map(Some);
         }
     }
 
@@ -228,7 +226,8 @@ impl Tracee {
     pub fn run_to_handover(&self, handover: u64) -> Result<libc::user_regs_struct, String> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if self.next_syscall_stop(deadline, "the thread did not reach the hand-over within 5 s")? {
+            let entry = self.next_syscall_stop(0, deadline)?;
+            if entry.ok_or("the thread did not reach the hand-over within 5 s")? {
                 let regs = self.registers()?;
                 if regs.rip == handover && regs.orig_rax == libc::SYS_getpid as u64 {
                     return Ok(regs);
@@ -240,7 +239,10 @@ impl Tracee {
     /// Lets the thread, stopped at a system call's entry, make it, and stops it at its exit.
     pub fn finish_call(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(5);
-        while self.next_syscall_stop(deadline, "the system call did not return within 5 s")? {}
+        while self
+            .next_syscall_stop(0, deadline)?
+            .ok_or("the system call did not return within 5 s")?
+        {}
         Ok(())
     }
 
