@@ -14,12 +14,12 @@
 //! address the old one's did, and must not find its open calls. (Not the address space, `mm`: a
 //! second exec may get the first one's freed `mm` at the same address.)
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_task, bpf_probe_read_user},
     macros::map,
     maps::{Array, HashMap, LruHashMap},
 };
-use xtrace_common::probe::{EntryStack, MAX_GOROUTINES};
+use xtrace_common::probe::EntryStack;
 
 use crate::{
     maps::{current_pid_tgid, load_time, read_kernel},
@@ -27,11 +27,12 @@ use crate::{
 };
 
 /// Open calls per goroutine with any, keyed by (process id, `runtime.g` address, exec count);
-/// an element is removed when its last open call ends. Elements are allocated when inserted, not
-/// all at load: most traced programs have no Go code.
+/// an element is removed when its last open call ends. Sized at load: `MAX_GOROUTINES` when Go
+/// code is traced, else 1 (most traced programs have none). Preallocated, as every hash map the
+/// programs use: before Linux 6.1 the verifier warns (a kernel WARNING, a panic under
+/// `panic_on_warn`) when a tracing program uses one allocated as elements are inserted.
 #[map]
-static GO_STACKS: HashMap<[u64; 3], EntryStack> =
-    HashMap::with_max_entries(MAX_GOROUTINES, BPF_F_NO_PREALLOC);
+static GO_STACKS: HashMap<[u64; 3], EntryStack> = HashMap::with_max_entries(1, 0);
 
 /// Offset of `self_exec_id` (a u64 since Linux 5.8) in `struct task_struct`, set at load time
 /// from the kernel's BTF (0: unknown, and the key's exec count is 0).

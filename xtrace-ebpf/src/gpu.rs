@@ -9,7 +9,6 @@
 //! name once per tracing session, and xtrace looks it up there when a record names it. The
 //! records are the tool library's fixed layout, never CUPTI's.
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::{map, uprobe},
     maps::HashMap,
@@ -17,8 +16,8 @@ use aya_ebpf::{
 };
 use xtrace_common::{
     gpu::{
-        record_kind, DeviceName, DeviceRecord, GpuEvent, NamePieceKey, KIND_GPU, MAX_KEPT_NAME_PIECES,
-        MAX_RECORDS_PER_HIT, RECORD_BYTES,
+        record_kind, DeviceName, DeviceRecord, GpuEvent, NamePieceKey, KIND_GPU, MAX_RECORDS_PER_HIT,
+        RECORD_BYTES,
     },
     probe::counter,
 };
@@ -29,10 +28,10 @@ use crate::{
 };
 
 /// Kernel name pieces the ring had no room for, by (process id, name id, offset); xtrace takes
-/// each out as it reads it.
+/// each out as it reads it. Sized at load: `MAX_KEPT_NAME_PIECES` with the GPU device timeline,
+/// else 1; preallocated (see `GO_STACKS`).
 #[map]
-static GPU_NAME_PIECES: HashMap<NamePieceKey, DeviceName> =
-    HashMap::with_max_entries(MAX_KEPT_NAME_PIECES, BPF_F_NO_PREALLOC);
+static GPU_NAME_PIECES: HashMap<NamePieceKey, DeviceName> = HashMap::with_max_entries(1, 0);
 
 #[uprobe]
 pub fn gpu_records(ctx: ProbeContext) -> u32 {

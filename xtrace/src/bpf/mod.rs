@@ -21,7 +21,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use xtrace_common::{
-    probe::{counter, sample_pid_hint, ShortCalls, LOG2_BUCKETS, SAMPLE_PID_HINTS},
+    gpu::MAX_KEPT_NAME_PIECES,
+    probe::{counter, sample_pid_hint, ShortCalls, LOG2_BUCKETS, MAX_GOROUTINES, SAMPLE_PID_HINTS},
     usdt::UsdtSite,
 };
 
@@ -77,6 +78,8 @@ pub struct LoadOptions {
     /// Whether samples walk the Python frames of recognised CPython processes (`PY_PROCS`); the
     /// offset of `task_struct.thread.fsbase` is then read from the kernel's BTF.
     pub python: bool,
+    /// Whether the GPU device timeline's records are read (`GPU_NAME_PIECES` is then sized).
+    pub gpu_device: bool,
 }
 
 fn map_error(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
@@ -229,6 +232,15 @@ pub fn load(options: &LoadOptions, loader: EbpfLoader<'static>) -> Result<Ebpf> 
         .override_global("USER_STACK_BYTES", &options.user_stack_bytes, true)
         .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
         .override_global("TASK_EXEC_ID", &task_exec_id, true)
+        .map_max_entries("GO_STACKS", if options.go_code { MAX_GOROUTINES } else { 1 })
+        .map_max_entries(
+            "GPU_NAME_PIECES",
+            if options.gpu_device {
+                MAX_KEPT_NAME_PIECES
+            } else {
+                1
+            },
+        )
         .map_max_entries("OFF_CPU_TOTALS", off_cpu_keys)
         .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
         .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
@@ -402,4 +414,35 @@ pub fn read_lost_tool_records(counters: &PerCpuArray<MapData, u64>) -> Result<u6
 /// Entries left without a return (longjmp, exceptions, threads ending inside a traced call).
 pub fn read_unmatched(counters: &PerCpuArray<MapData, u64>) -> Result<u64> {
     counter_sum(counters, counter::UNMATCHED_ENTRIES)
+}
+
+#[cfg(test)]
+mod tests {
+    use aya_obj::generated::{bpf_map_type, BPF_F_NO_PREALLOC};
+
+    /// Before Linux 6.1 the verifier warns (a kernel WARNING: a splat in dmesg, the kernel marked
+    /// tainted, a panic under `panic_on_warn`) when a tracing program uses a hash map whose
+    /// elements are allocated as they are inserted: every hash map of the object is preallocated.
+    #[test]
+    fn no_hash_map_is_allocated_at_run_time() {
+        let object = aya_obj::Object::parse(super::OBJECT).expect("the kernel programs' object");
+        let hashes = [
+            bpf_map_type::BPF_MAP_TYPE_HASH as u32,
+            bpf_map_type::BPF_MAP_TYPE_PERCPU_HASH as u32,
+            bpf_map_type::BPF_MAP_TYPE_HASH_OF_MAPS as u32,
+        ];
+        let mut checked: Vec<&str> = object
+            .maps
+            .iter()
+            .filter(|(_, map)| hashes.contains(&map.map_type()))
+            .inspect(|(name, map)| assert_eq!(map.map_flags() & BPF_F_NO_PREALLOC, 0, "{name}"))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        checked.sort_unstable();
+        // The two sized at load for what they hold are among them.
+        assert!(
+            checked.contains(&"GO_STACKS") && checked.contains(&"GPU_NAME_PIECES"),
+            "{checked:?}"
+        );
+    }
 }

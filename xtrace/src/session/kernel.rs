@@ -192,6 +192,7 @@ fn load_object(
         follow: *follow,
         pid_namespace: *pid_namespace,
         off_cpu_min_ns: *off_cpu_ns,
+        gpu_device: super::start::gpu_probe(plan).is_some(),
     };
     let mut ebpf = bpf::load(&options, loader)?;
     if sampling.is_some() && off_cpu_ns.is_some() {

@@ -372,7 +372,7 @@ fn setup(
 }
 
 /// The probe id of the tool library's `gpu_records` probe, when the plan has it.
-fn gpu_probe(plan: &Plan) -> Option<usize> {
+pub(super) fn gpu_probe(plan: &Plan) -> Option<usize> {
     use crate::probes::usdt::{plan::Role, spec::RangeOp};
     plan.usdt_probes
         .iter()
