@@ -5,13 +5,13 @@
 //! device activities (kernels, copies, memsets; also any record past the limit or unreadable,
 //! and the count a record of CUPTI's drops carried) as `LOST_DEVICE_RECORDS`, the others (launch
 //! records, marks) as `LOST_TOOL_RECORDS`. A kernel name's piece the ring has no room for is kept
-//! in `GPU_NAME_PIECES` instead (counted lost only when that is full): the tool library sends each
-//! name once per tracing session, and xtrace looks it up there when a record names it. The
-//! records are the tool library's fixed layout, never CUPTI's.
+//! in `GPU_NAME_PIECES` instead (counted lost only when it cannot be read): the tool library
+//! sends each name once per tracing session, and xtrace looks it up there when a record names it.
+//! The records are the tool library's fixed layout, never CUPTI's.
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::{map, uprobe},
-    maps::HashMap,
+    maps::LruHashMap,
     programs::ProbeContext,
 };
 use xtrace_common::{
@@ -29,9 +29,10 @@ use crate::{
 
 /// Kernel name pieces the ring had no room for, by (process id, name id, offset); xtrace takes
 /// each out as it reads it. Sized at load: `MAX_KEPT_NAME_PIECES` with the GPU device timeline,
-/// else 1; preallocated (see `GO_STACKS`).
+/// else 1. Least recently used out first when full, so that pieces nobody reads (a process gone,
+/// all its kernels' records lost too) make room.
 #[map]
-static GPU_NAME_PIECES: HashMap<NamePieceKey, DeviceName> = HashMap::with_max_entries(1, 0);
+static GPU_NAME_PIECES: LruHashMap<NamePieceKey, DeviceName> = LruHashMap::with_max_entries(1, 0);
 
 #[uprobe]
 pub fn gpu_records(ctx: ProbeContext) -> u32 {
@@ -105,7 +106,7 @@ fn unsent_activity(at: u64, tgid: u32) -> u64 {
 }
 
 /// Keeps the name piece at `at` of process `tgid` in `GPU_NAME_PIECES`; false when it cannot be
-/// read or the table is full.
+/// read (or the kernel fails to keep it).
 #[inline(always)]
 fn keep_name_piece(at: u64, tgid: u32) -> bool {
     // SAFETY: a checked copy of user memory, a whole `DeviceName`.

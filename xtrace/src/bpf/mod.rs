@@ -426,10 +426,13 @@ mod tests {
     #[test]
     fn no_hash_map_is_allocated_at_run_time() {
         let object = aya_obj::Object::parse(super::OBJECT).expect("the kernel programs' object");
+        // The kinds the verifier asks it of, and the LRU ones (always preallocated).
         let hashes = [
             bpf_map_type::BPF_MAP_TYPE_HASH as u32,
             bpf_map_type::BPF_MAP_TYPE_PERCPU_HASH as u32,
             bpf_map_type::BPF_MAP_TYPE_HASH_OF_MAPS as u32,
+            bpf_map_type::BPF_MAP_TYPE_LRU_HASH as u32,
+            bpf_map_type::BPF_MAP_TYPE_LRU_PERCPU_HASH as u32,
         ];
         let mut checked: Vec<&str> = object
             .maps

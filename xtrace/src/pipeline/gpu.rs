@@ -169,6 +169,8 @@ impl GpuDevice {
                 None
             }
             record_kind::SUBSCRIBED => {
+                // A new tracing session, whose names are numbered anew.
+                self.names.forget(pid);
                 self.undrained.insert(pid);
                 self.subscribed_with.insert(match record.value {
                     2 => "cuptiSubscribe_v2",

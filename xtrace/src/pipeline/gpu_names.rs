@@ -21,7 +21,8 @@ pub trait KeptPieces: Send {
 impl KeptPieces for aya::maps::HashMap<MapData, NamePieceKey, DeviceName> {
     fn take(&mut self, key: NamePieceKey) -> Option<DeviceName> {
         let piece = self.get(&key, 0).ok()?;
-        // Out of the table, so that it holds only what is still to be read.
+        // Out of the table, so that it holds only what is still to be read. (A piece kept again
+        // at the same key in between, by a new session after an exec, is lost with it.)
         let _ = self.remove(&key);
         Some(piece)
     }
@@ -59,7 +60,8 @@ impl DeviceNames {
     /// A piece from the ring buffer of process `pid`; the text of a notice once it is whole.
     pub fn piece(&mut self, pid: u32, piece: &DeviceName) -> Option<String> {
         let len = (piece.len as usize).min(NAME_CHUNK);
-        if piece.offset as usize >= NAME_MAX {
+        // The tool library cuts texts in whole chunks; a piece anywhere else is no piece of it.
+        if piece.offset as usize >= NAME_MAX || !(piece.offset as usize).is_multiple_of(NAME_CHUNK) {
             return None;
         }
         let key = (pid, piece.kind, piece.id);
@@ -77,14 +79,20 @@ impl DeviceNames {
             return None;
         };
         self.partial.remove(&key);
-        let text = String::from_utf8_lossy(&text).into_owned();
         match piece.kind {
             record_kind::NAME => {
-                self.names.insert((pid, piece.id), text);
+                self.names.insert((pid, piece.id), name_of(&text));
                 None
             }
-            _ => Some(text),
+            _ => Some(String::from_utf8_lossy(&text).into_owned()),
         }
+    }
+
+    /// Forgets process `pid`'s names: its tool library began a new tracing session, which
+    /// numbers its names from 1 again (after an exec, a new attach).
+    pub fn forget(&mut self, pid: u32) {
+        self.names.retain(|&(p, _), _| p != pid);
+        self.partial.retain(|&(p, _, _), _| p != pid);
     }
 
     /// The name of kernel `id` of process `pid`: from its pieces, those the ring buffer brought
@@ -106,12 +114,17 @@ impl DeviceNames {
             }),
             (None, _) => joined(&pieces, |_| None),
         };
-        let name = match text.is_empty() {
-            true => UNNAMED.into(),
-            false => String::from_utf8_lossy(&text).into_owned(),
-        };
+        let name = name_of(&text);
         self.names.insert((pid, id), name.clone());
         name
+    }
+}
+
+/// A kernel's name of `text`: [`UNNAMED`] when empty.
+fn name_of(text: &[u8]) -> String {
+    match text.is_empty() {
+        true => UNNAMED.into(),
+        false => String::from_utf8_lossy(text).into_owned(),
     }
 }
 
@@ -257,6 +270,28 @@ mod tests {
         assert_eq!(names.kernel(6, 1), "old");
         assert_eq!(names.piece(6, &piece(record_kind::NAME, 1, 0, b"new")), None);
         assert_eq!(names.kernel(6, 1), "new");
+        // The new session's name only among the kept pieces: the session's start forgets the
+        // process's names (and no other's).
+        assert_eq!(names.piece(7, &piece(record_kind::NAME, 1, 0, b"other")), None);
+        let mut kept: HashMap<NamePieceKey, DeviceName> = HashMap::new();
+        kept.insert([6, 1, 0], piece(record_kind::NAME, 1, 0, b"newer"));
+        let mut names = DeviceNames {
+            kept: Some(Box::new(kept)),
+            ..names
+        };
+        names.forget(6);
+        assert_eq!(names.kernel(6, 1), "newer");
+        assert_eq!(names.kernel(7, 1), "other");
+    }
+
+    #[test]
+    fn an_empty_name_is_unnamed_and_stray_pieces_are_no_pieces() {
+        let mut names = DeviceNames::default();
+        assert_eq!(names.piece(3, &piece(record_kind::NAME, 1, 0, b"")), None);
+        assert_eq!(names.kernel(3, 1), UNNAMED);
+        // A piece at an offset the tool library never sends is left out.
+        assert_eq!(names.piece(3, &piece(record_kind::NAME, 2, 5, b"x")), None);
+        assert!(names.partial.is_empty());
     }
 
     #[test]

@@ -120,8 +120,8 @@ impl<'a> Prepared<'a> {
         samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
         let mut setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
         setup.python = crate::python::Python::new(maps.python.take());
-        if let (Some(gpu), Some(kept)) = (setup.gpu.take(), maps.gpu_names.take()) {
-            setup.gpu = Some(gpu.with_kept_names(Box::new(kept)));
+        if let Some(kept) = maps.gpu_names.take() {
+            setup.gpu = setup.gpu.take().map(|gpu| gpu.with_kept_names(Box::new(kept)));
         }
         setup.off_cpu = kernel.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new);
         let mut pipeline = Pipeline::new(setup, writer);
