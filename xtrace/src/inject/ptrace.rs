@@ -269,6 +269,9 @@ impl Tracee {
     /// last words are read and written back as they were (no other thread writes where xtrace
     /// writes: the padding after a library's code, or the mapping stage 0 made).
     fn poke(&self, address: u64, bytes: &[u8]) -> Result<(), String> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
         let start = address & !(WORD - 1);
         let end = (address + bytes.len() as u64).next_multiple_of(WORD);
         let mut words = Vec::with_capacity((end - start) as usize);
@@ -369,7 +372,8 @@ mod tests {
                 }
             }
         }
-        let buffer = vec![0xaa_u8; 48];
+        // All ones: words that read as -1, which PTRACE_PEEKDATA also returns for an error.
+        let buffer = vec![0xff_u8; 48];
         let at = buffer.as_ptr() as u64;
         // SAFETY: the child only waits for signals until it is killed.
         let guard = match unsafe { libc::fork() } {
@@ -377,6 +381,7 @@ mod tests {
                 // SAFETY: no preconditions.
                 unsafe { libc::pause() };
             },
+            -1 => panic!("fork: {}", last_error()),
             pid => Child(pid),
         };
         let child = guard.0;
