@@ -63,6 +63,27 @@ mkdir -p /tmp/kmatrix-local
 
 [ -r /sys/kernel/btf/vmlinux ] || fail "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
 echo "kmatrix: kernel $(uname -r)"
+# Whether the kernel took guest.rs's proc_mem.force_override=never (a kernel without it drops the
+# parameter unsaid): a write of a byte over itself, through /proc/self/mem, into Python's code.
+if python3 - <<'PY'
+import errno, sys
+with open("/proc/self/maps") as maps:
+    start = next(int(l.split("-")[0], 16) for l in maps if l.split()[1] == "r-xp")
+with open("/proc/self/mem", "r+b", buffering=0) as mem:
+    mem.seek(start)
+    byte = mem.read(1)
+    mem.seek(start)
+    try:
+        mem.write(byte)
+    except OSError as e:
+        sys.exit(0 if e.errno == errno.EIO else 1)
+sys.exit(1)
+PY
+then
+    echo "kmatrix: writes through /proc/PID/mem into read-only memory: refused (proc_mem.force_override=never)"
+else
+    echo "kmatrix: writes through /proc/PID/mem into read-only memory: allowed (this kernel has no proc_mem.force_override)"
+fi
 
 # run FILE BINARY TEST...: one test binary, the tests named exactly, on one thread.
 run() {
