@@ -119,6 +119,27 @@ pub struct DeviceName {
 /// Longest name the tool library sends, in bytes.
 pub const NAME_MAX: usize = 1024;
 
+/// The pieces of `kind` and `id` that `text` (cut at [`NAME_MAX`] bytes) is sent as, in order,
+/// the last shorter than a chunk: an empty one follows a text of whole chunks.
+pub fn name_pieces(kind: u32, id: u32, text: &[u8]) -> impl Iterator<Item = DeviceName> + '_ {
+    let text = &text[..text.len().min(NAME_MAX)];
+    let last = text.len().is_multiple_of(NAME_CHUNK).then_some(&[][..]);
+    text.chunks(NAME_CHUNK)
+        .chain(last)
+        .enumerate()
+        .map(move |(i, chunk)| {
+            let mut piece = DeviceName {
+                kind,
+                id,
+                offset: (i * NAME_CHUNK) as u32,
+                len: chunk.len() as u32,
+                text: [0; NAME_CHUNK],
+            };
+            piece.text[..chunk.len()].copy_from_slice(chunk);
+            piece
+        })
+}
+
 /// Most kernel name pieces the kernel program keeps in `GPU_NAME_PIECES` when the ring buffer
 /// has no room for them, for xtrace to look up when a record names them (each piece is taken
 /// out as it is read).

@@ -175,15 +175,7 @@ mod tests {
 
     /// A text's pieces as the tool library sends them.
     fn pieces_of(kind: u32, id: u32, text: &[u8]) -> Vec<DeviceName> {
-        let mut out: Vec<DeviceName> = text
-            .chunks(NAME_CHUNK)
-            .enumerate()
-            .map(|(i, chunk)| piece(kind, id, i * NAME_CHUNK, chunk))
-            .collect();
-        if text.len().is_multiple_of(NAME_CHUNK) {
-            out.push(piece(kind, id, text.len(), b""));
-        }
-        out
+        xtrace_common::gpu::name_pieces(kind, id, text).collect()
     }
 
     #[test]

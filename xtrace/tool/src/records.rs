@@ -13,7 +13,7 @@ use std::{
     },
 };
 
-use xtrace_common::gpu::{record_kind, DeviceName, DeviceRecord, MAX_RECORDS_PER_HIT, NAME_CHUNK, NAME_MAX};
+use xtrace_common::gpu::{name_pieces, record_kind, DeviceName, DeviceRecord, MAX_RECORDS_PER_HIT};
 
 use crate::{
     cupti::{kind, layout, Cupti, MAX_LIMIT_REACHED, SUCCESS},
@@ -88,23 +88,12 @@ pub fn notice(text: &str) {
     with_pending(|p| text_records(&mut p.records, record_kind::NOTICE, 0, text.as_bytes()));
 }
 
-/// `text` (cut at `NAME_MAX` bytes) as `DeviceName` pieces of `kind`, the last shorter than a
-/// chunk: an empty one follows a text of whole chunks.
+/// `text` as `DeviceName` pieces of `kind` ([`name_pieces`]).
 fn text_records(out: &mut Vec<DeviceRecord>, kind: u32, id: u32, text: &[u8]) {
-    let text = &text[..text.len().min(NAME_MAX)];
-    let last = text.len().is_multiple_of(NAME_CHUNK).then_some(&[][..]);
-    for (i, chunk) in text.chunks(NAME_CHUNK).chain(last).enumerate() {
-        let mut piece = DeviceName {
-            kind,
-            id,
-            offset: (i * NAME_CHUNK) as u32,
-            len: chunk.len() as u32,
-            text: [0; NAME_CHUNK],
-        };
-        piece.text[..chunk.len()].copy_from_slice(chunk);
+    out.extend(name_pieces(kind, id, text).map(|piece| {
         // SAFETY: both are 128-byte repr(C) structs of plain integers (checked in xtrace-common).
-        out.push(unsafe { core::mem::transmute::<DeviceName, DeviceRecord>(piece) });
-    }
+        unsafe { core::mem::transmute::<DeviceName, DeviceRecord>(piece) }
+    }));
 }
 
 /// Hands the records over while the tracer listens, in batches; drops them otherwise.
@@ -311,6 +300,7 @@ fn name_id(text: &[u8], names: &mut HashMap<Vec<u8>, u32>, out: &mut Vec<DeviceR
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xtrace_common::gpu::{NAME_CHUNK, NAME_MAX};
 
     /// The (offset, length) of each piece `text` is sent as.
     fn pieces(text: &[u8]) -> Vec<(u32, u32)> {
