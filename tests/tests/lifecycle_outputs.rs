@@ -201,9 +201,15 @@ fn the_default_output_directory_is_made_anew() {
     std::fs::write(victim.join("summary.json"), "precious").unwrap();
     let shared = tmp.join("shared");
     std::fs::create_dir(&shared).unwrap();
-    for second in 0..30 {
+    // One starting second for every name: `date` run afresh each time would skip a second
+    // whenever the clock ticked between two runs.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for second in now..now + 30 {
         let name = std::process::Command::new("date")
-            .arg(format!("-d+{second} sec"))
+            .arg(format!("-d@{second}"))
             .arg("+xtrace-%Y%m%d-%H%M%S")
             .output()
             .expect("running date");
