@@ -293,6 +293,20 @@ impl Fixture {
         stdin.flush().expect("flushing the fixture's stdin");
     }
 
+    /// Makes `offcpu phases` sleep `ms` milliseconds `n` times and waits until it has; how many
+    /// of the sleeps blocked (left the CPU), from its `done B` line. Fewer than `n` only where
+    /// a sleep's time was up before its thread could leave the CPU (a stalled virtual CPU).
+    pub fn sleep_phase(&mut self, n: u32, ms: f64) -> u64 {
+        self.send(&format!("{n} {ms}"));
+        let line = self.next_line();
+        let blocked = line
+            .strip_prefix("done ")
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_else(|| panic!("`offcpu phases` printed {line:?}, not `done B`"));
+        assert!(blocked <= u64::from(n), "{line} of {n} sleeps");
+        blocked
+    }
+
     /// The next line the fixture prints (with the safety timeout).
     pub fn next_line(&mut self) -> String {
         self.lines

@@ -161,6 +161,15 @@ impl Outputs {
             .collect()
     }
 
+    /// The off-CPU waits sent on their own (each at least the capture's MIN): the `off_cpu`
+    /// slices other than `runnable`.
+    pub fn sent_waits(&self) -> Vec<Span> {
+        self.spans()
+            .into_iter()
+            .filter(|s| s.cat == "off_cpu" && s.name != "runnable")
+            .collect()
+    }
+
     /// `X` events named `name`.
     pub fn spans_named(&self, name: &str) -> Vec<Span> {
         self.spans().into_iter().filter(|s| s.name == name).collect()

@@ -273,18 +273,14 @@ fn waits_of(out: &Outputs, tid: u64, name: &str) -> (u64, u64) {
         .fold((0, 0), |(c, n), (count, ns)| (c + count, n + ns))
 }
 
-/// Makes `offcpu phases` sleep `ms` milliseconds `n` times, and waits until it has.
-fn sleeps(fixture: &mut Fixture, n: u32, ms: u32) {
-    fixture.send(&format!("{n} {ms}"));
-    assert_eq!(fixture.next_line(), "done");
-}
-
 /// With `--flight 2s` and `--off-cpu=20ms`: 4 sleeps of 50 ms and 30 of 2 ms, a pause longer
 /// than the window and the second between two reads of the kernel's added-up waits, then 6 of
 /// 50 ms and 40 of 2 ms, and SIGUSR1. flight-001's off_cpu has exactly the second phase's 46
 /// clock_nanosleep waits of the fixture's thread, 6 sent on their own, 40 added up in the kernel;
 /// its offcpu.folded puts their time under sleeper(), and wallclock.folded holds it too. The
-/// stop's window, after them, has none; the capture directory has the run's 80.
+/// stop's window, after them, has none; the capture directory has the run's 80. (A sleep whose
+/// time is up before its thread leaves the CPU is no wait: the counts are of those the fixture
+/// says blocked.)
 #[test]
 #[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
 fn a_flight_window_holds_the_waits_of_its_time() {
@@ -309,12 +305,11 @@ fn a_flight_window_holds_the_waits_of_its_time() {
     ];
     let mut xtrace = Xtrace::spawn(flags);
     xtrace.wait_attached();
-    sleeps(&mut fixture, 4, 50);
-    sleeps(&mut fixture, 30, 2);
+    let first = fixture.sleep_phase(4, 50.0) + fixture.sleep_phase(30, 2.0);
     // The window, the second the added-up waits may wait to be read, and a margin.
     thread::sleep(Duration::from_millis(3500));
-    sleeps(&mut fixture, 6, 50);
-    sleeps(&mut fixture, 40, 2);
+    let long = fixture.sleep_phase(6, 50.0);
+    let short = fixture.sleep_phase(40, 2.0);
     xtrace.signal(libc::SIGUSR1);
     xtrace.wait_stderr("xtrace: flight recorder: wrote ");
     xtrace.signal(libc::SIGINT);
@@ -324,21 +319,28 @@ fn a_flight_window_holds_the_waits_of_its_time() {
     let off = &out.summary["off_cpu"];
     assert_eq!(u64_field(off, "min_ns"), 20 * MS);
     let (count, ns) = waits_of(&out, pid, "clock_nanosleep");
-    assert_eq!(count, 46, "the second phase's only: {off}");
+    // The sleeps that blocked (46 but where a virtual CPU stalled).
+    assert_eq!(count, long + short, "the second phase's only: {off}");
     // Sleeps overrun, never underrun; 2 ms each for the short ones at most.
+    let asked = long * 50 * MS + short * 2 * MS;
     assert!(
-        (380 * MS..380 * MS + 46 * 2 * MS).contains(&ns),
+        (asked..asked + count * 2 * MS).contains(&ns),
         "{ns} ns asleep: {off}"
     );
     let under_sleeper = out.off_cpu_ns_where(|s| {
         s.starts_with("offcpu;") && s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]")
     });
     assert_eq!(under_sleeper, ns, "{:?}", out.off_cpu_folded());
-    // Sent on their own: the six long sleeps, and the waits of 20 ms or more for the fixture's
-    // next line.
-    let (reads, _) = waits_of(&out, pid, "read");
-    let sent = u64_field(off, "sent");
-    assert!((6..=6 + reads).contains(&sent), "{off}");
+    // Sent on their own, each a slice in the window's trace.json: the waits of 20 ms or more,
+    // the six long sleeps and the waits for the fixture's next line among them.
+    let sent = out.sent_waits();
+    assert_eq!(u64_field(off, "sent"), sent.len() as u64, "{off}");
+    assert!(sent.iter().all(|s| s.dur_ns() >= 20 * MS as i64), "{sent:?}");
+    let long_sent = sent
+        .iter()
+        .filter(|s| s.name == "clock_nanosleep" && s.dur_ns() >= 50 * MS as i64)
+        .count();
+    assert!(long_sent as u64 >= long, "{sent:?}");
     let folded_ns: u64 = out.off_cpu_folded().iter().map(|(_, ns)| ns).sum();
     assert_eq!(folded_ns, u64_field(off, "off_cpu_ns"), "{off}");
     assert!(out.dir.join("offcpu.svg").is_file());
@@ -361,7 +363,7 @@ fn a_flight_window_holds_the_waits_of_its_time() {
     let whole = Outputs::read(&out_dir);
     assert_eq!(
         waits_of(&whole, pid, "clock_nanosleep").0,
-        80,
+        first + long + short,
         "{}",
         whole.summary["off_cpu"]
     );

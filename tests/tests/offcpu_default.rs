@@ -1,7 +1,7 @@
 //! Off-CPU time on by itself: `xtrace -p PID` with no probe flag measures it at MIN 1 ms, as
 //! CPU sampling turns on at 99 Hz; `--no-off-cpu` turns it off. Fixture `offcpu phases`
 //! (tests/fixtures/offcpu.c): for each line "N MS" it reads, sleeper() sleeps MS milliseconds N
-//! times, then it prints "done".
+//! times, then it prints "done B", B the sleeps that blocked.
 
 use serde_json::Value;
 use xtrace_tests::{
@@ -16,15 +16,10 @@ use xtrace_tests::{
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
 
-/// Makes `offcpu phases` sleep `ms` milliseconds `n` times, and waits until it has.
-fn sleeps(fixture: &mut Fixture, n: u32, ms: f64) {
-    fixture.send(&format!("{n} {ms}"));
-    assert_eq!(fixture.next_line(), "done");
-}
-
 /// Records `offcpu phases` with `-p PID -o DIR` and `flags` while it sleeps 6 times 5 ms (each
-/// at least the default MIN: sent with its stack) and 25 times 200 µs (added up in the kernel).
-fn capture(flags: &[&str], tmp: &TempDir) -> (u64, Outputs) {
+/// at least the default MIN: sent with its stack) and 25 times 200 µs (added up in the kernel);
+/// the pid, the outputs, and how many of the 5 ms and of the 200 µs sleeps blocked.
+fn capture(flags: &[&str], tmp: &TempDir) -> (u64, Outputs, [u64; 2]) {
     let mut fixture = Fixture::spawn(&fixtures().offcpu, &["phases"]);
     fixture.wait_ready();
     let out_dir = tmp.join("out");
@@ -36,11 +31,10 @@ fn capture(flags: &[&str], tmp: &TempDir) -> (u64, Outputs) {
     let attached = xtrace.wait_attached();
     let said = attached.contains(" and off-CPU time (MIN 1.00ms) to pid ");
     assert_eq!(said, !flags.contains(&"--no-off-cpu"), "{attached}");
-    sleeps(&mut fixture, 6, 5.0);
-    sleeps(&mut fixture, 25, 0.2);
+    let blocked = [fixture.sleep_phase(6, 5.0), fixture.sleep_phase(25, 0.2)];
     xtrace.signal(libc::SIGINT);
     xtrace.wait().assert_success();
-    (pid, Outputs::read_profiled(&out_dir))
+    (pid, Outputs::read_profiled(&out_dir), blocked)
 }
 
 /// Thread `tid`'s (intervals, ns) in wait `name`, from the summary's off_cpu section.
@@ -66,37 +60,35 @@ fn a_pid_without_flags_measures_off_cpu_time() {
         return;
     }
     let tmp = TempDir::new("offcpu-default");
-    let (pid, out) = capture(&[], &tmp);
+    let (pid, out, [long, short]) = capture(&[], &tmp);
     let off = &out.summary["off_cpu"];
     assert_eq!(u64_field(off, "min_ns"), MS, "{off}");
+    // Every sleep that blocked (31 but where a virtual CPU stalled), each at least as long as
+    // asked and at most 2 ms longer.
     let (count, ns) = waits_of(off, pid, "clock_nanosleep");
-    assert_eq!(count, 31, "{off}");
-    let asked = 6 * 5 * MS + 25 * 200 * US;
+    assert_eq!(count, long + short, "{off}");
+    let asked = long * 5 * MS + short * 200 * US;
     assert!(
-        (asked..asked + 31 * 2 * MS).contains(&ns),
+        (asked..asked + count * 2 * MS).contains(&ns),
         "{ns} ns asleep: {off}"
     );
     let under_sleeper =
         out.off_cpu_ns_where(|s| s.contains(";main;phases;sleeper;") && s.ends_with(";[clock_nanosleep]"));
     assert_eq!(under_sleeper, ns, "{:?}", out.off_cpu_folded());
-    // Sent on their own, each a slice in trace.json: the waits of 1 ms or more. They are the six
+    // Sent on their own, each a slice in trace.json: the waits of 1 ms or more. They are the
     // sleeps of 5 ms, the waits for the fixture's next line, and any sleep of 200 µs whose
     // thread got its CPU back late (a virtual CPU its host stalls).
-    let slices: Vec<&Value> = out
-        .events
-        .iter()
-        .filter(|e| e["cat"] == "off_cpu" && e["ph"] == "X" && e["name"] != "runnable")
-        .collect();
-    assert_eq!(u64_field(off, "sent"), slices.len() as u64, "{off}");
+    let sent = out.sent_waits();
+    assert_eq!(u64_field(off, "sent"), sent.len() as u64, "{off}");
     assert_eq!(u64_field(off, "lost"), 0, "{off}");
-    let lasted = |e: &Value| (e["dur"].as_f64().unwrap() * US as f64) as u64;
-    assert!(slices.iter().all(|e| lasted(e) >= MS), "{slices:?}");
-    let sleeps = slices.iter().filter(|e| e["name"] == "clock_nanosleep").count();
-    let long_sleeps = slices
-        .iter()
-        .filter(|e| e["name"] == "clock_nanosleep" && lasted(e) >= 5 * MS)
-        .count();
-    assert!(long_sleeps >= 6 && sleeps <= 31, "{slices:?}");
+    assert!(sent.iter().all(|s| s.dur_ns() >= MS as i64), "{sent:?}");
+    let sent_sleeps = |at_least: u64| {
+        sent.iter()
+            .filter(|s| s.name == "clock_nanosleep" && s.dur_ns() >= at_least as i64)
+            .count() as u64
+    };
+    assert!(sent_sleeps(5 * MS) >= long, "{sent:?}");
+    assert!(sent_sleeps(MS) <= long + short, "{sent:?}");
     for file in ["offcpu.folded", "offcpu.svg", "wallclock.folded", "wallclock.svg"] {
         assert!(out.dir.join(file).is_file(), "no {file}");
     }
@@ -113,7 +105,7 @@ fn no_off_cpu_turns_it_off() {
         return;
     }
     let tmp = TempDir::new("offcpu-default-off");
-    let (_, out) = capture(&["--no-off-cpu"], &tmp);
+    let (_, out, _) = capture(&["--no-off-cpu"], &tmp);
     assert_eq!(out.summary["off_cpu"], Value::Null, "{}", out.summary["off_cpu"]);
     for file in ["offcpu.folded", "offcpu.svg", "wallclock.folded", "wallclock.svg"] {
         assert!(!out.dir.join(file).exists(), "{file} written");
