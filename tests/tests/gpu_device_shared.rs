@@ -186,3 +186,68 @@ fn a_profiler_holding_cupti_alone_still_keeps_the_timeline_off() {
     app.send("quit");
     assert!(app.wait().success());
 }
+
+/// A notice the ring buffer has no room for is kept by the kernel program and shown all the same.
+/// The tool library's subscription waits inside the stand-in CUPTI while xtrace, stopped, reads
+/// nothing and the app's launches fill its 16 KiB ring; then the subscription goes on: its
+/// `SUBSCRIBED` record finds no room (no `subscribed_with`, one other record lost), nor does the
+/// notice sent with it; once xtrace goes on, the notice is shown, once.
+#[test]
+#[cfg_attr(xtrace_no_root, ignore = "needs root: run `sudo cargo xtask test`")]
+fn a_notice_the_ring_has_no_room_for_is_shown() {
+    if !require_bpf() {
+        return;
+    }
+    let mut app = shared_app();
+    app.send("profile");
+    assert_eq!(app.next_line(), "profiling");
+    app.send("hold-subscribe");
+    assert_eq!(app.next_line(), "holding");
+    let tmp = TempDir::new("gpu-notice-kept");
+    let out_dir = tmp.join("out");
+    let mut xtrace = Xtrace::spawn(args![
+        "-p",
+        app.pid().to_string(),
+        "--cuda",
+        "--buffer-size",
+        "16K",
+        "-o",
+        &out_dir
+    ]);
+    xtrace.wait_attached();
+    app.send("subscribe-held");
+    assert_eq!(app.next_line(), "held");
+    xtrace.signal(libc::SIGSTOP);
+    // 1000 launches, copies and memsets: their API spans fill the ring many times over.
+    app.send("work 200");
+    assert_eq!(app.next_line(), "done 200");
+    app.send("release-subscribe");
+    // The watcher's next flush comes after the activation has handed its records over.
+    app.send("hold-flush");
+    assert_eq!(app.next_line(), "held");
+    app.send("release-flush");
+    xtrace.signal(libc::SIGCONT);
+    app.send("work 2");
+    assert_eq!(app.next_line(), "done 2");
+    xtrace.signal(libc::SIGINT);
+    let finished = xtrace.wait();
+    finished.assert_success();
+    let notices: Vec<&String> = finished.stderr.iter().filter(|l| l.contains("CUPTI")).collect();
+    assert_eq!(notices.len(), 1, "{:?}", finished.stderr);
+    assert!(
+        notices[0].ends_with(&format!(
+            "pid {}: sharing CUPTI with CUPTI for app-profiler",
+            app.pid()
+        )),
+        "{}",
+        notices[0]
+    );
+    let out = Outputs::read(&out_dir);
+    let gpu = &out.summary["gpu_device"];
+    assert_eq!(gpu["subscribed_with"], serde_json::json!([]), "{gpu}");
+    assert_eq!(gpu["notices"].as_array().map(Vec::len), Some(1), "{gpu}");
+    let others = gpu["records_dropped"]["other_records_by_kernel"].as_u64();
+    assert!(others >= Some(1), "{gpu}");
+    app.send("quit");
+    assert!(app.wait().success());
+}

@@ -28,8 +28,9 @@ pub mod record_kind {
     pub const NAME: u32 = 4;
     /// Records CUPTI dropped (no buffer to put them in): `DeviceRecord::bytes` holds how many.
     pub const DROPPED: u32 = 5;
-    /// A line for the user from the tool library ([`super::DeviceName`] with id 0): CUPTI
-    /// refused the subscription, a libcupti outside the supported range, no libcupti found.
+    /// A line for the user from the tool library ([`super::DeviceName`], numbered from 1 in
+    /// each process by its id): CUPTI refused the subscription, a libcupti outside the supported
+    /// range, no libcupti found.
     pub const NOTICE: u32 = 6;
     /// A launch call's correlation id, from CUPTI's API-enter callback on the launching thread:
     /// `start_ns` is when the call began (CLOCK_MONOTONIC), `stream` holds the thread id.
@@ -145,7 +146,13 @@ pub fn name_pieces(kind: u32, id: u32, text: &[u8]) -> impl Iterator<Item = Devi
 /// out as it is read).
 pub const MAX_KEPT_NAME_PIECES: u32 = 4096;
 
-/// A kept name piece's key in `GPU_NAME_PIECES`: process id, name id, offset in the name.
+/// Most notice pieces the kernel program keeps in `GPU_NOTICE_PIECES` when the ring buffer has no
+/// room for them, for xtrace to show when it next looks (each piece is taken out as it is read).
+/// A notice is at most [`NAME_MAX`] bytes, ten pieces; a process sends a few at each activation.
+pub const MAX_KEPT_NOTICE_PIECES: u32 = 64;
+
+/// A kept piece's key in `GPU_NAME_PIECES` or `GPU_NOTICE_PIECES`: process id, name's or
+/// notice's id, offset in its text.
 pub type NamePieceKey = [u32; 3];
 
 /// A record as the ring buffer holds it: who fired the probe, when, and the record's bytes.

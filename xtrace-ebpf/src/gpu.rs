@@ -7,7 +7,8 @@
 //! records, marks) as `LOST_TOOL_RECORDS`. A kernel name's piece the ring has no room for is kept
 //! in `GPU_NAME_PIECES` instead (counted lost only when it cannot be read): the tool library
 //! sends each name once per tracing session, and xtrace looks it up there when a record names it.
-//! The records are the tool library's fixed layout, never CUPTI's.
+//! A notice's piece is kept in `GPU_NOTICE_PIECES`, which xtrace reads after each read of the
+//! ring. The records are the tool library's fixed layout, never CUPTI's.
 use aya_ebpf::{
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_buf},
     macros::{map, uprobe},
@@ -33,6 +34,12 @@ use crate::{
 /// all its kernels' records lost too) make room.
 #[map]
 static GPU_NAME_PIECES: LruHashMap<NamePieceKey, DeviceName> = LruHashMap::with_max_entries(1, 0);
+
+/// Notice pieces the ring had no room for, by (process id, notice id, offset); xtrace takes them
+/// all out each time it has read the ring. Sized at load: `MAX_KEPT_NOTICE_PIECES` with the GPU
+/// device timeline, else 1; least recently used out first.
+#[map]
+static GPU_NOTICE_PIECES: LruHashMap<NamePieceKey, DeviceName> = LruHashMap::with_max_entries(1, 0);
 
 #[uprobe]
 pub fn gpu_records(ctx: ProbeContext) -> u32 {
@@ -86,8 +93,8 @@ pub fn gpu_records(ctx: ProbeContext) -> u32 {
 
 /// For the record at `at` of process `tgid`, which the ring had no room for, how many device
 /// activities it stood for: 1 for a kernel, copy or memset (or an unreadable record), its count
-/// for a `DROPPED` record (CUPTI's drops, otherwise unknown to xtrace), else 0: a name's piece is
-/// kept in `GPU_NAME_PIECES`, and what is not kept is counted as `LOST_TOOL_RECORDS`.
+/// for a `DROPPED` record (CUPTI's drops, otherwise unknown to xtrace), else 0: a name's or
+/// notice's piece is kept, and what is not kept is counted as `LOST_TOOL_RECORDS`.
 #[inline(always)]
 fn unsent_activity(at: u64, tgid: u32) -> u64 {
     // SAFETY: checked copies of user memory: `kind` and `bytes` of a `DeviceRecord`.
@@ -97,7 +104,7 @@ fn unsent_activity(at: u64, tgid: u32) -> u64 {
         Ok(record_kind::DROPPED) => {
             unsafe { bpf_probe_read_user((at + BYTES_OFFSET) as *const u64) }.unwrap_or(0)
         }
-        Ok(record_kind::NAME) if keep_name_piece(at, tgid) => 0,
+        Ok(kind @ (record_kind::NAME | record_kind::NOTICE)) if keep_text_piece(at, tgid, kind) => 0,
         Ok(_) => {
             count_n(counter::LOST_TOOL_RECORDS, 1);
             0
@@ -105,16 +112,20 @@ fn unsent_activity(at: u64, tgid: u32) -> u64 {
     }
 }
 
-/// Keeps the name piece at `at` of process `tgid` in `GPU_NAME_PIECES`; false when it cannot be
-/// read (or the kernel fails to keep it).
+/// Keeps the piece at `at` of process `tgid`, a name's in `GPU_NAME_PIECES` or a notice's in
+/// `GPU_NOTICE_PIECES` (`kind`); false when it cannot be read (or the kernel fails to keep it).
 #[inline(always)]
-fn keep_name_piece(at: u64, tgid: u32) -> bool {
+fn keep_text_piece(at: u64, tgid: u32, kind: u32) -> bool {
     // SAFETY: a checked copy of user memory, a whole `DeviceName`.
     let Ok(piece) = (unsafe { bpf_probe_read_user(at as *const DeviceName) }) else {
         return false;
     };
     let key: NamePieceKey = [tgid, piece.id, piece.offset];
-    GPU_NAME_PIECES.insert(key, piece, 0).is_ok()
+    let kept = match kind {
+        record_kind::NAME => GPU_NAME_PIECES.insert(key, piece, 0),
+        _ => GPU_NOTICE_PIECES.insert(key, piece, 0),
+    };
+    kept.is_ok()
 }
 
 const KIND_OFFSET: u64 = core::mem::offset_of!(DeviceRecord, kind) as u64;

@@ -57,6 +57,7 @@ pub const SMOKE: &[(&str, &str)] = &[
         "gpu_device",
         "attach_then_detach_finalizes_cupti_and_attaching_again_works",
     ),
+    ("gpu_device_shared", "a_notice_the_ring_has_no_room_for_is_shown"),
     (
         "gpu_inject",
         "inject_gives_a_process_started_without_the_variable_its_device_timeline",

@@ -21,7 +21,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use xtrace_common::{
-    gpu::MAX_KEPT_NAME_PIECES,
+    gpu::{MAX_KEPT_NAME_PIECES, MAX_KEPT_NOTICE_PIECES},
     probe::{counter, sample_pid_hint, ShortCalls, LOG2_BUCKETS, MAX_GOROUTINES, SAMPLE_PID_HINTS},
     usdt::UsdtSite,
 };
@@ -78,7 +78,8 @@ pub struct LoadOptions {
     /// Whether samples walk the Python frames of recognised CPython processes (`PY_PROCS`); the
     /// offset of `task_struct.thread.fsbase` is then read from the kernel's BTF.
     pub python: bool,
-    /// Whether the GPU device timeline's records are read (`GPU_NAME_PIECES` is then sized).
+    /// Whether the GPU device timeline's records are read (`GPU_NAME_PIECES` and
+    /// `GPU_NOTICE_PIECES` are then sized).
     pub gpu_device: bool,
 }
 
@@ -176,6 +177,7 @@ pub fn load(options: &LoadOptions, loader: EbpfLoader<'static>) -> Result<Ebpf> 
     let sample_filter = u8::from(!options.sample_pids.is_empty());
     // A per-probe map in use has a slot per probe; an unused one keeps its single slot.
     let slots = |used: bool| if used { options.probes.max(1) } else { 1 };
+    let gpu_sized = |entries: u32| if options.gpu_device { entries } else { 1 };
     let followed_room = options.follow.map_or(0, |_| FOLLOW_MAX);
     let sample_slots = (options.sample_pids.len() as u32).max(1) + followed_room;
     let hint_slots = match sample_filter {
@@ -233,14 +235,8 @@ pub fn load(options: &LoadOptions, loader: EbpfLoader<'static>) -> Result<Ebpf> 
         .override_global("RETURN_ADDRESSES", &u8::from(options.return_addresses), true)
         .override_global("TASK_EXEC_ID", &task_exec_id, true)
         .map_max_entries("GO_STACKS", if options.go_code { MAX_GOROUTINES } else { 1 })
-        .map_max_entries(
-            "GPU_NAME_PIECES",
-            if options.gpu_device {
-                MAX_KEPT_NAME_PIECES
-            } else {
-                1
-            },
-        )
+        .map_max_entries("GPU_NAME_PIECES", gpu_sized(MAX_KEPT_NAME_PIECES))
+        .map_max_entries("GPU_NOTICE_PIECES", gpu_sized(MAX_KEPT_NOTICE_PIECES))
         .map_max_entries("OFF_CPU_TOTALS", off_cpu_keys)
         .map_max_entries("OFF_CPU_STACKS", off_cpu_keys)
         .override_global("OFF_CPU_MIN_NS", &options.off_cpu_min_ns.unwrap_or(0), true)
@@ -442,10 +438,9 @@ mod tests {
             .map(|(name, _)| name.as_str())
             .collect();
         checked.sort_unstable();
-        // The two sized at load for what they hold are among them.
-        assert!(
-            checked.contains(&"GO_STACKS") && checked.contains(&"GPU_NAME_PIECES"),
-            "{checked:?}"
-        );
+        // Those sized at load for what they hold are among them.
+        for sized in ["GO_STACKS", "GPU_NAME_PIECES", "GPU_NOTICE_PIECES"] {
+            assert!(checked.contains(&sized), "{sized} not in {checked:?}");
+        }
     }
 }

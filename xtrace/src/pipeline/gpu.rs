@@ -137,16 +137,21 @@ impl GpuDevice {
         }
     }
 
-    /// Kernel names also looked up in `kept`, the pieces the ring buffer had no room for.
-    pub fn with_kept_names(self, kept: Box<dyn KeptPieces>) -> Self {
+    /// Kernel names also looked up in `names`, and notices also taken from `notices`: the
+    /// pieces the ring buffer had no room for.
+    pub fn with_kept(self, names: Box<dyn KeptPieces>, notices: Box<dyn KeptPieces>) -> Self {
         GpuDevice {
-            names: DeviceNames::with_kept(kept),
+            names: DeviceNames::with_kept(names, notices),
             ..self
         }
     }
 
-    /// The tool library's notices since the last call, for the session to show.
+    /// The tool library's notices since the last call, for the session to show, those whose
+    /// pieces the ring had no room for among them.
     pub fn take_notices(&mut self) -> Vec<String> {
+        for (pid, text) in self.names.kept_notices() {
+            self.notice(pid, &text);
+        }
         std::mem::take(&mut self.new_notices)
     }
 
@@ -214,10 +219,14 @@ impl GpuDevice {
     /// A piece of a name or notice; a notice is kept and shown once whole.
     fn piece(&mut self, pid: u32, piece: &DeviceName) {
         if let Some(text) = self.names.piece(pid, piece) {
-            let line = format!("pid {pid}: {text}");
-            self.notices.push(line.clone());
-            self.new_notices.push(line);
+            self.notice(pid, &text);
         }
+    }
+
+    fn notice(&mut self, pid: u32, text: &str) {
+        let line = format!("pid {pid}: {text}");
+        self.notices.push(line.clone());
+        self.new_notices.push(line);
     }
 
     /// A launch call's thread and start, until its device record comes.

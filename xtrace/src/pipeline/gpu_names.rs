@@ -1,8 +1,10 @@
 //! The GPU device timeline's kernel names and notices, put together from `DeviceName` pieces: those
-//! the ring buffer brought, in order, and, for a kernel name, those it had no room for, which the
-//! kernel program kept in `GPU_NAME_PIECES` ([`KeptPieces`]) because the tool library sends each
-//! name only once per tracing session. A text is whole at its piece shorter than a chunk (the tool
-//! library ends a text of whole chunks with an empty one) or at `NAME_MAX` bytes.
+//! the ring buffer brought, in order, and those it had no room for, which the kernel program kept
+//! ([`KeptPieces`]) because the tool library sends each text only once: a kernel name's in
+//! `GPU_NAME_PIECES`, looked up when a record names the kernel, a notice's in
+//! `GPU_NOTICE_PIECES`, all taken out after each read of the ring. A text is whole at its piece
+//! shorter than a chunk (the tool library ends a text of whole chunks with an empty one) or at
+//! `NAME_MAX` bytes.
 use std::collections::{BTreeMap, HashMap};
 
 use aya::maps::MapData;
@@ -11,13 +13,16 @@ use xtrace_common::gpu::{record_kind, DeviceName, NamePieceKey, NAME_CHUNK, NAME
 /// What a kernel with no name, or a name none of whose pieces came, is called.
 pub const UNNAMED: &str = "(unnamed kernel)";
 
-/// The name pieces the ring buffer had no room for.
+/// The pieces of names or notices the ring buffer had no room for.
 pub trait KeptPieces: Send {
-    /// Takes out the piece kept for (process id, name id, offset), if one is.
+    /// Takes out the piece kept for (process id, text id, offset), if one is.
     fn take(&mut self, key: NamePieceKey) -> Option<DeviceName>;
+
+    /// Takes out every piece kept, with its key.
+    fn take_all(&mut self) -> Vec<(NamePieceKey, DeviceName)>;
 }
 
-/// The kernel program's table of them.
+/// The kernel program's tables of them.
 impl KeptPieces for aya::maps::HashMap<MapData, NamePieceKey, DeviceName> {
     fn take(&mut self, key: NamePieceKey) -> Option<DeviceName> {
         let piece = self.get(&key, 0).ok()?;
@@ -25,6 +30,14 @@ impl KeptPieces for aya::maps::HashMap<MapData, NamePieceKey, DeviceName> {
         // at the same key in between, by a new session after an exec, is lost with it.)
         let _ = self.remove(&key);
         Some(piece)
+    }
+
+    fn take_all(&mut self) -> Vec<(NamePieceKey, DeviceName)> {
+        // Keys first: a key taken out while iterating would end the walk early.
+        let keys: Vec<NamePieceKey> = self.keys().filter_map(Result::ok).collect();
+        keys.into_iter()
+            .filter_map(|key| Some((key, self.take(key)?)))
+            .collect()
     }
 }
 
@@ -35,7 +48,10 @@ pub struct DeviceNames {
     names: HashMap<(u32, u32), String>,
     /// Pieces of texts not whole yet, by (pid, kind, id), then by offset.
     partial: HashMap<(u32, u32, u32), BTreeMap<u32, Vec<u8>>>,
+    /// Kernel name pieces the ring had no room for.
     kept: Option<Box<dyn KeptPieces>>,
+    /// Notice pieces the ring had no room for.
+    kept_notices: Option<Box<dyn KeptPieces>>,
 }
 
 impl std::fmt::Debug for DeviceNames {
@@ -44,21 +60,51 @@ impl std::fmt::Debug for DeviceNames {
             .field("names", &self.names)
             .field("partial", &self.partial)
             .field("kept", &self.kept.is_some())
+            .field("kept_notices", &self.kept_notices.is_some())
             .finish()
     }
 }
 
 impl DeviceNames {
-    /// Names that also look up the pieces `kept` holds.
-    pub fn with_kept(kept: Box<dyn KeptPieces>) -> Self {
+    /// Names that also look up the name pieces `names` holds, and notices that also take those
+    /// `notices` holds.
+    pub fn with_kept(names: Box<dyn KeptPieces>, notices: Box<dyn KeptPieces>) -> Self {
         DeviceNames {
-            kept: Some(kept),
+            kept: Some(names),
+            kept_notices: Some(notices),
             ..DeviceNames::default()
         }
     }
 
     /// A piece from the ring buffer of process `pid`; the text of a notice once it is whole.
     pub fn piece(&mut self, pid: u32, piece: &DeviceName) -> Option<String> {
+        if piece.offset == 0 && piece.kind == record_kind::NAME {
+            // A name's pieces come in order: this begins it anew (after an exec, a new tracing
+            // session numbers its names from 1 again). A notice's id is never used again.
+            self.partial.remove(&(pid, piece.kind, piece.id));
+            self.names.remove(&(pid, piece.id));
+        }
+        self.add(pid, piece)
+    }
+
+    /// The notices whose last pieces the ring had no room for, whole now with the pieces kept:
+    /// (process id, text), in the order the process sent them.
+    pub fn kept_notices(&mut self) -> Vec<(u32, String)> {
+        let Some(kept) = &mut self.kept_notices else {
+            return Vec::new();
+        };
+        let mut pieces = kept.take_all();
+        pieces.sort_unstable_by_key(|&(key, _)| key);
+        pieces
+            .iter()
+            .filter(|(_, piece)| piece.kind == record_kind::NOTICE)
+            .filter_map(|([pid, ..], piece)| Some((*pid, self.add(*pid, piece)?)))
+            .collect()
+    }
+
+    /// Adds a piece, from the ring or kept, wherever it is in its text; the text of a notice once
+    /// it is whole.
+    fn add(&mut self, pid: u32, piece: &DeviceName) -> Option<String> {
         let len = (piece.len as usize).min(NAME_CHUNK);
         // The tool library cuts texts in whole chunks; a piece anywhere else is no piece of it.
         if piece.offset as usize >= NAME_MAX || !(piece.offset as usize).is_multiple_of(NAME_CHUNK) {
@@ -66,14 +112,6 @@ impl DeviceNames {
         }
         let key = (pid, piece.kind, piece.id);
         let pieces = self.partial.entry(key).or_default();
-        if piece.offset == 0 {
-            // Pieces come in order: this begins a new text (all notices share id 0; after an
-            // exec, a new tracing session numbers its names from 1 again).
-            pieces.clear();
-            if piece.kind == record_kind::NAME {
-                self.names.remove(&(pid, piece.id));
-            }
-        }
         pieces.insert(piece.offset, piece.text[..len].to_vec());
         let (text, true) = joined(pieces, |_| None) else {
             return None;
@@ -154,6 +192,14 @@ mod tests {
         fn take(&mut self, key: NamePieceKey) -> Option<DeviceName> {
             self.remove(&key)
         }
+
+        fn take_all(&mut self) -> Vec<(NamePieceKey, DeviceName)> {
+            self.drain().collect()
+        }
+    }
+
+    fn no_kept() -> Box<dyn KeptPieces> {
+        Box::new(HashMap::<NamePieceKey, DeviceName>::new())
     }
 
     fn piece(kind: u32, id: u32, offset: usize, text: &[u8]) -> DeviceName {
@@ -200,14 +246,63 @@ mod tests {
     fn a_notice_is_whole_at_its_short_piece() {
         let mut names = DeviceNames::default();
         let line = text(NAME_CHUNK);
-        let pieces = pieces_of(record_kind::NOTICE, 0, &line);
+        let pieces = pieces_of(record_kind::NOTICE, 1, &line);
         assert_eq!(pieces.len(), 2);
         assert_eq!(names.piece(4, &pieces[0]), None);
         assert_eq!(names.piece(4, &pieces[1]).unwrap().as_bytes(), line);
-        // The next notice's first piece starts a new text.
-        assert_eq!(names.piece(4, &pieces[0]), None);
-        let short = piece(record_kind::NOTICE, 0, 0, b"CUPTI is held");
+        let short = piece(record_kind::NOTICE, 2, 0, b"CUPTI is held");
         assert_eq!(names.piece(4, &short).as_deref(), Some("CUPTI is held"));
+        assert!(names.partial.is_empty());
+    }
+
+    /// Notices whose pieces the ring had no room for, some or all, are whole once the kept ones
+    /// are taken, in whichever order the ring's and the kept ones come; each once, in the order
+    /// sent.
+    #[test]
+    fn kept_notice_pieces_make_whole_notices() {
+        let long = text(2 * NAME_CHUNK + 9);
+        let pieces = pieces_of(record_kind::NOTICE, 2, &long);
+        let short = pieces_of(record_kind::NOTICE, 1, b"CUPTI is held");
+        for lost in [vec![0], vec![1], vec![2], vec![0, 2], vec![0, 1, 2]] {
+            let mut kept: HashMap<NamePieceKey, DeviceName> = HashMap::new();
+            kept.insert([7, 1, 0], short[0]);
+            // Another process's, and a name's piece that is no notice's.
+            kept.insert([8, 1, 0], piece(record_kind::NOTICE, 1, 0, b"other"));
+            kept.insert([7, 3, 0], piece(record_kind::NAME, 3, 0, b"kernel"));
+            let mut names = DeviceNames::with_kept(no_kept(), no_kept());
+            let mut came = Vec::new();
+            for (i, p) in pieces.iter().enumerate() {
+                match lost.contains(&i) {
+                    true => drop(kept.insert([7, 2, p.offset], *p)),
+                    false => came.extend(names.piece(7, p)),
+                }
+            }
+            assert!(came.is_empty(), "{lost:?}: {came:?}");
+            names.kept_notices = Some(Box::new(kept));
+            let whole = names.kept_notices();
+            let long = String::from_utf8(long.clone()).unwrap();
+            assert_eq!(
+                whole,
+                [
+                    (7, "CUPTI is held".to_string()),
+                    (7, long),
+                    (8, "other".to_string())
+                ],
+                "{lost:?}"
+            );
+            assert_eq!(names.kept_notices(), [], "taken out: {lost:?}");
+            assert!(names.partial.is_empty(), "{lost:?}");
+        }
+        // A kept piece taken before the ring's first piece was read: the first still completes it.
+        let mut kept: HashMap<NamePieceKey, DeviceName> = HashMap::new();
+        kept.insert([7, 2, pieces[1].offset], pieces[1]);
+        kept.insert([7, 2, pieces[2].offset], pieces[2]);
+        let mut names = DeviceNames::with_kept(no_kept(), Box::new(kept));
+        assert_eq!(names.kept_notices(), []);
+        assert_eq!(
+            names.piece(7, &pieces[0]).as_deref().map(str::as_bytes),
+            Some(&long[..])
+        );
     }
 
     /// Pieces the ring had no room for come from the kept ones, wherever they are in the name.
@@ -238,7 +333,7 @@ mod tests {
     fn a_name_with_pieces_lost_for_good_is_cut_or_unnamed() {
         let name = text(2 * NAME_CHUNK + 5);
         let pieces = pieces_of(record_kind::NAME, 3, &name);
-        let mut names = DeviceNames::with_kept(Box::new(HashMap::<NamePieceKey, DeviceName>::new()));
+        let mut names = DeviceNames::with_kept(no_kept(), no_kept());
         // The first piece came, the second is lost, the third came.
         assert_eq!(names.piece(1, &pieces[0]), None);
         assert_eq!(names.piece(1, &pieces[2]), None);

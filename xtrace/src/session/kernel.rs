@@ -59,10 +59,13 @@ pub(super) struct Maps {
     pub(super) off_cpu: Option<crate::probes::offcpu::Tables>,
     /// The kernel's table of Python processes' layouts, until the pipeline takes it.
     pub(super) python: Option<aya::maps::HashMap<MapData, u32, xtrace_common::python::PyLayout>>,
-    /// The kernel's table of GPU kernel name pieces the ring had no room for, until the pipeline
-    /// takes it.
-    pub(super) gpu_names: Option<aya::maps::HashMap<MapData, NamePieceKey, DeviceName>>,
+    /// The kernel's tables of GPU kernel name pieces and of notice pieces the ring had no room
+    /// for, until the pipeline takes them.
+    pub(super) gpu_kept: Option<[KeptTable; 2]>,
 }
+
+/// A kernel table of text pieces the ring had no room for (`GPU_NAME_PIECES`, `GPU_NOTICE_PIECES`).
+pub(super) type KeptTable = aya::maps::HashMap<MapData, NamePieceKey, DeviceName>;
 
 /// Loads the kernel programs and attaches the probes, the child-following tracepoints and the
 /// sampler; opens the side band that reports mappings, before anything it must see can happen.
@@ -248,8 +251,10 @@ pub(super) fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
         ),
         false => None,
     };
-    let gpu_names = aya::maps::HashMap::try_from(bpf::take_map(ebpf, "GPU_NAME_PIECES")?)
-        .map_err(map_err("GPU_NAME_PIECES"))?;
+    let mut kept = |name| -> Result<KeptTable> {
+        aya::maps::HashMap::try_from(bpf::take_map(ebpf, name)?).map_err(map_err(name))
+    };
+    let gpu_kept = [kept("GPU_NAME_PIECES")?, kept("GPU_NOTICE_PIECES")?];
     let reader = RingReader::new(ring, woken)?;
     let off_cpu = match kernel.off_cpu_ns.is_some() {
         true => Some(crate::probes::offcpu::Tables::take(ebpf)?),
@@ -261,7 +266,7 @@ pub(super) fn take_maps(kernel: &mut Kernel) -> Result<(Maps, RingReader)> {
         short_calls,
         goroutines,
         off_cpu,
-        gpu_names: Some(gpu_names),
+        gpu_kept: Some(gpu_kept),
     };
     Ok((maps, reader))
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{
     config::{Config, GpuPeriod},
     finish::Sampling,
-    kernel::{load_and_attach, take_maps, Kernel, Maps},
+    kernel::{load_and_attach, take_maps, KeptTable, Kernel, Maps},
     output_error,
     prepare::Prepared,
     run::Signals,
@@ -25,6 +25,7 @@ use crate::{
     launch::LAUNCHER_THREAD,
     output::{self, Sink, TraceFile},
     pipeline::{
+        gpu::GpuDevice,
         reader::RingReader,
         samples::Samples,
         usdt::{SiteView, Usdt},
@@ -120,9 +121,7 @@ impl<'a> Prepared<'a> {
         samples.verified_insns = sampling.and_then(|_| sampler::verified_insns(&mut kernel.ebpf));
         let mut setup = setup(config, &plan, &targets, cuda, (images, samples), since_ns);
         setup.python = crate::python::Python::new(maps.python.take());
-        if let Some(kept) = maps.gpu_names.take() {
-            setup.gpu = setup.gpu.take().map(|gpu| gpu.with_kept_names(Box::new(kept)));
-        }
+        setup.gpu = with_kept(setup.gpu.take(), maps.gpu_kept.take());
         setup.off_cpu = kernel.off_cpu_ns.map(crate::pipeline::offcpu::OffCpu::new);
         let mut pipeline = Pipeline::new(setup, writer);
         if let Some([monotonic_ns, _]) = window {
@@ -361,7 +360,7 @@ fn setup(
         loaders: plan.watch.as_ref().map(|w| w.loaders.clone()).unwrap_or_default(),
         // Set by the caller, from what the kernel measures.
         off_cpu: None,
-        gpu: gpu_probe(plan).map(crate::pipeline::gpu::GpuDevice::new),
+        gpu: gpu_probe(plan).map(GpuDevice::new),
         call_sites: config.stacks.then(Default::default),
         host_spans: gpu_probe(plan).map(|_| {
             crate::pipeline::host_spans::HostSpans::new(
@@ -378,6 +377,15 @@ pub(super) fn gpu_probe(plan: &Plan) -> Option<usize> {
         .iter()
         .find(|(_, p)| p.role == Role::Range(RangeOp::GpuRecords))
         .map(|(&id, _)| id as usize)
+}
+
+/// The GPU device timeline's pipeline, looking up the texts the ring buffer had no room for in
+/// the kernel's tables `kept` (names, notices).
+fn with_kept(gpu: Option<GpuDevice>, kept: Option<[KeptTable; 2]>) -> Option<GpuDevice> {
+    match (gpu, kept) {
+        (Some(gpu), Some([names, notices])) => Some(gpu.with_kept(Box::new(names), Box::new(notices))),
+        (gpu, _) => gpu,
+    }
 }
 
 /// What the traced processes had mapped, watched through the side band when it was opened

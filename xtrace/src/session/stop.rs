@@ -107,7 +107,7 @@ impl<'a> Started<'a> {
             goroutines,
             off_cpu,
             python: _,
-            gpu_names: _,
+            gpu_kept: _,
         } = self.maps;
         Stopped {
             config: self.config,

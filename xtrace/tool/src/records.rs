@@ -8,7 +8,7 @@ use std::{
     alloc::Layout,
     collections::HashMap,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU32, AtomicUsize, Ordering},
         Mutex, MutexGuard, PoisonError,
     },
 };
@@ -85,7 +85,11 @@ pub fn launch(correlation: u32, start_ns: u64) {
 
 /// A line for the tracer to show.
 pub fn notice(text: &str) {
-    with_pending(|p| text_records(&mut p.records, record_kind::NOTICE, 0, text.as_bytes()));
+    // Numbered, so that the tracer can put together those the ring had no room for, which it
+    // reads in no order.
+    static NOTICES: AtomicU32 = AtomicU32::new(0);
+    let id = NOTICES.fetch_add(1, Ordering::Relaxed) + 1;
+    with_pending(|p| text_records(&mut p.records, record_kind::NOTICE, id, text.as_bytes()));
 }
 
 /// `text` as `DeviceName` pieces of `kind` ([`name_pieces`]).
