@@ -84,6 +84,9 @@ pub struct Fixtures {
     /// cupti_multi.c).
     pub gpuapp: PathBuf,
     pub libcupti: PathBuf,
+    /// `libslowinit.so` (see slowinit.c): a library whose constructor waits or computes, for
+    /// gpuapp's `loader-busy` and `loader-spin`.
+    pub libslowinit: PathBuf,
     /// `gpumem` (see gpumem.c): device memory held in steps given on stdin (`alloc N`, `free`),
     /// through the stand-in runtime, which publishes it to the stand-in NVML.
     pub gpumem: PathBuf,
