@@ -4,10 +4,12 @@
 //! First every check that needs no ptrace ([`preflight`]): Yama's `ptrace_scope`, another tracer,
 //! CAP_SYS_PTRACE, a mapped libcuda, glibc 2.34 or later (`dlopen` in libc.so.6), and whether the
 //! library is loaded already (then nothing is done). Then one thread is seized ([`ptrace`]) and
-//! brought to a system-call entry: the main thread, or, when it reaches none within half the wait
-//! (it computes), each other thread in turn ([`safe_point`]). There its call becomes a `getpid`
-//! and it is sent into stage 0 (written into the padding after a library's code, [`site`]), which `mmap`s
-//! a page of code and room for the library's bytes and hands the address over at a `getpid`;
+//! brought to a system-call entry while no other thread holds the dynamic loader's lock
+//! ([`loader_lock`]): the main thread, or, when it reaches none within half the wait (it
+//! computes) or another holds the lock, each other thread in turn ([`safe_point`]). There its
+//! call becomes a `getpid` and it is sent into stage 0 (written into the padding after a
+//! library's code, [`site`]), which `mmap`s a page of code and room for the library's bytes and
+//! hands the address over at a `getpid`;
 //! xtrace writes the [`trampoline`] and the library there and points the thread at it, which
 //! loads the library from a memfd, calls its `xtrace_inject_start` and restores the thread
 //! itself. Both blobs end by making the thread's own call anew, so the thread resumes correctly
@@ -16,6 +18,7 @@
 //!
 //! A debug build pauses at a named step when `XTRACE_TEST_INJECT_PAUSE` names it (`seized`,
 //! `staged`, `entered`, `mapped`, `written`, `started`), for the tests that kill xtrace there.
+mod loader_lock;
 mod preflight;
 mod ptrace;
 mod site;
@@ -27,6 +30,7 @@ use std::{
 };
 
 use crate::target::Process;
+use ptrace::SafePoint;
 
 /// How long the threads may take to reach a system call before `--inject` gives up: all of it for
 /// the main thread of a process that has no other, half of it when it has.
@@ -60,6 +64,8 @@ pub enum Error {
         threads: usize,
         waited_ms: u128,
     },
+    #[error("--inject: thread {owner} of pid {pid} was inside the dynamic loader (loading a library) whenever a thread could be taken, within {waited_ms} ms: xtrace's library loaded then could wait for it for good; each thread was left as it was; try again once the process has loaded its libraries")]
+    LoaderBusy { pid: u32, owner: u32, waited_ms: u128 },
     #[error("--inject into pid {pid} failed at {step}: {reason}")]
     Ptrace {
         pid: u32,
@@ -119,11 +125,9 @@ pub fn inject(process: &Process, library: &Path) -> Result<Outcome, Error> {
 /// of [`SAFE_POINT_WAIT`] when it is the only one, else for half of it; then each other thread, in
 /// the order they were made, for [`OTHER_THREAD_WAIT`], until `SAFE_POINT_WAIT` has passed. A
 /// thread that reaches none is let go as it was; one that exits meanwhile is passed over. Calls
-/// made from the code in `avoid` are no safe point.
-fn safe_point(
-    pid: u32,
-    avoid: &[std::ops::Range<u64>],
-) -> Result<(ptrace::Tracee, libc::user_regs_struct), Error> {
+/// made from the loader's code are no safe point, and no call is while another thread holds the
+/// loader's lock: that thread is let go at once.
+fn safe_point(pid: u32, found: &preflight::Ready) -> Result<(ptrace::Tracee, libc::user_regs_struct), Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
     let started = Instant::now();
     let end = started + SAFE_POINT_WAIT;
@@ -133,6 +137,7 @@ fn safe_point(
         _ => SAFE_POINT_WAIT / 2,
     };
     let mut tried = 0;
+    let mut loader_busy = None;
     for tid in threads {
         let now = Instant::now();
         if now >= end {
@@ -148,17 +153,29 @@ fn safe_point(
             pause_for_test("seized");
         }
         tried += 1;
-        match tracee.reach_safe_point((now + wait).min(end), avoid) {
-            Ok(Some(at_entry)) => return Ok((tracee, at_entry)),
-            Ok(None) => tracee.detach().map_err(fail("PTRACE_DETACH"))?,
+        match tracee.reach_safe_point((now + wait).min(end), &found.loader, found.load_lock) {
+            Ok(SafePoint::At(at_entry)) => return Ok((tracee, *at_entry)),
+            Ok(SafePoint::LoaderBusy(owner)) => {
+                loader_busy = Some(owner);
+                tracee.detach().map_err(fail("PTRACE_DETACH"))?;
+            }
+            Ok(SafePoint::Deadline) => tracee.detach().map_err(fail("PTRACE_DETACH"))?,
             Err(_) if tid != pid && !thread_exists(pid, tid) => continue,
             Err(e) => return Err(fail("waiting for a system call")(e)),
         }
     }
-    Err(Error::NoSafePoint {
-        pid,
-        threads: tried,
-        waited_ms: started.elapsed().as_millis(),
+    let waited_ms = started.elapsed().as_millis();
+    Err(match loader_busy {
+        Some(owner) => Error::LoaderBusy {
+            pid,
+            owner,
+            waited_ms,
+        },
+        None => Error::NoSafePoint {
+            pid,
+            threads: tried,
+            waited_ms,
+        },
     })
 }
 
@@ -186,7 +203,8 @@ fn thread_exists(pid: u32, tid: u32) -> bool {
 /// from there on returns with the thread let go to finish stage 0, which undoes its `mmap`.
 fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> {
     let fail = |step: &'static str| move |reason: String| Error::Ptrace { pid, step, reason };
-    let (tracee, at_entry) = safe_point(pid, &found.loader)?;
+    let started = Instant::now();
+    let (tracee, at_entry) = safe_point(pid, found)?;
     let resume = trampoline::resume_registers(&at_entry);
     let library_len = bytes.len() as u64;
     let size = trampoline::PAGE + library_len.div_ceil(trampoline::PAGE) * trampoline::PAGE;
@@ -245,6 +263,16 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .write_bytes(code, &page)
         .map_err(fail("writing the trampoline"))?;
     pause_for_test("written");
+    // The loader's lock once more, as late as can be: taken by another thread since the safe
+    // point, the thread is let go to undo stage 0's mapping itself.
+    if let Some(owner) = tracee.loader_held_by_another(found.load_lock) {
+        tracee.detach().map_err(fail("PTRACE_DETACH"))?;
+        return Err(Error::LoaderBusy {
+            pid,
+            owner,
+            waited_ms: started.elapsed().as_millis(),
+        });
+    }
     // The hand-over's getpid is made, the thread sent to the trampoline.
     let start = trampoline::start_registers(&resume, code, found.xsave);
     tracee

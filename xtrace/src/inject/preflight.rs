@@ -27,6 +27,8 @@ pub struct Ready {
     pub stage: site::Site,
     /// The dynamic loader's code: its system calls are made holding its lock.
     pub loader: Vec<std::ops::Range<u64>>,
+    /// The dynamic loader's lock ([`super::loader_lock`]), when found.
+    pub load_lock: Option<u64>,
 }
 
 /// Runs every check; the first that fails is the error.
@@ -84,12 +86,23 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         .filter(|m| m.perms.contains('x') && library_matches(m.path, "ld-linux-x86-64.so.2"))
         .filter_map(MapsLine::addresses)
         .collect();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
+    let read = |at: u64, len: usize| {
+        let mut bytes = vec![0; len];
+        std::os::unix::fs::FileExt::read_exact_at(mem.as_ref()?, &mut bytes, at).ok()?;
+        Some(bytes)
+    };
+    let load_lock = super::loader_lock::find(&files, |line| process.mapped(line).open, read);
+    if load_lock.is_none() {
+        log::debug!("--inject: pid {pid}'s dynamic loader's lock not found: not looked at");
+    }
     Ok(Found::Ready(Ready {
         dlopen,
         dlsym,
         xsave,
         stage,
         loader,
+        load_lock,
     }))
 }
 
@@ -153,12 +166,7 @@ fn libc_functions_in(
     };
     let elf = crate::elf::Elf::read(open(first)).map_err(|e| unreadable(e.to_string()))?;
     let parsed = elf.parse().map_err(|e| unreadable(e.to_string()))?;
-    let start = first
-        .addresses()
-        .ok_or_else(|| unreadable("a malformed maps line".into()))?
-        .start;
-    let lowest = parsed.segments().map(|s| s.address()).min().unwrap_or(0) & !(trampoline::PAGE - 1);
-    let bias = start.wrapping_sub(lowest);
+    let bias = load_bias(&parsed, first).ok_or_else(|| unreadable("a malformed maps line".into()))?;
     let address = |name: &str| {
         parsed
             .dynamic_symbols()
@@ -172,6 +180,13 @@ fn libc_functions_in(
             libc: first.path.to_owned(),
         }),
     }
+}
+
+/// What the addresses in `parsed`, mapped with its file offset 0 at `first`, are moved by.
+pub(super) fn load_bias(parsed: &object::File<'_>, first: &MapsLine) -> Option<u64> {
+    let start = first.addresses()?.start;
+    let lowest = parsed.segments().map(|s| s.address()).min().unwrap_or(0) & !(trampoline::PAGE - 1);
+    Some(start.wrapping_sub(lowest))
 }
 
 #[cfg(test)]

@@ -28,6 +28,17 @@ const PTRACE_GET_SYSCALL_INFO: u32 = 0x420e;
 /// System calls whose callers may hold malloc's or the loader's lock: not a safe point.
 const UNSAFE_CALLS: &[u64] = &[9, 10, 11, 12, 25, 28, 56, 57, 58, 59, 60, 231, 435, 15];
 
+/// Where [`Tracee::reach_safe_point`] left the thread.
+#[derive(Debug)]
+pub enum SafePoint {
+    /// At a safe system-call entry, with these registers.
+    At(Box<libc::user_regs_struct>),
+    /// At a system-call entry while this other thread held the loader's lock; stopped.
+    LoaderBusy(u32),
+    /// At none by the deadline; stopped.
+    Deadline,
+}
+
 /// One seized thread.
 pub struct Tracee {
     pub tid: u32,
@@ -138,13 +149,15 @@ impl Tracee {
     /// interrupted in, restarted, or its next), passing over [`UNSAFE_CALLS`], calls made from
     /// the code in `avoid` (the dynamic loader's: it makes its calls holding its lock, in the
     /// middle of loading a library) and signals (which it gets as it would have), until
-    /// `deadline`. Returns its registers there, None at the deadline (the thread stopped again,
-    /// ready to detach).
+    /// `deadline`; none while another thread holds the loader's lock, whose owner's thread id
+    /// is at `load_lock` ([`super::loader_lock`]). The thread, when it returns without its
+    /// registers there, is stopped again, ready to detach.
     pub fn reach_safe_point(
         &mut self,
         deadline: Instant,
         avoid: &[Range<u64>],
-    ) -> Result<Option<libc::user_regs_struct>, String> {
+        load_lock: Option<u64>,
+    ) -> Result<SafePoint, String> {
         // The first stop is PTRACE_INTERRUPT's, or one for a signal that came first (delivered on).
         let Some(first) = self.wait(deadline + Duration::from_secs(1))? else {
             return Err("the thread did not stop".into());
@@ -155,7 +168,7 @@ impl Tracee {
             signal = 0;
             let Some(entry) = entry else {
                 self.interrupt_for_detach()?;
-                return Ok(None);
+                return Ok(SafePoint::Deadline);
             };
             if !entry {
                 continue;
@@ -168,8 +181,18 @@ impl Tracee {
             {
                 continue;
             }
-            return Ok(Some(regs));
+            if let Some(owner) = self.loader_held_by_another(load_lock) {
+                return Ok(SafePoint::LoaderBusy(owner));
+            }
+            return Ok(SafePoint::At(Box::new(regs)));
         }
+    }
+
+    /// The thread other than this one that holds the loader's lock, if one does (None too when
+    /// the lock is not known or cannot be read).
+    pub fn loader_held_by_another(&self, load_lock: Option<u64>) -> Option<u32> {
+        let owner = super::loader_lock::owner(load_lock?, |at, len| self.read_bytes(at, len).ok())?;
+        (owner != 0 && owner != self.tid).then_some(owner)
     }
 
     /// Stops the running thread again after a missed deadline, so that it can be detached.
