@@ -197,6 +197,20 @@ pub fn assert_linked_inside_the_capture(out: &Outputs, slices: &[Span], kernels:
     }
 }
 
+/// Checks that xtrace's `stderr` says once that `--inject` loaded its library into `pid`, by
+/// thread `tid`.
+pub fn assert_injected_by(stderr: &[String], pid: u32, tid: u32) {
+    let loaded: Vec<&String> = stderr.iter().filter(|l| l.contains("--inject: loaded")).collect();
+    assert_eq!(loaded.len(), 1, "{stderr:?}");
+    assert!(
+        loaded[0].starts_with(&format!(
+            "xtrace: warning: --inject: loaded libxtrace_tool.so into pid {pid} (thread {tid} stopped "
+        )),
+        "{}",
+        loaded[0]
+    );
+}
+
 /// The names of process `pid`'s threads, sorted.
 pub fn thread_names(pid: u32) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))

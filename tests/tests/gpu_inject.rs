@@ -13,8 +13,8 @@ use xtrace_tests::{
     bpf::Attachments,
     fixtures::Fixture,
     gpu::{
-        assert_linked_inside_the_capture, attach_round, counts, device_slices, expected, per_name, stdin_app,
-        thread_names,
+        assert_injected_by, assert_linked_inside_the_capture, attach_round, counts, device_slices, expected,
+        per_name, stdin_app, thread_names,
     },
     output::Outputs,
     require_bpf,
@@ -105,17 +105,7 @@ fn inject_gives_a_process_started_without_the_variable_its_device_timeline() {
     assert_eq!(thread_names(app.pid()), ["gpuapp"]);
     let code = code_mappings(app.pid());
     let (out, stderr) = inject_round(&mut app, 3, "gpu-inject");
-    let loaded: Vec<&String> = stderr.iter().filter(|l| l.contains("--inject: loaded")).collect();
-    assert_eq!(loaded.len(), 1, "{stderr:?}");
-    assert!(
-        loaded[0].starts_with(&format!(
-            "xtrace: warning: --inject: loaded libxtrace_tool.so into pid {} (thread {} stopped ",
-            app.pid(),
-            app.pid()
-        )),
-        "{}",
-        loaded[0]
-    );
+    assert_injected_by(&stderr, app.pid(), app.pid());
     // No notice telling how to start the process: it has the library now.
     assert!(
         !stderr.iter().any(|l| l.contains("was not started with")),
@@ -574,19 +564,7 @@ fn a_waiting_thread_is_taken_when_the_main_thread_only_computes() {
     let finished = xtrace.wait();
     finished.assert_success();
     before.assert_none_left();
-    let loaded: Vec<&String> = finished
-        .stderr
-        .iter()
-        .filter(|l| l.contains("--inject: loaded"))
-        .collect();
-    assert_eq!(loaded.len(), 1, "{:?}", finished.stderr);
-    assert!(
-        loaded[0].starts_with(&format!(
-            "xtrace: warning: --inject: loaded libxtrace_tool.so into pid {pid} (thread {waiter} stopped "
-        )),
-        "{}",
-        loaded[0]
-    );
+    assert_injected_by(&finished.stderr, pid, waiter);
     assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
     assert_eq!(thread_names(pid), ["gpuapp", "waiter", "xtrace-gpu"]);
     // In read (0) again.

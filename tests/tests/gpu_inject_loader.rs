@@ -8,7 +8,7 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, Fixture},
-    gpu::{device_slices, expected, per_name, stdin_app, thread_names},
+    gpu::{assert_injected_by, device_slices, expected, per_name, stdin_app, thread_names},
     output::Outputs,
     require_bpf,
     run::{expect_user_error, Xtrace},
@@ -54,19 +54,7 @@ fn the_thread_inside_the_loader_is_the_one_taken() {
     let finished = xtrace.wait();
     finished.assert_success();
     before.assert_none_left();
-    let loaded: Vec<&String> = finished
-        .stderr
-        .iter()
-        .filter(|l| l.contains("--inject: loaded"))
-        .collect();
-    assert_eq!(loaded.len(), 1, "{:?}", finished.stderr);
-    assert!(
-        loaded[0].starts_with(&format!(
-            "xtrace: warning: --inject: loaded libxtrace_tool.so into pid {pid} (thread {loading} stopped "
-        )),
-        "{}",
-        loaded[0]
-    );
+    assert_injected_by(&finished.stderr, pid, loading);
     assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
     assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
     app.send("quit");
