@@ -9,8 +9,6 @@
 //! order `_dl_ns[DL_NNS]`, `_dl_nns`, `_dl_load_lock`, `_dl_load_write_lock`. The lock is found
 //! there by that shape: a count of namespaces (1 to 16) followed by two recursive mutexes. Where
 //! the shape is not found exactly once, the lock is not looked at (as before).
-use object::{Object, ObjectSymbol};
-
 use crate::procfs::MapsLine;
 
 /// Bytes of a `pthread_mutex_t`, and where its owner's thread id and its kind are in it
@@ -31,18 +29,10 @@ pub fn find(
     open: impl Fn(&MapsLine) -> std::path::PathBuf,
     read: impl Fn(u64, usize) -> Option<Vec<u8>>,
 ) -> Option<u64> {
-    let first = files.iter().find(|m| {
-        crate::target::library_matches(m.path, "ld-linux-x86-64.so.2")
-            && u64::from_str_radix(m.offset, 16) == Ok(0)
-    })?;
-    let elf = crate::elf::Elf::read(open(first)).ok()?;
-    let parsed = elf.parse().ok()?;
-    let symbol = parsed
-        .dynamic_symbols()
-        .find(|s| s.name() == Ok("_rtld_global") && s.is_definition())?;
-    let bias = super::preflight::load_bias(&parsed, first)?;
-    let global = symbol.address().wrapping_add(bias);
-    let bytes = read(global, usize::try_from(symbol.size()).ok()?)?;
+    let first = super::preflight::first_mapping(files, "ld-linux-x86-64.so.2")?;
+    let found = super::preflight::dynamic_symbols(first, open(first), &["_rtld_global"]).ok()?;
+    let (global, size) = found[0]?;
+    let bytes = read(global, usize::try_from(size).ok()?)?;
     Some(global + locate(&bytes)? as u64)
 }
 

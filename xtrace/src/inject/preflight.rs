@@ -151,30 +151,19 @@ fn libc_functions_in(
     files: &[MapsLine],
     open: impl Fn(&MapsLine) -> std::path::PathBuf,
 ) -> Result<(u64, u64), Error> {
-    let Some(first) = files
-        .iter()
-        .find(|m| library_matches(m.path, "libc.so.6") && u64::from_str_radix(m.offset, 16) == Ok(0))
-    else {
+    let Some(first) = first_mapping(files, "libc.so.6") else {
         return Err(Error::Unsupported {
             pid,
             why: format!("pid {pid} maps no glibc (libc.so.6): only glibc processes can be injected"),
         });
     };
-    let unreadable = |e: String| Error::Unsupported {
-        pid,
-        why: format!("cannot read pid {pid}'s {}: {e}", first.path),
-    };
-    let elf = crate::elf::Elf::read(open(first)).map_err(|e| unreadable(e.to_string()))?;
-    let parsed = elf.parse().map_err(|e| unreadable(e.to_string()))?;
-    let bias = load_bias(&parsed, first).ok_or_else(|| unreadable("a malformed maps line".into()))?;
-    let address = |name: &str| {
-        parsed
-            .dynamic_symbols()
-            .find(|s| s.name() == Ok(name) && s.is_definition() && s.address() != 0)
-            .map(|s| s.address().wrapping_add(bias))
-    };
-    match (address("dlopen"), address("dlsym")) {
-        (Some(dlopen), Some(dlsym)) => Ok((dlopen, dlsym)),
+    let found =
+        dynamic_symbols(first, open(first), &["dlopen", "dlsym"]).map_err(|e| Error::Unsupported {
+            pid,
+            why: format!("cannot read pid {pid}'s {}: {e}", first.path),
+        })?;
+    match found[..] {
+        [Some((dlopen, _)), Some((dlsym, _))] => Ok((dlopen, dlsym)),
         _ => Err(Error::OldGlibc {
             pid,
             libc: first.path.to_owned(),
@@ -182,11 +171,32 @@ fn libc_functions_in(
     }
 }
 
-/// What the addresses in `parsed`, mapped with its file offset 0 at `first`, are moved by.
-pub(super) fn load_bias(parsed: &object::File<'_>, first: &MapsLine) -> Option<u64> {
-    let start = first.addresses()?.start;
+/// The mapping of `library`'s file offset 0 among `files`, where its addresses are counted from.
+pub(super) fn first_mapping<'a, 'b>(files: &'b [MapsLine<'a>], library: &str) -> Option<&'b MapsLine<'a>> {
+    files
+        .iter()
+        .find(|m| library_matches(m.path, library) && u64::from_str_radix(m.offset, 16) == Ok(0))
+}
+
+/// The run-time address and size of each of `names` among the dynamic symbols of the library
+/// mapped at `first` (its file at `path`); None for one it does not define.
+pub(super) fn dynamic_symbols(
+    first: &MapsLine,
+    path: std::path::PathBuf,
+    names: &[&str],
+) -> Result<Vec<Option<(u64, u64)>>, String> {
+    let elf = crate::elf::Elf::read(path).map_err(|e| e.to_string())?;
+    let parsed = elf.parse().map_err(|e| e.to_string())?;
+    let start = first.addresses().ok_or("a malformed maps line")?.start;
     let lowest = parsed.segments().map(|s| s.address()).min().unwrap_or(0) & !(trampoline::PAGE - 1);
-    Some(start.wrapping_sub(lowest))
+    let bias = start.wrapping_sub(lowest);
+    let symbol = |name: &str| {
+        parsed
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(name) && s.is_definition() && s.address() != 0)
+            .map(|s| (s.address().wrapping_add(bias), s.size()))
+    };
+    Ok(names.iter().map(|name| symbol(name)).collect())
 }
 
 #[cfg(test)]
