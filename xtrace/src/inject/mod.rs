@@ -11,13 +11,15 @@
 //! library's code, [`site`]), which `mmap`s a page of code and room for the library's bytes and
 //! hands the address over at a `getpid`;
 //! xtrace writes the [`trampoline`] and the library there and points the thread at it, which
-//! loads the library from a memfd, calls its `xtrace_inject_start` and restores the thread
-//! itself. Both blobs end by making the thread's own call anew, so the thread resumes correctly
-//! whatever step xtrace dies at. xtrace then waits for the library's watcher thread,
-//! `xtrace-gpu`, to appear.
+//! takes the loader's lock (waiting half a second at most for another thread to let it go), says
+//! at a `getpid` whether it did, loads the library from a memfd, calls its `xtrace_inject_start`
+//! and restores the thread itself. Both blobs end by making the thread's own call anew, so the
+//! thread resumes correctly whatever step xtrace dies at. xtrace then waits for the library's
+//! watcher thread, `xtrace-gpu`, to appear.
 //!
 //! A debug build pauses at a named step when `XTRACE_TEST_INJECT_PAUSE` names it (`seized`,
-//! `staged`, `entered`, `mapped`, `written`, `started`), for the tests that kill xtrace there.
+//! `staged`, `entered`, `mapped`, `written`, `started`, `reported`), for the tests that kill
+//! xtrace there, and goes on once the file `XTRACE_TEST_INJECT_RESUME` names exists.
 mod loader_lock;
 mod preflight;
 mod ptrace;
@@ -231,7 +233,7 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .map_err(fail("entering stage 0"))?;
     pause_for_test("entered");
     let handover = tracee
-        .run_to_handover(trampoline::handover_address(site))
+        .run_to_getpid(trampoline::handover_address(site))
         .map_err(fail("stage 0 in the process"))?;
     let code = match handover.rdi as i64 {
         address @ 0.. => address as u64,
@@ -253,8 +255,11 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .write_bytes(library, bytes)
         .map_err(fail("writing the library"))?;
     let page = trampoline::code_page(&trampoline::Values {
-        dlopen: found.dlopen,
-        dlsym: found.dlsym,
+        dlopen: found.libc.dlopen,
+        dlsym: found.libc.dlsym,
+        trylock: found.libc.mutex_trylock,
+        unlock: found.libc.mutex_unlock,
+        load_lock: found.load_lock.unwrap_or(0),
         library,
         library_len,
         resume,
@@ -263,16 +268,6 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .write_bytes(code, &page)
         .map_err(fail("writing the trampoline"))?;
     pause_for_test("written");
-    // The loader's lock once more, as late as can be: taken by another thread since the safe
-    // point, the thread is let go to undo stage 0's mapping itself.
-    if let Some(owner) = tracee.loader_held_by_another(found.load_lock) {
-        tracee.detach().map_err(fail("PTRACE_DETACH"))?;
-        return Err(Error::LoaderBusy {
-            pid,
-            owner,
-            waited_ms: started.elapsed().as_millis(),
-        });
-    }
     // The hand-over's getpid is made, the thread sent to the trampoline.
     let start = trampoline::start_registers(&resume, code, found.xsave);
     tracee
@@ -280,9 +275,25 @@ fn load(pid: u32, found: &preflight::Ready, bytes: &[u8]) -> Result<u32, Error> 
         .map_err(fail("starting the trampoline"))?;
     pause_for_test("started");
     clear_stage(&tracee, &found.stage, pid);
+    // The trampoline first takes the loader's lock, which another thread may have taken since
+    // the safe point, and says whether it could; it loads nothing when it could not.
+    let report = tracee
+        .run_to_getpid(trampoline::report_address(code))
+        .map_err(fail("the trampoline in the process"))?;
+    pause_for_test("reported");
     let tid = tracee.tid;
     tracee.detach().map_err(fail("PTRACE_DETACH"))?;
-    Ok(tid)
+    match report.rdi as i32 {
+        0 => Ok(tid),
+        libc::EBUSY => Err(Error::LoaderBusy {
+            pid,
+            owner: report.rsi as u32,
+            waited_ms: started.elapsed().as_millis(),
+        }),
+        errno => Err(fail("taking the loader's lock")(
+            std::io::Error::from_raw_os_error(errno).to_string(),
+        )),
+    }
 }
 
 /// Gives the padding stage 0 lay in its zeros back, once the thread will not run it again.
@@ -302,12 +313,14 @@ pub fn watcher_runs(pid: u32) -> bool {
         .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == WATCHER))
 }
 
-/// In a debug build, stops here for good when `XTRACE_TEST_INJECT_PAUSE` names `step`.
+/// In a debug build, stops here when `XTRACE_TEST_INJECT_PAUSE` names `step`: until the file
+/// `XTRACE_TEST_INJECT_RESUME` names exists, or for good.
 fn pause_for_test(step: &str) {
     if cfg!(debug_assertions) && std::env::var("XTRACE_TEST_INJECT_PAUSE").is_ok_and(|s| s == step) {
         eprintln!("xtrace: test: --inject paused at {step}");
-        loop {
-            std::thread::sleep(Duration::from_secs(60));
+        let resume = std::env::var_os("XTRACE_TEST_INJECT_RESUME");
+        while !resume.as_ref().is_some_and(|file| Path::new(file).exists()) {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `--inject`'s checks before any ptrace call, each a refusal that leaves the process untouched,
-//! and what the trampoline needs from the process: the addresses of `dlopen` and `dlsym` in its
-//! libc (glibc 2.34 and later have them there, not only in libdl), and where its stage 0 can go.
+//! and what the trampoline needs from the process: the addresses of `dlopen`, `dlsym` and the
+//! mutex functions in its libc (glibc 2.34 and later have them there, not in libdl and
+//! libpthread), and where its stage 0 can go.
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 use super::{site, trampoline, Error};
@@ -19,8 +20,7 @@ pub enum Found {
 
 /// What the trampoline needs from the process.
 pub struct Ready {
-    pub dlopen: u64,
-    pub dlsym: u64,
+    pub libc: LibcFunctions,
     /// The size of the thread's extended state (`xsave`).
     pub xsave: u64,
     /// Where stage 0 goes.
@@ -72,7 +72,7 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         pid,
         why: "this CPU or kernel has no XSAVE, which the trampoline saves the thread's state with".into(),
     })?;
-    let (dlopen, dlsym) = libc_functions(process, &files)?;
+    let libc = libc_functions(process, &files)?;
     let len = trampoline::stage_len();
     let stage = site::find(process, &files, len).ok_or_else(|| Error::Unsupported {
         pid,
@@ -97,8 +97,7 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         log::debug!("--inject: pid {pid}'s dynamic loader's lock not found: not looked at");
     }
     Ok(Found::Ready(Ready {
-        dlopen,
-        dlsym,
+        libc,
         xsave,
         stage,
         loader,
@@ -140,8 +139,17 @@ pub fn refuse_other_tracer(pid: u32) -> Result<(), Error> {
     Err(Error::Traced { pid, tracer, name })
 }
 
-/// The run-time addresses of `dlopen` and `dlsym` in the process's libc.so.6.
-fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<(u64, u64), Error> {
+/// The run-time addresses of the functions of the process's libc.so.6 the trampoline calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LibcFunctions {
+    pub dlopen: u64,
+    pub dlsym: u64,
+    pub mutex_trylock: u64,
+    pub mutex_unlock: u64,
+}
+
+/// [`LibcFunctions`] of `process`.
+fn libc_functions(process: &Process, files: &[MapsLine]) -> Result<LibcFunctions, Error> {
     libc_functions_in(process.pid, files, |line| process.mapped(line).open)
 }
 
@@ -150,20 +158,27 @@ fn libc_functions_in(
     pid: u32,
     files: &[MapsLine],
     open: impl Fn(&MapsLine) -> std::path::PathBuf,
-) -> Result<(u64, u64), Error> {
+) -> Result<LibcFunctions, Error> {
     let Some(first) = first_mapping(files, "libc.so.6") else {
         return Err(Error::Unsupported {
             pid,
             why: format!("pid {pid} maps no glibc (libc.so.6): only glibc processes can be injected"),
         });
     };
-    let found =
-        dynamic_symbols(first, open(first), &["dlopen", "dlsym"]).map_err(|e| Error::Unsupported {
-            pid,
-            why: format!("cannot read pid {pid}'s {}: {e}", first.path),
-        })?;
+    let names = ["dlopen", "dlsym", "pthread_mutex_trylock", "pthread_mutex_unlock"];
+    let found = dynamic_symbols(first, open(first), &names).map_err(|e| Error::Unsupported {
+        pid,
+        why: format!("cannot read pid {pid}'s {}: {e}", first.path),
+    })?;
     match found[..] {
-        [Some((dlopen, _)), Some((dlsym, _))] => Ok((dlopen, dlsym)),
+        [Some((dlopen, _)), Some((dlsym, _)), Some((mutex_trylock, _)), Some((mutex_unlock, _))] => {
+            Ok(LibcFunctions {
+                dlopen,
+                dlsym,
+                mutex_trylock,
+                mutex_unlock,
+            })
+        }
         _ => Err(Error::OldGlibc {
             pid,
             libc: first.path.to_owned(),
@@ -211,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn dlopen_and_dlsym_are_found_where_this_process_has_them() {
+    fn the_libc_functions_are_found_where_this_process_has_them() {
         let pid = std::process::id();
         let maps = crate::procfs::maps_text(pid).unwrap();
         let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
@@ -220,7 +235,15 @@ mod tests {
             // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up.
             unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as u64 }
         };
-        assert_eq!(found, (symbol(c"dlopen"), symbol(c"dlsym")));
+        assert_eq!(
+            found,
+            LibcFunctions {
+                dlopen: symbol(c"dlopen"),
+                dlsym: symbol(c"dlsym"),
+                mutex_trylock: symbol(c"pthread_mutex_trylock"),
+                mutex_unlock: symbol(c"pthread_mutex_unlock"),
+            }
+        );
     }
 
     #[test]

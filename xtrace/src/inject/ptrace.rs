@@ -190,7 +190,7 @@ impl Tracee {
 
     /// The thread other than this one that holds the loader's lock, if one does (None too when
     /// the lock is not known or cannot be read).
-    pub fn loader_held_by_another(&self, load_lock: Option<u64>) -> Option<u32> {
+    fn loader_held_by_another(&self, load_lock: Option<u64>) -> Option<u32> {
         let owner = super::loader_lock::owner(load_lock?, |at, len| self.read_bytes(at, len).ok())?;
         (owner != 0 && owner != self.tid).then_some(owner)
     }
@@ -243,16 +243,16 @@ impl Tracee {
         }
     }
 
-    /// Lets the thread, sent into stage 0, run to the entry of its hand-over call (a `getpid`
-    /// whose `syscall` instruction ends just before `handover`): its registers there, `rdi` what
-    /// stage 0's `mmap` returned.
-    pub fn run_to_handover(&self, handover: u64) -> Result<libc::user_regs_struct, String> {
+    /// Lets the thread, sent into code of xtrace's, run to the entry of the `getpid` whose
+    /// `syscall` instruction ends just before `at` (stage 0's hand-over, the trampoline's
+    /// report), passing over the calls it makes before: its registers there.
+    pub fn run_to_getpid(&self, at: u64) -> Result<libc::user_regs_struct, String> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let entry = self.next_syscall_stop(0, deadline)?;
-            if entry.ok_or("the thread did not reach the hand-over within 5 s")? {
+            if entry.ok_or("the thread did not get there within 5 s")? {
                 let regs = self.registers()?;
-                if regs.rip == handover && regs.orig_rax == libc::SYS_getpid as u64 {
+                if regs.rip == at && regs.orig_rax == libc::SYS_getpid as u64 {
                     return Ok(regs);
                 }
             }

@@ -16,10 +16,15 @@
 //! **The trampoline** ([`code_page`]) lies in the page that `mmap` gave:
 //!
 //! 1. saves the thread's extended state (`xsave`, into an area on the thread's own stack);
-//! 2. `memfd_create`s `libxtrace_tool.so`, writes the library's bytes into it, and `dlopen`s
-//!    `/proc/self/fd/N` (a path that exists in every mount namespace), then calls the library's
-//!    `xtrace_inject_start`, closes the fd and unmaps the library's bytes;
-//! 3. restores the extended state and resumes the thread.
+//! 2. takes the dynamic loader's lock with `pthread_mutex_trylock` (see [`super::loader_lock`]),
+//!    trying again every 5 ms for half a second while another thread holds it (inside a
+//!    `dlopen`, whose constructor may wait for this very thread), and says at a `getpid` whether
+//!    it did ([`report_address`]); when it did not, goes on at step 4 with nothing loaded;
+//! 3. `memfd_create`s `libxtrace_tool.so`, writes the library's bytes into it, and `dlopen`s
+//!    `/proc/self/fd/N` (a path that exists in every mount namespace; the lock taken again
+//!    inside, as it is recursive), lets the lock go, then calls the library's
+//!    `xtrace_inject_start`, and closes the fd;
+//! 4. unmaps the library's bytes, restores the extended state and resumes the thread.
 //!
 //! So from the moment xtrace first changes the thread's registers (to enter stage 0) the thread
 //! resumes correctly whether or not xtrace is still alive. The trampoline's page stays mapped
@@ -121,14 +126,55 @@ global_asm!(
     "mov eax, -1",
     "mov edx, -1",
     "xsave64 [rbx]",
+    // The loader's lock, taken before anything is made (when known): held by another thread
+    // (EBUSY), inside a `dlopen`, it is tried again every 5 ms, 100 times, then given up.
+    "mov r12d, 100",
+    ".Lxti_try:",
+    "xor eax, eax",
+    "mov rdi, [rip + .Lxti_lock]",
+    "test rdi, rdi",
+    "jz .Lxti_report",
+    "call qword ptr [rip + .Lxti_trylock]",
+    "test eax, eax",
+    "jz .Lxti_report",
+    "cmp eax, 16",
+    "jne .Lxti_busy",
+    "dec r12d",
+    "jz .Lxti_busy",
+    // clock_nanosleep(CLOCK_MONOTONIC, 0, &5 ms, NULL)
+    "mov edi, 1",
+    "xor esi, esi",
+    "lea rdx, [rip + .Lxti_pause]",
+    "xor r10d, r10d",
+    "mov eax, 230",
+    "syscall",
+    "jmp .Lxti_try",
+    ".Lxti_busy:",
+    "mov rsi, [rip + .Lxti_lock]",
+    "mov esi, [rsi + 8]",
+    // The report, a getpid: rdi 0 with the lock taken (or none known), else trylock's error and
+    // rsi the lock's owner.
+    ".Lxti_report:",
+    "mov r12d, eax",
+    "mov edi, eax",
+    "mov eax, 39",
+    "syscall",
+    ".globl xtrace_inject_trampoline_report",
+    ".hidden xtrace_inject_trampoline_report",
+    "xtrace_inject_trampoline_report:",
+    "test r12d, r12d",
+    "jnz .Lxti_unmap",
+    // From here on the lock is held: every way goes through .Lxti_loaded, which lets it go. rbp
+    // the library's handle, r13 the memfd (negative: none).
+    "xor ebp, ebp",
     // memfd_create(name, MFD_CLOEXEC)
     "lea rdi, [rip + .Lxti_name]",
     "mov esi, 1",
     "mov eax, 319",
     "syscall",
-    "test rax, rax",
-    "js .Lxti_unmap",
     "mov r13, rax",
+    "test rax, rax",
+    "js .Lxti_loaded",
     "mov r14, [rip + .Lxti_lib_addr]",
     "mov r15, [rip + .Lxti_lib_len]",
     ".Lxti_write:",
@@ -142,7 +188,7 @@ global_asm!(
     "cmp rax, -4",
     "je .Lxti_write",
     "test rax, rax",
-    "jle .Lxti_close",
+    "jle .Lxti_loaded",
     "add r14, rax",
     "sub r15, rax",
     "jmp .Lxti_write",
@@ -168,15 +214,24 @@ global_asm!(
     "mov rdi, rsi",
     "mov esi, 2",
     "call qword ptr [rip + .Lxti_dlopen]",
-    "test rax, rax",
+    "mov rbp, rax",
+    ".Lxti_loaded:",
+    "mov rdi, [rip + .Lxti_lock]",
+    "test rdi, rdi",
+    "jz .Lxti_unlocked",
+    "call qword ptr [rip + .Lxti_unlock]",
+    ".Lxti_unlocked:",
+    "test rbp, rbp",
     "jz .Lxti_close",
-    "mov rdi, rax",
+    "mov rdi, rbp",
     "lea rsi, [rip + .Lxti_start]",
     "call qword ptr [rip + .Lxti_dlsym]",
     "test rax, rax",
     "jz .Lxti_close",
     "call rax",
     ".Lxti_close:",
+    "test r13, r13",
+    "js .Lxti_unmap",
     "mov edi, r13d",
     "mov eax, 3",
     "syscall",
@@ -196,6 +251,7 @@ global_asm!(
     ".Lxti_start:",
     ".asciz \"xtrace_inject_start\"",
     ".p2align 3",
+    ".Lxti_pause: .quad 0, 5000000",
     ".globl xtrace_inject_trampoline_data",
     ".hidden xtrace_inject_trampoline_data",
     "xtrace_inject_trampoline_data:",
@@ -205,6 +261,9 @@ global_asm!(
     ".Lxti_lib_len: .quad 0",
     ".Lxti_unmap_addr: .quad 0",
     ".Lxti_unmap_len: .quad 0",
+    ".Lxti_trylock: .quad 0",
+    ".Lxti_unlock: .quad 0",
+    ".Lxti_lock: .quad 0",
     ".Lxti_regs: .fill 18, 8, 0",
     ".globl xtrace_inject_trampoline_end",
     ".hidden xtrace_inject_trampoline_end",
@@ -218,6 +277,7 @@ extern "C" {
     static xtrace_inject_stage0_data: u8;
     static xtrace_inject_stage0_end: u8;
     static xtrace_inject_trampoline: u8;
+    static xtrace_inject_trampoline_report: u8;
     static xtrace_inject_trampoline_data: u8;
     static xtrace_inject_trampoline_end: u8;
 }
@@ -230,6 +290,11 @@ pub const PAGE: u64 = 4096;
 pub struct Values {
     pub dlopen: u64,
     pub dlsym: u64,
+    /// `pthread_mutex_trylock` and `pthread_mutex_unlock`, and the loader's lock (0: not known,
+    /// then not taken).
+    pub trylock: u64,
+    pub unlock: u64,
+    pub load_lock: u64,
     /// The library's bytes (page-aligned, after the code page) and their length.
     pub library: u64,
     pub library_len: u64,
@@ -288,9 +353,22 @@ pub fn code_page(values: &Values) -> Vec<u8> {
         values.library_len,
         values.library,
         values.library_len.div_ceil(PAGE) * PAGE,
+        values.trylock,
+        values.unlock,
+        values.load_lock,
     ];
     slots.extend(register_slots(&values.resume));
     filled(trampoline_blob(), &slots)
+}
+
+/// Where a thread running the trampoline at `code` stands at its report's entry stop: just after
+/// that `getpid`, `rdi` 0 when it holds the loader's lock (or none is known) and goes on to load
+/// the library, else `pthread_mutex_trylock`'s error (`EBUSY`) and `rsi` the lock's owner, and
+/// the thread goes back to its call with nothing loaded.
+pub fn report_address(code: u64) -> u64 {
+    let start = &raw const xtrace_inject_trampoline;
+    let report = &raw const xtrace_inject_trampoline_report;
+    code + (report as usize - start as usize) as u64
 }
 
 /// Stage 0's length in bytes, its values included.
@@ -390,6 +468,9 @@ mod tests {
         let page = code_page(&Values {
             dlopen: 0xd1,
             dlsym: 0xd2,
+            trylock: 0xd3,
+            unlock: 0xd4,
+            load_lock: 0xd5,
             library: 0x10_000,
             library_len: 5000,
             resume,
@@ -399,16 +480,28 @@ mod tests {
         assert!(page.len() < PAGE as usize);
         let slot = |i: usize| u64::from_le_bytes(page[data + 8 * i..data + 8 * i + 8].try_into().unwrap());
         assert_eq!(
-            [slot(0), slot(1), slot(2), slot(3), slot(4), slot(5)],
-            [0xd1, 0xd2, 0x10_000, 5000, 0x10_000, 8192]
+            (0..9).map(slot).collect::<Vec<_>>(),
+            [0xd1, 0xd2, 0x10_000, 5000, 0x10_000, 8192, 0xd3, 0xd4, 0xd5]
         );
         // rip, rflags, rsp: the last three of the eighteen registers.
         assert_eq!(
-            [slot(6 + 15), slot(6 + 16), slot(6 + 17)],
+            [slot(9 + 15), slot(9 + 16), slot(9 + 17)],
             [0x1111, 0x246, 0x2222]
         );
         // The code starts by zeroing the xsave header: `xor eax, eax`.
         assert_eq!(&page[..2], &[0x31, 0xc0]);
+    }
+
+    #[test]
+    fn the_report_stop_is_just_after_the_trampolines_first_getpid() {
+        let code = 0x7f00_0042_0000;
+        let offset = (report_address(code) - code) as usize;
+        let (bytes, data) = trampoline_blob();
+        assert!(offset < data);
+        // `mov eax, 39`, then `syscall`: the first getpid in the code.
+        let getpid = [0xb8, 39, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(&bytes[offset - 7..offset], &getpid);
+        assert!(!bytes[..offset - 7].windows(7).any(|w| w == getpid));
     }
 
     #[test]
