@@ -73,8 +73,12 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         why: "this CPU or kernel has no XSAVE, which the trampoline saves the thread's state with".into(),
     })?;
     let libc = libc_functions(process, &files)?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).map_err(|e| Error::Unsupported {
+        pid,
+        why: format!("cannot read pid {pid}'s memory (/proc/{pid}/mem): {e}"),
+    })?;
     let len = trampoline::stage_len();
-    let stage = site::find(process, &files, len).ok_or_else(|| Error::Unsupported {
+    let stage = site::find(process, &mem, &files, len).ok_or_else(|| Error::Unsupported {
         pid,
         why: format!(
             "no library mapped by pid {pid} has {len} free bytes after its code, where xtrace's first \
@@ -86,10 +90,9 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         .filter(|m| m.perms.contains('x') && library_matches(m.path, "ld-linux-x86-64.so.2"))
         .filter_map(MapsLine::addresses)
         .collect();
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok();
     let read = |at: u64, len: usize| {
         let mut bytes = vec![0; len];
-        std::os::unix::fs::FileExt::read_exact_at(mem.as_ref()?, &mut bytes, at).ok()?;
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut bytes, at).ok()?;
         Some(bytes)
     };
     let load_lock = super::loader_lock::find(&files, |line| process.mapped(line).open, read);

@@ -41,15 +41,14 @@ struct Mapped {
     offset: u64,
 }
 
-/// The first place, in libc, the loader, then the other libraries with code mapped by `pid`
-/// (`files`), where `len` bytes fit in the padding after the code and are zeros (or a stage 0 an
-/// earlier `--inject` left when it was killed).
-pub fn find(process: &Process, files: &[MapsLine], len: usize) -> Option<Site> {
-    find_in(process.pid, files, len, |line| process.mapped(line).open)
+/// The first place, in libc, the loader, then the other libraries with code mapped by `process`
+/// (`files`; its memory `mem`), where `len` bytes fit in the padding after the code and are zeros
+/// (or a stage 0 an earlier `--inject` left when it was killed).
+pub fn find(process: &Process, mem: &File, files: &[MapsLine], len: usize) -> Option<Site> {
+    find_in(mem, files, len, |line| process.mapped(line).open)
 }
 
-fn find_in(pid: u32, files: &[MapsLine], len: usize, open: impl Fn(&MapsLine) -> PathBuf) -> Option<Site> {
-    let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
+fn find_in(mem: &File, files: &[MapsLine], len: usize, open: impl Fn(&MapsLine) -> PathBuf) -> Option<Site> {
     let rank = |m: &MapsLine| {
         if library_matches(m.path, "libc.so.6") {
             0
@@ -68,7 +67,7 @@ fn find_in(pid: u32, files: &[MapsLine], len: usize, open: impl Fn(&MapsLine) ->
         let fits = address
             .checked_add(len as u64)
             .is_some_and(|end| end <= padding.end);
-        (fits && is_free(&mem, address, len)).then(|| Site {
+        (fits && is_free(mem, address, len)).then(|| Site {
             address,
             library: line.path.to_owned(),
         })
@@ -214,8 +213,9 @@ mod tests {
         let maps = crate::procfs::maps_text(std::process::id()).unwrap();
         let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
         let len = super::super::trampoline::stage_len();
-        let site = find_in(std::process::id(), &files, len, |m| PathBuf::from(m.path))
-            .expect("a site in a library of this test");
+        let mem = File::open("/proc/self/mem").unwrap();
+        let site =
+            find_in(&mem, &files, len, |m| PathBuf::from(m.path)).expect("a site in a library of this test");
         assert!(library_matches(&site.library, "libc.so.6"), "{site:?}");
         assert_eq!(site.address % 16, 0);
         // It lies in libc's code mapping, past its code.
