@@ -88,6 +88,18 @@ pub fn traced_steps(
     all.extend(args!["-o", &out_dir]);
     let mut xtrace = Xtrace::spawn_with_env(all, env);
     xtrace.wait_attached();
+    finish_round(app, xtrace, (&before, &out_dir), steps)
+}
+
+/// The end of [`traced_steps`] for an `xtrace` attached to `app` already, writing into `out_dir`,
+/// the kernel's attachments `before` it started: waits for the device timeline, sends `steps`,
+/// stops xtrace and checks it.
+pub fn finish_round(
+    app: &mut Fixture,
+    xtrace: Xtrace,
+    (before, out_dir): (&Attachments, &std::path::Path),
+    steps: &[(&str, &str)],
+) -> (Outputs, Finished) {
     app.send("wait-active");
     assert_eq!(app.next_line(), "active");
     for (command, answer) in steps {
@@ -99,7 +111,7 @@ pub fn traced_steps(
     finished.assert_success();
     finished.wait_background_removal(crate::SAFETY_TIMEOUT);
     before.assert_none_left();
-    (Outputs::read(&out_dir), finished)
+    (Outputs::read(out_dir), finished)
 }
 
 /// One CUDA call by `app` (whose API-exit callback finalizes CUPTI once a deactivation asked for

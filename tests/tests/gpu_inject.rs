@@ -14,7 +14,7 @@ use xtrace_tests::{
     fixtures::Fixture,
     gpu::{
         assert_injected_by, assert_linked_inside_the_capture, attach_round, counts, device_slices, expected,
-        per_name, stdin_app, thread_names,
+        finish_round, per_name, stdin_app, thread_names,
     },
     output::Outputs,
     require_bpf,
@@ -562,16 +562,9 @@ fn a_waiting_thread_is_taken_when_the_main_thread_only_computes() {
     // SAFETY: kill has no memory-safety preconditions; the fixture is not reaped yet.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) }, 0);
     assert_eq!(app.next_line(), "spun");
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 2");
-    assert_eq!(app.next_line(), "done 2");
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
+    let (out, finished) = finish_round(&mut app, xtrace, (&before, &out_dir), &[("work 2", "done 2")]);
     assert_injected_by(&finished.stderr, pid, waiter);
-    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
     assert_eq!(thread_names(pid), ["gpuapp", "waiter", "xtrace-gpu"]);
     // In read (0) again.
     let syscall =

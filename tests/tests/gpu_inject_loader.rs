@@ -11,8 +11,10 @@ use xtrace_tests::{
     args,
     bpf::Attachments,
     fixtures::{fixtures, Fixture},
-    gpu::{assert_injected_by, device_slices, expected, per_name, stdin_app, thread_names},
-    output::Outputs,
+    gpu::{
+        assert_injected_by, attach_round, device_slices, expected, finish_round, per_name, stdin_app,
+        thread_names,
+    },
     require_bpf,
     run::{expect_user_error, Xtrace},
     TempDir,
@@ -29,6 +31,23 @@ fn app_loading(command: &str) -> (Fixture, u32) {
         .and_then(|tid| tid.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
     (app, loading)
+}
+
+/// The end of a test whose `xtrace`, writing into `out_dir`, is attached to `app` by injection
+/// through thread `by`: two rounds of work traced exactly, the `loading` thread gone, and `app`
+/// quitting.
+fn two_rounds_injected_by(
+    mut app: Fixture,
+    xtrace: Xtrace,
+    (before, out_dir): (&Attachments, &std::path::Path),
+    by: u32,
+) {
+    let (out, finished) = finish_round(&mut app, xtrace, (before, out_dir), &[("work 2", "done 2")]);
+    assert_injected_by(&finished.stderr, app.pid(), by);
+    assert_eq!(per_name(&device_slices(&out)), expected(2));
+    assert_eq!(thread_names(app.pid()), ["gpuapp", "xtrace-gpu"]);
+    app.send("quit");
+    assert!(app.wait().success());
 }
 
 /// The constructor waits in `read` for a byte the main thread writes when told: the `loading`
@@ -49,19 +68,7 @@ fn the_thread_inside_the_loader_is_the_one_taken() {
     xtrace.wait_attached();
     app.send("release-loader");
     assert_eq!(app.next_line(), "loaded");
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 2");
-    assert_eq!(app.next_line(), "done 2");
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    assert_injected_by(&finished.stderr, pid, loading);
-    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(2));
-    assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
-    app.send("quit");
-    assert!(app.wait().success());
+    two_rounds_injected_by(app, xtrace, (&before, &out_dir), loading);
 }
 
 /// The constructor computes for 3 s: the main thread is passed over at once, the `loading` thread
@@ -94,18 +101,8 @@ fn a_loader_busy_all_along_is_refused_and_the_process_left_as_it_was() {
     );
     assert_eq!(app.next_line(), "loaded");
     assert!(!thread_names(pid).contains(&"xtrace-gpu".to_string()));
-    let tmp = TempDir::new("inject-after-loading");
-    let out_dir = tmp.join("out");
-    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject", "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 1");
-    assert_eq!(app.next_line(), "done 1");
-    xtrace.signal(libc::SIGINT);
-    xtrace.wait().assert_success();
-    before.assert_none_left();
-    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(1));
+    let (out, _) = attach_round(&mut app, 1, "inject-after-loading", &["--inject"]);
+    assert_eq!(per_name(&device_slices(&out)), expected(1));
     app.send("quit");
     assert!(app.wait().success());
 }
@@ -195,22 +192,7 @@ fn a_loader_taken_after_the_safe_point_is_waited_for() {
     write_byte(&release);
     assert_eq!(app.next_line(), "loaded");
     xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 2");
-    assert_eq!(app.next_line(), "done 2");
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
-    assert_injected_by(&finished.stderr, pid, pid);
-    assert_eq!(
-        per_name(&device_slices(&Outputs::read(&tmp.join("out")))),
-        expected(2)
-    );
-    assert_eq!(thread_names(pid), ["gpuapp", "xtrace-gpu"]);
-    app.send("quit");
-    assert!(app.wait().success());
+    two_rounds_injected_by(app, xtrace, (&before, &tmp.join("out")), pid);
 }
 
 /// As above, the constructor waiting for the main thread, which the trampoline holds: after
@@ -248,20 +230,9 @@ fn a_loader_waiting_for_the_taken_thread_makes_the_trampoline_give_up() {
     assert!(!std::fs::read_to_string(format!("/proc/{pid}/maps"))
         .unwrap()
         .contains("memfd:libxtrace_tool.so"));
-    let again = TempDir::new("inject-loader-waited");
-    let out_dir = again.join("out");
-    let mut xtrace = Xtrace::spawn(args!["-p", pid.to_string(), "--cuda", "--inject", "-o", &out_dir]);
-    xtrace.wait_attached();
-    app.send("wait-active");
-    assert_eq!(app.next_line(), "active");
-    app.send("work 1");
-    assert_eq!(app.next_line(), "done 1");
-    xtrace.signal(libc::SIGINT);
-    let finished = xtrace.wait();
-    finished.assert_success();
-    before.assert_none_left();
+    let (out, finished) = attach_round(&mut app, 1, "inject-loader-waited", &["--inject"]);
     assert_injected_by(&finished.stderr, pid, pid);
-    assert_eq!(per_name(&device_slices(&Outputs::read(&out_dir))), expected(1));
+    assert_eq!(per_name(&device_slices(&out)), expected(1));
     app.send("quit");
     assert!(app.wait().success());
 }
