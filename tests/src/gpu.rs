@@ -172,9 +172,9 @@ pub fn expected(rounds: usize) -> BTreeMap<String, usize> {
 /// Each of the `kernels` kernel slices among `slices` belongs to its own `cuLaunchKernel` call (the
 /// stand-in driver runs a kernel inside its launch call, one launch after another, so the k-th
 /// kernel to start is the k-th call's): it lies within that call to within `slack_ns`, in its
-/// process, names the call's thread as `launch_tid`, and has one flow arrow; and every device
-/// slice, copies and memsets too, lies inside the capture's traced CUDA calls (to within
-/// `slack_ns`): none from before the attach or after the stop.
+/// process, and names the call's thread as `launch_tid`; every device slice, copies and memsets
+/// too, has one flow arrow from its call, names that thread, and lies inside the capture's traced
+/// CUDA calls (to within `slack_ns`): none from before the attach or after the stop.
 pub fn assert_linked_inside_the_capture(out: &Outputs, slices: &[Span], kernels: usize, slack_ns: i64) {
     let mut launches = out.spans_named("cuLaunchKernel");
     launches.sort_by_key(Span::start_ns);
@@ -193,7 +193,12 @@ pub fn assert_linked_inside_the_capture(out: &Outputs, slices: &[Span], kernels:
         );
     }
     let flows = |ph: &str| out.events.iter().filter(|e| e["ph"] == ph).count();
-    assert_eq!((flows("s"), flows("f")), (kernels, kernels));
+    assert_eq!((flows("s"), flows("f")), (slices.len(), slices.len()));
+    let launcher: &serde_json::Value = &launches[0].tid.into();
+    assert!(
+        slices.iter().all(|s| &s.args["launch_tid"] == launcher),
+        "{slices:?}"
+    );
     let calls: Vec<Span> = out
         .spans()
         .into_iter()

@@ -47,8 +47,8 @@ fn untraced_the_injection_makes_no_cupti_call() {
 }
 
 /// Each kernel ran inside its launch call, on the launching thread's correlation, with the
-/// launch's grid, block and shared memory, on its stream's track; a flow arrow goes from each
-/// launch to its kernel.
+/// launch's grid, block and shared memory, on its stream's track; a flow arrow goes to each
+/// kernel, copy and memset from the call that made it ([`assert_each_flows_from_its_call`]).
 fn assert_kernels_inside_their_launches(out: &Outputs, slices: &[Span]) {
     assert_kernels_within_their_launches(out, slices, 0);
 }
@@ -58,16 +58,8 @@ fn assert_kernels_within_their_launches(out: &Outputs, slices: &[Span], slack_ns
     let launches = out.spans_named("cuLaunchKernel");
     let kernels: Vec<&Span> = slices.iter().filter(|s| !s.name.starts_with("mem")).collect();
     assert_eq!((launches.len(), kernels.len()), (15, 15));
-    let mut launches = launches;
-    launches.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-    for (launch, kernel) in launches.iter().zip(&kernels) {
-        assert!(
-            launch.start_ns() - slack_ns <= kernel.start_ns()
-                && kernel.end_ns() <= launch.end_ns() + slack_ns,
-            "{kernel:?} outside {launch:?}"
-        );
-        assert_eq!(kernel.pid, launch.pid);
-        assert_eq!(kernel.args["launch_tid"], launch.tid);
+    for kernel in kernels {
+        assert_eq!(kernel.pid, launches[0].pid);
         let (grid, block, shared, stream) = match kernel.name.as_str() {
             "vector_add" => ([4, 1, 1], [64, 1, 1], 128, 7),
             _ => ([2, 2, 1], [32, 2, 1], 0, 14),
@@ -78,30 +70,51 @@ fn assert_kernels_within_their_launches(out: &Outputs, slices: &[Span], slack_ns
         assert_eq!(kernel.args["registers"], 32);
         assert_eq!(kernel.args["stream"], stream);
     }
-    // One flow arrow per kernel: from its launch call, on the launching thread as the call began,
-    // to the kernel's slice. Copies and memsets have none (no callback is enabled on them).
+    assert_each_flows_from_its_call(out, slices, slack_ns);
+}
+
+/// One flow arrow per kernel, copy and memset of `slices`: from the call that made it (a launch,
+/// a cudaMemcpy, a cudaMemset: the k-th of each kind in time is the k-th call's), on the calling
+/// thread as the call began, to the slice, which lies within the call (to within `slack_ns`).
+fn assert_each_flows_from_its_call(out: &Outputs, slices: &[Span], slack_ns: i64) {
+    let call_of = |slice: &Span| match slice.name.as_str() {
+        "memset" => "cudaMemset",
+        name if name.starts_with("memcpy") => "cudaMemcpy",
+        _ => "cuLaunchKernel",
+    };
     let flows =
         |ph: &str| -> Vec<&serde_json::Value> { out.events.iter().filter(|e| e["ph"] == ph).collect() };
     let (starts, ends) = (flows("s"), flows("f"));
-    assert_eq!((starts.len(), ends.len()), (15, 15));
-    for (kernel, launch) in kernels.iter().zip(&launches) {
-        let end = ends
-            .iter()
-            .find(|e| {
-                e["tid"] == kernel.tid
-                    && xtrace_tests::output::us_to_ns(e["ts"].as_f64().unwrap()) == kernel.start_ns()
-            })
-            .unwrap_or_else(|| panic!("no flow ends at {kernel:?}"));
-        assert_eq!(end["bp"], "e");
-        let start = starts
-            .iter()
-            .find(|s| s["id"] == end["id"])
-            .expect("its flow's start");
-        let at = xtrace_tests::output::us_to_ns(start["ts"].as_f64().unwrap());
-        assert!(
-            start["tid"] == launch.tid && launch.start_ns() <= at && at <= launch.end_ns(),
-            "{start}"
-        );
+    assert_eq!((starts.len(), ends.len()), (slices.len(), slices.len()));
+    for name in ["cuLaunchKernel", "cudaMemcpy", "cudaMemset"] {
+        let mut calls = out.spans_named(name);
+        calls.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        let made: Vec<&Span> = slices.iter().filter(|s| call_of(s) == name).collect();
+        assert_eq!(made.len(), calls.len(), "{name}");
+        for (slice, call) in made.iter().zip(&calls) {
+            assert!(
+                call.start_ns() - slack_ns <= slice.start_ns() && slice.end_ns() <= call.end_ns() + slack_ns,
+                "{slice:?} outside {call:?}"
+            );
+            assert_eq!(slice.args["launch_tid"], call.tid);
+            let end = ends
+                .iter()
+                .find(|e| {
+                    e["tid"] == slice.tid
+                        && xtrace_tests::output::us_to_ns(e["ts"].as_f64().unwrap()) == slice.start_ns()
+                })
+                .unwrap_or_else(|| panic!("no flow ends at {slice:?}"));
+            assert_eq!(end["bp"], "e");
+            let start = starts
+                .iter()
+                .find(|s| s["id"] == end["id"])
+                .expect("its flow's start");
+            let at = xtrace_tests::output::us_to_ns(start["ts"].as_f64().unwrap());
+            assert!(
+                start["tid"] == call.tid && call.start_ns() <= at && at <= call.end_ns(),
+                "{start}"
+            );
+        }
     }
 }
 
@@ -362,7 +375,7 @@ fn device_records_on_cuptis_own_clock_are_moved_to_the_traces() {
     };
     for (own, lead, why) in [
         ("realtime", None, "ends after it was read"),
-        ("-3000000000", Some(-3_000_000_000), "kernel before its launch"),
+        ("-3000000000", Some(-3_000_000_000), "begins before its call"),
     ] {
         let before = lead.unwrap_or_else(realtime_ahead);
         let (out, _) = record_launched("gpu-clock", &[("XTFAKE_CUPTI_OWN_CLOCK", own)]);

@@ -129,14 +129,14 @@ fn each_node_of_a_graph_launch_is_a_slice_inside_and_linked_to_its_launch() {
             "{start} for {node:?}"
         );
     }
-    // One flow per node and per ordinary kernel, each id once.
+    // One flow per node and per ordinary kernel, copy and memset, each id once.
     let ids: std::collections::BTreeSet<String> = out
         .events
         .iter()
         .filter(|e| e["ph"] == "s")
         .map(|e| e["id"].to_string())
         .collect();
-    assert_eq!(ids.len(), LAUNCHES * NODES.len() + 3);
+    assert_eq!(ids.len(), LAUNCHES * NODES.len() + 6);
     let gpu = &out.summary["gpu_device"];
     assert_eq!(gpu["graph_nodes"], LAUNCHES * NODES.len());
     let top: BTreeMap<&str, u64> = gpu["top_kernels"]
@@ -174,8 +174,9 @@ fn each_node_of_a_graph_launch_is_a_slice_inside_and_linked_to_its_launch() {
         .expect("counts");
     // The launch callbacks, each with its _ptsz form: cudaLaunchKernel,
     // cudaLaunchCooperativeKernel, cudaLaunchKernelExC, cuLaunchKernel, cuLaunchCooperativeKernel,
-    // cuLaunchKernelEx, cudaGraphLaunch, cuGraphLaunch.
-    assert_eq!(counts(line)["cuptiEnableCallback"], 16);
+    // cuLaunchKernelEx, cudaGraphLaunch, cuGraphLaunch (16); and the copy and memset calls, 56 of
+    // the runtime's and 76 of the driver's (cupti::COPY_CALLBACKS).
+    assert_eq!(counts(line)["cuptiEnableCallback"], 16 + 56 + 76);
 }
 
 #[test]
@@ -206,7 +207,9 @@ fn graph_nodes_are_in_a_perfetto_trace_with_their_ids_and_flows() {
             {"from": "launch", "to": "graph_bias", "count": LAUNCHES},
             {"from": "launch", "to": "graph_gemm", "count": LAUNCHES},
             {"from": "launch", "to": "graph_relu", "count": LAUNCHES},
-            {"from": "launch", "to": "memset", "count": LAUNCHES},
+            {"from": "launch", "to": "memcpy DtoH", "count": 1},
+            {"from": "launch", "to": "memcpy HtoD", "count": 1},
+            {"from": "launch", "to": "memset", "count": LAUNCHES + 1},
             {"from": "launch", "to": "reduce_sum", "count": 2},
             {"from": "launch", "to": "vector_add", "count": 1},
         ])

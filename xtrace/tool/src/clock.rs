@@ -4,11 +4,12 @@
 //! clock. So the offset from CUPTI's own clock (`cuptiGetTimestamp`) to CLOCK_MONOTONIC is
 //! measured once per CUPTI session, before the timestamp callback is registered, and each buffer's
 //! records are checked against what cannot be: a record that ends after its buffer was read, or a
-//! kernel that begins before the launch call that made it. A buffer impossible as it is and
+//! kernel, copy or memset that begins before the call that made it. A buffer impossible as it is and
 //! possible moved by the offset is moved, and the tracer is told with a `CLOCK` record. One
 //! possible either way, with clocks more than [`FAR_NS`] apart, is moved when only moved does its
 //! newest record end near when it was read: buffers are flushed every period, so they hold recent
-//! records (a buffer of copies only, which have no launch to check against, is told so).
+//! records (a buffer whose calls were all made before the attach, which have none to check
+//! against, is told so).
 use std::{
     collections::HashMap,
     sync::{
@@ -163,9 +164,7 @@ fn impossible(
             return Some(clock_reason::ENDS_IN_THE_FUTURE);
         }
         let launch = launches.and_then(|l| l.get(&record.correlation));
-        if record.kind == record_kind::KERNEL
-            && launch.is_some_and(|&launch| start.saturating_add(SLACK_NS) < launch)
-        {
+        if launch.is_some_and(|&launch| start.saturating_add(SLACK_NS) < launch) {
             return Some(clock_reason::BEFORE_ITS_LAUNCH);
         }
     }
@@ -207,7 +206,16 @@ mod tests {
         let close = [kernel(1, 999_500_000, 1_000_500_000)];
         assert_eq!(impossible(&close, 0, now, Some(&launches)), None);
         assert_eq!(impossible(&behind, 0, now, None), None);
-        // Copies 3 s behind, with no launch to check: only moved are they recent.
+        // A copy before its call, as a kernel.
+        let copy = [DeviceRecord {
+            kind: record_kind::MEMCPY,
+            ..behind[0]
+        }];
+        assert_eq!(
+            impossible(&copy, 0, now, Some(&launches)),
+            Some(clock_reason::BEFORE_ITS_LAUNCH)
+        );
+        // Records 3 s behind, with no call to check: only moved are they recent.
         assert!(recent_only_moved(&behind, 3_000_000_000, now - 1_000_000_000));
         assert!(!recent_only_moved(&right, 3_000_000_000, now - 3_000_000_000));
     }

@@ -51,6 +51,40 @@ pub const LAUNCH_CALLBACKS: [(u32, u32); 16] = [
     (DOMAIN_DRIVER_API, 514),
     (DOMAIN_DRIVER_API, 515),
 ];
+/// The copy and memset calls whose API callbacks carry the correlation id of the copy or memset
+/// they make, by domain and runs of callback ids (cupti_runtime_cbid.h, cupti_driver_cbid.h; the
+/// same in CUDA 12 and 13), so that each copy and memset links to its call as a kernel does. The
+/// runtime's: `cudaMemcpy_v3020` to `cudaMemset2DAsync_v3020` (31 to 52: copies between memory,
+/// arrays and symbols, then the memsets), the 3D forms (142 to 145), the peer copies (160 to
+/// 163), and their per-thread default stream forms (`_ptds`, `_ptsz`: 215 to 220, 223 to 236,
+/// 243 to 246, 249 and 250). The driver's: `cuMemsetD8Async` to `cuMemsetD2D32Async` (216 to
+/// 226, even), `cuMemsetD8_v2` to `cuMemsetD2D32_v2` (249 to 254), `cuMemcpyHtoD_v2` to
+/// `cuMemcpyHtoAAsync_v2` (276 to 293), `cuMemcpy` and `cuMemcpyAsync` (305, 306), the peer copies
+/// (318 to 321), their `_ptds` (397 to 416) and `_ptsz` (418 to 433) forms, and the batched
+/// copies of CUDA 12.8 on (776 to 779). A libcupti that lacks one refuses to enable it; the others
+/// are enabled all the same.
+pub const COPY_CALLBACKS: [(u32, core::ops::RangeInclusive<u32>); 20] = [
+    (DOMAIN_RUNTIME_API, 31..=52),
+    (DOMAIN_RUNTIME_API, 142..=145),
+    (DOMAIN_RUNTIME_API, 160..=163),
+    (DOMAIN_RUNTIME_API, 215..=220),
+    (DOMAIN_RUNTIME_API, 223..=236),
+    (DOMAIN_RUNTIME_API, 243..=246),
+    (DOMAIN_RUNTIME_API, 249..=250),
+    (DOMAIN_DRIVER_API, 216..=216),
+    (DOMAIN_DRIVER_API, 218..=218),
+    (DOMAIN_DRIVER_API, 220..=220),
+    (DOMAIN_DRIVER_API, 222..=222),
+    (DOMAIN_DRIVER_API, 224..=224),
+    (DOMAIN_DRIVER_API, 226..=226),
+    (DOMAIN_DRIVER_API, 249..=254),
+    (DOMAIN_DRIVER_API, 276..=293),
+    (DOMAIN_DRIVER_API, 305..=306),
+    (DOMAIN_DRIVER_API, 318..=321),
+    (DOMAIN_DRIVER_API, 397..=416),
+    (DOMAIN_DRIVER_API, 418..=433),
+    (DOMAIN_DRIVER_API, 776..=779),
+];
 /// `CUPTI_API_ENTER` and `CUPTI_API_EXIT`.
 pub const API_ENTER: c_int = 0;
 pub const API_EXIT: c_int = 1;
@@ -440,5 +474,26 @@ pub mod layout {
         pub const CORRELATION: usize = 44;
         pub const GRAPH_NODE: usize = 64;
         pub const GRAPH: usize = 72;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_copy_callback_is_enabled_once_and_none_is_a_launch() {
+        let copies: Vec<(u32, u32)> = COPY_CALLBACKS
+            .into_iter()
+            .flat_map(|(domain, ids)| ids.map(move |id| (domain, id)))
+            .collect();
+        let unique: std::collections::BTreeSet<_> = copies.iter().collect();
+        assert_eq!((copies.len(), unique.len()), (132, 132));
+        let runtime = copies
+            .iter()
+            .filter(|(domain, _)| *domain == DOMAIN_RUNTIME_API)
+            .count();
+        assert_eq!(runtime, 56);
+        assert!(LAUNCH_CALLBACKS.iter().all(|launch| !unique.contains(launch)));
     }
 }

@@ -293,7 +293,10 @@ fn enable(cupti: &Cupti, on: bool) {
 }
 
 fn enable_callbacks(cupti: &Cupti, subscriber: usize) {
-    for (domain, cbid) in cupti::LAUNCH_CALLBACKS {
+    let copies = cupti::COPY_CALLBACKS
+        .into_iter()
+        .flat_map(|(domain, ids)| ids.map(move |cbid| (domain, cbid)));
+    for (domain, cbid) in cupti::LAUNCH_CALLBACKS.into_iter().chain(copies) {
         // SAFETY: a bound CUPTI function taking the subscriber handle CUPTI gave.
         unsafe { (cupti.enable_callback)(1, subscriber as *mut c_void, domain, cbid) };
     }
@@ -367,8 +370,8 @@ fn deactivate(state: &mut State) {
     }
 }
 
-/// CUPTI's API callback (subscribed with the launch calls enabled): notes each launch's
-/// correlation id, and finalizes when deactivation asked for it.
+/// CUPTI's API callback (subscribed with the launch, copy and memset calls enabled): notes each
+/// call's correlation id, and finalizes when deactivation asked for it.
 unsafe extern "C" fn on_api(_user: *mut c_void, _domain: u32, _cbid: u32, data: *const c_void) {
     let _ = std::panic::catch_unwind(|| {
         if data.is_null() {

@@ -66,8 +66,9 @@ pub struct DeviceClock {
     pub moved: u64,
     /// Added to CUPTI's own clock to make CLOCK_MONOTONIC (0 when nothing was moved).
     pub offset_ns: i64,
-    /// What gave the first moved batch away: `ends after it was read`, `kernel before its launch`,
-    /// `recent only when moved` (clocks more than 1 s apart), or empty.
+    /// What gave the first moved batch away: `ends after it was read`, `begins before its call`
+    /// (a kernel, copy or memset before the call that made it), `recent only when moved` (clocks
+    /// more than 1 s apart), or empty.
     pub why: &'static str,
 }
 
@@ -80,7 +81,7 @@ impl DeviceClock {
             offset_ns: moved.offset_ns,
             why: match moved.reason {
                 clock_reason::ENDS_IN_THE_FUTURE => "ends after it was read",
-                clock_reason::BEFORE_ITS_LAUNCH => "kernel before its launch",
+                clock_reason::BEFORE_ITS_LAUNCH => "begins before its call",
                 clock_reason::RECENT => "recent only when moved",
                 _ => "",
             },
