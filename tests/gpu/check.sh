@@ -11,8 +11,9 @@
 #     maps libcupti by itself;
 #  3. the untraced cost of CUDA_INJECTION64_PATH (5 interleaved pairs);
 #  4. --pid --cuda --stacks on a process started with the variable: how soon after the attach
-#     device records came, how long the stop waited for the last ones (real CUPTI's flush), and
-#     the Python lines behind its kernels and synchronizations;
+#     device records came, how long the stop waited for the last ones (real CUPTI's flush), the
+#     Python lines behind its kernels and synchronizations, and how many kernels, copies and
+#     memsets are linked to their calls (a flow arrow);
 #  5. --pid --cuda --inject on a process started without it: the load (which thread, how long it
 #     was stopped), its device timeline, and the loop running on to its own end.
 set -u
@@ -61,7 +62,8 @@ echo "== 4. --pid --cuda --stacks, 5 s, on a process started with the variable"
 CUDA_INJECTION64_PATH=$LIB python3 "$LOOP" 0 40 > "$W/loop2.txt" 2>&1 & PY=$!
 for _ in $(seq 1 60); do grep -q ready "$W/loop2.txt" && break; sleep 0.5; done
 grep -c libcupti /proc/$PY/maps | sed 's/^/libcupti mappings before the attach: /'
-RUST_LOG=xtrace::session=info timeout -k 5 60 "$X" --pid $PY --cuda --stacks -d 5 -q -o "$W/pid_device" 2>&1 |
+RUST_LOG=xtrace::session=info timeout -k 5 60 "$X" --pid $PY --cuda --stacks -d 5 -q --trace-format json \
+    -o "$W/pid_device" 2>&1 |
     grep -E "last GPU device records|did not hand over|warning"
 echo "rc=${PIPESTATUS[0]}"
 kill $PY; wait $PY 2>/dev/null
@@ -85,6 +87,18 @@ for probe in s.get("probes", []):
         print(f"{probe['name']}: {probe['count']} calls, from:")
         for site in probe.get("call_sites", [])[:3]:
             print(f"    {site['share'] * 100:5.1f}%  {site['count']:6}  {site['site']}")
+PY
+python3 - "$W/pid_device/trace.json" <<'PY'
+import collections, json, sys
+events = json.load(open(sys.argv[1]))
+events = events.get("traceEvents", events) if isinstance(events, dict) else events
+linked = collections.Counter()
+for e in events:
+    if e.get("cat") == "gpu" and e.get("ph") == "X":
+        kind = "memset" if e["name"] == "memset" else "copy" if e["name"].startswith("memcpy") else "kernel"
+        linked[kind, "launch_tid" in e.get("args", {})] += 1
+for kind, plural in (("kernel", "kernels"), ("copy", "copies"), ("memset", "memsets")):
+    print(f"{plural} linked to their call: {linked[kind, True]} of {linked[kind, True] + linked[kind, False]}")
 PY
 
 echo "== 5. --pid --cuda --inject, 4 s, on a process started without the variable"
