@@ -63,8 +63,6 @@ pub fn owner(lock: u64, read: impl FnOnce(u64, usize) -> Option<Vec<u8>>) -> Opt
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::FileExt;
-
     use super::*;
 
     /// A `_rtld_global` of `namespaces` 160-byte namespaces (their unique-symbol tables' locks
@@ -105,10 +103,7 @@ mod tests {
         let maps = crate::procfs::maps_text(pid).unwrap();
         let files: Vec<MapsLine> = maps.lines().filter_map(MapsLine::file).collect();
         let mem = std::fs::File::open("/proc/self/mem").unwrap();
-        let read = |at: u64, len: usize| {
-            let mut bytes = vec![0; len];
-            mem.read_exact_at(&mut bytes, at).ok().map(|()| bytes)
-        };
+        let read = |at, len| super::super::preflight::read_at(&mem, at, len);
         let lock = find(&files, |m| m.path.into(), read).expect("glibc's _dl_load_lock");
         assert_eq!(owner(lock, read), Some(0));
         // The count before it is this process's namespaces: the base one at least.

@@ -90,11 +90,7 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         .filter(|m| m.perms.contains('x') && library_matches(m.path, "ld-linux-x86-64.so.2"))
         .filter_map(MapsLine::addresses)
         .collect();
-    let read = |at: u64, len: usize| {
-        let mut bytes = vec![0; len];
-        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut bytes, at).ok()?;
-        Some(bytes)
-    };
+    let read = |at, len| read_at(&mem, at, len);
     let load_lock = super::loader_lock::find(&files, |line| process.mapped(line).open, read);
     if load_lock.is_none() {
         log::debug!("--inject: pid {pid}'s dynamic loader's lock not found: not looked at");
@@ -106,6 +102,14 @@ pub fn check(process: &Process) -> Result<Found, Error> {
         loader,
         load_lock,
     }))
+}
+
+/// The `len` bytes at `address` of the process whose memory (/proc/PID/mem) `mem` is; None
+/// unless all can be read.
+pub(super) fn read_at(mem: &std::fs::File, address: u64, len: usize) -> Option<Vec<u8>> {
+    let mut bytes = vec![0; len];
+    std::os::unix::fs::FileExt::read_exact_at(mem, &mut bytes, address).ok()?;
+    Some(bytes)
 }
 
 /// Whether a /proc/PID/status says the process is stopped by a signal (not traced: `t`).

@@ -5,7 +5,7 @@
 //! copy of that page in this process only) because it has to run before the thread has any memory
 //! of xtrace's: an `mmap` made in place of the thread's own call could not resume it if xtrace
 //! died during it.
-use std::{fs::File, os::unix::fs::FileExt, path::PathBuf};
+use std::{fs::File, path::PathBuf};
 
 use object::{Object, ObjectSegment};
 
@@ -139,8 +139,7 @@ pub fn still_there(pid: u32, site: &Site) -> bool {
 
 /// Whether the `len` bytes at `address` are free for stage 0 ([`is_free_bytes`]).
 fn is_free(mem: &File, address: u64, len: usize) -> bool {
-    let mut bytes = vec![0; len];
-    mem.read_exact_at(&mut bytes, address).is_ok() && is_free_bytes(&bytes)
+    super::preflight::read_at(mem, address, len).is_some_and(|bytes| is_free_bytes(&bytes))
 }
 
 /// Whether `bytes` are zeros, or a stage 0 a killed `--inject` left there.
